@@ -1,0 +1,1 @@
+"""The Candlewick desktop application, its services and its command line."""

@@ -1,0 +1,67 @@
+"""The `candlewick` command line. With no arguments it starts the desktop app.
+
+Each sub-command lives in its own module with a `register(subparsers)` function. Every error a
+user can cause ends as one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from app.cli import models_cmd, run_cmd
+from app.cli.common import USER_ERRORS, CliError
+
+COMMAND_MODULES = [run_cmd, models_cmd]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="candlewick",
+        description="Run large language models on your own machine.",
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="log engine details to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in COMMAND_MODULES:
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if not args.verbose:
+        # llama.cpp's own chatter stays out of the user's terminal unless asked for.
+        logging.getLogger("candlewick.llama").setLevel(logging.CRITICAL)
+    if args.command is None:
+        from app.cli.gui_cmd import start_gui
+
+        return start_gui()
+    try:
+        return int(args.handler(args) or 0)
+    except BrokenPipeError:
+        # Output piped into `head` and closed: not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except USER_ERRORS as e:
+        print(f"candlewick: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("candlewick: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug: say so in one line, details only with --verbose
+        logging.getLogger("candlewick").debug("internal error", exc_info=True)
+        print(f"candlewick: internal error: {type(e).__name__}: {e} "
+              "(run with --verbose for details)", file=sys.stderr)
+        return 1
+
+
+__all__ = ["CliError", "main"]

@@ -1,0 +1,54 @@
+"""Pieces shared by the sub-commands: errors that become one-line messages, model lookup."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from app.services.library import LibraryError, ModelLibrary
+from app.services.paths import AppPaths
+from engine.gguf import GGUFError
+from engine.runtime import EngineError, GpuLayers
+from engine.templates import ChatTemplateError
+
+
+class CliError(Exception):
+    """A user-facing error; `str()` is the one-line message."""
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    CliError, GGUFError, EngineError, LibraryError, ChatTemplateError, OSError,
+)
+
+
+def library() -> ModelLibrary:
+    return ModelLibrary(AppPaths.default().models)
+
+
+def gpu_layers_arg(value: str) -> GpuLayers:
+    if value in ("auto", "all"):
+        return value  # type: ignore[return-value]
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("must be a number, 'auto' or 'all'") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return n
+
+
+def positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return n
+
+
+def print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")

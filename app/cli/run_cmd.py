@@ -1,0 +1,80 @@
+"""`candlewick run MODEL PROMPT`: stream an answer to stdout, or print stats as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from typing import Any
+
+from app.cli.common import gpu_layers_arg, library, positive_int, print_json
+from engine.runtime import LoadParams, Model, SamplingParams
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("run", help="answer one prompt with a model")
+    p.add_argument("model", help="'default', a library id or a path to a .gguf file")
+    p.add_argument("prompt", help="the user message")
+    p.add_argument("--max-tokens", type=positive_int, default=512)
+    p.add_argument("--temperature", type=float, default=0.7, help="0 = greedy (deterministic)")
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--top-k", type=int, default=40)
+    p.add_argument("--min-p", type=float, default=0.05)
+    p.add_argument("--repeat-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--ctx", type=positive_int, default=4096, help="context length in tokens")
+    p.add_argument("--gpu-layers", type=gpu_layers_arg, default="auto",
+                   help="layers to offload: N, 'auto' or 'all'")
+    p.add_argument("--threads", type=positive_int, default=None)
+    p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--json", action="store_true", help="print one JSON object with the stats")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    path = library().resolve(args.model)
+    params = LoadParams(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads)
+    sampling = SamplingParams(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+        stop=tuple(args.stop),
+    )
+    messages = []
+    if args.system:
+        messages.append({"role": "system", "content": args.system})
+    messages.append({"role": "user", "content": args.prompt})
+    cancel = threading.Event()
+    with Model(path, params) as model:
+        gen = model.generate(messages, sampling, cancel=cancel)
+        try:
+            for piece in gen:
+                if not args.json:
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+        except KeyboardInterrupt:
+            cancel.set()
+            for _ in gen:  # let the loop see the flag and release the context
+                pass
+        st = gen.stats
+        if args.json:
+            print_json({
+                "text": gen.text,
+                "ttft_s": round(st.ttft_s, 4),
+                "prompt_tokens": st.prompt_tokens,
+                "prompt_tps": round(st.prompt_tps, 2),
+                "gen_tokens": st.gen_tokens,
+                "gen_tps": round(st.gen_tps, 2),
+                "stop_reason": st.stop_reason,
+                "total_s": round(st.total_s, 4),
+                "gen_tps_wall": round(st.gen_tps_wall, 2),
+                "model": str(path),
+            })
+        else:
+            sys.stdout.write("\n")
+    return 130 if st.stop_reason == "cancelled" else 0

@@ -1,0 +1,1 @@
+"""Qt-free services: model library, chat store, hub downloads, settings, secrets."""

