@@ -9,6 +9,7 @@ file and a remote file fetched with HTTP Range requests (only the header is read
 
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 from collections.abc import Callable
@@ -385,7 +386,7 @@ def _parse(r: _Reader, name: str, size: int, check_architecture: bool) -> GGUFFi
 
 def _check_overlaps(gf: GGUFFile, name: str) -> None:
     spans = sorted((t.offset, t.offset + t.n_bytes, t.name) for t in gf.tensors)
-    for (_, end_a, name_a), (start_b, _, name_b) in zip(spans, spans[1:], strict=False):
+    for (_, end_a, name_a), (start_b, _, name_b) in itertools.pairwise(spans):
         if start_b < end_a:
             raise GGUFError(f"{name}: corrupt GGUF: tensors '{name_a}' and '{name_b}' overlap")
 

@@ -12,6 +12,8 @@ any thread and is honoured before every token.
 from __future__ import annotations
 
 import codecs
+import contextlib
+import contextlib
 import ctypes
 import os
 import threading
@@ -79,7 +81,7 @@ class LoadParams:
                     f"(choose from {', '.join(KV_TYPES)})"
                 )
         if self.type_v not in ("f16", "f32", "bf16") and self.flash_attn == "off":
-            raise EngineError("a quantized V cache needs flash attention (use --flash-attn on/auto)")
+            raise EngineError("a quantized V cache needs flash attention (--flash-attn on/auto)")
         if self.flash_attn not in _FLASH:
             raise EngineError(f"flash attention must be on, off or auto, not {self.flash_attn!r}")
         if isinstance(self.n_gpu_layers, int) and self.n_gpu_layers < 0:
@@ -184,10 +186,8 @@ class Model:
             if cancel is not None and cancel.is_set():
                 return False
             if progress is not None:
-                try:
+                with contextlib.suppress(Exception):  # a UI callback must not abort the load
                     progress(float(p))
-                except Exception:  # a UI callback must not abort the load
-                    pass
             return True
 
         cb = C.llama_progress_callback(on_progress)
@@ -255,10 +255,8 @@ class Model:
         self.close()
 
     def __del__(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self.close()
-        except Exception:
-            pass
 
     @property
     def ctx_ptr(self) -> Any:
@@ -454,7 +452,7 @@ class Generation:
             m._lock.release()
             self.done = True
 
-    def _loop(self) -> Iterator[str]:  # noqa: C901 - the hot loop is kept in one piece on purpose
+    def _loop(self) -> Iterator[str]:
         m = self.model
         C = m._lib
         s = self.sampling

@@ -80,7 +80,7 @@ def _slug(name: str) -> str:
 class ModelLibrary:
     """Lists and resolves local models. `models_dir` holds downloaded and imported files."""
 
-    def __init__(self, models_dir: Path, *, bundled: Path | None | bool = True) -> None:
+    def __init__(self, models_dir: Path, *, bundled: Path | bool | None = True) -> None:
         self.models_dir = models_dir
         if bundled is True:
             self._bundled = bundled_default_model()
