@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import contextlib
 import ctypes
 import os
 import threading
