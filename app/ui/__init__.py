@@ -1,0 +1,1 @@
+"""PySide6 only here: windows, widgets, Qt item models, the engine worker thread."""
