@@ -7,6 +7,7 @@ load errors) opens a `capture_log()` block and gets the lines logged inside it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import logging
@@ -54,9 +55,23 @@ def lib() -> Any:
         with _lock:
             if not _initialised:
                 C.llama_log_set(_on_log, ctypes.c_void_p(0))
+                _close_binding_devnull()
                 C.llama_backend_init()
                 _initialised = True
     return C
+
+
+def _close_binding_devnull() -> None:
+    # llama-cpp-python opens two /dev/null handles at import and never closes them, which
+    # shows up as ResourceWarnings at exit; close them when the interpreter ends.
+    try:
+        from llama_cpp import _utils
+    except ImportError:
+        return
+    for name in ("outnull_file", "errnull_file"):
+        f = getattr(_utils, name, None)
+        if f is not None:
+            atexit.register(f.close)
 
 
 @contextlib.contextmanager

@@ -459,6 +459,9 @@ class Generation:
         cancel = self.cancel
         ctx = m._ctx
         vocab = m._vocab
+        # Account any decode still queued from an earlier request before zeroing the counters,
+        # or llama.cpp adds it (and its start time) to this request's prompt figures.
+        C.llama_synchronize(ctx)
         C.llama_perf_context_reset(ctx)
         chain = m._make_sampler(s)
         try:
