@@ -137,9 +137,10 @@ def test_utf8_pieces_never_split(smollm2: Model) -> None:
 
 def test_prompt_longer_than_context(smollm2_path: Path) -> None:
     # llama.cpp rounds small contexts up to 256 tokens; the message names the real size.
-    with Model(smollm2_path, LoadParams(n_ctx=64, n_threads=2)) as m:
-        with pytest.raises(EngineError, match=f"context holds {m.n_ctx}"):
-            m.generate([{"role": "user", "content": "word " * 400}], GREEDY)
+    with (Model(smollm2_path, LoadParams(n_ctx=64, n_threads=2)) as m,
+          pytest.raises(EngineError, match="context holds") as exc):
+        m.generate([{"role": "user", "content": "word " * 400}], GREEDY)
+    assert f"context holds {m.n_ctx};" in str(exc.value)
 
 
 def test_context_full_ends_generation(smollm2_path: Path) -> None:
