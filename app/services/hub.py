@@ -1,0 +1,363 @@
+"""Find GGUF models on the Hugging Face Hub (or any server speaking its API, e.g. `HF_ENDPOINT`).
+
+Search, list a repository's GGUF files grouped by quantization (a sharded model
+`name-00001-of-00003.gguf` … counts as one model), and read the model card's summary and
+license. Every Hub failure becomes a `HubError` whose `str()` is one line a user can act on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import quote
+
+import httpx2
+from huggingface_hub import HfApi, constants
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.utils._headers import build_hf_headers
+
+SortKey = Literal["downloads", "likes", "updated"]
+_SORT_PARAM = {"downloads": "downloads", "likes": "likes", "updated": "last_modified"}
+
+TokenProvider = Callable[[], str | None]
+# (repo_id, variant) -> badge text such as "fits on GPU"; injected so this module stays fast
+# and testable without the memory estimator.
+FitFunction = Callable[[str, "ModelVariant"], str]
+
+
+class HubError(Exception):
+    """Talking to the Hub failed; `str()` is a one-line message for the user."""
+
+
+class HubOffline(HubError):
+    pass
+
+
+class HubAccessError(HubError):
+    """401/403: a gated or private repository."""
+
+
+class HubNotFound(HubError):
+    pass
+
+
+def hub_endpoint(explicit: str | None = None) -> str:
+    """The Hub URL: explicit, else `HF_ENDPOINT` read now (not at import), else the default."""
+    return (explicit or os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def gated_message(repo_id: str, endpoint: str, *, had_token: bool) -> str:
+    page = f"{endpoint}/{repo_id}"
+    if had_token:
+        return (f"{repo_id} is gated and your Hub token has no access to it yet: open {page}, "
+                "accept the conditions with the same account, then try again")
+    return (f"{repo_id} is gated or private: open {page} and accept its conditions, then add a "
+            "Hub access token (model manager settings, or the HF_TOKEN environment variable)")
+
+
+def translate_error(e: BaseException, repo_id: str, endpoint: str, *, had_token: bool,
+                    filename: str | None = None) -> HubError:
+    """Map huggingface_hub / httpx errors onto one-line HubErrors."""
+    what = f"{repo_id}/{filename}" if filename else repo_id
+    if isinstance(e, HubError):
+        return e
+    if isinstance(e, GatedRepoError):
+        return HubAccessError(gated_message(repo_id, endpoint, had_token=had_token))
+    if isinstance(e, RevisionNotFoundError):
+        return HubNotFound(f"{what}: that revision does not exist on the Hub")
+    if isinstance(e, RepositoryNotFoundError):
+        status = e.response.status_code if e.response is not None else 404
+        if status in (401, 403):
+            return HubAccessError(gated_message(repo_id, endpoint, had_token=had_token))
+        return HubNotFound(f"no repository called {repo_id} on the Hub ({endpoint})")
+    if isinstance(e, HfHubHTTPError):
+        status = e.response.status_code if e.response is not None else 0
+        if status in (401, 403):
+            return HubAccessError(gated_message(repo_id, endpoint, had_token=had_token))
+        if status == 404:
+            return HubNotFound(f"{what} was not found on the Hub")
+        return HubError(f"the Hub answered HTTP {status} for {what}")
+    if isinstance(e, OfflineModeIsEnabled):
+        return HubOffline("offline mode is on (HF_HUB_OFFLINE): the Hub is not contacted")
+    if isinstance(e, httpx2.TransportError | ConnectionError | TimeoutError):
+        return HubOffline(f"the Hub ({endpoint}) cannot be reached: you appear to be offline")
+    return HubError(f"unexpected answer from the Hub for {what}: {type(e).__name__}: {e}")
+
+
+# --- quantization names and shards -------------------------------------------------------------
+
+_QUANT_RE = re.compile(
+    r"(?<![A-Za-z0-9])("
+    r"I?Q[1-8](?:_[0-9KSMLXN]+)*(?:_(?:XXS|XS|S|M|L|XL|NL))?"
+    r"|TQ[12]_0|MXFP4(?:_MOE)?|BF16|F16|FP16|F32|FP32"
+    r")(?![A-Za-z0-9])",
+    re.IGNORECASE,
+)
+_SHARD_RE = re.compile(r"^(?P<base>.+)-(?P<idx>\d{5})-of-(?P<total>\d{5})\.gguf$", re.IGNORECASE)
+
+
+def quantization_of(filename: str) -> str:
+    """The quantization named in a GGUF file name (Q4_K_M, IQ2_XS, Q8_0, F16, …)."""
+    stem = filename.rsplit("/", 1)[-1]
+    matches = _QUANT_RE.findall(stem.replace(".gguf", "").replace(".GGUF", ""))
+    if not matches:
+        # Quantized repos often name the folder, not the file: "Q4_K_M/model-00001-of-2.gguf".
+        matches = _QUANT_RE.findall(filename)
+    if not matches:
+        return "unknown"
+    q = str(matches[-1]).upper()
+    return {"FP16": "F16", "FP32": "F32"}.get(q, q)
+
+
+def shard_info(filename: str) -> tuple[str, int, int] | None:
+    """(base name, index, total) for `base-00001-of-00003.gguf`, else None."""
+    m = _SHARD_RE.match(filename)
+    if not m:
+        return None
+    return m["base"], int(m["idx"]), int(m["total"])
+
+
+@dataclass(frozen=True)
+class HubFile:
+    filename: str  # path inside the repository
+    size: int
+    sha256: str | None  # LFS hash; None for small files stored in git
+    blob_id: str | None = None  # git blob sha1 (verifies non-LFS files)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"filename": self.filename, "size_bytes": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class ModelVariant:
+    """One downloadable model: a single GGUF file, or every shard of a split one."""
+
+    name: str  # the file name, or `base.gguf` for a sharded model
+    quantization: str
+    files: tuple[HubFile, ...]
+    shards_expected: int = 1
+    kind: str = "model"  # model | projector (multimodal mmproj files)
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.files) == self.shards_expected
+
+    @property
+    def first_file(self) -> HubFile:
+        return self.files[0]
+
+    def to_dict(self, fit: str | None = None) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "file": self.first_file.filename,
+            "quantization": self.quantization,
+            "size_bytes": self.size,
+            "shards": len(self.files),
+            "complete": self.complete,
+            "kind": self.kind,
+            "fit": fit,
+            "files": [f.to_dict() for f in self.files],
+        }
+
+
+def group_variants(files: Iterable[HubFile]) -> list[ModelVariant]:
+    """GGUF files grouped into models: shards of one model become one variant."""
+    singles: list[ModelVariant] = []
+    shards: dict[tuple[str, int], list[tuple[int, HubFile]]] = {}
+    for f in files:
+        if not f.filename.lower().endswith(".gguf"):
+            continue
+        kind = "projector" if "mmproj" in f.filename.rsplit("/", 1)[-1].lower() else "model"
+        info = shard_info(f.filename)
+        if info is None:
+            singles.append(ModelVariant(f.filename, quantization_of(f.filename), (f,), 1, kind))
+        else:
+            base, idx, total = info
+            shards.setdefault((base, total), []).append((idx, f))
+    for (base, total), parts in shards.items():
+        parts.sort(key=lambda p: p[0])
+        name = f"{base}.gguf"
+        kind = "projector" if "mmproj" in name.lower() else "model"
+        singles.append(ModelVariant(name, quantization_of(name), tuple(p[1] for p in parts),
+                                    total, kind))
+    singles.sort(key=lambda v: (v.kind != "model", v.size, v.name))
+    return singles
+
+
+# --- search and repository details -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepoSummary:
+    repo_id: str
+    downloads: int
+    likes: int
+    last_modified: str | None  # ISO 8601
+    gated: bool
+    tags: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"repo": self.repo_id, "downloads": self.downloads, "likes": self.likes,
+                "last_modified": self.last_modified, "gated": self.gated}
+
+
+@dataclass
+class RepoDetails:
+    repo_id: str
+    commit: str | None
+    variants: list[ModelVariant]
+    summary: str
+    license: str | None
+    gated: bool
+    fits: dict[str, str] = field(default_factory=dict)  # variant name -> fit badge
+
+    def variant(self, name_or_file: str) -> ModelVariant | None:
+        """Find a variant by its name, its first file, or any of its shard files."""
+        for v in self.variants:
+            if name_or_file == v.name or any(name_or_file == f.filename for f in v.files):
+                return v
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "repo": self.repo_id, "commit": self.commit, "license": self.license,
+            "gated": self.gated, "summary": self.summary,
+            "files": [v.to_dict(self.fits.get(v.name)) for v in self.variants],
+        }
+
+
+def card_summary(readme: str, limit: int = 400) -> str:
+    """The first prose paragraph of a model card (front matter, headings, tables, images and
+    HTML skipped), shortened to `limit` characters."""
+    text = readme
+    if text.startswith("---"):
+        end = text.find("\n---", 3)
+        text = text[end + 4:] if end != -1 else ""
+    paragraph: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        skip = (not line or line.startswith(("#", "|", "!", "<", ">", "```", "[!", "-" * 3)))
+        if skip:
+            if paragraph:
+                break
+            continue
+        paragraph.append(line)
+    out = " ".join(paragraph)
+    out = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", out)  # links -> their text
+    out = re.sub(r"[*_`]{1,3}", "", out)
+    return out if len(out) <= limit else out[: limit - 1].rstrip() + "…"
+
+
+def card_license(readme: str) -> str | None:
+    m = re.search(r"^license:\s*['\"]?([^'\"\n]+)", readme.split("\n---", 1)[0], re.MULTILINE)
+    return m[1].strip() if m and readme.startswith("---") else None
+
+
+class HubClient:
+    """Search and inspect GGUF repositories. `token` is a callable so a token saved later in the
+    session (secrets.TokenStore.get) is used without rebuilding the client."""
+
+    def __init__(self, endpoint: str | None = None, *, token: TokenProvider | None = None,
+                 fit: FitFunction | None = None, timeout: float = 15.0) -> None:
+        self._endpoint = endpoint
+        self._token = token or (lambda: None)
+        self.fit = fit
+        self.timeout = timeout
+
+    @property
+    def endpoint(self) -> str:
+        return hub_endpoint(self._endpoint)
+
+    def _api(self) -> tuple[HfApi, str | None]:
+        token = self._token()
+        # token=False stops huggingface_hub from reading a token file behind our back when the
+        # user has none: what we send is exactly what the user configured (or HF_TOKEN).
+        return HfApi(endpoint=self.endpoint, token=token or os.environ.get("HF_TOKEN") or False,
+                     library_name="candlewick"), token
+
+    def search(self, query: str, *, sort: SortKey = "downloads", limit: int = 30
+               ) -> list[RepoSummary]:
+        api, token = self._api()
+        try:
+            found = list(api.list_models(search=query or None, filter="gguf",
+                                         sort=_SORT_PARAM[sort],  # type: ignore[arg-type]
+                                         limit=limit))
+        except Exception as e:
+            raise translate_error(e, query or "search", self.endpoint,
+                                  had_token=bool(token)) from None
+        out = []
+        for m in found:
+            out.append(RepoSummary(
+                repo_id=m.id, downloads=int(m.downloads or 0), likes=int(m.likes or 0),
+                last_modified=m.last_modified.isoformat() if m.last_modified else None,
+                gated=bool(m.gated), tags=tuple(m.tags or ()),
+            ))
+        return out
+
+    def repo_details(self, repo_id: str, *, revision: str = "main", with_fit: bool = True
+                     ) -> RepoDetails:
+        api, token = self._api()
+        try:
+            info = api.model_info(repo_id, revision=revision, files_metadata=True,
+                                  timeout=self.timeout)
+        except Exception as e:
+            raise translate_error(e, repo_id, self.endpoint, had_token=bool(token)) from None
+        files = []
+        for s in info.siblings or []:
+            size = s.lfs.size if s.lfs else (s.size or 0)
+            files.append(HubFile(s.rfilename, int(size), s.lfs.sha256 if s.lfs else None,
+                                 s.blob_id))
+        card: dict[str, Any] = dict(info.card_data.to_dict()) if info.card_data else {}  # type: ignore[no-untyped-call]
+        readme = self._readme(repo_id, info.sha or revision, token) if any(
+            f.filename == "README.md" for f in files) else ""
+        license_ = card.get("license") or card_license(readme) or next(
+            (t.split(":", 1)[1] for t in (info.tags or []) if t.startswith("license:")), None)
+        details = RepoDetails(
+            repo_id=info.id or repo_id, commit=info.sha, variants=group_variants(files),
+            summary=card_summary(readme), license=str(license_) if license_ else None,
+            gated=bool(info.gated),
+        )
+        if with_fit and self.fit is not None:
+            for v in details.variants:
+                if v.kind == "model":
+                    details.fits[v.name] = self.fit_badge(details.repo_id, v)
+        return details
+
+    def fit_badge(self, repo_id: str, variant: ModelVariant) -> str:
+        if self.fit is None:
+            return "unknown"
+        try:
+            return self.fit(repo_id, variant)
+        except Exception as e:  # a badge must never break the file list
+            return f"unknown ({type(e).__name__})"
+
+    def file_url(self, repo_id: str, filename: str, revision: str = "main") -> str:
+        return (f"{self.endpoint}/{repo_id}/resolve/{quote(revision, safe='')}/"
+                f"{quote(filename)}")
+
+    def headers(self) -> dict[str, str]:
+        token = self._token() or os.environ.get("HF_TOKEN")
+        return dict(build_hf_headers(token=token or False, library_name="candlewick"))
+
+    def _readme(self, repo_id: str, revision: str, token: str | None) -> str:
+        try:
+            r = httpx2.get(self.file_url(repo_id, "README.md", revision), headers=self.headers(),
+                           timeout=self.timeout, follow_redirects=True)
+        except httpx2.HTTPError:
+            return ""
+        if r.status_code != 200:
+            return ""
+        return r.text[:200_000]
