@@ -174,10 +174,14 @@ class Model:
         self._cached: list[int] = []  # tokens currently in sequence 0 of the KV cache
         self._piece_buf = ctypes.create_string_buffer(256)
         t0 = time.perf_counter()
+        from engine import hardware, memory  # memory imports this module
+
+        rss0 = hardware.process_rss()
 
         mp = C.llama_model_default_params()
         n_layer = int(self.gguf.arch_value("block_count", 0) or 0)
-        mp.n_gpu_layers = resolve_gpu_layers(self.params.n_gpu_layers, n_layer)
+        mp.n_gpu_layers = resolve_gpu_layers(self.params.n_gpu_layers, n_layer,
+                                             gguf=self.gguf, params=self.params)
         mp.load_mode = C.LLAMA_LOAD_MODE_MMAP if self.params.use_mmap else C.LLAMA_LOAD_MODE_NONE
         mp.use_extra_bufts = use_extra_buffers(self.params.extra_buffers)
 
@@ -220,6 +224,9 @@ class Model:
         self.n_ctx = int(C.llama_n_ctx(self._ctx))
         self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
         self._memory = C.llama_get_memory(self._ctx)
+        # What llama.cpp really allocated, for "estimated X, actual Y" (engine.memory).
+        self.memory_actual = memory.actual_from_log(
+            lines, rss_growth_bytes=hardware.process_rss() - rss0 if rss0 else None)
         self.load_info = LoadInfo(
             path=str(self.path),
             load_s=time.perf_counter() - t0,
@@ -614,17 +621,25 @@ def use_extra_buffers(requested: bool | None) -> bool:
     return "AMX_INT8 = 1" not in llama_lib.system_info()
 
 
-def resolve_gpu_layers(requested: GpuLayers, n_layer: int) -> int:
+def resolve_gpu_layers(requested: GpuLayers, n_layer: int, *, gguf: GGUFFile | None = None,
+                       params: LoadParams | None = None) -> int:
     """Turn 'all'/'auto'/N into the layer count llama.cpp gets.
 
     'all' offloads every repeating layer plus the output layer (n_layer + 1). 'auto' offloads
-    everything when this build can offload at all; the memory planner refines it when it knows
-    the devices' free memory.
+    nothing on a build that cannot offload; otherwise, given the model header and settings, as
+    many layers as fit in the GPUs' free memory minus a margin (engine.memory), else all.
     """
     if requested == "all":
         return n_layer + 1 if n_layer else 999
     if requested == "auto":
-        return (n_layer + 1 if n_layer else 999) if llama_lib.supports_gpu_offload() else 0
+        if not llama_lib.supports_gpu_offload():
+            return 0
+        if gguf is not None and params is not None:
+            from engine import hardware, memory
+
+            return memory.fit_gpu_layers(gguf, memory.EstimateParams.from_load_params(params),
+                                         hardware.detect())
+        return n_layer + 1 if n_layer else 999
     return int(requested)
 
 
