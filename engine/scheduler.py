@@ -1,0 +1,534 @@
+"""Continuous batching: several requests share one llama.cpp context, one decode per step.
+
+The context is created with `n_seq_max = N`; each of the N slots owns one sequence id. Every
+step builds one `llama_batch` holding the next token of every generating slot plus chunks of
+prompts still being read, runs one `llama_decode`, then samples each slot from its own row of
+logits with its own sampler chain. Requests join and leave between steps, so a short request
+never waits for a long one to finish.
+
+One worker thread owns the context; other threads only `submit()` and `cancel()`. Results go
+back through a callback the caller supplies (the HTTP server hands them to its event loop).
+A finished slot keeps its KV cells so that a later request with the same prompt prefix (a chat's
+next turn, a shared system prompt) skips that prefix; a cancelled request's cells are freed at
+once.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from engine import llama_lib
+from engine.runtime import EngineError, Model, SamplingParams
+
+log = logging.getLogger("candlewick.scheduler")
+
+FinishReason = Literal[
+    "stop", "length", "stop_string", "context_full", "cancelled", "timeout", "error"
+]
+
+
+class QueueFull(EngineError):
+    """The scheduler's wait queue is full; the caller should retry later."""
+
+
+class SchedulerClosed(EngineError):
+    """The scheduler has been shut down."""
+
+
+@dataclass
+class RequestStats:
+    prompt_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the slot's KV cache
+    completion_tokens: int = 0
+    queue_s: float = 0.0  # submit -> given a slot
+    ttft_s: float = 0.0  # submit -> first text piece (total_s if there was none)
+    total_s: float = 0.0
+    finish_reason: FinishReason = "stop"
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Piece:
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    text: str  # the whole reply
+    stats: RequestStats
+
+
+Event = Piece | Finished
+EventCallback = Callable[[Event], None]
+
+
+class Request:
+    """One submitted generation. Thread-safe to cancel; events arrive via `on_event`."""
+
+    def __init__(self, rid: int, prompt: list[int], sampling: SamplingParams,
+                 on_event: EventCallback, stream: bool, deadline: float | None,
+                 wake: Callable[[], None]) -> None:
+        self.id = rid
+        self.prompt = prompt
+        self.sampling = sampling
+        self.stream = stream
+        self.deadline = deadline
+        self._on_event = on_event
+        self._wake = wake
+        self._cancel = threading.Event()
+        self.done = threading.Event()
+        self.t_submit = time.perf_counter()
+        self.stats = RequestStats(prompt_tokens=len(prompt))
+        self.text = ""
+
+    def cancel(self) -> None:
+        """Stop this request; its slot and KV cells are freed before the next step."""
+        self._cancel.set()
+        self._wake()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def _emit(self, ev: Event) -> None:
+        try:
+            self._on_event(ev)
+        except Exception:  # a broken consumer must not take the scheduler down
+            log.debug("event callback failed for request %d", self.id, exc_info=True)
+
+
+class _Slot:
+    """One sequence id in the shared context and the request it is serving."""
+
+    def __init__(self, seq: int) -> None:
+        self.seq = seq
+        self.tokens: list[int] = []  # exactly what sequence `seq` holds in the KV cache
+        self.req: Request | None = None
+        self.pending: list[int] = []  # prompt tokens not yet decoded
+        self.next_token: int | None = None  # sampled, to be decoded in the next step
+        self.sampler: Any = None
+        self.decoder: Any = None
+        self.held = ""  # text held back because it may be the start of a stop string
+        self.n_gen = 0
+        self.t_first: float | None = None
+        self.last_used = 0.0
+        self.batch_idx = -1  # where this slot's logits are in the current batch
+
+
+@dataclass
+class SchedulerSnapshot:
+    n_slots: int
+    busy_slots: int
+    queue_depth: int
+    kv_used: int  # KV cells held by all sequences (including idle slots' reusable prefixes)
+    kv_capacity: int
+    steps: int
+    tokens_generated: int
+    tokens_prompt: int
+    slots: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Scheduler:
+    """Continuous batching over `model`, whose context must have `n_seq_max >= n_slots`."""
+
+    def __init__(self, model: Model, *, n_slots: int | None = None, max_queue: int = 64,
+                 n_batch: int | None = None) -> None:
+        self.model = model
+        self._C = C = llama_lib.lib()
+        ctx = model.ctx_ptr
+        if not ctx:
+            raise EngineError("the model is not loaded")
+        n_seq_max = int(model.params.n_seq_max)
+        self.n_slots = n_slots or n_seq_max
+        if self.n_slots > n_seq_max:
+            raise EngineError(f"{self.n_slots} slots need a context with n_seq_max >= "
+                              f"{self.n_slots} (it has {n_seq_max})")
+        if max_queue < 0:
+            raise EngineError("the queue size must be 0 or more")
+        self.max_queue = max_queue
+        self.n_batch = min(n_batch or model.params.n_batch, int(C.llama_n_batch(ctx)))
+        self.n_ctx_seq = int(C.llama_n_ctx_seq(ctx))
+        self._ctx = ctx
+        self._mem = C.llama_get_memory(ctx)
+        self._slots = [_Slot(i) for i in range(self.n_slots)]
+        self._queue: deque[Request] = deque()
+        self._cond = threading.Condition()
+        self._stop = False
+        self._next_id = 0
+        self._steps = 0
+        self._tok_gen = 0
+        self._tok_prompt = 0
+        self._batch = C.llama_batch_init(self.n_batch, 0, 1)
+        model.reset_cache()
+        self._thread = threading.Thread(target=self._run, name="candlewick-scheduler",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- public API (any thread) -----------------------------------------------------------
+
+    def submit(self, prompt: list[int], sampling: SamplingParams, on_event: EventCallback, *,
+               stream: bool = True, timeout_s: float | None = None) -> Request:
+        """Queue a generation. Raises QueueFull when the wait queue is full, EngineError when
+        the request can never run (empty prompt, longer than a slot's context)."""
+        sampling.validate()
+        if not prompt:
+            raise EngineError("the prompt is empty")
+        if len(prompt) >= self.n_ctx_seq:
+            raise EngineError(f"the prompt is {len(prompt)} tokens; each slot's context holds "
+                              f"{self.n_ctx_seq}")
+        deadline = time.perf_counter() + timeout_s if timeout_s else None
+        with self._cond:
+            if self._stop:
+                raise SchedulerClosed("the server is shutting down")
+            free = sum(1 for s in self._slots if s.req is None)
+            if len(self._queue) >= self.max_queue + free:
+                raise QueueFull(f"all {self.n_slots} slots are busy and {len(self._queue)} "
+                                "requests are waiting")
+            self._next_id += 1
+            req = Request(self._next_id, list(prompt), sampling, on_event, stream, deadline,
+                          self._wake)
+            self._queue.append(req)
+            self._cond.notify()
+        return req
+
+    def snapshot(self) -> SchedulerSnapshot:
+        with self._cond:
+            slots = [{"id": s.seq, "busy": s.req is not None, "cached_tokens": len(s.tokens),
+                      "request": s.req.id if s.req else None} for s in self._slots]
+            return SchedulerSnapshot(
+                n_slots=self.n_slots,
+                busy_slots=sum(1 for s in self._slots if s.req is not None),
+                queue_depth=len(self._queue),
+                kv_used=sum(len(s.tokens) for s in self._slots),
+                kv_capacity=self.n_ctx_seq * self.n_slots,
+                steps=self._steps,
+                tokens_generated=self._tok_gen,
+                tokens_prompt=self._tok_prompt,
+                slots=slots,
+            )
+
+    def kv_positions(self) -> list[int]:
+        """For each slot, how many positions llama.cpp itself holds (pos_max + 1).
+
+        Independent of the scheduler's own bookkeeping: tests compare the two to prove that no
+        cells leak. Only meaningful while the scheduler is idle."""
+        return [int(self._C.llama_memory_seq_pos_max(self._mem, s.seq)) + 1 for s in self._slots]
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            snap = self.snapshot()
+            if snap.busy_slots == 0 and snap.queue_depth == 0:
+                return True
+            time.sleep(0.01)
+        return False
+
+    def close(self) -> None:
+        """Cancel everything, stop the worker and free the batch. Idempotent."""
+        with self._cond:
+            if self._stop:
+                return
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join()
+        self._C.llama_batch_free(self._batch)
+        # Leave the model's own cache state consistent for a later `Model.generate`.
+        self.model.reset_cache()
+
+    def __enter__(self) -> Scheduler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- worker ----------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stop and not self._queue and not any(
+                    s.req for s in self._slots
+                ):
+                    self._cond.wait()
+                if self._stop:
+                    break
+                self._admit()
+            try:
+                self._reap()
+                self._step()
+            except Exception as e:  # never let one bad step kill the server
+                log.exception("scheduler step failed")
+                self._fail_all(f"generation failed: {e}")
+        for s in self._slots:
+            if s.req is not None:
+                self._finish(s, "cancelled")
+        with self._cond:
+            queued = list(self._queue)
+            self._queue.clear()
+        for r in queued:
+            self._finish_unscheduled(r, "cancelled")
+
+    def _admit(self) -> None:
+        """Give queued requests free slots (caller holds the lock). FIFO: the oldest first."""
+        now = time.perf_counter()
+        while self._queue:
+            req = self._queue[0]
+            if req.cancelled or (req.deadline is not None and now > req.deadline):
+                self._queue.popleft()
+                self._finish_unscheduled(req, "cancelled" if req.cancelled else "timeout")
+                continue
+            free = [s for s in self._slots if s.req is None]
+            if not free:
+                return
+            self._queue.popleft()
+            slot = max(free, key=lambda s: (_common_prefix(s.tokens, req.prompt), -s.last_used))
+            self._start(slot, req, now)
+
+    def _start(self, slot: _Slot, req: Request, now: float) -> None:
+        C = self._C
+        n_common = min(_common_prefix(slot.tokens, req.prompt), len(req.prompt) - 1)
+        if n_common < len(slot.tokens) and not C.llama_memory_seq_rm(
+            self._mem, slot.seq, n_common, -1
+        ):
+            # Some caches (sliding-window layers) cannot drop part of a sequence.
+            C.llama_memory_seq_rm(self._mem, slot.seq, -1, -1)
+            n_common = 0
+        del slot.tokens[n_common:]
+        slot.req = req
+        slot.pending = req.prompt[n_common:]
+        slot.next_token = None
+        slot.sampler = self.model._make_sampler(req.sampling)
+        s = req.sampling
+        if s.repeat_penalty != 1.0:
+            for t in req.prompt[-s.repeat_last_n:]:
+                C.llama_sampler_accept(slot.sampler, t)
+        slot.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        slot.held = ""
+        slot.n_gen = 0
+        slot.t_first = None
+        req.stats.cached_tokens = n_common
+        req.stats.queue_s = now - req.t_submit
+
+    def _reap(self) -> None:
+        """Finish cancelled and timed-out requests before building the next batch."""
+        now = time.perf_counter()
+        for s in self._slots:
+            r = s.req
+            if r is None:
+                continue
+            if r.cancelled:
+                self._finish(s, "cancelled")
+            elif r.deadline is not None and now > r.deadline:
+                self._finish(s, "timeout")
+
+    def _step(self) -> None:
+        C = self._C
+        b = self._batch
+        n = 0
+        rows: list[_Slot] = []
+        for s in self._slots:
+            s.batch_idx = -1
+            if s.req is not None and s.next_token is not None:
+                self._put(b, n, s.next_token, len(s.tokens), s.seq, True)
+                s.tokens.append(s.next_token)
+                s.next_token = None
+                s.batch_idx = n
+                rows.append(s)
+                n += 1
+        # Fill the rest of the batch with prompt chunks, oldest request first.
+        prefill = sorted((s for s in self._slots if s.req is not None and s.pending),
+                         key=lambda s: s.req.t_submit if s.req else 0.0)
+        for s in prefill:
+            room = self.n_batch - n
+            if room <= 0:
+                break
+            chunk = s.pending[:room]
+            del s.pending[:len(chunk)]
+            last = not s.pending
+            pos = len(s.tokens)
+            for j, tok in enumerate(chunk):
+                self._put(b, n, tok, pos + j, s.seq, last and j == len(chunk) - 1)
+                n += 1
+            s.tokens.extend(chunk)
+            self._tok_prompt += len(chunk)
+            if last:
+                s.batch_idx = n - 1
+                rows.append(s)
+        if n == 0:
+            return
+        b.n_tokens = n
+        rc = C.llama_decode(self._ctx, b)
+        self._steps += 1
+        if rc != 0:
+            # The batch was not applied: drop what each slot thought it added.
+            for s in self._slots:
+                if s.req is not None:
+                    self._finish(s, "error", _decode_error(rc))
+            return
+        for s in rows:
+            self._sample(s)
+
+    @staticmethod
+    def _put(b: Any, i: int, tok: int, pos: int, seq: int, logits: bool) -> None:
+        b.token[i] = tok
+        b.pos[i] = pos
+        b.n_seq_id[i] = 1
+        b.seq_id[i][0] = seq
+        b.logits[i] = 1 if logits else 0
+
+    def _sample(self, s: _Slot) -> None:
+        C = self._C
+        req = s.req
+        assert req is not None
+        tok = int(C.llama_sampler_sample(s.sampler, self._ctx, s.batch_idx))
+        if self.model.is_eog(tok):
+            self._finish(s, "stop")
+            return
+        s.n_gen += 1
+        self._tok_gen += 1
+        piece = s.decoder.decode(self.model.token_bytes(tok))
+        if piece and not self._deliver(s, piece):
+            self._finish(s, "stop_string")
+            return
+        if s.n_gen >= req.sampling.max_tokens:
+            self._finish(s, "length")
+        elif len(s.tokens) + 1 >= self.n_ctx_seq:
+            self._finish(s, "context_full")
+        else:
+            s.next_token = tok
+
+    def _deliver(self, s: _Slot, piece: str) -> bool:
+        """Pass text on, holding back what may be a stop string. False when one was hit."""
+        req = s.req
+        assert req is not None
+        stops = [x for x in req.sampling.stop if x]
+        if stops:
+            text = s.held + piece
+            hit = _find_stop(text, stops)
+            if hit >= 0:
+                self._out(s, text[:hit])
+                s.held = ""
+                return False
+            keep = _held_suffix(text, stops, max(len(x) for x in stops) - 1)
+            s.held = text[len(text) - keep:]
+            self._out(s, text[:len(text) - keep])
+        else:
+            self._out(s, piece)
+        return True
+
+    def _out(self, s: _Slot, text: str) -> None:
+        req = s.req
+        if not text or req is None:
+            return
+        if s.t_first is None:
+            s.t_first = time.perf_counter()
+            req.stats.ttft_s = s.t_first - req.t_submit
+        req.text += text
+        if req.stream:
+            req._emit(Piece(text))
+
+    def _finish(self, s: _Slot, reason: FinishReason, error: str | None = None) -> None:
+        C = self._C
+        req = s.req
+        assert req is not None
+        if reason not in ("stop_string", "cancelled", "error"):
+            tail = s.held + s.decoder.decode(b"", final=True)
+            s.held = ""
+            self._out(s, tail)
+        if reason in ("cancelled", "error"):
+            # The client is gone (or the cache is suspect): free the cells now.
+            C.llama_memory_seq_rm(self._mem, s.seq, -1, -1)
+            s.tokens.clear()
+        if s.sampler is not None:
+            C.llama_sampler_free(s.sampler)
+            s.sampler = None
+        st = req.stats
+        st.completion_tokens = s.n_gen
+        st.total_s = time.perf_counter() - req.t_submit
+        if s.t_first is None:
+            st.ttft_s = st.total_s
+        st.finish_reason = reason
+        st.error = error
+        with self._cond:
+            s.req = None
+            s.pending = []
+            s.next_token = None
+            s.last_used = time.perf_counter()
+        req._emit(Finished(req.text, st))
+        req.done.set()
+
+    def _finish_unscheduled(self, req: Request, reason: FinishReason) -> None:
+        st = req.stats
+        st.total_s = st.ttft_s = st.queue_s = time.perf_counter() - req.t_submit
+        st.finish_reason = reason
+        req._emit(Finished("", st))
+        req.done.set()
+
+    def _fail_all(self, message: str) -> None:
+        for s in self._slots:
+            if s.req is not None:
+                with contextlib.suppress(Exception):
+                    self._finish(s, "error", message)
+        # After an unknown failure nothing in the cache can be trusted.
+        self._C.llama_memory_clear(self._mem, True)
+        for s in self._slots:
+            s.tokens.clear()
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _find_stop(text: str, stops: list[str]) -> int:
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else -1
+
+
+def _held_suffix(text: str, stops: list[str], hold: int) -> int:
+    """Length of the longest suffix of `text` that could still grow into a stop string."""
+    for k in range(min(hold, len(text)), 0, -1):
+        if any(s.startswith(text[-k:]) for s in stops):
+            return k
+    return 0
+
+
+def _decode_error(rc: int) -> str:
+    if rc == 1:
+        return "no free KV cache space for this batch"
+    if rc == 2:
+        return "decoding was aborted"
+    return f"llama.cpp failed to decode (error {rc})"
+
+
+__all__ = [
+    "Event",
+    "FinishReason",
+    "Finished",
+    "Piece",
+    "QueueFull",
+    "Request",
+    "RequestStats",
+    "Scheduler",
+    "SchedulerClosed",
+    "SchedulerSnapshot",
+]

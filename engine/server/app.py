@@ -1,0 +1,160 @@
+"""The ASGI application: routes, API-key check, CORS, metrics and error shaping.
+
+Middleware is plain ASGI (not BaseHTTPMiddleware) so streamed answers pass straight through and
+a client disconnect reaches the route that must cancel its generation.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from engine.server.engine_state import ServerState
+from engine.server.errors import ApiError, error_response
+from engine.server.ollama_routes import OllamaRoutes
+from engine.server.openai_routes import OpenAIRoutes
+from engine.server.openapi import openapi_schema
+
+log = logging.getLogger("candlewick.server")
+
+PUBLIC_PATHS = frozenset({"/health"})
+
+
+class AuthMiddleware:
+    """When a key is set, every route except /health needs `Authorization: Bearer KEY`
+    (or `x-api-key: KEY`). The comparison is constant-time; the key is never logged."""
+
+    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+        self.app = app
+        self._key = api_key.encode() if api_key else None
+
+    def _authorized(self, scope: Scope) -> bool:
+        assert self._key is not None
+        given = b""
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                if scheme.lower() == b"bearer":
+                    given = token.strip()
+            elif name == b"x-api-key" and not given:
+                given = value.strip()
+        # compare_digest also takes time independent of where the first difference is.
+        return hmac.compare_digest(given, self._key)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] != "http" or self._key is None or scope["path"] in PUBLIC_PATHS
+                or scope["method"] == "OPTIONS" or self._authorized(scope)):
+            await self.app(scope, receive, send)
+            return
+        resp = error_response(scope["path"], 401, "missing or invalid API key",
+                              code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        await resp(scope, receive, send)
+
+
+class MetricsMiddleware:
+    """Counts every answered request by route and status (unknown paths share one label)."""
+
+    def __init__(self, app: ASGIApp, state: ServerState, known: frozenset[str]) -> None:
+        self.app = app
+        self.state = state
+        self.known = known
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = [500]
+
+        async def send_wrapper(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            path = scope["path"]
+            route = path if path in self.known else "other"
+            self.state.metrics.request_done(route, status[0])
+
+
+def create_app(state: ServerState) -> ASGIApp:
+    cfg = state.config
+    openai = OpenAIRoutes(state)
+    ollama = OllamaRoutes(state)
+    schema = openapi_schema(cfg)
+
+    async def health(request: Request) -> Response:
+        if state.loaded is None:
+            return JSONResponse({"status": "error" if state.load_error else "loading",
+                                 "error": state.load_error}, status_code=503)
+        snap = state.loaded.scheduler.snapshot()
+        return JSONResponse({"status": "ok", "model": state.loaded.model_id,
+                             "slots_total": snap.n_slots, "slots_busy": snap.busy_slots,
+                             "queue_depth": snap.queue_depth})
+
+    async def metrics(request: Request) -> Response:
+        snap = state.loaded.scheduler.snapshot() if state.loaded else None
+        return PlainTextResponse(state.metrics.render(snap, state.loaded is not None),
+                                 media_type="text/plain; version=0.0.4")
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(schema)
+
+    async def slots(request: Request) -> Response:
+        loaded = state.loaded
+        if loaded is None:
+            raise ApiError(503, state.load_error or "the model is still loading",
+                           headers={"Retry-After": "2"})
+        snap = loaded.scheduler.snapshot()
+        return JSONResponse({"slots": snap.slots, "queue_depth": snap.queue_depth})
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/slots", slots, methods=["GET"]),
+        *openai.routes(),
+        *ollama.routes(),
+    ]
+    known = frozenset(r.path for r in routes if "{" not in r.path)
+
+    async def on_api_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ApiError)
+        return error_response(request.url.path, exc.status, exc.message, param=exc.param,
+                              code=exc.code, headers=exc.headers)
+
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        msg = {404: "no such route", 405: "method not allowed"}.get(exc.status_code,
+                                                                   str(exc.detail))
+        return error_response(request.url.path, exc.status_code, msg,
+                              headers=dict(exc.headers or {}))
+
+    async def on_error(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error in %s", request.url.path)
+        return error_response(request.url.path, 500, f"internal error: {type(exc).__name__}")
+
+    handlers: dict[Any, Any] = {ApiError: on_api_error, HTTPException: on_http_error,
+                                Exception: on_error}
+    middleware = [Middleware(MetricsMiddleware, state=state, known=known)]
+    if cfg.cors_origins:
+        # Outside the key check, so browsers' preflight requests get their answer.
+        middleware.append(Middleware(
+            CORSMiddleware, allow_origins=list(cfg.cors_origins),
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type", "X-Api-Key"],
+            max_age=600,
+        ))
+    middleware.append(Middleware(AuthMiddleware, api_key=cfg.api_key))
+    return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)

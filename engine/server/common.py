@@ -1,0 +1,113 @@
+"""Pieces shared by the OpenAI and Ollama routes: start a generation, watch for disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.requests import Request
+
+from engine.runtime import EngineError, SamplingParams
+from engine.scheduler import Event, QueueFull, SchedulerClosed
+from engine.server.engine_state import Generation, LoadedModel, ServerState
+from engine.server.errors import ApiError
+from engine.templates import ChatTemplateError
+
+
+def loaded_or_503(state: ServerState) -> LoadedModel:
+    loaded = state.loaded
+    if loaded is None:
+        msg = state.load_error or "the model is still loading; retry shortly"
+        raise ApiError(503, msg, headers={"Retry-After": "2"})
+    return loaded
+
+
+def tokens_for(loaded: LoadedModel, make: Callable[[], list[int]]) -> list[int]:
+    try:
+        return make()
+    except (ChatTemplateError, EngineError) as e:
+        raise ApiError(400, str(e)) from None
+
+
+def start(state: ServerState, loaded: LoadedModel, prompt: list[int],
+          sampling: SamplingParams, *, stream: bool) -> Generation:
+    try:
+        return Generation(loaded, prompt, sampling, stream=stream,
+                          timeout_s=state.config.request_timeout_s, metrics=state.metrics)
+    except QueueFull as e:
+        raise ApiError(429, f"the server is busy: {e}; retry shortly",
+                       headers={"Retry-After": "1"}) from None
+    except SchedulerClosed as e:
+        raise ApiError(503, str(e)) from None
+    except EngineError as e:
+        raise ApiError(400, str(e)) from None
+
+
+def cap_tokens(state: ServerState, requested: int | None) -> int:
+    """Requests asking for more than the server's cap get the cap (documented)."""
+    cfg = state.config
+    return min(requested or cfg.default_max_tokens, cfg.max_tokens_cap)
+
+
+async def until_disconnect(request: Request) -> None:
+    """Returns when the client goes away (after the body has been read)."""
+    while True:
+        msg = await request.receive()
+        if msg["type"] == "http.disconnect":
+            return
+
+
+async def events_until_disconnect(request: Request, gen: Generation
+                                  ) -> AsyncIterator[Event]:
+    """The generation's events; stops (and cancels the request) if the client disconnects.
+
+    Used for non-streaming answers, where nothing is written until the end and a vanished
+    client would otherwise keep a slot busy."""
+    watcher = asyncio.ensure_future(until_disconnect(request))
+    it = gen.events().__aiter__()
+    try:
+        while True:
+            nxt = asyncio.ensure_future(it.__anext__())
+            done, _ = await asyncio.wait({nxt, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if nxt not in done:
+                nxt.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await nxt
+                gen.cancel()
+                return
+            try:
+                yield nxt.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        with contextlib.suppress(Exception):
+            await it.aclose()  # type: ignore[attr-defined]
+        if not gen.request.done.is_set():
+            gen.cancel()
+
+
+def sampling_from(temperature: float | None, top_p: float | None, top_k: int | None,
+                  min_p: float | None, repeat_penalty: float | None, seed: int | None,
+                  max_tokens: int, stop: tuple[str, ...]) -> SamplingParams:
+    d: dict[str, Any] = {"max_tokens": max_tokens, "stop": stop, "seed": seed}
+    if temperature is not None:
+        d["temperature"] = temperature
+    if top_p is not None:
+        d["top_p"] = top_p
+    if top_k is not None:
+        d["top_k"] = top_k
+    if min_p is not None:
+        d["min_p"] = min_p
+    if repeat_penalty is not None:
+        d["repeat_penalty"] = repeat_penalty
+    sp = SamplingParams(**d)
+    try:
+        sp.validate()
+    except EngineError as e:
+        raise ApiError(400, str(e)) from None
+    return sp

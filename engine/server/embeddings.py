@@ -1,0 +1,78 @@
+"""Sentence embeddings from the loaded model: a second llama.cpp context on the same weights,
+with embeddings on and mean pooling, so generation and embedding never share a KV cache."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any
+
+from engine import llama_lib
+from engine.runtime import EngineError, Model
+
+_POOLING_MEAN = 1
+
+
+class Embedder:
+    def __init__(self, model: Model, *, max_tokens: int = 512, n_threads: int | None = None
+                 ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        self._n_threads = n_threads or model.load_info.n_threads
+        self._ctx: Any = None
+        self._lock = threading.Lock()
+
+    def _context(self) -> Any:
+        if self._ctx is None:
+            C = llama_lib.lib()
+            cp = C.llama_context_default_params()
+            cp.n_ctx = cp.n_batch = cp.n_ubatch = self.max_tokens
+            cp.n_seq_max = 1
+            cp.n_threads = cp.n_threads_batch = self._n_threads
+            cp.embeddings = True
+            cp.pooling_type = _POOLING_MEAN
+            ctx = C.llama_init_from_model(self.model.model_ptr, cp)
+            if not ctx:
+                raise EngineError("llama.cpp could not create an embeddings context")
+            self._ctx = ctx
+        return self._ctx
+
+    def embed(self, text: str) -> tuple[list[float], int]:
+        """The L2-normalised embedding of `text` and its token count."""
+        tokens = self.model.tokenize(text, add_special=True, parse_special=False)
+        if not tokens:
+            raise EngineError("cannot embed an empty input")
+        if len(tokens) > self.max_tokens:
+            raise EngineError(f"the input is {len(tokens)} tokens; embeddings take at most "
+                              f"{self.max_tokens}")
+        C = llama_lib.lib()
+        with self._lock:
+            ctx = self._context()
+            C.llama_memory_clear(C.llama_get_memory(ctx), True)
+            batch = C.llama_batch_init(len(tokens), 0, 1)
+            try:
+                for i, t in enumerate(tokens):
+                    batch.token[i] = t
+                    batch.pos[i] = i
+                    batch.n_seq_id[i] = 1
+                    batch.seq_id[i][0] = 0
+                    batch.logits[i] = 1
+                batch.n_tokens = len(tokens)
+                rc = C.llama_decode(ctx, batch)
+                if rc != 0:
+                    raise EngineError(f"llama.cpp failed to compute the embedding (error {rc})")
+                ptr = C.llama_get_embeddings_seq(ctx, 0)
+                if not ptr:
+                    raise EngineError("this model gives no pooled embeddings")
+                n = int(C.llama_model_n_embd(self.model.model_ptr))
+                vec = [float(ptr[i]) for i in range(n)]
+            finally:
+                C.llama_batch_free(batch)
+        norm = math.sqrt(sum(v * v for v in vec)) or 1.0
+        return [v / norm for v in vec], len(tokens)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._ctx is not None:
+                llama_lib.lib().llama_free(self._ctx)
+                self._ctx = None

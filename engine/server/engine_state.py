@@ -1,0 +1,128 @@
+"""What the HTTP layer serves: the loaded model, its scheduler and embedder, or why not yet."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.facts import ModelFacts, model_facts
+from engine.runtime import Model, SamplingParams
+from engine.scheduler import Event, Finished, Request, Scheduler
+from engine.server.config import ServerConfig
+from engine.server.embeddings import Embedder
+from engine.server.metrics import Metrics
+
+
+@dataclass
+class LoadedModel:
+    """A model being served. The caller that built it closes it (`close()`)."""
+
+    model: Model
+    scheduler: Scheduler
+    model_id: str
+    embedder: Embedder | None = None
+    facts: ModelFacts | None = None
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @classmethod
+    def build(cls, model: Model, model_id: str, *, max_queue: int = 64,
+              embeddings: bool = True) -> LoadedModel:
+        sched = Scheduler(model, max_queue=max_queue)
+        facts = None
+        with contextlib.suppress(Exception):  # facts are informational only
+            facts = model_facts(model.gguf)
+        created = int(model.path.stat().st_mtime) if model.path.exists() else int(time.time())
+        return cls(model, sched, model_id, Embedder(model) if embeddings else None, facts,
+                   created)
+
+    @property
+    def digest(self) -> str:
+        """A stable id for this file (path, size, mtime), not a hash of its bytes."""
+        st = self.model.path.stat()
+        key = f"{self.model.path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+        return hashlib.sha256(key.encode()).hexdigest()
+
+    def close(self) -> None:
+        self.scheduler.close()
+        if self.embedder is not None:
+            self.embedder.close()
+
+
+class ServerState:
+    """Shared by all routes. `loaded` is None while the model loads (routes answer 503)."""
+
+    def __init__(self, config: ServerConfig, metrics: Metrics | None = None) -> None:
+        self.config = config
+        self.metrics = metrics or Metrics()
+        self.loaded: LoadedModel | None = None
+        self.load_error: str | None = None
+        self.started = time.time()
+        self._lock = threading.Lock()
+
+    def set_loaded(self, loaded: LoadedModel | None) -> None:
+        with self._lock:
+            self.loaded = loaded
+
+
+class Generation:
+    """One scheduler request seen from the event loop: an async stream of its events.
+
+    Leaving the iteration early (client gone, handler cancelled) cancels the request, which
+    frees its slot and KV cells before the next decode step."""
+
+    def __init__(self, loaded: LoadedModel, prompt: list[int], sampling: SamplingParams, *,
+                 stream: bool, timeout_s: float, metrics: Metrics) -> None:
+        loop = asyncio.get_running_loop()
+        self._q: asyncio.Queue[Event] = asyncio.Queue()
+        self._metrics = metrics
+
+        def on_event(ev: Event) -> None:
+            with contextlib.suppress(RuntimeError):  # loop already closed: nobody listens
+                loop.call_soon_threadsafe(self._q.put_nowait, ev)
+
+        self.request: Request = loaded.scheduler.submit(prompt, sampling, on_event,
+                                                        stream=stream, timeout_s=timeout_s)
+
+    async def events(self) -> AsyncIterator[Event]:
+        try:
+            while True:
+                ev = await self._q.get()
+                if isinstance(ev, Finished):
+                    st = ev.stats
+                    if st.finish_reason not in ("cancelled", "error"):
+                        self._metrics.generation_done(st.prompt_tokens, st.cached_tokens,
+                                                      st.completion_tokens, st.ttft_s,
+                                                      st.total_s)
+                    yield ev
+                    return
+                yield ev
+        finally:
+            if not self.request.done.is_set():
+                self.request.cancel()
+
+    async def result(self) -> Finished:
+        async for ev in self.events():
+            if isinstance(ev, Finished):
+                return ev
+        raise RuntimeError("generation ended without a result")  # pragma: no cover
+
+    def cancel(self) -> None:
+        self.request.cancel()
+
+
+def details(loaded: LoadedModel) -> dict[str, Any]:
+    f = loaded.facts
+    return {
+        "parent_model": "",
+        "format": "gguf",
+        "family": f.architecture if f else "",
+        "families": [f.architecture] if f else [],
+        "parameter_size": f.params_label if f else "",
+        "quantization_level": f.quantization if f else "",
+    }

@@ -1,0 +1,210 @@
+"""Ollama-compatible routes, so apps written for Ollama work unchanged.
+
+The server serves one model; any model name in a request maps to it (as llama-server does),
+so an app configured for "llama3" still gets an answer. Streaming is NDJSON and on by default,
+as in Ollama.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from engine.scheduler import Finished, Piece, RequestStats
+from engine.server.common import (
+    cap_tokens,
+    events_until_disconnect,
+    loaded_or_503,
+    sampling_from,
+    start,
+    tokens_for,
+)
+from engine.server.engine_state import LoadedModel, ServerState, details
+from engine.server.errors import ApiError
+from engine.server.openai_routes import embedding_inputs, run_embeddings
+from engine.server.parsing import (
+    get_bool,
+    get_int,
+    get_messages,
+    get_number,
+    get_stop,
+    get_str,
+    read_json,
+)
+
+VERSION = "0.1.0"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _done_fields(st: RequestStats) -> dict[str, Any]:
+    ns = 1_000_000_000
+    gen_s = max(st.total_s - st.ttft_s, 0.0)
+    return {
+        "done_reason": "stop" if st.finish_reason in ("stop", "stop_string") else "length",
+        "total_duration": int(st.total_s * ns),
+        "load_duration": 0,
+        "prompt_eval_count": st.prompt_tokens,
+        "prompt_eval_duration": int(max(st.ttft_s - st.queue_s, 0.0) * ns),
+        "eval_count": st.completion_tokens,
+        "eval_duration": int(gen_s * ns),
+    }
+
+
+def _options(body: dict[str, Any]) -> dict[str, Any]:
+    opts = body.get("options")
+    if opts is None:
+        return {}
+    if not isinstance(opts, dict):
+        raise ApiError(400, "'options' must be an object")
+    return opts
+
+
+class OllamaRoutes:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/api/version", self.version, methods=["GET"]),
+            Route("/api/tags", self.tags, methods=["GET"]),
+            Route("/api/show", self.show, methods=["POST"]),
+            Route("/api/chat", self.chat, methods=["POST"]),
+            Route("/api/generate", self.generate, methods=["POST"]),
+            Route("/api/embed", self.embed, methods=["POST"]),
+        ]
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse({"version": VERSION})
+
+    def _model_entry(self, loaded: LoadedModel) -> dict[str, Any]:
+        st = loaded.model.path.stat()
+        return {
+            "name": loaded.model_id, "model": loaded.model_id,
+            "modified_at": datetime.fromtimestamp(st.st_mtime, UTC).isoformat()
+            .replace("+00:00", "Z"),
+            "size": st.st_size, "digest": loaded.digest, "details": details(loaded),
+        }
+
+    async def tags(self, request: Request) -> Response:
+        loaded = loaded_or_503(self.state)
+        return JSONResponse({"models": [self._model_entry(loaded)]})
+
+    async def show(self, request: Request) -> Response:
+        body = await read_json(request, self.state.config.max_body_bytes)
+        loaded = loaded_or_503(self.state)
+        if get_str(body, "model") is None and get_str(body, "name") is None:
+            raise ApiError(400, "'model' is required")
+        f = loaded.facts
+        info: dict[str, Any] = {"general.architecture": f.architecture if f else ""}
+        if f:
+            info.update({"general.parameter_count": f.n_params,
+                         f"{f.architecture}.context_length": f.context_length,
+                         f"{f.architecture}.block_count": f.n_layer,
+                         f"{f.architecture}.embedding_length": f.n_embd})
+        template = loaded.model.template.source
+        return JSONResponse({
+            "modelfile": f"FROM {loaded.model.path.name}\n",
+            "parameters": "",
+            "template": template,
+            "details": details(loaded),
+            "model_info": info,
+            "capabilities": ["completion", "embedding"] if loaded.embedder else ["completion"],
+            "modified_at": self._model_entry(loaded)["modified_at"],
+        })
+
+    def _sampling(self, body: dict[str, Any]) -> Any:
+        o = _options(body)
+        n = get_int(o, "num_predict", None)
+        return sampling_from(
+            temperature=get_number(o, "temperature", None, lo=0, hi=100),
+            top_p=get_number(o, "top_p", None, lo=1e-6, hi=1),
+            top_k=get_int(o, "top_k", None, lo=0),
+            min_p=get_number(o, "min_p", None, lo=0, hi=1),
+            repeat_penalty=get_number(o, "repeat_penalty", None, lo=0.01, hi=10),
+            seed=get_int(o, "seed", None, lo=-(2**63), hi=2**64 - 1),
+            # Ollama: num_predict -1 (or absent) means "until done"; the server cap applies.
+            max_tokens=cap_tokens(self.state, n if n is not None and n > 0 else None),
+            stop=get_stop(o),
+        )
+
+    async def chat(self, request: Request) -> Response:
+        body = await read_json(request, self.state.config.max_body_bytes)
+        loaded = loaded_or_503(self.state)
+        messages = get_messages(body)
+        sampling = self._sampling(body)
+        stream = get_bool(body, "stream", True)
+        prompt = tokens_for(loaded, lambda: loaded.model.chat_tokens(messages))
+        return await self._respond(request, loaded, prompt, sampling, stream, chat=True)
+
+    async def generate(self, request: Request) -> Response:
+        body = await read_json(request, self.state.config.max_body_bytes)
+        loaded = loaded_or_503(self.state)
+        prompt_text = get_str(body, "prompt", "") or ""
+        system = get_str(body, "system")
+        raw = get_bool(body, "raw", False)
+        stream = get_bool(body, "stream", True)
+        sampling = self._sampling(body)
+        if not prompt_text:
+            # Ollama answers an empty prompt by loading the model and saying it is done.
+            return JSONResponse({"model": loaded.model_id, "created_at": _now(),
+                                 "response": "", "done": True, "done_reason": "load"})
+        if raw:
+            prompt = tokens_for(loaded, lambda: loaded.model.tokenize(prompt_text))
+        else:
+            msgs = ([{"role": "system", "content": system}] if system else []) + [
+                {"role": "user", "content": prompt_text}]
+            prompt = tokens_for(loaded, lambda: loaded.model.chat_tokens(msgs))
+        return await self._respond(request, loaded, prompt, sampling, stream, chat=False)
+
+    async def _respond(self, request: Request, loaded: LoadedModel, prompt: list[int],
+                       sampling: Any, stream: bool, *, chat: bool) -> Response:
+        gen = start(self.state, loaded, prompt, sampling, stream=stream)
+
+        def piece(text: str) -> dict[str, Any]:
+            d: dict[str, Any] = {"model": loaded.model_id, "created_at": _now()}
+            if chat:
+                d["message"] = {"role": "assistant", "content": text}
+            else:
+                d["response"] = text
+            return d
+
+        if not stream:
+            async for ev in events_until_disconnect(request, gen):
+                if isinstance(ev, Finished):
+                    if ev.stats.finish_reason == "error":
+                        raise ApiError(500, ev.stats.error or "generation failed")
+                    return JSONResponse({**piece(ev.text), "done": True,
+                                         **_done_fields(ev.stats)})
+            raise ApiError(499, "client closed the request")
+
+        async def lines() -> AsyncIterator[str]:
+            async for ev in gen.events():
+                if isinstance(ev, Piece):
+                    yield json.dumps({**piece(ev.text), "done": False}) + "\n"
+                elif isinstance(ev, Finished):
+                    if ev.stats.finish_reason == "error":
+                        yield json.dumps({"error": ev.stats.error or "generation failed"}) + "\n"
+                        return
+                    yield json.dumps({**piece(""), "done": True,
+                                      **_done_fields(ev.stats)}) + "\n"
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+    async def embed(self, request: Request) -> Response:
+        body = await read_json(request, self.state.config.max_body_bytes)
+        loaded = loaded_or_503(self.state)
+        inputs = embedding_inputs(body, "input")
+        if loaded.embedder is None:
+            raise ApiError(501, "embeddings are turned off on this server")
+        vectors, n = await run_embeddings(loaded.embedder.embed, inputs)
+        return JSONResponse({"model": loaded.model_id, "embeddings": vectors,
+                             "prompt_eval_count": n})
