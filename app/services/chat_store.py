@@ -1,0 +1,661 @@
+"""Conversations in SQLite: crash-safe history with branches, search, settings and export.
+
+One database file in the user data dir, WAL mode with full sync, so a killed app never leaves
+it corrupt and readers never block the writer. Messages form a tree: editing a user message or
+regenerating an answer adds a sibling, and each conversation remembers which leaf is active.
+An answer being streamed is stored with status 'streaming' and rewritten as it grows
+(`StreamWriter` flushes at most once a second); on the next start `recover_interrupted()` marks
+such answers 'interrupted' so the UI can offer to continue them.
+
+The store is Qt-free and is handed to whoever needs it; it is used from one thread per
+`ChatStore` instance (open a second instance for another thread).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 2
+DEFAULT_TITLE = "New chat"
+EXPORT_FORMAT = "candlewick-chats"
+EXPORT_VERSION = 1
+
+
+class ChatStoreError(RuntimeError):
+    """A store operation failed; `str()` is a one-line message for the user."""
+
+
+@dataclass
+class Message:
+    id: int
+    conversation_id: int
+    parent_id: int | None
+    role: str
+    content: str
+    created_at: float
+    status: str = "complete"  # complete | streaming | interrupted | error
+    model: str | None = None
+    stats: dict[str, Any] = field(default_factory=dict)
+    sampling: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "parent_id": self.parent_id,
+            "role": self.role,
+            "content": self.content,
+            "created_at": self.created_at,
+            "status": self.status,
+            "model": self.model,
+            "stats": self.stats,
+            "sampling": self.sampling,
+        }
+
+
+@dataclass
+class Conversation:
+    id: int
+    title: str
+    created_at: float
+    updated_at: float
+    pinned: bool = False
+    settings: dict[str, Any] = field(default_factory=dict)
+    active_leaf_id: int | None = None
+
+
+# Each migration brings the schema from version i to i + 1: a SQL script, then an optional
+# Python fix-up of the data, all in one transaction.
+_V1_SQL = """
+        CREATE TABLE conversations (
+            id INTEGER PRIMARY KEY,
+            title TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        CREATE TABLE messages (
+            id INTEGER PRIMARY KEY,
+            conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+            role TEXT NOT NULL,
+            content TEXT NOT NULL,
+            created_at REAL NOT NULL
+        );
+"""
+
+# Version 2: branching, stats/settings, pins, soft delete, presets and full-text search.
+_V2_SQL = """
+        ALTER TABLE conversations ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE conversations ADD COLUMN settings TEXT NOT NULL DEFAULT '{}';
+        ALTER TABLE conversations ADD COLUMN active_leaf_id INTEGER;
+        ALTER TABLE conversations ADD COLUMN deleted_at REAL;
+        ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id);
+        ALTER TABLE messages ADD COLUMN status TEXT NOT NULL DEFAULT 'complete';
+        ALTER TABLE messages ADD COLUMN model TEXT;
+        ALTER TABLE messages ADD COLUMN stats TEXT NOT NULL DEFAULT '{}';
+        ALTER TABLE messages ADD COLUMN sampling TEXT NOT NULL DEFAULT '{}';
+        CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
+        CREATE INDEX messages_by_parent ON messages(parent_id);
+        CREATE TABLE presets (name TEXT PRIMARY KEY, settings TEXT NOT NULL);
+        CREATE VIRTUAL TABLE messages_fts USING fts5(
+            content, content='messages', content_rowid='id', tokenize='unicode61'
+        );
+        CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+            INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+        END;
+        CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', old.id, old.content);
+        END;
+        CREATE TRIGGER messages_au AFTER UPDATE OF content ON messages BEGIN
+            INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', old.id, old.content);
+            INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+        END;
+        INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
+"""
+
+
+def _chain_flat_history(db: sqlite3.Connection) -> None:
+    # Version 1 stored a flat list per conversation: chain it into a single branch.
+    rows = db.execute("SELECT id, conversation_id FROM messages ORDER BY conversation_id, id")
+    prev: dict[int, int] = {}
+    for mid, cid in rows.fetchall():
+        if cid in prev:
+            db.execute("UPDATE messages SET parent_id = ? WHERE id = ?", (prev[cid], mid))
+        prev[cid] = mid
+    for cid, leaf in prev.items():
+        db.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?", (leaf, cid))
+
+
+MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None] | None]] = [
+    (_V1_SQL, None),
+    (_V2_SQL, _chain_flat_history),
+]
+
+
+def _row_message(r: sqlite3.Row) -> Message:
+    return Message(
+        id=r["id"],
+        conversation_id=r["conversation_id"],
+        parent_id=r["parent_id"],
+        role=r["role"],
+        content=r["content"],
+        created_at=r["created_at"],
+        status=r["status"],
+        model=r["model"],
+        stats=json.loads(r["stats"] or "{}"),
+        sampling=json.loads(r["sampling"] or "{}"),
+    )
+
+
+def _row_conversation(r: sqlite3.Row) -> Conversation:
+    return Conversation(
+        id=r["id"],
+        title=r["title"],
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        pinned=bool(r["pinned"]),
+        settings=json.loads(r["settings"] or "{}"),
+        active_leaf_id=r["active_leaf_id"],
+    )
+
+
+def auto_title(text: str, limit: int = 48) -> str:
+    """A short title from the first user message: its first line, cut at a word boundary."""
+    line = " ".join(text.strip().split())
+    if not line:
+        return DEFAULT_TITLE
+    if len(line) <= limit:
+        return line
+    cut = line[:limit].rsplit(" ", 1)[0] or line[:limit]
+    return cut.rstrip(",.;:") + "…"
+
+
+class ChatStore:
+    def __init__(self, path: Path | str, *, clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(str(path), timeout=10, isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # FULL: a committed answer chunk survives even an OS crash, not only an app kill.
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except sqlite3.DatabaseError as e:
+            raise ChatStoreError(f"the chat history at {self.path} cannot be opened: {e}") from None
+
+    # -- schema ------------------------------------------------------------------------------
+
+    @property
+    def schema_version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self) -> None:
+        version = self.schema_version
+        if version > SCHEMA_VERSION:
+            raise ChatStoreError(
+                f"the chat history was written by a newer Candlewick (schema {version}); "
+                "update the app to open it"
+            )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            sql, fixup = MIGRATIONS[target - 1]
+            # executescript() commits first, so the transaction is opened inside the script.
+            try:
+                self._db.executescript("BEGIN IMMEDIATE;\n" + sql)
+                if fixup is not None:
+                    fixup(self._db)
+                self._db.execute(f"PRAGMA user_version = {target}")
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> ChatStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- conversations -----------------------------------------------------------------------
+
+    def create_conversation(self, title: str = DEFAULT_TITLE,
+                            settings: dict[str, Any] | None = None) -> Conversation:
+        now = self._clock()
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO conversations(title, created_at, updated_at, settings) "
+                "VALUES (?, ?, ?, ?)",
+                (title, now, now, json.dumps(settings or {})),
+            )
+        return self.conversation(int(cur.lastrowid or 0))
+
+    def conversation(self, conversation_id: int) -> Conversation:
+        r = self._db.execute(
+            "SELECT * FROM conversations WHERE id = ? AND deleted_at IS NULL", (conversation_id,)
+        ).fetchone()
+        if r is None:
+            raise ChatStoreError(f"no conversation with id {conversation_id}")
+        return _row_conversation(r)
+
+    def conversations(self) -> list[Conversation]:
+        """Pinned first, then by last activity."""
+        rows = self._db.execute(
+            "SELECT * FROM conversations WHERE deleted_at IS NULL "
+            "ORDER BY pinned DESC, updated_at DESC, id DESC"
+        ).fetchall()
+        return [_row_conversation(r) for r in rows]
+
+    def rename(self, conversation_id: int, title: str) -> None:
+        title = " ".join(title.split()) or DEFAULT_TITLE
+        self._update_conversation(conversation_id, title=title)
+
+    def set_pinned(self, conversation_id: int, pinned: bool) -> None:
+        self._update_conversation(conversation_id, pinned=int(pinned))
+
+    def update_settings(self, conversation_id: int, **changes: Any) -> dict[str, Any]:
+        settings = self.conversation(conversation_id).settings
+        settings.update(changes)
+        self._update_conversation(conversation_id, settings=json.dumps(settings), touch=False)
+        return settings
+
+    def _update_conversation(self, conversation_id: int, *, touch: bool = False,
+                             **cols: Any) -> None:
+        if touch:
+            cols["updated_at"] = self._clock()
+        sets = ", ".join(f"{k} = ?" for k in cols)
+        with self._tx() as db:
+            cur = db.execute(f"UPDATE conversations SET {sets} WHERE id = ? AND deleted_at IS NULL",
+                             (*cols.values(), conversation_id))
+        if cur.rowcount == 0:
+            raise ChatStoreError(f"no conversation with id {conversation_id}")
+
+    def delete(self, conversation_id: int) -> None:
+        """Soft delete: `undo_delete` brings it back until `purge_deleted` runs."""
+        self._update_conversation(conversation_id, deleted_at=self._clock())
+
+    def undo_delete(self, conversation_id: int) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE conversations SET deleted_at = NULL WHERE id = ?",
+                       (conversation_id,))
+
+    def purge_deleted(self, older_than_s: float = 0.0) -> int:
+        cutoff = self._clock() - older_than_s
+        with self._tx() as db:
+            ids = [r[0] for r in db.execute(
+                "SELECT id FROM conversations WHERE deleted_at IS NOT NULL AND deleted_at <= ?",
+                (cutoff,))]
+            for cid in ids:
+                db.execute("UPDATE conversations SET active_leaf_id = NULL WHERE id = ?", (cid,))
+                # Children first: parent_id references must never dangle.
+                db.execute("UPDATE messages SET parent_id = NULL WHERE conversation_id = ?",
+                           (cid,))
+                db.execute("DELETE FROM messages WHERE conversation_id = ?", (cid,))
+                db.execute("DELETE FROM conversations WHERE id = ?", (cid,))
+        return len(ids)
+
+    # -- messages ----------------------------------------------------------------------------
+
+    def add_message(
+        self,
+        conversation_id: int,
+        role: str,
+        content: str,
+        *,
+        parent_id: int | bool | None = True,
+        status: str = "complete",
+        model: str | None = None,
+        stats: dict[str, Any] | None = None,
+        sampling: dict[str, Any] | None = None,
+    ) -> Message:
+        """Append a message. `parent_id=True` (default) attaches it to the active leaf; an
+        explicit parent creates a branch (a sibling of that parent's other children)."""
+        conv = self.conversation(conversation_id)
+        parent = conv.active_leaf_id if parent_id is True else parent_id
+        if isinstance(parent, bool):
+            parent = None
+        if parent is not None:
+            p = self.message(parent)
+            if p.conversation_id != conversation_id:
+                raise ChatStoreError("a message's parent must be in the same conversation")
+        now = self._clock()
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO messages(conversation_id, parent_id, role, content, created_at, "
+                "status, model, stats, sampling) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, parent, role, content, now, status, model,
+                 json.dumps(stats or {}), json.dumps(sampling or {})),
+            )
+            mid = int(cur.lastrowid or 0)
+            db.execute(
+                "UPDATE conversations SET active_leaf_id = ?, updated_at = ? WHERE id = ?",
+                (mid, now, conversation_id),
+            )
+            if role == "user" and conv.title == DEFAULT_TITLE and parent is None:
+                db.execute("UPDATE conversations SET title = ? WHERE id = ?",
+                           (auto_title(content), conversation_id))
+        return self.message(mid)
+
+    def message(self, message_id: int) -> Message:
+        r = self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
+        if r is None:
+            raise ChatStoreError(f"no message with id {message_id}")
+        return _row_message(r)
+
+    def update_message(self, message_id: int, *, content: str | None = None,
+                       status: str | None = None, stats: dict[str, Any] | None = None) -> None:
+        cols: dict[str, Any] = {}
+        if content is not None:
+            cols["content"] = content
+        if status is not None:
+            cols["status"] = status
+        if stats is not None:
+            cols["stats"] = json.dumps(stats)
+        if not cols:
+            return
+        sets = ", ".join(f"{k} = ?" for k in cols)
+        with self._tx() as db:
+            db.execute(f"UPDATE messages SET {sets} WHERE id = ?", (*cols.values(), message_id))
+            db.execute(
+                "UPDATE conversations SET updated_at = ? WHERE id = "
+                "(SELECT conversation_id FROM messages WHERE id = ?)",
+                (self._clock(), message_id),
+            )
+
+    def delete_message(self, message_id: int) -> None:
+        """Remove a message and everything below it; the active branch moves to its parent."""
+        m = self.message(message_id)
+        doomed = [m.id]
+        i = 0
+        while i < len(doomed):
+            doomed += [r[0] for r in self._db.execute(
+                "SELECT id FROM messages WHERE parent_id = ?", (doomed[i],))]
+            i += 1
+        with self._tx() as db:
+            for mid in reversed(doomed):
+                db.execute("DELETE FROM messages WHERE id = ?", (mid,))
+            conv = self.conversation(m.conversation_id)
+            if conv.active_leaf_id in doomed or conv.active_leaf_id is None:
+                leaf = self._deepest_latest(m.parent_id) if m.parent_id else None
+                db.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
+                           (leaf, m.conversation_id))
+
+    def children(self, message_id: int | None, conversation_id: int | None = None
+                 ) -> list[Message]:
+        if message_id is None:
+            rows = self._db.execute(
+                "SELECT * FROM messages WHERE parent_id IS NULL AND conversation_id = ? "
+                "ORDER BY id", (conversation_id,)).fetchall()
+        else:
+            rows = self._db.execute(
+                "SELECT * FROM messages WHERE parent_id = ? ORDER BY id", (message_id,)
+            ).fetchall()
+        return [_row_message(r) for r in rows]
+
+    def siblings(self, message_id: int) -> list[Message]:
+        """The alternatives at this point of the tree (this message included), oldest first."""
+        m = self.message(message_id)
+        return self.children(m.parent_id, m.conversation_id)
+
+    def active_path(self, conversation_id: int) -> list[Message]:
+        """The messages of the active branch, root first."""
+        conv = self.conversation(conversation_id)
+        if conv.active_leaf_id is None:
+            return []
+        rows = self._db.execute(
+            """
+            WITH RECURSIVE path(id, parent_id, depth) AS (
+                SELECT id, parent_id, 0 FROM messages WHERE id = ?
+                UNION ALL
+                SELECT m.id, m.parent_id, p.depth + 1 FROM messages m
+                JOIN path p ON m.id = p.parent_id
+            )
+            SELECT messages.* FROM path JOIN messages ON messages.id = path.id
+            ORDER BY path.depth DESC
+            """,
+            (conv.active_leaf_id,),
+        ).fetchall()
+        return [_row_message(r) for r in rows]
+
+    def _deepest_latest(self, message_id: int) -> int:
+        current = message_id
+        while True:
+            r = self._db.execute(
+                "SELECT id FROM messages WHERE parent_id = ? ORDER BY id DESC LIMIT 1", (current,)
+            ).fetchone()
+            if r is None:
+                return current
+            current = int(r[0])
+
+    def switch_branch(self, message_id: int) -> list[Message]:
+        """Make the branch through `message_id` active (following its newest descendants)."""
+        m = self.message(message_id)
+        leaf = self._deepest_latest(m.id)
+        with self._tx() as db:
+            db.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
+                       (leaf, m.conversation_id))
+        return self.active_path(m.conversation_id)
+
+    def branch_position(self, message_id: int) -> tuple[int, int]:
+        """(index starting at 1, count) among siblings, for a '< 2/3 >' control."""
+        sib = self.siblings(message_id)
+        ids = [s.id for s in sib]
+        return ids.index(message_id) + 1, len(ids)
+
+    # -- streaming and crash recovery --------------------------------------------------------
+
+    def recover_interrupted(self) -> list[Message]:
+        """Answers that were streaming when the app died become 'interrupted'."""
+        rows = self._db.execute("SELECT * FROM messages WHERE status = 'streaming'").fetchall()
+        if rows:
+            with self._tx() as db:
+                db.execute("UPDATE messages SET status = 'interrupted' WHERE status = 'streaming'")
+        return [self.message(r["id"]) for r in rows]
+
+    # -- search ------------------------------------------------------------------------------
+
+    def search(self, query: str, limit: int = 50) -> list[tuple[Conversation, Message, str]]:
+        """Full-text search over all messages: (conversation, message, snippet)."""
+        terms = [t for t in query.replace('"', " ").split() if t]
+        if not terms:
+            return []
+        # Each word as a quoted prefix term: user input is never parsed as FTS syntax.
+        fts_query = " ".join(f'"{t}"*' for t in terms)
+        rows = self._db.execute(
+            """
+            SELECT m.id AS mid, c.id AS cid,
+                   snippet(messages_fts, 0, '[', ']', '…', 12) AS snip
+            FROM messages_fts
+            JOIN messages m ON m.id = messages_fts.rowid
+            JOIN conversations c ON c.id = m.conversation_id
+            WHERE messages_fts MATCH ? AND c.deleted_at IS NULL
+            ORDER BY rank LIMIT ?
+            """,
+            (fts_query, limit),
+        ).fetchall()
+        return [(self.conversation(r["cid"]), self.message(r["mid"]), r["snip"]) for r in rows]
+
+    # -- presets -----------------------------------------------------------------------------
+
+    def save_preset(self, name: str, settings: dict[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO presets(name, settings) VALUES (?, ?)",
+                       (name, json.dumps(settings)))
+
+    def presets(self) -> dict[str, dict[str, Any]]:
+        return {r[0]: json.loads(r[1]) for r in
+                self._db.execute("SELECT name, settings FROM presets ORDER BY name")}
+
+    def delete_preset(self, name: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM presets WHERE name = ?", (name,))
+
+    # -- export / import ---------------------------------------------------------------------
+
+    def export_conversation(self, conversation_id: int) -> dict[str, Any]:
+        conv = self.conversation(conversation_id)
+        all_msgs = [_row_message(r) for r in self._db.execute(
+            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))]
+        return {
+            "id": conv.id,
+            "title": conv.title,
+            "created_at": conv.created_at,
+            "updated_at": conv.updated_at,
+            "pinned": conv.pinned,
+            "settings": conv.settings,
+            "messages": [m.to_dict() for m in self.active_path(conversation_id)],
+            "active_leaf_id": conv.active_leaf_id,
+            # Every branch, so an import restores the whole tree, not just the active path.
+            "tree": [m.to_dict() for m in all_msgs],
+        }
+
+    def export_all(self, ids: Sequence[int] | None = None) -> dict[str, Any]:
+        convs = [self.conversation(i) for i in ids] if ids else self.conversations()
+        return {
+            "format": EXPORT_FORMAT,
+            "version": EXPORT_VERSION,
+            "conversations": [self.export_conversation(c.id) for c in convs],
+        }
+
+    def import_data(self, data: Any) -> list[int]:
+        """Import an export (ours, or a plain list of conversations with `messages`).
+        Ids are assigned anew; returns the new conversation ids."""
+        convs = data.get("conversations") if isinstance(data, dict) else data
+        if isinstance(data, dict) and "conversations" not in data and "messages" in data:
+            convs = [data]
+        if not isinstance(convs, list):
+            raise ChatStoreError("not a Candlewick chat export (no list of conversations)")
+        new_ids: list[int] = []
+        with self._tx() as db:
+            for i, c in enumerate(convs):
+                if not isinstance(c, dict):
+                    raise ChatStoreError(f"conversation #{i + 1} in the file is not an object")
+                new_ids.append(self._import_one(db, c, i))
+        return new_ids
+
+    def _import_one(self, db: sqlite3.Connection, c: dict[str, Any], index: int) -> int:
+        now = self._clock()
+        tree = c.get("tree") if isinstance(c.get("tree"), list) else None
+        msgs = tree if tree is not None else c.get("messages", [])
+        if not isinstance(msgs, list):
+            raise ChatStoreError(f"conversation #{index + 1}: 'messages' is not a list")
+        cur = db.execute(
+            "INSERT INTO conversations(title, created_at, updated_at, pinned, settings) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (str(c.get("title") or DEFAULT_TITLE), float(c.get("created_at") or now),
+             float(c.get("updated_at") or now), int(bool(c.get("pinned"))),
+             json.dumps(c.get("settings") or {})),
+        )
+        cid = int(cur.lastrowid or 0)
+        id_map: dict[Any, int] = {}
+        prev: int | None = None
+        for j, m in enumerate(msgs):
+            if not isinstance(m, dict) or not isinstance(m.get("content"), str) \
+                    or m.get("role") not in ("system", "user", "assistant", "tool"):
+                raise ChatStoreError(
+                    f"conversation #{index + 1}, message #{j + 1}: needs a role and text content"
+                )
+            if tree is not None:
+                parent = id_map.get(m.get("parent_id")) if m.get("parent_id") is not None else None
+            else:
+                parent = prev
+            status = m.get("status") if m.get("status") in (
+                "complete", "interrupted", "error") else "complete"
+            cur = db.execute(
+                "INSERT INTO messages(conversation_id, parent_id, role, content, created_at, "
+                "status, model, stats, sampling) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (cid, parent, m["role"], m["content"], float(m.get("created_at") or now), status,
+                 m.get("model"), json.dumps(m.get("stats") or {}),
+                 json.dumps(m.get("sampling") or {})),
+            )
+            new_id = int(cur.lastrowid or 0)
+            id_map[m.get("id", j)] = new_id
+            prev = new_id
+        leaf = id_map.get(c.get("active_leaf_id")) if tree is not None else prev
+        if leaf is None and msgs:
+            leaf = prev
+        db.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?", (leaf, cid))
+        return cid
+
+
+class StreamWriter:
+    """Persists a streaming answer at most every `interval_s` (and always at the end), so an
+    app killed mid-answer loses at most about that much text."""
+
+    def __init__(self, store: ChatStore, message_id: int, *, interval_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.message_id = message_id
+        self.interval_s = interval_s
+        self._clock = clock
+        self._last = clock()
+        self._text = ""
+        self._saved = ""
+
+    def append(self, piece: str) -> None:
+        self._text += piece
+        if self._clock() - self._last >= self.interval_s:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._text != self._saved:
+            self.store.update_message(self.message_id, content=self._text)
+            self._saved = self._text
+        self._last = self._clock()
+
+    def finish(self, *, status: str = "complete", stats: dict[str, Any] | None = None) -> None:
+        self.store.update_message(self.message_id, content=self._text, status=status,
+                                  stats=stats)
+        self._saved = self._text
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+
+def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
+    """Readable Markdown of exported conversations (their active branches)."""
+    out: list[str] = []
+    names = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
+    for c in conversations:
+        out.append(f"# {c['title']}\n")
+        settings = c.get("settings") or {}
+        if settings.get("system_prompt"):
+            out.append(f"> System prompt: {settings['system_prompt']}\n")
+        for m in c["messages"]:
+            who = names.get(m["role"], m["role"])
+            note = " (interrupted)" if m.get("status") == "interrupted" else ""
+            out.append(f"**{who}**{note}:\n\n{m['content']}\n")
+            st = m.get("stats") or {}
+            if m["role"] == "assistant" and st.get("gen_tps"):
+                out.append(f"*{st.get('gen_tokens', 0)} tokens, {st['gen_tps']:.1f} tok/s, "
+                           f"first token after {st.get('ttft_s', 0):.2f} s*\n")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def default_store_path(data_dir: Path) -> Path:
+    return data_dir / "chats.sqlite3"
