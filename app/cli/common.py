@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from app.services.chat_store import ChatStoreError
 from app.services.library import LibraryError, ModelLibrary
 from app.services.paths import AppPaths
 from engine.gguf import GGUFError
@@ -19,7 +20,7 @@ class CliError(Exception):
 
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    CliError, GGUFError, EngineError, LibraryError, ChatTemplateError, OSError,
+    CliError, GGUFError, EngineError, LibraryError, ChatTemplateError, ChatStoreError, OSError,
 )
 
 
