@@ -48,15 +48,11 @@ class EmuFile:
     @property
     def sha256(self) -> str:
         if self._sha is None:
-            h = hashlib.sha256()
             if self.data is not None:
-                h.update(self.data)
+                self._sha = hashlib.sha256(self.data).hexdigest()
             else:
                 assert self.source is not None
-                with open(self.source, "rb") as f:
-                    while block := f.read(1 << 20):
-                        h.update(block)
-            self._sha = h.hexdigest()
+                self._sha = file_sha256(self.source)
         return self._sha
 
     @property
@@ -371,3 +367,45 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
                 emu.held.set()
                 emu.released.wait(30)
+
+
+_SHA_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file, computed once per test session (the real models are 100+ MB)."""
+    st = path.stat()
+    key = (str(path), st.st_size, int(st.st_mtime))
+    if key not in _SHA_CACHE:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+        _SHA_CACHE[key] = h.hexdigest()
+    return _SHA_CACHE[key]
+
+
+def tiny_gguf(path: Path, name: str = "tiny", n_embd: int = 64) -> Path:
+    """A small but valid llama GGUF (header, metadata, two tensors), for tests that move
+    files around and do not need to run them."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = GGUFWriter(str(path), "llama")
+    w.add_name(name)
+    w.add_block_count(1)
+    w.add_context_length(128)
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(n_embd * 2)
+    w.add_head_count(4)
+    w.add_head_count_kv(4)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(1)
+    w.add_tensor("token_embd.weight", np.zeros((32, n_embd), dtype=np.float16))
+    w.add_tensor("blk.0.attn_q.weight", np.ones((n_embd, n_embd), dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

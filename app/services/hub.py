@@ -15,7 +15,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx2
-from huggingface_hub import HfApi, constants
+from huggingface_hub import HfApi, ModelInfo, constants
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -24,9 +24,10 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from huggingface_hub.utils._headers import build_hf_headers
+from huggingface_hub.utils._http import hf_raise_for_status
 
 SortKey = Literal["downloads", "likes", "updated"]
-_SORT_PARAM = {"downloads": "downloads", "likes": "likes", "updated": "last_modified"}
+_SORT_PARAM = {"downloads": "downloads", "likes": "likes", "updated": "lastModified"}
 
 TokenProvider = Callable[[], str | None]
 # (hub, repo_id, revision, variant) -> badge text such as "fits on GPU"; injected so listing
@@ -292,16 +293,23 @@ class HubClient:
 
     def search(self, query: str, *, sort: SortKey = "downloads", limit: int = 30
                ) -> list[RepoSummary]:
-        api, token = self._api()
+        """GGUF repositories matching `query`. One request, no retry loop: huggingface_hub's
+        `list_models` retries a dead connection for ~25 s, far too long to learn we are
+        offline; the answer is parsed with its own ModelInfo."""
+        token = self._token()
+        params: dict[str, Any] = {"filter": "gguf", "sort": _SORT_PARAM[sort], "limit": limit}
+        if query:
+            params["search"] = query
         try:
-            found = list(api.list_models(search=query or None, filter="gguf",
-                                         sort=_SORT_PARAM[sort],  # type: ignore[arg-type]
-                                         limit=limit))
+            r = httpx2.get(f"{self.endpoint}/api/models", params=params, headers=self.headers(),
+                           timeout=self.timeout, follow_redirects=True)
+            hf_raise_for_status(r)
+            found = [ModelInfo(**item) for item in r.json()]  # type: ignore[no-untyped-call]
         except Exception as e:
             raise translate_error(e, query or "search", self.endpoint,
                                   had_token=bool(token)) from None
         out = []
-        for m in found:
+        for m in found[:limit]:
             out.append(RepoSummary(
                 repo_id=m.id, downloads=int(m.downloads or 0), likes=int(m.likes or 0),
                 last_modified=m.last_modified.isoformat() if m.last_modified else None,
