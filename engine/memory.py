@@ -528,19 +528,22 @@ def _plan(spec: ModelSpec, p: EstimateParams, hw: Hardware, dry: DryRun | None,
     n_layers = spec.n_layer + 1
     kv_layers = kv_bytes_per_layer(spec, p)
     out_phase, layer_phase = compute_phases(spec, p)
+    output = output_buffer_bytes(spec, p)
     if dry is not None:
-        # Trust llama.cpp's own sizes; keep the per-layer shape of the KV cache for the split.
+        # Trust llama.cpp's own sizes where they differ from the formula by more than the
+        # log's rounding (2 decimals of MiB); keep the per-layer shape of the KV cache.
         analytic_kv = sum(kv_layers)
-        if analytic_kv and dry.kv_bytes:
-            kv_layers = [k * dry.kv_bytes // analytic_kv for k in kv_layers]
-        elif dry.kv_bytes:
-            kv_layers = [dry.kv_bytes // max(spec.n_layer, 1)] * spec.n_layer
+        if not _same(analytic_kv, dry.kv_bytes, 2):
+            if analytic_kv:
+                kv_layers = [k * dry.kv_bytes // analytic_kv for k in kv_layers]
+            else:
+                kv_layers = [dry.kv_bytes // max(spec.n_layer, 1)] * spec.n_layer
         measured = sum(dry.compute.values())
         if measured:
             scale = measured / max(out_phase, layer_phase, 1)
             out_phase, layer_phase = int(out_phase * scale), int(layer_phase * scale)
-    output = sum(dry.output.values()) if dry is not None and dry.output else \
-        output_buffer_bytes(spec, p)
+        if dry.output and not _same(output, sum(dry.output.values()), len(dry.output)):
+            output = sum(dry.output.values())
 
     def place(ngl: int) -> tuple[DeviceUse, ...]:
         return _place(spec, p, hw, gpus, ngl, kv_layers, out_phase, layer_phase, output)
@@ -571,6 +574,11 @@ def _plan(spec: ModelSpec, p: EstimateParams, hw: Hardware, dry: DryRun | None,
         devices=devices, gpu_layers=ngl, n_layers=n_layers, verdict=verdict, reason=reason,
         notes=tuple(notes),
     )
+
+
+def _same(exact: int, logged: int, n_values: int) -> bool:
+    """Whether a size llama.cpp logged (rounded to 0.01 MiB per value) matches `exact`."""
+    return abs(exact - logged) <= n_values * 0.005 * MiB + 1
 
 
 def _place(spec: ModelSpec, p: EstimateParams, hw: Hardware, gpus: Sequence[Device], ngl: int,
