@@ -7,6 +7,7 @@ llama.cpp logs; both the dry run and the analytic model must land within 5% of t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -22,7 +23,7 @@ from engine.memory import (
     estimate,
     kv_bytes_per_layer,
 )
-from engine.runtime import EngineError, Model
+from engine.runtime import EngineError, FlashAttn, Model
 
 TOLERANCE = 0.05
 PLENTY = cpu_only(64 * GiB)  # a fixed machine, so verdicts do not depend on the test host
@@ -51,7 +52,8 @@ CASES = [
 def test_estimate_within_5_percent_of_a_real_load(request: pytest.FixtureRequest, model: str,
                                                   ctx: int, kv: str, fa: str) -> None:
     path = _model_path(request, model)
-    params = EstimateParams(n_ctx=ctx, type_k=kv, type_v=kv, flash_attn=fa, n_gpu_layers=0)
+    params = EstimateParams(n_ctx=ctx, type_k=kv, type_v=kv, flash_attn=cast(FlashAttn, fa),
+                            n_gpu_layers=0)
     analytic = estimate(path, params, hardware=PLENTY, method="analytic")
     exact = estimate(path, params, hardware=PLENTY, method="dry-run")
     assert (analytic.method, exact.method) == ("analytic", "dry-run")

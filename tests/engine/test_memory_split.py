@@ -8,7 +8,7 @@ import pytest
 
 from engine import llama_lib
 from engine.gguf import read_gguf
-from engine.hardware import GiB, MiB, Device, cpu_only, simulate
+from engine.hardware import Device, GiB, MiB, cpu_only, simulate
 from engine.memory import (
     CPU,
     EstimateParams,
