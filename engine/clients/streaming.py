@@ -1,0 +1,353 @@
+"""A streaming chat client for OpenAI-compatible (SSE) and Ollama (NDJSON) servers.
+
+It measures what a user of the server experiences, on the client side, from the stream itself:
+when the request was sent, when the first content arrived, when each chunk arrived, when the
+answer ended. Nothing here depends on the server being Candlewick: llama-server, Ollama, vLLM,
+LM Studio and llama-cpp-python's server all speak one of the two dialects.
+
+Design choices:
+
+- Standard library only (`http.client`), one connection per request, so timings are not
+  distorted by a connection pool or an event loop shared with other work. Safe to use from
+  several threads at once (each call builds its own connection).
+- `chat()` never raises for anything the network or the server does: a refused connection, a
+  timeout, an HTTP error or a malformed stream come back as `StreamResult.error` (one line)
+  or `timed_out`. Only a malformed base URL raises `ClientError`, at construction.
+- Token counts come from the server's `usage` (OpenAI, with `stream_options.include_usage`) or
+  `prompt_eval_count`/`eval_count` (Ollama) when the server sends them; otherwise they are
+  None and the caller decides how to count (a tokenizer, or the number of chunks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+Api = Literal["openai", "ollama"]
+APIS: tuple[Api, ...] = ("openai", "ollama")
+_MAX_ERROR_BODY = 64 * 1024
+
+
+class ClientError(ValueError):
+    """The client was configured wrongly (bad URL, unknown API); `str()` is one line."""
+
+
+@dataclass
+class StreamResult:
+    """One streamed request as observed by the client. Times are `time.perf_counter()`."""
+
+    t_start: float
+    t_end: float = 0.0
+    t_first: float | None = None
+    chunk_times: list[float] = field(default_factory=list)  # one per chunk with content
+    text: str = ""
+    prompt_tokens: int | None = None  # from the server's usage report, when it sent one
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    status: int | None = None  # HTTP status; None when no response arrived
+    error: str | None = None
+    timed_out: bool = False
+    cancelled: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.timed_out and not self.cancelled
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.chunk_times)
+
+
+PieceCallback = Callable[[str], None]
+
+
+class StreamingClient:
+    """Streams chat completions from one server.
+
+    `base_url` is the server root (`http://127.0.0.1:8080`); for the OpenAI dialect a trailing
+    `/v1` is accepted too. `timeout_s` bounds a whole request, `connect_timeout_s` the TCP
+    connect.
+    """
+
+    def __init__(self, base_url: str, *, api: Api = "openai", api_key: str | None = None,
+                 model: str | None = None, timeout_s: float = 300.0,
+                 connect_timeout_s: float = 10.0) -> None:
+        if api not in APIS:
+            raise ClientError(f"unknown API {api!r} (choose from {', '.join(APIS)})")
+        parts = urlsplit(base_url.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ClientError(f"not an http(s) URL: {base_url!r}")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ClientError(f"bad port in URL: {base_url!r}") from None
+        if timeout_s <= 0 or connect_timeout_s <= 0:
+            raise ClientError("timeouts must be greater than 0")
+        self.api: Api = api
+        self.scheme = parts.scheme
+        self.host = parts.hostname
+        self.port = port or (443 if parts.scheme == "https" else 80)
+        self.base_path = parts.path.rstrip("/")
+        self.api_key = api_key
+        self.model = model
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}{self.base_path}"
+
+    # -- paths -----------------------------------------------------------------------------
+
+    def _path(self, endpoint: str) -> str:
+        """`endpoint` is relative to /v1 (OpenAI) or /api (Ollama)."""
+        prefix = "/api" if self.api == "ollama" else "/v1"
+        base = self.base_path
+        if base.endswith(prefix):
+            base = base[: -len(prefix)]
+        return f"{base}{prefix}/{endpoint}"
+
+    def _headers(self) -> dict[str, str]:
+        h = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json",
+             "User-Agent": "candlewick-bench"}
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
+        if self.scheme == "https":
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
+                                               context=ssl.create_default_context())
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+
+    # -- models ----------------------------------------------------------------------------
+
+    def list_models(self) -> list[str]:
+        """Model ids the server offers. Raises `ClientError` (one line) when it cannot tell."""
+        path = self._path("tags" if self.api == "ollama" else "models")
+        conn = self._connect(self.connect_timeout_s)
+        try:
+            conn.request("GET", path, headers=self._headers())
+            resp = conn.getresponse()
+            body = resp.read(_MAX_ERROR_BODY * 16)
+            if resp.status != 200:
+                raise ClientError(f"{self.url}: HTTP {resp.status}: {_error_message(body)}")
+            data = json.loads(body)
+        except (OSError, http.client.HTTPException) as e:
+            raise ClientError(f"{self.url}: {_describe_exception(e)}") from None
+        except ValueError:
+            raise ClientError(f"{self.url}: the model list is not JSON") from None
+        finally:
+            conn.close()
+        items = data.get("models" if self.api == "ollama" else "data") if isinstance(
+            data, dict) else None
+        if not isinstance(items, list):
+            raise ClientError(f"{self.url}: unexpected model list")
+        key = "name" if self.api == "ollama" else "id"
+        return [str(m[key]) for m in items if isinstance(m, dict) and key in m]
+
+    # -- chat ------------------------------------------------------------------------------
+
+    def request_body(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int,
+                     temperature: float, seed: int | None = None) -> dict[str, Any]:
+        model = self.model or "default"
+        if self.api == "ollama":
+            options: dict[str, Any] = {"num_predict": max_tokens, "temperature": temperature}
+            if seed is not None:
+                options["seed"] = seed
+            return {"model": model, "messages": list(messages), "stream": True,
+                    "options": options}
+        body: dict[str, Any] = {
+            "model": model, "messages": list(messages), "stream": True,
+            "max_tokens": max_tokens, "temperature": temperature,
+            "stream_options": {"include_usage": True},
+        }
+        if seed is not None:
+            body["seed"] = seed
+        return body
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int = 256,
+             temperature: float = 0.0, seed: int | None = None,
+             on_piece: PieceCallback | None = None,
+             cancel: threading.Event | None = None) -> StreamResult:
+        """Send one streamed chat request and time it. Never raises for server trouble."""
+        body = json.dumps(self.request_body(messages, max_tokens=max_tokens,
+                                            temperature=temperature, seed=seed)).encode()
+        path = self._path("chat" if self.api == "ollama" else "chat/completions")
+        res = StreamResult(t_start=time.perf_counter())
+        deadline = res.t_start + self.timeout_s
+        conn = self._connect(min(self.connect_timeout_s, self.timeout_s))
+        try:
+            conn.request("POST", path, body=body, headers=self._headers())
+            _set_timeout(conn, deadline)
+            resp = conn.getresponse()
+            res.status = resp.status
+            if resp.status != 200:
+                raw = resp.read(_MAX_ERROR_BODY)
+                res.error = f"HTTP {resp.status}: {_error_message(raw)}"
+                return res
+            parse = self._parse_ollama if self.api == "ollama" else self._parse_sse
+            parse(resp, conn, res, deadline, on_piece, cancel)
+            if (res.error is None and not res.timed_out and not res.cancelled
+                    and res.finish_reason is None):
+                res.error = "the stream ended before the answer was complete"
+        except TimeoutError:
+            res.timed_out = True
+        except (OSError, http.client.HTTPException) as e:
+            res.error = _describe_exception(e)
+        finally:
+            res.t_end = time.perf_counter()
+            conn.close()
+        return res
+
+    def _content(self, res: StreamResult, text: str, on_piece: PieceCallback | None) -> None:
+        if not text:
+            return
+        now = time.perf_counter()
+        if res.t_first is None:
+            res.t_first = now
+        res.chunk_times.append(now)
+        res.text += text
+        if on_piece is not None:
+            on_piece(text)
+
+    def _lines(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
+               res: StreamResult, deadline: float, cancel: threading.Event | None
+               ) -> Any:
+        while True:
+            if cancel is not None and cancel.is_set():
+                res.cancelled = True
+                return
+            if time.perf_counter() > deadline:
+                res.timed_out = True
+                return
+            _set_timeout(conn, deadline)
+            line = resp.readline(1 << 20)
+            if not line:
+                return
+            yield line.decode("utf-8", errors="replace").rstrip("\r\n")
+
+    def _parse_sse(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
+                   res: StreamResult, deadline: float, on_piece: PieceCallback | None,
+                   cancel: threading.Event | None) -> None:
+        event = ""
+        for line in self._lines(resp, conn, res, deadline, cancel):
+            if not line:
+                event = ""
+                continue
+            if line.startswith(":"):  # SSE comment / keep-alive
+                continue
+            if line.startswith("event:"):
+                event = line[6:].strip()
+                continue
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                if res.finish_reason is None and res.error is None:
+                    res.finish_reason = "stop"
+                return
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                res.error = "the server sent a malformed event"
+                return
+            if not isinstance(obj, dict):
+                continue
+            if event == "error" or "error" in obj:
+                res.error = f"server error: {_error_text(obj.get('error', obj))}"
+                return
+            usage = obj.get("usage")
+            if isinstance(usage, dict):
+                res.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+                res.completion_tokens = _int_or_none(usage.get("completion_tokens"))
+            for choice in obj.get("choices") or []:
+                if not isinstance(choice, dict):
+                    continue
+                delta = choice.get("delta") or {}
+                if isinstance(delta, dict):
+                    # Reasoning models stream their thinking first; it is generated output too.
+                    text = (delta.get("reasoning_content") or "") + (delta.get("content") or "")
+                    self._content(res, text, on_piece)
+                if choice.get("finish_reason"):
+                    res.finish_reason = str(choice["finish_reason"])
+
+    def _parse_ollama(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
+                      res: StreamResult, deadline: float, on_piece: PieceCallback | None,
+                      cancel: threading.Event | None) -> None:
+        for line in self._lines(resp, conn, res, deadline, cancel):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                res.error = "the server sent a malformed line"
+                return
+            if not isinstance(obj, dict):
+                continue
+            if "error" in obj:
+                res.error = f"server error: {_error_text(obj['error'])}"
+                return
+            msg = obj.get("message")
+            if isinstance(msg, dict):
+                text = (msg.get("thinking") or "") + (msg.get("content") or "")
+                self._content(res, text, on_piece)
+            elif isinstance(obj.get("response"), str):  # /api/generate dialect
+                self._content(res, obj["response"], on_piece)
+            if obj.get("done"):
+                res.finish_reason = str(obj.get("done_reason") or "stop")
+                res.prompt_tokens = _int_or_none(obj.get("prompt_eval_count"))
+                res.completion_tokens = _int_or_none(obj.get("eval_count"))
+                return
+
+
+def _set_timeout(conn: http.client.HTTPConnection, deadline: float) -> None:
+    if conn.sock is not None:
+        conn.sock.settimeout(max(0.001, deadline - time.perf_counter()))
+
+
+def _int_or_none(v: Any) -> int | None:
+    return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _error_text(err: Any) -> str:
+    if isinstance(err, dict):
+        for key in ("message", "detail", "error"):
+            if key in err:
+                return _error_text(err[key])
+        return json.dumps(err)[:300]
+    return " ".join(str(err).split())[:300]
+
+
+def _error_message(body: bytes) -> str:
+    """The human part of an error response body (OpenAI, Ollama, FastAPI or plain text)."""
+    text = body.decode("utf-8", errors="replace").strip()
+    with contextlib.suppress(ValueError):
+        obj = json.loads(text)
+        if isinstance(obj, dict):
+            return _error_text(obj.get("error", obj.get("detail", obj)))
+    return " ".join(text.split())[:300] or "(empty body)"
+
+
+def _describe_exception(e: BaseException) -> str:
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused (is the server running?)"
+    if isinstance(e, socket.gaierror):
+        return "host not found"
+    if isinstance(e, http.client.RemoteDisconnected | ConnectionResetError):
+        return "the server closed the connection"
+    if isinstance(e, ssl.SSLError):
+        return f"TLS error: {e.reason or e}"
+    if isinstance(e, http.client.HTTPException):
+        return f"bad HTTP response ({type(e).__name__})"
+    msg = getattr(e, "strerror", None) or str(e) or type(e).__name__
+    return " ".join(str(msg).split())
