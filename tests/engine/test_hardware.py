@@ -1,0 +1,63 @@
+"""Hardware detection: RAM, llama.cpp's devices, offload support, simulated GPUs."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from engine import hardware, llama_lib
+from engine.hardware import GiB, MiB
+
+
+def test_detect_reports_this_machine() -> None:
+    hw = hardware.detect()
+    vm = psutil.virtual_memory()
+    assert hw.ram_total_bytes == vm.total
+    assert 0 < hw.ram_available_bytes <= hw.ram_total_bytes
+    assert hw.can_offload == llama_lib.supports_gpu_offload()
+    if not hw.can_offload:
+        assert hw.offload_devices == ()
+    d = hw.to_dict()
+    assert d["ram_total_bytes"] == vm.total and isinstance(d["gpus"], list)
+
+
+def test_llama_devices_match_the_build() -> None:
+    devices = hardware.llama_devices()
+    # The CPU is never listed as a device for layers; a CPU-only build lists no GPU at all.
+    assert all(d.kind in ("gpu", "igpu") for d in devices)
+    if not llama_lib.supports_gpu_offload():
+        assert devices == []
+    for d in devices:
+        assert 0 <= d.free_bytes <= d.total_bytes
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("8GiB", 8 * GiB), ("8G", 8 * GiB), ("8gb", 8 * GiB), ("0.2 GiB", int(0.2 * GiB)),
+    ("512MiB", 512 * MiB), ("512M", 512 * MiB), ("24", 24 * GiB), ("1T", 1 << 40),
+])
+def test_parse_size(text: str, expected: int) -> None:
+    assert hardware.parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-1G", "0", "8 XB", "1.2.3G"])
+def test_parse_size_rejects_nonsense(text: str) -> None:
+    with pytest.raises(ValueError, match="memory size"):
+        hardware.parse_size(text)
+
+
+def test_simulated_gpus() -> None:
+    base = hardware.cpu_only(16 * GiB)
+    hw = hardware.simulate([8 * GiB, 24 * GiB], base)
+    assert hw.can_offload and hw.source == "simulated"
+    assert [g.name for g in hw.offload_devices] == ["GPU0", "GPU1"]
+    assert all(g.simulated and g.free_bytes == g.total_bytes for g in hw.gpus)
+    assert hw.ram_available_bytes == 16 * GiB
+    assert hardware.simulate([], base, ram_bytes=GiB).ram_available_bytes == GiB
+
+
+def test_process_rss_follows_real_allocations() -> None:
+    before = hardware.process_rss()
+    block = b"\x01" * (64 * MiB)  # written, so the pages are resident
+    after = hardware.process_rss()
+    assert len(block) == 64 * MiB
+    assert after - before >= 60 * MiB
