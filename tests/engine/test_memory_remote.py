@@ -1,0 +1,135 @@
+"""Estimate a model served over HTTP from its header alone (Range requests, a real server)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from engine.gguf import GGUFError, read_gguf
+from engine.hardware import GiB, cpu_only
+from engine.memory import EstimateParams, estimate
+from engine.remote_gguf import HttpRangeSource, RemoteGGUFError, hf_url, read_remote_gguf
+
+
+@dataclass
+class Served:
+    files: dict[str, Path]  # URL path -> file
+    honour_range: bool = True
+    bytes_sent: int = 0
+    requests: list[str] = field(default_factory=list)
+
+
+def _handler(state: Served) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            state.requests.append(self.path)
+            path = state.files.get(self.path)
+            if path is None:
+                self.send_error(404)
+                return
+            size = path.stat().st_size
+            m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+            if not state.honour_range or m is None:
+                self.send_response(200)
+                self.send_header("Content-Length", str(size))
+                self.end_headers()
+                return  # the client must hang up without reading the body
+            start = int(m.group(1))
+            end = min(int(m.group(2)) if m.group(2) else size - 1, size - 1)
+            if start >= size:
+                self.send_error(416)
+                return
+            with path.open("rb") as f:
+                f.seek(start)
+                data = f.read(end - start + 1)
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            state.bytes_sent += len(data)
+
+    return Handler
+
+
+@pytest.fixture
+def server(gemma_path: Path, smollm2_path: Path) -> Iterator[tuple[str, Served]]:
+    state = Served({
+        "/models/gemma.gguf": gemma_path,
+        "/models/smollm2.gguf": smollm2_path,
+        "/unsloth/gemma-3-270m-GGUF/resolve/main/gemma-3-270m-Q4_K_M.gguf": gemma_path,
+    })
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    thread = threading.Thread(target=httpd.serve_forever, name="range-server")
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+@pytest.mark.parametrize("name", ["gemma", "smollm2"])
+def test_header_only_estimate_reads_under_5_percent(server: tuple[str, Served], name: str,
+                                                    request: pytest.FixtureRequest) -> None:
+    base, state = server
+    local = Path(request.getfixturevalue(f"{name}_path"))
+    head = read_remote_gguf(f"{base}/models/{name}.gguf")
+    size = local.stat().st_size
+    assert head.file_bytes == size
+    assert state.bytes_sent == head.bytes_read  # nothing read that the client did not count
+    assert head.bytes_read < 0.05 * size, (head.bytes_read, size)
+    # The header read remotely is the header on disk, so the estimate is the same.
+    params = EstimateParams(n_ctx=4096, n_gpu_layers=0)
+    hw = cpu_only(64 * GiB)
+    remote = estimate(head.gguf, params, hardware=hw)
+    on_disk = estimate(local, params, hardware=hw, method="analytic")
+    assert remote.method == "analytic"
+    assert remote.total_bytes == on_disk.total_bytes
+    assert len(head.gguf.tensors) == len(read_gguf(local).tensors)
+
+
+def test_hub_reference_uses_the_endpoint(server: tuple[str, Served],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    base, state = server
+    monkeypatch.setenv("HF_ENDPOINT", base)
+    ref = "hf:unsloth/gemma-3-270m-GGUF/gemma-3-270m-Q4_K_M.gguf"
+    assert hf_url(ref) == f"{base}/unsloth/gemma-3-270m-GGUF/resolve/main/gemma-3-270m-Q4_K_M.gguf"
+    head = read_remote_gguf(ref)
+    assert head.gguf.architecture == "gemma3"
+    assert all("/resolve/main/" in p for p in state.requests)
+
+
+def test_server_without_range_support_is_refused(server: tuple[str, Served]) -> None:
+    base, state = server
+    state.honour_range = False
+    with pytest.raises(RemoteGGUFError, match="does not support range requests"):
+        HttpRangeSource(f"{base}/models/gemma.gguf")
+    assert state.bytes_sent == 0
+
+
+@pytest.mark.parametrize(("ref", "message"), [
+    ("/models/missing.gguf", "not found"),
+    ("hf:only-owner/file.gguf", "not a Hub file reference"),
+    ("ftp://example.org/x.gguf", "only http and https"),
+])
+def test_bad_remote_references(server: tuple[str, Served], ref: str, message: str) -> None:
+    base, _ = server
+    url = base + ref if ref.startswith("/") else ref
+    with pytest.raises(GGUFError, match=message):
+        read_remote_gguf(url)
+
+
+def test_unreachable_host() -> None:
+    with pytest.raises(RemoteGGUFError, match="cannot reach"):
+        read_remote_gguf("http://127.0.0.1:9/model.gguf", timeout=2)
