@@ -197,7 +197,7 @@ def detect() -> Hardware:
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, *, allow_zero: bool = False) -> int:
     """'8GiB', '8G', '0.2 GiB', '512MiB', '24gb' -> bytes (binary units: GPUs report GiB)."""
     m = _SIZE.match(text)
     if not m:
@@ -207,7 +207,7 @@ def parse_size(text: str) -> int:
     if m.group(2) == "" and not m.group(3):
         scale = GiB  # a bare number means GiB: nobody has a GPU measured in bytes
     n = int(value * scale)
-    if n <= 0:
+    if n < 0 or (n == 0 and not allow_zero):
         raise ValueError(f"a memory size must be more than 0, not {text!r}")
     return n
 

@@ -19,6 +19,13 @@ def _size_arg(value: str) -> int:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _margin_arg(value: str) -> int:
+    try:
+        return hardware.parse_size(value, allow_zero=True)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "estimate", help="estimate a model's memory before loading (or downloading) it",
@@ -40,7 +47,7 @@ def register(sub: Any) -> None:
                         "(e.g. 8GiB; repeat for several GPUs)")
     p.add_argument("--simulate-ram", type=_size_arg, metavar="SIZE",
                    help="plan for this much free RAM")
-    p.add_argument("--margin", type=_size_arg, metavar="SIZE",
+    p.add_argument("--margin", type=_margin_arg, metavar="SIZE",
                    help="memory to keep free on each device (default: 5%%, 64 MiB-1 GiB)")
     p.add_argument("--method", choices=("auto", "dry-run", "analytic"), default="auto",
                    help="dry-run asks llama.cpp (local files); analytic uses the header only")
