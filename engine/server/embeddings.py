@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from engine import llama_lib
@@ -21,6 +22,10 @@ class Embedder:
         self._n_threads = n_threads or model.load_info.n_threads
         self._ctx: Any = None
         self._lock = threading.Lock()
+        # One long-lived worker thread keeps embedding work off the event loop; started now so
+        # its lifetime is the server's, not the first request's.
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="candlewick-embed")
+        self.executor.submit(lambda: None).result()
 
     def _context(self) -> Any:
         if self._ctx is None:
@@ -72,6 +77,7 @@ class Embedder:
         return [v / norm for v in vec], len(tokens)
 
     def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             if self._ctx is not None:
                 llama_lib.lib().llama_free(self._ctx)

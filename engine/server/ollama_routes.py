@@ -205,6 +205,6 @@ class OllamaRoutes:
         inputs = embedding_inputs(body, "input")
         if loaded.embedder is None:
             raise ApiError(501, "embeddings are turned off on this server")
-        vectors, n = await run_embeddings(loaded.embedder.embed, inputs)
+        vectors, n = await run_embeddings(loaded.embedder, inputs)
         return JSONResponse({"model": loaded.model_id, "embeddings": vectors,
                              "prompt_eval_count": n})

@@ -8,7 +8,7 @@ import json
 import struct
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -25,6 +25,7 @@ from engine.server.common import (
     start,
     tokens_for,
 )
+from engine.server.embeddings import Embedder
 from engine.server.engine_state import Generation, LoadedModel, ServerState
 from engine.server.errors import ApiError, openai_error_body
 from engine.server.parsing import (
@@ -225,7 +226,7 @@ class OpenAIRoutes:
         embedder = loaded.embedder
         if embedder is None:
             raise ApiError(501, "embeddings are turned off on this server")
-        vectors, n_tokens = await run_embeddings(embedder.embed, inputs)
+        vectors, n_tokens = await run_embeddings(embedder, inputs)
         return JSONResponse({
             "object": "list",
             "data": [{"object": "embedding", "index": i,
@@ -253,18 +254,18 @@ def embedding_inputs(body: dict[str, Any], key: str) -> list[str]:
     return list(v)
 
 
-async def run_embeddings(embed: Callable[[str], tuple[list[float], int]], inputs: list[str]
+async def run_embeddings(embedder: Embedder, inputs: list[str]
                          ) -> tuple[list[list[float]], int]:
-    """Embed off the event loop so generation streams keep flowing."""
+    """Embed on the embedder's own thread so generation streams keep flowing."""
     def work() -> tuple[list[list[float]], int]:
         out, total = [], 0
         for text in inputs:
-            vec, n = embed(text)
+            vec, n = embedder.embed(text)
             out.append(vec)
             total += n
         return out, total
 
     try:
-        return await asyncio.to_thread(work)
+        return await asyncio.get_running_loop().run_in_executor(embedder.executor, work)
     except EngineError as e:
         raise ApiError(400, str(e)) from None
