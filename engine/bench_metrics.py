@@ -40,6 +40,8 @@ class RequestTrace:
     timed_out: bool = False
     token_source: str = "usage"  # usage | tokenizer | engine | estimate
     finish_reason: str | None = None
+    engine_prompt_tps: float | None = None  # llama.cpp's own counters, embedded engine only
+    engine_gen_tps: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -146,10 +148,7 @@ def level_metrics(concurrency: int, traces: Sequence[RequestTrace], *,
     n = len(traces)
     ttfts = [t.ttft for t in ok if t.ttft is not None]
     lats = [t.latency for t in ok]
-    if traces:
-        wall = max(t.t_end for t in traces) - min(t.t_start for t in traces)
-    else:
-        wall = 0.0
+    wall = max(t.t_end for t in traces) - min(t.t_start for t in traces) if traces else 0.0
     completion = sum(t.completion_tokens for t in ok)
     failure_rate = (errors + timeouts) / n if n else 0.0
     ttft_p95 = percentile(ttfts, 95)

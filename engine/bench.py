@@ -1,0 +1,583 @@
+"""The benchmark harness: one workload, several concurrency levels, any runtime.
+
+A *target* runs one request and returns a `RequestTrace` (timestamps and token counts):
+
+- `EmbeddedTarget` drives `engine.runtime.Model` in this process, one request at a time.
+- `SchedulerTarget` drives the continuous-batching scheduler in this process (concurrency > 1).
+- `HttpTarget` streams from any OpenAI- or Ollama-compatible server (`engine.clients`).
+
+`run_benchmark` sends `requests` requests per level with at most `concurrency` in flight,
+samples the serving process's peak memory, and turns the traces into `LevelMetrics`
+(`engine.bench_metrics`). The result is a plain dict, ready for JSON, with the hardware and
+software context, so two results from different machines or runtimes can be compared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import datetime as _dt
+import importlib
+import itertools
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from engine import llama_lib
+from engine.bench_hw import PeakSampler, machine_context, measure_read_bandwidth
+from engine.bench_metrics import (
+    LevelMetrics,
+    RequestTrace,
+    Roofline,
+    level_metrics,
+    max_concurrency_meeting_slo,
+    percentile,
+)
+from engine.bench_workloads import Prompt, Workload
+from engine.clients.streaming import StreamingClient
+from engine.facts import model_facts
+from engine.gguf import GGUFFile, read_gguf
+from engine.runtime import EngineError, Model, SamplingParams, use_extra_buffers
+from engine.templates import ChatTemplate
+
+SCHEMA = "candlewick-bench/1"
+
+
+class BenchError(EngineError):
+    """The benchmark cannot run as asked; `str()` is one line for the user."""
+
+
+# -- targets ---------------------------------------------------------------------------------
+
+
+class Target(Protocol):
+    kind: str
+    max_concurrency: int | None  # None: no limit known
+    server_pid: int | None  # whose memory to sample; None: unknown (remote)
+
+    def run(self, prompt: Prompt, max_tokens: int, cancel: threading.Event) -> RequestTrace: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+@dataclass
+class SamplingSetup:
+    temperature: float = 0.0
+    seed: int | None = 1234
+
+
+def _model_description(gf: GGUFFile, path: Path) -> dict[str, Any]:
+    f = model_facts(gf)
+    return {"name": f.name, "file": path.name, "architecture": f.architecture,
+            "params": f.n_params, "quantization": f.quantization,
+            "weights_bytes": f.size_bytes, "file_bytes": f.file_bytes,
+            "context_length_trained": f.context_length}
+
+
+class EmbeddedTarget:
+    """The embedded engine, sequential: each request starts from an empty KV cache so every
+    prompt is processed in full (a benchmark that reuses a cached prefix flatters TTFT)."""
+
+    kind = "embedded"
+    max_concurrency: int | None = 1
+
+    def __init__(self, model: Model, sampling: SamplingSetup | None = None) -> None:
+        self.model = model
+        self.sampling = sampling or SamplingSetup()
+        self.server_pid: int | None = os.getpid()
+
+    def run(self, prompt: Prompt, max_tokens: int, cancel: threading.Event) -> RequestTrace:
+        sp = SamplingParams(temperature=self.sampling.temperature, seed=self.sampling.seed,
+                            max_tokens=max_tokens)
+        t0 = time.perf_counter()
+        t_first: float | None = None
+        try:
+            self.model.reset_cache()
+            gen = self.model.generate(list(prompt.messages), sp, cancel=cancel)
+            for _piece in gen:
+                if t_first is None:
+                    t_first = time.perf_counter()
+        except EngineError as e:
+            return RequestTrace(index=0, t_start=t0, t_end=time.perf_counter(), error=str(e),
+                                token_source="engine")
+        t_end = time.perf_counter()
+        st = gen.stats
+        return RequestTrace(
+            index=0, t_start=t0, t_end=t_end, t_first=t_first,
+            prompt_tokens=st.prompt_tokens, completion_tokens=st.gen_tokens,
+            error="cancelled" if st.stop_reason == "cancelled" else None,
+            token_source="engine", finish_reason=st.stop_reason,
+            engine_prompt_tps=st.prompt_tps or None, engine_gen_tps=st.gen_tps or None,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        m = self.model
+        d = _model_description(m.gguf, m.path)
+        d.update({"kind": self.kind, "runtime": "candlewick (embedded)", "n_ctx": m.n_ctx,
+                  "n_threads": m.load_info.n_threads, "n_gpu_layers": m.load_info.n_gpu_layers,
+                  "mode": "sequential"})
+        return d
+
+
+class SchedulerTarget:
+    """The embedded engine through the continuous-batching scheduler: concurrent requests
+    share one context, as `candlewick serve` runs them."""
+
+    kind = "embedded"
+
+    def __init__(self, model: Model, scheduler: Any, sampling: SamplingSetup | None = None
+                 ) -> None:
+        self.model = model
+        self.scheduler = scheduler
+        self.sampling = sampling or SamplingSetup()
+        self.max_concurrency: int | None = int(scheduler.n_slots)
+        self.server_pid: int | None = os.getpid()
+
+    def run(self, prompt: Prompt, max_tokens: int, cancel: threading.Event) -> RequestTrace:
+        sp = SamplingParams(temperature=self.sampling.temperature, seed=self.sampling.seed,
+                            max_tokens=max_tokens)
+        done = threading.Event()
+        first: list[float] = []
+        finished: list[Any] = []
+
+        def on_event(ev: Any) -> None:
+            if hasattr(ev, "stats"):
+                finished.append(ev)
+                done.set()
+            elif ev.text and not first:
+                first.append(time.perf_counter())
+
+        t0 = time.perf_counter()
+        try:
+            tokens = self.model.chat_tokens(list(prompt.messages))
+            req = self.scheduler.submit(tokens, sp, on_event)
+        except EngineError as e:
+            return RequestTrace(index=0, t_start=t0, t_end=time.perf_counter(), error=str(e),
+                                token_source="engine")
+        while not done.wait(0.05):
+            if cancel.is_set():
+                req.cancel()
+        t_end = time.perf_counter()
+        st = finished[0].stats
+        error = st.error or ("cancelled" if st.finish_reason == "cancelled" else None)
+        return RequestTrace(
+            index=0, t_start=t0, t_end=t_end, t_first=first[0] if first else None,
+            prompt_tokens=st.prompt_tokens, completion_tokens=st.completion_tokens,
+            error=error, timed_out=st.finish_reason == "timeout", token_source="engine",
+            finish_reason=st.finish_reason,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        m = self.model
+        d = _model_description(m.gguf, m.path)
+        d.update({"kind": self.kind, "runtime": "candlewick (embedded, continuous batching)",
+                  "n_ctx": m.n_ctx, "n_slots": self.max_concurrency,
+                  "n_threads": m.load_info.n_threads,
+                  "n_gpu_layers": m.load_info.n_gpu_layers, "mode": "scheduler"})
+        return d
+
+
+def open_scheduler(model: Model, n_slots: int) -> Any:
+    """The scheduler over `model`, or BenchError when this build has none."""
+    try:
+        mod = importlib.import_module("engine.scheduler")
+    except ImportError:
+        raise BenchError("concurrency above 1 with the embedded engine needs the "
+                         "continuous-batching scheduler, which this build lacks; "
+                         "benchmark `candlewick serve` with --url instead") from None
+    return mod.Scheduler(model, n_slots=n_slots)
+
+
+class Tokenizer:
+    """A model's tokenizer alone (llama.cpp `vocab_only`): counts tokens for servers that do
+    not report usage, without loading any weights."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.gguf = read_gguf(self.path)
+        C = self._C = llama_lib.lib()
+        mp = C.llama_model_default_params()
+        mp.vocab_only = True
+        mp.use_extra_bufts = use_extra_buffers(None)
+        with llama_lib.capture_log():
+            self._model = C.llama_model_load_from_file(str(self.path).encode(), mp)
+        if not self._model:
+            raise BenchError(f"cannot read the tokenizer of {self.path.name}")
+        self._vocab = C.llama_model_get_vocab(self._model)
+        md = self.gguf.metadata
+        tmpl = md.get("tokenizer.chat_template")
+        self.template = ChatTemplate(tmpl if isinstance(tmpl, str) else None,
+                                     bos_token=self._piece(C.llama_vocab_bos(self._vocab)),
+                                     eos_token=self._piece(C.llama_vocab_eos(self._vocab)))
+
+    def _piece(self, token: int) -> str:
+        if token < 0:
+            return ""
+        buf = ctypes.create_string_buffer(256)
+        n = self._C.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, True)
+        return buf.raw[: max(n, 0)].decode("utf-8", errors="replace")
+
+    def count(self, text: str, *, special: bool = False) -> int:
+        C = self._C
+        data = text.encode("utf-8")
+        n = C.llama_tokenize(self._vocab, data, len(data), None, 0, special, special)
+        return abs(int(n))  # with no buffer llama.cpp returns minus the token count
+
+    def count_chat(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        return self.count(self.template.render(messages, add_generation_prompt=True),
+                          special=True)
+
+    def close(self) -> None:
+        if self._model:
+            self._C.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+class HttpTarget:
+    """Any OpenAI- or Ollama-compatible server. Token counts: the server's usage report, else
+    the model's tokenizer (when known), else an estimate (one chunk = one token; ~4 characters
+    a token for the prompt), and each trace says which."""
+
+    kind = "url"
+    max_concurrency: int | None = None
+
+    def __init__(self, client: StreamingClient, *, tokenizer: Tokenizer | None = None,
+                 server_pid: int | None = None, sampling: SamplingSetup | None = None) -> None:
+        self.client = client
+        self.tokenizer = tokenizer
+        self.server_pid = server_pid
+        self.sampling = sampling or SamplingSetup()
+
+    def run(self, prompt: Prompt, max_tokens: int, cancel: threading.Event) -> RequestTrace:
+        r = self.client.chat(list(prompt.messages), max_tokens=max_tokens,
+                             temperature=self.sampling.temperature, seed=self.sampling.seed,
+                             cancel=cancel)
+        prompt_tokens = r.prompt_tokens
+        completion = r.completion_tokens
+        source = "usage"
+        if prompt_tokens is None or completion is None:
+            if self.tokenizer is not None:
+                source = "tokenizer"
+                if prompt_tokens is None:
+                    prompt_tokens = self.tokenizer.count_chat(prompt.messages)
+                if completion is None:
+                    completion = self.tokenizer.count(r.text)
+            else:
+                source = "estimate"
+                if prompt_tokens is None:
+                    chars = sum(len(m["content"]) for m in prompt.messages)
+                    prompt_tokens = math.ceil(chars / 4)
+                if completion is None:
+                    completion = r.n_chunks
+        error = r.error or ("cancelled" if r.cancelled else None)
+        return RequestTrace(index=0, t_start=r.t_start, t_end=r.t_end, t_first=r.t_first,
+                            prompt_tokens=prompt_tokens, completion_tokens=completion,
+                            error=error, timed_out=r.timed_out, token_source=source,
+                            finish_reason=r.finish_reason)
+
+    def describe(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": self.kind, "url": self.client.url, "api": self.client.api,
+                             "model_id": self.client.model, "server_pid": self.server_pid}
+        if self.tokenizer is not None:
+            d.update(_model_description(self.tokenizer.gguf, self.tokenizer.path))
+        return d
+
+
+def local_server_pid(url: str) -> int | None:
+    """The pid listening on the URL's port when the host is this machine (None otherwise, or
+    when the OS will not say, e.g. another user's process)."""
+    from urllib.parse import urlsplit
+
+    import psutil
+
+    parts = urlsplit(url)
+    if parts.hostname not in ("localhost", "127.0.0.1", "::1", "0.0.0.0"):
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        for c in psutil.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+                return int(c.pid)
+    except (psutil.Error, OSError):
+        return None
+    return None
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    concurrency: int
+    level_index: int
+    levels: int
+    done: int  # requests finished in this level
+    total: int
+    failed: int
+    phase: str = "run"  # warmup | run | bandwidth
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+@dataclass
+class BenchConfig:
+    concurrency: list[int] = field(default_factory=lambda: [1])
+    requests: int = 8  # per level
+    max_tokens: int | None = None  # cap on each prompt's own output length
+    slo_ttft_s: float | None = None
+    warmup: int = 1
+    measure_bandwidth: bool = True
+    bandwidth_bytes: int = 512 << 20
+
+    def validate(self) -> None:
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            raise BenchError("concurrency levels must be whole numbers of at least 1")
+        if self.requests < 1:
+            raise BenchError("requests must be at least 1")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise BenchError("max tokens must be at least 1")
+        if self.slo_ttft_s is not None and self.slo_ttft_s <= 0:
+            raise BenchError("the TTFT objective must be greater than 0 seconds")
+
+
+def _max_tokens(prompt: Prompt, cap: int | None) -> int:
+    return min(prompt.max_tokens, cap) if cap else prompt.max_tokens
+
+
+def run_level(target: Target, prompts: Sequence[Prompt], concurrency: int, *,
+              max_tokens_cap: int | None, cancel: threading.Event,
+              on_done: Callable[[RequestTrace], None] | None = None) -> list[RequestTrace]:
+    """Send every prompt with at most `concurrency` in flight; traces in request order."""
+    traces: list[RequestTrace | None] = [None] * len(prompts)
+    counter = itertools.count()
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while not cancel.is_set():
+            with lock:
+                i = next(counter)
+            if i >= len(prompts):
+                return
+            p = prompts[i]
+            try:
+                tr = target.run(p, _max_tokens(p, max_tokens_cap), cancel)
+            except Exception as e:  # a target bug must count as a failure, not end the run
+                now = time.perf_counter()
+                tr = RequestTrace(index=i, t_start=now, t_end=now,
+                                  error=f"{type(e).__name__}: {e}")
+            tr.index = i
+            traces[i] = tr
+            if on_done is not None:
+                on_done(tr)
+
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench") as pool:
+        for f in [pool.submit(worker) for _ in range(concurrency)]:
+            f.result()
+    return [t for t in traces if t is not None]
+
+
+def bytes_per_token(gf: GGUFFile) -> int:
+    """Weight bytes read to decode one token: every tensor, except that the token embedding
+    matrix only has one row read when the model has a separate output matrix."""
+    total = sum(t.n_bytes for t in gf.tensors)
+    embd = gf.tensor("token_embd.weight")
+    if embd is not None and gf.tensor("output.weight") is not None:
+        total -= embd.n_bytes
+    return total
+
+
+def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
+                  model_file: GGUFFile | None = None,
+                  progress: ProgressCallback | None = None,
+                  cancel: threading.Event | None = None,
+                  command: Sequence[str] | None = None) -> dict[str, Any]:
+    """Run every concurrency level and return the result as a JSON-ready dict."""
+    config.validate()
+    cancel = cancel or threading.Event()
+    limit = target.max_concurrency
+    too_high = [c for c in config.concurrency if limit is not None and c > limit]
+    if too_high:
+        raise BenchError(f"this target runs at most {limit} request(s) at a time; "
+                         f"concurrency {too_high[0]} is not supported here")
+    levels = sorted(set(config.concurrency))
+    prompts = workload.take(config.requests)
+    started = _dt.datetime.now(_dt.UTC)
+
+    for i in range(config.warmup):  # first requests pay for page faults and lazy init
+        if cancel.is_set():
+            break
+        if progress:
+            progress(Progress(levels[0], 0, len(levels), i, config.warmup, 0, "warmup"))
+        p = workload.prompts[i % len(workload.prompts)]
+        target.run(p, min(_max_tokens(p, config.max_tokens), 16), cancel)
+
+    results: list[LevelMetrics] = []
+    traces_by_level: dict[str, list[dict[str, Any]]] = {}
+    for li, c in enumerate(levels):
+        if cancel.is_set():
+            break
+        done: list[RequestTrace] = []
+        lock = threading.Lock()
+
+        def on_done(tr: RequestTrace, c: int = c, li: int = li,
+                    done: list[RequestTrace] = done, lock: threading.Lock = lock) -> None:
+            with lock:
+                done.append(tr)
+                n, failed = len(done), sum(1 for t in done if not t.ok)
+            if progress:
+                progress(Progress(c, li, len(levels), n, len(prompts), failed))
+
+        if progress:
+            progress(Progress(c, li, len(levels), 0, len(prompts), 0))
+        sampler = PeakSampler(target.server_pid) if target.server_pid else None
+        with sampler or contextlib.nullcontext():
+            traces = run_level(target, prompts, c, max_tokens_cap=config.max_tokens,
+                               cancel=cancel, on_done=on_done)
+        lv = level_metrics(c, traces, slo_ttft_s=config.slo_ttft_s)
+        if sampler is not None:
+            lv.peak_ram_bytes = sampler.peak.ram_bytes
+            lv.peak_vram_bytes = sampler.peak.vram_bytes
+        ok = [t for t in traces if t.ok]
+        lv.engine_prompt_tps_p50 = percentile(
+            [t.engine_prompt_tps for t in ok if t.engine_prompt_tps], 50)
+        lv.engine_gen_tps_p50 = percentile(
+            [t.engine_gen_tps for t in ok if t.engine_gen_tps], 50)
+        results.append(lv)
+        traces_by_level[str(c)] = [t.to_dict() for t in traces]
+
+    roofline: dict[str, Any] | None = None
+    if config.measure_bandwidth and model_file is not None and not cancel.is_set():
+        if progress:
+            progress(Progress(levels[-1], len(levels), len(levels), 0, 1, 0, "bandwidth"))
+        bw = measure_read_bandwidth(config.bandwidth_bytes)
+        single = next((lv for lv in results if lv.concurrency == 1), None)
+        achieved = single.gen_tps_p50 if single else None
+        roofline = Roofline(bw, bytes_per_token(model_file), achieved).to_dict()
+        roofline["note"] = ("bandwidth of system RAM; decode reads every weight once per "
+                            "token, so limit_tps = bandwidth / bytes_per_token. With layers "
+                            "on a GPU the GPU's bandwidth sets the limit instead.")
+
+    return {
+        "schema": SCHEMA,
+        "created": started.isoformat(timespec="seconds"),
+        "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "cancelled": cancel.is_set(),
+        "command": list(command) if command is not None else None,
+        "target": target.describe(),
+        "machine": machine_context(),
+        "workload": {"name": workload.name, "source": workload.source,
+                     "prompts": len(workload.prompts)},
+        "config": {"concurrency": levels, "requests_per_level": config.requests,
+                   "max_tokens_cap": config.max_tokens, "slo_ttft_s": config.slo_ttft_s,
+                   "warmup": config.warmup},
+        "levels": [lv.to_dict() for lv in results],
+        "max_concurrency_meeting_slo": max_concurrency_meeting_slo(results),
+        "roofline": roofline,
+        "traces": traces_by_level,
+    }
+
+
+# -- presenting ------------------------------------------------------------------------------
+
+
+def _fmt(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def _mib(v: int | None) -> str:
+    return "-" if v is None else f"{v / (1 << 20):.0f}"
+
+
+TABLE_COLUMNS = ("conc", "ok/n", "fail%", "TTFT p50", "TTFT p95", "pp t/s", "gen t/s",
+                 "lat p50", "lat p95", "total t/s", "RAM MiB", "VRAM MiB")
+
+
+def format_table(result: Mapping[str, Any]) -> str:
+    """The terminal table (also valid Markdown)."""
+    rows = [list(TABLE_COLUMNS)]
+    for lv in result.get("levels", []):
+        rows.append([
+            str(lv["concurrency"]), f"{lv['succeeded']}/{lv['requests']}",
+            f"{100 * lv['failure_rate']:.0f}", _fmt(lv["ttft_p50"], 3), _fmt(lv["ttft_p95"], 3),
+            _fmt(lv["prompt_tps_p50"], 1), _fmt(lv["gen_tps_p50"], 1),
+            _fmt(lv["latency_p50"]), _fmt(lv["latency_p95"]),
+            _fmt(lv["total_throughput_tps"], 1), _mib(lv.get("peak_ram_bytes")),
+            _mib(lv.get("peak_vram_bytes")),
+        ])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |"
+             for r in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
+    out = "\n".join(lines)
+    extra = []
+    slo = result.get("config", {}).get("slo_ttft_s")
+    if slo is not None:
+        best = result.get("max_concurrency_meeting_slo")
+        extra.append(f"max concurrent requests with TTFT p95 <= {slo:g} s: "
+                     f"{best if best is not None else 'none of the levels'}")
+    rf = result.get("roofline")
+    if rf:
+        pct = rf.get("achieved_pct")
+        extra.append(
+            f"memory read bandwidth {rf['bandwidth_gb_s']:.1f} GB/s, "
+            f"{rf['bytes_per_token'] / (1 << 20):.1f} MiB read per token -> decode roofline "
+            f"{rf['limit_tps']:.0f} t/s; achieved "
+            + (f"{rf['achieved_tps']:.1f} t/s ({pct:.0f}%)" if pct is not None else "-"))
+    for lv in result.get("levels", []):
+        for msg in lv.get("error_samples", []):
+            extra.append(f"concurrency {lv['concurrency']} failure: {msg}")
+    return out + ("\n\n" + "\n".join(extra) if extra else "")
+
+
+# Higher is better unless listed in LOWER_IS_BETTER.
+COMPARE_METRICS = ("ttft_p50", "ttft_p95", "prompt_tps_p50", "gen_tps_p50", "latency_p50",
+                   "latency_p95", "total_throughput_tps", "failure_rate", "peak_ram_bytes")
+LOWER_IS_BETTER = frozenset({"ttft_p50", "ttft_p95", "latency_p50", "latency_p95",
+                             "failure_rate", "peak_ram_bytes"})
+
+
+def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per shared concurrency level and metric: A, B and the ratio B/A."""
+    for name, r in (("first", a), ("second", b)):
+        if r.get("schema") != SCHEMA or not isinstance(r.get("levels"), list):
+            raise BenchError(f"the {name} file is not a Candlewick benchmark result")
+    a_levels = {lv["concurrency"]: lv for lv in a["levels"]}
+    rows: list[dict[str, Any]] = []
+    for lv_b in b["levels"]:
+        lv_a = a_levels.get(lv_b["concurrency"])
+        if lv_a is None:
+            continue
+        for m in COMPARE_METRICS:
+            va, vb = lv_a.get(m), lv_b.get(m)
+            ratio = vb / va if isinstance(va, int | float) and isinstance(vb, int | float) \
+                and va else None
+            rows.append({"concurrency": lv_b["concurrency"], "metric": m, "a": va, "b": vb,
+                         "ratio": ratio, "lower_is_better": m in LOWER_IS_BETTER})
+    if not rows:
+        raise BenchError("the two results share no concurrency level")
+    return rows
+
+
+def format_compare(rows: Sequence[Mapping[str, Any]], a_name: str, b_name: str) -> str:
+    lines = [f"B/A ratios (A = {a_name}, B = {b_name}); '(lower is better)' marks latencies",
+             f"{'conc':>4}  {'metric':<38} {'A':>12} {'B':>12} {'B/A':>8}"]
+    for r in rows:
+        label = r["metric"] + (" (lower is better)" if r["lower_is_better"] else "")
+        lines.append(f"{r['concurrency']:>4}  {label:<38} {_fmt(r['a'], 3):>12} "
+                     f"{_fmt(r['b'], 3):>12} {_fmt(r['ratio'], 2):>8}")
+    return "\n".join(lines)
