@@ -109,8 +109,8 @@ class HubEmulator:
     @property
     def url(self) -> str:
         assert self._server is not None
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        port = self._server.server_address[1]
+        return f"http://127.0.0.1:{port}"
 
     def start(self) -> HubEmulator:
         emu = self

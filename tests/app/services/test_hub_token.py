@@ -17,7 +17,7 @@ class MemoryKeyring(keyring.backend.KeyringBackend):
     priority = 1  # type: ignore[assignment]
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.store: dict[tuple[str, str], str] = {}
 
     def get_password(self, service: str, username: str) -> str | None:
@@ -46,13 +46,14 @@ def test_token_goes_to_the_keyring_and_survives_a_restart() -> None:
 
 
 def test_without_a_keyring_the_token_lives_for_the_session_only() -> None:
-    store = TokenStore(fail.Keyring())
+    store = TokenStore(fail.Keyring())  # type: ignore[no-untyped-call]
     assert not store.keyring_available
     assert "session only" in store.describe_storage()
     result = store.set("hf_session")
     assert not result.persisted and "this session only" in result.message
     assert store.get() == "hf_session"
-    assert TokenStore(fail.Keyring()).get() is None  # gone with the session
+    fresh = TokenStore(fail.Keyring())  # type: ignore[no-untyped-call]
+    assert fresh.get() is None  # gone with the session
 
 
 def test_bad_token_text_is_refused() -> None:
