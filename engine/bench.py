@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import datetime as _dt
-import importlib
 import itertools
 import math
 import os
@@ -44,6 +43,8 @@ from engine.clients.streaming import StreamingClient
 from engine.facts import model_facts
 from engine.gguf import GGUFFile, read_gguf
 from engine.runtime import EngineError, Model, SamplingParams, use_extra_buffers
+from engine.scheduler import Event as SchedulerEvent
+from engine.scheduler import Finished, Scheduler
 from engine.templates import ChatTemplate
 
 SCHEMA = "candlewick-bench/1"
@@ -131,8 +132,8 @@ class SchedulerTarget:
 
     kind = "embedded"
 
-    def __init__(self, model: Model, scheduler: Any, sampling: SamplingSetup | None = None
-                 ) -> None:
+    def __init__(self, model: Model, scheduler: Scheduler,
+                 sampling: SamplingSetup | None = None) -> None:
         self.model = model
         self.scheduler = scheduler
         self.sampling = sampling or SamplingSetup()
@@ -144,10 +145,10 @@ class SchedulerTarget:
                             max_tokens=max_tokens)
         done = threading.Event()
         first: list[float] = []
-        finished: list[Any] = []
+        finished: list[Finished] = []
 
-        def on_event(ev: Any) -> None:
-            if hasattr(ev, "stats"):
+        def on_event(ev: SchedulerEvent) -> None:
+            if isinstance(ev, Finished):
                 finished.append(ev)
                 done.set()
             elif ev.text and not first:
@@ -183,15 +184,6 @@ class SchedulerTarget:
         return d
 
 
-def open_scheduler(model: Model, n_slots: int) -> Any:
-    """The scheduler over `model`, or BenchError when this build has none."""
-    try:
-        mod = importlib.import_module("engine.scheduler")
-    except ImportError:
-        raise BenchError("concurrency above 1 with the embedded engine needs the "
-                         "continuous-batching scheduler, which this build lacks; "
-                         "benchmark `candlewick serve` with --url instead") from None
-    return mod.Scheduler(model, n_slots=n_slots)
 
 
 class Tokenizer:

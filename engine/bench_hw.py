@@ -4,7 +4,6 @@ hardware/software context recorded with every result."""
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import platform
 import subprocess
@@ -175,8 +174,8 @@ def machine_context() -> dict[str, Any]:
 
 def _gpus() -> list[dict[str, Any]]:
     try:
-        # Looked up at run time: the hardware module is optional for the benchmark.
-        hardware = importlib.import_module("engine.hardware")
+        from engine import hardware
+
         hw = hardware.detect()
         return [g.to_dict() for g in hw.gpus]
     except Exception:
