@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
-from typing import Any
 
 import uvicorn
 
@@ -24,6 +24,19 @@ def _uvicorn_config(state: ServerState, *, access_log: bool) -> uvicorn.Config:
     )
 
 
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind here, not inside uvicorn, so a busy port is a clear error instead of an exit."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+    except OSError as e:
+        sock.close()
+        raise ServerError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
 class ServerThread:
     """uvicorn on its own thread. `start()` returns once the socket is listening."""
 
@@ -34,9 +47,12 @@ class ServerThread:
         self._error: BaseException | None = None
 
     def start(self, timeout: float = 30.0) -> ServerThread:
+        cfg = self.state.config
+        self._sock = bind_socket(cfg.host, cfg.port)
+
         def run() -> None:
             try:
-                asyncio.run(self._server.serve())
+                asyncio.run(self._server.serve(sockets=[self._sock]))
             except BaseException as e:  # reported by start()
                 self._error = e
 
@@ -53,11 +69,7 @@ class ServerThread:
 
     @property
     def port(self) -> int:
-        servers: list[Any] = getattr(self._server, "servers", [])
-        for s in servers:
-            for sock in s.sockets:
-                return int(sock.getsockname()[1])
-        return self.state.config.port
+        return int(self._sock.getsockname()[1])
 
     @property
     def url(self) -> str:
@@ -73,6 +85,7 @@ class ServerThread:
             if self._thread.is_alive():
                 self._server.force_exit = True
                 self._thread.join(timeout)
+        self._sock.close()
 
     def __enter__(self) -> ServerThread:
         return self.start()
@@ -81,6 +94,13 @@ class ServerThread:
         self.stop()
 
 
-def serve_forever(state: ServerState, *, access_log: bool = True) -> None:
+def serve_forever(state: ServerState, *, sock: socket.socket | None = None,
+                  access_log: bool = True) -> None:
     """Serve on the calling thread until Ctrl+C / SIGTERM (uvicorn handles the signals)."""
-    uvicorn.Server(_uvicorn_config(state, access_log=access_log)).run()
+    config = _uvicorn_config(state, access_log=access_log)
+    if sock is None:
+        sock = bind_socket(state.config.host, state.config.port)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()

@@ -1,0 +1,121 @@
+"""`candlewick serve`: the OpenAI- and Ollama-compatible HTTP API on a local model.
+
+The socket opens first (so `/health` answers 503 while the model loads), the model loads on a
+background thread, and the checks that keep the server safe (no network bind without a key)
+run before anything is loaded or bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from app.cli.common import CliError, gpu_layers_arg, library, positive_int
+from engine.runtime import LoadParams, Model
+from engine.server import LoadedModel, ServerConfig, ServerState, serve_forever
+from engine.server.runner import bind_socket
+
+log = logging.getLogger("candlewick.serve")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("serve", help="serve a model over an OpenAI/Ollama-compatible HTTP API")
+    p.add_argument("--model", default="default",
+                   help="'default', a library id or a path to a .gguf file")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; others need an API key)")
+    p.add_argument("--port", type=int, default=8080)
+    key = p.add_mutually_exclusive_group()
+    key.add_argument("--api-key", default=None, help="require this key (Bearer token)")
+    key.add_argument("--api-key-file", type=Path, default=None,
+                     help="read the key from this file (keeps it out of the process list)")
+    p.add_argument("--parallel", type=positive_int, default=4,
+                   help="requests decoded together (slots)")
+    p.add_argument("--ctx", type=positive_int, default=4096,
+                   help="context length of each slot, in tokens")
+    p.add_argument("--gpu-layers", type=gpu_layers_arg, default="auto",
+                   help="layers to offload: N, 'auto' or 'all'")
+    p.add_argument("--threads", type=positive_int, default=None)
+    p.add_argument("--cors-origin", action="append", default=[],
+                   help="allow browser pages from this origin (repeatable; closed by default)")
+    p.add_argument("--max-queue", type=int, default=64,
+                   help="requests waiting for a slot before new ones get 429")
+    p.add_argument("--max-tokens", type=positive_int, default=4096,
+                   help="the most tokens one request may generate")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds a request may take, waiting included")
+    p.add_argument("--no-embeddings", action="store_true",
+                   help="turn /v1/embeddings and /api/embed off")
+    p.set_defaults(handler=run)
+
+
+def _read_key(args: argparse.Namespace) -> str | None:
+    if args.api_key_file is None:
+        key_arg: str | None = args.api_key
+        return key_arg
+    try:
+        key = str(args.api_key_file.read_text(encoding="utf-8")).strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError(f"cannot read the API key file {args.api_key_file}: {e}") from None
+    if not key:
+        raise CliError(f"the API key file {args.api_key_file} is empty")
+    return key
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_queue < 0:
+        raise CliError("--max-queue must be 0 or more")
+    if args.timeout <= 0:
+        raise CliError("--timeout must be positive")
+    config = ServerConfig(
+        host=args.host, port=args.port, api_key=_read_key(args),
+        cors_origins=tuple(args.cors_origin), max_queue=args.max_queue,
+        max_tokens_cap=args.max_tokens, default_max_tokens=min(512, args.max_tokens),
+        request_timeout_s=args.timeout,
+    )
+    config.validate()  # refuses an unsafe bind before loading anything
+    path = library().resolve(args.model)
+    model_id = args.model if args.model != "default" else "default"
+    if Path(args.model).suffix == ".gguf":
+        model_id = Path(args.model).stem
+    config = ServerConfig(**{**config.__dict__, "model_id": model_id})
+    params = LoadParams(n_ctx=args.ctx * args.parallel, n_seq_max=args.parallel,
+                        n_gpu_layers=args.gpu_layers, n_threads=args.threads)
+    params.validate()
+    state = ServerState(config)
+    holder: dict[str, Any] = {}
+    sock = bind_socket(config.host, config.port)
+    port = sock.getsockname()[1]
+
+    def load() -> None:
+        try:
+            model = Model(path, params)
+            holder["model"] = model
+            state.set_loaded(LoadedModel.build(model, model_id, max_queue=config.max_queue,
+                                               embeddings=not args.no_embeddings))
+            print(f"candlewick: serving {path.name} as '{model_id}' on "
+                  f"http://{_host(config.host)}:{port} ({args.parallel} slots"
+                  f"{', API key required' if config.api_key else ''})", file=sys.stderr)
+        except Exception as e:  # reported on /health and in the terminal
+            state.load_error = f"loading failed: {e}"
+            print(f"candlewick: error: {state.load_error}", file=sys.stderr)
+
+    loader = threading.Thread(target=load, name="candlewick-load", daemon=True)
+    loader.start()
+    try:
+        serve_forever(state, sock=sock, access_log=bool(args.verbose))
+    finally:
+        loader.join()
+        if state.loaded is not None:
+            state.loaded.close()
+        if "model" in holder:
+            holder["model"].close()
+    return 2 if state.load_error else 0
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
