@@ -211,6 +211,9 @@ def delete(args: argparse.Namespace) -> int:
     lib = library()
     plan = lib.plan_delete(args.id)
     what = plan.entry.label or plan.entry.path.name
+    if not args.yes and not sys.stdin.isatty():
+        raise CliError(f"not deleting '{plan.entry.id}' ({what}, frees "
+                       f"{human_bytes(plan.freed_bytes)}) without confirmation: add --yes")
     print(f"Delete '{plan.entry.id}' ({what}): frees {human_bytes(plan.freed_bytes)}",
           file=sys.stderr)
     for f in plan.files:
@@ -218,8 +221,6 @@ def delete(args: argparse.Namespace) -> int:
     if plan.warning:
         print(f"Warning: {plan.warning}", file=sys.stderr)
     if not args.yes:
-        if not sys.stdin.isatty():
-            raise CliError("not deleting without confirmation: add --yes")
         answer = input("Delete? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
             print("Nothing deleted.", file=sys.stderr)

@@ -420,7 +420,7 @@ class DownloadManager:
     def _fail(self, job: DownloadJob, message: str) -> None:
         with self._lock:
             job.status, job.error, job.speed_bps = FAILED, message, 0.0
-        log.warning("download %s failed: %s", job.id, message)
+        log.info("download %s failed: %s", job.id, message)  # the job carries it to the user
 
     def _prepare(self, job: DownloadJob) -> None:
         """Fill in the hash, size and commit from the Hub's file list when not known yet."""
