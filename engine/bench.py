@@ -374,8 +374,13 @@ def run_level(target: Target, prompts: Sequence[Prompt], concurrency: int, *,
                 on_done(tr)
 
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench") as pool:
-        for f in [pool.submit(worker) for _ in range(concurrency)]:
-            f.result()
+        futures = [pool.submit(worker) for _ in range(concurrency)]
+        try:
+            for f in futures:
+                f.result()
+        except BaseException:  # Ctrl+C: stop the requests in flight, don't wait them out
+            cancel.set()
+            raise
     return [t for t in traces if t is not None]
 
 

@@ -1,0 +1,318 @@
+"""`candlewick bench`: measure a model or a server with a realistic workload.
+
+    candlewick bench --model default --workload chat --concurrency 1,2,4
+    candlewick bench --url http://127.0.0.1:8080 --workload rag --out a.json --plot a.png
+    candlewick bench compare a.json b.json
+
+Exit codes: 0 done, 2 bad input, 3 every request failed (the table still says why), 130
+interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import threading
+from pathlib import Path
+from typing import Any, TextIO
+
+from app.cli.common import CliError, gpu_layers_arg, library, positive_int, print_json
+from engine.bench import (
+    BenchConfig,
+    BenchError,
+    EmbeddedTarget,
+    HttpTarget,
+    Progress,
+    SamplingSetup,
+    SchedulerTarget,
+    Target,
+    Tokenizer,
+    compare,
+    format_compare,
+    format_table,
+    local_server_pid,
+    run_benchmark,
+)
+from engine.bench_workloads import BUILTIN, Workload, WorkloadError, load_workload
+from engine.clients import APIS, ClientError, StreamingClient
+from engine.gguf import GGUFFile
+from engine.runtime import LoadParams, Model
+
+EXIT_ALL_FAILED = 3
+
+
+def concurrency_list(value: str) -> list[int]:
+    try:
+        levels = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a comma-separated list of whole numbers") from None
+    if not levels or any(c < 1 for c in levels):
+        raise argparse.ArgumentTypeError("levels must be whole numbers of at least 1")
+    if max(levels) > 256:
+        raise argparse.ArgumentTypeError("at most 256 concurrent requests")
+    return sorted(set(levels))
+
+
+def positive_float(value: str) -> float:
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not math.isfinite(x) or x <= 0:
+        raise argparse.ArgumentTypeError("must be greater than 0")
+    return x
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "bench", help="benchmark a model or an OpenAI/Ollama-compatible server",
+        description="Measure TTFT, prompt and generation speed, latency, throughput, failures "
+                    "and peak memory at several concurrency levels with a realistic workload.")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--model", default=None,
+                     help="run the embedded engine on this model ('default', a library id or "
+                          "a .gguf path); the default when --url is not given")
+    src.add_argument("--url", default=None,
+                     help="benchmark a running server, e.g. http://127.0.0.1:8080")
+    p.add_argument("--api", choices=APIS, default="openai", help="the server's API dialect")
+    p.add_argument("--api-key", default=None, help="Bearer key for the server")
+    p.add_argument("--server-model", default=None,
+                   help="model name to request from the server (default: the first it lists)")
+    p.add_argument("--tokenizer", default=None,
+                   help="model whose tokenizer counts tokens when the server reports no usage "
+                        "(default: the server's model file when it is on this machine)")
+    p.add_argument("--server-pid", type=positive_int, default=None,
+                   help="process to sample for peak memory (default: found for local URLs)")
+    p.add_argument("--workload", default="chat",
+                   help=f"{', '.join(BUILTIN)} or a JSONL file of prompts (default chat)")
+    p.add_argument("--concurrency", type=concurrency_list, default=[1, 2, 4],
+                   help="comma-separated concurrency levels (default 1,2,4)")
+    p.add_argument("--requests", type=positive_int, default=8,
+                   help="requests per concurrency level (default 8)")
+    p.add_argument("--max-tokens", type=positive_int, default=None,
+                   help="cap each prompt's output length (default: the workload's own)")
+    p.add_argument("--slo-ttft", type=positive_float, default=None,
+                   help="TTFT objective in seconds: report the largest concurrency meeting it")
+    p.add_argument("--timeout", type=positive_float, default=300.0,
+                   help="seconds one request may take before it counts as failed")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--warmup", type=int, default=1, help="untimed requests first (default 1)")
+    p.add_argument("--ctx", type=positive_int, default=None,
+                   help="embedded: context per request (default: fits the workload)")
+    p.add_argument("--gpu-layers", type=gpu_layers_arg, default="auto")
+    p.add_argument("--threads", type=positive_int, default=None)
+    p.add_argument("--no-bandwidth", action="store_true",
+                   help="skip the memory bandwidth measurement (no roofline)")
+    p.add_argument("--out", type=Path, default=None, help="write the full result as JSON")
+    p.add_argument("--plot", type=Path, default=None, help="write charts as PNG")
+    p.add_argument("--json", action="store_true", help="print the JSON result, not the table")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.set_defaults(handler=run)
+    csub = p.add_subparsers(dest="bench_command", metavar="{compare}")
+    c = csub.add_parser("compare", help="print B/A ratios of two results")
+    c.add_argument("a", type=Path, help="baseline result JSON (A)")
+    c.add_argument("b", type=Path, help="result JSON to compare (B)")
+    c.add_argument("--json", dest="compare_json", action="store_true",
+                   help="print the ratios as JSON")
+    c.set_defaults(handler=run_compare)
+
+
+# -- progress --------------------------------------------------------------------------------
+
+
+class ProgressBar:
+    """One live line on stderr when it is a terminal; otherwise a line per finished level."""
+
+    def __init__(self, stream: TextIO, enabled: bool) -> None:
+        self.stream = stream
+        self.enabled = enabled
+        self.tty = stream.isatty()
+        self._lock = threading.Lock()
+
+    def __call__(self, p: Progress) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            if p.phase == "warmup":
+                line = "warming up..."
+            elif p.phase == "bandwidth":
+                line = "measuring memory bandwidth..."
+            else:
+                width = 24
+                filled = width * p.done // max(1, p.total)
+                line = (f"level {p.level_index + 1}/{p.levels}  concurrency {p.concurrency:>3}"
+                        f"  [{'#' * filled}{'.' * (width - filled)}] {p.done}/{p.total}"
+                        f"  failed {p.failed}")
+            if self.tty:
+                self.stream.write("\r\033[K" + line)
+                if p.phase == "run" and p.done == p.total:
+                    self.stream.write("\n")
+            elif p.phase != "run" or p.done == p.total:
+                self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def finish(self) -> None:
+        if self.enabled and self.tty:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+def _workload(arg: str) -> Workload:
+    try:
+        return load_workload(arg)
+    except WorkloadError as e:
+        raise CliError(str(e)) from None
+
+
+def _context_for(tokenizer: Tokenizer, workload: Workload, cap: int | None) -> int:
+    """Smallest context (multiple of 256) that holds every prompt with its full answer."""
+    need = max(tokenizer.count_chat(p.messages) + (min(p.max_tokens, cap) if cap
+                                                   else p.max_tokens)
+               for p in workload.prompts)
+    return int(math.ceil((need + 16) / 256) * 256)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.bench_command == "compare":  # pragma: no cover - argparse routes it
+        return run_compare(args)
+    if args.warmup < 0:
+        raise CliError("--warmup must be 0 or more")
+    workload = _workload(args.workload)
+    config = BenchConfig(concurrency=args.concurrency, requests=args.requests,
+                         max_tokens=args.max_tokens, slo_ttft_s=args.slo_ttft,
+                         warmup=args.warmup, measure_bandwidth=not args.no_bandwidth)
+    config.validate()
+    sampling = SamplingSetup(temperature=args.temperature, seed=args.seed)
+    bar = ProgressBar(sys.stderr, not args.quiet and not args.json)
+    cancel = threading.Event()
+    command = ["candlewick", *sys.argv[1:]] if sys.argv[1:2] == ["bench"] else None
+    closers: list[Any] = []
+    try:
+        target: Target
+        model_file: GGUFFile | None = None
+        if args.url:
+            target, model_file = _http_target(args, sampling, closers)
+        else:
+            target, model_file = _embedded_target(args, workload, sampling, closers)
+        try:
+            result = run_benchmark(target, workload, config, model_file=model_file,
+                                   progress=bar, cancel=cancel, command=command)
+        except KeyboardInterrupt:
+            cancel.set()
+            raise
+        finally:
+            bar.finish()
+    finally:
+        for close in reversed(closers):
+            close()
+    return _report(args, result)
+
+
+def _embedded_target(args: argparse.Namespace, workload: Workload, sampling: SamplingSetup,
+                     closers: list[Any]) -> tuple[Target, GGUFFile]:
+    path = library().resolve(args.model or "default")
+    n_ctx = args.ctx
+    if n_ctx is None:
+        tok = Tokenizer(path)
+        try:
+            n_ctx = _context_for(tok, workload, args.max_tokens)
+        finally:
+            tok.close()
+    slots = max(args.concurrency)
+    # Concurrent requests share one context through the scheduler, each in its own sequence.
+    params = LoadParams(n_ctx=n_ctx * slots, n_seq_max=slots, n_gpu_layers=args.gpu_layers,
+                        n_threads=args.threads)
+    model = Model(path, params)
+    closers.append(model.close)
+    if slots == 1:
+        return EmbeddedTarget(model, sampling), model.gguf
+    from engine.scheduler import Scheduler
+
+    scheduler = Scheduler(model, n_slots=slots)
+    closers.append(scheduler.close)
+    return SchedulerTarget(model, scheduler, sampling), model.gguf
+
+
+def _http_target(args: argparse.Namespace, sampling: SamplingSetup, closers: list[Any]
+                 ) -> tuple[Target, GGUFFile | None]:
+    try:
+        client = StreamingClient(args.url, api=args.api, api_key=args.api_key,
+                                 model=args.server_model, timeout_s=args.timeout)
+    except ClientError as e:
+        raise CliError(str(e)) from None
+    if client.model is None:
+        try:
+            models = client.list_models()
+        except ClientError:
+            models = []  # unreachable or no list: the requests themselves will say why
+        client.model = models[0] if models else None
+    tokenizer: Tokenizer | None = None
+    tok_ref = args.tokenizer
+    if tok_ref is None and client.model and client.model.endswith(".gguf") \
+            and Path(client.model).is_file():
+        tok_ref = client.model  # llama.cpp servers often name the model by its path
+    if tok_ref is not None:
+        tokenizer = Tokenizer(library().resolve(tok_ref))
+        closers.append(tokenizer.close)
+    pid = args.server_pid or local_server_pid(client.url)
+    target = HttpTarget(client, tokenizer=tokenizer, server_pid=pid, sampling=sampling)
+    return target, tokenizer.gguf if tokenizer is not None else None
+
+
+def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
+    if args.out is not None:
+        try:
+            args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        except OSError as e:
+            raise CliError(f"cannot write {args.out}: {e.strerror or e}") from None
+    if args.plot is not None:
+        from engine.bench_plot import plot_result
+
+        try:
+            plot_result(result, args.plot)
+        except (OSError, ValueError) as e:
+            raise CliError(f"cannot write the chart {args.plot}: {e}") from None
+    if args.json:
+        print_json(result)
+    else:
+        t = result["target"]
+        what = t.get("url") or t.get("file")
+        print(f"{t.get('runtime', t['kind'])}: {what}  workload {result['workload']['name']}, "
+              f"{result['config']['requests_per_level']} requests per level")
+        print(format_table(result))
+    levels = result["levels"]
+    if levels and all(lv["succeeded"] == 0 for lv in levels):
+        return EXIT_ALL_FAILED
+    return 130 if result["cancelled"] else 0
+
+
+def _load_result(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CliError(f"no such file: {path}") from None
+    except (ValueError, UnicodeDecodeError):
+        raise CliError(f"{path} is not JSON") from None
+    if not isinstance(data, dict):
+        raise CliError(f"{path} is not a Candlewick benchmark result")
+    return data
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    a, b = _load_result(args.a), _load_result(args.b)
+    try:
+        rows = compare(a, b)
+    except BenchError as e:
+        raise CliError(f"{e} ({args.a.name}, {args.b.name})") from None
+    if args.compare_json:
+        print_json(rows)
+    else:
+        print(format_compare(rows, args.a.name, args.b.name))
+    return 0
