@@ -107,6 +107,9 @@ def register(sub: Any) -> None:
     p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--no-bandwidth", action="store_true",
                    help="skip the memory bandwidth measurement (no roofline)")
+    p.add_argument("--bandwidth-mib", type=positive_int, default=512,
+                   help="buffer size for the bandwidth measurement (default 512 MiB; keep it "
+                        "well above the CPU caches)")
     p.add_argument("--out", type=Path, default=None, help="write the full result as JSON")
     p.add_argument("--plot", type=Path, default=None, help="write charts as PNG")
     p.add_argument("--json", action="store_true", help="print the JSON result, not the table")
@@ -187,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
     workload = _workload(args.workload)
     config = BenchConfig(concurrency=args.concurrency, requests=args.requests,
                          max_tokens=args.max_tokens, slo_ttft_s=args.slo_ttft,
-                         warmup=args.warmup, measure_bandwidth=not args.no_bandwidth)
+                         warmup=args.warmup, measure_bandwidth=not args.no_bandwidth,
+                         bandwidth_bytes=args.bandwidth_mib << 20)
     config.validate()
     sampling = SamplingSetup(temperature=args.temperature, seed=args.seed)
     bar = ProgressBar(sys.stderr, not args.quiet and not args.json)
