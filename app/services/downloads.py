@@ -385,6 +385,7 @@ class DownloadManager:
 
     def _run(self, job: DownloadJob, stop: _Stop) -> None:
         try:
+            self.hub.check_online()
             self._prepare(job)
             self._notify(job)
             if self._transfer(job, stop):

@@ -284,6 +284,11 @@ class HubClient:
     def endpoint(self) -> str:
         return hub_endpoint(self._endpoint)
 
+    def check_online(self) -> None:
+        """Honour HF_HUB_OFFLINE (read now): the Hub is not contacted at all."""
+        if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+            raise HubOffline("offline mode is on (HF_HUB_OFFLINE): the Hub is not contacted")
+
     def _api(self) -> tuple[HfApi, str | None]:
         token = self._token()
         # token=False stops huggingface_hub from reading a token file behind our back when the
@@ -296,6 +301,7 @@ class HubClient:
         """GGUF repositories matching `query`. One request, no retry loop: huggingface_hub's
         `list_models` retries a dead connection for ~25 s, far too long to learn we are
         offline; the answer is parsed with its own ModelInfo."""
+        self.check_online()
         token = self._token()
         params: dict[str, Any] = {"filter": "gguf", "sort": _SORT_PARAM[sort], "limit": limit}
         if query:
@@ -319,6 +325,7 @@ class HubClient:
 
     def repo_details(self, repo_id: str, *, revision: str = "main", with_fit: bool = True
                      ) -> RepoDetails:
+        self.check_online()
         api, token = self._api()
         try:
             info = api.model_info(repo_id, revision=revision, files_metadata=True,

@@ -177,3 +177,13 @@ def test_fit_badge_reads_only_the_header(hub: HubEmulator, smollm2_path: Path) -
     assert big.fit_badge(d.repo_id, d.variant(name), d.commit or "main") == "fits on GPU"  # type: ignore[arg-type]
     tiny = HubClient(hub.url, fit=header_fit(cpu_only(64 * 1024 * 1024)))
     assert tiny.fit_badge(d.repo_id, d.variant(name), d.commit or "main") == "too big"  # type: ignore[arg-type]
+
+
+def test_hf_hub_offline_is_honoured(hub: HubEmulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    client = HubClient(hub.url)
+    with pytest.raises(HubOffline, match="HF_HUB_OFFLINE"):
+        client.search("smol")
+    with pytest.raises(HubOffline, match="HF_HUB_OFFLINE"):
+        client.repo_details("bartowski/SmolLM2-135M-Instruct-GGUF")
+    assert hub.requests == []  # not one request left the machine
