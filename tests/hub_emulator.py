@@ -385,9 +385,10 @@ def file_sha256(path: Path) -> str:
     return _SHA_CACHE[key]
 
 
-def tiny_gguf(path: Path, name: str = "tiny", n_embd: int = 64) -> Path:
+def tiny_gguf(path: Path, name: str = "tiny", n_embd: int = 64, *, shard: int = 0) -> Path:
     """A small but valid llama GGUF (header, metadata, two tensors), for tests that move
-    files around and do not need to run them."""
+    files around and do not need to run them. `shard=N>0` writes only layer N's tensor, like
+    a later part of a split model."""
     import numpy as np
     from gguf import GGUFWriter
 
@@ -402,8 +403,9 @@ def tiny_gguf(path: Path, name: str = "tiny", n_embd: int = 64) -> Path:
     w.add_head_count_kv(4)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(1)
-    w.add_tensor("token_embd.weight", np.zeros((32, n_embd), dtype=np.float16))
-    w.add_tensor("blk.0.attn_q.weight", np.ones((n_embd, n_embd), dtype=np.float16))
+    if shard == 0:
+        w.add_tensor("token_embd.weight", np.zeros((32, n_embd), dtype=np.float16))
+    w.add_tensor(f"blk.{shard}.attn_q.weight", np.ones((n_embd, n_embd), dtype=np.float16))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -7,6 +7,7 @@ license. Every Hub failure becomes a `HubError` whose `str()` is one line a user
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -430,10 +431,29 @@ class RangeSource:
         return bytes(out)
 
 
+def remote_gguf(hub: HubClient, repo_id: str, revision: str, variant: ModelVariant) -> Any:
+    """The parsed GGUF header of a model on the Hub (engine.gguf.GGUFFile), read with Range
+    requests. For a split model every shard's tensor table is read and merged."""
+    from engine.gguf import parse_gguf
+
+    headers = hub.headers()
+    parts = []
+    with httpx2.Client(follow_redirects=True, timeout=hub.timeout) as client:
+        for i, f in enumerate(variant.files):
+            src = RangeSource(client, hub.file_url(repo_id, f.filename, revision), headers,
+                              f.size)
+            # Only the first shard of a split model carries the architecture.
+            parts.append(parse_gguf(src, f.filename, check_architecture=i == 0))
+    gf = parts[0]
+    if len(parts) > 1:
+        gf = dataclasses.replace(gf, tensors=[t for p in parts for t in p.tensors],
+                                 file_size=variant.size, _by_name={})
+    return gf
+
+
 def header_fit(hardware: Any = None, params: Any = None) -> FitFunction:
     """A FitFunction using engine.memory's analytic estimate on the header read over HTTP.
     `hardware`/`params` default to this machine and the default load settings."""
-    from engine.gguf import parse_gguf
     from engine.memory import EstimateParams, estimate
 
     state: dict[str, Any] = {"hw": hardware}
@@ -443,11 +463,7 @@ def header_fit(hardware: Any = None, params: Any = None) -> FitFunction:
             from engine.hardware import detect
 
             state["hw"] = detect()
-        f = variant.first_file
-        with httpx2.Client(follow_redirects=True, timeout=hub.timeout) as client:
-            src = RangeSource(client, hub.file_url(repo_id, f.filename, revision),
-                              hub.headers(), f.size)
-            gf = parse_gguf(src, f.filename)
+        gf = remote_gguf(hub, repo_id, revision, variant)
         est = estimate(gf, params or EstimateParams(), hardware=state["hw"], method="analytic")
         return FIT_BADGES.get(est.verdict, est.verdict)
 

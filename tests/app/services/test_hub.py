@@ -16,11 +16,12 @@ from app.services.hub import (
     group_variants,
     header_fit,
     quantization_of,
+    remote_gguf,
 )
 from engine.gguf import read_gguf
 from engine.hardware import GiB, cpu_only, simulate
 from engine.memory import EstimateParams, estimate
-from tests.hub_emulator import HubEmulator, running_hub
+from tests.hub_emulator import HubEmulator, running_hub, tiny_gguf
 
 README = b"""---
 license: mit
@@ -187,3 +188,20 @@ def test_hf_hub_offline_is_honoured(hub: HubEmulator, monkeypatch: pytest.Monkey
     with pytest.raises(HubOffline, match="HF_HUB_OFFLINE"):
         client.repo_details("bartowski/SmolLM2-135M-Instruct-GGUF")
     assert hub.requests == []  # not one request left the machine
+
+
+def test_split_model_header_merges_every_shard(tmp_path: Path) -> None:
+    one = tiny_gguf(tmp_path / "one.gguf", "split", shard=0)
+    two = tiny_gguf(tmp_path / "two.gguf", "split", shard=1)
+    with running_hub() as emu:
+        r = emu.repo("me/split-GGUF")
+        r.add("m-F16-00001-of-00002.gguf", source=one)
+        r.add("m-F16-00002-of-00002.gguf", source=two)
+        client = HubClient(emu.url)
+        d = client.repo_details("me/split-GGUF")
+        (variant,) = d.variants
+        gf = remote_gguf(client, d.repo_id, d.commit or "main", variant)
+    local = [read_gguf(one), read_gguf(two)]
+    assert [t.name for t in gf.tensors] == [t.name for g in local for t in g.tensors]
+    assert gf.file_size == one.stat().st_size + two.stat().st_size
+    assert gf.metadata["general.name"] == "split"
