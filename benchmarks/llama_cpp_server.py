@@ -34,7 +34,7 @@ def main() -> None:
     from llama_cpp.server.__main__ import main as server_main
 
     sys.argv[0] = "llama_cpp.server"
-    server_main()
+    server_main()  # type: ignore[no-untyped-call]
 
 
 if __name__ == "__main__":
