@@ -1,15 +1,100 @@
-"""Builds and wires the desktop application (placeholder until the desktop issue lands)."""
+"""Builds and wires the desktop application: the one place where services, the engine thread
+and the window are created and connected."""
 
 from __future__ import annotations
 
+import asyncio
+import ctypes.util
+import logging
+import os
 import sys
+from collections.abc import Sequence
+
+import qasync
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QApplication
+
+from app.services.library import ModelLibrary
+from app.services.paths import AppPaths
+from app.ui.estimate import Estimator
+from app.ui.main_window import MainWindow
+from app.ui.worker import EngineHost, EngineWorker
+from engine.runtime import SamplingParams
 
 
-def run_app() -> int:
-    from PySide6.QtWidgets import QApplication, QLabel
+def platform_problem() -> str | None:
+    """Why Qt could not open a window here, as one line, or None.
 
-    app = QApplication.instance() or QApplication(sys.argv)
-    label = QLabel("Candlewick")
-    label.setWindowTitle("Candlewick")
-    label.show()
-    return int(app.exec())
+    Qt aborts the process (no exception) when its platform plugin cannot load, so the usual
+    causes are checked first.
+    """
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
+        return None
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        return ("no graphical display found (DISPLAY/WAYLAND_DISPLAY not set); "
+                "run it from a desktop session, or use `candlewick run` in a terminal")
+    if (os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
+            and ctypes.util.find_library("xcb-cursor") is None):
+        return ("Qt needs the xcb-cursor library to open a window: install it "
+                "(Debian/Ubuntu: sudo apt install libxcb-cursor0; Fedora: sudo dnf install "
+                "xcb-util-cursor) and start Candlewick again")
+    return None
+
+
+def settings_for(paths: AppPaths) -> QSettings:
+    paths.config.mkdir(parents=True, exist_ok=True)
+    return QSettings(str(paths.config / "window.ini"), QSettings.Format.IniFormat)
+
+
+def make_estimator() -> Estimator | None:
+    """The engine's memory estimate adapted to the widget (None: the widget says so)."""
+    from app.ui.memory_adapter import engine_estimator
+
+    try:
+        return engine_estimator()
+    except (OSError, RuntimeError) as e:  # hardware probing failed: show no numbers
+        logging.getLogger("candlewick").warning("memory estimate unavailable: %s", e)
+        return None
+
+
+def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None = None,
+                 worker: EngineWorker | None = None,
+                 estimator: Estimator | None = None,
+                 sampling: SamplingParams | None = None) -> MainWindow:
+    """Create the engine thread and the main window; the caller shows it and, at the end,
+    calls `window.engine.shutdown()`."""
+    paths = (paths or AppPaths.default()).ensure()
+    library = library or ModelLibrary(paths.models)
+    engine = EngineHost(worker)
+    return MainWindow(engine, library, settings_for(paths),
+                      estimator=estimator or make_estimator(), sampling=sampling)
+
+
+def run_app(argv: Sequence[str] | None = None) -> int:
+    problem = platform_problem()
+    if problem:
+        print(f"candlewick: error: {problem}", file=sys.stderr)
+        return 2
+    # Fractional scale factors (150%) drawn as they are, not rounded to 1x or 2x.
+    QGuiApplication.setHighDpiScaleFactorRoundingPolicy(
+        Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
+    app = QApplication.instance() or QApplication(list(argv or sys.argv))
+    QApplication.setApplicationName("Candlewick")
+    QApplication.setApplicationDisplayName("Candlewick")
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    window = build_window()
+    window.show()
+    window.focus_input()
+    closed = asyncio.Event()
+    app.aboutToQuit.connect(closed.set)
+    try:
+        with loop:
+            loop.run_until_complete(closed.wait())
+    finally:
+        window.engine.shutdown()
+    return 0
+
+
+__all__ = ["build_window", "platform_problem", "run_app"]

@@ -1,0 +1,112 @@
+"""The Qt item model of one conversation (a list: one row per message).
+
+It wraps a plain `Conversation`; a store can hand in a loaded one with `set_conversation`.
+Only the GUI thread calls it: engine signals are applied here, never by the worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QByteArray,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+)
+
+from app.ui.conversation import Conversation, Message, MessageState, Role
+from engine.runtime import GenerationStats
+
+ROLE_ROLE = Qt.ItemDataRole.UserRole + 1
+STATE_ROLE = Qt.ItemDataRole.UserRole + 2
+STATS_ROLE = Qt.ItemDataRole.UserRole + 3
+ERROR_ROLE = Qt.ItemDataRole.UserRole + 4
+MESSAGE_ROLE = Qt.ItemDataRole.UserRole + 5
+
+Index = QModelIndex | QPersistentModelIndex
+
+
+class ChatModel(QAbstractListModel):
+    def __init__(self, conversation: Conversation | None = None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._conv = conversation or Conversation()
+
+    # -- read ------------------------------------------------------------------------------
+
+    @property
+    def conversation(self) -> Conversation:
+        return self._conv
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self._conv.messages)
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or not 0 <= index.row() < len(self._conv.messages):
+            return None
+        m = self._conv.messages[index.row()]
+        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole):
+            return m.text
+        if role == Qt.ItemDataRole.AccessibleTextRole:
+            return f"{m.role}: {m.text}"
+        if role == ROLE_ROLE:
+            return m.role
+        if role == STATE_ROLE:
+            return m.state
+        if role == STATS_ROLE:
+            return m.stats
+        if role == ERROR_ROLE:
+            return m.error
+        if role == MESSAGE_ROLE:
+            return m
+        return None
+
+    def roleNames(self) -> dict[int, QByteArray]:
+        names = dict(super().roleNames())
+        for role, name in ((ROLE_ROLE, b"role"), (STATE_ROLE, b"state"),
+                           (STATS_ROLE, b"stats"), (ERROR_ROLE, b"error")):
+            names[role] = QByteArray(name)
+        return names
+
+    def message(self, row: int) -> Message:
+        return self._conv.messages[row]
+
+    # -- write (GUI thread only) -----------------------------------------------------------
+
+    def set_conversation(self, conversation: Conversation) -> None:
+        self.beginResetModel()
+        self._conv = conversation
+        self.endResetModel()
+
+    def clear(self) -> None:
+        self.set_conversation(Conversation())
+
+    def append(self, role: Role, text: str, state: MessageState = "done") -> int:
+        row = len(self._conv.messages)
+        self.beginInsertRows(QModelIndex(), row, row)
+        self._conv.messages.append(Message(role, text, state))
+        self.endInsertRows()
+        return row
+
+    def append_text(self, row: int, text: str) -> None:
+        self._conv.messages[row].text += text
+        self._changed(row, [Qt.ItemDataRole.DisplayRole])
+
+    def finish(self, row: int, stats: GenerationStats) -> None:
+        m = self._conv.messages[row]
+        m.stats = stats
+        m.state = "stopped" if stats.stop_reason == "cancelled" else "done"
+        self._changed(row, [STATE_ROLE, STATS_ROLE])
+
+    def fail(self, row: int, error: str) -> None:
+        m = self._conv.messages[row]
+        m.state = "error"
+        m.error = error
+        self._changed(row, [STATE_ROLE, ERROR_ROLE])
+
+    def _changed(self, row: int, roles: list[int]) -> None:
+        idx = self.index(row, 0)
+        self.dataChanged.emit(idx, idx, roles)

@@ -1,0 +1,357 @@
+"""The chat: messages rendered as Markdown (code blocks with a Copy button), an input box
+where Enter sends and Shift+Enter starts a new line, and Send/Stop buttons.
+
+The view follows a `ChatModel` through its signals. While a reply streams only the last
+Markdown segment of the last message is re-rendered, so the cost of an update stays small
+however long the reply grows.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import QFontDatabase, QGuiApplication, QKeyEvent, QTextOption
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.ui.chat_model import ChatModel
+from app.ui.conversation import Message
+from engine.runtime import GenerationStats
+
+_FENCE = re.compile(r"^ {0,3}(```|~~~)\s*([\w+#.-]*)\s*$")
+
+
+@dataclass(frozen=True)
+class Segment:
+    kind: str  # "text" | "code"
+    text: str
+    lang: str = ""
+
+
+def split_markdown(text: str) -> list[Segment]:
+    """Split Markdown into prose and fenced code blocks. An unclosed fence (a reply still
+    streaming) is code up to the end."""
+    out: list[Segment] = []
+    buf: list[str] = []
+    fence: str | None = None
+    lang = ""
+    for line in text.split("\n"):
+        m = _FENCE.match(line)
+        if fence is None and m:
+            if buf:
+                out.append(Segment("text", "\n".join(buf)))
+            buf, fence, lang = [], m.group(1), m.group(2)
+        elif fence is not None and m and m.group(1) == fence and not m.group(2):
+            out.append(Segment("code", "\n".join(buf), lang))
+            buf, fence, lang = [], None, ""
+        else:
+            buf.append(line)
+    if fence is not None:
+        out.append(Segment("code", "\n".join(buf), lang))
+    elif buf and any(s.strip() for s in buf):
+        out.append(Segment("text", "\n".join(buf)))
+    return out
+
+
+def format_stats(stats: GenerationStats) -> str:
+    parts = [f"TTFT {stats.ttft_s:.2f} s", f"{stats.gen_tps:.1f} tok/s",
+             f"{stats.gen_tokens} tokens"]
+    if stats.stop_reason == "cancelled":
+        parts.append("stopped")
+    elif stats.stop_reason == "length":
+        parts.append("length limit")
+    elif stats.stop_reason == "context_full":
+        parts.append("context full")
+    return " · ".join(parts)
+
+
+class CodeBlock(QFrame):
+    def __init__(self, code: str, lang: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setObjectName("codeBlock")
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 4, 6, 6)
+        lay.setSpacing(2)
+        head = QHBoxLayout()
+        self.lang_label = QLabel(lang or "code")
+        self.lang_label.setEnabled(False)  # dimmed, from the palette
+        self.copy_button = QToolButton()
+        self.copy_button.setText("Copy")
+        self.copy_button.setAccessibleName("Copy code")
+        self.copy_button.setToolTip("Copy this code block to the clipboard")
+        self.copy_button.clicked.connect(self.copy)
+        head.addWidget(self.lang_label)
+        head.addStretch(1)
+        head.addWidget(self.copy_button)
+        lay.addLayout(head)
+        self.editor = QPlainTextEdit()
+        self.editor.setReadOnly(True)
+        self.editor.setAccessibleName("Code")
+        self.editor.setWordWrapMode(QTextOption.WrapMode.NoWrap)
+        self.editor.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.editor.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        lay.addWidget(self.editor)
+        self.set_code(code, lang)
+
+    @property
+    def code(self) -> str:
+        return self.editor.toPlainText()
+
+    def set_code(self, code: str, lang: str) -> None:
+        self.lang_label.setText(lang or "code")
+        if code != self.editor.toPlainText():
+            self.editor.setPlainText(code)
+        lines = max(1, code.count("\n") + 1)
+        fm = self.editor.fontMetrics()
+        frame = 2 * self.editor.frameWidth() + 8
+        bar = self.editor.horizontalScrollBar().sizeHint().height()
+        self.editor.setFixedHeight(lines * fm.lineSpacing() + frame + bar)
+
+    def copy(self) -> None:
+        QGuiApplication.clipboard().setText(self.code)
+        self.copy_button.setText("Copied")
+        QTimer.singleShot(1500, self, lambda: self.copy_button.setText("Copy"))
+
+
+class MarkdownBody(QWidget):
+    """Prose segments as Markdown labels, code segments as `CodeBlock`s."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._lay = QVBoxLayout(self)
+        self._lay.setContentsMargins(0, 0, 0, 0)
+        self._lay.setSpacing(6)
+        self._segments: list[Segment] = []
+        self._widgets: list[QWidget] = []
+
+    @property
+    def widgets(self) -> list[QWidget]:
+        return list(self._widgets)
+
+    def set_markdown(self, text: str) -> None:
+        segs = split_markdown(text)
+        for i, seg in enumerate(segs):
+            if i < len(self._segments) and self._segments[i] == seg:
+                continue  # unchanged: most of a streaming reply
+            if i < len(self._widgets) and self._segments[i].kind == seg.kind:
+                self._update(self._widgets[i], seg)
+            else:
+                w = self._make(seg)
+                if i < len(self._widgets):
+                    old = self._widgets[i]
+                    self._lay.replaceWidget(old, w)
+                    old.deleteLater()
+                    self._widgets[i] = w
+                else:
+                    self._lay.addWidget(w)
+                    self._widgets.append(w)
+        for w in self._widgets[len(segs):]:
+            self._lay.removeWidget(w)
+            w.deleteLater()
+        del self._widgets[len(segs):]
+        self._segments = segs
+
+    def _make(self, seg: Segment) -> QWidget:
+        if seg.kind == "code":
+            return CodeBlock(seg.text, seg.lang)
+        label = QLabel()
+        label.setTextFormat(Qt.TextFormat.MarkdownText)
+        label.setWordWrap(True)
+        label.setOpenExternalLinks(True)
+        label.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        label.setText(seg.text)
+        return label
+
+    def _update(self, w: QWidget, seg: Segment) -> None:
+        if isinstance(w, CodeBlock):
+            w.set_code(seg.text, seg.lang)
+        elif isinstance(w, QLabel):
+            w.setText(seg.text)
+
+
+class MessageWidget(QFrame):
+    ROLE_TITLES: ClassVar[dict[str, str]] = {
+        "user": "You", "assistant": "Assistant", "system": "System"}
+
+    def __init__(self, message: Message, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName(f"message-{message.role}")
+        self.setFrameShape(QFrame.Shape.StyledPanel if message.role == "user"
+                           else QFrame.Shape.NoFrame)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(10, 6, 10, 6)
+        self.title = QLabel(f"<b>{self.ROLE_TITLES.get(message.role, message.role)}</b>")
+        self.body = MarkdownBody()
+        self.error_label = QLabel()
+        self.error_label.setWordWrap(True)
+        self.error_label.setObjectName("messageError")
+        self.error_label.setStyleSheet("color: #c62828;")  # readable on light and dark
+        self.footer = QLabel()
+        self.footer.setObjectName("statsFooter")
+        self.footer.setEnabled(False)
+        self.footer.setAccessibleName("Reply statistics")
+        lay.addWidget(self.title)
+        lay.addWidget(self.body)
+        lay.addWidget(self.error_label)
+        lay.addWidget(self.footer)
+        self.sync(message)
+
+    def sync(self, message: Message) -> None:
+        self.body.set_markdown(message.text)
+        self.setAccessibleName(f"{self.ROLE_TITLES.get(message.role, message.role)} message")
+        if message.state == "error" and message.error:
+            self.error_label.setText(message.error)
+        self.error_label.setVisible(message.state == "error")
+        if message.stats is not None:
+            self.footer.setText(format_stats(message.stats))
+        elif message.state == "streaming":
+            self.footer.setText("generating…")
+        else:
+            self.footer.clear()
+        self.footer.setVisible(message.role == "assistant" and bool(self.footer.text()))
+
+
+class ChatInput(QPlainTextEdit):
+    """Enter sends; Shift+Enter inserts a new line."""
+
+    submitted = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setPlaceholderText("Ask anything — Enter sends, Shift+Enter adds a line")
+        self.setAccessibleName("Message input")
+        self.setTabChangesFocus(True)
+
+    def keyPressEvent(self, e: QKeyEvent) -> None:
+        if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
+            e.modifiers() & Qt.KeyboardModifier.ShiftModifier
+        ):
+            text = self.toPlainText().strip()
+            if text:
+                self.submitted.emit(text)
+            e.accept()
+            return
+        super().keyPressEvent(e)
+
+
+class ChatView(QWidget):
+    send_requested = Signal(str)
+    stop_requested = Signal()
+
+    def __init__(self, model: ChatModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.model = model
+        self._widgets: list[MessageWidget] = []
+        self._follow = True  # keep the newest text in view unless the user scrolled up
+
+        self.scroll_area = QScrollArea()
+        self.scroll_area.setWidgetResizable(True)
+        self.scroll_area.setAccessibleName("Conversation")
+        self._inner = QWidget()
+        self._list = QVBoxLayout(self._inner)
+        self._list.setContentsMargins(8, 8, 8, 8)
+        self._list.setSpacing(8)
+        self._list.addStretch(1)
+        self.scroll_area.setWidget(self._inner)
+        self.empty_label = QLabel("Select a model on the left, type a question and press Enter.")
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_label.setEnabled(False)
+        self._list.insertWidget(0, self.empty_label)
+        bar = self.scroll_area.verticalScrollBar()
+        bar.rangeChanged.connect(self._on_range)
+        bar.valueChanged.connect(self._on_scrolled)
+
+        self.input = ChatInput()
+        self.input.setMaximumHeight(120)
+        self.input.submitted.connect(self._submit)
+        self.send_button = QPushButton("Send")
+        self.send_button.setAccessibleName("Send message")
+        self.send_button.clicked.connect(lambda: self.input.submitted.emit(
+            self.input.toPlainText().strip()) if self.input.toPlainText().strip() else None)
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setAccessibleName("Stop generating")
+        self.stop_button.setToolTip("Stop generating (Esc)")
+        self.stop_button.clicked.connect(self.stop_requested)
+        self.set_busy(False)
+
+        row = QHBoxLayout()
+        row.addWidget(self.input, 1)
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addStretch(1)
+        row.addLayout(buttons)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.addWidget(self.scroll_area, 1)
+        lay.addLayout(row)
+
+        model.rowsInserted.connect(self._on_inserted)
+        model.dataChanged.connect(self._on_changed)
+        model.modelReset.connect(self._rebuild)
+        model.rowsRemoved.connect(self._rebuild)
+        self._rebuild()
+
+    @property
+    def message_widgets(self) -> list[MessageWidget]:
+        return list(self._widgets)
+
+    def set_busy(self, busy: bool) -> None:
+        self.stop_button.setEnabled(busy)
+        self.send_button.setEnabled(not busy)
+
+    def _submit(self, text: str) -> None:
+        if not self.send_button.isEnabled():
+            return  # a reply is still streaming; keep what the user typed
+        self.input.clear()
+        self.send_requested.emit(text)
+
+    def _rebuild(self) -> None:
+        for w in self._widgets:
+            self._list.removeWidget(w)
+            w.deleteLater()
+        self._widgets = []
+        for row in range(self.model.rowCount()):
+            self._insert(row)
+        self.empty_label.setVisible(not self._widgets)
+
+    def _insert(self, row: int) -> None:
+        w = MessageWidget(self.model.message(row))
+        self._list.insertWidget(row + 1, w)  # after the empty-state label
+        self._widgets.insert(row, w)
+
+    def _on_inserted(self, _parent: QModelIndex | QPersistentModelIndex, first: int,
+                     last: int) -> None:
+        for row in range(first, last + 1):
+            self._insert(row)
+        self.empty_label.setVisible(False)
+        self._follow = True
+
+    def _on_changed(self, top: QModelIndex | QPersistentModelIndex,
+                    bottom: QModelIndex | QPersistentModelIndex, _roles: object = None) -> None:
+        for row in range(top.row(), bottom.row() + 1):
+            if 0 <= row < len(self._widgets):
+                self._widgets[row].sync(self.model.message(row))
+
+    def _on_range(self, _lo: int, hi: int) -> None:
+        if self._follow:
+            self.scroll_area.verticalScrollBar().setValue(hi)
+
+    def _on_scrolled(self, value: int) -> None:
+        bar = self.scroll_area.verticalScrollBar()
+        self._follow = value >= bar.maximum() - 4

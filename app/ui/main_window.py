@@ -1,0 +1,235 @@
+"""The main window: library (and other side tabs) | chat | performance panel.
+
+Everything it shows is handed in (engine host, library, estimator, settings); app/main.py
+builds those. Geometry and splitter positions are kept in the given QSettings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QSplitter,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.services.library import DEFAULT_MODEL_ID, ModelLibrary
+from app.ui.chat_model import ChatModel
+from app.ui.chat_view import ChatView
+from app.ui.controller import ChatController
+from app.ui.estimate import Estimator
+from app.ui.library_model import LibraryModel
+from app.ui.library_panel import LibraryPanel
+from app.ui.perf_panel import GpuProbe, PerfPanel, _no_gpus
+from app.ui.worker import EngineHost, LoadedModel
+from engine.runtime import LoadParams, SamplingParams
+
+TITLE = "Candlewick"
+
+
+class ErrorBanner(QFrame):
+    """Errors shown in the window, readable, dismissable."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("errorBanner")
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setStyleSheet("#errorBanner { background: #fdecea; border: 1px solid #c62828; }"
+                           "#errorBanner QLabel { color: #8e0000; }")
+        self.label = QLabel()
+        self.label.setWordWrap(True)
+        self.label.setAccessibleName("Error message")
+        self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        close = QToolButton()
+        close.setText("✕")
+        close.setAccessibleName("Dismiss error")
+        close.clicked.connect(self.hide)
+        lay = QHBoxLayout(self)
+        lay.setContentsMargins(8, 4, 4, 4)
+        lay.addWidget(self.label, 1)
+        lay.addWidget(close)
+        self.hide()
+
+    def show_message(self, text: str) -> None:
+        self.label.setText(text)
+        self.show()
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, engine: EngineHost, library: ModelLibrary, settings: QSettings,
+                 estimator: Estimator | None = None, gpu_probe: GpuProbe = _no_gpus,
+                 sampling: SamplingParams | None = None,
+                 chat_model: ChatModel | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle(TITLE)
+        self.engine = engine
+        self.library = library
+        self.settings = settings
+
+        self.library_model = LibraryModel(parent=self)
+        self.library_panel = LibraryPanel(self.library_model, estimator)
+        self.chat_model = chat_model or ChatModel(parent=self)
+        self.chat_view = ChatView(self.chat_model)
+        self.perf_panel = PerfPanel(gpu_probe)
+        self.controller = ChatController(engine, self.chat_model, self._model_choice,
+                                         sampling, parent=self)
+        self.banner = ErrorBanner()
+
+        self.side_tabs = QTabWidget()
+        self.side_tabs.setAccessibleName("Models")
+        self.side_tabs.addTab(self.library_panel, "Library")
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.setObjectName("mainSplitter")
+        self.splitter.addWidget(self.side_tabs)
+        self.splitter.addWidget(self.chat_view)
+        self.splitter.addWidget(self.perf_panel)
+        self.splitter.setStretchFactor(0, 0)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setStretchFactor(2, 0)
+        self.splitter.setSizes([420, 640, 300])
+        central = QWidget()
+        lay = QVBoxLayout(central)
+        lay.setContentsMargins(6, 6, 6, 6)
+        lay.addWidget(self.banner)
+        lay.addWidget(self.splitter, 1)
+        self.setCentralWidget(central)
+        self.model_label = QLabel("No model loaded")
+        self.statusBar().addPermanentWidget(self.model_label)
+
+        self._wire()
+        self._actions()
+        self.refresh_library()
+        self.restore_state()
+
+    # -- wiring ----------------------------------------------------------------------------
+
+    def _wire(self) -> None:
+        w = self.engine.worker
+        lp, pp, c = self.library_panel, self.perf_panel, self.controller
+        lp.load_requested.connect(self._load)
+        lp.cancel_requested.connect(c.cancel_load)
+        lp.eject_requested.connect(c.eject)
+        w.progress.connect(lp.set_progress)
+        w.loaded.connect(self._on_loaded)
+        w.load_cancelled.connect(self._on_unloaded)  # the old model was freed first
+        w.unloaded.connect(self._on_unloaded)
+        w.started.connect(pp.on_started)
+        w.tokens.connect(pp.on_tokens)
+        w.finished.connect(pp.on_finished)
+        w.failed.connect(pp.on_failed)
+        w.failed.connect(self._on_failed)
+        self.chat_view.send_requested.connect(self._send)
+        self.chat_view.stop_requested.connect(c.stop)
+        c.busy_changed.connect(self.chat_view.set_busy)
+        c.error.connect(self.show_error)
+        c.notice.connect(lambda text: self.statusBar().showMessage(text, 5000))
+
+    def _actions(self) -> None:
+        def action(text: str, keys: QKeySequence | QKeySequence.StandardKey | str,
+                   slot: Callable[[], object]) -> QAction:
+            a = QAction(text, self)
+            a.setShortcut(QKeySequence(keys))
+            a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            a.triggered.connect(slot)
+            self.addAction(a)
+            return a
+
+        self.new_chat_action = action("New chat", QKeySequence.StandardKey.New,
+                                      self.controller.new_chat)
+        self.focus_input_action = action("Focus input", "Ctrl+L", self.focus_input)
+        self.stop_action = action("Stop", "Esc", self.controller.stop)
+        self.quit_action = action("Quit", QKeySequence.StandardKey.Quit, self.close)
+        menu = self.menuBar().addMenu("&Chat")
+        for a in (self.new_chat_action, self.focus_input_action, self.stop_action):
+            menu.addAction(a)
+        menu.addSeparator()
+        menu.addAction(self.quit_action)
+
+    def add_side_tab(self, title: str, widget: QWidget) -> None:
+        """Another view of models (downloads, the hub) next to the library."""
+        self.side_tabs.addTab(widget, title)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def refresh_library(self) -> None:
+        selected = self.library_panel.selected_entry()
+        keep = selected.id if selected else str(self.settings.value("library/selected",
+                                                                    DEFAULT_MODEL_ID))
+        self.library_model.set_entries(self.library.entries())
+        if not self.library_panel.select(keep):
+            self.library_panel.select(DEFAULT_MODEL_ID)
+
+    def focus_input(self) -> None:
+        self.chat_view.input.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    def show_error(self, message: str) -> None:
+        self.banner.show_message(message)
+
+    def _model_choice(self) -> tuple[Path, LoadParams] | None:
+        path = self.library_panel.selected_path()
+        if path is None:
+            return None
+        return path, self.library_panel.load_params()
+
+    def _load(self, path: Path, params: LoadParams) -> None:
+        self.library_panel.set_loading(True)
+        self.controller.load(path, params)
+
+    def _send(self, text: str) -> None:
+        loaded = self.controller.loaded
+        choice = self._model_choice()
+        if choice is not None and (loaded is None or loaded.path != choice[0]):
+            self.library_panel.set_loading(True)
+        self.banner.hide()
+        self.controller.send(text)
+
+    def _on_loaded(self, info: LoadedModel) -> None:
+        self.library_panel.set_loaded(info)
+        self.perf_panel.on_loaded(info)
+        self.model_label.setText(f"{info.name} · ctx {info.n_ctx:,}")
+
+    def _on_unloaded(self) -> None:
+        self.library_panel.set_loaded(None)
+        self.perf_panel.on_unloaded()
+        self.model_label.setText("No model loaded")
+
+    def _on_failed(self, _message: str) -> None:
+        if self.controller.loaded is None:
+            self.library_panel.set_loaded(None)
+            self.model_label.setText("No model loaded")
+
+    # -- persistence -----------------------------------------------------------------------
+
+    def restore_state(self) -> None:
+        geo = self.settings.value("window/geometry")
+        if isinstance(geo, QByteArray) and not geo.isEmpty():
+            self.restoreGeometry(geo)
+        else:
+            self.resize(1360, 860)
+        split = self.settings.value("window/splitter")
+        if isinstance(split, QByteArray) and not split.isEmpty():
+            self.splitter.restoreState(split)
+
+    def save_state(self) -> None:
+        self.settings.setValue("window/geometry", self.saveGeometry())
+        self.settings.setValue("window/splitter", self.splitter.saveState())
+        entry = self.library_panel.selected_entry()
+        if entry is not None:
+            self.settings.setValue("library/selected", entry.id)
+        self.settings.sync()
+
+    def closeEvent(self, e: QCloseEvent) -> None:
+        self.save_state()
+        self.controller.stop()
+        super().closeEvent(e)

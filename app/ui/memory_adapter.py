@@ -1,0 +1,54 @@
+"""Adapts `engine.memory.estimate` to what the estimate widget shows.
+
+The panel re-estimates on every slider step, so this uses the analytic method (GGUF header
+only, no llama.cpp call) over a header parsed once per file, and the hardware probed once
+with the free RAM refreshed each time. engine/memory.py's tests check the analytic numbers
+against real loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from app.ui.estimate import EstimateView, Verdict
+from engine import hardware, memory
+from engine.gguf import GGUFFile, read_gguf
+from engine.runtime import LoadParams
+
+_VERDICTS: dict[str, Verdict] = {"fits_gpu": "fits", "ram_only": "fits",
+                                 "partial_offload": "partial", "does_not_fit": "no"}
+
+
+def to_view(est: memory.MemoryEstimate) -> EstimateView:
+    cpu = est.device(memory.CPU)
+    gpus = [d for d in est.devices if d.name != memory.CPU]
+    free_vram = sum(d.free_bytes or 0 for d in gpus) if gpus else None
+    return EstimateView(
+        weights=est.weights_bytes, kv=est.kv_bytes, compute=est.compute_bytes,
+        output=est.output_bytes, ram=est.ram_bytes, vram=est.vram_bytes,
+        free_ram=cpu.free_bytes if cpu is not None else None, free_vram=free_vram,
+        gpu_layers=est.gpu_layers, verdict=_VERDICTS.get(est.verdict, "no"),
+        reason=est.reason,
+    )
+
+
+def engine_estimator(probe: Callable[[], hardware.Hardware] = hardware.detect
+                     ) -> Callable[[Path, LoadParams], EstimateView]:
+    hw_base = probe()
+    headers: dict[tuple[str, int, int], GGUFFile] = {}
+
+    def estimate(path: Path, params: LoadParams) -> EstimateView:
+        st = path.stat()
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        gf = headers.get(key)
+        if gf is None:
+            gf = headers[key] = read_gguf(path)
+        _total, avail = hardware.ram()
+        hw = dataclasses.replace(hw_base, ram_available_bytes=avail)
+        est = memory.estimate(gf, memory.EstimateParams.from_load_params(params),
+                              hardware=hw, method="analytic")
+        return to_view(est)
+
+    return estimate

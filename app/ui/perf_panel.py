@@ -1,0 +1,226 @@
+"""The live performance panel: TTFT, prompt and generation speed (current and rolling),
+context use, process RAM, VRAM per GPU, CPU load, and a chart of tokens/s and memory.
+
+It listens to the engine's signals (cheap: a few attribute writes each) and samples the
+process on a timer (400 ms) while it is shown, so it never adds work per token.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import psutil
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt, QTimer
+from PySide6.QtGui import (
+    QColor,
+    QHideEvent,
+    QPainter,
+    QPainterPath,
+    QPaintEvent,
+    QPalette,
+    QPen,
+    QShowEvent,
+)
+from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
+
+from app.ui.library_model import human_bytes
+from app.ui.worker import LoadedModel
+from engine.runtime import GenerationStats
+
+TICK_MS = 400
+ROLLING_TICKS = 8  # ~3 s of samples for the rolling average
+HISTORY = 300  # chart points: 2 minutes at 400 ms
+TPS_COLOR = "#4e79a7"
+RAM_COLOR = "#f28e2b"
+
+# (name, used bytes, total bytes) per GPU; an empty list when there is none.
+GpuProbe = Callable[[], Sequence[tuple[str, int, int]]]
+
+
+def _no_gpus() -> Sequence[tuple[str, int, int]]:
+    return ()
+
+
+class Chart(QWidget):
+    """Two series over time, each on its own scale: tokens/s (left) and RAM (right)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.tps: deque[float] = deque(maxlen=HISTORY)
+        self.ram: deque[float] = deque(maxlen=HISTORY)
+        self.setMinimumHeight(120)
+        self.setAccessibleName("Tokens per second and memory chart")
+
+    def sizeHint(self) -> QSize:
+        return QSize(260, 160)
+
+    def add(self, tps: float, ram_bytes: float) -> None:
+        self.tps.append(tps)
+        self.ram.append(ram_bytes)
+        self.update()
+
+    def paintEvent(self, _e: QPaintEvent) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        pal = self.palette()
+        fm = self.fontMetrics()
+        top = fm.height() + 4
+        area = QRectF(4, top, self.width() - 8, self.height() - top - 4)
+        p.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
+        p.setBrush(pal.color(QPalette.ColorRole.Base))
+        p.drawRect(area)
+        tps_max = max(max(self.tps, default=0.0), 1.0) * 1.15
+        ram_max = max(max(self.ram, default=0.0), 1.0) * 1.15
+        p.setPen(QColor(TPS_COLOR))
+        p.drawText(4, fm.ascent() + 1, f"tok/s (max {tps_max / 1.15:.0f})")
+        label = f"RAM (max {human_bytes(ram_max / 1.15)})"
+        p.setPen(QColor(RAM_COLOR))
+        p.drawText(int(self.width() - 4 - fm.horizontalAdvance(label)), fm.ascent() + 1, label)
+        for series, vmax, color in ((self.ram, ram_max, RAM_COLOR),
+                                    (self.tps, tps_max, TPS_COLOR)):
+            if len(series) < 2:
+                continue
+            path = QPainterPath()
+            step = area.width() / (HISTORY - 1)
+            x0 = area.right() - step * (len(series) - 1)
+            for i, v in enumerate(series):
+                pt = QPointF(x0 + i * step, area.bottom() - area.height() * v / vmax)
+                if i == 0:
+                    path.moveTo(pt)
+                else:
+                    path.lineTo(pt)
+            p.setPen(QPen(QColor(color), 2))
+            p.setBrush(Qt.BrushStyle.NoBrush)
+            p.drawPath(path)
+        p.end()
+
+
+class PerfPanel(QWidget):
+    def __init__(self, gpu_probe: GpuProbe = _no_gpus, tick_ms: int = TICK_MS,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._gpu_probe = gpu_probe
+        self._proc = psutil.Process()
+        self._proc.cpu_percent(None)  # first call primes the counter
+        self._ncpu = psutil.cpu_count() or 1
+        self.timer = QTimer(self)
+        self.timer.setInterval(tick_ms)
+        self.timer.timeout.connect(self.tick)
+
+        self.n_ctx = 0
+        self.generating = False
+        self.prompt_tokens = 0
+        self.gen_tokens = 0
+        self.ttft_s: float | None = None
+        self.prompt_tps: float | None = None
+        self.gen_tps: float | None = None  # last finished reply, llama.cpp counters
+        self.current_tps = 0.0
+        self.rolling: deque[float] = deque(maxlen=ROLLING_TICKS)
+        self.ticks = 0
+        self._t_start = 0.0
+        self._last_n = 0
+        self._last_t = 0.0
+
+        self.labels: dict[str, QLabel] = {}
+        box = QGroupBox("Performance")
+        form = QFormLayout(box)
+        for key, title in (("ttft", "Time to first token"), ("pp", "Prompt processing"),
+                           ("tg", "Generation (now)"), ("tg_avg", "Generation (rolling)"),
+                           ("tg_last", "Generation (last reply)"), ("ctx", "Context used"),
+                           ("ram", "Process RAM"), ("vram", "VRAM"), ("cpu", "CPU load")):
+            label = QLabel("—")
+            label.setAccessibleName(title)
+            label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            self.labels[key] = label
+            form.addRow(title, label)
+        self.chart = Chart()
+        lay = QVBoxLayout(self)
+        lay.addWidget(box)
+        lay.addWidget(self.chart, 1)
+
+    # -- engine events (GUI thread) --------------------------------------------------------
+
+    def on_loaded(self, info: LoadedModel) -> None:
+        self.n_ctx = info.n_ctx
+        self._show_ctx()
+
+    def on_unloaded(self) -> None:
+        self.n_ctx = 0
+        self._show_ctx()
+
+    def on_started(self, prompt_tokens: int) -> None:
+        self.generating = True
+        self.prompt_tokens = prompt_tokens
+        self.gen_tokens = 0
+        self.ttft_s = None
+        self._t_start = self._last_t = time.perf_counter()
+        self._last_n = 0
+        self.rolling.clear()
+        self._show_ctx()
+
+    def on_tokens(self, _text: str, n_total: int) -> None:
+        if self.ttft_s is None:
+            self.ttft_s = time.perf_counter() - self._t_start
+            self._last_t = time.perf_counter()
+            self._last_n = n_total
+        self.gen_tokens = n_total
+
+    def on_finished(self, stats: GenerationStats) -> None:
+        self.generating = False
+        self.gen_tokens = stats.gen_tokens
+        self.ttft_s = stats.ttft_s
+        self.prompt_tps = stats.prompt_tps or None
+        self.gen_tps = stats.gen_tps or None
+        self.current_tps = 0.0
+        self.refresh_labels()
+
+    def on_failed(self, _message: str) -> None:
+        self.generating = False
+        self.current_tps = 0.0
+
+    # -- sampling --------------------------------------------------------------------------
+
+    def showEvent(self, e: QShowEvent) -> None:
+        super().showEvent(e)
+        self.timer.start()
+
+    def hideEvent(self, e: QHideEvent) -> None:
+        self.timer.stop()
+        super().hideEvent(e)
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self.generating and self.ttft_s is not None and now > self._last_t:
+            self.current_tps = (self.gen_tokens - self._last_n) / (now - self._last_t)
+            self.rolling.append(self.current_tps)
+            self._last_n, self._last_t = self.gen_tokens, now
+        self.ticks += 1
+        self.refresh_labels()
+
+    @property
+    def rolling_tps(self) -> float | None:
+        return sum(self.rolling) / len(self.rolling) if self.rolling else None
+
+    def refresh_labels(self) -> None:
+        lab = self.labels
+        rss = self._proc.memory_info().rss
+        lab["ttft"].setText(f"{self.ttft_s:.2f} s" if self.ttft_s is not None else "—")
+        lab["pp"].setText(f"{self.prompt_tps:.0f} tok/s" if self.prompt_tps else "—")
+        lab["tg"].setText(f"{self.current_tps:.1f} tok/s" if self.generating else "idle")
+        roll = self.rolling_tps
+        lab["tg_avg"].setText(f"{roll:.1f} tok/s" if roll is not None else "—")
+        lab["tg_last"].setText(f"{self.gen_tps:.1f} tok/s" if self.gen_tps else "—")
+        lab["ram"].setText(human_bytes(rss))
+        gpus = list(self._gpu_probe())
+        lab["vram"].setText("; ".join(f"{n}: {human_bytes(u)} / {human_bytes(t)}"
+                                      for n, u, t in gpus) if gpus else "no GPU in use")
+        cpu = self._proc.cpu_percent(None) / self._ncpu
+        lab["cpu"].setText(f"{cpu:.0f}% of {self._ncpu} cores")
+        self._show_ctx()
+        self.chart.add(self.current_tps if self.generating else 0.0, float(rss))
+
+    def _show_ctx(self) -> None:
+        used = self.prompt_tokens + self.gen_tokens
+        self.labels["ctx"].setText(f"{used:,} / {self.n_ctx:,} tokens" if self.n_ctx else "—")

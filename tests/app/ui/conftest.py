@@ -1,0 +1,36 @@
+"""Qt fixtures: fail a test that leaves a QThread or QTimer running."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+from PySide6.QtCore import QThread, QTimer
+from PySide6.QtWidgets import QApplication
+
+
+def _running_qt_objects() -> list[str]:
+    running = []
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, QThread) and obj.isRunning():
+                running.append(f"QThread {obj.objectName() or obj!r}")
+            elif isinstance(obj, QTimer) and obj.isActive():
+                parent = obj.parent()
+                running.append(f"QTimer of {type(parent).__name__ if parent else None}")
+        except RuntimeError:  # the C++ object is already gone
+            continue
+    return running
+
+
+@pytest.fixture(autouse=True)
+def no_running_qt_objects(qapp: QApplication) -> Iterator[None]:
+    """Autouse fixtures set up first and tear down last: this runs after a test's own
+    fixtures have closed their windows and engine threads."""
+    yield
+    for _ in range(3):
+        qapp.processEvents()
+    gc.collect()
+    left = _running_qt_objects()
+    assert not left, f"test left Qt threads/timers running: {left}"
