@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, quote, unquote, urlparse
 
 CHUNK = 256 * 1024
 
@@ -98,8 +98,8 @@ class HubEmulator:
         self.released = threading.Event()
         self.held = threading.Event()  # set when a transfer reached its hold point
         self.requests: list[dict[str, Any]] = []
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._servers: list[ThreadingHTTPServer] = []
+        self._threads: list[threading.Thread] = []
 
     def repo(self, repo_id: str, **kw: Any) -> EmuRepo:
         r = EmuRepo(repo_id, **kw)
@@ -108,9 +108,13 @@ class HubEmulator:
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        port = self._server.server_address[1]
-        return f"http://127.0.0.1:{port}"
+        return f"http://127.0.0.1:{self._servers[0].server_address[1]}"
+
+    @property
+    def cdn_url(self) -> str:
+        """A second origin, like the real Hub's CDN: huggingface_hub does not follow a
+        redirect to another origin in its HEAD call, and httpx drops Authorization there."""
+        return f"http://127.0.0.1:{self._servers[1].server_address[1]}"
 
     def start(self) -> HubEmulator:
         emu = self
@@ -118,20 +122,23 @@ class HubEmulator:
         class Handler(_Handler):
             emulator = emu
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="hub-emulator",
-                                        kwargs={"poll_interval": 0.05})
-        self._thread.start()
+        for name in ("hub-emulator", "hub-emulator-cdn"):
+            server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            server.daemon_threads = True
+            t = threading.Thread(target=server.serve_forever, name=name,
+                                 kwargs={"poll_interval": 0.05})
+            self._servers.append(server)
+            self._threads.append(t)
+            t.start()
         return self
 
     def stop(self) -> None:
         self.released.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join()
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+        for t in self._threads:
+            t.join()
 
     def file_requests(self, path: str) -> list[dict[str, Any]]:
         with self.lock:
@@ -293,7 +300,8 @@ class _Handler(BaseHTTPRequestHandler):
             # Like the real Hub: LFS files redirect to a CDN; the HEAD answer carries the hash
             # and the size in X-Linked-* headers.
             self.send_response(302)
-            self.send_header("Location", f"/cdn/{f.sha256}/{repo_id}/{filename}")
+            self.send_header("Location", f"{self.emulator.cdn_url}/cdn/{f.sha256}/{repo_id}/"
+                                         f"{quote(filename)}")
             self.send_header("X-Linked-Etag", f'"{f.sha256}"')
             self.send_header("X-Linked-Size", str(f.size))
             self.send_header("ETag", f'"{f.sha256}"')
