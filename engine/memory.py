@@ -479,11 +479,40 @@ def dry_run(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: int =
 Source = str | os.PathLike[str] | GGUFFile
 
 
+_SPLIT_NAME = re.compile(r"^(.*)-(\d{5})-of-(\d{5})\.gguf$")
+
+
+def split_names(name: str, count: int) -> list[str] | None:
+    """File names of all parts of a split GGUF (llama.cpp's `-00001-of-0000N.gguf` scheme)."""
+    m = _SPLIT_NAME.match(name)
+    if not m or count < 2:
+        return None
+    return [f"{m.group(1)}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+
+
+def merge_splits(parts: Sequence[GGUFFile]) -> GGUFFile:
+    """One header with the tensors of every part (weights are spread over the parts)."""
+    first = parts[0]
+    return replace(first, tensors=[t for gf in parts for t in gf.tensors],
+                   file_size=sum(gf.file_size for gf in parts), _by_name={})
+
+
+def split_count(gf: GGUFFile) -> int:
+    n = gf.metadata.get("split.count", 1)
+    return int(n) if isinstance(n, int) else 1
+
+
 def _load(source: Source) -> tuple[GGUFFile, Path | None]:
     if isinstance(source, GGUFFile):
         return source, None
     path = Path(source)
-    return read_gguf(path), path
+    gf = read_gguf(path)
+    names = split_names(path.name, split_count(gf))
+    if names:
+        # The first part holds the metadata; the others hold the rest of the tensor table.
+        gf = merge_splits([gf if n == path.name else read_gguf(path.with_name(n))
+                           for n in names])
+    return gf, path
 
 
 def estimate(source: Source, params: EstimateParams | None = None, *,
@@ -509,7 +538,16 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
         raise EngineError("a dry run needs the model file on disk; use the analytic method")
     dry: DryRun | None = None
     if file_path is not None and method != "analytic":
-        dry = dry_run(file_path, p)
+        try:
+            dry = dry_run(file_path, p)
+        except EngineError as e:
+            if method == "dry-run":
+                raise
+            # e.g. an architecture newer than this llama.cpp: the header still tells a lot.
+            notes.append(f"llama.cpp could not size this model ({e}); analytic estimate")
+    if split_count(gf) > 1 and len(gf.tensors) < int(gf.metadata.get("split.tensors.count",
+                                                                     0) or 0):
+        notes.append("only part of a split model was read; weights are under-counted")
     if dry is None and spec.recurrent:
         notes.append(f"{spec.architecture} keeps a recurrent state that the analytic model "
                      "does not cover; download the file for an exact dry run")

@@ -129,7 +129,21 @@ class RemoteHeader:
 def read_remote_gguf(ref: str, *, endpoint: str | None = None, timeout: float = 30.0,
                      check_architecture: bool = True) -> RemoteHeader:
     """Parse the header of `hf:owner/repo/file.gguf` or an http(s) URL, reading only it."""
+    from engine.memory import merge_splits, split_count, split_names
+
     url = hf_url(ref, endpoint=endpoint) if ref.startswith("hf:") else ref
     src = HttpRangeSource(url, timeout=timeout)
     gf = parse_gguf(src, src.name, check_architecture=check_architecture)
-    return RemoteHeader(gf, url, src.size, src.bytes_fetched, src.requests)
+    total, read, requests = src.size, src.bytes_fetched, src.requests
+    names = split_names(src.name, split_count(gf))
+    if names:
+        # A split model: the other parts' headers hold the rest of the tensor table.
+        base = url[: len(url) - len(urllib.parse.quote(src.name))]
+        parts = [gf]
+        for name in names[1:]:
+            part = HttpRangeSource(base + urllib.parse.quote(name), timeout=timeout)
+            parts.append(parse_gguf(part, name, check_architecture=False))
+            total, read, requests = (total + part.size, read + part.bytes_fetched,
+                                     requests + part.requests)
+        gf = merge_splits(parts)
+    return RemoteHeader(gf, url, total, read, requests)

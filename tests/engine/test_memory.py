@@ -155,3 +155,4 @@ def test_does_not_fit_names_the_reason_and_a_context_that_fits(smollm2_path: Pat
     with pytest.raises(DoesNotFitError, match="RAM"):
         est.check()
     at.check()
+

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,8 @@ from engine.gguf import GGUFError, read_gguf
 from engine.hardware import GiB, cpu_only
 from engine.memory import EstimateParams, estimate
 from engine.remote_gguf import HttpRangeSource, RemoteGGUFError, hf_url, read_remote_gguf
+
+PLENTY = cpu_only(64 * GiB)
 
 
 @dataclass
@@ -133,3 +136,63 @@ def test_bad_remote_references(server: tuple[str, Served], ref: str, message: st
 def test_unreachable_host() -> None:
     with pytest.raises(RemoteGGUFError, match="cannot reach"):
         read_remote_gguf("http://127.0.0.1:9/model.gguf", timeout=2)
+
+
+def write_split_model(folder: Path) -> tuple[Path, int]:
+    """A tiny two-part GGUF in llama.cpp's split layout; returns part 1 and all tensor bytes."""
+    import gguf
+    import numpy as np
+
+    tensors: list[dict[str, Any]] = [
+        {"token_embd.weight": np.ones((100, 64), np.float32)},
+        {f"blk.{i}.{n}": np.ones((64, 64), np.float16) for i in range(2)
+         for n in ("attn_q.weight", "ffn_up.weight")},
+    ]
+    n_all = sum(len(t) for t in tensors)
+    first = folder / "tiny-00001-of-00002.gguf"
+    for no, part in enumerate(tensors):
+        w = gguf.GGUFWriter(str(folder / f"tiny-{no + 1:05d}-of-00002.gguf"), "llama")
+        if no == 0:
+            w.add_block_count(2)
+            w.add_embedding_length(64)
+            w.add_feed_forward_length(128)
+            w.add_head_count(4)
+            w.add_head_count_kv(2)
+            w.add_context_length(512)
+        w.add_uint16("split.no", no)
+        w.add_uint16("split.count", 2)
+        w.add_int32("split.tensors.count", n_all)
+        for name, arr in part.items():
+            w.add_tensor(name, arr)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+    total = 100 * 64 * 4 + 4 * 64 * 64 * 2
+    return first, total
+
+
+def test_split_gguf_counts_every_part(tmp_path: Path) -> None:
+    first, total = write_split_model(tmp_path)
+    est = estimate(first, EstimateParams(n_ctx=512, n_gpu_layers=0), hardware=PLENTY,
+                   method="analytic")
+    assert est.weights_bytes == total
+    assert not est.notes
+    # Only the first part on disk: the estimate says its weights are incomplete.
+    (tmp_path / "tiny-00002-of-00002.gguf").rename(tmp_path / "elsewhere.gguf")
+    with pytest.raises(GGUFError, match="not found"):
+        estimate(first, EstimateParams(n_ctx=512), hardware=PLENTY, method="analytic")
+    partial = estimate(read_gguf(first), EstimateParams(n_ctx=512), hardware=PLENTY)
+    assert partial.weights_bytes < total and "split model" in partial.notes[0]
+
+
+def test_split_gguf_over_http(server: tuple[str, Served], tmp_path: Path) -> None:
+    base, state = server
+    first, total = write_split_model(tmp_path)
+    for part in sorted(tmp_path.glob("tiny-*.gguf")):
+        state.files[f"/split/{part.name}"] = part
+    head = read_remote_gguf(f"{base}/split/{first.name}")
+    assert head.requests >= 4  # two parts: a size probe and the header of each
+    assert head.file_bytes == sum(p.stat().st_size for p in tmp_path.glob("tiny-*.gguf"))
+    est = estimate(head.gguf, EstimateParams(n_ctx=512, n_gpu_layers=0), hardware=PLENTY)
+    assert est.weights_bytes == total and not est.notes
