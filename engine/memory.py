@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -422,6 +423,11 @@ def _mib(text: str) -> int:
     return round(float(text) * MiB)
 
 
+# One dry run at a time: the log capture collects lines from every thread, and two dry runs
+# would read each other's buffer sizes. (A real load running meanwhile can still interleave.)
+_dry_run_lock = threading.Lock()
+
+
 def dry_run(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: int = 0) -> DryRun:
     """Let llama.cpp size its buffers without reading weights or allocating (see module doc)."""
     from engine.runtime import _FLASH, _last_error, use_extra_buffers
@@ -434,7 +440,7 @@ def dry_run(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: int =
     mp.load_mode = C.LLAMA_LOAD_MODE_NONE  # never mmap with no_alloc: llama.cpp aborts
     mp.use_extra_bufts = use_extra_buffers(p.extra_buffers)
     name = Path(path).name
-    with llama_lib.capture_log() as lines:
+    with _dry_run_lock, llama_lib.capture_log() as lines:
         model = C.llama_model_load_from_file(str(path).encode(), mp)
         if not model:
             raise EngineError(f"llama.cpp could not read {name}: {_last_error(lines)}")

@@ -156,3 +156,27 @@ def test_does_not_fit_names_the_reason_and_a_context_that_fits(smollm2_path: Pat
         est.check()
     at.check()
 
+
+
+def test_falls_back_to_analytic_when_llama_cpp_cannot_size(tmp_path: Path) -> None:
+    """A header llama.cpp refuses (here: a llama without its attention tensors)."""
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "broken.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_embedding_length(64)
+    w.add_feed_forward_length(128)
+    w.add_head_count(4)
+    w.add_context_length(512)
+    w.add_tensor("token_embd.weight", np.ones((100, 64), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    est = estimate(path, EstimateParams(n_ctx=512), hardware=PLENTY)
+    assert est.method == "analytic" and "could not size" in est.notes[0]
+    assert est.weights_bytes == 100 * 64 * 4
+    with pytest.raises(EngineError, match="could not read"):
+        estimate(path, EstimateParams(n_ctx=512), hardware=PLENTY, method="dry-run")
