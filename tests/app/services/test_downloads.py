@@ -280,3 +280,18 @@ def test_gated_repo_needs_a_token_and_the_token_is_never_written(
             if f.is_file() and not f.is_symlink() and f.stat().st_size < 50_000_000:
                 assert secret.encode() not in f.read_bytes(), f
     assert secret not in caplog.text
+
+
+def test_huggingface_hub_alone_accepts_corrupt_bytes(hub: HubEmulator, cache: Path,
+                                                     tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why Candlewick verifies: huggingface_hub stores bytes that differ from the LFS hash
+    without a word, against the same emulator."""
+    import tqdm
+
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)  # no monitor thread left behind
+    hub.corrupt.add(KEY)
+    path = Path(hf_hub_download(REPO, FILE, cache_dir=tmp_path / "plain", endpoint=hub.url))
+    expected = hub.repos[REPO].files[FILE].sha256
+    assert path.resolve().name == expected  # filed under the advertised hash...
+    assert file_sha256(path) != expected  # ...but the bytes are not those

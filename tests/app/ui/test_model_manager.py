@@ -214,3 +214,32 @@ def test_token_field_session_only_and_gated_download(
     for f in candlewick_home.rglob("*"):
         if f.is_file() and not f.is_symlink():
             assert secret.encode() not in f.read_bytes(), f
+
+
+def test_downloads_list_survives_a_restart(qtbot: QtBot, hub: HubEmulator,
+                                           tmp_path: Path) -> None:
+    hub.hold_at[(REPO, FILE)] = 6_000_000
+    first = Setup(hub.url, tmp_path)
+    qtbot.addWidget(first.view)
+    try:
+        first.view.open_repo(REPO)
+        qtbot.waitUntil(lambda: first.view.files.rowCount() == 2, timeout=10_000)
+        first.view.files.selectRow(cells(first.view.files, 0).index(FILE))
+        first.view.download_selected()
+        assert hub.held.wait(30)
+    finally:
+        first.close()  # the app quits mid-download
+    hub.released.set()
+    del hub.hold_at[(REPO, FILE)]
+    second = Setup(hub.url, tmp_path)  # and starts again
+    qtbot.addWidget(second.view)
+    try:
+        v = second.view
+        assert cells(v.jobs, 0) == [FILE] and cells(v.jobs, 1) == ["paused"]
+        assert v.jobs.item(0, 1).toolTip() == "interrupted when the app closed"
+        v.jobs.selectRow(0)
+        with qtbot.waitSignal(v.library_changed, timeout=60_000):
+            qtbot.mouseClick(v.resume_button, Qt.MouseButton.LeftButton)
+        assert cells(v.jobs, 1) == ["verified"] and "downloaded" in cells(v.local, 1)
+    finally:
+        second.close()
