@@ -551,6 +551,9 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
                 raise
             # e.g. an architecture newer than this llama.cpp: the header still tells a lot.
             notes.append(f"llama.cpp could not size this model ({e}); analytic estimate")
+    if spec.n_ctx_train and p.n_ctx > spec.n_ctx_train:
+        notes.append(f"the context ({p.n_ctx}) is longer than the model was trained for "
+                     f"({spec.n_ctx_train}); quality may drop beyond that")
     if split_count(gf) > 1 and len(gf.tensors) < int(gf.metadata.get("split.tensors.count",
                                                                      0) or 0):
         notes.append("only part of a split model was read; weights are under-counted")
