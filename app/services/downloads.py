@@ -456,7 +456,18 @@ class DownloadManager:
             raise DownloadError(f"the Hub gives no hash for {job.filename}: it cannot be verified")
         final = part.with_suffix("")
         if final.exists():
-            return True  # another job or tool already fetched and placed this blob
+            # Another tool (or an earlier run) placed this blob. huggingface_hub files bytes
+            # under the advertised hash without checking them, so check before trusting it.
+            with self._lock:
+                job.status = VERIFYING
+            self._notify(job)
+            if _hash_prefix(final, final.stat().st_size, git_sha1=job.sha256 is None,
+                            size=job.size).hexdigest() == (job.sha256 or job.blob_id):
+                return True
+            final.unlink()
+            with self._lock:
+                job.status = DOWNLOADING
+                job.note = "replaced a corrupt copy found in the Hugging Face cache"
         part.parent.mkdir(parents=True, exist_ok=True)
         have = part.stat().st_size if part.exists() else 0
         if have > job.size:

@@ -295,3 +295,31 @@ def test_huggingface_hub_alone_accepts_corrupt_bytes(hub: HubEmulator, cache: Pa
     expected = hub.repos[REPO].files[FILE].sha256
     assert path.resolve().name == expected  # filed under the advertised hash...
     assert file_sha256(path) != expected  # ...but the bytes are not those
+
+
+def test_blob_already_in_the_cache_is_checked_not_trusted(hub: HubEmulator, cache: Path,
+                                                          tmp_path: Path, smollm2_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    import tqdm
+
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)
+    hub.corrupt.add(KEY)
+    hf_hub_download(REPO, FILE, cache_dir=cache, endpoint=hub.url)  # another tool, bad bytes
+    hub.corrupt.clear()
+    fetched = len(hub.file_requests(FILE))
+    dm = manager(hub, tmp_path / "downloads.json")
+    try:
+        job = dm.wait(dm.add(REPO, FILE).id, 120)
+        assert job is not None and job.status == DONE
+        assert job.note == "replaced a corrupt copy found in the Hugging Face cache"
+        assert file_sha256(Path(job.path or "")) == file_sha256(smollm2_path)
+        assert len(hub.file_requests(FILE)) > fetched  # fetched again
+        # A good copy already there is verified and used as it is: no bytes fetched.
+        dm.remove(job.id)
+        fetched = len(hub.file_requests(FILE))
+        again = dm.wait(dm.add(REPO, FILE).id, 120)
+        assert again is not None and again.status == DONE and again.note is None
+        assert len(hub.file_requests(FILE)) == fetched
+    finally:
+        dm.close()
