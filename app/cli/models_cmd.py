@@ -202,9 +202,12 @@ def _follow(manager: DownloadManager, ids: list[str], total: int) -> list[Downlo
                   file=sys.stderr, flush=True)
             last = now
         manager.wait(pending, timeout=0.25)
-    if tty:
-        print(file=sys.stderr)
-    return [j for j in (manager.get(i) for i in ids) if j is not None]
+    final = [j for j in (manager.get(i) for i in ids) if j is not None]
+    got = sum(j.done_bytes for j in final)
+    line = (f"downloading: {human_bytes(got)} / {human_bytes(total)} "
+            f"({100 * got / max(total, 1):.0f}%)")
+    print(("\r" + line.ljust(70) + "\n") if tty else line, file=sys.stderr, flush=True)
+    return final
 
 
 def delete(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ license. Every Hub failure becomes a `HubError` whose `str()` is one line a user
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -26,6 +27,8 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils._headers import build_hf_headers
 from huggingface_hub.utils._http import hf_raise_for_status
+
+log = logging.getLogger("candlewick.hub")
 
 SortKey = Literal["downloads", "likes", "updated"]
 _SORT_PARAM = {"downloads": "downloads", "likes": "likes", "updated": "lastModified"}
@@ -360,8 +363,11 @@ class HubClient:
             return "unknown"
         try:
             return self.fit(self, repo_id, revision, variant)
+        except HubAccessError:
+            return "unknown (needs access)"
         except Exception as e:  # a badge must never break the file list
-            return f"unknown ({type(e).__name__})"
+            log.debug("fit estimate for %s/%s failed: %s", repo_id, variant.name, e)
+            return "unknown"
 
     def file_url(self, repo_id: str, filename: str, revision: str = "main") -> str:
         return (f"{self.endpoint}/{repo_id}/resolve/{quote(revision, safe='')}/"
@@ -408,6 +414,8 @@ class RangeSource:
                 raise HubError("the GGUF header is too large to read over the network")
             r = self._client.get(self._url, headers={**self._headers,
                                                      "Range": f"bytes={start}-{end}"})
+            if r.status_code in (401, 403):
+                raise HubAccessError("the file needs access to the repository")
             if r.status_code not in (200, 206):
                 raise HubError(f"HTTP {r.status_code} while reading the GGUF header")
             data = r.content

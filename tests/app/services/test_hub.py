@@ -151,7 +151,7 @@ def test_gated_repo_lists_files_but_explains_access(smollm2_path: Path) -> None:
         # the header) fails with a 401 and says "unknown" rather than breaking the listing.
         d = HubClient(emu.url, fit=header_fit(cpu_only(8 * GiB))).repo_details(
             "google/gemma-gated")
-        assert d.gated and d.fits["gemma-Q4_1.gguf"].startswith("unknown")
+        assert d.gated and d.fits["gemma-Q4_1.gguf"] == "unknown (needs access)"
         with_token = HubClient(emu.url, token=lambda: "hf_granted",
                                fit=header_fit(cpu_only(8 * GiB)))
         assert with_token.repo_details("google/gemma-gated").fits["gemma-Q4_1.gguf"] == \
