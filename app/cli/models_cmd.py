@@ -58,6 +58,11 @@ def register(sub: Any) -> None:
                     help="copy the file into Candlewick's folder (default: link to it in place)")
     im.set_defaults(handler=import_model)
 
+    tk = msub.add_parser("token", help="save the Hugging Face access token (read from stdin) "
+                         "in the system keyring, for gated/private repositories")
+    tk.add_argument("--clear", action="store_true", help="forget the saved token")
+    tk.set_defaults(handler=token)
+
 
 def _hub_errors(handler: Callable[[argparse.Namespace], int]
                 ) -> Callable[[argparse.Namespace], int]:
@@ -237,4 +242,28 @@ def import_model(args: argparse.Namespace) -> int:
     entry = library().import_file(args.path, mode="copy" if args.copy else "link")
     how = "copied into the library" if args.copy else "linked (the file stays where it is)"
     print(f"Imported {args.path.name} as '{entry.id}', {how}")
+    return 0
+
+
+def token(args: argparse.Namespace) -> int:
+    store = TokenStore()
+    if args.clear:
+        store.clear()
+        print("Hub token forgotten.")
+        return 0
+    if not store.keyring_available:
+        # A session-only token would vanish when this command exits: say so, store nothing.
+        raise CliError("no system keyring is available to keep the token; set the HF_TOKEN "
+                       "environment variable instead")
+    if sys.stdin.isatty():
+        import getpass
+
+        value = getpass.getpass("Hugging Face token (input hidden): ")
+    else:
+        value = sys.stdin.readline()
+    try:
+        result = store.set(value)
+    except ValueError as e:
+        raise CliError(str(e)) from None
+    print(result.message)
     return 0

@@ -160,3 +160,10 @@ def test_import_link_copy_and_bad_file(tmp_path: Path) -> None:
     bad.write_bytes(b"<html>nope</html>" + b" " * 64)
     assert "HTML page" in one_line_error(cli("import", str(bad)))
     assert "cannot be deleted" in one_line_error(cli("delete", "default", "--yes"))
+
+
+def test_token_without_a_keyring_points_to_hf_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    # keyring honours this variable: the process sees no usable backend, nothing is stored.
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    r = cli("token", stdin="hf_NotStoredAnywhere\n")
+    assert "HF_TOKEN" in one_line_error(r)
