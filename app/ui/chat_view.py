@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
-from PySide6.QtGui import QFontDatabase, QGuiApplication, QKeyEvent, QTextOption
+from PySide6.QtGui import QFontDatabase, QGuiApplication, QHideEvent, QKeyEvent, QTextOption
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -94,6 +94,11 @@ class CodeBlock(QFrame):
         self.copy_button.setAccessibleName("Copy code")
         self.copy_button.setToolTip("Copy this code block to the clipboard")
         self.copy_button.clicked.connect(self.copy)
+        # Puts "Copy" back after a moment; a child timer dies with the block.
+        self._reset = QTimer(self)
+        self._reset.setSingleShot(True)
+        self._reset.setInterval(1500)
+        self._reset.timeout.connect(lambda: self.copy_button.setText("Copy"))
         head.addWidget(self.lang_label)
         head.addStretch(1)
         head.addWidget(self.copy_button)
@@ -124,7 +129,12 @@ class CodeBlock(QFrame):
     def copy(self) -> None:
         QGuiApplication.clipboard().setText(self.code)
         self.copy_button.setText("Copied")
-        QTimer.singleShot(1500, self, lambda: self.copy_button.setText("Copy"))
+        self._reset.start()
+
+    def hideEvent(self, e: QHideEvent) -> None:
+        self._reset.stop()
+        self.copy_button.setText("Copy")
+        super().hideEvent(e)
 
 
 class MarkdownBody(QWidget):
