@@ -1,0 +1,144 @@
+"""`candlewick bench` end to end: embedded engine, llama_cpp.server, `candlewick serve`, failures
+and `bench compare`, each through the real command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.engine.clients.bench_servers import (
+    FaultServer,
+    candlewick_serve,
+    free_port,
+    llama_cpp_server,
+)
+
+FAST = ["--requests", "2", "--max-tokens", "8", "--warmup", "0"]
+LEVEL_FIELDS = ("ttft_p50", "ttft_p95", "latency_p50", "latency_p95", "prompt_tps_p50",
+                "gen_tps_p50", "total_throughput_tps", "failure_rate", "peak_ram_bytes",
+                "requests_per_s")
+
+
+def cli(*args: str, timeout: float = 280) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def assert_complete(result: dict[str, object], levels: list[int]) -> None:
+    lvs = result["levels"]
+    assert isinstance(lvs, list) and [lv["concurrency"] for lv in lvs] == levels
+    for lv in lvs:
+        assert lv["succeeded"] == lv["requests"], lv["error_samples"]
+        for f in LEVEL_FIELDS:
+            assert lv[f] is not None, f
+    machine = result["machine"]
+    assert isinstance(machine, dict) and machine["cpu"] and machine["ram_bytes"]
+
+
+def test_embedded_run_json(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    r = cli("bench", "--model", "default", "--concurrency", "1", "--bandwidth-mib", "64",
+            "--slo-ttft", "30", "--out", str(out), "--json", *FAST)
+    assert r.returncode == 0, r.stderr
+    printed = json.loads(r.stdout)
+    assert printed == json.loads(out.read_text())
+    assert_complete(printed, [1])
+    assert printed["max_concurrency_meeting_slo"] == 1
+    assert printed["roofline"]["achieved_pct"] > 0
+    assert printed["target"]["quantization"] and printed["target"]["n_ctx"] >= 256
+    assert printed["command"][:2] == ["candlewick", "bench"]
+    assert r.stderr == ""  # --json: no progress bar
+
+
+def test_unreachable_url_is_reported_as_failures(tmp_path: Path) -> None:
+    out = tmp_path / "dead.json"
+    r = cli("bench", "--url", f"http://127.0.0.1:{free_port()}", "--concurrency", "1,2",
+            "--no-bandwidth", "--out", str(out), *FAST)
+    assert r.returncode == 3
+    assert "Traceback" not in r.stderr
+    assert "0/2" in r.stdout and "connection refused" in r.stdout
+    result = json.loads(out.read_text())
+    assert [lv["failure_rate"] for lv in result["levels"]] == [1.0, 1.0]
+
+
+def test_server_errors_are_reported_as_failures(tmp_path: Path) -> None:
+    with FaultServer("http500") as srv:
+        r = cli("bench", "--url", srv.url, "--concurrency", "2", "--no-bandwidth", *FAST)
+    assert r.returncode == 3
+    assert "Traceback" not in r.stderr
+    assert "HTTP 500: model crashed" in r.stdout
+    assert len(srv.requests) == 2
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--workload", "nope"], "no workload 'nope'"),
+    (["--url", "localhost:8080"], "not an http(s) URL"),
+    (["--model", "no-such-model"], "no model called 'no-such-model'"),
+    (["--concurrency", "0"], "levels must be whole numbers"),
+    (["--concurrency", "a,b"], "not a comma-separated list"),
+    (["--slo-ttft", "-1"], "must be greater than 0"),
+    (["--model", "default", "--url", "http://x"], "not allowed with argument"),
+])
+def test_bad_input_is_one_line(args: list[str], message: str) -> None:
+    r = cli("bench", *args)
+    assert r.returncode == 2
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_compare_bad_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json", encoding="utf-8")
+    other = tmp_path / "other.json"
+    other.write_text('{"hello": 1}', encoding="utf-8")
+    r = cli("bench", "compare", str(bad), str(other))
+    assert r.returncode == 2 and "is not JSON" in r.stderr
+    r = cli("bench", "compare", str(other), str(other))
+    assert r.returncode == 2 and "not a Candlewick benchmark result" in r.stderr
+    r = cli("bench", "compare", str(tmp_path / "missing.json"), str(other))
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_llama_cpp_server_vs_candlewick_serve(tmp_path: Path, smollm2_path: Path) -> None:
+    """The same workload against two real servers on the same model, then `bench compare`."""
+    a, b = tmp_path / "llama.json", tmp_path / "candlewick.json"
+    with llama_cpp_server(smollm2_path, tmp_path / "llama.log") as (url, pid):
+        r = cli("bench", "--url", url, "--concurrency", "1,2", "--bandwidth-mib", "64",
+                "--out", str(a), "--plot", str(tmp_path / "llama.png"), *FAST)
+    assert r.returncode == 0, r.stdout + r.stderr
+    ra = json.loads(a.read_text())
+    assert_complete(ra, [1, 2])
+    assert ra["target"]["server_pid"] == pid  # found from the listening port
+    # llama_cpp.server sends no usage: the model file it names is tokenised instead.
+    assert {t["token_source"] for t in ra["traces"]["1"]} == {"tokenizer"}
+    assert ra["roofline"]["limit_tps"] > 0
+    assert (tmp_path / "llama.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    key = "bench-test-key-0123456789"
+    with candlewick_serve(tmp_path / "serve.log", parallel=2, api_key=key) as (url, pid):
+        r = cli("bench", "--url", url, "--api-key", key, "--concurrency", "1,2",
+                "--no-bandwidth", "--out", str(b), *FAST)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r_key = cli("bench", "--url", url, "--api-key", "wrong", "--concurrency", "1",
+                    "--no-bandwidth", *FAST)
+    rb = json.loads(b.read_text())
+    assert_complete(rb, [1, 2])
+    assert rb["target"]["server_pid"] == pid
+    # Candlewick reports usage in the stream: the server's own counts are used.
+    assert {t["token_source"] for t in rb["traces"]["2"]} == {"usage"}
+    assert r_key.returncode == 3 and "HTTP 401" in r_key.stdout
+
+    r = cli("bench", "compare", str(a), str(b), "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert {row["concurrency"] for row in rows} == {1, 2}
+    ttft = next(row for row in rows if row["metric"] == "ttft_p50" and row["concurrency"] == 1)
+    la = ra["levels"][0]["ttft_p50"]
+    lb = rb["levels"][0]["ttft_p50"]
+    assert ttft["ratio"] == pytest.approx(lb / la)
+    r = cli("bench", "compare", str(a), str(b))
+    assert r.returncode == 0 and "B/A" in r.stdout
