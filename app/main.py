@@ -77,15 +77,18 @@ def run_app(argv: Sequence[str] | None = None) -> int:
         print(f"candlewick: error: {problem}", file=sys.stderr)
         return 2
     # Fractional scale factors (150%) drawn as they are, not rounded to 1x or 2x.
-    QGuiApplication.setHighDpiScaleFactorRoundingPolicy(
-        Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
-    app = QApplication.instance() or QApplication(list(argv or sys.argv))
+    existing = QApplication.instance()
+    if existing is None:
+        QGuiApplication.setHighDpiScaleFactorRoundingPolicy(
+            Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
+    app = existing or QApplication(list(argv or sys.argv))
     QApplication.setApplicationName("Candlewick")
     QApplication.setApplicationDisplayName("Candlewick")
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     window = build_window()
     window.show()
+    window.activateWindow()
     window.focus_input()
     closed = asyncio.Event()
     app.aboutToQuit.connect(closed.set)
@@ -94,6 +97,7 @@ def run_app(argv: Sequence[str] | None = None) -> int:
             loop.run_until_complete(closed.wait())
     finally:
         window.engine.shutdown()
+        asyncio.set_event_loop(None)
     return 0
 
 

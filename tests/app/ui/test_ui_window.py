@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QEvent, QModelIndex, Qt
+from PySide6.QtCore import QEvent, QModelIndex, Qt, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication
 from pytestqt.modeltest import ModelTester
@@ -277,3 +277,26 @@ def test_no_display_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
     problem = platform_problem()
     assert problem is not None and "no graphical display" in problem and "\n" not in problem
+
+
+def test_candlewick_without_arguments_opens_the_window(qtbot: QtBot) -> None:
+    """`candlewick` with no arguments: the real entry point, on the qasync event loop."""
+    from app.cli import main
+
+    seen: dict[str, object] = {}
+
+    def inspect_and_close() -> None:
+        windows = [w for w in QApplication.topLevelWidgets()
+                   if isinstance(w, MainWindow) and w.isVisible()]
+        if not windows:
+            QTimer.singleShot(50, inspect_and_close)
+            return
+        w = windows[0]
+        entry = w.library_panel.selected_entry()
+        seen.update(title=w.windowTitle(), selected=entry.id if entry else None,
+                    focus=w.focusWidget() is w.chat_view.input)
+        w.close()
+
+    QTimer.singleShot(0, inspect_and_close)
+    assert main([]) == 0
+    assert seen == {"title": "Candlewick", "selected": "default", "focus": True}
