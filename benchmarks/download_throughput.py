@@ -5,7 +5,8 @@ hashing, no bookkeeping. Candlewick's DownloadManager adds SHA-256 while the byt
 progress bookkeeping, the rename into the Hugging Face cache and the snapshot link. For context
 huggingface_hub's own `hf_hub_download` (which does not verify the hash) is measured too. All
 three fetch the real SmolLM2 GGUF from the local Hub emulator over loopback; runs alternate
-(A, B, C, A, B, C, ...) so drift on a noisy machine hits all alike. Goal: >= 0.8 x reference.
+(A, B, C, A, B, C, ...) so drift on a noisy machine hits all alike. Goal: >= 0.8 x reference
+(hashing runs on its own thread, overlapping the network reads).
 
     .venv/bin/python benchmarks/download_throughput.py [--runs 5]
 """

@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import os
+import queue
 import shutil
 import threading
 import time
@@ -541,37 +542,46 @@ class DownloadManager:
                     return
             elif r.status_code not in (200, 206):
                 raise DownloadError(f"the Hub answered HTTP {r.status_code} for {job.filename}")
-            last_note = time.monotonic()
-            window_start, window_bytes = last_note, 0
-            with open(part, "ab") as out:
-                for chunk in r.iter_bytes(self.chunk_size):
-                    out.write(chunk)
-                    progress.hasher.update(chunk)
-                    progress.have += len(chunk)
-                    have = progress.have
-                    window_bytes += len(chunk)
-                    now = time.monotonic()
-                    if now - last_note >= self.progress_interval:
-                        with self._lock:
-                            job.done_bytes = have
-                            elapsed = now - window_start
-                            if elapsed >= 0.5:
-                                rate = window_bytes / elapsed
-                                job.speed_bps = rate if not job.speed_bps else (
-                                    0.5 * job.speed_bps + 0.5 * rate)
-                                window_start, window_bytes = now, 0
-                        last_note = now
-                        self._notify(job)
-                    if stop.is_set():
-                        break
-                    if have > job.size:
-                        break
+            hasher = _BackgroundHasher(progress.hasher)
+            try:
+                self._receive(r, part, progress, hasher, job, stop)
+            finally:
+                progress.hasher = hasher.finish()  # every byte written is hashed, even on error
         with self._lock:
             job.done_bytes = progress.have
         if progress.have > job.size:
             part.unlink()
             raise DownloadError(f"the Hub sent more bytes than the {human_bytes(job.size)} it "
                                 f"lists for {job.filename}; the partial file was deleted")
+
+    def _receive(self, r: httpx2.Response, part: Path, progress: _Progress,
+                 hasher: _BackgroundHasher, job: DownloadJob, stop: _Stop) -> None:
+        assert job.size is not None
+        last_note = time.monotonic()
+        window_start, window_bytes = last_note, 0
+        with open(part, "ab") as out:
+            for chunk in r.iter_bytes(self.chunk_size):
+                out.write(chunk)
+                hasher.update(chunk)
+                progress.have += len(chunk)
+                have = progress.have
+                window_bytes += len(chunk)
+                now = time.monotonic()
+                if now - last_note >= self.progress_interval:
+                    with self._lock:
+                        job.done_bytes = have
+                        elapsed = now - window_start
+                        if elapsed >= 0.5:
+                            rate = window_bytes / elapsed
+                            job.speed_bps = rate if not job.speed_bps else (
+                                0.5 * job.speed_bps + 0.5 * rate)
+                            window_start, window_bytes = now, 0
+                    last_note = now
+                    self._notify(job)
+                if stop.is_set():
+                    break
+                if have > job.size:
+                    break
 
     def _install(self, job: DownloadJob) -> None:
         """Link the verified blob into its snapshot folder, like huggingface_hub does."""
@@ -597,6 +607,29 @@ class DownloadManager:
         with self._lock:
             job.status, job.path, job.done_bytes, job.error = DONE, str(link), job.size or 0, None
             job.speed_bps = 0.0
+
+
+class _BackgroundHasher:
+    """Hashes chunks on its own thread while the next ones arrive: hashlib releases the GIL on
+    big buffers, so verifying costs almost no download time (bounded queue: little memory)."""
+
+    def __init__(self, hasher: Any) -> None:
+        self._hasher = hasher
+        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=16)
+        self._thread = threading.Thread(target=self._run, name="download-hash", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            self._hasher.update(chunk)
+
+    def update(self, chunk: bytes) -> None:
+        self._queue.put(chunk)
+
+    def finish(self) -> Any:
+        self._queue.put(None)
+        self._thread.join()
+        return self._hasher
 
 
 @dataclass
