@@ -89,13 +89,19 @@ def main() -> int:
                 finally:
                     shutil.rmtree(work, ignore_errors=True)
                 times[name].append(t)
+    # Best-of-N as well as the median: other work on a shared machine only ever slows a run
+    # down, so the fastest run is the least disturbed measurement of each.
     mbps = {k: size / statistics.median(v) / 1e6 for k, v in times.items()}
+    best = {k: size / min(v) / 1e6 for k, v in times.items()}
     out = {
         "file_bytes": size,
         "runs": args.runs,
         "median_MB_per_s": {k: round(v, 1) for k, v in mbps.items()},
-        "candlewick_vs_reference": round(mbps["candlewick"] / mbps["reference"], 3),
-        "huggingface_hub_vs_reference": round(mbps["huggingface_hub"] / mbps["reference"], 3),
+        "best_MB_per_s": {k: round(v, 1) for k, v in best.items()},
+        "candlewick_vs_reference_median": round(mbps["candlewick"] / mbps["reference"], 3),
+        "candlewick_vs_reference_best": round(best["candlewick"] / best["reference"], 3),
+        "huggingface_hub_vs_reference_best": round(
+            best["huggingface_hub"] / best["reference"], 3),
     }
     print(json.dumps(out, indent=2))
     return 0
