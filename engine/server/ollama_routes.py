@@ -139,6 +139,7 @@ class OllamaRoutes:
     async def chat(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         loaded = loaded_or_503(self.state)
+        get_str(body, "model", required=True)
         messages = get_messages(body)
         sampling = self._sampling(body)
         stream = get_bool(body, "stream", True)
@@ -148,6 +149,7 @@ class OllamaRoutes:
     async def generate(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         loaded = loaded_or_503(self.state)
+        get_str(body, "model", required=True)
         prompt_text = get_str(body, "prompt", "") or ""
         system = get_str(body, "system")
         raw = get_bool(body, "raw", False)
@@ -202,6 +204,7 @@ class OllamaRoutes:
     async def embed(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         loaded = loaded_or_503(self.state)
+        get_str(body, "model", required=True)
         inputs = embedding_inputs(body, "input")
         if loaded.embedder is None:
             raise ApiError(501, "embeddings are turned off on this server")

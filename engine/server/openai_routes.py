@@ -29,6 +29,7 @@ from engine.server.embeddings import Embedder
 from engine.server.engine_state import Generation, LoadedModel, ServerState
 from engine.server.errors import ApiError, openai_error_body
 from engine.server.parsing import (
+    MAX_EMBED_INPUTS,
     get_bool,
     get_int,
     get_messages,
@@ -90,9 +91,10 @@ class OpenAIRoutes:
         if n != 1:
             raise ApiError(400, "only n=1 is supported", param="n")
         get_str(body, "model")
+        legacy = get_int(body, "max_tokens", None, lo=1)
         max_tokens = get_int(body, "max_completion_tokens", None, lo=1)
         if max_tokens is None:
-            max_tokens = get_int(body, "max_tokens", None, lo=1)
+            max_tokens = legacy
         sampling = sampling_from(
             temperature=get_number(body, "temperature", None, lo=0, hi=2),
             top_p=get_number(body, "top_p", None, lo=0, hi=1),
@@ -249,8 +251,8 @@ def embedding_inputs(body: dict[str, Any], key: str) -> list[str]:
     if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v):
         raise ApiError(400, f"'{key}' must be a non-empty string or list of non-empty strings",
                        param=key)
-    if len(v) > 256:
-        raise ApiError(400, f"'{key}' takes at most 256 strings", param=key)
+    if len(v) > MAX_EMBED_INPUTS:
+        raise ApiError(400, f"'{key}' takes at most {MAX_EMBED_INPUTS} strings", param=key)
     return list(v)
 
 

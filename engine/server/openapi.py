@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from engine.server.config import ServerConfig
+from engine.server.parsing import MAX_EMBED_INPUTS, ROLES
 
 _STR = {"type": "string"}
 _INT = {"type": "integer"}
@@ -48,11 +49,10 @@ _SAMPLING = {
 }
 
 _MESSAGES = {
-    "type": "array", "minItems": 1, "maxItems": 64,
-    "items": {"type": "object", "required": ["role", "content"],
-              "properties": {"role": {"type": "string", "enum": ["system", "user",
-                                                                  "assistant"]},
-                             "content": {"type": "string", "maxLength": 2000}}},
+    "type": "array", "minItems": 1,
+    "items": {"type": "object", "required": ["role"],
+              "properties": {"role": {"type": "string", "enum": list(ROLES)},
+                             "content": {"type": "string", "nullable": True}}},
 }
 
 _USAGE = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
@@ -97,9 +97,9 @@ EMBEDDINGS = {
     },
 }
 _EMBED_INPUT = {"oneOf": [
-    {"type": "string", "minLength": 1, "maxLength": 1000},
-    {"type": "array", "minItems": 1, "maxItems": 8,
-     "items": {"type": "string", "minLength": 1, "maxLength": 1000}}]}
+    {"type": "string", "minLength": 1},
+    {"type": "array", "minItems": 1, "maxItems": MAX_EMBED_INPUTS,
+     "items": {"type": "string", "minLength": 1}}]}
 
 _OLLAMA_OPTIONS = {"type": "object", "properties": {
     "num_predict": _INT,
@@ -109,7 +109,7 @@ _OLLAMA_OPTIONS = {"type": "object", "properties": {
     "min_p": {"type": "number", "minimum": 0, "maximum": 1},
     "repeat_penalty": {"type": "number", "minimum": 0.01, "maximum": 10},
     "seed": _SEED,
-    "stop": {"type": "array", "items": _STR, "maxItems": 16},
+    "stop": _STOP,
 }}
 _OLLAMA_DONE = {
     "type": "object", "required": ["model", "created_at", "done"],
@@ -133,11 +133,32 @@ def _errors(ollama: bool, *codes: int) -> dict[str, Any]:
     return {str(c): {"description": text[c], "content": _json(err)} for c in codes}
 
 
+def _nullable_optional(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy where every optional property also accepts null: the parsers treat an explicit
+    null like an absent field, as OpenAI's API does."""
+    out = dict(schema)
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        required = set(schema.get("required", []))
+        new: dict[str, Any] = {}
+        for name, sub in props.items():
+            sub = _nullable_optional(sub)
+            if name not in required:
+                sub = {**sub, "nullable": True}
+                if "enum" in sub:  # OpenAPI 3.0: a nullable enum must list null itself
+                    sub["enum"] = [*sub["enum"], None]
+            new[name] = sub
+        out["properties"] = new
+    if isinstance(schema.get("items"), dict):
+        out["items"] = _nullable_optional(schema["items"])
+    return out
+
+
 def _post(summary: str, body: dict[str, Any], ok: dict[str, Any], *, ollama: bool = False
           ) -> dict[str, Any]:
     return {"post": {
         "summary": summary,
-        "requestBody": {"required": True, "content": _json(body)},
+        "requestBody": {"required": True, "content": _json(_nullable_optional(body))},
         "responses": {"200": {"description": "OK", "content": ok},
                       **_errors(ollama, 400, 401, 413, 429, 503)},
     }}
@@ -152,7 +173,9 @@ def _get(summary: str, ok: dict[str, Any], *, ollama: bool = False, auth: bool =
 
 
 def openapi_schema(cfg: ServerConfig) -> dict[str, Any]:
-    sse = {"text/event-stream": {"schema": _STR}}
+    sse = {"text/event-stream": {"schema": {
+        "type": "object", "required": ["data"],
+        "properties": {"data": _STR, "event": _STR, "id": _STR}}}}
     ndjson = {"application/x-ndjson": {"schema": _STR}}
     paths: dict[str, Any] = {
         "/v1/models": _get("List the served model", _json(
@@ -172,7 +195,7 @@ def openapi_schema(cfg: ServerConfig) -> dict[str, Any]:
         "/v1/completions": _post(
             "Text completion (no chat template)",
             {"type": "object", "required": ["prompt"],
-             "properties": {"prompt": {"type": "string", "minLength": 1, "maxLength": 4000},
+             "properties": {"prompt": {"type": "string", "minLength": 1},
                             **_SAMPLING}},
             {**_json(TEXT_COMPLETION), **sse}),
         "/v1/embeddings": _post(
@@ -203,7 +226,7 @@ def openapi_schema(cfg: ServerConfig) -> dict[str, Any]:
         "/api/generate": _post(
             "Generate (Ollama; NDJSON stream unless stream=false)",
             {"type": "object", "required": ["model"],
-             "properties": {"model": _STR, "prompt": {"type": "string", "maxLength": 4000},
+             "properties": {"model": _STR, "prompt": _STR,
                             "system": _STR, "raw": _BOOL, "stream": _BOOL,
                             "options": _OLLAMA_OPTIONS}},
             {**_json(_OLLAMA_DONE), **ndjson}, ollama=True),

@@ -40,6 +40,8 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
 
 
 _MISSING = object()
+MAX_EMBED_INPUTS = 64
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 def get_str(body: dict[str, Any], key: str, default: str | None = None, *,
@@ -112,8 +114,9 @@ def get_messages(body: dict[str, Any]) -> list[dict[str, str]]:
         if not isinstance(m, dict):
             raise ApiError(400, f"messages[{i}] must be an object", param="messages")
         role = m.get("role")
-        if not isinstance(role, str) or not role:
-            raise ApiError(400, f"messages[{i}].role must be a string", param="messages")
+        if role not in ROLES:
+            raise ApiError(400, f"messages[{i}].role must be one of {', '.join(ROLES)}",
+                           param="messages")
         content = m.get("content")
         if content is None:
             text = ""
