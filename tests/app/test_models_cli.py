@@ -167,3 +167,27 @@ def test_token_without_a_keyring_points_to_hf_token(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
     r = cli("token", stdin="hf_NotStoredAnywhere\n")
     assert "HF_TOKEN" in one_line_error(r)
+
+
+def test_killed_download_resumes_where_it_stopped(hub: HubEmulator, tmp_path: Path,
+                                                  smollm2_path: Path) -> None:
+    hub.hold_at[(REPO, FILE)] = 12_000_000
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "models", "download", REPO, FILE],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert hub.held.wait(120)
+        part = next((tmp_path / "hf").rglob("*.incomplete"))
+    finally:
+        proc.kill()  # no chance to save anything: the state file still says "downloading"
+        proc.wait(60)
+    kept = part.stat().st_size
+    assert 0 < kept <= 12_000_000
+    del hub.hold_at[(REPO, FILE)]
+    hub.released.set()
+    r = cli("download", REPO, FILE)
+    assert r.returncode == 0, r.stderr
+    last = [q for q in hub.file_requests(FILE) if q.get("cdn")][-1]
+    assert last["range"] == f"bytes={kept}-"
+    listed = json.loads(cli("list", "--json").stdout)
+    path = Path(next(m["path"] for m in listed if m["source"] == "downloaded"))
+    assert file_sha256(path) == file_sha256(smollm2_path)
