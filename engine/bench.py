@@ -20,6 +20,7 @@ import datetime as _dt
 import itertools
 import math
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -329,6 +330,11 @@ class BenchConfig:
     max_tokens: int | None = None  # cap on each prompt's own output length
     slo_ttft_s: float | None = None
     warmup: int = 1
+    # Start every request with a unique tag so no runtime can serve it from a cached prompt
+    # prefix (servers keep finished prompts in their KV cache; repeated prompts would flatter
+    # TTFT). Off measures what prefix caching buys.
+    unique_prompts: bool = True
+    run_tag: str | None = None  # default: random, so repeated runs differ too
     measure_bandwidth: bool = True
     bandwidth_bytes: int = 512 << 20
 
@@ -384,6 +390,13 @@ def run_level(target: Target, prompts: Sequence[Prompt], concurrency: int, *,
     return [t for t in traces if t is not None]
 
 
+def tag_prompt(prompt: Prompt, tag: str) -> Prompt:
+    """`prompt` with `[tag] ` before its first message: a different token from the start."""
+    first, *rest = prompt.messages
+    tagged = {**first, "content": f"[{tag}] {first['content']}"}
+    return Prompt(id=prompt.id, messages=(tagged, *rest), max_tokens=prompt.max_tokens)
+
+
 def bytes_per_token(gf: GGUFFile) -> int:
     """Weight bytes read to decode one token: every tensor, except that the token embedding
     matrix only has one row read when the model has a separate output matrix."""
@@ -408,7 +421,17 @@ def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
         raise BenchError(f"this target runs at most {limit} request(s) at a time; "
                          f"concurrency {too_high[0]} is not supported here")
     levels = sorted(set(config.concurrency))
-    prompts = workload.take(config.requests)
+    run_tag = config.run_tag or secrets.token_hex(3)
+
+    def level_prompts(li: int) -> list[Prompt]:
+        # Each level starts further into the workload, so levels see different prompts.
+        start = li * config.requests
+        ps = workload.take(start + config.requests)[start:]
+        if not config.unique_prompts:
+            return ps
+        return [tag_prompt(p, f"{run_tag}-{li}-{i}") for i, p in enumerate(ps)]
+
+    prompts = level_prompts(0)
     started = _dt.datetime.now(_dt.UTC)
 
     for i in range(config.warmup):  # first requests pay for page faults and lazy init
@@ -417,6 +440,8 @@ def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
         if progress:
             progress(Progress(levels[0], 0, len(levels), i, config.warmup, 0, "warmup"))
         p = workload.prompts[i % len(workload.prompts)]
+        if config.unique_prompts:
+            p = tag_prompt(p, f"{run_tag}-warmup-{i}")
         target.run(p, min(_max_tokens(p, config.max_tokens), 16), cancel)
 
     results: list[LevelMetrics] = []
@@ -424,16 +449,17 @@ def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
     for li, c in enumerate(levels):
         if cancel.is_set():
             break
+        prompts = level_prompts(li)
         done: list[RequestTrace] = []
         lock = threading.Lock()
 
-        def on_done(tr: RequestTrace, c: int = c, li: int = li,
+        def on_done(tr: RequestTrace, c: int = c, li: int = li, total: int = len(prompts),
                     done: list[RequestTrace] = done, lock: threading.Lock = lock) -> None:
             with lock:
                 done.append(tr)
                 n, failed = len(done), sum(1 for t in done if not t.ok)
             if progress:
-                progress(Progress(c, li, len(levels), n, len(prompts), failed))
+                progress(Progress(c, li, len(levels), n, total, failed))
 
         if progress:
             progress(Progress(c, li, len(levels), 0, len(prompts), 0))
@@ -477,7 +503,7 @@ def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
                      "prompts": len(workload.prompts)},
         "config": {"concurrency": levels, "requests_per_level": config.requests,
                    "max_tokens_cap": config.max_tokens, "slo_ttft_s": config.slo_ttft_s,
-                   "warmup": config.warmup},
+                   "warmup": config.warmup, "unique_prompts": config.unique_prompts},
         "levels": [lv.to_dict() for lv in results],
         "max_concurrency_meeting_slo": max_concurrency_meeting_slo(results),
         "roofline": roofline,

@@ -101,6 +101,9 @@ def register(sub: Any) -> None:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--warmup", type=int, default=1, help="untimed requests first (default 1)")
+    p.add_argument("--allow-prefix-cache", action="store_true",
+                   help="send prompts unchanged, letting the server reuse cached prefixes "
+                        "(default: each request gets a unique tag first)")
     p.add_argument("--ctx", type=positive_int, default=None,
                    help="embedded: context per request (default: fits the workload)")
     p.add_argument("--gpu-layers", type=gpu_layers_arg, default="auto")
@@ -179,7 +182,7 @@ def _context_for(tokenizer: Tokenizer, workload: Workload, cap: int | None) -> i
     need = max(tokenizer.count_chat(p.messages) + (min(p.max_tokens, cap) if cap
                                                    else p.max_tokens)
                for p in workload.prompts)
-    return int(math.ceil((need + 16) / 256) * 256)
+    return int(math.ceil((need + 32) / 256) * 256)  # + the unique tag of each request
 
 
 def run(args: argparse.Namespace) -> int:
@@ -191,7 +194,8 @@ def run(args: argparse.Namespace) -> int:
     config = BenchConfig(concurrency=args.concurrency, requests=args.requests,
                          max_tokens=args.max_tokens, slo_ttft_s=args.slo_ttft,
                          warmup=args.warmup, measure_bandwidth=not args.no_bandwidth,
-                         bandwidth_bytes=args.bandwidth_mib << 20)
+                         bandwidth_bytes=args.bandwidth_mib << 20,
+                         unique_prompts=not args.allow_prefix_cache)
     config.validate()
     sampling = SamplingSetup(temperature=args.temperature, seed=args.seed)
     bar = ProgressBar(sys.stderr, not args.quiet and not args.json)

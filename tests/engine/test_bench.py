@@ -17,6 +17,7 @@ from engine.bench import (
     SchedulerTarget,
     Tokenizer,
     run_benchmark,
+    tag_prompt,
 )
 from engine.bench_hw import PeakSampler, machine_context, measure_read_bandwidth
 from engine.bench_workloads import Prompt, Workload, load_workload
@@ -36,7 +37,7 @@ def small_workload(n: int = 3) -> Workload:
 def test_embedded_run_produces_every_field(smollm2: Model) -> None:
     w = small_workload()
     cfg = BenchConfig(concurrency=[1], requests=3, max_tokens=12, slo_ttft_s=60.0,
-                      bandwidth_bytes=64 << 20)
+                      bandwidth_bytes=64 << 20, unique_prompts=False)
     seen: list[tuple[str, int]] = []
     r = run_benchmark(EmbeddedTarget(smollm2), w, cfg, model_file=smollm2.gguf,
                       progress=lambda p: seen.append((p.phase, p.done)))
@@ -98,7 +99,7 @@ def test_scheduler_target_runs_concurrent_requests(batched: tuple[Model, Schedul
     w = small_workload(4)
     r = run_benchmark(SchedulerTarget(model, sched), w,
                       BenchConfig(concurrency=[1, 2], requests=4, max_tokens=8,
-                                  measure_bandwidth=False))
+                                  measure_bandwidth=False, run_tag="abcdef"))
     assert [lv["concurrency"] for lv in r["levels"]] == [1, 2]
     for lv in r["levels"]:
         assert lv["succeeded"] == 4, lv["error_samples"]
@@ -107,12 +108,30 @@ def test_scheduler_target_runs_concurrent_requests(batched: tuple[Model, Schedul
     # At concurrency 2 two requests really overlapped in time.
     tr = sorted(r["traces"]["2"], key=lambda t: t["t_start"])
     assert tr[1]["t_start"] < tr[0]["t_end"]
+    # Each level starts further into the workload; every request carries a unique tag.
     for t in tr:
-        assert t["prompt_tokens"] == len(model.chat_tokens(
-            list(w.prompts[t["index"]].messages)))
+        p = w.prompts[(4 + t["index"]) % len(w.prompts)]
+        tagged = tag_prompt(p, "abcdef-1-" + str(t["index"]))
+        assert t["prompt_tokens"] == len(model.chat_tokens(list(tagged.messages)))
     assert r["target"]["mode"] == "scheduler"
     with pytest.raises(BenchError, match="at most 2"):
         run_benchmark(SchedulerTarget(model, sched), w, BenchConfig(concurrency=[4]))
+
+
+def test_unique_tags_defeat_prefix_caching(smollm2: Model) -> None:
+    p = small_workload(1).prompts[0]
+    a, b = tag_prompt(p, "x1-0-0"), tag_prompt(p, "x1-0-1")
+    ta, tb = (smollm2.chat_tokens(list(x.messages)) for x in (a, b))
+    plain = smollm2.chat_tokens(list(p.messages))
+    def shared(x: list[int], y: list[int]) -> int:
+        return next((i for i, (u, v) in enumerate(zip(x, y, strict=False)) if u != v),
+                    min(len(x), len(y)))
+
+    header = shared(plain, ta)  # the template's text before the first message's content
+    # Two tagged requests share at most the header and the run's tag prefix, never the
+    # message itself, so nothing past the tag can come from a cached prefix.
+    assert shared(ta, tb) <= header + 8 < len(plain)
+    assert a.messages[0]["content"].endswith(p.messages[0]["content"])
 
 
 def test_cancel_stops_the_run(smollm2: Model) -> None:
