@@ -433,6 +433,7 @@ def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
 
     prompts = level_prompts(0)
     started = _dt.datetime.now(_dt.UTC)
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
     for i in range(config.warmup):  # first requests pay for page faults and lazy init
         if cancel.is_set():
@@ -498,7 +499,7 @@ def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
         "cancelled": cancel.is_set(),
         "command": list(command) if command is not None else None,
         "target": target.describe(),
-        "machine": machine_context(),
+        "machine": {**machine_context(), "load_avg_1m_before": load_before},
         "workload": {"name": workload.name, "source": workload.source,
                      "prompts": len(workload.prompts)},
         "config": {"concurrency": levels, "requests_per_level": config.requests,

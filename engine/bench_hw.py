@@ -154,6 +154,8 @@ def machine_context() -> dict[str, Any]:
         "ram_bytes": int(psutil.virtual_memory().total),
         "os": platform.platform(),
         "python": platform.python_version(),
+        # Other work on the machine slows every number; a result should say how busy it was.
+        "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
     try:
         from importlib.metadata import version
