@@ -443,7 +443,10 @@ class DownloadManager:
     def _check_space(self, job: DownloadJob, have: int) -> None:
         need = (job.size or 0) - have
         target = repo_folder(self.cache_dir, job.repo_id)
-        free = self.free_space(target)
+        with self._lock:  # downloads already running will take their share of the space too
+            reserved = sum(max(0, (j.size or 0) - j.done_bytes) for j in self._jobs.values()
+                           if j.id in self._threads and j.id != job.id)
+        free = max(0, self.free_space(target) - reserved)
         if need + DISK_MARGIN > free:
             raise DiskFull(
                 f"not enough disk space for {job.filename}: it needs {human_bytes(need)} more, "

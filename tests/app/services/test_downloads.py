@@ -323,3 +323,25 @@ def test_blob_already_in_the_cache_is_checked_not_trusted(hub: HubEmulator, cach
         assert len(hub.file_requests(FILE)) == fetched
     finally:
         dm.close()
+
+
+def test_space_taken_by_running_downloads_counts(hub: HubEmulator, cache: Path,
+                                                 tmp_path: Path, smollm2_path: Path) -> None:
+    size = smollm2_path.stat().st_size
+    hub.repos[REPO].add("copy-Q4_1.gguf", source=smollm2_path)
+    hub.hold_at[KEY] = 1_000_000
+    # Room for one model (plus the safety margin), not for two.
+    dm = manager(hub, tmp_path / "downloads.json", max_parallel=2,
+                 free_space=lambda p: size + 100 * 1024 * 1024)
+    try:
+        first = dm.add(REPO, FILE)
+        assert hub.held.wait(60)
+        second = dm.wait(dm.add(REPO, "copy-Q4_1.gguf").id, 60)
+        assert second is not None and second.status == FAILED
+        assert "not enough disk space" in (second.error or "")
+        hub.released.set()
+        done = dm.wait(first.id, 120)
+        assert done is not None and done.status == DONE
+    finally:
+        hub.released.set()
+        dm.close()
