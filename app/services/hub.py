@@ -7,7 +7,6 @@ license. Every Hub failure becomes a `HubError` whose `str()` is one line a user
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import re
@@ -393,7 +392,10 @@ class HubClient:
 
 class RangeSource:
     """A remote file as an engine.gguf ByteSource: reads whole blocks with Range requests and
-    keeps them, so parsing a header costs a few requests, never the file."""
+    keeps them, so parsing a header costs a few requests, never the file.
+
+    Not engine.remote_gguf.HttpRangeSource: this one sends the user's Hub token, and httpx
+    drops it when the Hub redirects to its CDN (another origin) where urllib would forward it."""
 
     def __init__(self, client: httpx2.Client, url: str, headers: dict[str, str], size: int,
                  block: int = 1 << 20, max_bytes: int = 64 << 20) -> None:
@@ -443,6 +445,7 @@ def remote_gguf(hub: HubClient, repo_id: str, revision: str, variant: ModelVaria
     """The parsed GGUF header of a model on the Hub (engine.gguf.GGUFFile), read with Range
     requests. For a split model every shard's tensor table is read and merged."""
     from engine.gguf import parse_gguf
+    from engine.memory import merge_splits
 
     headers = hub.headers()
     parts = []
@@ -452,11 +455,7 @@ def remote_gguf(hub: HubClient, repo_id: str, revision: str, variant: ModelVaria
                               f.size)
             # Only the first shard of a split model carries the architecture.
             parts.append(parse_gguf(src, f.filename, check_architecture=i == 0))
-    gf = parts[0]
-    if len(parts) > 1:
-        gf = dataclasses.replace(gf, tensors=[t for p in parts for t in p.tensors],
-                                 file_size=variant.size, _by_name={})
-    return gf
+    return merge_splits(parts) if len(parts) > 1 else parts[0]
 
 
 def header_fit(hardware: Any = None, params: Any = None) -> FitFunction:
