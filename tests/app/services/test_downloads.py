@@ -274,7 +274,10 @@ def test_gated_repo_needs_a_token_and_the_token_is_never_written(
             assert ok is not None and ok.status == DONE, ok
         finally:
             dm.close()
-        assert any(r["auth"] for r in emu.requests)
+        assert any(r["auth"] for r in emu.requests if not r.get("cdn"))
+        # The token goes to the Hub only, never to the CDN origin it redirects to.
+        assert [r for r in emu.requests if r.get("cdn")]
+        assert not any(r["auth"] for r in emu.requests if r.get("cdn"))
     for root in (candlewick_home, cache.parent):
         for f in root.rglob("*"):
             if f.is_file() and not f.is_symlink() and f.stat().st_size < 50_000_000:
