@@ -42,16 +42,27 @@ class Segment:
 
 
 def split_markdown(text: str) -> list[Segment]:
-    """Split Markdown into prose and fenced code blocks. An unclosed fence (a reply still
-    streaming) is code up to the end."""
+    """Split Markdown into prose paragraphs and fenced code blocks. An unclosed fence (a reply
+    still streaming) is code up to the end.
+
+    Prose is cut at blank lines so that, while a reply streams, only its last paragraph is
+    laid out again; earlier ones keep their cached layout.
+    """
     out: list[Segment] = []
     buf: list[str] = []
     fence: str | None = None
     lang = ""
     for line in text.split("\n"):
         m = _FENCE.match(line)
+        if fence is None and not line.strip():
+            if any(s.strip() for s in buf) and not _open_list_item(buf):
+                out.append(Segment("text", "\n".join(buf)))
+                buf = []
+            elif buf:
+                buf.append(line)
+            continue
         if fence is None and m:
-            if buf:
+            if any(s.strip() for s in buf):
                 out.append(Segment("text", "\n".join(buf)))
             buf, fence, lang = [], m.group(1), m.group(2)
         elif fence is not None and m and m.group(1) == fence and not m.group(2):
@@ -64,6 +75,15 @@ def split_markdown(text: str) -> list[Segment]:
     elif buf and any(s.strip() for s in buf):
         out.append(Segment("text", "\n".join(buf)))
     return out
+
+
+_LIST_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s")
+
+
+def _open_list_item(lines: list[str]) -> bool:
+    """A loose list (items separated by blank lines) stays one segment, so its numbering and
+    indentation render as one list."""
+    return any(_LIST_ITEM.match(s) for s in lines)
 
 
 def format_stats(stats: GenerationStats) -> str:

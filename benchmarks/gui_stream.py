@@ -1,0 +1,194 @@
+"""Decode speed through the GUI path vs raw, and how long the GUI thread ever stalls.
+
+Both paths use the same loaded SmolLM2 (one `Model`, used by one thread at a time) and the same
+greedy request, alternating raw and GUI runs so machine noise hits both alike:
+
+* raw: `Model.generate` iterated in a plain loop in this thread, nothing else running;
+* GUI: the real main window (offscreen Qt platform, so painting still happens) sends the same
+  message through `ChatController` -> `EngineWorker` thread -> coalesced token signals ->
+  `ChatModel` -> Markdown chat view, with the performance panel's timer running.
+
+Decode speed is tokens per second between the first and the last token *as the consumer sees
+them* (the raw loop, or the GUI thread receiving token signals). Stalls are measured by a 5 ms
+precise timer on the GUI thread: every gap between two of its ticks while tokens stream is
+recorded; a gap is how long the GUI thread could not react to input.
+
+    QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/gui_stream.py --runs 5 --tokens 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Slot
+from PySide6.QtWidgets import QApplication
+
+from app.services.library import bundled_default_model
+from engine.runtime import GenerationStats, LoadParams, Model, SamplingParams
+
+PROMPT = "Write a long story about a lighthouse keeper and a storm, in many paragraphs."
+PROBE_MS = 5
+
+
+class Probe(QObject):
+    """GUI-thread observer: tick gaps of a precise timer, and token arrival times."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timer = QTimer(self)
+        self.timer.setTimerType(Qt.TimerType.PreciseTimer)
+        self.timer.setInterval(PROBE_MS)
+        self.timer.timeout.connect(self.tick)
+        self.last = 0.0
+        self.gaps: list[float] = []
+        self.recording = False
+        self.first: tuple[float, int] | None = None
+        self.last_tok: tuple[float, int] | None = None
+        self.stats: GenerationStats | None = None
+        self.signals = 0
+
+    @Slot()
+    def tick(self) -> None:
+        now = time.perf_counter()
+        if self.recording and self.last:
+            self.gaps.append(now - self.last)
+        self.last = now
+
+    @Slot(str, int)
+    def on_tokens(self, _text: str, n: int) -> None:
+        now = time.perf_counter()
+        self.signals += 1
+        if self.first is None:
+            self.first = (now, n)
+            self.recording = True
+            self.last = now
+        self.last_tok = (now, n)
+
+    @Slot(object)
+    def on_finished(self, stats: GenerationStats) -> None:
+        self.recording = False
+        self.stats = stats
+
+    def reset(self) -> None:
+        self.first = self.last_tok = None
+        self.stats = None
+        self.signals = 0
+
+
+def raw_run(model: Model, sampling: SamplingParams) -> tuple[float, int]:
+    gen = model.generate([{"role": "user", "content": PROMPT}], sampling)
+    t_first: float | None = None
+    t_last = 0.0
+    n_first = 0
+    for _piece in gen:
+        t_last = time.perf_counter()
+        if t_first is None:
+            t_first, n_first = t_last, len(gen.tokens)
+    assert t_first is not None
+    n = len(gen.tokens) - n_first
+    return n / (t_last - t_first), len(gen.tokens)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+
+    home = tempfile.mkdtemp(prefix="candlewick-bench-")
+    os.environ["CANDLEWICK_HOME"] = home
+    app = QApplication.instance() or QApplication([])
+    from app.main import build_window
+    from app.ui.worker import EngineWorker
+
+    path = bundled_default_model()
+    assert path is not None, "the bundled SmolLM2 is not installed"
+    params = LoadParams(n_ctx=2048, n_threads=args.threads)
+    model = Model(path, params)
+
+    def factory(_p: Path, _params: LoadParams, *, progress: object = None,
+                cancel: threading.Event | None = None) -> Model:
+        return model  # the very same loaded model: identical weights, threads and context
+
+    sampling = SamplingParams(temperature=0.0, max_tokens=args.tokens)
+    window = build_window(worker=EngineWorker(factory), sampling=sampling)
+    window.resize(1360, 860)
+    window.show()
+    probe = Probe()
+    w = window.engine.worker
+    w.tokens.connect(probe.on_tokens)
+    w.finished.connect(probe.on_finished)
+    probe.timer.start()
+
+    def wait_for(cond: object, timeout_s: float = 300) -> None:
+        loop = QEventLoop()
+        end = time.monotonic() + timeout_s
+        while not cond() and time.monotonic() < end:  # type: ignore[operator]
+            loop.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents, 50)
+
+    # Load through the GUI (the factory hands over the loaded model), then one warm-up each.
+    window.controller.load(path, params)
+    wait_for(lambda: window.controller.loaded is not None)
+    raw_run(model, sampling)
+    window.controller.new_chat()
+    window.controller.send(PROMPT)
+    wait_for(lambda: probe.stats is not None)
+
+    raw: list[float] = []
+    gui: list[float] = []
+    engine_side: list[float] = []
+    signal_rates: list[float] = []
+    all_gaps: list[float] = []
+    for _ in range(args.runs):
+        model.reset_cache()
+        r, n_raw = raw_run(model, sampling)
+        raw.append(r)
+        model.reset_cache()
+        window.controller.new_chat()
+        probe.reset()
+        probe.gaps = []
+        window.controller.send(PROMPT)
+        wait_for(lambda: probe.stats is not None and not window.controller.busy)
+        assert probe.first and probe.last_tok and probe.stats
+        (t0, n0), (t1, n1) = probe.first, probe.last_tok
+        gui.append((n1 - n0) / (t1 - t0))
+        engine_side.append(probe.stats.gen_tps_wall)
+        signal_rates.append(probe.signals / (t1 - t0))
+        all_gaps.extend(probe.gaps)
+        if n1 != n_raw:
+            print(f"note: GUI run produced {n1} tokens, raw {n_raw}", file=sys.stderr)
+
+    probe.timer.stop()
+    window.close()
+    window.engine.shutdown()
+    app.processEvents()
+
+    gaps_ms = sorted(g * 1000 for g in all_gaps)
+    p99 = gaps_ms[min(len(gaps_ms) - 1, int(len(gaps_ms) * 0.99))]
+    med_raw, med_gui = statistics.median(raw), statistics.median(gui)
+    print("| runs | tokens | raw decode t/s (median) | GUI path t/s (median) | GUI/raw | "
+          "token signals/s | GUI-thread gap p50 / p99 / max (ms) |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| {args.runs} | {args.tokens} | {med_raw:.1f} | {med_gui:.1f} | "
+          f"{med_gui / med_raw * 100:.1f}% | {statistics.median(signal_rates):.0f} | "
+          f"{statistics.median(gaps_ms):.1f} / {p99:.1f} / {gaps_ms[-1]:.1f} |")
+    print(f"raw runs: {[round(x, 1) for x in raw]}")
+    print(f"GUI runs: {[round(x, 1) for x in gui]}  (engine-side wall t/s: "
+          f"{[round(x, 1) for x in engine_side]})")
+    print(f"probe gaps recorded: {len(gaps_ms)} (timer interval {PROBE_MS} ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
