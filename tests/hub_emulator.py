@@ -393,7 +393,8 @@ def file_sha256(path: Path) -> str:
     return _SHA_CACHE[key]
 
 
-def tiny_gguf(path: Path, name: str = "tiny", n_embd: int = 64, *, shard: int = 0) -> Path:
+def tiny_gguf(path: Path, name: str = "tiny", n_embd: int = 64, *, shard: int = 0,
+              split_count: int = 0) -> Path:
     """A small but valid llama GGUF (header, metadata, two tensors), for tests that move
     files around and do not need to run them. `shard=N>0` writes only layer N's tensor, like
     a later part of a split model."""
@@ -411,6 +412,9 @@ def tiny_gguf(path: Path, name: str = "tiny", n_embd: int = 64, *, shard: int = 
     w.add_head_count_kv(4)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(1)
+    if split_count:
+        w.add_uint16("split.no", shard)
+        w.add_uint16("split.count", split_count)
     if shard == 0:
         w.add_tensor("token_embd.weight", np.zeros((32, n_embd), dtype=np.float16))
     w.add_tensor(f"blk.{shard}.attn_q.weight", np.ones((n_embd, n_embd), dtype=np.float16))

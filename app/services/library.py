@@ -121,6 +121,24 @@ def _is_first_or_single(filename: str) -> bool:
     return m is None or int(m[1]) == 1
 
 
+def _split_names(name: str, count: object) -> list[str] | None:
+    """All part names of a split model (llama.cpp's `-00001-of-0000N.gguf` scheme)."""
+    m = re.search(r"^(.*)-\d{5}-of-\d{5}\.gguf$", name)
+    if m is None or not isinstance(count, int) or count < 2:
+        return None
+    return [f"{m[1]}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+
+
+def _split_siblings(path: Path) -> list[Path]:
+    """The other parts of a split model next to its first part (`x-00001-of-00003.gguf`)."""
+    m = re.search(r"^(.*)-00001-of-(\d{5})\.gguf$", path.name)
+    if m is None:
+        return []
+    total = int(m[2])
+    parts = [path.with_name(f"{m[1]}-{i:05d}-of-{total:05d}.gguf") for i in range(2, total + 1)]
+    return [p for p in parts if p.exists() or p.is_symlink()]
+
+
 def _hf_repo_root(link: Path) -> Path | None:
     """`models--owner--name` above a snapshot file, if the path is in an HF cache layout."""
     for parent in link.parents:
@@ -250,7 +268,7 @@ class ModelLibrary:
                 add(p.stem, p, "downloaded", f"{job.repo_id}/{job.filename}")
         if self.models_dir.is_dir():
             for p in sorted(self.models_dir.rglob("*.gguf")):
-                if p.name.endswith(".incomplete") or not p.is_file():
+                if not p.is_file() or not _is_first_or_single(p.name):
                     continue
                 add(p.stem, p, "imported")
         for id_, p in self._imported_links().items():
@@ -274,11 +292,24 @@ class ModelLibrary:
         src = Path(path).expanduser()
         if not src.exists():
             raise LibraryError(f"no such file: {src}")
-        read_gguf(src)  # raises GGUFError with a one-line reason
+        gf = read_gguf(src)  # raises GGUFError with a one-line reason
+        sources = [src]
+        names = _split_names(src.name, gf.metadata.get("split.count"))
+        if names:
+            # A split model is loaded through its first part; every part must be there.
+            if names[0] != src.name:
+                raise LibraryError(f"{src.name} is part of a split model: import its first "
+                                   f"part, {names[0]}")
+            missing = [n for n in names if not (src.parent / n).exists()]
+            if missing:
+                raise LibraryError(f"{src.name} is a split model but {missing[0]} is missing "
+                                   f"next to it ({len(missing)} of {len(names)} parts missing)")
+            sources = [src.parent / n for n in names]
         for e in self.entries():
             if _real(e.path) == _real(src):
                 raise LibraryError(f"{src.name} is already in the library as '{e.id}'")
         self.models_dir.mkdir(parents=True, exist_ok=True)
+        target = src
         if mode == "link":
             links = self._imported_links()
             taken = {e.id for e in self.entries()} | set(links)
@@ -288,26 +319,37 @@ class ModelLibrary:
             links[id_] = src.resolve()
             self._write_links(links)
         else:
-            size = src.stat().st_size
+            size = sum(p.stat().st_size for p in sources)
             free = self.free_space(self.models_dir)
             if size + DISK_MARGIN > free:
                 raise LibraryError(
                     f"not enough disk space to copy {src.name}: it needs {human_bytes(size)}, "
                     f"{human_bytes(free)} free in {self.models_dir} (import it as a link instead)")
-            target = self.models_dir / src.name
+            folder = self.models_dir
+            if len(sources) > 1:
+                # Parts keep their names (llama.cpp finds them by name) in their own folder.
+                folder = self.models_dir / _slug(src.stem)
+                n = 2
+                while folder.exists():
+                    folder = self.models_dir / f"{_slug(src.stem)}-{n}"
+                    n += 1
+                folder.mkdir(parents=True)
+            target = folder / src.name
             n = 2
             while target.exists():
-                target = self.models_dir / f"{src.stem}-{n}{src.suffix}"
+                target = folder / f"{src.stem}-{n}{src.suffix}"
                 n += 1
-            part = target.with_name(target.name + ".incomplete")
-            try:
-                shutil.copyfile(src, part)
-                part.replace(target)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    part.unlink()
+            for p in sources:
+                dest = target if p == src else folder / p.name
+                part = dest.with_name(dest.name + ".incomplete")
+                try:
+                    shutil.copyfile(p, part)
+                    part.replace(dest)
+                finally:
+                    with contextlib.suppress(FileNotFoundError):
+                        part.unlink()
         for e in self.entries():
-            if _real(e.path) == _real(src if mode == "link" else target):
+            if _real(e.path) == _real(target):
                 return e
         raise LibraryError(f"{src.name} was imported but is not listed")  # pragma: no cover
 
@@ -339,14 +381,18 @@ class ModelLibrary:
         if e.linked:
             return DeletePlan(e, [], 0, None, f"only the library entry is removed; the file "
                               f"stays at {e.path}")
-        files: list[Path] = [e.path]
-        freed = _size(e.path)
-        if e.source in ("downloaded", "hf-cache") and e.path.is_symlink():
-            blob = e.path.resolve()
-            if not _other_links(e.path, blob):
-                files.append(blob)
+        files: list[Path] = []
+        freed = 0
+        for f in [e.path, *_split_siblings(e.path)]:
+            files.append(f)
+            if e.source in ("downloaded", "hf-cache") and f.is_symlink():
+                blob = f.resolve()
+                if blob.exists() and not _other_links(f, blob):
+                    files.append(blob)
+                    freed += _size(blob)
+                # else: another snapshot still uses the same bytes
             else:
-                freed = 0  # another snapshot still uses the same bytes
+                freed += _size(f)
         warning = None
         if e.owner is not None:
             warning = (f"this file belongs to {e.owner}, not to Candlewick: deleting it removes "

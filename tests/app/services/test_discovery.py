@@ -127,15 +127,17 @@ def test_deleting_another_tools_file_needs_saying_so(roots: DiscoveryRoots,
     lib.delete(ids["hf-cache"], allow_foreign=True)
     left = [e for e in lib.entries() if e.source == "hf-cache"]
     assert [e.label for e in left] == ["Qwen/Qwen2-GGUF/qwen2-q8_0-00001-of-00002.gguf"]
-    # The last link: the blob goes too; links it does not own (dangling ones) stay.
+    # The last link of that blob: the blob goes too, with the split model's (dangling) second
+    # part; a link that is no part of it stays.
     last = lib.plan_delete(left[0].id)
-    assert len(last.files) == 2 and last.freed_bytes > 0
+    assert [p.name for p in last.files][::2] == [
+        "qwen2-q8_0-00001-of-00002.gguf", "qwen2-q8_0-00002-of-00002.gguf"]
+    assert len(last.files) == 3 and last.freed_bytes > 0
     lib.delete(left[0].id, allow_foreign=True)
     assert roots.hf_cache is not None
     folder = roots.hf_cache / "models--Qwen--Qwen2-GGUF"
     assert list((folder / "blobs").iterdir()) == []
-    assert sorted(p.name for p in (folder / "snapshots").rglob("*.gguf")) == [
-        "gone.gguf", "qwen2-q8_0-00002-of-00002.gguf"]
+    assert [p.name for p in (folder / "snapshots").rglob("*.gguf")] == ["gone.gguf"]
 
 
 def test_bundled_model_cannot_be_deleted(tmp_path: Path, smollm2_path: Path) -> None:
@@ -180,3 +182,24 @@ def test_import_refuses_bad_files_and_full_disks(tmp_path: Path) -> None:
     with pytest.raises(LibraryError, match="not enough disk space"):
         lib.import_file(good, mode="copy")
     assert lib.entries() == []
+
+
+def test_split_model_imports_and_deletes_as_one(tmp_path: Path) -> None:
+    src = tmp_path / "dl"
+    first = tiny_gguf(src / "Big-Q4_0-00001-of-00002.gguf", "big", shard=0, split_count=2)
+    second = tiny_gguf(src / "Big-Q4_0-00002-of-00002.gguf", "big", shard=1, split_count=2)
+    lib = ModelLibrary(tmp_path / "models", bundled=False, discovery=False)
+    with pytest.raises(LibraryError, match="import its first part"):
+        lib.import_file(second)
+    entry = lib.import_file(first, mode="copy")
+    copied = sorted(p.name for p in entry.path.parent.iterdir())
+    assert copied == [first.name, second.name]  # parts keep their names, side by side
+    assert [e.id for e in lib.entries()] == [entry.id]  # listed once, by its first part
+    plan = lib.plan_delete(entry.id)
+    assert len(plan.files) == 2
+    assert plan.freed_bytes == first.stat().st_size + second.stat().st_size
+    lib.delete(entry.id)
+    assert not list(entry.path.parent.glob("*.gguf"))
+    second.unlink()
+    with pytest.raises(LibraryError, match="is missing next to it"):
+        lib.import_file(first)
