@@ -58,8 +58,9 @@ def _handler(state: Served) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            # Count before sending: the client may finish before this thread resumes.
             state.bytes_sent += len(data)
+            self.wfile.write(data)
 
     return Handler
 
