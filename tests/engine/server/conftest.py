@@ -1,0 +1,59 @@
+"""A live server on 127.0.0.1 (free port) over the real SmolLM2, shared by the server tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.runtime import LoadParams, Model
+from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
+
+API_KEY = "test-key-0123456789"
+N_SLOTS = 4
+
+
+@pytest.fixture(scope="session")
+def served(smollm2_path: Path) -> Iterator[LoadedModel]:
+    model = Model(smollm2_path, LoadParams(n_ctx=1024 * N_SLOTS, n_seq_max=N_SLOTS,
+                                           n_threads=2))
+    loaded = LoadedModel.build(model, "smollm2", max_queue=32)
+    yield loaded
+    loaded.close()
+    model.close()
+
+
+def make_config(**kw: object) -> ServerConfig:
+    base: dict[str, object] = {"port": 0, "api_key": API_KEY, "model_id": "smollm2",
+                               "max_tokens_cap": 64, "max_body_bytes": 64 * 1024,
+                               "cors_origins": ("http://app.example",)}
+    base.update(kw)
+    return ServerConfig(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="session")
+def server(served: LoadedModel) -> Iterator[ServerThread]:
+    """The main server: API key required, one CORS origin allowed."""
+    state = ServerState(make_config())
+    state.set_loaded(served)
+    with ServerThread(state) as srv:
+        yield srv
+
+
+@pytest.fixture
+def base_url(server: ServerThread) -> str:
+    return server.url
+
+
+@pytest.fixture
+def auth() -> dict[str, str]:
+    return {"Authorization": f"Bearer {API_KEY}"}
+
+
+def assert_no_leak(loaded: LoadedModel) -> None:
+    sched = loaded.scheduler
+    assert sched.wait_idle(60)
+    snap = sched.snapshot()
+    assert snap.busy_slots == 0 and snap.queue_depth == 0
+    assert sched.kv_positions() == [s["cached_tokens"] for s in snap.slots]
