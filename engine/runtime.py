@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from engine import llama_lib
 from engine.gguf import GGUFError, GGUFFile, read_gguf
+from engine.prompt_cache import PromptStateCache, common_prefix
 from engine.templates import ChatTemplate
 
 FlashAttn = Literal["on", "off", "auto"]
@@ -31,6 +32,9 @@ GpuLayers = int | Literal["auto", "all"]
 KV_TYPES: dict[str, int] = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7,
                             "q8_0": 8, "bf16": 30}
 _FLASH = {"auto": -1, "off": 0, "on": 1}
+# Histories shorter than this are cheaper to re-process than to snapshot.
+MIN_SNAPSHOT_TOKENS = 64
+MIN_RESTORE_GAIN = 32
 
 
 class EngineError(RuntimeError):
@@ -69,6 +73,8 @@ class LoadParams:
     # CPU "extra buffer" types (weight repacking, AMX). None = auto: off when the build uses
     # AMX, whose kernels crash on multi-token batches on the VMs we test on (see DESIGN notes).
     extra_buffers: bool | None = None
+    # RAM budget for KV snapshots of recently left conversations (0 disables it).
+    state_cache_mb: int = 256
 
     def validate(self) -> None:
         if self.n_ctx < 16:
@@ -173,6 +179,11 @@ class Model:
         self._ctx: Any = None
         self._cached: list[int] = []  # tokens currently in sequence 0 of the KV cache
         self._piece_buf = ctypes.create_string_buffer(256)
+        # Snapshots of recent conversations' KV state, so switching back costs a memory copy.
+        self.state_cache: PromptStateCache | None = (
+            PromptStateCache(self.params.state_cache_mb << 20)
+            if self.params.state_cache_mb > 0 else None
+        )
         t0 = time.perf_counter()
         from engine import hardware, memory  # memory imports this module
 
@@ -377,11 +388,18 @@ class Model:
         processes its new tokens). Returns how many prompt tokens were reused.
         """
         C = self._lib
-        n_common = 0
-        for a, b in zip(self._cached, tokens, strict=False):
-            if a != b:
-                break
-            n_common += 1
+        n_common = common_prefix(self._cached, tokens)
+        cache = self.state_cache
+        if cache is not None:
+            found = cache.best(tokens)
+            if found is not None and found[1] > n_common + MIN_RESTORE_GAIN:
+                # Another conversation's history is in the KV cache: keep it, bring ours back.
+                self._save_state()
+                state = cache.get(found[0])
+                if state is not None and self._restore_state(found[0], state):
+                    n_common = found[1]
+            elif len(self._cached) - n_common >= MIN_SNAPSHOT_TOKENS:
+                self._save_state()  # about to overwrite a long history we may come back to
         # At least the last prompt token must be decoded to get fresh logits.
         n_common = min(n_common, len(tokens) - 1)
         if n_common < len(self._cached) and not C.llama_memory_seq_rm(
@@ -404,6 +422,31 @@ class Model:
                 raise EngineError(_decode_error(rc))
             self._cached.extend(chunk)
         return n_common
+
+    def _save_state(self) -> None:
+        cache = self.state_cache
+        key = tuple(self._cached)
+        if cache is None or len(key) < MIN_SNAPSHOT_TOKENS or cache.contains(key):
+            return
+        C = self._lib
+        size = int(C.llama_state_seq_get_size(self._ctx, 0))
+        if size <= 0 or size > cache.max_bytes:
+            return
+        buf = (ctypes.c_uint8 * size)()
+        written = int(C.llama_state_seq_get_data(self._ctx, buf, size, 0))
+        if written > 0:
+            cache.put(key, bytes(buf)[:written])
+
+    def _restore_state(self, key: tuple[int, ...], state: bytes) -> bool:
+        C = self._lib
+        C.llama_memory_seq_rm(self._memory, 0, -1, -1)
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if int(C.llama_state_seq_set_data(self._ctx, buf, len(state), 0)) == 0:
+            C.llama_memory_clear(self._memory, True)
+            self._cached = []
+            return False
+        self._cached = list(key)
+        return True
 
     def __repr__(self) -> str:
         return f"Model({self.path.name!r}, n_ctx={getattr(self, 'n_ctx', '?')})"

@@ -179,3 +179,34 @@ def test_corrupt_file_never_reaches_llama(tmp_path: Path) -> None:
     p.write_bytes(b"GGUF" + b"\xff" * 40)
     with pytest.raises(GGUFError):
         Model(p)
+
+
+def test_switching_back_to_a_conversation_restores_its_kv_state(smollm2: Model) -> None:
+    story = "Tell me about the history of lighthouses. " * 12
+    a1 = [{"role": "user", "content": story}]
+
+    def follow_up(answer: str) -> list[dict[str, str]]:
+        return [*a1, {"role": "assistant", "content": answer},
+                {"role": "user", "content": "More?"}]
+
+    # Reference: the follow-up right after the first turn, the KV cache never left.
+    cache, smollm2.state_cache = smollm2.state_cache, None
+    try:
+        smollm2.reset_cache()
+        answer_a = smollm2.generate(a1, GREEDY).consume()
+        direct = smollm2.generate(follow_up(answer_a), GREEDY).consume()
+    finally:
+        smollm2.state_cache = cache
+    # Same conversation, but another one takes the context in between.
+    smollm2.reset_cache()
+    gen_a = smollm2.generate(a1, GREEDY)
+    assert gen_a.consume() == answer_a
+    smollm2.generate([{"role": "user", "content": "What is bread made of?"}], GREEDY).consume()
+    gen = smollm2.generate(follow_up(answer_a), GREEDY)
+    gen.consume()
+    # Going back did not process the first conversation's history again...
+    assert gen.stats.cached_tokens >= len(gen_a.prompt)
+    assert gen.stats.n_prompt_eval < gen.stats.prompt_tokens - len(gen_a.prompt)
+    assert smollm2.state_cache is not None and smollm2.state_cache.stats.restores >= 1
+    # ...and the restored snapshot behaves exactly as if the context had never left.
+    assert gen.text == direct
