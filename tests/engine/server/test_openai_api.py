@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import httpx
 import openai
@@ -15,8 +16,9 @@ MSG = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 @pytest.fixture
-def client(server: ServerThread) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0)
+def client(server: ServerThread) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0) as c:
+        yield c
 
 
 def test_models(client: openai.OpenAI) -> None:

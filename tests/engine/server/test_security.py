@@ -36,8 +36,8 @@ def test_no_key_wrong_key_right_key(base_url: str) -> None:
 
 
 def test_official_clients_get_401(base_url: str) -> None:
-    c = openai.OpenAI(base_url=base_url + "/v1", api_key="not-the-key", max_retries=0)
-    with pytest.raises(openai.AuthenticationError):
+    with openai.OpenAI(base_url=base_url + "/v1", api_key="not-the-key", max_retries=0) as c, \
+            pytest.raises(openai.AuthenticationError):
         c.models.list()
 
 
