@@ -83,7 +83,11 @@ class MemoryBar(QWidget):
         if est is None or est.total <= 0:
             p.end()
             return
-        scale_max = max(est.total, est.free_ram or 0) * 1.05
+        # Against free memory when that is comparable; a small model on a big machine would
+        # otherwise be a sliver, so then the bar shows the split and the text the share.
+        free = est.free_ram or 0
+        scale_max = (max(est.total, free) if free and free < 4 * est.total
+                     else est.total) * 1.02
         x = r.left()
         p.setPen(Qt.PenStyle.NoPen)
         for key, _label, color in SEGMENTS:
@@ -91,8 +95,8 @@ class MemoryBar(QWidget):
             p.setBrush(QColor(color))
             p.drawRect(QRectF(x, r.top() + 1, w, r.height() - 2))
             x += w
-        if est.free_ram:
-            fx = r.left() + r.width() * est.free_ram / scale_max
+        if free and free <= scale_max:
+            fx = r.left() + r.width() * free / scale_max
             p.setPen(QPen(pal.color(QPalette.ColorRole.Text), 2, Qt.PenStyle.DashLine))
             p.drawLine(int(fx), int(r.top()), int(fx), int(r.bottom()))
         p.end()
@@ -150,7 +154,8 @@ class EstimateWidget(QWidget):
         self.legend.setText("  ".join(
             f"<span style='color:{color}'>■</span> {label} {human_bytes(getattr(est, key))}"
             for key, label, color in SEGMENTS))
-        free = f" of {human_bytes(est.free_ram)} free" if est.free_ram is not None else ""
+        free = (f" of {human_bytes(est.free_ram)} free "
+                f"({est.ram / est.free_ram:.0%})" if est.free_ram else "")
         vram = ""
         if est.vram or est.free_vram:
             vfree = f" of {human_bytes(est.free_vram)} free" if est.free_vram is not None else ""

@@ -49,8 +49,10 @@ class LibraryPanel(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        self.table.horizontalHeader().setStretchLastSection(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setStretchLastSection(False)
         self.table.setWordWrap(False)
         self.table.selectionModel().selectionChanged.connect(self._on_selection)
         model.modelReset.connect(self._after_reset)
@@ -135,6 +137,9 @@ class LibraryPanel(QWidget):
             combo.currentIndexChanged.connect(self._settings_changed)
         self._loaded: LoadedModel | None = None
         self._loading = False
+        # The context the user asked for; kept across models, clamped to each one's maximum.
+        self._ctx_wanted = DEFAULT_CTX
+        self.ctx_slider.valueChanged.connect(self._remember_ctx)  # not fired by _configure_for
         self._configure_for(None)
         self._sync_buttons()
 
@@ -155,7 +160,11 @@ class LibraryPanel(QWidget):
         return int(self.ctx_slider.value()) * CTX_STEP
 
     def set_context_length(self, n_ctx: int) -> None:
+        self._ctx_wanted = n_ctx
         self.ctx_slider.setValue(max(1, n_ctx // CTX_STEP))
+
+    def _remember_ctx(self, value: int) -> None:
+        self._ctx_wanted = value * CTX_STEP
 
     def gpu_layers(self) -> GpuLayers:
         return "auto" if self.gpu_auto.isChecked() else int(self.gpu_slider.value())
@@ -183,7 +192,7 @@ class LibraryPanel(QWidget):
         facts = entry.facts if entry else None
         trained = facts.context_length if facts and facts.context_length else 131072
         n_layer = facts.n_layer if facts else 0
-        keep = self.context_length() if self.ctx_slider.maximum() > 0 else DEFAULT_CTX
+        keep = self._ctx_wanted
         for w in (self.ctx_slider, self.gpu_slider):
             w.blockSignals(True)
         self.ctx_slider.setRange(1, max(1, trained // CTX_STEP))

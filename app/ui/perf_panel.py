@@ -73,8 +73,13 @@ class Chart(QWidget):
         p.drawRect(area)
         tps_max = max(max(self.tps, default=0.0), 1.0) * 1.15
         ram_max = max(max(self.ram, default=0.0), 1.0) * 1.15
+        if not self.ram:
+            p.setPen(pal.color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text))
+            p.drawText(area, Qt.AlignmentFlag.AlignCenter, "no samples yet")
+            p.end()
+            return
         p.setPen(QColor(TPS_COLOR))
-        p.drawText(4, fm.ascent() + 1, f"tok/s (max {tps_max / 1.15:.0f})")
+        p.drawText(4, fm.ascent() + 1, f"tok/s rolling (max {tps_max / 1.15:.0f})")
         label = f"RAM (max {human_bytes(ram_max / 1.15)})"
         p.setPen(QColor(RAM_COLOR))
         p.drawText(int(self.width() - 4 - fm.horizontalAdvance(label)), fm.ascent() + 1, label)
@@ -219,7 +224,8 @@ class PerfPanel(QWidget):
         cpu = self._proc.cpu_percent(None) / self._ncpu
         lab["cpu"].setText(f"{cpu:.0f}% of {self._ncpu} cores")
         self._show_ctx()
-        self.chart.add(self.current_tps if self.generating else 0.0, float(rss))
+        # The chart plots the rolling average: per-tick rates jump with token coalescing.
+        self.chart.add((roll or 0.0) if self.generating else 0.0, float(rss))
 
     def _show_ctx(self) -> None:
         used = self.prompt_tokens + self.gen_tokens

@@ -1,0 +1,97 @@
+"""Refresh the screenshots in docs/screenshots/ from the real app on the bundled model.
+
+    QT_QPA_PLATFORM=offscreen .venv/bin/python scripts/screenshots.py
+
+Takes three pictures of the main window: the library with the memory estimate before loading,
+a reply while it is streaming, and the performance panel after it. Uses a private, empty
+profile so nothing from your own settings shows up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from PySide6.QtCore import QEventLoop, QObject, Slot
+from PySide6.QtWidgets import QApplication, QWidget
+
+from engine.runtime import SamplingParams
+
+QUESTION = "Write a Python function that reverses a string, and explain it briefly."
+
+
+class TokenCounter(QObject):
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+        self.done = False
+
+    @Slot(str, int)
+    def on_tokens(self, _text: str, n: int) -> None:
+        self.n = n
+
+    @Slot(object)
+    def on_finished(self, _stats: object) -> None:
+        self.done = True
+
+
+def spin_until(cond: object, timeout_s: float = 300) -> None:
+    loop = QEventLoop()
+    end = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < end:  # type: ignore[operator]
+        loop.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
+
+
+def save(widget: QWidget, path: Path) -> None:
+    QApplication.processEvents()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not widget.grab().save(str(path)):
+        raise SystemExit(f"could not write {path}")
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
+    ap.add_argument("--stream-tokens", type=int, default=60,
+                    help="take the mid-stream picture after this many tokens")
+    args = ap.parse_args()
+    os.environ["CANDLEWICK_HOME"] = tempfile.mkdtemp(prefix="candlewick-shots-")
+    app = QApplication.instance() or QApplication([])
+    from app.main import build_window
+
+    window = build_window(sampling=SamplingParams(temperature=0.0, max_tokens=400))
+    window.resize(1440, 900)
+    window.splitter.setSizes([470, 640, 330])
+    window.show()
+    window.focus_input()
+    counter = TokenCounter()
+    window.engine.worker.tokens.connect(counter.on_tokens)
+    window.engine.worker.finished.connect(counter.on_finished)
+    try:
+        save(window, args.out / "library-estimate.png")
+        window.chat_view.input.setPlainText(QUESTION)
+        window.chat_view.input.submitted.emit(QUESTION)
+        spin_until(lambda: counter.n >= args.stream_tokens or counter.done)
+        save(window, args.out / "chat-streaming.png")
+        spin_until(lambda: counter.done)
+        t_end = time.monotonic() + 1.5  # a few panel ticks after the reply
+        spin_until(lambda: time.monotonic() > t_end)
+        save(window, args.out / "performance.png")
+        save(window.perf_panel, args.out / "performance-panel.png")
+    finally:
+        window.close()
+        window.engine.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
