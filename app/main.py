@@ -58,17 +58,43 @@ def make_estimator() -> Estimator | None:
         return None
 
 
+def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
+    """The Hub / downloads view as a side tab next to the library."""
+    from app.services.downloads import DownloadManager
+    from app.services.hub import HubClient, default_fit
+    from app.services.secrets import TokenStore
+    from app.ui.model_manager import ModelManagerView
+
+    tokens = TokenStore()
+    hub = HubClient(token=tokens.get, fit=default_fit())
+    downloads = DownloadManager(library.downloads_state, hub)
+    view = ModelManagerView(hub, downloads, library, tokens)
+    view.load_requested.connect(window.load_path)
+    view.library_changed.connect(window.refresh_library)
+    view.status_changed.connect(lambda text: window.statusBar().showMessage(text, 5000))
+
+    def shutdown() -> None:
+        view.shutdown()
+        downloads.close()
+
+    window.add_side_tab("Download", view, shutdown)
+
+
 def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None = None,
                  worker: EngineWorker | None = None,
                  estimator: Estimator | None = None,
-                 sampling: SamplingParams | None = None) -> MainWindow:
+                 sampling: SamplingParams | None = None,
+                 model_manager: bool = False) -> MainWindow:
     """Create the engine thread and the main window; the caller shows it and, at the end,
-    calls `window.engine.shutdown()`."""
+    calls `window.shutdown()`. `model_manager` adds the Hub / downloads tab."""
     paths = (paths or AppPaths.default()).ensure()
     library = library or ModelLibrary(paths.models)
     engine = EngineHost(worker)
-    return MainWindow(engine, library, settings_for(paths),
-                      estimator=estimator or make_estimator(), sampling=sampling)
+    window = MainWindow(engine, library, settings_for(paths),
+                        estimator=estimator or make_estimator(), sampling=sampling)
+    if model_manager:
+        add_model_manager(window, library)
+    return window
 
 
 def run_app(argv: Sequence[str] | None = None) -> int:
@@ -86,7 +112,7 @@ def run_app(argv: Sequence[str] | None = None) -> int:
     QApplication.setApplicationDisplayName("Candlewick")
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
-    window = build_window()
+    window = build_window(model_manager=True)
     window.show()
     window.activateWindow()
     window.focus_input()
@@ -96,7 +122,7 @@ def run_app(argv: Sequence[str] | None = None) -> int:
         with loop:
             loop.run_until_complete(closed.wait())
     finally:
-        window.engine.shutdown()
+        window.shutdown()
         asyncio.set_event_loop(None)
     return 0
 

@@ -108,7 +108,7 @@ def main() -> int:
 
     home = tempfile.mkdtemp(prefix="candlewick-bench-")
     os.environ["CANDLEWICK_HOME"] = home
-    app = QApplication.instance() or QApplication([])
+    qapp = QApplication.instance() or QApplication([])
     from app.main import build_window
     from app.ui.worker import EngineWorker
 
@@ -171,8 +171,8 @@ def main() -> int:
 
     probe.timer.stop()
     window.close()
-    window.engine.shutdown()
-    app.processEvents()
+    window.shutdown()
+    qapp.processEvents()
 
     gaps_ms = sorted(g * 1000 for g in all_gaps)
     p99 = gaps_ms[min(len(gaps_ms) - 1, int(len(gaps_ms) * 0.99))]

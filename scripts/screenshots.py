@@ -20,10 +20,10 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from PySide6.QtCore import QEventLoop, QObject, Slot
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtCore import QEventLoop, QObject, Slot  # noqa: E402
+from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
-from engine.runtime import SamplingParams
+from engine.runtime import SamplingParams  # noqa: E402
 
 QUESTION = "Write a Python function that reverses a string, and explain it briefly."
 
@@ -65,7 +65,7 @@ def main() -> int:
                     help="take the mid-stream picture after this many tokens")
     args = ap.parse_args()
     os.environ["CANDLEWICK_HOME"] = tempfile.mkdtemp(prefix="candlewick-shots-")
-    app = QApplication.instance() or QApplication([])
+    qapp = QApplication.instance() or QApplication([])  # noqa: F841 (kept alive)
     from app.main import build_window
 
     window = build_window(sampling=SamplingParams(temperature=0.0, max_tokens=400))
@@ -89,7 +89,7 @@ def main() -> int:
         save(window.perf_panel, args.out / "performance-panel.png")
     finally:
         window.close()
-        window.engine.shutdown()
+        window.shutdown()
     return 0
 
 

@@ -76,6 +76,7 @@ class MainWindow(QMainWindow):
         self.engine = engine
         self.library = library
         self.settings = settings
+        self._closers: list[Callable[[], object]] = []
 
         self.library_model = LibraryModel(parent=self)
         self.library_panel = LibraryPanel(self.library_model, estimator)
@@ -156,9 +157,28 @@ class MainWindow(QMainWindow):
         menu.addSeparator()
         menu.addAction(self.quit_action)
 
-    def add_side_tab(self, title: str, widget: QWidget) -> None:
-        """Another view of models (downloads, the hub) next to the library."""
+    def add_side_tab(self, title: str, widget: QWidget,
+                     shutdown: Callable[[], object] | None = None) -> None:
+        """Another view of models (downloads, the hub) next to the library; `shutdown` runs
+        when the window shuts down (before the engine thread ends)."""
         self.side_tabs.addTab(widget, title)
+        if shutdown is not None:
+            self._closers.append(shutdown)
+
+    def load_path(self, path: Path) -> None:
+        """Load a model file (from another view) with the current load settings."""
+        self.refresh_library()
+        for row in range(self.library_model.rowCount()):
+            if self.library_model.entry(row).path == path:
+                self.library_panel.select(self.library_model.entry(row).id)
+        self._load(path, self.library_panel.load_params())
+
+    def shutdown(self) -> None:
+        """End background work: side views first, then the engine thread. Safe to call twice."""
+        closers, self._closers = self._closers, []
+        for close in closers:
+            close()
+        self.engine.shutdown()
 
     # -- actions ---------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ def open_window(qtbot: QtBot, sampling: SamplingParams = GREEDY) -> MainWindow:
 
 def close_window(w: MainWindow) -> None:
     w.close()
-    w.engine.shutdown()
+    w.shutdown()
     w.deleteLater()
     QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
@@ -257,15 +257,17 @@ def test_code_block_copy_button(window: MainWindow, qtbot: QtBot) -> None:
 def test_geometry_and_splitter_are_remembered(qtbot: QtBot, candlewick_home: Path) -> None:
     w = open_window(qtbot)
     try:
-        w.resize(720, 560)  # inside the offscreen screen (800x800), so nothing is clamped
-        w.splitter.setSizes([250, 250, 200])
+        w.resize(780, 560)  # inside the offscreen screen (800x800), so nothing is clamped
+        w.splitter.setSizes([300, 250, 200])
+        size = (w.width(), w.height())
         sizes = w.splitter.sizes()
+        assert size != (1360, 860)
     finally:
         close_window(w)
     assert (candlewick_home / "config" / "window.ini").is_file()
     w2 = open_window(qtbot)
     try:
-        assert (w2.width(), w2.height()) == (720, 560)
+        assert (w2.width(), w2.height()) == size
         assert w2.splitter.sizes() == sizes
     finally:
         close_window(w2)
@@ -294,9 +296,11 @@ def test_candlewick_without_arguments_opens_the_window(qtbot: QtBot) -> None:
         w = windows[0]
         entry = w.library_panel.selected_entry()
         seen.update(title=w.windowTitle(), selected=entry.id if entry else None,
-                    focus=w.focusWidget() is w.chat_view.input)
+                    focus=w.focusWidget() is w.chat_view.input,
+                    tabs=[w.side_tabs.tabText(i) for i in range(w.side_tabs.count())])
         w.close()
 
     QTimer.singleShot(0, inspect_and_close)
     assert main([]) == 0
-    assert seen == {"title": "Candlewick", "selected": "default", "focus": True}
+    assert seen == {"title": "Candlewick", "selected": "default", "focus": True,
+                    "tabs": ["Library", "Download"]}
