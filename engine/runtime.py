@@ -11,13 +11,12 @@ any thread and is honoured before every token.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import ctypes
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -26,6 +25,7 @@ from engine import llama_lib
 from engine.gguf import GGUFError, GGUFFile, read_gguf
 from engine.prompt_cache import PromptStateCache, common_prefix
 from engine.templates import ChatTemplate
+from engine.textstream import TextStream
 
 FlashAttn = Literal["on", "off", "auto"]
 GpuLayers = int | Literal["auto", "all"]
@@ -460,7 +460,8 @@ class Generation:
     """An in-progress reply: iterate for text pieces; `stats` is complete when exhausted."""
 
     def __init__(self, model: Model, prompt: list[int], sampling: SamplingParams,
-                 cancel: threading.Event | None, t_start: float) -> None:
+                 cancel: threading.Event | None, t_start: float,
+                 token_source: TokenSource | None = None) -> None:
         sampling.validate()
         if not prompt:
             raise EngineError("the prompt is empty")
@@ -478,6 +479,8 @@ class Generation:
         self.tokens: list[int] = []
         self.done = False
         self._t_start = t_start
+        self._token_source = token_source
+        self._reason: StopReason = "length"
         self._it = self._run()
 
     def __iter__(self) -> Iterator[str]:
@@ -525,81 +528,43 @@ class Generation:
                 for t in self.prompt[-s.repeat_last_n:]:
                     C.llama_sampler_accept(chain, t)
 
-            decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            stops = [x for x in s.stop if x]
-            hold = max((len(x) for x in stops), default=1) - 1
-            pending = ""
-            tok_arr = (C.llama_token * 1)()
-            batch = C.llama_batch_get_one(tok_arr, 1)
+            stream = TextStream(s.stop)
+            source = (self._token_source or _plain_tokens)(self, chain)
             buf = m._piece_buf
             buf_len = len(buf)
-            sample = C.llama_sampler_sample
-            is_eog = C.llama_vocab_is_eog
             to_piece = C.llama_token_to_piece
-            decode = C.llama_decode
-            n_ctx = m.n_ctx
-            cached = m._cached
             max_tokens = s.max_tokens
             t_first: float | None = None
             t_last: float | None = None
-            reason: StopReason = "length"
+            self._reason = "length"
             n_gen = 0
-            while True:
-                if cancel.is_set():
-                    reason = "cancelled"
-                    break
-                tok = sample(chain, ctx, -1)
-                if is_eog(vocab, tok):
-                    reason = "stop"
-                    break
-                n = to_piece(vocab, tok, buf, buf_len, 0, False)
-                raw = buf.raw[:n] if n >= 0 else m.token_bytes(tok)
-                piece = decoder.decode(raw)
-                n_gen += 1
-                self.tokens.append(tok)
-                t_last = time.perf_counter()
-                if piece:
-                    if stops:
-                        pending += piece
-                        hit = _find_stop(pending, stops)
-                        if hit >= 0:
-                            out = pending[:hit]
-                            if out:
-                                if t_first is None:
-                                    t_first = t_last
-                                self.text += out
-                                yield out
-                            reason = "stop_string"
-                            break
-                        keep = _held_suffix(pending, stops, hold)
-                        out = pending[: len(pending) - keep]
-                        pending = pending[len(pending) - keep:]
-                    else:
-                        out = piece
+            try:
+                for tok in source:
+                    n = to_piece(vocab, tok, buf, buf_len, 0, False)
+                    out = stream.push(buf.raw[:n] if n >= 0 else m.token_bytes(tok))
+                    n_gen += 1
+                    self.tokens.append(tok)
+                    t_last = time.perf_counter()
                     if out:
                         if t_first is None:
                             t_first = t_last
                         self.text += out
                         yield out
-                if n_gen >= max_tokens:
-                    reason = "length"
-                    break
-                if len(cached) + 1 >= n_ctx:
-                    reason = "context_full"
-                    break
-                tok_arr[0] = tok
-                rc = decode(ctx, batch)
-                if rc != 0:
-                    m.reset_cache()
-                    raise EngineError(_decode_error(rc))
-                cached.append(tok)
-            tail = pending + decoder.decode(b"", final=True)
-            if tail and reason != "stop_string":
+                    if stream.stopped:
+                        self._reason = "stop_string"
+                        break
+                    if n_gen >= max_tokens:
+                        self._reason = "length"
+                        break
+            finally:
+                source.close()  # lets the source put the KV cache in order
+            tail = stream.flush()
+            if tail:
                 if t_first is None:
                     t_first = time.perf_counter()
                 self.text += tail
                 yield tail
-            st.stop_reason = reason
+            st.stop_reason = self._reason
             st.gen_tokens = n_gen
             self._finish(t_first, t_last)
         finally:
@@ -624,22 +589,48 @@ class Generation:
             st.gen_tps_wall = (st.gen_tokens - 1) / (t_last - t_first)
 
 
-def _find_stop(text: str, stops: list[str]) -> int:
-    best = -1
-    for s in stops:
-        i = text.find(s)
-        if i >= 0 and (best < 0 or i < best):
-            best = i
-    return best
+def _plain_tokens(gen: Generation, chain: Any) -> Generator[int, None, None]:
+    """One token per step: sample, hand it out, decode it. The engine's hot loop.
+
+    Ends by setting `gen._reason` (end of generation, cancel, full context). A consumer that
+    stops early (max tokens, stop string) simply stops iterating: the last token handed out
+    is then never decoded, and `model._cached` holds exactly what the KV cache holds.
+    """
+    m = gen.model
+    C = m._lib
+    ctx = m._ctx
+    vocab = m._vocab
+    cancel = gen.cancel
+    sample = C.llama_sampler_sample
+    is_eog = C.llama_vocab_is_eog
+    decode = C.llama_decode
+    tok_arr = (C.llama_token * 1)()
+    batch = C.llama_batch_get_one(tok_arr, 1)
+    cached = m._cached
+    n_ctx = m.n_ctx
+    while True:
+        if cancel.is_set():
+            gen._reason = "cancelled"
+            return
+        tok = sample(chain, ctx, -1)
+        if is_eog(vocab, tok):
+            gen._reason = "stop"
+            return
+        yield tok
+        if len(cached) + 1 >= n_ctx:
+            gen._reason = "context_full"
+            return
+        tok_arr[0] = tok
+        rc = decode(ctx, batch)
+        if rc != 0:
+            m.reset_cache()
+            raise EngineError(_decode_error(rc))
+        cached.append(tok)
 
 
-def _held_suffix(text: str, stops: list[str], hold: int) -> int:
-    """Length of the longest suffix of `text` that could still grow into a stop string."""
-    for k in range(min(hold, len(text)), 0, -1):
-        suffix = text[-k:]
-        if any(s.startswith(suffix) for s in stops):
-            return k
-    return 0
+# A token source drives generation after the prompt: it yields token ids and keeps the KV
+# cache and `model._cached` in step (speculative decoding plugs in here).
+TokenSource = Callable[["Generation", Any], Generator[int, None, None]]
 
 
 def _decode_error(rc: int) -> str:
