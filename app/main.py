@@ -58,6 +58,16 @@ def make_estimator() -> Estimator | None:
         return None
 
 
+def gpu_memory() -> list[tuple[str, int, int]]:
+    """(name, used, total) bytes for each GPU llama.cpp can use; empty on CPU-only machines."""
+    from engine.hardware import llama_devices
+
+    try:
+        return [(d.name, d.total_bytes - d.free_bytes, d.total_bytes) for d in llama_devices()]
+    except (OSError, RuntimeError, AttributeError):
+        return []
+
+
 def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
     """The Hub / downloads view as a side tab next to the library."""
     from app.services.downloads import DownloadManager
@@ -91,7 +101,8 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
     library = library or ModelLibrary(paths.models)
     engine = EngineHost(worker)
     window = MainWindow(engine, library, settings_for(paths),
-                        estimator=estimator or make_estimator(), sampling=sampling)
+                        estimator=estimator or make_estimator(), gpu_probe=gpu_memory,
+                        sampling=sampling)
     if model_manager:
         add_model_manager(window, library)
     return window
