@@ -138,6 +138,9 @@ class GenerationStats:
     eval_ms: float = 0.0
     n_prompt_eval: int = 0
     n_eval: int = 0
+    # Speculative decoding: tokens proposed by the drafter and how many the model accepted.
+    draft_tokens: int = 0
+    draft_accepted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -340,11 +343,12 @@ class Model:
         sampling: SamplingParams | None = None,
         *,
         cancel: threading.Event | None = None,
+        token_source: TokenSource | None = None,
     ) -> Generation:
         """Stream an assistant reply to a chat. Iterate the result for text pieces."""
         t0 = time.perf_counter()
         return Generation(self, self.chat_tokens(messages), sampling or SamplingParams(),
-                          cancel, t0)
+                          cancel, t0, token_source)
 
     def complete(
         self,
@@ -352,10 +356,12 @@ class Model:
         sampling: SamplingParams | None = None,
         *,
         cancel: threading.Event | None = None,
+        token_source: TokenSource | None = None,
     ) -> Generation:
         """Stream a raw continuation of `prompt` (no chat template)."""
         t0 = time.perf_counter()
-        return Generation(self, self.tokenize(prompt), sampling or SamplingParams(), cancel, t0)
+        return Generation(self, self.tokenize(prompt), sampling or SamplingParams(), cancel, t0,
+                          token_source)
 
     def reset_cache(self) -> None:
         self._lib.llama_memory_clear(self._memory, True)
