@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run large language models on your own machine.",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="log engine details to stderr")
+    parser.add_argument("--self-test", action="store_true",
+                        help="check this install without a display: load the bundled model, "
+                             "generate a few tokens, open and close the window; exit 0 if all work")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(sub)
@@ -41,9 +44,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.verbose:
         # llama.cpp's own chatter stays out of the user's terminal unless asked for.
         logging.getLogger("candlewick.llama").setLevel(logging.CRITICAL)
+    if args.self_test:
+        from app.selftest import run
+
+        return run()
     if args.command is None:
         from app.cli.gui_cmd import start_gui
+        from app.crash import install_for_gui
 
+        install_for_gui()  # a rotating log, and a dialog instead of vanishing on a crash
         return start_gui()
     try:
         return int(args.handler(args) or 0)
