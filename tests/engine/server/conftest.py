@@ -4,13 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from engine.runtime import LoadParams, Model
 from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
 
 API_KEY = "test-key-0123456789"
+
+
+class _Http:
+    """httpx's one-shot helpers with a timeout for a busy 2-core machine (default is 5 s)."""
+
+    def __getattr__(self, method: str) -> Any:
+        def call(url: str, **kw: Any) -> httpx.Response:
+            return httpx.request(method.upper(), url, timeout=120, **kw)
+
+        return call
+
+
+http = _Http()
 N_SLOTS = 4
 
 

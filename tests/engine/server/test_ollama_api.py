@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import ollama
 import pytest
 
 from engine.server import LoadedModel, ServerThread
-from tests.engine.server.conftest import API_KEY, assert_no_leak
+from tests.engine.server.conftest import API_KEY, assert_no_leak, http
 
 OPTS = {"temperature": 0, "num_predict": 16}
 MSG = [{"role": "user", "content": "Name a big city."}]
@@ -29,7 +28,7 @@ def test_list_show_version(client: ollama.Client, server: ServerThread) -> None:
     assert shown.details is not None and shown.details.family == "llama"
     assert shown.modelinfo and shown.modelinfo["general.architecture"] == "llama"
     assert shown.template
-    v = httpx.get(server.url + "/api/version", headers={"Authorization": f"Bearer {API_KEY}"})
+    v = http.get(server.url + "/api/version", headers={"Authorization": f"Bearer {API_KEY}"})
     assert v.json()["version"]
 
 
@@ -69,6 +68,6 @@ def test_errors(client: ollama.Client, server: ServerThread) -> None:
         client.chat(model="smollm2", messages=[{"role": "user", "content": "x"}],
                     options={"temperature": -3})
     assert e.value.status_code == 400 and "temperature" in e.value.error
-    r = httpx.post(server.url + "/api/chat", headers={"Authorization": f"Bearer {API_KEY}"},
+    r = http.post(server.url + "/api/chat", headers={"Authorization": f"Bearer {API_KEY}"},
                    json={"model": "smollm2", "messages": "hi"})
     assert r.status_code == 400 and isinstance(r.json()["error"], str)

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 
-import httpx
 import openai
 import pytest
 
 from engine.server import ServerThread
-from tests.engine.server.conftest import API_KEY, assert_no_leak
+from tests.engine.server.conftest import API_KEY, assert_no_leak, http
 
 MSG = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -125,7 +124,7 @@ def test_embeddings(client: openai.OpenAI) -> None:
 
     assert abs(dot(a, a) - 1.0) < 1e-3
     assert dot(a, b) > dot(a, c)  # similar sentences are closer
-    floats = httpx.post(client.base_url.join("embeddings").__str__(),
+    floats = http.post(client.base_url.join("embeddings").__str__(),
                         headers={"Authorization": f"Bearer {API_KEY}"},
                         json={"input": "The cat sat on the mat.",
                               "encoding_format": "float"}).json()
@@ -155,14 +154,14 @@ def test_errors_are_openai_shaped(client: openai.OpenAI, base_url: str,
         (b'{"messages": [{"role": "user", "content": "' + b"x" * 70_000 + b'"}]}', 413),
     ]
     for body, status in cases:
-        r = httpx.post(url, content=body, headers={**auth, "Content-Type": "application/json"})
+        r = http.post(url, content=body, headers={**auth, "Content-Type": "application/json"})
         assert r.status_code == status, body[:60]
         err = r.json()["error"]
         assert err["message"] and err["type"]
     too_long = "word " * 3000  # more tokens than a slot's context
-    r = httpx.post(url, headers=auth, json={"messages": [{"role": "user", "content": too_long}]})
+    r = http.post(url, headers=auth, json={"messages": [{"role": "user", "content": too_long}]})
     assert r.status_code == 400 and "context" in r.json()["error"]["message"]
-    r = httpx.get(base_url + "/v1/nothing", headers=auth)
+    r = http.get(base_url + "/v1/nothing", headers=auth)
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
-    r = httpx.put(url, headers=auth)
+    r = http.put(url, headers=auth)
     assert r.status_code == 405 and "POST" in r.headers["allow"]

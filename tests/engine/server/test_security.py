@@ -6,33 +6,32 @@ import logging
 import subprocess
 import sys
 
-import httpx
 import openai
 import pytest
 
 from engine.server import LoadedModel, ServerConfig, ServerError, ServerState, ServerThread
 from engine.server.app import AuthMiddleware
-from tests.engine.server.conftest import API_KEY, make_config
+from tests.engine.server.conftest import API_KEY, http, make_config
 
 
 def test_no_key_wrong_key_right_key(base_url: str) -> None:
     url = base_url + "/v1/models"
-    assert httpx.get(url).status_code == 401
-    r = httpx.get(url, headers={"Authorization": "Bearer wrong-key-0123456789"})
+    assert http.get(url).status_code == 401
+    r = http.get(url, headers={"Authorization": "Bearer wrong-key-0123456789"})
     assert r.status_code == 401
     assert r.json()["error"]["code"] == "invalid_api_key"
     assert r.headers["www-authenticate"] == "Bearer"
-    assert httpx.get(url, headers={"Authorization": f"Basic {API_KEY}"}).status_code == 401
-    assert httpx.get(url, headers={"Authorization": f"Bearer {API_KEY}x"}).status_code == 401
-    assert httpx.get(url, headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 200
-    assert httpx.get(url, headers={"x-api-key": API_KEY}).status_code == 200
+    assert http.get(url, headers={"Authorization": f"Basic {API_KEY}"}).status_code == 401
+    assert http.get(url, headers={"Authorization": f"Bearer {API_KEY}x"}).status_code == 401
+    assert http.get(url, headers={"Authorization": f"Bearer {API_KEY}"}).status_code == 200
+    assert http.get(url, headers={"x-api-key": API_KEY}).status_code == 200
     # Ollama routes answer in Ollama's error shape.
-    r = httpx.get(base_url + "/api/tags")
+    r = http.get(base_url + "/api/tags")
     assert r.status_code == 401 and isinstance(r.json()["error"], str)
     for path in ("/metrics", "/openapi.json", "/slots", "/api/version"):
-        assert httpx.get(base_url + path).status_code == 401, path
+        assert http.get(base_url + path).status_code == 401, path
     # /health is the one open route.
-    assert httpx.get(base_url + "/health").status_code == 200
+    assert http.get(base_url + "/health").status_code == 200
 
 
 def test_official_clients_get_401(base_url: str) -> None:
@@ -103,19 +102,19 @@ def test_cors_closed_by_default_open_for_configured_origin(served: LoadedModel,
                                                            base_url: str) -> None:
     pre = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST",
            "Access-Control-Request-Headers": "authorization,content-type"}
-    r = httpx.options(base_url + "/v1/chat/completions", headers=pre)
+    r = http.options(base_url + "/v1/chat/completions", headers=pre)
     assert r.status_code == 200
     assert r.headers["access-control-allow-origin"] == "http://app.example"
-    r = httpx.options(base_url + "/v1/chat/completions",
+    r = http.options(base_url + "/v1/chat/completions",
                       headers={**pre, "Origin": "http://evil.example"})
     assert "access-control-allow-origin" not in r.headers
 
     state = ServerState(make_config(cors_origins=()))
     state.set_loaded(served)
     with ServerThread(state) as srv:
-        r = httpx.options(srv.url + "/v1/chat/completions", headers=pre)
+        r = http.options(srv.url + "/v1/chat/completions", headers=pre)
         assert "access-control-allow-origin" not in r.headers
-        r = httpx.get(srv.url + "/health", headers={"Origin": "http://app.example"})
+        r = http.get(srv.url + "/health", headers={"Origin": "http://app.example"})
         assert "access-control-allow-origin" not in r.headers
 
 
@@ -123,7 +122,7 @@ def test_key_never_logged(served: LoadedModel, caplog: pytest.LogCaptureFixture)
     state = ServerState(make_config())
     state.set_loaded(served)
     with caplog.at_level(logging.DEBUG), ServerThread(state, access_log=True) as srv:
-        httpx.get(srv.url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
-        httpx.get(srv.url + "/v1/models", headers={"Authorization": "Bearer wrong-guess-123"})
+        http.get(srv.url + "/v1/models", headers={"Authorization": f"Bearer {API_KEY}"})
+        http.get(srv.url + "/v1/models", headers={"Authorization": "Bearer wrong-guess-123"})
     assert caplog.records  # the access log did run
     assert API_KEY not in caplog.text and "wrong-guess" not in caplog.text
