@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -131,11 +132,17 @@ def main() -> int:
     w.finished.connect(probe.on_finished)
     probe.timer.start()
 
-    def wait_for(cond: object, timeout_s: float = 300) -> None:
+    def wait_for(cond: Callable[[], bool], timeout_s: float = 300) -> None:
+        """Run the real event loop (idle between events) until `cond` holds."""
         loop = QEventLoop()
+        check = QTimer()
         end = time.monotonic() + timeout_s
-        while not cond() and time.monotonic() < end:  # type: ignore[operator]
-            loop.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents, 50)
+        check.timeout.connect(lambda: loop.quit() if cond() or time.monotonic() > end
+                              else None)
+        check.start(20)
+        if not cond():
+            loop.exec()
+        check.stop()
 
     # Load through the GUI (the factory hands over the loaded model), then one warm-up each.
     window.controller.load(path, params)

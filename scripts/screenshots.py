@@ -14,13 +14,14 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from PySide6.QtCore import QEventLoop, QObject, Slot  # noqa: E402
+from PySide6.QtCore import QEventLoop, QObject, QTimer, Slot  # noqa: E402
 from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
 from engine.runtime import SamplingParams  # noqa: E402
@@ -43,11 +44,16 @@ class TokenCounter(QObject):
         self.done = True
 
 
-def spin_until(cond: object, timeout_s: float = 300) -> None:
+def spin_until(cond: Callable[[], bool], timeout_s: float = 300) -> None:
+    """Run the real event loop (idle between events) until `cond` holds."""
     loop = QEventLoop()
+    check = QTimer()
     end = time.monotonic() + timeout_s
-    while not cond() and time.monotonic() < end:  # type: ignore[operator]
-        loop.processEvents(QEventLoop.ProcessEventsFlag.AllEvents, 20)
+    check.timeout.connect(lambda: loop.quit() if cond() or time.monotonic() > end else None)
+    check.start(20)
+    if not cond():
+        loop.exec()
+    check.stop()
 
 
 def save(widget: QWidget, path: Path) -> None:
