@@ -75,6 +75,7 @@ class CrashHandler:
     notify: Notify = stderr_notify
     _fault_file: IO[str] | None = None
     _previous: tuple[Any, Any] | None = None
+    _faults_were_on: bool = False
 
     def handle(self, exc_type: type[BaseException], exc: BaseException,
                tb: TracebackType | None) -> None:
@@ -95,6 +96,7 @@ class CrashHandler:
         self._previous = (sys.excepthook, threading.excepthook)
         sys.excepthook = self.handle
         threading.excepthook = self._thread_hook
+        self._faults_were_on = faulthandler.is_enabled()
         try:
             self._fault_file = (self.log_file.parent / FAULT_NAME).open("a", encoding="utf-8")
             faulthandler.enable(self._fault_file)
@@ -110,6 +112,8 @@ class CrashHandler:
             faulthandler.disable()
             self._fault_file.close()
             self._fault_file = None
+            if self._faults_were_on and sys.__stderr__ is not None:
+                faulthandler.enable(sys.__stderr__)
 
 
 def install(log_dir: Path, notify: Notify | None = None) -> CrashHandler:

@@ -9,6 +9,7 @@ disagree. Qt-free, so the CLI, the self-test and the window can all show it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import platform
 import sys
@@ -88,10 +89,8 @@ def system_gpus(sysfs: Path = Path("/sys/class/drm"), *,
     found: list[SystemGpu] = []
     from engine.hardware import nvml_devices
 
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # no driver, or an old one
         found += [SystemGpu("NVIDIA", d.description) for d in nvml_devices()]
-    except (OSError, AttributeError):
-        pass
     if plat.startswith("linux") and sysfs.is_dir():
         for vendor_file in sorted(sysfs.glob("card*/device/vendor")):
             if "-" in vendor_file.parent.parent.name:  # card0-HDMI-A-1: a connector, not a card

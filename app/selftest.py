@@ -89,6 +89,7 @@ def open_window(home: Path) -> str:
     """Build the main window the way the app does, show it, let it paint, close it."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtCore import qInstallMessageHandler
+    from PySide6.QtGui import QGuiApplication
     from PySide6.QtWidgets import QApplication
 
     from app.main import build_window
@@ -113,7 +114,7 @@ def open_window(home: Path) -> str:
     finally:
         window.shutdown()
         qInstallMessageHandler(previous)
-    return f"opened and closed ({size}, {app.platformName()})"
+    return f"opened and closed ({size}, {QGuiApplication.platformName()})"
 
 
 def run(out: TextIO | None = None, err: TextIO | None = None, *,

@@ -45,7 +45,7 @@ def render_png(svg: Path, size: int) -> bytes:
     data = QByteArray()
     buf = QBuffer(data)
     buf.open(QIODevice.OpenModeFlag.WriteOnly)
-    image.save(buf, "PNG")
+    image.save(buf, "PNG")  # type: ignore[call-overload]  # stubs say bytes, runtime wants str
     buf.close()
     return bytes(data.data())
 
