@@ -16,7 +16,7 @@ CMAKE_ARGS_cuda := -DGGML_CUDA=on
 CMAKE_ARGS_metal := -DGGML_METAL=on
 CMAKE_ARGS_vulkan := -DGGML_VULKAN=on
 
-.PHONY: setup run test lint typecheck bench clean gpu dist dist-check
+.PHONY: setup run test lint typecheck bench clean dist appimage dist-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ dist: setup
 	$(VENV)/bin/pyinstaller --noconfirm --distpath dist --workpath build/pyinstaller \
 	  installers/candlewick.spec
 	if [ "$$(uname -s)" = Linux ]; then installers/linux/make_tarball.sh dist/candlewick dist; fi
+
+# AppImage from the bundle (needs appimagetool on PATH; otherwise leaves dist/Candlewick.AppDir).
+appimage:
+	installers/linux/make_appimage.sh dist/candlewick dist
 
 # Copy the bundle outside the source tree and run its --self-test there.
 dist-check:

@@ -20,7 +20,13 @@ else
     if [ -f "$LIB/installed-files.txt" ]; then
         while IFS= read -r f; do
             # Only what install.sh wrote: the symlink, the desktop entry, the icons.
-            case "$f" in */candlewick|*/io.candlewick.Candlewick.*) rm -f "$f" ;; esac
+            case "$f" in
+                */icons/*/io.candlewick.Candlewick.*)
+                    rm -f "$f"
+                    # The size folders it created (hicolor/NxN/apps), if nothing else is there.
+                    rmdir "$(dirname "$f")" "$(dirname "$(dirname "$f")")" 2>/dev/null || true ;;
+                */candlewick|*/io.candlewick.Candlewick.*) rm -f "$f" ;;
+            esac
         done <"$LIB/installed-files.txt"
     fi
     rm -rf "$LIB"

@@ -170,3 +170,18 @@ def test_tarball_holds_bundle_installer_and_resources(tmp_path: Path) -> None:
     assert (home / ".local" / "share" / "applications" / f"{APP_ID}.desktop").is_file()
     assert (home / ".local" / "lib" / "candlewick" / "app" / "_internal" / "payload.bin"
             ).is_file()
+
+
+def test_appdir_runs_the_bundle_through_apprun(tmp_path: Path) -> None:
+    bundle = stub_bundle(tmp_path)
+    out = tmp_path / "out"
+    env = {"PATH": "/usr/bin:/bin"}  # no appimagetool: the AppDir is the result
+    r = subprocess.run(["sh", str(LINUX / "make_appimage.sh"), str(bundle), str(out)], env=env,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    appdir = Path(r.stdout.strip().splitlines()[-1])
+    assert (appdir / f"{APP_ID}.desktop").is_file()
+    assert (appdir / ".DirIcon").resolve() == (appdir / f"{APP_ID}.png").resolve()
+    ran = subprocess.run([str(appdir / "AppRun"), "--self-test"], capture_output=True, text=True,
+                         timeout=30, check=True)
+    assert ran.stdout.strip() == "stub-candlewick --self-test"
