@@ -107,6 +107,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
 
+    load0 = os.getloadavg()[0]  # other processes on the machine skew both paths
     home = tempfile.mkdtemp(prefix="candlewick-bench-")
     os.environ["CANDLEWICK_HOME"] = home
     qapp = QApplication.instance() or QApplication([])
@@ -193,7 +194,9 @@ def main() -> int:
     print(f"raw runs: {[round(x, 1) for x in raw]}")
     print(f"GUI runs: {[round(x, 1) for x in gui]}  (engine-side wall t/s: "
           f"{[round(x, 1) for x in engine_side]})")
-    print(f"probe gaps recorded: {len(gaps_ms)} (timer interval {PROBE_MS} ms)")
+    print(f"probe gaps recorded: {len(gaps_ms)} (timer interval {PROBE_MS} ms); "
+          f"load average at start {load0:.1f}, at end {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} CPUs")
     return 0
 
 

@@ -50,13 +50,15 @@ class ChatController(QObject):
 
     # -- requests from the window ----------------------------------------------------------
 
-    def load(self, path: Path, params: LoadParams) -> None:
+    def load(self, path: Path, params: LoadParams) -> bool:
+        """Start loading; False (with a message) while a reply is still streaming."""
         if self.reply_row is not None:
             self.error.emit("Wait for the reply to finish (or press Stop) before loading")
-            return
+            return False
         self.loading = Path(path)
         self.notice.emit(f"Loading {Path(path).name}…")
         self.engine.load(path, params)
+        return True
 
     def cancel_load(self) -> None:
         if self.loading is not None:

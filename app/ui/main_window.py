@@ -203,8 +203,8 @@ class MainWindow(QMainWindow):
         return path, self.library_panel.load_params()
 
     def _load(self, path: Path, params: LoadParams) -> None:
-        self.library_panel.set_loading(True)
-        self.controller.load(path, params)
+        if self.controller.load(path, params):
+            self.library_panel.set_loading(True)
 
     def _send(self, text: str) -> None:
         loaded = self.controller.loaded

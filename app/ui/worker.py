@@ -11,6 +11,7 @@ busy in its loop and would only see the request afterwards. Each request therefo
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -24,6 +25,8 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from engine.gguf import GGUFError
 from engine.memory import actual_from_log
 from engine.runtime import EngineError, LoadCancelled, LoadParams, Model, SamplingParams
+
+log = logging.getLogger("candlewick.ui")
 
 # Coalescing interval for token signals: at most ~60 GUI updates a second.
 TOKEN_INTERVAL_S = 1 / 60
@@ -109,6 +112,11 @@ class EngineWorker(QObject):
         except MemoryError:
             self.failed.emit(f"Not enough memory to load {Path(path).name}")
             return
+        except Exception as e:  # a bug: the GUI must still hear that the load ended
+            log.exception("load failed")
+            self.failed.emit(f"Could not load {Path(path).name}: internal error "
+                             f"({type(e).__name__}: {e})")
+            return
         if cancel.is_set():  # cancelled after llama.cpp's last progress callback
             model.close()
             self.load_cancelled.emit()
@@ -134,7 +142,7 @@ class EngineWorker(QObject):
             return
         try:
             gen = model.generate(messages, sampling, cancel=cancel)
-        except (EngineError, GGUFError) as e:
+        except (EngineError, GGUFError, ValueError) as e:  # ValueError: ChatTemplateError
             self.failed.emit(str(e))
             return
         self.started.emit(len(gen.prompt))
@@ -150,10 +158,13 @@ class EngineWorker(QObject):
                     self.tokens.emit("".join(pending), len(toks))
                     pending.clear()
                     last_emit = now
-        except EngineError as e:
+        except Exception as e:  # EngineError, or a bug: either way the reply has ended
             if pending:
                 self.tokens.emit("".join(pending), len(toks))
-            self.failed.emit(str(e))
+            if not isinstance(e, EngineError):
+                log.exception("generation failed")
+            self.failed.emit(str(e) if isinstance(e, EngineError)
+                             else f"Internal error: {type(e).__name__}: {e}")
             return
         if pending:
             self.tokens.emit("".join(pending), len(toks))

@@ -149,6 +149,10 @@ def test_escape_stops_generation(qtbot: QtBot) -> None:
         with qtbot.waitSignal(log.got_tokens, timeout=120_000):
             send(qtbot, w, "Write a long story about a lighthouse keeper.")
         assert w.chat_view.stop_button.isEnabled() and not w.chat_view.send_button.isEnabled()
+        # Loading while a reply streams is refused with a message, and nothing gets stuck.
+        qtbot.mouseClick(w.library_panel.load_button, Qt.MouseButton.LeftButton)
+        assert w.banner.isVisible() and "Stop" in w.banner.label.text()
+        assert not w.library_panel.cancel_button.isEnabled()
         with qtbot.waitSignal(log.got_finished, timeout=60_000) as blocker:
             qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Escape)
         stats = blocker.args[0]
@@ -281,6 +285,36 @@ def test_no_display_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None
     assert problem is not None and "no graphical display" in problem and "\n" not in problem
 
 
+@pytest.fixture
+def restore_process_hooks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`candlewick` installs a crash handler and a log file for the whole process; undo both
+    so later tests run as before."""
+    import logging
+
+    import app.crash
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    installed: list[app.crash.CrashHandler] = []
+    real = app.crash.install_for_gui
+
+    def install_and_remember() -> app.crash.CrashHandler | None:
+        h = real()
+        if h is not None:
+            installed.append(h)
+        return h
+
+    monkeypatch.setattr(app.crash, "install_for_gui", install_and_remember)
+    yield
+    for h in installed:
+        h.uninstall()
+    for extra in [h for h in root.handlers if h not in handlers]:
+        root.removeHandler(extra)
+        extra.close()
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("restore_process_hooks")
 def test_candlewick_without_arguments_opens_the_window(qtbot: QtBot) -> None:
     """`candlewick` with no arguments: the real entry point, on the qasync event loop."""
     from app.cli import main
