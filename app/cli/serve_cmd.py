@@ -8,6 +8,8 @@ run before anything is loaded or bound.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import logging
 import sys
 import threading
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     model_id = args.model if args.model != "default" else "default"
     if Path(args.model).suffix == ".gguf":
         model_id = Path(args.model).stem
-    config = ServerConfig(**{**config.__dict__, "model_id": model_id})
+    config = dataclasses.replace(config, model_id=model_id)
     params = LoadParams(n_ctx=args.ctx * args.parallel, n_seq_max=args.parallel,
                         n_gpu_layers=args.gpu_layers, n_threads=args.threads)
     params.validate()
@@ -107,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
     loader = threading.Thread(target=load, name="candlewick-load", daemon=True)
     loader.start()
     try:
-        serve_forever(state, sock=sock, access_log=bool(args.verbose))
+        # uvicorn shuts down gracefully on Ctrl+C/SIGTERM, then re-raises the signal.
+        with contextlib.suppress(KeyboardInterrupt):
+            serve_forever(state, sock=sock, access_log=bool(args.verbose))
     finally:
         loader.join()
         if state.loaded is not None:
