@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QEvent, QModelIndex, Qt, QTimer
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QAbstractSlider, QApplication
 from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
 
@@ -133,6 +133,25 @@ def test_type_enter_loads_and_streams_answer(window: MainWindow, qtbot: QtBot) -
     assert chat.rowCount() == 4
 
 
+def test_load_button_then_cancel(window: MainWindow, qtbot: QtBot) -> None:
+    panel = window.library_panel
+    log = SignalLog(window.engine.worker)
+    with qtbot.waitSignal(log.got_load_cancelled, timeout=60_000):
+        qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
+        assert panel.cancel_button.isEnabled() and not panel.load_button.isEnabled()
+        qtbot.mouseClick(panel.cancel_button, Qt.MouseButton.LeftButton)
+    assert "loaded" not in log.names
+    assert panel.status.text() == "No model loaded" and panel.load_button.isEnabled()
+    assert not panel.cancel_button.isEnabled() and not panel.eject_button.isEnabled()
+    # Load again, to the end this time, then eject.
+    with qtbot.waitSignal(log.got_loaded, timeout=60_000):
+        qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
+    assert panel.progress.value() == 100 and panel.eject_button.isEnabled()
+    with qtbot.waitSignal(log.got_unloaded, timeout=30_000):
+        qtbot.mouseClick(panel.eject_button, Qt.MouseButton.LeftButton)
+    assert panel.status.text() == "No model loaded" and window.controller.loaded is None
+
+
 def test_shift_enter_adds_a_line(window: MainWindow, qtbot: QtBot) -> None:
     inp = window.chat_view.input
     qtbot.keyClicks(inp, "first")
@@ -149,6 +168,14 @@ def test_escape_stops_generation(qtbot: QtBot) -> None:
         with qtbot.waitSignal(log.got_tokens, timeout=120_000):
             send(qtbot, w, "Write a long story about a lighthouse keeper.")
         assert w.chat_view.stop_button.isEnabled() and not w.chat_view.send_button.isEnabled()
+        # The performance panel samples on its own timer while the reply streams.
+        perf = w.perf_panel
+        assert perf.timer.isActive()
+        ticks = perf.ticks
+        qtbot.waitUntil(lambda: perf.ticks >= ticks + 2, timeout=10_000)
+        assert perf.generating and perf.labels["tg"].text().endswith(" tok/s")
+        assert perf.labels["ttft"].text().endswith(" s")
+        assert perf.labels["ctx"].text().endswith(" / 4,096 tokens")
         # Loading while a reply streams is refused with a message, and nothing gets stuck.
         qtbot.mouseClick(w.library_panel.load_button, Qt.MouseButton.LeftButton)
         assert w.banner.isVisible() and "Stop" in w.banner.label.text()
@@ -196,6 +223,11 @@ def test_estimate_follows_settings(window: MainWindow) -> None:
     panel.type_v.setCurrentText("q8_0")
     quantized = est.current
     assert quantized is not None and quantized.kv < big.kv
+    # A user's page step on the slider (4 x 256 tokens) re-estimates at once.
+    panel.ctx_slider.triggerAction(QAbstractSlider.SliderAction.SliderPageStepSub)
+    stepped = est.current
+    assert stepped is not None and panel.context_length() == 8192 - 4 * 256
+    assert stepped.kv == pytest.approx(quantized.kv * (8192 - 1024) / 8192, rel=0.01)
     panel.gpu_auto.setChecked(False)
     assert panel.gpu_slider.isEnabled() and panel.gpu_layers() == panel.gpu_slider.value()
     assert est.verdict.text()  # a verdict is always shown
