@@ -158,6 +158,7 @@ def main() -> int:
     engine_side: list[float] = []
     signal_rates: list[float] = []
     all_gaps: list[float] = []
+    base_gaps: list[float] = []
     for _ in range(args.runs):
         model.reset_cache()
         r, n_raw = raw_run(model, sampling)
@@ -174,6 +175,18 @@ def main() -> int:
         engine_side.append(probe.stats.gen_tps_wall)
         signal_rates.append(probe.signals / (t1 - t0))
         all_gaps.extend(probe.gaps)
+        # Reference for the stall numbers: the same decode in a plain thread with the GUI
+        # idle (no token signals, no view updates). Gaps here are what the machine and the
+        # decode threads alone cost the GUI thread.
+        model.reset_cache()
+        probe.gaps = []
+        probe.recording, probe.last = True, 0.0
+        bg = threading.Thread(target=raw_run, args=(model, sampling), name="bench-raw")
+        bg.start()
+        wait_for(lambda t=bg: not t.is_alive())  # type: ignore[misc]
+        bg.join()
+        probe.recording = False
+        base_gaps.extend(probe.gaps)
         if n1 != n_raw:
             print(f"note: GUI run produced {n1} tokens, raw {n_raw}", file=sys.stderr)
 
@@ -184,6 +197,8 @@ def main() -> int:
 
     gaps_ms = sorted(g * 1000 for g in all_gaps)
     p99 = gaps_ms[min(len(gaps_ms) - 1, int(len(gaps_ms) * 0.99))]
+    base_ms = sorted(g * 1000 for g in base_gaps)
+    base_p99 = base_ms[min(len(base_ms) - 1, int(len(base_ms) * 0.99))]
     med_raw, med_gui = statistics.median(raw), statistics.median(gui)
     # Each GUI run is compared with the raw run just before it: noise from other processes
     # changes slowly, so adjacent pairs see nearly the same machine.
@@ -195,6 +210,8 @@ def main() -> int:
           f"{statistics.median(ratios) * 100:.1f}% | {statistics.median(signal_rates):.0f} | "
           f"{statistics.median(gaps_ms):.1f} / {p99:.1f} / {gaps_ms[-1]:.1f} |")
     print(f"pair ratios: {[f'{x * 100:.0f}%' for x in ratios]}")
+    print(f"reference, same decode in a plain thread with the GUI idle: GUI-thread gap p50 / "
+          f"p99 / max {statistics.median(base_ms):.1f} / {base_p99:.1f} / {base_ms[-1]:.1f} ms")
     print(f"raw runs: {[round(x, 1) for x in raw]}")
     print(f"GUI runs: {[round(x, 1) for x in gui]}  (engine-side wall t/s: "
           f"{[round(x, 1) for x in engine_side]})")
