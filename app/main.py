@@ -8,7 +8,7 @@ import ctypes.util
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import qasync
 from PySide6.QtCore import QSettings, Qt
@@ -58,14 +58,19 @@ def make_estimator() -> Estimator | None:
         return None
 
 
-def gpu_memory() -> list[tuple[str, int, int]]:
-    """(name, used, total) bytes for each GPU llama.cpp can use; empty on CPU-only machines."""
+def gpu_probe() -> Callable[[], list[tuple[str, int, int]]]:
+    """(name, used, total) bytes per GPU llama.cpp can use, for the performance panel. A
+    machine without one is probed once, not on every panel tick."""
     from engine.hardware import llama_devices
 
-    try:
-        return [(d.name, d.total_bytes - d.free_bytes, d.total_bytes) for d in llama_devices()]
-    except (OSError, RuntimeError, AttributeError):
-        return []
+    def probe() -> list[tuple[str, int, int]]:
+        try:
+            return [(d.name, d.total_bytes - d.free_bytes, d.total_bytes)
+                    for d in llama_devices()]
+        except (OSError, RuntimeError, AttributeError):
+            return []
+
+    return probe if probe() else list
 
 
 def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
@@ -101,7 +106,7 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
     library = library or ModelLibrary(paths.models)
     engine = EngineHost(worker)
     window = MainWindow(engine, library, settings_for(paths),
-                        estimator=estimator or make_estimator(), gpu_probe=gpu_memory,
+                        estimator=estimator or make_estimator(), gpu_probe=gpu_probe(),
                         sampling=sampling)
     if model_manager:
         add_model_manager(window, library)

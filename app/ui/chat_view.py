@@ -231,6 +231,7 @@ class MessageWidget(QFrame):
         self.error_label.setWordWrap(True)
         self.error_label.setObjectName("messageError")
         self.error_label.setStyleSheet("color: #c62828;")  # readable on light and dark
+        self.setAccessibleName(f"{self.ROLE_TITLES.get(message.role, message.role)} message")
         self.footer = QLabel()
         self.footer.setObjectName("statsFooter")
         self.footer.setEnabled(False)
@@ -243,7 +244,6 @@ class MessageWidget(QFrame):
 
     def sync(self, message: Message) -> None:
         self.body.set_markdown(message.text)
-        self.setAccessibleName(f"{self.ROLE_TITLES.get(message.role, message.role)} message")
         if message.state == "error" and message.error:
             self.error_label.setText(message.error)
         self.error_label.setVisible(message.state == "error")

@@ -108,8 +108,10 @@ class PerfPanel(QWidget):
         super().__init__(parent)
         self._gpu_probe = gpu_probe
         self._proc = psutil.Process()
-        self._proc.cpu_percent(None)  # first call primes the counter
         self._ncpu = psutil.cpu_count() or 1
+        # CPU load from the process's CPU time between ticks (psutil.cpu_percent re-reads the
+        # CPU count on every call, which is slow on some VMs).
+        self._cpu_mark = (time.perf_counter(), sum(self._proc.cpu_times()[:2]))
         self.timer = QTimer(self)
         self.timer.setInterval(tick_ms)
         self.timer.timeout.connect(self.tick)
@@ -221,8 +223,12 @@ class PerfPanel(QWidget):
         gpus = list(self._gpu_probe())
         lab["vram"].setText("; ".join(f"{n}: {human_bytes(u)} / {human_bytes(t)}"
                                       for n, u, t in gpus) if gpus else "no GPU in use")
-        cpu = self._proc.cpu_percent(None) / self._ncpu
-        lab["cpu"].setText(f"{cpu:.0f}% of {self._ncpu} cores")
+        now, used = time.perf_counter(), sum(self._proc.cpu_times()[:2])
+        t0, u0 = self._cpu_mark
+        if now > t0:
+            cpu = (used - u0) / (now - t0) / self._ncpu * 100
+            lab["cpu"].setText(f"{cpu:.0f}% of {self._ncpu} cores")
+        self._cpu_mark = (now, used)
         self._show_ctx()
         # The chart plots the rolling average: per-tick rates jump with token coalescing.
         self.chart.add((roll or 0.0) if self.generating else 0.0, float(rss))
