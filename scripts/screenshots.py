@@ -74,7 +74,8 @@ def main() -> int:
     qapp = QApplication.instance() or QApplication([])  # noqa: F841 (kept alive)
     from app.main import build_window
 
-    window = build_window(sampling=SamplingParams(temperature=0.0, max_tokens=400))
+    window = build_window(sampling=SamplingParams(temperature=0.0, max_tokens=400),
+                          model_manager=True)
     window.resize(1440, 900)
     window.splitter.setSizes([470, 640, 330])
     window.show()
