@@ -1,0 +1,469 @@
+"""Speculative decoding: a cheap drafter proposes tokens, the model checks them in one batch.
+
+Each step decodes [last token, d1..dk] in one `llama_decode` with logits at every position,
+then samples the model's own token at each position with the request's sampler chain and
+accepts drafts while they equal what the model sampled. The first mismatch is replaced by the
+model's token (a free extra token when every draft is accepted), and the KV cells of the
+rejected drafts are removed with `llama_memory_seq_rm`.
+
+Why this is exact: every token handed out is the model's own sample at that position, drawn
+once, from the same logits plain decoding would see, with the same sampler chain (penalties,
+RNG). Drafts only decide how many positions one decode covers. Greedy output is therefore
+token-for-token what plain decoding gives, and with sampling the target's distribution is
+kept (accepting iff the target's sample equals a deterministic draft is the standard
+accept/reject rule for a draft that puts all its mass on one token).
+
+Two drafters:
+- `PromptLookup`: no second model. Finds the longest recent n-gram of the conversation's tail
+  earlier in the prompt/history and proposes what followed it there. Wins big when the answer
+  quotes its context (extraction, summaries, RAG, code edits) and costs little otherwise.
+- `DraftModel`: a second, smaller GGUF with the same vocabulary, drafting greedily with its own
+  KV cache kept in step with the conversation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from engine.prompt_cache import common_prefix
+from engine.runtime import (
+    EngineError,
+    Generation,
+    GenerationStats,
+    LoadParams,
+    Model,
+    TokenSource,
+    _decode_error,
+)
+
+SpecMode = Literal["off", "lookup", "draft"]
+# Tuned on SmolLM2 on 2 CPU cores (benchmarks/speculative.py): verifying a batch of 1 + k
+# tokens costs little more than one token up to about 10.
+DEFAULT_DRAFT_MAX = 10
+DEFAULT_MODEL_DRAFT_MAX = 6
+# llama.cpp's own speculative example allows vocabularies that differ only in padding.
+VOCAB_MAX_SIZE_DIFFERENCE = 128
+_VOCAB_SAMPLE = 512
+
+
+class Drafter(Protocol):
+    """Proposes continuations of the conversation; told every token the model commits."""
+
+    def begin(self, tokens: Sequence[int]) -> None: ...
+
+    def accept(self, token: int) -> None: ...
+
+    def propose(self, n: int) -> list[int]: ...
+
+    def end(self) -> None: ...
+
+
+class PromptLookup:
+    """N-gram drafting from the prompt and the reply so far (no second model).
+
+    The tail n-gram of the history (longest first, `ngram_max` down to `ngram_min`) is looked
+    up among earlier n-grams; the tokens that followed its most recent occurrence are the
+    draft. The index is a dict per n-gram size, extended incrementally: O(new tokens) a step.
+    """
+
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 2) -> None:
+        if not 1 <= ngram_min <= ngram_max:
+            raise EngineError("prompt lookup needs 1 <= ngram_min <= ngram_max")
+        self.ngram_max = ngram_max
+        self.ngram_min = ngram_min
+        self._h: list[int] = []
+        self._index: dict[int, dict[tuple[int, ...], int]] = {}
+        self._indexed = 0
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        self._h = list(tokens)
+        self._index = {g: {} for g in range(self.ngram_min, self.ngram_max + 1)}
+        self._indexed = 0
+
+    def accept(self, token: int) -> None:
+        self._h.append(token)
+
+    def propose(self, n: int) -> list[int]:
+        h = self._h
+        last = len(h) - 1
+        # Index n-grams ending before the last token, so the tail can only match earlier text.
+        for end in range(self._indexed, last):
+            for g, idx in self._index.items():
+                if end + 1 >= g:
+                    idx[tuple(h[end + 1 - g : end + 1])] = end + 1
+        self._indexed = max(self._indexed, last)
+        for g in range(self.ngram_max, self.ngram_min - 1, -1):
+            if len(h) < g:
+                continue
+            start = self._index[g].get(tuple(h[len(h) - g :]))
+            if start is not None:
+                return h[start : start + n]
+        return []
+
+    def end(self) -> None:
+        pass
+
+
+def vocab_mismatch(target: Model, draft: Model) -> str | None:
+    """Why `draft` cannot draft for `target`, or None when their vocabularies agree."""
+    nt, nd = target.n_vocab, draft.n_vocab
+    if abs(nt - nd) > VOCAB_MAX_SIZE_DIFFERENCE:
+        return f"its vocabulary has {nd} tokens, the model's has {nt}"
+    C = target._lib
+    for name in ("llama_vocab_bos", "llama_vocab_eos"):
+        a = int(getattr(C, name)(target._vocab))
+        b = int(getattr(C, name)(draft._vocab))
+        if a != b:
+            return f"its {name[-3:].upper()} token is {b}, the model's is {a}"
+    n = min(nt, nd)
+    step = max(1, n // _VOCAB_SAMPLE)
+    ids = sorted({*range(0, min(n, 64)), *range(0, n, step), n - 1})
+    for t in ids:
+        if target.token_bytes(t, special=True) != draft.token_bytes(t, special=True):
+            return (f"token {t} is {draft.token_text(t)!r} in it but {target.token_text(t)!r} "
+                    "in the model")
+    return None
+
+
+def check_vocab(target: Model, draft: Model) -> None:
+    why = vocab_mismatch(target, draft)
+    if why is not None:
+        raise EngineError(
+            f"{draft.path.name} cannot be a draft model for {target.path.name}: {why}; "
+            "pick a smaller model of the same family (same tokenizer)"
+        )
+
+
+def load_draft_model(path: str | os.PathLike[str], target: Model, *,
+                     n_ctx: int | None = None, n_threads: int | None = None,
+                     n_gpu_layers: Any = "auto") -> Model:
+    """Load `path` as a draft for `target`; refused (and closed) when the vocabularies differ.
+
+    The draft gets the target's context length by default (it must see the conversation to
+    draft it), no KV snapshot cache, and the target's thread count.
+    """
+    params = LoadParams(
+        n_ctx=n_ctx or target.n_ctx,
+        n_threads=n_threads or target.params.n_threads,
+        n_threads_batch=n_threads or target.params.n_threads_batch,
+        n_gpu_layers=n_gpu_layers,
+        extra_buffers=target.params.extra_buffers,
+        state_cache_mb=0,
+    )
+    draft = Model(path, params)
+    try:
+        check_vocab(target, draft)
+    except BaseException:
+        draft.close()
+        raise
+    return draft
+
+
+class DraftModel:
+    """Greedy drafting with a second model whose KV cache follows the conversation.
+
+    Before each proposal the draft's cache is brought to the history by its common prefix
+    (rejected drafts of the previous step are dropped there), then it decodes greedily.
+    """
+
+    def __init__(self, draft: Model, target: Model) -> None:
+        check_vocab(target, draft)
+        self.draft = draft
+        self._limit = target.n_vocab
+        self._h: list[int] = []
+        self._chain: Any = None
+        self._locked = False
+
+    def begin(self, tokens: Sequence[int]) -> None:
+        d = self.draft
+        if not d._lock.acquire(blocking=False):
+            raise EngineError("the draft model is busy with another generation")
+        self._locked = True
+        C = d._lib
+        self._chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+        C.llama_sampler_chain_add(self._chain, C.llama_sampler_init_greedy())
+        self._h = list(tokens)
+
+    def accept(self, token: int) -> None:
+        self._h.append(token)
+
+    def _sync(self) -> None:
+        """Bring the draft's KV cache to history[:-1] + the last token decoded with logits."""
+        d = self.draft
+        C = d._lib
+        h = self._h
+        cached = d._cached
+        n_common = min(common_prefix(cached, h), len(h) - 1)
+        if n_common < len(cached) and not C.llama_memory_seq_rm(d._memory, 0, n_common, -1):
+            C.llama_memory_clear(d._memory, True)  # e.g. sliding-window caches
+            n_common = 0
+        del cached[n_common:]
+        rest = h[n_common:]
+        for i in range(0, len(rest), d.params.n_batch):
+            chunk = rest[i : i + d.params.n_batch]
+            arr = (C.llama_token * len(chunk))(*chunk)
+            rc = C.llama_decode(d._ctx, C.llama_batch_get_one(arr, len(chunk)))
+            if rc != 0:
+                d.reset_cache()
+                raise EngineError("draft model: " + _decode_error(rc))
+            cached.extend(chunk)
+
+    def propose(self, n: int) -> list[int]:
+        d = self.draft
+        if n <= 0 or len(self._h) + n >= d.n_ctx:
+            return []  # the conversation outgrew the draft's context: plain decoding
+        self._sync()
+        C = d._lib
+        ctx = d._ctx
+        arr = (C.llama_token * 1)()
+        one = C.llama_batch_get_one(arr, 1)
+        out: list[int] = []
+        for j in range(n):
+            tok = int(C.llama_sampler_sample(self._chain, ctx, -1))
+            if tok >= self._limit or C.llama_vocab_is_eog(d._vocab, tok):
+                break
+            out.append(tok)
+            if j < n - 1:
+                arr[0] = tok
+                rc = C.llama_decode(ctx, one)
+                if rc != 0:
+                    d.reset_cache()
+                    raise EngineError("draft model: " + _decode_error(rc))
+                d._cached.append(tok)
+        return out
+
+    def end(self) -> None:
+        if self._chain is not None:
+            self.draft._lib.llama_sampler_free(self._chain)
+            self._chain = None
+        if self._locked:
+            self._locked = False
+            self.draft._lock.release()
+
+
+def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
+                       draft_max: int = DEFAULT_DRAFT_MAX) -> Generator[int, None, None]:
+    """A token source for `Generation`: draft, verify in one batch, keep the agreed prefix.
+
+    Invariant at every yield: `model._cached` minus the drafts not yet confirmed equals the
+    committed conversation; `keep` is that length, and the `finally` trims KV cache and
+    `_cached` to it however the consumer stops (max tokens, stop string, close, error).
+    """
+    if draft_max < 1:
+        raise EngineError("the draft length must be at least 1")
+    m = gen.model
+    C = m._lib
+    ctx = m._ctx
+    vocab = m._vocab
+    mem = m._memory
+    cancel = gen.cancel
+    st = gen.stats
+    sample = C.llama_sampler_sample
+    is_eog = C.llama_vocab_is_eog
+    n_vocab = m.n_vocab
+    n_ctx = m.n_ctx
+    cached = m._cached
+    keep = len(cached)
+    batch = C.llama_batch_init(draft_max + 1, 0, 1)
+    b_tok, b_pos, b_nseq, b_seq, b_logits = (batch.token, batch.pos, batch.n_seq_id,
+                                             batch.seq_id, batch.logits)
+    for i in range(draft_max + 1):
+        b_nseq[i] = 1
+        b_seq[i][0] = 0
+        b_logits[i] = 1  # verification samples at every position
+    drafter.begin(cached)
+    try:
+        if cancel.is_set():
+            gen._reason = "cancelled"
+            return
+        cur = sample(chain, ctx, -1)
+        if is_eog(vocab, cur):
+            gen._reason = "stop"
+            return
+        yield cur
+        drafter.accept(cur)
+        while True:
+            if cancel.is_set():
+                gen._reason = "cancelled"
+                return
+            base = len(cached)
+            if base + 1 >= n_ctx:
+                gen._reason = "context_full"
+                return
+            # After the decode the cache must still have a free cell, as in plain decoding.
+            room = min(draft_max, n_ctx - 2 - base)
+            drafts = drafter.propose(room) if room > 0 else []
+            # An end-of-generation token is never decoded; out-of-vocabulary ids never sent.
+            for j, t in enumerate(drafts):
+                if not 0 <= t < n_vocab or is_eog(vocab, t):
+                    drafts = drafts[:j]
+                    break
+            nd = len(drafts)
+            b_tok[0] = cur
+            b_pos[0] = base
+            for j, t in enumerate(drafts, 1):
+                b_tok[j] = t
+                b_pos[j] = base + j
+            batch.n_tokens = nd + 1
+            rc = C.llama_decode(ctx, batch)
+            if rc != 0:
+                m.reset_cache()
+                raise EngineError(_decode_error(rc))
+            cached.append(cur)
+            cached.extend(drafts)
+            keep = base + 1
+            st.draft_tokens += nd
+            for i in range(nd + 1):
+                tok = sample(chain, ctx, i)
+                if i < nd and tok == drafts[i]:
+                    st.draft_accepted += 1
+                    keep = base + 2 + i
+                    yield tok
+                    drafter.accept(tok)
+                    continue
+                # The model's own token at this position: drafts after it are dead.
+                if len(cached) > keep:
+                    _trim(m, cached, keep)
+                if is_eog(vocab, tok):
+                    gen._reason = "stop"
+                    return
+                cur = tok
+                yield tok
+                drafter.accept(tok)
+                break
+    finally:
+        try:
+            if m._cached is cached and len(cached) > keep:
+                _trim(m, cached, keep)
+        finally:
+            C.llama_batch_free(batch)
+            drafter.end()
+
+
+def _trim(m: Model, cached: list[int], keep: int) -> None:
+    if not m._lib.llama_memory_seq_rm(m._memory, 0, keep, -1):
+        # A cache that cannot drop a tail (some recurrent/sliding-window layouts): start over
+        # rather than leave cells the engine does not know about.
+        m._lib.llama_memory_clear(m._memory, True)
+        keep = 0
+    del cached[keep:]
+
+
+def lookup_source(draft_max: int = DEFAULT_DRAFT_MAX, *, ngram_max: int = 3,
+                  ngram_min: int = 2) -> TokenSource:
+    """Token source for `Model.generate(..., token_source=...)` with prompt-lookup drafting."""
+    if draft_max < 1:
+        raise EngineError("the draft length must be at least 1")
+    PromptLookup(ngram_max, ngram_min)  # validate now, not at the first token
+
+    def source(gen: Generation, chain: Any) -> Generator[int, None, None]:
+        return speculative_tokens(gen, chain, PromptLookup(ngram_max, ngram_min), draft_max)
+
+    return source
+
+
+def draft_model_source(draft: Model, target: Model,
+                       draft_max: int = DEFAULT_MODEL_DRAFT_MAX) -> TokenSource:
+    """Token source drafting with `draft` (checked against `target`'s vocabulary now)."""
+    if draft_max < 1:
+        raise EngineError("the draft length must be at least 1")
+    check_vocab(target, draft)
+
+    def source(gen: Generation, chain: Any) -> Generator[int, None, None]:
+        if gen.model is not target:
+            raise EngineError("this draft model was checked against another model")
+        return speculative_tokens(gen, chain, DraftModel(draft, target), draft_max)
+
+    return source
+
+
+@dataclass(frozen=True)
+class SpeculativeSettings:
+    """What the app, the CLI and the server let a user choose; stored per model."""
+
+    mode: SpecMode = "off"
+    draft_model: str | None = None  # path of the draft GGUF when mode == "draft"
+    draft_max: int | None = None  # None = the mode's default
+
+    def validate(self) -> None:
+        if self.mode not in ("off", "lookup", "draft"):
+            raise EngineError(f"speculative mode must be off, lookup or draft, not {self.mode!r}")
+        if self.mode == "draft" and not self.draft_model:
+            raise EngineError("draft mode needs a draft model")
+        if self.draft_max is not None and not 1 <= self.draft_max <= 64:
+            raise EngineError("the draft length must be between 1 and 64")
+
+
+class Speculator:
+    """Holds what a mode needs (the loaded draft model) and hands out token sources."""
+
+    def __init__(self, target: Model, settings: SpeculativeSettings,
+                 draft: Model | None = None) -> None:
+        settings.validate()
+        self.target = target
+        self.settings = settings
+        self._own_draft = False
+        self.draft = draft
+        if settings.mode == "draft" and draft is None:
+            assert settings.draft_model is not None
+            self.draft = load_draft_model(settings.draft_model, target)
+            self._own_draft = True
+        elif draft is not None:
+            check_vocab(target, draft)
+        self._lock = threading.Lock()
+
+    def token_source(self) -> TokenSource | None:
+        s = self.settings
+        if s.mode == "lookup":
+            return lookup_source(s.draft_max or DEFAULT_DRAFT_MAX)
+        if s.mode == "draft" and self.draft is not None:
+            return draft_model_source(self.draft, self.target,
+                                      s.draft_max or DEFAULT_MODEL_DRAFT_MAX)
+        return None
+
+    def close(self) -> None:
+        if self._own_draft and self.draft is not None:
+            with contextlib.suppress(Exception):
+                self.draft.close()
+            self.draft = None
+
+
+def acceptance_rate(stats: GenerationStats) -> float | None:
+    """Accepted / drafted, or None when nothing was drafted."""
+    if stats.draft_tokens <= 0:
+        return None
+    return stats.draft_accepted / stats.draft_tokens
+
+
+def spec_stats(stats: GenerationStats) -> dict[str, Any]:
+    """The speculative figures for a performance panel or a JSON response."""
+    rate = acceptance_rate(stats)
+    return {
+        "draft_tokens": stats.draft_tokens,
+        "draft_accepted": stats.draft_accepted,
+        "acceptance_rate": None if rate is None else round(rate, 4),
+    }
+
+
+__all__ = [
+    "DEFAULT_DRAFT_MAX",
+    "DEFAULT_MODEL_DRAFT_MAX",
+    "DraftModel",
+    "Drafter",
+    "PromptLookup",
+    "SpeculativeSettings",
+    "Speculator",
+    "acceptance_rate",
+    "check_vocab",
+    "draft_model_source",
+    "load_draft_model",
+    "lookup_source",
+    "spec_stats",
+    "speculative_tokens",
+    "vocab_mismatch",
+]

@@ -1,0 +1,226 @@
+"""Speculative decoding on the real SmolLM2: same greedy output, clean KV cache, vocab checks."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.gguf import GGUFError
+from engine.runtime import EngineError, LoadParams, Model, SamplingParams
+from engine.speculative import (
+    DraftModel,
+    PromptLookup,
+    SpeculativeSettings,
+    Speculator,
+    check_vocab,
+    draft_model_source,
+    load_draft_model,
+    lookup_source,
+    spec_stats,
+)
+
+# Short contexts: below 256 KV cells llama.cpp's batched and one-token CPU kernels give
+# bit-identical logits, so greedy output must match token for token (see docs/speculative.md
+# for longer contexts).
+QUOTE = [{"role": "user", "content":
+          "The quick brown fox jumps over the lazy dog. The early bird catches the worm. "
+          "Repeat both sentences exactly, then repeat them again."}]
+FREE = [{"role": "user", "content": "Write a short list of three fruits and their colors."}]
+GREEDY = SamplingParams(temperature=0, max_tokens=48)
+
+
+def kv_end(model: Model) -> int:
+    """Highest position in sequence 0 of the KV cache (-1 when empty)."""
+    return int(model._lib.llama_memory_seq_pos_max(model._memory, 0))
+
+
+def assert_kv_clean(model: Model) -> None:
+    assert kv_end(model) == len(model._cached) - 1
+
+
+@pytest.fixture(scope="module")
+def self_draft(smollm2_path: Path) -> Iterator[Model]:
+    """SmolLM2 as its own draft model: drafts always right, the strictest correctness check."""
+    draft = Model(smollm2_path, LoadParams(n_ctx=1024, n_threads=2, state_cache_mb=0))
+    yield draft
+    draft.close()
+
+
+def plain(model: Model, messages: list[dict[str, str]], s: SamplingParams) -> list[int]:
+    model.reset_cache()
+    gen = model.generate(messages, s)
+    gen.consume()
+    assert_kv_clean(model)
+    return gen.tokens
+
+
+def test_prompt_lookup_greedy_identical(smollm2: Model) -> None:
+    for messages in (QUOTE, FREE):
+        ref = plain(smollm2, messages, GREEDY)
+        smollm2.reset_cache()
+        gen = smollm2.generate(messages, GREEDY, token_source=lookup_source())
+        text = gen.consume()
+        assert gen.tokens == ref
+        assert text == smollm2.detokenize(ref)
+        assert gen.stats.gen_tokens == len(ref)
+        assert gen.stats.draft_accepted <= gen.stats.draft_tokens
+        assert_kv_clean(smollm2)
+    # The quoting prompt is where lookup shines: most of its drafts are right.
+    smollm2.reset_cache()
+    gen = smollm2.generate(QUOTE, GREEDY, token_source=lookup_source())
+    gen.consume()
+    assert gen.stats.draft_accepted >= len(gen.tokens) // 3
+    rate = spec_stats(gen.stats)["acceptance_rate"]
+    assert rate is not None and 0 < rate <= 1
+
+
+def test_draft_model_greedy_identical(smollm2: Model, self_draft: Model) -> None:
+    for messages in (QUOTE, FREE):
+        ref = plain(smollm2, messages, GREEDY)
+        smollm2.reset_cache()
+        gen = smollm2.generate(messages, GREEDY,
+                               token_source=draft_model_source(self_draft, smollm2, 5))
+        gen.consume()
+        assert gen.tokens == ref
+        assert_kv_clean(smollm2)
+        # The draft's own cache is consistent too (it never keeps cells it does not track).
+        assert kv_end(self_draft) == len(self_draft._cached) - 1
+        # A model drafting for itself is always right (same kernels, greedy).
+        assert gen.stats.draft_tokens > 0
+        assert gen.stats.draft_accepted == gen.stats.draft_tokens
+    assert not self_draft._lock.locked()
+
+
+def test_follow_up_turn_reuses_cache(smollm2: Model) -> None:
+    """A follow-up turn reuses the prompt and reply a speculative generation left in the cache."""
+    smollm2.reset_cache()
+    first = smollm2.generate(QUOTE, GREEDY, token_source=lookup_source()).consume()
+    turn2 = [*QUOTE, {"role": "assistant", "content": first},
+             {"role": "user", "content": "Now only the first sentence."}]
+    gen = smollm2.generate(turn2, SamplingParams(temperature=0, max_tokens=20),
+                           token_source=lookup_source())
+    assert gen.consume()
+    # The KV cells it reused (and left) are exactly the ones the engine tracks.
+    assert gen.stats.cached_tokens > len(smollm2.chat_tokens(QUOTE))
+    assert_kv_clean(smollm2)
+
+
+@pytest.mark.parametrize("max_tokens", [1, 2, 7, 13])
+def test_early_stop_leaves_no_stray_cells(smollm2: Model, max_tokens: int) -> None:
+    s = SamplingParams(temperature=0, max_tokens=max_tokens)
+    ref = plain(smollm2, QUOTE, s)
+    smollm2.reset_cache()
+    gen = smollm2.generate(QUOTE, s, token_source=lookup_source(8))
+    gen.consume()
+    assert gen.tokens == ref
+    assert gen.stats.stop_reason == "length"
+    assert_kv_clean(smollm2)
+    # Everything kept in the cache is the prompt plus a prefix of what was handed out.
+    prompt = smollm2.chat_tokens(QUOTE)
+    assert smollm2._cached[: len(prompt)] == prompt
+    assert smollm2._cached[len(prompt):] == gen.tokens[: len(smollm2._cached) - len(prompt)]
+
+
+def test_stop_string_and_close_mid_draft(smollm2: Model) -> None:
+    smollm2.reset_cache()
+    gen = smollm2.generate(QUOTE, SamplingParams(temperature=0, max_tokens=60, stop=("worm",)),
+                           token_source=lookup_source())
+    text = gen.consume()
+    assert gen.stats.stop_reason == "stop_string"
+    assert "worm" not in text
+    assert_kv_clean(smollm2)
+    # A consumer that walks away after a few pieces: closing the generation cleans up.
+    smollm2.reset_cache()
+    gen = smollm2.generate(QUOTE, GREEDY, token_source=lookup_source())
+    it = iter(gen)
+    for _ in range(5):
+        next(it)
+    gen._it.close()
+    assert_kv_clean(smollm2)
+    assert not smollm2._lock.locked()
+
+
+def test_cancel_leaves_no_stray_cells(smollm2: Model, self_draft: Model) -> None:
+    for source in (lookup_source(), draft_model_source(self_draft, smollm2)):
+        smollm2.reset_cache()
+        cancel = threading.Event()
+        gen = smollm2.generate(QUOTE, GREEDY, cancel=cancel, token_source=source)
+        pieces = []
+        for piece in gen:
+            pieces.append(piece)
+            if len(pieces) == 6:
+                cancel.set()
+        assert gen.stats.stop_reason == "cancelled"
+        assert_kv_clean(smollm2)
+        assert not self_draft._lock.locked()
+
+
+def test_context_full(smollm2_path: Path) -> None:
+    with Model(smollm2_path, LoadParams(n_ctx=64, n_threads=2, state_cache_mb=0)) as small:
+        s = SamplingParams(temperature=0, max_tokens=200)
+        ref = plain(small, QUOTE, s)
+        small.reset_cache()
+        gen = small.generate(QUOTE, s, token_source=lookup_source())
+        gen.consume()
+        assert gen.stats.stop_reason == "context_full"
+        assert gen.tokens == ref
+        assert_kv_clean(small)
+        assert len(small._cached) <= small.n_ctx - 1
+
+
+def test_seeded_sampling_matches_plain(smollm2: Model) -> None:
+    """One sample per handed-out token from the same logits: the RNG stream is plain's too."""
+    s = SamplingParams(temperature=0.8, seed=7, max_tokens=40)
+    ref = plain(smollm2, QUOTE, s)
+    smollm2.reset_cache()
+    gen = smollm2.generate(QUOTE, s, token_source=lookup_source())
+    gen.consume()
+    assert gen.tokens == ref
+    assert_kv_clean(smollm2)
+
+
+def test_vocabulary_mismatch_refused(smollm2: Model, gemma_path: Path) -> None:
+    with pytest.raises(EngineError, match="cannot be a draft model.*vocabulary"):
+        load_draft_model(gemma_path, smollm2, n_ctx=256)
+    gemma = Model(gemma_path, LoadParams(n_ctx=256, n_threads=2, state_cache_mb=0))
+    try:
+        with pytest.raises(EngineError, match="262144 tokens, the model's has 49152"):
+            check_vocab(smollm2, gemma)
+        with pytest.raises(EngineError):
+            draft_model_source(gemma, smollm2)
+        with pytest.raises(EngineError):
+            DraftModel(gemma, smollm2)
+        with pytest.raises(EngineError):
+            Speculator(smollm2, SpeculativeSettings(mode="draft", draft_model="x"), draft=gemma)
+    finally:
+        gemma.close()
+
+
+def test_prompt_lookup_drafts() -> None:
+    p = PromptLookup(ngram_max=3, ngram_min=1)
+    p.begin([1, 2, 3, 4, 5, 9, 2, 3])
+    assert p.propose(2) == [4, 5]  # "2 3" seen before, followed by 4 5
+    p.accept(7)
+    assert p.propose(3) == []  # 7 never seen
+    p.begin([5, 6, 5, 6, 5])
+    assert p.propose(4) == [6, 5]  # the most recent earlier match; never the tail itself
+    with pytest.raises(EngineError):
+        PromptLookup(ngram_max=1, ngram_min=2)
+
+
+def test_settings_validation(smollm2: Model) -> None:
+    with pytest.raises(EngineError, match="needs a draft model"):
+        SpeculativeSettings(mode="draft").validate()
+    with pytest.raises(EngineError, match="between 1 and 64"):
+        SpeculativeSettings(mode="lookup", draft_max=0).validate()
+    with pytest.raises(EngineError, match="off, lookup or draft"):
+        SpeculativeSettings(mode="fast").validate()  # type: ignore[arg-type]
+    with pytest.raises(EngineError):
+        lookup_source(0)
+    assert Speculator(smollm2, SpeculativeSettings()).token_source() is None
+    assert Speculator(smollm2, SpeculativeSettings(mode="lookup")).token_source() is not None
+    with pytest.raises((EngineError, GGUFError, OSError)):
+        Speculator(smollm2, SpeculativeSettings(mode="draft", draft_model="/nonexistent.gguf"))
