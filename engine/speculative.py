@@ -260,7 +260,6 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
     C = m._lib
     ctx = m._ctx
     vocab = m._vocab
-    mem = m._memory
     cancel = gen.cancel
     st = gen.stats
     sample = C.llama_sampler_sample

@@ -8,7 +8,8 @@ import threading
 from typing import Any
 
 from app.cli.common import gpu_layers_arg, library, positive_int, print_json
-from engine.runtime import LoadParams, Model, SamplingParams
+from engine.runtime import Generation, LoadParams, Model, SamplingParams
+from engine.speculative import SpeculativeSettings, Speculator, spec_stats
 
 
 def register(sub: Any) -> None:
@@ -29,12 +30,32 @@ def register(sub: Any) -> None:
     p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--json", action="store_true", help="print one JSON object with the stats")
+    spec = p.add_mutually_exclusive_group()
+    spec.add_argument("--draft", metavar="MODEL", default=None,
+                      help="speculative decoding with this smaller draft model (same tokenizer)")
+    spec.add_argument("--lookup", action="store_true",
+                      help="speculative decoding with prompt lookup (drafts copied from the "
+                           "prompt; fast when the answer quotes it)")
+    p.add_argument("--draft-max", type=positive_int, default=None,
+                   help="most tokens drafted per step (default 10 lookup, 6 draft model)")
+    p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0"), default="f16",
+                   help="K/V cache type; q8_0 halves its memory, q4_0 quarters it "
+                        "(quantized V needs flash attention)")
+    p.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto",
+                   help="flash attention (auto: on where the backend supports it)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     path = library().resolve(args.model)
-    params = LoadParams(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads)
+    params = LoadParams(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads,
+                        type_k=args.kv_type, type_v=args.kv_type, flash_attn=args.flash_attn)
+    settings = SpeculativeSettings(
+        mode="draft" if args.draft else "lookup" if args.lookup else "off",
+        draft_model=str(library().resolve(args.draft)) if args.draft else None,
+        draft_max=args.draft_max,
+    )
+    settings.validate()
     sampling = SamplingParams(
         temperature=args.temperature,
         top_p=args.top_p,
@@ -51,16 +72,13 @@ def run(args: argparse.Namespace) -> int:
     messages.append({"role": "user", "content": args.prompt})
     cancel = threading.Event()
     with Model(path, params) as model:
-        gen = model.generate(messages, sampling, cancel=cancel)
+        spec = Speculator(model, settings)
         try:
-            for piece in gen:
-                if not args.json:
-                    sys.stdout.write(piece)
-                    sys.stdout.flush()
-        except KeyboardInterrupt:
-            cancel.set()
-            for _ in gen:  # let the loop see the flag and release the context
-                pass
+            gen = model.generate(messages, sampling, cancel=cancel,
+                                 token_source=spec.token_source())
+            _stream(gen, cancel, args.json)
+        finally:
+            spec.close()
         st = gen.stats
         if args.json:
             print_json({
@@ -74,7 +92,24 @@ def run(args: argparse.Namespace) -> int:
                 "total_s": round(st.total_s, 4),
                 "gen_tps_wall": round(st.gen_tps_wall, 2),
                 "model": str(path),
+                "speculative": settings.mode,
+                **spec_stats(st),
+                "kv_type": args.kv_type,
+                "flash_attn": args.flash_attn,
+                "kv_mib": round(model.memory_actual.kv_bytes / 2**20, 2),
             })
         else:
             sys.stdout.write("\n")
     return 130 if st.stop_reason == "cancelled" else 0
+
+
+def _stream(gen: Generation, cancel: threading.Event, as_json: bool) -> None:
+    try:
+        for piece in gen:
+            if not as_json:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        cancel.set()
+        for _ in gen:  # let the loop see the flag and release the context
+            pass

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -138,7 +139,7 @@ def test_stop_string_and_close_mid_draft(smollm2: Model) -> None:
     it = iter(gen)
     for _ in range(5):
         next(it)
-    gen._it.close()
+    cast(Generator[str, None, None], gen._it).close()
     assert_kv_clean(smollm2)
     assert not smollm2._lock.locked()
 
@@ -183,7 +184,7 @@ def test_seeded_sampling_matches_plain(smollm2: Model) -> None:
 
 
 def test_vocabulary_mismatch_refused(smollm2: Model, gemma_path: Path) -> None:
-    with pytest.raises(EngineError, match="cannot be a draft model.*vocabulary"):
+    with pytest.raises(EngineError, match=r"cannot be a draft model.*vocabulary"):
         load_draft_model(gemma_path, smollm2, n_ctx=256)
     gemma = Model(gemma_path, LoadParams(n_ctx=256, n_threads=2, state_cache_mb=0))
     try:
