@@ -279,7 +279,8 @@ class HttpTarget:
                             finish_reason=r.finish_reason)
 
     def describe(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"kind": self.kind, "url": self.client.url, "api": self.client.api,
+        d: dict[str, Any] = {"kind": self.kind, "runtime": f"{self.client.api} API server",
+                             "url": self.client.url, "api": self.client.api,
                              "model_id": self.client.model, "server_pid": self.server_pid}
         if self.tokenizer is not None:
             d.update(_model_description(self.tokenizer.gguf, self.tokenizer.path))

@@ -253,8 +253,11 @@ class StreamingClient:
                 continue
             data = line[5:].strip()
             if data == "[DONE]":
+                # Every complete OpenAI answer names its finish reason; a [DONE] without one
+                # is an answer cut short (llama-cpp-python's server does this to a running
+                # request when another arrives, unless started with --interrupt_requests False).
                 if res.finish_reason is None and res.error is None:
-                    res.finish_reason = "stop"
+                    res.error = "the server ended the answer early (no finish reason)"
                 return
             try:
                 obj = json.loads(data)

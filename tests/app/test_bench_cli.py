@@ -103,42 +103,74 @@ def test_compare_bad_files(tmp_path: Path) -> None:
     assert r.returncode == 2 and "no such file" in r.stderr
 
 
-def test_llama_cpp_server_vs_candlewick_serve(tmp_path: Path, smollm2_path: Path) -> None:
-    """The same workload against two real servers on the same model, then `bench compare`."""
-    a, b = tmp_path / "llama.json", tmp_path / "candlewick.json"
-    with llama_cpp_server(smollm2_path, tmp_path / "llama.log") as (url, pid):
+@pytest.fixture(scope="module")
+def llama_result(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path
+                 ) -> tuple[Path, int, subprocess.CompletedProcess[str]]:
+    tmp = tmp_path_factory.mktemp("bench-llama")
+    out = tmp / "llama.json"
+    # Queue concurrent requests instead of cutting running answers short (its default).
+    with llama_cpp_server(smollm2_path, tmp / "llama.log", interrupt=False) as (url, pid):
         r = cli("bench", "--url", url, "--concurrency", "1,2", "--bandwidth-mib", "64",
-                "--out", str(a), "--plot", str(tmp_path / "llama.png"), *FAST)
-    assert r.returncode == 0, r.stdout + r.stderr
-    ra = json.loads(a.read_text())
-    assert_complete(ra, [1, 2])
-    assert ra["target"]["server_pid"] == pid  # found from the listening port
-    # llama_cpp.server sends no usage: the model file it names is tokenised instead.
-    assert {t["token_source"] for t in ra["traces"]["1"]} == {"tokenizer"}
-    assert ra["roofline"]["limit_tps"] > 0
-    assert (tmp_path / "llama.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+                "--out", str(out), "--plot", str(tmp / "llama.png"), *FAST)
+    return out, pid, r
 
+
+@pytest.fixture(scope="module")
+def serve_result(tmp_path_factory: pytest.TempPathFactory
+                 ) -> tuple[Path, int, subprocess.CompletedProcess[str],
+                            subprocess.CompletedProcess[str]]:
+    tmp = tmp_path_factory.mktemp("bench-serve")
+    out = tmp / "candlewick.json"
     key = "bench-test-key-0123456789"
-    with candlewick_serve(tmp_path / "serve.log", parallel=2, api_key=key) as (url, pid):
+    with candlewick_serve(tmp / "serve.log", parallel=2, api_key=key) as (url, pid):
         r = cli("bench", "--url", url, "--api-key", key, "--concurrency", "1,2",
-                "--no-bandwidth", "--out", str(b), *FAST)
-        assert r.returncode == 0, r.stdout + r.stderr
+                "--no-bandwidth", "--out", str(out), *FAST)
         r_key = cli("bench", "--url", url, "--api-key", "wrong", "--concurrency", "1",
                     "--no-bandwidth", *FAST)
-    rb = json.loads(b.read_text())
-    assert_complete(rb, [1, 2])
-    assert rb["target"]["server_pid"] == pid
-    # Candlewick reports usage in the stream: the server's own counts are used.
-    assert {t["token_source"] for t in rb["traces"]["2"]} == {"usage"}
-    assert r_key.returncode == 3 and "HTTP 401" in r_key.stdout
+    return out, pid, r, r_key
 
+
+def test_llama_cpp_server(llama_result: tuple[Path, int, subprocess.CompletedProcess[str]]
+                          ) -> None:
+    out, pid, r = llama_result
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(out.read_text())
+    assert_complete(res, [1, 2])
+    assert res["target"]["server_pid"] == pid  # found from the listening port
+    # llama_cpp.server sends no usage: the model file it names is tokenised instead.
+    assert {t["token_source"] for t in res["traces"]["1"]} == {"tokenizer"}
+    assert res["target"]["quantization"]  # known through that file too
+    assert res["roofline"]["limit_tps"] > 0
+    assert (out.parent / "llama.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_candlewick_serve(serve_result: tuple[Path, int, subprocess.CompletedProcess[str],
+                                              subprocess.CompletedProcess[str]]) -> None:
+    out, pid, r, r_key = serve_result
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = json.loads(out.read_text())
+    assert_complete(res, [1, 2])
+    assert res["target"]["server_pid"] == pid
+    # Candlewick reports usage in the stream: the server's own counts are used.
+    assert {t["token_source"] for t in res["traces"]["2"]} == {"usage"}
+    # A wrong key: every request fails with the server's 401, reported, not a crash.
+    assert r_key.returncode == 3 and "HTTP 401" in r_key.stdout
+    assert "Traceback" not in r_key.stderr
+
+
+def test_compare_two_runtimes(
+    llama_result: tuple[Path, int, subprocess.CompletedProcess[str]],
+    serve_result: tuple[Path, int, subprocess.CompletedProcess[str],
+                        subprocess.CompletedProcess[str]],
+) -> None:
+    a, b = llama_result[0], serve_result[0]
+    ra, rb = json.loads(a.read_text()), json.loads(b.read_text())
     r = cli("bench", "compare", str(a), str(b), "--json")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
     assert {row["concurrency"] for row in rows} == {1, 2}
     ttft = next(row for row in rows if row["metric"] == "ttft_p50" and row["concurrency"] == 1)
-    la = ra["levels"][0]["ttft_p50"]
-    lb = rb["levels"][0]["ttft_p50"]
-    assert ttft["ratio"] == pytest.approx(lb / la)
+    assert ttft["ratio"] == pytest.approx(rb["levels"][0]["ttft_p50"]
+                                          / ra["levels"][0]["ttft_p50"])
     r = cli("bench", "compare", str(a), str(b))
-    assert r.returncode == 0 and "B/A" in r.stdout
+    assert r.returncode == 0 and "B/A" in r.stdout and "ttft_p50" in r.stdout

@@ -63,12 +63,13 @@ def _process(cmd: list[str], port: int, ready_path: str, log: Path) -> Iterator[
 
 
 @contextlib.contextmanager
-def llama_cpp_server(model: Path, log: Path, *, n_ctx: int = 2048
+def llama_cpp_server(model: Path, log: Path, *, n_ctx: int = 2048, interrupt: bool = True
                      ) -> Iterator[tuple[str, int]]:
+    """`interrupt=True` is the server's default: a new request cuts the running answer short."""
     port = free_port()
     cmd = [sys.executable, str(REPO / "benchmarks" / "llama_cpp_server.py"), "--model",
            str(model), "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
-           "--n_threads", "2"]
+           "--n_threads", "2", "--interrupt_requests", str(interrupt)]
     with _process(cmd, port, "/v1/models", log) as server:
         yield server
 
@@ -164,6 +165,9 @@ class FaultServer:
 
     def _truncated(self, h: Any) -> None:
         h.stream("text/event-stream", [self._chunk("Hello"), self._chunk(" wor")])
+
+    def _interrupted(self, h: Any) -> None:
+        h.stream("text/event-stream", [self._chunk("Hel"), b"data: [DONE]\n\n"])
 
     def _garbage(self, h: Any) -> None:
         h.stream("text/event-stream", [self._chunk("Hi"), b"data: {not json\n\n"])

@@ -49,6 +49,25 @@ def test_real_server_cut_stream_is_a_failure(llama_server: tuple[str, int]) -> N
     assert r.error
 
 
+def test_interrupted_answers_are_failures(llama_server: tuple[str, int]) -> None:
+    """llama-cpp-python's server, by default, cuts a running answer short when another request
+    arrives and still ends the stream normally; the client must not count that as a success."""
+    url, _pid = llama_server
+    client = StreamingClient(url, timeout_s=120)
+    results: list[object] = []
+
+    def one() -> None:
+        results.append(client.chat(MSG, max_tokens=48))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    errors = [getattr(r, "error", None) for r in results]
+    assert "the server ended the answer early (no finish reason)" in errors
+
+
 def test_unreachable_server() -> None:
     r = StreamingClient(f"http://127.0.0.1:{free_port()}", timeout_s=5).chat(MSG)
     assert r.error == "connection refused (is the server running?)"
@@ -62,6 +81,7 @@ def test_unreachable_server() -> None:
     ("http503_text", "HTTP 503: <html><body>Service Unavailable</body></html>"),
     ("sse_error", "server error: out of memory"),
     ("truncated", "the stream ended before the answer was complete"),
+    ("interrupted", "the server ended the answer early (no finish reason)"),
     ("garbage", "the server sent a malformed event"),
 ])
 def test_server_errors_are_reported(mode: str, expected: str) -> None:
