@@ -61,7 +61,9 @@ def load_workload(name_or_path: str, *, builtin_dir: Path = BUILTIN_DIR) -> Work
                for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not prompts:
         raise WorkloadError(f"{path.name} has no prompts")
-    return Workload(name=name, prompts=tuple(prompts), source=str(path))
+    # Built-in sets are named by their place in the source tree, not this machine's path.
+    source = f"resources/workloads/{name}.jsonl" if name_or_path in BUILTIN else str(path)
+    return Workload(name=name, prompts=tuple(prompts), source=source)
 
 
 def _parse_line(line: str, fname: str, n: int) -> Prompt:
