@@ -36,6 +36,9 @@ class ChatController(QObject):
         self.loading: Path | None = None
         self.reply_row: int | None = None  # the assistant message being streamed
         self._pending = False  # generate as soon as the model has loaded
+        # Replies abandoned by "new chat" that the engine has not finished yet: their last
+        # tokens and their end signal are still queued and belong to no message.
+        self._abandoned = 0
         w = engine.worker
         w.loaded.connect(self._on_loaded)
         w.load_cancelled.connect(self._on_load_cancelled)
@@ -98,6 +101,7 @@ class ChatController(QObject):
     def new_chat(self) -> None:
         if self.reply_row is not None:
             self.engine.stop()
+            self._abandoned += 1
         self.reply_row = None
         self._pending = False
         self.chat.clear()
@@ -132,16 +136,22 @@ class ChatController(QObject):
         self.notice.emit("Model ejected")
 
     def _on_tokens(self, text: str, _n: int) -> None:
-        if self.reply_row is not None:
+        if self.reply_row is not None and not self._abandoned:
             self.chat.append_text(self.reply_row, text)
 
     def _on_finished(self, stats: GenerationStats) -> None:
+        if self._abandoned:
+            self._abandoned -= 1
+            return
         if self.reply_row is not None:
             self.chat.finish(self.reply_row, stats)
         self.reply_row = None
         self.busy_changed.emit(False)
 
     def _on_failed(self, message: str) -> None:
+        if self._abandoned and self.loading is None:
+            self._abandoned -= 1  # the abandoned reply ended with an error: nobody's business
+            return
         if self.loading is not None:
             self.loading = None
             # The old model was freed before loading the new one.

@@ -194,6 +194,32 @@ def test_escape_stops_generation(qtbot: QtBot) -> None:
         close_window(w)
 
 
+def test_new_chat_while_streaming_then_send(qtbot: QtBot) -> None:
+    """Ctrl+N mid-reply abandons it; a question sent at once gets its own, complete reply
+    (the abandoned reply's last tokens and end signal are still queued behind it)."""
+    w = open_window(qtbot, SamplingParams(temperature=0.0, max_tokens=1500))
+    try:
+        log = SignalLog(w.engine.worker)
+        with qtbot.waitSignal(log.got_tokens, timeout=120_000):
+            send(qtbot, w, "Write a long story about a lighthouse keeper.")
+        w.controller.sampling = GREEDY
+        qtbot.keyClick(w, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+        assert w.chat_model.rowCount() == 0
+        send(qtbot, w, "Name three colours.")
+        qtbot.waitUntil(lambda: len(log.values("finished")) == 2, timeout=120_000)
+        wait_idle(qtbot, w)
+        assert [w.chat_model.message(i).role for i in range(2)] == ["user", "assistant"]
+        reply = w.chat_model.message(1)
+        second = log.values("finished")[1]
+        assert reply.state == "done" and reply.stats is second
+        assert log.values("finished")[0].stop_reason == "cancelled"
+        # Only the second reply's tokens are in the message.
+        started = log.names.index("started", log.names.index("finished"))
+        assert reply.text == "".join(v[0] for n, v in log.events[started:] if n == "tokens")
+    finally:
+        close_window(w)
+
+
 def test_shortcuts_new_chat_and_focus(window: MainWindow, qtbot: QtBot) -> None:
     window.chat_model.append("user", "hello")
     window.chat_model.append("assistant", "hi")
