@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes.util
+import dataclasses
 import logging
 import os
 import sys
@@ -15,6 +16,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication
 
+from app.services.chat_store import ChatStore, ChatStoreError, default_store_path
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
 from app.ui.estimate import Estimator
@@ -95,22 +97,52 @@ def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
     window.add_side_tab("Download", view, shutdown)
 
 
+def open_store(paths: AppPaths) -> tuple[ChatStore | None, set[int], str | None]:
+    """The chat history and the conversations whose answers a crash cut off (now marked
+    interrupted); or None and why (the app still opens, without history)."""
+    try:
+        store = ChatStore(default_store_path(paths.data))
+        cut = {m.conversation_id for m in store.recover_interrupted()}
+    except ChatStoreError as e:
+        return None, set(), f"Chats will not be saved: {e}"
+    return store, cut, None
+
+
 def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None = None,
                  worker: EngineWorker | None = None,
                  estimator: Estimator | None = None,
                  sampling: SamplingParams | None = None,
                  model_manager: bool = False) -> MainWindow:
-    """Create the engine thread and the main window; the caller shows it and, at the end,
-    calls `window.shutdown()`. `model_manager` adds the Hub / downloads tab."""
+    """Create the chat store, the engine thread and the main window; the caller shows it and,
+    at the end, calls `window.shutdown()`. `model_manager` adds the Hub / downloads tab."""
     paths = (paths or AppPaths.default()).ensure()
     library = library or ModelLibrary(paths.models)
+    store, cut, problem = open_store(paths)
     engine = EngineHost(worker)
     window = MainWindow(engine, library, settings_for(paths),
                         estimator=estimator or make_estimator(), gpu_probe=gpu_probe(),
-                        sampling=sampling)
+                        sampling=sampling, store=store)
+    if store is not None:
+        window.add_closer(store.close)
+        # After a crash, show the conversation whose answer was cut off, with "Continue".
+        recent = [c for c in store.conversations() if c.id in cut]
+        if recent:
+            window.open_conversation(max(recent, key=lambda c: c.updated_at).id)
+    if problem:
+        window.show_error(problem)
     if model_manager:
         add_model_manager(window, library)
     return window
+
+
+def autosend(window: MainWindow, text: str) -> None:
+    """Test hook (CANDLEWICK_AUTOSEND): send `text` once the window runs, with a long answer
+    budget so a test can kill the app mid-answer."""
+    from PySide6.QtCore import QTimer
+
+    window.controller.sampling = dataclasses.replace(window.controller.sampling,
+                                                     max_tokens=4096)
+    QTimer.singleShot(0, lambda: window.controller.send(text))
 
 
 def run_app(argv: Sequence[str] | None = None) -> int:
@@ -132,6 +164,8 @@ def run_app(argv: Sequence[str] | None = None) -> int:
     window.show()
     window.activateWindow()
     window.focus_input()
+    if os.environ.get("CANDLEWICK_AUTOSEND"):
+        autosend(window, os.environ["CANDLEWICK_AUTOSEND"])
     closed = asyncio.Event()
     app.aboutToQuit.connect(closed.set)
     try:

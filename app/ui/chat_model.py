@@ -101,6 +101,13 @@ class ChatModel(QAbstractListModel):
         m.state = "stopped" if stats.stop_reason == "cancelled" else "done"
         self._changed(row, [STATE_ROLE, STATS_ROLE])
 
+    def set_state(self, row: int, state: MessageState) -> None:
+        m = self._conv.messages[row]
+        m.state = state
+        if state == "streaming":
+            m.stats = None
+        self._changed(row, [STATE_ROLE, STATS_ROLE])
+
     def fail(self, row: int, error: str) -> None:
         m = self._conv.messages[row]
         m.state = "error"

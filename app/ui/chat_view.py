@@ -17,6 +17,7 @@ from PySide6.QtGui import QFontDatabase, QGuiApplication, QHideEvent, QKeyEvent,
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
+    QInputDialog,
     QLabel,
     QPlainTextEdit,
     QPushButton,
@@ -218,8 +219,12 @@ class MessageWidget(QFrame):
     ROLE_TITLES: ClassVar[dict[str, str]] = {
         "user": "You", "assistant": "Assistant", "system": "System"}
 
+    # (action, self): prev/next (branch), edit, regenerate, continue, copy, delete
+    action = Signal(str, object)
+
     def __init__(self, message: Message, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.role = message.role
         self.setObjectName(f"message-{message.role}")
         self.setFrameShape(QFrame.Shape.StyledPanel if message.role == "user"
                            else QFrame.Shape.NoFrame)
@@ -236,13 +241,54 @@ class MessageWidget(QFrame):
         self.footer.setObjectName("statsFooter")
         self.footer.setEnabled(False)
         self.footer.setAccessibleName("Reply statistics")
-        lay.addWidget(self.title)
+        head = QHBoxLayout()
+        head.setContentsMargins(0, 0, 0, 0)
+        head.addWidget(self.title)
+        head.addStretch(1)
+        self.prev_button = self._tool("\u2039", "Previous version", "prev")
+        self.branch_label = QLabel()
+        self.branch_label.setAccessibleName("Version")
+        self.next_button = self._tool("\u203a", "Next version", "next")
+        self.continue_button = self._tool("Continue", "Continue this answer", "continue")
+        self.edit_button = self._tool("Edit", "Edit (as a new version)", "edit")
+        self.regenerate_button = self._tool("Regenerate", "Answer again (a new version)",
+                                            "regenerate")
+        self.copy_message_button = self._tool("Copy", "Copy the message", "copy")
+        self.delete_button = self._tool("Delete", "Delete this message and what follows",
+                                        "delete")
+        for b in (self.prev_button, self.next_button, self.continue_button, self.edit_button,
+                  self.regenerate_button, self.copy_message_button, self.delete_button):
+            if b is self.next_button:
+                head.addWidget(self.branch_label)
+            head.addWidget(b)
+        lay.addLayout(head)
         lay.addWidget(self.body)
         lay.addWidget(self.error_label)
         lay.addWidget(self.footer)
+        self.edit_button.setVisible(message.role == "user")
+        self.regenerate_button.setVisible(message.role == "assistant")
+        self.text = message.text
         self.sync(message)
 
+    def _tool(self, text: str, tip: str, name: str) -> QToolButton:
+        b = QToolButton()
+        b.setText(text)
+        b.setToolTip(tip)
+        b.setAccessibleName(tip)
+        b.setAutoRaise(True)
+        b.clicked.connect(lambda: self.action.emit(name, self))
+        return b
+
     def sync(self, message: Message) -> None:
+        self.text = message.text
+        index, count = message.branch
+        self.branch_label.setText(f"{index}/{count}")
+        for w in (self.prev_button, self.branch_label, self.next_button):
+            w.setVisible(count > 1)
+        self.prev_button.setEnabled(index > 1)
+        self.next_button.setEnabled(index < count)
+        self.continue_button.setVisible(message.role == "assistant"
+                                        and message.state in ("interrupted", "stopped"))
         self.body.set_markdown(message.text)
         if message.state == "error" and message.error:
             self.error_label.setText(message.error)
@@ -251,6 +297,8 @@ class MessageWidget(QFrame):
             self.footer.setText(format_stats(message.stats))
         elif message.state == "streaming":
             self.footer.setText("generating…")
+        elif message.state == "interrupted":
+            self.footer.setText("interrupted (the app closed while it was written)")
         else:
             self.footer.clear()
         self.footer.setVisible(message.role == "assistant" and bool(self.footer.text()))
@@ -282,6 +330,9 @@ class ChatInput(QPlainTextEdit):
 class ChatView(QWidget):
     send_requested = Signal(str)
     stop_requested = Signal()
+    # (action, row) from a message's buttons; copy is handled here, edit asks for the text
+    message_action = Signal(str, int)
+    edit_requested = Signal(int, str)
 
     def __init__(self, model: ChatModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -329,6 +380,16 @@ class ChatView(QWidget):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.scroll_area, 1)
+        self.context_label = QLabel()
+        self.context_label.setAccessibleName("Context use")
+        self.context_label.setEnabled(False)
+        self.context_note = QLabel()
+        self.context_note.setObjectName("contextNote")
+        self.context_note.setWordWrap(True)
+        self.context_note.setStyleSheet("color: #b26a00;")
+        self.context_note.hide()
+        lay.addWidget(self.context_note)
+        lay.addWidget(self.context_label)
         lay.addLayout(row)
 
         model.rowsInserted.connect(self._on_inserted)
@@ -360,8 +421,32 @@ class ChatView(QWidget):
             self._insert(row)
         self.empty_label.setVisible(not self._widgets)
 
+    def set_context(self, used: int, n_ctx: int) -> None:
+        self.context_label.setText(
+            f"Context: {used:,} / {n_ctx:,} tokens ({100 * used / n_ctx:.0f}%)" if n_ctx
+            else "")
+
+    def show_context_note(self, text: str) -> None:
+        self.context_note.setText(text)
+        self.context_note.setVisible(bool(text))
+
+    def _on_message_action(self, name: str, w: MessageWidget) -> None:
+        if w not in self._widgets:
+            return
+        row = self._widgets.index(w)
+        if name == "copy":
+            QGuiApplication.clipboard().setText(w.text)
+        elif name == "edit":
+            text, ok = QInputDialog.getMultiLineText(self, "Edit message",
+                                                     "A new version of your message:", w.text)
+            if ok and text.strip():
+                self.edit_requested.emit(row, text.strip())
+        else:
+            self.message_action.emit(name, row)
+
     def _insert(self, row: int) -> None:
         w = MessageWidget(self.model.message(row))
+        w.action.connect(self._on_message_action)
         self._list.insertWidget(row + 1, w)  # after the empty-state label
         self._widgets.insert(row, w)
 

@@ -7,12 +7,17 @@ here, on the GUI thread.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from app.services.chat_store import ChatStore, ChatStoreError, StreamWriter
+from app.services.chat_store import Message as StoredMessage
 from app.ui.chat_model import ChatModel
+from app.ui.conversation import Conversation, Message, MessageState
 from app.ui.worker import EngineHost, LoadedModel
 from engine.runtime import GenerationStats, LoadParams, SamplingParams
 
@@ -23,11 +28,21 @@ class ChatController(QObject):
     busy_changed = Signal(bool)  # a reply is loading or streaming
     error = Signal(str)  # a message for the window's error banner
     notice = Signal(str)  # status text ("Loading SmolLM2…")
+    conversations_changed = Signal()  # a conversation was created, renamed, grew...
+    context_changed = Signal(int, int)  # tokens in use by this conversation, context size
+    context_note = Signal(str)  # e.g. "2 old messages were left out to fit the context"
 
     def __init__(self, engine: EngineHost, chat: ChatModel, choose_model: ModelChoice,
                  sampling: SamplingParams | None = None,
-                 parent: QObject | None = None) -> None:
+                 parent: QObject | None = None, store: ChatStore | None = None) -> None:
         super().__init__(parent)
+        self.store = store
+        # Settings of the chat on screen (system prompt, sampling, context policy); saved
+        # with the conversation once it is in the store.
+        self.chat_settings: dict[str, Any] = {}
+        self._writer: StreamWriter | None = None
+        self._first_flushed = False
+        self._prompt_tokens = 0
         self.engine = engine
         self.chat = chat
         self.choose_model = choose_model
@@ -46,6 +61,8 @@ class ChatController(QObject):
         w.finished.connect(self._on_finished)
         w.failed.connect(self._on_failed)
         w.unloaded.connect(self._on_unloaded)
+        w.started.connect(self._on_started)
+        w.trimmed.connect(self._on_trimmed)
 
     @property
     def busy(self) -> bool:
@@ -80,7 +97,8 @@ class ChatController(QObject):
         if choice is None and self.loaded is None:
             self.error.emit("Select a model in the library first")
             return False
-        self.chat.append("user", text)
+        row = self.chat.append("user", text)
+        self._store_message(row, parent=True)
         if choice is not None and (self.loaded is None or self.loaded.path != choice[0]):
             self._pending = True
             self.busy_changed.emit(True)
@@ -99,21 +117,210 @@ class ChatController(QObject):
             self.busy_changed.emit(False)
 
     def new_chat(self) -> None:
+        self._abandon()
+        self.chat_settings = {}
+        self.chat.clear()
+        self.context_changed.emit(0, self.loaded.n_ctx if self.loaded else 0)
+        self.busy_changed.emit(False)
+
+    def _abandon(self) -> None:
         if self.reply_row is not None:
             self.engine.stop()
             self._abandoned += 1
+        if self._writer is not None:
+            # Keep what was written so far: the user moved on, the answer stays as it was.
+            self._writer.finish(status="complete")
+            self._writer = None
         self.reply_row = None
         self._pending = False
-        self.chat.clear()
+
+    # -- conversations in the store --------------------------------------------------------
+
+    def detach_store(self) -> None:
+        """At shutdown (engine thread ended): save the answer on screen as it is, then stop
+        using the store, so late queued signals cannot touch a closed database."""
+        if self._writer is not None:
+            self._writer.finish(status="complete")
+            self._writer = None
+        self.store = None
+
+    @property
+    def conversation_id(self) -> int | None:
+        return self.chat.conversation.store_id
+
+    def open_conversation(self, conversation_id: int) -> None:
+        """Show a stored conversation (its active branch)."""
+        if self.store is None:
+            return
+        self._abandon()
+        conv = self.store.conversation(conversation_id)
+        shown = Conversation(title=conv.title, store_id=conv.id,
+                             messages=[self._ui_message(m)
+                                       for m in self.store.active_path(conv.id)])
+        self.chat_settings = dict(conv.settings)
+        self.chat.set_conversation(shown)
+        self.context_changed.emit(0, self.loaded.n_ctx if self.loaded else 0)
         self.busy_changed.emit(False)
+
+    def _ui_message(self, m: StoredMessage) -> Message:
+        states: dict[str, MessageState] = {"complete": "done", "interrupted": "interrupted",
+                                           "error": "error", "streaming": "interrupted"}
+        known = {f.name for f in dataclasses.fields(GenerationStats)}
+        stats = (GenerationStats(**{k: v for k, v in m.stats.items() if k in known})
+                 if m.role == "assistant" and "gen_tokens" in m.stats else None)
+        state = states.get(m.status, "done")
+        if state == "done" and stats is not None and stats.stop_reason == "cancelled":
+            state = "stopped"
+        role = m.role if m.role in ("system", "user", "assistant") else "user"
+        return Message(role, m.content, state, stats=stats,  # type: ignore[arg-type]
+                       error=m.stats.get("error") if m.status == "error" else None,
+                       store_id=m.id, branch=self.store.branch_position(m.id)
+                       if self.store else (1, 1))
+
+    def _ensure_conversation(self) -> int | None:
+        if self.store is None:
+            return None
+        conv = self.chat.conversation
+        if conv.store_id is None:
+            conv.store_id = self.store.create_conversation(settings=self.chat_settings).id
+        return conv.store_id
+
+    def _store_message(self, row: int, *, parent: int | bool | None, status: str = "complete",
+                       model: str | None = None, sampling: dict[str, Any] | None = None
+                       ) -> None:
+        cid = self._ensure_conversation()
+        if cid is None or self.store is None:
+            return
+        m = self.chat.message(row)
+        stored = self.store.add_message(cid, m.role, m.text, parent_id=parent, status=status,
+                                        model=model, sampling=sampling)
+        m.store_id = stored.id
+        m.branch = self.store.branch_position(stored.id)
+        self.chat.conversation.title = self.store.conversation(cid).title
+        self.conversations_changed.emit()
+
+    def set_chat_settings(self, settings: dict[str, Any]) -> None:
+        """Settings for this chat (from the settings drawer); stored with the conversation."""
+        self.chat_settings = dict(settings)
+        cid = self.conversation_id
+        if self.store is not None and cid is not None:
+            self.store.update_settings(cid, **self.chat_settings)
+
+    def sampling_for_chat(self) -> SamplingParams:
+        known = {f.name for f in dataclasses.fields(SamplingParams)} - {"stop"}
+        changes = {k: v for k, v in self.chat_settings.items() if k in known}
+        return dataclasses.replace(self.sampling, **changes)
+
+    def _messages_for_model(self, upto: int | None = None) -> list[dict[str, str]]:
+        msgs = Conversation(self.chat.conversation.messages[:upto]).for_model()
+        system = str(self.chat_settings.get("system_prompt") or "").strip()
+        return ([{"role": "system", "content": system}] if system else []) + msgs
+
+    # -- branches, edits, continue ---------------------------------------------------------
+
+    def regenerate(self, row: int) -> bool:
+        """A new answer to the same question, as a sibling of the answer at `row`."""
+        m = self.chat.message(row)
+        if self.busy or m.role != "assistant":
+            return False
+        parent = self._stored_parent(m)
+        self._truncate(row)
+        self._start_reply(parent=parent)
+        return True
+
+    def edit(self, row: int, text: str) -> bool:
+        """Replace the user message at `row` with `text` as a new branch, and answer it."""
+        m = self.chat.message(row)
+        if self.busy or m.role != "user" or not text.strip():
+            return False
+        parent = self._stored_parent(m)
+        self._truncate(row)
+        new_row = self.chat.append("user", text)
+        self._store_message(new_row, parent=parent)
+        self._start_reply()
+        return True
+
+    def continue_reply(self, row: int) -> bool:
+        """Generate more of a cut-off answer (interrupted or stopped), after its text."""
+        m = self.chat.message(row)
+        if self.busy or m.role != "assistant" or row != self.chat.rowCount() - 1:
+            return False
+        if self.loaded is None:
+            self.error.emit("Load a model first (select it in the library and press Load)")
+            return False
+        messages = self._messages_for_model(row)
+        sampling = self.sampling_for_chat()
+        self.reply_row = row
+        self.chat.set_state(row, "streaming")
+        if self.store is not None and m.store_id is not None:
+            self.store.update_message(m.store_id, status="streaming")
+            self._writer = StreamWriter(self.store, m.store_id)
+            self._writer.append(m.text)
+            self._first_flushed = False
+        self.busy_changed.emit(True)
+        self.engine.generate(messages, sampling, policy=self._policy(),
+                             continue_text=m.text)
+        return True
+
+    def switch_branch(self, row: int, step: int) -> bool:
+        """Show the previous (-1) or next (+1) alternative of the message at `row`."""
+        m = self.chat.message(row)
+        cid = self.conversation_id
+        if self.busy or self.store is None or m.store_id is None or cid is None:
+            return False
+        sib = self.store.siblings(m.store_id)
+        i = [s.id for s in sib].index(m.store_id) + step
+        if not 0 <= i < len(sib):
+            return False
+        self.store.switch_branch(sib[i].id)
+        self.open_conversation(cid)
+        return True
+
+    def delete_message(self, row: int) -> bool:
+        """Delete the message at `row` and what follows it on this branch."""
+        if self.busy:
+            return False
+        m = self.chat.message(row)
+        cid = self.conversation_id
+        if self.store is not None and m.store_id is not None and cid is not None:
+            self.store.delete_message(m.store_id)
+            self.open_conversation(cid)
+            self.conversations_changed.emit()
+        else:
+            self._truncate(row)
+        return True
+
+    def _stored_parent(self, m: Message) -> int | None:
+        if self.store is None or m.store_id is None:
+            return None
+        return self.store.message(m.store_id).parent_id
+
+    def _truncate(self, row: int) -> None:
+        conv = self.chat.conversation
+        self.chat.set_conversation(Conversation(conv.messages[:row], conv.title,
+                                                store_id=conv.store_id))
+
+    def _policy(self) -> Any:
+        return "stop" if self.chat_settings.get("context_policy") == "stop" else "drop_oldest"
 
     # -- engine signals --------------------------------------------------------------------
 
-    def _start_reply(self) -> None:
-        messages = self.chat.conversation.for_model()
+    def _start_reply(self, parent: int | bool | None = True) -> None:
+        messages = self._messages_for_model()
+        sampling = self.sampling_for_chat()
         self.reply_row = self.chat.append("assistant", "", "streaming")
+        try:
+            self._store_message(self.reply_row, parent=parent, status="streaming",
+                                model=self.loaded.name if self.loaded else None,
+                                sampling=dataclasses.asdict(sampling))
+        except ChatStoreError as e:
+            self.error.emit(f"The answer will not be saved: {e}")
+        m = self.chat.message(self.reply_row)
+        if self.store is not None and m.store_id is not None:
+            self._writer = StreamWriter(self.store, m.store_id)
+            self._first_flushed = False
         self.busy_changed.emit(True)
-        self.engine.generate(messages, self.sampling)
+        self.engine.generate(messages, sampling, policy=self._policy())
 
     def _on_loaded(self, info: LoadedModel) -> None:
         self.loaded = info
@@ -135,9 +342,26 @@ class ChatController(QObject):
         self.loaded = None
         self.notice.emit("Model ejected")
 
+    def _on_started(self, prompt_tokens: int) -> None:
+        if not self._abandoned:
+            self._prompt_tokens = prompt_tokens
+            self.context_changed.emit(prompt_tokens, self.loaded.n_ctx if self.loaded else 0)
+
+    def _on_trimmed(self, dropped: int) -> None:
+        if not self._abandoned:
+            self.context_note.emit(
+                f"{dropped} old message{'s' if dropped != 1 else ''} left out: the "
+                "conversation no longer fits the context (policy: drop oldest)")
+
     def _on_tokens(self, text: str, _n: int) -> None:
         if self.reply_row is not None and not self._abandoned:
             self.chat.append_text(self.reply_row, text)
+            if self._writer is not None:
+                self._writer.append(text)
+                if not self._first_flushed:
+                    # The answer is on disk from its first words, then at most 1 s behind.
+                    self._writer.flush()
+                    self._first_flushed = True
 
     def _on_finished(self, stats: GenerationStats) -> None:
         if self._abandoned:
@@ -145,6 +369,12 @@ class ChatController(QObject):
             return
         if self.reply_row is not None:
             self.chat.finish(self.reply_row, stats)
+        if self._writer is not None:
+            self._writer.finish(status="complete", stats=stats.to_dict())
+            self._writer = None
+            self.conversations_changed.emit()
+        self.context_changed.emit(stats.prompt_tokens + stats.gen_tokens,
+                                  self.loaded.n_ctx if self.loaded else 0)
         self.reply_row = None
         self.busy_changed.emit(False)
 
@@ -159,6 +389,9 @@ class ChatController(QObject):
         if self.reply_row is not None:
             self.chat.fail(self.reply_row, message)
             self.reply_row = None
+        if self._writer is not None:
+            self._writer.finish(status="error", stats={"error": message})
+            self._writer = None
         self._pending = False
         self.busy_changed.emit(False)
         self.error.emit(message)

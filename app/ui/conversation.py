@@ -14,8 +14,9 @@ from engine.runtime import GenerationStats
 
 Role = Literal["system", "user", "assistant"]
 # streaming: tokens still arriving; done: finished normally; stopped: the user pressed Stop;
-# error: the engine failed, `error` says why.
-MessageState = Literal["streaming", "done", "stopped", "error"]
+# error: the engine failed, `error` says why; interrupted: the app died while it streamed
+# (found in the store on the next start; it can be continued).
+MessageState = Literal["streaming", "done", "stopped", "error", "interrupted"]
 
 
 @dataclass
@@ -26,6 +27,8 @@ class Message:
     stats: GenerationStats | None = None
     error: str | None = None
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    store_id: int | None = None  # the message's row in the chat store, once saved
+    branch: tuple[int, int] = (1, 1)  # position among its alternatives ("2/3")
 
 
 @dataclass
@@ -33,6 +36,7 @@ class Conversation:
     messages: list[Message] = field(default_factory=list)
     title: str = "New chat"
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    store_id: int | None = None  # the conversation in the chat store, once saved
 
     def for_model(self) -> list[dict[str, str]]:
         """The chat as the engine wants it: finished turns only, failed replies left out."""

@@ -6,12 +6,14 @@ builds those. Geometry and splitter positions are kept in the given QSettings.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -23,10 +25,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.services.chat_store import ChatStore, ChatStoreError, export_markdown
 from app.services.library import DEFAULT_MODEL_ID, ModelLibrary
 from app.ui.chat_model import ChatModel
+from app.ui.chat_settings import ChatSettingsPanel
 from app.ui.chat_view import ChatView
 from app.ui.controller import ChatController
+from app.ui.conversation_list import ConversationList
 from app.ui.estimate import Estimator
 from app.ui.library_model import LibraryModel
 from app.ui.library_panel import LibraryPanel
@@ -70,6 +75,7 @@ class MainWindow(QMainWindow):
                  estimator: Estimator | None = None, gpu_probe: GpuProbe = _no_gpus,
                  sampling: SamplingParams | None = None,
                  chat_model: ChatModel | None = None,
+                 store: ChatStore | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle(TITLE)
@@ -77,6 +83,7 @@ class MainWindow(QMainWindow):
         self.library = library
         self.settings = settings
         self._closers: list[Callable[[], object]] = []
+        self._late_closers: list[Callable[[], object]] = []
 
         self.library_model = LibraryModel(parent=self)
         self.library_panel = LibraryPanel(self.library_model, estimator)
@@ -84,12 +91,20 @@ class MainWindow(QMainWindow):
         self.chat_view = ChatView(self.chat_model)
         self.perf_panel = PerfPanel(gpu_probe)
         self.controller = ChatController(engine, self.chat_model, self._model_choice,
-                                         sampling, parent=self)
+                                         sampling, parent=self, store=store)
         self.banner = ErrorBanner()
+        self.store = store
+        # Without a store (embedding, some tests) the chat lives only in memory.
+        self.conversation_list = ConversationList(store) if store else None
+        self.chat_settings = (ChatSettingsPanel(store, self.controller.sampling)
+                              if store else None)
 
         self.side_tabs = QTabWidget()
         self.side_tabs.setAccessibleName("Models")
         self.side_tabs.addTab(self.library_panel, "Library")
+        if self.conversation_list is not None and self.chat_settings is not None:
+            self.side_tabs.addTab(self.conversation_list, "Chats")
+            self.side_tabs.addTab(self.chat_settings, "Chat settings")
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.side_tabs)
@@ -135,6 +150,17 @@ class MainWindow(QMainWindow):
         c.busy_changed.connect(self.chat_view.set_busy)
         c.error.connect(self.show_error)
         c.notice.connect(lambda text: self.statusBar().showMessage(text, 5000))
+        c.context_changed.connect(self.chat_view.set_context)
+        c.context_note.connect(self.chat_view.show_context_note)
+        self.chat_view.message_action.connect(self._message_action)
+        self.chat_view.edit_requested.connect(self._edit)
+        cl, cs = self.conversation_list, self.chat_settings
+        if cl is not None and cs is not None:
+            cl.conversation_selected.connect(self.open_conversation)
+            cl.new_chat_requested.connect(self.new_chat)
+            cl.conversation_deleted.connect(self._on_conversation_deleted)
+            c.conversations_changed.connect(self._on_conversations_changed)
+            cs.changed.connect(c.set_chat_settings)
 
     def _actions(self) -> None:
         def action(text: str, keys: QKeySequence | QKeySequence.StandardKey | str,
@@ -147,13 +173,18 @@ class MainWindow(QMainWindow):
             return a
 
         self.new_chat_action = action("New chat", QKeySequence.StandardKey.New,
-                                      self.controller.new_chat)
+                                      self.new_chat)
         self.focus_input_action = action("Focus input", "Ctrl+L", self.focus_input)
         self.stop_action = action("Stop", "Esc", self.controller.stop)
         self.quit_action = action("Quit", QKeySequence.StandardKey.Quit, self.close)
         menu = self.menuBar().addMenu("&Chat")
         for a in (self.new_chat_action, self.focus_input_action, self.stop_action):
             menu.addAction(a)
+        if self.store is not None:
+            menu.addSeparator()
+            menu.addAction("Export all chats as JSON…", lambda: self._ask_export("json"))
+            menu.addAction("Export all chats as Markdown…", lambda: self._ask_export("md"))
+            menu.addAction("Import chats from JSON…", self._ask_import)
         menu.addSeparator()
         menu.addAction(self.quit_action)
 
@@ -173,12 +204,20 @@ class MainWindow(QMainWindow):
                 self.library_panel.select(self.library_model.entry(row).id)
         self._load(path, self.library_panel.load_params())
 
+    def add_closer(self, close: Callable[[], object]) -> None:
+        """Run `close` at shutdown once the engine thread has ended (e.g. close the store)."""
+        self._late_closers.append(close)
+
     def shutdown(self) -> None:
         """End background work: side views first, then the engine thread. Safe to call twice."""
         closers, self._closers = self._closers, []
         for close in closers:
             close()
         self.engine.shutdown()
+        self.controller.detach_store()
+        late, self._late_closers = self._late_closers, []
+        for close in late:
+            close()
 
     # -- actions ---------------------------------------------------------------------------
 
@@ -228,6 +267,97 @@ class MainWindow(QMainWindow):
         if self.controller.loaded is None:
             self.library_panel.set_loaded(None)
             self.model_label.setText("No model loaded")
+
+    # -- conversations ---------------------------------------------------------------------
+
+    def new_chat(self) -> None:
+        self.controller.new_chat()
+        self.chat_view.show_context_note("")
+        if self.chat_settings is not None:
+            self.chat_settings.set_settings({})
+        if self.conversation_list is not None:
+            self.conversation_list.set_current(None)
+
+    def open_conversation(self, conversation_id: int) -> None:
+        try:
+            self.controller.open_conversation(conversation_id)
+        except ChatStoreError as e:
+            self.show_error(str(e))
+            return
+        self.chat_view.show_context_note("")
+        if self.chat_settings is not None:
+            self.chat_settings.set_settings(self.controller.chat_settings)
+        if self.conversation_list is not None:
+            self.conversation_list.set_current(conversation_id)
+
+    def _on_conversations_changed(self) -> None:
+        if self.conversation_list is not None:
+            self.conversation_list.set_current(self.controller.conversation_id)
+            self.conversation_list.refresh()
+
+    def _on_conversation_deleted(self, conversation_id: int) -> None:
+        if self.controller.conversation_id == conversation_id:
+            self.new_chat()
+
+    def _message_action(self, name: str, row: int) -> None:
+        c = self.controller
+        if name in ("prev", "next"):
+            c.switch_branch(row, -1 if name == "prev" else 1)
+        elif name == "regenerate":
+            c.regenerate(row)
+        elif name == "continue":
+            c.continue_reply(row)
+        elif name == "delete":
+            c.delete_message(row)
+        self._on_conversations_changed()
+
+    def _edit(self, row: int, text: str) -> None:
+        self.controller.edit(row, text)
+
+    def export_chats(self, path: Path, fmt: str) -> None:
+        """All conversations to `path` as JSON (lossless) or Markdown (readable)."""
+        if self.store is None:
+            return
+        data = self.store.export_all()
+        text = (export_markdown(data["conversations"]) if fmt == "md"
+                else json.dumps(data, ensure_ascii=False, indent=2))
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as e:
+            self.show_error(f"Could not export to {path}: {e.strerror or e}")
+            return
+        self.statusBar().showMessage(f"Exported {len(data['conversations'])} chats to {path}",
+                                     5000)
+
+    def import_chats(self, path: Path) -> list[int]:
+        if self.store is None:
+            return []
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            ids = self.store.import_data(data)
+        except (OSError, UnicodeDecodeError) as e:
+            self.show_error(f"Could not read {path}: {e}")
+            return []
+        except json.JSONDecodeError as e:
+            self.show_error(f"{Path(path).name} is not JSON ({e.msg}, line {e.lineno})")
+            return []
+        except ChatStoreError as e:
+            self.show_error(f"Could not import {Path(path).name}: {e}")
+            return []
+        self._on_conversations_changed()
+        self.statusBar().showMessage(f"Imported {len(ids)} chats", 5000)
+        return ids
+
+    def _ask_export(self, fmt: str) -> None:
+        name = "candlewick-chats." + ("md" if fmt == "md" else "json")
+        path, _ = QFileDialog.getSaveFileName(self, "Export chats", name)
+        if path:
+            self.export_chats(Path(path), fmt)
+
+    def _ask_import(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import chats", "", "JSON (*.json)")
+        if path:
+            self.import_chats(Path(path))
 
     # -- persistence -----------------------------------------------------------------------
 

@@ -22,9 +22,17 @@ from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
+from engine.context_policy import ContextPolicy, fit_messages
 from engine.gguf import GGUFError
 from engine.memory import actual_from_log
-from engine.runtime import EngineError, LoadCancelled, LoadParams, Model, SamplingParams
+from engine.runtime import (
+    EngineError,
+    Generation,
+    LoadCancelled,
+    LoadParams,
+    Model,
+    SamplingParams,
+)
 
 log = logging.getLogger("candlewick.ui")
 
@@ -82,6 +90,7 @@ class EngineWorker(QObject):
     finished = Signal(object)  # GenerationStats
     failed = Signal(str)  # one-line message for the user
     unloaded = Signal()
+    trimmed = Signal(int)  # old messages left out so the conversation fits the context
 
     def __init__(self, model_factory: ModelFactory = _default_factory,
                  token_interval_s: float = TOKEN_INTERVAL_S) -> None:
@@ -133,15 +142,35 @@ class EngineWorker(QObject):
             actual_bytes=_actual(info.log),
         ))
 
-    @Slot(object, object, object)
+    @Slot(object, object, object, object)
     def generate(self, messages: Sequence[Mapping[str, Any]], sampling: SamplingParams,
-                 cancel: threading.Event) -> None:
+                 cancel: threading.Event, options: Mapping[str, Any] | None = None) -> None:
+        """`options`: `policy` (a context policy: the conversation is fitted to the context,
+        and `trimmed` says how many old messages were left out) and `continue_text` (a cut-off
+        answer to continue: the prompt ends with it instead of a fresh assistant turn)."""
         model = self.model
         if model is None:
             self.failed.emit("No model is loaded: select one in the library and press Load")
             return
+        options = options or {}
+        partial = str(options.get("continue_text") or "")
         try:
-            gen = model.generate(messages, sampling, cancel=cancel)
+            policy: ContextPolicy | None = options.get("policy")
+            if policy is not None:
+                extra = len(model.tokenize(partial, add_special=False)) if partial else 0
+                fit = fit_messages(messages, lambda ms: len(model.chat_tokens(ms)) + extra,
+                                   model.n_ctx, reserve=min(sampling.max_tokens,
+                                                            model.n_ctx // 2),
+                                   policy=policy)
+                messages = fit.messages
+                if fit.dropped:
+                    self.trimmed.emit(fit.dropped)
+            if partial:
+                prompt = model.chat_tokens(messages) + model.tokenize(
+                    partial, add_special=False, parse_special=False)
+                gen = Generation(model, prompt, sampling, cancel, time.perf_counter())
+            else:
+                gen = model.generate(messages, sampling, cancel=cancel)
         except (EngineError, GGUFError, ValueError) as e:  # ValueError: ChatTemplateError
             self.failed.emit(str(e))
             return
@@ -194,7 +223,7 @@ class EngineHost(QObject):
     """GUI-side handle: starts the engine thread and forwards requests as queued signals."""
 
     _load = Signal(object, object, object)
-    _generate = Signal(object, object, object)
+    _generate = Signal(object, object, object, object)
     _unload = Signal()
     _forget = Signal()
 
@@ -224,9 +253,11 @@ class EngineHost(QObject):
             self._load_cancel.set()
 
     def generate(self, messages: Sequence[Mapping[str, Any]],
-                 sampling: SamplingParams) -> None:
+                 sampling: SamplingParams, *, policy: ContextPolicy | None = None,
+                 continue_text: str = "") -> None:
         self._gen_cancel = threading.Event()
-        self._generate.emit([dict(m) for m in messages], sampling, self._gen_cancel)
+        self._generate.emit([dict(m) for m in messages], sampling, self._gen_cancel,
+                            {"policy": policy, "continue_text": continue_text})
 
     @Slot()
     def stop(self) -> None:

@@ -395,4 +395,4 @@ def test_candlewick_without_arguments_opens_the_window(qtbot: QtBot) -> None:
     QTimer.singleShot(0, inspect_and_close)
     assert main([]) == 0
     assert seen == {"title": "Candlewick", "selected": "default", "focus": True,
-                    "tabs": ["Library", "Download"]}
+                    "tabs": ["Library", "Chats", "Chat settings", "Download"]}

@@ -1,0 +1,180 @@
+"""Per-chat settings: system prompt, sampling, context policy, and named presets.
+
+The drawer edits a plain dict (the conversation's `settings` in the store); `changed` carries
+the whole dict after every edit. Only values that differ from the app's defaults are kept, so a
+chat without changes follows the defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QInputDialog,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.services.chat_store import ChatStore
+from engine.runtime import SamplingParams
+
+POLICIES = [("drop_oldest", "Drop the oldest turns (keep the system prompt)"),
+            ("stop", "Stop and say so")]
+
+
+class ChatSettingsPanel(QWidget):
+    changed = Signal(dict)
+
+    def __init__(self, store: ChatStore, defaults: SamplingParams | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.defaults = defaults or SamplingParams()
+        self._loading = False
+        d = self.defaults
+        self.system_prompt = QPlainTextEdit()
+        self.system_prompt.setAccessibleName("System prompt")
+        self.system_prompt.setPlaceholderText("e.g. You are a concise assistant.")
+        self.system_prompt.setMaximumHeight(100)
+        self.temperature = self._double(0.0, 2.0, 0.05, d.temperature, "Temperature")
+        self.top_p = self._double(0.01, 1.0, 0.01, d.top_p, "Top-p")
+        self.top_k = self._int(0, 1000, d.top_k, "Top-k")
+        self.min_p = self._double(0.0, 1.0, 0.01, d.min_p, "Min-p")
+        self.repeat_penalty = self._double(0.5, 2.0, 0.05, d.repeat_penalty, "Repeat penalty")
+        self.max_tokens = self._int(1, 32768, d.max_tokens, "Max tokens")
+        self.seed = self._int(-1, 2**31 - 1, -1 if d.seed is None else d.seed, "Seed")
+        self.seed.setSpecialValueText("random")
+        self.policy = QComboBox()
+        self.policy.setAccessibleName("When the context is full")
+        for key, text in POLICIES:
+            self.policy.addItem(text, key)
+        self.presets = QComboBox()
+        self.presets.setAccessibleName("Presets")
+        self.apply_preset_button = QPushButton("Apply")
+        self.save_preset_button = QPushButton("Save as…")
+        self.apply_preset_button.clicked.connect(
+            lambda: self.apply_preset(self.presets.currentText()))
+        self.save_preset_button.clicked.connect(self._ask_preset_name)
+
+        form = QFormLayout()
+        form.addRow("System prompt", self.system_prompt)
+        for label, w in (("Temperature", self.temperature), ("Top-p", self.top_p),
+                         ("Top-k", self.top_k), ("Min-p", self.min_p),
+                         ("Repeat penalty", self.repeat_penalty),
+                         ("Max tokens", self.max_tokens), ("Seed", self.seed),
+                         ("Context full", self.policy)):
+            form.addRow(label, w)
+        presets = QHBoxLayout()
+        presets.addWidget(self.presets, 1)
+        presets.addWidget(self.apply_preset_button)
+        presets.addWidget(self.save_preset_button)
+        form.addRow("Preset", presets)
+        lay = QVBoxLayout(self)
+        lay.addLayout(form)
+        lay.addStretch(1)
+
+        self.system_prompt.textChanged.connect(self._emit)
+        for spin in (self.temperature, self.top_p, self.min_p, self.repeat_penalty):
+            spin.valueChanged.connect(self._emit)
+        for ispin in (self.top_k, self.max_tokens, self.seed):
+            ispin.valueChanged.connect(self._emit)
+        self.policy.currentIndexChanged.connect(self._emit)
+        self.refresh_presets()
+
+    def _double(self, lo: float, hi: float, step: float, value: float,
+                name: str) -> QDoubleSpinBox:
+        w = QDoubleSpinBox()
+        w.setRange(lo, hi)
+        w.setSingleStep(step)
+        w.setDecimals(2)
+        w.setValue(value)
+        w.setAccessibleName(name)
+        return w
+
+    def _int(self, lo: int, hi: int, value: int, name: str) -> QSpinBox:
+        w = QSpinBox()
+        w.setRange(lo, hi)
+        w.setValue(value)
+        w.setAccessibleName(name)
+        return w
+
+    # -- values ----------------------------------------------------------------------------
+
+    def settings(self) -> dict[str, Any]:
+        """What differs from the defaults (the system prompt and policy when set)."""
+        d = self.defaults
+        values: dict[str, Any] = {
+            "temperature": round(self.temperature.value(), 2),
+            "top_p": round(self.top_p.value(), 2),
+            "top_k": self.top_k.value(),
+            "min_p": round(self.min_p.value(), 2),
+            "repeat_penalty": round(self.repeat_penalty.value(), 2),
+            "max_tokens": self.max_tokens.value(),
+            "seed": None if self.seed.value() < 0 else self.seed.value(),
+        }
+        out = {k: v for k, v in values.items() if v != getattr(d, k)}
+        system = self.system_prompt.toPlainText().strip()
+        if system:
+            out["system_prompt"] = system
+        if self.policy.currentData() != "drop_oldest":
+            out["context_policy"] = self.policy.currentData()
+        return out
+
+    def set_settings(self, settings: dict[str, Any]) -> None:
+        """Show a conversation's settings (no `changed` signal)."""
+        self._loading = True
+        try:
+            d = self.defaults
+            self.system_prompt.setPlainText(str(settings.get("system_prompt") or ""))
+            self.temperature.setValue(float(settings.get("temperature", d.temperature)))
+            self.top_p.setValue(float(settings.get("top_p", d.top_p)))
+            self.top_k.setValue(int(settings.get("top_k", d.top_k)))
+            self.min_p.setValue(float(settings.get("min_p", d.min_p)))
+            self.repeat_penalty.setValue(float(settings.get("repeat_penalty",
+                                                            d.repeat_penalty)))
+            self.max_tokens.setValue(int(settings.get("max_tokens", d.max_tokens)))
+            seed = settings.get("seed", d.seed)
+            self.seed.setValue(-1 if seed is None else int(seed))
+            i = self.policy.findData(settings.get("context_policy", "drop_oldest"))
+            self.policy.setCurrentIndex(max(i, 0))
+        finally:
+            self._loading = False
+
+    def _emit(self) -> None:
+        if not self._loading:
+            self.changed.emit(self.settings())
+
+    # -- presets ---------------------------------------------------------------------------
+
+    def refresh_presets(self) -> None:
+        current = self.presets.currentText()
+        self.presets.clear()
+        self.presets.addItems(list(self.store.presets()))
+        self.presets.setCurrentText(current)
+        self.apply_preset_button.setEnabled(self.presets.count() > 0)
+
+    def save_preset(self, name: str) -> None:
+        name = " ".join(name.split())
+        if name:
+            self.store.save_preset(name, self.settings())
+            self.refresh_presets()
+            self.presets.setCurrentText(name)
+
+    def apply_preset(self, name: str) -> None:
+        preset = self.store.presets().get(name)
+        if preset is not None:
+            self.set_settings(preset)
+            self.changed.emit(self.settings())
+
+    def _ask_preset_name(self) -> None:
+        name, ok = QInputDialog.getText(self, "Save preset", "Preset name:")
+        if ok:
+            self.save_preset(name)

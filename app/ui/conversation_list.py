@@ -1,0 +1,158 @@
+"""The list of conversations: New chat, a search box (full-text, over every message), pinned
+first then by last activity, and rename / pin / delete from a context menu.
+
+Deleting is immediate and undoable (the store deletes softly): an "Undo" bar stays until the
+next delete or until the user dismisses it, so no confirmation dialog interrupts.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QPushButton,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.services.chat_store import ChatStore
+
+ID_ROLE = Qt.ItemDataRole.UserRole + 1
+
+
+class ConversationList(QWidget):
+    conversation_selected = Signal(int)
+    new_chat_requested = Signal()
+    conversation_deleted = Signal(int)
+
+    def __init__(self, store: ChatStore, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.store = store
+        self._current: int | None = None
+        self._deleted: int | None = None
+        self.new_button = QPushButton("New chat")
+        self.new_button.setAccessibleName("New chat")
+        self.new_button.clicked.connect(self.new_chat_requested)
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Search all chats")
+        self.search.setAccessibleName("Search chats")
+        self.search.setClearButtonEnabled(True)
+        self.search.textChanged.connect(self.refresh)
+        self.list = QListWidget()
+        self.list.setAccessibleName("Conversations")
+        self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.customContextMenuRequested.connect(self._menu)
+        self.list.itemActivated.connect(self._activated)
+        self.list.itemClicked.connect(self._activated)
+        self.undo_bar = QWidget()
+        self.undo_label = QLabel()
+        self.undo_button = QToolButton()
+        self.undo_button.setText("Undo")
+        self.undo_button.setAccessibleName("Undo delete")
+        self.undo_button.clicked.connect(self.undo_delete)
+        bar = QHBoxLayout(self.undo_bar)
+        bar.setContentsMargins(0, 0, 0, 0)
+        bar.addWidget(self.undo_label, 1)
+        bar.addWidget(self.undo_button)
+        self.undo_bar.hide()
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(4, 4, 4, 4)
+        lay.addWidget(self.new_button)
+        lay.addWidget(self.search)
+        lay.addWidget(self.list, 1)
+        lay.addWidget(self.undo_bar)
+        self.refresh()
+
+    # -- contents --------------------------------------------------------------------------
+
+    def ids(self) -> list[int]:
+        return [int(self.list.item(i).data(ID_ROLE)) for i in range(self.list.count())]
+
+    def refresh(self) -> None:
+        query = self.search.text().strip()
+        self.list.clear()
+        if query:
+            seen: set[int] = set()
+            for conv, _msg, snippet in self.store.search(query):
+                if conv.id in seen:
+                    continue
+                seen.add(conv.id)
+                self._add(conv.id, f"{conv.title}\n{snippet}", conv.pinned)
+        else:
+            for conv in self.store.conversations():
+                self._add(conv.id, conv.title, conv.pinned)
+        self.set_current(self._current)
+
+    def _add(self, cid: int, text: str, pinned: bool) -> None:
+        item = QListWidgetItem(("📌 " if pinned else "") + text)
+        item.setData(ID_ROLE, cid)
+        item.setToolTip(text)
+        self.list.addItem(item)
+
+    def set_current(self, cid: int | None) -> None:
+        """Highlight the conversation on screen (without emitting a selection)."""
+        self._current = cid
+        self.list.blockSignals(True)
+        self.list.clearSelection()
+        for i in range(self.list.count()):
+            if self.list.item(i).data(ID_ROLE) == cid:
+                self.list.setCurrentRow(i)
+        self.list.blockSignals(False)
+
+    def _activated(self, item: QListWidgetItem) -> None:
+        cid = int(item.data(ID_ROLE))
+        self._current = cid
+        self.conversation_selected.emit(cid)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def _menu(self, pos: QPoint) -> None:
+        item = self.list.itemAt(pos)
+        if item is None:
+            return
+        cid = int(item.data(ID_ROLE))
+        pinned = self.store.conversation(cid).pinned
+        menu = QMenu(self)
+        menu.addAction("Rename…", lambda: self._ask_rename(cid))
+        menu.addAction("Unpin" if pinned else "Pin", lambda: self.set_pinned(cid, not pinned))
+        menu.addAction("Delete", lambda: self.delete(cid))
+        menu.exec(self.list.viewport().mapToGlobal(pos))
+
+    def _ask_rename(self, cid: int) -> None:
+        title, ok = QInputDialog.getText(self, "Rename chat", "Title:",
+                                         text=self.store.conversation(cid).title)
+        if ok:
+            self.rename(cid, title)
+
+    def rename(self, cid: int, title: str) -> None:
+        self.store.rename(cid, title)
+        self.refresh()
+
+    def set_pinned(self, cid: int, pinned: bool) -> None:
+        self.store.set_pinned(cid, pinned)
+        self.refresh()
+
+    def delete(self, cid: int) -> None:
+        title = self.store.conversation(cid).title
+        self.store.delete(cid)
+        self._deleted = cid
+        self.undo_label.setText(f"Deleted “{title}”")
+        self.undo_bar.show()
+        if self._current == cid:
+            self._current = None
+        self.refresh()
+        self.conversation_deleted.emit(cid)
+
+    def undo_delete(self) -> None:
+        if self._deleted is not None:
+            self.store.undo_delete(self._deleted)
+            self._deleted = None
+        self.undo_bar.hide()
+        self.refresh()
