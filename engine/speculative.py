@@ -71,7 +71,7 @@ class PromptLookup:
     draft. The index is a dict per n-gram size, extended incrementally: O(new tokens) a step.
     """
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 2) -> None:
+    def __init__(self, ngram_max: int = 4, ngram_min: int = 2) -> None:
         if not 1 <= ngram_min <= ngram_max:
             raise EngineError("prompt lookup needs 1 <= ngram_min <= ngram_max")
         self.ngram_max = ngram_max
@@ -268,6 +268,9 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
     n_ctx = m.n_ctx
     cached = m._cached
     keep = len(cached)
+    # Draft length adapts: grows by 2 after a fully accepted draft, shrinks to one more than
+    # what was accepted otherwise, so a drafter on a bad streak costs ~a 2-token batch a step.
+    k = draft_max
     batch = C.llama_batch_init(draft_max + 1, 0, 1)
     b_tok, b_pos, b_nseq, b_seq, b_logits = (batch.token, batch.pos, batch.n_seq_id,
                                              batch.seq_id, batch.logits)
@@ -295,7 +298,7 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
                 gen._reason = "context_full"
                 return
             # After the decode the cache must still have a free cell, as in plain decoding.
-            room = min(draft_max, n_ctx - 2 - base)
+            room = min(k, n_ctx - 2 - base)
             drafts = drafter.propose(room) if room > 0 else []
             # An end-of-generation token is never decoded; out-of-vocabulary ids never sent.
             for j, t in enumerate(drafts):
@@ -326,6 +329,8 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
                     drafter.accept(tok)
                     continue
                 # The model's own token at this position: drafts after it are dead.
+                if nd:
+                    k = min(draft_max, k + 2) if i == nd else i + 1
                 if len(cached) > keep:
                     _trim(m, cached, keep)
                 if is_eog(vocab, tok):
@@ -353,7 +358,7 @@ def _trim(m: Model, cached: list[int], keep: int) -> None:
     del cached[keep:]
 
 
-def lookup_source(draft_max: int = DEFAULT_DRAFT_MAX, *, ngram_max: int = 3,
+def lookup_source(draft_max: int = DEFAULT_DRAFT_MAX, *, ngram_max: int = 4,
                   ngram_min: int = 2) -> TokenSource:
     """Token source for `Model.generate(..., token_source=...)` with prompt-lookup drafting."""
     if draft_max < 1:

@@ -79,10 +79,11 @@ def test_prompt_lookup_greedy_identical(smollm2: Model) -> None:
 
 
 def test_draft_model_greedy_identical(smollm2: Model, self_draft: Model) -> None:
+    s = SamplingParams(temperature=0, max_tokens=24)
     for messages in (QUOTE, FREE):
-        ref = plain(smollm2, messages, GREEDY)
+        ref = plain(smollm2, messages, s)
         smollm2.reset_cache()
-        gen = smollm2.generate(messages, GREEDY,
+        gen = smollm2.generate(messages, s,
                                token_source=draft_model_source(self_draft, smollm2, 5))
         gen.consume()
         assert gen.tokens == ref
@@ -161,10 +162,16 @@ def test_cancel_leaves_no_stray_cells(smollm2: Model, self_draft: Model) -> None
 
 def test_context_full(smollm2_path: Path) -> None:
     with Model(smollm2_path, LoadParams(n_ctx=64, n_threads=2, state_cache_mb=0)) as small:
+        # A prompt that leaves ~12 free cells (llama.cpp may round the context up).
+        text = "one two three four five six seven eight nine ten"
+        while len(small.chat_tokens([{"role": "user", "content": text + " one"}])) \
+                < small.n_ctx - 12:
+            text += " one"
+        messages = [{"role": "user", "content": text + "\nCount on, in words."}]
         s = SamplingParams(temperature=0, max_tokens=200)
-        ref = plain(small, QUOTE, s)
+        ref = plain(small, messages, s)
         small.reset_cache()
-        gen = small.generate(QUOTE, s, token_source=lookup_source())
+        gen = small.generate(messages, s, token_source=lookup_source())
         gen.consume()
         assert gen.stats.stop_reason == "context_full"
         assert gen.tokens == ref
