@@ -186,8 +186,19 @@ class StreamingClient:
         res = StreamResult(t_start=time.perf_counter())
         deadline = res.t_start + self.timeout_s
         conn = self._connect(min(self.connect_timeout_s, self.timeout_s))
+        finished = threading.Event()
+        socks: list[socket.socket] = []
+        watcher: threading.Thread | None = None
+        if cancel is not None:
+            # A stalled stream blocks in recv(); only shutting the socket down wakes it in time.
+            watcher = threading.Thread(target=_watch_cancel, args=(socks, cancel, finished),
+                                       name="stream-cancel", daemon=True)
+            watcher.start()
         try:
             conn.request("POST", path, body=body, headers=self._headers())
+            if conn.sock is not None:
+                # Kept here: http.client forgets it once a `Connection: close` reply arrives.
+                socks.append(conn.sock)
             _set_timeout(conn, deadline)
             resp = conn.getresponse()
             res.status = resp.status
@@ -206,7 +217,13 @@ class StreamingClient:
             res.error = _describe_exception(e)
         finally:
             res.t_end = time.perf_counter()
+            finished.set()
+            if watcher is not None:
+                watcher.join()
             conn.close()
+        if cancel is not None and cancel.is_set() and res.finish_reason is None:
+            # Whatever the closed socket made of the stream, the caller asked for this.
+            res.cancelled, res.error, res.timed_out = True, None, False
         return res
 
     def _content(self, res: StreamResult, text: str, on_piece: PieceCallback | None) -> None:
@@ -311,6 +328,15 @@ class StreamingClient:
                 res.prompt_tokens = _int_or_none(obj.get("prompt_eval_count"))
                 res.completion_tokens = _int_or_none(obj.get("eval_count"))
                 return
+
+
+def _watch_cancel(socks: list[socket.socket], cancel: threading.Event,
+                  finished: threading.Event) -> None:
+    while not finished.wait(0.1):
+        if cancel.is_set() and socks:
+            with contextlib.suppress(OSError):
+                socks[0].shutdown(socket.SHUT_RDWR)
+            return
 
 
 def _set_timeout(conn: http.client.HTTPConnection, deadline: float) -> None:

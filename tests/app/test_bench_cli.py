@@ -54,6 +54,33 @@ def test_embedded_run_json(tmp_path: Path) -> None:
     assert r.stderr == ""  # --json: no progress bar
 
 
+def test_embedded_concurrency_runs_through_the_scheduler() -> None:
+    r = cli("bench", "--concurrency", "1,2", "--no-bandwidth", "--threads", "1", *FAST)
+    assert r.returncode == 0, r.stderr
+    assert "continuous batching" in r.stdout
+    rows = [line for line in r.stdout.splitlines() if line.startswith("|    ")]
+    assert [row.split("|")[2].strip() for row in rows] == ["2/2", "2/2"]
+    # stderr is not a terminal here: one progress line per finished level.
+    assert "level 2/2  concurrency   2  [########################] 2/2  failed 0" in r.stderr
+
+
+def test_ctrl_c_stops_cleanly() -> None:
+    import signal
+    import time
+
+    with FaultServer("stall") as srv:
+        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "bench", "--url", srv.url,
+                                 "--no-bandwidth", "--concurrency", "2", *FAST],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        while len(srv.requests) < 2 and proc.poll() is None:  # both requests in flight
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "candlewick: interrupted" in err
+    assert "Traceback" not in err
+
+
 def test_unreachable_url_is_reported_as_failures(tmp_path: Path) -> None:
     out = tmp_path / "dead.json"
     r = cli("bench", "--url", f"http://127.0.0.1:{free_port()}", "--concurrency", "1,2",

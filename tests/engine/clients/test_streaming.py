@@ -102,10 +102,15 @@ def test_stalled_stream_times_out() -> None:
 def test_cancel_ends_a_stalled_stream() -> None:
     cancel = threading.Event()
     with FaultServer("stall") as srv:
-        r = StreamingClient(srv.url, timeout_s=30).chat(
-            MSG, on_piece=lambda _p: cancel.set(), cancel=cancel)
-        # The request is abandoned as soon as the next line is due.
-    assert r.cancelled and not r.ok
+        # Cancel from another thread while the client is blocked waiting for the next line.
+        timer = threading.Timer(0.3, cancel.set)
+        timer.start()
+        r = StreamingClient(srv.url, timeout_s=60).chat(MSG, cancel=cancel)
+        timer.join()
+        assert not srv.release.is_set()  # the server was still stalling: the client left
+    assert r.cancelled and not r.ok and not r.timed_out and r.error is None
+    assert r.text == "first"
+    assert r.t_end - r.t_start < 30
 
 
 def test_openai_usage_and_request_body() -> None:
