@@ -73,7 +73,7 @@ def assert_no_leak(sched: Scheduler) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # ~20 s on an idle 2-core machine; minutes when it is shared
+@pytest.mark.timeout(900)  # takes minutes when other jobs share the 2 cores
 def test_concurrent_greedy_matches_sequential_and_runtime(sched: Scheduler, model: Model,
                                                           smollm2: Model) -> None:
     sequential = []
