@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from app.cli.common import gpu_layers_arg, library, positive_int, print_json
+from engine.memory import DoesNotFitError, EstimateParams, estimate
 from engine.runtime import Generation, LoadParams, Model, SamplingParams
 from engine.speculative import SpeculativeSettings, Speculator, spec_stats
 
@@ -43,6 +45,8 @@ def register(sub: Any) -> None:
                         "(quantized V needs flash attention)")
     p.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto",
                    help="flash attention (auto: on where the backend supports it)")
+    p.add_argument("--force", action="store_true",
+                   help="load even when the memory estimate says the model does not fit")
     p.set_defaults(handler=run)
 
 
@@ -70,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     if args.system:
         messages.append({"role": "system", "content": args.system})
     messages.append({"role": "user", "content": args.prompt})
+    if not args.force:
+        refuse_if_too_big(path, params)
     cancel = threading.Event()
     with Model(path, params) as model:
         spec = Speculator(model, settings)
@@ -113,3 +119,11 @@ def _stream(gen: Generation, cancel: threading.Event, as_json: bool) -> None:
         cancel.set()
         for _ in gen:  # let the loop see the flag and release the context
             pass
+
+
+def refuse_if_too_big(path: Path, params: LoadParams) -> None:
+    """Check the analytic estimate (header only, milliseconds) against free memory first:
+    a model that cannot fit is refused with the reason instead of being swapped to death."""
+    est = estimate(path, EstimateParams.from_load_params(params), method="analytic")
+    if not est.fits:
+        raise DoesNotFitError(f"{est.reason} (add --force to load anyway)")

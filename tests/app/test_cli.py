@@ -92,3 +92,10 @@ def test_bad_arguments_exit_2() -> None:
     r = cli("run", "default", "hi", "--gpu-layers", "lots")
     assert r.returncode == 2
     assert "--gpu-layers" in r.stderr
+
+
+def test_model_too_big_for_memory_is_refused_before_loading() -> None:
+    r = cli("run", "default", "hi", "--ctx", "100000000")
+    assert r.returncode == 2
+    [line] = r.stderr.strip().splitlines()
+    assert "of RAM but only" in line and "--force" in line
