@@ -100,7 +100,7 @@ def main() -> int:
     ap.add_argument("--draft", default=None, help="also measure this draft model")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=160)
-    ap.add_argument("--draft-max", type=int, default=10)
+    ap.add_argument("--draft-max", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=2048)
     ap.add_argument("--json", type=Path, default=None, help="write the raw results here")
@@ -114,7 +114,7 @@ def main() -> int:
     draft = None
     if args.draft:
         draft = load_draft_model(lib.resolve(args.draft), model)
-        arms["draft"] = lambda: draft_model_source(draft, model, min(args.draft_max, 6))
+        arms["draft"] = lambda: draft_model_source(draft, model, args.draft_max)
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for name, prompt in PROMPTS:
         results[name] = {arm: [] for arm in arms}

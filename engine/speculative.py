@@ -42,10 +42,10 @@ from engine.runtime import (
 )
 
 SpecMode = Literal["off", "lookup", "draft"]
-# Tuned on SmolLM2 on 2 CPU cores (benchmarks/speculative.py): verifying a batch of 1 + k
-# tokens costs little more than one token up to about 10.
-DEFAULT_DRAFT_MAX = 10
-DEFAULT_MODEL_DRAFT_MAX = 6
+# On a small CPU model verifying 1 + k tokens costs noticeably more than one token, so long
+# drafts only pay when nearly all is accepted (benchmarks/speculative.py, docs/benchmarks.md).
+DEFAULT_DRAFT_MAX = 5
+DEFAULT_MODEL_DRAFT_MAX = 5
 # llama.cpp's own speculative example allows vocabularies that differ only in padding.
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 _VOCAB_SAMPLE = 512
@@ -268,7 +268,7 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
     n_ctx = m.n_ctx
     cached = m._cached
     keep = len(cached)
-    # Draft length adapts: grows by 2 after a fully accepted draft, shrinks to one more than
+    # Draft length adapts: grows by 1 after a fully accepted draft, shrinks to one more than
     # what was accepted otherwise, so a drafter on a bad streak costs ~a 2-token batch a step.
     k = draft_max
     batch = C.llama_batch_init(draft_max + 1, 0, 1)
@@ -330,7 +330,7 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
                     continue
                 # The model's own token at this position: drafts after it are dead.
                 if nd:
-                    k = min(draft_max, k + 2) if i == nd else i + 1
+                    k = min(draft_max, k + 1) if i == nd else i + 1
                 if len(cached) > keep:
                     _trim(m, cached, keep)
                 if is_eog(vocab, tok):

@@ -30,7 +30,7 @@ QUOTE = [{"role": "user", "content":
           "The quick brown fox jumps over the lazy dog. The early bird catches the worm. "
           "Repeat both sentences exactly, then repeat them again."}]
 FREE = [{"role": "user", "content": "Write a short list of three fruits and their colors."}]
-GREEDY = SamplingParams(temperature=0, max_tokens=48)
+GREEDY = SamplingParams(temperature=0, max_tokens=32)
 
 
 def kv_end(model: Model) -> int:
@@ -69,13 +69,11 @@ def test_prompt_lookup_greedy_identical(smollm2: Model) -> None:
         assert gen.stats.gen_tokens == len(ref)
         assert gen.stats.draft_accepted <= gen.stats.draft_tokens
         assert_kv_clean(smollm2)
-    # The quoting prompt is where lookup shines: most of its drafts are right.
-    smollm2.reset_cache()
-    gen = smollm2.generate(QUOTE, GREEDY, token_source=lookup_source())
-    gen.consume()
-    assert gen.stats.draft_accepted >= len(gen.tokens) // 3
-    rate = spec_stats(gen.stats)["acceptance_rate"]
-    assert rate is not None and 0 < rate <= 1
+        if messages is QUOTE:
+            # The quoting prompt is where lookup shines: most of its drafts are right.
+            assert gen.stats.draft_accepted >= len(gen.tokens) // 3
+            rate = spec_stats(gen.stats)["acceptance_rate"]
+            assert rate is not None and 0 < rate <= 1
 
 
 def test_draft_model_greedy_identical(smollm2: Model, self_draft: Model) -> None:
