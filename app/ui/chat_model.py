@@ -101,6 +101,10 @@ class ChatModel(QAbstractListModel):
         m.state = "stopped" if stats.stop_reason == "cancelled" else "done"
         self._changed(row, [STATE_ROLE, STATS_ROLE])
 
+    def refresh(self, row: int) -> None:
+        """The message at `row` changed outside the model (e.g. its branch position)."""
+        self._changed(row, [MESSAGE_ROLE])
+
     def set_state(self, row: int, state: MessageState) -> None:
         m = self._conv.messages[row]
         m.state = state

@@ -196,6 +196,7 @@ class ChatController(QObject):
                                         model=model, sampling=sampling)
         m.store_id = stored.id
         m.branch = self.store.branch_position(stored.id)
+        self.chat.refresh(row)
         self.chat.conversation.title = self.store.conversation(cid).title
         self.conversations_changed.emit()
 
