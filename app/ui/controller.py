@@ -43,6 +43,7 @@ class ChatController(QObject):
         self._writer: StreamWriter | None = None
         self._first_flushed = False
         self._prompt_tokens = 0
+        self._continue_row: int | None = None  # continue this answer once the model loads
         self.engine = engine
         self.chat = chat
         self.choose_model = choose_model
@@ -113,6 +114,7 @@ class ChatController(QObject):
             self.engine.stop()
         elif self._pending:
             self._pending = False
+            self._continue_row = None
             self.engine.cancel_load()
             self.busy_changed.emit(False)
 
@@ -133,6 +135,7 @@ class ChatController(QObject):
             self._writer = None
         self.reply_row = None
         self._pending = False
+        self._continue_row = None
 
     # -- conversations in the store --------------------------------------------------------
 
@@ -247,8 +250,22 @@ class ChatController(QObject):
         if self.busy or m.role != "assistant" or row != self.chat.rowCount() - 1:
             return False
         if self.loaded is None:
-            self.error.emit("Load a model first (select it in the library and press Load)")
-            return False
+            # As with sending: load the selected model, then continue.
+            choice = self.choose_model()
+            if choice is None:
+                self.error.emit("Select a model in the library first")
+                return False
+            self._continue_row = row
+            self._pending = True
+            self.busy_changed.emit(True)
+            if self.loading != choice[0]:
+                self.load(*choice)
+            return True
+        self._continue_now(row)
+        return True
+
+    def _continue_now(self, row: int) -> None:
+        m = self.chat.message(row)
         messages = self._messages_for_model(row)
         sampling = self.sampling_for_chat()
         self.reply_row = row
@@ -261,7 +278,6 @@ class ChatController(QObject):
         self.busy_changed.emit(True)
         self.engine.generate(messages, sampling, policy=self._policy(),
                              continue_text=m.text)
-        return True
 
     def switch_branch(self, row: int, step: int) -> bool:
         """Show the previous (-1) or next (+1) alternative of the message at `row`."""
@@ -329,7 +345,11 @@ class ChatController(QObject):
         self.notice.emit(f"Loaded {info.name}")
         if self._pending:
             self._pending = False
-            self._start_reply()
+            row, self._continue_row = self._continue_row, None
+            if row is not None:
+                self._continue_now(row)
+            else:
+                self._start_reply()
 
     def _on_load_cancelled(self) -> None:
         self.loading = None
@@ -337,6 +357,7 @@ class ChatController(QObject):
         self.notice.emit("Loading cancelled")
         if self._pending:
             self._pending = False
+            self._continue_row = None
             self.busy_changed.emit(False)
 
     def _on_unloaded(self) -> None:
@@ -394,5 +415,6 @@ class ChatController(QObject):
             self._writer.finish(status="error", stats={"error": message})
             self._writer = None
         self._pending = False
+        self._continue_row = None
         self.busy_changed.emit(False)
         self.error.emit(message)
