@@ -162,7 +162,7 @@ class ChatController(QObject):
                                        for m in self.store.active_path(conv.id)])
         self.chat_settings = dict(conv.settings)
         self.chat.set_conversation(shown)
-        self.context_changed.emit(0, self.loaded.n_ctx if self.loaded else 0)
+        self.context_changed.emit(0, 0)  # unknown until its next reply: hide the line
         self.busy_changed.emit(False)
 
     def _ui_message(self, m: StoredMessage) -> Message:

@@ -75,6 +75,22 @@ def test_exchange_is_stored_with_stats_model_and_sampling(window: MainWindow,
     assert window.chat_view.context_label.text().startswith(f"Context: {used:,} / ")
 
 
+def test_signal_sequence_of_a_first_exchange(window: MainWindow, qtbot: QtBot) -> None:
+    c = window.controller
+    events: list[str] = []
+    for name in ("busy_changed", "conversations_changed", "context_changed", "context_note",
+                 "error"):
+        getattr(c, name).connect(lambda *args, n=name: events.append(
+            f"{n}{list(args)}" if n == "busy_changed" else n))
+    send(qtbot, window, "Hi")
+    squeezed = [e for i, e in enumerate(events) if i == 0 or events[i - 1] != e]
+    # User message saved; the model loads; the answer row saved as streaming; the prompt's
+    # size; the finished answer saved; its final context use; idle.
+    assert squeezed == ["conversations_changed", "busy_changed[True]", "conversations_changed",
+                        "busy_changed[True]", "context_changed", "conversations_changed",
+                        "context_changed", "busy_changed[False]"]
+
+
 def test_conversation_list_search_pin_rename_delete_undo(
         window: MainWindow, qtbot: QtBot) -> None:
     store = store_of(window)
