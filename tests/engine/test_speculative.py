@@ -159,9 +159,9 @@ def test_cancel_leaves_no_stray_cells(smollm2: Model, self_draft: Model) -> None
 
 
 def test_context_full(smollm2_path: Path) -> None:
-    with Model(smollm2_path, LoadParams(n_ctx=64, n_threads=2, state_cache_mb=0)) as small:
-        # A prompt that leaves ~12 free cells (llama.cpp may round the context up).
-        text = "one two three four five six seven eight nine ten"
+    with Model(smollm2_path, LoadParams(n_ctx=256, n_threads=2, state_cache_mb=0)) as small:
+        # A prompt that leaves ~12 free cells.
+        text = "one two three four five six seven eight nine ten" + " one" * 180
         while len(small.chat_tokens([{"role": "user", "content": text + " one"}])) \
                 < small.n_ctx - 12:
             text += " one"
