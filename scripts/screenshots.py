@@ -2,9 +2,9 @@
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python scripts/screenshots.py
 
-Takes three pictures of the main window: the library with the memory estimate before loading,
-a reply while it is streaming, and the performance panel after it. Uses a private, empty
-profile so nothing from your own settings shows up.
+Takes pictures of the main window: the library with the memory estimate before loading,
+a reply while it is streaming, the performance panel after it, and the Chats tab. Uses a
+private, empty profile so nothing from your own settings shows up.
 """
 
 from __future__ import annotations
@@ -94,6 +94,17 @@ def main() -> int:
         spin_until(lambda: time.monotonic() > t_end)
         save(window, args.out / "performance.png")
         save(window.perf_panel, args.out / "performance-panel.png")
+        if window.store is not None and window.conversation_list is not None:
+            # A few earlier chats so the list looks like a used one.
+            for title, q, a in (("Trip to Lisbon", "Plan three days in Lisbon.", "Day 1: …"),
+                                ("Bread", "Why does dough need to rest?", "Gluten relaxes…")):
+                c = window.store.create_conversation(title)
+                window.store.add_message(c.id, "user", q)
+                window.store.add_message(c.id, "assistant", a)
+            if window.controller.conversation_id is not None:
+                window.conversation_list.set_pinned(window.controller.conversation_id, True)
+            window.side_tabs.setCurrentWidget(window.conversation_list)
+            save(window, args.out / "conversations.png")
     finally:
         window.close()
         window.shutdown()

@@ -91,7 +91,7 @@ class ConversationList(QWidget):
         self.set_current(self._current)
 
     def _add(self, cid: int, text: str, pinned: bool) -> None:
-        item = QListWidgetItem(("📌 " if pinned else "") + text)
+        item = QListWidgetItem(("\u2605 " if pinned else "") + text)
         item.setData(ID_ROLE, cid)
         item.setToolTip(text)
         self.list.addItem(item)
