@@ -219,7 +219,7 @@ def test_schemathesis_finds_nothing(served: LoadedModel, tmp_path: Path) -> None
         r = subprocess.run(
             [str(exe), "run", srv.url + "/openapi.json", "-H", f"Authorization: Bearer {API_KEY}",
              "--checks", "all", "--exclude-checks", "positive_data_acceptance",
-             "--max-examples", "5", "--workers", "1", "--request-timeout", "120",
+             "--max-examples", "5", "--workers", "1", "--request-timeout", "300",
              "--seed", "7"],
             capture_output=True, text=True, timeout=850, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:]
