@@ -44,6 +44,7 @@ class ChatController(QObject):
         self._first_flushed = False
         self._prompt_tokens = 0
         self._continue_row: int | None = None  # continue this answer once the model loads
+        self._pending_parent: int | bool | None = True  # where that answer attaches
         self.engine = engine
         self.chat = chat
         self.choose_model = choose_model
@@ -115,6 +116,7 @@ class ChatController(QObject):
         elif self._pending:
             self._pending = False
             self._continue_row = None
+            self._pending_parent = True
             self.engine.cancel_load()
             self.busy_changed.emit(False)
 
@@ -136,6 +138,7 @@ class ChatController(QObject):
         self.reply_row = None
         self._pending = False
         self._continue_row = None
+        self._pending_parent = True
 
     # -- conversations in the store --------------------------------------------------------
 
@@ -229,7 +232,7 @@ class ChatController(QObject):
             return False
         parent = self._stored_parent(m)
         self._truncate(row)
-        self._start_reply(parent=parent)
+        self._reply(parent)
         return True
 
     def edit(self, row: int, text: str) -> bool:
@@ -241,8 +244,20 @@ class ChatController(QObject):
         self._truncate(row)
         new_row = self.chat.append("user", text)
         self._store_message(new_row, parent=parent)
-        self._start_reply()
+        self._reply(True)
         return True
+
+    def _reply(self, parent: int | bool | None) -> None:
+        """Answer now, or once the selected model has loaded (as sending does)."""
+        choice = self.choose_model()
+        if choice is not None and (self.loaded is None or self.loaded.path != choice[0]):
+            self._pending = True
+            self._pending_parent = parent
+            self.busy_changed.emit(True)
+            if self.loading != choice[0]:
+                self.load(*choice)
+            return
+        self._start_reply(parent)
 
     def continue_reply(self, row: int) -> bool:
         """Generate more of a cut-off answer (interrupted or stopped), after its text."""
@@ -346,10 +361,11 @@ class ChatController(QObject):
         if self._pending:
             self._pending = False
             row, self._continue_row = self._continue_row, None
+            parent, self._pending_parent = self._pending_parent, True
             if row is not None:
                 self._continue_now(row)
             else:
-                self._start_reply()
+                self._start_reply(parent)
 
     def _on_load_cancelled(self) -> None:
         self.loading = None
@@ -358,6 +374,7 @@ class ChatController(QObject):
         if self._pending:
             self._pending = False
             self._continue_row = None
+            self._pending_parent = True
             self.busy_changed.emit(False)
 
     def _on_unloaded(self) -> None:
@@ -416,5 +433,6 @@ class ChatController(QObject):
             self._writer = None
         self._pending = False
         self._continue_row = None
+        self._pending_parent = True
         self.busy_changed.emit(False)
         self.error.emit(message)

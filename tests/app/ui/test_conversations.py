@@ -289,3 +289,20 @@ def test_export_and_import_round_trip(window: MainWindow, qtbot: QtBot, tmp_path
     assert window.import_chats(tmp_path / "odd.json") == []
     assert "needs a role and text content" in window.banner.label.text()
     assert len(store.conversations()) == 1
+
+
+def test_regenerate_in_an_opened_chat_loads_the_model_first(window: MainWindow,
+                                                            qtbot: QtBot) -> None:
+    store = store_of(window)
+    c = store.create_conversation()
+    store.add_message(c.id, "user", "Say hello.")
+    old = store.add_message(c.id, "assistant", "An answer from an earlier session.")
+    window.open_conversation(c.id)
+    assert window.controller.loaded is None
+    busy = record(window.controller.busy_changed)
+    window.chat_view.message_widgets[1].regenerate_button.click()
+    qtbot.waitUntil(lambda: not window.controller.busy, timeout=120_000)
+    assert busy == [True, True, False]  # loading, answering, done
+    new = window.chat_model.message(1)
+    assert new.state == "done" and new.branch == (2, 2) and new.store_id != old.id
+    assert [s.id for s in store.siblings(old.id)] == [old.id, new.store_id]
