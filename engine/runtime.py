@@ -487,6 +487,7 @@ class Generation:
         self._t_start = t_start
         self._token_source = token_source
         self._reason: StopReason = "length"
+        self._prompt_perf: Any = None
         self._it = self._run()
 
     def __iter__(self) -> Iterator[str]:
@@ -530,6 +531,11 @@ class Generation:
                 st.stop_reason = "cancelled"
                 self._finish(None, None)
                 return
+            # Snapshot the counters once the prompt is in: llama.cpp files every multi-token
+            # decode under "prompt eval", so speculative verification batches would otherwise
+            # be counted as prompt work.
+            C.llama_synchronize(ctx)
+            self._prompt_perf = C.llama_perf_context(ctx)
             if s.repeat_penalty != 1.0:
                 for t in self.prompt[-s.repeat_last_n:]:
                     C.llama_sampler_accept(chain, t)
@@ -581,15 +587,22 @@ class Generation:
         now = time.perf_counter()
         st.total_s = now - self._t_start
         st.ttft_s = (t_first - self._t_start) if t_first is not None else st.total_s
-        perf = self.model._lib.llama_perf_context(self.model._ctx)
-        st.prompt_eval_ms = float(perf.t_p_eval_ms)
-        st.eval_ms = float(perf.t_eval_ms)
-        st.n_prompt_eval = int(perf.n_p_eval)
-        st.n_eval = int(perf.n_eval)
+        C = self.model._lib
+        C.llama_synchronize(self.model._ctx)
+        perf = C.llama_perf_context(self.model._ctx)
+        pre = self._prompt_perf if self._prompt_perf is not None else perf
+        st.prompt_eval_ms = float(pre.t_p_eval_ms)
+        st.n_prompt_eval = int(pre.n_p_eval)
+        # Everything decoded after the prompt is generation, batched (verification) or not.
+        st.eval_ms = float(perf.t_eval_ms) + float(perf.t_p_eval_ms) - st.prompt_eval_ms
+        st.n_eval = int(perf.n_eval) + int(perf.n_p_eval) - st.n_prompt_eval
         # llama.cpp counts a single-token prompt decode as an eval, not a prompt eval.
         if st.n_prompt_eval and st.prompt_eval_ms > 0:
             st.prompt_tps = st.n_prompt_eval / (st.prompt_eval_ms / 1000)
-        if st.n_eval and st.eval_ms > 0:
+        if st.draft_tokens and st.eval_ms > 0:
+            # Speculative steps decode rejected drafts too: count the tokens that came out.
+            st.gen_tps = st.gen_tokens / (st.eval_ms / 1000)
+        elif st.n_eval and st.eval_ms > 0:
             st.gen_tps = st.n_eval / (st.eval_ms / 1000)
         if t_first is not None and t_last is not None and st.gen_tokens > 1 and t_last > t_first:
             st.gen_tps_wall = (st.gen_tokens - 1) / (t_last - t_first)

@@ -230,3 +230,16 @@ def test_settings_validation(smollm2: Model) -> None:
     assert Speculator(smollm2, SpeculativeSettings(mode="lookup")).token_source() is not None
     with pytest.raises((EngineError, GGUFError, OSError)):
         Speculator(smollm2, SpeculativeSettings(mode="draft", draft_model="/nonexistent.gguf"))
+
+
+def test_verification_batches_do_not_count_as_prompt_work(smollm2: Model) -> None:
+    smollm2.reset_cache()
+    gen = smollm2.generate(QUOTE, SamplingParams(temperature=0, max_tokens=48),
+                           token_source=lookup_source())
+    gen.consume()
+    st = gen.stats
+    assert st.draft_tokens > 0
+    assert st.n_prompt_eval == st.prompt_tokens - st.cached_tokens
+    # Tokens decoded after the prompt: every emitted token but the last, plus rejected drafts.
+    assert st.n_eval >= st.gen_tokens - 1
+    assert 0.5 * st.gen_tps <= st.gen_tps_wall <= 1.1 * st.gen_tps
