@@ -36,7 +36,14 @@ from engine import llama_lib
 from engine.facts import swa_layer_pattern
 from engine.gguf import ArraySummary, GGUFFile, read_gguf
 from engine.hardware import Device, GiB, Hardware, MiB
-from engine.runtime import KV_TYPES, EngineError, FlashAttn, GpuLayers, LoadParams
+from engine.runtime import (
+    KV_TYPES,
+    EngineError,
+    FlashAttn,
+    GpuLayers,
+    LoadParams,
+    resolve_flash_attn,
+)
 
 Method = Literal["dry-run", "analytic"]
 Verdict = Literal["fits_gpu", "partial_offload", "ram_only", "does_not_fit"]
@@ -244,7 +251,8 @@ def output_buffer_bytes(spec: ModelSpec, p: EstimateParams) -> int:
 
 
 def flash_attention_used(p: EstimateParams) -> bool:
-    # 'auto' resolves to on with the CPU backend and with CUDA/Metal/Vulkan for common head sizes.
+    # `estimate()` has already resolved the engine's 'auto'; what is left as 'auto' is
+    # llama.cpp's, which turns it on for CPU, CUDA, Metal and Vulkan with common head sizes.
     return p.flash_attn != "off"
 
 
@@ -451,7 +459,7 @@ def dry_run(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: int =
             cp.n_ubatch = min(p.n_ubatch, p.n_batch)
             cp.n_seq_max = p.n_seq_max
             cp.n_threads = cp.n_threads_batch = 1
-            cp.flash_attn_type = _FLASH[p.flash_attn]
+            cp.flash_attn_type = _FLASH[resolve_flash_attn(p.flash_attn, p.type_v)]
             cp.type_k = KV_TYPES[p.type_k]
             cp.type_v = KV_TYPES[p.type_v]
             cp.embeddings = p.embeddings
@@ -538,6 +546,9 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
     if path is not None:
         file_path = Path(path)
     hw = hardware if hardware is not None else hw_mod.detect()
+    # Plan with flash attention as the engine would resolve 'auto' on this hardware.
+    p = replace(p, flash_attn=resolve_flash_attn(p.flash_attn, p.type_v,
+                                                 gpu=bool(hw.offload_devices)))
     spec = ModelSpec.from_gguf(gf)
     notes: list[str] = []
     if method == "dry-run" and file_path is None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from app.cli.common import gpu_layers_arg, library, positive_int, print_json
 from engine.memory import DoesNotFitError, EstimateParams, estimate
-from engine.runtime import Generation, LoadParams, Model, SamplingParams
+from engine.runtime import FlashAttn, Generation, LoadParams, Model, SamplingParams
 from engine.speculative import SpeculativeSettings, Speculator, spec_stats
 
 
@@ -52,8 +52,13 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     path = library().resolve(args.model)
+    # Speculation is exact only where batched and one-token kernels agree: with flash
+    # attention on (docs/speculative.md), so 'auto' means on when drafting.
+    flash: FlashAttn = args.flash_attn
+    if flash == "auto" and (args.draft or args.lookup):
+        flash = "on"
     params = LoadParams(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads,
-                        type_k=args.kv_type, type_v=args.kv_type, flash_attn=args.flash_attn)
+                        type_k=args.kv_type, type_v=args.kv_type, flash_attn=flash)
     settings = SpeculativeSettings(
         mode="draft" if args.draft else "lookup" if args.lookup else "off",
         draft_model=str(library().resolve(args.draft)) if args.draft else None,

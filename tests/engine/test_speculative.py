@@ -33,6 +33,16 @@ FREE = [{"role": "user", "content": "Write a short list of three fruits and thei
 GREEDY = SamplingParams(temperature=0, max_tokens=32)
 
 
+@pytest.fixture(scope="module")
+def smollm2(smollm2_path: Path) -> Iterator[Model]:
+    """Flash attention on: with it, llama.cpp's CPU kernels give the same logits for a token
+    decoded alone or inside a verification batch (at short contexts), which exactness needs;
+    without it they differ in the last bits even there (docs/speculative.md)."""
+    model = Model(smollm2_path, LoadParams(n_ctx=2048, n_threads=2, flash_attn="on"))
+    yield model
+    model.close()
+
+
 def kv_end(model: Model) -> int:
     """Highest position in sequence 0 of the KV cache (-1 when empty)."""
     return int(model._lib.llama_memory_seq_pos_max(model._memory, 0))
@@ -45,7 +55,8 @@ def assert_kv_clean(model: Model) -> None:
 @pytest.fixture(scope="module")
 def self_draft(smollm2_path: Path) -> Iterator[Model]:
     """SmolLM2 as its own draft model: drafts always right, the strictest correctness check."""
-    draft = Model(smollm2_path, LoadParams(n_ctx=1024, n_threads=2, state_cache_mb=0))
+    draft = Model(smollm2_path,
+                  LoadParams(n_ctx=1024, n_threads=2, state_cache_mb=0, flash_attn="on"))
     yield draft
     draft.close()
 
@@ -159,7 +170,8 @@ def test_cancel_leaves_no_stray_cells(smollm2: Model, self_draft: Model) -> None
 
 
 def test_context_full(smollm2_path: Path) -> None:
-    with Model(smollm2_path, LoadParams(n_ctx=256, n_threads=2, state_cache_mb=0)) as small:
+    with Model(smollm2_path, LoadParams(n_ctx=256, n_threads=2, state_cache_mb=0,
+                                                 flash_attn="on")) as small:
         # A prompt that leaves ~12 free cells.
         text = "one two three four five six seven eight nine ten" + " one" * 180
         while len(small.chat_tokens([{"role": "user", "content": text + " one"}])) \
