@@ -198,13 +198,15 @@ def test_chat_settings_are_applied_to_generation(window: MainWindow, qtbot: QtBo
     panel.system_prompt.setPlainText("You only answer in French.")
     panel.max_tokens.setValue(3)
     assert changes[-1] == {"system_prompt": "You only answer in French.", "max_tokens": 3}
-    send(qtbot, window, "Hello!")
+    # A question whose answer is surely longer than 3 tokens, so max_tokens is what ends it.
+    question = "Write a long story about the sea, with many details."
+    send(qtbot, window, question)
     reply = window.chat_model.message(1)
     assert reply.stats is not None
     assert (reply.stats.gen_tokens, reply.stats.stop_reason) == (3, "length")
     # The prompt was exactly the system prompt plus the question, through the template.
     expected = smollm2.chat_tokens([{"role": "system", "content": "You only answer in French."},
-                                    {"role": "user", "content": "Hello!"}])
+                                    {"role": "user", "content": question}])
     assert reply.stats.prompt_tokens == len(expected)
     store = store_of(window)
     cid = window.controller.conversation_id
