@@ -15,7 +15,6 @@ once.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import logging
 import threading
@@ -26,7 +25,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from engine import llama_lib
+from engine.prompt_cache import common_prefix
 from engine.runtime import EngineError, Model, SamplingParams
+from engine.textstream import TextStream
 
 log = logging.getLogger("candlewick.scheduler")
 
@@ -118,8 +119,7 @@ class _Slot:
         self.pending: list[int] = []  # prompt tokens not yet decoded
         self.next_token: int | None = None  # sampled, to be decoded in the next step
         self.sampler: Any = None
-        self.decoder: Any = None
-        self.held = ""  # text held back because it may be the start of a stop string
+        self.stream: TextStream | None = None  # UTF-8 reassembly and stop strings
         self.n_gen = 0
         self.t_first: float | None = None
         self.last_used = 0.0
@@ -296,12 +296,12 @@ class Scheduler:
             if not free:
                 return
             self._queue.popleft()
-            slot = max(free, key=lambda s: (_common_prefix(s.tokens, req.prompt), -s.last_used))
+            slot = max(free, key=lambda s: (common_prefix(s.tokens, req.prompt), -s.last_used))
             self._start(slot, req, now)
 
     def _start(self, slot: _Slot, req: Request, now: float) -> None:
         C = self._C
-        n_common = min(_common_prefix(slot.tokens, req.prompt), len(req.prompt) - 1)
+        n_common = min(common_prefix(slot.tokens, req.prompt), len(req.prompt) - 1)
         if n_common < len(slot.tokens) and not C.llama_memory_seq_rm(
             self._mem, slot.seq, n_common, -1
         ):
@@ -317,8 +317,7 @@ class Scheduler:
         if s.repeat_penalty != 1.0:
             for t in req.prompt[-s.repeat_last_n:]:
                 C.llama_sampler_accept(slot.sampler, t)
-        slot.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        slot.held = ""
+        slot.stream = TextStream(s.stop)
         slot.n_gen = 0
         slot.t_first = None
         req.stats.cached_tokens = n_common
@@ -401,8 +400,9 @@ class Scheduler:
             return
         s.n_gen += 1
         self._tok_gen += 1
-        piece = s.decoder.decode(self.model.token_bytes(tok))
-        if piece and not self._deliver(s, piece):
+        assert s.stream is not None
+        self._out(s, s.stream.push(self.model.token_bytes(tok)))
+        if s.stream.stopped:
             self._finish(s, "stop_string")
             return
         if s.n_gen >= req.sampling.max_tokens:
@@ -411,25 +411,6 @@ class Scheduler:
             self._finish(s, "context_full")
         else:
             s.next_token = tok
-
-    def _deliver(self, s: _Slot, piece: str) -> bool:
-        """Pass text on, holding back what may be a stop string. False when one was hit."""
-        req = s.req
-        assert req is not None
-        stops = [x for x in req.sampling.stop if x]
-        if stops:
-            text = s.held + piece
-            hit = _find_stop(text, stops)
-            if hit >= 0:
-                self._out(s, text[:hit])
-                s.held = ""
-                return False
-            keep = _held_suffix(text, stops, max(len(x) for x in stops) - 1)
-            s.held = text[len(text) - keep:]
-            self._out(s, text[:len(text) - keep])
-        else:
-            self._out(s, piece)
-        return True
 
     def _out(self, s: _Slot, text: str) -> None:
         req = s.req
@@ -446,10 +427,8 @@ class Scheduler:
         C = self._C
         req = s.req
         assert req is not None
-        if reason not in ("stop_string", "cancelled", "error"):
-            tail = s.held + s.decoder.decode(b"", final=True)
-            s.held = ""
-            self._out(s, tail)
+        if reason not in ("stop_string", "cancelled", "error") and s.stream is not None:
+            self._out(s, s.stream.flush())
         if reason in ("cancelled", "error"):
             # The client is gone (or the cache is suspect): free the cells now.
             C.llama_memory_seq_rm(self._mem, s.seq, -1, -1)
@@ -488,28 +467,6 @@ class Scheduler:
         self._C.llama_memory_clear(self._mem, True)
         for s in self._slots:
             s.tokens.clear()
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
-def _find_stop(text: str, stops: list[str]) -> int:
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(hits) if hits else -1
-
-
-def _held_suffix(text: str, stops: list[str], hold: int) -> int:
-    """Length of the longest suffix of `text` that could still grow into a stop string."""
-    for k in range(min(hold, len(text)), 0, -1):
-        if any(s.startswith(text[-k:]) for s in stops):
-            return k
-    return 0
 
 
 def _decode_error(rc: int) -> str:
