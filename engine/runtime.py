@@ -120,7 +120,9 @@ class SamplingParams:
             raise EngineError("max_tokens must be at least 1")
 
 
-StopReason = Literal["stop", "length", "stop_string", "cancelled", "context_full"]
+# "error": a remote stream that failed part-way (the partial text is kept; see engine.remote).
+StopReason = Literal["stop", "length", "stop_string", "cancelled", "context_full", "error"]
+MeasuredOn = Literal["engine", "client"]
 
 
 @dataclass
@@ -141,6 +143,14 @@ class GenerationStats:
     # Speculative decoding: tokens proposed by the drafter and how many the model accepted.
     draft_tokens: int = 0
     draft_accepted: int = 0
+    # Where the figures were measured: "engine" (llama.cpp's own counters, in this process) or
+    # "client" (a remote server's stream, timed on arrival; prompt_tps and eval figures are
+    # then 0 and gen_tps is the wall-clock rate between first and last chunk).
+    measured_on: MeasuredOn = "engine"
+    # Client-measured stats: the counts taken from the server's usage report rather than
+    # counted here ("prompt_tokens", "gen_tokens"). A count not named is the number of chunks
+    # received (gen_tokens) or unknown, left 0 (prompt_tokens).
+    server_usage: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
