@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from typing import Any
 
 from starlette.applications import Starlette
@@ -24,6 +25,7 @@ from engine.server.errors import ApiError, error_response
 from engine.server.ollama_routes import OllamaRoutes
 from engine.server.openai_routes import OpenAIRoutes
 from engine.server.openapi import openapi_schema
+from engine.server.request_log import RequestRecord, current_record
 
 log = logging.getLogger("candlewick.server")
 
@@ -62,7 +64,8 @@ class AuthMiddleware:
 
 
 class MetricsMiddleware:
-    """Counts every answered request by route and status (unknown paths share one label)."""
+    """Counts every answered request by route and status (unknown paths share one label) and,
+    when the state has a request log, records it there (method, path, status, tokens, time)."""
 
     def __init__(self, app: ASGIApp, state: ServerState, known: frozenset[str]) -> None:
         self.app = app
@@ -74,6 +77,14 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         status = [500]
+        log_ = self.state.request_log
+        record = None
+        if log_ is not None:
+            client = scope.get("client")
+            record = RequestRecord(scope["method"], scope["path"],
+                                   f"{client[0]}:{client[1]}" if client else "")
+            current_record.set(record)  # this task's context only
+        t0 = time.perf_counter()
 
         async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -86,6 +97,10 @@ class MetricsMiddleware:
             path = scope["path"]
             route = path if path in self.known else "other"
             self.state.metrics.request_done(route, status[0])
+            if log_ is not None and record is not None:
+                record.status = status[0]
+                record.latency_s = time.perf_counter() - t0
+                log_.append(record)
 
 
 def create_app(state: ServerState) -> ASGIApp:

@@ -17,6 +17,7 @@ from engine.scheduler import Event, Finished, Request, Scheduler
 from engine.server.config import ServerConfig
 from engine.server.embeddings import Embedder
 from engine.server.metrics import Metrics
+from engine.server.request_log import RequestLog, current_record
 
 
 @dataclass
@@ -57,9 +58,11 @@ class LoadedModel:
 class ServerState:
     """Shared by all routes. `loaded` is None while the model loads (routes answer 503)."""
 
-    def __init__(self, config: ServerConfig, metrics: Metrics | None = None) -> None:
+    def __init__(self, config: ServerConfig, metrics: Metrics | None = None,
+                 request_log: RequestLog | None = None) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
+        self.request_log = request_log  # None: nobody watches individual requests
         self.loaded: LoadedModel | None = None
         self.load_error: str | None = None
         self.started = time.time()
@@ -81,6 +84,7 @@ class Generation:
         loop = asyncio.get_running_loop()
         self._q: asyncio.Queue[Event] = asyncio.Queue()
         self._metrics = metrics
+        self._record = current_record.get()
 
         def on_event(ev: Event) -> None:
             with contextlib.suppress(RuntimeError):  # loop already closed: nobody listens
@@ -95,6 +99,8 @@ class Generation:
                 ev = await self._q.get()
                 if isinstance(ev, Finished):
                     st = ev.stats
+                    if self._record is not None:
+                        self._record.add_tokens(st.prompt_tokens, st.completion_tokens)
                     if st.finish_reason not in ("cancelled", "error"):
                         self._metrics.generation_done(st.prompt_tokens, st.cached_tokens,
                                                       st.completion_tokens, st.ttft_s,
