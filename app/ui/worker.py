@@ -58,6 +58,8 @@ class LoadedModel:
     load_s: float
     # Buffer sizes llama.cpp reported while loading: weights / kv / compute / output, bytes.
     actual_bytes: dict[str, int] = field(default_factory=dict)
+    # The settings it was loaded with (the benchmark loads the same file the same way).
+    params: LoadParams | None = None
 
     @property
     def actual_total(self) -> int:
@@ -140,6 +142,7 @@ class EngineWorker(QObject):
             n_gpu_layers=info.n_gpu_layers,
             load_s=info.load_s,
             actual_bytes=_actual(info.log),
+            params=params,
         ))
 
     @Slot(object, object, object, object)
