@@ -1,4 +1,5 @@
-"""The Hugging Face access token: kept in the OS keyring, never in a config file or a log.
+"""Secrets: the Hugging Face access token and the API keys of remote connections. Kept in the
+OS keyring, never in a config file or a log.
 
 When no keyring backend exists (a minimal Linux without a Secret Service, a headless box) the
 token lives in memory for this session only and the user is told so. `redact` scrubs it from
@@ -92,6 +93,58 @@ class TokenStore:
     def redact(self, text: str) -> str:
         token = self.get()
         return text.replace(token, "hf_***") if token else text
+
+
+class SecretStore:
+    """Named secrets (the API keys of remote connections) in the OS keyring, under service
+    "candlewick" and the given account name. Without a keyring they live in memory for this
+    session only; `set` says which happened. Nothing here ever writes a secret to a file."""
+
+    def __init__(self, backend: keyring.backend.KeyringBackend | None = None) -> None:
+        self._backend = backend
+        self._session: dict[str, str] = {}
+
+    @property
+    def backend(self) -> keyring.backend.KeyringBackend:
+        return self._backend or keyring.get_keyring()
+
+    @property
+    def keyring_available(self) -> bool:
+        b = self.backend
+        return type(b).__module__ != "keyring.backends.fail" and _priority(b) >= 1
+
+    def get(self, account: str) -> str | None:
+        if account in self._session:
+            return self._session[account]
+        if not self.keyring_available:
+            return None
+        try:
+            return self.backend.get_password(SERVICE, account) or None
+        except keyring.errors.KeyringError as e:
+            log.warning("keyring read failed: %s", type(e).__name__)
+            return None
+
+    def set(self, account: str, secret: str) -> SaveResult:
+        if self.keyring_available:
+            try:
+                self.backend.set_password(SERVICE, account, secret)
+                self._session.pop(account, None)
+                return SaveResult(True, "saved in the system keyring "
+                                        f"({type(self.backend).__name__})")
+            except keyring.errors.KeyringError as e:
+                log.warning("keyring write failed: %s", type(e).__name__)
+        self._session[account] = secret
+        return SaveResult(False, "no system keyring is available: kept for this session only")
+
+    def delete(self, account: str) -> None:
+        self._session.pop(account, None)
+        if self.keyring_available:
+            try:
+                self.backend.delete_password(SERVICE, account)
+            except keyring.errors.PasswordDeleteError:
+                pass
+            except keyring.errors.KeyringError as e:
+                log.warning("keyring delete failed: %s", type(e).__name__)
 
 
 class RedactingFilter(logging.Filter):
