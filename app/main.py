@@ -97,6 +97,25 @@ def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
     window.add_side_tab("Download", view, shutdown)
 
 
+def add_benchmark(window: MainWindow) -> None:
+    """The Benchmark window (Tools menu): a workload on the model the chat has loaded. Run is
+    off while a reply is generated; the chat pauses while a benchmark runs."""
+    from PySide6.QtCore import Qt as _Qt
+
+    from app.ui.bench_view import BenchView
+
+    view = BenchView(loaded=lambda: window.controller.loaded)
+    w = window.engine.worker
+    q = _Qt.ConnectionType.QueuedConnection  # after the controller has updated `loaded`
+    for signal in (w.loaded, w.unloaded, w.load_cancelled, w.failed):
+        signal.connect(view.refresh_model, q)
+    window.controller.busy_changed.connect(view.set_chat_busy)
+    pause = "A benchmark is running: the chat waits until it ends or is cancelled"
+    view.running_changed.connect(
+        lambda running: window.set_chat_paused(pause if running else None))
+    window.add_tool_window("Benchmark…", view, "Ctrl+Shift+B", view.shutdown)
+
+
 def open_store(paths: AppPaths) -> tuple[ChatStore | None, set[int], str | None]:
     """The chat history and the conversations whose answers a crash cut off (now marked
     interrupted); or None and why (the app still opens, without history)."""
@@ -132,6 +151,7 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
         window.show_error(problem)
     if model_manager:
         add_model_manager(window, library)
+    add_benchmark(window)
     return window
 
 

@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMainWindow,
+    QMenu,
     QSplitter,
     QTabWidget,
     QToolButton,
@@ -83,6 +84,8 @@ class MainWindow(QMainWindow):
         self.library = library
         self.settings = settings
         self._closers: list[Callable[[], object]] = []
+        self._chat_paused: str | None = None  # why sending is paused (a benchmark runs)
+        self._tools_menu: QMenu | None = None
         self._late_closers: list[Callable[[], object]] = []
 
         self.library_model = LibraryModel(parent=self)
@@ -148,6 +151,7 @@ class MainWindow(QMainWindow):
         self.chat_view.send_requested.connect(self._send)
         self.chat_view.stop_requested.connect(c.stop)
         c.busy_changed.connect(self.chat_view.set_busy)
+        c.busy_changed.connect(lambda _busy: self._apply_pause())
         c.error.connect(self.show_error)
         c.notice.connect(lambda text: self.statusBar().showMessage(text, 5000))
         c.context_changed.connect(self.chat_view.set_context)
@@ -195,6 +199,50 @@ class MainWindow(QMainWindow):
         self.side_tabs.addTab(widget, title)
         if shutdown is not None:
             self._closers.append(shutdown)
+
+    def add_tool_window(self, title: str, widget: QWidget, shortcut: str,
+                        shutdown: Callable[[], object] | None = None) -> QAction:
+        """A view in a window of its own (the benchmark), opened from the Tools menu; it is
+        this window's child, so it closes with it. `shutdown` runs at shutdown."""
+        widget.setParent(self, Qt.WindowType.Window)
+        if self._tools_menu is None:
+            self._tools_menu = self.menuBar().addMenu("&Tools")
+        a = QAction(title, self)
+        a.setShortcut(QKeySequence(shortcut))
+        a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+
+        def show() -> None:
+            widget.show()
+            widget.raise_()
+            widget.activateWindow()
+
+        a.triggered.connect(show)
+        self.addAction(a)
+        self._tools_menu.addAction(a)
+        if shutdown is not None:
+            self._closers.append(shutdown)
+        return a
+
+    def set_chat_paused(self, reason: str | None) -> None:
+        """Pause the chat (while a benchmark runs, both would share the processor and skew
+        its numbers): Send is off with `reason` as its tooltip; sends and regenerations are
+        refused with it. None resumes."""
+        self._chat_paused = reason
+        self._apply_pause()
+
+    def _apply_pause(self) -> None:
+        send = self.chat_view.send_button
+        send.setToolTip(self._chat_paused or "")
+        if self._chat_paused is not None:
+            send.setEnabled(False)
+        else:
+            send.setEnabled(not self.controller.busy)
+
+    def _paused(self) -> bool:
+        if self._chat_paused is not None:
+            self.statusBar().showMessage(self._chat_paused, 5000)
+            return True
+        return False
 
     def load_path(self, path: Path) -> None:
         """Load a model file (from another view) with the current load settings."""
@@ -246,6 +294,8 @@ class MainWindow(QMainWindow):
             self.library_panel.set_loading(True)
 
     def _send(self, text: str) -> None:
+        if self._paused():
+            return
         loaded = self.controller.loaded
         choice = self._model_choice()
         if choice is not None and (loaded is None or loaded.path != choice[0]):
@@ -301,6 +351,8 @@ class MainWindow(QMainWindow):
 
     def _message_action(self, name: str, row: int) -> None:
         c = self.controller
+        if name in ("regenerate", "continue") and self._paused():
+            return
         if name in ("prev", "next"):
             c.switch_branch(row, -1 if name == "prev" else 1)
         elif name == "regenerate":
@@ -312,6 +364,8 @@ class MainWindow(QMainWindow):
         self._on_conversations_changed()
 
     def _edit(self, row: int, text: str) -> None:
+        if self._paused():
+            return
         self.controller.edit(row, text)
 
     def export_chats(self, path: Path, fmt: str) -> None:

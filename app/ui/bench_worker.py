@@ -1,0 +1,135 @@
+"""The benchmark thread: a QThread whose worker object runs `engine.bench_embedded` and renders
+the charts, then hands the result back through queued signals. It never touches a widget.
+
+The thread starts on the first run and ends at shutdown. Cancelling is a `threading.Event`
+(the harness checks it before every token), not a queued call: the thread is busy running.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+
+from engine.bench import BenchConfig, Progress
+from engine.bench_workloads import Workload
+from engine.gguf import GGUFError
+from engine.runtime import EngineError, LoadCancelled, LoadParams
+
+log = logging.getLogger("candlewick.ui")
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    path: Path
+    params: LoadParams  # the chat's load settings; context and sequences are resized
+    workload: Workload
+    config: BenchConfig
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    result: dict[str, Any]
+    png: bytes  # the charts; empty when no level finished
+
+
+def render_charts(result: dict[str, Any]) -> bytes:
+    """The PNG `candlewick bench --plot` writes, as bytes (empty: nothing to plot)."""
+    from engine.bench_plot import plot_result
+
+    if not result.get("levels"):
+        return b""
+    with tempfile.TemporaryDirectory(prefix="candlewick-bench-") as d:
+        path = Path(d) / "bench.png"
+        plot_result(result, path)
+        return path.read_bytes()
+
+
+def _forget_python_thread() -> None:
+    """Python registers a dummy `threading.Thread` for a foreign (Qt) thread the first time
+    code there asks for the current thread (the harness's thread pool does) and never removes
+    it. The run is over and its pool joined, so drop that entry rather than leave a ghost."""
+    if isinstance(threading.current_thread(), threading._DummyThread):
+        with threading._active_limbo_lock:  # type: ignore[attr-defined]
+            threading._active.pop(threading.get_ident(), None)  # type: ignore[attr-defined]
+
+
+class BenchWorker(QObject):
+    """Lives in the benchmark thread. Progress arrives from the harness's own threads."""
+
+    loading = Signal(float)  # 0..1 while the benchmark's model instance loads
+    progress = Signal(object)  # engine.bench.Progress
+    finished = Signal(object)  # BenchOutcome (result["cancelled"] says if it was cut short)
+    cancelled = Signal()  # cancelled before anything was measured (while loading)
+    failed = Signal(str)  # one line for the user
+
+    @Slot(object, object)
+    def run(self, request: BenchRequest, cancel: threading.Event) -> None:
+        from engine.bench_embedded import run_embedded_benchmark
+
+        last = [-1.0]
+
+        def on_load(p: float) -> None:
+            if p - last[0] >= 0.02 or p >= 1.0:
+                last[0] = p
+                self.loading.emit(p)
+
+        def on_progress(p: Progress) -> None:
+            self.progress.emit(p)
+
+        try:
+            result = run_embedded_benchmark(request.path, request.params, request.workload,
+                                            request.config, progress=on_progress,
+                                            cancel=cancel, on_load=on_load)
+            png = render_charts(result)
+        except LoadCancelled:
+            self.cancelled.emit()
+        except (EngineError, GGUFError, OSError) as e:
+            self.failed.emit(f"Benchmark could not run: {e}")
+        except MemoryError:
+            self.failed.emit("Not enough memory for the benchmark's model instance")
+        except Exception as e:  # a bug: the view must still hear that the run ended
+            log.exception("benchmark failed")
+            self.failed.emit(f"Benchmark failed: internal error ({type(e).__name__}: {e})")
+        else:
+            self.finished.emit(BenchOutcome(result, png))
+        finally:
+            _forget_python_thread()
+
+
+class BenchHost(QObject):
+    """GUI-side handle on the benchmark thread."""
+
+    _run = Signal(object, object)
+
+    def __init__(self, worker: BenchWorker | None = None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.worker = worker or BenchWorker()
+        self.qthread = QThread()
+        self.qthread.setObjectName("candlewick-bench")
+        self.worker.moveToThread(self.qthread)
+        self._run.connect(self.worker.run, Qt.ConnectionType.QueuedConnection)
+        self._cancel: threading.Event | None = None
+
+    def run(self, request: BenchRequest) -> None:
+        if not self.qthread.isRunning():
+            self.qthread.start()
+        self._cancel = threading.Event()
+        self._run.emit(request, self._cancel)
+
+    def cancel(self) -> None:
+        if self._cancel is not None:
+            self._cancel.set()
+
+    def shutdown(self) -> None:
+        """Cancel any run and end the thread. Safe to call twice."""
+        self.cancel()
+        if self.qthread.isRunning():
+            self.qthread.quit()
+            self.qthread.wait()
