@@ -118,6 +118,14 @@ class ChatModel(QAbstractListModel):
         m.error = error
         self._changed(row, [STATE_ROLE, ERROR_ROLE])
 
+    def interrupt(self, row: int, error: str) -> None:
+        """The reply broke off (a dropped connection, a timeout) after some text: the text
+        stays, marked interrupted, with the reason."""
+        m = self._conv.messages[row]
+        m.state = "interrupted"
+        m.error = error
+        self._changed(row, [STATE_ROLE, ERROR_ROLE])
+
     def _changed(self, row: int, roles: list[int]) -> None:
         idx = self.index(row, 0)
         self.dataChanged.emit(idx, idx, roles)

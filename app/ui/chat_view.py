@@ -96,7 +96,28 @@ def format_stats(stats: GenerationStats) -> str:
         parts.append("length limit")
     elif stats.stop_reason == "context_full":
         parts.append("context full")
+    if measured_on_client(stats):
+        parts.append("measured here")
     return " · ".join(parts)
+
+
+def measured_on_client(stats: GenerationStats) -> bool:
+    return stats.measured_on == "client"
+
+
+USAGE_NAMES = {"prompt_tokens": "prompt tokens", "gen_tokens": "answer tokens"}
+
+
+def stats_tooltip(stats: GenerationStats) -> str:
+    """Where the footer's numbers come from."""
+    if not measured_on_client(stats):
+        return "Measured by the engine (llama.cpp counters)."
+    usage = [USAGE_NAMES.get(u, u) for u in stats.server_usage]
+    source = (f"From the server's usage report: {' and '.join(usage)}."
+              if usage else "The server sent no usage report: answer tokens are the chunks "
+              "received.")
+    return ("Measured on this computer from the stream: time to first token and tokens/s "
+            f"from when the chunks arrived, so they include the network. {source}")
 
 
 class CodeBlock(QFrame):
@@ -290,15 +311,21 @@ class MessageWidget(QFrame):
         self.continue_button.setVisible(message.role == "assistant"
                                         and message.state in ("interrupted", "stopped"))
         self.body.set_markdown(message.text)
-        if message.state == "error" and message.error:
+        shows_error = bool(message.error) and message.state in ("error", "interrupted")
+        if shows_error and message.error:
             self.error_label.setText(message.error)
-        self.error_label.setVisible(message.state == "error")
-        if message.stats is not None:
+        self.error_label.setVisible(shows_error)
+        self.footer.setToolTip("")
+        if message.state == "interrupted":
+            # A partial answer kept: after a crash, or cut off by the engine (a dropped
+            # connection); the error line above says which.
+            self.footer.setText("interrupted: the answer above is partial" if message.error
+                                else "interrupted (the app closed while it was written)")
+        elif message.stats is not None:
             self.footer.setText(format_stats(message.stats))
+            self.footer.setToolTip(stats_tooltip(message.stats))
         elif message.state == "streaming":
             self.footer.setText("generating…")
-        elif message.state == "interrupted":
-            self.footer.setText("interrupted (the app closed while it was written)")
         else:
             self.footer.clear()
         self.footer.setVisible(message.role == "assistant" and bool(self.footer.text()))

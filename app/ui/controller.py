@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,26 @@ from app.services.chat_store import ChatStore, ChatStoreError, StreamWriter
 from app.services.chat_store import Message as StoredMessage
 from app.ui.chat_model import ChatModel
 from app.ui.conversation import Conversation, Message, MessageState
-from app.ui.worker import EngineHost, LoadedModel
+from app.ui.worker import EngineHost, EngineMaker, LoadedModel, RemoteTarget
 from engine.runtime import GenerationStats, LoadParams, SamplingParams
 
-ModelChoice = Callable[[], tuple[Path, LoadParams] | None]
+
+@dataclass(frozen=True)
+class RemoteChoice:
+    """A remote engine chosen for the chat: which one, and how to build it (in the engine
+    thread; the key stays out of this object's repr)."""
+
+    target: RemoteTarget
+    make: EngineMaker = field(repr=False, compare=False)
+
+
+# The engine the chat on screen wants: a local model file with load settings, or a remote one.
+Choice = tuple[Path, LoadParams] | RemoteChoice
+ModelChoice = Callable[[], Choice | None]
+
+
+def choice_key(choice: Choice) -> Path | RemoteTarget:
+    return choice.target if isinstance(choice, RemoteChoice) else Path(choice[0])
 
 
 class ChatController(QObject):
@@ -50,7 +67,7 @@ class ChatController(QObject):
         self.choose_model = choose_model
         self.sampling = sampling or SamplingParams()
         self.loaded: LoadedModel | None = None
-        self.loading: Path | None = None
+        self.loading: Path | RemoteTarget | None = None  # the engine being switched to
         self.reply_row: int | None = None  # the assistant message being streamed
         self._pending = False  # generate as soon as the model has loaded
         # Replies abandoned by "new chat" that the engine has not finished yet: their last
@@ -82,6 +99,22 @@ class ChatController(QObject):
         self.engine.load(path, params)
         return True
 
+    def use(self, choice: Choice) -> bool:
+        """Switch to the chosen engine: load a local model, or connect a remote one."""
+        if not isinstance(choice, RemoteChoice):
+            return self.load(*choice)
+        if self.reply_row is not None:
+            self.error.emit("Wait for the reply to finish (or press Stop) before switching")
+            return False
+        self.loading = choice.target
+        self.notice.emit(f"Connecting to {choice.target}…")
+        self.engine.connect_remote(choice.target, choice.make)
+        return True
+
+    def _needs_switch(self, choice: Choice | None) -> bool:
+        return choice is not None and (self.loaded is None
+                                       or self.loaded.key != choice_key(choice))
+
     def cancel_load(self) -> None:
         if self.loading is not None:
             self.engine.cancel_load()
@@ -101,11 +134,11 @@ class ChatController(QObject):
             return False
         row = self.chat.append("user", text)
         self._store_message(row, parent=True)
-        if choice is not None and (self.loaded is None or self.loaded.path != choice[0]):
+        if choice is not None and self._needs_switch(choice):
             self._pending = True
             self.busy_changed.emit(True)
-            if self.loading != choice[0]:
-                self.load(*choice)
+            if self.loading != choice_key(choice):
+                self.use(choice)
             return True
         self._start_reply()
         return True
@@ -174,12 +207,15 @@ class ChatController(QObject):
         known = {f.name for f in dataclasses.fields(GenerationStats)}
         stats = (GenerationStats(**{k: v for k, v in m.stats.items() if k in known})
                  if m.role == "assistant" and "gen_tokens" in m.stats else None)
+        if stats is not None:  # JSON has no tuples
+            stats.server_usage = tuple(stats.server_usage)
         state = states.get(m.status, "done")
         if state == "done" and stats is not None and stats.stop_reason == "cancelled":
             state = "stopped"
         role = m.role if m.role in ("system", "user", "assistant") else "user"
         return Message(role, m.content, state, stats=stats,  # type: ignore[arg-type]
-                       error=m.stats.get("error") if m.status == "error" else None,
+                       error=m.stats.get("error") if m.status in ("error", "interrupted")
+                       else None,
                        store_id=m.id, branch=self.store.branch_position(m.id)
                        if self.store else (1, 1))
 
@@ -207,11 +243,27 @@ class ChatController(QObject):
         self.conversations_changed.emit()
 
     def set_chat_settings(self, settings: dict[str, Any]) -> None:
-        """Settings for this chat (from the settings drawer); stored with the conversation."""
+        """Settings for this chat (from the settings drawer); stored with the conversation.
+        The chat's engine is not the drawer's business: it stays as it was."""
+        engine = self.chat_settings.get("engine")
         self.chat_settings = dict(settings)
+        if engine is not None and "engine" not in settings:
+            self.chat_settings["engine"] = engine
         cid = self.conversation_id
         if self.store is not None and cid is not None:
             self.store.update_settings(cid, **self.chat_settings)
+
+    def set_engine(self, binding: dict[str, str] | None) -> None:
+        """The engine this chat uses from its next reply on: None for the local model
+        selected in the library, or {"connection": name, "model": id}. Saved with the
+        conversation, so opening it again brings its engine back."""
+        if binding:
+            self.chat_settings["engine"] = dict(binding)
+        else:
+            self.chat_settings.pop("engine", None)
+        cid = self.conversation_id
+        if self.store is not None and cid is not None:
+            self.store.update_settings(cid, engine=dict(binding) if binding else None)
 
     def sampling_for_chat(self) -> SamplingParams:
         known = {f.name for f in dataclasses.fields(SamplingParams)} - {"stop"}
@@ -250,12 +302,12 @@ class ChatController(QObject):
     def _reply(self, parent: int | bool | None) -> None:
         """Answer now, or once the selected model has loaded (as sending does)."""
         choice = self.choose_model()
-        if choice is not None and (self.loaded is None or self.loaded.path != choice[0]):
+        if choice is not None and self._needs_switch(choice):
             self._pending = True
             self._pending_parent = parent
             self.busy_changed.emit(True)
-            if self.loading != choice[0]:
-                self.load(*choice)
+            if self.loading != choice_key(choice):
+                self.use(choice)
             return
         self._start_reply(parent)
 
@@ -264,17 +316,17 @@ class ChatController(QObject):
         m = self.chat.message(row)
         if self.busy or m.role != "assistant" or row != self.chat.rowCount() - 1:
             return False
-        if self.loaded is None:
-            # As with sending: load the selected model, then continue.
-            choice = self.choose_model()
+        choice = self.choose_model()
+        if self.loaded is None or self._needs_switch(choice):
+            # As with sending: load the selected model (or connect), then continue.
             if choice is None:
                 self.error.emit("Select a model in the library first")
                 return False
             self._continue_row = row
             self._pending = True
             self.busy_changed.emit(True)
-            if self.loading != choice[0]:
-                self.load(*choice)
+            if self.loading != choice_key(choice):
+                self.use(choice)
             return True
         self._continue_now(row)
         return True
@@ -425,12 +477,20 @@ class ChatController(QObject):
             self.loading = None
             # The old model was freed before loading the new one.
             self.loaded = None
+        # An answer that broke off after some text (a dropped connection, a timeout) is kept
+        # and marked interrupted, as after a crash: it stays in the history and can be read.
+        partial = self.reply_row is not None and bool(self.chat.message(self.reply_row).text)
         if self.reply_row is not None:
-            self.chat.fail(self.reply_row, message)
+            if partial:
+                self.chat.interrupt(self.reply_row, message)
+            else:
+                self.chat.fail(self.reply_row, message)
             self.reply_row = None
         if self._writer is not None:
-            self._writer.finish(status="error", stats={"error": message})
+            self._writer.finish(status="interrupted" if partial else "error",
+                                stats={"error": message})
             self._writer = None
+            self.conversations_changed.emit()
         self._pending = False
         self._continue_row = None
         self._pending_parent = True

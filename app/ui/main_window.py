@@ -27,17 +27,19 @@ from PySide6.QtWidgets import (
 )
 
 from app.services.chat_store import ChatStore, ChatStoreError, export_markdown
+from app.services.connections import ConnectionStore
 from app.services.library import DEFAULT_MODEL_ID, ModelLibrary
 from app.ui.chat_model import ChatModel
 from app.ui.chat_settings import ChatSettingsPanel
 from app.ui.chat_view import ChatView
-from app.ui.controller import ChatController
+from app.ui.controller import ChatController, Choice, RemoteChoice, choice_key
 from app.ui.conversation_list import ConversationList
+from app.ui.engine_picker import Binding, EnginePicker, binding_of
 from app.ui.estimate import Estimator
 from app.ui.library_model import LibraryModel
 from app.ui.library_panel import LibraryPanel
 from app.ui.perf_panel import GpuProbe, PerfPanel, _no_gpus
-from app.ui.worker import EngineHost, LoadedModel
+from app.ui.worker import EngineHost, LoadedModel, RemoteTarget
 from engine.runtime import LoadParams, SamplingParams
 
 TITLE = "Candlewick"
@@ -77,6 +79,7 @@ class MainWindow(QMainWindow):
                  sampling: SamplingParams | None = None,
                  chat_model: ChatModel | None = None,
                  store: ChatStore | None = None,
+                 connections: ConnectionStore | None = None,
                  parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle(TITLE)
@@ -92,6 +95,9 @@ class MainWindow(QMainWindow):
         self.library_panel = LibraryPanel(self.library_model, estimator)
         self.chat_model = chat_model or ChatModel(parent=self)
         self.chat_view = ChatView(self.chat_model)
+        # Remote engines: which engine this chat uses, above the chat.
+        self.connections = connections
+        self.engine_picker = EnginePicker(connections) if connections is not None else None
         self.perf_panel = PerfPanel(gpu_probe)
         self.controller = ChatController(engine, self.chat_model, self._model_choice,
                                          sampling, parent=self, store=store)
@@ -111,7 +117,15 @@ class MainWindow(QMainWindow):
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.side_tabs)
-        self.splitter.addWidget(self.chat_view)
+        if self.engine_picker is not None:
+            chat_column = QWidget()
+            col = QVBoxLayout(chat_column)
+            col.setContentsMargins(0, 0, 0, 0)
+            col.addWidget(self.engine_picker)
+            col.addWidget(self.chat_view, 1)
+            self.splitter.addWidget(chat_column)
+        else:
+            self.splitter.addWidget(self.chat_view)
         self.splitter.addWidget(self.perf_panel)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
@@ -165,6 +179,14 @@ class MainWindow(QMainWindow):
             cl.conversation_deleted.connect(self._on_conversation_deleted)
             c.conversations_changed.connect(self._on_conversations_changed)
             cs.changed.connect(c.set_chat_settings)
+        ep = self.engine_picker
+        if ep is not None:
+            ep.chosen.connect(self._on_engine_chosen)
+            ep.manage_requested.connect(self.open_connections)
+            lp.selection_changed.connect(
+                lambda entry: ep.set_local_name(entry.name if entry is not None else ""))
+            self._closers.append(ep.shutdown)
+            ep.refresh()
 
     def _actions(self) -> None:
         def action(text: str, keys: QKeySequence | QKeySequence.StandardKey | str,
@@ -283,7 +305,14 @@ class MainWindow(QMainWindow):
     def show_error(self, message: str) -> None:
         self.banner.show_message(message)
 
-    def _model_choice(self) -> tuple[Path, LoadParams] | None:
+    def _model_choice(self) -> Choice | None:
+        binding = binding_of(self.controller.chat_settings)
+        conns = self.connections
+        if binding is not None and conns is not None:
+            name, model = binding["connection"], binding["model"]
+            # Built in the engine thread: reading the key may wait on the keyring.
+            return RemoteChoice(RemoteTarget(name, model),
+                                make=lambda: conns.engine(name, model or None))
         path = self.library_panel.selected_path()
         if path is None:
             return None
@@ -298,14 +327,19 @@ class MainWindow(QMainWindow):
             return
         loaded = self.controller.loaded
         choice = self._model_choice()
-        if choice is not None and (loaded is None or loaded.path != choice[0]):
+        if (choice is not None and not isinstance(choice, RemoteChoice)
+                and (loaded is None or loaded.key != choice_key(choice))):
             self.library_panel.set_loading(True)
         self.banner.hide()
         self.controller.send(text)
 
     def _on_loaded(self, info: LoadedModel) -> None:
-        self.library_panel.set_loaded(info)
         self.perf_panel.on_loaded(info)
+        if info.remote is not None:  # the local model was freed for it
+            self.library_panel.set_loaded(None)
+            self.model_label.setText(f"Remote: {info.name}")
+            return
+        self.library_panel.set_loaded(info)
         self.model_label.setText(f"{info.name} · ctx {info.n_ctx:,}")
 
     def _on_unloaded(self) -> None:
@@ -320,8 +354,26 @@ class MainWindow(QMainWindow):
 
     # -- conversations ---------------------------------------------------------------------
 
+    def open_connections(self) -> QWidget | None:
+        """The remote connections dialog (non-modal); the engine list follows its changes."""
+        from app.ui.connections_dialog import ConnectionsDialog
+
+        if self.connections is None:
+            return None
+        dialog = ConnectionsDialog(self.connections, self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        if self.engine_picker is not None:
+            dialog.changed.connect(self.engine_picker.refresh)
+        dialog.open()
+        return dialog
+
+    def _on_engine_chosen(self, binding: Binding) -> None:
+        self.controller.set_engine(binding)
+
     def new_chat(self) -> None:
         self.controller.new_chat()
+        if self.engine_picker is not None:  # a new chat keeps the engine in use
+            self.controller.set_engine(self.engine_picker.binding())
         self.chat_view.show_context_note("")
         if self.chat_settings is not None:
             self.chat_settings.set_settings({})
@@ -337,6 +389,8 @@ class MainWindow(QMainWindow):
         self.chat_view.show_context_note("")
         if self.chat_settings is not None:
             self.chat_settings.set_settings(self.controller.chat_settings)
+        if self.engine_picker is not None:
+            self.engine_picker.set_binding(binding_of(self.controller.chat_settings))
         if self.conversation_list is not None:
             self.conversation_list.set_current(conversation_id)
 

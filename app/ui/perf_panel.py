@@ -43,6 +43,16 @@ def _no_gpus() -> Sequence[tuple[str, int, int]]:
     return ()
 
 
+def measured_text(stats: GenerationStats) -> str:
+    """Where the last reply's figures come from: llama.cpp's counters in this process, or,
+    for a remote engine, this computer's clock on the arriving stream."""
+    if stats.measured_on != "client":
+        return "by the engine (llama.cpp counters)"
+    usage = ("token counts from the server's usage report" if stats.server_usage
+             else "token counts from the stream (the server sent no usage)")
+    return f"on this computer from the stream (TTFT, tokens/s); {usage}"
+
+
 class Chart(QWidget):
     """Two series over time, each on its own scale: tokens/s (left) and RAM (right)."""
 
@@ -136,12 +146,14 @@ class PerfPanel(QWidget):
         for key, title in (("ttft", "Time to first token"), ("pp", "Prompt processing"),
                            ("tg", "Generation (now)"), ("tg_avg", "Generation (rolling)"),
                            ("tg_last", "Generation (last reply)"), ("ctx", "Context used"),
-                           ("ram", "Process RAM"), ("vram", "VRAM"), ("cpu", "CPU load")):
+                           ("ram", "Process RAM"), ("vram", "VRAM"), ("cpu", "CPU load"),
+                           ("source", "Measured")):
             label = QLabel("—")
             label.setAccessibleName(title)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.labels[key] = label
             form.addRow(title, label)
+        self.labels["source"].setWordWrap(True)
         self.chart = Chart()
         lay = QVBoxLayout(self)
         lay.addWidget(box)
@@ -181,6 +193,7 @@ class PerfPanel(QWidget):
         self.prompt_tps = stats.prompt_tps or None
         self.gen_tps = stats.gen_tps or None
         self.current_tps = 0.0
+        self.labels["source"].setText(measured_text(stats))
         self.refresh_labels()
 
     def on_failed(self, _message: str) -> None:

@@ -1,8 +1,12 @@
-"""The engine thread: one long-lived QThread that owns the loaded `engine.runtime.Model`.
+"""The engine thread: one long-lived QThread that owns the chat engine in use: a model loaded
+in this process (`EmbeddedEngine` over `engine.runtime.Model`) or a remote endpoint
+(`RemoteEngine`). Either is a `ChatEngine`, so the signals below, the chat controller and the
+performance panel are the same for both.
 
-The GUI never calls the model. `EngineHost` (GUI thread) emits private request signals that
+The GUI never calls the engine. `EngineHost` (GUI thread) emits private request signals that
 are queued into `EngineWorker` (engine thread); the worker answers with its own signals, which
-Qt queues back to the GUI thread. The worker never touches a widget or an item model.
+Qt queues back to the GUI thread. The worker never touches a widget or an item model, and a
+remote engine's network I/O happens here, never on the GUI thread.
 
 Stopping cannot be a queued signal: while a reply is being generated the engine thread is
 busy in its loop and would only see the request afterwards. Each request therefore carries a
@@ -22,12 +26,12 @@ from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from engine.context_policy import ContextPolicy, fit_messages
+from engine.chat_engine import ChatEngine, EmbeddedEngine
+from engine.context_policy import ContextPolicy
 from engine.gguf import GGUFError
 from engine.memory import actual_from_log
 from engine.runtime import (
     EngineError,
-    Generation,
     LoadCancelled,
     LoadParams,
     Model,
@@ -47,8 +51,21 @@ class ModelFactory(Protocol):
 
 
 @dataclass(frozen=True)
+class RemoteTarget:
+    """A model on a remote endpoint: the saved connection's name and the server's model id."""
+
+    connection: str
+    model: str
+
+    def __str__(self) -> str:
+        return f"{self.connection} · {self.model}"
+
+
+@dataclass(frozen=True)
 class LoadedModel:
-    """What the GUI learns about a model once llama.cpp has loaded it."""
+    """What the GUI learns about the engine once it is ready: a model llama.cpp has loaded, or
+    a remote endpoint (`remote` set; no file, no layers, the context the server did not
+    tell is 0)."""
 
     path: Path
     name: str
@@ -60,10 +77,20 @@ class LoadedModel:
     actual_bytes: dict[str, int] = field(default_factory=dict)
     # The settings it was loaded with (the benchmark loads the same file the same way).
     params: LoadParams | None = None
+    remote: RemoteTarget | None = None
 
     @property
     def actual_total(self) -> int:
         return sum(self.actual_bytes.values())
+
+    @property
+    def key(self) -> Path | RemoteTarget:
+        """What was chosen: the model file, or the remote target."""
+        return self.remote if self.remote is not None else self.path
+
+
+# Builds a remote engine; called in the engine thread.
+EngineMaker = Callable[[], ChatEngine]
 
 
 def _actual(lines: Sequence[str]) -> dict[str, int]:
@@ -99,7 +126,12 @@ class EngineWorker(QObject):
         super().__init__()
         self._factory = model_factory
         self._interval = token_interval_s
-        self.model: Model | None = None
+        self.engine: ChatEngine | None = None
+
+    @property
+    def model(self) -> Model | None:
+        """The model loaded in this process (None when none is, or the engine is remote)."""
+        return self.engine.model if isinstance(self.engine, EmbeddedEngine) else None
 
     @Slot(object, object, object)
     def load(self, path: Path, params: LoadParams, cancel: threading.Event) -> None:
@@ -132,11 +164,13 @@ class EngineWorker(QObject):
             model.close()
             self.load_cancelled.emit()
             return
-        self.model = model
+        engine = EmbeddedEngine(model, str(model.gguf.metadata.get("general.name")
+                                           or Path(path).stem))
+        self.engine = engine
         info = model.load_info
         self.loaded.emit(LoadedModel(
             path=Path(path),
-            name=str(model.gguf.metadata.get("general.name") or Path(path).stem),
+            name=engine.name,
             n_ctx=model.n_ctx,
             n_layer=info.n_layer,
             n_gpu_layers=info.n_gpu_layers,
@@ -145,62 +179,82 @@ class EngineWorker(QObject):
             params=params,
         ))
 
+    @Slot(object, object, object)
+    def connect_remote(self, target: RemoteTarget, make: EngineMaker,
+                       cancel: threading.Event) -> None:
+        """Use a remote endpoint: frees the local model (as loading another would) and
+        answers `loaded` with the target. Whether the server is up shows on the first reply,
+        in the chat, where its errors belong."""
+        self.close_model()
+        t0 = time.perf_counter()
+        try:
+            engine = make()
+        except (EngineError, ValueError, OSError) as e:
+            self.failed.emit(f"Could not use {target}: {e}")
+            return
+        except Exception as e:  # a bug: the GUI must still hear that the switch ended
+            log.exception("connect failed")
+            self.failed.emit(f"Could not use {target}: internal error "
+                             f"({type(e).__name__}: {e})")
+            return
+        if cancel.is_set():
+            engine.close()
+            self.load_cancelled.emit()
+            return
+        self.engine = engine
+        self.loaded.emit(LoadedModel(path=Path(), name=engine.name, n_ctx=engine.n_ctx or 0,
+                                     n_layer=0, n_gpu_layers=0,
+                                     load_s=time.perf_counter() - t0, remote=target))
+
     @Slot(object, object, object, object)
     def generate(self, messages: Sequence[Mapping[str, Any]], sampling: SamplingParams,
                  cancel: threading.Event, options: Mapping[str, Any] | None = None) -> None:
         """`options`: `policy` (a context policy: the conversation is fitted to the context,
         and `trimmed` says how many old messages were left out) and `continue_text` (a cut-off
         answer to continue: the prompt ends with it instead of a fresh assistant turn)."""
-        model = self.model
-        if model is None:
+        engine = self.engine
+        if engine is None:
             self.failed.emit("No model is loaded: select one in the library and press Load")
             return
         options = options or {}
-        partial = str(options.get("continue_text") or "")
+        policy: ContextPolicy | None = options.get("policy")
         try:
-            policy: ContextPolicy | None = options.get("policy")
-            if policy is not None:
-                extra = len(model.tokenize(partial, add_special=False)) if partial else 0
-                fit = fit_messages(messages, lambda ms: len(model.chat_tokens(ms)) + extra,
-                                   model.n_ctx, reserve=min(sampling.max_tokens,
-                                                            model.n_ctx // 2),
-                                   policy=policy)
-                messages = fit.messages
-                if fit.dropped:
-                    self.trimmed.emit(fit.dropped)
-            if partial:
-                prompt = model.chat_tokens(messages) + model.tokenize(
-                    partial, add_special=False, parse_special=False)
-                gen = Generation(model, prompt, sampling, cancel, time.perf_counter())
-            else:
-                gen = model.generate(messages, sampling, cancel=cancel)
+            reply = engine.reply(messages, sampling, cancel,
+                                 continue_text=str(options.get("continue_text") or ""),
+                                 policy=policy)
         except (EngineError, GGUFError, ValueError) as e:  # ValueError: ChatTemplateError
             self.failed.emit(str(e))
             return
-        self.started.emit(len(gen.prompt))
+        except Exception as e:  # a bug: the GUI must still hear that the reply ended
+            log.exception("reply failed to start")
+            self.failed.emit(f"Internal error: {type(e).__name__}: {e}")
+            return
+        if reply.dropped_messages:
+            self.trimmed.emit(reply.dropped_messages)
+        # A remote server tells the prompt's size (if at all) only at the end.
+        self.started.emit(reply.prompt_tokens or 0)
         pending: list[str] = []
         last_emit = -math.inf  # the first piece goes out at once: time to first token shows
         interval = self._interval
-        toks = gen.tokens
         try:
-            for piece in gen:
+            for piece in reply:
                 pending.append(piece)
                 now = time.perf_counter()
                 if now - last_emit >= interval:
-                    self.tokens.emit("".join(pending), len(toks))
+                    self.tokens.emit("".join(pending), reply.generated_tokens)
                     pending.clear()
                     last_emit = now
-        except Exception as e:  # EngineError, or a bug: either way the reply has ended
+        except Exception as e:  # EngineError (a remote one too), or a bug: the reply ended
             if pending:
-                self.tokens.emit("".join(pending), len(toks))
+                self.tokens.emit("".join(pending), reply.generated_tokens)
             if not isinstance(e, EngineError):
                 log.exception("generation failed")
             self.failed.emit(str(e) if isinstance(e, EngineError)
                              else f"Internal error: {type(e).__name__}: {e}")
             return
         if pending:
-            self.tokens.emit("".join(pending), len(toks))
-        self.finished.emit(gen.stats)
+            self.tokens.emit("".join(pending), reply.generated_tokens)
+        self.finished.emit(reply.stats)
 
     @Slot()
     def forget_python_thread(self) -> None:
@@ -217,15 +271,16 @@ class EngineWorker(QObject):
         self.unloaded.emit()
 
     def close_model(self) -> None:
-        if self.model is not None:
-            self.model.close()
-            self.model = None
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
 
 
 class EngineHost(QObject):
     """GUI-side handle: starts the engine thread and forwards requests as queued signals."""
 
     _load = Signal(object, object, object)
+    _connect = Signal(object, object, object)
     _generate = Signal(object, object, object, object)
     _unload = Signal()
     _forget = Signal()
@@ -239,6 +294,7 @@ class EngineHost(QObject):
         self.worker.moveToThread(self.qthread)
         q = Qt.ConnectionType.QueuedConnection
         self._load.connect(self.worker.load, q)
+        self._connect.connect(self.worker.connect_remote, q)
         self._generate.connect(self.worker.generate, q)
         self._unload.connect(self.worker.unload, q)
         self._forget.connect(self.worker.forget_python_thread,
@@ -250,6 +306,11 @@ class EngineHost(QObject):
     def load(self, path: Path, params: LoadParams) -> None:
         self._load_cancel = threading.Event()
         self._load.emit(Path(path), params, self._load_cancel)
+
+    def connect_remote(self, target: RemoteTarget, make: EngineMaker) -> None:
+        """Switch to a remote engine; `make` builds it in the engine thread."""
+        self._load_cancel = threading.Event()
+        self._connect.emit(target, make, self._load_cancel)
 
     def cancel_load(self) -> None:
         if self._load_cancel is not None:
