@@ -17,6 +17,8 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication
 
 from app.services.chat_store import ChatStore, ChatStoreError, default_store_path
+from app.services.connections import FILE_NAME as CONNECTIONS_FILE
+from app.services.connections import ConnectionStore
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
 from app.ui.estimate import Estimator
@@ -131,16 +133,21 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
                  worker: EngineWorker | None = None,
                  estimator: Estimator | None = None,
                  sampling: SamplingParams | None = None,
-                 model_manager: bool = False) -> MainWindow:
+                 model_manager: bool = False,
+                 connections: ConnectionStore | None = None) -> MainWindow:
     """Create the chat store, the engine thread and the main window; the caller shows it and,
-    at the end, calls `window.shutdown()`. `model_manager` adds the Hub / downloads tab."""
+    at the end, calls `window.shutdown()`. `model_manager` adds the Hub / downloads tab;
+    `connections`: the saved remote engines (default: the app's config folder, keys in the
+    system keyring)."""
     paths = (paths or AppPaths.default()).ensure()
     library = library or ModelLibrary(paths.models)
     store, cut, problem = open_store(paths)
     engine = EngineHost(worker)
     window = MainWindow(engine, library, settings_for(paths),
                         estimator=estimator or make_estimator(), gpu_probe=gpu_probe(),
-                        sampling=sampling, store=store)
+                        sampling=sampling, store=store,
+                        connections=connections or ConnectionStore(paths.config
+                                                                   / CONNECTIONS_FILE))
     if store is not None:
         window.add_closer(store.close)
         # After a crash, show the conversation whose answer was cut off, with "Continue".
