@@ -487,6 +487,9 @@ class BenchView(QWidget):
 
     def _on_finished(self, outcome: BenchOutcome) -> None:
         result = dict(outcome.result)
+        if result.get("cancelled") and not result.get("levels"):
+            self._on_cancelled()
+            return
         self.result, self.png = result, outcome.png
         self.table_model.set_result(result)
         self.chart.set_png(outcome.png)
@@ -507,7 +510,7 @@ class BenchView(QWidget):
     def _on_cancelled(self) -> None:
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
-        self.status.setText("Cancelled while loading the model; nothing was measured.")
+        self.status.setText("Cancelled before the first level; nothing was measured.")
         self._set_running(False)
 
     def _on_failed(self, message: str) -> None:
