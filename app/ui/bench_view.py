@@ -84,6 +84,12 @@ def build_flags(system_info: str) -> str:
     return " ".join(flags) if flags else (system_info or "").strip()
 
 
+def _count(n: Any, noun: str) -> str:
+    if not isinstance(n, int):
+        return f"? {noun}s"
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def context_line(result: Mapping[str, Any]) -> str:
     """Hardware and software a result was measured on, as one readable line."""
     m: Mapping[str, Any] = result.get("machine") or {}
@@ -102,7 +108,8 @@ def context_line(result: Mapping[str, Any]) -> str:
         f"{t.get('quantization') or '?'}",
         f"context {t.get('n_ctx_per_request', t.get('n_ctx', '?'))} per request"
         + (f" x {t['n_slots']} sequences" if t.get("n_slots") else ""),
-        f"{t.get('n_threads') or '?'} threads, {t.get('n_gpu_layers', 0)} GPU layers",
+        f"{_count(t.get('n_threads'), 'thread')}, "
+        f"{_count(t.get('n_gpu_layers') or 0, 'GPU layer')}",
     ]
     load = m.get("load_avg_1m_before")
     if isinstance(load, int | float):
@@ -317,7 +324,6 @@ class BenchView(QWidget):
         self.context.setWordWrap(True)
         self.context.setAccessibleName("Hardware and software")
         self.context.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.context.setEnabled(False)
 
         lay = QVBoxLayout(self)
         lay.addLayout(top)
