@@ -173,11 +173,12 @@ class ConnectionsDialog(QDialog):
             self.show_status(False, str(e))
         for name in names:
             self.list.addItem(QListWidgetItem(name))
-        self.list.blockSignals(False)
         if select is not None:
+            # Selected without reloading the form: it shows this connection already.
             found = self.list.findItems(select, Qt.MatchFlag.MatchExactly)
             if found:
                 self.list.setCurrentItem(found[0])
+        self.list.blockSignals(False)
         self.remove_button.setEnabled(self._editing is not None)
 
     def names(self) -> list[str]:

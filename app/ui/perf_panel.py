@@ -43,14 +43,16 @@ def _no_gpus() -> Sequence[tuple[str, int, int]]:
     return ()
 
 
-def measured_text(stats: GenerationStats) -> str:
-    """Where the last reply's figures come from: llama.cpp's counters in this process, or,
-    for a remote engine, this computer's clock on the arriving stream."""
+def measured_text(stats: GenerationStats) -> tuple[str, str]:
+    """Where the last reply's figures come from, short and in full: llama.cpp's counters in
+    this process, or, for a remote engine, this computer's clock on the arriving stream."""
     if stats.measured_on != "client":
-        return "by the engine (llama.cpp counters)"
+        return "by the engine", "By the engine: llama.cpp's own counters, in this process."
     usage = ("token counts from the server's usage report" if stats.server_usage
-             else "token counts from the stream (the server sent no usage)")
-    return f"on this computer from the stream (TTFT, tokens/s); {usage}"
+             else "token counts are the chunks received (the server sent no usage report)")
+    return "here, from the stream", ("On this computer, from the stream: TTFT and tokens/s "
+                                     f"from when the chunks arrived (network included); "
+                                     f"{usage}.")
 
 
 class Chart(QWidget):
@@ -153,7 +155,6 @@ class PerfPanel(QWidget):
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.labels[key] = label
             form.addRow(title, label)
-        self.labels["source"].setWordWrap(True)
         self.chart = Chart()
         lay = QVBoxLayout(self)
         lay.addWidget(box)
@@ -193,7 +194,9 @@ class PerfPanel(QWidget):
         self.prompt_tps = stats.prompt_tps or None
         self.gen_tps = stats.gen_tps or None
         self.current_tps = 0.0
-        self.labels["source"].setText(measured_text(stats))
+        short, full = measured_text(stats)
+        self.labels["source"].setText(short)
+        self.labels["source"].setToolTip(full)
         self.refresh_labels()
 
     def on_failed(self, _message: str) -> None:
