@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from engine.context_policy import ContextPolicy, fit_messages
-from engine.runtime import Generation, GenerationStats, Model, SamplingParams
+from engine.runtime import EngineError, Generation, GenerationStats, Model, SamplingParams
 
 EngineKind = Literal["embedded", "remote"]
 Messages = Sequence[Mapping[str, Any]]
@@ -134,6 +134,7 @@ class EmbeddedEngine:
 
     def __init__(self, model: Model, name: str | None = None) -> None:
         self.model = model
+        self._closed = False
         self.name = name or str(model.gguf.metadata.get("general.name") or model.path.stem)
 
     @property
@@ -143,6 +144,8 @@ class EmbeddedEngine:
     def reply(self, messages: Messages, sampling: SamplingParams,
               cancel: threading.Event | None = None, *, continue_text: str = "",
               policy: ContextPolicy | None = None) -> EmbeddedReply:
+        if self._closed:
+            raise EngineError("the model has been unloaded; load it again")
         model = self.model
         dropped = 0
         if policy is not None:
@@ -162,4 +165,5 @@ class EmbeddedEngine:
         return EmbeddedReply(gen, dropped)
 
     def close(self) -> None:
+        self._closed = True  # llama.cpp crashes on a freed model: refuse before reaching it
         self.model.close()

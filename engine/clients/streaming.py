@@ -187,6 +187,8 @@ class StreamingClient:
                                    "auth" if resp.status in (401, 403) else "http",
                                    resp.status)
             data = json.loads(body)
+        except RequestError:
+            raise
         except TimeoutError:
             limit = self.connect_timeout_s if phase == "connect" else (
                 self.idle_timeout_s or self.timeout_s)
