@@ -250,15 +250,14 @@ class MainWindow(QMainWindow):
         its numbers): Send is off with `reason` as its tooltip; sends and regenerations are
         refused with it. None resumes."""
         self._chat_paused = reason
-        self._apply_pause()
+        send = self.chat_view.send_button
+        send.setToolTip(reason or "")
+        send.setEnabled(reason is None and not self.controller.busy)
 
     def _apply_pause(self) -> None:
-        send = self.chat_view.send_button
-        send.setToolTip(self._chat_paused or "")
+        """After the chat's own busy/idle update: Send stays off while paused."""
         if self._chat_paused is not None:
-            send.setEnabled(False)
-        else:
-            send.setEnabled(not self.controller.busy)
+            self.chat_view.send_button.setEnabled(False)
 
     def _paused(self) -> bool:
         if self._chat_paused is not None:
