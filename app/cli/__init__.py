@@ -12,10 +12,19 @@ import os
 import sys
 from collections.abc import Sequence
 
-from app.cli import bench_cmd, chats_cmd, estimate_cmd, models_cmd, run_cmd, serve_cmd
+from app.cli import (
+    bench_cmd,
+    chats_cmd,
+    connections_cmd,
+    estimate_cmd,
+    models_cmd,
+    run_cmd,
+    serve_cmd,
+)
 from app.cli.common import USER_ERRORS, CliError
 
-COMMAND_MODULES = [run_cmd, models_cmd, estimate_cmd, chats_cmd, serve_cmd, bench_cmd]
+COMMAND_MODULES = [run_cmd, models_cmd, estimate_cmd, chats_cmd, serve_cmd, bench_cmd,
+                   connections_cmd]
 
 
 def build_parser() -> argparse.ArgumentParser:
