@@ -110,6 +110,11 @@ def test_run_fills_table_and_charts_and_saves_comparable_json(
     assert "benchmark" in window.chat_view.send_button.toolTip().lower()
     window.chat_view.input.submitted.emit("Are you there?")
     assert window.chat_model.rowCount() == rows_before
+    answer = window.chat_model.message(rows_before - 1).text
+    window.chat_view.message_action.emit("regenerate", rows_before - 1)
+    assert not window.controller.busy
+    assert window.chat_model.message(rows_before - 1).text == answer
+    assert "benchmark is running" in window.statusBar().currentMessage()
     assert not view.run_button.isEnabled() and view.cancel_button.isEnabled()
     statuses: list[str] = []
 
