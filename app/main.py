@@ -106,12 +106,14 @@ def add_benchmark(window: MainWindow) -> None:
 
     from app.ui.bench_view import BenchView
 
-    view = BenchView(loaded=lambda: window.controller.loaded)
+    c = window.controller
+    # While another model loads, the one the chat had is being freed: nothing to run.
+    view = BenchView(loaded=lambda: None if c.loading is not None else c.loaded)
     w = window.engine.worker
     q = _Qt.ConnectionType.QueuedConnection  # after the controller has updated `loaded`
-    for signal in (w.loaded, w.unloaded, w.load_cancelled, w.failed):
+    for signal in (w.progress, w.loaded, w.unloaded, w.load_cancelled, w.failed):
         signal.connect(view.refresh_model, q)
-    window.controller.busy_changed.connect(view.set_chat_busy)
+    c.busy_changed.connect(view.set_chat_busy)
     pause = "A benchmark is running: the chat waits until it ends or is cancelled"
     view.running_changed.connect(
         lambda running: window.set_chat_paused(pause if running else None))
