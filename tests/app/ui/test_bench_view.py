@@ -215,6 +215,19 @@ def test_cancel_stops_within_a_request_and_keeps_partial_results(
 def test_cancel_while_loading_measures_nothing(window: MainWindow, qtbot: QtBot,
                                               smollm2_path: Path) -> None:
     view = load(qtbot, window, smollm2_path)
+    # Loading again: nothing to run until the new load is done.
+    seen: list[bool] = []
+    set_loaded = view.set_loaded
+
+    def record(info: Any) -> None:
+        set_loaded(info)
+        seen.append(view.run_button.isEnabled())
+
+    view.set_loaded = record  # type: ignore[method-assign]
+    window.controller.load(smollm2_path, LoadParams(n_ctx=1024, n_threads=1))
+    qtbot.waitUntil(lambda: bool(seen) and seen[-1] and window.controller.loading is None,
+                    timeout=120_000)
+    assert False in seen
     small_run(view, roofline=False)
     assert view.run()
     view.cancel()  # before the benchmark's instance has loaded, or during the warm-up
