@@ -82,7 +82,8 @@ def test_wrong_key_and_dead_server_are_one_line_errors(server: str, keyring_file
 def test_bad_input_is_one_line(keyring_file: Path) -> None:
     for args, message in [
         (("add", "x", "not-a-url"), "x: not an http(s) URL: 'not-a-url'"),
-        (("add", "x", "http://h", "--timeout", "0"), "x: timeout must be between 0 and 86400 seconds"),
+        (("add", "x", "http://h", "--timeout", "0"),
+         "x: timeout must be between 0 and 86400 seconds"),
         (("test", "nope"), "no connection named 'nope' (known: none saved yet)"),
         (("add", "x", "http://h", "--api-key-stdin"), "no API key on standard input"),
     ]:
