@@ -251,6 +251,9 @@ class ConnectionsDialog(QDialog):
             self.show_status(False, str(e))
             return False
         self._editing = conn.name
+        if key:  # saved: the field goes back to saying so, the key leaves the widget
+            self.api_key.clear()
+            self.api_key.setPlaceholderText("saved (leave empty to keep it)")
         self.refresh(select=conn.name)
         self.show_status(True, f"Saved {conn.name}"
                          + (f"; {result.message}" if result is not None else ""))

@@ -217,8 +217,15 @@ def test_wrong_key_is_reported_in_the_chat(window: MainWindow, qtbot: QtBot, ser
     assert widget.error_label.isVisible() and widget.error_label.text() == reply.error
     assert w.banner.isVisible()
     assert w.store is not None and w.controller.conversation_id is not None
-    answer = w.store.active_path(w.controller.conversation_id)[-1]
+    cid = w.controller.conversation_id
+    answer = w.store.active_path(cid)[-1]
     assert answer.status == "error" and answer.stats["error"] == reply.error
+    # Editing the chat's settings in the drawer leaves its engine alone.
+    assert w.chat_settings is not None
+    w.chat_settings.temperature.setValue(0.5)
+    assert w.controller.chat_settings["engine"] == binding
+    assert w.store.conversation(cid).settings["engine"] == binding
+    assert w.store.conversation(cid).settings["temperature"] == 0.5
 
 
 def test_refused_and_silent_servers_are_reported_in_the_chat(
@@ -325,6 +332,7 @@ def test_connections_dialog_add_test_remove(window: MainWindow, qtbot: QtBot,
 
     dialog.save_button.click()
     assert connections.names() == [NAME] and dialog.names() == [NAME]
+    assert dialog.api_key.text() == "" and "saved" in dialog.api_key.placeholderText()
     saved = connections.get(NAME)
     assert (saved.base_url, saved.api, saved.model, saved.verify_tls) == (
         served.url, "openai", model, True)
@@ -333,7 +341,6 @@ def test_connections_dialog_add_test_remove(window: MainWindow, qtbot: QtBot,
     # The window's engine list follows.
     qtbot.waitUntil(lambda: any(b == {"connection": NAME, "model": model}
                                 for _, b in picker_of(window).items()), timeout=60_000)
-    save_shot(dialog, shots_dir(tmp_path) / "connections.png")
 
     # A wrong key typed in: the test says so in one line; the saved key is untouched.
     dialog.api_key.setText("wrong")
@@ -344,6 +351,7 @@ def test_connections_dialog_add_test_remove(window: MainWindow, qtbot: QtBot,
     with qtbot.waitSignal(dialog.tested, timeout=60_000) as got:
         dialog.test_button.click()
     assert got.args is not None and got.args[0] is True
+    save_shot(dialog, shots_dir(tmp_path) / "connections.png")
 
     # A bad URL is refused at save, with the reason.
     dialog.new_connection()
