@@ -220,9 +220,11 @@ class RemoteReply:
 
     dropped_messages = 0  # the server fits the conversation (or refuses it) itself
 
-    def __init__(self, endpoint: RemoteEndpoint, stream: ChatStream) -> None:
+    def __init__(self, endpoint: RemoteEndpoint, stream: ChatStream,
+                 cancel: threading.Event | None = None) -> None:
         self.endpoint = endpoint
         self._stream = stream
+        self._cancel = cancel
         self._stats: GenerationStats | None = None
 
     @property
@@ -249,8 +251,12 @@ class RemoteReply:
         return client_stats(self._stream.result, "stop")  # a running snapshot
 
     def __iter__(self) -> Iterator[str]:
+        if self._stats is not None:  # iterated to the end already
+            return
         yield from self._stream
         res = self._stream.result
+        if self._cancel is not None and self._cancel.is_set() and res.finish_reason is None:
+            res.cancelled = True  # also when the loop was left by an exception (Ctrl+C)
         if res.cancelled:
             self._stats = client_stats(res, "cancelled")
             return
@@ -339,7 +345,7 @@ class RemoteEngine:
         stream = client.stream(msgs, max_tokens=sampling.max_tokens,
                                temperature=sampling.temperature, seed=sampling.seed,
                                top_p=sampling.top_p, stop=sampling.stop, cancel=cancel)
-        return RemoteReply(self.endpoint, stream)
+        return RemoteReply(self.endpoint, stream, cancel)
 
     def close(self) -> None:
         """Nothing is held between requests."""

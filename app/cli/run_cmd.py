@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from app.cli.common import gpu_layers_arg, library, positive_int, print_json
+from app.cli.common import CliError, gpu_layers_arg, library, positive_int, print_json
+from app.services.connections import ConnectionsError, ConnectionStore
 from engine.memory import DoesNotFitError, EstimateParams, estimate
-from engine.runtime import FlashAttn, Generation, LoadParams, Model, SamplingParams
+from engine.runtime import EngineError, FlashAttn, LoadParams, Model, SamplingParams
 from engine.speculative import SpeculativeSettings, Speculator, spec_stats
 
 
@@ -47,10 +49,16 @@ def register(sub: Any) -> None:
                    help="flash attention (auto: on where the backend supports it)")
     p.add_argument("--force", action="store_true",
                    help="load even when the memory estimate says the model does not fit")
+    p.add_argument("--connection", metavar="NAME", default=None,
+                   help="answer with a remote engine (a saved connection, see `candlewick "
+                        "connections`); MODEL is then the server's model id, or 'default' for "
+                        "the connection's own")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.connection:
+        return run_remote(args)
     path = library().resolve(args.model)
     # Speculation is exact only where batched and one-token kernels agree: with flash
     # attention on (docs/speculative.md), so 'auto' means on when drafting.
@@ -65,20 +73,8 @@ def run(args: argparse.Namespace) -> int:
         draft_max=args.draft_max,
     )
     settings.validate()
-    sampling = SamplingParams(
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty,
-        seed=args.seed,
-        max_tokens=args.max_tokens,
-        stop=tuple(args.stop),
-    )
-    messages = []
-    if args.system:
-        messages.append({"role": "system", "content": args.system})
-    messages.append({"role": "user", "content": args.prompt})
+    sampling = _sampling(args)
+    messages = _messages(args)
     if not args.force:
         refuse_if_too_big(path, params)
     cancel = threading.Event()
@@ -114,7 +110,65 @@ def run(args: argparse.Namespace) -> int:
     return 130 if st.stop_reason == "cancelled" else 0
 
 
-def _stream(gen: Generation, cancel: threading.Event, as_json: bool) -> None:
+def run_remote(args: argparse.Namespace) -> int:
+    """The same answer from a remote engine; its figures are measured here, on the client."""
+    if args.draft or args.lookup:
+        raise CliError("speculative decoding is the server's business with --connection")
+    try:
+        engine = ConnectionStore().engine(
+            args.connection, model=None if args.model == "default" else args.model)
+    except ConnectionsError as e:
+        raise CliError(str(e)) from None
+    cancel = threading.Event()
+    reply = engine.reply(_messages(args), _sampling(args), cancel)
+    try:
+        _stream(reply, cancel, args.json)
+    except EngineError:
+        if not args.json and reply.text:
+            sys.stdout.write("\n")  # the partial answer stays; the error follows on stderr
+        raise
+    st = reply.stats
+    if args.json:
+        print_json({
+            "text": reply.text,
+            "ttft_s": round(st.ttft_s, 4),
+            "prompt_tokens": reply.prompt_tokens,
+            "gen_tokens": st.gen_tokens,
+            "gen_tps": round(st.gen_tps, 2),
+            "stop_reason": st.stop_reason,
+            "total_s": round(st.total_s, 4),
+            "measured_on": st.measured_on,
+            "server_usage": list(st.server_usage),
+            "connection": args.connection,
+            "model": engine.model,
+        })
+    else:
+        sys.stdout.write("\n")
+    return 130 if st.stop_reason == "cancelled" else 0
+
+
+def _sampling(args: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+        stop=tuple(args.stop),
+    )
+
+
+def _messages(args: argparse.Namespace) -> list[dict[str, str]]:
+    messages = []
+    if args.system:
+        messages.append({"role": "system", "content": args.system})
+    messages.append({"role": "user", "content": args.prompt})
+    return messages
+
+
+def _stream(gen: Iterable[str], cancel: threading.Event, as_json: bool) -> None:
     try:
         for piece in gen:
             if not as_json:

@@ -108,3 +108,21 @@ def test_without_a_keyring_keys_come_from_the_environment(
     monkeypatch.setenv("LAB_API_KEY", KEY)
     r = cli("test", "k")
     assert r.returncode == 0, r.stderr
+
+
+def test_run_with_a_connection(server: str, keyring_file: Path) -> None:
+    assert cli("add", "local", server, "--api-key", KEY).returncode == 0
+    r = subprocess.run([sys.executable, "-m", "app.cli", "run", "default", "Name three colours.",
+                        "--connection", "local", "--temperature", "0", "--max-tokens", "8",
+                        "--json"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["text"] and out["connection"] == "local" and out["model"] == "default"
+    assert out["measured_on"] == "client" and out["server_usage"] == ["prompt_tokens",
+                                                                      "gen_tokens"]
+    assert out["gen_tokens"] == 8 and out["stop_reason"] == "length"
+    assert 0 < out["ttft_s"] <= out["total_s"] and out["prompt_tokens"] > 0
+    r = subprocess.run([sys.executable, "-m", "app.cli", "run", "default", "hi",
+                        "--connection", "nope"], capture_output=True, text=True, timeout=120,
+                       cwd=REPO)
+    assert r.returncode == 2 and "no connection named 'nope'" in r.stderr
