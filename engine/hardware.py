@@ -83,12 +83,22 @@ def process_rss() -> int:
 
 
 def _ggml_lib() -> ctypes.CDLL | None:
-    """The ggml library llama-cpp-python loaded (already in the process, so this is cheap)."""
+    """The ggml library llama-cpp-python loaded (already in the process, so this is cheap).
+
+    Symbols are looked up through the loaded libllama first: it links ggml, wherever the
+    libraries live (`LLAMA_CPP_LIB_PATH` points llama-cpp-python at a separate build, e.g. a
+    CUDA one, and then the package's own lib/ folder is empty or holds a different build).
+    """
     try:
-        import llama_cpp
+        import llama_cpp.llama_cpp as C
     except ImportError:
         return None
-    libdir = Path(llama_cpp.__file__).parent / "lib"
+    loaded = getattr(C, "_lib", None)
+    if isinstance(loaded, ctypes.CDLL):
+        with contextlib.suppress(AttributeError):
+            loaded.ggml_backend_dev_count  # noqa: B018 - probe that the symbol resolves
+            return loaded
+    libdir = Path(C.__file__).parent / "lib"
     names = ("libggml.so", "libggml.dylib", "ggml.dll", "libggml-base.so", "libggml-base.dylib",
              "ggml-base.dll")
     for name in names:

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import psutil
 import pytest
 
@@ -61,3 +67,19 @@ def test_process_rss_follows_real_allocations() -> None:
     after = hardware.process_rss()
     assert len(block) == 64 * MiB
     assert after - before >= 60 * MiB
+
+
+def test_devices_come_from_the_llama_cpp_actually_loaded(tmp_path: Path) -> None:
+    """With LLAMA_CPP_LIB_PATH (a separate CUDA build, say) the package's own lib/ folder holds
+    another build or nothing: the device list must come from the libraries really loaded."""
+    import llama_cpp
+
+    libdir = Path(llama_cpp.__file__).parent / "lib"
+    other = tmp_path / "build"
+    shutil.copytree(libdir, other, symlinks=True)
+    code = ("from engine import hardware; g = hardware._ggml_lib(); print(g._name); "
+            "print(len(hardware.llama_devices()))")
+    env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(other)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert Path(out[0]).parent == other
