@@ -120,6 +120,23 @@ def add_benchmark(window: MainWindow) -> None:
     window.add_tool_window("Benchmark…", view, "Ctrl+Shift+B", view.shutdown)
 
 
+def add_server_panel(window: MainWindow) -> None:
+    """The Local server window (Tools menu): serve the chat's model over the OpenAI/Ollama
+    API from a second instance; stopped when the app quits."""
+    from PySide6.QtCore import Qt as _Qt
+
+    from app.services.secrets import SecretStore
+    from app.ui.server_panel import ServerPanel
+
+    panel = ServerPanel(loaded=lambda: window.controller.loaded, secrets=SecretStore(),
+                        estimator=window.library_panel.estimate.estimator)
+    w = window.engine.worker
+    q = _Qt.ConnectionType.QueuedConnection  # after the controller has updated `loaded`
+    for signal in (w.loaded, w.unloaded, w.load_cancelled, w.failed):
+        signal.connect(panel.refresh_model, q)
+    window.add_tool_window("Local server…", panel, "Ctrl+Shift+H", panel.shutdown)
+
+
 def open_store(paths: AppPaths) -> tuple[ChatStore | None, set[int], str | None]:
     """The chat history and the conversations whose answers a crash cut off (now marked
     interrupted); or None and why (the app still opens, without history)."""
@@ -161,6 +178,7 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
     if model_manager:
         add_model_manager(window, library)
     add_benchmark(window)
+    add_server_panel(window)
     return window
 
 
