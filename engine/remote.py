@@ -154,6 +154,10 @@ def error_from_result(ep: RemoteEndpoint, res: StreamResult,
     where = f"{ep.name} ({ep.base_url})"
     text = res.text
     kw: dict[str, Any] = {"partial": text, "status": res.status, "stats": stats}
+    if res.timed_out and res.error_kind == "connect":
+        return RemoteTimeoutError(
+            f"cannot connect to {where}: no connection within {ep.connect_timeout_s:g} s "
+            "(timed out)", **kw)
     if res.timed_out:
         what = ("no answer" if res.t_first is None and res.status is None
                 else "the answer stalled")

@@ -76,7 +76,8 @@ class StreamResult:
     finish_reason: str | None = None
     status: int | None = None  # HTTP status; None when no response arrived
     error: str | None = None
-    error_kind: ErrorKind | None = None  # set with `error`
+    # Set with `error`; with `timed_out`, "connect" says the connection itself timed out.
+    error_kind: ErrorKind | None = None
     timed_out: bool = False
     cancelled: bool = False
 
@@ -190,9 +191,11 @@ class StreamingClient:
         except RequestError:
             raise
         except TimeoutError:
-            limit = self.connect_timeout_s if phase == "connect" else (
-                self.idle_timeout_s or self.timeout_s)
-            raise RequestError(f"{self.url}: no answer within {limit:g} s", "timeout") from None
+            if phase == "connect":
+                what = f"no connection within {self.connect_timeout_s:g} s"
+            else:
+                what = f"no answer within {self.idle_timeout_s or self.timeout_s:g} s"
+            raise RequestError(f"{self.url}: {what}", "timeout") from None
         except (OSError, http.client.HTTPException) as e:
             raise RequestError(f"{self.url}: {_describe_exception(e)}",
                                _failure_kind(e, phase)) from None
@@ -296,6 +299,8 @@ class StreamingClient:
                 res.error_kind = "dropped"
         except TimeoutError:
             res.timed_out = True
+            if phase == "connect":
+                res.error_kind = "connect"
         except (OSError, http.client.HTTPException) as e:
             res.error = _describe_exception(e)
             res.error_kind = _failure_kind(e, phase)

@@ -4,7 +4,9 @@ and the text that arrived before it is kept."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import socket
 import ssl
 import subprocess
 import threading
@@ -137,6 +139,33 @@ def test_cancel_ends_a_stalled_stream_without_an_error() -> None:
         assert not srv.release.is_set()
     assert pieces == ["One, two"]
     assert reply.stats.stop_reason == "cancelled" and reply.stats.gen_tokens == 1
+
+
+def test_a_connection_that_never_completes_times_out() -> None:
+    """A listening socket whose accept queue is full: the kernel drops further SYNs, so the
+    TCP connect hangs until the connect timeout."""
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(0)
+        port = srv.getsockname()[1]
+        fillers = []
+        try:
+            for _ in range(4):
+                c = socket.socket()
+                c.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    c.connect(("127.0.0.1", port))
+                fillers.append(c)
+            e = engine(f"http://127.0.0.1:{port}", connect_timeout_s=0.5)
+            with pytest.raises(RemoteTimeoutError) as ei:
+                consume(e.reply(MSG, GREEDY))
+            with pytest.raises(RemoteTimeoutError, match=r"no connection within 0\.5 s"):
+                e.list_models()
+        finally:
+            for c in fillers:
+                c.close()
+    assert str(ei.value) == (f"cannot connect to test (http://127.0.0.1:{port}): no connection "
+                             "within 0.5 s (timed out)")
 
 
 def test_refused_port_is_a_connection_error() -> None:
