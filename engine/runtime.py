@@ -19,13 +19,16 @@ import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from engine import llama_lib
 from engine.gguf import GGUFError, GGUFFile, read_gguf
 from engine.prompt_cache import PromptStateCache, common_prefix
 from engine.templates import ChatTemplate
 from engine.textstream import TextStream
+
+if TYPE_CHECKING:
+    from engine.speculative import SpeculativeSettings, Speculator
 
 FlashAttn = Literal["on", "off", "auto"]
 GpuLayers = int | Literal["auto", "all"]
@@ -75,6 +78,13 @@ class LoadParams:
     extra_buffers: bool | None = None
     # RAM budget for KV snapshots of recently left conversations (0 disables it).
     state_cache_mb: int = 256
+    # Speculative decoding for every generation of this model (a draft model is loaded and
+    # checked with it); None or mode "off": plain decoding.
+    speculative: SpeculativeSettings | None = None
+
+    @property
+    def drafting(self) -> bool:
+        return self.speculative is not None and self.speculative.mode != "off"
 
     def validate(self) -> None:
         if self.n_ctx < 16:
@@ -93,6 +103,8 @@ class LoadParams:
             raise EngineError("GPU layers must be 0 or more, 'auto' or 'all'")
         if self.n_batch < 1 or self.n_ubatch < 1 or self.n_seq_max < 1:
             raise EngineError("batch sizes and parallel sequences must be at least 1")
+        if self.speculative is not None:
+            self.speculative.validate()
 
 
 @dataclass(frozen=True)
@@ -235,8 +247,8 @@ class Model:
             cp.n_seq_max = self.params.n_seq_max
             cp.n_threads = n_threads
             cp.n_threads_batch = self.params.n_threads_batch or n_threads
-            cp.flash_attn_type = _FLASH[resolve_flash_attn(self.params.flash_attn,
-                                                           self.params.type_v)]
+            cp.flash_attn_type = _FLASH[resolve_flash_attn(
+                self.params.flash_attn, self.params.type_v, drafting=self.params.drafting)]
             cp.type_k = KV_TYPES[self.params.type_k]
             cp.type_v = KV_TYPES[self.params.type_v]
             cp.embeddings = self.params.embeddings
@@ -247,6 +259,8 @@ class Model:
                 raise EngineError(f"llama.cpp could not create a context for {self.path.name}: "
                                   f"{_last_error(lines)}")
         self.n_ctx = int(C.llama_n_ctx(self._ctx))
+        # The most tokens one llama_decode may take: min(requested n_ctx, n_batch).
+        self.n_batch = int(C.llama_n_batch(self._ctx))
         self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
         self._memory = C.llama_get_memory(self._ctx)
         # What llama.cpp really allocated, for "estimated X, actual Y" (engine.memory).
@@ -267,11 +281,25 @@ class Model:
             bos_token=self.token_text(C.llama_vocab_bos(self._vocab)),
             eos_token=self.token_text(C.llama_vocab_eos(self._vocab)),
         )
+        self.speculator: Speculator | None = None
+        if self.params.drafting:
+            from engine.speculative import Speculator  # it imports this module
+
+            assert self.params.speculative is not None
+            try:
+                self.speculator = Speculator(self, self.params.speculative)
+            except BaseException:
+                self.close()
+                raise
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def close(self) -> None:
         C = self._lib
+        spec = getattr(self, "speculator", None)
+        if spec is not None:
+            self.speculator = None
+            spec.close()
         if self._ctx:
             C.llama_free(self._ctx)
             self._ctx = None
@@ -427,7 +455,7 @@ class Model:
             n_common = 0
         self._cached = tokens[:n_common]
         rest = tokens[n_common:]
-        n_batch = self.params.n_batch
+        n_batch = self.n_batch
         for i in range(0, len(rest), n_batch):
             if cancel is not None and cancel.is_set():
                 raise _Cancelled
@@ -496,6 +524,9 @@ class Generation:
         self.tokens: list[int] = []
         self.done = False
         self._t_start = t_start
+        # The model's own speculative setting applies unless the caller brings a source.
+        if token_source is None and model.speculator is not None:
+            token_source = model.speculator.token_source()
         self._token_source = token_source
         self._reason: StopReason = "length"
         self._prompt_perf: Any = None
@@ -679,9 +710,11 @@ def _last_error(lines: list[str]) -> str:
     return "see the log for details"
 
 
-def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = None
-                       ) -> FlashAttn:
-    """What 'auto' means here. A quantized V cache needs flash attention; with a GPU,
+def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = None,
+                       drafting: bool = False) -> FlashAttn:
+    """What 'auto' means here. A quantized V cache needs flash attention, and so does
+    speculative decoding (`drafting`): only with it do llama.cpp's CPU kernels give a token
+    the same logits alone and inside a verification batch (docs/speculative.md); with a GPU,
     llama.cpp's own choice stands. On a CPU-only build it is off: this llama.cpp's CPU
     flash-attention kernel slows down as the context fills (SmolLM2, 2 threads, 2,000 tokens of
     history: decode 23 t/s with it, 44 t/s without; an 18-token follow-up takes 570 ms vs
@@ -689,7 +722,7 @@ def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = 
     takes part (None: whether this build can offload)."""
     if requested != "auto":
         return requested
-    if type_v not in ("f16", "f32", "bf16"):
+    if drafting or type_v not in ("f16", "f32", "bf16"):
         return "on"
     if gpu is None:
         gpu = llama_lib.supports_gpu_offload()
