@@ -11,6 +11,15 @@ back through a callback the caller supplies (the HTTP server hands them to its e
 A finished slot keeps its KV cells so that a later request with the same prompt prefix (a chat's
 next turn, a shared system prompt) skips that prefix; a cancelled request's cells are freed at
 once.
+
+Busy slots are kept on consecutive sequence ids. With one KV stream per sequence (llama.cpp's
+default, `kv_unified = false`), llama.cpp cuts a batch into one micro-batch per run of
+consecutive sequence ids: eight generating slots on ids 0,2,4,...,14 cost eight full passes over
+the weights per step instead of one (measured on SmolLM2: 8 scattered sequences decode at 1.0x
+the single-sequence speed, 8 consecutive ones at 2x). So a request goes to a free slot next to
+the busy ones; a prompt prefix cached in another slot is copied over (one stream copy, far
+cheaper than prefilling it again); and when a finished request leaves a hole, the busy slot at
+the end moves into it.
 """
 
 from __future__ import annotations
@@ -30,6 +39,14 @@ from engine.runtime import EngineError, Model, SamplingParams
 from engine.textstream import TextStream
 
 log = logging.getLogger("candlewick.scheduler")
+
+# Copying a KV stream from one slot to another moves the whole stream (every cell, used or not).
+# Count a copy as costing one prompt token per this many bytes: SmolLM2's 512-cell stream
+# (12 MiB) then needs a prefix of 8+ tokens to be worth copying, a 4,096-cell one 24+.
+COPY_BYTES_PER_TOKEN = 4 << 20
+MIN_COPY_GAIN = 8
+# A request that will end within this many tokens is not worth moving to close a hole.
+MIN_MOVE_TOKENS = 16
 
 FinishReason = Literal[
     "stop", "length", "stop_string", "context_full", "cancelled", "timeout", "error"
@@ -137,6 +154,7 @@ class SchedulerSnapshot:
     tokens_generated: int
     tokens_prompt: int
     slots: list[dict[str, Any]] = field(default_factory=list)
+    kv_copies: int = 0  # KV streams copied between slots (shared prefixes, closed holes)
 
 
 class Scheduler:
@@ -170,6 +188,9 @@ class Scheduler:
         self._tok_gen = 0
         self._tok_prompt = 0
         self._batch = C.llama_batch_init(self.n_batch, 0, 1)
+        kv_bytes = int(getattr(getattr(model, "memory_actual", None), "kv_bytes", 0) or 0)
+        self._stream_bytes = kv_bytes // max(n_seq_max, 1)
+        self._copies = 0  # KV stream copies made (prefix shares and moves), for tests and stats
         model.reset_cache()
         self._thread = threading.Thread(target=self._run, name="candlewick-scheduler",
                                         daemon=True)
@@ -216,6 +237,7 @@ class Scheduler:
                 tokens_generated=self._tok_gen,
                 tokens_prompt=self._tok_prompt,
                 slots=slots,
+                kv_copies=self._copies,
             )
 
     def kv_positions(self) -> list[int]:
@@ -292,16 +314,46 @@ class Scheduler:
                 self._queue.popleft()
                 self._finish_unscheduled(req, "cancelled" if req.cancelled else "timeout")
                 continue
-            free = [s for s in self._slots if s.req is None]
-            if not free:
+            slot = self._choose_slot(req.prompt)
+            if slot is None:
                 return
             self._queue.popleft()
-            slot = max(free, key=lambda s: (common_prefix(s.tokens, req.prompt), -s.last_used))
             self._start(slot, req, now)
+        self._compact()
+
+    def _choose_slot(self, prompt: list[int]) -> _Slot | None:
+        """A free slot for `prompt`. First, the one that keeps the busy slots in the fewest
+        runs of consecutive ids. Then one whose cache is lost by nothing (empty, or all of it
+        a prefix of the prompt), the longest shared prefix first; then the least recently used.
+        A prefix held by any other slot is copied in afterwards (`_start`)."""
+        busy = [s.req is not None for s in self._slots]
+        best: tuple[int, bool, int, float] | None = None
+        choice: _Slot | None = None
+        for s in self._slots:
+            if s.req is not None:
+                continue
+            busy[s.seq] = True
+            own = common_prefix(s.tokens, prompt)
+            key = (_runs(busy), own < len(s.tokens), -own, s.last_used)
+            busy[s.seq] = False
+            if best is None or key < best:
+                best, choice = key, s
+        return choice
 
     def _start(self, slot: _Slot, req: Request, now: float) -> None:
         C = self._C
-        n_common = min(common_prefix(slot.tokens, req.prompt), len(req.prompt) - 1)
+        n_own = common_prefix(slot.tokens, req.prompt)
+        src, n_src = slot, n_own
+        for other in self._slots:
+            n = common_prefix(other.tokens, req.prompt)
+            if n > n_src:
+                src, n_src = other, n
+        if src is not slot and n_src - n_own >= self._min_copy_gain():
+            # Another slot (idle or busy: between steps its cells are exactly `tokens`) holds a
+            # longer prefix: take its whole stream, then drop what does not match.
+            self._copy_stream(src, slot)
+            n_own = n_src
+        n_common = min(n_own, len(req.prompt) - 1)
         if n_common < len(slot.tokens) and not C.llama_memory_seq_rm(
             self._mem, slot.seq, n_common, -1
         ):
@@ -323,6 +375,51 @@ class Scheduler:
         req.stats.cached_tokens = n_common
         req.stats.queue_s = now - req.t_submit
 
+    def _min_copy_gain(self) -> int:
+        return max(MIN_COPY_GAIN, -(-self._stream_bytes // COPY_BYTES_PER_TOKEN))
+
+    def _copy_stream(self, src: _Slot, dst: _Slot) -> None:
+        """Make `dst`'s sequence a copy of `src`'s. Only whole sequences: across KV streams
+        llama.cpp copies the full buffer (at the start of the next decode) and asserts on a
+        partial range."""
+        self._C.llama_memory_seq_cp(self._mem, src.seq, dst.seq, -1, -1)
+        dst.tokens = list(src.tokens)
+        self._copies += 1
+
+    def _compact(self) -> None:
+        """Close holes between busy slots by moving the busy slot at the far end into the
+        hole, so that a step stays one micro-batch. Idle slots' caches in a hole are given up."""
+        while True:
+            busy = [s.req is not None for s in self._slots]
+            if _runs(busy) <= 1:
+                return
+            first = busy.index(True)
+            last = len(busy) - 1 - busy[::-1].index(True)
+            hole = next(i for i in range(first, last) if not busy[i])
+            # Move whichever end slot is closer to the hole's side with fewer busy slots.
+            left = sum(busy[first:hole])
+            right = sum(busy[hole:last + 1])
+            mover = self._slots[first if left <= right else last]
+            r = mover.req
+            assert r is not None
+            if r.sampling.max_tokens - mover.n_gen < MIN_MOVE_TOKENS:
+                return
+            self._move(mover, self._slots[hole])
+
+    def _move(self, src: _Slot, dst: _Slot) -> None:
+        """Hand `src`'s request, sampler and KV cells over to the free slot `dst`."""
+        self._copy_stream(src, dst)
+        self._C.llama_memory_seq_rm(self._mem, src.seq, -1, -1)
+        for name in ("req", "pending", "next_token", "sampler", "stream", "n_gen", "t_first"):
+            setattr(dst, name, getattr(src, name))
+        src.tokens = []
+        src.req = None
+        src.pending = []
+        src.next_token = None
+        src.sampler = None
+        src.stream = None
+        src.last_used = time.perf_counter()
+
     def _reap(self) -> None:
         """Finish cancelled and timed-out requests before building the next batch."""
         now = time.perf_counter()
@@ -338,33 +435,46 @@ class Scheduler:
     def _step(self) -> None:
         C = self._C
         b = self._batch
+        # Every generating slot gets its next token; the rest of the batch goes to prompt
+        # chunks, oldest request first.
+        room = self.n_batch - sum(
+            1 for s in self._slots if s.req is not None and s.next_token is not None)
+        chunk_len: dict[int, int] = {}
+        prefill = [s for s in self._slots if s.req is not None and s.pending]
+        if prefill:
+            prefill.sort(key=lambda s: s.req.t_submit if s.req else 0.0)
+            for s in prefill:
+                if room <= 0:
+                    break
+                chunk_len[s.seq] = k = min(room, len(s.pending))
+                room -= k
+        # Written in sequence-id order: llama.cpp splits a batch at every break in the ids.
         n = 0
         rows: list[_Slot] = []
         for s in self._slots:
             s.batch_idx = -1
-            if s.req is not None and s.next_token is not None:
+            if s.req is None:
+                continue
+            if s.next_token is not None:
                 self._put(b, n, s.next_token, len(s.tokens), s.seq, True)
                 s.tokens.append(s.next_token)
                 s.next_token = None
                 s.batch_idx = n
                 rows.append(s)
                 n += 1
-        # Fill the rest of the batch with prompt chunks, oldest request first.
-        prefill = sorted((s for s in self._slots if s.req is not None and s.pending),
-                         key=lambda s: s.req.t_submit if s.req else 0.0)
-        for s in prefill:
-            room = self.n_batch - n
-            if room <= 0:
-                break
-            chunk = s.pending[:room]
-            del s.pending[:len(chunk)]
+                continue
+            k = chunk_len.get(s.seq, 0)
+            if not k:
+                continue
+            chunk = s.pending[:k]
+            del s.pending[:k]
             last = not s.pending
             pos = len(s.tokens)
             for j, tok in enumerate(chunk):
-                self._put(b, n, tok, pos + j, s.seq, last and j == len(chunk) - 1)
+                self._put(b, n, tok, pos + j, s.seq, last and j == k - 1)
                 n += 1
             s.tokens.extend(chunk)
-            self._tok_prompt += len(chunk)
+            self._tok_prompt += k
             if last:
                 s.batch_idx = n - 1
                 rows.append(s)
@@ -467,6 +577,11 @@ class Scheduler:
         self._C.llama_memory_clear(self._mem, True)
         for s in self._slots:
             s.tokens.clear()
+
+
+def _runs(busy: list[bool]) -> int:
+    """How many runs of consecutive busy slots there are (llama.cpp micro-batches per step)."""
+    return sum(1 for i, b in enumerate(busy) if b and (i == 0 or not busy[i - 1]))
 
 
 def _decode_error(rc: int) -> str:

@@ -235,3 +235,76 @@ def test_close_cancels_running_and_queued(model: Model) -> None:
 def test_too_many_slots_for_the_context(model: Model) -> None:
     with pytest.raises(EngineError, match="n_seq_max"):
         Scheduler(model, n_slots=N_SLOTS + 1)
+
+
+def busy_ids(sched: Scheduler) -> list[int]:
+    return [s["id"] for s in sched.snapshot().slots if s["busy"]]
+
+
+def consecutive(ids: list[int]) -> bool:
+    return ids == list(range(ids[0], ids[0] + len(ids))) if ids else True
+
+
+def test_prefix_is_copied_to_a_slot_next_to_the_busy_ones(sched: Scheduler,
+                                                            model: Model) -> None:
+    """llama.cpp cuts a step at every break in the sequence ids, so a request goes next to the
+    busy slots even when its prefix is cached elsewhere; the prefix is copied over and the
+    answer is the same as when it was computed from scratch."""
+    q = QUESTIONS[0]
+    first, col1 = submit(sched, model, q)
+    wait(first)
+    assert col1.finished is not None
+    home = next(s["id"] for s in sched.snapshot().slots if s["cached_tokens"] > 0)
+    long_req, long_col = submit(sched, model, "Write a very long story about a dragon.",
+                                SamplingParams(temperature=0.0, max_tokens=300))
+    assert long_col.first_piece.wait(60)
+    # A new conversation takes an empty slot (the cached one is kept) but still skips the
+    # system prompt it shares with the cached one.
+    long_slot = busy_ids(sched)[0]
+    assert long_slot != home
+    copies = sched.snapshot().kv_copies
+    assert copies >= 1
+    again, col2 = submit(sched, model, q)
+    assert col2.first_piece.wait(60)
+    ids = busy_ids(sched)
+    assert consecutive(ids) and len(ids) == 2, ids
+    wait(again)
+    assert col2.finished is not None
+    assert col2.finished.stats.cached_tokens == col2.finished.stats.prompt_tokens - 1
+    assert col2.finished.text == col1.finished.text
+    assert sched.snapshot().kv_copies >= copies
+    long_req.cancel()
+    wait(long_req)
+    assert long_col.finished is not None
+    assert long_col.finished.stats.cached_tokens > 0
+    assert_no_leak(sched)
+
+
+def test_a_hole_is_closed_and_the_moved_request_is_unchanged(sched: Scheduler,
+                                                             model: Model) -> None:
+    """Cancelling the middle one of three busy slots leaves a hole; an end slot's request moves
+    into it (its KV cells copied) and still produces exactly its greedy answer."""
+    sp = SamplingParams(temperature=0.0, max_tokens=64)
+    qs = QUESTIONS[1:4]
+    expected = {}
+    for q in qs:
+        req, col = submit(sched, model, q, sp)
+        wait(req)
+        assert col.finished is not None
+        expected[q] = col.finished.text
+    reqs = {q: submit(sched, model, q, sp) for q in qs}
+    for _, col in reqs.values():
+        assert col.first_piece.wait(60)
+    snap = sched.snapshot()
+    by_slot = {s["id"]: s["request"] for s in snap.slots if s["busy"]}
+    ids = sorted(by_slot)
+    assert len(ids) == 3 and consecutive(ids), ids
+    middle = next(q for q, (r, _) in reqs.items() if r.id == by_slot[ids[1]])
+    copies = snap.kv_copies
+    reqs[middle][0].cancel()
+    for q, (req, col) in reqs.items():
+        wait(req)
+        if q != middle:
+            assert col.finished is not None and col.finished.text == expected[q], q
+    assert sched.snapshot().kv_copies > copies  # the hole was closed by a move
+    assert_no_leak(sched)
