@@ -38,7 +38,7 @@ def smollm2(smollm2_path: Path) -> Iterator[Model]:
     """Flash attention on: with it, llama.cpp's CPU kernels give the same logits for a token
     decoded alone or inside a verification batch (at short contexts), which exactness needs;
     without it they differ in the last bits even there (docs/speculative.md)."""
-    model = Model(smollm2_path, LoadParams(n_ctx=2048, n_threads=2, flash_attn="on"))
+    model = Model(smollm2_path, LoadParams(n_ctx=2048, n_threads=1, flash_attn="on"))
     yield model
     model.close()
 
@@ -46,6 +46,12 @@ def smollm2(smollm2_path: Path) -> Iterator[Model]:
 def kv_end(model: Model) -> int:
     """Highest position in sequence 0 of the KV cache (-1 when empty)."""
     return int(model._lib.llama_memory_seq_pos_max(model._memory, 0))
+
+
+def flash_line(model: Model) -> str:
+    """What llama.cpp says it did with flash attention when it created the context."""
+    line = next(x for x in model.load_info.log if "flash_attn " in x and "=" in x)
+    return line.split("=", 1)[1].strip()
 
 
 def assert_kv_clean(model: Model) -> None:
@@ -56,7 +62,7 @@ def assert_kv_clean(model: Model) -> None:
 def self_draft(smollm2_path: Path) -> Iterator[Model]:
     """SmolLM2 as its own draft model: drafts always right, the strictest correctness check."""
     draft = Model(smollm2_path,
-                  LoadParams(n_ctx=1024, n_threads=2, state_cache_mb=0, flash_attn="on"))
+                  LoadParams(n_ctx=1024, n_threads=1, state_cache_mb=0, flash_attn="on"))
     yield draft
     draft.close()
 
@@ -170,7 +176,7 @@ def test_cancel_leaves_no_stray_cells(smollm2: Model, self_draft: Model) -> None
 
 
 def test_context_full(smollm2_path: Path) -> None:
-    with Model(smollm2_path, LoadParams(n_ctx=256, n_threads=2, state_cache_mb=0,
+    with Model(smollm2_path, LoadParams(n_ctx=256, n_threads=1, state_cache_mb=0,
                                                  flash_attn="on")) as small:
         # A prompt that leaves ~12 free cells.
         text = "one two three four five six seven eight nine ten" + " one" * 180
@@ -203,7 +209,7 @@ def test_seeded_sampling_matches_plain(smollm2: Model) -> None:
 def test_vocabulary_mismatch_refused(smollm2: Model, gemma_path: Path) -> None:
     with pytest.raises(EngineError, match=r"cannot be a draft model.*vocabulary"):
         load_draft_model(gemma_path, smollm2, n_ctx=256)
-    gemma = Model(gemma_path, LoadParams(n_ctx=256, n_threads=2, state_cache_mb=0))
+    gemma = Model(gemma_path, LoadParams(n_ctx=256, n_threads=1, state_cache_mb=0))
     try:
         with pytest.raises(EngineError, match="262144 tokens, the model's has 49152"):
             check_vocab(smollm2, gemma)
@@ -218,15 +224,42 @@ def test_vocabulary_mismatch_refused(smollm2: Model, gemma_path: Path) -> None:
 
 
 def test_prompt_lookup_drafts() -> None:
-    p = PromptLookup(ngram_max=3, ngram_min=1)
+    p = PromptLookup(ngram_min=2)
     p.begin([1, 2, 3, 4, 5, 9, 2, 3])
-    assert p.propose(2) == [4, 5]  # "2 3" seen before, followed by 4 5
+    assert p.propose(8) == [4, 5]  # "2 3" seen before, followed by 4 5; a 2-token match
+    assert p.last_match == 2
     p.accept(7)
-    assert p.propose(3) == []  # 7 never seen
+    assert p.propose(3) == []  # "3 7" never seen
+    assert p.propose(0) == []
+    # A match that overlaps the tail (the text repeats): the draft continues the period.
     p.begin([5, 6, 5, 6, 5])
-    assert p.propose(4) == [6, 5]  # the most recent earlier match; never the tail itself
+    assert p.propose(8) == [6, 5, 6, 5]
     with pytest.raises(EngineError):
         PromptLookup(ngram_max=1, ngram_min=2)
+
+
+def test_prompt_lookup_prefers_the_longest_agreement() -> None:
+    """Of two earlier places of the tail's 2-gram, the one whose preceding text agrees with
+    the history for longer wins over the more recent one."""
+    p = PromptLookup(ngram_min=2)
+    p.begin([1, 2, 3, 4, 5, 9, 3, 4, 6, 7, 1, 2, 3, 4])
+    assert p.propose(2) == [5, 9]
+    assert p.last_match == 4
+    # No earlier place agrees beyond the 2-gram: the most recent one.
+    p.begin([8, 3, 4, 5, 9, 3, 4, 6, 7, 3, 4])
+    assert p.propose(1) == [6]
+
+
+def test_draft_length_follows_the_agreement() -> None:
+    lengths = [PromptLookup.draft_len(a) for a in range(2, 40)]
+    assert lengths == sorted(lengths)  # a longer agreement never drafts less
+    assert PromptLookup.draft_len(2) < PromptLookup.draft_len(16)
+    # A long quote: the history copies 30 tokens of the prompt, so the draft is long.
+    quote = list(range(100, 160))
+    p = PromptLookup()
+    p.begin([*quote, 7, *quote[:30]])
+    assert p.propose(64) == quote[30:46]
+    assert p.last_match >= 16
 
 
 def test_settings_validation(smollm2: Model) -> None:
@@ -255,3 +288,63 @@ def test_verification_batches_do_not_count_as_prompt_work(smollm2: Model) -> Non
     # Tokens decoded after the prompt: every emitted token but the last, plus rejected drafts.
     assert st.n_eval >= st.gen_tokens - 1
     assert 0.5 * st.gen_tps <= st.gen_tps_wall <= 1.1 * st.gen_tps
+
+
+def test_small_context_batch_limit(smollm2_path: Path) -> None:
+    """n_ctx 64: llama.cpp rounds the context up to 256 but caps one decode at 64 tokens.
+    Prompts longer than that are fed in chunks, drafts never make a verification batch
+    longer than that, and the cache never holds more than the context (this used to abort
+    inside llama.cpp)."""
+    with Model(smollm2_path, LoadParams(n_ctx=64, n_threads=1, state_cache_mb=0,
+                                        flash_attn="on")) as small:
+        assert small.n_batch == 64 < small.n_ctx
+        text = "alpha beta gamma delta epsilon zeta eta theta iota kappa " * 8
+        messages = [{"role": "user", "content": text + "\nRepeat the list twice."}]
+        assert 64 < len(small.chat_tokens(messages)) < small.n_ctx - 40
+        s = SamplingParams(temperature=0, max_tokens=300)
+        ref = plain(small, messages, s)
+        assert ref
+        for source in (lookup_source(64), lookup_source(200)):
+            small.reset_cache()
+            gen = small.generate(messages, s, token_source=source)
+            gen.consume()
+            assert gen.tokens == ref
+            assert gen.stats.draft_tokens > 0
+            assert_kv_clean(small)
+            assert len(small._cached) <= small.n_ctx - 1
+
+
+def test_speculation_set_at_load(smollm2_path: Path, smollm2: Model) -> None:
+    """LoadParams.speculative: every generation drafts without the caller asking, flash
+    attention 'auto' turns on for it, and the text is plain decoding's."""
+    ref = plain(smollm2, QUOTE, GREEDY)
+    params = LoadParams(n_ctx=1024, n_threads=1, state_cache_mb=0,
+                        speculative=SpeculativeSettings(mode="lookup"))
+    with Model(smollm2_path, params) as m:
+        assert m.speculator is not None
+        assert flash_line(m) == "enabled"  # 'auto' is on when drafting
+        gen = m.generate(QUOTE, GREEDY)
+        gen.consume()
+        assert gen.tokens == ref
+        assert gen.stats.draft_tokens > 0 and gen.stats.draft_accepted > 0
+        # A caller's own source still wins.
+        m.reset_cache()
+        own = m.generate(QUOTE, GREEDY, token_source=lookup_source(1))
+        own.consume()
+        assert own.tokens == ref
+    with Model(smollm2_path, LoadParams(n_ctx=256, n_threads=1, state_cache_mb=0)) as m:
+        assert m.speculator is None
+        assert flash_line(m) == "disabled"  # and off for plain decoding on a CPU
+        gen = m.generate(QUOTE, SamplingParams(temperature=0, max_tokens=8))
+        gen.consume()
+        assert gen.stats.draft_tokens == 0
+
+
+def test_draft_with_other_vocabulary_refused_at_load(smollm2_path: Path,
+                                                     gemma_path: Path) -> None:
+    params = LoadParams(n_ctx=256, n_threads=1, state_cache_mb=0,
+                        speculative=SpeculativeSettings(mode="draft",
+                                                        draft_model=str(gemma_path)))
+    with pytest.raises(EngineError, match=r"cannot be a draft model.*vocabulary") as err:
+        Model(smollm2_path, params)
+    assert "\n" not in str(err.value)
