@@ -152,11 +152,19 @@ class PromptLookup:
         pass
 
 
+def vocab_size_mismatch(n_target: int, n_draft: int) -> str | None:
+    """The first check, from the file headers alone (the app runs it before loading)."""
+    if abs(n_target - n_draft) > VOCAB_MAX_SIZE_DIFFERENCE:
+        return f"its vocabulary has {n_draft} tokens, the model's has {n_target}"
+    return None
+
+
 def vocab_mismatch(target: Model, draft: Model) -> str | None:
     """Why `draft` cannot draft for `target`, or None when their vocabularies agree."""
     nt, nd = target.n_vocab, draft.n_vocab
-    if abs(nt - nd) > VOCAB_MAX_SIZE_DIFFERENCE:
-        return f"its vocabulary has {nd} tokens, the model's has {nt}"
+    why = vocab_size_mismatch(nt, nd)
+    if why is not None:
+        return why
     C = target._lib
     for name in ("llama_vocab_bos", "llama_vocab_eos"):
         a = int(getattr(C, name)(target._vocab))
@@ -517,4 +525,5 @@ __all__ = [
     "spec_stats",
     "speculative_tokens",
     "vocab_mismatch",
+    "vocab_size_mismatch",
 ]

@@ -1,11 +1,18 @@
 """The model library panel: the table of local models, load settings, the memory estimate
-before load, and Load / Cancel / Eject."""
+before load, and Load / Cancel / Eject.
+
+Load settings (context, GPU layers, K/V cache types, flash attention, speculative decoding)
+are remembered per model file in the given QSettings and restored when it is selected again.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
-from PySide6.QtCore import QItemSelection, Qt, Signal
+from PySide6.QtCore import QItemSelection, QSettings, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -18,6 +25,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QSlider,
+    QSpinBox,
     QTableView,
     QVBoxLayout,
     QWidget,
@@ -27,10 +35,26 @@ from app.services.library import LibraryEntry
 from app.ui.estimate import EstimateWidget, Estimator
 from app.ui.library_model import LibraryModel
 from app.ui.worker import LoadedModel
-from engine.runtime import KV_TYPES, GpuLayers, LoadParams
+from engine.runtime import KV_TYPES, FlashAttn, GpuLayers, LoadParams
+from engine.speculative import (
+    DEFAULT_DRAFT_MAX,
+    DEFAULT_MODEL_DRAFT_MAX,
+    SpecMode,
+    SpeculativeSettings,
+    vocab_size_mismatch,
+)
 
 CTX_STEP = 256
 DEFAULT_CTX = 4096
+SPEC_MODES: tuple[tuple[SpecMode, str], ...] = (
+    ("off", "Off"), ("lookup", "Prompt lookup"), ("draft", "Draft model"))
+FLASH_NOTE = "Flash attention is on while drafting: exact output needs it."
+SETTINGS_GROUP = "load_settings"
+
+
+def settings_key(path: Path) -> str:
+    """A QSettings key for a model file (paths hold characters QSettings treats specially)."""
+    return hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:16]
 
 
 class LibraryPanel(QWidget):
@@ -40,9 +64,11 @@ class LibraryPanel(QWidget):
     selection_changed = Signal(object)  # LibraryEntry | None
 
     def __init__(self, model: LibraryModel, estimator: Estimator | None,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, *, settings: QSettings | None = None) -> None:
         super().__init__(parent)
         self.model = model
+        self.settings = settings
+        self._restoring = False
         self.table = QTableView()
         self.table.setModel(model)
         self.table.setAccessibleName("Model library")
@@ -78,9 +104,30 @@ class LibraryPanel(QWidget):
         self.flash = QComboBox()
         self.flash.setAccessibleName("Flash attention")
         self.flash.addItems(["auto", "on", "off"])
+        self._flash_wanted = "auto"  # the user's choice, back when drafting is switched off
+        self.spec_mode = QComboBox()
+        self.spec_mode.setAccessibleName("Speculative decoding")
+        for mode, title in SPEC_MODES:
+            self.spec_mode.addItem(title, mode)
+        self.spec_mode.setToolTip(
+            "Draft tokens cheaply and let the model check several at once. Output is the "
+            "model's own. Prompt lookup copies from the conversation (fast when the answer "
+            "quotes it); a draft model is a smaller model with the same tokenizer.")
+        self.draft_model = QComboBox()
+        self.draft_model.setAccessibleName("Draft model")
+        self.draft_max = QSpinBox()
+        self.draft_max.setAccessibleName("Draft max")
+        self.draft_max.setRange(0, 64)
+        self.draft_max.setSpecialValueText("auto")
+        self.draft_max.setToolTip("Most tokens drafted per step (auto: "
+                                  f"{DEFAULT_DRAFT_MAX} for lookup, {DEFAULT_MODEL_DRAFT_MAX} "
+                                  "for a draft model)")
+        self.spec_note = QLabel()
+        self.spec_note.setWordWrap(True)
+        self.spec_note.setAccessibleName("Speculative decoding note")
 
-        settings = QGroupBox("Load settings")
-        form = QFormLayout(settings)
+        settings_box = QGroupBox("Load settings")
+        form = QFormLayout(settings_box)
         ctx_row = QHBoxLayout()
         ctx_row.addWidget(self.ctx_slider, 1)
         ctx_row.addWidget(self.ctx_label)
@@ -97,6 +144,13 @@ class LibraryPanel(QWidget):
         kv_row.addWidget(self.type_v)
         form.addRow("KV cache", kv_row)
         form.addRow("Flash attention", self.flash)
+        spec_row = QHBoxLayout()
+        spec_row.addWidget(self.spec_mode, 1)
+        spec_row.addWidget(QLabel("max"))
+        spec_row.addWidget(self.draft_max)
+        form.addRow("Speculative", spec_row)
+        form.addRow("Draft model", self.draft_model)
+        form.addRow(self.spec_note)
 
         self.estimate = EstimateWidget(estimator)
         est_box = QGroupBox("Memory before loading")
@@ -121,7 +175,7 @@ class LibraryPanel(QWidget):
 
         lay = QVBoxLayout(self)
         lay.addWidget(self.table, 1)
-        lay.addWidget(settings)
+        lay.addWidget(settings_box)
         lay.addWidget(est_box)
         lay.addLayout(buttons)
         lay.addWidget(self.progress)
@@ -133,13 +187,17 @@ class LibraryPanel(QWidget):
         self.ctx_slider.valueChanged.connect(self._settings_changed)
         self.gpu_slider.valueChanged.connect(self._settings_changed)
         self.gpu_auto.toggled.connect(self._settings_changed)
-        for combo in (self.type_k, self.type_v, self.flash):
+        for combo in (self.type_k, self.type_v, self.flash, self.spec_mode, self.draft_model):
             combo.currentIndexChanged.connect(self._settings_changed)
+        self.draft_max.valueChanged.connect(self._settings_changed)
+        self.flash.currentIndexChanged.connect(self._remember_flash)
+        model.modelReset.connect(self._fill_draft_models)
         self._loaded: LoadedModel | None = None
         self._loading = False
         # The context the user asked for; kept across models, clamped to each one's maximum.
         self._ctx_wanted = DEFAULT_CTX
         self.ctx_slider.valueChanged.connect(self._remember_ctx)  # not fired by _configure_for
+        self._fill_draft_models()
         self._configure_for(None)
         self._sync_buttons()
 
@@ -169,18 +227,134 @@ class LibraryPanel(QWidget):
     def gpu_layers(self) -> GpuLayers:
         return "auto" if self.gpu_auto.isChecked() else int(self.gpu_slider.value())
 
+    def speculative(self) -> SpeculativeSettings | None:
+        mode: SpecMode = self.spec_mode.currentData()
+        if mode == "off":
+            return None
+        draft = self.draft_model.currentData() if mode == "draft" else None
+        return SpeculativeSettings(mode=mode, draft_model=str(draft) if draft else None,
+                                   draft_max=self.draft_max.value() or None)
+
+    def spec_problem(self) -> str | None:
+        """Why the speculative settings cannot be used with the selected model (one line)."""
+        if self.spec_mode.currentData() != "draft":
+            return None
+        draft = self.draft_model.currentData()
+        if not draft:
+            return "Pick a draft model: a smaller model of the same family in the library."
+        entry = self.selected_entry()
+        if entry is None:
+            return None
+        if Path(draft) == entry.path:
+            return "A model cannot be its own draft model: pick a smaller one."
+        d = self._entry_for(Path(draft))
+        if entry.facts and d is not None and d.facts:
+            why = vocab_size_mismatch(entry.facts.vocab_size, d.facts.vocab_size)
+            if why:
+                return f"{d.path.name} cannot be a draft model for {entry.path.name}: {why}."
+        return None
+
     def load_params(self) -> LoadParams:
+        spec = self.speculative()
+        flash: FlashAttn = self.flash.currentText()  # type: ignore[assignment]
         return LoadParams(
             n_ctx=self.context_length(),
             n_gpu_layers=self.gpu_layers(),
             type_k=self.type_k.currentText(),
             type_v=self.type_v.currentText(),
-            flash_attn=self.flash.currentText(),  # type: ignore[arg-type]
+            flash_attn="on" if spec is not None else flash,
+            speculative=spec,
         )
+
+    def _entry_for(self, path: Path) -> LibraryEntry | None:
+        for row in range(self.model.rowCount()):
+            e = self.model.entry(row)
+            if e.path == path:
+                return e
+        return None
+
+    def _fill_draft_models(self) -> None:
+        current = self.draft_model.currentData()
+        self.draft_model.blockSignals(True)
+        self.draft_model.clear()
+        for row in range(self.model.rowCount()):
+            e = self.model.entry(row)
+            if e.error is None:
+                self.draft_model.addItem(e.name if e.name == e.path.name
+                                         else f"{e.name} ({e.path.name})", str(e.path))
+        i = self.draft_model.findData(current) if current else -1
+        self.draft_model.setCurrentIndex(max(i, 0) if self.draft_model.count() else -1)
+        self.draft_model.blockSignals(False)
+
+    def _remember_flash(self) -> None:
+        if self.flash.isEnabled():
+            self._flash_wanted = self.flash.currentText()
+
+    # -- per-model memory ------------------------------------------------------------------
+
+    def _stored(self) -> dict[str, Any]:
+        return {
+            "n_ctx": self.context_length(),
+            "gpu_layers": self.gpu_layers(),
+            "type_k": self.type_k.currentText(),
+            "type_v": self.type_v.currentText(),
+            "flash_attn": self._flash_wanted,
+            "speculative": self.spec_mode.currentData(),
+            "draft_model": self.draft_model.currentData(),
+            "draft_max": self.draft_max.value(),
+        }
+
+    def save_model_settings(self) -> None:
+        entry = self.selected_entry()
+        if self.settings is None or entry is None or self._restoring:
+            return
+        self.settings.setValue(f"{SETTINGS_GROUP}/{settings_key(entry.path)}",
+                               json.dumps(self._stored()))
+
+    def _restore_model_settings(self, entry: LibraryEntry | None) -> bool:
+        if self.settings is None or entry is None:
+            return False
+        raw = self.settings.value(f"{SETTINGS_GROUP}/{settings_key(entry.path)}")
+        try:
+            d = json.loads(str(raw)) if raw else None
+        except ValueError:
+            d = None
+        if not isinstance(d, dict):
+            return False
+        self._restoring = True
+        try:
+            if isinstance(d.get("n_ctx"), int):
+                self.set_context_length(d["n_ctx"])
+            gpu = d.get("gpu_layers")
+            self.gpu_auto.setChecked(gpu == "auto")
+            if isinstance(gpu, int):
+                self.gpu_slider.setValue(gpu)
+            for combo, key in ((self.type_k, "type_k"), (self.type_v, "type_v")):
+                if d.get(key) in KV_TYPES:
+                    combo.setCurrentText(d[key])
+            if d.get("flash_attn") in ("auto", "on", "off"):
+                self._flash_wanted = d["flash_attn"]
+                self.flash.setCurrentText(d["flash_attn"])
+            i = self.draft_model.findData(d.get("draft_model"))
+            if i >= 0:
+                self.draft_model.setCurrentIndex(i)
+            i = self.spec_mode.findData(d.get("speculative"))
+            self.spec_mode.setCurrentIndex(max(i, 0))
+            if isinstance(d.get("draft_max"), int):
+                self.draft_max.setValue(d["draft_max"])
+        finally:
+            self._restoring = False
+        return True
 
     def _on_selection(self, _sel: QItemSelection, _desel: QItemSelection) -> None:
         entry = self.selected_entry()
-        self._configure_for(entry)
+        self._restoring = True  # the new model's ranges must not overwrite its saved settings
+        try:
+            self._configure_for(entry)
+        finally:
+            self._restoring = False
+        self._restore_model_settings(entry)
+        self._settings_changed()
         self._sync_buttons()
         self.selection_changed.emit(entry)
 
@@ -203,6 +377,23 @@ class LibraryPanel(QWidget):
         self._settings_changed()
 
     def _settings_changed(self) -> None:
+        drafting = self.spec_mode.currentData() != "off"
+        if drafting and self.flash.isEnabled():
+            self.flash.blockSignals(True)
+            self.flash.setCurrentText("on")
+            self.flash.setEnabled(False)
+            self.flash.blockSignals(False)
+        elif not drafting and not self.flash.isEnabled():
+            self.flash.blockSignals(True)
+            self.flash.setEnabled(True)
+            self.flash.setCurrentText(self._flash_wanted)
+            self.flash.blockSignals(False)
+        self.draft_model.setEnabled(self.spec_mode.currentData() == "draft")
+        self.draft_max.setEnabled(drafting)
+        problem = self.spec_problem()
+        self.spec_note.setText(problem or (FLASH_NOTE if drafting else ""))
+        self.spec_note.setVisible(bool(problem) or drafting)
+        self._sync_buttons()
         self.ctx_label.setText(f"{self.context_length():,}")
         self.gpu_slider.setEnabled(not self.gpu_auto.isChecked())
         self.gpu_label.setText("auto" if self.gpu_auto.isChecked()
@@ -215,12 +406,14 @@ class LibraryPanel(QWidget):
             self.estimate.verdict.setText(f"This file cannot be used: {entry.error}")
         else:
             self.estimate.update_for(entry.path, self.load_params())
+        self.save_model_settings()
 
     # -- load state ------------------------------------------------------------------------
 
     def _request_load(self) -> None:
         entry = self.selected_entry()
-        if entry is not None:
+        if entry is not None and self.spec_problem() is None:
+            self.save_model_settings()
             self.load_requested.emit(entry.path, self.load_params())
 
     def set_loading(self, loading: bool) -> None:
@@ -258,7 +451,7 @@ class LibraryPanel(QWidget):
     def _sync_buttons(self) -> None:
         entry = self.selected_entry()
         self.load_button.setEnabled(not self._loading and entry is not None
-                                    and entry.error is None)
+                                    and entry.error is None and self.spec_problem() is None)
         self.cancel_button.setEnabled(self._loading)
         self.eject_button.setEnabled(not self._loading and self._loaded is not None)
         self.progress.setVisible(self._loading or self._loaded is not None)

@@ -92,7 +92,7 @@ class MainWindow(QMainWindow):
         self._late_closers: list[Callable[[], object]] = []
 
         self.library_model = LibraryModel(parent=self)
-        self.library_panel = LibraryPanel(self.library_model, estimator)
+        self.library_panel = LibraryPanel(self.library_model, estimator, settings=settings)
         self.chat_model = chat_model or ChatModel(parent=self)
         self.chat_view = ChatView(self.chat_model)
         # Remote engines: which engine this chat uses, above the chat.
