@@ -453,6 +453,7 @@ class ServerPanel(QWidget):
                          + ("; key required" if key else "; no key required"))
         self.url.setText(server.url)
         self.curl.setText(curl_example(server.url, server.settings.model_id, bool(key)))
+        self.curl.setCursorPosition(0)
         self.model_label.setText(f"Model: {server.path.stem} · {server.settings.parallel} "
                                  f"slots of {server.settings.ctx_per_slot:,} tokens")
         self._update_timer()

@@ -1,0 +1,246 @@
+"""The Server panel on the real SmolLM2: start, call it with the official OpenAI client, watch
+the log and the slots, wrong key, stop frees the port, unsafe and impossible settings."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import keyring.backend
+import keyring.errors
+import openai
+import pytest
+from PySide6.QtWidgets import QApplication, QLineEdit, QWidget
+from pytestqt.qtbot import QtBot
+
+from app.services.local_server import KEY_ACCOUNT, new_api_key
+from app.services.secrets import SecretStore
+from app.ui.memory_adapter import engine_estimator
+from app.ui.server_panel import NO_MODEL_TIP, RequestLogModel, ServerPanel
+from app.ui.worker import LoadedModel
+from engine.runtime import LoadParams
+from engine.server.request_log import RequestRecord
+
+pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
+
+
+class MemoryKeyring(keyring.backend.KeyringBackend):
+    """A real keyring backend (the keyring API end to end), storing in a dict."""
+
+    priority = 1  # type: ignore[assignment]
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.data: dict[tuple[str, str], str] = {}
+
+    def get_password(self, service: str, username: str) -> str | None:
+        return self.data.get((service, username))
+
+    def set_password(self, service: str, username: str, password: str) -> None:
+        self.data[(service, username)] = password
+
+    def delete_password(self, service: str, username: str) -> None:
+        if self.data.pop((service, username), None) is None:
+            raise keyring.errors.PasswordDeleteError("not set")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@pytest.fixture
+def chat_model(smollm2_path: Path) -> LoadedModel:
+    """What the chat reports once it has loaded SmolLM2 (the panel loads its own instance)."""
+    return LoadedModel(path=smollm2_path, name="SmolLM2 135M Instruct", n_ctx=2048, n_layer=30,
+                       n_gpu_layers=0, load_s=0.1, params=LoadParams(n_ctx=2048, n_threads=1))
+
+
+@pytest.fixture
+def panel(qtbot: QtBot, chat_model: LoadedModel) -> Iterator[ServerPanel]:
+    p = ServerPanel(lambda: chat_model, SecretStore(MemoryKeyring()),
+                    estimator=engine_estimator())
+    qtbot.addWidget(p)
+    p.port.setValue(free_port())
+    p.parallel.setValue(2)
+    p.ctx.setValue(1024)
+    p.resize(900, 760)
+    p.show()
+    yield p
+    p.shutdown()
+
+
+def start(qtbot: QtBot, panel: ServerPanel) -> None:
+    with qtbot.waitSignal(panel.running_changed, timeout=180_000) as sig:
+        assert panel.start()
+    assert sig.args == [True], panel.status.text()
+    assert panel.phase == "running"
+
+
+def cells(model: RequestLogModel) -> list[list[str]]:
+    return [[str(model.index(r, c).data()) for c in range(model.columnCount())]
+            for r in range(model.rowCount())]
+
+
+@pytest.mark.slow
+def test_serve_call_log_and_stop(qtbot: QtBot, qtmodeltester: object, panel: ServerPanel,
+                                 tmp_path: Path) -> None:
+    key = panel.key_edit.text()
+    assert len(key) >= 40 and panel.key_edit.echoMode() == QLineEdit.EchoMode.Password
+    assert panel.require_key.isChecked()
+    port = panel.port.value()
+    start(qtbot, panel)
+    assert panel.secrets.get(KEY_ACCOUNT) == key  # kept in the keyring for next time
+    url = panel.url.text()
+    assert url == f"http://127.0.0.1:{port}"
+    assert "$CANDLEWICK_API_KEY" in panel.curl.text() and key not in panel.curl.text()
+    assert panel.start_button.text() == "Stop server"
+    assert not panel.port.isEnabled() and not panel.host.isEnabled()
+
+    client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=120)
+    reply = client.chat.completions.create(
+        model="SmolLM2", messages=[{"role": "user", "content": "Say hello."}], max_tokens=8,
+        temperature=0)
+    assert reply.choices[0].message.content
+    assert reply.usage is not None and 1 <= reply.usage.completion_tokens <= 8
+    qtbot.waitUntil(lambda: panel.log_model.rowCount() >= 1, timeout=10_000)
+    row = panel.log_model.record(0)
+    assert (row.method, row.path, row.status) == ("POST", "/v1/chat/completions", 200)
+    assert row.prompt_tokens == reply.usage.prompt_tokens
+    assert row.completion_tokens == reply.usage.completion_tokens
+    assert cells(panel.log_model)[0][5] == (f"{reply.usage.prompt_tokens} / "
+                                            f"{reply.usage.completion_tokens}")
+
+    # A long streamed answer holds a slot: the panel shows it busy, then free again.
+    stream = client.chat.completions.create(
+        model="SmolLM2", messages=[{"role": "user", "content": "Write a long story."}],
+        max_tokens=400, stream=True)
+    chunks = iter(stream)
+    next(chunks)
+    qtbot.waitUntil(lambda: panel.slots.text().startswith("1 of 2 busy"), timeout=30_000)
+    assert "cells" in panel.kv.text()
+    stream.close()  # hang up mid-answer
+    qtbot.waitUntil(lambda: panel.slots.text().startswith("0 of 2 busy"), timeout=30_000)
+
+    bad = openai.OpenAI(base_url=url + "/v1", api_key="not-the-key-123", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+    qtbot.waitUntil(lambda: any(r[4] == "401" for r in cells(panel.log_model)),
+                    timeout=10_000)
+    log = cells(panel.log_model)
+    assert log[-1][2:6] == ["GET", "/v1/models", "401", "—"]
+    assert not any(key in c for r in log for c in r)
+    qtmodeltester.check(panel.log_model)  # type: ignore[attr-defined]
+    panel.start_button.setFocus()  # not the key field, whose text would show selected
+    save_shot(panel, shots_dir(tmp_path) / "server_panel.png")
+
+    with qtbot.waitSignal(panel.running_changed, timeout=60_000) as sig:
+        panel.stop()
+    assert sig.args == [False]
+    assert panel.phase == "stopped" and panel.status.text() == "Stopped"
+    assert port_is_free(port)
+    assert panel.url.text() == "" and panel.port.isEnabled()
+
+
+def test_start_is_off_without_a_model(qtbot: QtBot) -> None:
+    p = ServerPanel(lambda: None, SecretStore(MemoryKeyring()))
+    qtbot.addWidget(p)
+    assert not p.start_button.isEnabled()
+    assert p.start_button.toolTip() == NO_MODEL_TIP
+    assert not p.start()
+    p.shutdown()
+
+
+def test_network_bind_without_a_key_is_refused(panel: ServerPanel) -> None:
+    panel.require_key.setChecked(False)
+    panel.host.setCurrentIndex(panel.host.findData("0.0.0.0"))
+    assert panel.settings().host == "0.0.0.0" and panel.settings().api_key is None
+    assert not panel.start()
+    assert panel.status.text().startswith(
+        "Cannot start: refusing to listen on 0.0.0.0 without an API key")
+    assert panel.phase == "stopped" and panel.server is None
+    # With the key it is allowed (checked without binding to the network here).
+    panel.require_key.setChecked(True)
+    panel.settings().config().validate()
+
+
+def test_a_taken_port_is_one_clear_line(panel: ServerPanel) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        panel.port.setValue(port)
+        assert not panel.start()
+    assert panel.status.text() == (f"Cannot start: cannot listen on 127.0.0.1:{port}: "
+                                   "Address already in use")
+    assert panel.phase == "stopped"
+
+
+@pytest.mark.slow
+def test_cancel_while_loading_frees_everything(qtbot: QtBot, panel: ServerPanel) -> None:
+    port = panel.port.value()
+    with qtbot.waitSignal(panel.running_changed, timeout=120_000) as sig:
+        assert panel.start()
+        assert panel.start_button.text() == "Cancel"
+        panel.stop()
+    assert sig.args == [False]
+    assert panel.phase == "stopped" and panel.status.text().startswith("Stopped")
+    assert port_is_free(port)
+
+
+@pytest.mark.slow
+def test_quitting_while_serving_shuts_down(qtbot: QtBot, panel: ServerPanel) -> None:
+    start(qtbot, panel)
+    before = {t.name for t in threading.enumerate()}
+    assert "candlewick-server" in before and "candlewick-scheduler" in before
+    port = panel.port.value()
+    panel.shutdown()
+    names = {t.name for t in threading.enumerate()}
+    assert not names & {"candlewick-server", "candlewick-scheduler", "candlewick-embed_0"}
+    assert port_is_free(port)
+
+
+def test_request_log_model_is_bounded(qtmodeltester: object) -> None:
+    m = RequestLogModel(max_rows=5)
+    qtmodeltester.check(m)  # type: ignore[attr-defined]
+    m.add([RequestRecord("GET", f"/{i}", status=200) for i in range(3)])
+    m.add([RequestRecord("POST", f"/{i}", status=429, latency_s=0.01) for i in range(3, 9)])
+    assert m.rowCount() == 5
+    assert [m.record(r).path for r in range(5)] == ["/4", "/5", "/6", "/7", "/8"]
+    assert m.index(0, 6).data() == "10 ms" and m.index(0, 5).data() == "—"
+    qtmodeltester.check(m)  # type: ignore[attr-defined]
+
+
+def test_new_key_is_random(panel: ServerPanel) -> None:
+    old = panel.key_edit.text()
+    panel.new_key.click()
+    assert panel.key_edit.text() != old and panel.key_edit.text().startswith("cw-")
+    assert new_api_key() != new_api_key()
+    panel.show_key.click()
+    assert panel.key_edit.echoMode() == QLineEdit.EchoMode.Normal
+
+
+def shots_dir(tmp_path: Path) -> Path:
+    """Where the screenshot goes: docs/screenshots when CANDLEWICK_SCREENSHOTS names it."""
+    return Path(os.environ.get("CANDLEWICK_SCREENSHOTS") or tmp_path)
+
+
+def save_shot(widget: QWidget, path: Path) -> None:
+    QApplication.processEvents()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    assert widget.grab().save(str(path))
+    assert path.stat().st_size > 10_000  # a picture, not an empty grab
