@@ -42,6 +42,12 @@ def register(sub: Any) -> None:
     p.add_argument("--gpu-layers", type=gpu_layers_arg, default="auto",
                    help="layers to offload: N, 'auto' or 'all'")
     p.add_argument("--threads", type=positive_int, default=None)
+    p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0"), default="f16",
+                   help="K/V cache type; q8_0 halves its memory, q4_0 quarters it "
+                        "(quantized V needs flash attention)")
+    p.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto",
+                   help="flash attention (auto: off on a CPU-only build, where its kernel "
+                        "slows down as the context fills; on with a quantized V cache)")
     p.add_argument("--cors-origin", action="append", default=[],
                    help="allow browser pages from this origin (repeatable; closed by default)")
     p.add_argument("--max-queue", type=int, default=64,
@@ -86,8 +92,9 @@ def run(args: argparse.Namespace) -> int:
         model_id = Path(args.model).stem
     config = dataclasses.replace(config, model_id=model_id)
     params = LoadParams(n_ctx=args.ctx * args.parallel, n_seq_max=args.parallel,
-                        n_gpu_layers=args.gpu_layers, n_threads=args.threads)
-    params.validate()
+                        n_gpu_layers=args.gpu_layers, n_threads=args.threads,
+                        type_k=args.kv_type, type_v=args.kv_type, flash_attn=args.flash_attn)
+    params.validate()  # e.g. a quantized V cache with flash attention off: one line, exit 2
     state = ServerState(config)
     holder: dict[str, Any] = {}
     sock = bind_socket(config.host, config.port)
@@ -97,11 +104,13 @@ def run(args: argparse.Namespace) -> int:
         try:
             model = Model(path, params)
             holder["model"] = model
-            state.set_loaded(LoadedModel.build(model, model_id, max_queue=config.max_queue,
-                                               embeddings=not args.no_embeddings))
+            loaded = LoadedModel.build(model, model_id, max_queue=config.max_queue,
+                                       embeddings=not args.no_embeddings)
+            state.set_loaded(loaded)
             print(f"candlewick: serving {path.name} as '{model_id}' on "
                   f"http://{_host(config.host)}:{port} ({args.parallel} slots"
-                  f"{', API key required' if config.api_key else ''})", file=sys.stderr)
+                  f"{', API key required' if config.api_key else ''}; "
+                  f"{_describe(loaded.settings())})", file=sys.stderr)
         except Exception as e:  # reported on /health and in the terminal
             state.load_error = f"loading failed: {e}"
             print(f"candlewick: error: {state.load_error}", file=sys.stderr)
@@ -119,6 +128,17 @@ def run(args: argparse.Namespace) -> int:
         if "model" in holder:
             holder["model"].close()
     return 2 if state.load_error else 0
+
+
+def _describe(settings: dict[str, Any]) -> str:
+    kv = settings["kv_type_k"]
+    if settings["kv_type_v"] != kv:
+        kv = f"K {kv}, V {settings['kv_type_v']}"
+    fa = settings["flash_attn"]
+    if fa != settings["flash_attn_requested"]:
+        fa = f"{fa} ({settings['flash_attn_requested']})"
+    return (f"{settings['ctx_per_slot']} tokens per slot, KV cache {kv} "
+            f"{settings['kv_cache_mib']} MiB, flash attention {fa}")
 
 
 def _host(host: str) -> str:

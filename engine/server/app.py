@@ -116,7 +116,8 @@ def create_app(state: ServerState) -> ASGIApp:
         snap = state.loaded.scheduler.snapshot()
         return JSONResponse({"status": "ok", "model": state.loaded.model_id,
                              "slots_total": snap.n_slots, "slots_busy": snap.busy_slots,
-                             "queue_depth": snap.queue_depth})
+                             "queue_depth": snap.queue_depth,
+                             "settings": state.loaded.settings()})
 
     async def metrics(request: Request) -> Response:
         snap = state.loaded.scheduler.snapshot() if state.loaded else None

@@ -105,4 +105,7 @@ class Metrics:
             lines.append(f"{p}kv_cache_usage_ratio {ratio:.6f}")
             head("decode_steps_total", "counter", "Batched llama_decode calls.")
             lines.append(f"{p}decode_steps_total {snap.steps}")
+            head("kv_stream_copies_total", "counter",
+                 "KV streams copied between slots (shared prefixes, closed holes).")
+            lines.append(f"{p}kv_stream_copies_total {snap.kv_copies}")
         return "\n".join(lines) + "\n"

@@ -54,7 +54,7 @@ def usage(st: RequestStats) -> dict[str, Any]:
 
 def _model_obj(loaded: LoadedModel) -> dict[str, Any]:
     return {"id": loaded.model_id, "object": "model", "created": loaded.created,
-            "owned_by": "candlewick"}
+            "owned_by": "candlewick", "meta": loaded.settings()}
 
 
 def _sse(obj: Any) -> str:

@@ -84,7 +84,7 @@ TEXT_COMPLETION = {
 }
 MODEL = {"type": "object", "required": ["id", "object", "created", "owned_by"],
          "properties": {"id": _STR, "object": {"type": "string", "enum": ["model"]},
-                        "created": _INT, "owned_by": _STR}}
+                        "created": _INT, "owned_by": _STR, "meta": _OBJ}}
 EMBEDDINGS = {
     "type": "object", "required": ["object", "data", "model", "usage"],
     "properties": {
