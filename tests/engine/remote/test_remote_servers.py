@@ -24,7 +24,7 @@ from tests.engine.remote.conftest import API_KEY
 
 MSG = [{"role": "system", "content": "You are a helpful assistant."},
        {"role": "user", "content": "Name three colours."}]
-GREEDY = SamplingParams(temperature=0.0, max_tokens=24, seed=1)
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12, seed=1)
 
 
 def check_client_stats(st: GenerationStats, reply: ReplyStream, n_pieces: int) -> None:
