@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,8 +57,10 @@ class Background(QObject):
             on_done(result, error)
 
     def wait(self, timeout_s: float = 30.0) -> None:
-        """Stop delivering results and join the threads still running."""
+        """Stop delivering results and join the threads still running, for at most
+        `timeout_s` in all."""
         self._closed = True
+        end = time.monotonic() + timeout_s
         for t in list(self._threads):
-            t.join(timeout_s)
+            t.join(max(0.0, end - time.monotonic()))
         self._threads.clear()

@@ -329,5 +329,7 @@ class ConnectionsDialog(QDialog):
     # -- closing -----------------------------------------------------------------------------
 
     def done(self, result: int) -> None:
-        self.background.wait()
+        # A check still waiting on a server that does not answer is not worth a hung window:
+        # give it a moment, then leave it (a daemon thread; its result is dropped).
+        self.background.wait(timeout_s=2.0)
         super().done(result)

@@ -196,4 +196,6 @@ class EnginePicker(QWidget):
             self.chosen.emit(binding)
 
     def shutdown(self) -> None:
-        self.background.wait()
+        # A check still waiting on a server that does not answer is not worth a hung window:
+        # give it a moment, then leave it (a daemon thread; its result is dropped).
+        self.background.wait(timeout_s=2.0)

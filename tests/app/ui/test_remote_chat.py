@@ -264,6 +264,30 @@ def test_refused_and_silent_servers_are_reported_in_the_chat(
         silent.close()
 
 
+def test_stop_ends_a_remote_reply_like_a_local_one(qtbot: QtBot, served: Served,
+                                                  connections: ConnectionStore) -> None:
+    w = make_window(qtbot, connections, SamplingParams(temperature=0.0, max_tokens=1500))
+    try:
+        connections.add(Connection(NAME, served.url), API_KEY)
+        assert picker_of(w).choose(listed_binding(qtbot, w, NAME))
+        qtbot.keyClicks(w.chat_view.input, "Write a long story about a lighthouse keeper.")
+        qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: w.chat_model.rowCount() == 2
+                        and len(w.chat_model.message(1).text) >= 10, timeout=300_000)
+        qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Escape)
+        qtbot.waitUntil(lambda: not w.controller.busy, timeout=60_000)
+        reply = w.chat_model.message(1)
+        assert reply.state == "stopped" and reply.stats is not None
+        assert reply.stats.stop_reason == "cancelled" and reply.stats.measured_on == "client"
+        footer = w.chat_view.message_widgets[1].footer.text()
+        assert FOOTER.fullmatch(footer) and footer.endswith("· stopped · measured here")
+        assert w.store is not None and w.controller.conversation_id is not None
+        answer = w.store.active_path(w.controller.conversation_id)[-1]
+        assert answer.status == "complete" and answer.content == reply.text
+    finally:
+        close_window(w)
+
+
 @pytest.mark.timeout(600)
 def test_partial_answer_is_kept_when_the_server_dies(
         qtbot: QtBot, connections: ConnectionStore, tmp_path: Path) -> None:
