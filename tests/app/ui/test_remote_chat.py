@@ -198,6 +198,22 @@ def test_chat_through_a_remote_endpoint_like_the_embedded_engine(
     assert len(w.store.active_path(cid)) == 4
 
 
+def test_ollama_dialect_chats_the_same(window: MainWindow, qtbot: QtBot, served: Served,
+                                       connections: ConnectionStore) -> None:
+    """candlewick serve also speaks Ollama's API (/api/tags, /api/chat, NDJSON)."""
+    w = window
+    connections.add(Connection("Ollama-style", served.url, api="ollama"), API_KEY)
+    binding = listed_binding(qtbot, w, "Ollama-style")
+    assert picker_of(w).choose(binding)
+    send(qtbot, w, QUESTION)
+    reply = w.chat_model.message(last_row(w))
+    assert reply.state == "done" and reply.text.strip() and reply.stats is not None
+    assert reply.stats.measured_on == "client" and reply.stats.gen_tokens >= 1
+    assert "gen_tokens" in reply.stats.server_usage  # Ollama's eval_count
+    footer = w.chat_view.message_widgets[last_row(w)].footer.text()
+    assert FOOTER.fullmatch(footer) and footer.endswith("measured here")
+
+
 def test_wrong_key_is_reported_in_the_chat(window: MainWindow, qtbot: QtBot, served: Served,
                                            connections: ConnectionStore) -> None:
     w = window
