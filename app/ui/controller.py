@@ -317,6 +317,11 @@ class ChatController(QObject):
         if self.busy or m.role != "assistant" or row != self.chat.rowCount() - 1:
             return False
         choice = self.choose_model()
+        if isinstance(choice, RemoteChoice):
+            # Chat APIs have no portable "continue this answer"; leave the answer as it is.
+            self.error.emit("Continue works with a local model only: choose This computer "
+                            "above the chat, or Regenerate to ask the server again")
+            return False
         if self.loaded is None or self._needs_switch(choice):
             # As with sending: load the selected model (or connect), then continue.
             if choice is None:

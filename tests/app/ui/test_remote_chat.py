@@ -300,6 +300,14 @@ def test_stop_ends_a_remote_reply_like_a_local_one(qtbot: QtBot, served: Served,
         assert w.store is not None and w.controller.conversation_id is not None
         answer = w.store.active_path(w.controller.conversation_id)[-1]
         assert answer.status == "complete" and answer.content == reply.text
+        # Continue needs a local model: said so, and the answer stays as it was.
+        errors: list[str] = []
+        w.controller.error.connect(errors.append)
+        w.chat_view.message_widgets[1].continue_button.click()
+        assert len(errors) == 1 and errors[0].startswith("Continue works with a local model")
+        assert not w.controller.busy
+        assert (reply.state, reply.stats.stop_reason) == ("stopped", "cancelled")
+        assert w.store.message(answer.id).status == "complete"
     finally:
         close_window(w)
 
