@@ -312,6 +312,27 @@ def test_stop_ends_a_remote_reply_like_a_local_one(qtbot: QtBot, served: Served,
         close_window(w)
 
 
+def test_chat_bound_to_a_removed_connection_says_so(window: MainWindow, qtbot: QtBot,
+                                                     connections: ConnectionStore) -> None:
+    w = window
+    assert w.store is not None
+    c = w.store.create_conversation("Old remote chat",
+                                    settings={"engine": {"connection": "Gone", "model": "m"}})
+    w.open_conversation(c.id)
+    picker = picker_of(w)
+    assert picker.binding() == {"connection": "Gone", "model": "m"}
+    assert picker.combo.currentText() == "Gone · m (not available)"
+    send(qtbot, w, "Hello?")
+    assert w.controller.loaded is None
+    assert w.banner.isVisible()
+    assert w.banner.label.text() == ("Could not use Gone · m: no connection named 'Gone' "
+                                     "(known: none saved yet)")
+    # Back to the local model for this chat: saved with it.
+    assert picker.choose(None)
+    assert "engine" not in w.controller.chat_settings
+    assert w.store.conversation(c.id).settings["engine"] is None
+
+
 @pytest.mark.timeout(600)
 def test_partial_answer_is_kept_when_the_server_dies(
         qtbot: QtBot, connections: ConnectionStore, tmp_path: Path) -> None:
