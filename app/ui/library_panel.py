@@ -187,10 +187,10 @@ class LibraryPanel(QWidget):
         self.ctx_slider.valueChanged.connect(self._settings_changed)
         self.gpu_slider.valueChanged.connect(self._settings_changed)
         self.gpu_auto.toggled.connect(self._settings_changed)
+        self.flash.currentIndexChanged.connect(self._remember_flash)  # before it is saved
         for combo in (self.type_k, self.type_v, self.flash, self.spec_mode, self.draft_model):
             combo.currentIndexChanged.connect(self._settings_changed)
         self.draft_max.valueChanged.connect(self._settings_changed)
-        self.flash.currentIndexChanged.connect(self._remember_flash)
         model.modelReset.connect(self._fill_draft_models)
         self._loaded: LoadedModel | None = None
         self._loading = False

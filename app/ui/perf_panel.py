@@ -28,6 +28,7 @@ from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidg
 from app.ui.library_model import human_bytes
 from app.ui.worker import LoadedModel
 from engine.runtime import GenerationStats
+from engine.speculative import acceptance_rate
 
 TICK_MS = 400
 ROLLING_TICKS = 8  # ~3 s of samples for the rolling average
@@ -141,13 +142,18 @@ class PerfPanel(QWidget):
         self._t_start = 0.0
         self._last_n = 0
         self._last_t = 0.0
+        self.model_path = ""
+        # Generation speed of each model's last reply without drafts: the reference for the
+        # speed-up shown after a speculative reply.
+        self.plain_tps: dict[str, float] = {}
 
         self.labels: dict[str, QLabel] = {}
         box = QGroupBox("Performance")
         form = QFormLayout(box)
         for key, title in (("ttft", "Time to first token"), ("pp", "Prompt processing"),
                            ("tg", "Generation (now)"), ("tg_avg", "Generation (rolling)"),
-                           ("tg_last", "Generation (last reply)"), ("ctx", "Context used"),
+                           ("tg_last", "Generation (last reply)"),
+                           ("spec", "Speculative decoding"), ("ctx", "Context used"),
                            ("ram", "Process RAM"), ("vram", "VRAM"), ("cpu", "CPU load"),
                            ("source", "Measured")):
             label = QLabel("—")
@@ -164,6 +170,7 @@ class PerfPanel(QWidget):
 
     def on_loaded(self, info: LoadedModel) -> None:
         self.n_ctx = info.n_ctx
+        self.model_path = str(info.path)
         self._show_ctx()
 
     def on_unloaded(self) -> None:
@@ -197,7 +204,23 @@ class PerfPanel(QWidget):
         short, full = measured_text(stats)
         self.labels["source"].setText(short)
         self.labels["source"].setToolTip(full)
+        self.labels["spec"].setText(self.spec_text(stats))
         self.refresh_labels()
+
+    def spec_text(self, stats: GenerationStats) -> str:
+        """Drafted / accepted / acceptance rate, and the speed-up against this model's last
+        reply without drafts when there was one; "—" for a plain reply (remembered)."""
+        rate = acceptance_rate(stats)
+        if rate is None:
+            if stats.gen_tps and stats.stop_reason != "cancelled":
+                self.plain_tps[self.model_path] = stats.gen_tps
+            return "—"
+        text = (f"{stats.draft_accepted}/{stats.draft_tokens} drafted tokens accepted "
+                f"({rate:.0%})")
+        plain = self.plain_tps.get(self.model_path)
+        if plain and stats.gen_tps:
+            text += f" · x{stats.gen_tps / plain:.2f} vs the last plain reply"
+        return text
 
     def on_failed(self, _message: str) -> None:
         self.generating = False
