@@ -24,11 +24,12 @@ from app.services.secrets import SERVICE, SecretStore
 from app.ui.connections_dialog import ConnectionsDialog
 from app.ui.engine_picker import Binding, EnginePicker
 from app.ui.main_window import MainWindow
-from app.ui.worker import RemoteTarget
+from app.ui.worker import EngineHost, EngineWorker, LoadedModel, RemoteTarget
 from engine.chat_engine import EmbeddedEngine
 from engine.remote import RemoteEngine
 from engine.runtime import SamplingParams
 from tests.app.ui.remote_server import API_KEY, MemoryKeyring, Served, start_server
+from tests.app.ui.ui_signal_log import SignalLog
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 
@@ -196,6 +197,40 @@ def test_chat_through_a_remote_endpoint_like_the_embedded_engine(
     assert w.controller.loaded is not None and w.controller.loaded.remote is not None
     assert w.chat_model.message(last_row(w)).state == "done"
     assert len(w.store.active_path(cid)) == 4
+
+
+def test_worker_signals_are_the_same_for_a_remote_engine(qtbot: QtBot, served: Served,
+                                                         connections: ConnectionStore) -> None:
+    """The engine thread over a remote engine: the same signal sequence as over a local
+    model, and the coalesced text equal to a direct request's (greedy, one server slot)."""
+    connections.add(Connection(NAME, served.url, model="default"), API_KEY)
+    host = EngineHost(EngineWorker())
+    try:
+        log = SignalLog(host.worker)
+        target = RemoteTarget(NAME, "default")
+        with qtbot.waitSignal(log.got_loaded, timeout=60_000) as got:
+            host.connect_remote(target, lambda: connections.engine(NAME))
+        info = got.args[0]
+        assert isinstance(info, LoadedModel)
+        assert (info.remote, info.key, info.name, info.n_ctx) == (
+            target, target, f"{NAME} · default", 0)
+        log.clear()
+        chat = [{"role": "user", "content": "Name three colours."}]
+        sampling = SamplingParams(temperature=0.0, max_tokens=12)
+        with qtbot.waitSignal(log.got_finished, timeout=300_000) as got:
+            host.generate(chat, sampling)
+        stats = got.args[0]
+        assert log.squeezed() == ["started", "tokens", "finished"]
+        assert log.values("started") == [0]  # the server reports the prompt size at the end
+        counts = [n for _, n in log.values("tokens")]
+        assert counts == sorted(counts) and counts[-1] <= stats.gen_tokens
+        streamed = "".join(t for t, _ in log.values("tokens"))
+        reply = connections.engine(NAME).reply(chat, sampling)
+        direct = "".join(reply)
+        assert streamed == direct and streamed.strip()
+        assert reply.stats.gen_tokens == stats.gen_tokens
+    finally:
+        host.shutdown()
 
 
 def test_ollama_dialect_chats_the_same(window: MainWindow, qtbot: QtBot, served: Served,
