@@ -9,22 +9,26 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import keyring.backend
 import keyring.errors
 import openai
 import pytest
+from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QApplication, QLineEdit, QWidget
 from pytestqt.qtbot import QtBot
 
+from app.main import build_window
 from app.services.local_server import KEY_ACCOUNT, new_api_key
 from app.services.secrets import SecretStore
 from app.ui.memory_adapter import engine_estimator
 from app.ui.server_panel import NO_MODEL_TIP, RequestLogModel, ServerPanel
 from app.ui.worker import LoadedModel
-from engine.runtime import LoadParams
+from engine.runtime import LoadParams, SamplingParams
 from engine.server.request_log import RequestRecord
 
-pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
+pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints",
+                                       "This plugin does not support raise")
 
 
 class MemoryKeyring(keyring.backend.KeyringBackend):
@@ -212,6 +216,38 @@ def test_quitting_while_serving_shuts_down(qtbot: QtBot, panel: ServerPanel) -> 
     names = {t.name for t in threading.enumerate()}
     assert not names & {"candlewick-server", "candlewick-scheduler", "candlewick-embed_0"}
     assert port_is_free(port)
+
+
+@pytest.mark.slow
+def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
+        qtbot: QtBot, smollm2_path: Path) -> None:
+    w = build_window(sampling=SamplingParams(temperature=0.0, max_tokens=4))
+    try:
+        panel = w.findChild(ServerPanel)
+        assert panel is not None
+        panel.secrets = SecretStore(MemoryKeyring())  # not the real keyring of the machine
+        action = next(a for a in w.actions() if a.text() == "Local server…")
+        assert not panel.start_button.isEnabled()
+        assert panel.start_button.toolTip() == NO_MODEL_TIP
+        w.controller.load(smollm2_path, LoadParams(n_ctx=1024, n_threads=1))
+        qtbot.waitUntil(panel.start_button.isEnabled, timeout=120_000)
+        assert panel.model_label.text() == "Model: " + w.controller.loaded.name  # type: ignore
+        action.trigger()
+        qtbot.waitExposed(panel)
+        panel.port.setValue(free_port())
+        panel.ctx.setValue(512)
+        start(qtbot, panel)
+        r = httpx.get(panel.url.text() + "/v1/models", timeout=60,
+                      headers={"Authorization": f"Bearer {panel.key_edit.text()}"})
+        assert r.status_code == 200
+        port = panel.port.value()
+    finally:
+        w.close()
+        w.shutdown()  # what quitting the app does
+        w.deleteLater()
+        QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    assert port_is_free(port)
+    assert "candlewick-server" not in {t.name for t in threading.enumerate()}
 
 
 def test_request_log_model_is_bounded(qtmodeltester: object) -> None:
