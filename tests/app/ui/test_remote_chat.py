@@ -465,10 +465,19 @@ def test_connections_dialog_add_test_remove(window: MainWindow, qtbot: QtBot,
     assert dialog.status.text().startswith("\u2717 Broken:")
     assert connections.names() == [NAME]
 
+    # Edit: rename it and lengthen its timeout; the key moves with it.
     dialog.list.setCurrentRow(0)
     assert dialog.name.text() == NAME and dialog.api_key.text() == ""
     assert "saved" in dialog.api_key.placeholderText()
+    dialog.name.setText("Office")
+    dialog.timeout.setValue(300.0)
+    dialog.save_button.click()
+    assert connections.names() == ["Office"] and dialog.names() == ["Office"]
+    assert connections.get("Office").timeout_s == 300.0
+    assert connections.api_key("Office") == API_KEY
+    assert (SERVICE, f"connection:{NAME}") not in keyring_backend.store
+
     dialog.remove_button.click()
     assert connections.names() == [] and dialog.names() == []
-    assert (SERVICE, f"connection:{NAME}") not in keyring_backend.store
+    assert not keyring_backend.store
     dialog.close()
