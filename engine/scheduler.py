@@ -395,16 +395,17 @@ class Scheduler:
                 return
             first = busy.index(True)
             last = len(busy) - 1 - busy[::-1].index(True)
-            hole = next(i for i in range(first, last) if not busy[i])
-            # Move whichever end slot is closer to the hole's side with fewer busy slots.
-            left = sum(busy[first:hole])
-            right = sum(busy[hole:last + 1])
-            mover = self._slots[first if left <= right else last]
+            holes = [i for i in range(first, last) if not busy[i]]
+            # Move the end of the shorter side, into the hole farthest from it (one move).
+            left = holes[0] - first
+            right = last - holes[-1]
+            mover, dst = ((self._slots[first], self._slots[holes[-1]]) if left <= right
+                          else (self._slots[last], self._slots[holes[0]]))
             r = mover.req
             assert r is not None
             if r.sampling.max_tokens - mover.n_gen < MIN_MOVE_TOKENS:
                 return
-            self._move(mover, self._slots[hole])
+            self._move(mover, dst)
 
     def _move(self, src: _Slot, dst: _Slot) -> None:
         """Hand `src`'s request, sampler and KV cells over to the free slot `dst`."""
