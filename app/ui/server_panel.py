@@ -407,8 +407,15 @@ class ServerPanel(QWidget):
         self.progress.setValue(0)
         self.progress.show()
 
+        last = [-1.0]
+
+        def progress(p: float) -> None:  # llama.cpp reports hundreds of steps: send 1% ones
+            if p - last[0] >= 0.01 or p >= 1.0:
+                last[0] = p
+                self._progress.emit(p)
+
         def work() -> None:
-            server.start(self._progress.emit, cancel)
+            server.start(progress, cancel)
             if cancel.is_set():  # Cancel pressed after the last progress step
                 server.stop()
                 raise LoadCancelled("cancelled")
