@@ -21,7 +21,10 @@ log = logging.getLogger("candlewick.llama")
 
 # ggml_log_level: NONE=0, DEBUG=1, INFO=2, WARN=3, ERROR=4, CONT=5 (continues the last line)
 _LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
-_lock = threading.Lock()
+_lock = threading.Lock()  # guards the captures and the pending line
+# Separate from `_lock`: backend init logs (a CUDA build reports its devices) and the log
+# callback takes `_lock`, so holding it during init deadlocks on the first GPU message.
+_init_lock = threading.Lock()
 _captures: list[list[str]] = []
 _pending = ""
 _initialised = False
@@ -52,7 +55,7 @@ def lib() -> Any:
     """The low-level bindings module, with the backend initialised and logs routed."""
     global _initialised
     if not _initialised:
-        with _lock:
+        with _init_lock:
             if not _initialised:
                 C.llama_log_set(_on_log, ctypes.c_void_p(0))
                 _close_binding_devnull()
