@@ -1,14 +1,24 @@
 """Speculative decoding vs plain decoding on a workload whose answers quote the prompt.
 
-Extraction and summarisation requests (copy a section, list the action items, quote the
-sentences about X): the answer repeats long spans of the prompt, which is where prompt lookup
-drafting pays. Each prompt runs plain and with prompt lookup, alternating (plain, lookup,
-plain, lookup, ...) on one loaded model, greedy, so drift on a noisy machine hits both alike.
-Generation speed is wall-clock tokens/s from the first generated token to the last (prompt
-processing excluded; the cache is reset before every run so both do the same prefill).
-Optionally a draft model is measured the same way (`--draft PATH`).
+Extraction and summarisation requests (copy the action items, list the ingredients, quote the
+sentences about X, rewrite a function with one change, answer from a passage): real requests
+with an instruction, whose answers repeat spans of the prompt, which is where prompt lookup
+drafting pays. Greedy, on one loaded model per flash-attention setting, arms interleaved per
+prompt (plain, lookup, plain default, plain, lookup, ...) so drift on a noisy machine hits
+them alike. Generation speed is wall-clock tokens/s from the first generated token to the
+last (the cache is reset before every run, so all arms do the same prefill).
 
-    .venv/bin/python benchmarks/speculative.py [--model default] [--runs 3] [--max-tokens 160]
+Arms:
+- plain (FA on) and lookup (FA on): the same context settings, so their ratio is the effect
+  of speculation alone. Speculation forces flash attention on (exactness needs it).
+- plain (default): the app's real default path, flash attention 'auto' (off on a CPU-only
+  build). "lookup vs default" is what a user switching lookup on actually gets.
+- draft (FA on), with `--draft PATH`: a draft model.
+
+    .venv/bin/python benchmarks/speculative.py [--model default] [--runs 3] [--threads 2]
+    .venv/bin/python benchmarks/speculative.py --write    # also update docs/speculative.md
+
+The last line starts with SUMMARY.
 """
 
 from __future__ import annotations
@@ -25,8 +35,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
-from engine.runtime import LoadParams, Model, SamplingParams, TokenSource
+from engine.runtime import FlashAttn, LoadParams, Model, SamplingParams, TokenSource
 from engine.speculative import draft_model_source, load_draft_model, lookup_source
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "speculative.md"
+START, END = "<!-- speculative-table:start -->", "<!-- speculative-table:end -->"
 
 NOTES = """Meeting notes, platform team, 14 March
 
@@ -63,6 +77,39 @@ CODE = """def parse_config(path):
     data.setdefault("debug", False)
     return data"""
 
+RECIPE = """Lemon pasta (serves 2)
+
+Ingredients:
+- 200 g spaghetti
+- 2 tablespoons olive oil
+- 1 clove of garlic, finely chopped
+- the zest and juice of one lemon
+- 40 g grated parmesan
+- a handful of fresh basil leaves
+- salt and black pepper
+
+Cook the spaghetti in salted water until al dente. Warm the olive oil in a pan, add the garlic
+and cook for one minute. Stir in the lemon zest and juice, then the drained pasta and the
+parmesan. Season with salt and pepper and finish with the basil."""
+
+EMAIL = """Hi all,
+
+A quick update on the conference trip. The flights are booked: we leave Berlin on Tuesday
+9 June at 07:40 and arrive in Lisbon at 10:05. The hotel is the Casa Azul on Rua das Flores,
+check-in from 14:00. The workshop runs on Wednesday and Thursday in hall B of the congress
+centre, and the team dinner is on Thursday at 20:00 at a restaurant near the river. We fly
+back on Friday 12 June at 16:30.
+
+Best,
+Marta"""
+
+CODE2 = """def total_price(items, tax_rate):
+    total = 0
+    for item in items:
+        total += item.price * item.quantity
+    total = total * (1 + tax_rate)
+    return round(total, 2)"""
+
 PROMPTS: list[tuple[str, str]] = [
     ("action items", NOTES + "\n\nCopy the action items from these notes exactly, one per line."),
     ("decisions", NOTES + "\n\nList the decisions from the notes, word for word."),
@@ -71,7 +118,17 @@ PROMPTS: list[tuple[str, str]] = [
     ("summary", ARTICLE + "\n\nSummarise the article in three sentences, reusing its wording."),
     ("code edit", CODE + "\n\nRewrite this function with the default port changed to 9090. "
                          "Show the whole function."),
+    ("ingredients", RECIPE + "\n\nList the ingredients of this recipe."),
+    ("email facts", EMAIL + "\n\nExtract the travel dates, times and places from this email "
+                            "as a list."),
+    ("rename", CODE2 + "\n\nRewrite this function with the variable `total` renamed to "
+                       "`amount`."),
+    ("rag answer", "Answer the question using only the passage.\n\nPassage: " + ARTICLE
+     + "\n\nQuestion: What will happen to the parking spaces near the market square?"),
 ]
+
+
+CLOCK = time.perf_counter
 
 
 def run_once(model: Model, prompt: str, max_tokens: int,
@@ -84,9 +141,9 @@ def run_once(model: Model, prompt: str, max_tokens: int,
     n_first = 0
     for _ in gen:
         if t_first is None:
-            t_first = time.perf_counter()
+            t_first = CLOCK()
             n_first = len(gen.tokens)
-    t_end = time.perf_counter()
+    t_end = CLOCK()
     st = gen.stats
     n = len(gen.tokens) - n_first
     tps = n / (t_end - t_first) if t_first is not None and t_end > t_first and n > 0 else 0.0
@@ -94,64 +151,129 @@ def run_once(model: Model, prompt: str, max_tokens: int,
             "drafted": st.draft_tokens, "accepted": st.draft_accepted}
 
 
+def median_tps(rs: list[dict[str, Any]]) -> float:
+    return float(statistics.median(r["tps"] for r in rs))
+
+
+def ratios(results: dict[str, dict[str, list[dict[str, Any]]]], arm: str, ref: str
+           ) -> list[float]:
+    return [median_tps(r[arm]) / median_tps(r[ref]) for r in results.values()]
+
+
+def acceptance(rs: list[dict[str, Any]]) -> tuple[int, int]:
+    return sum(r["accepted"] for r in rs), sum(r["drafted"] for r in rs)
+
+
+def table(results: dict[str, dict[str, list[dict[str, Any]]]], spec_arms: list[str],
+          command: str) -> str:
+    cols = ["plain FA on t/s", *(f"{a} t/s" for a in spec_arms), "plain default t/s"]
+    out = [f"`{command}`", "",
+           "| prompt | " + " | ".join(cols) + " | "
+           + " | ".join(f"{a} vs plain (same FA) | {a} vs default | {a} acceptance"
+                        for a in spec_arms) + " | same text |",
+           "|---|" + "---:|" * (len(cols) + 3 * len(spec_arms)) + "---|"]
+    for name, r in results.items():
+        cells = [f"{median_tps(r['plain']):.1f}", *(f"{median_tps(r[a]):.1f}" for a in spec_arms),
+                 f"{median_tps(r['default']):.1f}"]
+        for a in spec_arms:
+            acc, dr = acceptance(r[a])
+            cells += [f"{median_tps(r[a]) / median_tps(r['plain']):.2f}",
+                      f"{median_tps(r[a]) / median_tps(r['default']):.2f}",
+                      f"{acc}/{dr} = {acc / max(1, dr):.0%}"]
+        same = all(x["text"] == r["plain"][0]["text"] for a in spec_arms for x in r[a])
+        out.append(f"| {name} | " + " | ".join(cells) + f" | {'yes' if same else 'no'} |")
+    out.append("")
+    out.extend(summary(results, a) for a in spec_arms)
+    return "\n".join(out)
+
+
+def summary(results: dict[str, dict[str, list[dict[str, Any]]]], arm: str) -> str:
+    same_fa = ratios(results, arm, "plain")
+    vs_default = ratios(results, arm, "default")
+    acc, dr = acceptance([x for r in results.values() for x in r[arm]])
+    return (f"SUMMARY {arm}: x{statistics.geometric_mean(same_fa):.2f} geometric mean vs plain "
+            f"with the same flash attention (best x{max(same_fa):.2f}, worst "
+            f"x{min(same_fa):.2f}); x{statistics.geometric_mean(vs_default):.2f} vs the default "
+            f"plain path (flash attention auto); acceptance {acc}/{dr} = "
+            f"{acc / max(1, dr):.0%}; {len(results)} prompts")
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--model", default="default")
     ap.add_argument("--draft", default=None, help="also measure this draft model")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=160)
-    ap.add_argument("--draft-max", type=int, default=5)
+    ap.add_argument("--draft-max", type=int, default=None,
+                    help="cap on drafted tokens a step (default: the engine's)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=2048)
+    ap.add_argument("--only", default=None, help="comma-separated prompt names")
     ap.add_argument("--json", type=Path, default=None, help="write the raw results here")
+    ap.add_argument("--write", action="store_true", help="update the table in docs/speculative.md")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: this process's CPU time instead of the wall clock; with "
+                         "--threads 1 a fair measure on a machine other jobs keep busy")
     args = ap.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
 
     lib = ModelLibrary(AppPaths.default().models)
     path = lib.resolve(args.model)
-    model = Model(path, LoadParams(n_ctx=args.ctx, n_threads=args.threads, state_cache_mb=0))
-    arms: dict[str, Any] = {"plain": lambda: None,
-                            "lookup": lambda: lookup_source(args.draft_max)}
+
+    def load(flash: FlashAttn) -> Model:
+        return Model(path, LoadParams(n_ctx=args.ctx, n_threads=args.threads, state_cache_mb=0,
+                                      flash_attn=flash))
+
+    fa_on = load("on")
+    default = load("auto")
+    lookup_kw = {} if args.draft_max is None else {"draft_max": args.draft_max}
+    arms: dict[str, tuple[Model, Any]] = {
+        "plain": (fa_on, lambda: None),
+        "lookup": (fa_on, lambda: lookup_source(**lookup_kw)),
+        "default": (default, lambda: None),
+    }
     draft = None
     if args.draft:
-        draft = load_draft_model(lib.resolve(args.draft), model)
-        arms["draft"] = lambda: draft_model_source(draft, model, args.draft_max)
+        draft = load_draft_model(lib.resolve(args.draft), fa_on)
+        arms["draft"] = (fa_on, lambda: draft_model_source(draft, fa_on, args.draft_max or 5))
+    spec_arms = [a for a in arms if a not in ("plain", "default")]
+    prompts = [(n, p) for n, p in PROMPTS
+               if args.only is None or n in args.only.split(",")]
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for name, prompt in PROMPTS:
+    for name, prompt in prompts:
         results[name] = {arm: [] for arm in arms}
-        run_once(model, prompt, 8, None)  # warm-up
+        for m, _ in {id(m): (m, 0) for m, _ in arms.values()}.values():
+            run_once(m, prompt, 8, None)  # warm-up
         for _ in range(args.runs):
-            for arm, make in arms.items():
-                results[name][arm].append(run_once(model, prompt, args.max_tokens, make()))
-        med = {arm: statistics.median(r["tps"] for r in rs) for arm, rs in results[name].items()}
-        line = f"{name:13s} plain {med['plain']:6.1f} t/s"
-        for arm in arms:
-            if arm == "plain":
-                continue
-            rs = results[name][arm]
-            acc = sum(r["accepted"] for r in rs) / max(1, sum(r["drafted"] for r in rs))
-            same = rs[0]["text"] == results[name]["plain"][0]["text"]
-            line += (f" | {arm} {med[arm]:6.1f} t/s x{med[arm] / med['plain']:.2f}"
-                     f" acc {acc:.0%} same={same}")
+            for arm, (m, make) in arms.items():
+                results[name][arm].append(run_once(m, prompt, args.max_tokens, make()))
+        r = results[name]
+        line = (f"{name:13s} plain {median_tps(r['plain']):6.1f} t/s, default "
+                f"{median_tps(r['default']):6.1f} t/s")
+        for arm in spec_arms:
+            acc, dr = acceptance(r[arm])
+            line += (f" | {arm} {median_tps(r[arm]):6.1f} t/s "
+                     f"x{median_tps(r[arm]) / median_tps(r['plain']):.2f} "
+                     f"(vs default x{median_tps(r[arm]) / median_tps(r['default']):.2f}) "
+                     f"acc {acc / max(1, dr):.0%}")
         print(line, flush=True)
 
+    command = "benchmarks/speculative.py " + " ".join(sys.argv[1:])
+    text = table(results, spec_arms, command.replace(" --write", "").strip())
     print()
-    for arm in arms:
-        if arm == "plain":
-            continue
-        ratios = [statistics.median(r["tps"] for r in results[n][arm])
-                  / statistics.median(r["tps"] for r in results[n]["plain"]) for n in results]
-        drafted = sum(r["drafted"] for n in results for r in results[n][arm])
-        accepted = sum(r["accepted"] for n in results for r in results[n][arm])
-        toks = sum(r["tokens"] for n in results for r in results[n][arm])
-        print(f"{arm}: geometric-mean speed-up x{statistics.geometric_mean(ratios):.2f} "
-              f"(per prompt {', '.join(f'{r:.2f}' for r in ratios)}); "
-              f"acceptance {accepted}/{drafted} = {accepted / max(1, drafted):.0%}; "
-              f"{toks} tokens generated")
+    print(text)
+    if args.write:
+        doc = DOC.read_text("utf-8")
+        head, rest = doc.split(START, 1)
+        _, tail = rest.split(END, 1)
+        DOC.write_text(f"{head}{START}\n{text}\n{END}{tail}", "utf-8")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if draft is not None:
         draft.close()
-    model.close()
+    fa_on.close()
+    default.close()
     return 0
 
 

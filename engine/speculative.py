@@ -73,7 +73,8 @@ class PromptLookup:
     history's tail the longest wins (ties: the most recent), and what followed it there is the
     draft. How long the agreement is says how likely the copy is to go on, so it sets the
     draft length (`draft_len`): a long quote gets long drafts, a 2- or 3-token coincidence a
-    short one. A match inside the reply itself (a list that repeats) is extended periodically.
+    short one; an equally backed place that continues differently cuts the draft where the two
+    part. A match inside the reply itself (a list that repeats) is extended periodically.
     The index is built incrementally: O(new tokens) a step.
     """
 
@@ -132,13 +133,16 @@ class PromptLookup:
             return []
         n_h = len(h)
         best, start = 0, -1
+        ties: list[int] = []
         for p in reversed(found):  # most recent first: it wins ties
             agree = g
             while (agree < self.ngram_max and p - 1 - agree >= 0
                    and h[p - 1 - agree] == h[n_h - 1 - agree]):
                 agree += 1
             if agree > best:
-                best, start = agree, p
+                best, start, ties = agree, p, []
+            elif agree == best:
+                ties.append(p)
         self.last_match = best
         out: list[int] = []
         for j in range(min(n, self.draft_len(best))):
@@ -146,6 +150,14 @@ class PromptLookup:
             # Past the end of the history the match overlaps the tail: the text repeats
             # with period n_h - start, so continue the draft itself.
             out.append(h[i] if i < n_h else out[i - n_h])
+        # An equally backed earlier place that goes on differently: the text is not sure
+        # how it continues there, so draft only up to where the two part (at least one).
+        for p in ties:
+            j = 0
+            while j < len(out) and p + j < n_h and h[p + j] == out[j]:
+                j += 1
+            if j < len(out):
+                del out[max(j, 1):]
         return out
 
     def end(self) -> None:

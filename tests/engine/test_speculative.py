@@ -250,6 +250,18 @@ def test_prompt_lookup_prefers_the_longest_agreement() -> None:
     assert p.propose(1) == [6]
 
 
+def test_prompt_lookup_cuts_where_equal_matches_part() -> None:
+    """Two equally backed earlier places that go on differently: only the part they agree on
+    (at least one token) is drafted."""
+    p = PromptLookup(ngram_min=2)
+    p.begin([7, 2, 3, 4, 5, 6, 9, 7, 2, 3, 4, 5, 1, 8, 7, 2, 3])
+    # "7 2 3" twice before, going on "4 5 6" and "4 5 1": a 3-token agreement drafts 4,
+    # but the two places part after "4 5".
+    assert p.last_match == 0 and p.propose(8) == [4, 5] and p.last_match == 3
+    p.begin([1, 2, 5, 9, 1, 2, 6, 8, 1, 2])
+    assert p.propose(8) == [6]  # they part at once: one token, from the most recent
+
+
 def test_draft_length_follows_the_agreement() -> None:
     lengths = [PromptLookup.draft_len(a) for a in range(2, 40)]
     assert lengths == sorted(lengths)  # a longer agreement never drafts less
