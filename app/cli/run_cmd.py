@@ -41,7 +41,7 @@ def register(sub: Any) -> None:
                       help="speculative decoding with prompt lookup (drafts copied from the "
                            "prompt; fast when the answer quotes it)")
     p.add_argument("--draft-max", type=positive_int, default=None,
-                   help="most tokens drafted per step (default 5)")
+                   help="most tokens drafted per step (default 16 for --lookup, 5 for --draft)")
     p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0"), default="f16",
                    help="K/V cache type; q8_0 halves its memory, q4_0 quarters it "
                         "(quantized V needs flash attention)")
