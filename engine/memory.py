@@ -2,7 +2,8 @@
 
 Two methods, both kept (docs/memory.md explains the model and shows estimate vs actual):
 
-* **dry run** (local files): llama.cpp creates the model and context with `no_alloc=True` and
+* **dry run** (local files; on builds that can offload only when asked for, in a child
+  process, see `dry_run`): llama.cpp creates the model and context with `no_alloc=True` and
   `load_mode=NONE`, so it reads no weights and allocates nothing, but logs the sizes of the KV
   cache, compute and output buffers it would allocate (~0.1-0.5 s). With the mmap load mode
   this aborts the process inside llama.cpp, so the load mode is always NONE here.
@@ -49,8 +50,11 @@ Method = Literal["dry-run", "analytic"]
 Verdict = Literal["fits_gpu", "partial_offload", "ram_only", "does_not_fit"]
 CPU = "CPU"
 CTX_PAD = 256  # llama.cpp pads the context (and the SWA cache) to a multiple of 256
-# A GPU driver context (CUDA context, cuBLAS workspace) outside llama.cpp's buffers. Typical
-# value from CUDA builds; it cannot be measured on a machine without a GPU.
+# GPU memory a process uses outside llama.cpp's buffers once it has loaded a model: cuBLAS
+# handles and workspace, the CUDA memory pool, graphs. Measured on an H200 (CUDA 13,
+# docs/gpu.md): 15-125 MiB per model plus 68 MiB kept after the first one. The CUDA context
+# itself (527 MiB there) is not counted: detecting the GPU creates it, so the free memory the
+# plan starts from is already net of it.
 GPU_RUNTIME_OVERHEAD = 300 * MiB
 VERDICT_TEXT: dict[Verdict, str] = {
     "fits_gpu": "fits on GPU",
@@ -275,6 +279,12 @@ def compute_phases(spec: ModelSpec, p: EstimateParams) -> tuple[int, int]:
     return out_phase, body + attn
 
 
+def _mask_bytes(spec: ModelSpec, p: EstimateParams) -> int:
+    """The KQ mask of one micro-batch: f16 with flash attention, f32 without."""
+    s = _shape(spec, p)
+    return (2 if flash_attention_used(p) else 4) * s.n_ubatch * s.n_ctx_seq
+
+
 # -- layer placement -------------------------------------------------------------------------
 
 def layer_devices(n_layer: int, n_gpu_layers: int, gpus: Sequence[Device]) -> list[str]:
@@ -437,7 +447,61 @@ _dry_run_lock = threading.Lock()
 
 
 def dry_run(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: int = 0) -> DryRun:
-    """Let llama.cpp size its buffers without reading weights or allocating (see module doc)."""
+    """Let llama.cpp size its buffers without reading weights or allocating (see module doc).
+
+    On a build that can offload (CUDA), this llama.cpp's no-alloc load crashes the process
+    with a segmentation fault more often than not (seen on an H200, CUDA 13: 7 of 8 fresh
+    processes), so there it runs in a child process and a crash becomes an EngineError.
+    """
+    if llama_lib.supports_gpu_offload():
+        return _dry_run_in_child(path, p, n_gpu_layers)
+    return _dry_run_here(path, p, n_gpu_layers)
+
+
+_CHILD = """
+import json, sys
+from dataclasses import asdict
+from engine.memory import EstimateParams, _dry_run_here
+from engine.runtime import EngineError
+a = json.loads(sys.stdin.read())
+try:
+    d = _dry_run_here(a["path"], EstimateParams(**a["params"]), a["n_gpu_layers"])
+    out = {"kv": d.kv_bytes, "compute": d.compute, "output": d.output, "log": list(d.log)}
+except EngineError as e:
+    out = {"error": str(e)}
+sys.stdout.write("\\n" + json.dumps(out))
+"""
+
+
+def _dry_run_in_child(path: str | os.PathLike[str], p: EstimateParams,
+                      n_gpu_layers: int) -> DryRun:
+    import json
+    import subprocess
+    import sys
+
+    p.validate()
+    name = Path(path).name
+    if getattr(sys, "frozen", False):  # a bundled app has no interpreter to start
+        raise EngineError("a dry run is not available in this build; analytic estimate")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in sys.path if x)}
+    args = json.dumps({"path": str(path), "params": asdict(p), "n_gpu_layers": n_gpu_layers})
+    try:
+        r = subprocess.run([sys.executable, "-c", _CHILD], input=args, capture_output=True,
+                           text=True, timeout=120, env=env, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise EngineError(f"llama.cpp could not size {name}: {e}") from None
+    if r.returncode != 0:
+        how = f"signal {-r.returncode}" if r.returncode < 0 else f"exit code {r.returncode}"
+        raise EngineError(f"llama.cpp crashed while sizing {name} ({how})")
+    out = json.loads(r.stdout.rsplit("\n", 1)[-1])
+    if "error" in out:
+        raise EngineError(out["error"])
+    return DryRun(int(out["kv"]), {k: int(v) for k, v in out["compute"].items()},
+                  {k: int(v) for k, v in out["output"].items()}, tuple(out["log"]))
+
+
+def _dry_run_here(path: str | os.PathLike[str], p: EstimateParams,
+                  n_gpu_layers: int = 0) -> DryRun:
     from engine.runtime import _FLASH, _last_error, use_extra_buffers
 
     p.validate()
@@ -554,7 +618,11 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
     if method == "dry-run" and file_path is None:
         raise EngineError("a dry run needs the model file on disk; use the analytic method")
     dry: DryRun | None = None
-    if file_path is not None and method != "analytic":
+    # On a GPU build 'auto' is analytic: the dry run sizes the CPU graph and adds llama.cpp's
+    # GPU op-offload buffer on top (twice the real compute buffer on an H200), while the
+    # analytic model matched the CUDA buffers (docs/gpu.md); and it needs a child process.
+    if file_path is not None and (method == "dry-run" or (
+            method == "auto" and not llama_lib.supports_gpu_offload())):
         try:
             dry = dry_run(file_path, p)
         except EngineError as e:
@@ -661,12 +729,16 @@ def _place(spec: ModelSpec, p: EstimateParams, hw: Hardware, gpus: Sequence[Devi
     if out_dev == CPU:
         comp[CPU] = max(out_phase, layer_phase)
     else:
-        # The graph runs where the layers are; the host keeps staging for the input embedding.
-        comp[out_dev] = max(out_phase, layer_phase)
+        # The graph runs where the layers are. The attention mask (micro-batch x context) is
+        # an input built in host memory and copied to the GPU, where the copy lives through
+        # the output phase; the host also stages the input embedding. Measured on an H200
+        # (docs/gpu.md): 1 GiB on each side at a context of 1M tokens.
+        mask = _mask_bytes(spec, p)
+        comp[out_dev] = max(out_phase + mask, layer_phase)
         for name in names:
             if name != out_dev and layers[name]:
                 comp[name] = max(comp[name], layer_phase)
-        comp[CPU] = max(comp[CPU], 2 * 4 * _shape(spec, p).n_ubatch * spec.n_embd)
+        comp[CPU] = max(comp[CPU], 2 * 4 * _shape(spec, p).n_ubatch * spec.n_embd + mask)
     out: list[DeviceUse] = []
     cpu_margin = p.margin_bytes if p.margin_bytes is not None else default_margin(
         hw.ram_total_bytes)
