@@ -111,6 +111,12 @@ class ChatController(QObject):
         self.engine.connect_remote(choice.target, choice.make)
         return True
 
+    def connections_changed(self) -> None:
+        """The saved connections changed (a URL, a key): a remote engine in use is built
+        again, from the new settings, before its next reply."""
+        if self.loaded is not None and self.loaded.remote is not None:
+            self.loaded = None
+
     def _needs_switch(self, choice: Choice | None) -> bool:
         return choice is not None and (self.loaded is None
                                        or self.loaded.key != choice_key(choice))

@@ -363,6 +363,7 @@ class MainWindow(QMainWindow):
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         if self.engine_picker is not None:
             dialog.changed.connect(self.engine_picker.refresh)
+        dialog.changed.connect(self.controller.connections_changed)
         dialog.open()
         return dialog
 

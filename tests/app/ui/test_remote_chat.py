@@ -252,8 +252,8 @@ def test_ollama_dialect_chats_the_same(window: MainWindow, qtbot: QtBot, served:
 def test_wrong_key_is_reported_in_the_chat(window: MainWindow, qtbot: QtBot, served: Served,
                                            connections: ConnectionStore) -> None:
     w = window
-    connections.add(Connection(NAME, served.url, model="any"), "not-the-key")
-    binding: Binding = {"connection": NAME, "model": "any"}
+    connections.add(Connection(NAME, served.url, model="default"), "not-the-key")
+    binding: Binding = {"connection": NAME, "model": "default"}
     picker = picker_of(w)
     picker.refresh()
     # Listing the models fails too: the list says why, and still offers the saved model.
@@ -271,6 +271,16 @@ def test_wrong_key_is_reported_in_the_chat(window: MainWindow, qtbot: QtBot, ser
     cid = w.controller.conversation_id
     answer = w.store.active_path(cid)[-1]
     assert answer.status == "error" and answer.stats["error"] == reply.error
+    # The key fixed in the connections dialog: the next reply uses it.
+    dialog = w.open_connections()
+    assert isinstance(dialog, ConnectionsDialog)
+    dialog.list.setCurrentRow(0)
+    dialog.api_key.setText(API_KEY)
+    assert dialog.save()
+    dialog.close()
+    send(qtbot, w, QUESTION)
+    fixed = w.chat_model.message(last_row(w))
+    assert fixed.state == "done" and fixed.text.strip()
     # Editing the chat's settings in the drawer leaves its engine alone.
     assert w.chat_settings is not None
     w.chat_settings.temperature.setValue(0.5)
