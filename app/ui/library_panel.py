@@ -191,7 +191,6 @@ class LibraryPanel(QWidget):
         for combo in (self.type_k, self.type_v, self.flash, self.spec_mode, self.draft_model):
             combo.currentIndexChanged.connect(self._settings_changed)
         self.draft_max.valueChanged.connect(self._settings_changed)
-        model.modelReset.connect(self._fill_draft_models)
         self._loaded: LoadedModel | None = None
         self._loading = False
         # The context the user asked for; kept across models, clamped to each one's maximum.
@@ -326,7 +325,8 @@ class LibraryPanel(QWidget):
             if isinstance(d.get("n_ctx"), int):
                 self.set_context_length(d["n_ctx"])
             gpu = d.get("gpu_layers")
-            self.gpu_auto.setChecked(gpu == "auto")
+            if gpu is not None:
+                self.gpu_auto.setChecked(gpu == "auto")
             if isinstance(gpu, int):
                 self.gpu_slider.setValue(gpu)
             for combo, key in ((self.type_k, "type_k"), (self.type_v, "type_v")):
@@ -359,6 +359,7 @@ class LibraryPanel(QWidget):
         self.selection_changed.emit(entry)
 
     def _after_reset(self) -> None:
+        self._fill_draft_models()
         self._configure_for(self.selected_entry())
         self._sync_buttons()
 
