@@ -450,7 +450,7 @@ def dry_run(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: int =
     """Let llama.cpp size its buffers without reading weights or allocating (see module doc).
 
     On a build that can offload (CUDA), this llama.cpp's no-alloc load crashes the process
-    with a segmentation fault more often than not (seen on an H200, CUDA 13: 7 of 8 fresh
+    with a segmentation fault more often than not (seen on an H200, CUDA 13: 12 of 13
     processes), so there it runs in a child process and a crash becomes an EngineError.
     """
     if llama_lib.supports_gpu_offload():
