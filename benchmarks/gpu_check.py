@@ -9,6 +9,7 @@ order and merges the JSON. Sections:
     edge        'auto' GPU layers at a context too big for the card, then a real load of it
     speed       single-stream prompt/decode speed; scheduler throughput at 1/4/8/16 requests
     spec        greedy output with and without prompt-lookup drafting (must be identical)
+    dryrun      llama.cpp's no-alloc sizing with layers on the GPU (a child process there)
 
     python benchmarks/gpu_check.py SECTION --model big.gguf --out result.json
 
