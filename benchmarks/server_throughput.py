@@ -183,6 +183,11 @@ def main() -> int:
     state.set_loaded(loaded)
     results: dict[int, list[float]] = {n: [] for n in LEVELS}
     raw_res: dict[int, list[float]] = {n: [] for n in LEVELS}
+    # Tokens per CPU-second of this whole process (server, clients and llama.cpp threads):
+    # less sensitive to other jobs on the machine than wall time, though spinning threads
+    # and shared caches still move it.
+    cpu_srv: dict[int, list[float]] = {n: [] for n in LEVELS}
+    cpu_raw: dict[int, list[float]] = {n: [] for n in LEVELS}
     ref_run: list[float] = []  # runtime (what `candlewick run` does), paired ...
     single_decode: list[float] = []  # ... with the scheduler, one request alone
     try:
@@ -190,12 +195,17 @@ def main() -> int:
             run_level(srv.url, 2, 8, -1)  # warm-up
             for rnd in range(args.rounds):
                 for n in LEVELS:
-                    tps, _ = run_level(srv.url, n, args.max_tokens, rnd)
+                    c0 = time.process_time()
+                    tps, toks = run_level(srv.url, n, args.max_tokens, rnd)
+                    cpu_srv[n].append(toks / (time.process_time() - c0))
                     results[n].append(tps)
+                    c0 = time.process_time()
                     raw_tps = raw_batched_tps(raw, n, args.max_tokens, rnd)
+                    cpu_raw[n].append(n * args.max_tokens / (time.process_time() - c0))
                     raw_res[n].append(raw_tps)
                     print(f"round {rnd + 1}: {n:2d} concurrent -> {tps:6.1f} tok/s "
-                          f"(raw llama.cpp {raw_tps:6.1f})", file=sys.stderr)
+                          f"(raw llama.cpp {raw_tps:6.1f}); per CPU-s {cpu_srv[n][-1]:6.1f} "
+                          f"(raw {cpu_raw[n][-1]:6.1f})", file=sys.stderr)
             # Single-request decode speed: scheduler and runtime back to back, several pairs,
             # so both see the same machine load; the median of the paired ratios is reported.
             for _ in range(args.pairs):
@@ -214,6 +224,10 @@ def main() -> int:
                                                              strict=True)) for n in LEVELS}
     ratio_raw = {n: statistics.median(a / b for a, b in zip(raw_res[n], raw_res[1],
                                                              strict=True)) for n in LEVELS}
+    cpu_ratio_srv = {n: statistics.median(a / b for a, b in zip(cpu_srv[n], cpu_srv[1],
+                                                                 strict=True)) for n in LEVELS}
+    cpu_ratio_raw = {n: statistics.median(a / b for a, b in zip(cpu_raw[n], cpu_raw[1],
+                                                                 strict=True)) for n in LEVELS}
     ref = statistics.median(ref_run)
     sched_single = statistics.median(single_decode)
     ratio = statistics.median(a / b for a, b in zip(single_decode, ref_run, strict=True))
@@ -235,11 +249,12 @@ def main() -> int:
         "each round's level / that round's single request.",
         "",
         "| concurrent requests | server tok/s | vs 1 request | raw llama.cpp tok/s "
-        "| raw vs 1 | server / raw |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "| raw vs 1 | server / raw | server tok/CPU-s vs 1 | raw tok/CPU-s vs 1 |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     lines += [f"| {n} | {med[n]:.1f} | {ratio_srv[n]:.2f}x | {rmed[n]:.1f} | "
-              f"{ratio_raw[n]:.2f}x | {med[n] / rmed[n]:.2f} |" for n in LEVELS]
+              f"{ratio_raw[n]:.2f}x | {med[n] / rmed[n]:.2f} | {cpu_ratio_srv[n]:.2f}x | "
+              f"{cpu_ratio_raw[n]:.2f}x |" for n in LEVELS]
     lines += [
         "",
         f"Single request, decode only ({args.pairs} back-to-back pairs, medians): server "
