@@ -317,11 +317,11 @@ class ServerPanel(QWidget):
     @property
     def loaded(self) -> LoadedModel | None:
         info = self._loaded_fn()
-        return info if info is not None and getattr(info, "remote", None) is None else None
+        return info if info is not None and info.remote is None else None
 
     def _start_problem(self) -> str | None:
         info = self._loaded_fn()
-        if info is not None and getattr(info, "remote", None) is not None:
+        if info is not None and info.remote is not None:
             return REMOTE_TIP
         return NO_MODEL_TIP if info is None else None
 

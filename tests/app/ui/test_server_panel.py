@@ -3,6 +3,7 @@ the log and the slots, wrong key, stop frees the port, unsafe and impossible set
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -22,8 +23,8 @@ from app.main import build_window
 from app.services.local_server import KEY_ACCOUNT, new_api_key
 from app.services.secrets import SecretStore
 from app.ui.memory_adapter import engine_estimator
-from app.ui.server_panel import NO_MODEL_TIP, RequestLogModel, ServerPanel
-from app.ui.worker import LoadedModel
+from app.ui.server_panel import NO_MODEL_TIP, REMOTE_TIP, RequestLogModel, ServerPanel
+from app.ui.worker import LoadedModel, RemoteTarget
 from engine.runtime import LoadParams, SamplingParams
 from engine.server.request_log import RequestRecord
 
@@ -165,6 +166,15 @@ def test_start_is_off_without_a_model(qtbot: QtBot) -> None:
     qtbot.addWidget(p)
     assert not p.start_button.isEnabled()
     assert p.start_button.toolTip() == NO_MODEL_TIP
+    assert not p.start()
+    p.shutdown()
+
+
+def test_start_is_off_for_a_remote_engine(qtbot: QtBot, chat_model: LoadedModel) -> None:
+    remote = dataclasses.replace(chat_model, remote=RemoteTarget("lab", "qwen"))
+    p = ServerPanel(lambda: remote, SecretStore(MemoryKeyring()))
+    qtbot.addWidget(p)
+    assert not p.start_button.isEnabled() and p.start_button.toolTip() == REMOTE_TIP
     assert not p.start()
     p.shutdown()
 
