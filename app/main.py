@@ -129,7 +129,8 @@ def add_server_panel(window: MainWindow) -> None:
     from app.ui.server_panel import ServerPanel
 
     panel = ServerPanel(loaded=lambda: window.controller.loaded, secrets=SecretStore(),
-                        estimator=window.library_panel.estimate.estimator)
+                        estimator=window.library_panel.estimate.estimator,
+                        settings=window.settings)
     w = window.engine.worker
     q = _Qt.ConnectionType.QueuedConnection  # after the controller has updated `loaded`
     for signal in (w.loaded, w.unloaded, w.load_cancelled, w.failed):

@@ -10,6 +10,7 @@ the key is shown masked, kept in the system keyring and never written to the log
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -20,6 +21,7 @@ from PySide6.QtCore import (
     QAbstractTableModel,
     QModelIndex,
     QPersistentModelIndex,
+    QSettings,
     Qt,
     QTimer,
     Signal,
@@ -169,8 +171,10 @@ class ServerPanel(QWidget):
 
     def __init__(self, loaded: Callable[[], LoadedModel | None],
                  secrets: SecretStore | None = None, estimator: Estimator | None = None,
-                 parent: QWidget | None = None) -> None:
+                 settings: QSettings | None = None, parent: QWidget | None = None) -> None:
+        """`settings`: where host, port, slots and context are remembered (not the key)."""
         super().__init__(parent)
+        self._store = settings
         self.setWindowTitle("Local server")
         self._loaded_fn = loaded
         self.secrets = secrets or SecretStore()
@@ -186,6 +190,7 @@ class ServerPanel(QWidget):
         self._build()
         self._progress.connect(self._on_progress, Qt.ConnectionType.QueuedConnection)
         self._key_read = False  # the keyring is asked once the panel is first shown
+        self._restore()
         self.refresh_model()
 
     # -- layout ----------------------------------------------------------------------------
@@ -312,6 +317,31 @@ class ServerPanel(QWidget):
         for w in (self.parallel, self.ctx):
             w.valueChanged.connect(self._update_memory)
 
+    def _restore(self) -> None:
+        st = self._store
+        if st is None:
+            return
+        host = str(st.value("server/host", "127.0.0.1"))
+        i = self.host.findData(host)
+        if i >= 0:
+            self.host.setCurrentIndex(i)
+        else:
+            self.host.setEditText(host)
+        for key, box in (("port", self.port), ("parallel", self.parallel), ("ctx", self.ctx)):
+            with contextlib.suppress(ValueError):  # a hand-edited file: keep the default
+                box.setValue(int(str(st.value(f"server/{key}", box.value()))))
+        self.require_key.setChecked(str(st.value("server/require_key", "true")) == "true")
+
+    def _save(self, s: ServeSettings) -> None:
+        st = self._store
+        if st is None:
+            return
+        for key, value in (("host", s.host), ("port", s.port), ("parallel", s.parallel),
+                           ("ctx", s.ctx_per_slot),
+                           ("require_key", "true" if s.api_key else "false")):
+            st.setValue(f"server/{key}", value)
+        st.sync()
+
     # -- state -----------------------------------------------------------------------------
 
     @property
@@ -396,6 +426,7 @@ class ServerPanel(QWidget):
         except (ServerError, EngineError) as e:
             self._set_status(f"Cannot start: {e}", error=True)
             return False
+        self._save(settings)
         if settings.api_key:
             saved = self.secrets.set(KEY_ACCOUNT, settings.api_key)
             self.key_edit.setToolTip(f"The key is {saved.message}")

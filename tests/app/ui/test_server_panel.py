@@ -15,7 +15,7 @@ import keyring.backend
 import keyring.errors
 import openai
 import pytest
-from PySide6.QtCore import QEvent
+from PySide6.QtCore import QEvent, QSettings
 from PySide6.QtWidgets import QApplication, QLineEdit, QWidget
 from pytestqt.qtbot import QtBot
 
@@ -205,8 +205,14 @@ def test_a_taken_port_is_one_clear_line(panel: ServerPanel) -> None:
 
 
 @pytest.mark.slow
-def test_cancel_while_loading_frees_everything(qtbot: QtBot, panel: ServerPanel) -> None:
-    port = panel.port.value()
+def test_cancel_while_loading_frees_everything(qtbot: QtBot, chat_model: LoadedModel,
+                                               tmp_path: Path) -> None:
+    ini = QSettings(str(tmp_path / "window.ini"), QSettings.Format.IniFormat)
+    panel = ServerPanel(lambda: chat_model, SecretStore(MemoryKeyring()), settings=ini)
+    qtbot.addWidget(panel)
+    port = free_port()
+    panel.port.setValue(port)
+    panel.parallel.setValue(3)
     with qtbot.waitSignal(panel.running_changed, timeout=120_000) as sig:
         assert panel.start()
         assert panel.start_button.text() == "Cancel"
@@ -214,6 +220,14 @@ def test_cancel_while_loading_frees_everything(qtbot: QtBot, panel: ServerPanel)
     assert sig.args == [False]
     assert panel.phase == "stopped" and panel.status.text().startswith("Stopped")
     assert port_is_free(port)
+    panel.shutdown()
+    # The settings of that start are what the window shows next time (the key is not there).
+    again = ServerPanel(lambda: chat_model, SecretStore(MemoryKeyring()), settings=ini)
+    qtbot.addWidget(again)
+    assert (again.port.value(), again.parallel.value(), again.settings().host) == (
+        port, 3, "127.0.0.1")
+    assert again.require_key.isChecked()
+    assert "cw-" not in (tmp_path / "window.ini").read_text()
 
 
 @pytest.mark.slow
