@@ -259,8 +259,18 @@ def main() -> int:
                      f"acc {acc / max(1, dr):.0%}")
         print(line, flush=True)
 
-    command = "benchmarks/speculative.py " + " ".join(sys.argv[1:])
-    text = table(results, spec_arms, command.replace(" --write", "").strip())
+    shown: list[str] = []
+    skip = False
+    for a in sys.argv[1:]:  # the command as recorded in the docs: without output options
+        if skip or a == "--write":
+            skip = False
+            continue
+        if a == "--json":
+            skip = True
+            continue
+        if not a.startswith("--json="):
+            shown.append(a)
+    text = table(results, spec_arms, " ".join(["benchmarks/speculative.py", *shown]))
     print()
     print(text)
     if args.write:
