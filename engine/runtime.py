@@ -201,6 +201,7 @@ class Model:
         self._lib = C = llama_lib.lib()
         self._lock = threading.Lock()
         self._model: Any = None
+        self._vocab: Any = None
         self._ctx: Any = None
         self._cached: list[int] = []  # tokens currently in sequence 0 of the KV cache
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -306,6 +307,7 @@ class Model:
         if self._model:
             C.llama_model_free(self._model)
             self._model = None
+            self._vocab = None
 
     def __enter__(self) -> Model:
         return self
@@ -327,27 +329,34 @@ class Model:
 
     # -- tokens ----------------------------------------------------------------------------
 
+    def _live_vocab(self) -> Any:
+        # llama.cpp dereferences the pointer it is given: a freed model would crash the process.
+        if not self._vocab:
+            raise EngineError(f"{self.path.name} has been unloaded")
+        return self._vocab
+
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True
                  ) -> list[int]:
         C = self._lib
+        vocab = self._live_vocab()
         data = text.encode("utf-8")
         cap = len(data) + 16
         buf = (C.llama_token * cap)()
-        n = C.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        n = C.llama_tokenize(vocab, data, len(data), buf, cap, add_special, parse_special)
         if n < 0:
             cap = -n
             buf = (C.llama_token * cap)()
-            n = C.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special,
-                                 parse_special)
+            n = C.llama_tokenize(vocab, data, len(data), buf, cap, add_special, parse_special)
         return list(buf[:n])
 
     def token_bytes(self, token: int, *, special: bool = False) -> bytes:
         C = self._lib
+        vocab = self._live_vocab()
         buf = self._piece_buf
-        n = C.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        n = C.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
         if n < 0:
             bigger = ctypes.create_string_buffer(-n)
-            n = C.llama_token_to_piece(self._vocab, token, bigger, len(bigger), 0, special)
+            n = C.llama_token_to_piece(vocab, token, bigger, len(bigger), 0, special)
             return bigger.raw[:n]
         return buf.raw[:n]
 
@@ -360,7 +369,7 @@ class Model:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
 
     def is_eog(self, token: int) -> bool:
-        return bool(self._lib.llama_vocab_is_eog(self._vocab, token))
+        return bool(self._lib.llama_vocab_is_eog(self._live_vocab(), token))
 
     # -- prompts ---------------------------------------------------------------------------
 
@@ -508,6 +517,8 @@ class Generation:
                  cancel: threading.Event | None, t_start: float,
                  token_source: TokenSource | None = None) -> None:
         sampling.validate()
+        if not model.ctx_ptr:
+            raise EngineError(f"{model.path.name} has been unloaded")
         if not prompt:
             raise EngineError("the prompt is empty")
         if len(prompt) >= model.n_ctx:

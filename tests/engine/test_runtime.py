@@ -143,6 +143,15 @@ def test_prompt_longer_than_context(smollm2_path: Path) -> None:
     assert f"context holds {m.n_ctx};" in str(exc.value)
 
 
+def test_an_unloaded_model_refuses_work_instead_of_crashing(smollm2_path: Path) -> None:
+    m = Model(smollm2_path, LoadParams(n_ctx=256, n_threads=1))
+    m.close()
+    for call in (lambda: m.tokenize("hello"), lambda: m.token_bytes(1),
+                 lambda: m.generate(QUESTION, GREEDY), lambda: m.is_eog(2)):
+        with pytest.raises(EngineError, match="has been unloaded"):
+            call()
+
+
 def test_context_full_ends_generation(smollm2_path: Path) -> None:
     with Model(smollm2_path, LoadParams(n_ctx=64, n_threads=2)) as m:
         g = m.generate(QUESTION, SamplingParams(temperature=0, max_tokens=500))
