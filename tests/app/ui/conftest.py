@@ -13,10 +13,13 @@ from PySide6.QtWidgets import QApplication
 def _running_qt_objects() -> list[str]:
     running = []
     for obj in gc.get_objects():
+        # type() rather than isinstance(): isinstance asks the object for __class__, and lazy
+        # module proxies (the openai package has some) import their module when asked.
+        cls = type(obj)
         try:
-            if isinstance(obj, QThread) and obj.isRunning():
+            if issubclass(cls, QThread) and obj.isRunning():
                 running.append(f"QThread {obj.objectName() or obj!r}")
-            elif isinstance(obj, QTimer) and obj.isActive():
+            elif issubclass(cls, QTimer) and obj.isActive():
                 parent = obj.parent()
                 running.append(f"QTimer of {type(parent).__name__ if parent else None}")
         except RuntimeError:  # the C++ object is already gone
