@@ -217,6 +217,9 @@ def run(args: argparse.Namespace) -> int:
             raise
         finally:
             bar.finish()
+    except KeyboardInterrupt:
+        cancel.set()  # wherever Ctrl+C lands, requests in flight must not be waited out
+        raise
     finally:
         for close in reversed(closers):
             close()

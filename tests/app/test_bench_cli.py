@@ -75,7 +75,12 @@ def test_ctrl_c_stops_cleanly() -> None:
         while len(srv.requests) < 2 and proc.poll() is None:  # both requests in flight
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=30)
+        try:
+            _out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _out, err = proc.communicate()
+            pytest.fail(f"bench did not stop within 30 s of Ctrl+C; stderr: {err[-2000:]!r}")
     assert proc.returncode == 130
     assert "candlewick: interrupted" in err
     assert "Traceback" not in err
