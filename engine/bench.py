@@ -381,8 +381,10 @@ def run_level(target: Target, prompts: Sequence[Prompt], concurrency: int, *,
                 on_done(tr)
 
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="bench") as pool:
-        futures = [pool.submit(worker) for _ in range(concurrency)]
+        # Submitting is inside the try: the first workers' requests are already in flight
+        # while later ones are submitted, and a Ctrl+C there must cancel them too.
         try:
+            futures = [pool.submit(worker) for _ in range(concurrency)]
             for f in futures:
                 f.result()
         except BaseException:  # Ctrl+C: stop the requests in flight, don't wait them out

@@ -156,7 +156,8 @@ def test_chat_through_a_remote_endpoint_like_the_embedded_engine(
     assert "Measured on this computer from the stream" in widget.footer.toolTip()
     assert "usage report" in widget.footer.toolTip()
     source = w.perf_panel.labels["source"]
-    assert source.text() == "here, from the stream"
+    # The panel hears `finished` through its own queued event, after the chat's.
+    qtbot.waitUntil(lambda: source.text() == "here, from the stream", timeout=5000)
     assert "server's usage report" in source.toolTip()
     assert w.model_label.text() == f"Remote: {NAME} · {model}"
 
@@ -187,7 +188,8 @@ def test_chat_through_a_remote_endpoint_like_the_embedded_engine(
         return [re.sub(r"[\d.]+", "N", f) for f in footer.split(" · ") if f != "measured here"]
 
     assert fields(local_footer)[:3] == fields(remote_footer)[:3]
-    assert w.perf_panel.labels["source"].text() == "by the engine"
+    qtbot.waitUntil(lambda: w.perf_panel.labels["source"].text() == "by the engine",
+                    timeout=5000)
 
     # Back in the remote chat: its engine is shown, and its next reply switches to it.
     w.open_conversation(cid)
