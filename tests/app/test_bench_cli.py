@@ -71,7 +71,11 @@ def test_ctrl_c_stops_cleanly() -> None:
     with FaultServer("stall") as srv:
         proc = subprocess.Popen([sys.executable, "-m", "app.cli", "bench", "--url", srv.url,
                                  "--no-bandwidth", "--concurrency", "2", *FAST],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                # A shell that starts jobs in the background (no job control)
+                                # makes them ignore SIGINT, and children inherit that; Python
+                                # then never turns Ctrl+C into KeyboardInterrupt.
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         while len(srv.requests) < 2 and proc.poll() is None:  # both requests in flight
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
