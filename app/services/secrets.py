@@ -27,74 +27,6 @@ class SaveResult:
     message: str
 
 
-class TokenStore:
-    """Get/set/clear the Hub token. `backend` is a keyring backend (the OS default if None)."""
-
-    def __init__(self, backend: keyring.backend.KeyringBackend | None = None) -> None:
-        self._backend = backend
-        self._session: str | None = None
-
-    @property
-    def backend(self) -> keyring.backend.KeyringBackend:
-        return self._backend or keyring.get_keyring()
-
-    @property
-    def keyring_available(self) -> bool:
-        b = self.backend
-        # The "fail" backend (and anything with priority < 1) cannot store secrets.
-        return type(b).__module__ != "keyring.backends.fail" and _priority(b) >= 1
-
-    def describe_storage(self) -> str:
-        if self.keyring_available:
-            return f"saved in the system keyring ({type(self.backend).__name__})"
-        return ("no system keyring is available: the token is kept for this session only and "
-                "must be entered again next time")
-
-    def get(self) -> str | None:
-        if self._session:
-            return self._session
-        if not self.keyring_available:
-            return None
-        try:
-            return self.backend.get_password(SERVICE, ACCOUNT) or None
-        except keyring.errors.KeyringError as e:
-            log.warning("keyring read failed: %s", type(e).__name__)
-            return None
-
-    def set(self, token: str) -> SaveResult:
-        token = token.strip()
-        if not token:
-            self.clear()
-            return SaveResult(False, "Hub token removed")
-        if any(c.isspace() for c in token) or len(token) > 1024:
-            raise ValueError("that does not look like a Hugging Face token (it has spaces or is "
-                             "too long)")
-        if self.keyring_available:
-            try:
-                self.backend.set_password(SERVICE, ACCOUNT, token)
-                self._session = None
-                return SaveResult(True, "Hub token " + self.describe_storage())
-            except keyring.errors.KeyringError as e:
-                log.warning("keyring write failed: %s", type(e).__name__)
-        self._session = token
-        return SaveResult(False, "no system keyring is available: the Hub token is kept for "
-                                 "this session only")
-
-    def clear(self) -> None:
-        self._session = None
-        if self.keyring_available:
-            try:
-                self.backend.delete_password(SERVICE, ACCOUNT)
-            except keyring.errors.PasswordDeleteError:
-                pass
-            except keyring.errors.KeyringError as e:
-                log.warning("keyring delete failed: %s", type(e).__name__)
-
-    def redact(self, text: str) -> str:
-        token = self.get()
-        return text.replace(token, "hf_***") if token else text
-
-
 class SecretStore:
     """Named secrets (the API keys of remote connections) in the OS keyring, under service
     "candlewick" and the given account name. Without a keyring they live in memory for this
@@ -111,6 +43,7 @@ class SecretStore:
     @property
     def keyring_available(self) -> bool:
         b = self.backend
+        # The "fail" backend (and anything with priority < 1) cannot store secrets.
         return type(b).__module__ != "keyring.backends.fail" and _priority(b) >= 1
 
     def get(self, account: str) -> str | None:
@@ -145,6 +78,51 @@ class SecretStore:
                 pass
             except keyring.errors.KeyringError as e:
                 log.warning("keyring delete failed: %s", type(e).__name__)
+
+
+class TokenStore:
+    """Get/set/clear the Hub token. `backend` is a keyring backend (the OS default if None)."""
+
+    def __init__(self, backend: keyring.backend.KeyringBackend | None = None) -> None:
+        self._secrets = SecretStore(backend)
+
+    @property
+    def backend(self) -> keyring.backend.KeyringBackend:
+        return self._secrets.backend
+
+    @property
+    def keyring_available(self) -> bool:
+        return self._secrets.keyring_available
+
+    def describe_storage(self) -> str:
+        if self.keyring_available:
+            return f"saved in the system keyring ({type(self.backend).__name__})"
+        return ("no system keyring is available: the token is kept for this session only and "
+                "must be entered again next time")
+
+    def get(self) -> str | None:
+        return self._secrets.get(ACCOUNT)
+
+    def set(self, token: str) -> SaveResult:
+        token = token.strip()
+        if not token:
+            self.clear()
+            return SaveResult(False, "Hub token removed")
+        if any(c.isspace() for c in token) or len(token) > 1024:
+            raise ValueError("that does not look like a Hugging Face token (it has spaces or is "
+                             "too long)")
+        saved = self._secrets.set(ACCOUNT, token)
+        if saved.persisted:
+            return SaveResult(True, "Hub token " + saved.message)
+        return SaveResult(False, "no system keyring is available: the Hub token is kept for "
+                                 "this session only")
+
+    def clear(self) -> None:
+        self._secrets.delete(ACCOUNT)
+
+    def redact(self, text: str) -> str:
+        token = self.get()
+        return text.replace(token, "hf_***") if token else text
 
 
 class RedactingFilter(logging.Filter):
