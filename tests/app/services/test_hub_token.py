@@ -4,32 +4,11 @@ from __future__ import annotations
 
 import logging
 
-import keyring.backend
 import pytest
 from keyring.backends import fail
 
 from app.services.secrets import ACCOUNT, SERVICE, RedactingFilter, TokenStore
-
-
-class MemoryKeyring(keyring.backend.KeyringBackend):
-    """A real keyring backend (the keyring API end to end), storing in a dict."""
-
-    priority = 1  # type: ignore[assignment]
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.store: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.store.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.store[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        if (service, username) not in self.store:
-            raise keyring.errors.PasswordDeleteError("not set")
-        del self.store[(service, username)]
+from tests.memory_keyring import MemoryKeyring
 
 
 def test_token_goes_to_the_keyring_and_survives_a_restart() -> None:

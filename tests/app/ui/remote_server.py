@@ -12,34 +12,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import keyring.backend
-import keyring.errors
-
 ROOT = Path(__file__).resolve().parents[3]
 API_KEY = "remote-test-key-0123456789"
 _LISTENING = re.compile(r"on (http://127\.0\.0\.1:\d+) \(")
-
-
-class MemoryKeyring(keyring.backend.KeyringBackend):
-    """A real keyring backend (the keyring API end to end) that keeps secrets in a dict, so
-    tests never touch the user's keyring."""
-
-    priority = 1  # type: ignore[assignment]
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.store: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.store.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.store[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        if (service, username) not in self.store:
-            raise keyring.errors.PasswordDeleteError("not set")
-        del self.store[(service, username)]
 
 
 @dataclass

@@ -28,8 +28,9 @@ from app.ui.worker import EngineHost, EngineWorker, LoadedModel, RemoteTarget
 from engine.chat_engine import EmbeddedEngine
 from engine.remote import RemoteEngine
 from engine.runtime import SamplingParams
-from tests.app.ui.remote_server import API_KEY, MemoryKeyring, Served, start_server
+from tests.app.ui.remote_server import API_KEY, Served, start_server
 from tests.app.ui.ui_signal_log import SignalLog
+from tests.memory_keyring import MemoryKeyring
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 

@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import keyring.backend
-import keyring.errors
 import openai
 import pytest
 from PySide6.QtCore import QEvent, QSettings
@@ -27,29 +25,10 @@ from app.ui.server_panel import NO_MODEL_TIP, REMOTE_TIP, RequestLogModel, Serve
 from app.ui.worker import LoadedModel, RemoteTarget
 from engine.runtime import LoadParams, SamplingParams
 from engine.server.request_log import RequestRecord
+from tests.memory_keyring import MemoryKeyring
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints",
                                        "This plugin does not support raise")
-
-
-class MemoryKeyring(keyring.backend.KeyringBackend):
-    """A real keyring backend (the keyring API end to end), storing in a dict."""
-
-    priority = 1  # type: ignore[assignment]
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.data: dict[tuple[str, str], str] = {}
-
-    def get_password(self, service: str, username: str) -> str | None:
-        return self.data.get((service, username))
-
-    def set_password(self, service: str, username: str, password: str) -> None:
-        self.data[(service, username)] = password
-
-    def delete_password(self, service: str, username: str) -> None:
-        if self.data.pop((service, username), None) is None:
-            raise keyring.errors.PasswordDeleteError("not set")
 
 
 def free_port() -> int:
