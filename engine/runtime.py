@@ -220,7 +220,9 @@ class Model:
         mp.n_gpu_layers = resolve_gpu_layers(self.params.n_gpu_layers, n_layer,
                                              gguf=self.gguf, params=self.params)
         mp.load_mode = C.LLAMA_LOAD_MODE_MMAP if self.params.use_mmap else C.LLAMA_LOAD_MODE_NONE
-        mp.use_extra_bufts = use_extra_buffers(self.params.extra_buffers)
+        mp.use_extra_bufts = extra = use_extra_buffers(self.params.extra_buffers)
+        # Whether a token's logits are the same alone and in a batch (speculation's exactness).
+        self.batch_exact = batch_consistent(extra)
 
         def on_progress(p: float, _user: Any) -> bool:
             if cancel is not None and cancel.is_set():
@@ -249,7 +251,8 @@ class Model:
             cp.n_threads = n_threads
             cp.n_threads_batch = self.params.n_threads_batch or n_threads
             cp.flash_attn_type = _FLASH[resolve_flash_attn(
-                self.params.flash_attn, self.params.type_v, drafting=self.params.drafting)]
+                self.params.flash_attn, self.params.type_v, drafting=self.params.drafting,
+                batch_exact=self.batch_exact)]
             cp.type_k = KV_TYPES[self.params.type_k]
             cp.type_v = KV_TYPES[self.params.type_v]
             cp.embeddings = self.params.embeddings
@@ -722,10 +725,12 @@ def _last_error(lines: list[str]) -> str:
 
 
 def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = None,
-                       drafting: bool = False) -> FlashAttn:
+                       drafting: bool = False, batch_exact: bool = True) -> FlashAttn:
     """What 'auto' means here. A quantized V cache needs flash attention, and so does
-    speculative decoding (`drafting`): only with it do llama.cpp's CPU kernels give a token
-    the same logits alone and inside a verification batch (docs/speculative.md); with a GPU,
+    speculative decoding (`drafting`) where the weight kernels are batch-consistent
+    (`batch_exact`, see `batch_consistent`): only with it do llama.cpp's CPU kernels give a
+    token the same logits alone and inside a verification batch (docs/speculative.md). With
+    AMX weights no setting gives that, so drafting keeps the faster default. With a GPU,
     llama.cpp's own choice stands. On a CPU-only build it is off: this llama.cpp's CPU
     flash-attention kernel slows down as the context fills (SmolLM2, 2 threads, 2,000 tokens of
     history: decode 23 t/s with it, 44 t/s without; an 18-token follow-up takes 570 ms vs
@@ -733,7 +738,7 @@ def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = 
     takes part (None: whether this build can offload)."""
     if requested != "auto":
         return requested
-    if drafting or type_v not in ("f16", "f32", "bf16"):
+    if (drafting and batch_exact) or type_v not in ("f16", "f32", "bf16"):
         return "on"
     if gpu is None:
         gpu = llama_lib.supports_gpu_offload()
@@ -741,9 +746,31 @@ def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = 
 
 
 def use_extra_buffers(requested: bool | None) -> bool:
-    if requested is not None:
-        return requested
-    return "AMX_INT8 = 1" not in llama_lib.system_info()
+    """Whether llama.cpp may put weights in its CPU extra buffers (repacked and AMX layouts).
+
+    On by default; on an AMX build only when its AMX kernels are safe
+    (`llama_lib.amx_kernels_safe`), otherwise the first multi-token batch would crash the
+    process. Asking for them explicitly on such a build is refused for the same reason.
+    """
+    if not llama_lib.amx_build() or llama_lib.amx_kernels_safe():
+        return True if requested is None else requested
+    if requested:
+        raise EngineError("this llama.cpp build's AMX kernels crash on multi-token batches; "
+                          "rebuild it with `make setup GPU=cpu` to use them")
+    return False
+
+
+def drafting_exact(extra_buffers: bool | None = None) -> bool:
+    """Whether speculative decoding on this build can give exactly plain decoding's tokens
+    (it does with flash attention on, unless AMX weights are in use)."""
+    return batch_consistent(use_extra_buffers(extra_buffers))
+
+
+def batch_consistent(extra_buffers: bool) -> bool:
+    """Whether a token's logits come out the same decoded alone and inside a batch (given
+    flash attention). Not with AMX weights: ggml computes one-token products with a VNNI
+    kernel and batches with AMX tiles, which round differently."""
+    return not (extra_buffers and llama_lib.amx_build())
 
 
 def resolve_gpu_layers(requested: GpuLayers, n_layer: int, *, gguf: GGUFFile | None = None,

@@ -48,6 +48,11 @@ SpecMode = Literal["off", "lookup", "draft"]
 # them is accepted (benchmarks/speculative.py, docs/speculative.md).
 DEFAULT_DRAFT_MAX = 16
 DEFAULT_MODEL_DRAFT_MAX = 5
+# What verifying one more drafted position costs, in one-token decodes (docs/speculative.md).
+# SmolLM2 at 2 threads: 0.48 with llama.cpp's generic CPU kernels, 0.17 with AMX weights; on
+# the H200 8 sequences in one batch cost 2.6 one-token decodes (~0.22 a position).
+POSITION_COST_CPU = 0.48
+POSITION_COST_BATCHED = 0.2
 # llama.cpp's own speculative example allows vocabularies that differ only in padding.
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 _VOCAB_SAMPLE = 512
@@ -78,9 +83,11 @@ class PromptLookup:
     The index is built incrementally: O(new tokens) a step.
     """
 
-    def __init__(self, ngram_max: int = 32, ngram_min: int = 2, candidates: int = 8) -> None:
+    def __init__(self, ngram_max: int = 32, ngram_min: int = 2, candidates: int = 8,
+                 position_cost: float = POSITION_COST_CPU) -> None:
         if not 1 <= ngram_min <= ngram_max:
             raise EngineError("prompt lookup needs 1 <= ngram_min <= ngram_max")
+        self.position_cost = position_cost
         self.ngram_max = ngram_max  # agreement is measured up to this many tokens
         self.ngram_min = ngram_min
         self.candidates = candidates
@@ -98,20 +105,26 @@ class PromptLookup:
         self._h.append(token)
 
     @staticmethod
-    def draft_len(agreement: int) -> int:
+    def draft_len(agreement: int, position_cost: float = POSITION_COST_CPU) -> int:
         """Draft length for a match whose preceding text agrees for `agreement` tokens.
 
-        Verifying one more position costs about half a one-token decode on a CPU
-        (docs/speculative.md), so a position is worth drafting while the chance that the
-        copy reaches it stays above one half. Measured on the benchmark's quoting answers:
-        after 16+ agreeing tokens, 69% of copies still agree 16 tokens on; after 3-15, half
-        break within 4; after 2, a third break at once.
+        A position is worth drafting while the chance that the copy reaches it stays above
+        what verifying it costs (`position_cost`, in one-token decodes). How far copies go,
+        measured on the benchmark's quoting answers: after 16+ agreeing tokens 69% still
+        agree 16 tokens on (2.3% break a token); after 3-15 half break within 4 (16% a
+        token); after 2 a third break at once, then as after 3-15. With the generic CPU
+        kernels (0.48) that gives 16/4/2 tokens, with AMX weights or a GPU (0.2) 16/9/7.
         """
         if agreement >= 16:
-            return 16
-        if agreement >= 3:
-            return 4
-        return 2
+            first = keep = 0.977
+        else:
+            keep = 0.84
+            first = keep if agreement >= 3 else 0.67
+        n, reach = 0, first
+        while reach > position_cost and n < DEFAULT_DRAFT_MAX:
+            n += 1
+            reach *= keep
+        return max(1, n)
 
     def propose(self, n: int) -> list[int]:
         h = self._h
@@ -145,7 +158,7 @@ class PromptLookup:
                 ties.append(p)
         self.last_match = best
         out: list[int] = []
-        for j in range(min(n, self.draft_len(best))):
+        for j in range(min(n, self.draft_len(best, self.position_cost))):
             i = start + j
             # Past the end of the history the match overlaps the tail: the text repeats
             # with period n_h - start, so continue the draft itself.
@@ -425,15 +438,25 @@ def _trim(m: Model, cached: list[int], keep: int) -> None:
     del cached[keep:]
 
 
+def verify_position_cost(m: Model) -> float:
+    """What one more verified position costs on this model's kernels (POSITION_COST_*)."""
+    if not m.batch_exact or m.load_info.n_gpu_layers > 0:
+        return POSITION_COST_BATCHED
+    return POSITION_COST_CPU
+
+
 def lookup_source(draft_max: int = DEFAULT_DRAFT_MAX, *, ngram_max: int = 32,
-                  ngram_min: int = 2) -> TokenSource:
-    """Token source for `Model.generate(..., token_source=...)` with prompt-lookup drafting."""
+                  ngram_min: int = 2, position_cost: float | None = None) -> TokenSource:
+    """Token source for `Model.generate(..., token_source=...)` with prompt-lookup drafting.
+    `position_cost` (default: the model's, `verify_position_cost`) sets the draft lengths."""
     if draft_max < 1:
         raise EngineError("the draft length must be at least 1")
     PromptLookup(ngram_max, ngram_min)  # validate now, not at the first token
 
     def source(gen: Generation, chain: Any) -> Generator[int, None, None]:
-        return speculative_tokens(gen, chain, PromptLookup(ngram_max, ngram_min), draft_max)
+        cost = verify_position_cost(gen.model) if position_cost is None else position_cost
+        drafter = PromptLookup(ngram_max, ngram_min, position_cost=cost)
+        return speculative_tokens(gen, chain, drafter, draft_max)
 
     return source
 
@@ -536,6 +559,7 @@ __all__ = [
     "lookup_source",
     "spec_stats",
     "speculative_tokens",
+    "verify_position_cost",
     "vocab_mismatch",
     "vocab_size_mismatch",
 ]

@@ -35,7 +35,7 @@ from app.services.library import LibraryEntry
 from app.ui.estimate import EstimateWidget, Estimator
 from app.ui.library_model import LibraryModel
 from app.ui.worker import LoadedModel
-from engine.runtime import KV_TYPES, FlashAttn, GpuLayers, LoadParams
+from engine.runtime import KV_TYPES, FlashAttn, GpuLayers, LoadParams, drafting_exact
 from engine.speculative import (
     DEFAULT_DRAFT_MAX,
     DEFAULT_MODEL_DRAFT_MAX,
@@ -49,6 +49,8 @@ DEFAULT_CTX = 4096
 SPEC_MODES: tuple[tuple[SpecMode, str], ...] = (
     ("off", "Off"), ("lookup", "Prompt lookup"), ("draft", "Draft model"))
 FLASH_NOTE = "Flash attention is on while drafting: exact output needs it."
+AMX_NOTE = ("This CPU's AMX kernels round a batch slightly differently from a single token: "
+            "a drafted reply can take another branch where two words are nearly tied.")
 SETTINGS_GROUP = "load_settings"
 
 
@@ -105,6 +107,7 @@ class LibraryPanel(QWidget):
         self.flash.setAccessibleName("Flash attention")
         self.flash.addItems(["auto", "on", "off"])
         self._flash_wanted = "auto"  # the user's choice, back when drafting is switched off
+        self._drafting_exact = drafting_exact()
         self.spec_mode = QComboBox()
         self.spec_mode.setAccessibleName("Speculative decoding")
         for mode, title in SPEC_MODES:
@@ -261,7 +264,7 @@ class LibraryPanel(QWidget):
             n_gpu_layers=self.gpu_layers(),
             type_k=self.type_k.currentText(),
             type_v=self.type_v.currentText(),
-            flash_attn="on" if spec is not None else flash,
+            flash_attn="on" if spec is not None and self._drafting_exact else flash,
             speculative=spec,
         )
 
@@ -379,12 +382,15 @@ class LibraryPanel(QWidget):
 
     def _settings_changed(self) -> None:
         drafting = self.spec_mode.currentData() != "off"
-        if drafting and self.flash.isEnabled():
+        # Flash attention makes drafted output exact unless the weight kernels differ
+        # between a batch and one token (AMX), where it would only cost speed.
+        force_flash = drafting and self._drafting_exact
+        if force_flash and self.flash.isEnabled():
             self.flash.blockSignals(True)
             self.flash.setCurrentText("on")
             self.flash.setEnabled(False)
             self.flash.blockSignals(False)
-        elif not drafting and not self.flash.isEnabled():
+        elif not force_flash and not self.flash.isEnabled():
             self.flash.blockSignals(True)
             self.flash.setEnabled(True)
             self.flash.setCurrentText(self._flash_wanted)
@@ -392,7 +398,8 @@ class LibraryPanel(QWidget):
         self.draft_model.setEnabled(self.spec_mode.currentData() == "draft")
         self.draft_max.setEnabled(drafting)
         problem = self.spec_problem()
-        self.spec_note.setText(problem or (FLASH_NOTE if drafting else ""))
+        note = (FLASH_NOTE if self._drafting_exact else AMX_NOTE) if drafting else ""
+        self.spec_note.setText(problem or note)
         self.spec_note.setVisible(bool(problem) or drafting)
         self._sync_buttons()
         self.ctx_label.setText(f"{self.context_length():,}")

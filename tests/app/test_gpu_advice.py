@@ -92,10 +92,12 @@ def test_makefile_builds_what_the_advice_says() -> None:
 def test_make_setup_rejects_an_unknown_gpu(tmp_path: Path) -> None:
     # A throw-away venv path whose install stamp is up to date, so make runs only the GPU step;
     # the choice is checked before pip is called.
+    llama_stamp = tmp_path / "llama-stamp"
+    llama_stamp.touch()
     stamp = tmp_path / "stamp"
     stamp.touch()
     r = subprocess.run(["make", "-s", "-C", str(REPO), f"VENV={tmp_path}", f"STAMP={stamp}",
-                        f"{tmp_path}/.candlewick-gpu-opencl"],
+                        f"LLAMA_STAMP={llama_stamp}", f"{tmp_path}/.candlewick-gpu-opencl"],
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode != 0
     assert "GPU must be one of: cpu cuda metal vulkan (got 'opencl')" in r.stdout

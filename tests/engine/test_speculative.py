@@ -5,13 +5,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
+from engine import llama_lib
 from engine.gguf import GGUFError
 from engine.runtime import EngineError, LoadParams, Model, SamplingParams
 from engine.speculative import (
+    POSITION_COST_BATCHED,
+    POSITION_COST_CPU,
     DraftModel,
     PromptLookup,
     SpeculativeSettings,
@@ -21,6 +24,7 @@ from engine.speculative import (
     load_draft_model,
     lookup_source,
     spec_stats,
+    verify_position_cost,
 )
 
 # Short contexts: below 256 KV cells llama.cpp's batched and one-token CPU kernels give
@@ -33,12 +37,18 @@ FREE = [{"role": "user", "content": "Write a short list of three fruits and thei
 GREEDY = SamplingParams(temperature=0, max_tokens=32)
 
 
+def exact_params(**kw: Any) -> LoadParams:
+    """Load settings where drafting must give plain decoding's tokens: no AMX weights."""
+    return LoadParams(extra_buffers=False, **kw)
+
+
 @pytest.fixture(scope="module")
 def smollm2(smollm2_path: Path) -> Iterator[Model]:
-    """Flash attention on: with it, llama.cpp's CPU kernels give the same logits for a token
-    decoded alone or inside a verification batch (at short contexts), which exactness needs;
-    without it they differ in the last bits even there (docs/speculative.md)."""
-    model = Model(smollm2_path, LoadParams(n_ctx=2048, n_threads=1, flash_attn="on"))
+    """Flash attention on and no AMX weights: only then do llama.cpp's CPU kernels give the
+    same logits for a token decoded alone or inside a verification batch (at short contexts),
+    which exactness needs; otherwise they differ in the last bits even there
+    (docs/speculative.md). Models in this file load that way (`exact_params`)."""
+    model = Model(smollm2_path, exact_params(n_ctx=2048, n_threads=1, flash_attn="on"))
     yield model
     model.close()
 
@@ -62,7 +72,7 @@ def assert_kv_clean(model: Model) -> None:
 def self_draft(smollm2_path: Path) -> Iterator[Model]:
     """SmolLM2 as its own draft model: drafts always right, the strictest correctness check."""
     draft = Model(smollm2_path,
-                  LoadParams(n_ctx=1024, n_threads=1, state_cache_mb=0, flash_attn="on"))
+                  exact_params(n_ctx=1024, n_threads=1, state_cache_mb=0, flash_attn="on"))
     yield draft
     draft.close()
 
@@ -176,7 +186,7 @@ def test_cancel_leaves_no_stray_cells(smollm2: Model, self_draft: Model) -> None
 
 
 def test_context_full(smollm2_path: Path) -> None:
-    with Model(smollm2_path, LoadParams(n_ctx=256, n_threads=1, state_cache_mb=0,
+    with Model(smollm2_path, exact_params(n_ctx=256, n_threads=1, state_cache_mb=0,
                                                  flash_attn="on")) as small:
         # A prompt that leaves ~12 free cells.
         text = "one two three four five six seven eight nine ten" + " one" * 180
@@ -209,7 +219,7 @@ def test_seeded_sampling_matches_plain(smollm2: Model) -> None:
 def test_vocabulary_mismatch_refused(smollm2: Model, gemma_path: Path) -> None:
     with pytest.raises(EngineError, match=r"cannot be a draft model.*vocabulary"):
         load_draft_model(gemma_path, smollm2, n_ctx=256)
-    gemma = Model(gemma_path, LoadParams(n_ctx=256, n_threads=1, state_cache_mb=0))
+    gemma = Model(gemma_path, exact_params(n_ctx=256, n_threads=1, state_cache_mb=0))
     try:
         with pytest.raises(EngineError, match="262144 tokens, the model's has 49152"):
             check_vocab(smollm2, gemma)
@@ -274,6 +284,23 @@ def test_draft_length_follows_the_agreement() -> None:
     assert p.last_match >= 16
 
 
+def test_draft_length_follows_the_verification_cost() -> None:
+    """Where verifying a position is cheap (AMX weights, a GPU), weaker matches draft further:
+    a position pays while the copy reaches it more often than it costs."""
+    cpu = [PromptLookup.draft_len(a, POSITION_COST_CPU) for a in (2, 3, 15, 16, 40)]
+    cheap = [PromptLookup.draft_len(a, POSITION_COST_BATCHED) for a in (2, 3, 15, 16, 40)]
+    assert cpu == [2, 4, 4, 16, 16]
+    assert cheap == [7, 9, 9, 16, 16]
+    assert PromptLookup.draft_len(2, 0.9) == 1  # never less than one
+    p = PromptLookup(position_cost=POSITION_COST_BATCHED)
+    p.begin([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, 1, 2, 3])
+    assert p.propose(64) == [4, 5, 6, 7, 8, 9, 10, 11, 12]  # a 3-token match drafts 9
+
+
+def test_position_cost_follows_the_kernels(smollm2: Model) -> None:
+    assert smollm2.batch_exact and verify_position_cost(smollm2) == POSITION_COST_CPU
+
+
 def test_settings_validation(smollm2: Model) -> None:
     with pytest.raises(EngineError, match="needs a draft model"):
         SpeculativeSettings(mode="draft").validate()
@@ -307,7 +334,7 @@ def test_small_context_batch_limit(smollm2_path: Path) -> None:
     Prompts longer than that are fed in chunks, drafts never make a verification batch
     longer than that, and the cache never holds more than the context (this used to abort
     inside llama.cpp)."""
-    with Model(smollm2_path, LoadParams(n_ctx=64, n_threads=1, state_cache_mb=0,
+    with Model(smollm2_path, exact_params(n_ctx=64, n_threads=1, state_cache_mb=0,
                                         flash_attn="on")) as small:
         assert small.n_batch == 64 < small.n_ctx
         text = "alpha beta gamma delta epsilon zeta eta theta iota kappa " * 8
@@ -330,7 +357,7 @@ def test_speculation_set_at_load(smollm2_path: Path, smollm2: Model) -> None:
     """LoadParams.speculative: every generation drafts without the caller asking, flash
     attention 'auto' turns on for it, and the text is plain decoding's."""
     ref = plain(smollm2, QUOTE, GREEDY)
-    params = LoadParams(n_ctx=1024, n_threads=1, state_cache_mb=0,
+    params = exact_params(n_ctx=1024, n_threads=1, state_cache_mb=0,
                         speculative=SpeculativeSettings(mode="lookup"))
     with Model(smollm2_path, params) as m:
         assert m.speculator is not None
@@ -344,7 +371,7 @@ def test_speculation_set_at_load(smollm2_path: Path, smollm2: Model) -> None:
         own = m.generate(QUOTE, GREEDY, token_source=lookup_source(1))
         own.consume()
         assert own.tokens == ref
-    with Model(smollm2_path, LoadParams(n_ctx=256, n_threads=1, state_cache_mb=0)) as m:
+    with Model(smollm2_path, exact_params(n_ctx=256, n_threads=1, state_cache_mb=0)) as m:
         assert m.speculator is None
         assert flash_line(m) == "disabled"  # and off for plain decoding on a CPU
         gen = m.generate(QUOTE, SamplingParams(temperature=0, max_tokens=8))
@@ -352,9 +379,25 @@ def test_speculation_set_at_load(smollm2_path: Path, smollm2: Model) -> None:
         assert gen.stats.draft_tokens == 0
 
 
+@pytest.mark.skipif(not (llama_lib.amx_build() and llama_lib.amx_kernels_safe()),
+                    reason="this llama.cpp build has no usable AMX kernels")
+def test_drafting_with_amx_weights(smollm2_path: Path) -> None:
+    """With AMX weights one-token and batch products round differently whatever flash
+    attention does, so drafting keeps the faster default (off on a CPU) instead of forcing
+    it on; drafts are still verified by the model and leave no stray cells."""
+    params = LoadParams(n_ctx=1024, n_threads=1, state_cache_mb=0,
+                        speculative=SpeculativeSettings(mode="lookup"))
+    with Model(smollm2_path, params) as m:
+        assert not m.batch_exact and flash_line(m) == "disabled"
+        gen = m.generate(QUOTE, GREEDY)
+        gen.consume()
+        assert gen.stats.draft_accepted > 0 and len(gen.tokens) > 8
+        assert_kv_clean(m)
+
+
 def test_draft_with_other_vocabulary_refused_at_load(smollm2_path: Path,
                                                      gemma_path: Path) -> None:
-    params = LoadParams(n_ctx=256, n_threads=1, state_cache_mb=0,
+    params = exact_params(n_ctx=256, n_threads=1, state_cache_mb=0,
                         speculative=SpeculativeSettings(mode="draft",
                                                         draft_model=str(gemma_path)))
     with pytest.raises(EngineError, match=r"cannot be a draft model.*vocabulary") as err:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from app.cli import main
+from engine import llama_lib
 
 PROMPT = "Repeat exactly: The early bird catches the worm. The early bird catches the worm."
 
@@ -21,7 +22,10 @@ def _run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
 
 
 def test_lookup_flag_same_text_and_stats(capsys: pytest.CaptureFixture[str],
-                                         smollm2_path: Path) -> None:
+                                         smollm2_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pinned to the build where drafting is exact: no AMX weights (tests/engine/test_amx.py).
+    monkeypatch.setattr(llama_lib, "amx_kernels_safe", lambda: False)
     plain = _run_json(capsys)
     spec = _run_json(capsys, "--lookup", "--draft-max", "4")
     assert spec["text"] == plain["text"]

@@ -16,7 +16,8 @@ from pytestqt.qtbot import QtBot
 from app.main import build_window
 from app.services.library import LibraryEntry, ModelLibrary
 from app.services.paths import AppPaths
-from app.ui.library_panel import LibraryPanel
+from app.ui import library_panel
+from app.ui.library_panel import AMX_NOTE, LibraryPanel
 from app.ui.main_window import MainWindow
 from engine.runtime import GenerationStats, SamplingParams
 from tests.app.ui.ui_signal_log import SignalLog
@@ -39,6 +40,13 @@ def close_window(w: MainWindow) -> None:
     w.shutdown()
     w.deleteLater()
     QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+@pytest.fixture(autouse=True)
+def exact_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The panel's flash-attention rule depends on the build (AMX or not); these tests pin
+    the build where drafting can be exact, test_amx_kernels_leave_flash_to_the_user the other."""
+    monkeypatch.setattr(library_panel, "drafting_exact", lambda: True)
 
 
 @pytest.fixture
@@ -92,6 +100,26 @@ def test_prompt_lookup_reply_shows_drafts(qtbot: QtBot, windows: list[MainWindow
     # Back to off: flash attention is the user's choice again.
     choose(lp, "off")
     assert lp.flash.isEnabled() and lp.flash.currentText() == "auto"
+    assert not lp.spec_note.isVisibleTo(lp)
+
+
+def test_amx_kernels_leave_flash_to_the_user(qtbot: QtBot, windows: list[MainWindow],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """With AMX weights flash attention cannot make drafts exact, so drafting does not force
+    it (it would only cost speed); the note says what the user gets instead."""
+    monkeypatch.setattr(library_panel, "drafting_exact", lambda: False)
+    w = open_window(qtbot)
+    windows.append(w)
+    lp = w.library_panel
+    lp.flash.setCurrentText("off")
+    choose(lp, "lookup")
+    assert lp.flash.isEnabled() and lp.flash.currentText() == "off"
+    assert lp.spec_note.isVisibleTo(lp) and lp.spec_note.text() == AMX_NOTE
+    params = lp.load_params()
+    assert params.flash_attn == "off"
+    assert params.speculative is not None and params.speculative.mode == "lookup"
+    choose(lp, "off")
+    assert lp.flash.isEnabled() and lp.flash.currentText() == "off"
     assert not lp.spec_note.isVisibleTo(lp)
 
 
