@@ -3,22 +3,24 @@
 Extraction and summarisation requests (copy the action items, list the ingredients, quote the
 sentences about X, rewrite a function with one change, answer from a passage): real requests
 with an instruction, whose answers repeat spans of the prompt, which is where prompt lookup
-drafting pays. Greedy, on one loaded model per flash-attention setting, arms interleaved per
-prompt (plain, lookup, plain default, plain, lookup, ...) so drift on a noisy machine hits
-them alike. Generation speed is wall-clock tokens/s from the first generated token to the
-last (the cache is reset before every run, so all arms do the same prefill).
+drafting pays. Greedy, arms interleaved per prompt (plain, lookup, plain exact, lookup exact,
+plain, ...) so drift on a noisy machine hits them alike. Generation speed is wall-clock
+tokens/s from the first generated token to the last (the cache is reset before every run, so
+all arms do the same prefill).
 
-Arms:
-- plain (FA on) and lookup (FA on): the same context settings, so their ratio is the effect
-  of speculation alone. Speculation forces flash attention on (exactness needs it).
-- plain (default): the app's real default path, flash attention 'auto' (off on a CPU-only
-  build). "lookup vs default" is what a user switching lookup on actually gets.
-- draft (FA on), with `--draft PATH`: a draft model.
+Two configurations, each measured plain and with prompt lookup:
+- app: what a user gets. Plain decoding with the default load settings; lookup with the
+  default settings plus `speculative=lookup`, so the engine resolves flash attention and AMX
+  as it does for the app (flash attention is forced on for exactness only where the weight
+  kernels allow exactness, i.e. without AMX).
+- exact: no AMX weights and flash attention on, where llama.cpp's CPU kernels give a token
+  the same logits alone and in a batch, so lookup's text must be plain's ("same text").
+- draft (app settings), with `--draft PATH`: a draft model.
 
     .venv/bin/python benchmarks/speculative.py [--model default] [--runs 3] [--threads 2]
     .venv/bin/python benchmarks/speculative.py --write    # also update docs/speculative.md
 
-The last line starts with SUMMARY.
+The last lines start with SUMMARY.
 """
 
 from __future__ import annotations
@@ -35,8 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
-from engine.runtime import FlashAttn, LoadParams, Model, SamplingParams, TokenSource
-from engine.speculative import draft_model_source, load_draft_model, lookup_source
+from engine.runtime import LoadParams, Model, SamplingParams, TokenSource
+from engine.speculative import (
+    SpeculativeSettings,
+    draft_model_source,
+    load_draft_model,
+    lookup_source,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "speculative.md"
@@ -164,38 +171,50 @@ def acceptance(rs: list[dict[str, Any]]) -> tuple[int, int]:
     return sum(r["accepted"] for r in rs), sum(r["drafted"] for r in rs)
 
 
+def _same(r: dict[str, list[dict[str, Any]]], arm: str, ref: str) -> bool:
+    return all(x["text"] == r[ref][0]["text"] for x in r[arm])
+
+
 def table(results: dict[str, dict[str, list[dict[str, Any]]]], spec_arms: list[str],
-          command: str) -> str:
-    cols = ["plain FA on t/s", *(f"{a} t/s" for a in spec_arms), "plain default t/s"]
-    out = [f"`{command}`", "",
-           "| prompt | " + " | ".join(cols) + " | "
-           + " | ".join(f"{a} vs plain (same FA) | {a} vs default | {a} acceptance"
-                        for a in spec_arms) + " | same text |",
-           "|---|" + "---:|" * (len(cols) + 3 * len(spec_arms)) + "---|"]
+          command: str, settings: str) -> str:
+    cols = ["plain t/s", *(f"{a} t/s" for a in spec_arms)]
+    heads = [*cols, *(h for a in spec_arms for h in (f"{a} speed-up", f"{a} acceptance")),
+             "same text", "exact: plain t/s", "exact: lookup t/s", "exact: speed-up",
+             "exact: same text"]
+    out = [f"`{command}`", "", settings, "",
+           "| prompt | " + " | ".join(heads) + " |",
+           "|---|" + "---:|" * len(heads)]
     for name, r in results.items():
-        cells = [f"{median_tps(r['plain']):.1f}", *(f"{median_tps(r[a]):.1f}" for a in spec_arms),
-                 f"{median_tps(r['default']):.1f}"]
+        cells = [f"{median_tps(r[a]):.1f}" for a in ("plain", *spec_arms)]
         for a in spec_arms:
             acc, dr = acceptance(r[a])
             cells += [f"{median_tps(r[a]) / median_tps(r['plain']):.2f}",
-                      f"{median_tps(r[a]) / median_tps(r['default']):.2f}",
                       f"{acc}/{dr} = {acc / max(1, dr):.0%}"]
-        same = all(x["text"] == r["plain"][0]["text"] for a in spec_arms for x in r[a])
-        out.append(f"| {name} | " + " | ".join(cells) + f" | {'yes' if same else 'no'} |")
+        cells.append("yes" if all(_same(r, a, "plain") for a in spec_arms) else "no")
+        cells += [f"{median_tps(r['plain exact']):.1f}", f"{median_tps(r['lookup exact']):.1f}",
+                  f"{median_tps(r['lookup exact']) / median_tps(r['plain exact']):.2f}",
+                  "yes" if _same(r, "lookup exact", "plain exact") else "no"]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
     out.append("")
-    out.extend(summary(results, a) for a in spec_arms)
+    out.extend(summary(results, a, "plain") for a in spec_arms)
+    out.append(summary(results, "lookup exact", "plain exact"))
     return "\n".join(out)
 
 
-def summary(results: dict[str, dict[str, list[dict[str, Any]]]], arm: str) -> str:
-    same_fa = ratios(results, arm, "plain")
-    vs_default = ratios(results, arm, "default")
+def summary(results: dict[str, dict[str, list[dict[str, Any]]]], arm: str, ref: str) -> str:
+    rs = ratios(results, arm, ref)
     acc, dr = acceptance([x for r in results.values() for x in r[arm]])
-    return (f"SUMMARY {arm}: x{statistics.geometric_mean(same_fa):.2f} geometric mean vs plain "
-            f"with the same flash attention (best x{max(same_fa):.2f}, worst "
-            f"x{min(same_fa):.2f}); x{statistics.geometric_mean(vs_default):.2f} vs the default "
-            f"plain path (flash attention auto); acceptance {acc}/{dr} = "
-            f"{acc / max(1, dr):.0%}; {len(results)} prompts")
+    same = sum(_same(r, arm, ref) for r in results.values())
+    return (f"SUMMARY {arm}: x{statistics.geometric_mean(rs):.2f} geometric mean vs {ref} "
+            f"(best x{max(rs):.2f}, worst x{min(rs):.2f}); acceptance {acc}/{dr} = "
+            f"{acc / max(1, dr):.0%}; same text as {ref} in {same} of {len(results)} prompts")
+
+
+def describe(m: Model) -> str:
+    amx = "AMX weights" if not m.batch_exact else "no AMX weights"
+    flash = next((x.split("=", 1)[1].strip() for x in m.load_info.log
+                  if "flash_attn " in x and "=" in x), "?")
+    return f"{amx}, flash attention {flash}"
 
 
 def main() -> int:
@@ -221,23 +240,29 @@ def main() -> int:
     lib = ModelLibrary(AppPaths.default().models)
     path = lib.resolve(args.model)
 
-    def load(flash: FlashAttn) -> Model:
+    def load(**kw: Any) -> Model:
         return Model(path, LoadParams(n_ctx=args.ctx, n_threads=args.threads, state_cache_mb=0,
-                                      flash_attn=flash))
+                                      **kw))
 
-    fa_on = load("on")
-    default = load("auto")
+    plain_m = load()
+    lookup_m = load(speculative=SpeculativeSettings("lookup", draft_max=args.draft_max))
+    exact = load(extra_buffers=False, flash_attn="on")
     lookup_kw = {} if args.draft_max is None else {"draft_max": args.draft_max}
     arms: dict[str, tuple[Model, Any]] = {
-        "plain": (fa_on, lambda: None),
-        "lookup": (fa_on, lambda: lookup_source(**lookup_kw)),
-        "default": (default, lambda: None),
+        "plain": (plain_m, lambda: None),
+        "lookup": (lookup_m, lambda: None),  # the model's own speculator
+        "plain exact": (exact, lambda: None),
+        "lookup exact": (exact, lambda: lookup_source(**lookup_kw)),
     }
     draft = None
     if args.draft:
-        draft = load_draft_model(lib.resolve(args.draft), fa_on)
-        arms["draft"] = (fa_on, lambda: draft_model_source(draft, fa_on, args.draft_max or 5))
-    spec_arms = [a for a in arms if a not in ("plain", "default")]
+        draft = load_draft_model(lib.resolve(args.draft), plain_m)
+        arms["draft"] = (plain_m, lambda: draft_model_source(draft, plain_m,
+                                                             args.draft_max or 5))
+    settings = (f"app: plain {describe(plain_m)}; lookup {describe(lookup_m)}. "
+                f"exact: {describe(exact)}.")
+    print(settings, flush=True)
+    spec_arms = [a for a in arms if "exact" not in a and a != "plain"]
     prompts = [(n, p) for n, p in PROMPTS
                if args.only is None or n in args.only.split(",")]
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
@@ -249,14 +274,12 @@ def main() -> int:
             for arm, (m, make) in arms.items():
                 results[name][arm].append(run_once(m, prompt, args.max_tokens, make()))
         r = results[name]
-        line = (f"{name:13s} plain {median_tps(r['plain']):6.1f} t/s, default "
-                f"{median_tps(r['default']):6.1f} t/s")
-        for arm in spec_arms:
+        line = f"{name:13s} plain {median_tps(r['plain']):6.1f} t/s"
+        for arm in [*spec_arms, "lookup exact"]:
+            ref = "plain exact" if arm == "lookup exact" else "plain"
             acc, dr = acceptance(r[arm])
             line += (f" | {arm} {median_tps(r[arm]):6.1f} t/s "
-                     f"x{median_tps(r[arm]) / median_tps(r['plain']):.2f} "
-                     f"(vs default x{median_tps(r[arm]) / median_tps(r['default']):.2f}) "
-                     f"acc {acc / max(1, dr):.0%}")
+                     f"x{median_tps(r[arm]) / median_tps(r[ref]):.2f} acc {acc / max(1, dr):.0%}")
         print(line, flush=True)
 
     shown: list[str] = []
@@ -270,7 +293,8 @@ def main() -> int:
             continue
         if not a.startswith("--json="):
             shown.append(a)
-    text = table(results, spec_arms, " ".join(["benchmarks/speculative.py", *shown]))
+    text = table(results, spec_arms, " ".join(["benchmarks/speculative.py", *shown]),
+                 settings)
     print()
     print(text)
     if args.write:
@@ -282,8 +306,8 @@ def main() -> int:
         args.json.write_text(json.dumps(results, indent=1))
     if draft is not None:
         draft.close()
-    fa_on.close()
-    default.close()
+    for m in (plain_m, lookup_m, exact):
+        m.close()
     return 0
 
 

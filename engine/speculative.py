@@ -48,18 +48,39 @@ SpecMode = Literal["off", "lookup", "draft"]
 # them is accepted (benchmarks/speculative.py, docs/speculative.md).
 DEFAULT_DRAFT_MAX = 16
 DEFAULT_MODEL_DRAFT_MAX = 5
-# What verifying one more drafted position costs, in one-token decodes (docs/speculative.md).
-# SmolLM2 at 2 threads: 0.48 with llama.cpp's generic CPU kernels, 0.17 with AMX weights; on
-# the H200 8 sequences in one batch cost 2.6 one-token decodes (~0.22 a position).
-POSITION_COST_CPU = 0.48
-POSITION_COST_BATCHED = 0.2
+
+
+@dataclass(frozen=True)
+class VerifyCost:
+    """What decoding n tokens in one verification batch costs, in one-token decodes: `first`
+    for two tokens, `step` for each one more. Measured inside the speculative loop
+    (docs/speculative.md), graph changes between batch shapes included."""
+
+    first: float
+    step: float
+
+    def __call__(self, n: int) -> float:
+        return 1.0 if n <= 1 else self.first + self.step * (n - 2)
+
+
+# SmolLM2, 2 threads. Generic CPU kernels: every position costs about the same again.
+COST_CPU = VerifyCost(1.43, 0.43)
+# AMX weights: two tokens already take the 16-row tile path (the one-token path is a cheaper
+# vector kernel), after which positions are cheap.
+COST_AMX = VerifyCost(1.81, 0.17)
+# Not measured for verification: the H200's batched decode (8 sequences for 2.6 decodes).
+COST_GPU = VerifyCost(1.2, 0.2)
+
 # llama.cpp's own speculative example allows vocabularies that differ only in padding.
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 _VOCAB_SAMPLE = 512
 
 
 class Drafter(Protocol):
-    """Proposes continuations of the conversation; told every token the model commits."""
+    """Proposes continuations of the conversation; told every token the model commits.
+    `sets_length`: the drafter sizes its own drafts (else the loop adapts the length)."""
+
+    sets_length: bool
 
     def begin(self, tokens: Sequence[int]) -> None: ...
 
@@ -83,11 +104,13 @@ class PromptLookup:
     The index is built incrementally: O(new tokens) a step.
     """
 
+    sets_length = True
+
     def __init__(self, ngram_max: int = 32, ngram_min: int = 2, candidates: int = 8,
-                 position_cost: float = POSITION_COST_CPU) -> None:
+                 cost: VerifyCost = COST_CPU) -> None:
         if not 1 <= ngram_min <= ngram_max:
             raise EngineError("prompt lookup needs 1 <= ngram_min <= ngram_max")
-        self.position_cost = position_cost
+        self.cost = cost
         self.ngram_max = ngram_max  # agreement is measured up to this many tokens
         self.ngram_min = ngram_min
         self.candidates = candidates
@@ -105,26 +128,31 @@ class PromptLookup:
         self._h.append(token)
 
     @staticmethod
-    def draft_len(agreement: int, position_cost: float = POSITION_COST_CPU) -> int:
-        """Draft length for a match whose preceding text agrees for `agreement` tokens.
-
-        A position is worth drafting while the chance that the copy reaches it stays above
-        what verifying it costs (`position_cost`, in one-token decodes). How far copies go,
-        measured on the benchmark's quoting answers: after 16+ agreeing tokens 69% still
-        agree 16 tokens on (2.3% break a token); after 3-15 half break within 4 (16% a
-        token); after 2 a third break at once, then as after 3-15. With the generic CPU
-        kernels (0.48) that gives 16/4/2 tokens, with AMX weights or a GPU (0.2) 16/9/7.
-        """
+    def survival(agreement: int) -> tuple[float, float]:
+        """(chance the first drafted token is right, chance each next one is) for a match
+        backed by `agreement` tokens, measured on the benchmark's quoting answers: after 16+
+        agreeing tokens 69% of copies still agree 16 tokens on; after 3-15 half break within
+        4; after 2 a third break at once, then as after 3-15."""
         if agreement >= 16:
-            first = keep = 0.977
-        else:
-            keep = 0.84
-            first = keep if agreement >= 3 else 0.67
-        n, reach = 0, first
-        while reach > position_cost and n < DEFAULT_DRAFT_MAX:
-            n += 1
+            return 0.977, 0.977
+        if agreement >= 3:
+            return 0.84, 0.84
+        return 0.67, 0.84
+
+    @staticmethod
+    def draft_len(agreement: int, cost: VerifyCost = COST_CPU,
+                  limit: int = DEFAULT_DRAFT_MAX) -> int:
+        """How many of a match's tokens to draft (0: decode plainly): the length that gives
+        the most expected tokens per unit of decode cost, if that beats a plain step."""
+        first, keep = PromptLookup.survival(agreement)
+        best_k, best, expected, reach = 0, 1.0, 0.0, first
+        for k in range(1, limit + 1):
+            expected += reach
             reach *= keep
-        return max(1, n)
+            value = (1 + expected) / cost(1 + k)
+            if value > best:
+                best_k, best = k, value
+        return best_k
 
     def propose(self, n: int) -> list[int]:
         h = self._h
@@ -158,7 +186,7 @@ class PromptLookup:
                 ties.append(p)
         self.last_match = best
         out: list[int] = []
-        for j in range(min(n, self.draft_len(best, self.position_cost))):
+        for j in range(min(n, DEFAULT_DRAFT_MAX)):
             i = start + j
             # Past the end of the history the match overlaps the tail: the text repeats
             # with period n_h - start, so continue the draft itself.
@@ -171,7 +199,7 @@ class PromptLookup:
                 j += 1
             if j < len(out):
                 del out[max(j, 1):]
-        return out
+        return out[:self.draft_len(best, self.cost, len(out))]
 
     def end(self) -> None:
         pass
@@ -246,6 +274,8 @@ class DraftModel:
     Before each proposal the draft's cache is brought to the history by its common prefix
     (rejected drafts of the previous step are dropped there), then it decodes greedily.
     """
+
+    sets_length = False
 
     def __init__(self, draft: Model, target: Model) -> None:
         check_vocab(target, draft)
@@ -347,8 +377,10 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
     draft_max = max(1, min(draft_max, m.n_batch - 1))
     cached = m._cached
     keep = len(cached)
-    # Draft length adapts: grows by 1 after a fully accepted draft, shrinks to one more than
-    # what was accepted otherwise, so a drafter on a bad streak costs ~a 2-token batch a step.
+    # Unless the drafter sizes its drafts itself, the length adapts: grows by 1 after a fully
+    # accepted draft, shrinks to one more than what was accepted otherwise, so a drafter on a
+    # bad streak costs ~a 2-token batch a step.
+    adapt = not drafter.sets_length
     k = draft_max
     batch = C.llama_batch_init(draft_max + 1, 0, 1)
     b_tok, b_pos, b_nseq, b_seq, b_logits = (batch.token, batch.pos, batch.n_seq_id,
@@ -409,7 +441,7 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
                     drafter.accept(tok)
                     continue
                 # The model's own token at this position: drafts after it are dead.
-                if nd:
+                if nd and adapt:
                     k = min(draft_max, k + 1) if i == nd else i + 1
                 if len(cached) > keep:
                     _trim(m, cached, keep)
@@ -438,24 +470,24 @@ def _trim(m: Model, cached: list[int], keep: int) -> None:
     del cached[keep:]
 
 
-def verify_position_cost(m: Model) -> float:
-    """What one more verified position costs on this model's kernels (POSITION_COST_*)."""
-    if not m.batch_exact or m.load_info.n_gpu_layers > 0:
-        return POSITION_COST_BATCHED
-    return POSITION_COST_CPU
+def verify_cost(m: Model) -> VerifyCost:
+    """The verification cost curve of this model's kernels (COST_*)."""
+    if m.load_info.n_gpu_layers > 0:
+        return COST_GPU
+    return COST_CPU if m.batch_exact else COST_AMX
 
 
 def lookup_source(draft_max: int = DEFAULT_DRAFT_MAX, *, ngram_max: int = 32,
-                  ngram_min: int = 2, position_cost: float | None = None) -> TokenSource:
+                  ngram_min: int = 2, cost: VerifyCost | None = None) -> TokenSource:
     """Token source for `Model.generate(..., token_source=...)` with prompt-lookup drafting.
-    `position_cost` (default: the model's, `verify_position_cost`) sets the draft lengths."""
+    `cost` (default: the model's, `verify_cost`) sets the draft lengths."""
     if draft_max < 1:
         raise EngineError("the draft length must be at least 1")
     PromptLookup(ngram_max, ngram_min)  # validate now, not at the first token
 
     def source(gen: Generation, chain: Any) -> Generator[int, None, None]:
-        cost = verify_position_cost(gen.model) if position_cost is None else position_cost
-        drafter = PromptLookup(ngram_max, ngram_min, position_cost=cost)
+        drafter = PromptLookup(ngram_max, ngram_min,
+                               cost=verify_cost(gen.model) if cost is None else cost)
         return speculative_tokens(gen, chain, drafter, draft_max)
 
     return source
@@ -545,6 +577,9 @@ def spec_stats(stats: GenerationStats) -> dict[str, Any]:
 
 
 __all__ = [
+    "COST_AMX",
+    "COST_CPU",
+    "COST_GPU",
     "DEFAULT_DRAFT_MAX",
     "DEFAULT_MODEL_DRAFT_MAX",
     "DraftModel",
@@ -552,6 +587,7 @@ __all__ = [
     "PromptLookup",
     "SpeculativeSettings",
     "Speculator",
+    "VerifyCost",
     "acceptance_rate",
     "check_vocab",
     "draft_model_source",
@@ -559,7 +595,7 @@ __all__ = [
     "lookup_source",
     "spec_stats",
     "speculative_tokens",
-    "verify_position_cost",
+    "verify_cost",
     "vocab_mismatch",
     "vocab_size_mismatch",
 ]

@@ -13,18 +13,19 @@ from engine import llama_lib
 from engine.gguf import GGUFError
 from engine.runtime import EngineError, LoadParams, Model, SamplingParams
 from engine.speculative import (
-    POSITION_COST_BATCHED,
-    POSITION_COST_CPU,
+    COST_AMX,
+    COST_CPU,
     DraftModel,
     PromptLookup,
     SpeculativeSettings,
     Speculator,
+    VerifyCost,
     check_vocab,
     draft_model_source,
     load_draft_model,
     lookup_source,
     spec_stats,
-    verify_position_cost,
+    verify_cost,
 )
 
 # Short contexts: below 256 KV cells llama.cpp's batched and one-token CPU kernels give
@@ -243,7 +244,7 @@ def test_prompt_lookup_drafts() -> None:
     assert p.propose(0) == []
     # A match that overlaps the tail (the text repeats): the draft continues the period.
     p.begin([5, 6, 5, 6, 5])
-    assert p.propose(8) == [6, 5, 6, 5]
+    assert p.propose(8) == [6, 5, 6] and p.last_match == 3  # 3 agreeing: 3 drafted (CPU)
     with pytest.raises(EngineError):
         PromptLookup(ngram_max=1, ngram_min=2)
 
@@ -280,25 +281,32 @@ def test_draft_length_follows_the_agreement() -> None:
     quote = list(range(100, 160))
     p = PromptLookup()
     p.begin([*quote, 7, *quote[:30]])
-    assert p.propose(64) == quote[30:46]
-    assert p.last_match >= 16
+    assert p.propose(64) == quote[30:30 + PromptLookup.draft_len(30)]
+    assert p.last_match >= 16 and PromptLookup.draft_len(30) >= 8
 
 
 def test_draft_length_follows_the_verification_cost() -> None:
-    """Where verifying a position is cheap (AMX weights, a GPU), weaker matches draft further:
-    a position pays while the copy reaches it more often than it costs."""
-    cpu = [PromptLookup.draft_len(a, POSITION_COST_CPU) for a in (2, 3, 15, 16, 40)]
-    cheap = [PromptLookup.draft_len(a, POSITION_COST_BATCHED) for a in (2, 3, 15, 16, 40)]
-    assert cpu == [2, 4, 4, 16, 16]
-    assert cheap == [7, 9, 9, 16, 16]
-    assert PromptLookup.draft_len(2, 0.9) == 1  # never less than one
-    p = PromptLookup(position_cost=POSITION_COST_BATCHED)
+    """The length with the most expected tokens per unit of decode cost, or no draft when a
+    plain step is better. Where extra positions are cheap (AMX weights) weak matches draft
+    further than with the generic CPU kernels, where each position costs ~0.4 decodes."""
+    cpu = [PromptLookup.draft_len(a, COST_CPU) for a in (2, 3, 15, 16, 40)]
+    amx = [PromptLookup.draft_len(a, COST_AMX) for a in (2, 3, 15, 16, 40)]
+    assert cpu == [2, 3, 3, 9, 9]
+    assert amx == [6, 7, 7, 16, 16]
+    assert COST_AMX(1) == COST_CPU(1) == 1.0 and COST_AMX(2) == 1.81
+    # When a two-token batch costs as much as two decodes, drafting one token never pays.
+    assert PromptLookup.draft_len(2, VerifyCost(2.0, 0.1), limit=1) == 0
+    p = PromptLookup(cost=COST_AMX)
     p.begin([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 0, 1, 2, 3])
-    assert p.propose(64) == [4, 5, 6, 7, 8, 9, 10, 11, 12]  # a 3-token match drafts 9
+    assert p.propose(64) == [4, 5, 6, 7, 8, 9, 10]  # a 3-token match drafts 7
+    # Two equally backed places that part after one token: a 1-token draft is not worth a
+    # 2-token batch on AMX (1.81 decodes for at most 2 tokens), so nothing is drafted.
+    p.begin([1, 2, 5, 9, 1, 2, 6, 8, 1, 2])
+    assert p.propose(8) == []
 
 
-def test_position_cost_follows_the_kernels(smollm2: Model) -> None:
-    assert smollm2.batch_exact and verify_position_cost(smollm2) == POSITION_COST_CPU
+def test_cost_curve_follows_the_kernels(smollm2: Model) -> None:
+    assert smollm2.batch_exact and verify_cost(smollm2) == COST_CPU
 
 
 def test_settings_validation(smollm2: Model) -> None:
