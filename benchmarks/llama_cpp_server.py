@@ -1,9 +1,9 @@
 """Start llama-cpp-python's OpenAI-compatible server (`python -m llama_cpp.server`) safely here.
 
-Same arguments as `python -m llama_cpp.server`. The only change: on llama.cpp builds that use
-AMX, weight repacking ("extra buffer types") is switched off before the model loads, because
-the AMX kernels crash on multi-token batches on the machines this project is tested on (the
-same rule `engine.runtime.use_extra_buffers` applies to Candlewick's own engine). The benchmark
+Same arguments as `python -m llama_cpp.server`. The only change: on llama.cpp builds whose AMX
+kernels crash on multi-token batches (built by GCC < 13 without Candlewick's fix header, see the
+README), weight repacking ("extra buffer types") is switched off before the model loads: the
+same rule `engine.runtime.use_extra_buffers` applies to Candlewick's own engine. The benchmark
 tests and the published comparison run llama_cpp.server through this wrapper.
 """
 
@@ -14,10 +14,12 @@ from typing import Any
 
 import llama_cpp.llama_cpp as C
 
+from engine.llama_lib import AMX_MARKER
+
 
 def _patch_extra_buffers() -> None:
     info = bytes(C.llama_print_system_info()).decode("utf-8", errors="replace")
-    if "AMX_INT8 = 1" not in info:
+    if "AMX_INT8 = 1" not in info or hasattr(C._lib, AMX_MARKER):
         return
     original = C.llama_model_default_params
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import llama_lib
+from engine import llama_lib, memory
 from engine.gguf import read_gguf
 from engine.hardware import Device, GiB, MiB, cpu_only, simulate
 from engine.memory import (
@@ -52,8 +52,31 @@ def specs(request: pytest.FixtureRequest) -> dict[str, Path]:
 
 
 def _plan(path: Path, gpus: list[float], **kw: object) -> MemoryEstimate:
+    """An analytic plan on simulated GPUs. Without AMX copies unless asked: whether the CPU
+    keeps them depends on this machine's CPU and build, not on the plan under test."""
     hw = simulate([int(g * GiB) for g in gpus], cpu_only(RAM))
+    kw.setdefault("extra_buffers", False)
     return estimate(path, EstimateParams(**kw), hardware=hw, method="analytic")  # type: ignore[arg-type]
+
+
+def test_amx_copies_follow_the_cpu_layers(specs: dict[str, Path],
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """With AMX, llama.cpp keeps a repacked copy of the matrices of every layer left on the
+    CPU (and of the output matrix when it stays there); offloaded layers have none."""
+    monkeypatch.setattr(memory, "amx_weights", lambda p: p.extra_buffers is not False)
+    spec = ModelSpec.from_gguf(read_gguf(specs["smollm2"]))
+    assert sum(spec.amx_layer_bytes) > 0 and spec.amx_output_bytes > 0
+    plain = _plan(specs["smollm2"], [], n_ctx=512, n_gpu_layers=0)
+    amx = _plan(specs["smollm2"], [], n_ctx=512, n_gpu_layers=0, extra_buffers=None)
+    copies = sum(spec.amx_layer_bytes) + spec.amx_output_bytes
+    assert amx.weights_bytes - plain.weights_bytes == copies
+    # 11 of 31 layers on a GPU (the output layer first): the CPU keeps copies of 20 layers.
+    split = _plan(specs["smollm2"], [24], n_ctx=512, n_gpu_layers=11, extra_buffers=None)
+    cpu = split.device(CPU)
+    split_plain = _plan(specs["smollm2"], [24], n_ctx=512, n_gpu_layers=11)
+    plain_cpu = split_plain.device(CPU)
+    assert cpu is not None and plain_cpu is not None
+    assert cpu.weights_bytes - plain_cpu.weights_bytes == sum(spec.amx_layer_bytes[:20])
 
 
 @pytest.mark.parametrize("model", ["smollm2", "gemma"])
