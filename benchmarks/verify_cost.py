@@ -52,7 +52,7 @@ def measure(model: Model) -> dict[int, list[float]]:
 
     ratios: dict[int, list[float]] = defaultdict(list)
     # Every match drafted to its end: batch sizes from 2 to 17 all occur.
-    greedy_drafts = VerifyCost(0.0, 0.0)
+    greedy_drafts = VerifyCost(1e-3, 0.0)
     for _, prompt in PROMPTS:
         run_once(model, prompt, 8, None)  # warm-up
         for source in (None, lookup_source(16, cost=greedy_drafts)):

@@ -59,6 +59,10 @@ class VerifyCost:
     first: float
     step: float
 
+    def __post_init__(self) -> None:
+        if self.first <= 0 or self.step < 0:
+            raise EngineError("a verification cost needs first > 0 and step >= 0")
+
     def __call__(self, n: int) -> float:
         return 1.0 if n <= 1 else self.first + self.step * (n - 2)
 
