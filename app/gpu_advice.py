@@ -140,6 +140,19 @@ def advise(backends: Sequence[str], can_offload: bool, gpus: Sequence[SystemGpu]
     return tuple(lines)
 
 
+def amx_advice(frozen: bool = False) -> tuple[str, ...]:
+    """A CPU with AMX and a llama.cpp build whose AMX kernels are unusable (built by GCC < 13
+    without the fix header): say how to get them, it is ~2x faster decoding here."""
+    from engine import llama_lib
+
+    if not llama_lib.amx_build() or llama_lib.amx_kernels_safe():
+        return ()
+    how = ("rebuild the bundle from source with `make setup GPU=cpu` then `make dist`" if frozen
+           else "rebuild it with `make setup GPU=cpu` (about 5-10 minutes)")
+    return ("This CPU has AMX, but this llama.cpp build's AMX kernels would crash, so they are "
+            f"off and prompts and decoding run on slower kernels; {how}.",)
+
+
 def check() -> BackendReport:
     """This process: the build's backends, the machine's GPUs and the advice."""
     from engine import llama_lib
@@ -149,4 +162,5 @@ def check() -> BackendReport:
     gpus = tuple(system_gpus())
     frozen = bool(getattr(sys, "frozen", False))
     return BackendReport(backends, can_offload, gpus, frozen,
-                         advise(backends, can_offload, gpus, frozen=frozen))
+                         advise(backends, can_offload, gpus, frozen=frozen)
+                         + amx_advice(frozen))

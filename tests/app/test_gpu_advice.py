@@ -23,8 +23,26 @@ def test_this_build_reports_its_backends() -> None:
     if not report.can_offload:
         assert report.summary == "CPU only"
         assert report.gpu_backends == ()
-    # Advice appears exactly when there is a GPU this build cannot use.
-    assert bool(report.advice) == (bool(report.system_gpus) and not report.can_offload)
+    # Advice appears exactly when there is a GPU this build cannot use, or AMX kernels it
+    # cannot use.
+    gpu_unused = bool(report.system_gpus) and not report.can_offload
+    amx_unused = llama_lib.amx_build() and not llama_lib.amx_kernels_safe()
+    assert bool(report.advice) == (gpu_unused or amx_unused)
+
+
+def test_unusable_amx_kernels_get_rebuild_advice(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine import llama_lib
+
+    monkeypatch.setattr(llama_lib, "amx_build", lambda: True)
+    monkeypatch.setattr(llama_lib, "amx_kernels_safe", lambda: False)
+    (line,) = gpu_advice.amx_advice()
+    assert "AMX" in line and "`make setup GPU=cpu`" in line
+    assert "`make dist`" in gpu_advice.amx_advice(frozen=True)[0]
+    monkeypatch.setattr(llama_lib, "amx_kernels_safe", lambda: True)
+    assert gpu_advice.amx_advice() == ()
+    monkeypatch.setattr(llama_lib, "amx_build", lambda: False)
+    monkeypatch.setattr(llama_lib, "amx_kernels_safe", lambda: False)
+    assert gpu_advice.amx_advice() == ()
 
 
 @pytest.mark.parametrize(("vendor", "choice", "flag"), [
