@@ -20,6 +20,12 @@ the single-sequence speed, 8 consecutive ones at 2x). So a request goes to a fre
 the busy ones; a prompt prefix cached in another slot is copied over (one stream copy, far
 cheaper than prefilling it again); and when a finished request leaves a hole, the busy slot at
 the end moves into it.
+
+Prompt lookup (the model loaded with `speculative=lookup`): while exactly one request is in
+flight and no prompt is being read, its step decodes the next token plus drafts from its own
+prompt and reply (`engine.speculative.PromptLookup`) and keeps the prefix the model agrees
+with, as `Model.generate` does. With more requests the batch already keeps the hardware busy
+and every drafted position would cost the others, so they decode plainly.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any, Literal
 from engine import llama_lib
 from engine.prompt_cache import common_prefix
 from engine.runtime import EngineError, Model, SamplingParams
+from engine.speculative import DEFAULT_DRAFT_MAX, PromptLookup, verify_cost
 from engine.textstream import TextStream
 
 log = logging.getLogger("candlewick.scheduler")
@@ -71,6 +78,8 @@ class RequestStats:
     total_s: float = 0.0
     finish_reason: FinishReason = "stop"
     error: str | None = None
+    draft_tokens: int = 0  # prompt lookup: drafted and verified
+    draft_accepted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -141,6 +150,8 @@ class _Slot:
         self.t_first: float | None = None
         self.last_used = 0.0
         self.batch_idx = -1  # where this slot's logits are in the current batch
+        self.drafter: PromptLookup | None = None  # prompt lookup, when the model drafts
+        self.drafts: list[int] = []  # decoded after next_token in the current batch
 
 
 @dataclass
@@ -155,6 +166,8 @@ class SchedulerSnapshot:
     tokens_prompt: int
     slots: list[dict[str, Any]] = field(default_factory=list)
     kv_copies: int = 0  # KV streams copied between slots (shared prefixes, closed holes)
+    draft_tokens: int = 0  # prompt lookup: drafted and verified, over all requests
+    draft_accepted: int = 0
 
 
 class Scheduler:
@@ -191,6 +204,15 @@ class Scheduler:
         kv_bytes = int(getattr(getattr(model, "memory_actual", None), "kv_bytes", 0) or 0)
         self._stream_bytes = kv_bytes // max(n_seq_max, 1)
         self._copies = 0  # KV stream copies made (prefix shares and moves), for tests and stats
+        spec = model.params.speculative
+        # Server-side speculation is prompt lookup only: a draft model would need a KV
+        # stream per slot of its own.
+        self._lookup = spec is not None and spec.mode == "lookup"
+        self._draft_max = max(1, min((spec.draft_max if spec else None) or DEFAULT_DRAFT_MAX,
+                                     self.n_batch - 1))
+        self._cost = verify_cost(model)
+        self._drafted = 0
+        self._accepted = 0
         model.reset_cache()
         self._thread = threading.Thread(target=self._run, name="candlewick-scheduler",
                                         daemon=True)
@@ -238,6 +260,8 @@ class Scheduler:
                 tokens_prompt=self._tok_prompt,
                 slots=slots,
                 kv_copies=self._copies,
+                draft_tokens=self._drafted,
+                draft_accepted=self._accepted,
             )
 
     def kv_positions(self) -> list[int]:
@@ -372,6 +396,11 @@ class Scheduler:
         slot.stream = TextStream(s.stop)
         slot.n_gen = 0
         slot.t_first = None
+        slot.drafts = []
+        slot.drafter = None
+        if self._lookup:
+            slot.drafter = PromptLookup(cost=self._cost)
+            slot.drafter.begin(req.prompt)
         req.stats.cached_tokens = n_common
         req.stats.queue_s = now - req.t_submit
 
@@ -411,8 +440,10 @@ class Scheduler:
         """Hand `src`'s request, sampler and KV cells over to the free slot `dst`."""
         self._copy_stream(src, dst)
         self._C.llama_memory_seq_rm(self._mem, src.seq, -1, -1)
-        for name in ("req", "pending", "next_token", "sampler", "stream", "n_gen", "t_first"):
+        for name in ("req", "pending", "next_token", "sampler", "stream", "n_gen", "t_first",
+                     "drafter"):
             setattr(dst, name, getattr(src, name))
+        src.drafter = None
         src.tokens = []
         src.req = None
         src.pending = []
@@ -449,6 +480,7 @@ class Scheduler:
                     break
                 chunk_len[s.seq] = k = min(room, len(s.pending))
                 room -= k
+        drafting = self._drafting_slot(prefill)
         # Written in sequence-id order: llama.cpp splits a batch at every break in the ids.
         n = 0
         rows: list[_Slot] = []
@@ -457,12 +489,14 @@ class Scheduler:
             if s.req is None:
                 continue
             if s.next_token is not None:
-                self._put(b, n, s.next_token, len(s.tokens), s.seq, True)
-                s.tokens.append(s.next_token)
-                s.next_token = None
+                s.drafts = self._propose(s) if s is drafting else []
                 s.batch_idx = n
+                for tok in (s.next_token, *s.drafts):
+                    self._put(b, n, tok, len(s.tokens), s.seq, True)
+                    s.tokens.append(tok)
+                    n += 1
+                s.next_token = None
                 rows.append(s)
-                n += 1
                 continue
             k = chunk_len.get(s.seq, 0)
             if not k:
@@ -501,27 +535,85 @@ class Scheduler:
         b.seq_id[i][0] = seq
         b.logits[i] = 1 if logits else 0
 
+    def _drafting_slot(self, prefill: list[_Slot]) -> _Slot | None:
+        """The one slot that drafts this step: only with prompt lookup on, one request in
+        flight and no prompt being read (see the module doc)."""
+        if not self._lookup or prefill:
+            return None
+        busy = [s for s in self._slots if s.req is not None]
+        if len(busy) != 1 or busy[0].next_token is None or busy[0].drafter is None:
+            return None
+        return busy[0]
+
+    def _propose(self, s: _Slot) -> list[int]:
+        assert s.drafter is not None
+        # Room for the drafts: the batch, and the context with a free cell left after them.
+        room = min(self._draft_max, self.n_ctx_seq - 2 - len(s.tokens))
+        drafts = s.drafter.propose(room) if room > 0 else []
+        for j, t in enumerate(drafts):
+            # An end-of-generation token is never decoded; out-of-vocabulary ids never sent.
+            if not 0 <= t < self.model.n_vocab or self.model.is_eog(t):
+                return drafts[:j]
+        return drafts
+
     def _sample(self, s: _Slot) -> None:
+        """Sample the slot's row(s): its next token, and with drafts, the model's token at
+        each drafted position while the drafts agree (the rest of their cells are dropped)."""
         C = self._C
         req = s.req
         assert req is not None
-        tok = int(C.llama_sampler_sample(s.sampler, self._ctx, s.batch_idx))
+        drafts, s.drafts = s.drafts, []
+        base = len(s.tokens) - len(drafts)  # cells through the token decoded before the drafts
+        req.stats.draft_tokens += len(drafts)
+        self._drafted += len(drafts)
+        for i in range(len(drafts) + 1):
+            tok = int(C.llama_sampler_sample(s.sampler, self._ctx, s.batch_idx + i))
+            accepted = i < len(drafts) and tok == drafts[i]
+            if accepted:
+                req.stats.draft_accepted += 1
+                self._accepted += 1
+            else:
+                self._trim(s, base + i)  # the drafts after the model's own token are dead
+            if not self._emit_token(s, tok):
+                self._trim(s, base + i + accepted)  # finished inside the accepted drafts
+                return
+            if not accepted:
+                s.next_token = tok
+                return
+
+    def _emit_token(self, s: _Slot, tok: int) -> bool:
+        """Hand out one generated token; False when the request finished with it."""
+        req = s.req
+        assert req is not None
         if self.model.is_eog(tok):
             self._finish(s, "stop")
-            return
+            return False
         s.n_gen += 1
         self._tok_gen += 1
+        if s.drafter is not None:
+            s.drafter.accept(tok)
         assert s.stream is not None
         self._out(s, s.stream.push(self.model.token_bytes(tok)))
         if s.stream.stopped:
             self._finish(s, "stop_string")
-            return
+            return False
         if s.n_gen >= req.sampling.max_tokens:
             self._finish(s, "length")
-        elif len(s.tokens) + 1 >= self.n_ctx_seq:
+            return False
+        if len(s.tokens) + 1 >= self.n_ctx_seq:
             self._finish(s, "context_full")
-        else:
-            s.next_token = tok
+            return False
+        return True
+
+    def _trim(self, s: _Slot, keep: int) -> None:
+        if len(s.tokens) <= keep:
+            return
+        if not self._C.llama_memory_seq_rm(self._mem, s.seq, keep, -1):
+            # A cache that cannot drop a tail: give the sequence up rather than leave cells
+            # the scheduler does not know about.
+            self._C.llama_memory_seq_rm(self._mem, s.seq, -1, -1)
+            keep = 0
+        del s.tokens[keep:]
 
     def _out(self, s: _Slot, text: str) -> None:
         req = s.req

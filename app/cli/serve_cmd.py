@@ -20,6 +20,7 @@ from app.cli.common import CliError, gpu_layers_arg, library, positive_int
 from engine.runtime import LoadParams, Model
 from engine.server import LoadedModel, ServerConfig, ServerState, serve_forever
 from engine.server.runner import bind_socket
+from engine.speculative import SpeculativeSettings
 
 log = logging.getLogger("candlewick.serve")
 
@@ -48,6 +49,11 @@ def register(sub: Any) -> None:
     p.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto",
                    help="flash attention (auto: off on a CPU-only build, where its kernel "
                         "slows down as the context fills; on with a quantized V cache)")
+    p.add_argument("--lookup", action="store_true",
+                   help="prompt-lookup speculative decoding while one request is in flight "
+                        "(drafts from the request's own prompt; pays when answers quote it)")
+    p.add_argument("--draft-max", type=positive_int, default=None,
+                   help="most tokens drafted a step with --lookup (default: chosen per match)")
     p.add_argument("--cors-origin", action="append", default=[],
                    help="allow browser pages from this origin (repeatable; closed by default)")
     p.add_argument("--max-queue", type=int, default=64,
@@ -93,7 +99,9 @@ def run(args: argparse.Namespace) -> int:
     config = dataclasses.replace(config, model_id=model_id)
     params = LoadParams(n_ctx=args.ctx * args.parallel, n_seq_max=args.parallel,
                         n_gpu_layers=args.gpu_layers, n_threads=args.threads,
-                        type_k=args.kv_type, type_v=args.kv_type, flash_attn=args.flash_attn)
+                        type_k=args.kv_type, type_v=args.kv_type, flash_attn=args.flash_attn,
+                        speculative=SpeculativeSettings("lookup", draft_max=args.draft_max)
+                        if args.lookup else None)
     params.validate()  # e.g. a quantized V cache with flash attention off: one line, exit 2
     state = ServerState(config)
     holder: dict[str, Any] = {}
@@ -137,8 +145,9 @@ def _describe(settings: dict[str, Any]) -> str:
     fa = settings["flash_attn"]
     if fa != settings["flash_attn_requested"]:
         fa = f"{fa} ({settings['flash_attn_requested']})"
+    spec = "; prompt lookup" if settings.get("speculative") == "lookup" else ""
     return (f"{settings['ctx_per_slot']} tokens per slot, KV cache {kv} "
-            f"{settings['kv_cache_mib']} MiB, flash attention {fa}")
+            f"{settings['kv_cache_mib']} MiB, flash attention {fa}{spec}")
 
 
 def _host(host: str) -> str:

@@ -61,7 +61,11 @@ class LoadedModel:
             "kv_type_k": p.type_k,
             "kv_type_v": p.type_v,
             # 'auto' is resolved the way the engine resolved it when creating the context.
-            "flash_attn": resolve_flash_attn(p.flash_attn, p.type_v),
+            "flash_attn": resolve_flash_attn(p.flash_attn, p.type_v, drafting=p.drafting,
+                                             batch_exact=getattr(self.model, "batch_exact",
+                                                                 True)),
+            "speculative": "lookup" if p.drafting and p.speculative is not None
+            and p.speculative.mode == "lookup" else "off",
             "flash_attn_requested": p.flash_attn,
             "kv_cache_mib": round(actual.kv_bytes / 2**20, 2) if actual is not None else None,
             "threads": info.n_threads if info is not None else None,

@@ -108,4 +108,9 @@ class Metrics:
             head("kv_stream_copies_total", "counter",
                  "KV streams copied between slots (shared prefixes, closed holes).")
             lines.append(f"{p}kv_stream_copies_total {snap.kv_copies}")
+            head("draft_tokens_total", "counter",
+                 "Prompt-lookup tokens drafted and verified (speculative decoding).")
+            lines.append(f"{p}draft_tokens_total {snap.draft_tokens}")
+            head("draft_accepted_total", "counter", "Drafted tokens the model agreed with.")
+            lines.append(f"{p}draft_accepted_total {snap.draft_accepted}")
         return "\n".join(lines) + "\n"

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -76,10 +76,11 @@ def llama_cpp_server(model: Path, log: Path, *, n_ctx: int = 2048, interrupt: bo
 
 @contextlib.contextmanager
 def candlewick_serve(log: Path, *, parallel: int = 2, ctx: int = 1024,
-                     api_key: str | None = None) -> Iterator[tuple[str, int]]:
+                     api_key: str | None = None,
+                     extra: Sequence[str] = ()) -> Iterator[tuple[str, int]]:
     port = free_port()
     cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--parallel",
-           str(parallel), "--ctx", str(ctx), "--threads", "2"]
+           str(parallel), "--ctx", str(ctx), "--threads", "2", *extra]
     if api_key:
         cmd += ["--api-key", api_key]
     with _process(cmd, port, "/health", log) as server:

@@ -18,6 +18,7 @@ def test_health_and_models_show_the_load_settings(base_url: str, auth: dict[str,
     assert settings["flash_attn_requested"] == "auto"
     assert settings["flash_attn"] == resolve_flash_attn("auto", "f16")
     assert settings["threads"] == 2
+    assert settings["speculative"] == "off"
     # llama.cpp's own figure: 30 layers x 192 K/V values x 2 bytes x 2 x 4096 cells = 90 MiB.
     assert settings["kv_cache_mib"] == round(served.model.memory_actual.kv_bytes / 2**20, 2)
     assert 89 < settings["kv_cache_mib"] < 91
@@ -33,3 +34,6 @@ def test_metrics_count_kv_stream_copies(base_url: str, auth: dict[str, str],
     line = next(x for x in text.splitlines()
                 if x.startswith("candlewick_kv_stream_copies_total "))
     assert int(line.split()[1]) == served.scheduler.snapshot().kv_copies
+    # Prompt lookup is off here: the draft counters exist and stay at zero.
+    assert "candlewick_draft_tokens_total 0" in text.splitlines()
+    assert "candlewick_draft_accepted_total 0" in text.splitlines()
