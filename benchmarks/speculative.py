@@ -30,6 +30,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
 from engine.runtime import LoadParams, Model, SamplingParams, TokenSource
+from engine.scheduler import Event, Piece, Scheduler
 from engine.speculative import (
     SpeculativeSettings,
     draft_model_source,
@@ -136,6 +138,7 @@ PROMPTS: list[tuple[str, str]] = [
 
 
 CLOCK = time.perf_counter
+Arm = Callable[[str, int], dict[str, Any]]
 
 
 def run_once(model: Model, prompt: str, max_tokens: int,
@@ -155,6 +158,28 @@ def run_once(model: Model, prompt: str, max_tokens: int,
     n = len(gen.tokens) - n_first
     tps = n / (t_end - t_first) if t_first is not None and t_end > t_first and n > 0 else 0.0
     return {"tps": tps, "tokens": len(gen.tokens), "text": gen.text,
+            "drafted": st.draft_tokens, "accepted": st.draft_accepted}
+
+
+def run_server_once(sched: Scheduler, model: Model, prompt: str,
+                    max_tokens: int) -> dict[str, Any]:
+    """One request through the server's scheduler (one slot): speed from its first text
+    piece to its end, as a client sees it."""
+    first: list[float] = []
+
+    def on_event(ev: Event) -> None:
+        if isinstance(ev, Piece) and not first:
+            first.append(CLOCK())
+
+    req = sched.submit(model.chat_tokens([{"role": "user", "content": prompt}]),
+                       SamplingParams(temperature=0, max_tokens=max_tokens), on_event)
+    if not req.done.wait(600):
+        raise SystemExit("a server request did not finish")
+    t_end = CLOCK()
+    st = req.stats
+    n = st.completion_tokens - 1
+    tps = n / (t_end - first[0]) if first and t_end > first[0] and n > 0 else 0.0
+    return {"tps": tps, "tokens": st.completion_tokens, "text": req.text,
             "drafted": st.draft_tokens, "accepted": st.draft_accepted}
 
 
@@ -198,6 +223,19 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]], spec_arms: list[s
     out.append("")
     out.extend(summary(results, a, "plain") for a in spec_arms)
     out.append(summary(results, "lookup exact", "plain exact"))
+    if all("server lookup" in r for r in results.values()):
+        out += ["", "Through the server's scheduler (`candlewick serve --lookup`, one request "
+                "at a time, app settings):", "",
+                "| prompt | server plain t/s | server lookup t/s | speed-up | acceptance | "
+                "same text |", "|---|---:|---:|---:|---:|---:|"]
+        for name, r in results.items():
+            acc, dr = acceptance(r["server lookup"])
+            out.append(f"| {name} | {median_tps(r['server plain']):.1f} | "
+                       f"{median_tps(r['server lookup']):.1f} | "
+                       f"{median_tps(r['server lookup']) / median_tps(r['server plain']):.2f} | "
+                       f"{acc}/{dr} = {acc / max(1, dr):.0%} | "
+                       f"{'yes' if _same(r, 'server lookup', 'server plain') else 'no'} |")
+        out += ["", summary(results, "server lookup", "server plain")]
     return "\n".join(out)
 
 
@@ -230,6 +268,8 @@ def main() -> int:
     ap.add_argument("--only", default=None, help="comma-separated prompt names")
     ap.add_argument("--json", type=Path, default=None, help="write the raw results here")
     ap.add_argument("--write", action="store_true", help="update the table in docs/speculative.md")
+    ap.add_argument("--server", action="store_true",
+                    help="also measure plain and lookup through the server's scheduler")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: this process's CPU time instead of the wall clock; with "
                          "--threads 1 a fair measure on a machine other jobs keep busy")
@@ -248,38 +288,53 @@ def main() -> int:
     lookup_m = load(speculative=SpeculativeSettings("lookup", draft_max=args.draft_max))
     exact = load(extra_buffers=False, flash_attn="on")
     lookup_kw = {} if args.draft_max is None else {"draft_max": args.draft_max}
-    arms: dict[str, tuple[Model, Any]] = {
-        "plain": (plain_m, lambda: None),
-        "lookup": (lookup_m, lambda: None),  # the model's own speculator
-        "plain exact": (exact, lambda: None),
-        "lookup exact": (exact, lambda: lookup_source(**lookup_kw)),
+
+    def arm(m: Model, make: Callable[[], TokenSource | None]) -> Arm:
+        return lambda prompt, n: run_once(m, prompt, n, make())
+
+    arms: dict[str, Arm] = {
+        "plain": arm(plain_m, lambda: None),
+        "lookup": arm(lookup_m, lambda: None),  # the model's own speculator
+        "plain exact": arm(exact, lambda: None),
+        "lookup exact": arm(exact, lambda: lookup_source(**lookup_kw)),
     }
     draft = None
     if args.draft:
         draft = load_draft_model(lib.resolve(args.draft), plain_m)
-        arms["draft"] = (plain_m, lambda: draft_model_source(draft, plain_m,
-                                                             args.draft_max or 5))
+        arms["draft"] = arm(plain_m, lambda: draft_model_source(draft, plain_m,
+                                                                args.draft_max or 5))
+    servers: list[tuple[Model, Scheduler]] = []
+    if args.server:
+        for name, settings_ in (("server plain", None), ("server lookup", SpeculativeSettings(
+                "lookup", draft_max=args.draft_max))):
+            m = load(speculative=settings_)
+            sched = Scheduler(m, n_slots=1)
+            servers.append((m, sched))
+            arms[name] = (lambda m_, s_: lambda prompt, n: run_server_once(s_, m_, prompt, n))(
+                m, sched)
     settings = (f"app: plain {describe(plain_m)}; lookup {describe(lookup_m)}. "
                 f"exact: {describe(exact)}.")
     print(settings, flush=True)
-    spec_arms = [a for a in arms if "exact" not in a and a != "plain"]
+    spec_arms = [a for a in arms if "exact" not in a and "server" not in a and a != "plain"]
     prompts = [(n, p) for n, p in PROMPTS
                if args.only is None or n in args.only.split(",")]
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for name, prompt in prompts:
         results[name] = {arm: [] for arm in arms}
-        for m, _ in {id(m): (m, 0) for m, _ in arms.values()}.values():
-            run_once(m, prompt, 8, None)  # warm-up
+        for run in arms.values():
+            run(prompt, 8)  # warm-up
         for _ in range(args.runs):
-            for arm, (m, make) in arms.items():
-                results[name][arm].append(run_once(m, prompt, args.max_tokens, make()))
+            for arm_name, run in arms.items():
+                results[name][arm_name].append(run(prompt, args.max_tokens))
         r = results[name]
         line = f"{name:13s} plain {median_tps(r['plain']):6.1f} t/s"
-        for arm in [*spec_arms, "lookup exact"]:
-            ref = "plain exact" if arm == "lookup exact" else "plain"
-            acc, dr = acceptance(r[arm])
-            line += (f" | {arm} {median_tps(r[arm]):6.1f} t/s "
-                     f"x{median_tps(r[arm]) / median_tps(r[ref]):.2f} acc {acc / max(1, dr):.0%}")
+        refs = {a: "plain" for a in spec_arms} | {"lookup exact": "plain exact"}
+        if args.server:
+            refs["server lookup"] = "server plain"
+        for a, ref in refs.items():
+            acc, dr = acceptance(r[a])
+            line += (f" | {a} {median_tps(r[a]):6.1f} t/s "
+                     f"x{median_tps(r[a]) / median_tps(r[ref]):.2f} acc {acc / max(1, dr):.0%}")
         print(line, flush=True)
 
     shown: list[str] = []
@@ -306,6 +361,9 @@ def main() -> int:
         args.json.write_text(json.dumps(results, indent=1))
     if draft is not None:
         draft.close()
+    for m, sched in servers:
+        sched.close()
+        m.close()
     for m in (plain_m, lookup_m, exact):
         m.close()
     return 0
