@@ -19,6 +19,7 @@ Two configurations, each measured plain and with prompt lookup:
 
     .venv/bin/python benchmarks/speculative.py [--model default] [--runs 3] [--threads 2]
     .venv/bin/python benchmarks/speculative.py --write    # also update docs/speculative.md
+    .venv/bin/python benchmarks/speculative.py --server --write   # through the scheduler
 
 The last lines start with SUMMARY.
 """
@@ -50,6 +51,8 @@ from engine.speculative import (
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "speculative.md"
 START, END = "<!-- speculative-table:start -->", "<!-- speculative-table:end -->"
+SERVER_START = "<!-- speculative-server-table:start -->"
+SERVER_END = "<!-- speculative-server-table:end -->"
 
 NOTES = """Meeting notes, platform team, 14 March
 
@@ -223,19 +226,6 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]], spec_arms: list[s
     out.append("")
     out.extend(summary(results, a, "plain") for a in spec_arms)
     out.append(summary(results, "lookup exact", "plain exact"))
-    if all("server lookup" in r for r in results.values()):
-        out += ["", "Through the server's scheduler (`candlewick serve --lookup`, one request "
-                "at a time, app settings):", "",
-                "| prompt | server plain t/s | server lookup t/s | speed-up | acceptance | "
-                "same text |", "|---|---:|---:|---:|---:|---:|"]
-        for name, r in results.items():
-            acc, dr = acceptance(r["server lookup"])
-            out.append(f"| {name} | {median_tps(r['server plain']):.1f} | "
-                       f"{median_tps(r['server lookup']):.1f} | "
-                       f"{median_tps(r['server lookup']) / median_tps(r['server plain']):.2f} | "
-                       f"{acc}/{dr} = {acc / max(1, dr):.0%} | "
-                       f"{'yes' if _same(r, 'server lookup', 'server plain') else 'no'} |")
-        out += ["", summary(results, "server lookup", "server plain")]
     return "\n".join(out)
 
 
@@ -255,6 +245,69 @@ def describe(m: Model) -> str:
     return f"{amx}, flash attention {flash}"
 
 
+def command_line() -> str:
+    """The command as recorded in the docs: without output options."""
+    shown: list[str] = []
+    skip = False
+    for a in sys.argv[1:]:
+        if skip or a == "--write":
+            skip = False
+            continue
+        if a == "--json":
+            skip = True
+            continue
+        if not a.startswith("--json="):
+            shown.append(a)
+    return " ".join(["benchmarks/speculative.py", *shown])
+
+
+def write_doc(start: str, end: str, text: str) -> None:
+    doc = DOC.read_text("utf-8")
+    head, rest = doc.split(start, 1)
+    _, tail = rest.split(end, 1)
+    DOC.write_text(f"{head}{start}\n{text}\n{end}{tail}", "utf-8")
+
+
+def server_main(args: argparse.Namespace, path: Path) -> int:
+    """Plain and lookup through the server's scheduler, one scheduler at a time.
+
+    Not in the same process as the other arms, and never two schedulers at once: each OS
+    thread that calls llama.cpp gets its own OpenMP team, and with more workers than cores
+    libgomp stops letting them spin, which slows every decode several times over
+    (docs/benchmarks.md, "Local server")."""
+    prompts = [(n, p) for n, p in PROMPTS if args.only is None or n in args.only.split(",")]
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {n: {} for n, _ in prompts}
+    for arm_name, spec in (("server plain", None),
+                           ("server lookup", SpeculativeSettings("lookup",
+                                                                 draft_max=args.draft_max))):
+        params = LoadParams(n_ctx=args.ctx, n_threads=args.threads, state_cache_mb=0,
+                            speculative=spec)
+        with Model(path, params) as m, Scheduler(m, n_slots=1) as sched:
+            for name, prompt in prompts:
+                run_server_once(sched, m, prompt, 8)  # warm-up
+                results[name][arm_name] = [run_server_once(sched, m, prompt, args.max_tokens)
+                                           for _ in range(args.runs)]
+                print(f"{name:13s} {arm_name} {median_tps(results[name][arm_name]):6.1f} t/s",
+                      flush=True)
+    out = [f"`{command_line()}`", "",
+           "| prompt | server plain t/s | server lookup t/s | speed-up | acceptance | "
+           "same text |", "|---|---:|---:|---:|---:|---:|"]
+    for name, r in results.items():
+        acc, dr = acceptance(r["server lookup"])
+        out.append(f"| {name} | {median_tps(r['server plain']):.1f} | "
+                   f"{median_tps(r['server lookup']):.1f} | "
+                   f"{median_tps(r['server lookup']) / median_tps(r['server plain']):.2f} | "
+                   f"{acc}/{dr} = {acc / max(1, dr):.0%} | "
+                   f"{'yes' if _same(r, 'server lookup', 'server plain') else 'no'} |")
+    out += ["", summary(results, "server lookup", "server plain")]
+    text = "\n".join(out)
+    print()
+    print(text)
+    if args.write:
+        write_doc(SERVER_START, SERVER_END, text)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--model", default="default")
@@ -269,7 +322,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the raw results here")
     ap.add_argument("--write", action="store_true", help="update the table in docs/speculative.md")
     ap.add_argument("--server", action="store_true",
-                    help="also measure plain and lookup through the server's scheduler")
+                    help="instead: plain and lookup through the server's scheduler")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: this process's CPU time instead of the wall clock; with "
                          "--threads 1 a fair measure on a machine other jobs keep busy")
@@ -279,6 +332,8 @@ def main() -> int:
 
     lib = ModelLibrary(AppPaths.default().models)
     path = lib.resolve(args.model)
+    if args.server:
+        return server_main(args, path)
 
     def load(**kw: Any) -> Model:
         return Model(path, LoadParams(n_ctx=args.ctx, n_threads=args.threads, state_cache_mb=0,
@@ -303,19 +358,10 @@ def main() -> int:
         draft = load_draft_model(lib.resolve(args.draft), plain_m)
         arms["draft"] = arm(plain_m, lambda: draft_model_source(draft, plain_m,
                                                                 args.draft_max or 5))
-    servers: list[tuple[Model, Scheduler]] = []
-    if args.server:
-        for name, settings_ in (("server plain", None), ("server lookup", SpeculativeSettings(
-                "lookup", draft_max=args.draft_max))):
-            m = load(speculative=settings_)
-            sched = Scheduler(m, n_slots=1)
-            servers.append((m, sched))
-            arms[name] = (lambda m_, s_: lambda prompt, n: run_server_once(s_, m_, prompt, n))(
-                m, sched)
     settings = (f"app: plain {describe(plain_m)}; lookup {describe(lookup_m)}. "
                 f"exact: {describe(exact)}.")
     print(settings, flush=True)
-    spec_arms = [a for a in arms if "exact" not in a and "server" not in a and a != "plain"]
+    spec_arms = [a for a in arms if "exact" not in a and a != "plain"]
     prompts = [(n, p) for n, p in PROMPTS
                if args.only is None or n in args.only.split(",")]
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
@@ -329,41 +375,21 @@ def main() -> int:
         r = results[name]
         line = f"{name:13s} plain {median_tps(r['plain']):6.1f} t/s"
         refs = {a: "plain" for a in spec_arms} | {"lookup exact": "plain exact"}
-        if args.server:
-            refs["server lookup"] = "server plain"
         for a, ref in refs.items():
             acc, dr = acceptance(r[a])
             line += (f" | {a} {median_tps(r[a]):6.1f} t/s "
                      f"x{median_tps(r[a]) / median_tps(r[ref]):.2f} acc {acc / max(1, dr):.0%}")
         print(line, flush=True)
 
-    shown: list[str] = []
-    skip = False
-    for a in sys.argv[1:]:  # the command as recorded in the docs: without output options
-        if skip or a == "--write":
-            skip = False
-            continue
-        if a == "--json":
-            skip = True
-            continue
-        if not a.startswith("--json="):
-            shown.append(a)
-    text = table(results, spec_arms, " ".join(["benchmarks/speculative.py", *shown]),
-                 settings)
+    text = table(results, spec_arms, command_line(), settings)
     print()
     print(text)
     if args.write:
-        doc = DOC.read_text("utf-8")
-        head, rest = doc.split(START, 1)
-        _, tail = rest.split(END, 1)
-        DOC.write_text(f"{head}{START}\n{text}\n{END}{tail}", "utf-8")
+        write_doc(START, END, text)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if draft is not None:
         draft.close()
-    for m, sched in servers:
-        sched.close()
-        m.close()
     for m in (plain_m, lookup_m, exact):
         m.close()
     return 0

@@ -235,7 +235,11 @@ class Model:
         cb = C.llama_progress_callback(on_progress)
         mp.progress_callback = cb
         with llama_lib.capture_log() as lines:
-            self._model = C.llama_model_load_from_file(str(self.path).encode(), mp)
+            if extra and llama_lib.amx_build():
+                self._model = _on_passing_thread(
+                    lambda: C.llama_model_load_from_file(str(self.path).encode(), mp))
+            else:
+                self._model = C.llama_model_load_from_file(str(self.path).encode(), mp)
             if not self._model:
                 if cancel is not None and cancel.is_set():
                     raise LoadCancelled("loading was cancelled")
@@ -758,6 +762,31 @@ def use_extra_buffers(requested: bool | None) -> bool:
         raise EngineError("this llama.cpp build's AMX kernels crash on multi-token batches; "
                           "rebuild it with `make setup GPU=cpu` to use them")
     return False
+
+
+def _on_passing_thread(fn: Callable[[], Any]) -> Any:
+    """Run `fn` on a thread that ends when it returns.
+
+    Repacking weights for AMX runs on an OpenMP team that belongs to the calling thread and
+    lives as long as it does. If that thread is not the one that decodes (a server's
+    scheduler, the benchmark's), the process then has more OpenMP workers than cores, libgomp
+    stops letting idle workers spin, and decoding runs several times slower (SmolLM2 through
+    the scheduler: 24 t/s instead of 150). A loader thread that ends takes its team along.
+    """
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(fn())
+        except BaseException as e:  # re-raised on the caller's thread
+            box.append(e)
+
+    t = threading.Thread(target=run, name="candlewick-load-weights")
+    t.start()
+    t.join()
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
 
 
 def drafting_exact(extra_buffers: bool | None = None) -> bool:

@@ -148,3 +148,20 @@ def test_amx_build_decodes_batches(smollm2_path: Path) -> None:
         assert g.stats.prompt_tokens > 16 and g.stats.gen_tokens > 0 and text.strip()
     finally:
         m.close()
+
+
+def test_passing_thread_returns_and_raises() -> None:
+    """AMX loads run on a thread that ends (its OpenMP team goes with it, see runtime)."""
+    import threading
+
+    from engine.runtime import _on_passing_thread
+
+    caller = threading.get_ident()
+    assert _on_passing_thread(threading.get_ident) != caller
+    assert _on_passing_thread(lambda: 42) == 42
+
+    def boom() -> None:
+        raise EngineError("cannot load")
+
+    with pytest.raises(EngineError, match="cannot load"):
+        _on_passing_thread(boom)
