@@ -685,12 +685,25 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
         notes.append(f"{spec.architecture} keeps a recurrent state that the analytic model "
                      "does not cover; download the file for an exact dry run")
     est = _plan(spec, p, hw, dry, notes)
+    copies = amx_copies_bytes(spec, p, layer_devices(spec.n_layer, est.gpu_layers,
+                                                     hw.offload_devices))
+    if copies:
+        est = replace(est, notes=(*est.notes, f"the weights include llama.cpp's AMX copy of the "
+                                  f"CPU layers' matrices ({_gb(copies)}), next to the mapped file"))
     if not est.fits and est.max_ctx_fit is None:
         est = replace(est, max_ctx_fit=fit_context(spec, p, hw, dry))
         if est.max_ctx_fit:
             est = replace(est, reason=est.reason + f"; a context of {est.max_ctx_fit} tokens "
                           "would fit")
     return est
+
+
+def amx_copies_bytes(spec: ModelSpec, p: EstimateParams, where: Sequence[str]) -> int:
+    """Bytes of the AMX copies a load makes with this layer placement (0 without AMX)."""
+    if not amx_weights(p):
+        return 0
+    n = sum(b for il, b in enumerate(spec.amx_layer_bytes) if where[il] == CPU)
+    return n + (spec.amx_output_bytes if where[-1] == CPU else 0)
 
 
 def _plan(spec: ModelSpec, p: EstimateParams, hw: Hardware, dry: DryRun | None,
@@ -763,11 +776,9 @@ def _place(spec: ModelSpec, p: EstimateParams, hw: Hardware, gpus: Sequence[Devi
     layers = dict.fromkeys(names, 0)
     w[CPU] += spec.input_bytes  # the input embedding always stays on the CPU
     # With AMX, the matrices of CPU layers get a repacked copy besides the mapped file.
-    amx = amx_weights(p)
+    w[CPU] += amx_copies_bytes(spec, p, where)
     for il in range(spec.n_layer):
         w[where[il]] += spec.layer_bytes[il]
-        if amx and where[il] == CPU and il < len(spec.amx_layer_bytes):
-            w[CPU] += spec.amx_layer_bytes[il]
         kv[where[il]] += kv_layers[il]
         layers[where[il]] += 1
     out_dev = where[-1]
@@ -775,8 +786,6 @@ def _place(spec: ModelSpec, p: EstimateParams, hw: Hardware, gpus: Sequence[Devi
     w[out_dev] += spec.output_bytes
     if out_dev != CPU:
         w[out_dev] += spec.tied_output_bytes  # a tied output matrix is copied to the GPU
-    elif amx:
-        w[CPU] += spec.amx_output_bytes
     if out_dev == CPU:
         comp[CPU] = max(out_phase, layer_phase)
     else:

@@ -70,6 +70,7 @@ def test_amx_copies_follow_the_cpu_layers(specs: dict[str, Path],
     amx = _plan(specs["smollm2"], [], n_ctx=512, n_gpu_layers=0, extra_buffers=None)
     copies = sum(spec.amx_layer_bytes) + spec.amx_output_bytes
     assert amx.weights_bytes - plain.weights_bytes == copies
+    assert any("AMX copy" in n for n in amx.notes) and not any("AMX" in n for n in plain.notes)
     # 11 of 31 layers on a GPU (the output layer first): the CPU keeps copies of 20 layers.
     split = _plan(specs["smollm2"], [24], n_ctx=512, n_gpu_layers=11, extra_buffers=None)
     cpu = split.device(CPU)
