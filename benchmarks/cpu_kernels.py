@@ -20,6 +20,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from doc_tables import replace_between
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
@@ -100,10 +103,7 @@ def main() -> int:
     print()
     print(text)
     if args.write:
-        doc = DOC.read_text("utf-8")
-        head, rest = doc.split(START, 1)
-        _, tail = rest.split(END, 1)
-        DOC.write_text(f"{head}{START}\n{text}\n{END}{tail}", "utf-8")
+        replace_between(DOC, START, END, text)
     return 0
 
 

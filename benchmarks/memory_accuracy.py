@@ -19,8 +19,12 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from doc_tables import replace_between
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 DOC = REPO / "docs" / "memory.md"
 START, END = "<!-- accuracy-table:start -->", "<!-- accuracy-table:end -->"
@@ -120,10 +124,7 @@ def main() -> int:
     text = table(rows)
     print(text)
     if args.write:
-        doc = DOC.read_text("utf-8")
-        head, rest = doc.split(START, 1)
-        _, tail = rest.split(END, 1)
-        DOC.write_text(f"{head}{START}\n{text}\n{END}{tail}", "utf-8")
+        replace_between(DOC, START, END, text)
     return 0
 
 

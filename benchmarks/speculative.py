@@ -36,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from doc_tables import replace_between
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
@@ -261,13 +264,6 @@ def command_line() -> str:
     return " ".join(["benchmarks/speculative.py", *shown])
 
 
-def write_doc(start: str, end: str, text: str) -> None:
-    doc = DOC.read_text("utf-8")
-    head, rest = doc.split(start, 1)
-    _, tail = rest.split(end, 1)
-    DOC.write_text(f"{head}{start}\n{text}\n{end}{tail}", "utf-8")
-
-
 def server_main(args: argparse.Namespace, path: Path) -> int:
     """Plain and lookup through the server's scheduler, one scheduler at a time.
 
@@ -304,7 +300,7 @@ def server_main(args: argparse.Namespace, path: Path) -> int:
     print()
     print(text)
     if args.write:
-        write_doc(SERVER_START, SERVER_END, text)
+        replace_between(DOC, SERVER_START, SERVER_END, text)
     return 0
 
 
@@ -385,7 +381,7 @@ def main() -> int:
     print()
     print(text)
     if args.write:
-        write_doc(START, END, text)
+        replace_between(DOC, START, END, text)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if draft is not None:

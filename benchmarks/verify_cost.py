@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import llama_cpp.llama_cpp as bindings
+from doc_tables import replace_between
 from speculative import PROMPTS, run_once
 
 from app.services.library import ModelLibrary
@@ -113,10 +114,7 @@ def main() -> int:
     print()
     print(text)
     if args.write:
-        doc = DOC.read_text("utf-8")
-        head, rest = doc.split(START, 1)
-        _, tail = rest.split(END, 1)
-        DOC.write_text(f"{head}{START}\n{text}\n{END}{tail}", "utf-8")
+        replace_between(DOC, START, END, text)
     return 0
 
 
