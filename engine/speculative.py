@@ -7,16 +7,19 @@ model's token (a free extra token when every draft is accepted), and the KV cell
 rejected drafts are removed with `llama_memory_seq_rm`.
 
 Why this is exact: every token handed out is the model's own sample at that position, drawn
-once, from the same logits plain decoding would see, with the same sampler chain (penalties,
-RNG). Drafts only decide how many positions one decode covers. Greedy output is therefore
-token-for-token what plain decoding gives, and with sampling the target's distribution is
-kept (accepting iff the target's sample equals a deterministic draft is the standard
-accept/reject rule for a draft that puts all its mass on one token).
+once, from the logits plain decoding would see, with the same sampler chain (penalties, RNG).
+Drafts only decide how many positions one decode covers. Greedy output is therefore
+token-for-token what plain decoding gives wherever llama.cpp computes a token's logits the same
+alone and in a batch (`runtime.batch_consistent`: not with AMX weights, whose batch kernel
+rounds differently), and with sampling the target's distribution is kept (accepting iff the
+target's sample equals a deterministic draft is the standard accept/reject rule for a draft
+that puts all its mass on one token).
 
 Two drafters:
 - `PromptLookup`: no second model. Finds the longest recent n-gram of the conversation's tail
   earlier in the prompt/history and proposes what followed it there. Wins big when the answer
-  quotes its context (extraction, summaries, RAG, code edits) and costs little otherwise.
+  quotes its context (extraction, summaries, RAG, code edits). Draft lengths follow the
+  measured cost of a verification batch (`VerifyCost`).
 - `DraftModel`: a second, smaller GGUF with the same vocabulary, drafting greedily with its own
   KV cache kept in step with the conversation.
 """
@@ -42,10 +45,10 @@ from engine.runtime import (
 )
 
 SpecMode = Literal["off", "lookup", "draft"]
-# Prompt lookup sets its own draft length from how long its match is (PromptLookup.draft_len);
-# this only caps it. A draft model drafts up to 5: on a small CPU model verifying 1 + k tokens
-# costs about 0.5 + 0.5 (1 + k) one-token decodes, so long drafts only pay when nearly all of
-# them is accepted (benchmarks/speculative.py, docs/speculative.md).
+# Prompt lookup sets its own draft length from its match and the verification cost
+# (PromptLookup.draft_len); this only caps it. A draft model drafts up to 5, adapted by the
+# loop: with llama.cpp's generic CPU kernels every verified position costs ~0.4 of a decode
+# (COST_CPU), so long drafts only pay when nearly all of them is accepted.
 DEFAULT_DRAFT_MAX = 16
 DEFAULT_MODEL_DRAFT_MAX = 5
 
