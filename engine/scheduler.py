@@ -42,7 +42,7 @@ from typing import Any, Literal
 from engine import llama_lib
 from engine.prompt_cache import common_prefix
 from engine.runtime import EngineError, Model, SamplingParams
-from engine.speculative import DEFAULT_DRAFT_MAX, PromptLookup, verify_cost
+from engine.speculative import DEFAULT_DRAFT_MAX, PromptLookup, trim_sequence, verify_cost
 from engine.textstream import TextStream
 
 log = logging.getLogger("candlewick.scheduler")
@@ -606,14 +606,7 @@ class Scheduler:
         return True
 
     def _trim(self, s: _Slot, keep: int) -> None:
-        if len(s.tokens) <= keep:
-            return
-        if not self._C.llama_memory_seq_rm(self._mem, s.seq, keep, -1):
-            # A cache that cannot drop a tail: give the sequence up rather than leave cells
-            # the scheduler does not know about.
-            self._C.llama_memory_seq_rm(self._mem, s.seq, -1, -1)
-            keep = 0
-        del s.tokens[keep:]
+        trim_sequence(self._C, self._mem, s.seq, s.tokens, keep)
 
     def _out(self, s: _Slot, text: str) -> None:
         req = s.req

@@ -469,12 +469,19 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
 
 
 def _trim(m: Model, cached: list[int], keep: int) -> None:
-    if not m._lib.llama_memory_seq_rm(m._memory, 0, keep, -1):
-        # A cache that cannot drop a tail (some recurrent/sliding-window layouts): start over
-        # rather than leave cells the engine does not know about.
-        m._lib.llama_memory_clear(m._memory, True)
+    trim_sequence(m._lib, m._memory, 0, cached, keep)
+
+
+def trim_sequence(lib: Any, memory: Any, seq: int, tokens: list[int], keep: int) -> None:
+    """Drop sequence `seq`'s KV cells from position `keep` on, and `tokens` (what the caller
+    knows it holds) with them. A cache that cannot drop a tail (some recurrent and
+    sliding-window layouts) loses the whole sequence rather than keep cells nobody knows of."""
+    if len(tokens) <= keep:
+        return
+    if not lib.llama_memory_seq_rm(memory, seq, keep, -1):
+        lib.llama_memory_seq_rm(memory, seq, -1, -1)
         keep = 0
-    del cached[keep:]
+    del tokens[keep:]
 
 
 def verify_cost(m: Model) -> VerifyCost:
@@ -602,6 +609,7 @@ __all__ = [
     "lookup_source",
     "spec_stats",
     "speculative_tokens",
+    "trim_sequence",
     "verify_cost",
     "vocab_mismatch",
     "vocab_size_mismatch",
