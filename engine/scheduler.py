@@ -42,7 +42,13 @@ from typing import Any, Literal
 from engine import llama_lib
 from engine.prompt_cache import common_prefix
 from engine.runtime import EngineError, Model, SamplingParams
-from engine.speculative import DEFAULT_DRAFT_MAX, PromptLookup, trim_sequence, verify_cost
+from engine.speculative import (
+    DEFAULT_DRAFT_MAX,
+    PromptLookup,
+    propose_drafts,
+    trim_sequence,
+    verify_cost,
+)
 from engine.textstream import TextStream
 
 log = logging.getLogger("candlewick.scheduler")
@@ -548,13 +554,8 @@ class Scheduler:
     def _propose(self, s: _Slot) -> list[int]:
         assert s.drafter is not None
         # Room for the drafts: the batch, and the context with a free cell left after them.
-        room = min(self._draft_max, self.n_ctx_seq - 2 - len(s.tokens))
-        drafts = s.drafter.propose(room) if room > 0 else []
-        for j, t in enumerate(drafts):
-            # An end-of-generation token is never decoded; out-of-vocabulary ids never sent.
-            if not 0 <= t < self.model.n_vocab or self.model.is_eog(t):
-                return drafts[:j]
-        return drafts
+        return propose_drafts(s.drafter, self.model,
+                              min(self._draft_max, self.n_ctx_seq - 2 - len(s.tokens)))
 
     def _sample(self, s: _Slot) -> None:
         """Sample the slot's row(s): its next token, and with drafts, the model's token at

@@ -377,7 +377,6 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
     st = gen.stats
     sample = C.llama_sampler_sample
     is_eog = C.llama_vocab_is_eog
-    n_vocab = m.n_vocab
     n_ctx = m.n_ctx
     # One decode holds at most n_batch tokens (llama.cpp asserts it): with a small context
     # the batch limit is the context's, e.g. 64 for n_ctx 64.
@@ -417,13 +416,7 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
                 return
             # After the decode the cache must still have a free cell, as in plain decoding:
             # drafts never push past the context.
-            room = min(k, n_ctx - 2 - base)
-            drafts = drafter.propose(room) if room > 0 else []
-            # An end-of-generation token is never decoded; out-of-vocabulary ids never sent.
-            for j, t in enumerate(drafts):
-                if not 0 <= t < n_vocab or is_eog(vocab, t):
-                    drafts = drafts[:j]
-                    break
+            drafts = propose_drafts(drafter, m, min(k, n_ctx - 2 - base))
             nd = len(drafts)
             b_tok[0] = cur
             b_pos[0] = base
@@ -466,6 +459,16 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
         finally:
             C.llama_batch_free(batch)
             drafter.end()
+
+
+def propose_drafts(drafter: Drafter, m: Model, room: int) -> list[int]:
+    """Up to `room` drafted tokens, cut before the first that must never be decoded: an
+    end-of-generation token, or an id outside the model's vocabulary."""
+    drafts = drafter.propose(room) if room > 0 else []
+    for j, t in enumerate(drafts):
+        if not 0 <= t < m.n_vocab or m.is_eog(t):
+            return drafts[:j]
+    return drafts
 
 
 def _trim(m: Model, cached: list[int], keep: int) -> None:
@@ -607,6 +610,7 @@ __all__ = [
     "draft_model_source",
     "load_draft_model",
     "lookup_source",
+    "propose_drafts",
     "spec_stats",
     "speculative_tokens",
     "trim_sequence",
