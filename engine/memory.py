@@ -43,6 +43,7 @@ from engine.runtime import (
     FlashAttn,
     GpuLayers,
     LoadParams,
+    batch_consistent,
     resolve_flash_attn,
     use_extra_buffers,
 )
@@ -224,11 +225,10 @@ def amx_copy_bytes(t: TensorInfo, *, tied_output: bool = False) -> int:
 
 
 def amx_weights(p: EstimateParams) -> bool:
-    """Whether a load with these settings repacks CPU weights into the AMX buffer."""
-    if not llama_lib.amx_build():
-        return False
+    """Whether a load with these settings repacks CPU weights into the AMX buffer (a load
+    that asks for AMX kernels this build cannot run is refused, so plans none)."""
     try:
-        return use_extra_buffers(p.extra_buffers)
+        return not batch_consistent(use_extra_buffers(p.extra_buffers))
     except EngineError:
         return False
 
