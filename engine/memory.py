@@ -33,7 +33,8 @@ from typing import Any, Literal
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from engine import llama_lib
+from engine import cpu_kernels, llama_lib
+from engine.cpu_kernels import CpuFeatures
 from engine.facts import swa_layer_pattern
 from engine.gguf import ArraySummary, GGUFFile, TensorInfo, read_gguf
 from engine.hardware import Device, GiB, Hardware, MiB
@@ -43,7 +44,6 @@ from engine.runtime import (
     FlashAttn,
     GpuLayers,
     LoadParams,
-    batch_consistent,
     resolve_flash_attn,
     use_extra_buffers,
 )
@@ -142,16 +142,29 @@ class ModelSpec:
     output_bytes: int  # output norm + output matrix
     tied_output_bytes: int  # token embedding duplicated on the output device when tied
     recurrent: bool  # has a recurrent state (Mamba, RWKV, hybrids): not modelled analytically
-    # AMX copies (repacked weights) of each CPU layer's matrices and of the output matrix.
-    amx_layer_bytes: tuple[int, ...] = ()
-    amx_output_bytes: int = 0
+    # Repacked copies (AMX or CPU_REPACK, `engine.cpu_kernels`) of each CPU layer's matrices
+    # and of the output matrix, made when extra buffers are on; and the buffers they go to.
+    copy_layer_bytes: tuple[int, ...] = ()
+    copy_output_bytes: int = 0
+    copy_buffers: tuple[str, ...] = ()
 
     @property
     def weights_bytes(self) -> int:
         return self.input_bytes + sum(self.layer_bytes) + self.output_bytes
 
     @classmethod
-    def from_gguf(cls, gf: GGUFFile) -> ModelSpec:
+    def from_gguf(cls, gf: GGUFFile, cpu: CpuFeatures | None = None) -> ModelSpec:
+        """`cpu`: the features whose extra-buffer rules apply (default: this build's)."""
+        feats = cpu if cpu is not None else cpu_kernels.detect()
+        buffers: set[str] = set()
+
+        def copied(t: TensorInfo, tied: bool = False) -> int:
+            buf = cpu_kernels.extra_buffer(t, feats, tied_output=tied)
+            if buf is None:
+                return 0
+            buffers.add(buf)
+            return cpu_kernels.copy_bytes(t, buf)
+
         n_layer = int(gf.arch_value("block_count", 0) or 0)
         n_embd = int(gf.arch_value("embedding_length", 0) or 0)
         heads = _per_layer(gf.arch_value("attention.head_count"), n_layer, 0)
@@ -162,23 +175,23 @@ class ModelSpec:
         head_v = int(gf.arch_value("attention.value_length", default_head) or default_head)
         n_ff = max(_per_layer(gf.arch_value("feed_forward_length"), n_layer, 0), default=0)
         layer_bytes = [0] * n_layer
-        amx_layers = [0] * n_layer
-        input_bytes = output_bytes = amx_output = 0
+        copy_layers = [0] * n_layer
+        input_bytes = output_bytes = copy_output = 0
         has_output = False
         tok_embd = gf.tensor("token_embd.weight")
         for t in gf.tensors:
             m = _BLK.match(t.name)
             if m and int(m.group(1)) < n_layer:
                 layer_bytes[int(m.group(1))] += t.n_bytes
-                amx_layers[int(m.group(1))] += amx_copy_bytes(t)
+                copy_layers[int(m.group(1))] += copied(t)
             elif t.name.startswith("output"):
                 output_bytes += t.n_bytes
-                amx_output += amx_copy_bytes(t)
+                copy_output += copied(t)
                 has_output = has_output or t.name == "output.weight"
             else:
                 input_bytes += t.n_bytes
         if not has_output and tok_embd is not None:
-            amx_output += amx_copy_bytes(tok_embd, tied_output=True)
+            copy_output += copied(tok_embd, tied=True)
         tokens = gf.metadata.get("tokenizer.ggml.tokens")
         n_vocab = (tok_embd.shape[1] if tok_embd is not None and len(tok_embd.shape) > 1
                    else int(gf.arch_value("vocab_size", 0) or 0)
@@ -194,41 +207,16 @@ class ModelSpec:
             n_ctx_train=int(gf.arch_value("context_length", 0) or 0),
             layer_bytes=tuple(layer_bytes), input_bytes=input_bytes, output_bytes=output_bytes,
             tied_output_bytes=0 if has_output or tok_embd is None else tok_embd.n_bytes,
-            recurrent=recurrent, amx_layer_bytes=tuple(amx_layers), amx_output_bytes=amx_output,
+            recurrent=recurrent, copy_layer_bytes=tuple(copy_layers), copy_output_bytes=copy_output,
+            copy_buffers=tuple(sorted(buffers)),
         )
 
 
-# ggml's AMX buffer (ggml-cpu/amx): which weight types it takes, the K (row length)
-# alignment each needs, and the extra bytes per block its packed layout adds
-# (ggml_backend_amx_get_alloc_size). Output rows must come in multiples of 32.
-_AMX_TYPES = {"Q4_0": (32, 0), "Q4_1": (32, 0), "Q8_0": (32, 4), "Q4_K": (256, 4),
-              "Q5_K": (256, 4), "Q6_K": (256, 0), "IQ4_XS": (256, 2), "F16": (16, 0)}
-_AMX_TENSOR_ALIGN = 64
-
-
-def amx_copy_bytes(t: TensorInfo, *, tied_output: bool = False) -> int:
-    """Bytes of the repacked copy llama.cpp makes of a weight matrix in its AMX buffer
-    (0 for tensors it leaves alone: norms, embeddings looked up by row, unsupported types).
-    Matched llama.cpp's logged AMX buffer to the byte for SmolLM2 (Q4_1) and Gemma-3
-    (Q4_K_M)."""
-    if len(t.shape) != 2 or not t.name.endswith(".weight") or "norm" in t.name:
-        return 0
-    if t.name == "token_embd.weight" and not tied_output:
-        return 0  # the input lookup (GET_ROWS) reads the mapped file
-    kind = _AMX_TYPES.get(t.type_name)
-    k, n = t.shape
-    if kind is None or k % kind[0] or n % 32:
-        return 0
-    block = GGML_QUANT_SIZES[GGMLQuantizationType[t.type_name]][0]
-    size = t.n_bytes + k // block * kind[1] * n
-    return -(-size // _AMX_TENSOR_ALIGN) * _AMX_TENSOR_ALIGN
-
-
-def amx_weights(p: EstimateParams) -> bool:
-    """Whether a load with these settings repacks CPU weights into the AMX buffer (a load
-    that asks for AMX kernels this build cannot run is refused, so plans none)."""
+def extra_copies(p: EstimateParams) -> bool:
+    """Whether a load with these settings may copy CPU weights into llama.cpp's extra buffers
+    (a load that asks for AMX kernels this build cannot run is refused, so plans none)."""
     try:
-        return not batch_consistent(use_extra_buffers(p.extra_buffers))
+        return use_extra_buffers(p.extra_buffers)
     except EngineError:
         return False
 
@@ -685,11 +673,12 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
         notes.append(f"{spec.architecture} keeps a recurrent state that the analytic model "
                      "does not cover; download the file for an exact dry run")
     est = _plan(spec, p, hw, dry, notes)
-    copies = amx_copies_bytes(spec, p, layer_devices(spec.n_layer, est.gpu_layers,
-                                                     hw.offload_devices))
+    copies = extra_copies_bytes(spec, p, layer_devices(spec.n_layer, est.gpu_layers,
+                                                       hw.offload_devices))
     if copies:
-        est = replace(est, notes=(*est.notes, f"the weights include llama.cpp's AMX copy of the "
-                                  f"CPU layers' matrices ({_gb(copies)}), next to the mapped file"))
+        est = replace(est, notes=(*est.notes, f"the weights include llama.cpp's "
+                                  f"{' and '.join(spec.copy_buffers)} copy of the CPU layers' "
+                                  f"matrices ({_gb(copies)}), next to the mapped file"))
     if not est.fits and est.max_ctx_fit is None:
         est = replace(est, max_ctx_fit=fit_context(spec, p, hw, dry))
         if est.max_ctx_fit:
@@ -698,12 +687,13 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
     return est
 
 
-def amx_copies_bytes(spec: ModelSpec, p: EstimateParams, where: Sequence[str]) -> int:
-    """Bytes of the AMX copies a load makes with this layer placement (0 without AMX)."""
-    if not amx_weights(p):
+def extra_copies_bytes(spec: ModelSpec, p: EstimateParams, where: Sequence[str]) -> int:
+    """Bytes of the extra-buffer copies a load makes with this layer placement (only CPU
+    layers are copied; 0 with extra buffers off)."""
+    if not extra_copies(p):
         return 0
-    n = sum(b for il, b in enumerate(spec.amx_layer_bytes) if where[il] == CPU)
-    return n + (spec.amx_output_bytes if where[-1] == CPU else 0)
+    n = sum(b for il, b in enumerate(spec.copy_layer_bytes) if where[il] == CPU)
+    return n + (spec.copy_output_bytes if where[-1] == CPU else 0)
 
 
 def _plan(spec: ModelSpec, p: EstimateParams, hw: Hardware, dry: DryRun | None,
@@ -775,8 +765,8 @@ def _place(spec: ModelSpec, p: EstimateParams, hw: Hardware, gpus: Sequence[Devi
     comp = dict.fromkeys(names, 0)
     layers = dict.fromkeys(names, 0)
     w[CPU] += spec.input_bytes  # the input embedding always stays on the CPU
-    # With AMX, the matrices of CPU layers get a repacked copy besides the mapped file.
-    w[CPU] += amx_copies_bytes(spec, p, where)
+    # With extra buffers, the matrices of CPU layers get a repacked copy besides the file.
+    w[CPU] += extra_copies_bytes(spec, p, where)
     for il in range(spec.n_layer):
         w[where[il]] += spec.layer_bytes[il]
         kv[where[il]] += kv_layers[il]

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine import llama_lib
+from engine import cpu_kernels, llama_lib
 from engine.gguf import GGUFError, GGUFFile, read_gguf
 from engine.prompt_cache import PromptStateCache, common_prefix
 from engine.templates import ChatTemplate
@@ -221,8 +221,14 @@ class Model:
                                              gguf=self.gguf, params=self.params)
         mp.load_mode = C.LLAMA_LOAD_MODE_MMAP if self.params.use_mmap else C.LLAMA_LOAD_MODE_NONE
         mp.use_extra_bufts = extra = use_extra_buffers(self.params.extra_buffers)
-        # Whether a token's logits are the same alone and in a batch (speculation's exactness).
-        self.batch_exact = batch_consistent(extra)
+        cpu = cpu_kernels.detect()
+        tied = cpu_kernels.tied_output(self.gguf.tensors)
+        # The weights' half of batch invariance decides whether drafting wants flash attention;
+        # `exactness` (below, once flash attention is settled) is the whole guarantee.
+        weights_exact = cpu_kernels.weights_exactness(self.gguf.tensors, cpu,
+                                                      extra_buffers=extra, tied_output=tied)
+        # AMX kernels in use: the verification cost curve differs (engine.speculative).
+        self.amx_weights = extra and cpu.amx_int8
 
         def on_progress(p: float, _user: Any) -> bool:
             if cancel is not None and cancel.is_set():
@@ -254,9 +260,10 @@ class Model:
             cp.n_seq_max = self.params.n_seq_max
             cp.n_threads = n_threads
             cp.n_threads_batch = self.params.n_threads_batch or n_threads
-            cp.flash_attn_type = _FLASH[resolve_flash_attn(
-                self.params.flash_attn, self.params.type_v, drafting=self.params.drafting,
-                batch_exact=self.batch_exact)]
+            flash = resolve_flash_attn(self.params.flash_attn, self.params.type_v,
+                                       drafting=self.params.drafting,
+                                       batch_exact=weights_exact.exact)
+            cp.flash_attn_type = _FLASH[flash]
             cp.type_k = KV_TYPES[self.params.type_k]
             cp.type_v = KV_TYPES[self.params.type_v]
             cp.embeddings = self.params.embeddings
@@ -283,6 +290,13 @@ class Model:
             n_threads=n_threads,
             log=list(lines),
         )
+        # Whether greedy output is the same however tokens are batched, for these settings on
+        # this build and CPU (engine.cpu_kernels); tests and speculation rely on nothing else.
+        self.flash_attn_on = _flash_enabled(lines, flash)
+        self.exactness = cpu_kernels.batch_exactness(
+            self.gguf.tensors, cpu, extra_buffers=extra, flash_attn=self.flash_attn_on,
+            type_k=self.params.type_k, type_v=self.params.type_v, gpu_layers=mp.n_gpu_layers,
+            tied_output=tied)
         self.template = ChatTemplate(
             self.gguf.metadata.get("tokenizer.chat_template")
             if isinstance(self.gguf.metadata.get("tokenizer.chat_template"), str) else None,
@@ -732,9 +746,10 @@ def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = 
                        drafting: bool = False, batch_exact: bool = True) -> FlashAttn:
     """What 'auto' means here. A quantized V cache needs flash attention, and so does
     speculative decoding (`drafting`) where the weight kernels are batch-consistent
-    (`batch_exact`, see `batch_consistent`): only with it do llama.cpp's CPU kernels give a
-    token the same logits alone and inside a verification batch (docs/speculative.md). With
-    AMX weights no setting gives that, so drafting keeps the faster default. With a GPU,
+    (`batch_exact`: the weights' half of `cpu_kernels.batch_exactness`): only with it do
+    llama.cpp's CPU kernels give a token the same logits alone and inside a verification batch
+    (docs/speculative.md). Where the weights' kernels differ between one row and many, no
+    setting gives that, so drafting keeps the faster default. With a GPU,
     llama.cpp's own choice stands. On a CPU-only build it is off: this llama.cpp's CPU
     flash-attention kernel slows down as the context fills (SmolLM2, 2 threads, 2,000 tokens of
     history: decode 23 t/s with it, 44 t/s without; an 18-token follow-up takes 570 ms vs
@@ -789,17 +804,24 @@ def _on_passing_thread(fn: Callable[[], Any]) -> Any:
     return box[0]
 
 
-def drafting_exact(extra_buffers: bool | None = None) -> bool:
-    """Whether speculative decoding on this build can give exactly plain decoding's tokens
-    (it does with flash attention on, unless AMX weights are in use)."""
-    return batch_consistent(use_extra_buffers(extra_buffers))
+def drafting_exact(path: str | os.PathLike[str], extra_buffers: bool | None = None
+                   ) -> cpu_kernels.Exactness:
+    """Whether speculative decoding of this model file on this build can give exactly plain
+    decoding's tokens once flash attention is on (the weights' half of batch invariance)."""
+    tensors = read_gguf(Path(path)).tensors
+    return cpu_kernels.weights_exactness(tensors, cpu_kernels.detect(),
+                                         extra_buffers=use_extra_buffers(extra_buffers),
+                                         tied_output=cpu_kernels.tied_output(tensors))
 
 
-def batch_consistent(extra_buffers: bool) -> bool:
-    """Whether a token's logits come out the same decoded alone and inside a batch (given
-    flash attention). Not with AMX weights: ggml computes one-token products with a VNNI
-    kernel and batches with AMX tiles, which round differently."""
-    return not (extra_buffers and llama_lib.amx_build())
+def _flash_enabled(lines: Sequence[str], resolved: FlashAttn) -> bool:
+    """What llama.cpp did with flash attention ('auto' is its own choice), from its log."""
+    for line in lines:
+        if "flash_attn" in line and "=" in line:
+            value = line.split("=", 1)[1].strip()
+            if value in ("enabled", "disabled"):
+                return value == "enabled"
+    return resolved == "on"
 
 
 def resolve_gpu_layers(requested: GpuLayers, n_layer: int, *, gguf: GGUFFile | None = None,

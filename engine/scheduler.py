@@ -575,18 +575,21 @@ class Scheduler:
                 self._accepted += 1
             else:
                 self._trim(s, base + i)  # the drafts after the model's own token are dead
-            if not self._emit_token(s, tok):
-                self._trim(s, base + i + accepted)  # finished inside the accepted drafts
+            # Finishing inside the accepted drafts leaves the later ones dead too.
+            if not self._emit_token(s, tok, keep=base + i + accepted):
                 return
             if not accepted:
                 s.next_token = tok
                 return
 
-    def _emit_token(self, s: _Slot, tok: int) -> bool:
-        """Hand out one generated token; False when the request finished with it."""
+    def _emit_token(self, s: _Slot, tok: int, keep: int) -> bool:
+        """Hand out one generated token; False when the request finished with it. Finishing
+        first drops the slot's cells from `keep` on: the request is reported done (and its
+        slot free) only once the cache holds exactly the slot's tokens."""
         req = s.req
         assert req is not None
         if self.model.is_eog(tok):
+            self._trim(s, keep)
             self._finish(s, "stop")
             return False
         s.n_gen += 1
@@ -595,16 +598,18 @@ class Scheduler:
             s.drafter.accept(tok)
         assert s.stream is not None
         self._out(s, s.stream.push(self.model.token_bytes(tok)))
+        reason: FinishReason | None = None
         if s.stream.stopped:
-            self._finish(s, "stop_string")
-            return False
-        if s.n_gen >= req.sampling.max_tokens:
-            self._finish(s, "length")
-            return False
-        if len(s.tokens) + 1 >= self.n_ctx_seq:
-            self._finish(s, "context_full")
-            return False
-        return True
+            reason = "stop_string"
+        elif s.n_gen >= req.sampling.max_tokens:
+            reason = "length"
+        elif len(s.tokens) + 1 >= self.n_ctx_seq:
+            reason = "context_full"
+        if reason is None:
+            return True
+        self._trim(s, keep)
+        self._finish(s, reason)
+        return False
 
     def _trim(self, s: _Slot, keep: int) -> None:
         trim_sequence(self._C, self._mem, s.seq, s.tokens, keep)

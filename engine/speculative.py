@@ -10,10 +10,11 @@ Why this is exact: every token handed out is the model's own sample at that posi
 once, from the logits plain decoding would see, with the same sampler chain (penalties, RNG).
 Drafts only decide how many positions one decode covers. Greedy output is therefore
 token-for-token what plain decoding gives wherever llama.cpp computes a token's logits the same
-alone and in a batch (`runtime.batch_consistent`: not with AMX weights, whose batch kernel
-rounds differently), and with sampling the target's distribution is kept (accepting iff the
-target's sample equals a deterministic draft is the standard accept/reject rule for a draft
-that puts all its mass on one token).
+alone and in a batch (`Model.exactness`, computed by `engine.cpu_kernels` from the build's
+kernel rules: not with AMX or repacked weights, nor with types llamafile's sgemm takes), and
+with sampling the target's distribution is kept (accepting iff the target's sample equals
+a deterministic draft is the standard accept/reject rule for a draft that puts all its mass on
+one token).
 
 Two drafters:
 - `PromptLookup`: no second model. Finds the longest recent n-gram of the conversation's tail
@@ -491,7 +492,7 @@ def verify_cost(m: Model) -> VerifyCost:
     """The verification cost curve of this model's kernels (COST_*)."""
     if m.load_info.n_gpu_layers > 0:
         return COST_GPU
-    return COST_CPU if m.batch_exact else COST_AMX
+    return COST_AMX if m.amx_weights else COST_CPU
 
 
 def lookup_source(draft_max: int = DEFAULT_DRAFT_MAX, *, ngram_max: int = 32,

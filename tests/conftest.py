@@ -34,6 +34,23 @@ def gemma_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def exact_smollm2_path(smollm2_path: Path) -> Path:
+    """SmolLM2 with its Q8_0 token embedding stored as Q4_1, like its layers: a model whose
+    every matrix product takes the same kernel for one row and many on any CPU without ARM's
+    int8 matrix extension (engine.cpu_kernels). The tests that compare greedy text across
+    batching paths use it; with flash attention on its `Model.exactness` holds."""
+    from gguf import GGMLQuantizationType
+
+    from tests.requantize import requantize
+
+    target = ARTIFACTS / "models" / "smollm2-135m-q4_1-embd.gguf"
+    if not target.exists() or target.stat().st_mtime < smollm2_path.stat().st_mtime:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        requantize(smollm2_path, target, {"token_embd.weight": GGMLQuantizationType.Q4_1})
+    return target
+
+
+@pytest.fixture(scope="session")
 def smollm2(smollm2_path: Path) -> Iterator[object]:
     """One loaded SmolLM2 shared by tests that only generate (each resets the cache)."""
     from engine.runtime import LoadParams, Model

@@ -35,7 +35,16 @@ from app.services.library import LibraryEntry
 from app.ui.estimate import EstimateWidget, Estimator
 from app.ui.library_model import LibraryModel
 from app.ui.worker import LoadedModel
-from engine.runtime import KV_TYPES, FlashAttn, GpuLayers, LoadParams, drafting_exact
+from engine.cpu_kernels import Exactness
+from engine.gguf import GGUFError
+from engine.runtime import (
+    KV_TYPES,
+    EngineError,
+    FlashAttn,
+    GpuLayers,
+    LoadParams,
+    drafting_exact,
+)
 from engine.speculative import (
     DEFAULT_DRAFT_MAX,
     DEFAULT_MODEL_DRAFT_MAX,
@@ -49,8 +58,12 @@ DEFAULT_CTX = 4096
 SPEC_MODES: tuple[tuple[SpecMode, str], ...] = (
     ("off", "Off"), ("lookup", "Prompt lookup"), ("draft", "Draft model"))
 FLASH_NOTE = "Flash attention is on while drafting: exact output needs it."
-AMX_NOTE = ("This CPU's AMX kernels round a batch slightly differently from a single token: "
-            "a drafted reply can take another branch where two words are nearly tied.")
+
+
+def inexact_note(reason: str) -> str:
+    """What drafting gives where this model's kernels differ between a batch and one token."""
+    return (f"A drafted reply can take another branch where two words are nearly tied: "
+            f"{reason}.")
 SETTINGS_GROUP = "load_settings"
 
 
@@ -107,7 +120,9 @@ class LibraryPanel(QWidget):
         self.flash.setAccessibleName("Flash attention")
         self.flash.addItems(["auto", "on", "off"])
         self._flash_wanted = "auto"  # the user's choice, back when drafting is switched off
-        self._drafting_exact = drafting_exact()
+        # The selected model's kernels decide whether drafting can be exact (set per model).
+        self._drafting_exact = Exactness(False, "no model selected")
+        self._exact_by_path: dict[Path, Exactness] = {}
         self.spec_mode = QComboBox()
         self.spec_mode.setAccessibleName("Speculative decoding")
         for mode, title in SPEC_MODES:
@@ -264,7 +279,7 @@ class LibraryPanel(QWidget):
             n_gpu_layers=self.gpu_layers(),
             type_k=self.type_k.currentText(),
             type_v=self.type_v.currentText(),
-            flash_attn="on" if spec is not None and self._drafting_exact else flash,
+            flash_attn="on" if spec is not None and self._drafting_exact.exact else flash,
             speculative=spec,
         )
 
@@ -380,11 +395,22 @@ class LibraryPanel(QWidget):
             w.blockSignals(False)
         self._settings_changed()
 
+    def _exactness_of(self, path: Path) -> Exactness:
+        if path not in self._exact_by_path:  # reads the header: once per file, not per slider
+            try:
+                self._exact_by_path[path] = drafting_exact(path)
+            except (EngineError, GGUFError) as e:
+                return Exactness(False, str(e))
+        return self._exact_by_path[path]
+
     def _settings_changed(self) -> None:
         drafting = self.spec_mode.currentData() != "off"
+        selected = self.selected_entry()
+        if drafting and selected is not None:
+            self._drafting_exact = self._exactness_of(selected.path)
         # Flash attention makes drafted output exact unless the weight kernels differ
-        # between a batch and one token (AMX), where it would only cost speed.
-        force_flash = drafting and self._drafting_exact
+        # between a batch and one token (AMX, repacked or sgemm weights): then it only costs.
+        force_flash = drafting and self._drafting_exact.exact
         if force_flash and self.flash.isEnabled():
             self.flash.blockSignals(True)
             self.flash.setCurrentText("on")
@@ -398,7 +424,8 @@ class LibraryPanel(QWidget):
         self.draft_model.setEnabled(self.spec_mode.currentData() == "draft")
         self.draft_max.setEnabled(drafting)
         problem = self.spec_problem()
-        note = (FLASH_NOTE if self._drafting_exact else AMX_NOTE) if drafting else ""
+        note = (FLASH_NOTE if self._drafting_exact.exact
+                else inexact_note(self._drafting_exact.reason)) if drafting else ""
         self.spec_note.setText(problem or note)
         self.spec_note.setVisible(bool(problem) or drafting)
         self._sync_buttons()

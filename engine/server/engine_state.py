@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.facts import ModelFacts, model_facts
-from engine.runtime import Model, SamplingParams, resolve_flash_attn
+from engine.runtime import Model, SamplingParams
 from engine.scheduler import Event, Finished, Request, Scheduler
 from engine.server.config import ServerConfig
 from engine.server.embeddings import Embedder
@@ -60,10 +60,8 @@ class LoadedModel:
             "ctx_per_slot": self.scheduler.n_ctx_seq,
             "kv_type_k": p.type_k,
             "kv_type_v": p.type_v,
-            # 'auto' is resolved the way the engine resolved it when creating the context.
-            "flash_attn": resolve_flash_attn(p.flash_attn, p.type_v, drafting=p.drafting,
-                                             batch_exact=getattr(self.model, "batch_exact",
-                                                                 True)),
+            # What llama.cpp did when it created the context ('auto' resolved).
+            "flash_attn": "on" if self.model.flash_attn_on else "off",
             "speculative": "lookup" if p.drafting and p.speculative is not None
             and p.speculative.mode == "lookup" else "off",
             "flash_attn_requested": p.flash_attn,

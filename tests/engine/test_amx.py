@@ -21,8 +21,6 @@ from engine.runtime import (
     LoadParams,
     Model,
     SamplingParams,
-    batch_consistent,
-    drafting_exact,
     resolve_flash_attn,
     use_extra_buffers,
 )
@@ -119,20 +117,13 @@ def test_marker_lookup_matches_the_loaded_library() -> None:
         assert ctypes.c_int.in_dll(loaded, llama_lib.AMX_MARKER).value == 1
 
 
-def test_flash_attention_for_drafting_follows_batch_consistency(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flash_attention_for_drafting_follows_batch_consistency() -> None:
     assert resolve_flash_attn("auto", "f16", gpu=False, drafting=True) == "on"
     # With AMX weights flash attention cannot make drafts exact; the default stands.
     assert resolve_flash_attn("auto", "f16", gpu=False, drafting=True, batch_exact=False) == "off"
     assert resolve_flash_attn("auto", "q8_0", gpu=False, drafting=True,
                               batch_exact=False) == "on"
     assert resolve_flash_attn("off", "f16", gpu=False, drafting=True) == "off"
-    monkeypatch.setattr(llama_lib, "amx_build", lambda: True)
-    monkeypatch.setattr(llama_lib, "amx_kernels_safe", lambda: True)
-    assert batch_consistent(True) is False and batch_consistent(False) is True
-    assert drafting_exact() is False and drafting_exact(False) is True
-    monkeypatch.setattr(llama_lib, "amx_build", lambda: False)
-    assert drafting_exact() is True
 
 
 @pytest.mark.skipif(not (llama_lib.amx_build() and llama_lib.amx_kernels_safe()),
@@ -141,7 +132,7 @@ def test_amx_build_decodes_batches(smollm2_path: Path) -> None:
     """The crash this guards against came on the first multi-token batch: a prompt."""
     m = Model(smollm2_path, LoadParams(n_ctx=512, n_threads=min(2, os.cpu_count() or 1)))
     try:
-        assert not m.batch_exact
+        assert not m.exactness.exact and "AMX" in m.exactness.reason
         g = m.generate([{"role": "user", "content": "Name three colours of the rainbow."}],
                        SamplingParams(temperature=0, max_tokens=12))
         text = g.consume()

@@ -1,0 +1,280 @@
+"""Which CPU kernels and weight copies this llama.cpp build picks, by the vendored source's rules.
+
+Two consequences of the CPU follow from the same facts and live here together:
+
+* **Extra weight copies.** With `use_extra_bufts` (the default), llama.cpp puts a weight matrix
+  of a CPU layer into the first "extra buffer" type that takes it, as a repacked copy beside the
+  mapped file: AMX tiles on Intel CPUs with AMX (ggml-cpu/amx), else interleaved CPU_REPACK
+  layouts (ggml-cpu/repack.cpp `ggml_repack_get_optimal_repack_type`) on AVX2/AVX-512 and ARM.
+  The memory estimate counts these copies (`copy_bytes`).
+* **Batch invariance.** A token's logits are bit-identical whether it is decoded alone or inside
+  a batch only where one row and many rows take the same kernel. They do not for: weights in
+  an extra buffer (gemv vs gemm kernels), weight types llamafile's sgemm takes for two or more
+  rows (`llamafile_sgemm`: "only enable sgemm for prompt processing"), ARM's two-row int8
+  matrix kernels, attention products without flash attention, and within flash attention the
+  split-KV path of a single query over 512+ cached cells and the tiled path of 64+ queries
+  (ggml-cpu/ops.cpp). `batch_exactness` computes the guarantee from those rules; nothing else
+  in the engine may assume it.
+
+The CPU's features are what the build was compiled for (ggml's `ggml_cpu_has_*` are compile-time
+checks), read from `llama_print_system_info()`; every rule takes them as an argument so tests
+can force each side of a switch on any machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from engine import llama_lib
+from engine.gguf import TensorInfo
+
+ExtraBuffer = Literal["AMX", "CPU_REPACK"]
+
+# ggml-cpu/ops.cpp: flash attention of one query over at least this many KV cells splits the
+# cache across threads; llama.cpp views the cache in steps of 256 cells, so exactness holds
+# while fewer than 256 positions are cached (the view is then 256 cells).
+SPLIT_KV_CELLS = 512
+KV_VIEW_PAD = 256
+# ggml-cpu/common.h GGML_FA_TILE_Q: batches of this many queries take the tiled kernel.
+FA_TILE_Q = 64
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """What ggml's CPU backend was compiled for (the names of `llama_print_system_info`)."""
+
+    avx: bool = False
+    avx2: bool = False
+    f16c: bool = False
+    avx512: bool = False
+    avx512_vnni: bool = False
+    avx512_bf16: bool = False
+    amx_int8: bool = False
+    neon: bool = False
+    fp16_va: bool = False
+    matmul_int8: bool = False
+    dotprod: bool = False
+    sve: bool = False
+    sve_cnt: int = 0
+    llamafile: bool = False
+    repack: bool = False
+
+    @classmethod
+    def parse(cls, system_info: str) -> CpuFeatures:
+        """From "CPU : SSE3 = 1 | AVX2 = 1 | ... | SVE_CNT = 32 | REPACK = 1 |"."""
+        vals = {k.lower(): v for k, v in re.findall(r"([A-Z0-9_]+) = (\d+)", system_info)}
+
+        def on(name: str) -> bool:
+            return vals.get(name, "0") not in ("0", "")
+
+        return cls(
+            avx=on("avx"), avx2=on("avx2"), f16c=on("f16c"), avx512=on("avx512"),
+            avx512_vnni=on("avx512_vnni"), avx512_bf16=on("avx512_bf16"),
+            amx_int8=on("amx_int8"), neon=on("neon"), fp16_va=on("fp16_va"),
+            matmul_int8=on("matmul_int8"), dotprod=on("dotprod"), sve=on("sve"),
+            sve_cnt=int(vals.get("sve_cnt", "0")), llamafile=on("llamafile"),
+            repack=on("repack"),
+        )
+
+    @property
+    def summary(self) -> str:
+        """'AVX2 AVX512 ... REPACK' for benchmark records."""
+        return " ".join(k.upper() for k, v in vars(self).items()
+                        if v is True or (k == "sve_cnt" and v))
+
+
+@functools.cache
+def detect() -> CpuFeatures:
+    """This build's CPU features."""
+    return CpuFeatures.parse(llama_lib.system_info())
+
+
+# -- which weights are matrix products (and so may be copied) -------------------------------
+
+_ROW_LOOKUPS = ("token_embd.weight", "pos_embd.weight", "token_types.weight")
+
+
+def matmul_weight(t: TensorInfo, *, tied_output: bool = False) -> bool:
+    """Whether llama.cpp multiplies by this tensor (MUL_MAT, or MUL_MAT_ID for 3-D expert
+    stacks) rather than looking rows up or scaling by it. The token embedding is a lookup,
+    except as the output matrix of a model with tied embeddings (`tied_output`)."""
+    if not t.name.endswith(".weight") or "norm" in t.name:
+        return False
+    if t.name in _ROW_LOOKUPS and not (tied_output and t.name == "token_embd.weight"):
+        return False
+    return len(t.shape) == 2 or (len(t.shape) == 3 and "_exps." in t.name)
+
+
+# -- AMX (ggml-cpu/amx/amx.cpp) ----------------------------------------------------------------
+
+# The weight types the AMX buffer takes, the K (row length) alignment each needs and the extra
+# bytes per block its packed layout adds (ggml_backend_amx_get_alloc_size). Output rows must
+# come in multiples of 32 (TILE_N * 2). 2-D MUL_MAT only.
+_AMX_TYPES = {"Q4_0": (32, 0), "Q4_1": (32, 0), "Q8_0": (32, 4), "Q4_K": (256, 4),
+              "Q5_K": (256, 4), "Q6_K": (256, 0), "IQ4_XS": (256, 2), "F16": (16, 0)}
+_AMX_TENSOR_ALIGN = 64
+_TENSOR_ALIGN = 32  # ggml-impl.h TENSOR_ALIGNMENT: CPU_REPACK's alignment
+
+
+def _amx_takes(t: TensorInfo) -> bool:
+    kind = _AMX_TYPES.get(t.type_name)
+    if kind is None or len(t.shape) != 2:
+        return False
+    k, n = t.shape
+    return k % kind[0] == 0 and n % 32 == 0
+
+
+# -- CPU_REPACK (ggml-cpu/repack.cpp ggml_repack_get_optimal_repack_type) ---------------------
+
+def _repack_takes(type_name: str, n_rows: int, f: CpuFeatures) -> bool:
+    """The vendored rules, branch by branch (RISC-V and s390x left out: not targets here)."""
+    arm_i8mm = f.neon and f.matmul_int8
+    arm_dot = f.neon and f.dotprod
+    rows8, rows4 = n_rows % 8 == 0, n_rows % 4 == 0
+    if type_name == "Q4_0":
+        return ((f.avx2 or (f.sve and f.matmul_int8 and f.sve_cnt == 32)) and rows8) or (
+            (arm_i8mm or arm_dot) and rows4)
+    if type_name == "Q4_K":
+        return (f.avx2 or arm_i8mm or arm_dot) and rows8
+    if type_name == "Q2_K":
+        return f.avx512 and rows8
+    if type_name in ("Q5_K", "Q6_K"):
+        return (arm_i8mm or arm_dot) and rows8
+    if type_name in ("IQ4_NL", "MXFP4"):
+        return (f.avx2 and rows8) or (arm_dot and rows4)
+    if type_name in ("Q8_0", "Q1_0"):
+        return (arm_i8mm or arm_dot) and rows4
+    return False
+
+
+def extra_buffer(t: TensorInfo, f: CpuFeatures, *, tied_output: bool = False
+                 ) -> ExtraBuffer | None:
+    """The extra buffer a CPU layer's weight goes into when extra buffers are on (AMX first,
+    as ggml lists them), or None: it stays in the mapped file."""
+    if not matmul_weight(t, tied_output=tied_output):
+        return None
+    if f.amx_int8 and f.avx512_vnni and _amx_takes(t):
+        return "AMX"
+    if f.repack and _repack_takes(t.type_name, t.shape[1], f):
+        return "CPU_REPACK"
+    return None
+
+
+def copy_bytes(t: TensorInfo, buffer: ExtraBuffer) -> int:
+    """Bytes of the repacked copy of `t` in that buffer (matched to llama.cpp's log to the byte:
+    AMX for SmolLM2 Q4_1 and Gemma-3 Q4_K_M, CPU_REPACK for Gemma-3's Q4_K on AVX-512)."""
+    if buffer == "AMX":
+        k, n = t.shape
+        block = GGML_QUANT_SIZES[GGMLQuantizationType[t.type_name]][0]
+        size = t.n_bytes + k // block * _AMX_TYPES[t.type_name][1] * n
+        return -(-size // _AMX_TENSOR_ALIGN) * _AMX_TENSOR_ALIGN
+    # CPU_REPACK keeps ggml_nbytes (no get_alloc_size of its own).
+    return -(-t.n_bytes // _TENSOR_ALIGN) * _TENSOR_ALIGN
+
+
+# -- batch invariance --------------------------------------------------------------------------
+
+def _sgemm_types(f: CpuFeatures) -> frozenset[str]:
+    """Weight types llamafile's sgemm multiplies when two or more rows come (x86 and ARM NEON
+    branches of `llamafile_sgemm`); one row always takes ggml's own dot product."""
+    if not f.llamafile:
+        return frozenset()
+    types: set[str] = set()
+    if f.avx or f.avx2 or f.avx512:
+        types |= {"F32", "Q8_0", "Q4_0", "Q5_0", "IQ4_NL"}
+        if f.avx512 or f.f16c:
+            types.add("F16")
+        if f.avx2 or f.avx512:
+            types.add("BF16")
+    elif f.neon:
+        types |= {"F32", "F16"}
+        if f.dotprod:
+            types |= {"Q8_0", "Q4_0"}
+    return frozenset(types)
+
+
+# ggml-cpu/quants: types whose ARM int8 matrix kernel does two rows at once (nrows = 2).
+_ARM_TWO_ROW = frozenset({"Q4_0", "Q4_1", "Q8_0", "IQ4_NL", "Q4_K", "Q6_K"})
+
+
+@dataclass(frozen=True)
+class Exactness:
+    """Whether greedy decoding gives the same tokens however tokens are grouped into batches
+    (alone, in a prompt batch, beside other sequences, in a draft verification)."""
+
+    exact: bool
+    reason: str  # why not, in words; '' when exact
+    max_positions: int | None = None  # exact only while fewer positions are cached
+    max_batch: int | None = None  # ... and batches carry fewer tokens than this
+
+    def covers(self, positions: int, batch: int = 1) -> bool:
+        """Whether the guarantee holds for a sequence of `positions` cached tokens and batches
+        of up to `batch` tokens."""
+        return self.exact and (self.max_positions is None or positions < self.max_positions) \
+            and (self.max_batch is None or batch < self.max_batch)
+
+
+def weights_exactness(tensors: Iterable[TensorInfo], f: CpuFeatures, *,
+                      extra_buffers: bool, tied_output: bool = False) -> Exactness:
+    """The weights' half of `batch_exactness`: whether every matrix product by a weight takes
+    the same kernel for one row and for many."""
+    sgemm = _sgemm_types(f)
+    for t in tensors:
+        tied = tied_output and t.name == "token_embd.weight"
+        if not matmul_weight(t, tied_output=tied):
+            continue
+        buf = extra_buffer(t, f, tied_output=tied) if extra_buffers else None
+        if buf is not None:
+            return Exactness(False, f"{t.type_name} weights are repacked for {buf} kernels, "
+                             "which multiply one token and a batch differently")
+        if t.type_name in sgemm:
+            return Exactness(False, f"{t.type_name} weights are multiplied by llamafile's sgemm "
+                             "for a batch but by ggml's dot product for one token")
+        if f.neon and f.matmul_int8 and t.type_name in _ARM_TWO_ROW:
+            return Exactness(False, f"{t.type_name} weights use ARM's two-row int8 kernel in "
+                             "a batch")
+    return Exactness(True, "")
+
+
+def batch_exactness(tensors: Iterable[TensorInfo], f: CpuFeatures, *, extra_buffers: bool,
+                    flash_attn: bool, type_k: str, type_v: str, gpu_layers: int,
+                    tied_output: bool = False) -> Exactness:
+    """The guarantee for a load with these settings (see the module doc)."""
+    if gpu_layers > 0:
+        return Exactness(False, "GPU kernels are chosen by batch size")
+    w = weights_exactness(tensors, f, extra_buffers=extra_buffers, tied_output=tied_output)
+    if not w.exact:
+        return w
+    if not flash_attn:
+        if _sgemm_types(f) & {type_k, type_v}:
+            return Exactness(False, "without flash attention a batch's attention products use "
+                             "llamafile's sgemm, one token's ggml's dot product")
+        return Exactness(True, "")
+    if type_k in ("f16", "f32") and type_k == type_v:
+        return Exactness(True, "", max_positions=KV_VIEW_PAD, max_batch=FA_TILE_Q)
+    return Exactness(True, "")
+
+
+def tied_output(tensors: Iterable[TensorInfo]) -> bool:
+    """Whether the model multiplies by its token embedding for the logits (no output.weight)."""
+    return not any(t.name == "output.weight" for t in tensors)
+
+
+__all__ = [
+    "CpuFeatures",
+    "Exactness",
+    "ExtraBuffer",
+    "batch_exactness",
+    "copy_bytes",
+    "detect",
+    "extra_buffer",
+    "matmul_weight",
+    "tied_output",
+    "weights_exactness",
+]
