@@ -252,7 +252,7 @@ def batch_exactness(tensors: Iterable[TensorInfo], f: CpuFeatures, *, extra_buff
     if not w.exact:
         return w
     if not flash_attn:
-        if _sgemm_types(f) & {type_k, type_v}:
+        if _sgemm_types(f) & {type_k.upper(), type_v.upper()}:
             return Exactness(False, "without flash attention a batch's attention products use "
                              "llamafile's sgemm, one token's ggml's dot product")
         return Exactness(True, "")

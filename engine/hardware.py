@@ -17,7 +17,10 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from engine.cpu_kernels import CpuFeatures
 
 DeviceKind = Literal["gpu", "igpu", "accel"]
 
@@ -51,6 +54,9 @@ class Hardware:
     can_offload: bool = False  # llama_supports_gpu_offload() of this build (or simulated)
     source: str = "llama.cpp"  # where the GPU list came from: llama.cpp | nvml | simulated | none
     notes: tuple[str, ...] = field(default=())
+    # The CPU features whose kernel rules apply (engine.cpu_kernels); None: this build's.
+    # Set it to plan for another CPU (an AMX Xeon, an ARM laptop).
+    cpu: CpuFeatures | None = None
 
     @property
     def offload_devices(self) -> tuple[Device, ...]:

@@ -646,7 +646,7 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
     # Plan with flash attention as the engine would resolve 'auto' on this hardware.
     p = replace(p, flash_attn=resolve_flash_attn(p.flash_attn, p.type_v,
                                                  gpu=bool(hw.offload_devices)))
-    spec = ModelSpec.from_gguf(gf)
+    spec = ModelSpec.from_gguf(gf, hw.cpu)
     notes: list[str] = []
     if method == "dry-run" and file_path is None:
         raise EngineError("a dry run needs the model file on disk; use the analytic method")
@@ -861,8 +861,8 @@ def fit_gpu_layers(source: Source, params: EstimateParams, hardware: Hardware) -
     """GPU layer count for `n_gpu_layers='auto'`: the most that fit in the devices' free memory
     minus the margin (analytic, so it adds no dry run to every load)."""
     gf, _ = _load(source)
-    est = _plan(ModelSpec.from_gguf(gf), replace(params, n_gpu_layers="auto"), hardware, None,
-                [])
+    est = _plan(ModelSpec.from_gguf(gf, hardware.cpu), replace(params, n_gpu_layers="auto"),
+                hardware, None, [])
     return est.gpu_layers
 
 

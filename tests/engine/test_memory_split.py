@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from engine import llama_lib, memory
+from engine import llama_lib
+from engine.cpu_kernels import CpuFeatures
 from engine.gguf import read_gguf
 from engine.hardware import Device, GiB, MiB, cpu_only, simulate
 from engine.memory import (
@@ -51,33 +53,48 @@ def specs(request: pytest.FixtureRequest) -> dict[str, Path]:
     return {m: Path(request.getfixturevalue(f"{m}_path")) for m in ("smollm2", "gemma")}
 
 
-def _plan(path: Path, gpus: list[float], **kw: object) -> MemoryEstimate:
-    """An analytic plan on simulated GPUs. Without AMX copies unless asked: whether the CPU
-    keeps them depends on this machine's CPU and build, not on the plan under test."""
-    hw = simulate([int(g * GiB) for g in gpus], cpu_only(RAM))
+def _plan(path: Path, gpus: list[float], cpu: CpuFeatures | None = None,
+          **kw: object) -> MemoryEstimate:
+    """An analytic plan on simulated GPUs. Without extra-buffer copies unless asked: whether
+    the CPU keeps them depends on the CPU and build, not on the plan under test; `cpu` plans
+    for another CPU's rules."""
+    hw = replace(simulate([int(g * GiB) for g in gpus], cpu_only(RAM)), cpu=cpu)
     kw.setdefault("extra_buffers", False)
     return estimate(path, EstimateParams(**kw), hardware=hw, method="analytic")  # type: ignore[arg-type]
 
 
-def test_amx_copies_follow_the_cpu_layers(specs: dict[str, Path],
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """With AMX, llama.cpp keeps a repacked copy of the matrices of every layer left on the
-    CPU (and of the output matrix when it stays there); offloaded layers have none."""
-    monkeypatch.setattr(memory, "amx_weights", lambda p: p.extra_buffers is not False)
-    spec = ModelSpec.from_gguf(read_gguf(specs["smollm2"]))
-    assert sum(spec.amx_layer_bytes) > 0 and spec.amx_output_bytes > 0
-    plain = _plan(specs["smollm2"], [], n_ctx=512, n_gpu_layers=0)
-    amx = _plan(specs["smollm2"], [], n_ctx=512, n_gpu_layers=0, extra_buffers=None)
-    copies = sum(spec.amx_layer_bytes) + spec.amx_output_bytes
+XEON_AMX = CpuFeatures(avx=True, avx2=True, f16c=True, avx512=True, avx512_vnni=True,
+                       amx_int8=True, llamafile=True, repack=True)
+
+
+def test_extra_copies_follow_the_cpu_layers(specs: dict[str, Path]) -> None:
+    """With AMX (planned for an AMX Xeon on any machine), llama.cpp keeps a repacked copy of
+    the matrices of every layer left on the CPU (and of the output matrix when it stays
+    there); offloaded layers have none."""
+    spec = ModelSpec.from_gguf(read_gguf(specs["smollm2"]), XEON_AMX)
+    assert sum(spec.copy_layer_bytes) > 0 and spec.copy_output_bytes > 0
+    plain = _plan(specs["smollm2"], [], XEON_AMX, n_ctx=512, n_gpu_layers=0)
+    amx = _plan(specs["smollm2"], [], XEON_AMX, n_ctx=512, n_gpu_layers=0, extra_buffers=None)
+    copies = sum(spec.copy_layer_bytes) + spec.copy_output_bytes
     assert amx.weights_bytes - plain.weights_bytes == copies
     assert any("AMX copy" in n for n in amx.notes) and not any("AMX" in n for n in plain.notes)
     # 11 of 31 layers on a GPU (the output layer first): the CPU keeps copies of 20 layers.
-    split = _plan(specs["smollm2"], [24], n_ctx=512, n_gpu_layers=11, extra_buffers=None)
+    split = _plan(specs["smollm2"], [24], XEON_AMX, n_ctx=512, n_gpu_layers=11,
+                  extra_buffers=None)
     cpu = split.device(CPU)
-    split_plain = _plan(specs["smollm2"], [24], n_ctx=512, n_gpu_layers=11)
+    split_plain = _plan(specs["smollm2"], [24], XEON_AMX, n_ctx=512, n_gpu_layers=11)
     plain_cpu = split_plain.device(CPU)
     assert cpu is not None and plain_cpu is not None
-    assert cpu.weights_bytes - plain_cpu.weights_bytes == sum(spec.amx_layer_bytes[:20])
+    assert cpu.weights_bytes - plain_cpu.weights_bytes == sum(spec.copy_layer_bytes[:20])
+    # The same file on an AVX2 machine: nothing to copy (Q4_1 is not repacked there).
+    avx2 = replace(XEON_AMX, amx_int8=False, avx512=False, avx512_vnni=False)
+    assert _plan(specs["smollm2"], [], avx2, n_ctx=512, n_gpu_layers=0,
+                 extra_buffers=None).weights_bytes == plain.weights_bytes
+    # Gemma-3 there: its Q4_K matrices get a CPU_REPACK copy.
+    g_plain = _plan(specs["gemma"], [], avx2, n_ctx=512, n_gpu_layers=0)
+    g = _plan(specs["gemma"], [], avx2, n_ctx=512, n_gpu_layers=0, extra_buffers=None)
+    assert 12 * MiB < g.weights_bytes - g_plain.weights_bytes < 13 * MiB
+    assert any("CPU_REPACK copy" in n for n in g.notes)
 
 
 @pytest.mark.parametrize("model", ["smollm2", "gemma"])
