@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
-    QSizePolicy,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -225,7 +224,11 @@ class MarkdownBody(QWidget):
         label.setWordWrap(True)
         label.setOpenExternalLinks(True)
         label.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
-        label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        # Keep the word-wrap label's own policy (Preferred, height-for-width). A "Minimum"
+        # vertical policy made its sizeHint height (laid out ~280 px wide) its minimum: the
+        # messages' minimums then added up to far more than their height at the real width,
+        # the scroll area sized the list by them, and the surplus went to the trailing
+        # stretch, a blank region where auto-scroll landed.
         label.setText(seg.text)
         return label
 
