@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 from PySide6.QtCore import QPoint, QRect
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QApplication, QWidget
 
 from app.ui.chat_view import ChatView
 
@@ -20,7 +20,10 @@ MIN_INK_SHARE = 0.01
 
 
 def grab_screen(w: QWidget) -> QImage:
-    """The pixels the X server holds for `w`'s area (not a re-render of the widget)."""
+    """The pixels the X server holds for `w`'s area (not a re-render of the widget). `w` is
+    repainted first, so the screen shows its geometry as it is now, not one event behind."""
+    w.repaint()
+    QApplication.sync()
     pos = w.mapToGlobal(QPoint(0, 0))
     return w.screen().grabWindow(0, pos.x(), pos.y(), w.width(), w.height()).toImage()
 
