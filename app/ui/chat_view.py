@@ -22,7 +22,6 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
-    QSizePolicy,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -225,7 +224,11 @@ class MarkdownBody(QWidget):
         label.setWordWrap(True)
         label.setOpenExternalLinks(True)
         label.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
-        label.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Minimum)
+        # Keep the word-wrap label's own policy (Preferred, height-for-width). A "Minimum"
+        # vertical policy made its sizeHint height (laid out ~280 px wide) its minimum: the
+        # messages' minimums then added up to far more than their height at the real width,
+        # the scroll area sized the list by them, and the surplus went to the trailing
+        # stretch, a blank region where auto-scroll landed.
         label.setText(seg.text)
         return label
 
@@ -366,6 +369,7 @@ class ChatView(QWidget):
         self.model = model
         self._widgets: list[MessageWidget] = []
         self._follow = True  # keep the newest text in view unless the user scrolled up
+        self._shown: object = None  # which conversation is on screen (see _rebuild)
 
         self.scroll_area = QScrollArea()
         self.scroll_area.setWidgetResizable(True)
@@ -447,6 +451,17 @@ class ChatView(QWidget):
         for row in range(self.model.rowCount()):
             self._insert(row)
         self.empty_label.setVisible(not self._widgets)
+        # Another chat opens at its end, even if the last one was scrolled up; the same chat
+        # cut or re-read (regenerate, a branch switch, a delete) keeps the reader's place.
+        conv = self.model.conversation
+        shown = conv.store_id if conv.store_id is not None else conv.id
+        if shown != self._shown:
+            self._shown = shown
+            self._follow = True
+            # Its list may come out exactly as tall as the last one's: no range change then
+            # (see _on_range), so go to the end now; a range that changes follows it there.
+            bar = self.scroll_area.verticalScrollBar()
+            bar.setValue(bar.maximum())
 
     def set_context(self, used: int, n_ctx: int) -> None:
         self.context_label.setText(

@@ -60,6 +60,9 @@ class ChatController(QObject):
         self._writer: StreamWriter | None = None
         self._first_flushed = False
         self._prompt_tokens = 0
+        # Tokens the conversation on screen takes in the context, as of its last request: the
+        # context line shows it against the size of whatever model is loaded now.
+        self._context_used = 0
         self._continue_row: int | None = None  # continue this answer once the model loads
         self._pending_parent: int | bool | None = True  # where that answer attaches
         self.engine = engine
@@ -163,7 +166,7 @@ class ChatController(QObject):
         self._abandon()
         self.chat_settings = {}
         self.chat.clear()
-        self.context_changed.emit(0, self.loaded.n_ctx if self.loaded else 0)
+        self._show_context(0)
         self.busy_changed.emit(False)
 
     def _abandon(self) -> None:
@@ -204,7 +207,9 @@ class ChatController(QObject):
                                        for m in self.store.active_path(conv.id)])
         self.chat_settings = dict(conv.settings)
         self.chat.set_conversation(shown)
-        self.context_changed.emit(0, 0)  # unknown until its next reply: hide the line
+        # Its last reply's prompt and answer are what the chat takes in the context.
+        last = next((m.stats for m in reversed(shown.messages) if m.stats is not None), None)
+        self._show_context(last.prompt_tokens + last.gen_tokens if last else 0)
         self.busy_changed.emit(False)
 
     def _ui_message(self, m: StoredMessage) -> Message:
@@ -417,9 +422,14 @@ class ChatController(QObject):
         self.busy_changed.emit(True)
         self.engine.generate(messages, sampling, policy=self._policy())
 
+    def _show_context(self, used: int) -> None:
+        self._context_used = used
+        self.context_changed.emit(used, self.loaded.n_ctx if self.loaded else 0)
+
     def _on_loaded(self, info: LoadedModel) -> None:
         self.loaded = info
         self.loading = None
+        self._show_context(self._context_used)  # against the context it was loaded with
         self.notice.emit(f"Loaded {info.name}")
         if self._pending:
             self._pending = False
@@ -433,6 +443,7 @@ class ChatController(QObject):
     def _on_load_cancelled(self) -> None:
         self.loading = None
         self.loaded = None  # the worker frees the old model before loading a new one
+        self._show_context(self._context_used)  # no model: no context size to show
         self.notice.emit("Loading cancelled")
         if self._pending:
             self._pending = False
@@ -442,12 +453,13 @@ class ChatController(QObject):
 
     def _on_unloaded(self) -> None:
         self.loaded = None
+        self._show_context(self._context_used)
         self.notice.emit("Model ejected")
 
     def _on_started(self, prompt_tokens: int) -> None:
         if not self._abandoned:
             self._prompt_tokens = prompt_tokens
-            self.context_changed.emit(prompt_tokens, self.loaded.n_ctx if self.loaded else 0)
+            self._show_context(prompt_tokens)
 
     def _on_trimmed(self, dropped: int) -> None:
         if not self._abandoned:
@@ -455,9 +467,11 @@ class ChatController(QObject):
                 f"{dropped} old message{'s' if dropped != 1 else ''} left out: the "
                 "conversation no longer fits the context (policy: drop oldest)")
 
-    def _on_tokens(self, text: str, _n: int) -> None:
+    def _on_tokens(self, text: str, n: int) -> None:
         if self.reply_row is not None and not self._abandoned:
             self.chat.append_text(self.reply_row, text)
+            # The answer takes context as it grows (the performance panel counts it too).
+            self._show_context(self._prompt_tokens + n)
             if self._writer is not None:
                 self._writer.append(text)
                 if not self._first_flushed:
@@ -475,8 +489,7 @@ class ChatController(QObject):
             self._writer.finish(status="complete", stats=stats.to_dict())
             self._writer = None
             self.conversations_changed.emit()
-        self.context_changed.emit(stats.prompt_tokens + stats.gen_tokens,
-                                  self.loaded.n_ctx if self.loaded else 0)
+        self._show_context(stats.prompt_tokens + stats.gen_tokens)
         self.reply_row = None
         self.busy_changed.emit(False)
 

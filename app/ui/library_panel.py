@@ -186,6 +186,13 @@ class LibraryPanel(QWidget):
         self.status = QLabel("No model loaded")
         self.status.setWordWrap(True)
         self.status.setAccessibleName("Model status")
+        # Settings changed since the selected model was loaded only apply after a reload.
+        self.reload_hint = QLabel()
+        self.reload_hint.setObjectName("reloadHint")
+        self.reload_hint.setWordWrap(True)
+        self.reload_hint.setAccessibleName("Reload to apply")
+        self.reload_hint.setStyleSheet("color: #b26a00;")  # readable on light and dark
+        self.reload_hint.hide()
         buttons = QHBoxLayout()
         buttons.addWidget(self.load_button)
         buttons.addWidget(self.cancel_button)
@@ -198,6 +205,7 @@ class LibraryPanel(QWidget):
         lay.addLayout(buttons)
         lay.addWidget(self.progress)
         lay.addWidget(self.status)
+        lay.addWidget(self.reload_hint)
 
         self.load_button.clicked.connect(self._request_load)
         self.cancel_button.clicked.connect(self.cancel_requested)
@@ -490,6 +498,21 @@ class LibraryPanel(QWidget):
         self.cancel_button.setEnabled(self._loading)
         self.eject_button.setEnabled(not self._loading and self._loaded is not None)
         self.progress.setVisible(self._loading or self._loaded is not None)
+        self._show_reload_hint()
+
+    def _show_reload_hint(self) -> None:
+        info, entry = self._loaded, self.selected_entry()
+        stale = (not self._loading and info is not None and info.remote is None
+                 and info.params is not None and entry is not None and entry.path == info.path
+                 and self.load_params() != info.params)
+        text = ""
+        if stale and info is not None and info.params is not None:
+            text = "Reload to apply: the model was loaded with other settings"
+            if self.context_length() != info.params.n_ctx:
+                text += f" (context {info.params.n_ctx:,})"
+        self.reload_hint.setText(text)
+        self.reload_hint.setVisible(bool(text))
+        self.load_button.setText("Reload" if text else "Load")
 
     def selected_path(self) -> Path | None:
         e = self.selected_entry()

@@ -86,11 +86,12 @@ def test_signal_sequence_of_a_first_exchange(window: MainWindow, qtbot: QtBot) -
             f"{n}{list(args)}" if n == "busy_changed" else n))
     send(qtbot, window, "Hi")
     squeezed = [e for i, e in enumerate(events) if i == 0 or events[i - 1] != e]
-    # User message saved; the model loads; the answer row saved as streaming; the prompt's
-    # size; the finished answer saved; its final context use; idle.
-    assert squeezed == ["conversations_changed", "busy_changed[True]", "conversations_changed",
-                        "busy_changed[True]", "context_changed", "conversations_changed",
-                        "context_changed", "busy_changed[False]"]
+    # User message saved; the model loads (the context line shows its size); the answer row
+    # saved as streaming; the prompt's size, then the answer's as it grows; the finished
+    # answer saved; its final context use; idle.
+    assert squeezed == ["conversations_changed", "busy_changed[True]", "context_changed",
+                        "conversations_changed", "busy_changed[True]", "context_changed",
+                        "conversations_changed", "context_changed", "busy_changed[False]"]
 
 
 def test_conversation_list_search_pin_rename_delete_undo(

@@ -1,0 +1,141 @@
+"""The chat pane as the screen shows it, on a real X server: after a long answer streamed
+through the engine thread, after opening a long chat from the Chats tab and after opening a
+search hit, the end of the conversation must be painted in the viewport (checked from the X
+server's pixels and from the widgets' geometry against the viewport, not from the model).
+
+Run by test_xserver_tier.py on Xvfb; see conftest.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QEvent, QPoint, Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QApplication, QListWidget
+from pytestqt.qtbot import QtBot
+
+from app.main import build_window
+from app.services.chat_store import ChatStore
+from app.ui.controller import RemoteChoice
+from app.ui.main_window import MainWindow
+from app.ui.worker import RemoteTarget
+from tests.app.ui.visual.painted import end_of_chat_problems
+from tests.app.ui.visual.scripted_engine import ScriptedEngine, story
+
+pytestmark = pytest.mark.xserver
+PARAGRAPH = ("The river ran past the mill and the old stone bridge, under the willows and "
+             "along the fields, until it reached the grey sea at the end of the valley. ") * 3
+
+
+@pytest.fixture
+def window(qtbot: QtBot) -> Iterator[MainWindow]:
+    assert QGuiApplication.platformName() == "xcb", "this tier draws on a real X server"
+    w = build_window()
+    w.setGeometry(0, 0, 1400, 900)
+    w.splitter.setSizes([300, 800, 300])  # a wide chat column, as on a desktop screen
+    w.show()
+    qtbot.waitExposed(w)
+    yield w
+    w.close()
+    w.shutdown()
+    w.deleteLater()
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+def long_chat(store: ChatStore, title: str, turns: int = 6, word: str = "") -> int:
+    """A stored chat of long Markdown answers; `word` goes into the second answer only."""
+    c = store.create_conversation(title)
+    for i in range(turns):
+        store.add_message(c.id, "user", f"Question {i}: tell me about the river")
+        extra = f" A {word} flew over it." if word and i == 1 else ""
+        paras = [f"Part {j} of answer {i}. {PARAGRAPH}{extra}" for j in range(8)]
+        store.add_message(c.id, "assistant", "\n\n".join([*paras, f"The end of answer {i}."]))
+    return c.id
+
+
+def settle(qtbot: QtBot) -> None:
+    """Let posted layout requests, scroll updates and the repaint reach the X server."""
+    qtbot.wait(150)
+    QApplication.sync()
+
+
+def click_item(qtbot: QtBot, lst: QListWidget, cid: int) -> None:
+    from app.ui.conversation_list import ID_ROLE
+
+    rows = [i for i in range(lst.count()) if lst.item(i).data(ID_ROLE) == cid]
+    assert rows, f"chat {cid} is not in the list"
+    rect = lst.visualItemRect(lst.item(rows[0]))
+    qtbot.mouseClick(lst.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+
+
+def use_scripted_engine(qtbot: QtBot, w: MainWindow, text: str) -> None:
+    """Answer this chat from a `ScriptedEngine` in the engine thread, bound to the chat as a
+    remote engine would be, so sending does not switch back to the library's model."""
+    target = RemoteTarget("scripted", "story")
+    w.controller.set_engine({"connection": target.connection, "model": target.model})
+    assert w.controller.use(RemoteChoice(target, make=lambda: ScriptedEngine(text)))
+    qtbot.waitUntil(lambda: w.controller.loaded is not None
+                    and w.controller.loaded.remote == target)
+
+
+def test_long_streamed_answer_ends_in_view(window: MainWindow, qtbot: QtBot,
+                                            tmp_path: Path) -> None:
+    view = window.chat_view
+    vp = view.scroll_area.viewport()
+    use_scripted_engine(qtbot, window, story())
+    qtbot.keyClicks(view.input, "Write a 500-word story about a lighthouse keeper.")
+    qtbot.keyClick(view.input, Qt.Key.Key_Return)
+
+    def answer_overflows() -> bool:
+        ws = view.message_widgets
+        return len(ws) == 2 and ws[1].height() > vp.height()
+
+    # While it streams: once the answer is taller than the viewport, its end follows.
+    qtbot.waitUntil(lambda: answer_overflows() or not window.controller.busy, timeout=30_000)
+    assert window.controller.busy, "the answer ended before it filled the viewport"
+    assert not end_of_chat_problems(view, tmp_path / "streaming.png")
+    qtbot.waitUntil(lambda: not window.controller.busy, timeout=30_000)
+    settle(qtbot)
+    reply = view.message_widgets[-1]
+    assert reply.footer.isVisible() and "tokens" in reply.footer.text()  # it has ended
+    assert reply.height() > 2 * vp.height()
+    assert not end_of_chat_problems(view, tmp_path / "finished.png")
+
+
+def test_long_chat_opened_from_the_chats_tab_ends_in_view(window: MainWindow, qtbot: QtBot,
+                                                           tmp_path: Path) -> None:
+    assert window.store is not None and window.conversation_list is not None
+    cid = long_chat(window.store, "Rivers")
+    chats = window.conversation_list
+    chats.refresh()
+    window.side_tabs.setCurrentWidget(chats)
+    click_item(qtbot, chats.list, cid)
+    qtbot.waitUntil(lambda: window.controller.conversation_id == cid)
+    settle(qtbot)
+    assert len(window.chat_view.message_widgets) == 12
+    assert not end_of_chat_problems(window.chat_view, tmp_path / "opened.png")
+
+
+def test_search_hit_opens_with_its_end_in_view(window: MainWindow, qtbot: QtBot,
+                                               tmp_path: Path) -> None:
+    assert window.store is not None and window.conversation_list is not None
+    first = long_chat(window.store, "Rivers")
+    hit = long_chat(window.store, "More rivers", word="heron")
+    chats = window.conversation_list
+    chats.refresh()
+    window.side_tabs.setCurrentWidget(chats)
+    # Read the first chat and scroll up in it, then look for a word of the other one.
+    click_item(qtbot, chats.list, first)
+    settle(qtbot)
+    bar = window.chat_view.scroll_area.verticalScrollBar()
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=QPoint(bar.width() // 2, 30))
+    settle(qtbot)
+    assert bar.value() < bar.maximum()
+    qtbot.keyClicks(chats.search, "heron")
+    assert chats.ids() == [hit]
+    click_item(qtbot, chats.list, hit)
+    qtbot.waitUntil(lambda: window.controller.conversation_id == hit)
+    settle(qtbot)
+    assert not end_of_chat_problems(window.chat_view, tmp_path / "search-hit.png")

@@ -1,0 +1,40 @@
+"""Runs the X-server scenarios (test_chat_pane.py) in a child pytest on a private Xvfb, and
+checks that every one of them ran and passed (a child that skipped them would prove nothing).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.app.ui.visual.xserver import Xvfb, on_xserver
+
+SCENARIOS = Path(__file__).with_name("test_chat_pane.py")
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def scenario_count() -> int:
+    text = SCENARIOS.read_text(encoding="utf-8")
+    return text.count("\ndef test_")
+
+
+@pytest.mark.skipif(on_xserver(), reason="already on an X server: the scenarios run here")
+def test_chat_pane_on_a_real_x_server(xvfb: Xvfb, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("WAYLAND_DISPLAY", "PYTEST_ADDOPTS")}
+    env.update(QT_QPA_PLATFORM="xcb", DISPLAY=xvfb.display)
+    report = tmp_path / "scenarios.xml"
+    run = subprocess.run([sys.executable, "-m", "pytest", str(SCENARIOS), "-q",
+                          "-p", "no:cacheprovider", f"--junitxml={report}",
+                          f"--basetemp={tmp_path / 'child'}"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    out = (run.stdout + run.stderr)[-6000:]
+    assert run.returncode == 0, f"the X-server scenarios failed:\n{out}"
+    suite = ET.parse(report).getroot().find("testsuite")
+    assert suite is not None, out
+    counts = {k: int(suite.get(k, "0")) for k in ("tests", "failures", "errors", "skipped")}
+    assert counts == {"tests": scenario_count(), "failures": 0, "errors": 0, "skipped": 0}, out
