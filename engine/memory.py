@@ -36,6 +36,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from engine import llama_lib
 from engine.facts import swa_layer_pattern
 from engine.gguf import ArraySummary, GGUFFile, TensorInfo, read_gguf
+from engine.gguf_semantics import check_model
 from engine.hardware import Device, GiB, Hardware, MiB
 from engine.runtime import (
     KV_TYPES,
@@ -652,6 +653,7 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
     p = params or EstimateParams()
     p.validate()
     gf, file_path = _load(source)
+    check_model(gf)  # the dry run loads the file into llama.cpp
     if path is not None:
         file_path = Path(path)
     hw = hardware if hardware is not None else hw_mod.detect()

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine import llama_lib
 from engine.gguf import GGUFError, GGUFFile, read_gguf
+from engine.gguf_semantics import check_model
 from engine.prompt_cache import PromptStateCache, common_prefix
 from engine.templates import ChatTemplate
 from engine.textstream import TextStream
@@ -198,6 +199,7 @@ class Model:
         self.params.validate()
         self.path = Path(path)
         self.gguf = gguf or read_gguf(self.path)
+        check_model(self.gguf)  # an incoherent model can make llama.cpp abort the process
         self._lib = C = llama_lib.lib()
         self._lock = threading.Lock()
         self._model: Any = None
