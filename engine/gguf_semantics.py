@@ -211,9 +211,13 @@ class _LlamaDims:
         key = "attention.head_count_kv" if kv else "attention.head_count"
         n = (self.n_head_kv if kv else self.n_head)[il]
         size = self.head_v if value else self.head_k
-        if size is None:
-            size = self.n_embd // self.n_head[il]
-        return n * size, f"{self.k.name(key)} is {n} (x head size {size})"
+        if size is not None:
+            length = "attention.value_length" if value else "attention.key_length"
+            return n * size, f"{self.k.name(key)} is {n} (x {self.k.name(length)} {size})"
+        h = self.n_head[il]
+        size = self.n_embd // h
+        return n * size, (f"{self.k.name(key)} is {n} (x head size {size} = {self.n_embd} / "
+                          f"{self.k.name('attention.head_count')} {h})")
 
     def ff(self, il: int) -> tuple[int, str]:
         return self.n_ff[il], f"{self.k.name('feed_forward_length')} is {self.n_ff[il]}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -722,12 +723,25 @@ def _decode_error(rc: int) -> str:
     return f"llama.cpp failed to decode (error {rc})"
 
 
+# llama.cpp ends a refused load with this line; the reason is on a line before it.
+_GENERIC_FAILURES = frozenset({"failed to load model"})
+_LOG_SOURCE = re.compile(r"^[A-Za-z_][\w:]*: ")  # "llama_model_load: " before the text
+
+
 def _last_error(lines: list[str]) -> str:
+    """llama.cpp's own reason for a failure, from its log: the last error line that says
+    more than "failed to load model"."""
+    generic = None
     for line in reversed(lines):
         low = line.lower()
         if "error" in low or "failed" in low or "unknown" in low:
-            return line.strip().split(": ", 1)[-1] if ": " in line else line.strip()
-    return "see the log for details"
+            reason = _LOG_SOURCE.sub("", line.strip(), count=1)
+            # "error loading model: error loading model hyperparameters: ..." says it twice
+            reason = reason.removeprefix("error loading model: ").strip()
+            if reason.lower() not in _GENERIC_FAILURES:
+                return reason
+            generic = generic or reason
+    return generic or "see the log for details"
 
 
 def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = None,

@@ -71,7 +71,8 @@ def test_shapes_follow_hyper_parameters(smol: GGUFFile) -> None:
         "(expected 585)")
     # Head size 48 instead of 576/9 = 64: attn_q would be 576 x 432.
     assert _problem(_with(smol, llama__attention__key_length=48)) == (
-        "llama.attention.head_count is 9 (x head size 48) but tensor 'blk.0.attn_q.weight' "
+        "llama.attention.head_count is 9 (x llama.attention.key_length 48) but tensor "
+        "'blk.0.attn_q.weight' "
         "is 576 x 576 (expected 576 x 432)")
 
 
