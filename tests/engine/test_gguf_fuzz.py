@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -126,3 +127,18 @@ def test_fuzzed_files_never_crash_the_loader(smollm2_path: Path, tmp_path: Path)
     # The corpus must really exercise both sides: most files refused, some still loading.
     assert counts["refused"] > FUZZ_FILES // 3 and counts["loaded"] > 0, counts
     assert len(results) == FUZZ_FILES
+
+
+def test_an_abort_in_the_sizing_child_becomes_one_line(corpus: Corpus, tmp_path: Path) -> None:
+    # Straight to the child, past the validation: llama.cpp asserts block_count > 0.
+    from engine.memory import EstimateParams, _dry_run_in_child
+    from engine.runtime import EngineError
+
+    path = _write(corpus, tmp_path, "llama.block_count", 0)
+    with pytest.raises(EngineError) as exc:
+        _dry_run_in_child(path, EstimateParams(n_ctx=256), 0)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert msg.startswith("llama.cpp crashed while sizing m.gguf (SIGABRT): ")
+    assert re.search(r"\): llama-model\.cpp:\d+: GGML_ASSERT\(hparams\.n_layer_all > 0 && "
+                     r"hparams\.n_layer_all <= LLAMA_MAX_LAYERS\) failed$", msg), msg
