@@ -284,10 +284,10 @@ def _check_shape(t: TensorInfo | None, expected: tuple[Dim, ...] | None) -> None
     if t.shape == want:
         return
     wrong = [why for (v, why), got in zip(expected, t.shape, strict=False) if v != got]
-    why = " and ".join(dict.fromkeys(wrong)) if wrong and len(t.shape) == len(want) else (
-        "the hyper-parameters")
-    raise _Problem(f"{why} but tensor '{t.name}' is {_dims(t.shape)} "
-                   f"(expected {_dims(want)})")
+    if len(t.shape) != len(want) or not wrong:
+        raise _Problem(f"tensor '{t.name}' is {_dims(t.shape)} (expected {_dims(want)})")
+    raise _Problem(f"{' and '.join(dict.fromkeys(wrong))} but tensor '{t.name}' is "
+                   f"{_dims(t.shape)} (expected {_dims(want)})")
 
 
 def _dims(shape: Iterable[int]) -> str:

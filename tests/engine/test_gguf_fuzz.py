@@ -109,6 +109,11 @@ def test_last_error_skips_the_generic_line() -> None:
     assert _last_error(lines) == ("error loading model vocabulary: key tokenizer.ggml."
                                   "padding_token_id has wrong type i32 but expected type u32")
     assert _last_error(lines[-1:]) == "failed to load model"
+    parser = ["gguf_init_from_file_impl: duplicate key 'general.name' for KV pair 5",
+              "gguf_init_from_file_impl: failed to read key-value pairs",
+              "llama_model_load: error loading model: llama_model_loader: failed to load model "
+              "from m.gguf", "llama_model_load_from_file_impl: failed to load model"]
+    assert _last_error(parser) == "duplicate key 'general.name' for KV pair 5"
     assert _last_error([]) == "see the log for details"
 
 
