@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from doc_tables import replace_between
+from doc_tables import machine_line, replace_between
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
@@ -101,6 +101,7 @@ def main() -> int:
                    f"x{a['tg'] / g['tg']:.2f} with AMX weights ({args.threads} threads)")
     text = "\n".join(out)
     print()
+    text = f"{text}\n\n{machine_line()}"  # which CPU: kernels differ
     print(text)
     if args.write:
         replace_between(DOC, START, END, text)

@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from doc_tables import replace_between
+from doc_tables import machine_line, replace_between
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,6 +122,7 @@ def main() -> int:
         rows.append((case, json.loads(done.stdout.strip().splitlines()[-1])))
         print(f"{case}: done", file=sys.stderr)
     text = table(rows)
+    text = f"{text}\n\n{machine_line()}"  # which CPU: kernels differ
     print(text)
     if args.write:
         replace_between(DOC, START, END, text)

@@ -38,7 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from doc_tables import replace_between
+from doc_tables import machine_line, replace_between
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
@@ -298,6 +298,7 @@ def server_main(args: argparse.Namespace, path: Path) -> int:
     out += ["", summary(results, "server lookup", "server plain")]
     text = "\n".join(out)
     print()
+    text = f"{text}\n\n{machine_line()}"  # which CPU: kernels differ
     print(text)
     if args.write:
         replace_between(DOC, SERVER_START, SERVER_END, text)
@@ -379,6 +380,7 @@ def main() -> int:
 
     text = table(results, spec_arms, command_line(), settings)
     print()
+    text = f"{text}\n\n{machine_line()}"  # which CPU: kernels differ
     print(text)
     if args.write:
         replace_between(DOC, START, END, text)

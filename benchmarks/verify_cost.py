@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import llama_cpp.llama_cpp as bindings
-from doc_tables import replace_between
+from doc_tables import machine_line, replace_between
 from speculative import PROMPTS, run_once
 
 from app.services.library import ModelLibrary
@@ -112,6 +112,7 @@ def main() -> int:
                       + " | fit for n >= 2 |",
                       "|---|" + "---:|" * len(SIZES) + "---|", *rows, "", *summaries])
     print()
+    text = f"{text}\n\n{machine_line()}"  # which CPU: kernels differ
     print(text)
     if args.write:
         replace_between(DOC, START, END, text)

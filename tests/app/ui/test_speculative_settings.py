@@ -17,8 +17,9 @@ from app.main import build_window
 from app.services.library import LibraryEntry, ModelLibrary
 from app.services.paths import AppPaths
 from app.ui import library_panel
-from app.ui.library_panel import AMX_NOTE, LibraryPanel
+from app.ui.library_panel import LibraryPanel, inexact_note
 from app.ui.main_window import MainWindow
+from engine.cpu_kernels import Exactness
 from engine.runtime import GenerationStats, SamplingParams
 from tests.app.ui.ui_signal_log import SignalLog
 
@@ -44,9 +45,10 @@ def close_window(w: MainWindow) -> None:
 
 @pytest.fixture(autouse=True)
 def exact_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The panel's flash-attention rule depends on the build (AMX or not); these tests pin
-    the build where drafting can be exact, test_amx_kernels_leave_flash_to_the_user the other."""
-    monkeypatch.setattr(library_panel, "drafting_exact", lambda: True)
+    """The panel's flash-attention rule depends on the model's kernels on this build; these
+    tests pin a model whose drafting can be exact, test_amx_kernels_leave_flash_to_the_user the
+    other side."""
+    monkeypatch.setattr(library_panel, "drafting_exact", lambda path: Exactness(True, ""))
 
 
 @pytest.fixture
@@ -107,14 +109,15 @@ def test_amx_kernels_leave_flash_to_the_user(qtbot: QtBot, windows: list[MainWin
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """With AMX weights flash attention cannot make drafts exact, so drafting does not force
     it (it would only cost speed); the note says what the user gets instead."""
-    monkeypatch.setattr(library_panel, "drafting_exact", lambda: False)
+    why = "Q4_1 weights are repacked for AMX kernels"
+    monkeypatch.setattr(library_panel, "drafting_exact", lambda path: Exactness(False, why))
     w = open_window(qtbot)
     windows.append(w)
     lp = w.library_panel
     lp.flash.setCurrentText("off")
     choose(lp, "lookup")
     assert lp.flash.isEnabled() and lp.flash.currentText() == "off"
-    assert lp.spec_note.isVisibleTo(lp) and lp.spec_note.text() == AMX_NOTE
+    assert lp.spec_note.isVisibleTo(lp) and lp.spec_note.text() == inexact_note(why)
     params = lp.load_params()
     assert params.flash_attn == "off"
     assert params.speculative is not None and params.speculative.mode == "lookup"
