@@ -310,9 +310,13 @@ def _uses_blocks(arch: MODEL_ARCH) -> bool:
 
 
 def _tensor_table_complete(gf: GGUFFile) -> bool:
-    """False for the first part of a split model read alone: its table lacks the others."""
+    """False for a part of a split model read alone: its table lacks the others (a split
+    without `split.tensors.count` cannot be told complete, so it is not checked either)."""
     total = gf.metadata.get("split.tensors.count")
-    return not isinstance(total, int) or len(gf.tensors) >= total
+    if not isinstance(total, int):
+        count = gf.metadata.get("split.count", 1)
+        return not isinstance(count, int) or count <= 1
+    return len(gf.tensors) >= total
 
 
 def _first_duplicate(items: list[Any]) -> int | None:

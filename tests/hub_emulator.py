@@ -395,19 +395,20 @@ def file_sha256(path: Path) -> str:
 
 def tiny_gguf(path: Path, name: str = "tiny", n_embd: int = 64, *, shard: int = 0,
               split_count: int = 0) -> Path:
-    """A small but valid llama GGUF (header, metadata, two tensors), for tests that move
-    files around and do not need to run them. `shard=N>0` writes only layer N's tensor, like
-    a later part of a split model."""
+    """A small, coherent llama GGUF (every tensor a llama block needs, zeros), for tests that
+    move files around and do not need to run them. With `split_count`, part `shard` of a
+    split model of one block per part (part 0 also holds the embedding and output norm)."""
     import numpy as np
     from gguf import GGUFWriter
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    n_ff = n_embd * 2
     w = GGUFWriter(str(path), "llama")
     w.add_name(name)
-    w.add_block_count(1)
+    w.add_block_count(max(split_count, 1))
     w.add_context_length(128)
     w.add_embedding_length(n_embd)
-    w.add_feed_forward_length(n_embd * 2)
+    w.add_feed_forward_length(n_ff)
     w.add_head_count(4)
     w.add_head_count_kv(4)
     w.add_layer_norm_rms_eps(1e-5)
@@ -415,9 +416,19 @@ def tiny_gguf(path: Path, name: str = "tiny", n_embd: int = 64, *, shard: int = 
     if split_count:
         w.add_uint16("split.no", shard)
         w.add_uint16("split.count", split_count)
+    norm = np.ones(n_embd, dtype=np.float32)
     if shard == 0:
         w.add_tensor("token_embd.weight", np.zeros((32, n_embd), dtype=np.float16))
-    w.add_tensor(f"blk.{shard}.attn_q.weight", np.ones((n_embd, n_embd), dtype=np.float16))
+        w.add_tensor("output_norm.weight", norm)
+    b = f"blk.{shard}"
+    w.add_tensor(f"{b}.attn_q.weight", np.ones((n_embd, n_embd), dtype=np.float16))
+    w.add_tensor(f"{b}.attn_norm.weight", norm)
+    w.add_tensor(f"{b}.ffn_norm.weight", norm)
+    for t in ("attn_k", "attn_v", "attn_output"):
+        w.add_tensor(f"{b}.{t}.weight", np.zeros((n_embd, n_embd), dtype=np.float16))
+    for t in ("ffn_gate", "ffn_up"):
+        w.add_tensor(f"{b}.{t}.weight", np.zeros((n_ff, n_embd), dtype=np.float16))
+    w.add_tensor(f"{b}.ffn_down.weight", np.zeros((n_embd, n_ff), dtype=np.float16))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -11,7 +11,7 @@ from typing import cast
 
 import pytest
 
-from engine.gguf import read_gguf
+from engine.gguf import GGUFError, read_gguf
 from engine.hardware import GiB, MiB, cpu_only
 from engine.memory import (
     DoesNotFitError,
@@ -158,13 +158,13 @@ def test_does_not_fit_names_the_reason_and_a_context_that_fits(smollm2_path: Pat
 
 
 
-def test_falls_back_to_analytic_when_llama_cpp_cannot_size(tmp_path: Path) -> None:
-    """A header llama.cpp refuses (here: a llama without its attention tensors)."""
+def _header_only(path: Path, arch: str, *extra: str) -> Path:
     import gguf
     import numpy as np
 
-    path = tmp_path / "broken.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
+    w = gguf.GGUFWriter(str(path), arch)
+    for name in extra:
+        w.add_tensor(name, np.ones((64, 64), np.float32))
     w.add_block_count(1)
     w.add_embedding_length(64)
     w.add_feed_forward_length(128)
@@ -175,8 +175,23 @@ def test_falls_back_to_analytic_when_llama_cpp_cannot_size(tmp_path: Path) -> No
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+def test_incoherent_model_is_refused_before_llama_cpp(tmp_path: Path) -> None:
+    """A llama without its block tensors: one line naming what is missing, no dry run."""
+    path = _header_only(tmp_path / "broken.gguf", "llama")
+    with pytest.raises(GGUFError, match=r"^broken\.gguf: llama\.block_count is 1 but the file "
+                                        r"has tensors for 0 blocks$"):
+        estimate(path, EstimateParams(n_ctx=512), hardware=PLENTY)
+
+
+def test_falls_back_to_analytic_when_llama_cpp_cannot_size(tmp_path: Path) -> None:
+    """A header llama.cpp refuses that the semantic checks let through (a gpt2 block without
+    most of its tensors: only the plain llama layout is checked tensor by tensor)."""
+    path = _header_only(tmp_path / "partial.gguf", "gpt2", "blk.0.attn_qkv.weight")
     est = estimate(path, EstimateParams(n_ctx=512), hardware=PLENTY)
     assert est.method == "analytic" and "could not size" in est.notes[0]
-    assert est.weights_bytes == 100 * 64 * 4
+    assert est.weights_bytes == 100 * 64 * 4 + 64 * 64 * 4
     with pytest.raises(EngineError, match="could not read"):
         estimate(path, EstimateParams(n_ctx=512), hardware=PLENTY, method="dry-run")

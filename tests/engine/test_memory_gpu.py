@@ -56,7 +56,7 @@ def test_asked_for_dry_run_runs_in_a_child_on_a_gpu_build(
 def test_a_crashing_dry_run_is_an_error_not_a_dead_app(
         smollm2_path: Path, gpu_build: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(memory, "_CHILD", "import os; os.abort()")
-    with pytest.raises(EngineError, match=r"crashed while sizing .*signal 6"):
+    with pytest.raises(EngineError, match=r"crashed while sizing .*SIGABRT"):
         memory.dry_run(smollm2_path, EstimateParams(n_ctx=2048))
     # 'auto' never gets there on a GPU build; a CPU-only build keeps its in-process dry run.
     est = estimate(smollm2_path, EstimateParams(n_ctx=2048),

@@ -144,10 +144,15 @@ def write_split_model(folder: Path) -> tuple[Path, int]:
     import gguf
     import numpy as np
 
+    # A coherent two-block llama (4 heads of 16, 2 KV heads): the estimate checks it.
+    shapes = {"attn_norm": (64,), "attn_q": (64, 64), "attn_k": (32, 64), "attn_v": (32, 64),
+              "attn_output": (64, 64), "ffn_norm": (64,), "ffn_gate": (128, 64),
+              "ffn_up": (128, 64), "ffn_down": (64, 128)}
     tensors: list[dict[str, Any]] = [
-        {"token_embd.weight": np.ones((100, 64), np.float32)},
-        {f"blk.{i}.{n}": np.ones((64, 64), np.float16) for i in range(2)
-         for n in ("attn_q.weight", "ffn_up.weight")},
+        {"token_embd.weight": np.ones((100, 64), np.float32),
+         "output_norm.weight": np.ones(64, np.float32)},
+        {f"blk.{i}.{n}.weight": np.ones(shape, np.float32 if len(shape) == 1 else np.float16)
+         for i in range(2) for n, shape in shapes.items()},
     ]
     n_all = sum(len(t) for t in tensors)
     first = folder / "tiny-00001-of-00002.gguf"
@@ -169,7 +174,7 @@ def write_split_model(folder: Path) -> tuple[Path, int]:
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
-    total = 100 * 64 * 4 + 4 * 64 * 64 * 2
+    total = sum(arr.nbytes for part in tensors for arr in part.values())
     return first, total
 
 
