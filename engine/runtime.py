@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine import cpu_kernels, llama_lib
 from engine.gguf import GGUFError, GGUFFile, read_gguf
 from engine.gguf_semantics import check_model
+from engine.native_load import NativeLoad
 from engine.prompt_cache import PromptStateCache, common_prefix
 from engine.templates import ChatTemplate
 from engine.textstream import TextStream
 
 if TYPE_CHECKING:
+    from engine.load_probe import FirstLoads
     from engine.speculative import SpeculativeSettings, Speculator
 
 FlashAttn = Literal["on", "off", "auto"]
@@ -195,9 +197,13 @@ class Model:
         progress: ProgressCallback | None = None,
         cancel: threading.Event | None = None,
         gguf: GGUFFile | None = None,
+        first_loads: FirstLoads | None = None,
     ) -> None:
+        """`first_loads`: try a file that never loaded before in a child process first
+        (engine.load_probe), so that an abort inside llama.cpp cannot end this process."""
         self.params = params or LoadParams()
         self.params.validate()
+        self.first_loads = first_loads
         self.path = Path(path)
         self.gguf = gguf or read_gguf(self.path)
         check_model(self.gguf)  # an incoherent model can make llama.cpp abort the process
@@ -243,6 +249,24 @@ class Model:
 
         cb = C.llama_progress_callback(on_progress)
         mp.progress_callback = cb
+        flash = resolve_flash_attn(self.params.flash_attn, self.params.type_v,
+                                   drafting=self.params.drafting,
+                                   batch_exact=weights_exact.exact)
+        n_threads = self.params.n_threads or default_threads()
+        cp = C.llama_context_default_params()
+        cp.n_ctx = self.params.n_ctx
+        cp.n_batch = self.params.n_batch
+        cp.n_ubatch = min(self.params.n_ubatch, self.params.n_batch)
+        cp.n_seq_max = self.params.n_seq_max
+        cp.n_threads = n_threads
+        cp.n_threads_batch = self.params.n_threads_batch or n_threads
+        cp.flash_attn_type = _FLASH[flash]
+        cp.type_k = KV_TYPES[self.params.type_k]
+        cp.type_v = KV_TYPES[self.params.type_v]
+        cp.embeddings = self.params.embeddings
+        cp.no_perf = False
+        if first_loads is not None:
+            first_loads.probe_unless_known(_native_load(self.path, mp, cp))
         with llama_lib.capture_log() as lines:
             if extra and llama_lib.amx_build():
                 self._model = _on_passing_thread(
@@ -255,27 +279,13 @@ class Model:
                 raise EngineError(f"llama.cpp could not load {self.path.name}: "
                                   f"{_last_error(lines)}")
             self._vocab = C.llama_model_get_vocab(self._model)
-            n_threads = self.params.n_threads or default_threads()
-            cp = C.llama_context_default_params()
-            cp.n_ctx = self.params.n_ctx
-            cp.n_batch = self.params.n_batch
-            cp.n_ubatch = min(self.params.n_ubatch, self.params.n_batch)
-            cp.n_seq_max = self.params.n_seq_max
-            cp.n_threads = n_threads
-            cp.n_threads_batch = self.params.n_threads_batch or n_threads
-            flash = resolve_flash_attn(self.params.flash_attn, self.params.type_v,
-                                       drafting=self.params.drafting,
-                                       batch_exact=weights_exact.exact)
-            cp.flash_attn_type = _FLASH[flash]
-            cp.type_k = KV_TYPES[self.params.type_k]
-            cp.type_v = KV_TYPES[self.params.type_v]
-            cp.embeddings = self.params.embeddings
-            cp.no_perf = False
             self._ctx = C.llama_init_from_model(self._model, cp)
             if not self._ctx:
                 self.close()
                 raise EngineError(f"llama.cpp could not create a context for {self.path.name}: "
                                   f"{_last_error(lines)}")
+        if first_loads is not None:
+            first_loads.remember(self.path)
         self.n_ctx = int(C.llama_n_ctx(self._ctx))
         # The most tokens one llama_decode may take: min(requested n_ctx, n_batch).
         self.n_batch = int(C.llama_n_batch(self._ctx))
@@ -766,6 +776,18 @@ def _last_error(lines: list[str]) -> str:
                 return reason
             generic = generic or reason
     return generic or "see the log for details"
+
+
+def _native_load(path: Path, mp: Any, cp: Any) -> NativeLoad:
+    """The probe's copy of a real load's settings. Layers stay on the CPU: this llama.cpp's
+    no-alloc load with offload crashes on CUDA builds (engine.memory.dry_run), and what a
+    broken file trips over (header, vocabulary, tensors, the graph) is the same there."""
+    return NativeLoad(
+        path=str(path), n_gpu_layers=0, use_extra_bufts=bool(mp.use_extra_bufts),
+        n_ctx=int(cp.n_ctx), n_batch=int(cp.n_batch), n_ubatch=int(cp.n_ubatch),
+        n_seq_max=int(cp.n_seq_max), flash_attn_type=int(cp.flash_attn_type),
+        type_k=int(cp.type_k), type_v=int(cp.type_v), embeddings=bool(cp.embeddings),
+        swa_full=bool(cp.swa_full), kv_unified=bool(cp.kv_unified))
 
 
 def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = None,

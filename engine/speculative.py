@@ -267,7 +267,7 @@ def load_draft_model(path: str | os.PathLike[str], target: Model, *,
         extra_buffers=target.params.extra_buffers,
         state_cache_mb=0,
     )
-    draft = Model(path, params)
+    draft = Model(path, params, first_loads=target.first_loads)
     try:
         check_vocab(target, draft)
     except BaseException:
