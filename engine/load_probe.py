@@ -165,5 +165,8 @@ class FirstLoads:
         """Probe a file that never loaded before; True if it was probed."""
         if self.known(Path(load.path)):
             return False
+        if getattr(sys, "frozen", False):  # no interpreter to start: load unprotected
+            log.info("no child process in this build; %s loads without a probe", load.path)
+            return False
         probe(load)
         return True
