@@ -287,6 +287,9 @@ class Model:
         if first_loads is not None:
             first_loads.remember(self.path)
         self.n_ctx = int(C.llama_n_ctx(self._ctx))
+        # What one sequence holds (n_ctx / n_seq_max unless the KV cache is unified); this
+        # class decodes sequence 0 only, so its limits are this one.
+        self.n_ctx_seq = int(C.llama_n_ctx_seq(self._ctx))
         # The most tokens one llama_decode may take: min(requested n_ctx, n_batch).
         self.n_batch = int(C.llama_n_batch(self._ctx))
         self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
@@ -499,6 +502,10 @@ class Model:
         self._cached = tokens[:n_common]
         rest = tokens[n_common:]
         n_batch = self.n_batch
+        from engine import decode_guard  # it imports this module
+
+        decode_guard.check_room(n_common, len(rest), self.n_ctx_seq)
+        decode_guard.check_tokens(rest, self.n_vocab)
         for i in range(0, len(rest), n_batch):
             if cancel is not None and cancel.is_set():
                 raise _Cancelled
@@ -555,9 +562,9 @@ class Generation:
             raise EngineError(f"{model.path.name} has been unloaded")
         if not prompt:
             raise EngineError("the prompt is empty")
-        if len(prompt) >= model.n_ctx:
+        if len(prompt) >= model.n_ctx_seq:
             raise EngineError(
-                f"the prompt is {len(prompt)} tokens, the context holds {model.n_ctx}; "
+                f"the prompt is {len(prompt)} tokens, the context holds {model.n_ctx_seq}; "
                 "shorten the conversation or load the model with a larger context"
             )
         self.model = model
@@ -713,7 +720,7 @@ def _plain_tokens(gen: Generation, chain: Any) -> Generator[int, None, None]:
     tok_arr = (C.llama_token * 1)()
     batch = C.llama_batch_get_one(tok_arr, 1)
     cached = m._cached
-    n_ctx = m.n_ctx
+    n_ctx = m.n_ctx_seq
     while True:
         if cancel.is_set():
             gen._reason = "cancelled"
