@@ -23,7 +23,8 @@ from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
 from app.ui.estimate import Estimator
 from app.ui.main_window import MainWindow
-from app.ui.worker import EngineHost, EngineWorker
+from app.ui.worker import EngineHost, EngineWorker, probing_factory
+from engine.load_probe import FirstLoads
 from engine.runtime import SamplingParams
 
 
@@ -162,7 +163,7 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
     paths = (paths or AppPaths.default()).ensure()
     library = library or ModelLibrary(paths.models)
     store, cut, problem = open_store(paths)
-    engine = EngineHost(worker)
+    engine = EngineHost(worker or EngineWorker(probing_factory(FirstLoads(paths.cache))))
     window = MainWindow(engine, library, settings_for(paths),
                         estimator=estimator or make_estimator(), gpu_probe=gpu_probe(),
                         sampling=sampling, store=store,

@@ -43,6 +43,9 @@ from engine.bench_workloads import Prompt, Workload
 from engine.clients.streaming import StreamingClient
 from engine.facts import model_facts
 from engine.gguf import GGUFFile, read_gguf
+from engine.gguf_semantics import check_model
+from engine.load_probe import FirstLoads
+from engine.native_load import NativeLoad
 from engine.runtime import EngineError, Model, SamplingParams, use_extra_buffers
 from engine.scheduler import Event as SchedulerEvent
 from engine.scheduler import Finished, Scheduler
@@ -191,9 +194,13 @@ class Tokenizer:
     """A model's tokenizer alone (llama.cpp `vocab_only`): counts tokens for servers that do
     not report usage, without loading any weights."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *,
+                 first_loads: FirstLoads | None = None) -> None:
         self.path = Path(path)
         self.gguf = read_gguf(self.path)
+        if first_loads is not None:  # a vocabulary llama.cpp aborts on would end the process
+            check_model(self.gguf)
+            first_loads.probe_unless_known(NativeLoad(str(self.path), n_ctx=256))
         C = self._C = llama_lib.lib()
         mp = C.llama_model_default_params()
         mp.vocab_only = True

@@ -25,7 +25,6 @@ from __future__ import annotations
 import bisect
 import os
 import re
-import signal
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -40,6 +39,7 @@ from engine.facts import swa_layer_pattern
 from engine.gguf import ArraySummary, GGUFFile, TensorInfo, read_gguf
 from engine.gguf_semantics import check_model
 from engine.hardware import Device, GiB, Hardware, MiB
+from engine.native_load import NativeLoad
 from engine.runtime import (
     KV_TYPES,
     EngineError,
@@ -493,69 +493,27 @@ def dry_run(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: int =
     return _dry_run_here(path, p, n_gpu_layers)
 
 
-_CHILD = """
-import json, logging, sys
-from dataclasses import asdict
-# Stream llama.cpp's log to stderr as it comes: if the child aborts, its last line says where.
-_h = logging.StreamHandler(sys.stderr)
-logging.getLogger("candlewick.llama").addHandler(_h)
-logging.getLogger("candlewick.llama").setLevel(logging.DEBUG)
-from engine.memory import EstimateParams, _dry_run_here
-from engine.runtime import EngineError
-a = json.loads(sys.stdin.read())
-try:
-    d = _dry_run_here(a["path"], EstimateParams(**a["params"]), a["n_gpu_layers"])
-    out = {"kv": d.kv_bytes, "compute": d.compute, "output": d.output, "log": list(d.log)}
-except EngineError as e:
-    out = {"error": str(e)}
-sys.stdout.write("\\n" + json.dumps(out))
-"""
-
-
 def _dry_run_in_child(path: str | os.PathLike[str], p: EstimateParams,
                       n_gpu_layers: int) -> DryRun:
-    import json
-    import subprocess
-    import sys
+    from engine.load_probe import run_in_child
+    from engine.runtime import _FLASH, _last_error
 
     p.validate()
+    load = NativeLoad(
+        path=str(path), n_gpu_layers=n_gpu_layers,
+        use_extra_bufts=use_extra_buffers(p.extra_buffers), n_ctx=p.n_ctx, n_batch=p.n_batch,
+        n_ubatch=p.n_ubatch, n_seq_max=p.n_seq_max,
+        flash_attn_type=_FLASH[resolve_flash_attn(p.flash_attn, p.type_v)],
+        type_k=KV_TYPES[p.type_k], type_v=KV_TYPES[p.type_v], embeddings=p.embeddings,
+        swa_full=p.swa_full, kv_unified=p.kv_unified)
+    res = run_in_child(load, doing="sizing")
     name = Path(path).name
-    if getattr(sys, "frozen", False):  # a bundled app has no interpreter to start
-        raise EngineError("a dry run is not available in this build; analytic estimate")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(x for x in sys.path if x)}
-    args = json.dumps({"path": str(path), "params": asdict(p), "n_gpu_layers": n_gpu_layers})
-    try:
-        r = subprocess.run([sys.executable, "-c", _CHILD], input=args, capture_output=True,
-                           text=True, timeout=120, env=env, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise EngineError(f"llama.cpp could not size {name}: {e}") from None
-    if r.returncode != 0:
-        raise EngineError(f"llama.cpp crashed while sizing {name} "
-                          f"({_death(r.returncode)}): {_last_words(r.stderr)}")
-    out = json.loads(r.stdout.rsplit("\n", 1)[-1])
-    if "error" in out:
-        raise EngineError(out["error"])
-    return DryRun(int(out["kv"]), {k: int(v) for k, v in out["compute"].items()},
-                  {k: int(v) for k, v in out["output"].items()}, tuple(out["log"]))
-
-
-def _death(returncode: int) -> str:
-    """'SIGABRT' for a child killed by signal 6, 'exit code 3' otherwise."""
-    if returncode >= 0:
-        return f"exit code {returncode}"
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
-
-
-def _last_words(stderr: str) -> str:
-    """The line of a dead child's stderr that says why: an assert, else the last line."""
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
-    for line in reversed(lines):
-        if "GGML_ASSERT" in line or "error" in line.lower():
-            return re.sub(r"^\S*/(?=[^/\s]+:\d+: )", "", line)  # the build's folder
-    return lines[-1] if lines else "no output"
+    if res.stage == "model":
+        raise EngineError(f"llama.cpp could not read {name}: {_last_error(list(res.log))}")
+    if res.stage != "ok":
+        raise EngineError(f"llama.cpp could not size a context for {name}: "
+                          f"{_last_error(list(res.log))}")
+    return _sizes_from_log(res.log)
 
 
 def _dry_run_here(path: str | os.PathLike[str], p: EstimateParams,
@@ -594,6 +552,11 @@ def _dry_run_here(path: str | os.PathLike[str], p: EstimateParams,
             C.llama_free(ctx)
         finally:
             C.llama_model_free(model)
+    return _sizes_from_log(tuple(lines))
+
+
+def _sizes_from_log(lines: tuple[str, ...]) -> DryRun:
+    """The buffer sizes llama.cpp logged while creating a context."""
     kv = 0
     compute: dict[str, int] = {}
     output: dict[str, int] = {}
@@ -607,7 +570,7 @@ def _dry_run_here(path: str | os.PathLike[str], p: EstimateParams,
             target = compute if b.group(2) == "compute" else output
             dev = _device_of(b.group(1))
             target[dev] = target.get(dev, 0) + _mib(b.group(3))
-    return DryRun(kv, compute, output, tuple(lines))
+    return DryRun(kv, compute, output, lines)
 
 
 # -- the estimate ----------------------------------------------------------------------------

@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any, Literal
 from engine import cpu_kernels, llama_lib
 from engine.gguf import GGUFError, GGUFFile, read_gguf
 from engine.gguf_semantics import check_model
+from engine.native_load import NativeLoad
 from engine.prompt_cache import PromptStateCache, common_prefix
 from engine.templates import ChatTemplate
 from engine.textstream import TextStream
 
 if TYPE_CHECKING:
+    from engine.load_probe import FirstLoads
     from engine.speculative import SpeculativeSettings, Speculator
 
 FlashAttn = Literal["on", "off", "auto"]
@@ -195,9 +197,13 @@ class Model:
         progress: ProgressCallback | None = None,
         cancel: threading.Event | None = None,
         gguf: GGUFFile | None = None,
+        first_loads: FirstLoads | None = None,
     ) -> None:
+        """`first_loads`: try a file that never loaded before in a child process first
+        (engine.load_probe), so that an abort inside llama.cpp cannot end this process."""
         self.params = params or LoadParams()
         self.params.validate()
+        self.first_loads = first_loads
         self.path = Path(path)
         self.gguf = gguf or read_gguf(self.path)
         check_model(self.gguf)  # an incoherent model can make llama.cpp abort the process
@@ -243,6 +249,24 @@ class Model:
 
         cb = C.llama_progress_callback(on_progress)
         mp.progress_callback = cb
+        flash = resolve_flash_attn(self.params.flash_attn, self.params.type_v,
+                                   drafting=self.params.drafting,
+                                   batch_exact=weights_exact.exact)
+        n_threads = self.params.n_threads or default_threads()
+        cp = C.llama_context_default_params()
+        cp.n_ctx = self.params.n_ctx
+        cp.n_batch = self.params.n_batch
+        cp.n_ubatch = min(self.params.n_ubatch, self.params.n_batch)
+        cp.n_seq_max = self.params.n_seq_max
+        cp.n_threads = n_threads
+        cp.n_threads_batch = self.params.n_threads_batch or n_threads
+        cp.flash_attn_type = _FLASH[flash]
+        cp.type_k = KV_TYPES[self.params.type_k]
+        cp.type_v = KV_TYPES[self.params.type_v]
+        cp.embeddings = self.params.embeddings
+        cp.no_perf = False
+        if first_loads is not None:
+            first_loads.probe_unless_known(_native_load(self.path, mp, cp))
         with llama_lib.capture_log() as lines:
             if extra and llama_lib.amx_build():
                 self._model = _on_passing_thread(
@@ -255,28 +279,17 @@ class Model:
                 raise EngineError(f"llama.cpp could not load {self.path.name}: "
                                   f"{_last_error(lines)}")
             self._vocab = C.llama_model_get_vocab(self._model)
-            n_threads = self.params.n_threads or default_threads()
-            cp = C.llama_context_default_params()
-            cp.n_ctx = self.params.n_ctx
-            cp.n_batch = self.params.n_batch
-            cp.n_ubatch = min(self.params.n_ubatch, self.params.n_batch)
-            cp.n_seq_max = self.params.n_seq_max
-            cp.n_threads = n_threads
-            cp.n_threads_batch = self.params.n_threads_batch or n_threads
-            flash = resolve_flash_attn(self.params.flash_attn, self.params.type_v,
-                                       drafting=self.params.drafting,
-                                       batch_exact=weights_exact.exact)
-            cp.flash_attn_type = _FLASH[flash]
-            cp.type_k = KV_TYPES[self.params.type_k]
-            cp.type_v = KV_TYPES[self.params.type_v]
-            cp.embeddings = self.params.embeddings
-            cp.no_perf = False
             self._ctx = C.llama_init_from_model(self._model, cp)
             if not self._ctx:
                 self.close()
                 raise EngineError(f"llama.cpp could not create a context for {self.path.name}: "
                                   f"{_last_error(lines)}")
+        if first_loads is not None:
+            first_loads.remember(self.path)
         self.n_ctx = int(C.llama_n_ctx(self._ctx))
+        # What one sequence holds (n_ctx / n_seq_max unless the KV cache is unified); this
+        # class decodes sequence 0 only, so its limits are this one.
+        self.n_ctx_seq = int(C.llama_n_ctx_seq(self._ctx))
         # The most tokens one llama_decode may take: min(requested n_ctx, n_batch).
         self.n_batch = int(C.llama_n_batch(self._ctx))
         self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
@@ -489,6 +502,10 @@ class Model:
         self._cached = tokens[:n_common]
         rest = tokens[n_common:]
         n_batch = self.n_batch
+        from engine import decode_guard  # it imports this module
+
+        decode_guard.check_room(n_common, len(rest), self.n_ctx_seq)
+        decode_guard.check_tokens(rest, self.n_vocab)
         for i in range(0, len(rest), n_batch):
             if cancel is not None and cancel.is_set():
                 raise _Cancelled
@@ -545,9 +562,9 @@ class Generation:
             raise EngineError(f"{model.path.name} has been unloaded")
         if not prompt:
             raise EngineError("the prompt is empty")
-        if len(prompt) >= model.n_ctx:
+        if len(prompt) >= model.n_ctx_seq:
             raise EngineError(
-                f"the prompt is {len(prompt)} tokens, the context holds {model.n_ctx}; "
+                f"the prompt is {len(prompt)} tokens, the context holds {model.n_ctx_seq}; "
                 "shorten the conversation or load the model with a larger context"
             )
         self.model = model
@@ -703,7 +720,7 @@ def _plain_tokens(gen: Generation, chain: Any) -> Generator[int, None, None]:
     tok_arr = (C.llama_token * 1)()
     batch = C.llama_batch_get_one(tok_arr, 1)
     cached = m._cached
-    n_ctx = m.n_ctx
+    n_ctx = m.n_ctx_seq
     while True:
         if cancel.is_set():
             gen._reason = "cancelled"
@@ -766,6 +783,18 @@ def _last_error(lines: list[str]) -> str:
                 return reason
             generic = generic or reason
     return generic or "see the log for details"
+
+
+def _native_load(path: Path, mp: Any, cp: Any) -> NativeLoad:
+    """The probe's copy of a real load's settings. Layers stay on the CPU: this llama.cpp's
+    no-alloc load with offload crashes on CUDA builds (engine.memory.dry_run), and what a
+    broken file trips over (header, vocabulary, tensors, the graph) is the same there."""
+    return NativeLoad(
+        path=str(path), n_gpu_layers=0, use_extra_bufts=bool(mp.use_extra_bufts),
+        n_ctx=int(cp.n_ctx), n_batch=int(cp.n_batch), n_ubatch=int(cp.n_ubatch),
+        n_seq_max=int(cp.n_seq_max), flash_attn_type=int(cp.flash_attn_type),
+        type_k=int(cp.type_k), type_v=int(cp.type_v), embeddings=bool(cp.embeddings),
+        swa_full=bool(cp.swa_full), kv_unified=bool(cp.kv_unified))
 
 
 def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = None,

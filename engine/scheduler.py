@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from engine import llama_lib
+from engine import decode_guard, llama_lib
 from engine.prompt_cache import common_prefix
 from engine.runtime import EngineError, Model, SamplingParams
 from engine.speculative import (
@@ -196,6 +196,7 @@ class Scheduler:
         self.max_queue = max_queue
         self.n_batch = min(n_batch or model.params.n_batch, int(C.llama_n_batch(ctx)))
         self.n_ctx_seq = int(C.llama_n_ctx_seq(ctx))
+        self._n_seq_max = int(C.llama_n_seq_max(ctx))
         self._ctx = ctx
         self._mem = C.llama_get_memory(ctx)
         self._slots = [_Slot(i) for i in range(self.n_slots)]
@@ -496,6 +497,10 @@ class Scheduler:
                 continue
             if s.next_token is not None:
                 s.drafts = self._propose(s) if s is drafting else []
+                refused = self._refusal(s, n, 1 + len(s.drafts))
+                if refused:
+                    self._finish(s, "error", refused)
+                    continue
                 s.batch_idx = n
                 for tok in (s.next_token, *s.drafts):
                     self._put(b, n, tok, len(s.tokens), s.seq, True)
@@ -506,6 +511,10 @@ class Scheduler:
                 continue
             k = chunk_len.get(s.seq, 0)
             if not k:
+                continue
+            refused = self._refusal(s, n, k)
+            if refused:
+                self._finish(s, "error", refused)
                 continue
             chunk = s.pending[:k]
             del s.pending[:k]
@@ -532,6 +541,21 @@ class Scheduler:
             return
         for s in rows:
             self._sample(s)
+
+    def _seq_ok(self, s: _Slot) -> bool:
+        return 0 <= s.seq < self._n_seq_max
+
+    def _refusal(self, s: _Slot, n: int, k: int) -> str | None:
+        """Why `k` more tokens of slot `s` after `n` in the batch must not be decoded: the
+        batch buffer holds n_batch tokens (llama.cpp does not check what is written into
+        it), a sequence holds n_ctx_seq positions, ids stop at n_seq_max."""
+        try:
+            decode_guard.check_batch(n + k, self.n_batch)
+            decode_guard.check_seq(s.seq, self._n_seq_max)
+            decode_guard.check_room(len(s.tokens), k, self.n_ctx_seq)
+        except decode_guard.DecodeRefused as e:
+            return str(e)
+        return None
 
     @staticmethod
     def _put(b: Any, i: int, tok: int, pos: int, seq: int, logits: bool) -> None:
@@ -631,7 +655,7 @@ class Scheduler:
         assert req is not None
         if reason not in ("stop_string", "cancelled", "error") and s.stream is not None:
             self._out(s, s.stream.flush())
-        if reason in ("cancelled", "error"):
+        if reason in ("cancelled", "error") and self._seq_ok(s):
             # The client is gone (or the cache is suspect): free the cells now.
             C.llama_memory_seq_rm(self._mem, s.seq, -1, -1)
             s.tokens.clear()

@@ -34,6 +34,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from engine import decode_guard
 from engine.prompt_cache import common_prefix
 from engine.runtime import (
     EngineError,
@@ -267,7 +268,7 @@ def load_draft_model(path: str | os.PathLike[str], target: Model, *,
         extra_buffers=target.params.extra_buffers,
         state_cache_mb=0,
     )
-    draft = Model(path, params)
+    draft = Model(path, params, first_loads=target.first_loads)
     try:
         check_vocab(target, draft)
     except BaseException:
@@ -318,6 +319,7 @@ class DraftModel:
             n_common = 0
         del cached[n_common:]
         rest = h[n_common:]
+        decode_guard.check_room(n_common, len(rest), d.n_ctx_seq)
         for i in range(0, len(rest), d.n_batch):
             chunk = rest[i : i + d.n_batch]
             arr = (C.llama_token * len(chunk))(*chunk)
@@ -378,7 +380,7 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
     st = gen.stats
     sample = C.llama_sampler_sample
     is_eog = C.llama_vocab_is_eog
-    n_ctx = m.n_ctx
+    n_ctx = m.n_ctx_seq
     # One decode holds at most n_batch tokens (llama.cpp asserts it): with a small context
     # the batch limit is the context's, e.g. 64 for n_ctx 64.
     draft_max = max(1, min(draft_max, m.n_batch - 1))
@@ -419,6 +421,9 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
             # drafts never push past the context.
             drafts = propose_drafts(drafter, m, min(k, n_ctx - 2 - base))
             nd = len(drafts)
+            # A drafter is outside code: the batch buffer holds draft_max + 1 tokens.
+            decode_guard.check_batch(nd + 1, draft_max + 1)
+            decode_guard.check_room(base, nd + 1, n_ctx)
             b_tok[0] = cur
             b_pos[0] = base
             for j, t in enumerate(drafts, 1):

@@ -18,7 +18,14 @@ import threading
 from pathlib import Path
 from typing import Any, TextIO
 
-from app.cli.common import CliError, gpu_layers_arg, library, positive_int, print_json
+from app.cli.common import (
+    CliError,
+    first_loads,
+    gpu_layers_arg,
+    library,
+    positive_int,
+    print_json,
+)
 from engine.bench import (
     BenchConfig,
     BenchError,
@@ -231,7 +238,7 @@ def _embedded_target(args: argparse.Namespace, workload: Workload, sampling: Sam
     path = library().resolve(args.model or "default")
     n_ctx = args.ctx
     if n_ctx is None:
-        tok = Tokenizer(path)
+        tok = Tokenizer(path, first_loads=first_loads())
         try:
             n_ctx = _context_for(tok, workload, args.max_tokens)
         finally:
@@ -240,7 +247,7 @@ def _embedded_target(args: argparse.Namespace, workload: Workload, sampling: Sam
     # Concurrent requests share one context through the scheduler, each in its own sequence.
     params = LoadParams(n_ctx=n_ctx * slots, n_seq_max=slots, n_gpu_layers=args.gpu_layers,
                         n_threads=args.threads)
-    model = Model(path, params)
+    model = Model(path, params, first_loads=first_loads())
     closers.append(model.close)
     if slots == 1:
         return EmbeddedTarget(model, sampling), model.gguf

@@ -11,6 +11,7 @@ from app.services.chat_store import ChatStoreError
 from app.services.library import LibraryError, ModelLibrary
 from app.services.paths import AppPaths
 from engine.gguf import GGUFError
+from engine.load_probe import FirstLoads
 from engine.runtime import EngineError, GpuLayers
 from engine.templates import ChatTemplateError
 
@@ -26,6 +27,11 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 
 def library() -> ModelLibrary:
     return ModelLibrary(AppPaths.default().models)
+
+
+def first_loads() -> FirstLoads:
+    """A model file's first load is tried in a child process (engine.load_probe)."""
+    return FirstLoads(AppPaths.default().cache)
 
 
 def gpu_layers_arg(value: str) -> GpuLayers:

@@ -9,7 +9,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from app.cli.common import CliError, gpu_layers_arg, library, positive_int, print_json
+from app.cli.common import (
+    CliError,
+    first_loads,
+    gpu_layers_arg,
+    library,
+    positive_int,
+    print_json,
+)
 from app.services.connections import ConnectionsError, ConnectionStore
 from engine.memory import DoesNotFitError, EstimateParams, estimate
 from engine.runtime import EngineError, FlashAttn, LoadParams, Model, SamplingParams
@@ -78,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.force:
         refuse_if_too_big(path, params)
     cancel = threading.Event()
-    with Model(path, params) as model:
+    with Model(path, params, first_loads=first_loads()) as model:
         spec = Speculator(model, settings)
         try:
             gen = model.generate(messages, sampling, cancel=cancel,

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from app.cli.common import CliError, gpu_layers_arg, library, positive_int
+from app.cli.common import CliError, first_loads, gpu_layers_arg, library, positive_int
 from engine.runtime import LoadParams, Model
 from engine.server import LoadedModel, ServerConfig, ServerState, serve_forever
 from engine.server.runner import bind_socket
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
 
     def load() -> None:
         try:
-            model = Model(path, params)
+            model = Model(path, params, first_loads=first_loads())
             holder["model"] = model
             loaded = LoadedModel.build(model, model_id, max_queue=config.max_queue,
                                        embeddings=not args.no_embeddings)

@@ -29,6 +29,7 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from engine.chat_engine import ChatEngine, EmbeddedEngine
 from engine.context_policy import ContextPolicy
 from engine.gguf import GGUFError
+from engine.load_probe import FirstLoads
 from engine.memory import actual_from_log
 from engine.runtime import (
     EngineError,
@@ -106,6 +107,17 @@ def _default_factory(path: Path, params: LoadParams, *,
                      progress: Callable[[float], None] | None = None,
                      cancel: threading.Event | None = None) -> Model:
     return Model(path, params, progress=progress, cancel=cancel)
+
+
+def probing_factory(first_loads: FirstLoads) -> ModelFactory:
+    """Loads that try a file's first load in a child process (engine.load_probe): a file
+    that makes llama.cpp abort is refused with a message instead of closing the window."""
+    def make(path: Path, params: LoadParams, *,
+             progress: Callable[[float], None] | None = None,
+             cancel: threading.Event | None = None) -> Model:
+        return Model(path, params, progress=progress, cancel=cancel, first_loads=first_loads)
+
+    return make
 
 
 class EngineWorker(QObject):

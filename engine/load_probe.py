@@ -1,0 +1,172 @@
+"""Try llama.cpp on a file in a child process first, so that an abort inside it cannot end
+the app.
+
+`run_in_child` runs an `engine.native_load.NativeLoad` (a load that reads no weights and
+allocates nothing) in a child: the memory dry run on builds that can offload, and the
+first-load probe. A child killed by a signal becomes a one-line EngineError naming the signal
+and llama.cpp's last words ("llama.cpp crashed while loading m.gguf (SIGABRT):
+llama-model.cpp:1328: GGML_ASSERT(...) failed").
+
+`FirstLoads` remembers the files that loaded in this process before (by resolved path, size
+and modification time, in a JSON file in a folder the caller gives, the app's cache folder):
+only the first load of a new or changed file pays for the probe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from engine.native_load import NativeLoad
+from engine.runtime import EngineError, _last_error
+
+log = logging.getLogger("candlewick.engine")
+
+PROBE_TIMEOUT_S = 120.0
+FIRST_LOADS_FILE = "loaded-models.json"
+MAX_REMEMBERED = 500  # files; the oldest are forgotten (they are probed again, nothing worse)
+
+
+@dataclass(frozen=True)
+class ChildResult:
+    stage: str  # "ok", or where llama.cpp refused: "model" or "context"
+    log: tuple[str, ...]
+
+
+def run_in_child(load: NativeLoad, *, doing: str, timeout_s: float = PROBE_TIMEOUT_S
+                 ) -> ChildResult:
+    """Run `load` in a child process. `doing` names the work in a crash message ("sizing",
+    "loading"). A refusal by llama.cpp is returned (stage and log); a crash, a hang or a
+    child that cannot start raises EngineError."""
+    name = Path(load.path).name
+    if getattr(sys, "frozen", False):  # a bundled app has no interpreter to start
+        raise EngineError(f"cannot start a child process to try {name} in this build")
+    # -S: site-packages come in through PYTHONPATH; skipping site saves ~15 ms a start.
+    # GGML_NO_BACKTRACE: on an abort ggml would attach gdb for a backtrace (~1 s); the
+    # assert line is what the message needs.
+    env = {"GGML_NO_BACKTRACE": "1", **os.environ,
+           "PYTHONPATH": os.pathsep.join(x for x in sys.path if x)}
+    try:
+        r = subprocess.run([sys.executable, "-S", "-m", "engine.native_load"],
+                           input=load.to_json(), capture_output=True, text=True,
+                           timeout=timeout_s, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        raise EngineError(f"llama.cpp did not finish {doing} {name} within "
+                          f"{timeout_s:.0f} s") from None
+    except OSError as e:
+        raise EngineError(f"could not start a child process to try {name}: {e}") from None
+    if r.returncode != 0:
+        raise EngineError(f"llama.cpp crashed while {doing} {name} "
+                          f"({death(r.returncode)}): {last_words(r.stderr)}")
+    try:
+        out = json.loads(r.stdout.rsplit("\n", 2)[-2])
+        return ChildResult(str(out["stage"]), tuple(str(x) for x in out["log"]))
+    except (IndexError, ValueError, KeyError, TypeError):
+        raise EngineError(f"the child process that tried {name} gave no answer: "
+                          f"{last_words(r.stderr)}") from None
+
+
+def death(returncode: int) -> str:
+    """'SIGABRT' for a child killed by signal 6, 'exit code 3' otherwise."""
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def last_words(stderr: str) -> str:
+    """The line of a dead child's stderr that says why: an assert, else the last line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for line in reversed(lines):
+        if "GGML_ASSERT" in line or "error" in line.lower():
+            return re.sub(r"^\S*/(?=[^/\s]+:\d+: )", "", line)  # the build's folder
+    return lines[-1] if lines else "no output"
+
+
+def probe(load: NativeLoad) -> None:
+    """Load `load.path` the way a real load will (no weights read) in a child, with a
+    tokenizer round trip; raise EngineError with llama.cpp's reason if it refuses or dies."""
+    res = run_in_child(replace(load, tokenize=True), doing="loading")
+    if res.stage != "ok":
+        what = "load" if res.stage == "model" else "create a context for"
+        raise EngineError(f"llama.cpp could not {what} {Path(load.path).name}: "
+                          f"{_last_error(list(res.log))}")
+
+
+class FirstLoads:
+    """The files that loaded before, so only a new or changed file is probed first."""
+
+    def __init__(self, folder: Path) -> None:
+        self.file = folder / FIRST_LOADS_FILE
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _key(path: Path) -> tuple[str, list[int]]:
+        p = path.resolve()
+        st = p.stat()
+        return str(p), [st.st_size, st.st_mtime_ns]
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}  # none yet, or damaged: everything is probed again
+        return data if isinstance(data, dict) else {}
+
+    def known(self, path: Path) -> bool:
+        try:
+            key, stamp = self._key(path)
+        except OSError:
+            return False
+        with self._lock:
+            return self._read().get(key) == stamp
+
+    def remember(self, path: Path) -> None:
+        """Record a successful load. Failing to write only costs a probe next time."""
+        try:
+            key, stamp = self._key(path)
+            with self._lock:
+                data = self._read()
+                data.pop(key, None)
+                data[key] = stamp  # insertion order = age
+                while len(data) > MAX_REMEMBERED:
+                    del data[next(iter(data))]
+                self._write(data)
+        except OSError as e:
+            log.warning("could not remember that %s loaded: %s", path, e)
+
+    def _write(self, data: dict[str, Any]) -> None:
+        # Written whole and renamed into place: two processes never leave half a file.
+        self.file.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.file.parent, prefix=".loaded-")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f)
+            os.replace(tmp, self.file)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def probe_unless_known(self, load: NativeLoad) -> bool:
+        """Probe a file that never loaded before; True if it was probed."""
+        if self.known(Path(load.path)):
+            return False
+        if getattr(sys, "frozen", False):  # no interpreter to start: load unprotected
+            log.info("no child process in this build; %s loads without a probe", load.path)
+            return False
+        probe(load)
+        return True
