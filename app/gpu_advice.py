@@ -60,8 +60,8 @@ class BackendReport:
 
 def build_backends() -> tuple[str, ...]:
     """Names of the backends registered in this llama.cpp (ggml backend registry)."""
-    from engine import llama_lib
-    from engine.hardware import _ggml_lib
+    from engine.memory.hardware import _ggml_lib
+    from engine.native import llama_lib
 
     llama_lib.lib()  # backends register when llama.cpp initialises
     g = _ggml_lib()
@@ -87,7 +87,7 @@ def system_gpus(sysfs: Path = Path("/sys/class/drm"), *,
     if plat == "darwin":
         return [SystemGpu("Apple", "Apple Silicon GPU")] if arch == "arm64" else []
     found: list[SystemGpu] = []
-    from engine.hardware import nvml_devices
+    from engine.memory.hardware import nvml_devices
 
     with contextlib.suppress(OSError, AttributeError):  # no driver, or an old one
         found += [SystemGpu("NVIDIA", d.description) for d in nvml_devices()]
@@ -143,7 +143,7 @@ def advise(backends: Sequence[str], can_offload: bool, gpus: Sequence[SystemGpu]
 def amx_advice(frozen: bool = False) -> tuple[str, ...]:
     """A CPU with AMX and a llama.cpp build whose AMX kernels are unusable (built by GCC < 13
     without the fix header): say how to get them, it is ~2x faster decoding here."""
-    from engine import llama_lib
+    from engine.native import llama_lib
 
     if not llama_lib.amx_build() or llama_lib.amx_kernels_safe():
         return ()
@@ -155,7 +155,7 @@ def amx_advice(frozen: bool = False) -> tuple[str, ...]:
 
 def check() -> BackendReport:
     """This process: the build's backends, the machine's GPUs and the advice."""
-    from engine import llama_lib
+    from engine.native import llama_lib
 
     backends = build_backends()
     can_offload = llama_lib.supports_gpu_offload()

@@ -24,8 +24,8 @@ from app.services.paths import AppPaths
 from app.ui.estimate import Estimator
 from app.ui.main_window import MainWindow
 from app.ui.worker import EngineHost, EngineWorker, probing_factory
-from engine.load_probe import FirstLoads
-from engine.runtime import SamplingParams
+from engine.native.load_probe import FirstLoads
+from engine.settings import SamplingParams
 
 
 def platform_problem() -> str | None:
@@ -66,7 +66,7 @@ def make_estimator() -> Estimator | None:
 def gpu_probe() -> Callable[[], list[tuple[str, int, int]]]:
     """(name, used, total) bytes per GPU llama.cpp can use, for the performance panel. A
     machine without one is probed once, not on every panel tick."""
-    from engine.hardware import llama_devices
+    from engine.memory.hardware import llama_devices
 
     def probe() -> list[tuple[str, int, int]]:
         try:

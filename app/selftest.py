@@ -55,7 +55,8 @@ def _step(step: str, fn: Callable[[], T]) -> T:
 
 def generate(model_path: Path, tokens: int = TOKENS) -> tuple[int, float, str]:
     """(tokens generated, decode tok/s, text) from a short greedy chat turn."""
-    from engine.runtime import LoadParams, Model, SamplingParams
+    from engine.host.runtime import Model
+    from engine.settings import LoadParams, SamplingParams
 
     model = Model(model_path, LoadParams(n_ctx=512, n_gpu_layers="auto"))
     try:

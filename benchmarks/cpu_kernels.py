@@ -26,8 +26,9 @@ from doc_tables import machine_line, replace_between
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
-from engine import llama_lib
-from engine.runtime import LoadParams, Model, SamplingParams
+from engine.host.runtime import Model
+from engine.native import llama_lib
+from engine.settings import LoadParams, SamplingParams
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "benchmarks.md"

@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
-from engine.runtime import LoadParams, Model, SamplingParams, use_extra_buffers
+from engine.host.runtime import Model
+from engine.settings import LoadParams, SamplingParams, use_extra_buffers
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
 

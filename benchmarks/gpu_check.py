@@ -123,7 +123,8 @@ def prompt_tokens(model: Any, n: int, salt: int = 0) -> list[int]:
 
 def timed_decode(model: Any, n_prompt: int, n_gen: int, salt: int = 0) -> dict[str, Any]:
     """Prompt of n_prompt tokens, then n_gen greedy tokens; llama.cpp's own timings."""
-    from engine.runtime import Generation, SamplingParams
+    from engine.host.runtime import Generation
+    from engine.settings import SamplingParams
 
     model.reset_cache()
     gen = Generation(model, prompt_tokens(model, n_prompt, salt),
@@ -139,8 +140,9 @@ def timed_decode(model: Any, n_prompt: int, n_gen: int, salt: int = 0) -> dict[s
 
 def sec_hardware(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
     res: dict[str, Any] = {"nvml_before_cuda": nv.info()}
-    from engine import hardware, llama_lib
-    from engine.runtime import resolve_flash_attn
+    from engine.memory import hardware
+    from engine.native import llama_lib
+    from engine.settings import resolve_flash_attn
 
     used0 = nv.used()
     t = time.perf_counter()
@@ -167,7 +169,7 @@ def sec_hardware(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
 
 
 def _estimates(path: Path, hw: Any, **kw: Any) -> dict[str, Any]:
-    from engine import memory
+    from engine.memory import estimate as memory
 
     out: dict[str, Any] = {}
     for method in ("dry-run", "analytic"):
@@ -186,8 +188,9 @@ def _estimates(path: Path, hw: Any, **kw: Any) -> dict[str, Any]:
 def measure_load(path: Path, nv: Nvml, *, n_ctx: int, ngl: Any, type_k: str = "f16",
                  type_v: str = "f16", n_seq_max: int = 1, decode: tuple[int, int] = (512, 64),
                  flash_attn: str = "auto") -> dict[str, Any]:
-    from engine import hardware
-    from engine.runtime import LoadParams, Model
+    from engine.host.runtime import Model
+    from engine.memory import hardware
+    from engine.settings import LoadParams
 
     hw = hardware.detect()
     res: dict[str, Any] = {"n_ctx": n_ctx, "n_gpu_layers": ngl, "type_k": type_k,
@@ -288,9 +291,11 @@ def _mb(d: dict[str, int]) -> str:
 
 def sec_edge(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
     """A context so long that not every layer fits: 'auto' must pick a count that loads."""
-    from engine import hardware, memory
-    from engine.gguf import read_gguf
-    from engine.runtime import LoadParams, resolve_gpu_layers
+    from engine.host.runtime import resolve_gpu_layers
+    from engine.memory import estimate as memory
+    from engine.memory import hardware
+    from engine.model.gguf import read_gguf
+    from engine.settings import LoadParams
 
     path = Path(args.model)
     gf = read_gguf(path)
@@ -315,8 +320,9 @@ def sec_edge(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
 
 
 def sec_speed(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
-    from engine.runtime import LoadParams, Model, SamplingParams
-    from engine.scheduler import Event, Finished, Scheduler
+    from engine.host.runtime import Model
+    from engine.host.scheduler import Event, Finished, Scheduler
+    from engine.settings import LoadParams, SamplingParams
 
     path = Path(args.model)
     res: dict[str, Any] = {}
@@ -365,8 +371,9 @@ def sec_speed(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
 
 
 def sec_spec(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
-    from engine.runtime import LoadParams, Model, SamplingParams
-    from engine.speculative import lookup_source
+    from engine.host.runtime import Model
+    from engine.host.speculative import lookup_source
+    from engine.settings import LoadParams, SamplingParams
 
     path = Path(args.model)
     res: dict[str, Any] = {}
@@ -396,7 +403,7 @@ def sec_spec(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
 
 def sec_dryrun(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
     """llama.cpp's no-alloc sizing with layers on the GPU (the estimate dry-runs on the CPU)."""
-    from engine import memory
+    from engine.memory import estimate as memory
 
     path = Path(args.model)
     out = []

@@ -23,8 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
-from engine import memory
-from engine.runtime import LoadParams, Model, SamplingParams
+from engine.host.runtime import Model
+from engine.memory import estimate as memory
+from engine.settings import LoadParams, SamplingParams
 
 CONFIGS: list[tuple[str, str]] = [("f16", "off"), ("f16", "on"), ("q8_0", "on"), ("q4_0", "on")]
 TEXT = ("The history of the printing press begins with movable type in East Asia and continues "

@@ -26,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
-from engine.prompt_cache import PromptStateCache
-from engine.runtime import LoadParams, Model, SamplingParams
+from engine.host.prompt_cache import PromptStateCache
+from engine.host.runtime import Model
+from engine.settings import LoadParams, SamplingParams
 
 FIRST_TOKEN = SamplingParams(temperature=0, max_tokens=1)
 PARAGRAPH = (

@@ -3,7 +3,7 @@
 Same arguments as `python -m llama_cpp.server`. The only change: on llama.cpp builds whose AMX
 kernels crash on multi-token batches (built by GCC < 13 without Candlewick's fix header, see the
 README), weight repacking ("extra buffer types") is switched off before the model loads: the
-same rule `engine.runtime.use_extra_buffers` applies to Candlewick's own engine. The benchmark
+same rule `engine.host.runtime.use_extra_buffers` applies to Candlewick's own engine. The benchmark
 tests and the published comparison run llama_cpp.server through this wrapper.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import llama_cpp.llama_cpp as C
 
-from engine.llama_lib import AMX_MARKER
+from engine.native.llama_lib import AMX_MARKER
 
 
 def _patch_extra_buffers() -> None:

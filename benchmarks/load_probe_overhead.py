@@ -1,4 +1,4 @@
-"""What the first-load probe (engine.load_probe) adds to a first load, against the time of
+"""What the first-load probe (engine.native.load_probe) adds to a first load, against the time of
 the dry-run memory estimate. The goal: added time < 1.5 x the dry-run estimate's time.
 
 Per round, alternating so drift on a noisy machine hits all alike: the dry-run estimate
@@ -23,10 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
-from engine.load_probe import FirstLoads, probe
-from engine.memory import EstimateParams, estimate
-from engine.native_load import NativeLoad
-from engine.runtime import LoadParams, Model
+from engine.host.runtime import Model
+from engine.memory.estimate import EstimateParams, estimate
+from engine.native.load_probe import FirstLoads, probe
+from engine.native.native_load import NativeLoad
+from engine.settings import LoadParams
 
 
 def _cpu() -> str:

@@ -48,9 +48,9 @@ def model_path(name: str) -> Path:
 
 def run_case(name: str, ctx: int, kv: str, fa: str) -> dict[str, float]:
     """One case, in this (fresh) process."""
-    from engine.hardware import GiB, cpu_only, process_rss
-    from engine.memory import EstimateParams, estimate
-    from engine.runtime import Model
+    from engine.host.runtime import Model
+    from engine.memory.estimate import EstimateParams, estimate
+    from engine.memory.hardware import GiB, cpu_only, process_rss
 
     path = model_path(name)
     params = EstimateParams(n_ctx=ctx, type_k=kv, type_v=kv, flash_attn=fa,  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ non-streaming chat requests from client threads. The references are measured in 
 the single-request throughput through the same server; raw llama.cpp batched decoding of the
 same prompts (one `llama_decode` per step over all sequences, greedy, no HTTP, no scheduler) on
 a context of its own with the same weights and threads, which is what batching can give at
-best; and the decode speed of `candlewick run` (engine.runtime on its own context). Rounds are
+best; and the decode speed of `candlewick run` (engine.host.runtime on its own context). Rounds are
 interleaved so that a noisy machine affects every level alike; medians are reported.
 
     .venv/bin/python benchmarks/server_throughput.py [--max-tokens 96] [--rounds 3]
@@ -30,10 +30,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from app.services.library import bundled_default_model  # noqa: E402
-from engine import llama_lib  # noqa: E402
-from engine.runtime import FlashAttn, LoadParams, Model, SamplingParams  # noqa: E402
-from engine.scheduler import Event, Finished  # noqa: E402
+from engine.host.runtime import Model  # noqa: E402
+from engine.host.scheduler import Event, Finished  # noqa: E402
+from engine.native import llama_lib  # noqa: E402
 from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread  # noqa: E402
+from engine.settings import FlashAttn, LoadParams, SamplingParams  # noqa: E402
 
 LEVELS = (1, 2, 4, 8, 16)
 TOPICS = ["a dragon", "the sea", "a robot", "a lighthouse", "a forest", "a city at night",
@@ -129,7 +130,7 @@ def raw_batched_tps(model: Model, n: int, max_tokens: int, round_no: int) -> flo
 
 
 def runtime_decode_tps(model: Model, max_tokens: int) -> float:
-    """What `candlewick run` achieves: engine.runtime's decode speed (wall clock)."""
+    """What `candlewick run` achieves: engine.host.runtime's decode speed (wall clock)."""
     model.reset_cache()
     gen = model.generate([{"role": "user", "content": "Write a long story about a dragon."}],
                          SamplingParams(temperature=0.0, max_tokens=max_tokens))
@@ -265,7 +266,7 @@ def main() -> int:
     lines += [
         "",
         f"Single request, decode only ({args.pairs} back-to-back pairs, medians): server "
-        f"scheduler {sched_single:.1f} tok/s, `candlewick run` (engine.runtime) {ref:.1f} "
+        f"scheduler {sched_single:.1f} tok/s, `candlewick run` (engine.host.runtime) {ref:.1f} "
         f"tok/s; median paired ratio {ratio:.2f}x.",
         f"Goal: 8 concurrent >= 1.6x single -> "
         f"{'met' if ratio_srv[8] >= 1.6 else 'NOT met'} ({ratio_srv[8]:.2f}x; raw llama.cpp "

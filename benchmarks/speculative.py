@@ -42,14 +42,10 @@ from doc_tables import machine_line, replace_between
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
-from engine.runtime import LoadParams, Model, SamplingParams, TokenSource
-from engine.scheduler import Event, Piece, Scheduler
-from engine.speculative import (
-    SpeculativeSettings,
-    draft_model_source,
-    load_draft_model,
-    lookup_source,
-)
+from engine.host.runtime import Model, TokenSource
+from engine.host.scheduler import Event, Piece, Scheduler
+from engine.host.speculative import draft_model_source, load_draft_model, lookup_source
+from engine.settings import LoadParams, SamplingParams, SpeculativeSettings
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "speculative.md"

@@ -4,7 +4,7 @@ Runs the speculative benchmark's prompts with prompt lookup drafting as far as i
 (every match drafted to 16 tokens, so many batch sizes occur) and times every `llama_decode`
 by its number of tokens; each prompt is also decoded plainly, and its median one-token decode
 is the unit. Shape changes between steps (llama.cpp rebuilds its graph) are included, which
-is what the drafter pays. The engine's cost curves (`engine.speculative.COST_*`) come from
+is what the drafter pays. The engine's cost curves (`engine.host.speculative.COST_*`) come from
 this.
 
     .venv/bin/python benchmarks/verify_cost.py [--config app|exact|both] [--threads 2] [--write]
@@ -33,8 +33,9 @@ from speculative import PROMPTS, run_once
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
-from engine.runtime import LoadParams, Model
-from engine.speculative import VerifyCost, lookup_source
+from engine.host.runtime import Model
+from engine.host.speculative import VerifyCost, lookup_source
+from engine.settings import LoadParams
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 17)
 DOC = Path(__file__).resolve().parent.parent / "docs" / "speculative.md"

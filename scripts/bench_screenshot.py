@@ -49,7 +49,7 @@ def main() -> int:
     from app.main import build_window
     from app.services.library import bundled_default_model
     from app.ui.bench_view import BenchView
-    from engine.runtime import LoadParams
+    from engine.settings import LoadParams
 
     window = build_window()
     view = window.findChild(BenchView)

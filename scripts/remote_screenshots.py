@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402
 from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
-from engine.runtime import SamplingParams  # noqa: E402
+from engine.settings import SamplingParams  # noqa: E402
 from tests.memory_keyring import MemoryKeyring  # noqa: E402
 
 KEY = "screenshot-key-0123456789"

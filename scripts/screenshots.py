@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from PySide6.QtCore import QEventLoop, QObject, QTimer, Slot  # noqa: E402
 from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
-from engine.runtime import SamplingParams  # noqa: E402
+from engine.settings import SamplingParams  # noqa: E402
 
 QUESTION = "Write a Python function that reverses a string, and explain it briefly."
 

@@ -37,7 +37,7 @@ def gemma_path() -> Path:
 def exact_smollm2_path(smollm2_path: Path) -> Path:
     """SmolLM2 with its Q8_0 token embedding stored as Q4_1, like its layers: a model whose
     every matrix product takes the same kernel for one row and many on any CPU without ARM's
-    int8 matrix extension (engine.cpu_kernels). The tests that compare greedy text across
+    int8 matrix extension (engine.memory.cpu_kernels). The tests that compare greedy text across
     batching paths use it; with flash attention on its `Model.exactness` holds."""
     from gguf import GGMLQuantizationType
 
@@ -53,7 +53,8 @@ def exact_smollm2_path(smollm2_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def smollm2(smollm2_path: Path) -> Iterator[object]:
     """One loaded SmolLM2 shared by tests that only generate (each resets the cache)."""
-    from engine.runtime import LoadParams, Model
+    from engine.host.runtime import Model
+    from engine.settings import LoadParams
 
     model = Model(smollm2_path, LoadParams(n_ctx=2048, n_threads=2))
     yield model

@@ -1,6 +1,6 @@
 """Comparing greedy output across batching paths, only where the engine guarantees it.
 
-`Model.exactness` (engine.cpu_kernels) says whether a token's logits are the same decoded
+`Model.exactness` (engine.memory.cpu_kernels) says whether a token's logits are the same decoded
 alone and inside any batch, for the loaded file, its settings and this build's CPU kernels.
 Tests that compare text across paths (scheduler vs `run`, lookup vs plain, a moved or reused
 KV sequence) load the batch-invariant twin of SmolLM2 (`exact_smollm2_path`) with
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engine.cpu_kernels import Exactness
-from engine.runtime import LoadParams
+from engine.memory.cpu_kernels import Exactness
+from engine.settings import LoadParams
 
 
 def exact_load(**kw: Any) -> LoadParams:

@@ -344,9 +344,12 @@ class Corpus:
 
 _WORKER = r"""
 import json, sys, traceback
-from engine.gguf import GGUFError
-from engine.memory import EstimateParams, estimate
-from engine.runtime import EngineError, LoadParams, Model
+from engine.model.gguf import GGUFError
+from engine.memory.estimate import EstimateParams
+from engine.memory.estimate import estimate
+from engine.errors import EngineError
+from engine.settings import LoadParams
+from engine.host.runtime import Model
 for line in sys.stdin:
     path = line.rstrip("\n")
     try:

@@ -3,7 +3,7 @@
 Used to make a batch-invariant twin of the bundled SmolLM2 for the tests that compare greedy
 text across batching paths: its token embedding (also its tied output matrix) is Q8_0, a type
 llamafile's sgemm multiplies differently for one row and many on x86; as Q4_1, like its layers,
-every product takes ggml's own dot product (engine.cpu_kernels).
+every product takes ggml's own dot product (engine.memory.cpu_kernels).
 """
 
 from __future__ import annotations

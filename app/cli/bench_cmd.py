@@ -26,7 +26,7 @@ from app.cli.common import (
     positive_int,
     print_json,
 )
-from engine.bench import (
+from engine.bench.harness import (
     BenchConfig,
     BenchError,
     EmbeddedTarget,
@@ -42,10 +42,11 @@ from engine.bench import (
     local_server_pid,
     run_benchmark,
 )
-from engine.bench_workloads import BUILTIN, Workload, WorkloadError, load_workload
-from engine.clients import APIS, ClientError, StreamingClient
-from engine.gguf import GGUFFile
-from engine.runtime import LoadParams, Model
+from engine.bench.workloads import BUILTIN, Workload, WorkloadError, load_workload
+from engine.host.runtime import Model
+from engine.model.gguf import GGUFFile
+from engine.remote.streaming import APIS, ClientError, StreamingClient
+from engine.settings import LoadParams
 
 EXIT_ALL_FAILED = 3
 
@@ -251,7 +252,7 @@ def _embedded_target(args: argparse.Namespace, workload: Workload, sampling: Sam
     closers.append(model.close)
     if slots == 1:
         return EmbeddedTarget(model, sampling), model.gguf
-    from engine.scheduler import Scheduler
+    from engine.host.scheduler import Scheduler
 
     scheduler = Scheduler(model, n_slots=slots)
     closers.append(scheduler.close)
@@ -291,7 +292,7 @@ def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
         except OSError as e:
             raise CliError(f"cannot write {args.out}: {e.strerror or e}") from None
     if args.plot is not None:
-        from engine.bench_plot import plot_result
+        from engine.bench.plot import plot_result
 
         try:
             plot_result(result, args.plot)

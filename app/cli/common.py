@@ -10,10 +10,11 @@ from typing import Any
 from app.services.chat_store import ChatStoreError
 from app.services.library import LibraryError, ModelLibrary
 from app.services.paths import AppPaths
-from engine.gguf import GGUFError
-from engine.load_probe import FirstLoads
-from engine.runtime import EngineError, GpuLayers
-from engine.templates import ChatTemplateError
+from engine.errors import EngineError
+from engine.model.gguf import GGUFError
+from engine.model.templates import ChatTemplateError
+from engine.native.load_probe import FirstLoads
+from engine.settings import GpuLayers
 
 
 class CliError(Exception):
@@ -30,7 +31,7 @@ def library() -> ModelLibrary:
 
 
 def first_loads() -> FirstLoads:
-    """A model file's first load is tried in a child process (engine.load_probe)."""
+    """A model file's first load is tried in a child process (engine.native.load_probe)."""
     return FirstLoads(AppPaths.default().cache)
 
 

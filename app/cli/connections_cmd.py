@@ -12,8 +12,8 @@ from typing import Any
 
 from app.cli.common import CliError, print_json
 from app.services.connections import Connection, ConnectionsError, ConnectionStore
-from engine.clients.streaming import APIS
-from engine.remote import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from engine.remote.engines import DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+from engine.remote.streaming import APIS
 
 
 def register(sub: Any) -> None:

@@ -6,10 +6,10 @@ import argparse
 from typing import Any
 
 from app.cli.common import CliError, gpu_layers_arg, library, positive_int, print_json
-from engine import hardware
-from engine.hardware import GiB, MiB
-from engine.memory import EstimateParams, MemoryEstimate, estimate
-from engine.remote_gguf import is_remote, read_remote_gguf
+from engine.memory import hardware
+from engine.memory.estimate import EstimateParams, MemoryEstimate, estimate
+from engine.memory.hardware import GiB, MiB
+from engine.model.remote_gguf import is_remote, read_remote_gguf
 
 
 def _size_arg(value: str) -> int:

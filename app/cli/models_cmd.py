@@ -19,7 +19,7 @@ from app.services.downloads import DONE, FAILED, PAUSED, DownloadJob, DownloadMa
 from app.services.hub import HubClient, HubError, default_fit
 from app.services.library import LibraryEntry
 from app.services.secrets import TokenStore
-from engine.gguf import human_bytes
+from engine.model.gguf import human_bytes
 
 
 def register(sub: Any) -> None:

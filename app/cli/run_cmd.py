@@ -18,9 +18,11 @@ from app.cli.common import (
     print_json,
 )
 from app.services.connections import ConnectionsError, ConnectionStore
-from engine.memory import DoesNotFitError, EstimateParams, estimate
-from engine.runtime import EngineError, FlashAttn, LoadParams, Model, SamplingParams
-from engine.speculative import SpeculativeSettings, Speculator, spec_stats
+from engine.errors import EngineError
+from engine.host.runtime import Model
+from engine.host.speculative import Speculator, spec_stats
+from engine.memory.estimate import DoesNotFitError, EstimateParams, estimate
+from engine.settings import FlashAttn, LoadParams, SamplingParams, SpeculativeSettings
 
 
 def register(sub: Any) -> None:

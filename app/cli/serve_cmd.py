@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import CliError, first_loads, gpu_layers_arg, library, positive_int
-from engine.runtime import LoadParams, Model
+from engine.host.runtime import Model
 from engine.server import LoadedModel, ServerConfig, ServerState, serve_forever
 from engine.server.runner import bind_socket
-from engine.speculative import SpeculativeSettings
+from engine.settings import LoadParams, SpeculativeSettings
 
 log = logging.getLogger("candlewick.serve")
 

@@ -25,14 +25,14 @@ from typing import Any
 
 from app.services.paths import AppPaths
 from app.services.secrets import SaveResult, SecretStore
-from engine.clients.streaming import APIS, Api, ClientError, StreamingClient
-from engine.remote import (
+from engine.remote.engines import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     CheckResult,
     RemoteEndpoint,
     RemoteEngine,
 )
+from engine.remote.streaming import APIS, Api, ClientError, StreamingClient
 
 FILE_NAME = "connections.json"
 FORMAT_VERSION = 1

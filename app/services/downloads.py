@@ -40,7 +40,7 @@ from app.services.hub import (
     HubOffline,
     gated_message,
 )
-from engine.gguf import human_bytes
+from engine.model.gguf import human_bytes
 
 log = logging.getLogger("candlewick.downloads")
 

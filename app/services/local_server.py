@@ -16,11 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.runtime import LoadCancelled, LoadParams, Model
-from engine.scheduler import SchedulerSnapshot
+from engine.errors import LoadCancelled
+from engine.host.runtime import Model
+from engine.host.scheduler import SchedulerSnapshot
 from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
 from engine.server.request_log import RequestLog
 from engine.server.runner import bind_socket
+from engine.settings import LoadParams
 
 KEY_ACCOUNT = "local-server-api-key"  # where the key lives in the system keyring
 LOG_ROWS = 500

@@ -2,7 +2,7 @@
 progress and cancel, then the table, the charts and the machine it ran on.
 
 The run happens in the benchmark thread (`app.ui.bench_worker`) on a second instance of the
-chat's model, sized for the benchmark (see `engine.bench_embedded`). Everything here runs on
+chat's model, sized for the benchmark (see `engine.bench.embedded`). Everything here runs on
 the GUI thread and only reacts to that thread's queued signals.
 """
 
@@ -43,9 +43,9 @@ from app.ui.bench_table import BenchTableModel
 from app.ui.bench_worker import BenchHost, BenchOutcome, BenchRequest
 from app.ui.library_model import human_bytes
 from app.ui.worker import LoadedModel
-from engine.bench import BenchConfig, BenchError, Progress
-from engine.bench_workloads import BUILTIN, Workload, WorkloadError, load_workload
-from engine.runtime import LoadParams
+from engine.bench.harness import BenchConfig, BenchError, Progress
+from engine.bench.workloads import BUILTIN, Workload, WorkloadError, load_workload
+from engine.settings import LoadParams
 
 MAX_LEVEL = 64  # each concurrent request is a sequence with its own context
 NO_MODEL_TIP = ("Load a model in the library first: the benchmark runs the model the chat "

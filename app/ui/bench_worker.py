@@ -1,4 +1,4 @@
-"""The benchmark thread: a QThread whose worker object runs `engine.bench_embedded` and renders
+"""The benchmark thread: a QThread whose worker object runs `engine.bench.embedded` and renders
 the charts, then hands the result back through queued signals. It never touches a widget.
 
 The thread starts on the first run and ends at shutdown. Cancelling is a `threading.Event`
@@ -16,10 +16,11 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from engine.bench import BenchConfig, Progress
-from engine.bench_workloads import Workload
-from engine.gguf import GGUFError
-from engine.runtime import EngineError, LoadCancelled, LoadParams
+from engine.bench.harness import BenchConfig, Progress
+from engine.bench.workloads import Workload
+from engine.errors import EngineError, LoadCancelled
+from engine.model.gguf import GGUFError
+from engine.settings import LoadParams
 
 log = logging.getLogger("candlewick.ui")
 
@@ -40,7 +41,7 @@ class BenchOutcome:
 
 def render_charts(result: dict[str, Any]) -> bytes:
     """The PNG `candlewick bench --plot` writes, as bytes (empty: nothing to plot)."""
-    from engine.bench_plot import plot_result
+    from engine.bench.plot import plot_result
 
     if not result.get("levels"):
         return b""
@@ -70,7 +71,7 @@ class BenchWorker(QObject):
 
     @Slot(object, object)
     def run(self, request: BenchRequest, cancel: threading.Event) -> None:
-        from engine.bench_embedded import run_embedded_benchmark
+        from engine.bench.embedded import run_embedded_benchmark
 
         last = [-1.0]
 

@@ -18,7 +18,7 @@ from PySide6.QtCore import (
 )
 
 from app.ui.conversation import Conversation, Message, MessageState, Role
-from engine.runtime import GenerationStats
+from engine.host.runtime import GenerationStats
 
 ROLE_ROLE = Qt.ItemDataRole.UserRole + 1
 STATE_ROLE = Qt.ItemDataRole.UserRole + 2

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.services.chat_store import ChatStore
-from engine.runtime import SamplingParams
+from engine.settings import SamplingParams
 
 POLICIES = [("drop_oldest", "Drop the oldest turns (keep the system prompt)"),
             ("stop", "Stop and say so")]

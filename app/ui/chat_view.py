@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 
 from app.ui.chat_model import ChatModel
 from app.ui.conversation import Message
-from engine.runtime import GenerationStats
+from engine.host.runtime import GenerationStats
 
 _FENCE = re.compile(r"^ {0,3}(```|~~~)\s*([\w+#.-]*)\s*$")
 

@@ -32,15 +32,15 @@ from PySide6.QtWidgets import (
 
 from app.services.connections import Connection, ConnectionsError, ConnectionStore
 from app.ui.background import Background
-from engine.clients.streaming import APIS
-from engine.remote import (
+from engine.errors import EngineError
+from engine.remote.engines import (
     DEFAULT_CONNECT_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     CheckResult,
     RemoteEndpoint,
     RemoteEngine,
 )
-from engine.runtime import EngineError
+from engine.remote.streaming import APIS
 
 OK_COLOR = "#2e7d32"
 ERROR_COLOR = "#c62828"

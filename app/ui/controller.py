@@ -20,7 +20,8 @@ from app.services.chat_store import Message as StoredMessage
 from app.ui.chat_model import ChatModel
 from app.ui.conversation import Conversation, Message, MessageState
 from app.ui.worker import EngineHost, EngineMaker, LoadedModel, RemoteTarget
-from engine.runtime import GenerationStats, LoadParams, SamplingParams
+from engine.host.runtime import GenerationStats
+from engine.settings import LoadParams, SamplingParams
 
 
 @dataclass(frozen=True)

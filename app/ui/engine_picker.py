@@ -18,7 +18,7 @@ from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QTool
 
 from app.services.connections import ConnectionsError, ConnectionStore
 from app.ui.background import Background
-from engine.runtime import EngineError
+from engine.errors import EngineError
 
 Binding = dict[str, str] | None  # None: the local model
 

@@ -15,7 +15,7 @@ from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette, QPen
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from app.ui.library_model import human_bytes
-from engine.runtime import LoadParams
+from engine.settings import LoadParams
 
 Verdict = str  # "fits" | "partial" | "no" (won't fit)
 

@@ -35,22 +35,19 @@ from app.services.library import LibraryEntry
 from app.ui.estimate import EstimateWidget, Estimator
 from app.ui.library_model import LibraryModel
 from app.ui.worker import LoadedModel
-from engine.cpu_kernels import Exactness
-from engine.gguf import GGUFError
-from engine.runtime import (
+from engine.errors import EngineError
+from engine.host.runtime import drafting_exact
+from engine.host.speculative import DEFAULT_MODEL_DRAFT_MAX, vocab_size_mismatch
+from engine.memory.cpu_kernels import Exactness
+from engine.model.gguf import GGUFError
+from engine.settings import (
+    DEFAULT_DRAFT_MAX,
     KV_TYPES,
-    EngineError,
     FlashAttn,
     GpuLayers,
     LoadParams,
-    drafting_exact,
-)
-from engine.speculative import (
-    DEFAULT_DRAFT_MAX,
-    DEFAULT_MODEL_DRAFT_MAX,
     SpecMode,
     SpeculativeSettings,
-    vocab_size_mismatch,
 )
 
 CTX_STEP = 256

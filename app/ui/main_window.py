@@ -40,7 +40,7 @@ from app.ui.library_model import LibraryModel
 from app.ui.library_panel import LibraryPanel
 from app.ui.perf_panel import GpuProbe, PerfPanel, _no_gpus
 from app.ui.worker import EngineHost, LoadedModel, RemoteTarget
-from engine.runtime import LoadParams, SamplingParams
+from engine.settings import LoadParams, SamplingParams
 
 TITLE = "Candlewick"
 

@@ -2,7 +2,7 @@
 
 The panel re-estimates on every slider step, so this uses the analytic method (GGUF header
 only, no llama.cpp call) over a header parsed once per file, and the hardware probed once
-with the free RAM refreshed each time. engine/memory.py's tests check the analytic numbers
+with the free RAM refreshed each time. engine/memory/estimate.py's tests check the analytic numbers
 against real loads.
 """
 
@@ -13,9 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.ui.estimate import EstimateView, Verdict
-from engine import hardware, memory
-from engine.gguf import GGUFFile, read_gguf
-from engine.runtime import LoadParams
+from engine.memory import estimate as memory
+from engine.memory import hardware
+from engine.model.gguf import GGUFFile, read_gguf
+from engine.settings import LoadParams
 
 _VERDICTS: dict[str, Verdict] = {"fits_gpu": "fits", "ram_only": "fits",
                                  "partial_offload": "partial", "does_not_fit": "no"}

@@ -52,7 +52,7 @@ from app.services.downloads import (
 from app.services.hub import HubClient, HubError, HubOffline, ModelVariant, RepoDetails, RepoSummary
 from app.services.library import LibraryEntry, ModelLibrary
 from app.services.secrets import TokenStore
-from engine.gguf import human_bytes
+from engine.model.gguf import human_bytes
 
 log = logging.getLogger("candlewick.ui.models")
 

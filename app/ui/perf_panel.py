@@ -27,8 +27,8 @@ from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidg
 
 from app.ui.library_model import human_bytes
 from app.ui.worker import LoadedModel
-from engine.runtime import GenerationStats
-from engine.speculative import acceptance_rate
+from engine.host.runtime import GenerationStats
+from engine.host.speculative import acceptance_rate
 
 TICK_MS = 400
 ROLLING_TICKS = 8  # ~3 s of samples for the rolling average

@@ -59,9 +59,10 @@ from app.ui.background import Background
 from app.ui.estimate import Estimator
 from app.ui.library_model import human_bytes
 from app.ui.worker import LoadedModel
-from engine.runtime import EngineError, LoadCancelled, LoadParams
+from engine.errors import EngineError, LoadCancelled
 from engine.server import ServerError, is_loopback
 from engine.server.request_log import RequestRecord
+from engine.settings import LoadParams
 
 POLL_MS = 500
 NO_MODEL_TIP = "Load a model in the library first: the server serves the chat's model"

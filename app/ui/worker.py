@@ -1,5 +1,5 @@
 """The engine thread: one long-lived QThread that owns the chat engine in use: a model loaded
-in this process (`EmbeddedEngine` over `engine.runtime.Model`) or a remote endpoint
+in this process (`EmbeddedEngine` over `engine.host.runtime.Model`) or a remote endpoint
 (`RemoteEngine`). Either is a `ChatEngine`, so the signals below, the chat controller and the
 performance panel are the same for both.
 
@@ -26,18 +26,14 @@ from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from engine.chat_engine import ChatEngine, EmbeddedEngine
-from engine.context_policy import ContextPolicy
-from engine.gguf import GGUFError
-from engine.load_probe import FirstLoads
-from engine.memory import actual_from_log
-from engine.runtime import (
-    EngineError,
-    LoadCancelled,
-    LoadParams,
-    Model,
-    SamplingParams,
-)
+from engine.errors import EngineError, LoadCancelled
+from engine.host.chat_engine import ChatEngine, EmbeddedEngine
+from engine.host.context_policy import ContextPolicy
+from engine.host.runtime import Model
+from engine.memory.estimate import actual_from_log
+from engine.model.gguf import GGUFError
+from engine.native.load_probe import FirstLoads
+from engine.settings import LoadParams, SamplingParams
 
 log = logging.getLogger("candlewick.ui")
 
@@ -110,7 +106,7 @@ def _default_factory(path: Path, params: LoadParams, *,
 
 
 def probing_factory(first_loads: FirstLoads) -> ModelFactory:
-    """Loads that try a file's first load in a child process (engine.load_probe): a file
+    """Loads that try a file's first load in a child process (engine.native.load_probe): a file
     that makes llama.cpp abort is refused with a message instead of closing the window."""
     def make(path: Path, params: LoadParams, *,
              progress: Callable[[float], None] | None = None,

@@ -9,11 +9,12 @@ from typing import Any
 
 from starlette.requests import Request
 
-from engine.runtime import EngineError, SamplingParams
-from engine.scheduler import Event, QueueFull, SchedulerClosed
+from engine.errors import EngineError
+from engine.host.scheduler import Event, QueueFull, SchedulerClosed
+from engine.model.templates import ChatTemplateError
 from engine.server.engine_state import Generation, LoadedModel, ServerState
 from engine.server.errors import ApiError
-from engine.templates import ChatTemplateError
+from engine.settings import SamplingParams
 
 
 def loaded_or_503(state: ServerState) -> LoadedModel:

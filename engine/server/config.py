@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from engine.runtime import EngineError
+from engine.errors import EngineError
 
 
 class ServerError(EngineError):

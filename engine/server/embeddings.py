@@ -8,8 +8,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from engine import llama_lib
-from engine.runtime import EngineError, Model
+from engine.errors import EngineError
+from engine.host.runtime import Model
+from engine.native import llama_lib
 
 _POOLING_MEAN = 1
 

@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.facts import ModelFacts, model_facts
-from engine.runtime import Model, SamplingParams
-from engine.scheduler import Event, Finished, Request, Scheduler
+from engine.host.runtime import Model
+from engine.host.scheduler import Event, Finished, Request, Scheduler
+from engine.model.facts import ModelFacts, model_facts
 from engine.server.config import ServerConfig
 from engine.server.embeddings import Embedder
 from engine.server.metrics import Metrics
 from engine.server.request_log import RequestLog, current_record
+from engine.settings import SamplingParams
 
 
 @dataclass

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from engine.scheduler import Finished, Piece, RequestStats
+from engine.host.scheduler import Finished, Piece, RequestStats
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,

@@ -15,8 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from engine.runtime import EngineError
-from engine.scheduler import Finished, Piece, RequestStats
+from engine.errors import EngineError
+from engine.host.scheduler import Finished, Piece, RequestStats
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from app.cli import main
-from engine.runtime import LoadParams, Model
+from engine.host.runtime import Model
+from engine.settings import LoadParams
 
 JSON_KEYS = {"weights_bytes", "kv_bytes", "compute_bytes", "output_bytes", "total_bytes",
              "devices", "gpu_layers", "verdict", "method"}

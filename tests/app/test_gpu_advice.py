@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_this_build_reports_its_backends() -> None:
-    from engine import llama_lib
+    from engine.native import llama_lib
 
     report = gpu_advice.check()
     assert "CPU" in report.backends
@@ -31,7 +31,7 @@ def test_this_build_reports_its_backends() -> None:
 
 
 def test_unusable_amx_kernels_get_rebuild_advice(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine import llama_lib
+    from engine.native import llama_lib
 
     monkeypatch.setattr(llama_lib, "amx_build", lambda: True)
     monkeypatch.setattr(llama_lib, "amx_kernels_safe", lambda: False)

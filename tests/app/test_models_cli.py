@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.gguf import human_bytes
+from engine.model.gguf import human_bytes
 from tests.hub_emulator import HubEmulator, file_sha256, running_hub, tiny_gguf
 
 REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"

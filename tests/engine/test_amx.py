@@ -15,15 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from engine import llama_lib
-from engine.runtime import (
-    EngineError,
-    LoadParams,
-    Model,
-    SamplingParams,
-    resolve_flash_attn,
-    use_extra_buffers,
-)
+from engine.errors import EngineError
+from engine.host.runtime import Model
+from engine.native import llama_lib
+from engine.settings import LoadParams, SamplingParams, resolve_flash_attn, use_extra_buffers
 
 HEADER = Path(__file__).resolve().parents[2] / "installers" / "llama_cpp" / "amx_tilecfg.h"
 
@@ -145,7 +140,7 @@ def test_passing_thread_returns_and_raises() -> None:
     """AMX loads run on a thread that ends (its OpenMP team goes with it, see runtime)."""
     import threading
 
-    from engine.runtime import _on_passing_thread
+    from engine.host.runtime import _on_passing_thread
 
     caller = threading.get_ident()
     assert _on_passing_thread(threading.get_ident) != caller

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.bench import (
+from engine.bench.harness import (
     BenchConfig,
     BenchError,
     EmbeddedTarget,
@@ -19,10 +19,11 @@ from engine.bench import (
     run_benchmark,
     tag_prompt,
 )
-from engine.bench_hw import PeakSampler, machine_context, measure_read_bandwidth
-from engine.bench_workloads import Prompt, Workload, load_workload
-from engine.runtime import LoadParams, Model
-from engine.scheduler import Scheduler
+from engine.bench.hw import PeakSampler, machine_context, measure_read_bandwidth
+from engine.bench.workloads import Prompt, Workload, load_workload
+from engine.host.runtime import Model
+from engine.host.scheduler import Scheduler
+from engine.settings import LoadParams
 
 LEVEL_FIELDS = ("ttft_p50", "ttft_p95", "latency_p50", "latency_p95", "prompt_tps_p50",
                 "gen_tps_p50", "total_throughput_tps", "failure_rate", "peak_ram_bytes",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.bench import Tokenizer
-from engine.bench_embedded import TAG_TOKENS, bench_load_params, context_per_request
-from engine.bench_workloads import load_workload
-from engine.runtime import LoadParams
+from engine.bench.embedded import TAG_TOKENS, bench_load_params, context_per_request
+from engine.bench.harness import Tokenizer
+from engine.bench.workloads import load_workload
+from engine.settings import LoadParams
 
 
 def test_context_fits_the_longest_prompt_with_its_answer(smollm2_path: Path) -> None:

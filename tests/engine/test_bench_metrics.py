@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from engine.bench import (
+from engine.bench.harness import (
     SCHEMA,
     BenchError,
     bytes_per_token,
@@ -16,7 +16,7 @@ from engine.bench import (
     format_compare,
     format_table,
 )
-from engine.bench_metrics import (
+from engine.bench.metrics import (
     RequestTrace,
     Roofline,
     level_metrics,
@@ -125,7 +125,7 @@ def test_roofline() -> None:
 
 
 def test_bytes_per_token_of_real_models(smollm2_path: object, gemma_path: object) -> None:
-    from engine.gguf import read_gguf
+    from engine.model.gguf import read_gguf
 
     for path in (smollm2_path, gemma_path):
         gf = read_gguf(path)  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.bench_workloads import BUILTIN, WorkloadError, load_workload
+from engine.bench.workloads import BUILTIN, WorkloadError, load_workload
 
 
 def test_builtin_workloads_are_well_formed() -> None:
@@ -20,7 +20,7 @@ def test_builtin_workloads_are_well_formed() -> None:
 
 
 def test_rag_prompts_are_2k_to_4k_tokens(smollm2: object) -> None:
-    from engine.runtime import Model
+    from engine.host.runtime import Model
 
     assert isinstance(smollm2, Model)
     sizes = [len(smollm2.chat_tokens(list(p.messages))) for p in load_workload("rag").prompts]

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.chat_engine import ChatEngine, EmbeddedEngine, ReplyStream
-from engine.context_policy import ContextFullError
-from engine.runtime import EngineError, LoadParams, Model, SamplingParams
+from engine.errors import EngineError
+from engine.host.chat_engine import ChatEngine, EmbeddedEngine, ReplyStream
+from engine.host.context_policy import ContextFullError
+from engine.host.runtime import Model
+from engine.settings import LoadParams, SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 QUESTION = [{"role": "user", "content": "Name three colours."}]

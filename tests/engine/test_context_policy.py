@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.context_policy import ContextFullError, fit_messages
-from engine.runtime import Model
+from engine.host.context_policy import ContextFullError, fit_messages
+from engine.host.runtime import Model
 
 
 def _conversation(turns: int) -> list[dict[str, str]]:

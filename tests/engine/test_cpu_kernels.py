@@ -1,4 +1,4 @@
-"""The CPU kernel rules (engine.cpu_kernels): extra weight copies and batch invariance.
+"""The CPU kernel rules (engine.memory.cpu_kernels): extra weight copies and batch invariance.
 
 Every rule is checked with forced CPU features, so a machine of one kind (an AMD EPYC with
 AVX-512, an Intel Xeon with AMX) also tests the other kinds' branches; the real load on this
@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine import cpu_kernels
-from engine.cpu_kernels import CpuFeatures, Exactness, batch_exactness, weights_exactness
-from engine.gguf import TensorInfo, read_gguf
-from engine.memory import ModelSpec, actual_from_log
-from engine.runtime import LoadParams, Model
+from engine.host.runtime import Model
+from engine.memory import cpu_kernels
+from engine.memory.cpu_kernels import CpuFeatures, Exactness, batch_exactness, weights_exactness
+from engine.memory.estimate import ModelSpec, actual_from_log
+from engine.model.gguf import TensorInfo, read_gguf
+from engine.settings import LoadParams
 from tests.exactness import exact_load
 
 # llama_print_system_info() as three kinds of machine print it.

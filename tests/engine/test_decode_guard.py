@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
-from engine import llama_lib, speculative
-from engine.decode_guard import DecodeRefused
-from engine.runtime import LoadParams, Model, SamplingParams
-from engine.scheduler import Scheduler, _Slot
+from engine.host import speculative
+from engine.host.decode_guard import DecodeRefused
+from engine.host.runtime import Model
+from engine.host.scheduler import Scheduler, _Slot
+from engine.native import llama_lib
+from engine.settings import LoadParams, SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=4)
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from gguf import GGUFValueType
 
-from engine.runtime import LoadParams, Model, _last_error
+from engine.host.runtime import Model
+from engine.native.llama_lib import last_error as _last_error
+from engine.settings import LoadParams
 from tests.fuzz_gguf import ROOT, Corpus, LoaderPool, is_one_line, run_corpus
 
 U32 = GGUFValueType.UINT32
@@ -136,8 +138,8 @@ def test_fuzzed_files_never_crash_the_loader(smollm2_path: Path, tmp_path: Path)
 
 def test_an_abort_in_the_sizing_child_becomes_one_line(corpus: Corpus, tmp_path: Path) -> None:
     # Straight to the child, past the validation: llama.cpp asserts block_count > 0.
-    from engine.memory import EstimateParams, _dry_run_in_child
-    from engine.runtime import EngineError
+    from engine.errors import EngineError
+    from engine.memory.estimate import EstimateParams, _dry_run_in_child
 
     path = _write(corpus, tmp_path, "llama.block_count", 0)
     with pytest.raises(EngineError) as exc:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from engine.gguf import ArraySummary, GGUFError, GGUFFile, TensorInfo, read_gguf
-from engine.gguf_semantics import check_model, find_problem
+from engine.model.gguf import ArraySummary, GGUFError, GGUFFile, TensorInfo, read_gguf
+from engine.model.semantics import check_model, find_problem
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.facts import model_facts
-from engine.gguf import GGUFError, read_gguf
+from engine.model.facts import model_facts
+from engine.model.gguf import GGUFError, read_gguf
 
 
 def _expect(path: Path, *fragments: str) -> str:

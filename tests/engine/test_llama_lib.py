@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from engine import llama_lib
+from engine.native import llama_lib
 
 
 def test_backend_init_may_log(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,7 @@
 """A file's first load is tried in a child process: an abort inside llama.cpp becomes one
 line, the file is remembered once it loaded, and an unchanged file is not probed again.
 
-No file is known that passes engine.gguf_semantics and still aborts llama.cpp, so the
+No file is known that passes engine.model.semantics and still aborts llama.cpp, so the
 end-to-end tests make the probe child abort through its fault hook (`FAULT_ENV`: a no-alloc
 load with the mmap load mode, which trips a real GGML_ASSERT inside llama.cpp). The real
 abort of a broken file is shown by giving the child `block_count = 0` past the validation.
@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 from gguf import GGUFValueType
 
-from engine import load_probe
-from engine.load_probe import FirstLoads, probe
-from engine.native_load import FAULT_ENV, NativeLoad
-from engine.runtime import EngineError, LoadParams, Model
+from engine.errors import EngineError
+from engine.host.runtime import Model
+from engine.native import load_probe
+from engine.native.load_probe import FirstLoads, probe
+from engine.native.native_load import FAULT_ENV, NativeLoad
+from engine.settings import LoadParams
 from tests.fuzz_gguf import ROOT, Corpus
 
 PARAMS = LoadParams(n_ctx=256, n_threads=1, state_cache_mb=0)

@@ -11,9 +11,9 @@ from typing import cast
 
 import pytest
 
-from engine.gguf import GGUFError, read_gguf
-from engine.hardware import GiB, MiB, cpu_only
-from engine.memory import (
+from engine.errors import EngineError
+from engine.host.runtime import Model
+from engine.memory.estimate import (
     DoesNotFitError,
     EstimateParams,
     ModelSpec,
@@ -23,7 +23,9 @@ from engine.memory import (
     estimate,
     kv_bytes_per_layer,
 )
-from engine.runtime import EngineError, FlashAttn, Model
+from engine.memory.hardware import GiB, MiB, cpu_only
+from engine.model.gguf import GGUFError, read_gguf
+from engine.settings import FlashAttn
 
 TOLERANCE = 0.05
 PLENTY = cpu_only(64 * GiB)  # a fixed machine, so verdicts do not depend on the test host

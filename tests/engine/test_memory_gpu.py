@@ -13,10 +13,12 @@ from typing import Any
 
 import pytest
 
-from engine import llama_lib, memory
-from engine.hardware import GiB, MiB, simulate
-from engine.memory import CPU, EstimateParams, estimate
-from engine.runtime import EngineError
+from engine.errors import EngineError
+from engine.memory import estimate as memory
+from engine.memory.estimate import CPU, EstimateParams, estimate
+from engine.memory.hardware import GiB, MiB, simulate
+from engine.native import llama_lib
+from engine.native.native_load import FAULT_ENV
 
 RAM = 64 * GiB
 
@@ -55,7 +57,7 @@ def test_asked_for_dry_run_runs_in_a_child_on_a_gpu_build(
 
 def test_a_crashing_dry_run_is_an_error_not_a_dead_app(
         smollm2_path: Path, gpu_build: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memory, "_CHILD", "import os; os.abort()")
+    monkeypatch.setenv(FAULT_ENV, "abort")  # the child's load trips a llama.cpp assert
     with pytest.raises(EngineError, match=r"crashed while sizing .*SIGABRT"):
         memory.dry_run(smollm2_path, EstimateParams(n_ctx=2048))
     # 'auto' never gets there on a GPU build; a CPU-only build keeps its in-process dry run.

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from engine.gguf import GGUFError, read_gguf
-from engine.hardware import GiB, cpu_only
-from engine.memory import EstimateParams, estimate
-from engine.remote_gguf import HttpRangeSource, RemoteGGUFError, hf_url, read_remote_gguf
+from engine.memory.estimate import EstimateParams, estimate
+from engine.memory.hardware import GiB, cpu_only
+from engine.model.gguf import GGUFError, read_gguf
+from engine.model.remote_gguf import HttpRangeSource, RemoteGGUFError, hf_url, read_remote_gguf
 
 PLENTY = cpu_only(64 * GiB)
 

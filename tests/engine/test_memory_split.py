@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import llama_lib
-from engine.cpu_kernels import CpuFeatures
-from engine.gguf import read_gguf
-from engine.hardware import Device, GiB, MiB, cpu_only, simulate
-from engine.memory import (
+from engine.host.runtime import resolve_gpu_layers
+from engine.memory.cpu_kernels import CpuFeatures
+from engine.memory.estimate import (
     CPU,
     EstimateParams,
     MemoryEstimate,
@@ -20,7 +18,9 @@ from engine.memory import (
     fit_gpu_layers,
     layer_devices,
 )
-from engine.runtime import resolve_gpu_layers
+from engine.memory.hardware import Device, GiB, MiB, cpu_only, simulate
+from engine.model.gguf import read_gguf
+from engine.native import llama_lib
 
 RAM = 32 * GiB
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from engine.prompt_cache import PromptStateCache, common_prefix
+from engine.host.prompt_cache import PromptStateCache, common_prefix
 
 
 def test_common_prefix() -> None:

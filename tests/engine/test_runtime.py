@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.runtime import EngineError, LoadCancelled, LoadParams, Model, SamplingParams
+from engine.errors import EngineError, LoadCancelled
+from engine.host.runtime import Model
+from engine.settings import LoadParams, SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=32)
 QUESTION = [{"role": "user", "content": "Name three primary colors."}]
@@ -182,7 +184,7 @@ def test_bad_parameters_are_refused(smollm2_path: Path) -> None:
 
 
 def test_corrupt_file_never_reaches_llama(tmp_path: Path) -> None:
-    from engine.gguf import GGUFError
+    from engine.model.gguf import GGUFError
 
     p = tmp_path / "broken.gguf"
     p.write_bytes(b"GGUF" + b"\xff" * 40)

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.runtime import EngineError, Model, SamplingParams
-from engine.scheduler import Event, Finished, Piece, QueueFull, Request, Scheduler
+from engine.errors import EngineError
+from engine.host.runtime import Model
+from engine.host.scheduler import Event, Finished, Piece, QueueFull, Request, Scheduler
+from engine.settings import SamplingParams
 from tests.exactness import assert_same_greedy, exact_load
 
 N_SLOTS = 4

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.runtime import LoadParams, Model, SamplingParams
-from engine.scheduler import Event, Finished, Scheduler
-from engine.speculative import SpeculativeSettings
+from engine.host.runtime import Model
+from engine.host.scheduler import Event, Finished, Scheduler
+from engine.settings import LoadParams, SamplingParams, SpeculativeSettings
 from tests.engine.test_scheduler import assert_no_leak, submit, wait
 from tests.exactness import assert_same_greedy, exact_load
 

@@ -9,15 +9,13 @@ from typing import Any, cast
 
 import pytest
 
-from engine import llama_lib
-from engine.gguf import GGUFError
-from engine.runtime import EngineError, LoadParams, Model, SamplingParams
-from engine.speculative import (
+from engine.errors import EngineError
+from engine.host.runtime import Model
+from engine.host.speculative import (
     COST_AMX,
     COST_CPU,
     DraftModel,
     PromptLookup,
-    SpeculativeSettings,
     Speculator,
     VerifyCost,
     check_vocab,
@@ -27,6 +25,9 @@ from engine.speculative import (
     spec_stats,
     verify_cost,
 )
+from engine.model.gguf import GGUFError
+from engine.native import llama_lib
+from engine.settings import LoadParams, SamplingParams, SpeculativeSettings
 from tests.exactness import assert_same_greedy
 
 # Short prompts and answers (under 64 and 256 tokens): where `Model.exactness` covers them,

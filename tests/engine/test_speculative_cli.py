@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from app.cli import main
-from engine import llama_lib
+from engine.native import llama_lib
 
 PROMPT = "Repeat exactly: The early bird catches the worm. The early bird catches the worm."
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.templates import ChatTemplate, ChatTemplateError
+from engine.model.templates import ChatTemplate, ChatTemplateError
 
 MSGS = [{"role": "user", "content": "hi"}]
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from engine.textstream import TextStream
+from engine.decoding.textstream import TextStream
 
 
 def test_utf8_split_across_tokens_is_held_until_whole() -> None:

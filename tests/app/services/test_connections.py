@@ -12,7 +12,7 @@ from keyring.backends import fail
 from app.services.connections import Connection, ConnectionsError, ConnectionStore
 from app.services.paths import AppPaths
 from app.services.secrets import SERVICE, SecretStore
-from engine.runtime import SamplingParams
+from engine.settings import SamplingParams
 from tests.app.services.file_keyring import FileKeyring
 from tests.engine.clients.bench_servers import FaultServer
 

@@ -15,7 +15,7 @@ from app.services.discovery import (
     discover_ollama,
 )
 from app.services.library import LibraryError, ModelLibrary
-from engine.gguf import GGUFError
+from engine.model.gguf import GGUFError
 from tests.hub_emulator import file_sha256, tiny_gguf
 
 

@@ -20,8 +20,8 @@ from app.services.downloads import (
 )
 from app.services.hub import HubClient
 from app.services.library import ModelLibrary
-from engine.facts import model_facts
-from engine.gguf import human_bytes, read_gguf
+from engine.model.facts import model_facts
+from engine.model.gguf import human_bytes, read_gguf
 from tests.hub_emulator import HubEmulator, file_sha256, running_hub
 
 REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"

@@ -18,9 +18,9 @@ from app.services.hub import (
     quantization_of,
     remote_gguf,
 )
-from engine.gguf import read_gguf
-from engine.hardware import GiB, cpu_only, simulate
-from engine.memory import EstimateParams, estimate
+from engine.memory.estimate import EstimateParams, estimate
+from engine.memory.hardware import GiB, cpu_only, simulate
+from engine.model.gguf import read_gguf
 from tests.hub_emulator import HubEmulator, running_hub, tiny_gguf
 
 README = b"""---

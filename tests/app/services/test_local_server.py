@@ -8,8 +8,8 @@ import socket
 import pytest
 
 from app.services.local_server import ServeSettings, check_port_free, local_url, new_api_key
-from engine.runtime import LoadParams
 from engine.server import ServerError
+from engine.settings import LoadParams
 
 
 def test_load_params_keep_the_chats_settings_and_size_the_context() -> None:

@@ -21,7 +21,7 @@ from app.main import build_window
 from app.ui.bench_table import COLUMNS, RAW_ROLE, BenchTableModel
 from app.ui.bench_view import CHAT_BUSY_TIP, NO_MODEL_TIP, BenchView, parse_levels
 from app.ui.main_window import MainWindow
-from engine.runtime import LoadParams, SamplingParams
+from engine.settings import LoadParams, SamplingParams
 
 # The offscreen platform plugin (no window manager) says these when a window is shown/raised.
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints",

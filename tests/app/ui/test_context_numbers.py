@@ -15,7 +15,7 @@ from pytestqt.qtbot import QtBot
 
 from app.main import build_window
 from app.ui.main_window import MainWindow
-from engine.runtime import LoadParams, SamplingParams
+from engine.settings import LoadParams, SamplingParams
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 _LINE = re.compile(r"^Context: ([\d,]+) / ([\d,]+) tokens")

@@ -18,7 +18,8 @@ from pytestqt.qtbot import QtBot
 from app.main import build_window
 from app.services.chat_store import ChatStore
 from app.ui.main_window import MainWindow
-from engine.runtime import LoadParams, Model, SamplingParams
+from engine.host.runtime import Model
+from engine.settings import LoadParams, SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")

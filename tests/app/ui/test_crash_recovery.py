@@ -20,7 +20,7 @@ from pytestqt.qtbot import QtBot
 
 from app.main import build_window
 from app.services.chat_store import ChatStore, auto_title, default_store_path
-from engine.runtime import SamplingParams
+from engine.settings import SamplingParams
 
 pytestmark = [pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints"),
               pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")]

@@ -12,8 +12,8 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.services.paths import AppPaths
-from engine.load_probe import FirstLoads
-from engine.native_load import FAULT_ENV
+from engine.native.load_probe import FirstLoads
+from engine.native.native_load import FAULT_ENV
 from tests.app.ui.test_ui_window import close_window, open_window
 from tests.app.ui.ui_signal_log import SignalLog
 

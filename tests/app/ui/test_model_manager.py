@@ -17,9 +17,10 @@ from app.services.hub import HubClient, header_fit
 from app.services.library import ModelLibrary
 from app.services.secrets import TokenStore
 from app.ui.model_manager import ModelManagerView
-from engine.gguf import human_bytes
-from engine.hardware import GiB, cpu_only
-from engine.runtime import LoadParams, Model, SamplingParams
+from engine.host.runtime import Model
+from engine.memory.hardware import GiB, cpu_only
+from engine.model.gguf import human_bytes
+from engine.settings import LoadParams, SamplingParams
 from tests.hub_emulator import HubEmulator, running_hub, tiny_gguf
 
 REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"

@@ -25,12 +25,12 @@ from app.ui.connections_dialog import ConnectionsDialog
 from app.ui.engine_picker import Binding, EnginePicker
 from app.ui.main_window import MainWindow
 from app.ui.worker import EngineHost, EngineWorker, LoadedModel, RemoteTarget
-from engine import cpu_kernels
-from engine.chat_engine import EmbeddedEngine
-from engine.cpu_kernels import Exactness, batch_exactness
-from engine.gguf import read_gguf
-from engine.remote import RemoteEngine
-from engine.runtime import SamplingParams, resolve_flash_attn, use_extra_buffers
+from engine.host.chat_engine import EmbeddedEngine
+from engine.memory import cpu_kernels
+from engine.memory.cpu_kernels import Exactness, batch_exactness
+from engine.model.gguf import read_gguf
+from engine.remote.engines import RemoteEngine
+from engine.settings import SamplingParams, resolve_flash_attn, use_extra_buffers
 from tests.app.ui.remote_server import API_KEY, Served, start_server
 from tests.app.ui.ui_signal_log import SignalLog
 from tests.exactness import assert_same_greedy

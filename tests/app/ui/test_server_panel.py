@@ -23,8 +23,8 @@ from app.services.secrets import SecretStore
 from app.ui.memory_adapter import engine_estimator
 from app.ui.server_panel import NO_MODEL_TIP, REMOTE_TIP, RequestLogModel, ServerPanel
 from app.ui.worker import LoadedModel, RemoteTarget
-from engine.runtime import LoadParams, SamplingParams
 from engine.server.request_log import RequestRecord
+from engine.settings import LoadParams, SamplingParams
 from tests.memory_keyring import MemoryKeyring
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints",

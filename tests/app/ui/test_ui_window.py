@@ -22,7 +22,8 @@ from app.ui.chat_model import ChatModel
 from app.ui.chat_view import CodeBlock, format_stats
 from app.ui.library_model import LibraryModel
 from app.ui.main_window import MainWindow
-from engine.runtime import GenerationStats, SamplingParams
+from engine.host.runtime import GenerationStats
+from engine.settings import SamplingParams
 from tests.app.ui.ui_signal_log import SignalLog
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16)

@@ -11,7 +11,8 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.ui.worker import EngineHost, EngineWorker, LoadedModel
-from engine.runtime import GenerationStats, LoadParams, Model, SamplingParams
+from engine.host.runtime import GenerationStats, Model
+from engine.settings import LoadParams, SamplingParams
 from tests.app.ui.ui_signal_log import SignalLog
 
 PARAMS = LoadParams(n_ctx=2048, n_threads=2)

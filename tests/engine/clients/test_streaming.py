@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.clients import ClientError, StreamingClient
+from engine.remote.streaming import ClientError, StreamingClient
 from tests.engine.clients.bench_servers import FaultServer, free_port, llama_cpp_server
 
 MSG = [{"role": "user", "content": "Name three colours."}]

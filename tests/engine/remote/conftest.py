@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.remote import RemoteEndpoint
+from engine.remote.engines import RemoteEndpoint
 from tests.engine.clients.bench_servers import candlewick_serve, llama_cpp_server
 
 API_KEY = "remote-test-key-0123"

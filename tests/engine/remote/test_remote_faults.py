@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from engine.chat_engine import ChatEngine, ReplyStream
-from engine.clients.streaming import StreamingClient
-from engine.remote import (
+from engine.errors import EngineError
+from engine.host.chat_engine import ChatEngine, ReplyStream
+from engine.remote.engines import (
     RemoteAuthError,
     RemoteConnectionError,
     RemoteDroppedError,
@@ -29,7 +29,8 @@ from engine.remote import (
     RemoteHTTPError,
     RemoteTimeoutError,
 )
-from engine.runtime import EngineError, SamplingParams
+from engine.remote.streaming import StreamingClient
+from engine.settings import SamplingParams
 from tests.engine.clients.bench_servers import FaultServer, free_port
 
 MSG = [{"role": "user", "content": "Count to three."}]

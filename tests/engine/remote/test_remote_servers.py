@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from engine.chat_engine import ChatEngine, EmbeddedEngine, ReplyStream
-from engine.remote import (
+from engine.host.chat_engine import ChatEngine, EmbeddedEngine, ReplyStream
+from engine.host.runtime import GenerationStats, Model
+from engine.remote.engines import (
     RemoteAuthError,
     RemoteConnectionError,
     RemoteDroppedError,
     RemoteEndpoint,
     RemoteEngine,
 )
-from engine.runtime import GenerationStats, Model, SamplingParams
+from engine.settings import SamplingParams
 from tests.engine.clients.bench_servers import candlewick_serve
 from tests.engine.remote.conftest import API_KEY
 

@@ -9,8 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
-from engine.runtime import LoadParams, Model
+from engine.host.runtime import Model
 from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
+from engine.settings import LoadParams
 
 API_KEY = "test-key-0123456789"
 

@@ -3,8 +3,8 @@ counted in /metrics."""
 
 from __future__ import annotations
 
-from engine.runtime import resolve_flash_attn
 from engine.server import LoadedModel
+from engine.settings import resolve_flash_attn
 from tests.engine.server.conftest import N_SLOTS, http
 
 

@@ -9,9 +9,10 @@ import threading
 import time
 from collections.abc import Iterator
 
-from engine.chat_engine import EngineKind, Messages
-from engine.context_policy import ContextPolicy
-from engine.runtime import GenerationStats, SamplingParams
+from engine.host.chat_engine import EngineKind, Messages
+from engine.host.context_policy import ContextPolicy
+from engine.host.runtime import GenerationStats
+from engine.settings import SamplingParams
 
 PIECE_S = 0.002  # ~500 pieces a second: several pieces per coalesced GUI update
 

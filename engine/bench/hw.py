@@ -164,7 +164,7 @@ def machine_context() -> dict[str, Any]:
     except Exception:
         ctx["llama_cpp_python"] = None
     try:
-        from engine import llama_lib
+        from engine.native import llama_lib
 
         ctx["llama_cpp_system_info"] = llama_lib.system_info()
         ctx["gpu_offload"] = llama_lib.supports_gpu_offload()
@@ -176,7 +176,7 @@ def machine_context() -> dict[str, Any]:
 
 def _gpus() -> list[dict[str, Any]]:
     try:
-        from engine import hardware
+        from engine.memory import hardware
 
         hw = hardware.detect()
         return [g.to_dict() for g in hw.gpus]

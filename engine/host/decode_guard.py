@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.runtime import EngineError
+from engine.errors import EngineError
 
 
 class DecodeRefused(EngineError):
@@ -45,3 +45,13 @@ def check_tokens(tokens: Sequence[int], n_vocab: int) -> None:
     bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
     if bad is not None:
         raise DecodeRefused(f"token id {bad} is outside the vocabulary (0 to {n_vocab - 1})")
+
+
+def decode_error(rc: int) -> str:
+    """The one message for a failed `llama_decode`, whoever called it."""
+    if rc == 1:
+        return ("the context is full (no free KV cache slot for this batch); start a new chat "
+                "or raise the context")
+    if rc == 2:
+        return "decoding was aborted"
+    return f"llama.cpp failed to decode (error {rc})"

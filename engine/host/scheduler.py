@@ -23,7 +23,7 @@ the end moves into it.
 
 Prompt lookup (the model loaded with `speculative=lookup`): while exactly one request is in
 flight and no prompt is being read, its step decodes the next token plus drafts from its own
-prompt and reply (`engine.speculative.PromptLookup`) and keeps the prefix the model agrees
+prompt and reply (`engine.host.speculative.PromptLookup`) and keeps the prefix the model agrees
 with, as `Model.generate` does. With more requests the batch already keeps the hardware busy
 and every drafted position would cost the others, so they decode plainly.
 """
@@ -39,17 +39,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from engine import decode_guard, llama_lib
-from engine.prompt_cache import common_prefix
-from engine.runtime import EngineError, Model, SamplingParams
-from engine.speculative import (
-    DEFAULT_DRAFT_MAX,
-    PromptLookup,
-    propose_drafts,
-    trim_sequence,
-    verify_cost,
-)
-from engine.textstream import TextStream
+from engine.decoding.textstream import TextStream
+from engine.errors import EngineError
+from engine.host import decode_guard
+from engine.host.prompt_cache import common_prefix
+from engine.host.runtime import Model
+from engine.host.speculative import PromptLookup, propose_drafts, trim_sequence, verify_cost
+from engine.native import llama_lib
+from engine.settings import DEFAULT_DRAFT_MAX, SamplingParams
 
 log = logging.getLogger("candlewick.scheduler")
 
@@ -537,7 +534,7 @@ class Scheduler:
             # The batch was not applied: drop what each slot thought it added.
             for s in self._slots:
                 if s.req is not None:
-                    self._finish(s, "error", _decode_error(rc))
+                    self._finish(s, "error", decode_guard.decode_error(rc))
             return
         for s in rows:
             self._sample(s)
@@ -700,12 +697,7 @@ def _runs(busy: list[bool]) -> int:
     return sum(1 for i, b in enumerate(busy) if b and (i == 0 or not busy[i - 1]))
 
 
-def _decode_error(rc: int) -> str:
-    if rc == 1:
-        return "no free KV cache space for this batch"
-    if rc == 2:
-        return "decoding was aborted"
-    return f"llama.cpp failed to decode (error {rc})"
+
 
 
 __all__ = [

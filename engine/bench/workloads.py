@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BUILTIN_DIR = Path(__file__).resolve().parent.parent / "resources" / "workloads"
+BUILTIN_DIR = Path(__file__).resolve().parents[2] / "resources" / "workloads"
 BUILTIN = ("chat", "rag", "code")
 DEFAULT_MAX_TOKENS = 256
 _ROLES = frozenset({"system", "user", "assistant"})

@@ -11,6 +11,7 @@ import atexit
 import contextlib
 import ctypes
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -130,3 +131,34 @@ def amx_kernels_safe() -> bool:
     except AttributeError:
         return False
     return True
+
+
+# llama.cpp ends a refused load with this line; the reason is on a line before it.
+_GENERIC_FAILURES = ("failed to load model",)  # also "... from <path>"
+_GGUF_PARSER = "gguf_init_from_file_impl: "
+_LOG_SOURCE = re.compile(r"^[A-Za-z_][\w:]*: ")  # "llama_model_load: " before the text
+
+
+def last_error(lines: list[str]) -> str:
+    """llama.cpp's own reason for a failure, from its log: the last error line that says
+    more than "failed to load model"."""
+    generic = None
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i]
+        low = line.lower()
+        if line.startswith(_GGUF_PARSER):
+            # ggml's GGUF parser logs the cause first, then generic "failed to read ..." lines
+            while i > 0 and lines[i - 1].startswith(_GGUF_PARSER):
+                i -= 1
+            return lines[i].removeprefix(_GGUF_PARSER).strip()
+        if "error" in low or "failed" in low or "unknown" in low:
+            reason = line.strip()
+            # "f: error loading model: g: error loading model hyperparameters: ..." names the
+            # callers and says it twice: keep the innermost text
+            while (shorter := _LOG_SOURCE.sub("", reason, count=1)
+                   .removeprefix("error loading model: ").strip()) != reason:
+                reason = shorter
+            if not reason.lower().startswith(_GENERIC_FAILURES):
+                return reason
+            generic = generic or reason
+    return generic or "see the log for details"

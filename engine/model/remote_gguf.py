@@ -2,7 +2,7 @@
 
 A GGUF keeps its metadata and tensor table at the start of the file, so the memory estimate
 for a 40 GB model on the Hub costs a few MB of traffic (the vocabulary dominates). The byte
-source plugs into `engine.gguf.parse_gguf`, whose reader fetches growing blocks (64 KiB up to
+source plugs into `engine.model.gguf.parse_gguf`, whose reader fetches growing blocks (64 KiB up to
 1 MiB) and skips long numeric arrays without reading them.
 """
 
@@ -15,7 +15,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from engine.gguf import GGUFError, GGUFFile, parse_gguf
+from engine.model.gguf import GGUFError, GGUFFile, parse_gguf
 
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
@@ -129,7 +129,7 @@ class RemoteHeader:
 def read_remote_gguf(ref: str, *, endpoint: str | None = None, timeout: float = 30.0,
                      check_architecture: bool = True) -> RemoteHeader:
     """Parse the header of `hf:owner/repo/file.gguf` or an http(s) URL, reading only it."""
-    from engine.memory import merge_splits, split_count, split_names
+    from engine.model.gguf import merge_splits, split_count, split_names
 
     url = hf_url(ref, endpoint=endpoint) if ref.startswith("hf:") else ref
     src = HttpRangeSource(url, timeout=timeout)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from engine.cpu_kernels import CpuFeatures
+    from engine.memory.cpu_kernels import CpuFeatures
 
 DeviceKind = Literal["gpu", "igpu", "accel"]
 
@@ -54,7 +54,7 @@ class Hardware:
     can_offload: bool = False  # llama_supports_gpu_offload() of this build (or simulated)
     source: str = "llama.cpp"  # where the GPU list came from: llama.cpp | nvml | simulated | none
     notes: tuple[str, ...] = field(default=())
-    # The CPU features whose kernel rules apply (engine.cpu_kernels); None: this build's.
+    # The CPU features whose kernel rules apply (engine.memory.cpu_kernels); None: this build's.
     # Set it to plan for another CPU (an AMX Xeon, an ARM laptop).
     cpu: CpuFeatures | None = None
 
@@ -121,7 +121,7 @@ def _ggml_lib() -> ctypes.CDLL | None:
 
 def llama_devices() -> list[Device]:
     """GPU-like devices registered in llama.cpp's backend registry, with free/total memory."""
-    from engine import llama_lib
+    from engine.native import llama_lib
 
     llama_lib.lib()  # backends register when llama.cpp initialises
     g = _ggml_lib()
@@ -193,7 +193,7 @@ def nvml_devices() -> list[Device]:
 
 def detect() -> Hardware:
     """The real machine: RAM, llama.cpp's GPU devices (NVML as a fallback), offload support."""
-    from engine import llama_lib
+    from engine.native import llama_lib
 
     total, avail = ram()
     can_offload = llama_lib.supports_gpu_offload()

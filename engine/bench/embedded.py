@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from engine.bench import (
+from engine.bench.harness import (
     BenchConfig,
     EmbeddedTarget,
     ProgressCallback,
@@ -26,8 +26,9 @@ from engine.bench import (
     Tokenizer,
     run_benchmark,
 )
-from engine.bench_workloads import Workload
-from engine.runtime import LoadParams, Model
+from engine.bench.workloads import Workload
+from engine.host.runtime import Model
+from engine.settings import LoadParams
 
 # Room for the unique tag put before each prompt ("[3fa9c1-1-5] ").
 TAG_TOKENS = 32
@@ -74,7 +75,7 @@ def run_embedded_benchmark(
         if slots == 1:
             target = EmbeddedTarget(model, sampling)
         else:
-            from engine.scheduler import Scheduler
+            from engine.host.scheduler import Scheduler
 
             scheduler = Scheduler(model, n_slots=slots)
             closers.append(scheduler.close)

@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from engine.gguf import ArraySummary, GGUFFile, file_type_name, ggml_type_name
+from engine.model.gguf import ArraySummary, GGUFFile, file_type_name, ggml_type_name
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A llama.cpp load that reads no weights and allocates nothing, run as a child process.
 
-`python -m engine.native_load` reads a `NativeLoad` as JSON on stdin, creates the model and a
+`python -m engine.native.native_load` reads a `NativeLoad` as JSON on stdin, creates the model and a
 context with `no_alloc` (llama.cpp parses the header, loads the vocabulary, creates every
 tensor and reserves the compute graph, which is where a broken file makes it assert),
 optionally tokenizes a sample text, and writes `{"stage": ..., "log": [...]}` as the last
@@ -9,7 +9,7 @@ aborts the process, the parent reads the assert from the dead child's stderr.
 
 The child is kept lean so it costs little more than the in-process dry run: it imports the
 ctypes bindings without the `llama_cpp` package's `__init__` (which pulls in numpy and the
-high-level API, ~0.15 s) and nothing from the rest of the engine. engine.load_probe runs it.
+high-level API, ~0.15 s) and nothing from the rest of the engine. engine.native.load_probe runs it.
 """
 
 from __future__ import annotations

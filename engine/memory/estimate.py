@@ -33,16 +33,28 @@ from typing import Any, Literal
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from engine import cpu_kernels, llama_lib
-from engine.cpu_kernels import CpuFeatures
-from engine.facts import swa_layer_pattern
-from engine.gguf import ArraySummary, GGUFFile, TensorInfo, read_gguf
-from engine.gguf_semantics import check_model
-from engine.hardware import Device, GiB, Hardware, MiB
-from engine.native_load import NativeLoad
-from engine.runtime import (
+from engine.errors import EngineError
+from engine.memory import cpu_kernels
+from engine.memory.cpu_kernels import CpuFeatures
+from engine.memory.hardware import Device, GiB, Hardware, MiB
+from engine.memory.hardware import detect as detect_hardware
+from engine.model.facts import swa_layer_pattern
+from engine.model.gguf import (
+    ArraySummary,
+    GGUFFile,
+    TensorInfo,
+    merge_splits,
+    read_gguf,
+    split_count,
+    split_names,
+)
+from engine.model.semantics import check_model
+from engine.native import llama_lib
+from engine.native.load_probe import run_in_child
+from engine.native.native_load import NativeLoad
+from engine.settings import (
+    FLASH_TYPES,
     KV_TYPES,
-    EngineError,
     FlashAttn,
     GpuLayers,
     LoadParams,
@@ -144,7 +156,7 @@ class ModelSpec:
     output_bytes: int  # output norm + output matrix
     tied_output_bytes: int  # token embedding duplicated on the output device when tied
     recurrent: bool  # has a recurrent state (Mamba, RWKV, hybrids): not modelled analytically
-    # Repacked copies (AMX or CPU_REPACK, `engine.cpu_kernels`) of each CPU layer's matrices
+    # Repacked copies (AMX or CPU_REPACK, `engine.memory.cpu_kernels`) of each CPU layer's matrices
     # and of the output matrix, made when extra buffers are on; and the buffers they go to.
     copy_layer_bytes: tuple[int, ...] = ()
     copy_output_bytes: int = 0
@@ -495,31 +507,26 @@ def dry_run(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: int =
 
 def _dry_run_in_child(path: str | os.PathLike[str], p: EstimateParams,
                       n_gpu_layers: int) -> DryRun:
-    from engine.load_probe import run_in_child
-    from engine.runtime import _FLASH, _last_error
-
     p.validate()
     load = NativeLoad(
         path=str(path), n_gpu_layers=n_gpu_layers,
         use_extra_bufts=use_extra_buffers(p.extra_buffers), n_ctx=p.n_ctx, n_batch=p.n_batch,
         n_ubatch=p.n_ubatch, n_seq_max=p.n_seq_max,
-        flash_attn_type=_FLASH[resolve_flash_attn(p.flash_attn, p.type_v)],
+        flash_attn_type=FLASH_TYPES[resolve_flash_attn(p.flash_attn, p.type_v)],
         type_k=KV_TYPES[p.type_k], type_v=KV_TYPES[p.type_v], embeddings=p.embeddings,
         swa_full=p.swa_full, kv_unified=p.kv_unified)
     res = run_in_child(load, doing="sizing")
     name = Path(path).name
     if res.stage == "model":
-        raise EngineError(f"llama.cpp could not read {name}: {_last_error(list(res.log))}")
+        raise EngineError(f"llama.cpp could not read {name}: {llama_lib.last_error(list(res.log))}")
     if res.stage != "ok":
         raise EngineError(f"llama.cpp could not size a context for {name}: "
-                          f"{_last_error(list(res.log))}")
+                          f"{llama_lib.last_error(list(res.log))}")
     return _sizes_from_log(res.log)
 
 
 def _dry_run_here(path: str | os.PathLike[str], p: EstimateParams,
                   n_gpu_layers: int = 0) -> DryRun:
-    from engine.runtime import _FLASH, _last_error
-
     p.validate()
     C = llama_lib.lib()
     mp = C.llama_model_default_params()
@@ -531,7 +538,7 @@ def _dry_run_here(path: str | os.PathLike[str], p: EstimateParams,
     with _dry_run_lock, llama_lib.capture_log() as lines:
         model = C.llama_model_load_from_file(str(path).encode(), mp)
         if not model:
-            raise EngineError(f"llama.cpp could not read {name}: {_last_error(lines)}")
+            raise EngineError(f"llama.cpp could not read {name}: {llama_lib.last_error(lines)}")
         try:
             cp = C.llama_context_default_params()
             cp.n_ctx = p.n_ctx
@@ -539,7 +546,7 @@ def _dry_run_here(path: str | os.PathLike[str], p: EstimateParams,
             cp.n_ubatch = min(p.n_ubatch, p.n_batch)
             cp.n_seq_max = p.n_seq_max
             cp.n_threads = cp.n_threads_batch = 1
-            cp.flash_attn_type = _FLASH[resolve_flash_attn(p.flash_attn, p.type_v)]
+            cp.flash_attn_type = FLASH_TYPES[resolve_flash_attn(p.flash_attn, p.type_v)]
             cp.type_k = KV_TYPES[p.type_k]
             cp.type_v = KV_TYPES[p.type_v]
             cp.embeddings = p.embeddings
@@ -548,7 +555,7 @@ def _dry_run_here(path: str | os.PathLike[str], p: EstimateParams,
             ctx = C.llama_init_from_model(model, cp)
             if not ctx:
                 raise EngineError(f"llama.cpp could not size a context for {name}: "
-                                  f"{_last_error(lines)}")
+                                  f"{llama_lib.last_error(lines)}")
             C.llama_free(ctx)
         finally:
             C.llama_model_free(model)
@@ -578,29 +585,6 @@ def _sizes_from_log(lines: tuple[str, ...]) -> DryRun:
 Source = str | os.PathLike[str] | GGUFFile
 
 
-_SPLIT_NAME = re.compile(r"^(.*)-(\d{5})-of-(\d{5})\.gguf$")
-
-
-def split_names(name: str, count: int) -> list[str] | None:
-    """File names of all parts of a split GGUF (llama.cpp's `-00001-of-0000N.gguf` scheme)."""
-    m = _SPLIT_NAME.match(name)
-    if not m or count < 2:
-        return None
-    return [f"{m.group(1)}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
-
-
-def merge_splits(parts: Sequence[GGUFFile]) -> GGUFFile:
-    """One header with the tensors of every part (weights are spread over the parts)."""
-    first = parts[0]
-    return replace(first, tensors=[t for gf in parts for t in gf.tensors],
-                   file_size=sum(gf.file_size for gf in parts), _by_name={})
-
-
-def split_count(gf: GGUFFile) -> int:
-    n = gf.metadata.get("split.count", 1)
-    return int(n) if isinstance(n, int) else 1
-
-
 def _load(source: Source) -> tuple[GGUFFile, Path | None]:
     if isinstance(source, GGUFFile):
         return source, None
@@ -619,19 +603,17 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
              path: str | os.PathLike[str] | None = None) -> MemoryEstimate:
     """Estimate memory for a model (a path, or a parsed header) with these settings.
 
-    `hardware` defaults to this machine (`engine.hardware.detect()`); pass a simulated one for
-    "what if" planning. `method='auto'` dry-runs local files and falls back to the analytic
+    `hardware` defaults to this machine (`engine.memory.hardware.detect()`); pass a simulated
+    one for "what if" planning. `method='auto'` dry-runs local files and falls back to the analytic
     model for headers without a file (remote) or architectures llama.cpp cannot size.
     """
-    from engine import hardware as hw_mod
-
     p = params or EstimateParams()
     p.validate()
     gf, file_path = _load(source)
     check_model(gf)  # the dry run loads the file into llama.cpp
     if path is not None:
         file_path = Path(path)
-    hw = hardware if hardware is not None else hw_mod.detect()
+    hw = hardware if hardware is not None else detect_hardware()
     # Plan with flash attention as the engine would resolve 'auto' on this hardware.
     p = replace(p, flash_attn=resolve_flash_attn(p.flash_attn, p.type_v,
                                                  gpu=bool(hw.offload_devices)))

@@ -16,7 +16,7 @@ Errors are `EngineError`s (remote ones are `engine.remote.RemoteError` subclasse
 the partial answer). `reply()` may raise before any text (a context that cannot hold the
 conversation, an unknown template); iteration may raise part-way.
 
-`EmbeddedEngine` adapts `engine.runtime.Model`: it fits the conversation to the context with
+`EmbeddedEngine` adapts `engine.host.runtime.Model`: it fits the conversation to the context with
 the chosen policy and continues a cut-off answer by ending the prompt with it. A remote engine
 does no fitting: the server owns its context and decides.
 """
@@ -28,8 +28,10 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from engine.context_policy import ContextPolicy, fit_messages
-from engine.runtime import EngineError, Generation, GenerationStats, Model, SamplingParams
+from engine.errors import EngineError
+from engine.host.context_policy import ContextPolicy, fit_messages
+from engine.host.runtime import Generation, GenerationStats, Model
+from engine.settings import SamplingParams
 
 EngineKind = Literal["embedded", "remote"]
 Messages = Sequence[Mapping[str, Any]]
@@ -95,7 +97,7 @@ class ChatEngine(Protocol):
 
 
 class EmbeddedReply:
-    """A `ReplyStream` over `engine.runtime.Generation`."""
+    """A `ReplyStream` over `engine.host.runtime.Generation`."""
 
     def __init__(self, gen: Generation, dropped: int = 0) -> None:
         self.generation = gen

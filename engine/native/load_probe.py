@@ -1,7 +1,7 @@
 """Try llama.cpp on a file in a child process first, so that an abort inside it cannot end
 the app.
 
-`run_in_child` runs an `engine.native_load.NativeLoad` (a load that reads no weights and
+`run_in_child` runs an `engine.native.native_load.NativeLoad` (a load that reads no weights and
 allocates nothing) in a child: the memory dry run on builds that can offload, and the
 first-load probe. A child killed by a signal becomes a one-line EngineError naming the signal
 and llama.cpp's last words ("llama.cpp crashed while loading m.gguf (SIGABRT):
@@ -28,8 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from engine.native_load import NativeLoad
-from engine.runtime import EngineError, _last_error
+from engine.errors import EngineError
+from engine.native.llama_lib import last_error as _last_error
+from engine.native.native_load import NativeLoad
 
 log = logging.getLogger("candlewick.engine")
 
@@ -58,7 +59,7 @@ def run_in_child(load: NativeLoad, *, doing: str, timeout_s: float = PROBE_TIMEO
     env = {"GGML_NO_BACKTRACE": "1", **os.environ,
            "PYTHONPATH": os.pathsep.join(x for x in sys.path if x)}
     try:
-        r = subprocess.run([sys.executable, "-S", "-m", "engine.native_load"],
+        r = subprocess.run([sys.executable, "-S", "-m", "engine.native.native_load"],
                            input=load.to_json(), capture_output=True, text=True,
                            timeout=timeout_s, env=env, check=False)
     except subprocess.TimeoutExpired:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -443,3 +444,28 @@ def _read_value(r: _Reader, vtype: int, key: str, name: str) -> Any:
             raise GGUFError(f"{name}: corrupt GGUF: nested arrays in '{key}' are not supported")
         raise GGUFError(f"{name}: corrupt GGUF: array '{key}' has unknown item type {item_type}")
     raise GGUFError(f"{name}: corrupt GGUF: metadata '{key}' has unknown value type {vtype}")
+
+
+# -- split models (llama.cpp's `-00001-of-0000N.gguf` parts) --------------------------------
+
+_SPLIT_NAME = re.compile(r"^(.*)-(\d{5})-of-(\d{5})\.gguf$")
+
+
+def split_names(name: str, count: int) -> list[str] | None:
+    """File names of all parts of a split GGUF (llama.cpp's `-00001-of-0000N.gguf` scheme)."""
+    m = _SPLIT_NAME.match(name)
+    if not m or count < 2:
+        return None
+    return [f"{m.group(1)}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)]
+
+
+def merge_splits(parts: Sequence[GGUFFile]) -> GGUFFile:
+    """One header with the tensors of every part (weights are spread over the parts)."""
+    first = parts[0]
+    return replace(first, tensors=[t for gf in parts for t in gf.tensors],
+                   file_size=sum(gf.file_size for gf in parts), _by_name={})
+
+
+def split_count(gf: GGUFFile) -> int:
+    n = gf.metadata.get("split.count", 1)
+    return int(n) if isinstance(n, int) else 1

@@ -2,13 +2,13 @@
 
 A *target* runs one request and returns a `RequestTrace` (timestamps and token counts):
 
-- `EmbeddedTarget` drives `engine.runtime.Model` in this process, one request at a time.
+- `EmbeddedTarget` drives `engine.host.runtime.Model` in this process, one request at a time.
 - `SchedulerTarget` drives the continuous-batching scheduler in this process (concurrency > 1).
-- `HttpTarget` streams from any OpenAI- or Ollama-compatible server (`engine.clients`).
+- `HttpTarget` streams from any OpenAI- or Ollama-compatible server (`engine.remote.streaming`).
 
 `run_benchmark` sends `requests` requests per level with at most `concurrency` in flight,
 samples the serving process's peak memory, and turns the traces into `LevelMetrics`
-(`engine.bench_metrics`). The result is a plain dict, ready for JSON, with the hardware and
+(`engine.bench.metrics`). The result is a plain dict, ready for JSON, with the hardware and
 software context, so two results from different machines or runtimes can be compared.
 """
 
@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from engine import llama_lib
-from engine.bench_hw import PeakSampler, machine_context, measure_read_bandwidth
-from engine.bench_metrics import (
+from engine.bench.hw import PeakSampler, machine_context, measure_read_bandwidth
+from engine.bench.metrics import (
     LevelMetrics,
     RequestTrace,
     Roofline,
@@ -39,17 +38,20 @@ from engine.bench_metrics import (
     max_concurrency_meeting_slo,
     percentile,
 )
-from engine.bench_workloads import Prompt, Workload
-from engine.clients.streaming import StreamingClient
-from engine.facts import model_facts
-from engine.gguf import GGUFFile, read_gguf
-from engine.gguf_semantics import check_model
-from engine.load_probe import FirstLoads
-from engine.native_load import NativeLoad
-from engine.runtime import EngineError, Model, SamplingParams, use_extra_buffers
-from engine.scheduler import Event as SchedulerEvent
-from engine.scheduler import Finished, Scheduler
-from engine.templates import ChatTemplate
+from engine.bench.workloads import Prompt, Workload
+from engine.errors import EngineError
+from engine.host.runtime import Model
+from engine.host.scheduler import Event as SchedulerEvent
+from engine.host.scheduler import Finished, Scheduler
+from engine.model.facts import model_facts
+from engine.model.gguf import GGUFFile, read_gguf
+from engine.model.semantics import check_model
+from engine.model.templates import ChatTemplate
+from engine.native import llama_lib
+from engine.native.load_probe import FirstLoads
+from engine.native.native_load import NativeLoad
+from engine.remote.streaming import StreamingClient
+from engine.settings import SamplingParams, use_extra_buffers
 
 SCHEMA = "candlewick-bench/1"
 

@@ -31,8 +31,8 @@ from typing import Literal
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from engine import llama_lib
-from engine.gguf import TensorInfo
+from engine.model.gguf import TensorInfo
+from engine.native import llama_lib
 
 ExtraBuffer = Literal["AMX", "CPU_REPACK"]
 

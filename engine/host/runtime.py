@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -22,121 +21,38 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine import cpu_kernels, llama_lib
-from engine.gguf import GGUFError, GGUFFile, read_gguf
-from engine.gguf_semantics import check_model
-from engine.native_load import NativeLoad
-from engine.prompt_cache import PromptStateCache, common_prefix
-from engine.templates import ChatTemplate
-from engine.textstream import TextStream
+from engine.decoding.textstream import TextStream
+from engine.errors import EngineError, LoadCancelled
+from engine.host import decode_guard
+from engine.host.prompt_cache import PromptStateCache, common_prefix
+from engine.memory import cpu_kernels, hardware
+from engine.memory import estimate as memory
+from engine.model.gguf import GGUFFile, read_gguf
+from engine.model.semantics import check_model
+from engine.model.templates import ChatTemplate
+from engine.native import llama_lib
+from engine.native.native_load import NativeLoad
+from engine.settings import (
+    FLASH_TYPES,
+    KV_TYPES,
+    FlashAttn,
+    GpuLayers,
+    LoadParams,
+    SamplingParams,
+    default_threads,
+    resolve_flash_attn,
+    use_extra_buffers,
+)
 
 if TYPE_CHECKING:
-    from engine.load_probe import FirstLoads
-    from engine.speculative import SpeculativeSettings, Speculator
+    from engine.host.speculative import Speculator
+    from engine.native.load_probe import FirstLoads
 
-FlashAttn = Literal["on", "off", "auto"]
-GpuLayers = int | Literal["auto", "all"]
-KV_TYPES: dict[str, int] = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7,
-                            "q8_0": 8, "bf16": 30}
-_FLASH = {"auto": -1, "off": 0, "on": 1}
 # Histories shorter than this are cheaper to re-process than to snapshot.
 MIN_SNAPSHOT_TOKENS = 64
 MIN_RESTORE_GAIN = 32
 
 
-class EngineError(RuntimeError):
-    """Something went wrong in the engine; `str()` is a one-line message for the user."""
-
-
-class LoadCancelled(EngineError):
-    pass
-
-
-def default_threads() -> int:
-    """Physical cores: llama.cpp decode is memory-bound and hyper-threads only add contention."""
-    try:
-        import psutil
-
-        n = psutil.cpu_count(logical=False)
-    except Exception:
-        n = None
-    return max(1, n or os.cpu_count() or 1)
-
-
-@dataclass(frozen=True)
-class LoadParams:
-    n_ctx: int = 4096
-    n_gpu_layers: GpuLayers = "auto"
-    n_threads: int | None = None
-    n_threads_batch: int | None = None
-    n_batch: int = 512
-    n_ubatch: int = 512
-    flash_attn: FlashAttn = "auto"
-    type_k: str = "f16"
-    type_v: str = "f16"
-    n_seq_max: int = 1
-    use_mmap: bool = True
-    embeddings: bool = False
-    # CPU "extra buffer" types (weight repacking, AMX). None = auto: off when the build uses
-    # AMX, whose kernels crash on multi-token batches on the VMs we test on (see DESIGN notes).
-    extra_buffers: bool | None = None
-    # RAM budget for KV snapshots of recently left conversations (0 disables it).
-    state_cache_mb: int = 256
-    # Speculative decoding for every generation of this model (a draft model is loaded and
-    # checked with it); None or mode "off": plain decoding.
-    speculative: SpeculativeSettings | None = None
-
-    @property
-    def drafting(self) -> bool:
-        return self.speculative is not None and self.speculative.mode != "off"
-
-    def validate(self) -> None:
-        if self.n_ctx < 16:
-            raise EngineError(f"context length {self.n_ctx} is too small (minimum 16)")
-        for name in ("type_k", "type_v"):
-            if getattr(self, name) not in KV_TYPES:
-                raise EngineError(
-                    f"unknown KV cache type {getattr(self, name)!r} "
-                    f"(choose from {', '.join(KV_TYPES)})"
-                )
-        if self.type_v not in ("f16", "f32", "bf16") and self.flash_attn == "off":
-            raise EngineError("a quantized V cache needs flash attention (--flash-attn on/auto)")
-        if self.flash_attn not in _FLASH:
-            raise EngineError(f"flash attention must be on, off or auto, not {self.flash_attn!r}")
-        if isinstance(self.n_gpu_layers, int) and self.n_gpu_layers < 0:
-            raise EngineError("GPU layers must be 0 or more, 'auto' or 'all'")
-        if self.n_batch < 1 or self.n_ubatch < 1 or self.n_seq_max < 1:
-            raise EngineError("batch sizes and parallel sequences must be at least 1")
-        if self.speculative is not None:
-            self.speculative.validate()
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
-    seed: int | None = None
-    max_tokens: int = 512
-    stop: tuple[str, ...] = ()
-
-    def validate(self) -> None:
-        if self.temperature < 0:
-            raise EngineError("temperature must be 0 or more")
-        if not 0 < self.top_p <= 1:
-            raise EngineError("top_p must be in (0, 1]")
-        if not 0 <= self.min_p <= 1:
-            raise EngineError("min_p must be in [0, 1]")
-        if self.repeat_penalty <= 0:
-            raise EngineError("repeat_penalty must be greater than 0")
-        if self.max_tokens < 1:
-            raise EngineError("max_tokens must be at least 1")
-
-
-# "error": a remote stream that failed part-way (the partial text is kept; see engine.remote).
 StopReason = Literal["stop", "length", "stop_string", "cancelled", "context_full", "error"]
 MeasuredOn = Literal["engine", "client"]
 
@@ -200,7 +116,7 @@ class Model:
         first_loads: FirstLoads | None = None,
     ) -> None:
         """`first_loads`: try a file that never loaded before in a child process first
-        (engine.load_probe), so that an abort inside llama.cpp cannot end this process."""
+        (engine.native.load_probe), so that an abort inside llama.cpp cannot end this process."""
         self.params = params or LoadParams()
         self.params.validate()
         self.first_loads = first_loads
@@ -220,8 +136,6 @@ class Model:
             if self.params.state_cache_mb > 0 else None
         )
         t0 = time.perf_counter()
-        from engine import hardware, memory  # memory imports this module
-
         rss0 = hardware.process_rss()
 
         mp = C.llama_model_default_params()
@@ -236,7 +150,7 @@ class Model:
         # `exactness` (below, once flash attention is settled) is the whole guarantee.
         weights_exact = cpu_kernels.weights_exactness(self.gguf.tensors, cpu,
                                                       extra_buffers=extra, tied_output=tied)
-        # AMX kernels in use: the verification cost curve differs (engine.speculative).
+        # AMX kernels in use: the verification cost curve differs (engine.host.speculative).
         self.amx_weights = extra and cpu.amx_int8
 
         def on_progress(p: float, _user: Any) -> bool:
@@ -260,7 +174,7 @@ class Model:
         cp.n_seq_max = self.params.n_seq_max
         cp.n_threads = n_threads
         cp.n_threads_batch = self.params.n_threads_batch or n_threads
-        cp.flash_attn_type = _FLASH[flash]
+        cp.flash_attn_type = FLASH_TYPES[flash]
         cp.type_k = KV_TYPES[self.params.type_k]
         cp.type_v = KV_TYPES[self.params.type_v]
         cp.embeddings = self.params.embeddings
@@ -277,13 +191,13 @@ class Model:
                 if cancel is not None and cancel.is_set():
                     raise LoadCancelled("loading was cancelled")
                 raise EngineError(f"llama.cpp could not load {self.path.name}: "
-                                  f"{_last_error(lines)}")
+                                  f"{llama_lib.last_error(lines)}")
             self._vocab = C.llama_model_get_vocab(self._model)
             self._ctx = C.llama_init_from_model(self._model, cp)
             if not self._ctx:
                 self.close()
                 raise EngineError(f"llama.cpp could not create a context for {self.path.name}: "
-                                  f"{_last_error(lines)}")
+                                  f"{llama_lib.last_error(lines)}")
         if first_loads is not None:
             first_loads.remember(self.path)
         self.n_ctx = int(C.llama_n_ctx(self._ctx))
@@ -307,7 +221,8 @@ class Model:
             log=list(lines),
         )
         # Whether greedy output is the same however tokens are batched, for these settings on
-        # this build and CPU (engine.cpu_kernels); tests and speculation rely on nothing else.
+        # this build and CPU (engine.memory.cpu_kernels); tests and speculation rely on
+        # nothing else.
         self.flash_attn_on = _flash_enabled(lines, flash)
         self.exactness = cpu_kernels.batch_exactness(
             self.gguf.tensors, cpu, extra_buffers=extra, flash_attn=self.flash_attn_on,
@@ -321,7 +236,7 @@ class Model:
         )
         self.speculator: Speculator | None = None
         if self.params.drafting:
-            from engine.speculative import Speculator  # it imports this module
+            from engine.host.speculative import Speculator  # it imports this module
 
             assert self.params.speculative is not None
             try:
@@ -502,7 +417,6 @@ class Model:
         self._cached = tokens[:n_common]
         rest = tokens[n_common:]
         n_batch = self.n_batch
-        from engine import decode_guard  # it imports this module
 
         decode_guard.check_room(n_common, len(rest), self.n_ctx_seq)
         decode_guard.check_tokens(rest, self.n_vocab)
@@ -514,7 +428,7 @@ class Model:
             rc = C.llama_decode(self._ctx, C.llama_batch_get_one(arr, len(chunk)))
             if rc != 0:
                 self.reset_cache()
-                raise EngineError(_decode_error(rc))
+                raise EngineError(decode_guard.decode_error(rc))
             self._cached.extend(chunk)
         return n_common
 
@@ -737,7 +651,7 @@ def _plain_tokens(gen: Generation, chain: Any) -> Generator[int, None, None]:
         rc = decode(ctx, batch)
         if rc != 0:
             m.reset_cache()
-            raise EngineError(_decode_error(rc))
+            raise EngineError(decode_guard.decode_error(rc))
         cached.append(tok)
 
 
@@ -746,43 +660,7 @@ def _plain_tokens(gen: Generation, chain: Any) -> Generator[int, None, None]:
 TokenSource = Callable[["Generation", Any], Generator[int, None, None]]
 
 
-def _decode_error(rc: int) -> str:
-    if rc == 1:
-        return "the context is full (no free KV cache slot); start a new chat or raise the context"
-    if rc == 2:
-        return "decoding was aborted"
-    return f"llama.cpp failed to decode (error {rc})"
 
-
-# llama.cpp ends a refused load with this line; the reason is on a line before it.
-_GENERIC_FAILURES = ("failed to load model",)  # also "... from <path>"
-_GGUF_PARSER = "gguf_init_from_file_impl: "
-_LOG_SOURCE = re.compile(r"^[A-Za-z_][\w:]*: ")  # "llama_model_load: " before the text
-
-
-def _last_error(lines: list[str]) -> str:
-    """llama.cpp's own reason for a failure, from its log: the last error line that says
-    more than "failed to load model"."""
-    generic = None
-    for i in range(len(lines) - 1, -1, -1):
-        line = lines[i]
-        low = line.lower()
-        if line.startswith(_GGUF_PARSER):
-            # ggml's GGUF parser logs the cause first, then generic "failed to read ..." lines
-            while i > 0 and lines[i - 1].startswith(_GGUF_PARSER):
-                i -= 1
-            return lines[i].removeprefix(_GGUF_PARSER).strip()
-        if "error" in low or "failed" in low or "unknown" in low:
-            reason = line.strip()
-            # "f: error loading model: g: error loading model hyperparameters: ..." names the
-            # callers and says it twice: keep the innermost text
-            while (shorter := _LOG_SOURCE.sub("", reason, count=1)
-                   .removeprefix("error loading model: ").strip()) != reason:
-                reason = shorter
-            if not reason.lower().startswith(_GENERIC_FAILURES):
-                return reason
-            generic = generic or reason
-    return generic or "see the log for details"
 
 
 def _native_load(path: Path, mp: Any, cp: Any) -> NativeLoad:
@@ -795,43 +673,6 @@ def _native_load(path: Path, mp: Any, cp: Any) -> NativeLoad:
         n_seq_max=int(cp.n_seq_max), flash_attn_type=int(cp.flash_attn_type),
         type_k=int(cp.type_k), type_v=int(cp.type_v), embeddings=bool(cp.embeddings),
         swa_full=bool(cp.swa_full), kv_unified=bool(cp.kv_unified))
-
-
-def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = None,
-                       drafting: bool = False, batch_exact: bool = True) -> FlashAttn:
-    """What 'auto' means here. A quantized V cache needs flash attention, and so does
-    speculative decoding (`drafting`) where the weight kernels are batch-consistent
-    (`batch_exact`: the weights' half of `cpu_kernels.batch_exactness`): only with it do
-    llama.cpp's CPU kernels give a token the same logits alone and inside a verification batch
-    (docs/speculative.md). Where the weights' kernels differ between one row and many, no
-    setting gives that, so drafting keeps the faster default. With a GPU,
-    llama.cpp's own choice stands. On a CPU-only build it is off: this llama.cpp's CPU
-    flash-attention kernel slows down as the context fills (SmolLM2, 2 threads, 2,000 tokens of
-    history: decode 23 t/s with it, 44 t/s without; an 18-token follow-up takes 570 ms vs
-    131 ms), and a chat spends most of its time at long contexts. `gpu` says whether a GPU
-    takes part (None: whether this build can offload)."""
-    if requested != "auto":
-        return requested
-    if (drafting and batch_exact) or type_v not in ("f16", "f32", "bf16"):
-        return "on"
-    if gpu is None:
-        gpu = llama_lib.supports_gpu_offload()
-    return "auto" if gpu else "off"
-
-
-def use_extra_buffers(requested: bool | None) -> bool:
-    """Whether llama.cpp may put weights in its CPU extra buffers (repacked and AMX layouts).
-
-    On by default; on an AMX build only when its AMX kernels are safe
-    (`llama_lib.amx_kernels_safe`), otherwise the first multi-token batch would crash the
-    process. Asking for them explicitly on such a build is refused for the same reason.
-    """
-    if not llama_lib.amx_build() or llama_lib.amx_kernels_safe():
-        return True if requested is None else requested
-    if requested:
-        raise EngineError("this llama.cpp build's AMX kernels crash on multi-token batches; "
-                          "rebuild it with `make setup GPU=cpu` to use them")
-    return False
 
 
 def _on_passing_thread(fn: Callable[[], Any]) -> Any:
@@ -893,8 +734,6 @@ def resolve_gpu_layers(requested: GpuLayers, n_layer: int, *, gguf: GGUFFile | N
         if not llama_lib.supports_gpu_offload():
             return 0
         if gguf is not None and params is not None:
-            from engine import hardware, memory
-
             return memory.fit_gpu_layers(gguf, memory.EstimateParams.from_load_params(params),
                                          hardware.detect())
         return n_layer + 1 if n_layer else 999
@@ -902,12 +741,7 @@ def resolve_gpu_layers(requested: GpuLayers, n_layer: int, *, gguf: GGUFFile | N
 
 
 __all__ = [
-    "EngineError",
-    "GGUFError",
     "Generation",
     "GenerationStats",
-    "LoadCancelled",
-    "LoadParams",
     "Model",
-    "SamplingParams",
 ]

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from engine.runtime import EngineError
+from engine.errors import EngineError
 
 ContextPolicy = Literal["drop_oldest", "stop"]
 Messages = Sequence[Mapping[str, Any]]

@@ -1,8 +1,9 @@
 """A chat engine that is a server somewhere else: OpenAI-compatible (SSE) or Ollama (NDJSON).
 
 vLLM, llama-server, llama-cpp-python's server, LM Studio, Ollama and `candlewick serve` all
-speak one of the two dialects. Requests go through `engine.clients.StreamingClient`, the same
-client `candlewick bench --url` measures servers with.
+speak one of the two dialects. Requests go through
+`engine.remote.streaming.StreamingClient`, the same client `candlewick bench --url`
+measures servers with.
 
 Figures are measured here, on the client, from the stream: time to first token from sending
 the request to the first content chunk, generation speed from the first to the last chunk,
@@ -24,8 +25,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engine.chat_engine import EngineKind, Messages
-from engine.clients.streaming import (
+from engine.errors import EngineError
+from engine.host.chat_engine import EngineKind, Messages
+from engine.host.context_policy import ContextPolicy
+from engine.host.runtime import GenerationStats, StopReason
+from engine.remote.streaming import (
     APIS,
     Api,
     ChatStream,
@@ -34,8 +38,7 @@ from engine.clients.streaming import (
     StreamingClient,
     StreamResult,
 )
-from engine.context_policy import ContextPolicy
-from engine.runtime import EngineError, GenerationStats, SamplingParams, StopReason
+from engine.settings import SamplingParams
 
 RemoteErrorKind = Literal["connect", "auth", "timeout", "dropped", "http"]
 

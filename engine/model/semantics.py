@@ -1,6 +1,6 @@
 """Check that the model inside a GGUF file is coherent before llama.cpp loads it.
 
-`engine.gguf` proves the container is sound (sizes, offsets, counts). A sound container can
+`engine.model.gguf` proves the container is sound (sizes, offsets, counts). A sound container can
 still hold an impossible model: a block count of 0 or 1000, seven heads for 576-wide
 embeddings, a vocabulary whose arrays disagree. llama.cpp meets some of these with a
 GGML_ASSERT, which aborts the whole process, and others with a bare "failed to load model".
@@ -23,7 +23,7 @@ from typing import Any
 
 from gguf.constants import MODEL_ARCH, MODEL_ARCH_NAMES, MODEL_TENSOR, MODEL_TENSORS, TENSOR_NAMES
 
-from engine.gguf import ArraySummary, GGUFError, GGUFFile, TensorInfo
+from engine.model.gguf import ArraySummary, GGUFError, GGUFFile, TensorInfo
 
 MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: llama.cpp asserts 0 < block_count <= this
 MAX_EXPERTS = 1024  # LLAMA_MAX_EXPERTS

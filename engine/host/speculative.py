@@ -10,7 +10,7 @@ Why this is exact: every token handed out is the model's own sample at that posi
 once, from the logits plain decoding would see, with the same sampler chain (penalties, RNG).
 Drafts only decide how many positions one decode covers. Greedy output is therefore
 token-for-token what plain decoding gives wherever llama.cpp computes a token's logits the same
-alone and in a batch (`Model.exactness`, computed by `engine.cpu_kernels` from the build's
+alone and in a batch (`Model.exactness`, computed by `engine.memory.cpu_kernels` from the build's
 kernel rules: not with AMX or repacked weights, nor with types llamafile's sgemm takes), and
 with sampling the target's distribution is kept (accepting iff the target's sample equals
 a deterministic draft is the standard accept/reject rule for a draft that puts all its mass on
@@ -32,26 +32,14 @@ import os
 import threading
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from engine import decode_guard
-from engine.prompt_cache import common_prefix
-from engine.runtime import (
-    EngineError,
-    Generation,
-    GenerationStats,
-    LoadParams,
-    Model,
-    TokenSource,
-    _decode_error,
-)
+from engine.errors import EngineError
+from engine.host import decode_guard
+from engine.host.prompt_cache import common_prefix
+from engine.host.runtime import Generation, GenerationStats, Model, TokenSource
+from engine.settings import DEFAULT_DRAFT_MAX, LoadParams, SpeculativeSettings
 
-SpecMode = Literal["off", "lookup", "draft"]
-# Prompt lookup sets its own draft length from its match and the verification cost
-# (PromptLookup.draft_len); this only caps it. A draft model drafts up to 5, adapted by the
-# loop: with llama.cpp's generic CPU kernels every verified position costs ~0.4 of a decode
-# (COST_CPU), so long drafts only pay when nearly all of them is accepted.
-DEFAULT_DRAFT_MAX = 16
 DEFAULT_MODEL_DRAFT_MAX = 5
 
 
@@ -326,7 +314,7 @@ class DraftModel:
             rc = C.llama_decode(d._ctx, C.llama_batch_get_one(arr, len(chunk)))
             if rc != 0:
                 d.reset_cache()
-                raise EngineError("draft model: " + _decode_error(rc))
+                raise EngineError("draft model: " + decode_guard.decode_error(rc))
             cached.extend(chunk)
 
     def propose(self, n: int) -> list[int]:
@@ -349,7 +337,7 @@ class DraftModel:
                 rc = C.llama_decode(ctx, one)
                 if rc != 0:
                     d.reset_cache()
-                    raise EngineError("draft model: " + _decode_error(rc))
+                    raise EngineError("draft model: " + decode_guard.decode_error(rc))
                 d._cached.append(tok)
         return out
 
@@ -433,7 +421,7 @@ def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
             rc = C.llama_decode(ctx, batch)
             if rc != 0:
                 m.reset_cache()
-                raise EngineError(_decode_error(rc))
+                raise EngineError(decode_guard.decode_error(rc))
             cached.append(cur)
             cached.extend(drafts)
             keep = base + 1
@@ -531,23 +519,6 @@ def draft_model_source(draft: Model, target: Model,
     return source
 
 
-@dataclass(frozen=True)
-class SpeculativeSettings:
-    """What the app, the CLI and the server let a user choose; stored per model."""
-
-    mode: SpecMode = "off"
-    draft_model: str | None = None  # path of the draft GGUF when mode == "draft"
-    draft_max: int | None = None  # None = the mode's default
-
-    def validate(self) -> None:
-        if self.mode not in ("off", "lookup", "draft"):
-            raise EngineError(f"speculative mode must be off, lookup or draft, not {self.mode!r}")
-        if self.mode == "draft" and not self.draft_model:
-            raise EngineError("draft mode needs a draft model")
-        if self.draft_max is not None and not 1 <= self.draft_max <= 64:
-            raise EngineError("the draft length must be between 1 and 64")
-
-
 class Speculator:
     """Holds what a mode needs (the loaded draft model) and hands out token sources."""
 
@@ -603,12 +574,10 @@ __all__ = [
     "COST_AMX",
     "COST_CPU",
     "COST_GPU",
-    "DEFAULT_DRAFT_MAX",
     "DEFAULT_MODEL_DRAFT_MAX",
     "DraftModel",
     "Drafter",
     "PromptLookup",
-    "SpeculativeSettings",
     "Speculator",
     "VerifyCost",
     "acceptance_rate",

@@ -1,0 +1,185 @@
+"""What a user chooses for a load, a reply and speculation, and how 'auto' is resolved.
+
+Plain data with validation, shared by every layer: the memory planner sizes a `LoadParams`,
+the host loads with it, the server and the app build them from what a user asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Literal
+
+from engine.errors import EngineError
+from engine.native import llama_lib
+
+FlashAttn = Literal["on", "off", "auto"]
+GpuLayers = int | Literal["auto", "all"]
+KV_TYPES: dict[str, int] = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7,
+                            "q8_0": 8, "bf16": 30}
+# llama_flash_attn_type values
+FLASH_TYPES: dict[str, int] = {"auto": -1, "off": 0, "on": 1}
+
+SpecMode = Literal["off", "lookup", "draft"]
+# Prompt lookup sets its own draft length from its match and the verification cost
+# (PromptLookup.draft_len); this only caps it. A draft model drafts up to 5, adapted by the
+# loop: with llama.cpp's generic CPU kernels every verified position costs ~0.4 of a decode
+# (COST_CPU), so long drafts only pay when nearly all of them is accepted.
+DEFAULT_DRAFT_MAX = 16
+
+
+def default_threads() -> int:
+    """Physical cores: llama.cpp decode is memory-bound and hyper-threads only add contention."""
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+    except Exception:
+        n = None
+    return max(1, n or os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class LoadParams:
+    n_ctx: int = 4096
+    n_gpu_layers: GpuLayers = "auto"
+    n_threads: int | None = None
+    n_threads_batch: int | None = None
+    n_batch: int = 512
+    n_ubatch: int = 512
+    flash_attn: FlashAttn = "auto"
+    type_k: str = "f16"
+    type_v: str = "f16"
+    n_seq_max: int = 1
+    use_mmap: bool = True
+    embeddings: bool = False
+    # CPU "extra buffer" types (weight repacking, AMX). None = auto: off when the build uses
+    # AMX, whose kernels crash on multi-token batches on the VMs we test on (see DESIGN notes).
+    extra_buffers: bool | None = None
+    # RAM budget for KV snapshots of recently left conversations (0 disables it).
+    state_cache_mb: int = 256
+    # Speculative decoding for every generation of this model (a draft model is loaded and
+    # checked with it); None or mode "off": plain decoding.
+    speculative: SpeculativeSettings | None = None
+
+    @property
+    def drafting(self) -> bool:
+        return self.speculative is not None and self.speculative.mode != "off"
+
+    def validate(self) -> None:
+        if self.n_ctx < 16:
+            raise EngineError(f"context length {self.n_ctx} is too small (minimum 16)")
+        for name in ("type_k", "type_v"):
+            if getattr(self, name) not in KV_TYPES:
+                raise EngineError(
+                    f"unknown KV cache type {getattr(self, name)!r} "
+                    f"(choose from {', '.join(KV_TYPES)})"
+                )
+        if self.type_v not in ("f16", "f32", "bf16") and self.flash_attn == "off":
+            raise EngineError("a quantized V cache needs flash attention (--flash-attn on/auto)")
+        if self.flash_attn not in FLASH_TYPES:
+            raise EngineError(f"flash attention must be on, off or auto, not {self.flash_attn!r}")
+        if isinstance(self.n_gpu_layers, int) and self.n_gpu_layers < 0:
+            raise EngineError("GPU layers must be 0 or more, 'auto' or 'all'")
+        if self.n_batch < 1 or self.n_ubatch < 1 or self.n_seq_max < 1:
+            raise EngineError("batch sizes and parallel sequences must be at least 1")
+        if self.speculative is not None:
+            self.speculative.validate()
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    seed: int | None = None
+    max_tokens: int = 512
+    stop: tuple[str, ...] = ()
+
+    def validate(self) -> None:
+        if self.temperature < 0:
+            raise EngineError("temperature must be 0 or more")
+        if not 0 < self.top_p <= 1:
+            raise EngineError("top_p must be in (0, 1]")
+        if not 0 <= self.min_p <= 1:
+            raise EngineError("min_p must be in [0, 1]")
+        if self.repeat_penalty <= 0:
+            raise EngineError("repeat_penalty must be greater than 0")
+        if self.max_tokens < 1:
+            raise EngineError("max_tokens must be at least 1")
+
+
+# "error": a remote stream that failed part-way (the partial text is kept; see engine.remote).
+
+
+@dataclass(frozen=True)
+class SpeculativeSettings:
+    """What the app, the CLI and the server let a user choose; stored per model."""
+
+    mode: SpecMode = "off"
+    draft_model: str | None = None  # path of the draft GGUF when mode == "draft"
+    draft_max: int | None = None  # None = the mode's default
+
+    def validate(self) -> None:
+        if self.mode not in ("off", "lookup", "draft"):
+            raise EngineError(f"speculative mode must be off, lookup or draft, not {self.mode!r}")
+        if self.mode == "draft" and not self.draft_model:
+            raise EngineError("draft mode needs a draft model")
+        if self.draft_max is not None and not 1 <= self.draft_max <= 64:
+            raise EngineError("the draft length must be between 1 and 64")
+
+
+def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = None,
+                       drafting: bool = False, batch_exact: bool = True) -> FlashAttn:
+    """What 'auto' means here. A quantized V cache needs flash attention, and so does
+    speculative decoding (`drafting`) where the weight kernels are batch-consistent
+    (`batch_exact`: the weights' half of `cpu_kernels.batch_exactness`): only with it do
+    llama.cpp's CPU kernels give a token the same logits alone and inside a verification batch
+    (docs/speculative.md). Where the weights' kernels differ between one row and many, no
+    setting gives that, so drafting keeps the faster default. With a GPU,
+    llama.cpp's own choice stands. On a CPU-only build it is off: this llama.cpp's CPU
+    flash-attention kernel slows down as the context fills (SmolLM2, 2 threads, 2,000 tokens of
+    history: decode 23 t/s with it, 44 t/s without; an 18-token follow-up takes 570 ms vs
+    131 ms), and a chat spends most of its time at long contexts. `gpu` says whether a GPU
+    takes part (None: whether this build can offload)."""
+    if requested != "auto":
+        return requested
+    if (drafting and batch_exact) or type_v not in ("f16", "f32", "bf16"):
+        return "on"
+    if gpu is None:
+        gpu = llama_lib.supports_gpu_offload()
+    return "auto" if gpu else "off"
+
+
+def use_extra_buffers(requested: bool | None) -> bool:
+    """Whether llama.cpp may put weights in its CPU extra buffers (repacked and AMX layouts).
+
+    On by default; on an AMX build only when its AMX kernels are safe
+    (`llama_lib.amx_kernels_safe`), otherwise the first multi-token batch would crash the
+    process. Asking for them explicitly on such a build is refused for the same reason.
+    """
+    if not llama_lib.amx_build() or llama_lib.amx_kernels_safe():
+        return True if requested is None else requested
+    if requested:
+        raise EngineError("this llama.cpp build's AMX kernels crash on multi-token batches; "
+                          "rebuild it with `make setup GPU=cpu` to use them")
+    return False
+
+
+__all__ = [
+    "DEFAULT_DRAFT_MAX",
+    "FLASH_TYPES",
+    "KV_TYPES",
+    "FlashAttn",
+    "GpuLayers",
+    "LoadParams",
+    "SamplingParams",
+    "SpecMode",
+    "SpeculativeSettings",
+    "default_threads",
+    "resolve_flash_attn",
+    "use_extra_buffers",
+]
