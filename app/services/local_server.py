@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.load_probe import FirstLoads
 from engine.runtime import LoadCancelled, LoadParams, Model
 from engine.scheduler import SchedulerSnapshot
 from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
@@ -73,9 +74,13 @@ def local_url(host: str, port: int) -> str:
 
 
 class LocalServer:
-    def __init__(self, path: Path, base_params: LoadParams, settings: ServeSettings) -> None:
+    def __init__(self, path: Path, base_params: LoadParams, settings: ServeSettings, *,
+                 first_loads: FirstLoads | None = None) -> None:
+        """`first_loads`: the app's record of files that loaded before; a file not in it is
+        loaded in a child first, so a file that aborts llama.cpp cannot end the app."""
         self.path = Path(path)
         self.settings = settings
+        self.first_loads = first_loads
         self.params = settings.load_params(base_params)
         self.params.validate()
         config = settings.config()
@@ -104,7 +109,8 @@ class LocalServer:
             self._thread.start()
             self.port = self._thread.port
             self.url = local_url(self.state.config.host, self.port)
-            model = Model(self.path, self.params, progress=progress, cancel=cancel)
+            model = Model(self.path, self.params, progress=progress, cancel=cancel,
+                          first_loads=self.first_loads)
         except BaseException:
             self.stop()
             raise
