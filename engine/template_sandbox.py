@@ -48,6 +48,7 @@ MAX_SECONDS = 0.5  # a backstop for steps that are slow one by one
 MAX_ITEMS = 100_000  # range() length and list sizes; Jinja's own MAX_RANGE
 MAX_VALUE_CHARS = 8_000_000  # one string (the whole prompt may be this long)
 MAX_INT_BITS = 4096
+MAX_SLOW_FILTER_CHARS = 100_000  # urlize, wordwrap, title...: up to ~1 s per million characters
 
 
 class TemplateLimitError(Exception):
@@ -288,6 +289,15 @@ def _check_str_method(owner: str, name: str, args: tuple[Any, ...], kwargs: dict
         _check_format(owner, [*args, *kwargs.values()])
 
 
+def _check_slow_input(name: str, text: str) -> None:
+    # Pure-Python filters that take seconds on a few megabytes, in one call we cannot stop.
+    if len(text) > MAX_SLOW_FILTER_CHARS:
+        raise TemplateLimitError(
+            f"gave |{name} a text of {len(text):,} characters "
+            f"(the limit is {MAX_SLOW_FILTER_CHARS:,})"
+        )
+
+
 def _check_filter(name: str, bound: Mapping[str, Any]) -> None:
     """Arguments of built-in filters that set how large their result is."""
     text = next((bound[k] for k in ("s", "value") if k in bound), None)
@@ -298,6 +308,7 @@ def _check_filter(name: str, bound: Mapping[str, Any]) -> None:
         per_line = len(width) if isinstance(width, str) else int(width)
         _check_chars(len(text) + _line_bound(text) * per_line)
     elif name == "wordwrap" and isinstance(text, str):
+        _check_slow_input(name, text)
         wrap = bound.get("wrapstring") or "\n"
         _check_chars(len(text) + (len(text) + 1) * len(str(wrap)))
     elif name == "format" and isinstance(text, str):
@@ -312,7 +323,9 @@ def _check_filter(name: str, bound: Mapping[str, Any]) -> None:
         _check_items(int(bound["slices"]), "a slice")
     elif name == "list" and isinstance(text, str):
         _check_items(len(text))
-    elif name in ("string", "pprint", "urlize", "striptags", "title", "wordcount"):
+    elif name in ("urlize", "title", "striptags", "wordcount") and isinstance(text, str):
+        _check_slow_input(name, text)
+    elif name in ("string", "pprint"):
         _check_chars(_weight(text))
 
 

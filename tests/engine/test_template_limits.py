@@ -94,6 +94,10 @@ HOSTILE: dict[str, tuple[str, str]] = {
         "{% set x %}{% for i in range(100000) %}" + "a" * 1000 + "{% endfor %}{% endset %}",
         P + "built more than 32,000,032 characters",
     ),
+    "|urlize of a long text": (
+        "{{ ('x ' * 1000000)|urlize }}",
+        P + "gave |urlize a text of 2,000,000 characters (the limit is 100,000)",
+    ),
     "().__class__.__mro__": ("{{ ().__class__.__mro__ }}", _unsafe("__class__", "tuple")),
     "cycler.__init__.__globals__": (
         "{{ cycler.__init__.__globals__ }}", _unsafe("__init__", "type")),
