@@ -121,9 +121,10 @@ def add_benchmark(window: MainWindow) -> None:
     window.add_tool_window("Benchmark…", view, "Ctrl+Shift+B", view.shutdown)
 
 
-def add_server_panel(window: MainWindow) -> None:
+def add_server_panel(window: MainWindow, first_loads: FirstLoads | None) -> None:
     """The Local server window (Tools menu): serve the chat's model over the OpenAI/Ollama
-    API from a second instance; stopped when the app quits."""
+    API from a second instance; stopped when the app quits. `first_loads` is the chat's
+    record, so a file neither has loaded is tried in a child first here too."""
     from PySide6.QtCore import Qt as _Qt
 
     from app.services.secrets import SecretStore
@@ -131,7 +132,7 @@ def add_server_panel(window: MainWindow) -> None:
 
     panel = ServerPanel(loaded=lambda: window.controller.loaded, secrets=SecretStore(),
                         estimator=window.library_panel.estimate.estimator,
-                        settings=window.settings)
+                        settings=window.settings, first_loads=first_loads)
     w = window.engine.worker
     q = _Qt.ConnectionType.QueuedConnection  # after the controller has updated `loaded`
     for signal in (w.loaded, w.unloaded, w.load_cancelled, w.failed):
@@ -163,7 +164,8 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
     paths = (paths or AppPaths.default()).ensure()
     library = library or ModelLibrary(paths.models)
     store, cut, problem = open_store(paths)
-    engine = EngineHost(worker or EngineWorker(probing_factory(FirstLoads(paths.cache))))
+    first_loads = FirstLoads(paths.cache)
+    engine = EngineHost(worker or EngineWorker(probing_factory(first_loads)))
     window = MainWindow(engine, library, settings_for(paths),
                         estimator=estimator or make_estimator(), gpu_probe=gpu_probe(),
                         sampling=sampling, store=store,
@@ -180,7 +182,7 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
     if model_manager:
         add_model_manager(window, library)
     add_benchmark(window)
-    add_server_panel(window)
+    add_server_panel(window, first_loads)
     return window
 
 

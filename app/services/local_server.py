@@ -19,6 +19,7 @@ from pathlib import Path
 from engine.errors import LoadCancelled
 from engine.host.runtime import Model
 from engine.host.scheduler import SchedulerSnapshot
+from engine.native.load_probe import FirstLoads
 from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
 from engine.server.request_log import RequestLog
 from engine.server.runner import bind_socket
@@ -75,9 +76,13 @@ def local_url(host: str, port: int) -> str:
 
 
 class LocalServer:
-    def __init__(self, path: Path, base_params: LoadParams, settings: ServeSettings) -> None:
+    def __init__(self, path: Path, base_params: LoadParams, settings: ServeSettings, *,
+                 first_loads: FirstLoads | None = None) -> None:
+        """`first_loads`: the app's record of files that loaded before; a file not in it is
+        loaded in a child first, so a file that aborts llama.cpp cannot end the app."""
         self.path = Path(path)
         self.settings = settings
+        self.first_loads = first_loads
         self.params = settings.load_params(base_params)
         self.params.validate()
         config = settings.config()
@@ -106,7 +111,8 @@ class LocalServer:
             self._thread.start()
             self.port = self._thread.port
             self.url = local_url(self.state.config.host, self.port)
-            model = Model(self.path, self.params, progress=progress, cancel=cancel)
+            model = Model(self.path, self.params, progress=progress, cancel=cancel,
+                          first_loads=self.first_loads)
         except BaseException:
             self.stop()
             raise

@@ -60,6 +60,7 @@ from app.ui.estimate import Estimator
 from app.ui.library_model import human_bytes
 from app.ui.worker import LoadedModel
 from engine.errors import EngineError, LoadCancelled
+from engine.native.load_probe import FirstLoads
 from engine.server import ServerError, is_loopback
 from engine.server.request_log import RequestRecord
 from engine.settings import LoadParams
@@ -172,14 +173,17 @@ class ServerPanel(QWidget):
 
     def __init__(self, loaded: Callable[[], LoadedModel | None],
                  secrets: SecretStore | None = None, estimator: Estimator | None = None,
-                 settings: QSettings | None = None, parent: QWidget | None = None) -> None:
-        """`settings`: where host, port, slots and context are remembered (not the key)."""
+                 settings: QSettings | None = None, first_loads: FirstLoads | None = None,
+                 parent: QWidget | None = None) -> None:
+        """`settings`: where host, port, slots and context are remembered (not the key);
+        `first_loads`: the files that loaded before (`LocalServer`), None: no probe."""
         super().__init__(parent)
         self._store = settings
         self.setWindowTitle("Local server")
         self._loaded_fn = loaded
         self.secrets = secrets or SecretStore()
         self.estimator = estimator
+        self.first_loads = first_loads
         self.server: LocalServer | None = None  # starting, running or stopping
         self.phase = "stopped"  # stopped | starting | running | stopping
         self._cancel: threading.Event | None = None  # set to cancel the load in progress
@@ -422,7 +426,8 @@ class ServerPanel(QWidget):
         self.ensure_key()
         settings = self.settings()
         try:
-            server = LocalServer(info.path, info.params or LoadParams(), settings)
+            server = LocalServer(info.path, info.params or LoadParams(), settings,
+                                 first_loads=self.first_loads)
             check_port_free(settings.host, settings.port)
         except (ServerError, EngineError) as e:
             self._set_status(f"Cannot start: {e}", error=True)

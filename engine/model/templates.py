@@ -1,9 +1,10 @@
 """Chat templates: the model's own Jinja template from its GGUF metadata, rendered safely.
 
-A chat template is code shipped inside a downloaded file, so it runs in Jinja's immutable
-sandbox: no attribute access to Python internals, no mutation of our objects, and a bound on
-how much text it may produce. Models without a template fall back to ChatML, which most
-instruction-tuned models of the last years understand.
+A chat template is code shipped inside a downloaded file, so it runs in a bounded Jinja
+sandbox (`engine/model/template_sandbox.py`): no attribute access to Python internals, no mutation
+of our objects, and bounds on time, recursion and the size of what it builds. Models without
+a template fall back to ChatML, which most instruction-tuned models of the last years
+understand.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jinja2 import TemplateError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from engine.model.template_sandbox import BoundedSandbox, TemplateLimitError, bounded_render
 
 CHATML_TEMPLATE = (
     "{% for message in messages %}"
@@ -45,12 +47,9 @@ class ChatTemplate:
     ) -> None:
         self.is_fallback = not source
         self.source = source or CHATML_TEMPLATE
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False
-        )
+        env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = _strftime_now
-        env.filters["tojson"] = _tojson
         try:
             self._template = env.from_string(self.source)
         except TemplateError as e:
@@ -74,21 +73,25 @@ class ChatTemplate:
             parts: list[str] = []
             total = 0
             # Stream the output so a hostile template cannot build gigabytes before we look.
-            for chunk in self._template.generate(
-                messages=[dict(m) for m in messages],
-                add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-                **extra,
-            ):
-                total += len(chunk)
-                if total > MAX_RENDERED_CHARS:
-                    raise ChatTemplateError(
-                        "the model's chat template produced an absurdly long prompt"
-                    )
-                parts.append(chunk)
+            chars = sum(len(m["content"]) for m in messages)
+            with bounded_render(len(messages), chars):
+                for chunk in self._template.generate(
+                    messages=[dict(m) for m in messages],
+                    add_generation_prompt=add_generation_prompt,
+                    bos_token=self.bos_token,
+                    eos_token=self.eos_token,
+                    **extra,
+                ):
+                    total += len(chunk)
+                    if total > MAX_RENDERED_CHARS:
+                        raise ChatTemplateError(
+                            "the model's chat template produced an absurdly long prompt"
+                        )
+                    parts.append(chunk)
         except ChatTemplateError:
             raise
+        except TemplateLimitError as e:
+            raise ChatTemplateError(f"the model's chat template {e}") from None
         except RecursionError:
             raise ChatTemplateError("the model's chat template recursed too deeply") from None
         except Exception as e:  # sandbox violations, type errors inside the template
@@ -96,8 +99,3 @@ class ChatTemplate:
             raise ChatTemplateError(f"the model's chat template failed: {msg}") from None
         return "".join(parts)
 
-
-def _tojson(value: Any, indent: int | None = None) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False, indent=indent)
