@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine import cpu_kernels, llama_lib
+from engine import batch_plan, cpu_kernels, llama_lib
 from engine.gguf import GGUFError, GGUFFile, read_gguf
 from engine.gguf_semantics import check_model
 from engine.prompt_cache import PromptStateCache, common_prefix
@@ -121,6 +121,11 @@ class SamplingParams:
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
 
+    @property
+    def reproducible(self) -> bool:
+        """Whether the same prompt must give the same reply: greedy, or a fixed seed."""
+        return self.temperature <= 0 or self.seed is not None
+
     def validate(self) -> None:
         if self.temperature < 0:
             raise EngineError("temperature must be 0 or more")
@@ -207,6 +212,9 @@ class Model:
         self._vocab: Any = None
         self._ctx: Any = None
         self._cached: list[int] = []  # tokens currently in sequence 0 of the KV cache
+        # How many of them were evaluated the canonical way (engine.batch_plan): a prompt
+        # that must be reproducible reuses the cache only that far.
+        self._exact_len = 0
         self._piece_buf = ctypes.create_string_buffer(256)
         # Snapshots of recent conversations' KV state, so switching back costs a memory copy.
         self.state_cache: PromptStateCache | None = (
@@ -297,6 +305,11 @@ class Model:
         # this build and CPU (engine.cpu_kernels); tests and speculation rely on nothing else.
         self.flash_attn_on = _flash_enabled(lines, flash)
         self.exactness = cpu_kernels.batch_exactness(
+            self.gguf.tensors, cpu, extra_buffers=extra, flash_attn=self.flash_attn_on,
+            type_k=self.params.type_k, type_v=self.params.type_v, gpu_layers=mp.n_gpu_layers,
+            tied_output=tied)
+        # Which ways of cutting a prompt into batches keep its logits (engine.batch_plan).
+        self.split_rule = cpu_kernels.split_rule(
             self.gguf.tensors, cpu, extra_buffers=extra, flash_attn=self.flash_attn_on,
             type_k=self.params.type_k, type_v=self.params.type_v, gpu_layers=mp.n_gpu_layers,
             tied_output=tied)
@@ -438,6 +451,7 @@ class Model:
     def reset_cache(self) -> None:
         self._lib.llama_memory_clear(self._memory, True)
         self._cached = []
+        self._exact_len = 0
 
     def _make_sampler(self, s: SamplingParams) -> Any:
         C = self._lib
@@ -459,11 +473,15 @@ class Model:
         C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(seed & 0xFFFFFFFF))
         return chain
 
-    def _prefill(self, tokens: list[int], cancel: threading.Event | None) -> int:
+    def _prefill(self, tokens: list[int], cancel: threading.Event | None, *,
+                 exact: bool = False) -> int:
         """Bring the KV cache to `tokens[:-1]` decoded + last token decoded with logits.
 
         Reuses the longest common prefix with what is already cached (a follow-up turn only
-        processes its new tokens). Returns how many prompt tokens were reused.
+        processes its new tokens). `exact`: the logits must be those of any other evaluation
+        of these tokens, so only the canonically evaluated part of the cache is reused and the
+        rest is batched as `engine.batch_plan` says. Returns how many prompt tokens were
+        reused.
         """
         C = self._lib
         n_common = common_prefix(self._cached, tokens)
@@ -478,27 +496,34 @@ class Model:
                     n_common = found[1]
             elif len(self._cached) - n_common >= MIN_SNAPSHOT_TOKENS:
                 self._save_state()  # about to overwrite a long history we may come back to
-        # At least the last prompt token must be decoded to get fresh logits.
-        n_common = min(n_common, len(tokens) - 1)
+        rule: cpu_kernels.SplitRule = self.split_rule if exact else "any"
+        reusable = n_common if rule == "any" else min(n_common, self._exact_len)
+        plan = batch_plan.plan(len(tokens), reusable, self.n_batch, rule)
+        n_common = plan.start
         if n_common < len(self._cached) and not C.llama_memory_seq_rm(
             self._memory, 0, n_common, -1
         ):
             # Some caches (sliding-window layers) cannot drop a partial sequence.
             C.llama_memory_clear(self._memory, True)
+            plan = batch_plan.plan(len(tokens), 0, self.n_batch, rule)
             n_common = 0
         self._cached = tokens[:n_common]
-        rest = tokens[n_common:]
-        n_batch = self.n_batch
-        for i in range(0, len(rest), n_batch):
+        # Positions decoded now are canonical only if this is an exact evaluation.
+        self._exact_len = min(self._exact_len, n_common)
+        pos = n_common
+        for size in plan.sizes:
             if cancel is not None and cancel.is_set():
                 raise _Cancelled
-            chunk = rest[i : i + n_batch]
-            arr = (C.llama_token * len(chunk))(*chunk)
-            rc = C.llama_decode(self._ctx, C.llama_batch_get_one(arr, len(chunk)))
+            chunk = tokens[pos : pos + size]
+            arr = (C.llama_token * size)(*chunk)
+            rc = C.llama_decode(self._ctx, C.llama_batch_get_one(arr, size))
             if rc != 0:
                 self.reset_cache()
                 raise EngineError(_decode_error(rc))
             self._cached.extend(chunk)
+            pos += size
+        if exact and (len(tokens) > 1 or rule != "multi"):
+            self._exact_len = len(tokens)
         return n_common
 
     def _save_state(self) -> None:
@@ -513,7 +538,7 @@ class Model:
         buf = (ctypes.c_uint8 * size)()
         written = int(C.llama_state_seq_get_data(self._ctx, buf, size, 0))
         if written > 0:
-            cache.put(key, bytes(buf)[:written])
+            cache.put(key, bytes(buf)[:written], exact=min(self._exact_len, len(key)))
 
     def _restore_state(self, key: tuple[int, ...], state: bytes) -> bool:
         C = self._lib
@@ -522,8 +547,11 @@ class Model:
         if int(C.llama_state_seq_set_data(self._ctx, buf, len(state), 0)) == 0:
             C.llama_memory_clear(self._memory, True)
             self._cached = []
+            self._exact_len = 0
             return False
         self._cached = list(key)
+        cache = self.state_cache
+        self._exact_len = cache.exact_prefix(key) if cache is not None else 0
         return True
 
     def __repr__(self) -> str:
@@ -603,7 +631,8 @@ class Generation:
         chain = m._make_sampler(s)
         try:
             try:
-                st.cached_tokens = m._prefill(self.prompt, cancel)
+                st.cached_tokens = m._prefill(self.prompt, cancel,
+                                              exact=self.sampling.reproducible)
             except _Cancelled:
                 st.stop_reason = "cancelled"
                 self._finish(None, None)
