@@ -357,6 +357,17 @@ class Model:
             self.close()
 
     @property
+    def repeat_caveat(self) -> str:
+        """Why a reproducible request (temperature 0, a fixed seed) may still give another
+        reply on another run; '' when it cannot (engine.batch_plan keeps the batching)."""
+        if self.load_info.n_gpu_layers > 0:
+            return "GPU kernels do not promise the same sums from one run to the next"
+        if self.speculator is not None and not self.exactness.exact:
+            return ("speculative decoding can take another branch where two words are "
+                    f"nearly tied ({self.exactness.reason})")
+        return ""
+
+    @property
     def ctx_ptr(self) -> Any:
         return self._ctx
 

@@ -179,6 +179,8 @@ class MainWindow(QMainWindow):
             cl.conversation_deleted.connect(self._on_conversation_deleted)
             c.conversations_changed.connect(self._on_conversations_changed)
             cs.changed.connect(c.set_chat_settings)
+            c.engine_changed.connect(
+                lambda info: cs.set_engine_caveat(None if info is None else info.repeat_caveat))
         ep = self.engine_picker
         if ep is not None:
             ep.chosen.connect(self._on_engine_chosen)

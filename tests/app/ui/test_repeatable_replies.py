@@ -46,6 +46,10 @@ def test_regenerate_continue_and_reload_repeat_the_same_text(window: MainWindow,
     c = window.controller
     assert c.send(QUESTION)
     wait_idle(qtbot, window)
+    # The loaded model runs on the CPU: the settings promise the same answer.
+    assert window.chat_settings is not None
+    note = window.chat_settings.repeat_note
+    assert not note.isHidden() and "the same text each time" in note.text()
     assert c.send("Tell me more about that day.")
     wait_idle(qtbot, window)
     chat = window.chat_model
@@ -72,3 +76,19 @@ def test_regenerate_continue_and_reload_repeat_the_same_text(window: MainWindow,
     assert c.continue_reply(3)
     wait_idle(qtbot, window)
     assert chat.message(3).text == continued
+
+
+def test_chat_settings_say_whether_temperature_0_repeats(window: MainWindow) -> None:
+    panel = window.chat_settings
+    assert panel is not None
+    note = panel.repeat_note
+    assert note.isHidden()  # no engine yet: nothing to promise
+    panel.set_engine_caveat("")  # a local model on the CPU
+    assert not note.isHidden() and "give the same text each time" in note.text()
+    panel.set_engine_caveat("the server decides how it computes each answer")
+    assert note.text() == ("Temperature 0 may still give another answer here: the server "
+                           "decides how it computes each answer.")
+    panel.temperature.setValue(0.8)  # random sampling: no promise to make
+    assert note.isHidden()
+    panel.seed.setValue(7)
+    assert not note.isHidden() and note.text().startswith("A fixed seed may still")
