@@ -410,6 +410,8 @@ class ChatView(QWidget):
     message_action = Signal(str, int)
     edit_requested = Signal(int, str)
 
+    SYSTEM_PREVIEW = 200  # characters of the system prompt shown; the tooltip has it all
+
     def __init__(self, model: ChatModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = model
@@ -456,6 +458,15 @@ class ChatView(QWidget):
         row.addLayout(buttons)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
+        # The chat's system prompt, above its messages: what the model is told first.
+        self.system_label = QLabel()
+        self.system_label.setObjectName("systemPrompt")
+        self.system_label.setAccessibleName("System prompt")
+        self.system_label.setWordWrap(True)
+        self.system_label.setContentsMargins(10, 4, 10, 4)
+        self.system_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.system_label.hide()
+        lay.addWidget(self.system_label)
         lay.addWidget(self.scroll_area, 1)
         self.context_label = QLabel()
         self.context_label.setAccessibleName("Context use")
@@ -508,6 +519,16 @@ class ChatView(QWidget):
             # (see _on_range), so go to the end now; a range that changes follows it there.
             bar = self.scroll_area.verticalScrollBar()
             bar.setValue(bar.maximum())
+
+    def set_system_prompt(self, text: str) -> None:
+        """Show this chat's system prompt above the messages ('' hides the line)."""
+        text = text.strip()
+        self.system_label.setVisible(bool(text))
+        one_line = " ".join(text.split())
+        if len(one_line) > self.SYSTEM_PREVIEW:
+            one_line = one_line[: self.SYSTEM_PREVIEW - 1] + "…"
+        self.system_label.setText(f"System prompt: {one_line}" if text else "")
+        self.system_label.setToolTip(text)
 
     def set_context(self, used: int, n_ctx: int) -> None:
         self.context_label.setText(

@@ -185,6 +185,7 @@ class MainWindow(QMainWindow):
             cl.conversation_deleted.connect(self._on_conversation_deleted)
             c.conversations_changed.connect(self._on_conversations_changed)
             cs.changed.connect(c.set_chat_settings)
+            cs.changed.connect(lambda _settings: self._show_system_prompt())
             c.engine_changed.connect(
                 lambda info: cs.set_engine_caveat(None if info is None else info.repeat_caveat))
         ep = self.engine_picker
@@ -387,6 +388,7 @@ class MainWindow(QMainWindow):
         if self.engine_picker is not None:  # a new chat keeps the engine in use
             self.controller.set_engine(self.engine_picker.binding())
         self.chat_view.show_context_note("")
+        self._show_system_prompt()
         if self.chat_settings is not None:
             self.chat_settings.set_settings({})
         if self.conversation_list is not None:
@@ -399,6 +401,7 @@ class MainWindow(QMainWindow):
             self.show_error(str(e))
             return
         self.chat_view.show_context_note("")
+        self._show_system_prompt()
         if self.chat_settings is not None:
             self.chat_settings.set_settings(self.controller.chat_settings)
         if self.engine_picker is not None:
@@ -406,6 +409,10 @@ class MainWindow(QMainWindow):
         if self.conversation_list is not None:
             self.conversation_list.set_current(conversation_id)
         self._remember_conversation()
+
+    def _show_system_prompt(self) -> None:
+        self.chat_view.set_system_prompt(str(self.controller.chat_settings.get("system_prompt")
+                                             or ""))
 
     def _on_conversations_changed(self) -> None:
         self._remember_conversation()
