@@ -137,7 +137,8 @@ def add_server_panel(window: MainWindow, first_loads: FirstLoads | None) -> None
     q = _Qt.ConnectionType.QueuedConnection  # after the controller has updated `loaded`
     for signal in (w.loaded, w.unloaded, w.load_cancelled, w.failed):
         signal.connect(panel.refresh_model, q)
-    window.add_tool_window("Local server…", panel, "Ctrl+Shift+H", panel.shutdown)
+    window.add_tool_window("Local server…", panel, "Ctrl+Shift+H", panel.shutdown,
+                           quit_warning=panel.quit_warning)
 
 
 def open_store(paths: AppPaths) -> tuple[ChatStore | None, set[int], str | None]:
@@ -177,6 +178,8 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
         recent = [c for c in store.conversations() if c.id in cut]
         if recent:
             window.open_conversation(max(recent, key=lambda c: c.updated_at).id)
+        else:
+            window.reopen_last_conversation()
     if problem:
         window.show_error(problem)
     if model_manager:

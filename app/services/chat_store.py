@@ -269,6 +269,19 @@ class ChatStore:
         ).fetchall()
         return [_row_conversation(r) for r in rows]
 
+    def previews(self, length: int = 80) -> dict[int, str]:
+        """The start of each conversation's latest message on its active branch, on one line
+        (what tells apart chats with the same title)."""
+        rows = self._db.execute(
+            "SELECT c.id, m.content FROM conversations c JOIN messages m "
+            "ON m.id = c.active_leaf_id WHERE c.deleted_at IS NULL"
+        ).fetchall()
+        out = {}
+        for cid, content in rows:
+            line = " ".join(str(content).split())
+            out[int(cid)] = line if len(line) <= length else line[: length - 1] + "…"
+        return out
+
     def rename(self, conversation_id: int, title: str) -> None:
         title = " ".join(title.split()) or DEFAULT_TITLE
         self._update_conversation(conversation_id, title=title)

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QHBoxLayout,
     QInputDialog,
+    QLabel,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -52,6 +53,11 @@ class ChatSettingsPanel(QWidget):
         self.max_tokens = self._int(1, 32768, d.max_tokens, "Max tokens")
         self.seed = self._int(-1, 2**31 - 1, -1 if d.seed is None else d.seed, "Seed")
         self.seed.setSpecialValueText("random")
+        # Whether temperature 0 (or a fixed seed) repeats its answers with the engine in use.
+        self.repeat_note = QLabel()
+        self.repeat_note.setWordWrap(True)
+        self.repeat_note.setAccessibleName("Repeatability")
+        self._caveat: str | None = None  # None: no engine loaded
         self.policy = QComboBox()
         self.policy.setAccessibleName("When the context is full")
         for key, text in POLICIES:
@@ -67,7 +73,7 @@ class ChatSettingsPanel(QWidget):
         form = QFormLayout()
         form.addRow("System prompt", self.system_prompt)
         for label, w in (("Temperature", self.temperature), ("Top-p", self.top_p),
-                         ("Top-k", self.top_k), ("Min-p", self.min_p),
+                         ("", self.repeat_note), ("Top-k", self.top_k), ("Min-p", self.min_p),
                          ("Repeat penalty", self.repeat_penalty),
                          ("Max tokens", self.max_tokens), ("Seed", self.seed),
                          ("Context full", self.policy)):
@@ -87,7 +93,10 @@ class ChatSettingsPanel(QWidget):
         for ispin in (self.top_k, self.max_tokens, self.seed):
             ispin.valueChanged.connect(self._emit)
         self.policy.currentIndexChanged.connect(self._emit)
+        self.temperature.valueChanged.connect(self._show_repeat_note)
+        self.seed.valueChanged.connect(self._show_repeat_note)
         self.refresh_presets()
+        self._show_repeat_note()
 
     def _double(self, lo: float, hi: float, step: float, value: float,
                 name: str) -> QDoubleSpinBox:
@@ -105,6 +114,29 @@ class ChatSettingsPanel(QWidget):
         w.setValue(value)
         w.setAccessibleName(name)
         return w
+
+    # -- repeatability ---------------------------------------------------------------------
+
+    def set_engine_caveat(self, caveat: str | None) -> None:
+        """The engine in use: '' when a reproducible request repeats its answer, else why it
+        may not (`LoadedModel.repeat_caveat`); None when nothing is loaded."""
+        self._caveat = caveat
+        self._show_repeat_note()
+
+    def _show_repeat_note(self) -> None:
+        reproducible = self.temperature.value() <= 0 or self.seed.value() >= 0
+        what = "Temperature 0" if self.temperature.value() <= 0 else "A fixed seed"
+        if not reproducible or self._caveat is None:
+            self.repeat_note.setVisible(False)
+            return
+        if self._caveat:
+            text = f"{what} may still give another answer here: {self._caveat}."
+        else:
+            text = (f"{what}: Regenerate and Continue give the same text each time, also "
+                    "after a reload (a continued answer need not be what an uninterrupted "
+                    "one would have said).")
+        self.repeat_note.setText(text)
+        self.repeat_note.setVisible(True)
 
     # -- values ----------------------------------------------------------------------------
 

@@ -12,8 +12,16 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from PySide6.QtCore import QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
-from PySide6.QtGui import QFontDatabase, QGuiApplication, QHideEvent, QKeyEvent, QTextOption
+from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
+from PySide6.QtGui import (
+    QFontDatabase,
+    QGuiApplication,
+    QHideEvent,
+    QKeyEvent,
+    QShowEvent,
+    QTextDocument,
+    QTextOption,
+)
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
@@ -28,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.chat_model import ChatModel
+from app.ui.code_highlight import CodeHighlighter, is_dark, style_inline_code
 from app.ui.conversation import Message
 from engine.host.runtime import GenerationStats
 
@@ -151,6 +160,9 @@ class CodeBlock(QFrame):
         self.editor.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.editor.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         lay.addWidget(self.editor)
+        self._lang = lang
+        self.highlighter = CodeHighlighter(self.editor.document(), lang,
+                                           is_dark(self.palette()))
         self.set_code(code, lang)
 
     @property
@@ -159,6 +171,8 @@ class CodeBlock(QFrame):
 
     def set_code(self, code: str, lang: str) -> None:
         self.lang_label.setText(lang or "code")
+        self._lang = lang
+        self.highlighter.configure(lang, is_dark(self.palette()))
         if code != self.editor.toPlainText():
             self.editor.setPlainText(code)
         lines = max(1, code.count("\n") + 1)
@@ -171,6 +185,17 @@ class CodeBlock(QFrame):
         QGuiApplication.clipboard().setText(self.code)
         self.copy_button.setText("Copied")
         self._reset.start()
+
+    def changeEvent(self, e: QEvent) -> None:
+        if e.type() == QEvent.Type.PaletteChange:  # light <-> dark: the other style
+            self.highlighter.configure(self._lang, is_dark(self.palette()))
+        super().changeEvent(e)
+
+    def showEvent(self, e: QShowEvent) -> None:
+        # A block made before it had a parent saw the default palette, not the one it
+        # inherits now (no PaletteChange comes for that).
+        self.highlighter.configure(self._lang, is_dark(self.palette()))
+        super().showEvent(e)
 
     def hideEvent(self, e: QHideEvent) -> None:
         self._reset.stop()
@@ -229,14 +254,35 @@ class MarkdownBody(QWidget):
         # messages' minimums then added up to far more than their height at the real width,
         # the scroll area sized the list by them, and the surplus went to the trailing
         # stretch, a blank region where auto-scroll landed.
-        label.setText(seg.text)
+        _set_prose(label, seg.text)
         return label
 
     def _update(self, w: QWidget, seg: Segment) -> None:
         if isinstance(w, CodeBlock):
             w.set_code(seg.text, seg.lang)
         elif isinstance(w, QLabel):
-            w.setText(seg.text)
+            _set_prose(w, seg.text)
+
+    def changeEvent(self, e: QEvent) -> None:
+        if e.type() == QEvent.Type.PaletteChange:  # inline code's tint follows the palette
+            for w, seg in zip(self._widgets, self._segments, strict=False):
+                if isinstance(w, QLabel) and "`" in seg.text:
+                    _set_prose(w, seg.text)
+        super().changeEvent(e)
+
+
+def _set_prose(label: QLabel, text: str) -> None:
+    """Markdown as Qt renders it; a paragraph with inline code goes through a document whose
+    code runs get a tinted background (Qt's Markdown gives them only the monospace font)."""
+    if "`" in text:
+        doc = QTextDocument()
+        doc.setMarkdown(text)
+        if style_inline_code(doc, label.palette()):
+            label.setTextFormat(Qt.TextFormat.RichText)
+            label.setText(doc.toHtml())
+            return
+    label.setTextFormat(Qt.TextFormat.MarkdownText)
+    label.setText(text)
 
 
 class MessageWidget(QFrame):
@@ -364,6 +410,8 @@ class ChatView(QWidget):
     message_action = Signal(str, int)
     edit_requested = Signal(int, str)
 
+    SYSTEM_PREVIEW = 200  # characters of the system prompt shown; the tooltip has it all
+
     def __init__(self, model: ChatModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = model
@@ -410,6 +458,15 @@ class ChatView(QWidget):
         row.addLayout(buttons)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
+        # The chat's system prompt, above its messages: what the model is told first.
+        self.system_label = QLabel()
+        self.system_label.setObjectName("systemPrompt")
+        self.system_label.setAccessibleName("System prompt")
+        self.system_label.setWordWrap(True)
+        self.system_label.setContentsMargins(10, 4, 10, 4)
+        self.system_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.system_label.hide()
+        lay.addWidget(self.system_label)
         lay.addWidget(self.scroll_area, 1)
         self.context_label = QLabel()
         self.context_label.setAccessibleName("Context use")
@@ -462,6 +519,16 @@ class ChatView(QWidget):
             # (see _on_range), so go to the end now; a range that changes follows it there.
             bar = self.scroll_area.verticalScrollBar()
             bar.setValue(bar.maximum())
+
+    def set_system_prompt(self, text: str) -> None:
+        """Show this chat's system prompt above the messages ('' hides the line)."""
+        text = text.strip()
+        self.system_label.setVisible(bool(text))
+        one_line = " ".join(text.split())
+        if len(one_line) > self.SYSTEM_PREVIEW:
+            one_line = one_line[: self.SYSTEM_PREVIEW - 1] + "…"
+        self.system_label.setText(f"System prompt: {one_line}" if text else "")
+        self.system_label.setToolTip(text)
 
     def set_context(self, used: int, n_ctx: int) -> None:
         self.context_label.setText(

@@ -49,6 +49,7 @@ class ChatController(QObject):
     conversations_changed = Signal()  # a conversation was created, renamed, grew...
     context_changed = Signal(int, int)  # tokens in use by this conversation, context size
     context_note = Signal(str)  # e.g. "2 old messages were left out to fit the context"
+    engine_changed = Signal(object)  # the LoadedModel now in use, or None
 
     def __init__(self, engine: EngineHost, chat: ChatModel, choose_model: ModelChoice,
                  sampling: SamplingParams | None = None,
@@ -430,6 +431,7 @@ class ChatController(QObject):
     def _on_loaded(self, info: LoadedModel) -> None:
         self.loaded = info
         self.loading = None
+        self.engine_changed.emit(info)
         self._show_context(self._context_used)  # against the context it was loaded with
         self.notice.emit(f"Loaded {info.name}")
         if self._pending:
@@ -444,6 +446,7 @@ class ChatController(QObject):
     def _on_load_cancelled(self) -> None:
         self.loading = None
         self.loaded = None  # the worker frees the old model before loading a new one
+        self.engine_changed.emit(None)
         self._show_context(self._context_used)  # no model: no context size to show
         self.notice.emit("Loading cancelled")
         if self._pending:
@@ -454,6 +457,7 @@ class ChatController(QObject):
 
     def _on_unloaded(self) -> None:
         self.loaded = None
+        self.engine_changed.emit(None)
         self._show_context(self._context_used)
         self.notice.emit("Model ejected")
 

@@ -7,6 +7,9 @@ next delete or until the user dismisses it, so no confirmation dialog interrupts
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -23,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.services.chat_store import ChatStore
+from app.ui.chat_dates import short_when
 
 ID_ROLE = Qt.ItemDataRole.UserRole + 1
 
@@ -32,9 +36,11 @@ class ConversationList(QWidget):
     new_chat_requested = Signal()
     conversation_deleted = Signal(int)
 
-    def __init__(self, store: ChatStore, parent: QWidget | None = None) -> None:
+    def __init__(self, store: ChatStore, parent: QWidget | None = None, *,
+                 clock: Callable[[], float] = time.time) -> None:
         super().__init__(parent)
         self.store = store
+        self._clock = clock
         self._current: int | None = None
         self._deleted: int | None = None
         self.new_button = QPushButton("New chat")
@@ -86,8 +92,14 @@ class ConversationList(QWidget):
                 seen.add(conv.id)
                 self._add(conv.id, f"{conv.title}\n{snippet}", conv.pinned)
         else:
+            # A second line tells apart chats with the same title: when, and how it ends.
+            previews = self.store.previews()
+            now = self._clock()
             for conv in self.store.conversations():
-                self._add(conv.id, conv.title, conv.pinned)
+                line = short_when(conv.updated_at, now)
+                if previews.get(conv.id):
+                    line += f" · {previews[conv.id]}"
+                self._add(conv.id, f"{conv.title}\n{line}", conv.pinned)
         self.set_current(self._current)
 
     def _add(self, cid: int, text: str, pinned: bool) -> None:

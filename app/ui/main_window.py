@@ -39,10 +39,13 @@ from app.ui.estimate import Estimator
 from app.ui.library_model import LibraryModel
 from app.ui.library_panel import LibraryPanel
 from app.ui.perf_panel import GpuProbe, PerfPanel, _no_gpus
+from app.ui.quit_guard import QuitQuestion, QuitWarning, ask_with_message_box, may_quit
 from app.ui.worker import EngineHost, LoadedModel, RemoteTarget
 from engine.settings import LoadParams, SamplingParams
 
 TITLE = "Candlewick"
+# The settings key of the conversation on screen when the window last closed.
+LAST_CONVERSATION = "chats/last"
 
 
 class ErrorBanner(QFrame):
@@ -90,6 +93,9 @@ class MainWindow(QMainWindow):
         self._chat_paused: str | None = None  # why sending is paused (a benchmark runs)
         self._tools_menu: QMenu | None = None
         self._late_closers: list[Callable[[], object]] = []
+        # Work that quitting would stop, and how the user is asked (tests answer directly).
+        self._quit_warnings: list[QuitWarning] = []
+        self.ask_quit: QuitQuestion = ask_with_message_box
 
         self.library_model = LibraryModel(parent=self)
         self.library_panel = LibraryPanel(self.library_model, estimator, settings=settings)
@@ -179,6 +185,9 @@ class MainWindow(QMainWindow):
             cl.conversation_deleted.connect(self._on_conversation_deleted)
             c.conversations_changed.connect(self._on_conversations_changed)
             cs.changed.connect(c.set_chat_settings)
+            cs.changed.connect(lambda _settings: self._show_system_prompt())
+            c.engine_changed.connect(
+                lambda info: cs.set_engine_caveat(None if info is None else info.repeat_caveat))
         ep = self.engine_picker
         if ep is not None:
             ep.chosen.connect(self._on_engine_chosen)
@@ -223,9 +232,13 @@ class MainWindow(QMainWindow):
             self._closers.append(shutdown)
 
     def add_tool_window(self, title: str, widget: QWidget, shortcut: str,
-                        shutdown: Callable[[], object] | None = None) -> QAction:
+                        shutdown: Callable[[], object] | None = None,
+                        quit_warning: QuitWarning | None = None) -> QAction:
         """A view in a window of its own (the benchmark), opened from the Tools menu; it is
-        this window's child, so it closes with it. `shutdown` runs at shutdown."""
+        this window's child, so it closes with it. `shutdown` runs at shutdown;
+        `quit_warning` says what quitting would stop (the user is asked first)."""
+        if quit_warning is not None:
+            self._quit_warnings.append(quit_warning)
         widget.setParent(self, Qt.WindowType.Window)
         if self._tools_menu is None:
             self._tools_menu = self.menuBar().addMenu("&Tools")
@@ -375,6 +388,7 @@ class MainWindow(QMainWindow):
         if self.engine_picker is not None:  # a new chat keeps the engine in use
             self.controller.set_engine(self.engine_picker.binding())
         self.chat_view.show_context_note("")
+        self._show_system_prompt()
         if self.chat_settings is not None:
             self.chat_settings.set_settings({})
         if self.conversation_list is not None:
@@ -387,14 +401,21 @@ class MainWindow(QMainWindow):
             self.show_error(str(e))
             return
         self.chat_view.show_context_note("")
+        self._show_system_prompt()
         if self.chat_settings is not None:
             self.chat_settings.set_settings(self.controller.chat_settings)
         if self.engine_picker is not None:
             self.engine_picker.set_binding(binding_of(self.controller.chat_settings))
         if self.conversation_list is not None:
             self.conversation_list.set_current(conversation_id)
+        self._remember_conversation()
+
+    def _show_system_prompt(self) -> None:
+        self.chat_view.set_system_prompt(str(self.controller.chat_settings.get("system_prompt")
+                                             or ""))
 
     def _on_conversations_changed(self) -> None:
+        self._remember_conversation()
         if self.conversation_list is not None:
             self.conversation_list.set_current(self.controller.conversation_id)
             self.conversation_list.refresh()
@@ -485,9 +506,31 @@ class MainWindow(QMainWindow):
         entry = self.library_panel.selected_entry()
         if entry is not None:
             self.settings.setValue("library/selected", entry.id)
+        self._remember_conversation()
         self.settings.sync()
 
+    def _remember_conversation(self) -> None:
+        """Keep the conversation on screen for the next start (not an empty new chat)."""
+        if self.controller.conversation_id is not None:
+            self.settings.setValue(LAST_CONVERSATION, self.controller.conversation_id)
+
+    def reopen_last_conversation(self) -> bool:
+        """Open the conversation that was on screen when the app last closed, if it is still
+        in the store (a new chat left empty does not replace it)."""
+        store = self.controller.store
+        try:
+            last = int(str(self.settings.value(LAST_CONVERSATION, "")))
+        except ValueError:
+            return False
+        if store is None or last not in {c.id for c in store.conversations()}:
+            return False
+        self.open_conversation(last)
+        return self.controller.conversation_id == last
+
     def closeEvent(self, e: QCloseEvent) -> None:
+        if not may_quit(self, self._quit_warnings, self.ask_quit):
+            e.ignore()
+            return
         self.save_state()
         self.controller.stop()
         super().closeEvent(e)

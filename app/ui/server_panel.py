@@ -585,6 +585,16 @@ class ServerPanel(QWidget):
         if text and clipboard is not None:
             clipboard.setText(text)
 
+    def quit_warning(self) -> str:
+        """What quitting the app would stop now ('' = nothing)."""
+        server = self.server
+        if self.phase == "running" and server is not None:
+            return (f"The Local server is serving {server.path.name} at {server.url}. "
+                    "Quitting stops it, and programs using it lose their connection.")
+        if self.phase == "starting":
+            return "The Local server is starting. Quitting stops it."
+        return ""
+
     def shutdown(self) -> None:
         """Stop the server and join its threads (the app is quitting). Safe to call twice."""
         self._timer.stop()

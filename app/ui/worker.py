@@ -75,6 +75,8 @@ class LoadedModel:
     # The settings it was loaded with (the benchmark loads the same file the same way).
     params: LoadParams | None = None
     remote: RemoteTarget | None = None
+    # Why temperature 0 may still give another answer on another run ('' = it cannot).
+    repeat_caveat: str = ""
 
     @property
     def actual_total(self) -> int:
@@ -185,6 +187,7 @@ class EngineWorker(QObject):
             load_s=info.load_s,
             actual_bytes=_actual(info.log),
             params=params,
+            repeat_caveat=model.repeat_caveat,
         ))
 
     @Slot(object, object, object)
@@ -212,7 +215,9 @@ class EngineWorker(QObject):
         self.engine = engine
         self.loaded.emit(LoadedModel(path=Path(), name=engine.name, n_ctx=engine.n_ctx or 0,
                                      n_layer=0, n_gpu_layers=0,
-                                     load_s=time.perf_counter() - t0, remote=target))
+                                     load_s=time.perf_counter() - t0, remote=target,
+                                     repeat_caveat="the server decides how it computes "
+                                                   "each answer"))
 
     @Slot(object, object, object, object)
     def generate(self, messages: Sequence[Mapping[str, Any]], sampling: SamplingParams,

@@ -36,6 +36,9 @@ class PromptStateCache:
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
+        # How many leading tokens of each snapshot were evaluated the canonical way
+        # (engine.batch_plan): a restored prefix is reused for an exact prompt only that far.
+        self._exact: dict[tuple[int, ...], int] = {}
         self._bytes = 0
         self.stats = CacheStats()
 
@@ -62,10 +65,13 @@ class PromptStateCache:
             self.stats.restores += 1
         return state
 
+    def exact_prefix(self, key: tuple[int, ...]) -> int:
+        return self._exact.get(key, 0)
+
     def contains(self, key: tuple[int, ...]) -> bool:
         return key in self._entries
 
-    def put(self, key: tuple[int, ...], state: bytes) -> None:
+    def put(self, key: tuple[int, ...], state: bytes, exact: int = 0) -> None:
         if len(state) > self.max_bytes:
             return
         old = self._entries.pop(key, None)
@@ -74,10 +80,13 @@ class PromptStateCache:
         # A snapshot that extends an older one makes the older one redundant.
         for k in [k for k in self._entries if len(k) < len(key) and key[: len(k)] == k]:
             self._bytes -= len(self._entries.pop(k))
+            self._exact.pop(k, None)
         self._entries[key] = state
+        self._exact[key] = exact
         self._bytes += len(state)
         self.stats.saves += 1
         while self._bytes > self.max_bytes and self._entries:
-            _, evicted = self._entries.popitem(last=False)
+            gone, evicted = self._entries.popitem(last=False)
+            self._exact.pop(gone, None)
             self._bytes -= len(evicted)
             self.stats.evictions += 1

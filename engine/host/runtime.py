@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from engine.decoding.textstream import TextStream
 from engine.errors import EngineError, LoadCancelled
-from engine.host import decode_guard
+from engine.host import batch_plan, decode_guard
 from engine.host.prompt_cache import PromptStateCache, common_prefix
 from engine.memory import cpu_kernels, hardware
 from engine.memory import estimate as memory
@@ -53,6 +53,7 @@ MIN_SNAPSHOT_TOKENS = 64
 MIN_RESTORE_GAIN = 32
 
 
+# "error": a remote stream that failed part-way (the partial text is kept; see engine.remote).
 StopReason = Literal["stop", "length", "stop_string", "cancelled", "context_full", "error"]
 MeasuredOn = Literal["engine", "client"]
 
@@ -129,6 +130,9 @@ class Model:
         self._vocab: Any = None
         self._ctx: Any = None
         self._cached: list[int] = []  # tokens currently in sequence 0 of the KV cache
+        # How many of them were evaluated the canonical way (engine.batch_plan): a prompt
+        # that must be reproducible reuses the cache only that far.
+        self._exact_len = 0
         self._piece_buf = ctypes.create_string_buffer(256)
         # Snapshots of recent conversations' KV state, so switching back costs a memory copy.
         self.state_cache: PromptStateCache | None = (
@@ -228,6 +232,11 @@ class Model:
             self.gguf.tensors, cpu, extra_buffers=extra, flash_attn=self.flash_attn_on,
             type_k=self.params.type_k, type_v=self.params.type_v, gpu_layers=mp.n_gpu_layers,
             tied_output=tied)
+        # Which ways of cutting a prompt into batches keep its logits (engine.batch_plan).
+        self.split_rule = cpu_kernels.split_rule(
+            self.gguf.tensors, cpu, extra_buffers=extra, flash_attn=self.flash_attn_on,
+            type_k=self.params.type_k, type_v=self.params.type_v, gpu_layers=mp.n_gpu_layers,
+            tied_output=tied)
         self.template = ChatTemplate(
             self.gguf.metadata.get("tokenizer.chat_template")
             if isinstance(self.gguf.metadata.get("tokenizer.chat_template"), str) else None,
@@ -270,6 +279,17 @@ class Model:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+    @property
+    def repeat_caveat(self) -> str:
+        """Why a reproducible request (temperature 0, a fixed seed) may still give another
+        reply on another run; '' when it cannot (engine.batch_plan keeps the batching)."""
+        if self.load_info.n_gpu_layers > 0:
+            return "GPU kernels do not promise the same sums from one run to the next"
+        if self.speculator is not None and not self.exactness.exact:
+            return ("speculative decoding can take another branch where two words are "
+                    f"nearly tied ({self.exactness.reason})")
+        return ""
 
     @property
     def ctx_ptr(self) -> Any:
@@ -366,6 +386,7 @@ class Model:
     def reset_cache(self) -> None:
         self._lib.llama_memory_clear(self._memory, True)
         self._cached = []
+        self._exact_len = 0
 
     def _make_sampler(self, s: SamplingParams) -> Any:
         C = self._lib
@@ -387,11 +408,15 @@ class Model:
         C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(seed & 0xFFFFFFFF))
         return chain
 
-    def _prefill(self, tokens: list[int], cancel: threading.Event | None) -> int:
+    def _prefill(self, tokens: list[int], cancel: threading.Event | None, *,
+                 exact: bool = False) -> int:
         """Bring the KV cache to `tokens[:-1]` decoded + last token decoded with logits.
 
         Reuses the longest common prefix with what is already cached (a follow-up turn only
-        processes its new tokens). Returns how many prompt tokens were reused.
+        processes its new tokens). `exact`: the logits must be those of any other evaluation
+        of these tokens, so only the canonically evaluated part of the cache is reused and the
+        rest is batched as `engine.batch_plan` says. Returns how many prompt tokens were
+        reused.
         """
         C = self._lib
         n_common = common_prefix(self._cached, tokens)
@@ -406,30 +431,37 @@ class Model:
                     n_common = found[1]
             elif len(self._cached) - n_common >= MIN_SNAPSHOT_TOKENS:
                 self._save_state()  # about to overwrite a long history we may come back to
-        # At least the last prompt token must be decoded to get fresh logits.
-        n_common = min(n_common, len(tokens) - 1)
+        rule: cpu_kernels.SplitRule = self.split_rule if exact else "any"
+        reusable = n_common if rule == "any" else min(n_common, self._exact_len)
+        plan = batch_plan.plan(len(tokens), reusable, self.n_batch, rule)
+        n_common = plan.start
         if n_common < len(self._cached) and not C.llama_memory_seq_rm(
             self._memory, 0, n_common, -1
         ):
             # Some caches (sliding-window layers) cannot drop a partial sequence.
             C.llama_memory_clear(self._memory, True)
+            plan = batch_plan.plan(len(tokens), 0, self.n_batch, rule)
             n_common = 0
         self._cached = tokens[:n_common]
         rest = tokens[n_common:]
-        n_batch = self.n_batch
-
         decode_guard.check_room(n_common, len(rest), self.n_ctx_seq)
         decode_guard.check_tokens(rest, self.n_vocab)
-        for i in range(0, len(rest), n_batch):
+        # Positions decoded now are canonical only if this is an exact evaluation.
+        self._exact_len = min(self._exact_len, n_common)
+        pos = n_common
+        for size in plan.sizes:
             if cancel is not None and cancel.is_set():
                 raise _Cancelled
-            chunk = rest[i : i + n_batch]
-            arr = (C.llama_token * len(chunk))(*chunk)
-            rc = C.llama_decode(self._ctx, C.llama_batch_get_one(arr, len(chunk)))
+            chunk = tokens[pos : pos + size]
+            arr = (C.llama_token * size)(*chunk)
+            rc = C.llama_decode(self._ctx, C.llama_batch_get_one(arr, size))
             if rc != 0:
                 self.reset_cache()
                 raise EngineError(decode_guard.decode_error(rc))
             self._cached.extend(chunk)
+            pos += size
+        if exact and (len(tokens) > 1 or rule != "multi"):
+            self._exact_len = len(tokens)
         return n_common
 
     def _save_state(self) -> None:
@@ -444,7 +476,7 @@ class Model:
         buf = (ctypes.c_uint8 * size)()
         written = int(C.llama_state_seq_get_data(self._ctx, buf, size, 0))
         if written > 0:
-            cache.put(key, bytes(buf)[:written])
+            cache.put(key, bytes(buf)[:written], exact=min(self._exact_len, len(key)))
 
     def _restore_state(self, key: tuple[int, ...], state: bytes) -> bool:
         C = self._lib
@@ -453,8 +485,11 @@ class Model:
         if int(C.llama_state_seq_set_data(self._ctx, buf, len(state), 0)) == 0:
             C.llama_memory_clear(self._memory, True)
             self._cached = []
+            self._exact_len = 0
             return False
         self._cached = list(key)
+        cache = self.state_cache
+        self._exact_len = cache.exact_prefix(key) if cache is not None else 0
         return True
 
     def __repr__(self) -> str:
@@ -534,7 +569,8 @@ class Generation:
         chain = m._make_sampler(s)
         try:
             try:
-                st.cached_tokens = m._prefill(self.prompt, cancel)
+                st.cached_tokens = m._prefill(self.prompt, cancel,
+                                              exact=self.sampling.reproducible)
             except _Cancelled:
                 st.stop_reason = "cancelled"
                 self._finish(None, None)

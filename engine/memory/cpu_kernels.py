@@ -261,6 +261,41 @@ def batch_exactness(tensors: Iterable[TensorInfo], f: CpuFeatures, *, extra_buff
     return Exactness(True, "")
 
 
+# How a prompt may be split into batches without changing its logits (engine.batch_plan):
+# "any": however it is batched, even token by token; "multi": any split into batches of two or
+# more tokens (only llamafile's sgemm differs, and only between one row and many: its tiles
+# sum each element in the same order); "grid": only the same batches as before.
+SplitRule = Literal["any", "multi", "grid"]
+
+
+def split_rule(tensors: Iterable[TensorInfo], f: CpuFeatures, *, extra_buffers: bool,
+               flash_attn: bool, type_k: str, type_v: str, gpu_layers: int,
+               tied_output: bool = False) -> SplitRule:
+    """Which splits of a prompt into batches give the same logits, for a load with these
+    settings. Repacked weights (gemm in groups of rows, gemv for the rest), ARM's two-row
+    kernel, flash attention's tiled and split-KV paths and GPU kernels depend on the batch's
+    size, not only on whether it has one row: only the same batches are safe there."""
+    tensors = list(tensors)
+    ex = batch_exactness(tensors, f, extra_buffers=extra_buffers, flash_attn=flash_attn,
+                         type_k=type_k, type_v=type_v, gpu_layers=gpu_layers,
+                         tied_output=tied_output)
+    if ex.exact and ex.max_positions is None and ex.max_batch is None:
+        return "any"
+    if gpu_layers > 0:
+        return "grid"
+    if flash_attn and type_k in ("f16", "f32") and type_k == type_v:
+        return "grid"
+    for t in tensors:
+        tied = tied_output and t.name == "token_embd.weight"
+        if not matmul_weight(t, tied_output=tied):
+            continue
+        if extra_buffers and extra_buffer(t, f, tied_output=tied) is not None:
+            return "grid"
+        if f.neon and f.matmul_int8 and t.type_name in _ARM_TWO_ROW:
+            return "grid"
+    return "multi"
+
+
 def tied_output(tensors: Iterable[TensorInfo]) -> bool:
     """Whether the model multiplies by its token embedding for the logits (no output.weight)."""
     return not any(t.name == "output.weight" for t in tensors)
@@ -270,11 +305,13 @@ __all__ = [
     "CpuFeatures",
     "Exactness",
     "ExtraBuffer",
+    "SplitRule",
     "batch_exactness",
     "copy_bytes",
     "detect",
     "extra_buffer",
     "matmul_weight",
+    "split_rule",
     "tied_output",
     "weights_exactness",
 ]

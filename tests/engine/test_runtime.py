@@ -215,9 +215,10 @@ def test_switching_back_to_a_conversation_restores_its_kv_state(smollm2: Model) 
     smollm2.generate([{"role": "user", "content": "What is bread made of?"}], GREEDY).consume()
     gen = smollm2.generate(follow_up(answer_a), GREEDY)
     gen.consume()
-    # Going back did not process the first conversation's history again...
+    # Going back did not process the first conversation's history again (greedy: only the
+    # answer, generated token by token, is evaluated again in a batch; engine.batch_plan)...
     assert gen.stats.cached_tokens >= len(gen_a.prompt)
-    assert gen.stats.n_prompt_eval < gen.stats.prompt_tokens - len(gen_a.prompt)
+    assert gen.stats.n_prompt_eval <= gen.stats.prompt_tokens - len(gen_a.prompt)
     assert smollm2.state_cache is not None and smollm2.state_cache.stats.restores >= 1
     # ...and the restored snapshot behaves exactly as if the context had never left.
     assert gen.text == direct

@@ -18,7 +18,8 @@ from tests.exactness import assert_same_greedy, exact_load
 
 QUOTE = ("The quick brown fox jumps over the lazy dog. The early bird catches the worm. "
          "Repeat both sentences exactly, then repeat them again.")
-GREEDY = SamplingParams(temperature=0, max_tokens=40)
+# Drafts copy text the repeat penalty would discourage: these tests measure drafting alone.
+GREEDY = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=40)
 
 
 def params(lookup: bool) -> LoadParams:
@@ -71,7 +72,7 @@ def test_stopping_inside_accepted_drafts_leaves_no_cells(lookup_model: Model,
                                                          max_tokens: int) -> None:
     with Scheduler(lookup_model) as sched:
         req, col = submit(sched, lookup_model, QUOTE,
-                          SamplingParams(temperature=0, max_tokens=max_tokens))
+                          SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=max_tokens))
         wait(req)
         assert col.finished is not None
         same_as_plain(lookup_model, col.finished.text, plain_text[:len(col.finished.text)])
@@ -80,7 +81,8 @@ def test_stopping_inside_accepted_drafts_leaves_no_cells(lookup_model: Model,
         assert_no_leak(sched)
         # The slot's cached prefix is usable by the next turn: the same request again.
         again, col2 = submit(sched, lookup_model, QUOTE,
-                             SamplingParams(temperature=0, max_tokens=max_tokens))
+                             SamplingParams(temperature=0, repeat_penalty=1.0,
+                                            max_tokens=max_tokens))
         wait(again)
         assert col2.finished is not None
         same_as_plain(lookup_model, col2.finished.text, col.finished.text)
@@ -93,7 +95,7 @@ def test_concurrent_requests_decode_plainly(lookup_model: Model, plain_text: str
     with Scheduler(lookup_model) as sched:
         a, col_a = submit(sched, lookup_model, QUOTE, GREEDY)
         b, col_b = submit(sched, lookup_model, "Name three colors.",
-                          SamplingParams(temperature=0, max_tokens=40))
+                          SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=40))
         wait(a)
         wait(b)
         assert col_a.finished is not None and col_b.finished is not None
@@ -131,7 +133,7 @@ def test_cells_match_the_slot_when_the_request_is_reported_done(smollm2_path: Pa
                              prompt_len[0] + ev.stats.completion_tokens))
 
         for max_tokens in range(3, 26, 3):
-            sampling = SamplingParams(temperature=0, max_tokens=max_tokens)
+            sampling = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=max_tokens)
             for text in (QUOTE, LIST):
                 prompt = m.chat_tokens([{"role": "user", "content": text}])
                 prompt_len[0] = len(prompt)

@@ -36,7 +36,8 @@ QUOTE = [{"role": "user", "content":
           "The quick brown fox jumps over the lazy dog. The early bird catches the worm. "
           "Repeat both sentences exactly, then repeat them again."}]
 FREE = [{"role": "user", "content": "Write a short list of three fruits and their colors."}]
-GREEDY = SamplingParams(temperature=0, max_tokens=32)
+# Drafts copy text the repeat penalty would discourage: these tests measure drafting alone.
+GREEDY = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=32)
 
 
 def exact_params(**kw: Any) -> LoadParams:
@@ -110,7 +111,7 @@ def test_prompt_lookup_greedy_identical(smollm2: Model) -> None:
 
 
 def test_draft_model_greedy_identical(smollm2: Model, self_draft: Model) -> None:
-    s = SamplingParams(temperature=0, max_tokens=24)
+    s = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=24)
     for messages in (QUOTE, FREE):
         ref = plain(smollm2, messages, s)
         smollm2.reset_cache()
@@ -133,7 +134,9 @@ def test_follow_up_turn_reuses_cache(smollm2: Model) -> None:
     first = smollm2.generate(QUOTE, GREEDY, token_source=lookup_source()).consume()
     turn2 = [*QUOTE, {"role": "assistant", "content": first},
              {"role": "user", "content": "Now only the first sentence."}]
-    gen = smollm2.generate(turn2, SamplingParams(temperature=0, max_tokens=20),
+    # Not "reproducible" sampling (engine.batch_plan), so the reply's cells are reused too;
+    # top-k 1 keeps it greedy in effect.
+    gen = smollm2.generate(turn2, SamplingParams(temperature=0.7, top_k=1, max_tokens=20),
                            token_source=lookup_source())
     assert gen.consume()
     # The KV cells it reused (and left) are exactly the ones the engine tracks.
@@ -143,7 +146,7 @@ def test_follow_up_turn_reuses_cache(smollm2: Model) -> None:
 
 @pytest.mark.parametrize("max_tokens", [1, 2, 7, 13])
 def test_early_stop_leaves_no_stray_cells(smollm2: Model, max_tokens: int) -> None:
-    s = SamplingParams(temperature=0, max_tokens=max_tokens)
+    s = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=max_tokens)
     ref = plain(smollm2, QUOTE, s)
     smollm2.reset_cache()
     gen = smollm2.generate(QUOTE, s, token_source=lookup_source(8))
@@ -159,7 +162,8 @@ def test_early_stop_leaves_no_stray_cells(smollm2: Model, max_tokens: int) -> No
 
 def test_stop_string_and_close_mid_draft(smollm2: Model) -> None:
     smollm2.reset_cache()
-    gen = smollm2.generate(QUOTE, SamplingParams(temperature=0, max_tokens=60, stop=("worm",)),
+    gen = smollm2.generate(QUOTE, SamplingParams(temperature=0, repeat_penalty=1.0,
+                                                 max_tokens=60, stop=("worm",)),
                            token_source=lookup_source())
     text = gen.consume()
     assert gen.stats.stop_reason == "stop_string"
@@ -200,7 +204,7 @@ def test_context_full(smollm2_path: Path) -> None:
                 < small.n_ctx - 12:
             text += " one"
         messages = [{"role": "user", "content": text + "\nCount on, in words."}]
-        s = SamplingParams(temperature=0, max_tokens=200)
+        s = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=200)
         ref = plain(small, messages, s)
         small.reset_cache()
         gen = small.generate(messages, s, token_source=lookup_source())
@@ -333,7 +337,7 @@ def test_settings_validation(smollm2: Model) -> None:
 
 def test_verification_batches_do_not_count_as_prompt_work(smollm2: Model) -> None:
     smollm2.reset_cache()
-    gen = smollm2.generate(QUOTE, SamplingParams(temperature=0, max_tokens=48),
+    gen = smollm2.generate(QUOTE, SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=48),
                            token_source=lookup_source())
     gen.consume()
     st = gen.stats
@@ -355,7 +359,7 @@ def test_small_context_batch_limit(exact_smollm2_path: Path) -> None:
         text = "alpha beta gamma delta epsilon zeta eta theta iota kappa " * 8
         messages = [{"role": "user", "content": text + "\nRepeat the list twice."}]
         assert 64 < len(small.chat_tokens(messages)) < small.n_ctx - 40
-        s = SamplingParams(temperature=0, max_tokens=300)
+        s = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=300)
         ref = plain(small, messages, s)
         assert ref
         for source in (lookup_source(64), lookup_source(200)):
@@ -389,7 +393,7 @@ def test_speculation_set_at_load(exact_smollm2_path: Path, smollm2: Model) -> No
     with Model(exact_smollm2_path, exact_params(n_ctx=256, n_threads=1, state_cache_mb=0)) as m:
         assert m.speculator is None
         assert flash_line(m) == "disabled"  # and off for plain decoding on a CPU
-        gen = m.generate(QUOTE, SamplingParams(temperature=0, max_tokens=8))
+        gen = m.generate(QUOTE, SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=8))
         gen.consume()
         assert gen.stats.draft_tokens == 0
 

@@ -225,6 +225,8 @@ def test_quitting_while_serving_shuts_down(qtbot: QtBot, panel: ServerPanel) -> 
 def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
         qtbot: QtBot, smollm2_path: Path) -> None:
     w = build_window(sampling=SamplingParams(temperature=0.0, max_tokens=4))
+    asked: list[str] = []
+    w.ask_quit = lambda _parent, warnings: bool(asked.extend(warnings)) or True
     try:
         panel = w.findChild(ServerPanel)
         assert panel is not None
@@ -251,6 +253,8 @@ def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
         QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     assert port_is_free(port)
     assert "candlewick-server" not in {t.name for t in threading.enumerate()}
+    # Quitting asked first, naming what it stops.
+    assert len(asked) == 1 and asked[0].startswith("The Local server is serving ")
 
 
 def test_request_log_model_is_bounded(qtmodeltester: object) -> None:
