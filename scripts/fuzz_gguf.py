@@ -1,11 +1,12 @@
 """Feed thousands of broken copies of a GGUF model to the loader and count what happens.
 
-    .venv/bin/python scripts/fuzz_gguf.py --files 3000 --seed 1 [--model PATH]
+    .venv/bin/python scripts/fuzz_gguf.py --files 3000 --seed 1 [--model PATH] [--cli]
 
 Each file is a seeded mutation of the model (tests/fuzz_gguf.py: metadata values, the tensor
 table, header bit flips), loaded in a child process by the real loader (validation, the
 memory estimate, llama.cpp). Prints how many were refused, loaded, crashed, raised a traceback
-or hung, the most common refusal reasons, and every crash, traceback or hang in full.
+or hung (with `--cli`, each file goes through `candlewick run` as a separate process, exit code
+and stderr checked), the most common refusal reasons, and every crash, traceback or hang in full.
 Exit code 1 if there was any of those.
 """
 
@@ -40,6 +41,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--model", type=Path, default=None, help="default: the bundled SmolLM2")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per file")
+    ap.add_argument("--cli", action="store_true", help="through `candlewick run`, one process "
+                    "per file")
     args = ap.parse_args()
     model = args.model
     if model is None:
@@ -60,7 +63,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="fuzz-gguf-") as work:
         results = run_corpus(model, args.seed, args.files, Path(work), timeout_s=args.timeout,
-                             on_result=progress)
+                             cli=args.cli, on_result=progress)
     counts = collections.Counter(r.outcome for r in results)
     multi = [r for r in results if r.outcome == "refused" and not is_one_line(r.message)]
     print(f"\n{len(results)} files (seed {args.seed}) in {time.monotonic() - t0:.0f} s: "

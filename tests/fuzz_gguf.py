@@ -424,12 +424,51 @@ class LoaderPool:
                     pipe.close()
 
 
+@dataclass
+class CliLoader:
+    """Each file through the real command line, as a user runs it: `candlewick run FILE`.
+    Exit code 0 is a load, 2 with one line on stderr a refusal; a signal is a crash, a
+    Python traceback on stderr a traceback, no exit within the timeout a hang."""
+
+    home: Path
+    timeout_s: float = 60.0
+
+    def load(self, path: Path, label: str) -> Result:
+        env = {**os.environ, "CANDLEWICK_HOME": str(self.home),
+               "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run([sys.executable, "-m", "app.cli", "run", str(path), "Hi",
+                                "--max-tokens", "2", "--threads", "1"],
+                               capture_output=True, text=True, timeout=self.timeout_s, env=env,
+                               cwd=ROOT, check=False)
+        except subprocess.TimeoutExpired:
+            return Result(label, "hang", f"no exit in {self.timeout_s:.0f} s",
+                          time.monotonic() - t0)
+        took = time.monotonic() - t0
+        err = r.stderr.strip()
+        if r.returncode < 0:
+            return Result(label, "crash", f"signal {-r.returncode}: {err[-300:]}", took)
+        if "Traceback (most recent call last)" in r.stderr:
+            return Result(label, "traceback", err[-2000:], took)
+        if r.returncode == 0:
+            return Result(label, "loaded", "", took)
+        if r.returncode == 2:
+            return Result(label, "refused", err.removeprefix("candlewick: error: "), took)
+        return Result(label, "traceback", f"exit code {r.returncode}: {err[-300:]}", took)
+
+    def close(self) -> None:
+        pass
+
+
 def run_corpus(source: Path, seed: int, count: int, work: Path, *,
-               timeout_s: float = 60.0,
+               timeout_s: float = 60.0, cli: bool = False,
                on_result: Callable[[Result], None] | None = None) -> list[Result]:
-    """Write each mutation to `work`, load it in the child, delete it; one Result each."""
+    """Write each mutation to `work`, load it (in the loader child, or through the command
+    line with `cli`), delete it; one Result each."""
     corpus = Corpus(source)
-    pool = LoaderPool(timeout_s)
+    pool: LoaderPool | CliLoader = (CliLoader(work / "home", timeout_s) if cli
+                                    else LoaderPool(timeout_s))
     results = []
     path = work / "fuzzed.gguf"
     try:
@@ -449,4 +488,4 @@ def is_one_line(message: str) -> bool:
     return bool(message.strip()) and "\n" not in message.strip()
 
 
-__all__ = ["Corpus", "LoaderPool", "Mutation", "Result", "is_one_line", "run_corpus"]
+__all__ = ["CliLoader", "Corpus", "LoaderPool", "Mutation", "Result", "is_one_line", "run_corpus"]

@@ -37,7 +37,7 @@ class PromptStateCache:
         self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[int, ...], bytes] = OrderedDict()
         # How many leading tokens of each snapshot were evaluated the canonical way
-        # (engine.batch_plan): a restored prefix is reused for an exact prompt only that far.
+        # (engine.host.batch_plan): a restored prefix is reused for an exact prompt only that far.
         self._exact: dict[tuple[int, ...], int] = {}
         self._bytes = 0
         self.stats = CacheStats()

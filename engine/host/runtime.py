@@ -130,7 +130,7 @@ class Model:
         self._vocab: Any = None
         self._ctx: Any = None
         self._cached: list[int] = []  # tokens currently in sequence 0 of the KV cache
-        # How many of them were evaluated the canonical way (engine.batch_plan): a prompt
+        # How many of them were evaluated the canonical way (engine.host.batch_plan): a prompt
         # that must be reproducible reuses the cache only that far.
         self._exact_len = 0
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -232,7 +232,7 @@ class Model:
             self.gguf.tensors, cpu, extra_buffers=extra, flash_attn=self.flash_attn_on,
             type_k=self.params.type_k, type_v=self.params.type_v, gpu_layers=mp.n_gpu_layers,
             tied_output=tied)
-        # Which ways of cutting a prompt into batches keep its logits (engine.batch_plan).
+        # Which ways of cutting a prompt into batches keep its logits (engine.host.batch_plan).
         self.split_rule = cpu_kernels.split_rule(
             self.gguf.tensors, cpu, extra_buffers=extra, flash_attn=self.flash_attn_on,
             type_k=self.params.type_k, type_v=self.params.type_v, gpu_layers=mp.n_gpu_layers,
@@ -283,7 +283,7 @@ class Model:
     @property
     def repeat_caveat(self) -> str:
         """Why a reproducible request (temperature 0, a fixed seed) may still give another
-        reply on another run; '' when it cannot (engine.batch_plan keeps the batching)."""
+        reply on another run; '' when it cannot (engine.host.batch_plan keeps the batching)."""
         if self.load_info.n_gpu_layers > 0:
             return "GPU kernels do not promise the same sums from one run to the next"
         if self.speculator is not None and not self.exactness.exact:
@@ -415,7 +415,7 @@ class Model:
         Reuses the longest common prefix with what is already cached (a follow-up turn only
         processes its new tokens). `exact`: the logits must be those of any other evaluation
         of these tokens, so only the canonically evaluated part of the cache is reused and the
-        rest is batched as `engine.batch_plan` says. Returns how many prompt tokens were
+        rest is batched as `engine.host.batch_plan` says. Returns how many prompt tokens were
         reused.
         """
         C = self._lib

@@ -261,7 +261,7 @@ def batch_exactness(tensors: Iterable[TensorInfo], f: CpuFeatures, *, extra_buff
     return Exactness(True, "")
 
 
-# How a prompt may be split into batches without changing its logits (engine.batch_plan):
+# How a prompt may be split into batches without changing its logits (engine.host.batch_plan):
 # "any": however it is batched, even token by token; "multi": any split into batches of two or
 # more tokens (only llamafile's sgemm differs, and only between one row and many: its tiles
 # sum each element in the same order); "grid": only the same batches as before.

@@ -1,4 +1,4 @@
-"""Prompt batching that keeps logits reproducible (engine.batch_plan, cpu_kernels.split_rule),
+"""Prompt batching that keeps logits reproducible (engine.host.batch_plan, cpu_kernels.split_rule),
 and on the real SmolLM2: the splits the rule calls equivalent give bit-identical logits."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from engine.batch_plan import BatchPlan, plan
 
+from engine.host.batch_plan import BatchPlan, plan
 from engine.host.runtime import Model
 from engine.memory.cpu_kernels import CpuFeatures, split_rule
 from engine.settings import LoadParams

@@ -149,3 +149,14 @@ def test_an_abort_in_the_sizing_child_becomes_one_line(corpus: Corpus, tmp_path:
     assert msg.startswith("llama.cpp crashed while sizing m.gguf (SIGABRT): ")
     assert re.search(r"\): llama-model\.cpp:\d+: GGML_ASSERT\(hparams\.n_layer_all > 0 && "
                      r"hparams\.n_layer_all <= LLAMA_MAX_LAYERS\) failed$", msg), msg
+
+
+def test_fuzzed_files_through_the_command_line(smollm2_path: Path, tmp_path: Path) -> None:
+    """A few corpus files through `candlewick run` itself, one process each (the script's
+    `--cli` runs thousands): exit 0 or 2, one line on stderr, never a signal or traceback."""
+    results = run_corpus(smollm2_path, 21, 8, tmp_path, timeout_s=120, cli=True)
+    outcomes = collections.Counter(r.outcome for r in results)
+    assert set(outcomes) <= {"refused", "loaded"}, [r for r in results
+                                                    if r.outcome not in ("refused", "loaded")]
+    assert outcomes["refused"] > 0
+    assert all(is_one_line(r.message) for r in results if r.outcome == "refused")

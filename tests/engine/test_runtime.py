@@ -216,7 +216,7 @@ def test_switching_back_to_a_conversation_restores_its_kv_state(smollm2: Model) 
     gen = smollm2.generate(follow_up(answer_a), GREEDY)
     gen.consume()
     # Going back did not process the first conversation's history again (greedy: only the
-    # answer, generated token by token, is evaluated again in a batch; engine.batch_plan)...
+    # answer, generated token by token, is evaluated again in a batch; engine.host.batch_plan)...
     assert gen.stats.cached_tokens >= len(gen_a.prompt)
     assert gen.stats.n_prompt_eval <= gen.stats.prompt_tokens - len(gen_a.prompt)
     assert smollm2.state_cache is not None and smollm2.state_cache.stats.restores >= 1

@@ -134,7 +134,7 @@ def test_follow_up_turn_reuses_cache(smollm2: Model) -> None:
     first = smollm2.generate(QUOTE, GREEDY, token_source=lookup_source()).consume()
     turn2 = [*QUOTE, {"role": "assistant", "content": first},
              {"role": "user", "content": "Now only the first sentence."}]
-    # Not "reproducible" sampling (engine.batch_plan), so the reply's cells are reused too;
+    # Not "reproducible" sampling (engine.host.batch_plan), so the reply's cells are reused too;
     # top-k 1 keeps it greedy in effect.
     gen = smollm2.generate(turn2, SamplingParams(temperature=0.7, top_k=1, max_tokens=20),
                            token_source=lookup_source())

@@ -1,7 +1,7 @@
 """Temperature 0 in the window gives the same text every time: Regenerate, Continue, and the
 same after the model is ejected and loaded again (real SmolLM2 through the controller and the
 engine thread). The question is long enough (300+ tokens) that the batching of the prompt
-changed the logits before engine.batch_plan."""
+changed the logits before engine.host.batch_plan."""
 
 from __future__ import annotations
 
