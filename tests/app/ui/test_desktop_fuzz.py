@@ -5,6 +5,7 @@ refused file was refused. The files are the fuzz corpus of tests/fuzz_gguf.py.""
 from __future__ import annotations
 
 import collections
+import os
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ from tests.fuzz_gguf import Corpus, is_one_line
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 
 SEED = 7  # another seed than the CLI corpus test's, so these are other files
-FILES = 36
+# A longer run: CANDLEWICK_DESKTOP_FUZZ_FILES=1000 (docs/reliability.md).
+FILES = int(os.environ.get("CANDLEWICK_DESKTOP_FUZZ_FILES", "36"))
 
 
 def test_fuzzed_files_through_the_window(qtbot: QtBot, smollm2_path: Path,
@@ -28,7 +30,7 @@ def test_fuzzed_files_through_the_window(qtbot: QtBot, smollm2_path: Path,
         panel = window.library_panel
         log = SignalLog(window.engine.worker)
         for i, mutation in enumerate(Corpus(smollm2_path).generate(SEED, FILES)):
-            path = tmp_path / f"fuzz-{i:02d}.gguf"
+            path = tmp_path / f"fuzz-{i:04d}.gguf"
             mutation.write(path)
             log.clear()
             panel.load_requested.emit(path, panel.load_params())
@@ -50,5 +52,6 @@ def test_fuzzed_files_through_the_window(qtbot: QtBot, smollm2_path: Path,
         # Most mutations are refused; the rest are ones llama.cpp tolerates (docs/reliability.md).
         assert outcomes["refused"] >= FILES // 2, outcomes
         assert outcomes["refused"] + outcomes["loaded"] == FILES
+        print(f"desktop fuzz, seed {SEED}: {FILES} files, {dict(outcomes)}")  # with -s
     finally:
         close_window(window)
