@@ -9,13 +9,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QEvent, QObject, Qt, Slot
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import QObject, Qt, Slot
 from pytestqt.qtbot import QtBot
 
-from app.main import build_window
 from app.ui.main_window import MainWindow
 from engine.settings import LoadParams, SamplingParams
+from tests.app.ui.test_ui_window import close_window, open_window
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 _LINE = re.compile(r"^Context: ([\d,]+) / ([\d,]+) tokens")
@@ -23,14 +22,9 @@ _LINE = re.compile(r"^Context: ([\d,]+) / ([\d,]+) tokens")
 
 @pytest.fixture
 def window(qtbot: QtBot) -> Iterator[MainWindow]:
-    w = build_window(sampling=SamplingParams(temperature=0.0, max_tokens=16))
-    w.show()
-    qtbot.waitExposed(w)
+    w = open_window(qtbot, SamplingParams(temperature=0.0, max_tokens=16))
     yield w
-    w.close()
-    w.shutdown()
-    w.deleteLater()
-    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    close_window(w)
 
 
 def line(w: MainWindow) -> tuple[int, int]:

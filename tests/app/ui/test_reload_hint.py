@@ -6,26 +6,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.main import build_window
 from app.ui.main_window import MainWindow
+from engine.settings import SamplingParams
+from tests.app.ui.test_ui_window import close_window, open_window
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 
 
 @pytest.fixture
 def window(qtbot: QtBot) -> Iterator[MainWindow]:
-    w = build_window()
-    w.show()
-    qtbot.waitExposed(w)
+    w = open_window(qtbot, SamplingParams())
     yield w
-    w.close()
-    w.shutdown()
-    w.deleteLater()
-    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    close_window(w)
 
 
 def load_as_set(qtbot: QtBot, w: MainWindow, n_ctx: int) -> None:

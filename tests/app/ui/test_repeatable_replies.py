@@ -8,13 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from PySide6.QtCore import QEvent
-from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.main import build_window
 from app.ui.main_window import MainWindow
 from engine.settings import SamplingParams
+from tests.app.ui.test_ui_window import close_window, open_window
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 QUESTION = ("Here is a travel diary. " + " ".join(
@@ -27,14 +25,9 @@ pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSi
 
 @pytest.fixture
 def window(qtbot: QtBot) -> Iterator[MainWindow]:
-    w = build_window(sampling=GREEDY)
-    w.show()
-    qtbot.waitExposed(w)
+    w = open_window(qtbot, GREEDY)
     yield w
-    w.close()
-    w.shutdown()
-    w.deleteLater()
-    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    close_window(w)
 
 
 def wait_idle(qtbot: QtBot, w: MainWindow) -> None:
