@@ -49,7 +49,7 @@ from engine.model.gguf import (
     split_names,
 )
 from engine.model.semantics import check_model
-from engine.native import llama_lib
+from engine.native import llama_lib, native_load
 from engine.native.load_probe import run_in_child
 from engine.native.native_load import NativeLoad
 from engine.settings import (
@@ -505,61 +505,41 @@ def dry_run(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: int =
     return _dry_run_here(path, p, n_gpu_layers)
 
 
-def _dry_run_in_child(path: str | os.PathLike[str], p: EstimateParams,
-                      n_gpu_layers: int) -> DryRun:
+def _native_load(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: int) -> NativeLoad:
+    """The no-alloc load both dry runs make, from the estimate's settings."""
     p.validate()
-    load = NativeLoad(
+    return NativeLoad(
         path=str(path), n_gpu_layers=n_gpu_layers,
         use_extra_bufts=use_extra_buffers(p.extra_buffers), n_ctx=p.n_ctx, n_batch=p.n_batch,
         n_ubatch=p.n_ubatch, n_seq_max=p.n_seq_max,
         flash_attn_type=FLASH_TYPES[resolve_flash_attn(p.flash_attn, p.type_v)],
         type_k=KV_TYPES[p.type_k], type_v=KV_TYPES[p.type_v], embeddings=p.embeddings,
         swa_full=p.swa_full, kv_unified=p.kv_unified)
-    res = run_in_child(load, doing="sizing")
+
+
+def _dry_run_result(path: str | os.PathLike[str], stage: str,
+                    lines: Sequence[str]) -> DryRun:
     name = Path(path).name
-    if res.stage == "model":
-        raise EngineError(f"llama.cpp could not read {name}: {llama_lib.last_error(list(res.log))}")
-    if res.stage != "ok":
+    if stage == "model":
+        raise EngineError(f"llama.cpp could not read {name}: {llama_lib.last_error(list(lines))}")
+    if stage != "ok":
         raise EngineError(f"llama.cpp could not size a context for {name}: "
-                          f"{llama_lib.last_error(list(res.log))}")
-    return _sizes_from_log(res.log)
+                          f"{llama_lib.last_error(list(lines))}")
+    return _sizes_from_log(tuple(lines))
+
+
+def _dry_run_in_child(path: str | os.PathLike[str], p: EstimateParams,
+                      n_gpu_layers: int) -> DryRun:
+    res = run_in_child(_native_load(path, p, n_gpu_layers), doing="sizing")
+    return _dry_run_result(path, res.stage, res.log)
 
 
 def _dry_run_here(path: str | os.PathLike[str], p: EstimateParams,
                   n_gpu_layers: int = 0) -> DryRun:
-    p.validate()
-    C = llama_lib.lib()
-    mp = C.llama_model_default_params()
-    mp.n_gpu_layers = n_gpu_layers
-    mp.no_alloc = True
-    mp.load_mode = C.LLAMA_LOAD_MODE_NONE  # never mmap with no_alloc: llama.cpp aborts
-    mp.use_extra_bufts = use_extra_buffers(p.extra_buffers)
-    name = Path(path).name
+    load = _native_load(path, p, n_gpu_layers)
     with _dry_run_lock, llama_lib.capture_log() as lines:
-        model = C.llama_model_load_from_file(str(path).encode(), mp)
-        if not model:
-            raise EngineError(f"llama.cpp could not read {name}: {llama_lib.last_error(lines)}")
-        try:
-            cp = C.llama_context_default_params()
-            cp.n_ctx = p.n_ctx
-            cp.n_batch = p.n_batch
-            cp.n_ubatch = min(p.n_ubatch, p.n_batch)
-            cp.n_seq_max = p.n_seq_max
-            cp.n_threads = cp.n_threads_batch = 1
-            cp.flash_attn_type = FLASH_TYPES[resolve_flash_attn(p.flash_attn, p.type_v)]
-            cp.type_k = KV_TYPES[p.type_k]
-            cp.type_v = KV_TYPES[p.type_v]
-            cp.embeddings = p.embeddings
-            cp.swa_full = p.swa_full
-            cp.kv_unified = p.kv_unified
-            ctx = C.llama_init_from_model(model, cp)
-            if not ctx:
-                raise EngineError(f"llama.cpp could not size a context for {name}: "
-                                  f"{llama_lib.last_error(lines)}")
-            C.llama_free(ctx)
-        finally:
-            C.llama_model_free(model)
-    return _sizes_from_log(tuple(lines))
+        stage = native_load.load_no_alloc(llama_lib.lib(), load)
+    return _dry_run_result(path, stage, lines)
 
 
 def _sizes_from_log(lines: tuple[str, ...]) -> DryRun:

@@ -82,16 +82,24 @@ def run(load: NativeLoad) -> dict[str, Any]:
 
     C.llama_log_set(on_log, ctypes.c_void_p(0))
     C.llama_backend_init()
+    # Never mmap with no_alloc: llama.cpp aborts (which is what the fault hook wants).
+    stage = load_no_alloc(C, load, fault=os.environ.get(FAULT_ENV) == "abort")
+    return {"stage": stage, "log": lines}
+
+
+def load_no_alloc(C: Any, load: NativeLoad, *, fault: bool = False) -> str:
+    """Create `load`'s model and context with `no_alloc` through the bindings `C` (the
+    caller captures the log); 'model' or 'context' for the step llama.cpp refused, else 'ok'.
+    The in-process dry run (engine.memory.estimate) calls this too. `fault` mmaps, which
+    makes llama.cpp abort: only the child honours the test hook."""
     mp = C.llama_model_default_params()
     mp.n_gpu_layers = load.n_gpu_layers
     mp.no_alloc = True
-    # Never mmap with no_alloc: llama.cpp aborts (which is what the fault hook wants).
-    fault = os.environ.get(FAULT_ENV) == "abort"
     mp.load_mode = C.LLAMA_LOAD_MODE_MMAP if fault else C.LLAMA_LOAD_MODE_NONE
     mp.use_extra_bufts = load.use_extra_bufts
     model = C.llama_model_load_from_file(load.path.encode(), mp)
     if not model:
-        return {"stage": "model", "log": lines}
+        return "model"
     try:
         cp = C.llama_context_default_params()
         cp.n_ctx = load.n_ctx
@@ -107,13 +115,13 @@ def run(load: NativeLoad) -> dict[str, Any]:
         cp.kv_unified = load.kv_unified
         ctx = C.llama_init_from_model(model, cp)
         if not ctx:
-            return {"stage": "context", "log": lines}
+            return "context"
         C.llama_free(ctx)
         if load.tokenize:
             _tokenize(C, C.llama_model_get_vocab(model))
     finally:
         C.llama_model_free(model)
-    return {"stage": "ok", "log": lines}
+    return "ok"
 
 
 def _tokenize(C: Any, vocab: Any) -> None:
