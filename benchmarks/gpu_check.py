@@ -123,7 +123,7 @@ def prompt_tokens(model: Any, n: int, salt: int = 0) -> list[int]:
 
 def timed_decode(model: Any, n_prompt: int, n_gen: int, salt: int = 0) -> dict[str, Any]:
     """Prompt of n_prompt tokens, then n_gen greedy tokens; llama.cpp's own timings."""
-    from engine.host.runtime import Generation
+    from engine.host.generation import Generation
     from engine.settings import SamplingParams
 
     model.reset_cache()

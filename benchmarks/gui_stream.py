@@ -35,7 +35,8 @@ from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QApplication
 
 from app.services.library import bundled_default_model
-from engine.host.runtime import GenerationStats, Model
+from engine.host.runtime import Model
+from engine.host.stats import GenerationStats
 from engine.settings import LoadParams, SamplingParams
 
 PROMPT = "Write a long story about a lighthouse keeper and a storm, in many paragraphs."

@@ -252,11 +252,7 @@ def _embedded_target(args: argparse.Namespace, workload: Workload, sampling: Sam
     closers.append(model.close)
     if slots == 1:
         return EmbeddedTarget(model, sampling), model.gguf
-    from engine.host.scheduler import Scheduler
-
-    scheduler = Scheduler(model, n_slots=slots)
-    closers.append(scheduler.close)
-    return SchedulerTarget(model, scheduler, sampling), model.gguf
+    return SchedulerTarget(model, sampling), model.gguf
 
 
 def _http_target(args: argparse.Namespace, sampling: SamplingSetup, closers: list[Any]

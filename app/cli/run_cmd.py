@@ -20,7 +20,7 @@ from app.cli.common import (
 from app.services.connections import ConnectionsError, ConnectionStore
 from engine.errors import EngineError
 from engine.host.runtime import Model
-from engine.host.speculative import Speculator, spec_stats
+from engine.host.speculative import spec_stats
 from engine.memory.estimate import DoesNotFitError, EstimateParams, estimate
 from engine.settings import FlashAttn, LoadParams, SamplingParams, SpeculativeSettings
 
@@ -76,27 +76,24 @@ def run(args: argparse.Namespace) -> int:
     flash: FlashAttn = args.flash_attn
     if flash == "auto" and (args.draft or args.lookup):
         flash = "on"
-    params = LoadParams(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads,
-                        type_k=args.kv_type, type_v=args.kv_type, flash_attn=flash)
     settings = SpeculativeSettings(
         mode="draft" if args.draft else "lookup" if args.lookup else "off",
         draft_model=str(library().resolve(args.draft)) if args.draft else None,
         draft_max=args.draft_max,
     )
     settings.validate()
+    params = LoadParams(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads,
+                        type_k=args.kv_type, type_v=args.kv_type, flash_attn=flash,
+                        speculative=settings)
     sampling = _sampling(args)
     messages = _messages(args)
     if not args.force:
         refuse_if_too_big(path, params)
     cancel = threading.Event()
+    # A host of one model and one request: the same decode loop the app and the server use.
     with Model(path, params, first_loads=first_loads()) as model:
-        spec = Speculator(model, settings)
-        try:
-            gen = model.generate(messages, sampling, cancel=cancel,
-                                 token_source=spec.token_source())
-            _stream(gen, cancel, args.json)
-        finally:
-            spec.close()
+        gen = model.generate(messages, sampling, cancel=cancel)
+        _stream(gen, cancel, args.json)
         st = gen.stats
         if args.json:
             print_json({

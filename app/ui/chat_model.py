@@ -18,7 +18,7 @@ from PySide6.QtCore import (
 )
 
 from app.ui.conversation import Conversation, Message, MessageState, Role
-from engine.host.runtime import GenerationStats
+from engine.host.stats import GenerationStats
 
 ROLE_ROLE = Qt.ItemDataRole.UserRole + 1
 STATE_ROLE = Qt.ItemDataRole.UserRole + 2

@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 from app.ui.chat_model import ChatModel
 from app.ui.code_highlight import CodeHighlighter, is_dark, style_inline_code
 from app.ui.conversation import Message
-from engine.host.runtime import GenerationStats
+from engine.host.stats import GenerationStats
 
 _FENCE = re.compile(r"^ {0,3}(```|~~~)\s*([\w+#.-]*)\s*$")
 

@@ -20,7 +20,7 @@ from app.services.chat_store import Message as StoredMessage
 from app.ui.chat_model import ChatModel
 from app.ui.conversation import Conversation, Message, MessageState
 from app.ui.worker import EngineHost, EngineMaker, LoadedModel, RemoteTarget
-from engine.host.runtime import GenerationStats
+from engine.host.stats import GenerationStats
 from engine.settings import LoadParams, SamplingParams
 
 

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
-from engine.host.runtime import GenerationStats
+from engine.host.stats import GenerationStats
 
 Role = Literal["system", "user", "assistant"]
 # streaming: tokens still arriving; done: finished normally; stopped: the user pressed Stop;

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidg
 
 from app.ui.library_model import human_bytes
 from app.ui.worker import LoadedModel
-from engine.host.runtime import GenerationStats
+from engine.host.stats import GenerationStats
 from engine.host.speculative import acceptance_rate
 
 TICK_MS = 400

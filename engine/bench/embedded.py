@@ -75,11 +75,7 @@ def run_embedded_benchmark(
         if slots == 1:
             target = EmbeddedTarget(model, sampling)
         else:
-            from engine.host.scheduler import Scheduler
-
-            scheduler = Scheduler(model, n_slots=slots)
-            closers.append(scheduler.close)
-            target = SchedulerTarget(model, scheduler, sampling)
+            target = SchedulerTarget(model, sampling)
         result = run_benchmark(target, workload, config, model_file=model.gguf,
                                progress=progress, cancel=cancel)
         result["target"]["n_ctx_per_request"] = n_ctx

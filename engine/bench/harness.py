@@ -42,7 +42,7 @@ from engine.bench.workloads import Prompt, Workload
 from engine.errors import EngineError
 from engine.host.runtime import Model
 from engine.host.scheduler import Event as SchedulerEvent
-from engine.host.scheduler import Finished, Scheduler
+from engine.host.scheduler import Finished, Piece
 from engine.model.facts import model_facts
 from engine.model.gguf import GGUFFile, read_gguf
 from engine.model.semantics import check_model
@@ -138,10 +138,9 @@ class SchedulerTarget:
 
     kind = "embedded"
 
-    def __init__(self, model: Model, scheduler: Scheduler,
-                 sampling: SamplingSetup | None = None) -> None:
+    def __init__(self, model: Model, sampling: SamplingSetup | None = None) -> None:
         self.model = model
-        self.scheduler = scheduler
+        self.scheduler = scheduler = model.loop
         self.sampling = sampling or SamplingSetup()
         self.max_concurrency: int | None = int(scheduler.n_slots)
         self.server_pid: int | None = os.getpid()
@@ -157,7 +156,7 @@ class SchedulerTarget:
             if isinstance(ev, Finished):
                 finished.append(ev)
                 done.set()
-            elif ev.text and not first:
+            elif isinstance(ev, Piece) and ev.text and not first:
                 first.append(time.perf_counter())
 
         t0 = time.perf_counter()
@@ -172,12 +171,13 @@ class SchedulerTarget:
                 req.cancel()
         t_end = time.perf_counter()
         st = finished[0].stats
-        error = st.error or ("cancelled" if st.finish_reason == "cancelled" else None)
+        error = st.error or ("cancelled" if st.stop_reason == "cancelled" else None)
         return RequestTrace(
             index=0, t_start=t0, t_end=t_end, t_first=first[0] if first else None,
-            prompt_tokens=st.prompt_tokens, completion_tokens=st.completion_tokens,
-            error=error, timed_out=st.finish_reason == "timeout", token_source="engine",
-            finish_reason=st.finish_reason,
+            prompt_tokens=st.prompt_tokens, completion_tokens=st.gen_tokens,
+            error=error, timed_out=st.stop_reason == "timeout", token_source="engine",
+            finish_reason=st.stop_reason,
+            engine_prompt_tps=st.prompt_tps or None, engine_gen_tps=st.gen_tps or None,
         )
 
     def describe(self) -> dict[str, Any]:

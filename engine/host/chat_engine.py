@@ -16,21 +16,23 @@ Errors are `EngineError`s (remote ones are `engine.remote.RemoteError` subclasse
 the partial answer). `reply()` may raise before any text (a context that cannot hold the
 conversation, an unknown template); iteration may raise part-way.
 
-`EmbeddedEngine` adapts `engine.host.runtime.Model`: it fits the conversation to the context with
-the chosen policy and continues a cut-off answer by ending the prompt with it. A remote engine
-does no fitting: the server owns its context and decides.
+`EmbeddedEngine` adapts `engine.host.runtime.Model`: its replies are requests to the model's
+one decode loop, marked interactive so that they go before queued API requests. It fits the
+conversation to a slot's context with the chosen policy and continues a cut-off answer by
+ending the prompt with it. A remote engine does no fitting: the server owns its context.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from engine.errors import EngineError
 from engine.host.context_policy import ContextPolicy, fit_messages
-from engine.host.runtime import Generation, GenerationStats, Model
+from engine.host.generation import Generation
+from engine.host.runtime import Model
+from engine.host.stats import GenerationStats
 from engine.settings import SamplingParams
 
 EngineKind = Literal["embedded", "remote"]
@@ -141,7 +143,8 @@ class EmbeddedEngine:
 
     @property
     def n_ctx(self) -> int:
-        return self.model.n_ctx
+        """What one conversation may hold: a slot of the model's context."""
+        return self.model.n_ctx_seq
 
     def reply(self, messages: Messages, sampling: SamplingParams,
               cancel: threading.Event | None = None, *, continue_text: str = "",
@@ -154,14 +157,14 @@ class EmbeddedEngine:
             extra = (len(model.tokenize(continue_text, add_special=False))
                      if continue_text else 0)
             fit = fit_messages(messages, lambda ms: len(model.chat_tokens(ms)) + extra,
-                               model.n_ctx, reserve=min(sampling.max_tokens, model.n_ctx // 2),
+                               model.n_ctx_seq,
+                               reserve=min(sampling.max_tokens, model.n_ctx_seq // 2),
                                policy=policy)
             messages, dropped = fit.messages, fit.dropped
         if continue_text:
-            t0 = time.perf_counter()
             prompt = model.chat_tokens(messages) + model.tokenize(
                 continue_text, add_special=False, parse_special=False)
-            gen = Generation(model, prompt, sampling, cancel, t0)
+            gen = model.submit(prompt, sampling, cancel=cancel)
         else:
             gen = model.generate(messages, sampling, cancel=cancel)
         return EmbeddedReply(gen, dropped)

@@ -1,16 +1,31 @@
-"""Continuous batching: several requests share one llama.cpp context, one decode per step.
+"""The decode loop: every request to a loaded model, from every client, runs here.
 
-The context is created with `n_seq_max = N`; each of the N slots owns one sequence id. Every
-step builds one `llama_batch` holding the next token of every generating slot plus chunks of
-prompts still being read, runs one `llama_decode`, then samples each slot from its own row of
-logits with its own sampler chain. Requests join and leave between steps, so a short request
-never waits for a long one to finish.
+A `Model` owns exactly one `Scheduler`, and the scheduler's thread makes every llama.cpp call
+on the model's context: the chat (`Model.generate` and `EmbeddedEngine`), the HTTP API, the
+benchmark, `candlewick run`, embeddings. Nothing else decodes.
 
-One worker thread owns the context; other threads only `submit()` and `cancel()`. Results go
-back through a callback the caller supplies (the HTTP server hands them to its event loop).
-A finished slot keeps its KV cells so that a later request with the same prompt prefix (a chat's
-next turn, a shared system prompt) skips that prefix; a cancelled request's cells are freed at
-once.
+Continuous batching. The context is created with `n_seq_max = N`; each of the N slots owns one
+sequence id. Every step builds one `llama_batch` holding the next token of every generating
+slot plus chunks of prompts still being read, runs one `llama_decode`, then samples each slot
+from its own row of logits with its own sampler chain. Requests join and leave between steps,
+so a short request never waits for a long one to finish.
+
+Other threads only `submit()`, `cancel()` and hand over work (`call_idle`, `call_soon`).
+Every event about a request (`Started`, `Piece`, `Finished`, `Failed`) carries its id and goes
+back through a callback the caller supplies (the HTTP server hands them to its event loop, the
+chat to a queue). A finished slot keeps its KV cells so that a later request with the same
+prompt prefix (a chat's next turn, a shared system prompt) skips that prefix; a cancelled
+request's cells are freed at once. Before a slot's long history is overwritten, its KV state is
+saved in the model's `PromptStateCache`; a prompt that continues a saved history gets it back
+with a memory copy.
+
+Interactive requests (the desktop chat) go before queued API requests, and `reserved_slots`
+slots are kept for them: the chat never waits behind a queue of API requests.
+
+Reproducible requests (greedy, or a fixed seed) read their prompt the canonical way
+(`engine.host.batch_plan`): in the planned batches, each decoded alone, and a cached prefix
+reused only as far as it was itself read that way. So the same prompt gives the same reply
+however the cache was left.
 
 Busy slots are kept on consecutive sequence ids. With one KV stream per sequence (llama.cpp's
 default, `kv_unified = false`), llama.cpp cuts a batch into one micro-batch per run of
@@ -21,34 +36,48 @@ the busy ones; a prompt prefix cached in another slot is copied over (one stream
 cheaper than prefilling it again); and when a finished request leaves a hole, the busy slot at
 the end moves into it.
 
-Prompt lookup (the model loaded with `speculative=lookup`): while exactly one request is in
-flight and no prompt is being read, its step decodes the next token plus drafts from its own
-prompt and reply (`engine.host.speculative.PromptLookup`) and keeps the prefix the model agrees
-with, as `Model.generate` does. With more requests the batch already keeps the hardware busy
-and every drafted position would cost the others, so they decode plainly.
+Speculative decoding (per request: prompt lookup, or the model's draft model with a KV sequence
+per slot): while exactly one request is in flight and no prompt is being read, its step
+decodes the next token plus drafts and keeps the prefix the model agrees with
+(engine.host.speculative). With more requests the batch already keeps the hardware busy and
+every drafted position would cost the others, so they decode plainly.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine.decoding.textstream import TextStream
 from engine.errors import EngineError
-from engine.host import decode_guard
+from engine.host import batch_plan, decode_guard
 from engine.host.prompt_cache import common_prefix
-from engine.host.runtime import Model
-from engine.host.speculative import PromptLookup, propose_drafts, trim_sequence, verify_cost
+from engine.host.speculative import (
+    DEFAULT_MODEL_DRAFT_MAX,
+    Drafter,
+    PromptLookup,
+    propose_drafts,
+    trim_sequence,
+    verify_cost,
+)
+from engine.host.stats import GenerationStats, StopReason
 from engine.native import llama_lib
-from engine.settings import DEFAULT_DRAFT_MAX, SamplingParams
+from engine.settings import DEFAULT_DRAFT_MAX, SamplingParams, SpecMode
+
+if TYPE_CHECKING:
+    from engine.host.runtime import Model
 
 log = logging.getLogger("candlewick.scheduler")
+
+T = TypeVar("T")
 
 # Copying a KV stream from one slot to another moves the whole stream (every cell, used or not).
 # Count a copy as costing one prompt token per this many bytes: SmolLM2's 512-cell stream
@@ -57,10 +86,10 @@ COPY_BYTES_PER_TOKEN = 4 << 20
 MIN_COPY_GAIN = 8
 # A request that will end within this many tokens is not worth moving to close a hole.
 MIN_MOVE_TOKENS = 16
-
-FinishReason = Literal[
-    "stop", "length", "stop_string", "context_full", "cancelled", "timeout", "error"
-]
+# Histories shorter than this are cheaper to read again than to snapshot; a snapshot is
+# restored only when it saves at least MIN_RESTORE_GAIN tokens over what the slots hold.
+MIN_SNAPSHOT_TOKENS = 64
+MIN_RESTORE_GAIN = 32
 
 
 class QueueFull(EngineError):
@@ -71,35 +100,38 @@ class SchedulerClosed(EngineError):
     """The scheduler has been shut down."""
 
 
-@dataclass
-class RequestStats:
-    prompt_tokens: int = 0
-    cached_tokens: int = 0  # prompt tokens reused from the slot's KV cache
-    completion_tokens: int = 0
-    queue_s: float = 0.0  # submit -> given a slot
-    ttft_s: float = 0.0  # submit -> first text piece (total_s if there was none)
-    total_s: float = 0.0
-    finish_reason: FinishReason = "stop"
-    error: str | None = None
-    draft_tokens: int = 0  # prompt lookup: drafted and verified
-    draft_accepted: int = 0
+@dataclass(frozen=True)
+class Started:
+    """The request has a slot; `cached_tokens` of its prompt are reused from the KV cache."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    rid: int
+    cached_tokens: int
 
 
 @dataclass(frozen=True)
 class Piece:
+    rid: int
     text: str
+    n_tokens: int  # tokens generated so far
 
 
 @dataclass(frozen=True)
 class Finished:
+    rid: int
     text: str  # the whole reply
-    stats: RequestStats
+    stats: GenerationStats
 
 
-Event = Piece | Finished
+@dataclass(frozen=True)
+class Failed(Finished):
+    """Finished with stop_reason "error": a decode failed; `stats.error` says why (one line)."""
+
+    @property
+    def message(self) -> str:
+        return self.stats.error or "generation failed"
+
+
+Event = Started | Piece | Finished
 EventCallback = Callable[[Event], None]
 
 
@@ -107,20 +139,25 @@ class Request:
     """One submitted generation. Thread-safe to cancel; events arrive via `on_event`."""
 
     def __init__(self, rid: int, prompt: list[int], sampling: SamplingParams,
-                 on_event: EventCallback, stream: bool, deadline: float | None,
-                 wake: Callable[[], None]) -> None:
+                 on_event: EventCallback, *, stream: bool, deadline: float | None,
+                 wake: Callable[[], None], cancel: threading.Event | None,
+                 interactive: bool, spec: SpecMode | None) -> None:
         self.id = rid
         self.prompt = prompt
         self.sampling = sampling
         self.stream = stream
         self.deadline = deadline
+        self.interactive = interactive
+        self.spec = spec  # None: the model's own setting
         self._on_event = on_event
         self._wake = wake
         self._cancel = threading.Event()
+        self._external = cancel  # the caller's stop flag, checked before every step
         self.done = threading.Event()
         self.t_submit = time.perf_counter()
-        self.stats = RequestStats(prompt_tokens=len(prompt))
+        self.stats = GenerationStats(prompt_tokens=len(prompt))
         self.text = ""
+        self.tokens: list[int] = []  # generated token ids
 
     def cancel(self) -> None:
         """Stop this request; its slot and KV cells are freed before the next step."""
@@ -129,12 +166,13 @@ class Request:
 
     @property
     def cancelled(self) -> bool:
-        return self._cancel.is_set()
+        return self._cancel.is_set() or (self._external is not None
+                                         and self._external.is_set())
 
     def _emit(self, ev: Event) -> None:
         try:
             self._on_event(ev)
-        except Exception:  # a broken consumer must not take the scheduler down
+        except Exception:  # a broken consumer must not take the loop down
             log.debug("event callback failed for request %d", self.id, exc_info=True)
 
 
@@ -144,17 +182,40 @@ class _Slot:
     def __init__(self, seq: int) -> None:
         self.seq = seq
         self.tokens: list[int] = []  # exactly what sequence `seq` holds in the KV cache
+        # How many of them were read the canonical way (engine.host.batch_plan).
+        self.exact_len = 0
         self.req: Request | None = None
         self.pending: list[int] = []  # prompt tokens not yet decoded
+        self.plan: deque[int] | None = None  # canonical batch sizes for `pending`
         self.next_token: int | None = None  # sampled, to be decoded in the next step
         self.sampler: Any = None
         self.stream: TextStream | None = None  # UTF-8 reassembly and stop strings
         self.n_gen = 0
         self.t_first: float | None = None
+        self.t_last: float | None = None
         self.last_used = 0.0
         self.batch_idx = -1  # where this slot's logits are in the current batch
-        self.drafter: PromptLookup | None = None  # prompt lookup, when the model drafts
+        self.n_in_batch = 0  # how many of its tokens the current batch holds
+        self.prefilling = False  # whether they are prompt tokens
+        self.drafter: Drafter | None = None
+        self.draft_max = 0
+        self.k = 0  # the draft length, for drafters that do not size their own
         self.drafts: list[int] = []  # decoded after next_token in the current batch
+
+    def clear_request(self) -> None:
+        self.req = None
+        self.pending = []
+        self.plan = None
+        self.next_token = None
+        self.sampler = None
+        self.stream = None
+        self.drafter = None
+        self.drafts = []
+
+
+# What `_move` hands from one slot to another.
+_REQUEST_FIELDS = ("req", "pending", "plan", "next_token", "sampler", "stream", "n_gen",
+                   "t_first", "t_last", "drafter", "draft_max", "k", "exact_len")
 
 
 @dataclass
@@ -169,90 +230,156 @@ class SchedulerSnapshot:
     tokens_prompt: int
     slots: list[dict[str, Any]] = field(default_factory=list)
     kv_copies: int = 0  # KV streams copied between slots (shared prefixes, closed holes)
-    draft_tokens: int = 0  # prompt lookup: drafted and verified, over all requests
+    draft_tokens: int = 0  # drafted and verified, over all requests
     draft_accepted: int = 0
+    reserved_slots: int = 0  # kept for interactive requests (the chat)
+    snapshots_saved: int = 0  # KV states saved to / restored from the model's state cache
+    snapshots_restored: int = 0
 
 
 class Scheduler:
-    """Continuous batching over `model`, whose context must have `n_seq_max >= n_slots`."""
+    """The one decode loop of `model`; its context must have `n_seq_max >= n_slots`."""
 
     def __init__(self, model: Model, *, n_slots: int | None = None, max_queue: int = 64,
-                 n_batch: int | None = None) -> None:
+                 n_batch: int | None = None, reserved_slots: int = 0) -> None:
         self.model = model
-        self._C = C = llama_lib.lib()
-        ctx = model.ctx_ptr
-        if not ctx:
+        self._C = llama_lib.lib()
+        if not model.ctx_ptr:
             raise EngineError("the model is not loaded")
-        n_seq_max = int(model.params.n_seq_max)
-        self.n_slots = n_slots or n_seq_max
-        if self.n_slots > n_seq_max:
-            raise EngineError(f"{self.n_slots} slots need a context with n_seq_max >= "
-                              f"{self.n_slots} (it has {n_seq_max})")
         if max_queue < 0:
             raise EngineError("the queue size must be 0 or more")
         self.max_queue = max_queue
-        self.n_batch = min(n_batch or model.params.n_batch, int(C.llama_n_batch(ctx)))
-        self.n_ctx_seq = int(C.llama_n_ctx_seq(ctx))
-        self._n_seq_max = int(C.llama_n_seq_max(ctx))
-        self._ctx = ctx
-        self._mem = C.llama_get_memory(ctx)
-        self._slots = [_Slot(i) for i in range(self.n_slots)]
-        self._queue: deque[Request] = deque()
+        self._n_batch_req = n_batch
         self._cond = threading.Condition()
+        self._queue: deque[Request] = deque()
+        self._tasks: deque[tuple[Callable[[], Any], Future[Any], bool]] = deque()
         self._stop = False
         self._next_id = 0
         self._steps = 0
         self._tok_gen = 0
         self._tok_prompt = 0
+        self._copies = 0  # KV stream copies made (prefix shares and moves)
+        self._drafted = 0
+        self._accepted = 0
+        self._saved = 0
+        self._restored = 0
+        self._piece = ctypes.create_string_buffer(256)
+        self._batch: Any = None
+        self._bind(n_slots, reserved_slots)
+        self._thread = threading.Thread(target=self._run, name="candlewick-decode",
+                                        daemon=True)
+        self._thread.start()
+
+    def _bind(self, n_slots: int | None, reserved: int) -> None:
+        """Take the model's (new) context: slots, batch buffer, limits."""
+        C = self._C
+        model = self.model
+        ctx = model.ctx_ptr
+        n_seq_max = int(C.llama_n_seq_max(ctx))
+        n = n_slots or n_seq_max
+        if n > n_seq_max:
+            raise EngineError(f"{n} slots need a context with n_seq_max >= {n} "
+                              f"(it has {n_seq_max})")
+        if reserved < 0 or (reserved and reserved >= n):
+            raise EngineError(f"{reserved} reserved slots leave none of {n} for other requests")
+        self.n_slots = n
+        self.reserved_slots = reserved
+        self.n_batch = min(self._n_batch_req or model.params.n_batch, int(C.llama_n_batch(ctx)))
+        self.n_ctx_seq = int(C.llama_n_ctx_seq(ctx))
+        self._n_seq_max = n_seq_max
+        self._ctx = ctx
+        self._mem = C.llama_get_memory(ctx)
+        self._slots = [_Slot(i) for i in range(n)]
+        if self._batch is not None:
+            C.llama_batch_free(self._batch)
         self._batch = C.llama_batch_init(self.n_batch, 0, 1)
         kv_bytes = int(getattr(getattr(model, "memory_actual", None), "kv_bytes", 0) or 0)
         self._stream_bytes = kv_bytes // max(n_seq_max, 1)
-        self._copies = 0  # KV stream copies made (prefix shares and moves), for tests and stats
-        spec = model.params.speculative
-        # Server-side speculation is prompt lookup only: a draft model would need a KV
-        # stream per slot of its own.
-        self._lookup = spec is not None and spec.mode == "lookup"
-        self._draft_max = max(1, min((spec.draft_max if spec else None) or DEFAULT_DRAFT_MAX,
-                                     self.n_batch - 1))
         self._cost = verify_cost(model)
-        self._drafted = 0
-        self._accepted = 0
-        model.reset_cache()
-        self._thread = threading.Thread(target=self._run, name="candlewick-scheduler",
-                                        daemon=True)
-        self._thread.start()
 
     # -- public API (any thread) -----------------------------------------------------------
 
     def submit(self, prompt: list[int], sampling: SamplingParams, on_event: EventCallback, *,
-               stream: bool = True, timeout_s: float | None = None) -> Request:
+               stream: bool = True, timeout_s: float | None = None,
+               cancel: threading.Event | None = None, interactive: bool = False,
+               spec: SpecMode | None = None) -> Request:
         """Queue a generation. Raises QueueFull when the wait queue is full, EngineError when
-        the request can never run (empty prompt, longer than a slot's context)."""
+        the request can never run (empty prompt, longer than a slot's context, a draft model
+        that is not loaded). `interactive`: a person waits on it (the chat): it goes first and
+        may use the reserved slots. `spec`: speculative decoding for this request (None: the
+        model's setting)."""
         sampling.validate()
         if not prompt:
             raise EngineError("the prompt is empty")
         if len(prompt) >= self.n_ctx_seq:
-            raise EngineError(f"the prompt is {len(prompt)} tokens; each slot's context holds "
-                              f"{self.n_ctx_seq}")
+            raise EngineError(
+                f"the prompt is {len(prompt)} tokens, the context holds {self.n_ctx_seq}; "
+                "shorten the conversation or load the model with a larger context")
+        if spec == "draft" and self.model.speculator is None:
+            raise EngineError("no draft model is loaded for this model")
         deadline = time.perf_counter() + timeout_s if timeout_s else None
         with self._cond:
             if self._stop:
-                raise SchedulerClosed("the server is shutting down")
+                raise SchedulerClosed("the model is being unloaded")
             free = sum(1 for s in self._slots if s.req is None)
-            if len(self._queue) >= self.max_queue + free:
+            if not interactive and len(self._queue) >= self.max_queue + free:
                 raise QueueFull(f"all {self.n_slots} slots are busy and {len(self._queue)} "
                                 "requests are waiting")
             self._next_id += 1
-            req = Request(self._next_id, list(prompt), sampling, on_event, stream, deadline,
-                          self._wake)
+            req = Request(self._next_id, list(prompt), sampling, on_event, stream=stream,
+                          deadline=deadline, wake=self._wake, cancel=cancel,
+                          interactive=interactive, spec=spec)
             self._queue.append(req)
             self._cond.notify()
         return req
 
+    def call_idle(self, fn: Callable[[], T], timeout: float | None = None) -> T:
+        """Run `fn` on the decode thread once no request is in flight (queued ones wait), and
+        return its result: for work that needs the whole context (clearing it, recreating it
+        with other slots)."""
+        return self._call(fn, idle=True, timeout=timeout)
+
+    def call_soon(self, fn: Callable[[], T], timeout: float | None = None) -> T:
+        """Run `fn` on the decode thread between two steps (embeddings on a second context
+        of the same weights decode here too, so one thread drives llama.cpp)."""
+        return self._call(fn, idle=False, timeout=timeout)
+
+    def _call(self, fn: Callable[[], T], *, idle: bool, timeout: float | None) -> T:
+        if threading.current_thread() is self._thread:
+            return fn()
+        fut: Future[T] = Future()
+        with self._cond:
+            if self._stop:
+                raise SchedulerClosed("the model is being unloaded")
+            self._tasks.append((fn, fut, idle))
+            self._cond.notify()
+        return fut.result(timeout)
+
+    def clear_cache(self) -> None:
+        """Drop every slot's KV cells (waits for requests in flight to end)."""
+        self.call_idle(self._clear_all)
+
+    def resize(self, n_slots: int, n_ctx_seq: int, *, reserved_slots: int = 0) -> None:
+        """Recreate the context with `n_slots` sequences of `n_ctx_seq` cells each, on the
+        same weights (nothing is loaded again), once requests in flight have ended. Idle
+        slots' histories are saved to the state cache first, so a chat continues from a
+        memory copy. Raises EngineError (the old context stays) when llama.cpp refuses."""
+        if n_slots < 1 or n_ctx_seq < 1:
+            raise EngineError("a context needs at least one slot and one cell")
+
+        def swap() -> None:
+            for s in self._slots:
+                self._save(s)
+            self.model.recreate_context(n_slots, n_ctx_seq * n_slots)
+            self._bind(n_slots, reserved_slots)
+
+        self.call_idle(swap)
+
     def snapshot(self) -> SchedulerSnapshot:
         with self._cond:
             slots = [{"id": s.seq, "busy": s.req is not None, "cached_tokens": len(s.tokens),
-                      "request": s.req.id if s.req else None} for s in self._slots]
+                      "request": s.req.id if s.req else None,
+                      "interactive": bool(s.req and s.req.interactive)} for s in self._slots]
             return SchedulerSnapshot(
                 n_slots=self.n_slots,
                 busy_slots=sum(1 for s in self._slots if s.req is not None),
@@ -266,14 +393,22 @@ class Scheduler:
                 kv_copies=self._copies,
                 draft_tokens=self._drafted,
                 draft_accepted=self._accepted,
+                reserved_slots=self.reserved_slots,
+                snapshots_saved=self._saved,
+                snapshots_restored=self._restored,
             )
 
     def kv_positions(self) -> list[int]:
         """For each slot, how many positions llama.cpp itself holds (pos_max + 1).
 
         Independent of the scheduler's own bookkeeping: tests compare the two to prove that no
-        cells leak. Only meaningful while the scheduler is idle."""
-        return [int(self._C.llama_memory_seq_pos_max(self._mem, s.seq)) + 1 for s in self._slots]
+        cells leak."""
+        return self.call_idle(lambda: [
+            int(self._C.llama_memory_seq_pos_max(self._mem, s.seq)) + 1 for s in self._slots])
+
+    def slot_tokens(self) -> list[list[int]]:
+        """What each slot's sequence holds, by the scheduler's bookkeeping (for tests)."""
+        return self.call_idle(lambda: [list(s.tokens) for s in self._slots])
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         end = time.monotonic() + timeout
@@ -284,17 +419,21 @@ class Scheduler:
             time.sleep(0.01)
         return False
 
+    @property
+    def closed(self) -> bool:
+        return self._stop
+
     def close(self) -> None:
-        """Cancel everything, stop the worker and free the batch. Idempotent."""
+        """Cancel everything, stop the loop and free the batch. Idempotent."""
         with self._cond:
             if self._stop:
                 return
             self._stop = True
             self._cond.notify_all()
-        self._thread.join()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
         self._C.llama_batch_free(self._batch)
-        # Leave the model's own cache state consistent for a later `Model.generate`.
-        self.model.reset_cache()
+        self._batch = None
 
     def __enter__(self) -> Scheduler:
         return self
@@ -302,27 +441,43 @@ class Scheduler:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- worker ----------------------------------------------------------------------------
+    # -- the loop --------------------------------------------------------------------------
 
     def _wake(self) -> None:
         with self._cond:
             self._cond.notify()
 
+    def _busy(self) -> bool:
+        return any(s.req is not None for s in self._slots)
+
     def _run(self) -> None:
         while True:
+            task = None
             with self._cond:
-                while not self._stop and not self._queue and not any(
-                    s.req for s in self._slots
-                ):
+                while not self._stop and not self._queue and not self._tasks \
+                        and not self._busy():
                     self._cond.wait()
                 if self._stop:
                     break
-                self._admit()
+                busy = self._busy()
+                if self._tasks and (not self._tasks[0][2] or not busy):
+                    task = self._tasks.popleft()
+                elif not any(idle for _, _, idle in self._tasks):
+                    # Work that needs the context idle holds new requests back until then.
+                    self._admit()
+            if task is not None:
+                fn, fut, _ = task
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(fn())
+                    except BaseException as e:
+                        fut.set_exception(e)
+                continue
             try:
                 self._reap()
                 self._step()
-            except Exception as e:  # never let one bad step kill the server
-                log.exception("scheduler step failed")
+            except Exception as e:  # never let one bad step kill the loop
+                log.exception("decode step failed")
                 self._fail_all(f"generation failed: {e}")
         for s in self._slots:
             if s.req is not None:
@@ -330,22 +485,33 @@ class Scheduler:
         with self._cond:
             queued = list(self._queue)
             self._queue.clear()
+            tasks = list(self._tasks)
+            self._tasks.clear()
         for r in queued:
             self._finish_unscheduled(r, "cancelled")
+        for _, fut, _ in tasks:
+            if fut.set_running_or_notify_cancel():
+                fut.set_exception(SchedulerClosed("the model is being unloaded"))
 
     def _admit(self) -> None:
-        """Give queued requests free slots (caller holds the lock). FIFO: the oldest first."""
+        """Give queued requests free slots (caller holds the lock): interactive requests
+        first, then the rest oldest first; the reserved slots only to interactive ones."""
         now = time.perf_counter()
-        while self._queue:
-            req = self._queue[0]
+        for req in list(self._queue):
             if req.cancelled or (req.deadline is not None and now > req.deadline):
-                self._queue.popleft()
+                self._queue.remove(req)
                 self._finish_unscheduled(req, "cancelled" if req.cancelled else "timeout")
-                continue
+        order = sorted(self._queue, key=lambda r: not r.interactive)  # stable: FIFO within
+        for req in order:
+            if not req.interactive:
+                others = sum(1 for s in self._slots if s.req is not None
+                             and not s.req.interactive)
+                if others >= self.n_slots - self.reserved_slots:
+                    break
             slot = self._choose_slot(req.prompt)
             if slot is None:
-                return
-            self._queue.popleft()
+                break
+            self._queue.remove(req)
             self._start(slot, req, now)
         self._compact()
 
@@ -370,43 +536,82 @@ class Scheduler:
 
     def _start(self, slot: _Slot, req: Request, now: float) -> None:
         C = self._C
-        n_own = common_prefix(slot.tokens, req.prompt)
+        model = self.model
+        prompt = req.prompt
+        n_own = common_prefix(slot.tokens, prompt)
         src, n_src = slot, n_own
         for other in self._slots:
-            n = common_prefix(other.tokens, req.prompt)
+            n = common_prefix(other.tokens, prompt)
             if n > n_src:
                 src, n_src = other, n
-        if src is not slot and n_src - n_own >= self._min_copy_gain():
+        cache = model.state_cache
+        found = cache.best(prompt) if cache is not None else None
+        if cache is not None and found is not None and found[1] > n_src + MIN_RESTORE_GAIN:
+            # A conversation left earlier: keep what this slot holds, bring that one back.
+            self._save(slot)
+            state = cache.get(found[0])
+            if state is not None and self._restore(slot, found[0], state):
+                n_own = found[1]
+        elif src is not slot and n_src - n_own >= self._min_copy_gain():
             # Another slot (idle or busy: between steps its cells are exactly `tokens`) holds a
             # longer prefix: take its whole stream, then drop what does not match.
+            self._save(slot)
             self._copy_stream(src, slot)
             n_own = n_src
-        n_common = min(n_own, len(req.prompt) - 1)
+        elif len(slot.tokens) - n_own >= MIN_SNAPSHOT_TOKENS:
+            self._save(slot)  # about to overwrite a long history we may come back to
+        exact = req.sampling.reproducible
+        rule = model.split_rule if exact else "any"
+        reusable = n_own if rule == "any" else min(n_own, slot.exact_len)
+        plan = batch_plan.plan(len(prompt), reusable, self.n_batch, rule)
+        n_common = plan.start
         if n_common < len(slot.tokens) and not C.llama_memory_seq_rm(
             self._mem, slot.seq, n_common, -1
         ):
             # Some caches (sliding-window layers) cannot drop part of a sequence.
             C.llama_memory_seq_rm(self._mem, slot.seq, -1, -1)
+            plan = batch_plan.plan(len(prompt), 0, self.n_batch, rule)
             n_common = 0
         del slot.tokens[n_common:]
+        slot.exact_len = min(slot.exact_len, n_common)
         slot.req = req
-        slot.pending = req.prompt[n_common:]
+        slot.pending = prompt[n_common:]
+        slot.plan = deque(plan.sizes) if rule != "any" else None
         slot.next_token = None
-        slot.sampler = self.model._make_sampler(req.sampling)
+        slot.sampler = model.make_sampler(req.sampling)
         s = req.sampling
         if s.repeat_penalty != 1.0:
-            for t in req.prompt[-s.repeat_last_n:]:
+            for t in prompt[-s.repeat_last_n:]:
                 C.llama_sampler_accept(slot.sampler, t)
         slot.stream = TextStream(s.stop)
         slot.n_gen = 0
-        slot.t_first = None
+        slot.t_first = slot.t_last = None
         slot.drafts = []
-        slot.drafter = None
-        if self._lookup:
-            slot.drafter = PromptLookup(cost=self._cost)
-            slot.drafter.begin(req.prompt)
+        slot.drafter = self._make_drafter(req, slot)
         req.stats.cached_tokens = n_common
         req.stats.queue_s = now - req.t_submit
+        req._emit(Started(req.id, n_common))
+
+    def _make_drafter(self, req: Request, slot: _Slot) -> Drafter | None:
+        spec = self.model.speculator
+        settings = self.model.params.speculative
+        mode = req.spec if req.spec is not None else (settings.mode if settings else "off")
+        own_max = settings.draft_max if settings is not None and settings.mode == mode else None
+        drafter: Drafter
+        if mode == "lookup":
+            drafter = PromptLookup(cost=self._cost)
+            slot.draft_max = own_max or DEFAULT_DRAFT_MAX
+        elif mode == "draft" and spec is not None:
+            drafter = spec.drafter(slot.seq)
+            slot.draft_max = own_max or DEFAULT_MODEL_DRAFT_MAX
+        else:
+            return None
+        slot.draft_max = max(1, min(slot.draft_max, self.n_batch - 1))
+        slot.k = slot.draft_max
+        drafter.begin(req.prompt)
+        return drafter
+
+    # -- KV state: copies between slots, snapshots ----------------------------------------
 
     def _min_copy_gain(self) -> int:
         return max(MIN_COPY_GAIN, -(-self._stream_bytes // COPY_BYTES_PER_TOKEN))
@@ -417,7 +622,48 @@ class Scheduler:
         partial range."""
         self._C.llama_memory_seq_cp(self._mem, src.seq, dst.seq, -1, -1)
         dst.tokens = list(src.tokens)
+        dst.exact_len = src.exact_len
         self._copies += 1
+
+    def _save(self, s: _Slot) -> None:
+        """Snapshot slot `s`'s KV state into the model's state cache (if worth it)."""
+        cache = self.model.state_cache
+        key = tuple(s.tokens)
+        if cache is None or len(key) < MIN_SNAPSHOT_TOKENS or cache.contains(key):
+            return
+        C = self._C
+        size = int(C.llama_state_seq_get_size(self._ctx, s.seq))
+        if size <= 0 or size > cache.max_bytes:
+            return
+        buf = (ctypes.c_uint8 * size)()
+        written = int(C.llama_state_seq_get_data(self._ctx, buf, size, s.seq))
+        if written > 0:
+            cache.put(key, bytes(buf)[:written], exact=min(s.exact_len, len(key)))
+            self._saved += 1
+
+    def _restore(self, s: _Slot, key: tuple[int, ...], state: bytes) -> bool:
+        C = self._C
+        C.llama_memory_seq_rm(self._mem, s.seq, -1, -1)
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if int(C.llama_state_seq_set_data(self._ctx, buf, len(state), s.seq)) == 0:
+            C.llama_memory_seq_rm(self._mem, s.seq, -1, -1)
+            s.tokens = []
+            s.exact_len = 0
+            return False
+        s.tokens = list(key)
+        cache = self.model.state_cache
+        s.exact_len = cache.exact_prefix(key) if cache is not None else 0
+        self._restored += 1
+        return True
+
+    def _clear_all(self) -> None:
+        self._C.llama_memory_clear(self._mem, True)
+        for s in self._slots:
+            s.tokens.clear()
+            s.exact_len = 0
+        spec = self.model.speculator
+        if spec is not None:
+            spec.clear()
 
     def _compact(self) -> None:
         """Close holes between busy slots by moving the busy slot at the far end into the
@@ -442,19 +688,19 @@ class Scheduler:
 
     def _move(self, src: _Slot, dst: _Slot) -> None:
         """Hand `src`'s request, sampler and KV cells over to the free slot `dst`."""
+        self._save(dst)
         self._copy_stream(src, dst)
         self._C.llama_memory_seq_rm(self._mem, src.seq, -1, -1)
-        for name in ("req", "pending", "next_token", "sampler", "stream", "n_gen", "t_first",
-                     "drafter"):
+        for name in _REQUEST_FIELDS:
             setattr(dst, name, getattr(src, name))
-        src.drafter = None
+        if dst.drafter is not None:
+            dst.drafter.rebind(dst.seq)
+        src.clear_request()
         src.tokens = []
-        src.req = None
-        src.pending = []
-        src.next_token = None
-        src.sampler = None
-        src.stream = None
+        src.exact_len = 0
         src.last_used = time.perf_counter()
+
+    # -- one step --------------------------------------------------------------------------
 
     def _reap(self) -> None:
         """Finish cancelled and timed-out requests before building the next batch."""
@@ -468,31 +714,43 @@ class Scheduler:
             elif r.deadline is not None and now > r.deadline:
                 self._finish(s, "timeout")
 
+    def _chunks(self) -> tuple[dict[int, int], bool]:
+        """How many prompt tokens each prefilling slot reads this step, and whether the step
+        is one canonical chunk alone (the generating slots then wait one step)."""
+        prefill = sorted((s for s in self._slots if s.req is not None and s.pending),
+                         key=lambda s: s.req.t_submit if s.req else 0.0)
+        if prefill and prefill[0].plan:
+            first = prefill[0]
+            assert first.plan is not None
+            return {first.seq: first.plan[0]}, True
+        room = self.n_batch - sum(
+            1 for s in self._slots if s.req is not None and s.next_token is not None)
+        out: dict[int, int] = {}
+        for s in prefill:
+            if room <= 0:
+                break
+            if s.plan:
+                continue  # canonical chunks wait until they can go alone
+            out[s.seq] = k = min(room, len(s.pending))
+            room -= k
+        return out, False
+
     def _step(self) -> None:
         C = self._C
         b = self._batch
-        # Every generating slot gets its next token; the rest of the batch goes to prompt
-        # chunks, oldest request first.
-        room = self.n_batch - sum(
-            1 for s in self._slots if s.req is not None and s.next_token is not None)
-        chunk_len: dict[int, int] = {}
-        prefill = [s for s in self._slots if s.req is not None and s.pending]
-        if prefill:
-            prefill.sort(key=lambda s: s.req.t_submit if s.req else 0.0)
-            for s in prefill:
-                if room <= 0:
-                    break
-                chunk_len[s.seq] = k = min(room, len(s.pending))
-                room -= k
-        drafting = self._drafting_slot(prefill)
+        chunk_len, solo = self._chunks()
+        drafting = None if solo else self._drafting_slot()
         # Written in sequence-id order: llama.cpp splits a batch at every break in the ids.
         n = 0
         rows: list[_Slot] = []
         for s in self._slots:
             s.batch_idx = -1
+            s.n_in_batch = 0
             if s.req is None:
                 continue
             if s.next_token is not None:
+                if solo:
+                    continue
                 s.drafts = self._propose(s) if s is drafting else []
                 refused = self._refusal(s, n, 1 + len(s.drafts))
                 if refused:
@@ -503,6 +761,8 @@ class Scheduler:
                     self._put(b, n, tok, len(s.tokens), s.seq, True)
                     s.tokens.append(tok)
                     n += 1
+                s.n_in_batch = 1 + len(s.drafts)
+                s.prefilling = False
                 s.next_token = None
                 rows.append(s)
                 continue
@@ -515,12 +775,16 @@ class Scheduler:
                 continue
             chunk = s.pending[:k]
             del s.pending[:k]
+            if s.plan:
+                s.plan.popleft()
             last = not s.pending
             pos = len(s.tokens)
             for j, tok in enumerate(chunk):
                 self._put(b, n, tok, pos + j, s.seq, last and j == k - 1)
                 n += 1
             s.tokens.extend(chunk)
+            s.n_in_batch = k
+            s.prefilling = True
             self._tok_prompt += k
             if last:
                 s.batch_idx = n - 1
@@ -528,7 +792,10 @@ class Scheduler:
         if n == 0:
             return
         b.n_tokens = n
+        t0 = time.perf_counter()
         rc = C.llama_decode(self._ctx, b)
+        C.llama_synchronize(self._ctx)
+        dt_ms = (time.perf_counter() - t0) * 1000
         self._steps += 1
         if rc != 0:
             # The batch was not applied: drop what each slot thought it added.
@@ -536,11 +803,21 @@ class Scheduler:
                 if s.req is not None:
                     self._finish(s, "error", decode_guard.decode_error(rc))
             return
+        for s in self._slots:
+            if s.req is None or not s.n_in_batch:
+                continue
+            st = s.req.stats
+            if s.prefilling:
+                st.prompt_eval_ms += dt_ms
+                st.n_prompt_eval += s.n_in_batch
+                if not s.pending and s.req.sampling.reproducible and (
+                        len(s.req.prompt) > 1 or self.model.split_rule != "multi"):
+                    s.exact_len = len(s.tokens)  # read the canonical way, all of it
+            else:
+                st.eval_ms += dt_ms
+                st.n_eval += s.n_in_batch
         for s in rows:
             self._sample(s)
-
-    def _seq_ok(self, s: _Slot) -> bool:
-        return 0 <= s.seq < self._n_seq_max
 
     def _refusal(self, s: _Slot, n: int, k: int) -> str | None:
         """Why `k` more tokens of slot `s` after `n` in the batch must not be decoded: the
@@ -562,11 +839,9 @@ class Scheduler:
         b.seq_id[i][0] = seq
         b.logits[i] = 1 if logits else 0
 
-    def _drafting_slot(self, prefill: list[_Slot]) -> _Slot | None:
-        """The one slot that drafts this step: only with prompt lookup on, one request in
-        flight and no prompt being read (see the module doc)."""
-        if not self._lookup or prefill:
-            return None
+    def _drafting_slot(self) -> _Slot | None:
+        """The one slot that drafts this step: only with one request in flight and no
+        prompt being read (see the module doc)."""
         busy = [s for s in self._slots if s.req is not None]
         if len(busy) != 1 or busy[0].next_token is None or busy[0].drafter is None:
             return None
@@ -574,9 +849,10 @@ class Scheduler:
 
     def _propose(self, s: _Slot) -> list[int]:
         assert s.drafter is not None
+        limit = s.draft_max if s.drafter.sets_length else s.k
         # Room for the drafts: the batch, and the context with a free cell left after them.
         return propose_drafts(s.drafter, self.model,
-                              min(self._draft_max, self.n_ctx_seq - 2 - len(s.tokens)))
+                              min(limit, self.n_ctx_seq - 2 - len(s.tokens)))
 
     def _sample(self, s: _Slot) -> None:
         """Sample the slot's row(s): its next token, and with drafts, the model's token at
@@ -596,12 +872,26 @@ class Scheduler:
                 self._accepted += 1
             else:
                 self._trim(s, base + i)  # the drafts after the model's own token are dead
+                if drafts and s.drafter is not None and not s.drafter.sets_length:
+                    # Grow after a fully accepted draft, else one more than was accepted.
+                    s.k = min(s.draft_max, s.k + 1) if i == len(drafts) else i + 1
             # Finishing inside the accepted drafts leaves the later ones dead too.
             if not self._emit_token(s, tok, keep=base + i + accepted):
                 return
             if not accepted:
                 s.next_token = tok
                 return
+
+    def _token_bytes(self, tok: int) -> bytes:
+        # Its own buffer: other threads detokenize with the model's at the same time.
+        C = self._C
+        buf = self._piece
+        n = C.llama_token_to_piece(self.model.vocab_ptr, tok, buf, len(buf), 0, False)
+        if n >= 0:
+            return buf.raw[:n]
+        bigger = ctypes.create_string_buffer(-n)
+        n = C.llama_token_to_piece(self.model.vocab_ptr, tok, bigger, len(bigger), 0, False)
+        return bigger.raw[:n]
 
     def _emit_token(self, s: _Slot, tok: int, keep: int) -> bool:
         """Hand out one generated token; False when the request finished with it. Finishing
@@ -615,11 +905,13 @@ class Scheduler:
             return False
         s.n_gen += 1
         self._tok_gen += 1
+        req.tokens.append(tok)
+        s.t_last = time.perf_counter()
         if s.drafter is not None:
             s.drafter.accept(tok)
         assert s.stream is not None
-        self._out(s, s.stream.push(self.model.token_bytes(tok)))
-        reason: FinishReason | None = None
+        self._out(s, s.stream.push(self._token_bytes(tok)))
+        reason: StopReason | None = None
         if s.stream.stopped:
             reason = "stop_string"
         elif s.n_gen >= req.sampling.max_tokens:
@@ -634,6 +926,7 @@ class Scheduler:
 
     def _trim(self, s: _Slot, keep: int) -> None:
         trim_sequence(self._C, self._mem, s.seq, s.tokens, keep)
+        s.exact_len = min(s.exact_len, len(s.tokens))
 
     def _out(self, s: _Slot, text: str) -> None:
         req = s.req
@@ -644,41 +937,45 @@ class Scheduler:
             req.stats.ttft_s = s.t_first - req.t_submit
         req.text += text
         if req.stream:
-            req._emit(Piece(text))
+            req._emit(Piece(req.id, text, s.n_gen))
 
-    def _finish(self, s: _Slot, reason: FinishReason, error: str | None = None) -> None:
+    def _finish(self, s: _Slot, reason: StopReason, error: str | None = None) -> None:
         C = self._C
         req = s.req
         assert req is not None
         if reason not in ("stop_string", "cancelled", "error") and s.stream is not None:
             self._out(s, s.stream.flush())
-        if reason in ("cancelled", "error") and self._seq_ok(s):
+        if reason in ("cancelled", "error") and 0 <= s.seq < self._n_seq_max:
             # The client is gone (or the cache is suspect): free the cells now.
             C.llama_memory_seq_rm(self._mem, s.seq, -1, -1)
             s.tokens.clear()
+            s.exact_len = 0
         if s.sampler is not None:
             C.llama_sampler_free(s.sampler)
-            s.sampler = None
+        if s.drafter is not None:
+            s.drafter.end()
         st = req.stats
-        st.completion_tokens = s.n_gen
+        st.gen_tokens = s.n_gen
         st.total_s = time.perf_counter() - req.t_submit
         if s.t_first is None:
             st.ttft_s = st.total_s
-        st.finish_reason = reason
+        if s.t_first is not None and s.t_last is not None and s.n_gen > 1 \
+                and s.t_last > s.t_first:
+            st.gen_tps_wall = (s.n_gen - 1) / (s.t_last - s.t_first)
+        st.stop_reason = reason
         st.error = error
+        st.finalize_rates()
         with self._cond:
-            s.req = None
-            s.pending = []
-            s.next_token = None
+            s.clear_request()
             s.last_used = time.perf_counter()
-        req._emit(Finished(req.text, st))
+        req._emit((Failed if reason == "error" else Finished)(req.id, req.text, st))
         req.done.set()
 
-    def _finish_unscheduled(self, req: Request, reason: FinishReason) -> None:
+    def _finish_unscheduled(self, req: Request, reason: StopReason) -> None:
         st = req.stats
         st.total_s = st.ttft_s = st.queue_s = time.perf_counter() - req.t_submit
-        st.finish_reason = reason
-        req._emit(Finished("", st))
+        st.stop_reason = reason
+        req._emit(Finished(req.id, "", st))
         req.done.set()
 
     def _fail_all(self, message: str) -> None:
@@ -687,9 +984,7 @@ class Scheduler:
                 with contextlib.suppress(Exception):
                     self._finish(s, "error", message)
         # After an unknown failure nothing in the cache can be trusted.
-        self._C.llama_memory_clear(self._mem, True)
-        for s in self._slots:
-            s.tokens.clear()
+        self._clear_all()
 
 
 def _runs(busy: list[bool]) -> int:
@@ -697,18 +992,16 @@ def _runs(busy: list[bool]) -> int:
     return sum(1 for i, b in enumerate(busy) if b and (i == 0 or not busy[i - 1]))
 
 
-
-
-
 __all__ = [
     "Event",
-    "FinishReason",
+    "EventCallback",
+    "Failed",
     "Finished",
     "Piece",
     "QueueFull",
     "Request",
-    "RequestStats",
     "Scheduler",
     "SchedulerClosed",
     "SchedulerSnapshot",
+    "Started",
 ]

@@ -21,24 +21,29 @@ Two drafters:
   earlier in the prompt/history and proposes what followed it there. Wins big when the answer
   quotes its context (extraction, summaries, RAG, code edits). Draft lengths follow the
   measured cost of a verification batch (`VerifyCost`).
-- `DraftModel`: a second, smaller GGUF with the same vocabulary, drafting greedily with its own
-  KV cache kept in step with the conversation.
+- `DraftSeq`: a second, smaller GGUF with the same vocabulary (`Speculator`), drafting
+  greedily with a KV sequence per slot of the target kept in step with that slot's
+  conversation.
+
+The loop that verifies drafts is the scheduler's (engine.host.scheduler): there is one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import threading
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.errors import EngineError
 from engine.host import decode_guard
 from engine.host.prompt_cache import common_prefix
-from engine.host.runtime import Generation, GenerationStats, Model, TokenSource
-from engine.settings import DEFAULT_DRAFT_MAX, LoadParams, SpeculativeSettings
+from engine.host.stats import GenerationStats
+from engine.native import llama_lib
+from engine.settings import DEFAULT_DRAFT_MAX, LoadParams
+
+if TYPE_CHECKING:
+    from engine.host.runtime import Model
 
 DEFAULT_MODEL_DRAFT_MAX = 5
 
@@ -86,6 +91,9 @@ class Drafter(Protocol):
     def propose(self, n: int) -> list[int]: ...
 
     def end(self) -> None: ...
+
+    def rebind(self, seq: int) -> None:
+        """The request moved to another slot (sequence id)."""
 
 
 class PromptLookup:
@@ -201,6 +209,9 @@ class PromptLookup:
     def end(self) -> None:
         pass
 
+    def rebind(self, seq: int) -> None:
+        pass
+
 
 def vocab_size_mismatch(n_target: int, n_draft: int) -> str | None:
     """The first check, from the file headers alone (the app runs it before loading)."""
@@ -215,10 +226,10 @@ def vocab_mismatch(target: Model, draft: Model) -> str | None:
     why = vocab_size_mismatch(nt, nd)
     if why is not None:
         return why
-    C = target._lib
+    C = llama_lib.lib()
     for name in ("llama_vocab_bos", "llama_vocab_eos"):
-        a = int(getattr(C, name)(target._vocab))
-        b = int(getattr(C, name)(draft._vocab))
+        a = int(getattr(C, name)(target.vocab_ptr))
+        b = int(getattr(C, name)(draft.vocab_ptr))
         if a != b:
             return f"its {name[-3:].upper()} token is {b}, the model's is {a}"
     n = min(nt, nd)
@@ -240,54 +251,40 @@ def check_vocab(target: Model, draft: Model) -> None:
         )
 
 
-def load_draft_model(path: str | os.PathLike[str], target: Model, *,
-                     n_ctx: int | None = None, n_threads: int | None = None,
-                     n_gpu_layers: Any = "auto") -> Model:
-    """Load `path` as a draft for `target`; refused (and closed) when the vocabularies differ.
-
-    The draft gets the target's context length by default (it must see the conversation to
-    draft it), no KV snapshot cache, and the target's thread count.
-    """
-    params = LoadParams(
-        n_ctx=n_ctx or target.n_ctx,
-        n_threads=n_threads or target.params.n_threads,
-        n_threads_batch=n_threads or target.params.n_threads_batch,
-        n_gpu_layers=n_gpu_layers,
-        extra_buffers=target.params.extra_buffers,
+def draft_params(target: LoadParams, *, n_ctx: int, n_seq_max: int) -> LoadParams:
+    """How a draft model is loaded for `target`: a sequence per target slot, each as long as
+    the target's (it must see the conversation to draft it), no KV snapshots, the target's
+    threads, and no decode loop of its own (the target's drives it)."""
+    return LoadParams(
+        n_ctx=n_ctx,
+        n_seq_max=n_seq_max,
+        n_threads=target.n_threads,
+        n_threads_batch=target.n_threads_batch,
+        n_gpu_layers="auto",
+        extra_buffers=target.extra_buffers,
         state_cache_mb=0,
     )
-    draft = Model(path, params, first_loads=target.first_loads)
-    try:
-        check_vocab(target, draft)
-    except BaseException:
-        draft.close()
-        raise
-    return draft
 
 
-class DraftModel:
-    """Greedy drafting with a second model whose KV cache follows the conversation.
+class DraftSeq:
+    """Greedy drafting for one slot with the draft model's sequence of the same id.
 
-    Before each proposal the draft's cache is brought to the history by its common prefix
-    (rejected drafts of the previous step are dropped there), then it decodes greedily.
+    Before each proposal the draft's sequence is brought to the history by its common prefix
+    (rejected drafts of the previous step are dropped there), then it decodes greedily. What
+    the sequence holds is kept by the `Speculator` between requests, so a chat's next turn
+    only feeds the draft its new tokens.
     """
 
     sets_length = False
 
-    def __init__(self, draft: Model, target: Model) -> None:
-        check_vocab(target, draft)
-        self.draft = draft
-        self._limit = target.n_vocab
+    def __init__(self, spec: Speculator, seq: int) -> None:
+        self._spec = spec
+        self.seq = seq
         self._h: list[int] = []
         self._chain: Any = None
-        self._locked = False
 
     def begin(self, tokens: Sequence[int]) -> None:
-        d = self.draft
-        if not d._lock.acquire(blocking=False):
-            raise EngineError("the draft model is busy with another generation")
-        self._locked = True
-        C = d._lib
+        C = llama_lib.lib()
         self._chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
         C.llama_sampler_chain_add(self._chain, C.llama_sampler_init_greedy())
         self._h = list(tokens)
@@ -295,164 +292,110 @@ class DraftModel:
     def accept(self, token: int) -> None:
         self._h.append(token)
 
-    def _sync(self) -> None:
-        """Bring the draft's KV cache to history[:-1] + the last token decoded with logits."""
-        d = self.draft
-        C = d._lib
-        h = self._h
-        cached = d._cached
-        n_common = min(common_prefix(cached, h), len(h) - 1)
-        if n_common < len(cached) and not C.llama_memory_seq_rm(d._memory, 0, n_common, -1):
-            C.llama_memory_clear(d._memory, True)  # e.g. sliding-window caches
-            n_common = 0
-        del cached[n_common:]
-        rest = h[n_common:]
-        decode_guard.check_room(n_common, len(rest), d.n_ctx_seq)
-        for i in range(0, len(rest), d.n_batch):
-            chunk = rest[i : i + d.n_batch]
-            arr = (C.llama_token * len(chunk))(*chunk)
-            rc = C.llama_decode(d._ctx, C.llama_batch_get_one(arr, len(chunk)))
-            if rc != 0:
-                d.reset_cache()
-                raise EngineError("draft model: " + decode_guard.decode_error(rc))
-            cached.extend(chunk)
+    def rebind(self, seq: int) -> None:
+        """The slot's request moved to sequence `seq`: draft there from now on."""
+        self._spec.drop(self.seq)
+        self._spec.drop(seq)
+        self.seq = seq
 
     def propose(self, n: int) -> list[int]:
-        d = self.draft
-        if n <= 0 or len(self._h) + n >= d.n_ctx:
+        spec = self._spec
+        d = spec.draft
+        if n <= 0 or len(self._h) + n >= d.n_ctx_seq:
             return []  # the conversation outgrew the draft's context: plain decoding
-        self._sync()
-        C = d._lib
-        ctx = d._ctx
-        arr = (C.llama_token * 1)()
-        one = C.llama_batch_get_one(arr, 1)
+        spec.sync(self.seq, self._h)
+        C = llama_lib.lib()
+        ctx = d.ctx_ptr
+        cached = spec.tokens(self.seq)
         out: list[int] = []
         for j in range(n):
             tok = int(C.llama_sampler_sample(self._chain, ctx, -1))
-            if tok >= self._limit or C.llama_vocab_is_eog(d._vocab, tok):
+            if tok >= spec.limit or C.llama_vocab_is_eog(d.vocab_ptr, tok):
                 break
             out.append(tok)
             if j < n - 1:
-                arr[0] = tok
-                rc = C.llama_decode(ctx, one)
-                if rc != 0:
-                    d.reset_cache()
-                    raise EngineError("draft model: " + decode_guard.decode_error(rc))
-                d._cached.append(tok)
+                spec.decode(self.seq, [tok], len(cached))
+                cached.append(tok)
         return out
 
     def end(self) -> None:
         if self._chain is not None:
-            self.draft._lib.llama_sampler_free(self._chain)
+            llama_lib.lib().llama_sampler_free(self._chain)
             self._chain = None
-        if self._locked:
-            self._locked = False
-            self.draft._lock.release()
 
 
-def speculative_tokens(gen: Generation, chain: Any, drafter: Drafter,
-                       draft_max: int = DEFAULT_DRAFT_MAX) -> Generator[int, None, None]:
-    """A token source for `Generation`: draft, verify in one batch, keep the agreed prefix.
+class Speculator:
+    """A loaded draft model serving the target's slots: sequence i of the draft follows slot
+    i of the target. Driven from the target's decode thread only."""
 
-    Invariant at every yield: `model._cached` minus the drafts not yet confirmed equals the
-    committed conversation; `keep` is that length, and the `finally` trims KV cache and
-    `_cached` to it however the consumer stops (max tokens, stop string, close, error).
-    """
-    if draft_max < 1:
-        raise EngineError("the draft length must be at least 1")
-    m = gen.model
-    C = m._lib
-    ctx = m._ctx
-    vocab = m._vocab
-    cancel = gen.cancel
-    st = gen.stats
-    sample = C.llama_sampler_sample
-    is_eog = C.llama_vocab_is_eog
-    n_ctx = m.n_ctx_seq
-    # One decode holds at most n_batch tokens (llama.cpp asserts it): with a small context
-    # the batch limit is the context's, e.g. 64 for n_ctx 64.
-    draft_max = max(1, min(draft_max, m.n_batch - 1))
-    cached = m._cached
-    keep = len(cached)
-    # Unless the drafter sizes its drafts itself, the length adapts: grows by 1 after a fully
-    # accepted draft, shrinks to one more than what was accepted otherwise, so a drafter on a
-    # bad streak costs ~a 2-token batch a step.
-    adapt = not drafter.sets_length
-    k = draft_max
-    batch = C.llama_batch_init(draft_max + 1, 0, 1)
-    b_tok, b_pos, b_nseq, b_seq, b_logits = (batch.token, batch.pos, batch.n_seq_id,
-                                             batch.seq_id, batch.logits)
-    for i in range(draft_max + 1):
-        b_nseq[i] = 1
-        b_seq[i][0] = 0
-        b_logits[i] = 1  # verification samples at every position
-    drafter.begin(cached)
-    try:
-        if cancel.is_set():
-            gen._reason = "cancelled"
-            return
-        cur = sample(chain, ctx, -1)
-        if is_eog(vocab, cur):
-            gen._reason = "stop"
-            return
-        yield cur
-        drafter.accept(cur)
-        while True:
-            if cancel.is_set():
-                gen._reason = "cancelled"
-                return
-            base = len(cached)
-            if base + 1 >= n_ctx:
-                gen._reason = "context_full"
-                return
-            # After the decode the cache must still have a free cell, as in plain decoding:
-            # drafts never push past the context.
-            drafts = propose_drafts(drafter, m, min(k, n_ctx - 2 - base))
-            nd = len(drafts)
-            # A drafter is outside code: the batch buffer holds draft_max + 1 tokens.
-            decode_guard.check_batch(nd + 1, draft_max + 1)
-            decode_guard.check_room(base, nd + 1, n_ctx)
-            b_tok[0] = cur
-            b_pos[0] = base
-            for j, t in enumerate(drafts, 1):
-                b_tok[j] = t
-                b_pos[j] = base + j
-            batch.n_tokens = nd + 1
-            rc = C.llama_decode(ctx, batch)
-            if rc != 0:
-                m.reset_cache()
-                raise EngineError(decode_guard.decode_error(rc))
-            cached.append(cur)
-            cached.extend(drafts)
-            keep = base + 1
-            st.draft_tokens += nd
-            for i in range(nd + 1):
-                tok = sample(chain, ctx, i)
-                if i < nd and tok == drafts[i]:
-                    st.draft_accepted += 1
-                    keep = base + 2 + i
-                    yield tok
-                    drafter.accept(tok)
-                    continue
-                # The model's own token at this position: drafts after it are dead.
-                if nd and adapt:
-                    k = min(draft_max, k + 1) if i == nd else i + 1
-                if len(cached) > keep:
-                    _trim(m, cached, keep)
-                if is_eog(vocab, tok):
-                    gen._reason = "stop"
-                    return
-                cur = tok
-                yield tok
-                drafter.accept(tok)
-                break
-    finally:
-        try:
-            if m._cached is cached and len(cached) > keep:
-                _trim(m, cached, keep)
-        finally:
-            C.llama_batch_free(batch)
-            drafter.end()
+    def __init__(self, target: Model, draft: Model) -> None:
+        check_vocab(target, draft)
+        self.target = target
+        self.draft = draft
+        self.limit = target.n_vocab
+        self._tokens: dict[int, list[int]] = {}
+        C = llama_lib.lib()
+        self._batch = C.llama_batch_init(draft.n_batch, 0, 1)
+
+    def drafter(self, seq: int) -> DraftSeq:
+        return DraftSeq(self, seq)
+
+    def tokens(self, seq: int) -> list[int]:
+        return self._tokens.setdefault(seq, [])
+
+    def drop(self, seq: int) -> None:
+        llama_lib.lib().llama_memory_seq_rm(self.draft.memory_ptr, seq, -1, -1)
+        self._tokens.pop(seq, None)
+
+    def clear(self) -> None:
+        llama_lib.lib().llama_memory_clear(self.draft.memory_ptr, True)
+        self._tokens.clear()
+
+    def decode(self, seq: int, tokens: Sequence[int], pos: int) -> None:
+        """Decode `tokens` at `pos...` into sequence `seq`, logits for the last one."""
+        C = llama_lib.lib()
+        b = self._batch
+        for i, t in enumerate(tokens):
+            b.token[i] = t
+            b.pos[i] = pos + i
+            b.n_seq_id[i] = 1
+            b.seq_id[i][0] = seq
+            b.logits[i] = 1 if i == len(tokens) - 1 else 0
+        b.n_tokens = len(tokens)
+        rc = C.llama_decode(self.draft.ctx_ptr, b)
+        if rc != 0:
+            self.drop(seq)
+            raise EngineError("draft model: " + decode_guard.decode_error(rc))
+
+    def sync(self, seq: int, history: list[int]) -> None:
+        """Bring sequence `seq` to history[:-1] + the last token decoded with logits."""
+        C = llama_lib.lib()
+        d = self.draft
+        cached = self.tokens(seq)
+        n_common = min(common_prefix(cached, history), len(history) - 1)
+        if n_common < len(cached) and not C.llama_memory_seq_rm(d.memory_ptr, seq,
+                                                                 n_common, -1):
+            C.llama_memory_seq_rm(d.memory_ptr, seq, -1, -1)  # e.g. sliding-window caches
+            n_common = 0
+        del cached[n_common:]
+        rest = history[n_common:]
+        decode_guard.check_room(n_common, len(rest), d.n_ctx_seq)
+        for i in range(0, len(rest), d.n_batch):
+            chunk = rest[i : i + d.n_batch]
+            self.decode(seq, chunk, len(cached))
+            cached.extend(chunk)
+
+    def recreate(self, n_seq_max: int, n_ctx_seq: int) -> None:
+        """Follow the target's new context: a sequence per slot, as long as the target's."""
+        self._tokens.clear()
+        self.draft.recreate_context(n_seq_max, n_ctx_seq * n_seq_max)
+
+    def close(self) -> None:
+        if self._batch is not None:
+            llama_lib.lib().llama_batch_free(self._batch)
+            self._batch = None
+        with contextlib.suppress(Exception):
+            self.draft.close()
 
 
 def propose_drafts(drafter: Drafter, m: Model, room: int) -> list[int]:
@@ -463,10 +406,6 @@ def propose_drafts(drafter: Drafter, m: Model, room: int) -> list[int]:
         if not 0 <= t < m.n_vocab or m.is_eog(t):
             return drafts[:j]
     return drafts
-
-
-def _trim(m: Model, cached: list[int], keep: int) -> None:
-    trim_sequence(m._lib, m._memory, 0, cached, keep)
 
 
 def trim_sequence(lib: Any, memory: Any, seq: int, tokens: list[int], keep: int) -> None:
@@ -486,71 +425,6 @@ def verify_cost(m: Model) -> VerifyCost:
     if m.load_info.n_gpu_layers > 0:
         return COST_GPU
     return COST_AMX if m.amx_weights else COST_CPU
-
-
-def lookup_source(draft_max: int = DEFAULT_DRAFT_MAX, *, ngram_max: int = 32,
-                  ngram_min: int = 2, cost: VerifyCost | None = None) -> TokenSource:
-    """Token source for `Model.generate(..., token_source=...)` with prompt-lookup drafting.
-    `cost` (default: the model's, `verify_cost`) sets the draft lengths."""
-    if draft_max < 1:
-        raise EngineError("the draft length must be at least 1")
-    PromptLookup(ngram_max, ngram_min)  # validate now, not at the first token
-
-    def source(gen: Generation, chain: Any) -> Generator[int, None, None]:
-        drafter = PromptLookup(ngram_max, ngram_min,
-                               cost=verify_cost(gen.model) if cost is None else cost)
-        return speculative_tokens(gen, chain, drafter, draft_max)
-
-    return source
-
-
-def draft_model_source(draft: Model, target: Model,
-                       draft_max: int = DEFAULT_MODEL_DRAFT_MAX) -> TokenSource:
-    """Token source drafting with `draft` (checked against `target`'s vocabulary now)."""
-    if draft_max < 1:
-        raise EngineError("the draft length must be at least 1")
-    check_vocab(target, draft)
-
-    def source(gen: Generation, chain: Any) -> Generator[int, None, None]:
-        if gen.model is not target:
-            raise EngineError("this draft model was checked against another model")
-        return speculative_tokens(gen, chain, DraftModel(draft, target), draft_max)
-
-    return source
-
-
-class Speculator:
-    """Holds what a mode needs (the loaded draft model) and hands out token sources."""
-
-    def __init__(self, target: Model, settings: SpeculativeSettings,
-                 draft: Model | None = None) -> None:
-        settings.validate()
-        self.target = target
-        self.settings = settings
-        self._own_draft = False
-        self.draft = draft
-        if settings.mode == "draft" and draft is None:
-            assert settings.draft_model is not None
-            self.draft = load_draft_model(settings.draft_model, target)
-            self._own_draft = True
-        elif draft is not None:
-            check_vocab(target, draft)
-        self._lock = threading.Lock()
-
-    def token_source(self) -> TokenSource | None:
-        s = self.settings
-        if s.mode == "lookup":
-            return lookup_source(s.draft_max or DEFAULT_DRAFT_MAX)
-        if s.mode == "draft" and self.draft is not None:
-            return draft_model_source(self.draft, self.target,
-                                      s.draft_max or DEFAULT_MODEL_DRAFT_MAX)
-        return None
-
-    def close(self) -> None:
-        if self._own_draft and self.draft is not None:
-            with contextlib.suppress(Exception):
-                self.draft.close()
-            self.draft = None
 
 
 def acceptance_rate(stats: GenerationStats) -> float | None:
@@ -575,19 +449,16 @@ __all__ = [
     "COST_CPU",
     "COST_GPU",
     "DEFAULT_MODEL_DRAFT_MAX",
-    "DraftModel",
+    "DraftSeq",
     "Drafter",
     "PromptLookup",
     "Speculator",
     "VerifyCost",
     "acceptance_rate",
     "check_vocab",
-    "draft_model_source",
-    "load_draft_model",
-    "lookup_source",
+    "draft_params",
     "propose_drafts",
     "spec_stats",
-    "speculative_tokens",
     "trim_sequence",
     "verify_cost",
     "vocab_mismatch",

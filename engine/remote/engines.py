@@ -28,7 +28,7 @@ from typing import Any, Literal
 from engine.errors import EngineError
 from engine.host.chat_engine import EngineKind, Messages
 from engine.host.context_policy import ContextPolicy
-from engine.host.runtime import GenerationStats, StopReason
+from engine.host.stats import GenerationStats, StopReason
 from engine.remote.streaming import (
     APIS,
     Api,

@@ -1,5 +1,7 @@
 """Sentence embeddings from the loaded model: a second llama.cpp context on the same weights,
-with embeddings on and mean pooling, so generation and embedding never share a KV cache."""
+with embeddings on and mean pooling, so generation and embedding never share a KV cache. Its
+decodes run on the model's decode thread, between two generation steps (`call_soon`): one
+thread drives llama.cpp, as in llama-server."""
 
 from __future__ import annotations
 
@@ -51,29 +53,32 @@ class Embedder:
         if len(tokens) > self.max_tokens:
             raise EngineError(f"the input is {len(tokens)} tokens; embeddings take at most "
                               f"{self.max_tokens}")
-        C = llama_lib.lib()
         with self._lock:
-            ctx = self._context()
-            C.llama_memory_clear(C.llama_get_memory(ctx), True)
-            batch = C.llama_batch_init(len(tokens), 0, 1)
-            try:
-                for i, t in enumerate(tokens):
-                    batch.token[i] = t
-                    batch.pos[i] = i
-                    batch.n_seq_id[i] = 1
-                    batch.seq_id[i][0] = 0
-                    batch.logits[i] = 1
-                batch.n_tokens = len(tokens)
-                rc = C.llama_decode(ctx, batch)
-                if rc != 0:
-                    raise EngineError(f"llama.cpp failed to compute the embedding (error {rc})")
-                ptr = C.llama_get_embeddings_seq(ctx, 0)
-                if not ptr:
-                    raise EngineError("this model gives no pooled embeddings")
-                n = int(C.llama_model_n_embd(self.model.model_ptr))
-                vec = [float(ptr[i]) for i in range(n)]
-            finally:
-                C.llama_batch_free(batch)
+            return self.model.loop.call_soon(lambda: self._embed(tokens))
+
+    def _embed(self, tokens: list[int]) -> tuple[list[float], int]:
+        C = llama_lib.lib()
+        ctx = self._context()
+        C.llama_memory_clear(C.llama_get_memory(ctx), True)
+        batch = C.llama_batch_init(len(tokens), 0, 1)
+        try:
+            for i, t in enumerate(tokens):
+                batch.token[i] = t
+                batch.pos[i] = i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = 1
+            batch.n_tokens = len(tokens)
+            rc = C.llama_decode(ctx, batch)
+            if rc != 0:
+                raise EngineError(f"llama.cpp failed to compute the embedding (error {rc})")
+            ptr = C.llama_get_embeddings_seq(ctx, 0)
+            if not ptr:
+                raise EngineError("this model gives no pooled embeddings")
+            n = int(C.llama_model_n_embd(self.model.model_ptr))
+            vec = [float(ptr[i]) for i in range(n)]
+        finally:
+            C.llama_batch_free(batch)
         norm = math.sqrt(sum(v * v for v in vec)) or 1.0
         return [v / norm for v in vec], len(tokens)
 

@@ -1,4 +1,5 @@
-"""What the HTTP layer serves: the loaded model, its scheduler and embedder, or why not yet."""
+"""What the HTTP layer serves: a loaded model (its one decode loop, shared with the desktop
+chat when the app serves it) and its embedder, or why not yet."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from engine.settings import SamplingParams
 
 @dataclass
 class LoadedModel:
-    """A model being served. The caller that built it closes it (`close()`)."""
+    """A model being served: the HTTP side's handle on it. `close()` ends the server's own
+    requests and frees the embedder; the model and its loop belong to whoever loaded it (the
+    app's chat may go on using them)."""
 
     model: Model
     scheduler: Scheduler
@@ -32,11 +35,14 @@ class LoadedModel:
     embedder: Embedder | None = None
     facts: ModelFacts | None = None
     created: int = field(default_factory=lambda: int(time.time()))
+    # The server's requests in flight: stopping the server ends these, not the chat's.
+    requests: weakref.WeakSet[Request] = field(default_factory=weakref.WeakSet)
 
     @classmethod
     def build(cls, model: Model, model_id: str, *, max_queue: int = 64,
               embeddings: bool = True) -> LoadedModel:
-        sched = Scheduler(model, max_queue=max_queue)
+        sched = model.loop
+        sched.max_queue = max_queue
         facts = None
         with contextlib.suppress(Exception):  # facts are informational only
             facts = model_facts(model.gguf)
@@ -63,16 +69,23 @@ class LoadedModel:
             "kv_type_v": p.type_v,
             # What llama.cpp did when it created the context ('auto' resolved).
             "flash_attn": "on" if self.model.flash_attn_on else "off",
-            "speculative": "lookup" if p.drafting and p.speculative is not None
-            and p.speculative.mode == "lookup" else "off",
+            "speculative": p.speculative.mode if p.speculative is not None else "off",
             "flash_attn_requested": p.flash_attn,
             "kv_cache_mib": round(actual.kv_bytes / 2**20, 2) if actual is not None else None,
             "threads": info.n_threads if info is not None else None,
             "gpu_layers": info.n_gpu_layers if info is not None else None,
         }
 
+    def cancel_requests(self) -> None:
+        """End the server's requests now (their streams close), not after uvicorn's grace
+        time; other clients' requests to the same model go on."""
+        for req in list(self.requests):
+            req.cancel()
+        for req in list(self.requests):
+            req.done.wait(5.0)
+
     def close(self) -> None:
-        self.scheduler.close()
+        self.cancel_requests()
         if self.embedder is not None:
             self.embedder.close()
 
@@ -154,6 +167,7 @@ class Generation:
 
         self.request: Request = loaded.scheduler.submit(prompt, sampling, on_event,
                                                         stream=stream, timeout_s=timeout_s)
+        loaded.requests.add(self.request)
 
     async def events(self) -> AsyncIterator[Event]:
         try:
@@ -162,10 +176,10 @@ class Generation:
                 if isinstance(ev, Finished):
                     st = ev.stats
                     if self._record is not None:
-                        self._record.add_tokens(st.prompt_tokens, st.completion_tokens)
-                    if st.finish_reason not in ("cancelled", "error"):
+                        self._record.add_tokens(st.prompt_tokens, st.gen_tokens)
+                    if st.stop_reason not in ("cancelled", "error"):
                         self._metrics.generation_done(st.prompt_tokens, st.cached_tokens,
-                                                      st.completion_tokens, st.ttft_s,
+                                                      st.gen_tokens, st.ttft_s,
                                                       st.total_s)
                     yield ev
                     return

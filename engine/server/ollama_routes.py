@@ -16,7 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from engine.host.scheduler import Finished, Piece, RequestStats
+from engine.host.scheduler import Finished, Piece
+from engine.host.stats import GenerationStats
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,
@@ -45,16 +46,16 @@ def _now() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _done_fields(st: RequestStats) -> dict[str, Any]:
+def _done_fields(st: GenerationStats) -> dict[str, Any]:
     ns = 1_000_000_000
     gen_s = max(st.total_s - st.ttft_s, 0.0)
     return {
-        "done_reason": "stop" if st.finish_reason in ("stop", "stop_string") else "length",
+        "done_reason": "stop" if st.stop_reason in ("stop", "stop_string") else "length",
         "total_duration": int(st.total_s * ns),
         "load_duration": 0,
         "prompt_eval_count": st.prompt_tokens,
         "prompt_eval_duration": int(max(st.ttft_s - st.queue_s, 0.0) * ns),
-        "eval_count": st.completion_tokens,
+        "eval_count": st.gen_tokens,
         "eval_duration": int(gen_s * ns),
     }
 
@@ -182,7 +183,7 @@ class OllamaRoutes:
         if not stream:
             async for ev in events_until_disconnect(request, gen):
                 if isinstance(ev, Finished):
-                    if ev.stats.finish_reason == "error":
+                    if ev.stats.stop_reason == "error":
                         raise ApiError(500, ev.stats.error or "generation failed")
                     return JSONResponse({**piece(ev.text), "done": True,
                                          **_done_fields(ev.stats)})
@@ -193,7 +194,7 @@ class OllamaRoutes:
                 if isinstance(ev, Piece):
                     yield json.dumps({**piece(ev.text), "done": False}) + "\n"
                 elif isinstance(ev, Finished):
-                    if ev.stats.finish_reason == "error":
+                    if ev.stats.stop_reason == "error":
                         yield json.dumps({"error": ev.stats.error or "generation failed"}) + "\n"
                         return
                     yield json.dumps({**piece(""), "done": True,

@@ -16,7 +16,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from engine.errors import EngineError
-from engine.host.scheduler import Finished, Piece, RequestStats
+from engine.host.scheduler import Finished, Piece
+from engine.host.stats import GenerationStats
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,
@@ -42,13 +43,13 @@ from engine.server.parsing import (
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def finish_reason(st: RequestStats) -> str:
-    return "stop" if st.finish_reason in ("stop", "stop_string") else "length"
+def finish_reason(st: GenerationStats) -> str:
+    return "stop" if st.stop_reason in ("stop", "stop_string") else "length"
 
 
-def usage(st: RequestStats) -> dict[str, Any]:
-    return {"prompt_tokens": st.prompt_tokens, "completion_tokens": st.completion_tokens,
-            "total_tokens": st.prompt_tokens + st.completion_tokens,
+def usage(st: GenerationStats) -> dict[str, Any]:
+    return {"prompt_tokens": st.prompt_tokens, "completion_tokens": st.gen_tokens,
+            "total_tokens": st.prompt_tokens + st.gen_tokens,
             "prompt_tokens_details": {"cached_tokens": st.cached_tokens}}
 
 
@@ -147,7 +148,7 @@ class OpenAIRoutes:
                 if isinstance(ev, Piece):
                     yield _sse(chunk({"content": ev.text}, None))
                 elif isinstance(ev, Finished):
-                    if ev.stats.finish_reason == "error":
+                    if ev.stats.stop_reason == "error":
                         yield _sse(openai_error_body(500, ev.stats.error or "generation failed"))
                         return
                     yield _sse(chunk({}, finish_reason(ev.stats)))
@@ -195,7 +196,7 @@ class OpenAIRoutes:
                                                      "logprobs": None,
                                                      "finish_reason": None}]})
                 elif isinstance(ev, Finished):
-                    if ev.stats.finish_reason == "error":
+                    if ev.stats.stop_reason == "error":
                         yield _sse(openai_error_body(500, ev.stats.error or "generation failed"))
                         return
                     yield _sse({**base, "choices": [{"index": 0, "text": "", "logprobs": None,
@@ -210,7 +211,7 @@ class OpenAIRoutes:
     async def _result(self, request: Request, gen: Generation) -> Finished:
         async for ev in events_until_disconnect(request, gen):
             if isinstance(ev, Finished):
-                if ev.stats.finish_reason == "error":
+                if ev.stats.stop_reason == "error":
                     raise ApiError(500, ev.stats.error or "generation failed")
                 return ev
         # The client went away; nobody will read this.

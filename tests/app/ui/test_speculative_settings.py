@@ -19,7 +19,7 @@ from app.services.paths import AppPaths
 from app.ui import library_panel
 from app.ui.library_panel import LibraryPanel, inexact_note
 from app.ui.main_window import MainWindow
-from engine.host.runtime import GenerationStats
+from engine.host.stats import GenerationStats
 from engine.memory.cpu_kernels import Exactness
 from engine.settings import SamplingParams
 from tests.app.ui.ui_signal_log import SignalLog

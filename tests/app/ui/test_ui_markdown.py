@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.ui.chat_view import Segment, format_stats, split_markdown
-from engine.host.runtime import GenerationStats
+from engine.host.stats import GenerationStats
 
 
 def test_paragraphs_and_code_blocks() -> None:

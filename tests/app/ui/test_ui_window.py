@@ -22,7 +22,7 @@ from app.ui.chat_model import ChatModel
 from app.ui.chat_view import CodeBlock, format_stats
 from app.ui.library_model import LibraryModel
 from app.ui.main_window import MainWindow
-from engine.host.runtime import GenerationStats
+from engine.host.stats import GenerationStats
 from engine.settings import SamplingParams
 from tests.app.ui.ui_signal_log import SignalLog
 

@@ -11,7 +11,8 @@ import pytest
 from pytestqt.qtbot import QtBot
 
 from app.ui.worker import EngineHost, EngineWorker, LoadedModel
-from engine.host.runtime import GenerationStats, Model
+from engine.host.runtime import Model
+from engine.host.stats import GenerationStats
 from engine.settings import LoadParams, SamplingParams
 from tests.app.ui.ui_signal_log import SignalLog
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from engine.host.chat_engine import ChatEngine, EmbeddedEngine, ReplyStream
-from engine.host.runtime import GenerationStats, Model
+from engine.host.runtime import Model
+from engine.host.stats import GenerationStats
 from engine.remote.engines import (
     RemoteAuthError,
     RemoteConnectionError,

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 from engine.host.chat_engine import EngineKind, Messages
 from engine.host.context_policy import ContextPolicy
-from engine.host.runtime import GenerationStats
+from engine.host.stats import GenerationStats
 from engine.settings import SamplingParams
 
 PIECE_S = 0.002  # ~500 pieces a second: several pieces per coalesced GUI update
