@@ -121,10 +121,10 @@ def add_benchmark(window: MainWindow) -> None:
     window.add_tool_window("Benchmark…", view, "Ctrl+Shift+B", view.shutdown)
 
 
-def add_server_panel(window: MainWindow, first_loads: FirstLoads | None) -> None:
-    """The Local server window (Tools menu): serve the chat's model over the OpenAI/Ollama
-    API from a second instance; stopped when the app quits. `first_loads` is the chat's
-    record, so a file neither has loaded is tried in a child first here too."""
+def add_server_panel(window: MainWindow) -> None:
+    """The Local server window (Tools menu): serve the chat's loaded model over the
+    OpenAI/Ollama API (the engine thread's model host finds it); stopped when the app
+    quits or the model is unloaded."""
     from PySide6.QtCore import Qt as _Qt
 
     from app.services.secrets import SecretStore
@@ -132,7 +132,7 @@ def add_server_panel(window: MainWindow, first_loads: FirstLoads | None) -> None
 
     panel = ServerPanel(loaded=lambda: window.controller.loaded, secrets=SecretStore(),
                         estimator=window.library_panel.estimate.estimator,
-                        settings=window.settings, first_loads=first_loads)
+                        settings=window.settings, model_host=window.engine.worker.host)
     w = window.engine.worker
     q = _Qt.ConnectionType.QueuedConnection  # after the controller has updated `loaded`
     for signal in (w.loaded, w.unloaded, w.load_cancelled, w.failed):
@@ -185,7 +185,7 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
     if model_manager:
         add_model_manager(window, library)
     add_benchmark(window)
-    add_server_panel(window, first_loads)
+    add_server_panel(window)
     return window
 
 

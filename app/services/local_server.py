@@ -1,14 +1,16 @@
-"""The desktop app's local server: the chat's model file served over HTTP from a second,
-server-sized instance (one sequence per slot), as `candlewick serve` would serve it.
+"""The desktop app's local server: the model the chat has loaded, served over HTTP as
+`candlewick serve` would serve it, from the same loaded model and its one decode loop.
 
-Qt-free. `LocalServer.start()` blocks (it binds the socket, then loads the model) and is meant
-to run off the GUI thread; `stop()` may be called from any thread, at any time, more than once.
-The weights are memory-mapped from the same file as the chat's copy, so the operating system
-keeps one copy of their pages in RAM; the server adds its own KV cache and compute buffers.
+Qt-free. `LocalServer.start()` binds the socket, then makes room in the model's context for
+the server's slots (the context is recreated on the same weights with one sequence per slot
+plus the chat's, which stays reserved for the chat: nothing is loaded a second time) and is
+meant to run off the GUI thread; `stop()` may be called from any thread, at any time, more
+than once, and gives the chat its context back. Unloading the model stops the server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import secrets
 import threading
@@ -16,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.errors import LoadCancelled
+from engine.errors import EngineError, LoadCancelled
+from engine.host.host import ModelHost
 from engine.host.runtime import Model
 from engine.host.scheduler import SchedulerSnapshot
-from engine.native.load_probe import FirstLoads
 from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
 from engine.server.request_log import RequestLog
 from engine.server.runner import bind_socket
@@ -51,10 +53,11 @@ class ServeSettings:
                             default_max_tokens=min(512, self.ctx_per_slot))
 
     def load_params(self, base: LoadParams) -> LoadParams:
-        """The chat's load settings (GPU layers, KV type, threads...) with the server's context:
-        one sequence per slot. No KV snapshots: the server keeps prefixes in its slots."""
-        return dataclasses.replace(base, n_ctx=self.ctx_per_slot * self.parallel,
-                                   n_seq_max=self.parallel, state_cache_mb=0)
+        """The chat's load settings with the context the server gives the loaded model: one
+        sequence per slot plus the chat's, each as long as the longer of the two."""
+        per_slot = max(self.ctx_per_slot, base.n_ctx // max(base.n_seq_max, 1))
+        return dataclasses.replace(base, n_ctx=per_slot * (self.parallel + 1),
+                                   n_seq_max=self.parallel + 1)
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -76,15 +79,11 @@ def local_url(host: str, port: int) -> str:
 
 
 class LocalServer:
-    def __init__(self, path: Path, base_params: LoadParams, settings: ServeSettings, *,
-                 first_loads: FirstLoads | None = None) -> None:
-        """`first_loads`: the app's record of files that loaded before; a file not in it is
-        loaded in a child first, so a file that aborts llama.cpp cannot end the app."""
-        self.path = Path(path)
+    def __init__(self, host: ModelHost, name: str, settings: ServeSettings) -> None:
+        """Serve the model loaded in `host` as `name` (the chat's)."""
+        self.model_host = host
+        self.name = name
         self.settings = settings
-        self.first_loads = first_loads
-        self.params = settings.load_params(base_params)
-        self.params.validate()
         config = settings.config()
         config.validate()
         self.request_log = RequestLog(LOG_ROWS, secret=config.api_key)
@@ -94,15 +93,22 @@ class LocalServer:
         self._thread: ServerThread | None = None
         self._model: Model | None = None
         self._loaded: LoadedModel | None = None
+        self._chat_shape: tuple[int, int, int] | None = None  # the loop's slots before
+        self._unsubscribe: Callable[[], None] | None = None
+        self.stopped_because = ""  # why it stopped on its own ('' while running)
         self.port = 0  # the port it listens on, once bound
         self.url = ""  # where a client on this computer reaches it, once bound
 
+    @property
+    def path(self) -> Path:
+        return self._model.path if self._model is not None else Path(self.name)
+
     # -- lifecycle -------------------------------------------------------------------------
 
-    def start(self, progress: Callable[[float], None] | None = None,
-              cancel: threading.Event | None = None) -> LocalServer:
-        """Bind and serve (/health says "loading"), then load the model. Raises ServerError
-        (port taken), LoadCancelled (stopped meanwhile) or EngineError (cannot load)."""
+    def start(self) -> LocalServer:
+        """Bind and serve (/health says "loading" meanwhile), then give the loaded model
+        the server's slots. Raises ServerError (port taken), LoadCancelled (stopped
+        meanwhile) or EngineError (the model is not loaded, or its context cannot grow)."""
         with self._lock:
             if self._closed:
                 raise LoadCancelled("stopped before it started")
@@ -111,36 +117,58 @@ class LocalServer:
             self._thread.start()
             self.port = self._thread.port
             self.url = local_url(self.state.config.host, self.port)
-            model = Model(self.path, self.params, progress=progress, cancel=cancel,
-                          first_loads=self.first_loads)
+            model = self.model_host.get(self.name)
+            loop = model.loop
+            shape = (loop.n_slots, loop.n_ctx_seq, loop.reserved_slots)
+            # Each slot as long as the chat's, so the chat keeps all of its context.
+            loop.resize(1 + self.settings.parallel, max(shape[1], self.settings.ctx_per_slot),
+                        reserved_slots=1)
         except BaseException:
             self.stop()
             raise
         with self._lock:
             if not self._closed:
                 self._model = model
+                self._chat_shape = shape
                 self._loaded = LoadedModel.build(model, self.settings.model_id,
                                                  max_queue=self.settings.max_queue)
                 self.state.set_loaded(self._loaded)
+                self._unsubscribe = self.model_host.on_change(self._on_host_change)
                 return self
-        model.close()
-        raise LoadCancelled("stopped while loading")
+        self._give_back(model, shape)
+        raise LoadCancelled("stopped while starting")
 
-    def stop(self) -> None:
-        """Cancel what runs, close the socket, free the model. Idempotent, any thread."""
+    def _on_host_change(self, name: str, model: Model | None) -> None:
+        if name == self.name and model is None:
+            self.stopped_because = f"{self.name} was unloaded"
+            self.stop(unloading=True)
+
+    @staticmethod
+    def _give_back(model: Model, shape: tuple[int, int, int]) -> None:
+        """The chat's context as it was: one slot (or what it had) of its own length."""
+        with contextlib.suppress(EngineError):  # the model went meanwhile
+            model.loop.resize(shape[0], shape[1], reserved_slots=shape[2])
+
+    def stop(self, *, unloading: bool = False) -> None:
+        """End the server's requests, close the socket, give the chat its context back.
+        Idempotent, any thread. `unloading`: the model is going; leave its context."""
         with self._lock:
             self._closed = True
             thread, loaded, model = self._thread, self._loaded, self._model
+            shape, unsubscribe = self._chat_shape, self._unsubscribe
             self._thread = self._loaded = self._model = None
+            self._chat_shape = self._unsubscribe = None
+        if unsubscribe is not None:
+            unsubscribe()
         self.state.set_loaded(None)
         if loaded is not None:
-            loaded.scheduler.close()  # ends open streams now, not after uvicorn's grace time
+            loaded.cancel_requests()  # ends open streams now, not after uvicorn's grace time
         if thread is not None:
             thread.stop()
         if loaded is not None:
             loaded.close()
-        if model is not None:
-            model.close()
+        if model is not None and shape is not None and not unloading:
+            self._give_back(model, shape)
 
     # -- what the panel shows --------------------------------------------------------------
 

@@ -75,9 +75,9 @@ class ChatController(QObject):
         self.loading: Path | RemoteTarget | None = None  # the engine being switched to
         self.reply_row: int | None = None  # the assistant message being streamed
         self._pending = False  # generate as soon as the model has loaded
-        # Replies abandoned by "new chat" that the engine has not finished yet: their last
-        # tokens and their end signal are still queued and belong to no message.
-        self._abandoned = 0
+        # The request id of the reply shown in `reply_row`: signals of any other (an answer
+        # abandoned by "new chat", still ending in the engine) belong to no message.
+        self._reply_id: int | None = None
         w = engine.worker
         w.loaded.connect(self._on_loaded)
         w.load_cancelled.connect(self._on_load_cancelled)
@@ -174,7 +174,7 @@ class ChatController(QObject):
     def _abandon(self) -> None:
         if self.reply_row is not None:
             self.engine.stop()
-            self._abandoned += 1
+        self._reply_id = None
         if self._writer is not None:
             # Keep what was written so far: the user moved on, the answer stays as it was.
             self._writer.finish(status="complete")
@@ -361,8 +361,8 @@ class ChatController(QObject):
             self._writer.append(m.text)
             self._first_flushed = False
         self.busy_changed.emit(True)
-        self.engine.generate(messages, sampling, policy=self._policy(),
-                             continue_text=m.text)
+        self._reply_id = self.engine.generate(messages, sampling, policy=self._policy(),
+                                              continue_text=m.text)
 
     def switch_branch(self, row: int, step: int) -> bool:
         """Show the previous (-1) or next (+1) alternative of the message at `row`."""
@@ -422,7 +422,7 @@ class ChatController(QObject):
             self._writer = StreamWriter(self.store, m.store_id)
             self._first_flushed = False
         self.busy_changed.emit(True)
-        self.engine.generate(messages, sampling, policy=self._policy())
+        self._reply_id = self.engine.generate(messages, sampling, policy=self._policy())
 
     def _show_context(self, used: int) -> None:
         self._context_used = used
@@ -461,19 +461,23 @@ class ChatController(QObject):
         self._show_context(self._context_used)
         self.notice.emit("Model ejected")
 
-    def _on_started(self, prompt_tokens: int) -> None:
-        if not self._abandoned:
+    def _mine(self, rid: int) -> bool:
+        """Whether a reply's signal is about the answer being shown."""
+        return rid == self._reply_id and self.reply_row is not None
+
+    def _on_started(self, rid: int, prompt_tokens: int) -> None:
+        if self._mine(rid):
             self._prompt_tokens = prompt_tokens
             self._show_context(prompt_tokens)
 
     def _on_trimmed(self, dropped: int) -> None:
-        if not self._abandoned:
+        if self.reply_row is not None:
             self.context_note.emit(
                 f"{dropped} old message{'s' if dropped != 1 else ''} left out: the "
                 "conversation no longer fits the context (policy: drop oldest)")
 
-    def _on_tokens(self, text: str, n: int) -> None:
-        if self.reply_row is not None and not self._abandoned:
+    def _on_tokens(self, rid: int, text: str, n: int) -> None:
+        if self._mine(rid) and self.reply_row is not None:
             self.chat.append_text(self.reply_row, text)
             # The answer takes context as it grows (the performance panel counts it too).
             self._show_context(self._prompt_tokens + n)
@@ -484,10 +488,10 @@ class ChatController(QObject):
                     self._writer.flush()
                     self._first_flushed = True
 
-    def _on_finished(self, stats: GenerationStats) -> None:
-        if self._abandoned:
-            self._abandoned -= 1
+    def _on_finished(self, rid: int, stats: GenerationStats) -> None:
+        if not self._mine(rid):
             return
+        self._reply_id = None
         if self.reply_row is not None:
             self.chat.finish(self.reply_row, stats)
         if self._writer is not None:
@@ -498,11 +502,12 @@ class ChatController(QObject):
         self.reply_row = None
         self.busy_changed.emit(False)
 
-    def _on_failed(self, message: str) -> None:
-        if self._abandoned and self.loading is None:
-            self._abandoned -= 1  # the abandoned reply ended with an error: nobody's business
-            return
-        if self.loading is not None:
+    def _on_failed(self, rid: int, message: str) -> None:
+        if rid and not self._mine(rid):
+            return  # an abandoned reply ended with an error: nobody's business
+        if rid:
+            self._reply_id = None
+        if not rid and self.loading is not None:
             self.loading = None
             # The old model was freed before loading the new one.
             self.loaded = None

@@ -359,7 +359,7 @@ class MainWindow(QMainWindow):
         self.perf_panel.on_unloaded()
         self.model_label.setText("No model loaded")
 
-    def _on_failed(self, _message: str) -> None:
+    def _on_failed(self, _rid: int, _message: str) -> None:
         if self.controller.loaded is None:
             self.library_panel.set_loaded(None)
             self.model_label.setText("No model loaded")

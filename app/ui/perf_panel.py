@@ -27,8 +27,8 @@ from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidg
 
 from app.ui.library_model import human_bytes
 from app.ui.worker import LoadedModel
-from engine.host.stats import GenerationStats
 from engine.host.speculative import acceptance_rate
+from engine.host.stats import GenerationStats
 
 TICK_MS = 400
 ROLLING_TICKS = 8  # ~3 s of samples for the rolling average
@@ -177,7 +177,7 @@ class PerfPanel(QWidget):
         self.n_ctx = 0
         self._show_ctx()
 
-    def on_started(self, prompt_tokens: int) -> None:
+    def on_started(self, _rid: int, prompt_tokens: int) -> None:
         self.generating = True
         self.prompt_tokens = prompt_tokens
         self.gen_tokens = 0
@@ -187,14 +187,14 @@ class PerfPanel(QWidget):
         self.rolling.clear()
         self._show_ctx()
 
-    def on_tokens(self, _text: str, n_total: int) -> None:
+    def on_tokens(self, _rid: int, _text: str, n_total: int) -> None:
         if self.ttft_s is None:
             self.ttft_s = time.perf_counter() - self._t_start
             self._last_t = time.perf_counter()
             self._last_n = n_total
         self.gen_tokens = n_total
 
-    def on_finished(self, stats: GenerationStats) -> None:
+    def on_finished(self, _rid: int, stats: GenerationStats) -> None:
         self.generating = False
         self.gen_tokens = stats.gen_tokens
         self.ttft_s = stats.ttft_s
@@ -222,7 +222,7 @@ class PerfPanel(QWidget):
             text += f" · x{stats.gen_tps / plain:.2f} vs the last plain reply"
         return text
 
-    def on_failed(self, _message: str) -> None:
+    def on_failed(self, _rid: int, _message: str) -> None:
         self.generating = False
         self.current_tps = 0.0
 

@@ -1,8 +1,8 @@
 """The Server panel: serve the chat's model over the OpenAI/Ollama-compatible HTTP API.
 
-Start loads the chat's model file with its load settings into a second, server-sized instance
-(`app.services.local_server`) on a background thread, with progress; nothing here blocks the
-GUI thread on the model or the network. While the server runs (and the panel is visible) a
+Start serves the model the chat has loaded (`app.services.local_server`): on a background
+thread, it gives the model's context the server's slots beside the chat's; nothing here blocks
+the GUI thread on the model or the network. While the server runs (and the panel is visible) a
 timer polls its state twice a second: slots, queue, KV cache use and new request-log rows.
 Security is `candlewick serve`'s: 127.0.0.1 by default, no network bind without a key, and
 the key is shown masked, kept in the system keyring and never written to the log.
@@ -60,7 +60,7 @@ from app.ui.estimate import Estimator
 from app.ui.library_model import human_bytes
 from app.ui.worker import LoadedModel
 from engine.errors import EngineError, LoadCancelled
-from engine.native.load_probe import FirstLoads
+from engine.host.host import ModelHost
 from engine.server import ServerError, is_loopback
 from engine.server.request_log import RequestRecord
 from engine.settings import LoadParams
@@ -70,10 +70,10 @@ NO_MODEL_TIP = "Load a model in the library first: the server serves the chat's 
 REMOTE_TIP = ("The chat uses a remote server: this panel serves models loaded on this "
               "computer")
 MEMORY_NOTE = (
-    "The server runs the chat's model file with its load settings in a second instance with "
-    "one sequence per slot. The weights are memory-mapped from the same file, so the "
-    "operating system keeps one copy of them in RAM for both; the server adds its own KV "
-    "cache and compute buffers (layers offloaded to a GPU take GPU memory a second time).")
+    "The server answers from the model the chat has loaded: nothing is loaded again, and "
+    "its weights (and any layers on a GPU) are shared. Starting it gives the model's context "
+    "one sequence per slot plus the chat's own, which the chat keeps to itself; stopping it "
+    "gives the memory back. Chat and API requests are decoded together.")
 HOSTS = (("127.0.0.1", "127.0.0.1 — this computer only"),
          ("0.0.0.0", "0.0.0.0 — all network interfaces (needs a key)"))
 Ctx = QModelIndex | QPersistentModelIndex
@@ -169,21 +169,20 @@ class ServerPanel(QWidget):
     """`running_changed(bool)`: the server started (True) or stopped (False)."""
 
     running_changed = Signal(bool)
-    _progress = Signal(float)  # emitted by the loading thread, queued to the GUI thread
 
     def __init__(self, loaded: Callable[[], LoadedModel | None],
                  secrets: SecretStore | None = None, estimator: Estimator | None = None,
-                 settings: QSettings | None = None, first_loads: FirstLoads | None = None,
+                 settings: QSettings | None = None, model_host: ModelHost | None = None,
                  parent: QWidget | None = None) -> None:
         """`settings`: where host, port, slots and context are remembered (not the key);
-        `first_loads`: the files that loaded before (`LocalServer`), None: no probe."""
+        `model_host`: where the chat's loaded model is found (the engine thread's)."""
         super().__init__(parent)
         self._store = settings
         self.setWindowTitle("Local server")
         self._loaded_fn = loaded
         self.secrets = secrets or SecretStore()
         self.estimator = estimator
-        self.first_loads = first_loads
+        self.model_host = model_host or ModelHost()
         self.server: LocalServer | None = None  # starting, running or stopping
         self.phase = "stopped"  # stopped | starting | running | stopping
         self._cancel: threading.Event | None = None  # set to cancel the load in progress
@@ -193,7 +192,6 @@ class ServerPanel(QWidget):
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self.poll)
         self._build()
-        self._progress.connect(self._on_progress, Qt.ConnectionType.QueuedConnection)
         self._key_read = False  # the keyring is asked once the panel is first shown
         self._restore()
         self.refresh_model()
@@ -262,7 +260,7 @@ class ServerPanel(QWidget):
         self.start_button = QPushButton("Start server")
         self.start_button.clicked.connect(self.toggle)
         self.progress = QProgressBar()
-        self.progress.setRange(0, 100)
+        self.progress.setRange(0, 0)  # busy: recreating the context takes a moment
         self.progress.hide()
         self.status = QLabel("Stopped")
         self.status.setWordWrap(True)
@@ -397,16 +395,18 @@ class ServerPanel(QWidget):
         info = self.loaded
         text = MEMORY_NOTE
         if info is not None and self.estimator is not None:
+            base = info.params or LoadParams()
             try:
-                params = self.settings().load_params(info.params or LoadParams())
-                est = self.estimator(info.path, params)
+                grown = self.estimator(info.path, self.settings().load_params(base))
+                chat = self.estimator(info.path, base)
             except (OSError, ValueError, EngineError) as e:
                 text += f" (No estimate: {e})"
             else:
-                extra = est.kv + est.compute + est.output
-                text = (f"Extra memory for the server: about {human_bytes(extra)} (KV cache "
-                        f"{human_bytes(est.kv)}, compute {human_bytes(est.compute)}); the "
-                        f"weights ({human_bytes(est.weights)}) are shared. " + MEMORY_NOTE)
+                kv = max(grown.kv - chat.kv, 0)
+                compute = max(grown.compute + grown.output - chat.compute - chat.output, 0)
+                text = (f"Extra memory for the server: about {human_bytes(kv + compute)} "
+                        f"(KV cache {human_bytes(kv)}, compute {human_bytes(compute)}); the "
+                        f"weights ({human_bytes(chat.weights)}) are shared. " + MEMORY_NOTE)
         self.memory.setText(text)
 
     # -- start / stop ----------------------------------------------------------------------
@@ -426,8 +426,7 @@ class ServerPanel(QWidget):
         self.ensure_key()
         settings = self.settings()
         try:
-            server = LocalServer(info.path, info.params or LoadParams(), settings,
-                                 first_loads=self.first_loads)
+            server = LocalServer(self.model_host, info.name, settings)
             check_port_free(settings.host, settings.port)
         except (ServerError, EngineError) as e:
             self._set_status(f"Cannot start: {e}", error=True)
@@ -440,19 +439,11 @@ class ServerPanel(QWidget):
         self.server = server
         self.log_model.clear()
         self._set_phase("starting")
-        self._set_status(f"Loading {info.name} for the server…")
-        self.progress.setValue(0)
+        self._set_status(f"Making room for {settings.parallel} requests beside the chat…")
         self.progress.show()
 
-        last = [-1.0]
-
-        def progress(p: float) -> None:  # llama.cpp reports hundreds of steps: send 1% ones
-            if p - last[0] >= 0.01 or p >= 1.0:
-                last[0] = p
-                self._progress.emit(p)
-
         def work() -> None:
-            server.start(progress, cancel)
+            server.start()
             if cancel.is_set():  # Cancel pressed after the last progress step
                 server.stop()
                 raise LoadCancelled("cancelled")
@@ -472,9 +463,6 @@ class ServerPanel(QWidget):
         self._set_phase("stopping")
         self._set_status("Stopping…")
         self._bg.run(server.stop, self._on_stopped, name="candlewick-server-stop")
-
-    def _on_progress(self, p: float) -> None:
-        self.progress.setValue(int(p * 100))
 
     def _on_started(self, _result: object, error: BaseException | None) -> None:
         self.progress.hide()

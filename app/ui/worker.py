@@ -29,6 +29,7 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from engine.errors import EngineError, LoadCancelled
 from engine.host.chat_engine import ChatEngine, EmbeddedEngine
 from engine.host.context_policy import ContextPolicy
+from engine.host.host import ModelHost
 from engine.host.runtime import Model
 from engine.memory.estimate import actual_from_log
 from engine.model.gguf import GGUFError
@@ -124,18 +125,24 @@ class EngineWorker(QObject):
     progress = Signal(float)  # load progress 0..1
     loaded = Signal(object)  # LoadedModel
     load_cancelled = Signal()
-    started = Signal(int)  # prompt tokens of the reply being generated
-    tokens = Signal(str, int)  # coalesced text, tokens generated so far
-    finished = Signal(object)  # GenerationStats
-    failed = Signal(str)  # one-line message for the user
+    # Every signal about a reply carries its request id (`EngineHost.generate` returns it):
+    # a late signal of an abandoned reply can never land in the message shown now.
+    started = Signal(int, int)  # request id, prompt tokens of the reply being generated
+    tokens = Signal(int, str, int)  # request id, coalesced text, tokens generated so far
+    finished = Signal(int, object)  # request id, GenerationStats
+    failed = Signal(int, str)  # request id (0: not about a reply), one-line message
     unloaded = Signal()
     trimmed = Signal(int)  # old messages left out so the conversation fits the context
 
     def __init__(self, model_factory: ModelFactory = _default_factory,
-                 token_interval_s: float = TOKEN_INTERVAL_S) -> None:
+                 token_interval_s: float = TOKEN_INTERVAL_S,
+                 host: ModelHost | None = None) -> None:
+        """`host`: where the loaded model is registered, by its name, for the other clients
+        of the same loaded model (the Local server window)."""
         super().__init__()
         self._factory = model_factory
         self._interval = token_interval_s
+        self.host = host or ModelHost()
         self.engine: ChatEngine | None = None
 
     @property
@@ -160,14 +167,14 @@ class EngineWorker(QObject):
             self.load_cancelled.emit()
             return
         except (EngineError, GGUFError, OSError) as e:
-            self.failed.emit(f"Could not load {Path(path).name}: {e}")
+            self.failed.emit(0, f"Could not load {Path(path).name}: {e}")
             return
         except MemoryError:
-            self.failed.emit(f"Not enough memory to load {Path(path).name}")
+            self.failed.emit(0, f"Not enough memory to load {Path(path).name}")
             return
         except Exception as e:  # a bug: the GUI must still hear that the load ended
             log.exception("load failed")
-            self.failed.emit(f"Could not load {Path(path).name}: internal error "
+            self.failed.emit(0, f"Could not load {Path(path).name}: internal error "
                              f"({type(e).__name__}: {e})")
             return
         if cancel.is_set():  # cancelled after llama.cpp's last progress callback
@@ -177,6 +184,7 @@ class EngineWorker(QObject):
         engine = EmbeddedEngine(model, str(model.gguf.metadata.get("general.name")
                                            or Path(path).stem))
         self.engine = engine
+        self.host.add(engine.name, model)
         info = model.load_info
         self.loaded.emit(LoadedModel(
             path=Path(path),
@@ -201,11 +209,11 @@ class EngineWorker(QObject):
         try:
             engine = make()
         except (EngineError, ValueError, OSError) as e:
-            self.failed.emit(f"Could not use {target}: {e}")
+            self.failed.emit(0, f"Could not use {target}: {e}")
             return
         except Exception as e:  # a bug: the GUI must still hear that the switch ended
             log.exception("connect failed")
-            self.failed.emit(f"Could not use {target}: internal error "
+            self.failed.emit(0, f"Could not use {target}: internal error "
                              f"({type(e).__name__}: {e})")
             return
         if cancel.is_set():
@@ -225,27 +233,28 @@ class EngineWorker(QObject):
         """`options`: `policy` (a context policy: the conversation is fitted to the context,
         and `trimmed` says how many old messages were left out) and `continue_text` (a cut-off
         answer to continue: the prompt ends with it instead of a fresh assistant turn)."""
+        options = options or {}
+        rid = int(options.get("request_id") or 0)
         engine = self.engine
         if engine is None:
-            self.failed.emit("No model is loaded: select one in the library and press Load")
+            self.failed.emit(rid, "No model is loaded: select one in the library and press Load")
             return
-        options = options or {}
         policy: ContextPolicy | None = options.get("policy")
         try:
             reply = engine.reply(messages, sampling, cancel,
                                  continue_text=str(options.get("continue_text") or ""),
                                  policy=policy)
         except (EngineError, GGUFError, ValueError) as e:  # ValueError: ChatTemplateError
-            self.failed.emit(str(e))
+            self.failed.emit(rid, str(e))
             return
         except Exception as e:  # a bug: the GUI must still hear that the reply ended
             log.exception("reply failed to start")
-            self.failed.emit(f"Internal error: {type(e).__name__}: {e}")
+            self.failed.emit(rid, f"Internal error: {type(e).__name__}: {e}")
             return
         if reply.dropped_messages:
             self.trimmed.emit(reply.dropped_messages)
         # A remote server tells the prompt's size (if at all) only at the end.
-        self.started.emit(reply.prompt_tokens or 0)
+        self.started.emit(rid, reply.prompt_tokens or 0)
         pending: list[str] = []
         last_emit = -math.inf  # the first piece goes out at once: time to first token shows
         interval = self._interval
@@ -254,20 +263,20 @@ class EngineWorker(QObject):
                 pending.append(piece)
                 now = time.perf_counter()
                 if now - last_emit >= interval:
-                    self.tokens.emit("".join(pending), reply.generated_tokens)
+                    self.tokens.emit(rid, "".join(pending), reply.generated_tokens)
                     pending.clear()
                     last_emit = now
         except Exception as e:  # EngineError (a remote one too), or a bug: the reply ended
             if pending:
-                self.tokens.emit("".join(pending), reply.generated_tokens)
+                self.tokens.emit(rid, "".join(pending), reply.generated_tokens)
             if not isinstance(e, EngineError):
                 log.exception("generation failed")
-            self.failed.emit(str(e) if isinstance(e, EngineError)
+            self.failed.emit(rid, str(e) if isinstance(e, EngineError)
                              else f"Internal error: {type(e).__name__}: {e}")
             return
         if pending:
-            self.tokens.emit("".join(pending), reply.generated_tokens)
-        self.finished.emit(reply.stats)
+            self.tokens.emit(rid, "".join(pending), reply.generated_tokens)
+        self.finished.emit(rid, reply.stats)
 
     @Slot()
     def forget_python_thread(self) -> None:
@@ -285,6 +294,8 @@ class EngineWorker(QObject):
 
     def close_model(self) -> None:
         if self.engine is not None:
+            if isinstance(self.engine, EmbeddedEngine):
+                self.host.remove(self.engine.name)  # its other clients stop first
             self.engine.close()
             self.engine = None
 
@@ -314,6 +325,7 @@ class EngineHost(QObject):
                              Qt.ConnectionType.BlockingQueuedConnection)
         self._load_cancel: threading.Event | None = None
         self._gen_cancel: threading.Event | None = None
+        self._last_id = 0
         self.qthread.start()
 
     def load(self, path: Path, params: LoadParams) -> None:
@@ -331,10 +343,14 @@ class EngineHost(QObject):
 
     def generate(self, messages: Sequence[Mapping[str, Any]],
                  sampling: SamplingParams, *, policy: ContextPolicy | None = None,
-                 continue_text: str = "") -> None:
+                 continue_text: str = "") -> int:
+        """Start a reply; returns its request id, which every signal about it carries."""
         self._gen_cancel = threading.Event()
+        self._last_id += 1
         self._generate.emit([dict(m) for m in messages], sampling, self._gen_cancel,
-                            {"policy": policy, "continue_text": continue_text})
+                            {"policy": policy, "continue_text": continue_text,
+                             "request_id": self._last_id})
+        return self._last_id
 
     @Slot()
     def stop(self) -> None:

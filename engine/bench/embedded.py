@@ -71,11 +71,8 @@ def run_embedded_benchmark(
     model = Model(path, params, progress=on_load, cancel=cancel)
     closers: list[Callable[[], object]] = [model.close]
     try:
-        target: Target
-        if slots == 1:
-            target = EmbeddedTarget(model, sampling)
-        else:
-            target = SchedulerTarget(model, sampling)
+        target: Target = (EmbeddedTarget(model, sampling) if slots == 1
+                          else SchedulerTarget(model, sampling))
         result = run_benchmark(target, workload, config, model_file=model.gguf,
                                progress=progress, cancel=cancel)
         result["target"]["n_ctx_per_request"] = n_ctx

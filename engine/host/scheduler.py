@@ -22,10 +22,10 @@ with a memory copy.
 Interactive requests (the desktop chat) go before queued API requests, and `reserved_slots`
 slots are kept for them: the chat never waits behind a queue of API requests.
 
-Reproducible requests (greedy, or a fixed seed) read their prompt the canonical way
-(`engine.host.batch_plan`): in the planned batches, each decoded alone, and a cached prefix
-reused only as far as it was itself read that way. So the same prompt gives the same reply
-however the cache was left.
+Reproducible chat requests (greedy, or a fixed seed) read their prompt the canonical way
+(`engine.host.batch_plan`): where the kernels need it, in the planned batches, each decoded
+alone; a cached prefix is reused only as far as it was itself read that way. So the same
+prompt gives the same reply however the cache was left.
 
 Busy slots are kept on consecutive sequence ids. With one KV stream per sequence (llama.cpp's
 default, `kv_unified = false`), llama.cpp cuts a batch into one micro-batch per run of
@@ -69,6 +69,7 @@ from engine.host.speculative import (
     verify_cost,
 )
 from engine.host.stats import GenerationStats, StopReason
+from engine.memory.cpu_kernels import SplitRule
 from engine.native import llama_lib
 from engine.settings import DEFAULT_DRAFT_MAX, SamplingParams, SpecMode
 
@@ -141,7 +142,7 @@ class Request:
     def __init__(self, rid: int, prompt: list[int], sampling: SamplingParams,
                  on_event: EventCallback, *, stream: bool, deadline: float | None,
                  wake: Callable[[], None], cancel: threading.Event | None,
-                 interactive: bool, spec: SpecMode | None) -> None:
+                 interactive: bool, spec: SpecMode | None, canonical: bool) -> None:
         self.id = rid
         self.prompt = prompt
         self.sampling = sampling
@@ -149,6 +150,9 @@ class Request:
         self.deadline = deadline
         self.interactive = interactive
         self.spec = spec  # None: the model's own setting
+        # Read the prompt the canonical way (engine.host.batch_plan) so that the same prompt
+        # gives the same reply however the cache was left.
+        self.canonical = canonical and sampling.reproducible
         self._on_event = on_event
         self._wake = wake
         self._cancel = threading.Event()
@@ -186,7 +190,8 @@ class _Slot:
         self.exact_len = 0
         self.req: Request | None = None
         self.pending: list[int] = []  # prompt tokens not yet decoded
-        self.plan: deque[int] | None = None  # canonical batch sizes for `pending`
+        self.plan: deque[int] | None = None  # canonical batch sizes for `pending` ("grid")
+        self.rule: SplitRule = "any"  # how this request's prompt may be cut (batch_plan)
         self.next_token: int | None = None  # sampled, to be decoded in the next step
         self.sampler: Any = None
         self.stream: TextStream | None = None  # UTF-8 reassembly and stop strings
@@ -214,7 +219,7 @@ class _Slot:
 
 
 # What `_move` hands from one slot to another.
-_REQUEST_FIELDS = ("req", "pending", "plan", "next_token", "sampler", "stream", "n_gen",
+_REQUEST_FIELDS = ("req", "pending", "plan", "rule", "next_token", "sampler", "stream", "n_gen",
                    "t_first", "t_last", "drafter", "draft_max", "k", "exact_len")
 
 
@@ -246,6 +251,9 @@ class Scheduler:
         self._C = llama_lib.lib()
         if not model.ctx_ptr:
             raise EngineError("the model is not loaded")
+        if getattr(model, "scheduler", None) is not None:
+            raise EngineError("a model has one decode loop (model.loop); a second one on the "
+                              "same context would corrupt it")
         if max_queue < 0:
             raise EngineError("the queue size must be 0 or more")
         self.max_queue = max_queue
@@ -302,12 +310,14 @@ class Scheduler:
     def submit(self, prompt: list[int], sampling: SamplingParams, on_event: EventCallback, *,
                stream: bool = True, timeout_s: float | None = None,
                cancel: threading.Event | None = None, interactive: bool = False,
-               spec: SpecMode | None = None) -> Request:
+               spec: SpecMode | None = None, canonical: bool | None = None) -> Request:
         """Queue a generation. Raises QueueFull when the wait queue is full, EngineError when
         the request can never run (empty prompt, longer than a slot's context, a draft model
         that is not loaded). `interactive`: a person waits on it (the chat): it goes first and
         may use the reserved slots. `spec`: speculative decoding for this request (None: the
-        model's setting)."""
+        model's setting). `canonical` (default: `interactive`): a reproducible request reads
+        its prompt the canonical way, so regenerating an answer gives the same text; the API
+        does not ask for it, as llama-server does not, and keeps every cached prefix."""
         sampling.validate()
         if not prompt:
             raise EngineError("the prompt is empty")
@@ -315,6 +325,7 @@ class Scheduler:
             raise EngineError(
                 f"the prompt is {len(prompt)} tokens, the context holds {self.n_ctx_seq}; "
                 "shorten the conversation or load the model with a larger context")
+        decode_guard.check_tokens(prompt, self.model.n_vocab)
         if spec == "draft" and self.model.speculator is None:
             raise EngineError("no draft model is loaded for this model")
         deadline = time.perf_counter() + timeout_s if timeout_s else None
@@ -328,7 +339,8 @@ class Scheduler:
             self._next_id += 1
             req = Request(self._next_id, list(prompt), sampling, on_event, stream=stream,
                           deadline=deadline, wake=self._wake, cancel=cancel,
-                          interactive=interactive, spec=spec)
+                          interactive=interactive, spec=spec,
+                          canonical=interactive if canonical is None else canonical)
             self._queue.append(req)
             self._cond.notify()
         return req
@@ -354,6 +366,25 @@ class Scheduler:
             self._tasks.append((fn, fut, idle))
             self._cond.notify()
         return fut.result(timeout)
+
+    def configure(self, *, n_slots: int | None = None, max_queue: int | None = None,
+                  reserved_slots: int | None = None) -> None:
+        """Serve with `n_slots` of the context's sequences (None: all of them), queue up to
+        `max_queue` waiting requests, keep `reserved_slots` for interactive ones. Changing
+        the slots drops every cached prefix (waits for requests in flight)."""
+        if max_queue is not None:
+            if max_queue < 0:
+                raise EngineError("the queue size must be 0 or more")
+            self.max_queue = max_queue
+        if n_slots is None and reserved_slots is None:
+            return
+        reserved = self.reserved_slots if reserved_slots is None else reserved_slots
+
+        def rebind() -> None:
+            self._clear_all()
+            self._bind(n_slots, reserved)
+
+        self.call_idle(rebind)
 
     def clear_cache(self) -> None:
         """Drop every slot's KV cells (waits for requests in flight to end)."""
@@ -402,13 +433,13 @@ class Scheduler:
         """For each slot, how many positions llama.cpp itself holds (pos_max + 1).
 
         Independent of the scheduler's own bookkeeping: tests compare the two to prove that no
-        cells leak."""
-        return self.call_idle(lambda: [
+        cells leak. Taken between two steps, when each slot's cells are exactly its tokens."""
+        return self.call_soon(lambda: [
             int(self._C.llama_memory_seq_pos_max(self._mem, s.seq)) + 1 for s in self._slots])
 
     def slot_tokens(self) -> list[list[int]]:
         """What each slot's sequence holds, by the scheduler's bookkeeping (for tests)."""
-        return self.call_idle(lambda: [list(s.tokens) for s in self._slots])
+        return self.call_soon(lambda: [list(s.tokens) for s in self._slots])
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         end = time.monotonic() + timeout
@@ -560,8 +591,7 @@ class Scheduler:
             n_own = n_src
         elif len(slot.tokens) - n_own >= MIN_SNAPSHOT_TOKENS:
             self._save(slot)  # about to overwrite a long history we may come back to
-        exact = req.sampling.reproducible
-        rule = model.split_rule if exact else "any"
+        rule = model.split_rule if req.canonical else "any"
         reusable = n_own if rule == "any" else min(n_own, slot.exact_len)
         plan = batch_plan.plan(len(prompt), reusable, self.n_batch, rule)
         n_common = plan.start
@@ -576,7 +606,8 @@ class Scheduler:
         slot.exact_len = min(slot.exact_len, n_common)
         slot.req = req
         slot.pending = prompt[n_common:]
-        slot.plan = deque(plan.sizes) if rule != "any" else None
+        slot.rule = rule
+        slot.plan = deque(plan.sizes) if rule == "grid" else None
         slot.next_token = None
         slot.sampler = model.make_sampler(req.sampling)
         s = req.sampling
@@ -716,7 +747,9 @@ class Scheduler:
 
     def _chunks(self) -> tuple[dict[int, int], bool]:
         """How many prompt tokens each prefilling slot reads this step, and whether the step
-        is one canonical chunk alone (the generating slots then wait one step)."""
+        is one canonical chunk alone (the generating slots then wait one step). A "grid"
+        prompt goes in its planned batches, alone; a "multi" one in cuts of two or more
+        tokens, beside the others."""
         prefill = sorted((s for s in self._slots if s.req is not None and s.pending),
                          key=lambda s: s.req.t_submit if s.req else 0.0)
         if prefill and prefill[0].plan:
@@ -731,7 +764,14 @@ class Scheduler:
                 break
             if s.plan:
                 continue  # canonical chunks wait until they can go alone
-            out[s.seq] = k = min(room, len(s.pending))
+            k = min(room, len(s.pending))
+            if s.rule == "multi" and len(s.pending) > 1:
+                # Any cut of two or more tokens reads the same: never leave one alone.
+                if len(s.pending) - k == 1:
+                    k -= 1
+                if k < 2:
+                    continue
+            out[s.seq] = k
             room -= k
         return out, False
 
@@ -810,7 +850,7 @@ class Scheduler:
             if s.prefilling:
                 st.prompt_eval_ms += dt_ms
                 st.n_prompt_eval += s.n_in_batch
-                if not s.pending and s.req.sampling.reproducible and (
+                if not s.pending and s.req.canonical and (
                         len(s.req.prompt) > 1 or self.model.split_rule != "multi"):
                     s.exact_len = len(s.tokens)  # read the canonical way, all of it
             else:

@@ -89,16 +89,14 @@ def test_prompt_longer_than_context_is_a_failure_not_a_crash(smollm2: Model) -> 
 @pytest.fixture(scope="module")
 def batched(smollm2_path: Path) -> Iterator[tuple[Model, Scheduler]]:
     model = Model(smollm2_path, LoadParams(n_ctx=1024 * 2, n_seq_max=2, n_threads=2))
-    sched = Scheduler(model, n_slots=2)
-    yield model, sched
-    sched.close()
+    yield model, model.loop
     model.close()
 
 
 def test_scheduler_target_runs_concurrent_requests(batched: tuple[Model, Scheduler]) -> None:
     model, sched = batched
     w = small_workload(4)
-    r = run_benchmark(SchedulerTarget(model, sched), w,
+    r = run_benchmark(SchedulerTarget(model), w,
                       BenchConfig(concurrency=[1, 2], requests=4, max_tokens=8,
                                   measure_bandwidth=False, run_tag="abcdef"))
     assert [lv["concurrency"] for lv in r["levels"]] == [1, 2]
@@ -116,7 +114,7 @@ def test_scheduler_target_runs_concurrent_requests(batched: tuple[Model, Schedul
         assert t["prompt_tokens"] == len(model.chat_tokens(list(tagged.messages)))
     assert r["target"]["mode"] == "scheduler"
     with pytest.raises(BenchError, match="at most 2"):
-        run_benchmark(SchedulerTarget(model, sched), w, BenchConfig(concurrency=[4]))
+        run_benchmark(SchedulerTarget(model), w, BenchConfig(concurrency=[4]))
 
 
 def test_unique_tags_defeat_prefix_caching(smollm2: Model) -> None:

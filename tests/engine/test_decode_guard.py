@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from engine.host import speculative
+from engine.errors import EngineError
+from engine.host import scheduler
 from engine.host.decode_guard import DecodeRefused
 from engine.host.runtime import Model
-from engine.host.scheduler import Scheduler, _Slot
+from engine.host.scheduler import _Slot
 from engine.native import llama_lib
 from engine.settings import LoadParams, SamplingParams
 
@@ -45,19 +46,18 @@ def decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def test_a_prompt_past_the_context_is_refused(small: Model, decodes: list[int]) -> None:
     small.reset_cache()
-    with pytest.raises(DecodeRefused) as exc:
-        small._prefill(list(range(100, 400)), None)
-    # Two sequences share the 512 cells: sequence 0, which Model decodes, holds 256.
-    assert str(exc.value) == ("the context is full: 300 tokens at position 0 need 300 "
-                              "positions, the context holds 256; start a new chat or load the "
-                              "model with a larger context")
+    with pytest.raises(EngineError) as exc:
+        small.submit(list(range(100, 400)), GREEDY)
+    # Two sequences share the 512 cells: each slot holds 256.
+    assert str(exc.value) == ("the prompt is 300 tokens, the context holds 256; shorten the "
+                              "conversation or load the model with a larger context")
     assert decodes == []
 
 
 def test_a_token_outside_the_vocabulary_is_refused(small: Model, decodes: list[int]) -> None:
     small.reset_cache()
     with pytest.raises(DecodeRefused) as exc:
-        small._prefill([1, 2, small.n_vocab + 5], None)
+        small.submit([1, 2, small.n_vocab + 5], GREEDY)
     assert str(exc.value) == f"token id {small.n_vocab + 5} is outside the vocabulary " \
                              f"(0 to {small.n_vocab - 1})"
     assert decodes == []
@@ -77,34 +77,35 @@ class _GreedyDrafter:
 
     def end(self) -> None: ...
 
+    def rebind(self, seq: int) -> None: ...
+
 
 def test_a_draft_larger_than_the_batch_is_refused(small: Model, decodes: list[int],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     small.reset_cache()
-    monkeypatch.setattr(speculative, "propose_drafts",
-                        lambda drafter, m, n: drafter.propose(n))
-
-    def source(gen: Any, chain: Any) -> Any:
-        return speculative.speculative_tokens(gen, chain, _GreedyDrafter(), 8)
-
-    with pytest.raises(DecodeRefused) as exc:
-        small.complete("Hello", GREEDY, token_source=source).consume()
-    assert str(exc.value) == "a batch of 41 tokens is larger than the context's batch size of 9"
+    monkeypatch.setattr(scheduler, "propose_drafts", lambda drafter, m, n: drafter.propose(n))
+    monkeypatch.setattr(scheduler, "PromptLookup", lambda cost: _GreedyDrafter())
+    gen = small.complete("Hello", GREEDY, spec="lookup")
+    with pytest.raises(EngineError) as exc:
+        gen.consume()
+    assert str(exc.value) == "a batch of 41 tokens is larger than the context's batch size of 16"
+    assert gen.stats.stop_reason == "error"
     assert 41 not in decodes
+    assert small.loop.kv_positions() == [0, 0]  # the failed request's cells are gone
 
 
 def test_the_scheduler_checks_each_slot_before_writing_the_batch(small: Model) -> None:
     # Slots are made with ids below n_seq_max, so the checks are driven directly: a slot id
     # the context does not have, and tokens past the end of the batch buffer.
-    with Scheduler(small, n_slots=2) as sched:
-        assert sched._refusal(_Slot(2), 0, 1) == (
-            "sequence id 2 is out of range: the context has 2 sequences (ids 0 to 1)")
-        assert sched._refusal(sched._slots[0], sched.n_batch - 1, 2) == (
-            "a batch of 17 tokens is larger than the context's batch size of 16")
-        full = _Slot(1)
-        full.tokens = [1] * (sched.n_ctx_seq - 1)
-        assert sched._refusal(full, 0, 2) == (
-            "the context is full: 2 tokens at position 255 need 257 positions, the context "
-            "holds 256; start a new chat or load the model with a larger context")
-        assert sched._refusal(sched._slots[1], 0, 16) is None
+    sched = small.loop
+    assert sched._refusal(_Slot(2), 0, 1) == (
+        "sequence id 2 is out of range: the context has 2 sequences (ids 0 to 1)")
+    assert sched._refusal(sched._slots[0], sched.n_batch - 1, 2) == (
+        "a batch of 17 tokens is larger than the context's batch size of 16")
+    full = _Slot(1)
+    full.tokens = [1] * (sched.n_ctx_seq - 1)
+    assert sched._refusal(full, 0, 2) == (
+        "the context is full: 2 tokens at position 255 need 257 positions, the context "
+        "holds 256; start a new chat or load the model with a larger context")
+    assert sched._refusal(sched._slots[1], 0, 16) is None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,11 +50,21 @@ def same_greedy(model: Model, got: str, want: str, prompt_tokens: int = 64) -> N
     assert_same_greedy(model.exactness, got, want, positions=255, batch=prompt_tokens - 1)
 
 
+@contextlib.contextmanager
+def loop(model: Model, **settings: int) -> Iterator[Scheduler]:
+    """The model's one decode loop with these settings, back to the defaults afterwards."""
+    s = model.loop
+    s.configure(**settings)
+    try:
+        yield s
+    finally:
+        s.configure(n_slots=int(model.params.n_seq_max), max_queue=64)
+
+
 @pytest.fixture
 def sched(model: Model) -> Iterator[Scheduler]:
-    s = Scheduler(model, max_queue=16)
-    yield s
-    s.close()
+    with loop(model, max_queue=16) as s:
+        yield s
 
 
 class Collector:
@@ -114,7 +125,7 @@ def test_concurrent_greedy_matches_sequential_and_runtime(sched: Scheduler, mode
     # Streamed pieces add up to the final text.
     assert all("".join(col.pieces) == col.finished.text for _, col in reqs if col.finished)
     # Batching really happened: fewer decode steps than tokens generated.
-    n_tokens = sum(col.finished.stats.completion_tokens for _, col in reqs if col.finished)
+    n_tokens = sum(col.finished.stats.gen_tokens for _, col in reqs if col.finished)
     assert sched.snapshot().steps - sched_before < n_tokens
 
     # The single-sequence runtime path gives the same greedy text.
@@ -133,7 +144,7 @@ def test_cancel_frees_slot_and_kv_cells(sched: Scheduler, model: Model) -> None:
     assert sched.kv_positions()[slot] > 0
     req.cancel()
     wait(req)
-    assert col.finished is not None and col.finished.stats.finish_reason == "cancelled"
+    assert col.finished is not None and col.finished.stats.stop_reason == "cancelled"
     snap = sched.snapshot()
     assert snap.busy_slots == 0
     assert snap.slots[slot]["cached_tokens"] == 0
@@ -151,8 +162,8 @@ def test_request_joins_and_leaves_while_another_runs(sched: Scheduler, model: Mo
     # The short request joined between steps and finished while the long one kept going.
     assert not long_req.done.is_set()
     assert short_col.finished is not None
-    assert short_col.finished.stats.finish_reason == "length"
-    assert short_col.finished.stats.completion_tokens == 3
+    assert short_col.finished.stats.stop_reason == "length"
+    assert short_col.finished.stats.gen_tokens == 3
     long_req.cancel()
     wait(long_req)
     assert_no_leak(sched)
@@ -184,7 +195,7 @@ def test_stop_string_and_max_tokens(sched: Scheduler, model: Model) -> None:
     wait(req2)
     assert col2.finished is not None
     same_greedy(model, col2.finished.text, full[:stop_at])
-    assert col2.finished.stats.finish_reason == "stop_string"
+    assert col2.finished.stats.stop_reason == "stop_string"
     assert "3" not in "".join(col2.pieces)
     assert_no_leak(sched)
 
@@ -201,7 +212,7 @@ def test_seeded_sampling_is_reproducible(sched: Scheduler, model: Model) -> None
 
 
 def test_queue_full_is_refused(model: Model) -> None:
-    with Scheduler(model, n_slots=1, max_queue=1) as sched:
+    with loop(model, n_slots=1, max_queue=1) as sched:
         long = SamplingParams(temperature=0.0, max_tokens=1000)
         a, _ = submit(sched, model, "Write a very long story.", long)
         b, _ = submit(sched, model, "Write another very long story.", long)
@@ -219,7 +230,7 @@ def test_timeout_and_bad_requests(sched: Scheduler, model: Model) -> None:
     req = sched.submit(model.chat_tokens([{"role": "user", "content": "Write a long story."}]),
                        SamplingParams(temperature=0.0, max_tokens=2000), col, timeout_s=0.5)
     wait(req)
-    assert col.finished is not None and col.finished.stats.finish_reason == "timeout"
+    assert col.finished is not None and col.finished.stats.stop_reason == "timeout"
     with pytest.raises(EngineError, match="empty"):
         sched.submit([], GREEDY, col)
     with pytest.raises(EngineError, match="context"):
@@ -240,23 +251,28 @@ def test_broken_consumer_does_not_stop_the_scheduler(sched: Scheduler, model: Mo
     assert col.finished is not None and col.finished.text
 
 
-def test_close_cancels_running_and_queued(model: Model) -> None:
-    sched = Scheduler(model, n_slots=1, max_queue=4)
+def test_close_cancels_running_and_queued(exact_smollm2_path: Path) -> None:
+    model = Model(exact_smollm2_path, exact_load(n_ctx=1024, n_threads=2))
+    sched = model.loop
+    sched.configure(max_queue=4)
     long = SamplingParams(temperature=0.0, max_tokens=1000)
     running, rcol = submit(sched, model, "Write a long story.", long)
     queued, qcol = submit(sched, model, "Write another long story.", long)
     assert rcol.first_piece.wait(60)
     sched.close()
     assert running.done.is_set() and queued.done.is_set()
-    assert rcol.finished is not None and rcol.finished.stats.finish_reason == "cancelled"
-    assert qcol.finished is not None and qcol.finished.stats.finish_reason == "cancelled"
+    assert rcol.finished is not None and rcol.finished.stats.stop_reason == "cancelled"
+    assert qcol.finished is not None and qcol.finished.stats.stop_reason == "cancelled"
     with pytest.raises(EngineError):
         sched.submit([1, 2], GREEDY, rcol)
+    model.close()
 
 
 def test_too_many_slots_for_the_context(model: Model) -> None:
     with pytest.raises(EngineError, match="n_seq_max"):
-        Scheduler(model, n_slots=N_SLOTS + 1)
+        model.loop.configure(n_slots=N_SLOTS + 1)
+    with pytest.raises(EngineError, match="one decode loop"):
+        Scheduler(model)
 
 
 def busy_ids(sched: Scheduler) -> list[int]:

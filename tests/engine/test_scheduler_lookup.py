@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine.host.runtime import Model
-from engine.host.scheduler import Event, Finished, Scheduler
+from engine.host.scheduler import Event, Finished
 from engine.settings import LoadParams, SamplingParams, SpeculativeSettings
 from tests.engine.test_scheduler import assert_no_leak, submit, wait
 from tests.exactness import assert_same_greedy, exact_load
@@ -43,7 +43,8 @@ def lookup_model(exact_smollm2_path: Path) -> Iterator[Model]:
 
 @pytest.fixture(scope="module")
 def plain_text(exact_smollm2_path: Path) -> str:
-    with Model(exact_smollm2_path, params(lookup=False)) as m, Scheduler(m) as sched:
+    with Model(exact_smollm2_path, params(lookup=False)) as m:
+        sched = m.loop
         req, col = submit(sched, m, QUOTE, GREEDY)
         wait(req)
         assert col.finished is not None and req.stats.draft_tokens == 0
@@ -51,62 +52,63 @@ def plain_text(exact_smollm2_path: Path) -> str:
 
 
 def test_lone_request_drafts_and_matches_plain(lookup_model: Model, plain_text: str) -> None:
-    with Scheduler(lookup_model) as sched:
-        req, col = submit(sched, lookup_model, QUOTE, GREEDY)
-        wait(req)
-        assert col.finished is not None
-        same_as_plain(lookup_model, col.finished.text, plain_text)
-        st = req.stats
-        assert 0 < st.draft_accepted <= st.draft_tokens
-        assert st.finish_reason == "stop" and st.completion_tokens > 8
-        snap = sched.snapshot()
-        assert (snap.draft_tokens, snap.draft_accepted) == (st.draft_tokens, st.draft_accepted)
-        # Fewer decode steps than tokens: accepted drafts came several to a step.
-        assert snap.steps < st.completion_tokens
-        assert_no_leak(sched)
+    sched = lookup_model.loop
+    req, col = submit(sched, lookup_model, QUOTE, GREEDY)
+    wait(req)
+    assert col.finished is not None
+    same_as_plain(lookup_model, col.finished.text, plain_text)
+    st = req.stats
+    assert 0 < st.draft_accepted <= st.draft_tokens
+    assert st.stop_reason == "stop" and st.gen_tokens > 8
+    snap = sched.snapshot()
+    assert (snap.draft_tokens, snap.draft_accepted) == (st.draft_tokens, st.draft_accepted)
+    # Fewer decode steps than tokens: accepted drafts came several to a step.
+    assert snap.steps < st.gen_tokens
+    assert_no_leak(sched)
 
 
 @pytest.mark.parametrize("max_tokens", [3, 9, 17])
 def test_stopping_inside_accepted_drafts_leaves_no_cells(lookup_model: Model,
                                                          plain_text: str,
                                                          max_tokens: int) -> None:
-    with Scheduler(lookup_model) as sched:
-        req, col = submit(sched, lookup_model, QUOTE,
-                          SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=max_tokens))
-        wait(req)
-        assert col.finished is not None
-        same_as_plain(lookup_model, col.finished.text, plain_text[:len(col.finished.text)])
-        # The answer may end before the limit (how long it is depends on the CPU's kernels).
-        assert req.stats.completion_tokens == max_tokens or req.stats.finish_reason == "stop"
-        assert_no_leak(sched)
-        # The slot's cached prefix is usable by the next turn: the same request again.
-        again, col2 = submit(sched, lookup_model, QUOTE,
-                             SamplingParams(temperature=0, repeat_penalty=1.0,
-                                            max_tokens=max_tokens))
-        wait(again)
-        assert col2.finished is not None
-        same_as_plain(lookup_model, col2.finished.text, col.finished.text)
-        assert again.stats.cached_tokens > 0
-        assert_no_leak(sched)
+    sched = lookup_model.loop
+    req, col = submit(sched, lookup_model, QUOTE,
+                      SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=max_tokens))
+    wait(req)
+    assert col.finished is not None
+    same_as_plain(lookup_model, col.finished.text, plain_text[:len(col.finished.text)])
+    # The answer may end before the limit (how long it is depends on the CPU's kernels).
+    assert req.stats.gen_tokens == max_tokens or req.stats.stop_reason == "stop"
+    assert_no_leak(sched)
+    # The slot's cached prefix is usable by the next turn: the same request again.
+    again, col2 = submit(sched, lookup_model, QUOTE,
+                         SamplingParams(temperature=0, repeat_penalty=1.0,
+                                        max_tokens=max_tokens))
+    wait(again)
+    assert col2.finished is not None
+    same_as_plain(lookup_model, col2.finished.text, col.finished.text)
+    assert again.stats.cached_tokens > 0
+    assert_no_leak(sched)
 
 
 def test_concurrent_requests_decode_plainly(lookup_model: Model, plain_text: str) -> None:
     """Two requests at once: no drafting while both are in flight (the batch is shared)."""
-    with Scheduler(lookup_model) as sched:
-        a, col_a = submit(sched, lookup_model, QUOTE, GREEDY)
-        b, col_b = submit(sched, lookup_model, "Name three colors.",
-                          SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=40))
-        wait(a)
-        wait(b)
-        assert col_a.finished is not None and col_b.finished is not None
-        # Whichever finished first left the other alone for a while: it may draft then, but
-        # never while both were generating, and the quoting one's text is plain's.
-        same_as_plain(lookup_model, col_a.finished.text, plain_text)
-        assert_no_leak(sched)
+    sched = lookup_model.loop
+    a, col_a = submit(sched, lookup_model, QUOTE, GREEDY)
+    b, col_b = submit(sched, lookup_model, "Name three colors.",
+                      SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=40))
+    wait(a)
+    wait(b)
+    assert col_a.finished is not None and col_b.finished is not None
+    # Whichever finished first left the other alone for a while: it may draft then, but
+    # never while both were generating, and the quoting one's text is plain's.
+    same_as_plain(lookup_model, col_a.finished.text, plain_text)
+    assert_no_leak(sched)
 
 
 def test_lookup_off_without_the_setting(smollm2_path: Path) -> None:
-    with Model(smollm2_path, params(lookup=False)) as m, Scheduler(m) as sched:
+    with Model(smollm2_path, params(lookup=False)) as m:
+        sched = m.loop
         req, _ = submit(sched, m, QUOTE, GREEDY)
         wait(req)
         assert req.stats.draft_tokens == 0 and sched.snapshot().draft_tokens == 0
@@ -122,7 +124,8 @@ def test_cells_match_the_slot_when_the_request_is_reported_done(smollm2_path: Pa
     answer, and agree. Before, the drafts were dropped just after, so a client reading the
     state then saw them, or half of the trim (kv_positions [66, 0] vs 67 cached tokens)."""
     one_slot = replace(params(lookup=True), n_ctx=1024, n_seq_max=1)
-    with Model(smollm2_path, one_slot) as m, Scheduler(m) as sched:
+    with Model(smollm2_path, one_slot) as m:
+        sched = m.loop
         seen: list[tuple[int, int, int]] = []  # llama.cpp's cells, the slot's, prompt + answer
         inside_drafts = 0
         prompt_len = [0]
@@ -130,7 +133,7 @@ def test_cells_match_the_slot_when_the_request_is_reported_done(smollm2_path: Pa
         def on_event(ev: Event) -> None:
             if isinstance(ev, Finished):  # on the scheduler's thread, as the request ends
                 seen.append((sched.kv_positions()[0], sched.snapshot().slots[0]["cached_tokens"],
-                             prompt_len[0] + ev.stats.completion_tokens))
+                             prompt_len[0] + ev.stats.gen_tokens))
 
         for max_tokens in range(3, 26, 3):
             sampling = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=max_tokens)
@@ -140,7 +143,7 @@ def test_cells_match_the_slot_when_the_request_is_reported_done(smollm2_path: Pa
                 req = sched.submit(prompt, sampling, on_event)
                 wait(req)
                 st = req.stats
-                inside_drafts += st.finish_reason == "length" and st.draft_accepted > 0
+                inside_drafts += st.stop_reason == "length" and st.draft_accepted > 0
         assert inside_drafts > 0  # the case happened (drafts accepted, then the length limit)
         wrong = [x for x in seen if not x[0] == x[1] <= x[2]]
         assert not wrong, wrong
