@@ -106,10 +106,12 @@ def add_benchmark(window: MainWindow) -> None:
     from PySide6.QtCore import Qt as _Qt
 
     from app.ui.bench_view import BenchView
+    from app.ui.bench_worker import BenchHost, BenchWorker
 
     c = window.controller
     # While another model loads, the one the chat had is being freed: nothing to run.
-    view = BenchView(loaded=lambda: None if c.loading is not None else c.loaded)
+    view = BenchView(BenchHost(BenchWorker(window.engine.worker.host)),
+                     loaded=lambda: None if c.loading is not None else c.loaded)
     w = window.engine.worker
     q = _Qt.ConnectionType.QueuedConnection  # after the controller has updated `loaded`
     for signal in (w.progress, w.loaded, w.unloaded, w.load_cancelled, w.failed):

@@ -28,6 +28,7 @@ from engine.server.runner import bind_socket
 from engine.settings import LoadParams
 
 KEY_ACCOUNT = "local-server-api-key"  # where the key lives in the system keyring
+LEASE = "Local server"  # who holds the model's slots while it runs
 LOG_ROWS = 500
 
 
@@ -93,7 +94,6 @@ class LocalServer:
         self._thread: ServerThread | None = None
         self._model: Model | None = None
         self._loaded: LoadedModel | None = None
-        self._chat_shape: tuple[int, int, int] | None = None  # the loop's slots before
         self._unsubscribe: Callable[[], None] | None = None
         self.stopped_because = ""  # why it stopped on its own ('' while running)
         self.port = 0  # the port it listens on, once bound
@@ -119,23 +119,21 @@ class LocalServer:
             self.url = local_url(self.state.config.host, self.port)
             model = self.model_host.get(self.name)
             loop = model.loop
-            shape = (loop.n_slots, loop.n_ctx_seq, loop.reserved_slots)
             # Each slot as long as the chat's, so the chat keeps all of its context.
-            loop.resize(1 + self.settings.parallel, max(shape[1], self.settings.ctx_per_slot),
-                        reserved_slots=1)
+            loop.lease(LEASE, 1 + self.settings.parallel,
+                       max(loop.n_ctx_seq, self.settings.ctx_per_slot), reserved_slots=1)
         except BaseException:
             self.stop()
             raise
         with self._lock:
             if not self._closed:
                 self._model = model
-                self._chat_shape = shape
                 self._loaded = LoadedModel.build(model, self.settings.model_id,
                                                  max_queue=self.settings.max_queue)
                 self.state.set_loaded(self._loaded)
                 self._unsubscribe = self.model_host.on_change(self._on_host_change)
                 return self
-        self._give_back(model, shape)
+        self._give_back(model)
         raise LoadCancelled("stopped while starting")
 
     def _on_host_change(self, name: str, model: Model | None) -> None:
@@ -144,10 +142,10 @@ class LocalServer:
             self.stop(unloading=True)
 
     @staticmethod
-    def _give_back(model: Model, shape: tuple[int, int, int]) -> None:
-        """The chat's context as it was: one slot (or what it had) of its own length."""
+    def _give_back(model: Model) -> None:
+        """The chat's context as it was before the server started."""
         with contextlib.suppress(EngineError):  # the model went meanwhile
-            model.loop.resize(shape[0], shape[1], reserved_slots=shape[2])
+            model.loop.release(LEASE)
 
     def stop(self, *, unloading: bool = False) -> None:
         """End the server's requests, close the socket, give the chat its context back.
@@ -155,9 +153,9 @@ class LocalServer:
         with self._lock:
             self._closed = True
             thread, loaded, model = self._thread, self._loaded, self._model
-            shape, unsubscribe = self._chat_shape, self._unsubscribe
+            unsubscribe = self._unsubscribe
             self._thread = self._loaded = self._model = None
-            self._chat_shape = self._unsubscribe = None
+            self._unsubscribe = None
         if unsubscribe is not None:
             unsubscribe()
         self.state.set_loaded(None)
@@ -167,8 +165,8 @@ class LocalServer:
             thread.stop()
         if loaded is not None:
             loaded.close()
-        if model is not None and shape is not None and not unloading:
-            self._give_back(model, shape)
+        if model is not None and not unloading:
+            self._give_back(model)
 
     # -- what the panel shows --------------------------------------------------------------
 

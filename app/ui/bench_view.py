@@ -45,7 +45,6 @@ from app.ui.library_model import human_bytes
 from app.ui.worker import LoadedModel
 from engine.bench.harness import BenchConfig, BenchError, Progress
 from engine.bench.workloads import BUILTIN, Workload, WorkloadError, load_workload
-from engine.settings import LoadParams
 
 MAX_LEVEL = 64  # each concurrent request is a sequence with its own context
 NO_MODEL_TIP = ("Load a model in the library first: the benchmark runs the model the chat "
@@ -428,7 +427,6 @@ class BenchView(QWidget):
         except (WorkloadError, ValueError, BenchError) as e:
             self.show_error(_one_line(str(e)))
             return False
-        params = info.params or LoadParams(n_gpu_layers=info.n_gpu_layers)
         self.hide_error()
         self.result, self.png = None, b""
         self.table_model.set_result(None)
@@ -439,7 +437,7 @@ class BenchView(QWidget):
         self.progress.setRange(0, 0)  # busy until the first figure arrives
         self.status.setText("Starting…")
         self._set_running(True)
-        self.host.run(BenchRequest(info.path, params, workload, config))
+        self.host.run(BenchRequest(info.name, workload, config))
         return True
 
     def cancel(self) -> None:
@@ -460,9 +458,8 @@ class BenchView(QWidget):
         self._sync()
 
     def _on_loading(self, p: float) -> None:
-        self.progress.setRange(0, 100)
-        self.progress.setValue(int(100 * p))
-        self.status.setText(f"Loading the model for the benchmark… {100 * p:.0f} %")
+        if p < 1.0:
+            self.status.setText("Giving the benchmark the model's slots (the chat waits)…")
 
     def _on_progress(self, p: Progress) -> None:
         if not self.running:

@@ -1,5 +1,6 @@
-"""The benchmark thread: a QThread whose worker object runs `engine.bench.embedded` and renders
-the charts, then hands the result back through queued signals. It never touches a widget.
+"""The benchmark thread: a QThread whose worker object runs `engine.bench.embedded` on the
+model the chat has loaded (found in the engine thread's model host) and renders the charts,
+then hands the result back through queued signals. It never touches a widget.
 
 The thread starts on the first run and ends at shutdown. Cancelling is a `threading.Event`
 (the harness checks it before every token), not a queued call: the thread is busy running.
@@ -19,16 +20,15 @@ from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 from engine.bench.harness import BenchConfig, Progress
 from engine.bench.workloads import Workload
 from engine.errors import EngineError, LoadCancelled
+from engine.host.host import ModelHost
 from engine.model.gguf import GGUFError
-from engine.settings import LoadParams
 
 log = logging.getLogger("candlewick.ui")
 
 
 @dataclass(frozen=True)
 class BenchRequest:
-    path: Path
-    params: LoadParams  # the chat's load settings; context and sequences are resized
+    model: str  # the loaded model's name in the model host
     workload: Workload
     config: BenchConfig
 
@@ -63,37 +63,42 @@ def _forget_python_thread() -> None:
 class BenchWorker(QObject):
     """Lives in the benchmark thread. Progress arrives from the harness's own threads."""
 
-    loading = Signal(float)  # 0..1 while the benchmark's model instance loads
+    loading = Signal(float)  # 0, then 1 once the model's slots are the benchmark's
     progress = Signal(object)  # engine.bench.Progress
     finished = Signal(object)  # BenchOutcome (result["cancelled"] says if it was cut short)
     cancelled = Signal()  # cancelled before anything was measured (while loading)
     failed = Signal(str)  # one line for the user
 
+    def __init__(self, host: ModelHost | None = None) -> None:
+        super().__init__()
+        self.host = host or ModelHost()
+
     @Slot(object, object)
     def run(self, request: BenchRequest, cancel: threading.Event) -> None:
-        from engine.bench.embedded import run_embedded_benchmark
+        from engine.bench.embedded import run_loaded_benchmark
 
-        last = [-1.0]
-
-        def on_load(p: float) -> None:
-            if p - last[0] >= 0.02 or p >= 1.0:
-                last[0] = p
-                self.loading.emit(p)
+        started = [False]
 
         def on_progress(p: Progress) -> None:
+            if not started[0]:
+                started[0] = True
+                self.loading.emit(1.0)
             self.progress.emit(p)
 
         try:
-            result = run_embedded_benchmark(request.path, request.params, request.workload,
-                                            request.config, progress=on_progress,
-                                            cancel=cancel, on_load=on_load)
+            if cancel.is_set():
+                raise LoadCancelled("cancelled")
+            self.loading.emit(0.0)
+            model = self.host.get(request.model)
+            result = run_loaded_benchmark(model, request.workload, request.config,
+                                          progress=on_progress, cancel=cancel)
             png = render_charts(result)
         except LoadCancelled:
             self.cancelled.emit()
         except (EngineError, GGUFError, OSError) as e:
             self.failed.emit(f"Benchmark could not run: {e}")
         except MemoryError:
-            self.failed.emit("Not enough memory for the benchmark's model instance")
+            self.failed.emit("Not enough memory for the benchmark's context")
         except Exception as e:  # a bug: the view must still hear that the run ended
             log.exception("benchmark failed")
             self.failed.emit(f"Benchmark failed: internal error ({type(e).__name__}: {e})")

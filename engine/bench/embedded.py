@@ -1,18 +1,17 @@
-"""Benchmark a GGUF file on the embedded engine with given load settings, start to end.
+"""Benchmark the model the chat has loaded, on its own decode loop.
 
-The desktop app runs this on the model the chat uses: same file, same GPU layers, threads,
-KV cache type and flash attention. It loads its own instance (the weights are memory-mapped, so
-the pages in RAM are shared with the chat's copy), sized for the benchmark: one sequence per
-concurrent request and a context per request that holds the workload's longest prompt with
-its answer. The instance is freed when the run ends.
+The desktop app runs this on the model the chat uses: nothing is loaded again, so the figures
+are those of the engine the chat and the local server use. For the run the loop's context is
+recreated on the same weights with one sequence per concurrent request and a context per
+request that holds the workload's longest prompt with its answer; afterwards it gets the
+chat's shape back (the chat's history comes back from its KV snapshot). The chat waits
+meanwhile, and the run is refused while the local server holds the slots.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,6 @@ from engine.bench.harness import (
 )
 from engine.bench.workloads import Workload
 from engine.host.runtime import Model
-from engine.settings import LoadParams
 
 # Room for the unique tag put before each prompt ("[3fa9c1-1-5] ").
 TAG_TOKENS = 32
@@ -47,29 +45,25 @@ def context_per_request(path: Path, workload: Workload, max_tokens_cap: int | No
     return int(math.ceil((need + TAG_TOKENS) / 256) * 256)
 
 
-def bench_load_params(base: LoadParams, n_ctx_per_request: int, slots: int) -> LoadParams:
-    """The chat's load settings, with the context and sequences the benchmark needs.
-    No KV snapshots: every request starts from an empty cache anyway."""
-    return dataclasses.replace(base, n_ctx=n_ctx_per_request * slots, n_seq_max=slots,
-                               state_cache_mb=0)
+LEASE = "benchmark"  # who holds the model's slots while it runs
 
 
-def run_embedded_benchmark(
-    path: Path, base_params: LoadParams, workload: Workload, config: BenchConfig, *,
+def run_loaded_benchmark(
+    model: Model, workload: Workload, config: BenchConfig, *,
     progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
-    on_load: Callable[[float], None] | None = None,
     sampling: SamplingSetup | None = None,
 ) -> dict[str, Any]:
-    """Load `path` for the benchmark, run it and free it. Raises `LoadCancelled` when
-    cancelled while loading and `EngineError` (incl. `BenchError`) when it cannot run."""
+    """Run the benchmark on `model`'s own decode loop and give the loop back as it was.
+
+    Raises `EngineError` (incl. `BenchError`) when it cannot run, e.g. while the local server
+    holds the model's slots."""
     config.validate()
     cancel = cancel or threading.Event()
-    n_ctx = context_per_request(path, workload, config.max_tokens)
+    n_ctx = context_per_request(model.path, workload, config.max_tokens)
     slots = max(config.concurrency)
-    params = bench_load_params(base_params, n_ctx, slots)
-    model = Model(path, params, progress=on_load, cancel=cancel)
-    closers: list[Callable[[], object]] = [model.close]
+    loop = model.loop
+    loop.lease(LEASE, slots, n_ctx)
     try:
         target: Target = (EmbeddedTarget(model, sampling) if slots == 1
                           else SchedulerTarget(model, sampling))
@@ -78,5 +72,7 @@ def run_embedded_benchmark(
         result["target"]["n_ctx_per_request"] = n_ctx
         return result
     finally:
-        for close in reversed(closers):
-            close()
+        loop.release(LEASE)
+
+
+__all__ = ["TAG_TOKENS", "context_per_request", "run_loaded_benchmark"]

@@ -106,7 +106,9 @@ class EmbeddedTarget:
         t_first: float | None = None
         try:
             self.model.reset_cache()
-            gen = self.model.generate(list(prompt.messages), sp, cancel=cancel)
+            # Not interactive: a benchmark's prompts are no conversation to snapshot.
+            gen = self.model.generate(list(prompt.messages), sp, cancel=cancel,
+                                      interactive=False)
             for _piece in gen:
                 if t_first is None:
                     t_first = time.perf_counter()

@@ -188,6 +188,9 @@ class _Slot:
         self.tokens: list[int] = []  # exactly what sequence `seq` holds in the KV cache
         # How many of them were read the canonical way (engine.host.batch_plan).
         self.exact_len = 0
+        # Whether they are a person's conversation, worth a snapshot before they are
+        # overwritten (not a benchmark's or an API client's prompt).
+        self.conversation = False
         self.req: Request | None = None
         self.pending: list[int] = []  # prompt tokens not yet decoded
         self.plan: deque[int] | None = None  # canonical batch sizes for `pending` ("grid")
@@ -272,6 +275,7 @@ class Scheduler:
         self._saved = 0
         self._restored = 0
         self._piece = ctypes.create_string_buffer(256)
+        self._lease: tuple[str, tuple[int, int, int]] | None = None
         self._batch: Any = None
         self._bind(n_slots, reserved_slots)
         self._thread = threading.Thread(target=self._run, name="candlewick-decode",
@@ -405,6 +409,40 @@ class Scheduler:
             self._bind(n_slots, reserved_slots)
 
         self.call_idle(swap)
+
+    def lease(self, owner: str, n_slots: int, n_ctx_seq: int, *,
+              reserved_slots: int = 0) -> None:
+        """Give `owner` (the local server, the benchmark) the loop's slots in this shape
+        until `release(owner)` puts the previous one back. One owner at a time: another
+        gets EngineError saying who has them."""
+        with self._cond:
+            if self._lease is not None:
+                raise EngineError(f"the {self._lease[0]} is using this model's slots; "
+                                  "stop it first")
+            shape = (self.n_slots, self.n_ctx_seq, self.reserved_slots)
+            self._lease = (owner, shape)
+        try:
+            self.resize(n_slots, n_ctx_seq, reserved_slots=reserved_slots)
+        except BaseException:
+            with self._cond:
+                self._lease = None
+            raise
+
+    def release(self, owner: str) -> None:
+        """Put back the shape the loop had before `owner`'s lease (no-op without one, or
+        once the model is unloaded)."""
+        with self._cond:
+            if self._lease is None or self._lease[0] != owner:
+                return
+            _, (n_slots, n_ctx_seq, reserved) = self._lease
+            self._lease = None
+        if not self._stop:
+            self.resize(n_slots, n_ctx_seq, reserved_slots=reserved)
+
+    @property
+    def leased_by(self) -> str | None:
+        lease = self._lease
+        return lease[0] if lease is not None else None
 
     def snapshot(self) -> SchedulerSnapshot:
         with self._cond:
@@ -604,6 +642,7 @@ class Scheduler:
             n_common = 0
         del slot.tokens[n_common:]
         slot.exact_len = min(slot.exact_len, n_common)
+        slot.conversation = req.interactive
         slot.req = req
         slot.pending = prompt[n_common:]
         slot.rule = rule
@@ -654,13 +693,15 @@ class Scheduler:
         self._C.llama_memory_seq_cp(self._mem, src.seq, dst.seq, -1, -1)
         dst.tokens = list(src.tokens)
         dst.exact_len = src.exact_len
+        dst.conversation = src.conversation
         self._copies += 1
 
     def _save(self, s: _Slot) -> None:
         """Snapshot slot `s`'s KV state into the model's state cache (if worth it)."""
         cache = self.model.state_cache
         key = tuple(s.tokens)
-        if cache is None or len(key) < MIN_SNAPSHOT_TOKENS or cache.contains(key):
+        if cache is None or not s.conversation or len(key) < MIN_SNAPSHOT_TOKENS \
+                or cache.contains(key):
             return
         C = self._C
         size = int(C.llama_state_seq_get_size(self._ctx, s.seq))
@@ -682,6 +723,7 @@ class Scheduler:
             s.exact_len = 0
             return False
         s.tokens = list(key)
+        s.conversation = True
         cache = self.model.state_cache
         s.exact_len = cache.exact_prefix(key) if cache is not None else 0
         self._restored += 1
