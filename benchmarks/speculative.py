@@ -3,10 +3,17 @@
 Extraction and summarisation requests (copy the action items, list the ingredients, quote the
 sentences about X, rewrite a function with one change, answer from a passage): real requests
 with an instruction, whose answers repeat spans of the prompt, which is where prompt lookup
-drafting pays. Greedy, arms interleaved per prompt (plain, lookup, plain exact, lookup exact,
-plain, ...) so drift on a noisy machine hits them alike. Generation speed is wall-clock
-tokens/s from the first generated token to the last (the cache is reset before every run, so
-all arms do the same prefill).
+drafting pays. Greedy, all arms measured prompt by prompt (one prompt's arms within seconds of
+each other) so drift on a noisy machine hits them alike; the two exact arms share one model and
+are interleaved run by run (plain exact, lookup exact, plain exact, ...). Generation speed is
+wall-clock tokens/s from the first generated token to the last (the cache is reset before every
+run, so all arms do the same prefill).
+
+Every loaded model has its own decode thread (`model.loop`), and each thread that calls
+llama.cpp gets its own OpenMP team: with more workers than cores libgomp stops letting them
+spin and every decode slows down several times (docs/benchmarks.md, "Local server"). So only
+one model (with its draft model, which runs on the target's thread) is loaded at a time: each
+configuration is loaded for a prompt, measured, and closed before the next one.
 
 Two configurations, each measured plain and with prompt lookup:
 - app: what a user gets. Plain decoding with the default load settings; lookup with the
@@ -14,8 +21,10 @@ Two configurations, each measured plain and with prompt lookup:
   as it does for the app (flash attention is forced on for exactness only where the weight
   kernels allow exactness, i.e. without AMX).
 - exact: no AMX weights and flash attention on, where llama.cpp's CPU kernels give a token
-  the same logits alone and in a batch, so lookup's text must be plain's ("same text").
-- draft (app settings), with `--draft PATH`: a draft model.
+  the same logits alone and in a batch, so lookup's text must be plain's ("same text"). One
+  model, loaded with `speculative=lookup`; its plain arm asks for `spec="off"` per request.
+- draft (app settings), with `--draft PATH`: the default settings plus
+  `speculative=draft` with that draft model (loaded by the target).
 
     .venv/bin/python benchmarks/speculative.py [--model default] [--runs 3] [--threads 2]
     .venv/bin/python benchmarks/speculative.py --write    # also update docs/speculative.md
@@ -42,10 +51,9 @@ from doc_tables import machine_line, replace_between
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
-from engine.host.runtime import Model, TokenSource
-from engine.host.scheduler import Event, Piece, Scheduler
-from engine.host.speculative import draft_model_source, load_draft_model, lookup_source
-from engine.settings import LoadParams, SamplingParams, SpeculativeSettings
+from engine.host.runtime import Model
+from engine.host.scheduler import Event, Piece
+from engine.settings import LoadParams, SamplingParams, SpecMode, SpeculativeSettings
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "speculative.md"
@@ -144,11 +152,12 @@ Arm = Callable[[str, int], dict[str, Any]]
 
 
 def run_once(model: Model, prompt: str, max_tokens: int,
-             source: TokenSource | None) -> dict[str, Any]:
+             spec: SpecMode | None = None) -> dict[str, Any]:
+    """One chat request (as the app makes it) through the model's decode loop; `spec`: the
+    request's speculative decoding (None: the model's own setting)."""
     model.reset_cache()
     gen = model.generate([{"role": "user", "content": prompt}],
-                         SamplingParams(temperature=0, max_tokens=max_tokens),
-                         token_source=source)
+                         SamplingParams(temperature=0, max_tokens=max_tokens), spec=spec)
     t_first = None
     n_first = 0
     for _ in gen:
@@ -163,25 +172,26 @@ def run_once(model: Model, prompt: str, max_tokens: int,
             "drafted": st.draft_tokens, "accepted": st.draft_accepted}
 
 
-def run_server_once(sched: Scheduler, model: Model, prompt: str,
-                    max_tokens: int) -> dict[str, Any]:
-    """One request through the server's scheduler (one slot): speed from its first text
-    piece to its end, as a client sees it."""
+def run_server_once(model: Model, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """One request as the HTTP server makes it (not interactive: the prompt is read as the API
+    reads it) through the model's decode loop (one slot): speed from its first text piece to
+    its end, as a client sees it."""
     first: list[float] = []
 
     def on_event(ev: Event) -> None:
         if isinstance(ev, Piece) and not first:
             first.append(CLOCK())
 
-    req = sched.submit(model.chat_tokens([{"role": "user", "content": prompt}]),
-                       SamplingParams(temperature=0, max_tokens=max_tokens), on_event)
+    model.reset_cache()
+    req = model.loop.submit(model.chat_tokens([{"role": "user", "content": prompt}]),
+                            SamplingParams(temperature=0, max_tokens=max_tokens), on_event)
     if not req.done.wait(600):
         raise SystemExit("a server request did not finish")
     t_end = CLOCK()
     st = req.stats
-    n = st.completion_tokens - 1
+    n = st.gen_tokens - 1
     tps = n / (t_end - first[0]) if first and t_end > first[0] and n > 0 else 0.0
-    return {"tps": tps, "tokens": st.completion_tokens, "text": req.text,
+    return {"tps": tps, "tokens": st.gen_tokens, "text": req.text,
             "drafted": st.draft_tokens, "accepted": st.draft_accepted}
 
 
@@ -238,7 +248,7 @@ def summary(results: dict[str, dict[str, list[dict[str, Any]]]], arm: str, ref: 
 
 
 def describe(m: Model) -> str:
-    amx = "AMX weights" if not m.batch_exact else "no AMX weights"
+    amx = "AMX weights" if m.amx_weights else "no AMX weights"
     flash = next((x.split("=", 1)[1].strip() for x in m.load_info.log
                   if "flash_attn " in x and "=" in x), "?")
     return f"{amx}, flash attention {flash}"
@@ -261,9 +271,9 @@ def command_line() -> str:
 
 
 def server_main(args: argparse.Namespace, path: Path) -> int:
-    """Plain and lookup through the server's scheduler, one scheduler at a time.
+    """Plain and lookup as the server makes requests, one model (one decode loop) at a time.
 
-    Not in the same process as the other arms, and never two schedulers at once: each OS
+    Not in the same process as the other arms, and never two decode loops at once: each OS
     thread that calls llama.cpp gets its own OpenMP team, and with more workers than cores
     libgomp stops letting them spin, which slows every decode several times over
     (docs/benchmarks.md, "Local server")."""
@@ -274,10 +284,10 @@ def server_main(args: argparse.Namespace, path: Path) -> int:
                                                                  draft_max=args.draft_max))):
         params = LoadParams(n_ctx=args.ctx, n_threads=args.threads, state_cache_mb=0,
                             speculative=spec)
-        with Model(path, params) as m, Scheduler(m, n_slots=1) as sched:
+        with Model(path, params) as m:  # n_seq_max 1: its loop has one slot
             for name, prompt in prompts:
-                run_server_once(sched, m, prompt, 8)  # warm-up
-                results[name][arm_name] = [run_server_once(sched, m, prompt, args.max_tokens)
+                run_server_once(m, prompt, 8)  # warm-up
+                results[name][arm_name] = [run_server_once(m, prompt, args.max_tokens)
                                            for _ in range(args.runs)]
                 print(f"{name:13s} {arm_name} {median_tps(results[name][arm_name]):6.1f} t/s",
                       flush=True)
@@ -315,7 +325,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None, help="write the raw results here")
     ap.add_argument("--write", action="store_true", help="update the table in docs/speculative.md")
     ap.add_argument("--server", action="store_true",
-                    help="instead: plain and lookup through the server's scheduler")
+                    help="instead: plain and lookup as the HTTP server makes requests")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: this process's CPU time instead of the wall clock; with "
                          "--threads 1 a fair measure on a machine other jobs keep busy")
@@ -328,43 +338,40 @@ def main() -> int:
     if args.server:
         return server_main(args, path)
 
-    def load(**kw: Any) -> Model:
-        return Model(path, LoadParams(n_ctx=args.ctx, n_threads=args.threads, state_cache_mb=0,
-                                      **kw))
+    def params(**kw: Any) -> LoadParams:
+        return LoadParams(n_ctx=args.ctx, n_threads=args.threads, state_cache_mb=0, **kw)
 
-    plain_m = load()
-    lookup_m = load(speculative=SpeculativeSettings("lookup", draft_max=args.draft_max))
-    exact = load(extra_buffers=False, flash_attn="on")
-    lookup_kw = {} if args.draft_max is None else {"draft_max": args.draft_max}
-
-    def arm(m: Model, make: Callable[[], TokenSource | None]) -> Arm:
-        return lambda prompt, n: run_once(m, prompt, n, make())
-
-    arms: dict[str, Arm] = {
-        "plain": arm(plain_m, lambda: None),
-        "lookup": arm(lookup_m, lambda: None),  # the model's own speculator
-        "plain exact": arm(exact, lambda: None),
-        "lookup exact": arm(exact, lambda: lookup_source(**lookup_kw)),
+    lookup = SpeculativeSettings("lookup", draft_max=args.draft_max)
+    # Each configuration: its load settings and its arms (name, the request's `spec`).
+    configs: dict[str, tuple[LoadParams, list[tuple[str, SpecMode | None]]]] = {
+        "app plain": (params(), [("plain", None)]),
+        "app lookup": (params(speculative=lookup), [("lookup", None)]),
     }
-    draft = None
     if args.draft:
-        draft = load_draft_model(lib.resolve(args.draft), plain_m)
-        arms["draft"] = arm(plain_m, lambda: draft_model_source(draft, plain_m,
-                                                                args.draft_max or 5))
-    settings = (f"app: plain {describe(plain_m)}; lookup {describe(lookup_m)}. "
-                f"exact: {describe(exact)}.")
-    print(settings, flush=True)
+        configs["app draft"] = (params(speculative=SpeculativeSettings(
+            "draft", draft_model=str(lib.resolve(args.draft)), draft_max=args.draft_max)),
+            [("draft", None)])
+    configs["exact"] = (params(extra_buffers=False, flash_attn="on", speculative=lookup),
+                        [("plain exact", "off"), ("lookup exact", None)])
+    arms = [a for _, config_arms in configs.values() for a, _ in config_arms]
     spec_arms = [a for a in arms if "exact" not in a and a != "plain"]
     prompts = [(n, p) for n, p in PROMPTS
                if args.only is None or n in args.only.split(",")]
+    described: dict[str, str] = {}
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for name, prompt in prompts:
         results[name] = {arm: [] for arm in arms}
-        for run in arms.values():
-            run(prompt, 8)  # warm-up
-        for _ in range(args.runs):
-            for arm_name, run in arms.items():
-                results[name][arm_name].append(run(prompt, args.max_tokens))
+        for config, (load_params, config_arms) in configs.items():
+            with Model(path, load_params) as m:
+                if config not in described:
+                    described[config] = describe(m)
+                    print(f"{config}: {described[config]}", flush=True)
+                for _, spec in config_arms:
+                    run_once(m, prompt, 8, spec)  # warm-up
+                for _ in range(args.runs):
+                    for arm_name, spec in config_arms:
+                        results[name][arm_name].append(
+                            run_once(m, prompt, args.max_tokens, spec))
         r = results[name]
         line = f"{name:13s} plain {median_tps(r['plain']):6.1f} t/s"
         refs = {a: "plain" for a in spec_arms} | {"lookup exact": "plain exact"}
@@ -374,6 +381,8 @@ def main() -> int:
                      f"x{median_tps(r[a]) / median_tps(r[ref]):.2f} acc {acc / max(1, dr):.0%}")
         print(line, flush=True)
 
+    settings = (f"app: plain {described['app plain']}; lookup {described['app lookup']}. "
+                f"exact: {described['exact']}.")
     text = table(results, spec_arms, command_line(), settings)
     print()
     text = f"{text}\n\n{machine_line()}"  # which CPU: kernels differ
@@ -382,10 +391,6 @@ def main() -> int:
         replace_between(DOC, START, END, text)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
-    if draft is not None:
-        draft.close()
-    for m in (plain_m, lookup_m, exact):
-        m.close()
     return 0
 
 

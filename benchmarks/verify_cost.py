@@ -2,10 +2,14 @@
 
 Runs the speculative benchmark's prompts with prompt lookup drafting as far as it can
 (every match drafted to 16 tokens, so many batch sizes occur) and times every `llama_decode`
-by its number of tokens; each prompt is also decoded plainly, and its median one-token decode
-is the unit. Shape changes between steps (llama.cpp rebuilds its graph) are included, which
-is what the drafter pays. The engine's cost curves (`engine.host.speculative.COST_*`) come from
-this.
+the model's decode loop makes, by its number of tokens; each prompt is also decoded plainly
+(`spec="off"`, same model), and its median one-token decode is the unit. Shape changes between
+steps (llama.cpp rebuilds its graph) are included, which is what the drafter pays. The engine's
+cost curves (`engine.host.speculative.COST_*`) come from this.
+
+The decode loop sizes prompt-lookup drafts with the model's cost curve (`verify_cost`, taken
+when the loop binds the context); there is no setting for it, so the model is loaded with
+`engine.host.scheduler.verify_cost` replaced by a curve under which every draft pays.
 
     .venv/bin/python benchmarks/verify_cost.py [--config app|exact|both] [--threads 2] [--write]
 
@@ -23,6 +27,7 @@ from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -33,8 +38,9 @@ from speculative import PROMPTS, run_once
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
+from engine.host import scheduler
 from engine.host.runtime import Model
-from engine.host.speculative import VerifyCost, lookup_source
+from engine.host.speculative import VerifyCost
 from engine.settings import LoadParams
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 17)
@@ -42,29 +48,38 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "speculative.md"
 START, END = "<!-- verify-cost-table:start -->", "<!-- verify-cost-table:end -->"
 
 
+# Every match drafted to its end: batch sizes from 2 to 17 all occur.
+GREEDY_DRAFTS = VerifyCost(1e-3, 0.0)
+
+
+def load(path: Path, params: LoadParams) -> Model:
+    """`path` with a decode loop whose prompt lookup drafts every match as far as it goes
+    (up to DEFAULT_DRAFT_MAX, 16 tokens)."""
+    with mock.patch.object(scheduler, "verify_cost", lambda _model: GREEDY_DRAFTS):
+        return Model(path, params)
+
+
 def measure(model: Model) -> dict[int, list[float]]:
     original = bindings.llama_decode
     times: dict[int, list[float]] = defaultdict(list)
 
-    def timed(ctx: Any, batch: Any) -> int:
+    def timed(ctx: Any, batch: Any) -> int:  # on the model's decode thread
         t = time.perf_counter()
         rc = int(original(ctx, batch))
         times[int(batch.n_tokens)].append(time.perf_counter() - t)
         return rc
 
     ratios: dict[int, list[float]] = defaultdict(list)
-    # Every match drafted to its end: batch sizes from 2 to 17 all occur.
-    greedy_drafts = VerifyCost(1e-3, 0.0)
     for _, prompt in PROMPTS:
-        run_once(model, prompt, 8, None)  # warm-up
-        for source in (None, lookup_source(16, cost=greedy_drafts)):
+        run_once(model, prompt, 8, "off")  # warm-up
+        for spec in ("off", "lookup"):
             times.clear()
             bindings.llama_decode = timed
             try:
-                run_once(model, prompt, 160, source)
+                run_once(model, prompt, 160, spec)
             finally:
                 bindings.llama_decode = original
-            if source is None:
+            if spec == "off":
                 unit = statistics.median(times[1])
             else:
                 for n, ts in times.items():
@@ -100,7 +115,7 @@ def main() -> int:
     for name, params in configs.items():
         if args.config not in (name, "both"):
             continue
-        with Model(path, params) as m:
+        with load(path, params) as m:
             ratios = measure(m)
         cells = [f"{statistics.median(ratios[n]):.2f}" if ratios.get(n) else "-" for n in SIZES]
         c = fit(ratios)

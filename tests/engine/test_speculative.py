@@ -1,33 +1,38 @@
-"""Speculative decoding on the real SmolLM2: same greedy output, clean KV cache, vocab checks."""
+"""Speculative decoding on the real SmolLM2: same greedy output, clean KV cache, vocab checks.
+
+Every request goes through the model's one decode loop (`model.loop`, engine.host.scheduler):
+prompt lookup is chosen per request (`spec="lookup"`) or per model (`LoadParams.speculative`),
+and a draft model is loaded by the target itself (`SpeculativeSettings(mode="draft", ...)`)."""
 
 from __future__ import annotations
 
+import gc
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
 from engine.errors import EngineError
+from engine.host.generation import Generation
 from engine.host.runtime import Model
+from engine.host.scheduler import Event, Piece
 from engine.host.speculative import (
     COST_AMX,
     COST_CPU,
-    DraftModel,
     PromptLookup,
     Speculator,
     VerifyCost,
     check_vocab,
-    draft_model_source,
-    load_draft_model,
-    lookup_source,
+    draft_params,
     spec_stats,
     verify_cost,
 )
+from engine.host.stats import GenerationStats
 from engine.model.gguf import GGUFError
 from engine.native import llama_lib
-from engine.settings import LoadParams, SamplingParams, SpeculativeSettings
+from engine.settings import LoadParams, SamplingParams, SpecMode, SpeculativeSettings
 from tests.exactness import assert_same_greedy
 
 # Short prompts and answers (under 64 and 256 tokens): where `Model.exactness` covers them,
@@ -45,6 +50,13 @@ def exact_params(**kw: Any) -> LoadParams:
     return LoadParams(extra_buffers=False, **kw)
 
 
+def self_drafting(path: Path, **kw: Any) -> LoadParams:
+    """`path` drafting for itself: its drafts are always right, the strictest check."""
+    return exact_params(speculative=SpeculativeSettings(mode="draft", draft_model=str(path),
+                                                        draft_max=kw.pop("draft_max", 5)),
+                        **kw)
+
+
 def same(m: Model, got: list[int], ref: list[int], *, positions: int = 255,
          batch: int = 63) -> None:
     assert_same_greedy(m.exactness, got, ref, positions=positions, batch=batch)
@@ -54,15 +66,22 @@ def same(m: Model, got: list[int], ref: list[int], *, positions: int = 255,
 def smollm2(exact_smollm2_path: Path) -> Iterator[Model]:
     """SmolLM2's batch-invariant twin with flash attention on and no extra buffers: where
     llama.cpp's CPU kernels give the same logits for a token decoded alone or inside a
-    verification batch (at short contexts), which exactness needs (docs/speculative.md)."""
+    verification batch (at short contexts), which exactness needs (docs/speculative.md).
+    No speculative setting: each request chooses (`spec=`)."""
     model = Model(exact_smollm2_path, exact_params(n_ctx=2048, n_threads=1, flash_attn="on"))
     yield model
     model.close()
 
 
-def kv_end(model: Model) -> int:
-    """Highest position in sequence 0 of the KV cache (-1 when empty)."""
-    return int(model._lib.llama_memory_seq_pos_max(model._memory, 0))
+@pytest.fixture(scope="module")
+def self_draft(exact_smollm2_path: Path) -> Iterator[Model]:
+    """SmolLM2 loaded with itself as its draft model (the target loads the draft)."""
+    model = Model(exact_smollm2_path, self_drafting(exact_smollm2_path, n_ctx=1024,
+                                                    n_threads=1, state_cache_mb=0,
+                                                    flash_attn="on"))
+    assert model.speculator is not None
+    yield model
+    model.close()
 
 
 def flash_line(model: Model) -> str:
@@ -71,32 +90,44 @@ def flash_line(model: Model) -> str:
     return line.split("=", 1)[1].strip()
 
 
+def cached(model: Model) -> list[int]:
+    """What slot 0 (the only one of these models) holds, by the decode loop's bookkeeping."""
+    return model.loop.slot_tokens()[0]
+
+
 def assert_kv_clean(model: Model) -> None:
-    assert kv_end(model) == len(model._cached) - 1
+    """The loop is idle and llama.cpp's cells are exactly what it tracks: in every slot, and
+    in every sequence of the draft model."""
+    loop = model.loop
+    assert loop.wait_idle()
+    assert loop.kv_positions() == [len(t) for t in loop.slot_tokens()]
+    spec = model.speculator
+    if spec is None:
+        return
+    C = llama_lib.lib()
 
+    def draft_cells() -> list[tuple[int, int]]:
+        return [(int(C.llama_memory_seq_pos_max(spec.draft.memory_ptr, seq)) + 1,
+                 len(spec.tokens(seq))) for seq in range(loop.n_slots)]
 
-@pytest.fixture(scope="module")
-def self_draft(exact_smollm2_path: Path) -> Iterator[Model]:
-    """SmolLM2 as its own draft model: drafts always right, the strictest correctness check."""
-    draft = Model(exact_smollm2_path,
-                  exact_params(n_ctx=1024, n_threads=1, state_cache_mb=0, flash_attn="on"))
-    yield draft
-    draft.close()
+    for held, tracked in loop.call_soon(draft_cells):
+        assert held == tracked
 
 
 def plain(model: Model, messages: list[dict[str, str]], s: SamplingParams) -> list[int]:
     model.reset_cache()
-    gen = model.generate(messages, s)
+    gen = model.generate(messages, s, spec="off")
     gen.consume()
+    assert gen.stats.draft_tokens == 0
     assert_kv_clean(model)
-    return gen.tokens
+    return list(gen.tokens)
 
 
 def test_prompt_lookup_greedy_identical(smollm2: Model) -> None:
     for messages in (QUOTE, FREE):
         ref = plain(smollm2, messages, GREEDY)
         smollm2.reset_cache()
-        gen = smollm2.generate(messages, GREEDY, token_source=lookup_source())
+        gen = smollm2.generate(messages, GREEDY, spec="lookup")
         text = gen.consume()
         same(smollm2, gen.tokens, ref)
         assert text == smollm2.detokenize(gen.tokens)
@@ -110,34 +141,64 @@ def test_prompt_lookup_greedy_identical(smollm2: Model) -> None:
             assert rate is not None and 0 < rate <= 1
 
 
-def test_draft_model_greedy_identical(smollm2: Model, self_draft: Model) -> None:
+def test_per_request_choice(smollm2: Model) -> None:
+    """One model without a speculative setting: each request chooses. Lookup drafts, "off"
+    and the default do not, and all give the same greedy tokens; a draft model that is not
+    loaded is refused in one line, and the loop goes on serving."""
+    assert smollm2.params.speculative is None and smollm2.speculator is None
+    runs: dict[SpecMode | None, Generation] = {}
+    for spec in (None, "off", "lookup"):
+        smollm2.reset_cache()
+        runs[spec] = gen = smollm2.generate(QUOTE, GREEDY, spec=spec)
+        gen.consume()
+        assert_kv_clean(smollm2)
+    assert runs[None].stats.draft_tokens == 0 and runs["off"].stats.draft_tokens == 0
+    assert runs["lookup"].stats.draft_tokens > 0
+    assert 0 < runs["lookup"].stats.draft_accepted <= runs["lookup"].stats.draft_tokens
+    assert runs[None].tokens == runs["off"].tokens  # the same plain path
+    same(smollm2, runs["lookup"].tokens, runs["off"].tokens)
+    with pytest.raises(EngineError, match="no draft model is loaded") as err:
+        smollm2.generate(QUOTE, GREEDY, spec="draft")
+    assert "\n" not in str(err.value)
+    assert_kv_clean(smollm2)
+    again = smollm2.generate(QUOTE, GREEDY, spec="lookup")
+    again.consume()
+    same(smollm2, again.tokens, runs["off"].tokens)
+
+
+def test_draft_model_greedy_identical(self_draft: Model) -> None:
     s = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=24)
     for messages in (QUOTE, FREE):
-        ref = plain(smollm2, messages, s)
-        smollm2.reset_cache()
-        gen = smollm2.generate(messages, s,
-                               token_source=draft_model_source(self_draft, smollm2, 5))
+        ref = plain(self_draft, messages, s)
+        self_draft.reset_cache()
+        gen = self_draft.generate(messages, s)  # the model's own setting: its draft model
         gen.consume()
-        same(smollm2, gen.tokens, ref)
-        assert_kv_clean(smollm2)
-        # The draft's own cache is consistent too (it never keeps cells it does not track).
-        assert kv_end(self_draft) == len(self_draft._cached) - 1
+        same(self_draft, gen.tokens, ref)
+        # The target's cache, and the draft's (it never keeps cells it does not track).
+        assert_kv_clean(self_draft)
         # A model drafting for itself is always right (same kernels, greedy).
         assert gen.stats.draft_tokens > 0
         assert gen.stats.draft_accepted == gen.stats.draft_tokens
-    assert not self_draft._lock.locked()
+    # Nothing is left holding the loop: a second request (on the cells the first left, the
+    # draft's sequence included) runs and gives the same tokens.
+    assert self_draft.loop.wait_idle()
+    again = self_draft.generate(FREE, s)
+    again.consume()
+    same(self_draft, again.tokens, gen.tokens)
+    assert again.stats.draft_accepted == again.stats.draft_tokens > 0
+    assert_kv_clean(self_draft)
 
 
 def test_follow_up_turn_reuses_cache(smollm2: Model) -> None:
     """A follow-up turn reuses the prompt and reply a speculative generation left in the cache."""
     smollm2.reset_cache()
-    first = smollm2.generate(QUOTE, GREEDY, token_source=lookup_source()).consume()
+    first = smollm2.generate(QUOTE, GREEDY, spec="lookup").consume()
     turn2 = [*QUOTE, {"role": "assistant", "content": first},
              {"role": "user", "content": "Now only the first sentence."}]
     # Not "reproducible" sampling (engine.host.batch_plan), so the reply's cells are reused too;
     # top-k 1 keeps it greedy in effect.
     gen = smollm2.generate(turn2, SamplingParams(temperature=0.7, top_k=1, max_tokens=20),
-                           token_source=lookup_source())
+                           spec="lookup")
     assert gen.consume()
     # The KV cells it reused (and left) are exactly the ones the engine tracks.
     assert gen.stats.cached_tokens > len(smollm2.chat_tokens(QUOTE))
@@ -149,50 +210,86 @@ def test_early_stop_leaves_no_stray_cells(smollm2: Model, max_tokens: int) -> No
     s = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=max_tokens)
     ref = plain(smollm2, QUOTE, s)
     smollm2.reset_cache()
-    gen = smollm2.generate(QUOTE, s, token_source=lookup_source(8))
+    gen = smollm2.generate(QUOTE, s, spec="lookup")
     gen.consume()
     same(smollm2, gen.tokens, ref)
     assert gen.stats.stop_reason == "length"
     assert_kv_clean(smollm2)
     # Everything kept in the cache is the prompt plus a prefix of what was handed out.
     prompt = smollm2.chat_tokens(QUOTE)
-    assert smollm2._cached[: len(prompt)] == prompt
-    assert smollm2._cached[len(prompt):] == gen.tokens[: len(smollm2._cached) - len(prompt)]
+    held = cached(smollm2)
+    assert held[: len(prompt)] == prompt
+    assert held[len(prompt):] == gen.tokens[: len(held) - len(prompt)]
 
 
 def test_stop_string_and_close_mid_draft(smollm2: Model) -> None:
     smollm2.reset_cache()
     gen = smollm2.generate(QUOTE, SamplingParams(temperature=0, repeat_penalty=1.0,
                                                  max_tokens=60, stop=("worm",)),
-                           token_source=lookup_source())
+                           spec="lookup")
     text = gen.consume()
     assert gen.stats.stop_reason == "stop_string"
     assert "worm" not in text
     assert_kv_clean(smollm2)
     # A consumer that walks away after a few pieces: closing the generation cleans up.
     smollm2.reset_cache()
-    gen = smollm2.generate(QUOTE, GREEDY, token_source=lookup_source())
+    gen = smollm2.generate(QUOTE, GREEDY, spec="lookup")
     it = iter(gen)
     for _ in range(5):
         next(it)
-    cast(Generator[str, None, None], gen._it).close()
+    gen.close()
+    assert gen.request.done.is_set()
     assert_kv_clean(smollm2)
-    assert not smollm2._lock.locked()
+    # One that drops it without closing: cancelled when collected, cleaned up the same way.
+    smollm2.reset_cache()
+    dropped = smollm2.generate(QUOTE, GREEDY, spec="lookup")
+    next(iter(dropped))
+    req = dropped.request
+    del dropped, it, gen
+    gc.collect()
+    assert req.done.wait(60)
+    assert_kv_clean(smollm2)
+    # Nothing holds the loop afterwards: the next request runs to its end.
+    after = smollm2.generate(QUOTE, GREEDY, spec="lookup")
+    assert after.consume() and after.stats.stop_reason in ("stop", "length")
+    assert_kv_clean(smollm2)
+
+
+def cancel_after_pieces(model: Model, n_pieces: int, spec: SpecMode | None) -> GenerationStats:
+    """A request whose caller sets its stop flag once `n_pieces` text pieces came out. The flag
+    is set on the decode thread, as the piece is handed out, so the loop sees it before its
+    next step: the request is always cancelled mid-reply, however fast the machine is."""
+    cancel = threading.Event()
+    pieces: list[str] = []
+
+    def on_event(ev: Event) -> None:
+        if isinstance(ev, Piece):
+            pieces.append(ev.text)
+            if len(pieces) == n_pieces:
+                cancel.set()
+
+    req = model.loop.submit(model.chat_tokens(QUOTE), GREEDY, on_event, cancel=cancel,
+                            interactive=True, spec=spec)
+    assert req.done.wait(120)
+    return req.stats
 
 
 def test_cancel_leaves_no_stray_cells(smollm2: Model, self_draft: Model) -> None:
-    for source in (lookup_source(), draft_model_source(self_draft, smollm2)):
-        smollm2.reset_cache()
-        cancel = threading.Event()
-        gen = smollm2.generate(QUOTE, GREEDY, cancel=cancel, token_source=source)
-        pieces = []
-        for piece in gen:
-            pieces.append(piece)
-            if len(pieces) == 6:
-                cancel.set()
-        assert gen.stats.stop_reason == "cancelled"
-        assert_kv_clean(smollm2)
-        assert not self_draft._lock.locked()
+    cases: list[tuple[Model, SpecMode | None]] = [(smollm2, "lookup"), (self_draft, None)]
+    for model, spec in cases:
+        model.reset_cache()
+        st = cancel_after_pieces(model, 6, spec)
+        assert st.stop_reason == "cancelled"
+        assert st.draft_tokens > 0 and st.gen_tokens < GREEDY.max_tokens
+        assert_kv_clean(model)
+        # A cancelled request's cells are freed at once (the client is gone).
+        assert cached(model) == []
+        # And the loop serves the next request.
+        nxt = model.generate(QUOTE, SamplingParams(temperature=0, repeat_penalty=1.0,
+                                                   max_tokens=8), spec=spec)
+        nxt.consume()
+        assert nxt.stats.stop_reason in ("stop", "length")
+        assert_kv_clean(model)
 
 
 def test_context_full(smollm2_path: Path) -> None:
@@ -207,14 +304,14 @@ def test_context_full(smollm2_path: Path) -> None:
         s = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=200)
         ref = plain(small, messages, s)
         small.reset_cache()
-        gen = small.generate(messages, s, token_source=lookup_source())
+        gen = small.generate(messages, s, spec="lookup")
         gen.consume()
         assert gen.stats.stop_reason == "context_full"
         # A prompt of ~240 tokens is one big batch: past what the guarantee covers.
         same(small, gen.tokens, ref, positions=small.n_ctx,
              batch=len(small.chat_tokens(messages)))
         assert_kv_clean(small)
-        assert len(small._cached) <= small.n_ctx - 1
+        assert len(cached(small)) <= small.n_ctx - 1
 
 
 def test_seeded_sampling_matches_plain(smollm2: Model) -> None:
@@ -222,27 +319,27 @@ def test_seeded_sampling_matches_plain(smollm2: Model) -> None:
     s = SamplingParams(temperature=0.8, seed=7, max_tokens=40)
     ref = plain(smollm2, QUOTE, s)
     smollm2.reset_cache()
-    gen = smollm2.generate(QUOTE, s, token_source=lookup_source())
+    gen = smollm2.generate(QUOTE, s, spec="lookup")
     gen.consume()
     same(smollm2, gen.tokens, ref)
     assert_kv_clean(smollm2)
 
 
 def test_vocabulary_mismatch_refused(smollm2: Model, gemma_path: Path) -> None:
-    with pytest.raises(EngineError, match=r"cannot be a draft model.*vocabulary"):
-        load_draft_model(gemma_path, smollm2, n_ctx=256)
-    gemma = Model(gemma_path, exact_params(n_ctx=256, n_threads=1, state_cache_mb=0))
+    # Gemma loaded the way a target loads its draft model, then offered as one.
+    gemma = Model(gemma_path, draft_params(smollm2.params, n_ctx=256, n_seq_max=1),
+                  decode_loop=False)
     try:
         with pytest.raises(EngineError, match="262144 tokens, the model's has 49152"):
             check_vocab(smollm2, gemma)
-        with pytest.raises(EngineError):
-            draft_model_source(gemma, smollm2)
-        with pytest.raises(EngineError):
-            DraftModel(gemma, smollm2)
-        with pytest.raises(EngineError):
-            Speculator(smollm2, SpeculativeSettings(mode="draft", draft_model="x"), draft=gemma)
+        with pytest.raises(EngineError, match=r"cannot be a draft model.*vocabulary") as err:
+            Speculator(smollm2, gemma)
+        assert "\n" not in str(err.value)
     finally:
         gemma.close()
+    # The refusal changed nothing on the target.
+    assert smollm2.speculator is None
+    assert_kv_clean(smollm2)
 
 
 def test_prompt_lookup_drafts() -> None:
@@ -327,18 +424,21 @@ def test_settings_validation(smollm2: Model) -> None:
         SpeculativeSettings(mode="lookup", draft_max=0).validate()
     with pytest.raises(EngineError, match="off, lookup or draft"):
         SpeculativeSettings(mode="fast").validate()  # type: ignore[arg-type]
-    with pytest.raises(EngineError):
-        lookup_source(0)
-    assert Speculator(smollm2, SpeculativeSettings()).token_source() is None
-    assert Speculator(smollm2, SpeculativeSettings(mode="lookup")).token_source() is not None
+    with pytest.raises(EngineError, match="between 1 and 64"):
+        LoadParams(speculative=SpeculativeSettings(mode="lookup", draft_max=0)).validate()
+    # No setting: no draft model, and nothing drafts unless a request asks.
+    assert not smollm2.params.drafting and smollm2.speculator is None
+    # A draft model that cannot be read fails the target's load (and leaves no loop behind).
     with pytest.raises((EngineError, GGUFError, OSError)):
-        Speculator(smollm2, SpeculativeSettings(mode="draft", draft_model="/nonexistent.gguf"))
+        Model(smollm2.path, exact_params(
+            n_ctx=256, n_threads=1, state_cache_mb=0,
+            speculative=SpeculativeSettings(mode="draft", draft_model="/nonexistent.gguf")))
 
 
 def test_verification_batches_do_not_count_as_prompt_work(smollm2: Model) -> None:
     smollm2.reset_cache()
     gen = smollm2.generate(QUOTE, SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=48),
-                           token_source=lookup_source())
+                           spec="lookup")
     gen.consume()
     st = gen.stats
     assert st.draft_tokens > 0
@@ -351,10 +451,12 @@ def test_verification_batches_do_not_count_as_prompt_work(smollm2: Model) -> Non
 def test_small_context_batch_limit(exact_smollm2_path: Path) -> None:
     """n_ctx 64: llama.cpp rounds the context up to 256 but caps one decode at 64 tokens.
     Prompts longer than that are fed in chunks, drafts never make a verification batch
-    longer than that, and the cache never holds more than the context (this used to abort
-    inside llama.cpp)."""
-    with Model(exact_smollm2_path, exact_params(n_ctx=64, n_threads=1, state_cache_mb=0,
-                                        flash_attn="on")) as small:
+    longer than that (a draft model asked for 64 tokens a step, prompt lookup for its own
+    lengths), and the cache never holds more than the context (this used to abort inside
+    llama.cpp)."""
+    params = self_drafting(exact_smollm2_path, draft_max=64, n_ctx=64, n_threads=1,
+                           state_cache_mb=0, flash_attn="on")
+    with Model(exact_smollm2_path, params) as small:
         assert small.n_batch == 64 < small.n_ctx
         text = "alpha beta gamma delta epsilon zeta eta theta iota kappa " * 8
         messages = [{"role": "user", "content": text + "\nRepeat the list twice."}]
@@ -362,14 +464,21 @@ def test_small_context_batch_limit(exact_smollm2_path: Path) -> None:
         s = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=300)
         ref = plain(small, messages, s)
         assert ref
-        for source in (lookup_source(64), lookup_source(200)):
+        # Prompt lookup drafts up to 16 tokens a step (batches within the guarantee); the
+        # draft model asks for 64, so its verification batches fill n_batch, past it.
+        arms: list[tuple[SpecMode, int]] = [("lookup", 63), ("draft", small.n_batch)]
+        for spec, batch in arms:
             small.reset_cache()
-            gen = small.generate(messages, s, token_source=source)
+            gen = small.generate(messages, s, spec=spec)
             gen.consume()
-            same(small, gen.tokens, ref)
+            # Both fill the context: a speculative reply must go on as far as plain decoding's
+            # (however its text went), not end with room left for its last drafts.
+            assert gen.stats.stop_reason == "context_full"
+            assert len(gen.tokens) == len(ref), (spec, len(gen.tokens), len(ref))
+            same(small, gen.tokens, ref, batch=batch)
             assert gen.stats.draft_tokens > 0
             assert_kv_clean(small)
-            assert len(small._cached) <= small.n_ctx - 1
+            assert len(cached(small)) <= small.n_ctx - 1
 
 
 def test_speculation_set_at_load(exact_smollm2_path: Path, smollm2: Model) -> None:
@@ -377,19 +486,22 @@ def test_speculation_set_at_load(exact_smollm2_path: Path, smollm2: Model) -> No
     attention 'auto' turns on for it, and the text is plain decoding's."""
     ref = plain(smollm2, QUOTE, GREEDY)
     params = exact_params(n_ctx=1024, n_threads=1, state_cache_mb=0,
-                        speculative=SpeculativeSettings(mode="lookup"))
+                          speculative=SpeculativeSettings(mode="lookup"))
     with Model(exact_smollm2_path, params) as m:
-        assert m.speculator is not None
+        assert m.params.drafting
+        assert m.speculator is None  # prompt lookup needs no second model
         assert flash_line(m) == "enabled"  # 'auto' is on when drafting
         gen = m.generate(QUOTE, GREEDY)
         gen.consume()
         same(m, gen.tokens, ref)
         assert gen.stats.draft_tokens > 0 and gen.stats.draft_accepted > 0
-        # A caller's own source still wins.
+        # A request's own choice still wins.
         m.reset_cache()
-        own = m.generate(QUOTE, GREEDY, token_source=lookup_source(1))
+        own = m.generate(QUOTE, GREEDY, spec="off")
         own.consume()
         same(m, own.tokens, ref)
+        assert own.stats.draft_tokens == 0
+        assert_kv_clean(m)
     with Model(exact_smollm2_path, exact_params(n_ctx=256, n_threads=1, state_cache_mb=0)) as m:
         assert m.speculator is None
         assert flash_line(m) == "disabled"  # and off for plain decoding on a CPU
@@ -417,8 +529,8 @@ def test_drafting_with_amx_weights(smollm2_path: Path) -> None:
 def test_draft_with_other_vocabulary_refused_at_load(smollm2_path: Path,
                                                      gemma_path: Path) -> None:
     params = exact_params(n_ctx=256, n_threads=1, state_cache_mb=0,
-                        speculative=SpeculativeSettings(mode="draft",
-                                                        draft_model=str(gemma_path)))
+                          speculative=SpeculativeSettings(mode="draft",
+                                                          draft_model=str(gemma_path)))
     with pytest.raises(EngineError, match=r"cannot be a draft model.*vocabulary") as err:
         Model(smollm2_path, params)
     assert "\n" not in str(err.value)

@@ -1,4 +1,4 @@
-"""The desktop server's settings: the chat's load settings resized for the slots, the same
+"""The desktop server's settings: the chat's context grown by the server's slots, the same
 security rules as `candlewick serve`, a URL that works from this computer."""
 
 from __future__ import annotations
@@ -15,9 +15,13 @@ from engine.settings import LoadParams
 def test_load_params_keep_the_chats_settings_and_size_the_context() -> None:
     chat = LoadParams(n_ctx=2048, n_gpu_layers=7, n_threads=3, type_k="q8_0",
                       flash_attn="on", state_cache_mb=256)
+    # Three server slots beside the chat's, each as long as the chat's 2,048 tokens.
     p = ServeSettings(parallel=3, ctx_per_slot=1024).load_params(chat)
-    assert (p.n_ctx, p.n_seq_max, p.state_cache_mb) == (3072, 3, 0)
+    assert (p.n_ctx, p.n_seq_max, p.state_cache_mb) == (4 * 2048, 4, 256)
     assert (p.n_gpu_layers, p.n_threads, p.type_k, p.flash_attn) == (7, 3, "q8_0", "on")
+    # Server slots longer than the chat's make every slot that long.
+    p = ServeSettings(parallel=2, ctx_per_slot=4096).load_params(chat)
+    assert (p.n_ctx, p.n_seq_max) == (3 * 4096, 3)
 
 
 def test_security_rules_are_the_servers() -> None:

@@ -12,7 +12,10 @@ from app.ui.worker import EngineWorker
 class SignalLog(QObject):
     """Lives in the GUI thread, so the worker's signals reach it queued, in emission order,
     exactly as they reach the window. Tests wait on its `got_*` signals, never on the
-    worker's own: pytest-qt's blockers would run their callback in the engine thread."""
+    worker's own: pytest-qt's blockers would run their callback in the engine thread.
+
+    The reply signals' request ids are kept apart (`request_ids`), so `events` and the
+    `got_*` signals carry what each signal is about, as before ids existed."""
 
     got_loaded = Signal(object)
     got_load_cancelled = Signal()
@@ -24,6 +27,7 @@ class SignalLog(QObject):
     def __init__(self, worker: EngineWorker) -> None:
         super().__init__()
         self.events: list[tuple[str, Any]] = []
+        self.rids: list[tuple[str, int]] = []  # (signal name, request id) of reply signals
         worker.progress.connect(self.on_progress)
         worker.loaded.connect(self.on_loaded)
         worker.load_cancelled.connect(self.on_load_cancelled)
@@ -48,8 +52,13 @@ class SignalLog(QObject):
     def values(self, name: str) -> list[Any]:
         return [v for n, v in self.events if n == name]
 
+    def request_ids(self, name: str) -> list[int]:
+        """The request id each `name` signal (started, tokens, finished, failed) carried."""
+        return [r for n, r in self.rids if n == name]
+
     def clear(self) -> None:
         self.events.clear()
+        self.rids.clear()
 
     @Slot(float)
     def on_progress(self, p: float) -> None:
@@ -65,22 +74,26 @@ class SignalLog(QObject):
         self.events.append(("load_cancelled", None))
         self.got_load_cancelled.emit()
 
-    @Slot(int)
-    def on_started(self, n: int) -> None:
+    @Slot(int, int)
+    def on_started(self, rid: int, n: int) -> None:
+        self.rids.append(("started", rid))
         self.events.append(("started", n))
 
-    @Slot(str, int)
-    def on_tokens(self, text: str, n: int) -> None:
+    @Slot(int, str, int)
+    def on_tokens(self, rid: int, text: str, n: int) -> None:
+        self.rids.append(("tokens", rid))
         self.events.append(("tokens", (text, n)))
         self.got_tokens.emit(text, n)
 
-    @Slot(object)
-    def on_finished(self, stats: object) -> None:
+    @Slot(int, object)
+    def on_finished(self, rid: int, stats: object) -> None:
+        self.rids.append(("finished", rid))
         self.events.append(("finished", stats))
         self.got_finished.emit(stats)
 
-    @Slot(str)
-    def on_failed(self, message: str) -> None:
+    @Slot(int, str)
+    def on_failed(self, rid: int, message: str) -> None:
+        self.rids.append(("failed", rid))
         self.events.append(("failed", message))
         self.got_failed.emit(message)
 
