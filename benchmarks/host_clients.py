@@ -1,0 +1,448 @@
+"""One engine, many clients: what the shared model host costs and gives, as ratios measured in
+one run (docs/benchmarks.md, "One engine, many clients").
+
+    .venv/bin/python benchmarks/host_clients.py decode  [--tokens 128] [--pairs 5]
+    .venv/bin/python benchmarks/host_clients.py share   [--tokens 128] [--rounds 3]
+    .venv/bin/python benchmarks/host_clients.py memory  [--slots 4]
+    .venv/bin/python benchmarks/host_clients.py serving --llama-server PATH [--slots 8]
+
+decode   one request through the host (the decode loop, text, stop checks, events) vs the
+         tightest C-API loop on the same context and thread (greedy sample + decode); and
+         the product's default settings vs llama.cpp's own context defaults on a short prompt
+         (each in a child process, alternating).
+share    the chat streaming while the local server answers one request over HTTP, both on
+         the one loaded model, against each alone; and the old design (a second instance of
+         the file for the server, each decoding on its own thread) in a child process.
+memory   RSS and llama.cpp's buffers when the local server takes its slots (a lease on the
+         loop: the context recreated on the same weights), against loading a second instance.
+serving  `candlewick serve` and llama-server (built from the vendored llama.cpp) side by side:
+         time to first token on a short prompt (streaming) and throughput of 1 and N
+         concurrent requests, same model, slots, context, threads and client; plus where the
+         host's time to first token goes (template, tokenizer, queue, prefill), in process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from app.services.library import bundled_default_model  # noqa: E402
+from benchmarks.doc_tables import machine_line  # noqa: E402
+from engine.host.runtime import Model  # noqa: E402
+from engine.memory import hardware  # noqa: E402
+from engine.native import llama_lib  # noqa: E402
+from engine.settings import LoadParams, SamplingParams  # noqa: E402
+
+STORY = "Once upon a time, in a small village by the sea, there lived"
+CHAT = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]
+SHORT = [{"role": "user", "content": "Say hello."}]
+
+
+def model_path(arg: str | None) -> Path:
+    path = Path(arg) if arg else bundled_default_model()
+    if path is None:
+        raise SystemExit("no model: pass --model or run `make setup`")
+    return path
+
+
+def ratio_line(name: str, a: list[float], b: list[float]) -> str:
+    ratios = [x / y for x, y in zip(a, b, strict=True) if y]
+    return (f"{name}: {statistics.median(a):.1f} vs {statistics.median(b):.1f} tok/s, "
+            f"ratio {statistics.median(ratios):.3f} (pairs: "
+            + ", ".join(f"{r:.3f}" for r in ratios) + ")")
+
+
+# -- decode -------------------------------------------------------------------------------
+
+def reference_loop(model: Model, prompt: list[int], n_tokens: int) -> float:
+    """Greedy sample + decode on the C API, nothing else; tokens/s after the first token."""
+    C = llama_lib.lib()
+    ctx = model.ctx_ptr
+    C.llama_memory_clear(C.llama_get_memory(ctx), True)
+    chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+    C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
+    arr = (C.llama_token * len(prompt))(*prompt)
+    C.llama_decode(ctx, C.llama_batch_get_one(arr, len(prompt)))
+    tok = (C.llama_token * 1)()
+    one = C.llama_batch_get_one(tok, 1)
+    tok[0] = C.llama_sampler_sample(chain, ctx, -1)
+    C.llama_decode(ctx, one)
+    t0 = time.perf_counter()
+    for _ in range(n_tokens - 1):
+        tok[0] = C.llama_sampler_sample(chain, ctx, -1)
+        C.llama_decode(ctx, one)
+    C.llama_synchronize(ctx)
+    dt = time.perf_counter() - t0
+    C.llama_sampler_free(chain)
+    return (n_tokens - 1) / dt
+
+
+def host_rate(model: Model, n_tokens: int) -> float:
+    """One request through the host; tokens/s between its first and last token."""
+    model.reset_cache()
+    gen = model.complete(STORY, SamplingParams(temperature=0, repeat_penalty=1.0,
+                                               max_tokens=n_tokens, stop=()))
+    gen.consume()
+    return gen.stats.gen_tps_wall
+
+
+def child_decode(path: Path, mode: str, n_tokens: int) -> float:
+    """In a fresh process: 'product' = Candlewick's default settings through the host;
+    'llama' = llama.cpp's own default context parameters, the reference loop."""
+    if mode == "product":
+        with Model(path, LoadParams()) as m:
+            host_rate(m, 16)  # warm-up
+            return host_rate(m, n_tokens)
+    C = llama_lib.lib()
+    mp = C.llama_model_default_params()
+    mp.use_extra_bufts = True
+    model = C.llama_model_load_from_file(str(path).encode(), mp)
+    cp = C.llama_context_default_params()  # llama.cpp's defaults: flash attention 'auto'...
+    cp.n_ctx = LoadParams().n_ctx
+    ctx = C.llama_init_from_model(model, cp)
+    vocab = C.llama_model_get_vocab(model)
+    data = STORY.encode()
+    buf = (C.llama_token * 256)()
+    n = C.llama_tokenize(vocab, data, len(data), buf, 256, True, True)
+
+    class Shim:  # what reference_loop needs of a Model
+        ctx_ptr = ctx
+
+    prompt = list(buf[:n])
+    reference_loop(Shim(), prompt, 16)  # type: ignore[arg-type]
+    rate = reference_loop(Shim(), prompt, n_tokens)  # type: ignore[arg-type]
+    C.llama_free(ctx)
+    C.llama_model_free(model)
+    return rate
+
+
+def decode(args: argparse.Namespace) -> dict[str, Any]:
+    path = model_path(args.model)
+    ref: list[float] = []
+    host: list[float] = []
+    with Model(path, LoadParams(n_ctx=2048)) as m:
+        prompt = m.tokenize(STORY)
+        host_rate(m, 16)
+        for _ in range(args.pairs):
+            # The reference runs on the loop's own thread, so both use the same OpenMP team.
+            ref.append(m.loop.call_idle(lambda: reference_loop(m, prompt, args.tokens)))
+            m.loop.clear_cache()
+            host.append(host_rate(m, args.tokens))
+    product: list[float] = []
+    llama: list[float] = []
+    for _ in range(args.pairs):
+        for mode, out in (("product", product), ("llama", llama)):
+            r = subprocess.run([sys.executable, __file__, "child-decode", "--mode", mode,
+                                "--model", str(path), "--tokens", str(args.tokens)],
+                               capture_output=True, text=True, check=True)
+            out.append(float(r.stdout.strip().splitlines()[-1]))
+    return {"host_vs_reference": ratio_line("host vs C-API loop", host, ref),
+            "defaults": ratio_line("product defaults vs llama.cpp defaults", product, llama),
+            "host": host, "reference": ref, "product": product, "llama": llama}
+
+
+# -- share --------------------------------------------------------------------------------
+
+def _serve(model: Model) -> tuple[Any, Any]:
+    from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
+
+    loaded = LoadedModel.build(model, "m", embeddings=False)
+    state = ServerState(ServerConfig(port=0, model_id="m"))
+    state.set_loaded(loaded)
+    srv = ServerThread(state)
+    srv.start()
+    return srv, loaded
+
+
+def _api_stream(url: str, n_tokens: int, out: list[float]) -> None:
+    """One streaming chat request; tokens/s between the first and last content chunk."""
+    body = {"model": "m", "messages": CHAT, "max_tokens": n_tokens, "temperature": 0,
+            "stream": True}
+    times: list[float] = []
+    with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=300) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {") and '"content"' in line:
+                times.append(time.perf_counter())
+    out.append((len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0)
+
+
+def _chat(model: Model, n_tokens: int, out: list[float]) -> None:
+    gen = model.generate(CHAT, SamplingParams(temperature=0, max_tokens=n_tokens))
+    gen.consume()
+    out.append(gen.stats.gen_tps_wall)
+
+
+def _together(model: Model, url: str, n_tokens: int) -> tuple[float, float]:
+    chat: list[float] = []
+    api: list[float] = []
+    t = threading.Thread(target=_api_stream, args=(url, n_tokens, api))
+    t.start()
+    time.sleep(0.05)
+    _chat(model, n_tokens, chat)
+    t.join()
+    return chat[0], api[0]
+
+
+def share_once(path: Path, n_tokens: int) -> dict[str, float]:
+    """The shared host: the chat and the server's one request on one loaded model."""
+    with Model(path, LoadParams(n_ctx=2048)) as m:
+        m.loop.lease("server", 2, 2048, reserved_slots=1)
+        srv, loaded = _serve(m)
+        try:
+            _chat(m, 16, [])
+            chat_alone: list[float] = []
+            api_alone: list[float] = []
+            _chat(m, n_tokens, chat_alone)
+            _api_stream(srv.url, n_tokens, api_alone)
+            chat, api = _together(m, srv.url, n_tokens)
+        finally:
+            loaded.close()
+            srv.stop()
+            m.loop.release("server")
+    return {"chat_alone": chat_alone[0], "api_alone": api_alone[0], "chat": chat, "api": api}
+
+
+def child_share_two_instances(path: Path, n_tokens: int) -> dict[str, float]:
+    """Before: the chat on its own instance, the server on a second one of the same file."""
+    with Model(path, LoadParams(n_ctx=2048)) as chat_m, \
+            Model(path, LoadParams(n_ctx=2048)) as server_m:
+        srv, loaded = _serve(server_m)
+        try:
+            _chat(chat_m, 16, [])
+            chat_alone: list[float] = []
+            api_alone: list[float] = []
+            _chat(chat_m, n_tokens, chat_alone)
+            _api_stream(srv.url, n_tokens, api_alone)
+            chat, api = _together(chat_m, srv.url, n_tokens)
+        finally:
+            loaded.close()
+            srv.stop()
+    return {"chat_alone": chat_alone[0], "api_alone": api_alone[0], "chat": chat, "api": api}
+
+
+def share(args: argparse.Namespace) -> dict[str, Any]:
+    path = model_path(args.model)
+    shared: list[dict[str, float]] = []
+    before: list[dict[str, float]] = []
+    for _ in range(args.rounds):
+        r = subprocess.run([sys.executable, __file__, "child-share", "--model", str(path),
+                            "--tokens", str(args.tokens)], capture_output=True, text=True,
+                           check=True)
+        before.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        r = subprocess.run([sys.executable, __file__, "child-share", "--shared", "--model",
+                            str(path), "--tokens", str(args.tokens)], capture_output=True,
+                           text=True, check=True)
+        shared.append(json.loads(r.stdout.strip().splitlines()[-1]))
+
+    def summary(rows: list[dict[str, float]]) -> dict[str, float]:
+        med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+        med["chat_ratio"] = statistics.median(r["chat"] / r["chat_alone"] for r in rows)
+        med["api_ratio"] = statistics.median(r["api"] / r["api_alone"] for r in rows)
+        med["sum_ratio"] = statistics.median((r["chat"] + r["api"]) / r["chat_alone"]
+                                             for r in rows)
+        return {k: round(v, 3) for k, v in med.items()}
+
+    return {"shared": summary(shared), "two_instances": summary(before),
+            "rows_shared": shared, "rows_two_instances": before}
+
+
+# -- memory -------------------------------------------------------------------------------
+
+def memory(args: argparse.Namespace) -> dict[str, Any]:
+    path = model_path(args.model)
+    mib = 2**20
+    with Model(path, LoadParams(n_ctx=4096)) as m:
+        m.generate(SHORT, SamplingParams(max_tokens=4)).consume()
+        rss0 = hardware.process_rss()
+        a0 = m.memory_actual
+        m.loop.lease("server", 1 + args.slots, 4096, reserved_slots=1)
+        m.generate(SHORT, SamplingParams(max_tokens=4)).consume()
+        rss1 = hardware.process_rss()
+        a1 = m.memory_actual
+        m.loop.release("server")
+        rss2 = hardware.process_rss()
+        with Model(path, LoadParams(n_ctx=4096 * args.slots, n_seq_max=args.slots)) as second:
+            second.generate(SHORT, SamplingParams(max_tokens=4)).consume()
+            rss3 = hardware.process_rss()
+            a3 = second.memory_actual
+    buffers = (a1.kv_bytes + a1.compute_bytes) - (a0.kv_bytes + a0.compute_bytes)
+    return {
+        "slots": args.slots,
+        "lease_rss_growth_mib": round((rss1 - rss0) / mib, 1),
+        "lease_buffer_growth_mib": round(buffers / mib, 1),
+        "lease_weights_mib": round((a1.weights_bytes - a0.weights_bytes) / mib, 1),
+        "after_release_rss_mib": round((rss2 - rss0) / mib, 1),
+        "second_instance_rss_growth_mib": round((rss3 - rss2) / mib, 1),
+        "second_instance_buffers_mib": round(a3.total_bytes / mib, 1),
+    }
+
+
+# -- serving ------------------------------------------------------------------------------
+
+def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with {proc.returncode}")
+        try:
+            r = httpx.get(url + "/health", timeout=2)
+            if r.status_code == 200 and "loading" not in r.text.lower():
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+    raise SystemExit("the server did not come up")
+
+
+def _ttft(url: str, n: int) -> list[float]:
+    out = []
+    body = {"model": "m", "messages": SHORT, "max_tokens": 4, "temperature": 0, "stream": True}
+    with httpx.Client(timeout=120) as client:
+        for i in range(n):
+            body["messages"] = [{"role": "user", "content": f"Say hello. ({i})"}]
+            t0 = time.perf_counter()
+            with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {") and '"content"' in line:
+                        out.append(time.perf_counter() - t0)
+                        break
+                for _ in r.iter_lines():
+                    pass
+    return out
+
+
+def _throughput(url: str, n: int, max_tokens: int, round_no: int) -> float:
+    done = [0] * n
+    barrier = threading.Barrier(n + 1)
+
+    def client(i: int) -> None:
+        body = {"model": "m", "max_tokens": max_tokens, "temperature": 0,
+                "messages": [{"role": "user", "content":
+                              f"Write a story about a robot number {i + 10 * round_no}."}]}
+        barrier.wait()
+        r = httpx.post(url + "/v1/chat/completions", json=body, timeout=600)
+        done[i] = int(r.json()["usage"]["completion_tokens"])
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    return sum(done) / (time.perf_counter() - t0)
+
+
+def _measure_server(cmd: list[str], url: str, args: argparse.Namespace) -> dict[str, Any]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_up(url, proc)
+        _ttft(url, 3)  # warm-up
+        ttft = _ttft(url, args.ttft_requests)
+        one = [_throughput(url, 1, args.max_tokens, r) for r in range(args.rounds)]
+        many = [_throughput(url, args.slots, args.max_tokens, r) for r in range(args.rounds)]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return {"ttft_ms": round(statistics.median(ttft) * 1000, 1),
+            "tps_1": round(statistics.median(one), 1),
+            f"tps_{args.slots}": round(statistics.median(many), 1),
+            "scaling": round(statistics.median(many) / statistics.median(one), 3)}
+
+
+def ttft_breakdown(path: Path, n: int) -> dict[str, float]:
+    """Where a short request's time to first token goes inside the host (no HTTP)."""
+    with Model(path, LoadParams(n_ctx=1024)) as m:
+        tmpl: list[float] = []
+        ttft: list[float] = []
+        queue: list[float] = []
+        prefill: list[float] = []
+        for i in range(n + 2):
+            msgs = [{"role": "user", "content": f"Say hello. ({i})"}]
+            t0 = time.perf_counter()
+            tokens = m.chat_tokens(msgs)
+            t1 = time.perf_counter()
+            gen = m.submit(tokens, SamplingParams(temperature=0, max_tokens=4),
+                           interactive=False)
+            gen.consume()
+            if i >= 2:
+                tmpl.append(t1 - t0)
+                ttft.append(gen.stats.ttft_s)
+                queue.append(gen.stats.queue_s)
+                prefill.append(gen.stats.prompt_eval_ms / 1000)
+    ms = 1000.0
+    return {"template_and_tokenize_ms": round(statistics.median(tmpl) * ms, 2),
+            "queue_ms": round(statistics.median(queue) * ms, 2),
+            "prefill_ms": round(statistics.median(prefill) * ms, 2),
+            "submit_to_first_token_ms": round(statistics.median(ttft) * ms, 2)}
+
+
+def serving(args: argparse.Namespace) -> dict[str, Any]:
+    path = model_path(args.model)
+    threads = str(args.threads)
+    ctx = str(args.ctx)
+    ours = _measure_server(
+        [str(REPO / ".venv/bin/candlewick"), "serve", "--model", str(path), "--port",
+         str(args.port), "--parallel", str(args.slots), "--ctx", ctx, "--threads", threads,
+         "--no-embeddings"], f"http://127.0.0.1:{args.port}", args)
+    ref = _measure_server(
+        [args.llama_server, "-m", str(path), "--port", str(args.port + 1), "-np",
+         str(args.slots), "-c", str(args.ctx * args.slots), "-t", threads, "-tb", threads,
+         "--no-webui"], f"http://127.0.0.1:{args.port + 1}", args)
+    return {"candlewick": ours, "llama_server": ref,
+            "ttft_ratio": round(ours["ttft_ms"] / ref["ttft_ms"], 3),
+            "tps_1_ratio": round(ours["tps_1"] / ref["tps_1"], 3),
+            f"tps_{args.slots}_ratio": round(ours[f"tps_{args.slots}"]
+                                             / ref[f"tps_{args.slots}"], 3),
+            "host_breakdown": ttft_breakdown(path, args.ttft_requests)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=("decode", "share", "memory", "serving", "child-decode",
+                                     "child-share"))
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--slots", type=int, default=8)
+    ap.add_argument("--ctx", type=int, default=1024, help="context per slot (serving)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--max-tokens", type=int, default=96)
+    ap.add_argument("--ttft-requests", type=int, default=20)
+    ap.add_argument("--port", type=int, default=18431)
+    ap.add_argument("--llama-server", default=None)
+    ap.add_argument("--mode", choices=("product", "llama"), default="product")
+    ap.add_argument("--shared", action="store_true")
+    args = ap.parse_args()
+    if args.what == "child-decode":
+        print(child_decode(model_path(args.model), args.mode, args.tokens))
+        return 0
+    if args.what == "child-share":
+        fn = share_once if args.shared else child_share_two_instances
+        print(json.dumps(fn(model_path(args.model), args.tokens)))
+        return 0
+    if args.what == "serving" and not args.llama_server:
+        raise SystemExit("serving needs --llama-server PATH (built from the vendored llama.cpp)")
+    result = {"decode": decode, "share": share, "memory": memory, "serving": serving}[
+        args.what](args)
+    result["machine"] = machine_line()
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
