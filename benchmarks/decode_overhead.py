@@ -1,8 +1,9 @@
 """Decode speed of the engine vs a tight reference loop over llama.cpp's C API.
 
 The reference is the least Python a generation loop can do: greedy sample, decode, repeat,
-with no text handling, no stop strings, no stats. The engine's `Generation` adds token-to-piece,
-UTF-8 decoding, stop-string handling and cancellation checks on top. Both run on one loaded
+with no text handling, no stop strings, no stats, run on the model's decode thread. The
+engine's loop (`Model.complete` through the model's scheduler) adds token-to-piece, UTF-8
+decoding, stop-string handling, events and cancellation checks on top. Both run on one loaded
 model, same context, same threads, same prompt, greedy; runs alternate (A, B, A, B, ...) so
 drift on a noisy machine hits both alike. The goal is engine >= 0.95 x reference (median).
 For context the high-level `llama_cpp.Llama.create_completion(stream=True)` is measured too.
@@ -32,10 +33,10 @@ PROMPT = "Once upon a time, in a small village by the sea, there lived"
 
 def reference_loop(model: Model, prompt: list[int], n_tokens: int) -> float:
     """Greedy decode of n_tokens straight on the C API; returns tokens/s of the decode phase."""
-    C = model._lib
+    import llama_cpp.llama_cpp as C
+
     ctx = model.ctx_ptr
     C.llama_memory_clear(C.llama_get_memory(ctx), True)
-    model._cached = []  # keep the engine's view of the cache honest after we clear it
     chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
     C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
     arr = (C.llama_token * len(prompt))(*prompt)
@@ -116,12 +117,12 @@ def main() -> int:
     model = Model(path, LoadParams(n_ctx=n_ctx, n_threads=args.threads, flash_attn="on"))
     prompt = model.tokenize(PROMPT)
     # Warm-up: page the weights in and let the CPU clocks settle.
-    reference_loop(model, prompt, 32)
+    model.loop.call_idle(lambda: reference_loop(model, prompt, 32))
     engine_loop(model, PROMPT, 32)
     ref: list[float] = []
     eng: list[float] = []
     for _ in range(args.runs):
-        ref.append(reference_loop(model, prompt, args.tokens))
+        ref.append(model.loop.call_idle(lambda: reference_loop(model, prompt, args.tokens)))
         eng.append(engine_loop(model, PROMPT, args.tokens))
     model.close()
     high = high_level_loop(path, PROMPT, args.tokens, args.threads, n_ctx, max(3, args.runs // 2))

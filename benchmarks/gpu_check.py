@@ -123,12 +123,11 @@ def prompt_tokens(model: Any, n: int, salt: int = 0) -> list[int]:
 
 def timed_decode(model: Any, n_prompt: int, n_gen: int, salt: int = 0) -> dict[str, Any]:
     """Prompt of n_prompt tokens, then n_gen greedy tokens; llama.cpp's own timings."""
-    from engine.host.generation import Generation
     from engine.settings import SamplingParams
 
     model.reset_cache()
-    gen = Generation(model, prompt_tokens(model, n_prompt, salt),
-                     SamplingParams(temperature=0, max_tokens=n_gen), None, time.perf_counter())
+    gen = model.submit(prompt_tokens(model, n_prompt, salt),
+                       SamplingParams(temperature=0, max_tokens=n_gen))
     gen.consume()
     s = gen.stats
     return {"prompt_tokens": s.prompt_tokens, "prompt_tps": round(s.prompt_tps, 1),
@@ -321,7 +320,7 @@ def sec_edge(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
 
 def sec_speed(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
     from engine.host.runtime import Model
-    from engine.host.scheduler import Event, Finished, Scheduler
+    from engine.host.scheduler import Event, Finished
     from engine.settings import LoadParams, SamplingParams
 
     path = Path(args.model)
@@ -337,42 +336,41 @@ def sec_speed(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
     with Model(path, LoadParams(n_ctx=1024 * n_slots, n_seq_max=n_slots, n_gpu_layers="all",
                                 state_cache_mb=0)) as m:
         res["scheduler_log"] = interesting(m.load_info.log)
-        with Scheduler(m, max_queue=64) as sched:
-            out = []
-            for rnd in range(2):
-                for lv in levels:
-                    done = threading.Event()
-                    tokens = [0]
-                    left = [lv]
-                    lock = threading.Lock()
+        sched = m.loop
+        out = []
+        for rnd in range(2):
+            for lv in levels:
+                done = threading.Event()
+                tokens = [0]
+                left = [lv]
+                lock = threading.Lock()
 
-                    def on_event(ev: Event, tokens: list[int] = tokens, left: list[int] = left,
-                                 lock: threading.Lock = lock,
-                                 done: threading.Event = done) -> None:
-                        if isinstance(ev, Finished):
-                            with lock:
-                                tokens[0] += ev.stats.completion_tokens
-                                left[0] -= 1
-                                if left[0] == 0:
-                                    done.set()
+                def on_event(ev: Event, tokens: list[int] = tokens, left: list[int] = left,
+                             lock: threading.Lock = lock,
+                             done: threading.Event = done) -> None:
+                    if isinstance(ev, Finished):
+                        with lock:
+                            tokens[0] += ev.stats.completion_tokens
+                            left[0] -= 1
+                            if left[0] == 0:
+                                done.set()
 
-                    t = time.perf_counter()
-                    for i in range(lv):
-                        sched.submit(prompt_tokens(m, 64, salt=1000 * rnd + 37 * lv + i),
-                                     SamplingParams(temperature=0, max_tokens=args.sched_tokens),
-                                     on_event)
-                    done.wait(120)
-                    dt = time.perf_counter() - t
-                    out.append({"round": rnd, "requests": lv, "tokens": tokens[0],
-                                "seconds": round(dt, 3), "tps": round(tokens[0] / dt, 1)})
-                    say(f"scheduler: {out[-1]}")
-            res["scheduler"] = out
+                t = time.perf_counter()
+                for i in range(lv):
+                    sched.submit(prompt_tokens(m, 64, salt=1000 * rnd + 37 * lv + i),
+                                 SamplingParams(temperature=0, max_tokens=args.sched_tokens),
+                                 on_event)
+                done.wait(120)
+                dt = time.perf_counter() - t
+                out.append({"round": rnd, "requests": lv, "tokens": tokens[0],
+                            "seconds": round(dt, 3), "tps": round(tokens[0] / dt, 1)})
+                say(f"scheduler: {out[-1]}")
+        res["scheduler"] = out
     return res
 
 
 def sec_spec(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
     from engine.host.runtime import Model
-    from engine.host.speculative import lookup_source
     from engine.settings import LoadParams, SamplingParams
 
     path = Path(args.model)
@@ -388,7 +386,7 @@ def sec_spec(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
             plain = m.generate(msgs, s)
             plain.consume()
             m.reset_cache()
-            spec = m.generate(msgs, s, token_source=lookup_source())
+            spec = m.generate(msgs, s, spec="lookup")
             spec.consume()
             first_diff = next((i for i, (a, b) in enumerate(zip(plain.tokens, spec.tokens,
                                                                 strict=False)) if a != b), None)

@@ -67,8 +67,8 @@ class Probe(QObject):
             self.gaps.append(now - self.last)
         self.last = now
 
-    @Slot(str, int)
-    def on_tokens(self, _text: str, n: int) -> None:
+    @Slot(int, str, int)
+    def on_tokens(self, _rid: int, _text: str, n: int) -> None:
         now = time.perf_counter()
         self.signals += 1
         if self.first is None:
@@ -77,8 +77,8 @@ class Probe(QObject):
             self.last = now
         self.last_tok = (now, n)
 
-    @Slot(object)
-    def on_finished(self, stats: GenerationStats) -> None:
+    @Slot(int, object)
+    def on_finished(self, _rid: int, stats: GenerationStats) -> None:
         self.recording = False
         self.stats = stats
 

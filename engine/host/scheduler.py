@@ -958,7 +958,7 @@ class Scheduler:
                     # Grow after a fully accepted draft, else one more than was accepted.
                     s.k = min(s.draft_max, s.k + 1) if i == len(drafts) else i + 1
             # Finishing inside the accepted drafts leaves the later ones dead too.
-            if not self._emit_token(s, tok, keep=base + i + accepted):
+            if not self._emit_token(s, tok, keep=base + i + accepted, pos=base + i):
                 return
             if not accepted:
                 s.next_token = tok
@@ -975,10 +975,11 @@ class Scheduler:
         n = C.llama_token_to_piece(self.model.vocab_ptr, tok, bigger, len(bigger), 0, False)
         return bigger.raw[:n]
 
-    def _emit_token(self, s: _Slot, tok: int, keep: int) -> bool:
-        """Hand out one generated token; False when the request finished with it. Finishing
-        first drops the slot's cells from `keep` on: the request is reported done (and its
-        slot free) only once the cache holds exactly the slot's tokens."""
+    def _emit_token(self, s: _Slot, tok: int, keep: int, pos: int) -> bool:
+        """Hand out one generated token, which goes at position `pos`; False when the
+        request finished with it. Finishing first drops the slot's cells from `keep` on: the
+        request is reported done (and its slot free) only once the cache holds exactly the
+        slot's tokens."""
         req = s.req
         assert req is not None
         if self.model.is_eog(tok):
@@ -998,7 +999,7 @@ class Scheduler:
             reason = "stop_string"
         elif s.n_gen >= req.sampling.max_tokens:
             reason = "length"
-        elif len(s.tokens) + 1 >= self.n_ctx_seq:
+        elif pos + 1 >= self.n_ctx_seq:  # (not len(tokens): they hold this step's drafts)
             reason = "context_full"
         if reason is None:
             return True

@@ -94,7 +94,7 @@ def batched(smollm2_path: Path) -> Iterator[tuple[Model, Scheduler]]:
 
 
 def test_scheduler_target_runs_concurrent_requests(batched: tuple[Model, Scheduler]) -> None:
-    model, sched = batched
+    model, _ = batched
     w = small_workload(4)
     r = run_benchmark(SchedulerTarget(model), w,
                       BenchConfig(concurrency=[1, 2], requests=4, max_tokens=8,

@@ -116,7 +116,7 @@ def test_cancelling_either_frees_its_cells(
 def test_every_decode_runs_on_the_one_loop_thread(
         model: Model, served: tuple[LoadedModel, openai.OpenAI],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    loaded, client = served
+    _, client = served
     C = llama_lib.lib()
     real = C.llama_decode
     threads: set[str] = set()
