@@ -189,7 +189,7 @@ class EngineWorker(QObject):
         self.loaded.emit(LoadedModel(
             path=Path(path),
             name=engine.name,
-            n_ctx=model.n_ctx,
+            n_ctx=model.n_ctx_seq,  # what one conversation holds
             n_layer=info.n_layer,
             n_gpu_layers=info.n_gpu_layers,
             load_s=info.load_s,
