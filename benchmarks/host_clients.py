@@ -44,7 +44,7 @@ from benchmarks.doc_tables import machine_line  # noqa: E402
 from engine.host.runtime import Model  # noqa: E402
 from engine.memory import hardware  # noqa: E402
 from engine.native import llama_lib  # noqa: E402
-from engine.settings import LoadParams, SamplingParams  # noqa: E402
+from engine.settings import LoadParams, SamplingParams, default_threads  # noqa: E402
 
 STORY = "Once upon a time, in a small village by the sea, there lived"
 CHAT = [{"role": "user", "content": "Tell me a long story about a lighthouse keeper."}]
@@ -74,8 +74,10 @@ def reference_loop(model: Model, prompt: list[int], n_tokens: int) -> float:
     C.llama_memory_clear(C.llama_get_memory(ctx), True)
     chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
     C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
-    arr = (C.llama_token * len(prompt))(*prompt)
-    C.llama_decode(ctx, C.llama_batch_get_one(arr, len(prompt)))
+    for i in range(0, len(prompt), 512):  # within any context's batch size
+        chunk = prompt[i : i + 512]
+        arr = (C.llama_token * len(chunk))(*chunk)
+        C.llama_decode(ctx, C.llama_batch_get_one(arr, len(chunk)))
     tok = (C.llama_token * 1)()
     one = C.llama_batch_get_one(tok, 1)
     tok[0] = C.llama_sampler_sample(chain, ctx, -1)
@@ -90,33 +92,39 @@ def reference_loop(model: Model, prompt: list[int], n_tokens: int) -> float:
     return (n_tokens - 1) / dt
 
 
-def host_rate(model: Model, n_tokens: int) -> float:
+def story(repeat: int) -> str:
+    return " ".join([STORY + " a fisherman."] * (repeat - 1) + [STORY])
+
+
+def host_rate(model: Model, n_tokens: int, repeat: int = 1) -> float:
     """One request through the host; tokens/s between its first and last token."""
     model.reset_cache()
-    gen = model.complete(STORY, SamplingParams(temperature=0, repeat_penalty=1.0,
+    gen = model.complete(story(repeat), SamplingParams(temperature=0, repeat_penalty=1.0,
                                                max_tokens=n_tokens, stop=()))
     gen.consume()
     return gen.stats.gen_tps_wall
 
 
-def child_decode(path: Path, mode: str, n_tokens: int) -> float:
+def child_decode(path: Path, mode: str, n_tokens: int, repeat: int) -> float:
     """In a fresh process: 'product' = Candlewick's default settings through the host;
     'llama' = llama.cpp's own default context parameters, the reference loop."""
     if mode == "product":
         with Model(path, LoadParams()) as m:
             host_rate(m, 16)  # warm-up
-            return host_rate(m, n_tokens)
+            return host_rate(m, n_tokens, repeat)
     C = llama_lib.lib()
     mp = C.llama_model_default_params()
     mp.use_extra_bufts = True
     model = C.llama_model_load_from_file(str(path).encode(), mp)
     cp = C.llama_context_default_params()  # llama.cpp's defaults: flash attention 'auto'...
     cp.n_ctx = LoadParams().n_ctx
+    # ...but the threads Candlewick picks: llama.cpp's default of 4 oversubscribes 2 cores.
+    cp.n_threads = cp.n_threads_batch = default_threads()
     ctx = C.llama_init_from_model(model, cp)
     vocab = C.llama_model_get_vocab(model)
-    data = STORY.encode()
-    buf = (C.llama_token * 256)()
-    n = C.llama_tokenize(vocab, data, len(data), buf, 256, True, True)
+    data = story(repeat).encode()
+    buf = (C.llama_token * 4096)()
+    n = C.llama_tokenize(vocab, data, len(data), buf, 4096, True, True)
 
     class Shim:  # what reference_loop needs of a Model
         ctx_ptr = ctx
@@ -141,17 +149,23 @@ def decode(args: argparse.Namespace) -> dict[str, Any]:
             ref.append(m.loop.call_idle(lambda: reference_loop(m, prompt, args.tokens)))
             m.loop.clear_cache()
             host.append(host_rate(m, args.tokens))
-    product: list[float] = []
-    llama: list[float] = []
-    for _ in range(args.pairs):
-        for mode, out in (("product", product), ("llama", llama)):
-            r = subprocess.run([sys.executable, __file__, "child-decode", "--mode", mode,
-                                "--model", str(path), "--tokens", str(args.tokens)],
-                               capture_output=True, text=True, check=True)
-            out.append(float(r.stdout.strip().splitlines()[-1]))
-    return {"host_vs_reference": ratio_line("host vs C-API loop", host, ref),
-            "defaults": ratio_line("product defaults vs llama.cpp defaults", product, llama),
-            "host": host, "reference": ref, "product": product, "llama": llama}
+    out: dict[str, Any] = {"host_vs_reference": ratio_line("host vs C-API loop", host, ref),
+                           "host": host, "reference": ref}
+    # A short prompt, and a long one (~1,900 tokens: a chat some turns in), where the CPU
+    # flash-attention kernel slows down (engine.settings.resolve_flash_attn).
+    for label, repeat in (("short", 1), ("long", 110)):
+        product: list[float] = []
+        llama: list[float] = []
+        for _ in range(args.pairs):
+            for mode, rates in (("product", product), ("llama", llama)):
+                r = subprocess.run([sys.executable, __file__, "child-decode", "--mode", mode,
+                                    "--model", str(path), "--tokens", str(args.tokens),
+                                    "--repeat", str(repeat)],
+                                   capture_output=True, text=True, check=True)
+                rates.append(float(r.stdout.strip().splitlines()[-1]))
+        out[f"defaults_{label}"] = ratio_line(
+            f"product defaults vs llama.cpp defaults, {label} prompt", product, llama)
+    return out
 
 
 # -- share --------------------------------------------------------------------------------
@@ -427,9 +441,10 @@ def main() -> int:
     ap.add_argument("--llama-server", default=None)
     ap.add_argument("--mode", choices=("product", "llama"), default="product")
     ap.add_argument("--shared", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
     if args.what == "child-decode":
-        print(child_decode(model_path(args.model), args.mode, args.tokens))
+        print(child_decode(model_path(args.model), args.mode, args.tokens, args.repeat))
         return 0
     if args.what == "child-share":
         fn = share_once if args.shared else child_share_two_instances
