@@ -181,6 +181,14 @@ def _serve(model: Model) -> tuple[Any, Any]:
     return srv, loaded
 
 
+def _has_text(line: str) -> bool:
+    """Whether an SSE line is a chunk with text (not the role-only first chunk)."""
+    if not line.startswith("data: {"):
+        return False
+    choices = json.loads(line[6:]).get("choices") or [{}]
+    return bool((choices[0].get("delta") or {}).get("content"))
+
+
 def _api_stream(url: str, n_tokens: int, out: list[float]) -> None:
     """One streaming chat request; tokens/s between the first and last content chunk."""
     body = {"model": "m", "messages": CHAT, "max_tokens": n_tokens, "temperature": 0,
@@ -188,7 +196,7 @@ def _api_stream(url: str, n_tokens: int, out: list[float]) -> None:
     times: list[float] = []
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=300) as r:
         for line in r.iter_lines():
-            if line.startswith("data: {") and '"content"' in line:
+            if _has_text(line):
                 times.append(time.perf_counter())
     out.append((len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0)
 
@@ -324,17 +332,18 @@ def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> N
 def _ttft(url: str, n: int) -> list[float]:
     out = []
     body = {"model": "m", "messages": SHORT, "max_tokens": 4, "temperature": 0, "stream": True}
-    with httpx.Client(timeout=120) as client:
-        for i in range(n):
+    for i in range(n):
+        # A new connection each time: llama-server closes one after a stream.
+        with httpx.Client(timeout=120) as client:
             body["messages"] = [{"role": "user", "content": f"Say hello. ({i})"}]
             t0 = time.perf_counter()
+            first: float | None = None
             with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
-                for line in r.iter_lines():
-                    if line.startswith("data: {") and '"content"' in line:
-                        out.append(time.perf_counter() - t0)
-                        break
-                for _ in r.iter_lines():
-                    pass
+                for line in r.iter_lines():  # read to the end: the next request starts idle
+                    if first is None and _has_text(line):
+                        first = time.perf_counter() - t0
+            if first is not None:
+                out.append(first)
     return out
 
 
