@@ -161,7 +161,7 @@ def decode(args: argparse.Namespace) -> dict[str, Any]:
                 r = subprocess.run([sys.executable, __file__, "child-decode", "--mode", mode,
                                     "--model", str(path), "--tokens", str(args.tokens),
                                     "--repeat", str(repeat)],
-                                   capture_output=True, text=True, check=True)
+                                   capture_output=True, text=True, check=True, timeout=600)
                 rates.append(float(r.stdout.strip().splitlines()[-1]))
         out[f"defaults_{label}"] = ratio_line(
             f"product defaults vs llama.cpp defaults, {label} prompt", product, llama)

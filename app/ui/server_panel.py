@@ -361,6 +361,11 @@ class ServerPanel(QWidget):
     @Slot()
     def refresh_model(self) -> None:
         """The chat's model changed (loaded, ejected): what Start would serve."""
+        server = self.server
+        if self.phase == "running" and server is not None and server.stopped_because:
+            self._on_stopped(None, None)  # unloading the model stopped the server
+            self._set_status(f"Stopped: {server.stopped_because}")
+            return
         info = self.loaded
         if self.phase == "stopped":
             self.model_label.setText(f"Model: {info.name}" if info else "No model loaded")
@@ -467,6 +472,8 @@ class ServerPanel(QWidget):
     def _on_started(self, _result: object, error: BaseException | None) -> None:
         self.progress.hide()
         server = self.server
+        if error is None and server is not None and server.stopped_because:
+            error = EngineError(server.stopped_because)  # unloaded as it started
         if error is not None or server is None:
             self.server = None
             self._set_phase("stopped")
@@ -529,6 +536,9 @@ class ServerPanel(QWidget):
         """Slots, queue and KV use from the scheduler; new rows from the request log."""
         server = self.server
         if server is None:
+            return
+        if server.stopped_because:
+            self.refresh_model()
             return
         self.log_model.add(server.request_log.drain())
         if self.log_model.rowCount():

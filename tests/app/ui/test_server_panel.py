@@ -1,5 +1,8 @@
 """The Server panel on the real SmolLM2: start, call it with the official OpenAI client, watch
-the log and the slots, wrong key, stop frees the port, unsafe and impossible settings."""
+the log and the slots, wrong key, stop frees the port, unsafe and impossible settings.
+
+The panel serves the model the chat has loaded (found by name in a model host): here one
+SmolLM2 loaded in a host of the test's own, as the engine thread's would hold it."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import dataclasses
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -18,11 +21,13 @@ from PySide6.QtWidgets import QApplication, QLineEdit, QWidget
 from pytestqt.qtbot import QtBot
 
 from app.main import build_window
-from app.services.local_server import KEY_ACCOUNT, new_api_key
+from app.services.local_server import KEY_ACCOUNT, LEASE, new_api_key
 from app.services.secrets import SecretStore
 from app.ui.memory_adapter import engine_estimator
 from app.ui.server_panel import NO_MODEL_TIP, REMOTE_TIP, RequestLogModel, ServerPanel
 from app.ui.worker import LoadedModel, RemoteTarget
+from engine.host.host import ModelHost
+from engine.host.runtime import Model
 from engine.server.request_log import RequestRecord
 from engine.settings import LoadParams, SamplingParams
 from tests.memory_keyring import MemoryKeyring
@@ -47,17 +52,41 @@ def port_is_free(port: int) -> bool:
     return True
 
 
+CHAT_PARAMS = LoadParams(n_ctx=2048, n_threads=1)
+
+
 @pytest.fixture
 def chat_model(smollm2_path: Path) -> LoadedModel:
-    """What the chat reports once it has loaded SmolLM2 (the panel loads its own instance)."""
+    """What the chat reports once it has loaded SmolLM2 (the panel serves that model)."""
     return LoadedModel(path=smollm2_path, name="SmolLM2 135M Instruct", n_ctx=2048, n_layer=30,
-                       n_gpu_layers=0, load_s=0.1, params=LoadParams(n_ctx=2048, n_threads=1))
+                       n_gpu_layers=0, load_s=0.1, params=CHAT_PARAMS)
+
+
+@pytest.fixture(scope="module")
+def loaded_smollm2(smollm2_path: Path) -> Iterator[Model]:
+    """The chat's loaded model (one for the module: each panel gives its slots back)."""
+    model = Model(smollm2_path, CHAT_PARAMS)
+    yield model
+    model.close()
 
 
 @pytest.fixture
-def panel(qtbot: QtBot, chat_model: LoadedModel) -> Iterator[ServerPanel]:
+def model_host(loaded_smollm2: Model, chat_model: LoadedModel) -> Iterator[ModelHost]:
+    """The engine thread's registry, holding the chat's model under the chat's name."""
+    host = ModelHost()
+    host.add(chat_model.name, loaded_smollm2)
+    yield host
+    host.remove(chat_model.name)  # the model stays loaded for the next test
+    # Every test gives the chat its context back, whatever it did.
+    loop = loaded_smollm2.loop
+    assert loop.leased_by is None
+    assert (loop.n_slots, loop.n_ctx_seq, loop.reserved_slots) == (1, 2048, 0)
+
+
+@pytest.fixture
+def panel(qtbot: QtBot, chat_model: LoadedModel, model_host: ModelHost) -> Iterator[ServerPanel]:
     p = ServerPanel(lambda: chat_model, SecretStore(MemoryKeyring()),
-                    estimator=engine_estimator())
+                    estimator=engine_estimator(), model_host=model_host)
     qtbot.addWidget(p)
     p.port.setValue(free_port())
     p.parallel.setValue(2)
@@ -82,12 +111,16 @@ def cells(model: RequestLogModel) -> list[list[str]]:
 
 @pytest.mark.slow
 def test_serve_call_log_and_stop(qtbot: QtBot, qtmodeltester: object, panel: ServerPanel,
-                                 tmp_path: Path) -> None:
+                                 loaded_smollm2: Model, tmp_path: Path) -> None:
     key = panel.key_edit.text()
     assert len(key) >= 40 and panel.key_edit.echoMode() == QLineEdit.EchoMode.Password
     assert panel.require_key.isChecked()
     port = panel.port.value()
     start(qtbot, panel)
+    # The chat's model serves, its loop grown by the server's slots beside the chat's own.
+    assert panel.server is not None and panel.server._model is loaded_smollm2
+    loop = loaded_smollm2.loop
+    assert (loop.leased_by, loop.n_slots, loop.reserved_slots) == (LEASE, 1 + 2, 1)
     assert panel.secrets.get(KEY_ACCOUNT) == key  # kept in the keyring for next time
     url = panel.url.text()
     assert url == f"http://127.0.0.1:{port}"
@@ -109,20 +142,23 @@ def test_serve_call_log_and_stop(qtbot: QtBot, qtmodeltester: object, panel: Ser
     assert cells(panel.log_model)[0][5] == (f"{reply.usage.prompt_tokens} / "
                                             f"{reply.usage.completion_tokens}")
 
-    # A long streamed answer holds a slot: the panel shows it busy, then free again.
+    # A long streamed answer holds a slot: the panel shows it busy, then free again. The
+    # loop's slots are the server's two and the one kept for the chat.
     stream = client.chat.completions.create(
         model="SmolLM2", messages=[{"role": "user", "content": "Write a long story."}],
         max_tokens=400, stream=True)
     chunks = iter(stream)
     next(chunks)
-    qtbot.waitUntil(lambda: panel.slots.text().startswith("1 of 2 busy"), timeout=30_000)
+    qtbot.waitUntil(lambda: panel.slots.text().startswith("1 of 3 busy"), timeout=30_000)
     assert "cells" in panel.kv.text()
     stream.close()  # hang up mid-answer
-    qtbot.waitUntil(lambda: panel.slots.text().startswith("0 of 2 busy"), timeout=30_000)
+    client.close()  # its pooled connections too, not at some garbage collection
+    qtbot.waitUntil(lambda: panel.slots.text().startswith("0 of 3 busy"), timeout=30_000)
 
     bad = openai.OpenAI(base_url=url + "/v1", api_key="not-the-key-123", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()
+    bad.close()
     qtbot.waitUntil(lambda: any(r[4] == "401" for r in cells(panel.log_model)),
                     timeout=10_000)
     log = cells(panel.log_model)
@@ -138,6 +174,9 @@ def test_serve_call_log_and_stop(qtbot: QtBot, qtmodeltester: object, panel: Ser
     assert panel.phase == "stopped" and panel.status.text() == "Stopped"
     assert port_is_free(port)
     assert panel.url.text() == "" and panel.port.isEnabled()
+    # The chat has its one slot of 2,048 tokens back, and the model is still loaded.
+    assert (loop.leased_by, loop.n_slots, loop.n_ctx_seq) == (None, 1, 2048)
+    assert loaded_smollm2.loop is loop
 
 
 def test_start_is_off_without_a_model(qtbot: QtBot) -> None:
@@ -185,9 +224,10 @@ def test_a_taken_port_is_one_clear_line(panel: ServerPanel) -> None:
 
 @pytest.mark.slow
 def test_cancel_while_loading_frees_everything(qtbot: QtBot, chat_model: LoadedModel,
-                                               tmp_path: Path) -> None:
+                                               model_host: ModelHost, tmp_path: Path) -> None:
     ini = QSettings(str(tmp_path / "window.ini"), QSettings.Format.IniFormat)
-    panel = ServerPanel(lambda: chat_model, SecretStore(MemoryKeyring()), settings=ini)
+    panel = ServerPanel(lambda: chat_model, SecretStore(MemoryKeyring()), settings=ini,
+                        model_host=model_host)
     qtbot.addWidget(panel)
     port = free_port()
     panel.port.setValue(port)
@@ -210,15 +250,19 @@ def test_cancel_while_loading_frees_everything(qtbot: QtBot, chat_model: LoadedM
 
 
 @pytest.mark.slow
-def test_quitting_while_serving_shuts_down(qtbot: QtBot, panel: ServerPanel) -> None:
+def test_quitting_while_serving_shuts_down(qtbot: QtBot, panel: ServerPanel,
+                                           loaded_smollm2: Model) -> None:
     start(qtbot, panel)
     before = {t.name for t in threading.enumerate()}
-    assert "candlewick-server" in before and "candlewick-scheduler" in before
+    assert "candlewick-server" in before and "candlewick-decode" in before
     port = panel.port.value()
     panel.shutdown()
     names = {t.name for t in threading.enumerate()}
-    assert not names & {"candlewick-server", "candlewick-scheduler", "candlewick-embed_0"}
+    assert not names & {"candlewick-server", "candlewick-embed_0"}
     assert port_is_free(port)
+    # The decode loop is the chat's model's: it goes on, with the chat's context back.
+    assert "candlewick-decode" in names
+    assert (loaded_smollm2.loop.leased_by, loaded_smollm2.loop.n_slots) == (None, 1)
 
 
 @pytest.mark.slow
@@ -226,7 +270,12 @@ def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
         qtbot: QtBot, smollm2_path: Path) -> None:
     w = build_window(sampling=SamplingParams(temperature=0.0, max_tokens=4))
     asked: list[str] = []
-    w.ask_quit = lambda _parent, warnings: bool(asked.extend(warnings)) or True
+
+    def ask_quit(_parent: object, warnings: Sequence[str]) -> bool:
+        asked.extend(warnings)
+        return True
+
+    w.ask_quit = ask_quit
     try:
         panel = w.findChild(ServerPanel)
         assert panel is not None

@@ -1,5 +1,6 @@
 """The engine thread on the real SmolLM2: exact signal sequences for load, generate, stop,
-unload and failures, and coalescing of token signals."""
+unload and failures, coalescing of token signals, and the request id every reply signal
+carries (0 for failures that are not about a reply)."""
 
 from __future__ import annotations
 
@@ -44,9 +45,11 @@ def load(qtbot: QtBot, host: EngineHost, log: SignalLog, path: Path) -> LoadedMo
 def generate(qtbot: QtBot, host: EngineHost, log: SignalLog,
              sampling: SamplingParams = GREEDY) -> GenerationStats:
     with qtbot.waitSignal(log.got_finished, timeout=120_000) as blocker:
-        host.generate(CHAT, sampling)
+        rid = host.generate(CHAT, sampling)
     stats = blocker.args[0]
     assert isinstance(stats, GenerationStats)
+    # Every signal about the reply carries the id `generate` returned.
+    assert rid > 0 and {r for _, r, _ in log.replies} == {rid}
     return stats
 
 
@@ -82,6 +85,11 @@ def test_reply_streams_in_order_and_matches_direct_generation(
     assert streamed == direct and streamed.strip()
     assert log.values("started") == [stats.prompt_tokens]
     assert stats.gen_tokens > 0 and stats.ttft_s > 0 and stats.gen_tps > 0
+    # The next reply has an id of its own.
+    first = log.request_ids("finished")[0]
+    log.clear()
+    generate(qtbot, host, log)
+    assert log.request_ids("finished")[0] > first
 
 
 def test_tokens_are_coalesced(qtbot: QtBot, smollm2_path: Path) -> None:
@@ -126,9 +134,10 @@ def test_stop_cancels_before_next_token(qtbot: QtBot, host: EngineHost,
 def test_generate_without_model_fails_with_message(qtbot: QtBot, host: EngineHost) -> None:
     log = SignalLog(host.worker)
     with qtbot.waitSignal(log.got_failed, timeout=10_000) as blocker:
-        host.generate(CHAT, GREEDY)
+        rid = host.generate(CHAT, GREEDY)
     assert "No model is loaded" in blocker.args[0]
     assert log.names == ["failed"]
+    assert log.request_ids("failed") == [rid] and rid > 0  # about that reply
 
 
 @pytest.mark.parametrize("content", [b"not a gguf file at all" * 10, b"GGUF\x03\x00\x00\x00"])
@@ -144,6 +153,7 @@ def test_corrupt_model_file_fails_with_message(qtbot: QtBot, host: EngineHost, t
     assert message.startswith("Could not load broken.gguf: ")
     assert "\n" not in message and "Traceback" not in message
     assert log.names == ["failed"]
+    assert log.request_ids("failed") == [0]  # not about a reply
 
 
 def test_truncated_real_model_fails_with_message(qtbot: QtBot, host: EngineHost,

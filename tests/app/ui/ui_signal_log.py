@@ -14,8 +14,8 @@ class SignalLog(QObject):
     exactly as they reach the window. Tests wait on its `got_*` signals, never on the
     worker's own: pytest-qt's blockers would run their callback in the engine thread.
 
-    The reply signals' request ids are kept apart (`request_ids`), so `events` and the
-    `got_*` signals carry what each signal is about, as before ids existed."""
+    The reply signals' request ids are kept apart (`replies`), so `events` and the `got_*`
+    signals carry what each signal says, without the id."""
 
     got_loaded = Signal(object)
     got_load_cancelled = Signal()
@@ -27,7 +27,8 @@ class SignalLog(QObject):
     def __init__(self, worker: EngineWorker) -> None:
         super().__init__()
         self.events: list[tuple[str, Any]] = []
-        self.rids: list[tuple[str, int]] = []  # (signal name, request id) of reply signals
+        # The reply signals (started, tokens, finished, failed) as (name, request id, value).
+        self.replies: list[tuple[str, int, Any]] = []
         worker.progress.connect(self.on_progress)
         worker.loaded.connect(self.on_loaded)
         worker.load_cancelled.connect(self.on_load_cancelled)
@@ -54,11 +55,19 @@ class SignalLog(QObject):
 
     def request_ids(self, name: str) -> list[int]:
         """The request id each `name` signal (started, tokens, finished, failed) carried."""
-        return [r for n, r in self.rids if n == name]
+        return [r for n, r, _ in self.replies if n == name]
+
+    def text_of(self, rid: int) -> str:
+        """The text the `tokens` signals of request `rid` carried."""
+        return "".join(v[0] for n, r, v in self.replies if n == "tokens" and r == rid)
+
+    def _reply(self, name: str, rid: int, value: Any) -> None:
+        self.replies.append((name, rid, value))
+        self.events.append((name, value))
 
     def clear(self) -> None:
         self.events.clear()
-        self.rids.clear()
+        self.replies.clear()
 
     @Slot(float)
     def on_progress(self, p: float) -> None:
@@ -76,25 +85,21 @@ class SignalLog(QObject):
 
     @Slot(int, int)
     def on_started(self, rid: int, n: int) -> None:
-        self.rids.append(("started", rid))
-        self.events.append(("started", n))
+        self._reply("started", rid, n)
 
     @Slot(int, str, int)
     def on_tokens(self, rid: int, text: str, n: int) -> None:
-        self.rids.append(("tokens", rid))
-        self.events.append(("tokens", (text, n)))
+        self._reply("tokens", rid, (text, n))
         self.got_tokens.emit(text, n)
 
     @Slot(int, object)
     def on_finished(self, rid: int, stats: object) -> None:
-        self.rids.append(("finished", rid))
-        self.events.append(("finished", stats))
+        self._reply("finished", rid, stats)
         self.got_finished.emit(stats)
 
     @Slot(int, str)
     def on_failed(self, rid: int, message: str) -> None:
-        self.rids.append(("failed", rid))
-        self.events.append(("failed", message))
+        self._reply("failed", rid, message)
         self.got_failed.emit(message)
 
     @Slot()
