@@ -42,6 +42,7 @@ sys.path.insert(0, str(REPO))
 from app.services.library import bundled_default_model  # noqa: E402
 from benchmarks.doc_tables import machine_line  # noqa: E402
 from engine.host.runtime import Model  # noqa: E402
+from engine.host.scheduler import Scheduler  # noqa: E402
 from engine.memory import hardware  # noqa: E402
 from engine.native import llama_lib  # noqa: E402
 from engine.settings import LoadParams, SamplingParams, default_threads  # noqa: E402
@@ -218,6 +219,34 @@ def _together(model: Model, url: str, n_tokens: int) -> tuple[float, float]:
     return chat[0], api[0]
 
 
+def raw_two_sequences(model: Model, steps: int = 60) -> float:
+    """The ceiling: tokens/s of llama.cpp decoding 2 sequences a step over 1 sequence a step,
+    straight on the C API on the model's context (run on its decode thread)."""
+    C = llama_lib.lib()
+    ctx = model.ctx_ptr
+    mem = C.llama_get_memory(ctx)
+    b = C.llama_batch_init(64, 0, 1)
+    rate: dict[int, float] = {}
+    for n in (1, 2):
+        C.llama_memory_clear(mem, True)
+        for seq in range(n):
+            for i in range(40):
+                Scheduler._put(b, i, 100 + i, i, seq, False)
+            b.n_tokens = 40
+            C.llama_decode(ctx, b)
+        t0 = time.perf_counter()
+        for step in range(steps):
+            for seq in range(n):
+                Scheduler._put(b, seq, 200, 40 + step, seq, True)
+            b.n_tokens = n
+            C.llama_decode(ctx, b)
+        C.llama_synchronize(ctx)
+        rate[n] = n * steps / (time.perf_counter() - t0)
+    C.llama_batch_free(b)
+    C.llama_memory_clear(mem, True)
+    return rate[2] / rate[1]
+
+
 def share_once(path: Path, n_tokens: int) -> dict[str, float]:
     """The shared host: the chat and the server's one request on one loaded model."""
     with Model(path, LoadParams(n_ctx=2048)) as m:
@@ -230,11 +259,14 @@ def share_once(path: Path, n_tokens: int) -> dict[str, float]:
             _chat(m, n_tokens, chat_alone)
             _api_stream(srv.url, n_tokens, api_alone)
             chat, api = _together(m, srv.url, n_tokens)
+            ceiling = m.loop.call_idle(lambda: raw_two_sequences(m))
+            m.loop.clear_cache()  # the raw decodes bypassed the loop's bookkeeping
         finally:
             loaded.close()
             srv.stop()
             m.loop.release("server")
-    return {"chat_alone": chat_alone[0], "api_alone": api_alone[0], "chat": chat, "api": api}
+    return {"chat_alone": chat_alone[0], "api_alone": api_alone[0], "chat": chat, "api": api,
+            "raw_two_sequences": ceiling}
 
 
 def child_share_two_instances(path: Path, n_tokens: int) -> dict[str, float]:
