@@ -1,13 +1,14 @@
-"""The benchmark's own model instance: sized from the workload with the real tokenizer, and
-loaded with the chat's settings otherwise."""
+"""The benchmark on the chat's loaded model: the context sized from the workload with the real
+tokenizer, and the model's loop given back afterwards."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from engine.bench.embedded import TAG_TOKENS, bench_load_params, context_per_request
-from engine.bench.harness import Tokenizer
-from engine.bench.workloads import load_workload
+from engine.bench.embedded import TAG_TOKENS, context_per_request, run_loaded_benchmark
+from engine.bench.harness import BenchConfig, Tokenizer
+from engine.bench.workloads import Workload, load_workload
+from engine.host.runtime import Model
 from engine.settings import LoadParams
 
 
@@ -27,11 +28,17 @@ def test_context_fits_the_longest_prompt_with_its_answer(smollm2_path: Path) -> 
     assert context_per_request(smollm2_path, load_workload("chat"), 8) <= 512
 
 
-def test_load_params_keep_the_chat_settings() -> None:
-    chat = LoadParams(n_ctx=8192, n_gpu_layers=12, n_threads=3, flash_attn="on",
-                      type_k="q8_0", type_v="q8_0", state_cache_mb=256)
-    p = bench_load_params(chat, 1024, 4)
-    assert (p.n_ctx, p.n_seq_max, p.state_cache_mb) == (4096, 4, 0)
-    assert (p.n_gpu_layers, p.n_threads, p.flash_attn, p.type_k, p.type_v) == \
-        (12, 3, "on", "q8_0", "q8_0")
-    assert chat.n_ctx == 8192  # the chat's own settings are untouched
+def test_a_run_on_the_loaded_model_gives_its_loop_back(smollm2_path: Path) -> None:
+    """The benchmark runs on the chat's model, sized for the run, then hands the loop back."""
+    with Model(smollm2_path, LoadParams(n_ctx=1024, n_threads=2)) as m:
+        loop = m.loop
+        w = load_workload("chat")
+        cfg = BenchConfig(concurrency=[1, 2], requests=2, max_tokens=4, unique_prompts=False)
+        seen: list[tuple[int, str | None]] = []
+        result = run_loaded_benchmark(
+            m, Workload("chat", w.prompts[:2], w.source), cfg,
+            progress=lambda p: seen.append((loop.n_slots, loop.leased_by)))
+        assert [lv["concurrency"] for lv in result["levels"]] == [1, 2]
+        assert (2, "benchmark") in seen  # it ran with two sequences of its own
+        assert (loop.n_slots, loop.n_ctx_seq, loop.leased_by) == (1, 1024, None)
+        assert m.generate([{"role": "user", "content": "Hi"}]).consume()  # the chat goes on
