@@ -25,34 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
+from benchmarks.host_clients import reference_loop
 from engine.host.runtime import Model
 from engine.settings import LoadParams, SamplingParams, use_extra_buffers
 
 PROMPT = "Once upon a time, in a small village by the sea, there lived"
-
-
-def reference_loop(model: Model, prompt: list[int], n_tokens: int) -> float:
-    """Greedy decode of n_tokens straight on the C API; returns tokens/s of the decode phase."""
-    import llama_cpp.llama_cpp as C
-
-    ctx = model.ctx_ptr
-    C.llama_memory_clear(C.llama_get_memory(ctx), True)
-    chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
-    C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
-    arr = (C.llama_token * len(prompt))(*prompt)
-    C.llama_decode(ctx, C.llama_batch_get_one(arr, len(prompt)))
-    tok_arr = (C.llama_token * 1)()
-    batch = C.llama_batch_get_one(tok_arr, 1)
-    tok_arr[0] = C.llama_sampler_sample(chain, ctx, -1)
-    C.llama_decode(ctx, batch)  # first generated token: excluded from the timing, as below
-    t0 = time.perf_counter()
-    for _ in range(n_tokens - 1):
-        tok_arr[0] = C.llama_sampler_sample(chain, ctx, -1)
-        C.llama_decode(ctx, batch)
-    C.llama_synchronize(ctx)
-    dt = time.perf_counter() - t0
-    C.llama_sampler_free(chain)
-    return (n_tokens - 1) / dt
 
 
 def engine_loop(model: Model, prompt_text: str, n_tokens: int) -> float:

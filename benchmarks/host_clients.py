@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from app.services.library import bundled_default_model  # noqa: E402
 from benchmarks.doc_tables import machine_line  # noqa: E402
+from benchmarks.server_throughput import run_level  # noqa: E402
 from engine.host.runtime import Model  # noqa: E402
 from engine.host.scheduler import Scheduler  # noqa: E402
 from engine.memory import hardware  # noqa: E402
@@ -247,44 +248,41 @@ def raw_two_sequences(model: Model, steps: int = 60) -> float:
     return rate[2] / rate[1]
 
 
+def _share(chat_m: Model, server_m: Model, n_tokens: int) -> dict[str, float]:
+    """The chat on `chat_m` and the server's one request on `server_m`: each alone, then
+    together."""
+    srv, loaded = _serve(server_m)
+    try:
+        _chat(chat_m, 16, [])
+        chat_alone: list[float] = []
+        api_alone: list[float] = []
+        _chat(chat_m, n_tokens, chat_alone)
+        _api_stream(srv.url, n_tokens, api_alone)
+        chat, api = _together(chat_m, srv.url, n_tokens)
+    finally:
+        loaded.close()
+        srv.stop()
+    return {"chat_alone": chat_alone[0], "api_alone": api_alone[0], "chat": chat, "api": api}
+
+
 def share_once(path: Path, n_tokens: int) -> dict[str, float]:
     """The shared host: the chat and the server's one request on one loaded model."""
     with Model(path, LoadParams(n_ctx=2048)) as m:
         m.loop.lease("server", 2, 2048, reserved_slots=1)
-        srv, loaded = _serve(m)
         try:
-            _chat(m, 16, [])
-            chat_alone: list[float] = []
-            api_alone: list[float] = []
-            _chat(m, n_tokens, chat_alone)
-            _api_stream(srv.url, n_tokens, api_alone)
-            chat, api = _together(m, srv.url, n_tokens)
-            ceiling = m.loop.call_idle(lambda: raw_two_sequences(m))
+            out = _share(m, m, n_tokens)
+            out["raw_two_sequences"] = m.loop.call_idle(lambda: raw_two_sequences(m))
             m.loop.clear_cache()  # the raw decodes bypassed the loop's bookkeeping
         finally:
-            loaded.close()
-            srv.stop()
             m.loop.release("server")
-    return {"chat_alone": chat_alone[0], "api_alone": api_alone[0], "chat": chat, "api": api,
-            "raw_two_sequences": ceiling}
+    return out
 
 
 def child_share_two_instances(path: Path, n_tokens: int) -> dict[str, float]:
     """Before: the chat on its own instance, the server on a second one of the same file."""
     with Model(path, LoadParams(n_ctx=2048)) as chat_m, \
             Model(path, LoadParams(n_ctx=2048)) as server_m:
-        srv, loaded = _serve(server_m)
-        try:
-            _chat(chat_m, 16, [])
-            chat_alone: list[float] = []
-            api_alone: list[float] = []
-            _chat(chat_m, n_tokens, chat_alone)
-            _api_stream(srv.url, n_tokens, api_alone)
-            chat, api = _together(chat_m, srv.url, n_tokens)
-        finally:
-            loaded.close()
-            srv.stop()
-    return {"chat_alone": chat_alone[0], "api_alone": api_alone[0], "chat": chat, "api": api}
+        return _share(chat_m, server_m, n_tokens)
 
 
 def share(args: argparse.Namespace) -> dict[str, Any]:
@@ -379,36 +377,15 @@ def _ttft(url: str, n: int) -> list[float]:
     return out
 
 
-def _throughput(url: str, n: int, max_tokens: int, round_no: int) -> float:
-    done = [0] * n
-    barrier = threading.Barrier(n + 1)
-
-    def client(i: int) -> None:
-        body = {"model": "m", "max_tokens": max_tokens, "temperature": 0,
-                "messages": [{"role": "user", "content":
-                              f"Write a story about a robot number {i + 10 * round_no}."}]}
-        barrier.wait()
-        r = httpx.post(url + "/v1/chat/completions", json=body, timeout=600)
-        done[i] = int(r.json()["usage"]["completion_tokens"])
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for t in threads:
-        t.join()
-    return sum(done) / (time.perf_counter() - t0)
-
-
 def _measure_server(cmd: list[str], url: str, args: argparse.Namespace) -> dict[str, Any]:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_up(url, proc)
         _ttft(url, 3)  # warm-up
         ttft = _ttft(url, args.ttft_requests)
-        one = [_throughput(url, 1, args.max_tokens, r) for r in range(args.rounds)]
-        many = [_throughput(url, args.slots, args.max_tokens, r) for r in range(args.rounds)]
+        one = [run_level(url, 1, args.max_tokens, r)[0] for r in range(args.rounds)]
+        many = [run_level(url, args.slots, args.max_tokens, r)[0]
+                for r in range(args.rounds)]
     finally:
         proc.terminate()
         proc.wait(30)

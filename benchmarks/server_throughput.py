@@ -146,8 +146,8 @@ def scheduler_decode_tps(loaded: LoadedModel, model: Model, max_tokens: int) -> 
     def on(e: Event) -> None:
         if isinstance(e, Finished):
             st = e.stats
-            if st.completion_tokens > 1 and st.total_s > st.ttft_s:
-                out.append((st.completion_tokens - 1) / (st.total_s - st.ttft_s))
+            if st.gen_tokens > 1 and st.total_s > st.ttft_s:
+                out.append((st.gen_tokens - 1) / (st.total_s - st.ttft_s))
             done.set()
 
     prompt = model.chat_tokens([{"role": "user",

@@ -6,14 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from PySide6.QtCore import QEvent
-from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.main import build_window
 from app.ui.main_window import MainWindow
 from engine.host.stats import GenerationStats
 from engine.settings import SamplingParams
+from tests.app.ui.test_ui_window import close_window, open_window
 from tests.app.ui.ui_signal_log import SignalLog
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
@@ -23,14 +21,9 @@ LONG = SamplingParams(temperature=0.0, max_tokens=1500)
 
 @pytest.fixture
 def window(qtbot: QtBot) -> Iterator[MainWindow]:
-    w = build_window(sampling=SHORT)
-    w.show()
-    qtbot.waitExposed(w)
+    w = open_window(qtbot, SHORT)
     yield w
-    w.close()
-    w.shutdown()
-    w.deleteLater()
-    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    close_window(w)
 
 
 def test_a_stale_request_id_does_not_land_in_the_current_message(
