@@ -103,6 +103,9 @@ class SamplingParams:
     seed: int | None = None
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
+    # What the reply must match: a compiled llguidance grammar (engine.decoding.constraints),
+    # None for free text.
+    grammar: str | None = None
 
     @property
     def reproducible(self) -> bool:

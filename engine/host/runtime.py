@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from engine.decoding import constraints
+from engine.decoding.constraints import TokenMask
 from engine.errors import EngineError, LoadCancelled
 from engine.host.generation import Generation
 from engine.host.prompt_cache import PromptStateCache
@@ -95,6 +97,8 @@ class Model:
         self.scheduler: Scheduler | None = None
         self.speculator: Speculator | None = None
         self._piece_buf = ctypes.create_string_buffer(256)
+        self._grammar_lock = threading.Lock()
+        self._grammar_tokenizer: Any = None
         # Snapshots of recent conversations' KV state, so switching back costs a memory copy.
         self.state_cache: PromptStateCache | None = (
             PromptStateCache(self.params.state_cache_mb << 20)
@@ -373,6 +377,19 @@ class Model:
 
     def is_eog(self, token: int) -> bool:
         return bool(self._lib.llama_vocab_is_eog(self._live_vocab(), token))
+
+    def grammar_mask(self, grammar: str) -> TokenMask:
+        """A fresh grammar state for one request (engine.decoding.constraints). The
+        vocabulary's llguidance view is built on the first use and kept."""
+        with self._grammar_lock:
+            if self._grammar_tokenizer is None:
+                vocab = self._live_vocab()
+                eog = [t for t in range(self.n_vocab)
+                       if self._lib.llama_vocab_is_eog(vocab, t)]
+                self._grammar_tokenizer = constraints.tokenizer_for(
+                    self._lib, vocab, self.n_vocab, eog)
+            tokenizer = self._grammar_tokenizer
+        return TokenMask(tokenizer, grammar, self.n_vocab)
 
     # -- prompts ---------------------------------------------------------------------------
 

@@ -56,6 +56,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import numpy as np
+
+from engine.decoding.constraints import TokenMask
 from engine.decoding.textstream import TextStream
 from engine.errors import EngineError
 from engine.host import batch_plan, decode_guard
@@ -162,6 +165,8 @@ class Request:
         self.stats = GenerationStats(prompt_tokens=len(prompt))
         self.text = ""
         self.tokens: list[int] = []  # generated token ids
+        # The grammar the reply must follow (built by submit, used on the decode thread).
+        self.mask: TokenMask | None = None
 
     def cancel(self) -> None:
         """Stop this request; its slot and KV cells are freed before the next step."""
@@ -332,6 +337,8 @@ class Scheduler:
         decode_guard.check_tokens(prompt, self.model.n_vocab)
         if spec == "draft" and self.model.speculator is None:
             raise EngineError("no draft model is loaded for this model")
+        # Compiled here, on the caller's thread: a large grammar must not stall the loop.
+        mask = self.model.grammar_mask(sampling.grammar) if sampling.grammar else None
         deadline = time.perf_counter() + timeout_s if timeout_s else None
         with self._cond:
             if self._stop:
@@ -345,6 +352,7 @@ class Scheduler:
                           deadline=deadline, wake=self._wake, cancel=cancel,
                           interactive=interactive, spec=spec,
                           canonical=interactive if canonical is None else canonical)
+            req.mask = mask
             self._queue.append(req)
             self._cond.notify()
         return req
@@ -663,6 +671,8 @@ class Scheduler:
         req._emit(Started(req.id, n_common))
 
     def _make_drafter(self, req: Request, slot: _Slot) -> Drafter | None:
+        if req.mask is not None:
+            return None  # drafts would need the grammar's state at every drafted position
         spec = self.model.speculator
         settings = self.model.params.speculative
         mode = req.spec if req.spec is not None else (settings.mode if settings else "off")
@@ -946,6 +956,9 @@ class Scheduler:
         base = len(s.tokens) - len(drafts)  # cells through the token decoded before the drafts
         req.stats.draft_tokens += len(drafts)
         self._drafted += len(drafts)
+        if req.mask is not None:  # (no drafts: _make_drafter)
+            logits = C.llama_get_logits_ith(self._ctx, s.batch_idx)
+            req.mask.apply(np.ctypeslib.as_array(logits, shape=(self.model.n_vocab,)))
         for i in range(len(drafts) + 1):
             tok = int(C.llama_sampler_sample(s.sampler, self._ctx, s.batch_idx + i))
             accepted = i < len(drafts) and tok == drafts[i]
@@ -986,6 +999,10 @@ class Scheduler:
             self._trim(s, keep)
             self._finish(s, "stop")
             return False
+        if req.mask is not None and not req.mask.consume(tok):
+            self._trim(s, keep)
+            self._finish(s, "error", f"the reply left its grammar: {req.mask.error}")
+            return False
         s.n_gen += 1
         self._tok_gen += 1
         req.tokens.append(tok)
@@ -997,6 +1014,8 @@ class Scheduler:
         reason: StopReason | None = None
         if s.stream.stopped:
             reason = "stop_string"
+        elif req.mask is not None and req.mask.complete:
+            reason = "stop"  # the grammar allows nothing more: no need to wait for EOG
         elif s.n_gen >= req.sampling.max_tokens:
             reason = "length"
         elif pos + 1 >= self.n_ctx_seq:  # (not len(tokens): they hold this step's drafts)
