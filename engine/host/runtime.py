@@ -378,6 +378,16 @@ class Model:
     def is_eog(self, token: int) -> bool:
         return bool(self._lib.llama_vocab_is_eog(self._live_vocab(), token))
 
+    def special_token(self, text: str) -> int | None:
+        """The id of `text` when it is one control or user-defined token of this vocabulary
+        (a tool-call marker such as Qwen's `<tool_call>`), else None."""
+        toks = self.tokenize(text, add_special=False, parse_special=True)
+        if len(toks) != 1:
+            return None
+        attr = int(self._lib.llama_vocab_get_attr(self._live_vocab(), toks[0]))
+        special = self._lib.LLAMA_TOKEN_ATTR_CONTROL | self._lib.LLAMA_TOKEN_ATTR_USER_DEFINED
+        return toks[0] if attr & special else None
+
     def grammar_mask(self, grammar: str) -> TokenMask:
         """A fresh grammar state for one request (engine.decoding.constraints). The
         vocabulary's llguidance view is built on the first use and kept."""
@@ -393,11 +403,16 @@ class Model:
 
     # -- prompts ---------------------------------------------------------------------------
 
-    def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
-        return self.template.render(messages, add_generation_prompt=True)
+    def render_chat(self, messages: Sequence[Mapping[str, Any]], **extra: Any) -> str:
+        """The prompt text of a chat; `extra`: template variables (`tools`,
+        `enable_thinking`...)."""
+        return self.template.render(messages, add_generation_prompt=True, **extra)
 
-    def chat_tokens(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        text = self.render_chat(messages)
+    def chat_tokens(self, messages: Sequence[Mapping[str, Any]], **extra: Any) -> list[int]:
+        return self.chat_prompt_tokens(self.render_chat(messages, **extra))
+
+    def chat_prompt_tokens(self, text: str) -> list[int]:
+        """Tokens of a rendered chat prompt (its special tokens parsed as such)."""
         # Templates usually write the BOS token themselves; don't add a second one.
         bos = self.template.bos_token
         add_special = not (bos and text.startswith(bos))

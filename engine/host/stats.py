@@ -42,6 +42,10 @@ class GenerationStats:
     # Speculative decoding: tokens proposed by the drafter and how many the model accepted.
     draft_tokens: int = 0
     draft_accepted: int = 0
+    # Reasoning models: the tokens and wall-clock time spent inside the thinking block (set by
+    # whoever separates it from the answer: the server's routes, the desktop chat).
+    thinking_tokens: int = 0
+    thinking_s: float = 0.0
     # Where the figures were measured: "engine" (in this process, around llama.cpp's decode
     # calls) or "client" (a remote server's stream, timed on arrival; prompt_tps and eval
     # figures are then 0 and gen_tps is the wall-clock rate between first and last chunk).

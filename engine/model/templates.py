@@ -67,16 +67,20 @@ class ChatTemplate:
         for m in messages:
             if m.get("role") not in VALID_ROLES:
                 raise ChatTemplateError(f"unknown message role {m.get('role')!r}")
-            if not isinstance(m.get("content"), str):
+            content = m.get("content")
+            if not isinstance(content, str) and not (content is None and m.get("tool_calls")):
                 raise ChatTemplateError("message content must be text")
+        # A tool-calling turn may have no text; templates test and concatenate `content`, so
+        # it reaches them as "", as llama-server passes it.
+        rendered = [{**m, "content": m.get("content") or ""} for m in messages]
         try:
             parts: list[str] = []
             total = 0
             # Stream the output so a hostile template cannot build gigabytes before we look.
-            chars = sum(len(m["content"]) for m in messages)
+            chars = sum(len(m["content"]) + len(str(m.get("tool_calls") or "")) for m in rendered)
             with bounded_render(len(messages), chars):
                 for chunk in self._template.generate(
-                    messages=[dict(m) for m in messages],
+                    messages=rendered,
                     add_generation_prompt=add_generation_prompt,
                     bos_token=self.bos_token,
                     eos_token=self.eos_token,

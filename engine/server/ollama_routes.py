@@ -8,7 +8,8 @@ as in Ollama.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,8 +17,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from engine.decoding.reasoning import thinking_markers
+from engine.decoding.tool_calls import ToolCall
 from engine.host.scheduler import Finished, Piece
 from engine.host.stats import GenerationStats
+from engine.server.chat_reply import (
+    ChatPlan,
+    Part,
+    ReplyReader,
+    check_tools,
+    ollama_grammar,
+    plan_chat,
+)
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,
@@ -60,6 +71,14 @@ def _done_fields(st: GenerationStats) -> dict[str, Any]:
     }
 
 
+def _arguments(call: ToolCall) -> Any:
+    """Ollama sends a call's arguments as an object, not as JSON text."""
+    try:
+        return json.loads(call.arguments)
+    except ValueError:
+        return {}
+
+
 def _options(body: dict[str, Any]) -> dict[str, Any]:
     opts = body.get("options")
     if opts is None:
@@ -67,6 +86,17 @@ def _options(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(opts, dict):
         raise ApiError(400, "'options' must be an object")
     return opts
+
+
+def capabilities(loaded: LoadedModel) -> list[str]:
+    """As Ollama names them. Every model can call tools: one whose template has no tool
+    support gets the generic format (engine.server.chat_reply)."""
+    caps = ["completion", "tools"]
+    if thinking_markers(loaded.model.template.source) is not None:
+        caps.append("thinking")
+    if loaded.embedder is not None:
+        caps.append("embedding")
+    return caps
 
 
 class OllamaRoutes:
@@ -118,7 +148,7 @@ class OllamaRoutes:
             "template": template,
             "details": details(loaded),
             "model_info": info,
-            "capabilities": ["completion", "embedding"] if loaded.embedder else ["completion"],
+            "capabilities": capabilities(loaded),
             "modified_at": self._model_entry(loaded)["modified_at"],
         })
 
@@ -137,15 +167,27 @@ class OllamaRoutes:
             stop=get_stop(o),
         )
 
+    def _think(self, body: dict[str, Any]) -> bool | None:
+        think = body.get("think")
+        if think is not None and not isinstance(think, bool):
+            # Ollama also takes "low"/"medium"/"high" for gpt-oss; no model here reads them.
+            raise ApiError(400, "'think' must be true or false", param="think")
+        return think
+
     async def chat(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         loaded = loaded_or_503(self.state)
         get_str(body, "model", required=True)
-        messages = get_messages(body)
+        messages = get_messages(body, "ollama")
         sampling = self._sampling(body)
         stream = get_bool(body, "stream", True)
-        prompt = tokens_for(loaded, lambda: loaded.model.chat_tokens(messages))
-        return await self._respond(request, loaded, prompt, sampling, stream, chat=True)
+        tools = check_tools(body.get("tools"))
+        think = self._think(body)
+        plan = plan_chat(loaded, messages, tools=tools, choice="auto" if tools else "none",
+                         parallel=True, grammar=ollama_grammar(body), grammar_param="format",
+                         think=think)
+        return await self._respond(request, loaded, plan, replace(sampling, grammar=plan.grammar),
+                                   stream, chat=True, think=think)
 
     async def generate(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
@@ -156,47 +198,89 @@ class OllamaRoutes:
         raw = get_bool(body, "raw", False)
         stream = get_bool(body, "stream", True)
         sampling = self._sampling(body)
+        think = self._think(body)
+        grammar = ollama_grammar(body)
         if not prompt_text:
             # Ollama answers an empty prompt by loading the model and saying it is done.
             return JSONResponse({"model": loaded.model_id, "created_at": _now(),
                                  "response": "", "done": True, "done_reason": "load"})
         if raw:
+            if think:
+                raise ApiError(400, "'think' needs the chat template ('raw' is on)",
+                               param="think")
             prompt = tokens_for(loaded, lambda: loaded.model.tokenize(prompt_text))
+            plan = ChatPlan(prompt, grammar, None, None, False)
         else:
-            msgs = ([{"role": "system", "content": system}] if system else []) + [
+            msgs: list[dict[str, Any]] = (
+                [{"role": "system", "content": system}] if system else []) + [
                 {"role": "user", "content": prompt_text}]
-            prompt = tokens_for(loaded, lambda: loaded.model.chat_tokens(msgs))
-        return await self._respond(request, loaded, prompt, sampling, stream, chat=False)
+            plan = plan_chat(loaded, msgs, tools=[], choice="none", parallel=False,
+                             grammar=grammar, grammar_param="format", think=think)
+        return await self._respond(request, loaded, plan, replace(sampling, grammar=plan.grammar),
+                                   stream, chat=False, think=think)
 
-    async def _respond(self, request: Request, loaded: LoadedModel, prompt: list[int],
-                       sampling: Any, stream: bool, *, chat: bool) -> Response:
-        gen = start(self.state, loaded, prompt, sampling, stream=stream)
+    async def _respond(self, request: Request, loaded: LoadedModel, plan: ChatPlan,
+                       sampling: Any, stream: bool, *, chat: bool,
+                       think: bool | None) -> Response:
+        gen = start(self.state, loaded, plan.prompt, sampling,
+                    stream=stream or plan.markers is not None)
+        reader = ReplyReader(plan)
+        show_thinking = think is not False
 
-        def piece(text: str) -> dict[str, Any]:
+        def piece(text: str, thinking: str = "",
+                  calls: list[ToolCall] | None = None) -> dict[str, Any]:
             d: dict[str, Any] = {"model": loaded.model_id, "created_at": _now()}
             if chat:
-                d["message"] = {"role": "assistant", "content": text}
+                msg: dict[str, Any] = {"role": "assistant", "content": text}
+                if thinking and show_thinking:
+                    msg["thinking"] = thinking
+                if calls:
+                    msg["tool_calls"] = [{"function": {"name": c.name,
+                                                       "arguments": _arguments(c)}}
+                                         for c in calls]
+                d["message"] = msg
             else:
                 d["response"] = text
+                if thinking and show_thinking:
+                    d["thinking"] = thinking
             return d
+
+        def lines_of(parts: list[Part]) -> Iterator[str]:
+            for kind, text in parts:
+                if kind == "reasoning":
+                    if show_thinking:
+                        yield json.dumps({**piece("", text), "done": False}) + "\n"
+                else:
+                    yield json.dumps({**piece(text), "done": False}) + "\n"
 
         if not stream:
             async for ev in events_until_disconnect(request, gen):
-                if isinstance(ev, Finished):
+                if isinstance(ev, Piece):
+                    reader.push(ev.text, ev.n_tokens)
+                elif isinstance(ev, Finished):
                     if ev.stats.stop_reason == "error":
                         raise ApiError(500, ev.stats.error or "generation failed")
-                    return JSONResponse({**piece(ev.text), "done": True,
-                                         **_done_fields(ev.stats)})
+                    if plan.markers is None:
+                        reader.push(ev.text, ev.stats.gen_tokens)
+                    _, reply = reader.finish(ev.stats)
+                    return JSONResponse({**piece(reply.content, reply.reasoning, reply.calls),
+                                         "done": True, **_done_fields(ev.stats)})
             raise ApiError(499, "client closed the request")
 
         async def lines() -> AsyncIterator[str]:
             async for ev in gen.events():
                 if isinstance(ev, Piece):
-                    yield json.dumps({**piece(ev.text), "done": False}) + "\n"
+                    for line in lines_of(reader.push(ev.text, ev.n_tokens)):
+                        yield line
                 elif isinstance(ev, Finished):
                     if ev.stats.stop_reason == "error":
                         yield json.dumps({"error": ev.stats.error or "generation failed"}) + "\n"
                         return
+                    tail, reply = reader.finish(ev.stats)
+                    for line in lines_of(tail):
+                        yield line
+                    if reply.calls:
+                        yield json.dumps({**piece("", calls=reply.calls), "done": False}) + "\n"
                     yield json.dumps({**piece(""), "done": True,
                                       **_done_fields(ev.stats)}) + "\n"
 

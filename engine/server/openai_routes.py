@@ -8,16 +8,26 @@ import json
 import struct
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from engine.decoding.tool_calls import ToolCall
 from engine.errors import EngineError
 from engine.host.scheduler import Finished, Piece
 from engine.host.stats import GenerationStats
+from engine.server.chat_reply import (
+    Part,
+    ReplyReader,
+    check_tool_choice,
+    check_tools,
+    openai_grammar,
+    plan_chat,
+)
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,
@@ -43,14 +53,22 @@ from engine.server.parsing import (
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def finish_reason(st: GenerationStats) -> str:
+def finish_reason(st: GenerationStats, calls: list[ToolCall] | None = None) -> str:
+    if calls:
+        return "tool_calls"
     return "stop" if st.stop_reason in ("stop", "stop_string") else "length"
 
 
 def usage(st: GenerationStats) -> dict[str, Any]:
     return {"prompt_tokens": st.prompt_tokens, "completion_tokens": st.gen_tokens,
             "total_tokens": st.prompt_tokens + st.gen_tokens,
-            "prompt_tokens_details": {"cached_tokens": st.cached_tokens}}
+            "prompt_tokens_details": {"cached_tokens": st.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": st.thinking_tokens}}
+
+
+def _call_obj(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments}}
 
 
 def _model_obj(loaded: LoadedModel) -> dict[str, Any]:
@@ -121,19 +139,40 @@ class OpenAIRoutes:
         loaded = loaded_or_503(self.state)
         messages = get_messages(body)
         sampling, stream, include_usage = self._common(body)
-        prompt = tokens_for(loaded, lambda: loaded.model.chat_tokens(messages))
-        gen = start(self.state, loaded, prompt, sampling, stream=stream)
+        tools = check_tools(body.get("tools"))
+        choice = check_tool_choice(body.get("tool_choice"), tools)
+        parallel = get_bool(body, "parallel_tool_calls", True)
+        grammar, grammar_param = openai_grammar(body)
+        reasoning = get_str(body, "reasoning_format", "auto")
+        if reasoning not in ("auto", "deepseek", "none"):
+            raise ApiError(400, "'reasoning_format' must be 'auto', 'deepseek' or 'none'",
+                           param="reasoning_format")
+        plan = plan_chat(loaded, messages, tools=tools, choice=choice, parallel=parallel,
+                         grammar=grammar, grammar_param=grammar_param, think=None,
+                         separate_reasoning=reasoning != "none")
+        sampling = replace(sampling, grammar=plan.grammar)
+        # Thinking is timed from the pieces as they come, streamed to the client or not.
+        gen = start(self.state, loaded, plan.prompt, sampling,
+                    stream=stream or plan.markers is not None)
         cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         base = {"id": cid, "created": created, "model": loaded.model_id,
                 "system_fingerprint": "candlewick"}
+        reader = ReplyReader(plan)
         if not stream:
-            done = await self._result(request, gen)
+            done = await self._result(request, gen, reader)
+            _, reply = reader.finish(done.stats)
+            message: dict[str, Any] = {"role": "assistant",
+                                       "content": reply.content or
+                                       (None if reply.calls else "")}
+            if reply.reasoning:
+                message["reasoning_content"] = reply.reasoning
+            if reply.calls:
+                message["tool_calls"] = [_call_obj(c) for c in reply.calls]
             return JSONResponse({
                 **base, "object": "chat.completion",
-                "choices": [{"index": 0, "logprobs": None,
-                             "message": {"role": "assistant", "content": done.text},
-                             "finish_reason": finish_reason(done.stats)}],
+                "choices": [{"index": 0, "logprobs": None, "message": message,
+                             "finish_reason": finish_reason(done.stats, reply.calls)}],
                 "usage": usage(done.stats),
             })
 
@@ -142,16 +181,28 @@ class OpenAIRoutes:
                     "choices": [{"index": 0, "delta": delta, "logprobs": None,
                                  "finish_reason": reason}]}
 
+        def deltas(parts: list[Part]) -> Iterator[str]:
+            for kind, text in parts:
+                key = "reasoning_content" if kind == "reasoning" else "content"
+                yield _sse(chunk({key: text}, None))
+
         async def body_iter() -> AsyncIterator[str]:
             yield _sse(chunk({"role": "assistant", "content": ""}, None))
             async for ev in gen.events():
                 if isinstance(ev, Piece):
-                    yield _sse(chunk({"content": ev.text}, None))
+                    for line in deltas(reader.push(ev.text, ev.n_tokens)):
+                        yield line
                 elif isinstance(ev, Finished):
                     if ev.stats.stop_reason == "error":
                         yield _sse(openai_error_body(500, ev.stats.error or "generation failed"))
                         return
-                    yield _sse(chunk({}, finish_reason(ev.stats)))
+                    tail, reply = reader.finish(ev.stats)
+                    for line in deltas(tail):
+                        yield line
+                    for k, call in enumerate(reply.calls):
+                        yield _sse(chunk({"tool_calls": [{"index": k, **_call_obj(call)}]},
+                                         None))
+                    yield _sse(chunk({}, finish_reason(ev.stats, reply.calls)))
                     if include_usage:
                         yield _sse({**base, "object": "chat.completion.chunk", "choices": [],
                                     "usage": usage(ev.stats)})
@@ -175,6 +226,8 @@ class OpenAIRoutes:
         sampling, stream, include_usage = self._common(body)
         if get_bool(body, "echo", False):
             raise ApiError(400, "'echo' is not supported", param="echo")
+        grammar, _ = openai_grammar(body)
+        sampling = replace(sampling, grammar=grammar)
         prompt = tokens_for(loaded, lambda: loaded.model.tokenize(text))
         gen = start(self.state, loaded, prompt, sampling, stream=stream)
         base = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
@@ -208,9 +261,18 @@ class OpenAIRoutes:
         return StreamingResponse(body_iter(), media_type="text/event-stream",
                                  headers=_SSE_HEADERS)
 
-    async def _result(self, request: Request, gen: Generation) -> Finished:
+    async def _result(self, request: Request, gen: Generation,
+                      reader: ReplyReader | None = None) -> Finished:
+        """The finished generation; a reader is fed its pieces (streamed internally for
+        timing) or, when none came, its whole text."""
+        pieces = False
         async for ev in events_until_disconnect(request, gen):
-            if isinstance(ev, Finished):
+            if isinstance(ev, Piece) and reader is not None:
+                pieces = True
+                reader.push(ev.text, ev.n_tokens)
+            elif isinstance(ev, Finished):
+                if reader is not None and not pieces and ev.stats.stop_reason != "error":
+                    reader.push(ev.text, ev.stats.gen_tokens)
                 if ev.stats.stop_reason == "error":
                     raise ApiError(500, ev.stats.error or "generation failed")
                 return ev

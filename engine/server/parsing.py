@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Literal
 
 from starlette.requests import Request
 
@@ -42,6 +42,7 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
 _MISSING = object()
 MAX_EMBED_INPUTS = 64
 ROLES = ("system", "developer", "user", "assistant", "tool")
+Dialect = Literal["openai", "ollama"]
 
 
 def get_str(body: dict[str, Any], key: str, default: str | None = None, *,
@@ -104,12 +105,60 @@ def get_stop(body: dict[str, Any], key: str = "stop") -> tuple[str, ...]:
     raise ApiError(400, f"'{key}' must be a string or a list of strings", param=key)
 
 
-def get_messages(body: dict[str, Any]) -> list[dict[str, str]]:
-    """Chat messages as role/content strings; text parts of multi-part content are joined."""
+def _text(content: Any, i: int) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for p in content:
+            if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(
+                    p.get("text"), str):
+                raise ApiError(400, f"messages[{i}].content: only text parts are supported",
+                               param="messages")
+            parts.append(p["text"])
+        return "".join(parts)
+    raise ApiError(400, f"messages[{i}].content must be a string or a list of parts",
+                   param="messages")
+
+
+def _tool_calls(m: dict[str, Any], i: int, dialect: Dialect) -> list[dict[str, Any]]:
+    """A history's tool calls, OpenAI-shaped (arguments as JSON text) whatever the dialect."""
+    calls = m.get("tool_calls")
+    if calls is None:
+        return []
+    where = f"messages[{i}].tool_calls"
+    if not isinstance(calls, list):
+        raise ApiError(400, f"{where} must be a list", param="messages")
+    out = []
+    for j, c in enumerate(calls):
+        fn = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ApiError(400, f"{where}[{j}] must have a function with a name",
+                           param="messages")
+        args = fn.get("arguments", {} if dialect == "ollama" else "{}")
+        if isinstance(args, dict):
+            args = json.dumps(args, ensure_ascii=False)
+        elif not isinstance(args, str):
+            raise ApiError(400, f"{where}[{j}].function.arguments must be "
+                           f"{'an object' if dialect == 'ollama' else 'a JSON string'}",
+                           param="messages")
+        cid = c.get("id")
+        out.append({"id": cid if isinstance(cid, str) and cid else f"call_{i}_{j}",
+                    "type": "function", "function": {"name": fn["name"], "arguments": args}})
+    return out
+
+
+def get_messages(body: dict[str, Any], dialect: Dialect = "openai") -> list[dict[str, Any]]:
+    """Chat messages, OpenAI-shaped whatever the dialect: role and text content (text parts
+    joined), plus an assistant's `tool_calls` and `reasoning_content`, and a tool result's
+    `tool_call_id` and `name`. Fields a message may carry that cannot be honoured (images)
+    are refused by name."""
     msgs = body.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise ApiError(400, "'messages' must be a non-empty list", param="messages")
-    out: list[dict[str, str]] = []
+    out: list[dict[str, Any]] = []
     for i, m in enumerate(msgs):
         if not isinstance(m, dict):
             raise ApiError(400, f"messages[{i}] must be an object", param="messages")
@@ -117,22 +166,24 @@ def get_messages(body: dict[str, Any]) -> list[dict[str, str]]:
         if role not in ROLES:
             raise ApiError(400, f"messages[{i}].role must be one of {', '.join(ROLES)}",
                            param="messages")
-        content = m.get("content")
-        if content is None:
-            text = ""
-        elif isinstance(content, str):
-            text = content
-        elif isinstance(content, list):
-            parts = []
-            for p in content:
-                if not isinstance(p, dict) or p.get("type") != "text" or not isinstance(
-                        p.get("text"), str):
-                    raise ApiError(400, f"messages[{i}].content: only text parts are supported",
-                                   param="messages")
-                parts.append(p["text"])
-            text = "".join(parts)
-        else:
-            raise ApiError(400, f"messages[{i}].content must be a string or a list of parts",
+        if m.get("images"):
+            raise ApiError(400, f"messages[{i}].images: this model reads text only",
                            param="messages")
-        out.append({"role": role, "content": text})
+        msg: dict[str, Any] = {"role": "system" if role == "developer" else role,
+                               "content": _text(m.get("content"), i)}
+        if role == "assistant":
+            calls = _tool_calls(m, i, dialect)
+            if calls:
+                msg["tool_calls"] = calls
+            thought = m.get("thinking" if dialect == "ollama" else "reasoning_content")
+            if isinstance(thought, str) and thought:
+                msg["reasoning_content"] = thought
+        elif role == "tool":
+            cid = m.get("tool_call_id")
+            if isinstance(cid, str):
+                msg["tool_call_id"] = cid
+            name = m.get("tool_name" if dialect == "ollama" else "name")
+            if isinstance(name, str):
+                msg["name"] = name
+        out.append(msg)
     return out
