@@ -1,116 +1,146 @@
-"""Prometheus text-format metrics, without a client library (a few counters and histograms)."""
+"""The server's /metrics in the Prometheus text format, on prometheus-client.
+
+Each `Metrics` has its own registry, so several servers in one process (the tests) never share
+counts. Request and token counts are client-library counters and histograms, updated as requests
+end; the scheduler's figures (slots, queue, KV cache) are read from its snapshot at scrape time
+by a custom collector.
+"""
 
 from __future__ import annotations
 
+import math
+import re
 import threading
-from collections import defaultdict
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from engine.host.scheduler import SchedulerSnapshot
 
+_NS = "candlewick"
 _TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+# A sample line's value. The client library writes every value as a float ("3.0", and from
+# 10^7 on "1.2e+07"); counts have always been integers here ("3"), and scripts read them with
+# int(). Both are valid in the text format.
+_VALUE = re.compile(rb"^([^#\n].* )(\S+)$", re.M)
 
 
-class _Histogram:
-    def __init__(self, buckets: tuple[float, ...]) -> None:
-        self.buckets = buckets
-        self.counts = [0] * len(buckets)
-        self.total = 0
-        self.sum = 0.0
+def _integral(m: re.Match[bytes]) -> bytes:
+    v = float(m[2])
+    if math.isfinite(v) and v.is_integer() and abs(v) < 2**53:
+        return m[1] + b"%d" % v
+    return m[0]
 
-    def observe(self, v: float) -> None:
-        for i, b in enumerate(self.buckets):
-            if v <= b:
-                self.counts[i] += 1
-        self.total += 1
-        self.sum += v
 
-    def render(self, name: str) -> list[str]:
-        out = [f'{name}_bucket{{le="{b}"}} {c}' for b, c in zip(self.buckets, self.counts,
-                                                               strict=True)]
-        out.append(f'{name}_bucket{{le="+Inf"}} {self.total}')
-        out.append(f"{name}_sum {self.sum:.6f}")
-        out.append(f"{name}_count {self.total}")
-        return out
+# (kind, name, help, value): the scheduler's figures, read from its snapshot at scrape time.
+_SNAPSHOT: tuple[tuple[str, str, str, Callable[[SchedulerSnapshot], float]], ...] = (
+    ("gauge", "queue_depth", "Requests waiting for a slot.", lambda s: s.queue_depth),
+    ("gauge", "slots_busy", "Slots generating or reading a prompt.", lambda s: s.busy_slots),
+    ("gauge", "slots_total", "Parallel slots.", lambda s: s.n_slots),
+    ("gauge", "kv_cache_used_cells",
+     "KV cache cells in use (including idle slots' reusable prefixes).", lambda s: s.kv_used),
+    ("gauge", "kv_cache_capacity_cells", "KV cache cells in all slots.",
+     lambda s: s.kv_capacity),
+    ("gauge", "kv_cache_usage_ratio", "Used / capacity KV cache cells.",
+     lambda s: s.kv_used / s.kv_capacity if s.kv_capacity else 0.0),
+    ("counter", "decode_steps_total", "Batched llama_decode calls.", lambda s: s.steps),
+    ("counter", "kv_stream_copies_total",
+     "KV streams copied between slots (shared prefixes, closed holes).", lambda s: s.kv_copies),
+    ("counter", "draft_tokens_total",
+     "Prompt-lookup tokens drafted and verified (speculative decoding).",
+     lambda s: s.draft_tokens),
+    ("counter", "draft_accepted_total", "Drafted tokens the model agreed with.",
+     lambda s: s.draft_accepted),
+)
+
+
+def _family(kind: str, name: str, help_: str, value: float | None) -> Metric:
+    cls = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
+    return cls(f"{_NS}_{name}", help_, value=value)
+
+
+class _SnapshotCollector:
+    """Readiness and the snapshot `Metrics.render` was given for the scrape in progress."""
+
+    def __init__(self) -> None:
+        self.snap: SchedulerSnapshot | None = None
+        self.ready = False
+
+    def describe(self) -> list[Metric]:
+        # Names only, so the registry refuses a clash with the counters.
+        return [_family("gauge", "ready", "", None),
+                *(_family(k, n, h, None) for k, n, h, _ in _SNAPSHOT)]
+
+    def collect(self) -> Iterator[Metric]:
+        yield _family("gauge", "ready", "1 when the model is loaded and serving.",
+                      1 if self.ready else 0)
+        snap = self.snap
+        if snap is not None:  # no model: no slots to describe
+            for kind, name, help_, value in _SNAPSHOT:
+                yield _family(kind, name, help_, value(snap))
+
+
+class _WithoutCreated:
+    """The registry less the `_created` series the client library adds to every counter and
+    histogram (their start times): the exposition never had them, and Prometheus needs none.
+    Per registry, where `disable_created_metrics()` would change the whole process."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for m in self._registry.collect():  # fresh Metric objects on every collect
+            m.samples = [s for s in m.samples if not s.name.endswith("_created")]
+            yield m
 
 
 class Metrics:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.requests: dict[tuple[str, int], int] = defaultdict(int)
-        self.prompt_tokens = 0
-        self.completion_tokens = 0
-        self.cached_tokens = 0
-        self.rejected = 0
-        self.ttft = _Histogram(_TTFT_BUCKETS)
-        self.latency = _Histogram(_LATENCY_BUCKETS)
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self._requests = Counter("requests", "HTTP requests by route and status code.",
+                                 ("route", "status"), namespace=_NS, registry=r)
+        self._prompt_tokens = Counter("prompt_tokens", "Prompt tokens received.",
+                                      namespace=_NS, registry=r)
+        self._cached_tokens = Counter("prompt_tokens_cached",
+                                      "Prompt tokens reused from a slot's KV cache.",
+                                      namespace=_NS, registry=r)
+        self._completion_tokens = Counter("completion_tokens", "Tokens generated.",
+                                          namespace=_NS, registry=r)
+        self._rejected = Counter("requests_rejected", "Requests refused with 429 (queue full).",
+                                 namespace=_NS, registry=r)
+        self._ttft = Histogram("time_to_first_token_seconds",
+                               "Seconds from request arrival to the first generated text.",
+                               namespace=_NS, buckets=_TTFT_BUCKETS, registry=r)
+        self._latency = Histogram("request_duration_seconds", "Seconds per generation request.",
+                                  namespace=_NS, buckets=_LATENCY_BUCKETS, registry=r)
+        self._snapshot = _SnapshotCollector()
+        r.register(self._snapshot)
+        self._exposed = _WithoutCreated(r)
+        # The collector reads the snapshot of the scrape in progress: one scrape at a time.
+        self._scrape = threading.Lock()
 
     def request_done(self, route: str, status: int) -> None:
-        with self._lock:
-            self.requests[(route, status)] += 1
-            if status == 429:
-                self.rejected += 1
+        self._requests.labels(route=route, status=str(status)).inc()
+        if status == 429:
+            self._rejected.inc()
 
     def generation_done(self, prompt: int, cached: int, completion: int, ttft_s: float,
                         total_s: float) -> None:
-        with self._lock:
-            self.prompt_tokens += prompt
-            self.cached_tokens += cached
-            self.completion_tokens += completion
-            self.ttft.observe(ttft_s)
-            self.latency.observe(total_s)
+        self._prompt_tokens.inc(prompt)
+        self._cached_tokens.inc(cached)
+        self._completion_tokens.inc(completion)
+        self._ttft.observe(ttft_s)
+        self._latency.observe(total_s)
 
     def render(self, snap: SchedulerSnapshot | None, ready: bool) -> str:
-        p = "candlewick_"
-        lines: list[str] = []
-
-        def head(name: str, kind: str, help_: str) -> None:
-            lines.append(f"# HELP {p}{name} {help_}")
-            lines.append(f"# TYPE {p}{name} {kind}")
-
-        with self._lock:
-            head("requests_total", "counter", "HTTP requests by route and status code.")
-            for (route, status), n in sorted(self.requests.items()):
-                lines.append(f'{p}requests_total{{route="{route}",status="{status}"}} {n}')
-            head("prompt_tokens_total", "counter", "Prompt tokens received.")
-            lines.append(f"{p}prompt_tokens_total {self.prompt_tokens}")
-            head("prompt_tokens_cached_total", "counter",
-                 "Prompt tokens reused from a slot's KV cache.")
-            lines.append(f"{p}prompt_tokens_cached_total {self.cached_tokens}")
-            head("completion_tokens_total", "counter", "Tokens generated.")
-            lines.append(f"{p}completion_tokens_total {self.completion_tokens}")
-            head("requests_rejected_total", "counter", "Requests refused with 429 (queue full).")
-            lines.append(f"{p}requests_rejected_total {self.rejected}")
-            head("time_to_first_token_seconds", "histogram",
-                 "Seconds from request arrival to the first generated text.")
-            lines.extend(p + x for x in self.ttft.render("time_to_first_token_seconds"))
-            head("request_duration_seconds", "histogram", "Seconds per generation request.")
-            lines.extend(p + x for x in self.latency.render("request_duration_seconds"))
-        head("ready", "gauge", "1 when the model is loaded and serving.")
-        lines.append(f"{p}ready {1 if ready else 0}")
-        if snap is not None:
-            head("queue_depth", "gauge", "Requests waiting for a slot.")
-            lines.append(f"{p}queue_depth {snap.queue_depth}")
-            head("slots_busy", "gauge", "Slots generating or reading a prompt.")
-            lines.append(f"{p}slots_busy {snap.busy_slots}")
-            head("slots_total", "gauge", "Parallel slots.")
-            lines.append(f"{p}slots_total {snap.n_slots}")
-            head("kv_cache_used_cells", "gauge",
-                 "KV cache cells in use (including idle slots' reusable prefixes).")
-            lines.append(f"{p}kv_cache_used_cells {snap.kv_used}")
-            head("kv_cache_capacity_cells", "gauge", "KV cache cells in all slots.")
-            lines.append(f"{p}kv_cache_capacity_cells {snap.kv_capacity}")
-            head("kv_cache_usage_ratio", "gauge", "Used / capacity KV cache cells.")
-            ratio = snap.kv_used / snap.kv_capacity if snap.kv_capacity else 0.0
-            lines.append(f"{p}kv_cache_usage_ratio {ratio:.6f}")
-            head("decode_steps_total", "counter", "Batched llama_decode calls.")
-            lines.append(f"{p}decode_steps_total {snap.steps}")
-            head("kv_stream_copies_total", "counter",
-                 "KV streams copied between slots (shared prefixes, closed holes).")
-            lines.append(f"{p}kv_stream_copies_total {snap.kv_copies}")
-            head("draft_tokens_total", "counter",
-                 "Prompt-lookup tokens drafted and verified (speculative decoding).")
-            lines.append(f"{p}draft_tokens_total {snap.draft_tokens}")
-            head("draft_accepted_total", "counter", "Drafted tokens the model agreed with.")
-            lines.append(f"{p}draft_accepted_total {snap.draft_accepted}")
-        return "\n".join(lines) + "\n"
+        """The text exposition (format 0.0.4) with `snap`'s figures; none without a model."""
+        with self._scrape:
+            self._snapshot.snap, self._snapshot.ready = snap, ready
+            try:
+                text = generate_latest(self._exposed)
+            finally:
+                self._snapshot.snap, self._snapshot.ready = None, False
+        return _VALUE.sub(_integral, text).decode("utf-8")

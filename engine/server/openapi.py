@@ -1,262 +1,162 @@
-"""The server's OpenAPI 3.0 description, served at /openapi.json and fuzzed by the tests.
+"""The server's OpenAPI 3.1 description, served at /openapi.json and fuzzed by the tests.
 
-Written by hand to match what the routes accept and answer (the parsers in `parsing.py`);
-the request schemas describe the supported subset of the OpenAI and Ollama APIs.
+Request and response schemas come from the pydantic models in `protocol.py` (the ones
+`parse_body` checks bodies with), their shared parts hoisted into `components/schemas`; this
+module only lays out the paths, status codes and media types.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
+from engine.server import protocol as p
 from engine.server.config import ServerConfig
-from engine.server.parsing import MAX_EMBED_INPUTS, ROLES
 
+_REF = "#/components/schemas/{model}"
 _STR = {"type": "string"}
-_INT = {"type": "integer"}
-_NUM = {"type": "number"}
-_BOOL = {"type": "boolean"}
-_OBJ = {"type": "object"}
 
-OPENAI_ERROR = {
-    "type": "object", "required": ["error"],
-    "properties": {"error": {
-        "type": "object", "required": ["message", "type"],
-        "properties": {"message": _STR, "type": _STR,
-                       "param": {"type": "string", "nullable": True},
-                       "code": {"type": "string", "nullable": True}}}},
-}
-OLLAMA_ERROR = {"type": "object", "required": ["error"], "properties": {"error": _STR}}
-
-_STOP = {"oneOf": [{"type": "string"},
-                   {"type": "array", "items": {"type": "string"}, "maxItems": 16}]}
-_SEED = {"type": "integer", "minimum": -(2**63), "maximum": 2**64 - 1}
-
-_SAMPLING = {
-    "model": _STR,
-    "max_tokens": {"type": "integer", "minimum": 1,
-                   "description": "capped at the server's max_tokens limit"},
-    "max_completion_tokens": {"type": "integer", "minimum": 1},
-    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-    "top_p": {"type": "number", "minimum": 0, "maximum": 1, "exclusiveMinimum": True},
-    "top_k": {"type": "integer", "minimum": 0},
-    "min_p": {"type": "number", "minimum": 0, "maximum": 1},
-    "repeat_penalty": {"type": "number", "minimum": 0.01, "maximum": 10},
-    "seed": _SEED,
-    "stop": _STOP,
-    "n": {"type": "integer", "enum": [1]},
-    "stream": _BOOL,
-    "stream_options": {"type": "object", "properties": {"include_usage": _BOOL}},
-}
-
-_MESSAGES = {
-    "type": "array", "minItems": 1,
-    "items": {"type": "object", "required": ["role"],
-              "properties": {"role": {"type": "string", "enum": list(ROLES)},
-                             "content": {"type": "string", "nullable": True}}},
-}
-
-_USAGE = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
-          "properties": {"prompt_tokens": _INT, "completion_tokens": _INT,
-                         "total_tokens": _INT}}
-_FINISH = {"type": "string", "enum": ["stop", "length"]}
-
-CHAT_COMPLETION = {
-    "type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
-    "properties": {
-        "id": _STR, "object": {"type": "string", "enum": ["chat.completion"]},
-        "created": _INT, "model": _STR, "usage": _USAGE,
-        "choices": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["index", "message", "finish_reason"],
-            "properties": {"index": _INT, "finish_reason": _FINISH,
-                           "message": {"type": "object", "required": ["role", "content"],
-                                       "properties": {"role": _STR, "content": _STR}}}}},
-    },
-}
-TEXT_COMPLETION = {
-    "type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
-    "properties": {
-        "id": _STR, "object": {"type": "string", "enum": ["text_completion"]},
-        "created": _INT, "model": _STR, "usage": _USAGE,
-        "choices": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["index", "text", "finish_reason"],
-            "properties": {"index": _INT, "text": _STR, "finish_reason": _FINISH}}},
-    },
-}
-MODEL = {"type": "object", "required": ["id", "object", "created", "owned_by"],
-         "properties": {"id": _STR, "object": {"type": "string", "enum": ["model"]},
-                        "created": _INT, "owned_by": _STR, "meta": _OBJ}}
-EMBEDDINGS = {
-    "type": "object", "required": ["object", "data", "model", "usage"],
-    "properties": {
-        "object": _STR, "model": _STR, "usage": _OBJ,
-        "data": {"type": "array", "items": {
-            "type": "object", "required": ["object", "index", "embedding"],
-            "properties": {"object": _STR, "index": _INT,
-                           "embedding": {"oneOf": [{"type": "array", "items": _NUM},
-                                                   _STR]}}}},
-    },
-}
-_EMBED_INPUT = {"oneOf": [
-    {"type": "string", "minLength": 1},
-    {"type": "array", "minItems": 1, "maxItems": MAX_EMBED_INPUTS,
-     "items": {"type": "string", "minLength": 1}}]}
-
-_OLLAMA_OPTIONS = {"type": "object", "properties": {
-    "num_predict": _INT,
-    "temperature": {"type": "number", "minimum": 0, "maximum": 100},
-    "top_p": {"type": "number", "minimum": 0.000001, "maximum": 1},
-    "top_k": {"type": "integer", "minimum": 0},
-    "min_p": {"type": "number", "minimum": 0, "maximum": 1},
-    "repeat_penalty": {"type": "number", "minimum": 0.01, "maximum": 10},
-    "seed": _SEED,
-    "stop": _STOP,
-}}
-_OLLAMA_DONE = {
-    "type": "object", "required": ["model", "created_at", "done"],
-    "properties": {"model": _STR, "created_at": _STR, "done": _BOOL, "response": _STR,
-                   "done_reason": _STR, "total_duration": _INT, "eval_count": _INT,
-                   "prompt_eval_count": _INT,
-                   "message": {"type": "object", "properties": {"role": _STR,
-                                                                "content": _STR}}},
-}
+_REQUESTS: tuple[type[BaseModel], ...] = (
+    p.ChatCompletionRequest, p.CompletionRequest, p.EmbeddingRequest, p.OllamaChatRequest,
+    p.OllamaGenerateRequest, p.OllamaShowRequest, p.OllamaEmbedRequest)
+_RESPONSES: tuple[type[BaseModel], ...] = (
+    p.OpenAIError, p.OllamaError, p.ChatCompletion, p.TextCompletion, p.ServerSentEvent,
+    p.ModelCard, p.ModelList, p.EmbeddingList, p.OllamaVersion, p.OllamaTags,
+    p.OllamaShowResponse, p.OllamaReply, p.OllamaEmbedResponse, p.Health)
 
 
-def _json(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"application/json": {"schema": schema}}
+def _ref(model: type[BaseModel]) -> dict[str, str]:
+    return {"$ref": _REF.format(model=model.__name__)}
+
+
+def _json(model: type[BaseModel]) -> dict[str, Any]:
+    return {"application/json": {"schema": _ref(model)}}
+
+
+def _hoist(schemas: dict[str, Any], name: str, schema: dict[str, Any]) -> None:
+    if schemas.setdefault(name, schema) != schema:
+        # Two different models of one name would silently share one schema.
+        raise RuntimeError(f"two different schemas are named {name}")
+
+
+def _without_pending(node: Any) -> Any:
+    """The schema without the properties marked PENDING (see protocol.py)."""
+    if isinstance(node, list):
+        return [_without_pending(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _without_pending(v) for k, v in node.items()}
+    props = out.get("properties")
+    if isinstance(props, dict):
+        hidden = {k for k, v in props.items() if isinstance(v, dict) and v.get(
+            "x-candlewick-pending")}
+        out["properties"] = {k: v for k, v in props.items() if k not in hidden}
+        if "required" in out:
+            out["required"] = [k for k in out["required"] if k not in hidden]
+    return out
+
+
+def _refs(node: Any) -> set[str]:
+    if isinstance(node, list):
+        return set().union(*map(_refs, node)) if node else set()
+    if not isinstance(node, dict):
+        return set()
+    found = {node["$ref"].rsplit("/", 1)[1]} if isinstance(node.get("$ref"), str) else set()
+    return found.union(*map(_refs, node.values())) if node else found
+
+
+def _schemas(paths: dict[str, Any]) -> dict[str, Any]:
+    """Every model's schema and the models they use, less what no path reaches."""
+    schemas: dict[str, Any] = {}
+    for model in (*_REQUESTS, *_RESPONSES):
+        schema = model.model_json_schema(ref_template=_REF)
+        for name, sub in schema.pop("$defs", {}).items():
+            _hoist(schemas, name, sub)
+        _hoist(schemas, model.__name__, schema)
+    schemas = _without_pending(schemas)
+    # Hidden fields leave models (the tools' ones) that nothing refers to any more.
+    reached, todo = set(), _refs(paths)
+    while todo:
+        name = todo.pop()
+        reached.add(name)
+        todo |= _refs(schemas[name]) - reached
+    return {k: v for k, v in schemas.items() if k in reached}
 
 
 def _errors(ollama: bool, *codes: int) -> dict[str, Any]:
-    err = OLLAMA_ERROR if ollama else OPENAI_ERROR
+    err = p.OllamaError if ollama else p.OpenAIError
     text = {400: "Invalid request", 401: "Missing or invalid API key",
             404: "Not found", 413: "Request body too large", 429: "Queue full; see Retry-After",
             501: "Not enabled on this server", 503: "Model loading"}
     return {str(c): {"description": text[c], "content": _json(err)} for c in codes}
 
 
-def _nullable_optional(schema: dict[str, Any]) -> dict[str, Any]:
-    """A copy where every optional property also accepts null: the parsers treat an explicit
-    null like an absent field, as OpenAI's API does."""
-    out = dict(schema)
-    props = schema.get("properties")
-    if isinstance(props, dict):
-        required = set(schema.get("required", []))
-        new: dict[str, Any] = {}
-        for name, sub in props.items():
-            sub = _nullable_optional(sub)
-            if name not in required:
-                sub = {**sub, "nullable": True}
-                if "enum" in sub:  # OpenAPI 3.0: a nullable enum must list null itself
-                    sub["enum"] = [*sub["enum"], None]
-            new[name] = sub
-        out["properties"] = new
-    if isinstance(schema.get("items"), dict):
-        out["items"] = _nullable_optional(schema["items"])
-    return out
-
-
-def _post(summary: str, body: dict[str, Any], ok: dict[str, Any], *, ollama: bool = False
-          ) -> dict[str, Any]:
+def _post(summary: str, body: type[BaseModel], ok: dict[str, Any], *, ollama: bool = False,
+          extra: tuple[int, ...] = ()) -> dict[str, Any]:
     return {"post": {
         "summary": summary,
-        "requestBody": {"required": True, "content": _json(_nullable_optional(body))},
+        "requestBody": {"required": True, "content": _json(body)},
         "responses": {"200": {"description": "OK", "content": ok},
-                      **_errors(ollama, 400, 401, 413, 429, 503)},
+                      **_errors(ollama, 400, 401, 413, 429, 503, *extra)},
     }}
 
 
-def _get(summary: str, ok: dict[str, Any], *, ollama: bool = False, auth: bool = True,
-         extra: tuple[int, ...] = ()) -> dict[str, Any]:
-    codes = (401, 503, *extra) if auth else (503, *extra)
+def _get(summary: str, ok: type[BaseModel], *, ollama: bool = False) -> dict[str, Any]:
     return {"get": {"summary": summary,
-                    "responses": {"200": {"description": "OK", "content": ok},
-                                  **_errors(ollama, *codes)}}}
+                    "responses": {"200": {"description": "OK", "content": _json(ok)},
+                                  **_errors(ollama, 401, 503)}}}
 
 
 def openapi_schema(cfg: ServerConfig) -> dict[str, Any]:
-    sse = {"text/event-stream": {"schema": {
-        "type": "object", "required": ["data"],
-        "properties": {"data": _STR, "event": _STR, "id": _STR}}}}
-    ndjson = {"application/x-ndjson": {"schema": _STR}}
+    sse = {"text/event-stream": {"schema": _ref(p.ServerSentEvent)}}
+    ndjson = {"application/x-ndjson": {"schema": _STR}}  # one OllamaReply per line
     paths: dict[str, Any] = {
-        "/v1/models": _get("List the served model", _json(
-            {"type": "object", "required": ["object", "data"],
-             "properties": {"object": _STR, "data": {"type": "array", "items": MODEL}}})),
+        "/v1/models": _get("List the served model", p.ModelList),
         "/v1/models/{model_id}": {"get": {
             "summary": "Describe a model",
             "parameters": [{"name": "model_id", "in": "path", "required": True,
                             "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]+$"}}],
-            "responses": {"200": {"description": "OK", "content": _json(MODEL)},
+            "responses": {"200": {"description": "OK", "content": _json(p.ModelCard)},
                           **_errors(False, 401, 404, 503)}}},
         "/v1/chat/completions": _post(
             "Chat completion (stream=true: server-sent events ending with data: [DONE])",
-            {"type": "object", "required": ["messages"],
-             "properties": {"messages": _MESSAGES, **_SAMPLING}},
-            {**_json(CHAT_COMPLETION), **sse}),
-        "/v1/completions": _post(
-            "Text completion (no chat template)",
-            {"type": "object", "required": ["prompt"],
-             "properties": {"prompt": {"type": "string", "minLength": 1},
-                            **_SAMPLING}},
-            {**_json(TEXT_COMPLETION), **sse}),
-        "/v1/embeddings": _post(
-            "Embeddings (mean-pooled, L2-normalised)",
-            {"type": "object", "required": ["input"],
-             "properties": {"input": _EMBED_INPUT, "model": _STR,
-                            "encoding_format": {"type": "string",
-                                                "enum": ["float", "base64"]}}},
-            _json(EMBEDDINGS)),
-        "/api/version": _get("Server version", _json(
-            {"type": "object", "required": ["version"], "properties": {"version": _STR}}),
-            ollama=True),
-        "/api/tags": _get("List the served model (Ollama)", _json(
-            {"type": "object", "required": ["models"],
-             "properties": {"models": {"type": "array", "items": _OBJ}}}), ollama=True),
-        "/api/show": _post(
-            "Model details (Ollama)",
-            {"type": "object", "required": ["model"], "properties": {"model": _STR}},
-            _json({"type": "object", "required": ["details", "model_info"],
-                   "properties": {"details": _OBJ, "model_info": _OBJ, "template": _STR,
-                                  "modelfile": _STR}}), ollama=True),
-        "/api/chat": _post(
-            "Chat (Ollama; NDJSON stream unless stream=false)",
-            {"type": "object", "required": ["model", "messages"],
-             "properties": {"model": _STR, "messages": _MESSAGES, "stream": _BOOL,
-                            "options": _OLLAMA_OPTIONS}},
-            {**_json(_OLLAMA_DONE), **ndjson}, ollama=True),
-        "/api/generate": _post(
-            "Generate (Ollama; NDJSON stream unless stream=false)",
-            {"type": "object", "required": ["model"],
-             "properties": {"model": _STR, "prompt": _STR,
-                            "system": _STR, "raw": _BOOL, "stream": _BOOL,
-                            "options": _OLLAMA_OPTIONS}},
-            {**_json(_OLLAMA_DONE), **ndjson}, ollama=True),
-        "/api/embed": _post(
-            "Embeddings (Ollama)",
-            {"type": "object", "required": ["model", "input"],
-             "properties": {"model": _STR, "input": _EMBED_INPUT}},
-            _json({"type": "object", "required": ["embeddings"],
-                   "properties": {"model": _STR, "embeddings": {
-                       "type": "array", "items": {"type": "array", "items": _NUM}}}}),
-            ollama=True),
+            p.ChatCompletionRequest, {**_json(p.ChatCompletion), **sse}),
+        "/v1/completions": _post("Text completion (no chat template)", p.CompletionRequest,
+                                 {**_json(p.TextCompletion), **sse}),
+        "/v1/embeddings": _post("Embeddings (mean-pooled, L2-normalised)", p.EmbeddingRequest,
+                                _json(p.EmbeddingList), extra=(501,)),
+        "/api/version": _get("Server version", p.OllamaVersion, ollama=True),
+        "/api/tags": _get("List the served model (Ollama)", p.OllamaTags, ollama=True),
+        "/api/show": _post("Model details (Ollama)", p.OllamaShowRequest,
+                           _json(p.OllamaShowResponse), ollama=True),
+        "/api/chat": _post("Chat (Ollama; NDJSON stream unless stream=false)",
+                           p.OllamaChatRequest, {**_json(p.OllamaReply), **ndjson},
+                           ollama=True),
+        "/api/generate": _post("Generate (Ollama; NDJSON stream unless stream=false)",
+                               p.OllamaGenerateRequest, {**_json(p.OllamaReply), **ndjson},
+                               ollama=True),
+        "/api/embed": _post("Embeddings (Ollama)", p.OllamaEmbedRequest,
+                            _json(p.OllamaEmbedResponse), ollama=True, extra=(501,)),
         "/health": {"get": {"summary": "Readiness (no key needed)", "security": [],
-                            "responses": {"200": {"description": "Ready", "content": _json(_OBJ)},
+                            "responses": {"200": {"description": "Ready",
+                                                  "content": _json(p.Health)},
                                           "503": {"description": "Loading",
-                                                  "content": _json(_OBJ)}}}},
+                                                  "content": _json(p.Health)}}}},
         "/metrics": {"get": {"summary": "Prometheus metrics",
                              "responses": {"200": {"description": "OK",
                                                    "content": {"text/plain": {"schema": _STR}}},
                                            **_errors(False, 401)}}},
     }
-    paths["/v1/embeddings"]["post"]["responses"].update(_errors(False, 501))
-    paths["/api/embed"]["post"]["responses"].update(_errors(True, 501))
+    components: dict[str, Any] = {"schemas": _schemas(paths)}
     schema: dict[str, Any] = {
-        "openapi": "3.0.3",
+        "openapi": "3.1.0",
         "info": {"title": "Candlewick local inference server", "version": "0.1.0",
                  "description": "OpenAI- and Ollama-compatible API on a local model."},
         "paths": paths,
+        "components": components,
     }
     if cfg.api_key:
-        schema["components"] = {"securitySchemes": {"bearer": {"type": "http",
-                                                               "scheme": "bearer"}}}
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         schema["security"] = [{"bearer": []}]
     return schema

@@ -1,0 +1,759 @@
+"""The HTTP API's request and response shapes as pydantic models.
+
+`parse_body` checks a request body against its model and turns the first problem into a 400
+in the style of the hand-written checks (`'temperature' must be between 0 and 2`);
+`openapi.py` documents the API from the same models.
+
+Every body model ignores keys it does not know, as the routes always have: clients send fields
+of newer API versions, or of other servers, and still get an answer. Models are strict, as the
+hand checks are: JSON's true is not a number, 1.0 is not a whole number, "1" is not 1.
+
+Fields marked `PENDING` are checked here but not yet read by every route; the OpenAPI document
+leaves them out until the routes take their bodies from `parse_body`, so that the schema never
+promises a refusal the server does not make (the fuzz test sends such bodies).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
+
+from engine.server.errors import ApiError
+from engine.server.parsing import MAX_EMBED_INPUTS
+
+T = TypeVar("T", bound=BaseModel)
+
+MAX_STOP = 16
+MAX_TOOLS = 128
+PENDING: dict[str, Any] = {"x-candlewick-pending": True}
+_TOOL_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+
+
+def _refuse(message: str) -> PydanticCustomError:
+    """An error whose message follows the field's quoted path: "'stop' <message>"."""
+    return PydanticCustomError("candlewick", message)
+
+
+def _refuse_whole(message: str) -> PydanticCustomError:
+    """An error whose message is complete as it is (it names its field itself)."""
+    return PydanticCustomError("candlewick_whole", message)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _fmt(x: Any) -> str:
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
+
+
+@dataclass(frozen=True)
+class Between:
+    """A number in [lo, hi], refused as "must be between lo and hi" (what the hand checks say,
+    and pydantic's one-bound errors cannot). What is not a finite number is left to the float
+    type's own error."""
+
+    lo: float
+    hi: float
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
+                                     ) -> core_schema.CoreSchema:
+        return core_schema.no_info_before_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        return {**handler(schema), "minimum": self.lo, "maximum": self.hi}
+
+    def _check(self, v: Any) -> Any:
+        if _is_number(v) and math.isfinite(v) and not self.lo <= v <= self.hi:
+            raise _refuse(f"must be between {self.lo} and {self.hi}")
+        return v
+
+
+_FINITE = Field(allow_inf_nan=False)
+Temperature = Annotated[float, _FINITE, Between(0, 2)]
+TopP = Annotated[float, Field(gt=0, allow_inf_nan=False), Between(0, 1)]
+UnitInterval = Annotated[float, _FINITE, Between(0, 1)]
+RepeatPenalty = Annotated[float, _FINITE, Between(0.01, 10)]
+OllamaTemperature = Annotated[float, _FINITE, Between(0, 100)]
+OllamaTopP = Annotated[float, _FINITE, Between(1e-6, 1)]
+Seed = Annotated[int, Field(ge=-(2**63), le=2**64 - 1)]
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+
+def _stop(v: Any) -> tuple[str, ...]:
+    if v is None:
+        return ()
+    if isinstance(v, str):
+        return (v,) if v else ()
+    if isinstance(v, list) and all(isinstance(x, str) for x in v):
+        if len(v) > MAX_STOP:
+            raise _refuse(f"takes at most {MAX_STOP} strings")
+        return tuple(x for x in v if x)
+    raise _refuse("must be a string or a list of strings")
+
+
+# Stop strings, as a tuple without empty ones (like parsing.get_stop).
+Stop = Annotated[tuple[str, ...], BeforeValidator(
+    _stop, json_schema_input_type=str | Annotated[list[str], Field(max_length=MAX_STOP)] | None)]
+
+
+def _embed_input(v: Any) -> list[str]:
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v):
+        raise _refuse("must be a non-empty string or list of non-empty strings")
+    if len(v) > MAX_EMBED_INPUTS:
+        raise _refuse(f"takes at most {MAX_EMBED_INPUTS} strings")
+    return v
+
+
+EmbedInput = Annotated[list[str], BeforeValidator(
+    _embed_input, json_schema_input_type=NonEmpty | Annotated[
+        list[NonEmpty], Field(min_length=1, max_length=MAX_EMBED_INPUTS)])]
+
+
+class _Model(BaseModel):
+    # extra="ignore": unknown keys are dropped, never refused (see the module docstring).
+    model_config = ConfigDict(extra="ignore", strict=True, protected_namespaces=())
+
+
+# -- pieces shared by the OpenAI and Ollama shapes ------------------------------------------
+
+
+class TextPart(_Model):
+    type: Literal["text"]
+    text: str
+
+
+def _content(v: Any) -> Any:
+    if v is None or isinstance(v, str):
+        return v
+    if isinstance(v, list):
+        if not all(isinstance(p, dict) and p.get("type") == "text"
+                   and isinstance(p.get("text"), str) for p in v):
+            raise _refuse("takes only text parts ({\"type\": \"text\", \"text\": ...})")
+        return v
+    raise _refuse("must be a string or a list of parts")
+
+
+Content = Annotated[str | list[TextPart] | None, BeforeValidator(_content)]
+
+
+def _no_images(v: Any) -> Any:
+    if v:
+        raise _refuse("cannot be read: this model reads text only")
+    return v
+
+
+class FunctionDefinition(_Model):
+    name: Annotated[str, Field(pattern=_TOOL_NAME, description="1-64 letters, digits, _ . -")]
+    description: str | None = None
+    # null is refused, as the routes do; absent means a function without arguments.
+    parameters: dict[str, Any] = Field(
+        default_factory=lambda: {"type": "object", "properties": {}},
+        description="a JSON schema object")
+    strict: bool | None = None
+
+
+class Tool(_Model):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+def _tools(v: Any) -> Any:
+    if v is None:
+        return v
+    if not isinstance(v, list):
+        raise _refuse("must be a list of tools")
+    if len(v) > MAX_TOOLS:
+        raise _refuse(f"takes at most {MAX_TOOLS} tools")
+    seen: set[str] = set()
+    for t in v:
+        fn = t.get("function") if isinstance(t, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if isinstance(name, str):
+            if name in seen:
+                raise _refuse_whole(f"tools: the function name '{name}' appears twice")
+            seen.add(name)
+    return v
+
+
+Tools = Annotated[Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None,
+                  BeforeValidator(_tools), Field(json_schema_extra=PENDING)]
+
+
+class _Message(_Model):
+    role: Literal["system", "developer", "user", "assistant", "tool"]  # parsing.ROLES
+    content: Content = None
+    images: Annotated[list[str] | None, BeforeValidator(_no_images),
+                      Field(json_schema_extra=PENDING)] = None
+
+    # (role, field): the routes read these fields only in messages of that role; elsewhere
+    # they are ignored like any unknown key, whatever they hold.
+    ROLE_FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_other_roles_fields(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        role = data.get("role")
+        drop = {f for r, f in cls.ROLE_FIELDS if r != role} - {
+            f for r, f in cls.ROLE_FIELDS if r == role}
+        return {k: v for k, v in data.items() if k not in drop}
+
+    @property
+    def text(self) -> str:
+        """The content as one string (text parts joined), as the chat template takes it."""
+        c = self.content
+        return c if isinstance(c, str) else "".join(p.text for p in c or ())
+
+
+def _messages(v: Any) -> Any:
+    if not isinstance(v, list) or not v:
+        raise _refuse("must be a non-empty list")
+    return v
+
+
+# -- OpenAI ---------------------------------------------------------------------------------
+
+
+class FunctionCall(_Model):
+    name: str
+    # OpenAI sends the arguments as JSON text; an object is taken too.
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(_Model):
+    id: str | None = None  # the routes number calls that come without one
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Message):
+    ROLE_FIELDS = (("assistant", "tool_calls"), ("assistant", "reasoning_content"),
+                   ("tool", "tool_call_id"), ("tool", "name"))
+    tool_calls: Annotated[list[ToolCall] | None, Field(json_schema_extra=PENDING)] = None
+    reasoning_content: Annotated[str | None, Field(json_schema_extra=PENDING)] = None
+    tool_call_id: Annotated[str | None, Field(json_schema_extra=PENDING)] = None
+    name: Annotated[str | None, Field(json_schema_extra=PENDING)] = None
+
+
+class StreamOptions(_Model):
+    include_usage: bool | None = None
+
+
+class NamedFunction(_Model):
+    name: str
+
+
+class NamedToolChoice(_Model):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(_Model):
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | bool = Field(alias="schema")
+    strict: bool | None = None
+
+
+def _json_schema_with_its_type(schema: dict[str, Any]) -> None:
+    """The document says what the model checks: `json_schema` counts with its type only."""
+    prop = schema["properties"].pop("json_schema")
+    ref = next(x for x in prop["anyOf"] if "$ref" in x)
+    schema["if"] = {"properties": {"type": {"const": "json_schema"}}}
+    schema["then"] = {"required": ["json_schema"],
+                      "properties": {"json_schema": {**ref, "description": prop["description"]}}}
+
+
+class ResponseFormat(_Model):
+    # One model rather than a union tagged by `type`: a tagged union's errors name the tag
+    # in their path, which would read "response_format.json_schema.json_schema".
+    model_config = ConfigDict(json_schema_extra=_json_schema_with_its_type)
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = Field(None, description="with type json_schema")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _schema_only_with_its_type(cls, data: Any) -> Any:
+        # The routes read `json_schema` only with type json_schema, as OpenAI defines it.
+        if isinstance(data, dict) and data.get("type") != "json_schema":
+            return {k: v for k, v in data.items() if k != "json_schema"}
+        return data
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise _refuse_whole("'response_format.json_schema' must be an object with a "
+                                "'schema'")
+        return self
+
+
+def _n(v: Any) -> Any:
+    if v is None:
+        return 1
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise _refuse("must be a whole number")
+    if v != 1:
+        raise _refuse_whole("only n=1 is supported")
+    return v
+
+
+class _Messages(_Model):
+    messages: Annotated[list[ChatMessage], BeforeValidator(_messages), Field(min_length=1)]
+
+
+class _OpenAISampling(_Model):
+    """What /v1/chat/completions and /v1/completions share, in the routes' order of checks."""
+
+    n: Annotated[Literal[1], BeforeValidator(_n, json_schema_input_type=Literal[1] | None)] = 1
+    model: str | None = None
+    max_tokens: Annotated[int, Field(ge=1, description="capped at the server's limit")] | None \
+        = None
+    max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: Annotated[int, Field(ge=0)] | None = None
+    min_p: UnitInterval | None = None
+    repeat_penalty: RepeatPenalty | None = None
+    seed: Seed | None = None
+    stop: Stop = ()
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+
+
+def _tool_choice(v: Any) -> Any:
+    if v is None or v in ("auto", "none", "required"):
+        return v
+    if (isinstance(v, dict) and v.get("type") == "function"
+            and isinstance(v.get("function"), dict)
+            and isinstance(v["function"].get("name"), str)):
+        return v
+    raise _refuse("must be 'auto', 'none', 'required' or "
+                  '{"type": "function", "function": {"name": ...}}')
+
+
+class _ToolFields(_Model):
+    tools: Tools = None
+    tool_choice: Annotated[Literal["auto", "none", "required"] | NamedToolChoice | None,
+                           BeforeValidator(_tool_choice),
+                           Field(json_schema_extra=PENDING)] = None
+    parallel_tool_calls: Annotated[bool | None, Field(json_schema_extra=PENDING)] = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_needs_tools(cls, v: Any, info: ValidationInfo) -> Any:
+        if v is None or "tools" not in info.data:  # absent, or the tools were refused
+            return v
+        names = {t.function.name for t in info.data["tools"] or []}
+        if v != "none" and not names:
+            raise _refuse_whole("'tool_choice' needs 'tools'")
+        if isinstance(v, NamedToolChoice) and v.function.name not in names:
+            raise _refuse_whole(f"'tool_choice' names '{v.function.name}', which is not in "
+                                "'tools'")
+        return v
+
+
+class _FormatFields(_Model):
+    response_format: Annotated[ResponseFormat | None, Field(json_schema_extra=PENDING)] = None
+    grammar: Annotated[str | None, Field(
+        description="a GBNF grammar the reply must follow (llama-server's extension)",
+        json_schema_extra=PENDING)] = None
+
+    @field_validator("grammar")
+    @classmethod
+    def _grammar_alone(cls, v: str | None, info: ValidationInfo) -> str | None:
+        rf = info.data.get("response_format")
+        if v is not None and rf is not None and rf.type != "text":
+            raise _refuse_whole("'grammar' and a JSON 'response_format' exclude each other")
+        return v
+
+
+# pydantic lists the fields of the last base first: the bases are in reverse order of the
+# routes' checks, so the first problem reported is the one the routes found first.
+class ChatCompletionRequest(_FormatFields, _ToolFields, _OpenAISampling, _Messages):
+    reasoning_format: Annotated[Literal["auto", "deepseek", "none"] | None, Field(
+        description="none: thinking stays in the content; auto, deepseek: it comes apart, "
+        "in reasoning_content", json_schema_extra=PENDING)] = None
+
+
+def _prompt(v: Any) -> Any:
+    if isinstance(v, list) and len(v) == 1 and isinstance(v[0], str):
+        v = v[0]
+    if not isinstance(v, str):
+        raise _refuse_whole("'prompt' must be a string (one prompt per request)")
+    if not v:
+        raise _refuse_whole("'prompt' is empty")
+    return v
+
+
+def _echo(v: Any) -> Any:
+    if v is not None and not isinstance(v, bool):
+        raise _refuse("must be true or false")
+    if v:
+        raise _refuse("is not supported")
+    return v
+
+
+class _Prompt(_Model):
+    # One prompt per request: a list holding one string is taken as that string.
+    prompt: Annotated[str, BeforeValidator(_prompt, json_schema_input_type=NonEmpty | Annotated[
+        list[NonEmpty], Field(min_length=1, max_length=1)])]
+
+
+class CompletionRequest(_FormatFields, _OpenAISampling, _Prompt):
+    echo: Annotated[Literal[False] | None, BeforeValidator(_echo)] = None
+
+
+class EmbeddingRequest(_Model):
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] | None = None
+    input: EmbedInput
+
+
+# -- Ollama ---------------------------------------------------------------------------------
+
+
+class OllamaFunctionCall(_Model):
+    name: str
+    # Ollama sends the arguments as an object; JSON text is taken too.
+    arguments: dict[str, Any] | str = Field(default_factory=dict)
+
+
+class OllamaToolCall(_Model):
+    function: OllamaFunctionCall
+
+
+class OllamaMessage(_Message):
+    ROLE_FIELDS = (("assistant", "tool_calls"), ("assistant", "thinking"),
+                   ("tool", "tool_call_id"), ("tool", "tool_name"))
+    tool_calls: Annotated[list[OllamaToolCall] | None, Field(json_schema_extra=PENDING)] = None
+    thinking: Annotated[str | None, Field(json_schema_extra=PENDING)] = None
+    tool_call_id: Annotated[str | None, Field(json_schema_extra=PENDING)] = None
+    tool_name: Annotated[str | None, Field(json_schema_extra=PENDING)] = None
+
+
+class OllamaOptions(_Model):
+    """The options the server honours; Ollama's others (num_ctx, mirostat...) are ignored."""
+
+    num_predict: int | None = Field(None, description="-1 or absent: until done (capped)")
+    temperature: OllamaTemperature | None = None
+    top_p: OllamaTopP | None = None
+    top_k: Annotated[int, Field(ge=0)] | None = None
+    min_p: UnitInterval | None = None
+    repeat_penalty: RepeatPenalty | None = None
+    seed: Seed | None = None
+    stop: Stop = ()
+
+
+def _format(v: Any) -> Any:
+    if v is None or v in ("", "json") or isinstance(v, dict):
+        return v
+    raise _refuse("must be \"json\" or a JSON schema object")
+
+
+OllamaFormat = Annotated[Literal["json", ""] | dict[str, Any] | None, BeforeValidator(_format),
+                         Field(description='"json", or a JSON schema the reply must match',
+                               json_schema_extra=PENDING)]
+Think = Annotated[bool | None, Field(description="false: ask a thinking model not to think",
+                                     json_schema_extra=PENDING)]
+
+
+class _OllamaModel(_Model):
+    model: str
+
+
+class OllamaChatRequest(_OllamaModel):
+    messages: Annotated[list[OllamaMessage], BeforeValidator(_messages), Field(min_length=1)]
+    options: OllamaOptions | None = None
+    stream: bool | None = None
+    tools: Tools = None
+    format: OllamaFormat = None
+    think: Think = None
+
+
+class OllamaGenerateRequest(_OllamaModel):
+    prompt: str | None = None
+    system: str | None = None
+    raw: bool | None = None
+    stream: bool | None = None
+    options: OllamaOptions | None = None
+    format: OllamaFormat = None
+    think: Think = None
+
+
+class OllamaShowRequest(_Model):
+    # One of the two must be a string (null stands for absent).
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"required": [k], "properties": {k: {"type": "string"}}} for k in ("model", "name")]})
+    model: str | None = None
+    # Read only when `model` is absent, as the route does: the document leaves it untyped, or
+    # it would promise to refuse {"model": "m", "name": 5}.
+    name: Annotated[str | None, WithJsonSchema(
+        {"description": "the older spelling of 'model', read without one"})] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_without_model(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("model"), str):
+            return {k: v for k, v in data.items() if k != "name"}
+        return data
+
+    @model_validator(mode="after")
+    def _named(self) -> OllamaShowRequest:
+        if self.model is None and self.name is None:
+            raise _refuse_whole("'model' is required")
+        return self
+
+
+class OllamaEmbedRequest(_OllamaModel):
+    input: EmbedInput
+
+
+# -- responses (documented in the OpenAPI schema; the routes build them as dicts) -----------
+
+
+class OpenAIErrorDetail(_Model):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIError(_Model):
+    error: OpenAIErrorDetail
+
+
+class OllamaError(_Model):
+    error: str
+
+
+class Usage(_Model):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: dict[str, int] | None = None
+    completion_tokens_details: dict[str, int] | None = None
+
+
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+class ReplyToolCall(_Model):
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+
+class ReplyMessage(_Model):
+    role: str
+    content: str | None  # null when the reply is tool calls only
+    reasoning_content: str | None = None
+    tool_calls: list[ReplyToolCall] | None = None
+
+
+class ChatChoice(_Model):
+    index: int
+    message: ReplyMessage
+    finish_reason: FinishReason
+
+
+class ChatCompletion(_Model):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: Annotated[list[ChatChoice], Field(min_length=1)]
+    usage: Usage
+
+
+class TextChoice(_Model):
+    index: int
+    text: str
+    finish_reason: FinishReason
+
+
+class TextCompletion(_Model):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: Annotated[list[TextChoice], Field(min_length=1)]
+    usage: Usage
+
+
+class ServerSentEvent(_Model):
+    """One event of a stream: `data` is a JSON chunk, or `[DONE]` at the end."""
+
+    data: str
+    event: str | None = None
+    id: str | None = None
+
+
+class ModelCard(_Model):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    meta: dict[str, Any] | None = None
+
+
+class ModelList(_Model):
+    object: str
+    data: list[ModelCard]
+
+
+class Embedding(_Model):
+    object: str
+    index: int
+    embedding: list[float] | str  # base64 of little-endian float32 with encoding_format
+
+
+class EmbeddingList(_Model):
+    object: str
+    data: list[Embedding]
+    model: str
+    usage: dict[str, int]
+
+
+class OllamaVersion(_Model):
+    version: str
+
+
+class OllamaTags(_Model):
+    models: list[dict[str, Any]]
+
+
+class OllamaShowResponse(_Model):
+    details: dict[str, Any]
+    model_info: dict[str, Any]
+    template: str | None = None
+    modelfile: str | None = None
+
+
+class OllamaReplyMessage(_Model):
+    role: str | None = None
+    content: str | None = None
+    thinking: str | None = None
+    tool_calls: list[OllamaToolCall] | None = None
+
+
+class OllamaReply(_Model):
+    """A whole answer, or the last line of a stream (`done: true`)."""
+
+    model: str
+    created_at: str
+    done: bool
+    response: str | None = None
+    message: OllamaReplyMessage | None = None
+    done_reason: str | None = None
+    total_duration: int | None = None
+    eval_count: int | None = None
+    prompt_eval_count: int | None = None
+
+
+class OllamaEmbedResponse(_Model):
+    model: str | None = None
+    embeddings: list[list[float]]
+
+
+class Health(_Model):
+    status: str
+    error: str | None = None
+    model: str | None = None
+    slots_total: int | None = None
+    slots_busy: int | None = None
+    queue_depth: int | None = None
+    settings: dict[str, Any] | None = None
+
+
+# -- checking a body ------------------------------------------------------------------------
+
+
+def parse_body(model: type[T], body: dict[str, Any]) -> T:
+    """`body` as `model`; the first problem found is a 400 naming its top-level field."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        loc = err["loc"]
+        raise ApiError(400, _message(err), param=str(loc[0]) if loc else None) from None
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _message(err: ErrorDetails) -> str:
+    """One line in the hand checks' style: "'<field>' must be ..."."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "candlewick_whole":
+        return err["msg"]
+    loc = err["loc"]
+    where = f"'{_path(loc)}'" if loc else "the body"
+    if kind == "candlewick":
+        return f"{where} {err['msg']}"
+    if err["input"] is None and kind.endswith("_type"):
+        return f"{where} is required"  # null stands for absent, and this field must be there
+    text = {
+        "missing": "is required",
+        "string_type": "must be a string",
+        "bool_type": "must be true or false",
+        "int_type": "must be a whole number",
+        "float_type": "must be a number",
+        "finite_number": "must be a number",
+        "list_type": "must be a list",
+        "dict_type": "must be an object",
+        "model_type": "must be an object",
+        "model_attributes_type": "must be an object",
+    }.get(kind)
+    if text is None:
+        text = _bounds(kind, ctx) or re.sub(r"^Input should", "should",
+                                             err["msg"].split("\n")[0])
+    return f"{where} {text}"
+
+
+def _bounds(kind: str, ctx: dict[str, Any]) -> str | None:
+    if kind == "greater_than_equal":
+        return f"must be at least {_fmt(ctx['ge'])}"
+    if kind == "less_than_equal":
+        return f"must be at most {_fmt(ctx['le'])}"
+    if kind == "greater_than":
+        return f"must be greater than {_fmt(ctx['gt'])}"
+    if kind == "less_than":
+        return f"must be less than {_fmt(ctx['lt'])}"
+    if kind == "literal_error":
+        return f"must be one of {ctx['expected']}"
+    if kind == "string_pattern_mismatch":
+        return f"must match {ctx['pattern']}"
+    if kind == "string_too_short":
+        return "must not be empty"
+    if kind == "too_short":
+        return "must not be empty" if ctx.get("min_length") == 1 else (
+            f"takes at least {ctx.get('min_length')} items")
+    if kind == "too_long":
+        return f"takes at most {ctx.get('max_length')} items"
+    return None
