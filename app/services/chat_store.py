@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_TITLE = "New chat"
 EXPORT_FORMAT = "candlewick-chats"
 EXPORT_VERSION = 1
@@ -44,6 +44,9 @@ class Message:
     model: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     sampling: dict[str, Any] = field(default_factory=dict)
+    # A reasoning model's thinking block, kept apart from the answer (`content`): shown
+    # above it, never sent back to the model with the history.
+    thinking: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +59,7 @@ class Message:
             "model": self.model,
             "stats": self.stats,
             "sampling": self.sampling,
+            "thinking": self.thinking,
         }
 
 
@@ -121,6 +125,12 @@ _V2_SQL = """
 """
 
 
+# Version 3: a reasoning model's thinking, stored apart from the answer.
+_V3_SQL = """
+        ALTER TABLE messages ADD COLUMN thinking TEXT NOT NULL DEFAULT '';
+"""
+
+
 def _chain_flat_history(db: sqlite3.Connection) -> None:
     # Version 1 stored a flat list per conversation: chain it into a single branch.
     rows = db.execute("SELECT id, conversation_id FROM messages ORDER BY conversation_id, id")
@@ -136,6 +146,7 @@ def _chain_flat_history(db: sqlite3.Connection) -> None:
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None] | None]] = [
     (_V1_SQL, None),
     (_V2_SQL, _chain_flat_history),
+    (_V3_SQL, None),
 ]
 
 
@@ -151,6 +162,7 @@ def _row_message(r: sqlite3.Row) -> Message:
         model=r["model"],
         stats=json.loads(r["stats"] or "{}"),
         sampling=json.loads(r["sampling"] or "{}"),
+        thinking=r["thinking"] or "",
     )
 
 
@@ -290,10 +302,16 @@ class ChatStore:
         self._update_conversation(conversation_id, pinned=int(pinned))
 
     def update_settings(self, conversation_id: int, **changes: Any) -> dict[str, Any]:
+        """Merge `changes` into the conversation's settings (other keys stay)."""
         settings = self.conversation(conversation_id).settings
         settings.update(changes)
         self._update_conversation(conversation_id, settings=json.dumps(settings), touch=False)
         return settings
+
+    def replace_settings(self, conversation_id: int, settings: dict[str, Any]) -> None:
+        """The conversation's settings become `settings`: a key left out is removed (a value
+        set back to its default, a schema cleared)."""
+        self._update_conversation(conversation_id, settings=json.dumps(settings), touch=False)
 
     def _update_conversation(self, conversation_id: int, *, touch: bool = False,
                              **cols: Any) -> None:
@@ -343,6 +361,7 @@ class ChatStore:
         model: str | None = None,
         stats: dict[str, Any] | None = None,
         sampling: dict[str, Any] | None = None,
+        thinking: str = "",
     ) -> Message:
         """Append a message. `parent_id=True` (default) attaches it to the active leaf; an
         explicit parent creates a branch (a sibling of that parent's other children)."""
@@ -358,9 +377,9 @@ class ChatStore:
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO messages(conversation_id, parent_id, role, content, created_at, "
-                "status, model, stats, sampling) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "status, model, stats, sampling, thinking) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, parent, role, content, now, status, model,
-                 json.dumps(stats or {}), json.dumps(sampling or {})),
+                 json.dumps(stats or {}), json.dumps(sampling or {}), thinking),
             )
             mid = int(cur.lastrowid or 0)
             db.execute(
@@ -379,10 +398,13 @@ class ChatStore:
         return _row_message(r)
 
     def update_message(self, message_id: int, *, content: str | None = None,
-                       status: str | None = None, stats: dict[str, Any] | None = None) -> None:
+                       status: str | None = None, stats: dict[str, Any] | None = None,
+                       thinking: str | None = None) -> None:
         cols: dict[str, Any] = {}
         if content is not None:
             cols["content"] = content
+        if thinking is not None:
+            cols["thinking"] = thinking
         if status is not None:
             cols["status"] = status
         if stats is not None:
@@ -597,12 +619,14 @@ class ChatStore:
                 parent = prev
             status = m.get("status") if m.get("status") in (
                 "complete", "interrupted", "error") else "complete"
+            thinking = m.get("thinking")
             cur = db.execute(
                 "INSERT INTO messages(conversation_id, parent_id, role, content, created_at, "
-                "status, model, stats, sampling) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "status, model, stats, sampling, thinking) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (cid, parent, m["role"], m["content"], float(m.get("created_at") or now), status,
                  m.get("model"), json.dumps(m.get("stats") or {}),
-                 json.dumps(m.get("sampling") or {})),
+                 json.dumps(m.get("sampling") or {}),
+                 thinking if isinstance(thinking, str) else ""),
             )
             new_id = int(cur.lastrowid or 0)
             id_map[m.get("id", j)] = new_id
@@ -615,8 +639,8 @@ class ChatStore:
 
 
 class StreamWriter:
-    """Persists a streaming answer at most every `interval_s` (and always at the end), so an
-    app killed mid-answer loses at most about that much text."""
+    """Persists a streaming answer (its text and its thinking) at most every `interval_s`
+    (and always at the end), so an app killed mid-answer loses at most about that much."""
 
     def __init__(self, store: ChatStore, message_id: int, *, interval_s: float = 1.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -627,26 +651,41 @@ class StreamWriter:
         self._last = clock()
         self._text = ""
         self._saved = ""
+        self._thinking = ""
+        self._saved_thinking = ""
 
     def append(self, piece: str) -> None:
         self._text += piece
         if self._clock() - self._last >= self.interval_s:
             self.flush()
 
+    def append_thinking(self, piece: str) -> None:
+        self._thinking += piece
+        if self._clock() - self._last >= self.interval_s:
+            self.flush()
+
     def flush(self) -> None:
-        if self._text != self._saved:
-            self.store.update_message(self.message_id, content=self._text)
+        if self._text != self._saved or self._thinking != self._saved_thinking:
+            self.store.update_message(
+                self.message_id, content=self._text,
+                thinking=self._thinking if self._thinking != self._saved_thinking else None)
             self._saved = self._text
+            self._saved_thinking = self._thinking
         self._last = self._clock()
 
     def finish(self, *, status: str = "complete", stats: dict[str, Any] | None = None) -> None:
         self.store.update_message(self.message_id, content=self._text, status=status,
-                                  stats=stats)
+                                  stats=stats, thinking=self._thinking)
         self._saved = self._text
+        self._saved_thinking = self._thinking
 
     @property
     def text(self) -> str:
         return self._text
+
+    @property
+    def thinking(self) -> str:
+        return self._thinking
 
 
 def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
@@ -661,7 +700,11 @@ def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
         for m in c["messages"]:
             who = names.get(m["role"], m["role"])
             note = " (interrupted)" if m.get("status") == "interrupted" else ""
-            out.append(f"**{who}**{note}:\n\n{m['content']}\n")
+            out.append(f"**{who}**{note}:\n")
+            if m.get("thinking"):
+                out.append(f"<details><summary>Thinking</summary>\n\n{m['thinking']}\n\n"
+                           "</details>\n")
+            out.append(f"{m['content']}\n")
             st = m.get("stats") or {}
             if m["role"] == "assistant" and st.get("gen_tps"):
                 out.append(f"*{st.get('gen_tokens', 0)} tokens, {st['gen_tps']:.1f} tok/s, "

@@ -17,7 +17,7 @@ from PySide6.QtCore import (
     Qt,
 )
 
-from app.ui.conversation import Conversation, Message, MessageState, Role
+from app.ui.conversation import AnswerFormat, Conversation, Message, MessageState, Role
 from engine.host.stats import GenerationStats
 
 ROLE_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -25,6 +25,7 @@ STATE_ROLE = Qt.ItemDataRole.UserRole + 2
 STATS_ROLE = Qt.ItemDataRole.UserRole + 3
 ERROR_ROLE = Qt.ItemDataRole.UserRole + 4
 MESSAGE_ROLE = Qt.ItemDataRole.UserRole + 5
+THINKING_ROLE = Qt.ItemDataRole.UserRole + 6  # a reasoning model's thinking block
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -62,12 +63,15 @@ class ChatModel(QAbstractListModel):
             return m.error
         if role == MESSAGE_ROLE:
             return m
+        if role == THINKING_ROLE:
+            return m.thinking
         return None
 
     def roleNames(self) -> dict[int, QByteArray]:
         names = dict(super().roleNames())
         for role, name in ((ROLE_ROLE, b"role"), (STATE_ROLE, b"state"),
-                           (STATS_ROLE, b"stats"), (ERROR_ROLE, b"error")):
+                           (STATS_ROLE, b"stats"), (ERROR_ROLE, b"error"),
+                           (THINKING_ROLE, b"thinking")):
             names[role] = QByteArray(name)
         return names
 
@@ -84,10 +88,11 @@ class ChatModel(QAbstractListModel):
     def clear(self) -> None:
         self.set_conversation(Conversation())
 
-    def append(self, role: Role, text: str, state: MessageState = "done") -> int:
+    def append(self, role: Role, text: str, state: MessageState = "done", *,
+               answer_format: AnswerFormat = "markdown") -> int:
         row = len(self._conv.messages)
         self.beginInsertRows(QModelIndex(), row, row)
-        self._conv.messages.append(Message(role, text, state))
+        self._conv.messages.append(Message(role, text, state, answer_format=answer_format))
         self.endInsertRows()
         return row
 
@@ -95,11 +100,22 @@ class ChatModel(QAbstractListModel):
         self._conv.messages[row].text += text
         self._changed(row, [Qt.ItemDataRole.DisplayRole])
 
+    def append_thinking(self, row: int, text: str) -> None:
+        self._conv.messages[row].thinking += text
+        self._changed(row, [THINKING_ROLE])
+
+    def set_thought(self, row: int, tokens: int, seconds: float) -> None:
+        """The thinking block closed after `tokens` tokens and `seconds` seconds."""
+        self._conv.messages[row].thought = (tokens, seconds)
+        self._changed(row, [THINKING_ROLE])
+
     def finish(self, row: int, stats: GenerationStats) -> None:
         m = self._conv.messages[row]
         m.stats = stats
         m.state = "stopped" if stats.stop_reason == "cancelled" else "done"
-        self._changed(row, [STATE_ROLE, STATS_ROLE])
+        if stats.thinking_tokens:
+            m.thought = (stats.thinking_tokens, stats.thinking_s)
+        self._changed(row, [STATE_ROLE, STATS_ROLE, THINKING_ROLE])
 
     def refresh(self, row: int) -> None:
         """The message at `row` changed outside the model (e.g. its branch position)."""

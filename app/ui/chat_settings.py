@@ -1,15 +1,23 @@
-"""Per-chat settings: system prompt, sampling, context policy, and named presets.
+"""Per-chat settings: system prompt, sampling, context policy, structured output, and named
+presets.
 
 The drawer edits a plain dict (the conversation's `settings` in the store); `changed` carries
 the whole dict after every edit. Only values that differ from the app's defaults are kept, so a
 chat without changes follows the defaults.
+
+Structured output is a JSON schema the chat's answers must follow. It is checked as it is
+entered (`engine.decoding.constraints.json_schema`, which names what it cannot enforce); a
+schema that does not pass shows why under the box, in one line, and is not kept: the chat
+goes on with the last schema that passed (or free text).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -25,7 +33,11 @@ from PySide6.QtWidgets import (
 )
 
 from app.services.chat_store import ChatStore
+from engine.decoding import constraints
+from engine.decoding.constraints import GrammarError
 from engine.settings import SamplingParams
+
+STRUCTURED_KEY = "structured_output"  # where a chat's settings keep its JSON schema
 
 POLICIES = [("drop_oldest", "Drop the oldest turns (keep the system prompt)"),
             ("stop", "Stop and say so")]
@@ -62,6 +74,24 @@ class ChatSettingsPanel(QWidget):
         self.policy.setAccessibleName("When the context is full")
         for key, text in POLICIES:
             self.policy.addItem(text, key)
+        # Structured output: a JSON schema, checked as it is entered.
+        self.structured = QPlainTextEdit()
+        self.structured.setAccessibleName("Structured output")
+        self.structured.setPlaceholderText(
+            'A JSON schema the answers must follow, e.g. {"type": "object", "properties": '
+            '{"city": {"type": "string"}}, "required": ["city"]}. Empty: free text.')
+        self.structured.setToolTip("Answers are generated to match this JSON schema and "
+                                   "shown as JSON (a model on this computer only)")
+        self.structured.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
+        self.structured.setMaximumHeight(120)
+        self.structured_error = QLabel()
+        self.structured_error.setObjectName("structuredError")
+        self.structured_error.setAccessibleName("Structured output problem")
+        self.structured_error.setWordWrap(True)
+        self.structured_error.setTextFormat(Qt.TextFormat.PlainText)
+        self.structured_error.setStyleSheet("color: #c62828;")  # readable on light and dark
+        self.structured_error.hide()
+        self._schema: dict[str, Any] | None = None  # the last schema that passed
         self.presets = QComboBox()
         self.presets.setAccessibleName("Presets")
         self.apply_preset_button = QPushButton("Apply")
@@ -78,6 +108,11 @@ class ChatSettingsPanel(QWidget):
                          ("Max tokens", self.max_tokens), ("Seed", self.seed),
                          ("Context full", self.policy)):
             form.addRow(label, w)
+        structured = QVBoxLayout()
+        structured.setSpacing(2)
+        structured.addWidget(self.structured)
+        structured.addWidget(self.structured_error)
+        form.addRow("Structured output", structured)
         presets = QHBoxLayout()
         presets.addWidget(self.presets, 1)
         presets.addWidget(self.apply_preset_button)
@@ -93,6 +128,7 @@ class ChatSettingsPanel(QWidget):
         for ispin in (self.top_k, self.max_tokens, self.seed):
             ispin.valueChanged.connect(self._emit)
         self.policy.currentIndexChanged.connect(self._emit)
+        self.structured.textChanged.connect(self._check_schema)
         self.temperature.valueChanged.connect(self._show_repeat_note)
         self.seed.valueChanged.connect(self._show_repeat_note)
         self.refresh_presets()
@@ -158,6 +194,8 @@ class ChatSettingsPanel(QWidget):
             out["system_prompt"] = system
         if self.policy.currentData() != "drop_oldest":
             out["context_policy"] = self.policy.currentData()
+        if self._schema is not None:
+            out[STRUCTURED_KEY] = self._schema
         return out
 
     def set_settings(self, settings: dict[str, Any]) -> None:
@@ -177,8 +215,37 @@ class ChatSettingsPanel(QWidget):
             self.seed.setValue(-1 if seed is None else int(seed))
             i = self.policy.findData(settings.get("context_policy", "drop_oldest"))
             self.policy.setCurrentIndex(max(i, 0))
+            schema = settings.get(STRUCTURED_KEY)
+            self._schema = schema if isinstance(schema, dict) else None
+            self.structured.setPlainText(json.dumps(self._schema, indent=2)
+                                         if self._schema is not None else "")
+            self._show_schema_problem(None)
         finally:
             self._loading = False
+
+    # -- structured output -----------------------------------------------------------------
+
+    @property
+    def schema(self) -> dict[str, Any] | None:
+        """The schema in effect: the last one entered that passed the check."""
+        return self._schema
+
+    def _check_schema(self) -> None:
+        if self._loading:
+            return
+        text = self.structured.toPlainText().strip()
+        schema, problem = schema_problem(text)
+        self._show_schema_problem(problem)
+        if problem is None:
+            self._schema = schema
+            self._emit()
+
+    def _show_schema_problem(self, problem: str | None) -> None:
+        if problem is not None:
+            kept = ("the chat keeps its previous schema" if self._schema is not None
+                    else "the chat keeps free text")
+            self.structured_error.setText(f"Not saved: {problem} ({kept})")
+        self.structured_error.setVisible(problem is not None)
 
     def _emit(self) -> None:
         if not self._loading:
@@ -210,3 +277,26 @@ class ChatSettingsPanel(QWidget):
         name, ok = QInputDialog.getText(self, "Save preset", "Preset name:")
         if ok:
             self.save_preset(name)
+
+
+def schema_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(schema, None) for text that is empty (no schema) or a usable JSON schema; (None,
+    one-line reason) otherwise. Never raises: what the user pasted is not our bug."""
+    if not text:
+        return None, None
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as e:
+        return None, f"not JSON: {e.msg} (line {e.lineno}, column {e.colno})"
+    except RecursionError:
+        return None, "not JSON: nested too deeply"
+    if not isinstance(schema, dict):
+        return None, "a schema must be a JSON object ({...})"
+    try:
+        constraints.json_schema(schema)
+    except GrammarError as e:
+        return None, str(e).splitlines()[0] if str(e) else "the schema cannot be used"
+    except Exception as e:  # llguidance on something it did not expect: still one line
+        first = str(e).strip().splitlines()
+        return None, f"the schema cannot be used: {first[0] if first else type(e).__name__}"
+    return schema, None

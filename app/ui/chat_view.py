@@ -4,10 +4,17 @@ where Enter sends and Shift+Enter starts a new line, and Send/Stop buttons.
 The view follows a `ChatModel` through its signals. While a reply streams only the last
 Markdown segment of the last message is re-rendered, so the cost of an update stays small
 however long the reply grows.
+
+A reasoning model's thinking is a `ThinkingBlock` above its answer: open while the model
+thinks, folded to one line ("Thought for 3.2 s · 140 tokens") once the answer starts, and
+opened again with a click. A structured answer (JSON) is shown pretty-printed in a JSON code
+block.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 from dataclasses import dataclass
 from typing import ClassVar
@@ -18,6 +25,7 @@ from PySide6.QtGui import (
     QGuiApplication,
     QHideEvent,
     QKeyEvent,
+    QPalette,
     QShowEvent,
     QTextDocument,
     QTextOption,
@@ -93,6 +101,33 @@ def _open_list_item(lines: list[str]) -> bool:
     """A loose list (items separated by blank lines) stays one segment, so its numbering and
     indentation render as one list."""
     return any(_LIST_ITEM.match(s) for s in lines)
+
+
+def json_display(text: str, *, complete: bool = True) -> str:
+    """A structured (JSON) answer as Markdown: a JSON code block, pretty-printed with an
+    indent of 2 once the whole answer parses; as it came while it streams (or if it does not
+    parse: an answer cut off by the length limit)."""
+    shown = text
+    if complete:
+        with contextlib.suppress(ValueError, RecursionError):
+            shown = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    return f"```json\n{shown}\n```" if shown else ""
+
+
+def thinking_summary(message: Message) -> str:
+    """The thinking block's one line: how long and how many tokens, once it has closed."""
+    stats = message.stats
+    thought = message.thought
+    if stats is not None and stats.thinking_tokens:
+        thought = (stats.thinking_tokens, stats.thinking_s)
+    if thought is not None:
+        tokens, seconds = thought
+        return f"Thought for {seconds:.1f} s · {tokens:,} token{'s' if tokens != 1 else ''}"
+    if message.state == "streaming":
+        return "Thinking…"
+    if message.state in ("interrupted", "error", "stopped"):
+        return "Thinking (cut off)"
+    return "Thought"  # figures unknown (an imported answer)
 
 
 def format_stats(stats: GenerationStats) -> str:
@@ -204,10 +239,12 @@ class CodeBlock(QFrame):
 
 
 class MarkdownBody(QWidget):
-    """Prose segments as Markdown labels, code segments as `CodeBlock`s."""
+    """Prose segments as Markdown labels, code segments as `CodeBlock`s. `dim`: prose in the
+    palette's placeholder colour (a model's thinking, set apart from its answer)."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, *, dim: bool = False) -> None:
         super().__init__(parent)
+        self._dim = dim
         self._lay = QVBoxLayout(self)
         self._lay.setContentsMargins(0, 0, 0, 0)
         self._lay.setSpacing(6)
@@ -245,6 +282,8 @@ class MarkdownBody(QWidget):
         if seg.kind == "code":
             return CodeBlock(seg.text, seg.lang)
         label = QLabel()
+        if self._dim:
+            label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
         label.setTextFormat(Qt.TextFormat.MarkdownText)
         label.setWordWrap(True)
         label.setOpenExternalLinks(True)
@@ -285,6 +324,83 @@ def _set_prose(label: QLabel, text: str) -> None:
     label.setText(text)
 
 
+class ThinkingBlock(QFrame):
+    """A model's thinking above its answer: a one-line header that folds and unfolds it, and
+    the thinking itself (dimmed Markdown). It is open while the model thinks and folds once
+    the answer starts; after the reader clicks it, it stays as the reader left it."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("thinkingBlock")
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 4)  # a little air between the thinking and the answer
+        lay.setSpacing(2)
+        self.toggle = QToolButton()
+        self.toggle.setObjectName("thinkingToggle")
+        self.toggle.setCheckable(True)
+        self.toggle.setAutoRaise(True)
+        self.toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.toggle.setAccessibleName("Thinking")
+        self.toggle.toggled.connect(self._on_toggled)
+        self.body = MarkdownBody(dim=True)
+        self.body.setObjectName("thinkingText")
+        self.body.setContentsMargins(14, 0, 0, 0)
+        lay.addWidget(self.toggle, 0, Qt.AlignmentFlag.AlignLeft)
+        lay.addWidget(self.body)
+        self._text = ""
+        self._chosen: bool | None = None  # the reader's choice, once they clicked
+        self._syncing = False
+        self._show(False)
+
+    @property
+    def expanded(self) -> bool:
+        return self.toggle.isChecked()
+
+    @property
+    def summary(self) -> str:
+        return self.toggle.text()
+
+    def set_expanded(self, expanded: bool) -> None:
+        """As a click does: the block stays so from then on."""
+        self.toggle.setChecked(expanded)
+
+    def sync(self, message: Message) -> None:
+        self._text = message.thinking
+        self.setVisible(bool(message.thinking))
+        if not message.thinking:
+            return
+        summary = thinking_summary(message)
+        self.toggle.setText(summary)
+        self.toggle.setAccessibleDescription(summary)
+        # Open while the model thinks and nothing of the answer has come; folded after.
+        thinking_now = (message.state == "streaming" and message.thought is None
+                        and not message.text)
+        want = self._chosen if self._chosen is not None else thinking_now
+        if want != self.expanded:
+            self._syncing = True
+            try:
+                self.toggle.setChecked(want)
+            finally:
+                self._syncing = False
+        elif want:
+            self.body.set_markdown(self._text)  # open: the new text is laid out
+
+    def _on_toggled(self, checked: bool) -> None:
+        if not self._syncing:
+            self._chosen = checked
+        self._show(checked)
+
+    def _show(self, expanded: bool) -> None:
+        self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded
+                                 else Qt.ArrowType.RightArrow)
+        self.toggle.setToolTip("Hide the thinking" if expanded else "Show the thinking")
+        if expanded:
+            # Folded, the text is not laid out as it streams; it is when the block opens.
+            self.body.set_markdown(self._text)
+        self.body.setVisible(expanded)
+
+
 class MessageWidget(QFrame):
     ROLE_TITLES: ClassVar[dict[str, str]] = {
         "user": "You", "assistant": "Assistant", "system": "System"}
@@ -301,6 +417,7 @@ class MessageWidget(QFrame):
         lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 6, 10, 6)
         self.title = QLabel(f"<b>{self.ROLE_TITLES.get(message.role, message.role)}</b>")
+        self.thinking = ThinkingBlock()
         self.body = MarkdownBody()
         self.error_label = QLabel()
         self.error_label.setWordWrap(True)
@@ -332,6 +449,7 @@ class MessageWidget(QFrame):
                 head.addWidget(self.branch_label)
             head.addWidget(b)
         lay.addLayout(head)
+        lay.addWidget(self.thinking)
         lay.addWidget(self.body)
         lay.addWidget(self.error_label)
         lay.addWidget(self.footer)
@@ -358,8 +476,16 @@ class MessageWidget(QFrame):
         self.prev_button.setEnabled(index > 1)
         self.next_button.setEnabled(index < count)
         self.continue_button.setVisible(message.role == "assistant"
-                                        and message.state in ("interrupted", "stopped"))
-        self.body.set_markdown(message.text)
+                                        and message.state in ("interrupted", "stopped")
+                                        and message.answer_format == "markdown")
+        self.thinking.sync(message)
+        if message.answer_format == "json":
+            shown = json_display(message.text, complete=message.state != "streaming")
+            self.body.set_markdown(shown)
+            # Copy takes the JSON as shown (pretty-printed), without the fence.
+            self.text = shown.removeprefix("```json\n").removesuffix("\n```")
+        else:
+            self.body.set_markdown(message.text)
         shows_error = bool(message.error) and message.state in ("error", "interrupted")
         if shows_error and message.error:
             self.error_label.setText(message.error)

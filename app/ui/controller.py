@@ -3,11 +3,17 @@
 Sending loads the selected model first when it is not the one loaded (the newcomer's path:
 type, press Enter, watch it load and answer). Engine signals are applied to the item model
 here, on the GUI thread.
+
+A reasoning model's thinking arrives apart from its answer (`reasoning`, `thought`) and is
+stored with the message, apart from its text; it is never sent back with the history. A chat
+with a "Structured output" schema (its settings' `structured_output`) is answered under that
+schema's grammar, and its answers are shown as JSON.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +24,11 @@ from PySide6.QtCore import QObject, Signal
 from app.services.chat_store import ChatStore, ChatStoreError, StreamWriter
 from app.services.chat_store import Message as StoredMessage
 from app.ui.chat_model import ChatModel
+from app.ui.chat_settings import STRUCTURED_KEY
 from app.ui.conversation import Conversation, Message, MessageState
 from app.ui.worker import EngineHost, EngineMaker, LoadedModel, RemoteTarget
+from engine.decoding import constraints
+from engine.decoding.constraints import GrammarError
 from engine.host.stats import GenerationStats
 from engine.settings import LoadParams, SamplingParams
 
@@ -66,6 +75,9 @@ class ChatController(QObject):
         # context line shows it against the size of whatever model is loaded now.
         self._context_used = 0
         self._continue_row: int | None = None  # continue this answer once the model loads
+        self._compiled: tuple[str, str] | None = None  # (schema as JSON, its grammar)
+        # A continued answer's thinking figures before this part (tokens, seconds).
+        self._continued: tuple[int, float] | None = None
         self._pending_parent: int | bool | None = True  # where that answer attaches
         self.engine = engine
         self.chat = chat
@@ -82,6 +94,8 @@ class ChatController(QObject):
         w.loaded.connect(self._on_loaded)
         w.load_cancelled.connect(self._on_load_cancelled)
         w.tokens.connect(self._on_tokens)
+        w.reasoning.connect(self._on_reasoning)
+        w.thought.connect(self._on_thought)
         w.finished.connect(self._on_finished)
         w.failed.connect(self._on_failed)
         w.unloaded.connect(self._on_unloaded)
@@ -230,7 +244,12 @@ class ChatController(QObject):
                        error=m.stats.get("error") if m.status in ("error", "interrupted")
                        else None,
                        store_id=m.id, branch=self.store.branch_position(m.id)
-                       if self.store else (1, 1))
+                       if self.store else (1, 1),
+                       thinking=m.thinking,
+                       thought=(stats.thinking_tokens, stats.thinking_s)
+                       if stats is not None and stats.thinking_tokens else None,
+                       answer_format="json" if m.sampling.get("json_schema") is not None
+                       else "markdown")
 
     def _ensure_conversation(self) -> int | None:
         if self.store is None:
@@ -264,7 +283,9 @@ class ChatController(QObject):
             self.chat_settings["engine"] = engine
         cid = self.conversation_id
         if self.store is not None and cid is not None:
-            self.store.update_settings(cid, **self.chat_settings)
+            # Replaced, not merged: what the drawer no longer holds (a value back at its
+            # default, a cleared schema) must not come back when the chat is opened again.
+            self.store.replace_settings(cid, self.chat_settings)
 
     def set_engine(self, binding: dict[str, str] | None) -> None:
         """The engine this chat uses from its next reply on: None for the local model
@@ -279,9 +300,34 @@ class ChatController(QObject):
             self.store.update_settings(cid, engine=dict(binding) if binding else None)
 
     def sampling_for_chat(self) -> SamplingParams:
-        known = {f.name for f in dataclasses.fields(SamplingParams)} - {"stop"}
-        changes = {k: v for k, v in self.chat_settings.items() if k in known}
-        return dataclasses.replace(self.sampling, **changes)
+        """The chat's sampling; with a structured-output schema, its grammar (GrammarError
+        when the schema cannot be used: one stored before this check, or by an import)."""
+        sampling = self._free_sampling()
+        schema = self.structured_schema
+        if schema is None:
+            return sampling
+        return dataclasses.replace(sampling, grammar=self._grammar(schema))
+
+    @property
+    def structured_schema(self) -> dict[str, Any] | None:
+        """The JSON schema this chat's answers follow, None for free text."""
+        schema = self.chat_settings.get(STRUCTURED_KEY)
+        return schema if isinstance(schema, dict) else None
+
+    def _grammar(self, schema: dict[str, Any]) -> str:
+        key = json.dumps(schema, sort_keys=True)
+        if self._compiled is None or self._compiled[0] != key:
+            self._compiled = (key, constraints.json_schema(schema))
+        return self._compiled[1]
+
+    def _stored_sampling(self, sampling: SamplingParams) -> dict[str, Any]:
+        """What a stored answer records of its sampling: the schema it followed, not the
+        compiled grammar."""
+        out = dataclasses.asdict(sampling)
+        out.pop("grammar", None)
+        if self.structured_schema is not None:
+            out["json_schema"] = self.structured_schema
+        return out
 
     def _messages_for_model(self, upto: int | None = None) -> list[dict[str, str]]:
         msgs = Conversation(self.chat.conversation.messages[:upto]).for_model()
@@ -329,6 +375,12 @@ class ChatController(QObject):
         m = self.chat.message(row)
         if self.busy or m.role != "assistant" or row != self.chat.rowCount() - 1:
             return False
+        if m.answer_format == "json":
+            # The grammar would start over at the top of the schema, not where the text
+            # stopped.
+            self.error.emit("A structured answer cannot be continued: Regenerate it "
+                            "(or raise Max tokens first)")
+            return False
         choice = self.choose_model()
         if isinstance(choice, RemoteChoice):
             # Chat APIs have no portable "continue this answer"; leave the answer as it is.
@@ -352,17 +404,29 @@ class ChatController(QObject):
     def _continue_now(self, row: int) -> None:
         m = self.chat.message(row)
         messages = self._messages_for_model(row)
-        sampling = self.sampling_for_chat()
+        # Free text: a structured answer is never continued (continue_reply), so the
+        # chat's schema, if it has one now, is not this answer's.
+        sampling = dataclasses.replace(self._free_sampling(), grammar=None)
+        self._continued = (m.stats.thinking_tokens, m.stats.thinking_s) \
+            if m.stats is not None else None
         self.reply_row = row
         self.chat.set_state(row, "streaming")
         if self.store is not None and m.store_id is not None:
             self.store.update_message(m.store_id, status="streaming")
             self._writer = StreamWriter(self.store, m.store_id)
             self._writer.append(m.text)
+            self._writer.append_thinking(m.thinking)
             self._first_flushed = False
         self.busy_changed.emit(True)
         self._reply_id = self.engine.generate(messages, sampling, policy=self._policy(),
-                                              continue_text=m.text)
+                                              continue_text=m.text,
+                                              continue_thinking=m.thinking)
+
+    def _free_sampling(self) -> SamplingParams:
+        """The chat's sampling without its structured-output grammar."""
+        known = {f.name for f in dataclasses.fields(SamplingParams)} - {"stop", "grammar"}
+        return dataclasses.replace(self.sampling, **{
+            k: v for k, v in self.chat_settings.items() if k in known})
 
     def switch_branch(self, row: int, step: int) -> bool:
         """Show the previous (-1) or next (+1) alternative of the message at `row`."""
@@ -409,12 +473,23 @@ class ChatController(QObject):
 
     def _start_reply(self, parent: int | bool | None = True) -> None:
         messages = self._messages_for_model()
-        sampling = self.sampling_for_chat()
-        self.reply_row = self.chat.append("assistant", "", "streaming")
+        structured = self.structured_schema is not None
+        problem = None
+        try:
+            sampling = self.sampling_for_chat()
+        except GrammarError as e:  # a schema that was never checked here (an import)
+            sampling, problem = self._free_sampling(), f"Structured output: {e}"
+        if problem is None and structured and self.loaded is not None \
+                and self.loaded.remote is not None:
+            problem = ("Structured output needs a model on this computer: a remote engine "
+                       "would not hold its answer to the schema")
+        self._continued = None
+        self.reply_row = self.chat.append("assistant", "", "streaming",
+                                          answer_format="json" if structured else "markdown")
         try:
             self._store_message(self.reply_row, parent=parent, status="streaming",
                                 model=self.loaded.name if self.loaded else None,
-                                sampling=dataclasses.asdict(sampling))
+                                sampling=self._stored_sampling(sampling))
         except ChatStoreError as e:
             self.error.emit(f"The answer will not be saved: {e}")
         m = self.chat.message(self.reply_row)
@@ -422,7 +497,12 @@ class ChatController(QObject):
             self._writer = StreamWriter(self.store, m.store_id)
             self._first_flushed = False
         self.busy_changed.emit(True)
-        self._reply_id = self.engine.generate(messages, sampling, policy=self._policy())
+        if problem is not None:
+            self._fail_reply(problem)
+            return
+        # A grammar shapes the answer from its first token: no room for a thinking block.
+        self._reply_id = self.engine.generate(messages, sampling, policy=self._policy(),
+                                              thinking=not structured)
 
     def _show_context(self, used: int) -> None:
         self._context_used = used
@@ -479,19 +559,44 @@ class ChatController(QObject):
     def _on_tokens(self, rid: int, text: str, n: int) -> None:
         if self._mine(rid) and self.reply_row is not None:
             self.chat.append_text(self.reply_row, text)
-            # The answer takes context as it grows (the performance panel counts it too).
-            self._show_context(self._prompt_tokens + n)
+            self._grown(n)
             if self._writer is not None:
                 self._writer.append(text)
-                if not self._first_flushed:
-                    # The answer is on disk from its first words, then at most 1 s behind.
-                    self._writer.flush()
-                    self._first_flushed = True
+                self._flush_first()
+
+    def _on_reasoning(self, rid: int, text: str, n: int) -> None:
+        if self._mine(rid) and self.reply_row is not None:
+            self.chat.append_thinking(self.reply_row, text)
+            self._grown(n)
+            if self._writer is not None:
+                self._writer.append_thinking(text)
+                self._flush_first()
+
+    def _on_thought(self, rid: int, tokens: int, seconds: float) -> None:
+        if self._mine(rid) and self.reply_row is not None:
+            if self._continued is not None:  # a continued answer: its thinking so far too
+                tokens, seconds = tokens + self._continued[0], seconds + self._continued[1]
+            self.chat.set_thought(self.reply_row, tokens, seconds)
+
+    def _grown(self, n: int) -> None:
+        # The answer takes context as it grows (the performance panel counts it too).
+        self._show_context(self._prompt_tokens + n)
+
+    def _flush_first(self) -> None:
+        if self._writer is not None and not self._first_flushed:
+            # The answer is on disk from its first words, then at most 1 s behind.
+            self._writer.flush()
+            self._first_flushed = True
 
     def _on_finished(self, rid: int, stats: GenerationStats) -> None:
         if not self._mine(rid):
             return
         self._reply_id = None
+        if self._continued is not None and self._continued[0]:
+            # A continued answer: the thinking of both parts.
+            stats.thinking_tokens += self._continued[0]
+            stats.thinking_s += self._continued[1]
+        self._continued = None
         if self.reply_row is not None:
             self.chat.finish(self.reply_row, stats)
         if self._writer is not None:
@@ -511,9 +616,14 @@ class ChatController(QObject):
             self.loading = None
             # The old model was freed before loading the new one.
             self.loaded = None
+        self._fail_reply(message)
+
+    def _fail_reply(self, message: str) -> None:
+        """The answer on screen ended with `message`, with or without text."""
         # An answer that broke off after some text (a dropped connection, a timeout) is kept
         # and marked interrupted, as after a crash: it stays in the history and can be read.
-        partial = self.reply_row is not None and bool(self.chat.message(self.reply_row).text)
+        shown = self.chat.message(self.reply_row) if self.reply_row is not None else None
+        partial = shown is not None and bool(shown.text or shown.thinking)
         if self.reply_row is not None:
             if partial:
                 self.chat.interrupt(self.reply_row, message)

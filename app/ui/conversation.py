@@ -17,6 +17,8 @@ Role = Literal["system", "user", "assistant"]
 # error: the engine failed, `error` says why; interrupted: the app died while it streamed
 # (found in the store on the next start; it can be continued).
 MessageState = Literal["streaming", "done", "stopped", "error", "interrupted"]
+# How an answer's text is shown: as Markdown, or (structured output) as JSON.
+AnswerFormat = Literal["markdown", "json"]
 
 
 @dataclass
@@ -29,6 +31,11 @@ class Message:
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     store_id: int | None = None  # the message's row in the chat store, once saved
     branch: tuple[int, int] = (1, 1)  # position among its alternatives ("2/3")
+    # A reasoning model's thinking block, apart from `text` (the answer): shown above it,
+    # never sent back to the model. `thought`: (tokens, seconds) once the block has closed.
+    thinking: str = ""
+    thought: tuple[int, float] | None = None
+    answer_format: AnswerFormat = "markdown"
 
 
 @dataclass
@@ -39,7 +46,9 @@ class Conversation:
     store_id: int | None = None  # the conversation in the chat store, once saved
 
     def for_model(self) -> list[dict[str, str]]:
-        """The chat as the engine wants it: finished turns only, failed replies left out."""
+        """The chat as the engine wants it: finished turns only, failed replies left out.
+        An answer is its text alone: earlier thinking is not sent back (the reasoning
+        models' own templates drop it too)."""
         return [
             {"role": m.role, "content": m.text}
             for m in self.messages

@@ -20,14 +20,29 @@ conversation, an unknown template); iteration may raise part-way.
 one decode loop, marked interactive so that they go before queued API requests. It fits the
 conversation to a slot's context with the chosen policy and continues a cut-off answer by
 ending the prompt with it. A remote engine does no fitting: the server owns its context.
+
+A reasoning model (its template has think markers: Qwen3, QwQ, the DeepSeek-R1 distills)
+writes a thinking block before its answer. An embedded reply knows the markers and whether
+its prompt already opened the block; `EmbeddedReply.thinking_reader()` gives a
+`ThinkingReader` that splits the streamed text into ("reasoning" | "content", text) parts
+(engine.decoding.reasoning) and times the block into `GenerationStats.thinking_tokens` and
+`thinking_s`.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from engine.decoding.reasoning import (
+    PieceKind,
+    ReasoningSplitter,
+    ThinkMarkers,
+    starts_thinking,
+    thinking_markers,
+)
 from engine.errors import EngineError
 from engine.host.context_policy import ContextPolicy, fit_messages
 from engine.host.generation import Generation
@@ -98,12 +113,68 @@ class ChatEngine(Protocol):
         """Free what the engine holds (the model, or nothing for a remote engine)."""
 
 
-class EmbeddedReply:
-    """A `ReplyStream` over `engine.host.runtime.Generation`."""
+class ThinkingReader:
+    """Reads a streamed reply as thinking and answer. `push(text, n_tokens)` returns the
+    parts ready to show, ("reasoning" | "content", text); `closed` is (tokens generated,
+    seconds since the first piece) from the moment the block closed; `finish(stats)` returns
+    what was held back and fills `stats.thinking_tokens`/`thinking_s` (a block that never
+    closed counts the whole reply). `prefix`: the raw text of an answer being continued,
+    already shown: it only sets where the reader stands."""
 
-    def __init__(self, gen: Generation, dropped: int = 0) -> None:
+    def __init__(self, markers: ThinkMarkers | None, *, in_thinking: bool = False,
+                 prefix: str = "", clock: Callable[[], float] = time.perf_counter) -> None:
+        self._split = ReasoningSplitter(markers, in_thinking=in_thinking)
+        self._clock = clock
+        self._t0: float | None = None
+        self._thought = False  # the block opened in this reply
+        self.closed: tuple[int, float] | None = None
+        if prefix:
+            self._split.push(prefix)  # its parts are on screen already
+
+    @property
+    def thinking(self) -> bool:
+        return self._split.thinking
+
+    def push(self, text: str, n_tokens: int) -> list[tuple[PieceKind, str]]:
+        now = self._clock()
+        if self._t0 is None:
+            self._t0 = now
+        was = self._split.thinking
+        parts = self._split.push(text)
+        self._thought = self._thought or was or self._split.thinking
+        if was and not self._split.thinking and self.closed is None:
+            self.closed = (n_tokens, now - self._t0)
+        return parts
+
+    def finish(self, stats: GenerationStats | None = None) -> list[tuple[PieceKind, str]]:
+        parts = self._split.flush()
+        if stats is not None and self._thought:
+            t0 = self._t0 if self._t0 is not None else self._clock()
+            stats.thinking_tokens, stats.thinking_s = (
+                self.closed or (stats.gen_tokens, self._clock() - t0))
+        return parts
+
+
+class EmbeddedReply:
+    """A `ReplyStream` over `engine.host.runtime.Generation`. `markers`: the model's think
+    markers (None: it does not think, or was asked not to); `in_thinking`: the prompt opened
+    the block; `prefix`: the raw text of an answer being continued."""
+
+    def __init__(self, gen: Generation, dropped: int = 0, *,
+                 markers: ThinkMarkers | None = None, in_thinking: bool = False,
+                 prefix: str = "") -> None:
         self.generation = gen
         self._dropped = dropped
+        self.markers = markers
+        self.in_thinking = in_thinking
+        self.prefix = prefix
+
+    def thinking_reader(self) -> ThinkingReader | None:
+        """A reader that splits this reply's thinking from its answer; None when the model
+        has no thinking block."""
+        if self.markers is None:
+            return None
+        return ThinkingReader(self.markers, in_thinking=self.in_thinking, prefix=self.prefix)
 
     @property
     def prompt_tokens(self) -> int:
@@ -129,6 +200,16 @@ class EmbeddedReply:
         return iter(self.generation)
 
 
+def continued_text(markers: ThinkMarkers, in_thinking: bool, thinking: str, answer: str) -> str:
+    """The raw text of a cut-off answer with its thinking, as the model wrote it: the block
+    (opened here unless the prompt opened it), closed when the answer had begun. The model
+    goes on from there, inside the block or in the answer."""
+    raw = ("" if in_thinking else markers.open + "\n") + thinking
+    if answer:
+        raw += "\n" + markers.close + "\n\n" + answer
+    return raw
+
+
 class EmbeddedEngine:
     """The `ChatEngine` for a model loaded in this process. It owns the model: `close()`
     frees it."""
@@ -148,26 +229,49 @@ class EmbeddedEngine:
 
     def reply(self, messages: Messages, sampling: SamplingParams,
               cancel: threading.Event | None = None, *, continue_text: str = "",
-              policy: ContextPolicy | None = None) -> EmbeddedReply:
+              policy: ContextPolicy | None = None, thinking: bool = True,
+              continue_thinking: str = "") -> EmbeddedReply:
+        """`thinking` (a reasoning model): whether it may think first. False asks it not to
+        where its template has the switch (`enable_thinking`) and reads the whole reply as
+        the answer: a grammar that shapes the answer from its first token (structured
+        output) leaves no room for a block. `continue_thinking`: the thinking of the answer
+        being continued (`continue_text` is its answer text)."""
         if self._closed:
             raise EngineError("the model has been unloaded; load it again")
         model = self.model
+        markers = thinking_markers(model.template.source)
+        # Templates with the switch think unless told not to (Qwen3); say so explicitly, as
+        # some test `not enable_thinking` and would read an unset variable as "no".
+        extra: dict[str, Any] = {} if markers is None else {"enable_thinking": thinking}
+        if not thinking:
+            markers = None
+        if markers is None:
+            continue_thinking = ""
         dropped = 0
         if policy is not None:
-            extra = (len(model.tokenize(continue_text, add_special=False))
-                     if continue_text else 0)
-            fit = fit_messages(messages, lambda ms: len(model.chat_tokens(ms)) + extra,
+            # The continued text (its markers, when it has thinking, are a few more tokens).
+            cut = continue_thinking + continue_text
+            more = (len(model.tokenize(cut, add_special=False)) + 8 * bool(continue_thinking)
+                    if cut else 0)
+            fit = fit_messages(messages,
+                               lambda ms: len(model.chat_tokens(ms, **extra)) + more,
                                model.n_ctx_seq,
                                reserve=min(sampling.max_tokens, model.n_ctx_seq // 2),
                                policy=policy)
             messages, dropped = fit.messages, fit.dropped
-        if continue_text:
-            prompt = model.chat_tokens(messages) + model.tokenize(
-                continue_text, add_special=False, parse_special=False)
-            gen = model.submit(prompt, sampling, cancel=cancel)
-        else:
-            gen = model.generate(messages, sampling, cancel=cancel)
-        return EmbeddedReply(gen, dropped)
+        text = model.render_chat(messages, **extra)
+        in_thinking = starts_thinking(text, markers)
+        raw_continue = continue_text
+        if markers is not None and continue_text + continue_thinking and (
+                continue_thinking or in_thinking):
+            raw_continue = continued_text(markers, in_thinking, continue_thinking,
+                                          continue_text)
+        prompt = model.chat_prompt_tokens(text)
+        if raw_continue:
+            prompt += model.tokenize(raw_continue, add_special=False, parse_special=False)
+        gen = model.submit(prompt, sampling, cancel=cancel)
+        return EmbeddedReply(gen, dropped, markers=markers, in_thinking=in_thinking,
+                             prefix=raw_continue if markers is not None else "")
 
     def close(self) -> None:
         self._closed = True  # llama.cpp crashes on a freed model: refuse before reaching it

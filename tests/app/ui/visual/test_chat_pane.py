@@ -1,27 +1,37 @@
 """The chat pane as the screen shows it, on a real X server: after a long answer streamed
 through the engine thread, after opening a long chat from the Chats tab and after opening a
 search hit, the end of the conversation must be painted in the viewport (checked from the X
-server's pixels and from the widgets' geometry against the viewport, not from the model).
+server's pixels and from the widgets' geometry against the viewport, not from the model); a
+thinking block folded and opened, and a structured answer's highlighted JSON, are painted.
 
 Run by test_xserver_tier.py on Xvfb; see conftest.py."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QEvent, QPoint, Qt
-from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QApplication, QListWidget
+from PySide6.QtCore import QEvent, QPoint, QRect, Qt
+from PySide6.QtGui import QGuiApplication, QImage
+from PySide6.QtWidgets import QApplication, QListWidget, QWidget
 from pytestqt.qtbot import QtBot
 
 from app.main import build_window
 from app.services.chat_store import ChatStore
+from app.ui.chat_view import CodeBlock
 from app.ui.controller import RemoteChoice
 from app.ui.main_window import MainWindow
 from app.ui.worker import RemoteTarget
-from tests.app.ui.visual.painted import end_of_chat_problems
+from tests.app.ui.visual.painted import (
+    MIN_INK_SHARE,
+    end_of_chat_problems,
+    grab_screen,
+    ink_mask,
+    ink_share,
+)
 from tests.app.ui.visual.scripted_engine import ScriptedEngine, story
 
 pytestmark = pytest.mark.xserver
@@ -139,3 +149,100 @@ def test_search_hit_opens_with_its_end_in_view(window: MainWindow, qtbot: QtBot,
     qtbot.waitUntil(lambda: window.controller.conversation_id == hit)
     settle(qtbot)
     assert not end_of_chat_problems(window.chat_view, tmp_path / "search-hit.png")
+
+
+THINKING = (
+    "The user asks for the capital of France. France's capital is Paris; it has been the seat "
+    "of government for centuries.\n\n"
+    "I should answer in one sentence and put the city in bold, then offer a little context "
+    "about its size without going on too long.")
+CITY_SCHEMA = {"type": "object",
+               "properties": {"city": {"type": "string"}, "country": {"type": "string"},
+                              "population": {"type": "integer"}},
+               "required": ["city", "country", "population"], "additionalProperties": False}
+
+
+def thinking_chat(store: ChatStore) -> int:
+    """A stored chat: an answer with a thinking block, then a structured (JSON) answer."""
+    c = store.create_conversation("Thinking and JSON")
+    store.add_message(c.id, "user", "What is the capital of France?")
+    store.add_message(c.id, "assistant", "The capital of France is **Paris**.",
+                      thinking=THINKING, model="DeepSeek-R1-Distill",
+                      stats={"ttft_s": 0.21, "gen_tps": 43.5, "gen_tokens": 152,
+                             "thinking_tokens": 140, "thinking_s": 3.2, "total_s": 3.7})
+    store.add_message(c.id, "user", "The same as JSON, with its population.")
+    store.add_message(c.id, "assistant",
+                      '{"city":"Paris","country":"France","population":2102650}',
+                      sampling={"temperature": 0.8, "json_schema": CITY_SCHEMA},
+                      stats={"ttft_s": 0.18, "gen_tps": 51.0, "gen_tokens": 21,
+                             "total_s": 0.6})
+    return c.id
+
+
+def docs_shots(tmp_path: Path) -> Path:
+    """Where the window's grab goes: docs/screenshots when CANDLEWICK_SCREENSHOTS names it."""
+    return Path(os.environ.get("CANDLEWICK_SCREENSHOTS") or tmp_path)
+
+
+def ink_in(view_img_of: QWidget, w: QWidget) -> float:
+    """Share of ink the X server shows where `w` is, within `view_img_of`'s grab."""
+    img = grab_screen(view_img_of)
+    r = QRect(w.mapTo(view_img_of, QPoint(0, 0)), w.size()).intersected(view_img_of.rect())
+    return ink_share(ink_mask(img), r)
+
+
+def test_thinking_block_folds_and_a_structured_answer_is_highlighted(
+        window: MainWindow, qtbot: QtBot, tmp_path: Path) -> None:
+    assert window.store is not None
+    cid = thinking_chat(window.store)
+    window.open_conversation(cid)
+    settle(qtbot)
+    view = window.chat_view
+    vp = view.scroll_area.viewport()
+    answer, structured = view.message_widgets[1], view.message_widgets[3]
+    block = answer.thinking
+    out = tmp_path
+
+    # Folded: one painted line of figures above the answer; the thinking takes no room.
+    assert block.isVisible() and not block.expanded and not block.body.isVisible()
+    assert block.summary == "Thought for 3.2 s · 140 tokens"
+    assert block.toggle.height() < 3 * block.toggle.fontMetrics().height()
+    assert ink_in(vp, block.toggle) > MIN_INK_SHARE
+    folded_height = answer.height()
+    view.grab().save(str(out / "thinking-collapsed.png"))
+
+    # Opened with a click: the thinking is painted under its line, above the answer.
+    qtbot.mouseClick(block.toggle, Qt.MouseButton.LeftButton)
+    settle(qtbot)
+    assert block.expanded and block.body.isVisible()
+    assert answer.height() > folded_height + 2 * block.toggle.fontMetrics().height()
+    paragraphs = block.body.widgets
+    assert len(paragraphs) == 2
+    assert paragraphs[0].mapTo(answer, QPoint(0, 0)).y() < \
+        answer.body.mapTo(answer, QPoint(0, 0)).y()
+    view.scroll_area.ensureWidgetVisible(block, 0, 0)
+    settle(qtbot)
+    for p in paragraphs:
+        assert ink_in(vp, p) > MIN_INK_SHARE, "the thinking is not painted"
+    # Set apart from the answer: its text is dimmer (the palette's placeholder colour).
+    dim = paragraphs[0].palette().color(paragraphs[0].foregroundRole())
+    normal = answer.body.widgets[0].palette().color(answer.body.widgets[0].foregroundRole())
+    assert dim != normal
+    view.grab().save(str(out / "thinking-expanded.png"))
+
+    # The structured answer: pretty-printed in a JSON code block, highlighted (more colours
+    # than text on a background).
+    (code,) = structured.body.widgets
+    assert isinstance(code, CodeBlock) and code.lang_label.text() == "json"
+    assert code.code == json.dumps({"city": "Paris", "country": "France",
+                                    "population": 2102650}, indent=2)
+    view.scroll_area.ensureWidgetVisible(code, 0, 0)
+    settle(qtbot)
+    img = grab_screen(code.editor.viewport())
+    px = img.convertToFormat(QImage.Format.Format_RGB32)
+    colours = {px.pixel(x, y) for x in range(0, px.width(), 2) for y in range(0, px.height(), 2)}
+    assert ink_share(ink_mask(img), img.rect()) > MIN_INK_SHARE
+    assert len(colours) > 8, "the JSON is not highlighted"
+    structured.grab().save(str(out / "structured-answer.png"))
+    # The whole window as a user sees it, the thinking open (for the docs).
+    window.grab().save(str(docs_shots(tmp_path) / "thinking.png"))
