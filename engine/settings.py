@@ -106,6 +106,10 @@ class SamplingParams:
     # What the reply must match: a compiled llguidance grammar (engine.decoding.constraints),
     # None for free text.
     grammar: str | None = None
+    # Write control tokens' text into the reply: tool-call markers such as Mistral's
+    # `[TOOL_CALLS]` and Llama's `<|python_tag|>` are control tokens, and their parsers
+    # look for them.
+    special_text: bool = False
 
     @property
     def reproducible(self) -> bool:

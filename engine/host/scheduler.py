@@ -977,15 +977,15 @@ class Scheduler:
                 s.next_token = tok
                 return
 
-    def _token_bytes(self, tok: int) -> bytes:
+    def _token_bytes(self, tok: int, special: bool = False) -> bytes:
         # Its own buffer: other threads detokenize with the model's at the same time.
         C = self._C
         buf = self._piece
-        n = C.llama_token_to_piece(self.model.vocab_ptr, tok, buf, len(buf), 0, False)
+        n = C.llama_token_to_piece(self.model.vocab_ptr, tok, buf, len(buf), 0, special)
         if n >= 0:
             return buf.raw[:n]
         bigger = ctypes.create_string_buffer(-n)
-        n = C.llama_token_to_piece(self.model.vocab_ptr, tok, bigger, len(bigger), 0, False)
+        n = C.llama_token_to_piece(self.model.vocab_ptr, tok, bigger, len(bigger), 0, special)
         return bigger.raw[:n]
 
     def _emit_token(self, s: _Slot, tok: int, keep: int, pos: int) -> bool:
@@ -1010,7 +1010,7 @@ class Scheduler:
         if s.drafter is not None:
             s.drafter.accept(tok)
         assert s.stream is not None
-        self._out(s, s.stream.push(self._token_bytes(tok)))
+        self._out(s, s.stream.push(self._token_bytes(tok, req.sampling.special_text)))
         reason: StopReason | None = None
         if s.stream.stopped:
             reason = "stop_string"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from engine.decoding import constraints
@@ -36,6 +36,7 @@ from engine.host.stats import GenerationStats
 from engine.model.templates import ChatTemplateError
 from engine.server.engine_state import LoadedModel
 from engine.server.errors import ApiError
+from engine.settings import SamplingParams
 
 Part = tuple[Literal["reasoning", "content"], str]
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -117,6 +118,12 @@ class ChatPlan:
     fmt: ToolFormat | None  # tools offered (and their calls parsed), or None
     markers: ThinkMarkers | None  # the reply's thinking is separated, or None
     in_thinking: bool
+
+    def sampling(self, sampling: SamplingParams) -> SamplingParams:
+        """The request's sampling with what the reply needs: its grammar, and control tokens
+        written out where a tool format's markers may be one."""
+        return replace(sampling, grammar=self.grammar,
+                       special_text=self.fmt is not None and self.fmt.native)
 
 
 def plan_chat(loaded: LoadedModel, messages: list[dict[str, Any]], *,

@@ -134,3 +134,14 @@ def test_hostile_schemas_are_bounded(model: Model) -> None:
         assert "cannot be used" in str(e)
     else:
         model.grammar_mask(g)  # compiled within the limits: usable
+
+
+@pytest.mark.parametrize("special_text", [False, True])
+def test_control_tokens_in_the_reply_text(model: Model, special_text: bool) -> None:
+    """Tool-call markers can be control tokens: a request that parses them gets their text."""
+    marker = "<|im_start|>"
+    tok = model.special_token(marker)
+    assert tok is not None and model.special_token("hello") is None
+    g = constraints.lark(f'start: <[{tok}]> "yes"')
+    text, _ = reply(model, g, special_text=special_text)
+    assert text == (marker + "yes" if special_text else "yes")
