@@ -91,6 +91,10 @@ def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
     view = ModelManagerView(hub, downloads, library, tokens)
     view.load_requested.connect(window.load_path)
     view.library_changed.connect(window.refresh_library)
+    # A rename in the library table: its list shows the new name too (after the rename,
+    # which is queued the same way and connected first).
+    window.library_model.rename_requested.connect(view.refresh_library,
+                                                  Qt.ConnectionType.QueuedConnection)
     view.status_changed.connect(lambda text: window.statusBar().showMessage(text, 5000))
 
     def shutdown() -> None:
@@ -116,6 +120,7 @@ def add_benchmark(window: MainWindow) -> None:
     q = _Qt.ConnectionType.QueuedConnection  # after the controller has updated `loaded`
     for signal in (w.progress, w.loaded, w.unloaded, w.load_cancelled, w.failed):
         signal.connect(view.refresh_model, q)
+    c.engine_changed.connect(view.refresh_model, q)  # a rename in the library too
     c.busy_changed.connect(view.set_chat_busy)
     pause = "A benchmark is running: the chat waits until it ends or is cancelled"
     view.running_changed.connect(
@@ -139,6 +144,7 @@ def add_server_panel(window: MainWindow) -> None:
     q = _Qt.ConnectionType.QueuedConnection  # after the controller has updated `loaded`
     for signal in (w.loaded, w.unloaded, w.load_cancelled, w.failed):
         signal.connect(panel.refresh_model, q)
+    window.controller.engine_changed.connect(panel.refresh_model, q)  # a rename too
     window.add_tool_window("Local server…", panel, "Ctrl+Shift+H", panel.shutdown,
                            quit_warning=panel.quit_warning)
 

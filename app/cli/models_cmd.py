@@ -101,7 +101,7 @@ def list_models(args: argparse.Namespace) -> int:
             rows.append((e.id, e.path.name, "-", "-", "-", "-", source, f"unusable: {e.error}"))
             continue
         f = e.facts
-        rows.append((e.id, f.name, f.architecture, f.params_label, f.quantization,
+        rows.append((e.id, e.name, f.architecture, f.params_label, f.quantization,
                      human_bytes(f.file_bytes), source, str(f.context_length)))
     _table(rows)
     return 0

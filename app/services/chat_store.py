@@ -706,9 +706,12 @@ def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
                            "</details>\n")
             out.append(f"{m['content']}\n")
             st = m.get("stats") or {}
+            line = [str(m["model"])] if m["role"] == "assistant" and m.get("model") else []
             if m["role"] == "assistant" and st.get("gen_tps"):
-                out.append(f"*{st.get('gen_tokens', 0)} tokens, {st['gen_tps']:.1f} tok/s, "
-                           f"first token after {st.get('ttft_s', 0):.2f} s*\n")
+                line.append(f"{st.get('gen_tokens', 0)} tokens, {st['gen_tps']:.1f} tok/s, "
+                            f"first token after {st.get('ttft_s', 0):.2f} s")
+            if line:
+                out.append(f"*{' · '.join(line)}*\n")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 

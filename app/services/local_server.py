@@ -80,10 +80,13 @@ def local_url(host: str, port: int) -> str:
 
 
 class LocalServer:
-    def __init__(self, host: ModelHost, name: str, settings: ServeSettings) -> None:
-        """Serve the model loaded in `host` as `name` (the chat's)."""
+    def __init__(self, host: ModelHost, name: str, settings: ServeSettings, *,
+                 title: str = "") -> None:
+        """Serve the model loaded in `host` as `name` (the chat's); `title`: its name for
+        people, in messages (default: `name`)."""
         self.model_host = host
         self.name = name
+        self.title = title or name
         self.settings = settings
         config = settings.config()
         config.validate()
@@ -138,7 +141,7 @@ class LocalServer:
 
     def _on_host_change(self, name: str, model: Model | None) -> None:
         if name == self.name and model is None:
-            self.stopped_because = f"{self.name} was unloaded"
+            self.stopped_because = f"{self.title} was unloaded"
             self.stop(unloading=True)
 
     @staticmethod

@@ -8,6 +8,7 @@ the GUI thread and only reacts to that thread's queued signals.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import time
@@ -368,8 +369,10 @@ class BenchView(QWidget):
                   self.max_tokens, self.slo, self.roofline):
             w.setEnabled(not self.running)
         self.model_label.setText(
-            f"<b>Model:</b> {info.name} (a remote server)" if remote and info is not None
-            else f"<b>Model:</b> {info.name} ({info.path.name})" if info is not None
+            f"<b>Model:</b> {html.escape(info.name)} (a remote server)"
+            if remote and info is not None
+            else f"<b>Model:</b> {html.escape(info.name)} ({html.escape(info.path.name)})"
+            if info is not None
             else "<b>No model loaded.</b> Load one in the library, then run the benchmark.")
         if self.result is None:
             self.context.setText("")
@@ -437,7 +440,7 @@ class BenchView(QWidget):
         self.progress.setRange(0, 0)  # busy until the first figure arrives
         self.status.setText("Starting…")
         self._set_running(True)
-        self.host.run(BenchRequest(info.name, workload, config))
+        self.host.run(BenchRequest(info.host_key, workload, config, title=info.name))
         return True
 
     def cancel(self) -> None:

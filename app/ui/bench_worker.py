@@ -31,6 +31,7 @@ class BenchRequest:
     model: str  # the loaded model's name in the model host
     workload: Workload
     config: BenchConfig
+    title: str = ""  # the model's name for people: the result's (and the charts') target name
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,10 @@ class BenchWorker(QObject):
             model = self.host.get(request.model)
             result = run_loaded_benchmark(model, request.workload, request.config,
                                           progress=on_progress, cancel=cancel)
+            if request.title and isinstance(result.get("target"), dict):
+                target = result["target"]
+                target.setdefault("general_name", target.get("name"))
+                target["name"] = request.title  # the name the app shows, in the file too
             png = render_charts(result)
         except LoadCancelled:
             self.cancelled.emit()

@@ -89,10 +89,11 @@ class ChatModel(QAbstractListModel):
         self.set_conversation(Conversation())
 
     def append(self, role: Role, text: str, state: MessageState = "done", *,
-               answer_format: AnswerFormat = "markdown") -> int:
+               answer_format: AnswerFormat = "markdown", model: str | None = None) -> int:
         row = len(self._conv.messages)
         self.beginInsertRows(QModelIndex(), row, row)
-        self._conv.messages.append(Message(role, text, state, answer_format=answer_format))
+        self._conv.messages.append(Message(role, text, state, answer_format=answer_format,
+                                           model=model))
         self.endInsertRows()
         return row
 

@@ -428,9 +428,16 @@ class MessageWidget(QFrame):
         self.footer.setObjectName("statsFooter")
         self.footer.setEnabled(False)
         self.footer.setAccessibleName("Reply statistics")
+        # Which model wrote an answer (its name when it did), dimmed beside "Assistant".
+        self.model_label = QLabel()
+        self.model_label.setObjectName("messageModel")
+        self.model_label.setEnabled(False)
+        self.model_label.setAccessibleName("Model")
+        self.model_label.setTextFormat(Qt.TextFormat.PlainText)
         head = QHBoxLayout()
         head.setContentsMargins(0, 0, 0, 0)
         head.addWidget(self.title)
+        head.addWidget(self.model_label)
         head.addStretch(1)
         self.prev_button = self._tool("\u2039", "Previous version", "prev")
         self.branch_label = QLabel()
@@ -469,6 +476,9 @@ class MessageWidget(QFrame):
 
     def sync(self, message: Message) -> None:
         self.text = message.text
+        model = message.model if message.role == "assistant" else None
+        self.model_label.setText(model or "")
+        self.model_label.setVisible(bool(model))
         index, count = message.branch
         self.branch_label.setText(f"{index}/{count}")
         for w in (self.prev_button, self.branch_label, self.next_button):

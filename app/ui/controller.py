@@ -45,6 +45,8 @@ class RemoteChoice:
 # The engine the chat on screen wants: a local model file with load settings, or a remote one.
 Choice = tuple[Path, LoadParams] | RemoteChoice
 ModelChoice = Callable[[], Choice | None]
+# The name the library shows for a model file (None: not in the library).
+ModelName = Callable[[Path], str | None]
 
 
 def choice_key(choice: Choice) -> Path | RemoteTarget:
@@ -62,9 +64,13 @@ class ChatController(QObject):
 
     def __init__(self, engine: EngineHost, chat: ChatModel, choose_model: ModelChoice,
                  sampling: SamplingParams | None = None,
-                 parent: QObject | None = None, store: ChatStore | None = None) -> None:
+                 parent: QObject | None = None, store: ChatStore | None = None,
+                 model_name: ModelName | None = None) -> None:
+        """`model_name`: the library's name for a file, which a loaded model is shown and
+        stored under (one name everywhere: the window, the server, the benchmark, exports)."""
         super().__init__(parent)
         self.store = store
+        self.model_name = model_name
         # Settings of the chat on screen (system prompt, sampling, context policy); saved
         # with the conversation once it is in the store.
         self.chat_settings: dict[str, Any] = {}
@@ -114,7 +120,8 @@ class ChatController(QObject):
             self.error.emit("Wait for the reply to finish (or press Stop) before loading")
             return False
         self.loading = Path(path)
-        self.notice.emit(f"Loading {Path(path).name}…")
+        name = self.model_name(Path(path)) if self.model_name is not None else None
+        self.notice.emit(f"Loading {name or Path(path).name}…")
         self.engine.load(path, params)
         return True
 
@@ -249,7 +256,7 @@ class ChatController(QObject):
                        thought=(stats.thinking_tokens, stats.thinking_s)
                        if stats is not None and stats.thinking_tokens else None,
                        answer_format="json" if m.sampling.get("json_schema") is not None
-                       else "markdown")
+                       else "markdown", model=m.model if m.role == "assistant" else None)
 
     def _ensure_conversation(self) -> int | None:
         if self.store is None:
@@ -484,11 +491,13 @@ class ChatController(QObject):
             problem = ("Structured output needs a model on this computer: a remote engine "
                        "would not hold its answer to the schema")
         self._continued = None
+        model = self.loaded.name if self.loaded else None
         self.reply_row = self.chat.append("assistant", "", "streaming",
-                                          answer_format="json" if structured else "markdown")
+                                          answer_format="json" if structured else "markdown",
+                                          model=model)
         try:
             self._store_message(self.reply_row, parent=parent, status="streaming",
-                                model=self.loaded.name if self.loaded else None,
+                                model=model,
                                 sampling=self._stored_sampling(sampling))
         except ChatStoreError as e:
             self.error.emit(f"The answer will not be saved: {e}")
@@ -508,7 +517,23 @@ class ChatController(QObject):
         self._context_used = used
         self.context_changed.emit(used, self.loaded.n_ctx if self.loaded else 0)
 
+    def _named(self, info: LoadedModel) -> LoadedModel:
+        """The loaded model under the library's name for its file."""
+        if info.remote is not None or self.model_name is None:
+            return info
+        name = self.model_name(info.path)
+        return dataclasses.replace(info, name=name) if name and name != info.name else info
+
+    def model_renamed(self) -> None:
+        """The user renamed a model in the library: the loaded one shows its new name."""
+        if self.loaded is not None:
+            named = self._named(self.loaded)
+            if named != self.loaded:
+                self.loaded = named
+                self.engine_changed.emit(named)
+
     def _on_loaded(self, info: LoadedModel) -> None:
+        info = self._named(info)
         self.loaded = info
         self.loading = None
         self.engine_changed.emit(info)

@@ -36,6 +36,7 @@ class Message:
     thinking: str = ""
     thought: tuple[int, float] | None = None
     answer_format: AnswerFormat = "markdown"
+    model: str | None = None  # the name of the model that wrote an answer, as it was then
 
 
 @dataclass

@@ -5,12 +5,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    Qt,
+    Signal,
+)
 
-from app.services.library import LibraryEntry
+from app.services.library import DEFAULT_MODEL_ID, LibraryEntry
 
 ENTRY_ROLE = Qt.ItemDataRole.UserRole + 1
-COLUMNS = ("Name", "Architecture", "Parameters", "Quantization", "Size", "Context")
+# Short headers: the name needs the room. Its quantization is part of it ("· Q4_1"), and in
+# the tooltip.
+COLUMNS = ("Name", "Arch", "Params", "Size", "Context")
+HEADER_TIPS = ("The model's name: yours (double-click or F2 to rename; empty: back to the "
+               "derived one), else made from its file name and metadata",
+               "Architecture", "Parameters", "File size", "Trained context")
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -24,6 +36,11 @@ def human_bytes(n: float) -> str:
 
 
 class LibraryModel(QAbstractTableModel):
+    """Rows of library entries. Editing a name does not write anything: it asks for the
+    rename (`rename_requested(id, name)`), and the window applies it to the library."""
+
+    rename_requested = Signal(str, str)  # entry id, new name ('' = back to the derived one)
+
     def __init__(self, entries: Sequence[LibraryEntry] = (),
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -51,9 +68,12 @@ class LibraryModel(QAbstractTableModel):
 
     def headerData(self, section: int, orientation: Qt.Orientation,
                    role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if (orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole
-                and 0 <= section < len(COLUMNS)):
+        if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(COLUMNS):
+            return None
+        if role == Qt.ItemDataRole.DisplayRole:
             return COLUMNS[section]
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return HEADER_TIPS[section]
         return None
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
@@ -63,16 +83,28 @@ class LibraryModel(QAbstractTableModel):
         col = index.column()
         if role == ENTRY_ROLE:
             return e
+        if role == Qt.ItemDataRole.EditRole:
+            return e.name if col == 0 else None
         if role == Qt.ItemDataRole.ToolTipRole:
-            return e.error or str(e.path)
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (2, 4, 5):
+            if e.error:
+                return e.error
+            if col != 0:
+                return str(e.path)
+            lines = [e.name]
+            if e.custom_name:
+                lines.append(f"Your name for {e.derived_name}")
+            if e.facts is not None:
+                lines.append(f"Quantization {e.facts.quantization}")
+            if e.id == DEFAULT_MODEL_ID:
+                lines.append("The bundled default model")
+            return "\n".join([*lines, str(e.path)])
+        if role == Qt.ItemDataRole.TextAlignmentRole and col in (2, 3, 4):
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role not in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.AccessibleTextRole):
             return None
         f = e.facts
         if col == 0:
-            name = e.name if e.id != "default" else f"{e.name} (default)"
-            return name if e.error is None else f"{e.path.name} — unreadable"
+            return e.name if e.error is None else f"{e.path.name} — unreadable"
         if f is None:
             return "—"
         if col == 1:
@@ -80,14 +112,27 @@ class LibraryModel(QAbstractTableModel):
         if col == 2:
             return f.params_label
         if col == 3:
-            return f.quantization
-        if col == 4:
             return human_bytes(f.file_bytes)
-        if col == 5:
+        if col == 4:
             return f"{f.context_length:,}" if f.context_length else "—"
         return None
+
+    def setData(self, index: Index, value: Any, role: int = Qt.ItemDataRole.EditRole) -> bool:
+        if (role != Qt.ItemDataRole.EditRole or not index.isValid() or index.column() != 0
+                or not 0 <= index.row() < len(self._entries)):
+            return False
+        e = self._entries[index.row()]
+        name = " ".join(str(value or "").split())
+        if name == e.name:
+            return False
+        self.rename_requested.emit(e.id, name)
+        return True
 
     def flags(self, index: Index) -> Qt.ItemFlag:
         if not index.isValid():
             return Qt.ItemFlag.NoItemFlags
-        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+        flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+        if index.column() == 0 and 0 <= index.row() < len(self._entries) \
+                and self._entries[index.row()].error is None:
+            flags |= Qt.ItemFlag.ItemIsEditable
+        return flags

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QItemSelection, QSettings, Qt, Signal
+from PySide6.QtCore import QItemSelection, QPoint, QSettings, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QMenu,
     QProgressBar,
     QPushButton,
     QSlider,
@@ -88,10 +89,18 @@ class LibraryPanel(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.verticalHeader().setVisible(False)
         header = self.table.horizontalHeader()
+        # Every column as wide as its text, the name's too: a long name makes the table
+        # scroll sideways rather than shrink to "S…". (No stretched section: with one, the
+        # header took the panel's width, not the view's, and always scrolled.)
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         header.setStretchLastSection(False)
         self.table.setWordWrap(False)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        # Rename: F2, a double-click on the name, or the context menu; the window applies it.
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed
+                                   | QAbstractItemView.EditTrigger.DoubleClicked)
+        self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.table.customContextMenuRequested.connect(self._context_menu)
         self.table.selectionModel().selectionChanged.connect(self._on_selection)
         model.modelReset.connect(self._after_reset)
 
@@ -222,6 +231,35 @@ class LibraryPanel(QWidget):
         self._fill_draft_models()
         self._configure_for(None)
         self._sync_buttons()
+
+    # -- names -----------------------------------------------------------------------------
+
+    def rename_actions(self, entry: LibraryEntry) -> QMenu:
+        """The table's context menu for `entry`: Rename…, and back to the derived name."""
+        menu = QMenu(self)
+        row = self.model.row_of(entry.id)
+        rename = menu.addAction("Rename…")
+        rename.setEnabled(entry.error is None)
+        rename.triggered.connect(lambda: self.start_rename(row))
+        reset = menu.addAction(f"Use the derived name ({entry.derived_name})")
+        reset.setEnabled(entry.custom_name is not None)
+        reset.triggered.connect(lambda: self.model.rename_requested.emit(entry.id, ""))
+        return menu
+
+    def start_rename(self, row: int) -> None:
+        """Open the name's editor in the table (as F2 does)."""
+        index = self.model.index(row, 0)
+        if index.isValid():
+            self.table.setCurrentIndex(index)
+            self.table.edit(index)
+
+    def _context_menu(self, pos: QPoint) -> None:
+        index = self.table.indexAt(pos)
+        if not index.isValid():
+            return
+        menu = self.rename_actions(self.model.entry(index.row()))
+        menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        menu.popup(self.table.viewport().mapToGlobal(pos))
 
     # -- selection and settings ------------------------------------------------------------
 

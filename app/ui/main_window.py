@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
 
 from app.services.chat_store import ChatStore, ChatStoreError, export_markdown
 from app.services.connections import ConnectionStore
-from app.services.library import DEFAULT_MODEL_ID, ModelLibrary
+from app.services.library import DEFAULT_MODEL_ID, LibraryError, ModelLibrary
 from app.ui.chat_model import ChatModel
 from app.ui.chat_settings import ChatSettingsPanel
 from app.ui.chat_view import ChatView
@@ -106,7 +106,8 @@ class MainWindow(QMainWindow):
         self.engine_picker = EnginePicker(connections) if connections is not None else None
         self.perf_panel = PerfPanel(gpu_probe)
         self.controller = ChatController(engine, self.chat_model, self._model_choice,
-                                         sampling, parent=self, store=store)
+                                         sampling, parent=self, store=store,
+                                         model_name=self.model_name)
         self.banner = ErrorBanner()
         self.store = store
         # Without a store (embedding, some tests) the chat lives only in memory.
@@ -157,6 +158,9 @@ class MainWindow(QMainWindow):
         w = self.engine.worker
         lp, pp, c = self.library_panel, self.perf_panel, self.controller
         lp.load_requested.connect(self._load)
+        # Queued: the library is re-read after the name's editor has closed.
+        self.library_model.rename_requested.connect(self.rename_model,
+                                                    Qt.ConnectionType.QueuedConnection)
         lp.cancel_requested.connect(c.cancel_load)
         lp.eject_requested.connect(c.eject)
         w.progress.connect(lp.set_progress)
@@ -165,6 +169,7 @@ class MainWindow(QMainWindow):
         w.unloaded.connect(self._on_unloaded)
         w.started.connect(pp.on_started)
         w.tokens.connect(pp.on_tokens)
+        w.reasoning.connect(pp.on_tokens)  # thinking tokens are generated tokens too
         w.finished.connect(pp.on_finished)
         w.failed.connect(pp.on_failed)
         w.failed.connect(self._on_failed)
@@ -345,7 +350,33 @@ class MainWindow(QMainWindow):
         self.banner.hide()
         self.controller.send(text)
 
+    def model_name(self, path: Path) -> str | None:
+        """The library's name for a model file (None: the file is not listed)."""
+        for row in range(self.library_model.rowCount()):
+            e = self.library_model.entry(row)
+            if e.path == path:
+                return e.name
+        return None
+
+    def rename_model(self, entry_id: str, name: str) -> bool:
+        """Give a library model the user's name ('' = back to the derived one): stored by
+        the library, shown at once wherever the app names the model."""
+        try:
+            self.library.rename(entry_id, name)
+        except LibraryError as e:
+            self.show_error(f"Could not rename the model: {e}")
+            return False
+        self.refresh_library()
+        self.controller.model_renamed()
+        info = self.controller.loaded
+        if info is not None and info.remote is None:
+            self._on_loaded(info)
+        return True
+
     def _on_loaded(self, info: LoadedModel) -> None:
+        # The controller heard it first and named it as the library does.
+        loaded = self.controller.loaded
+        info = loaded if loaded is not None and loaded.path == info.path else info
         self.perf_panel.on_loaded(info)
         if info.remote is not None:  # the local model was freed for it
             self.library_panel.set_loaded(None)

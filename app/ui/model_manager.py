@@ -396,7 +396,7 @@ class ModelManagerView(QWidget):
             f = e.facts
             source = "imported (link)" if e.linked else e.source
             _append(self.local, [
-                e.id if f is None else f"{f.name}  [{e.id}]", source,
+                e.id if f is None else f"{e.name}  [{e.id}]", source,
                 f.quantization if f else "unusable",
                 human_bytes(f.file_bytes) if f else "-", e.label or e.path.name],
                 tips=[str(e.path), e.owner, e.error, None, None], data=e.id)

@@ -1,8 +1,11 @@
-"""The live performance panel: TTFT, prompt and generation speed (current and rolling),
-context use, process RAM, VRAM per GPU, CPU load, and a chart of tokens/s and memory.
+"""The live performance panel: the model, TTFT, prompt and generation speed (current and
+rolling), context use, process RAM, VRAM per GPU, CPU load (and a line when other processes
+take the CPU), and a chart of tokens/s and memory.
 
 It listens to the engine's signals (cheap: a few attribute writes each) and samples the
-process on a timer (400 ms) while it is shown, so it never adds work per token.
+process on a timer (400 ms) while it is shown, so it never adds work per token. The rules for
+the rolling rate and for "CPU busy" are in `app.ui.perf_meter` (no Qt); the clock and the CPU
+probe are handed in, so tests feed their own samples.
 """
 
 from __future__ import annotations
@@ -26,12 +29,19 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
 from app.ui.library_model import human_bytes
+from app.ui.perf_meter import (
+    ROLLING_S,
+    CpuContention,
+    CpuProbe,
+    RollingRate,
+    cpu_busy_text,
+    psutil_cpu_probe,
+)
 from app.ui.worker import LoadedModel
 from engine.host.speculative import acceptance_rate
 from engine.host.stats import GenerationStats
 
 TICK_MS = 400
-ROLLING_TICKS = 8  # ~3 s of samples for the rolling average
 HISTORY = 300  # chart points: 2 minutes at 400 ms
 TPS_COLOR = "#4e79a7"
 RAM_COLOR = "#f28e2b"
@@ -117,14 +127,20 @@ class Chart(QWidget):
 
 class PerfPanel(QWidget):
     def __init__(self, gpu_probe: GpuProbe = _no_gpus, tick_ms: int = TICK_MS,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, *, clock: Callable[[], float] = time.perf_counter,
+                 cpu_probe: CpuProbe | None = None, n_cores: int | None = None) -> None:
+        """`clock`: seconds (monotonic); `cpu_probe`: this process's and the machine's CPU
+        seconds (default: psutil's); `n_cores`: logical cores (default: psutil's count)."""
         super().__init__(parent)
         self._gpu_probe = gpu_probe
+        self._clock = clock
         self._proc = psutil.Process()
-        self._ncpu = psutil.cpu_count() or 1
-        # CPU load from the process's CPU time between ticks (psutil.cpu_percent re-reads the
-        # CPU count on every call, which is slow on some VMs).
-        self._cpu_mark = (time.perf_counter(), sum(self._proc.cpu_times()[:2]))
+        self._ncpu = n_cores or psutil.cpu_count() or 1
+        # CPU load from CPU time between samples (psutil.cpu_percent re-reads the CPU count
+        # on every call, which is slow on some VMs).
+        self._cpu_probe = cpu_probe or psutil_cpu_probe()
+        self.cpu = CpuContention(self._ncpu)
+        self.cpu.add(clock(), *self._cpu_probe())
         self.timer = QTimer(self)
         self.timer.setInterval(tick_ms)
         self.timer.timeout.connect(self.tick)
@@ -137,7 +153,8 @@ class PerfPanel(QWidget):
         self.prompt_tps: float | None = None
         self.gen_tps: float | None = None  # last finished reply, llama.cpp counters
         self.current_tps = 0.0
-        self.rolling: deque[float] = deque(maxlen=ROLLING_TICKS)
+        self.rolling = RollingRate(ROLLING_S)
+        self._rid: int | None = None  # the reply the figures are about
         self.ticks = 0
         self._t_start = 0.0
         self._last_n = 0
@@ -150,7 +167,8 @@ class PerfPanel(QWidget):
         self.labels: dict[str, QLabel] = {}
         box = QGroupBox("Performance")
         form = QFormLayout(box)
-        for key, title in (("ttft", "Time to first token"), ("pp", "Prompt processing"),
+        for key, title in (("model", "Model"),
+                           ("ttft", "Time to first token"), ("pp", "Prompt processing"),
                            ("tg", "Generation (now)"), ("tg_avg", "Generation (rolling)"),
                            ("tg_last", "Generation (last reply)"),
                            ("spec", "Speculative decoding"), ("ctx", "Context used"),
@@ -161,6 +179,17 @@ class PerfPanel(QWidget):
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.labels[key] = label
             form.addRow(title, label)
+        self.labels["model"].setWordWrap(True)
+        # Why it may be slow: other processes on the CPU (shown only while they are).
+        self.cpu_note = QLabel()
+        self.cpu_note.setObjectName("cpuBusy")
+        self.cpu_note.setAccessibleName("CPU busy")
+        self.cpu_note.setWordWrap(True)
+        self.cpu_note.setStyleSheet("color: #b26a00;")  # readable on light and dark
+        self.cpu_note.setToolTip("Other programs are using the processor: generation shares "
+                                 "it with them and slows down.")
+        self.cpu_note.hide()
+        form.addRow(self.cpu_note)
         self.chart = Chart()
         lay = QVBoxLayout(self)
         lay.addWidget(box)
@@ -171,31 +200,40 @@ class PerfPanel(QWidget):
     def on_loaded(self, info: LoadedModel) -> None:
         self.n_ctx = info.n_ctx
         self.model_path = str(info.path)
+        self.labels["model"].setText(info.name)
         self._show_ctx()
 
     def on_unloaded(self) -> None:
         self.n_ctx = 0
+        self.labels["model"].setText("—")
         self._show_ctx()
 
-    def on_started(self, _rid: int, prompt_tokens: int) -> None:
+    def on_started(self, rid: int, prompt_tokens: int) -> None:
+        self._rid = rid
         self.generating = True
         self.prompt_tokens = prompt_tokens
         self.gen_tokens = 0
         self.ttft_s = None
-        self._t_start = self._last_t = time.perf_counter()
+        self._t_start = self._last_t = self._clock()
         self._last_n = 0
-        self.rolling.clear()
+        self.rolling.start()
         self._show_ctx()
 
-    def on_tokens(self, _rid: int, _text: str, n_total: int) -> None:
+    def on_tokens(self, rid: int, _text: str, n_total: int) -> None:
+        """Answer or thinking tokens (both are generated): `n_total` so far in the reply."""
+        if rid != self._rid:  # a reply the panel did not see start: its figures only
+            self.on_started(rid, 0)
+        now = self._clock()
         if self.ttft_s is None:
-            self.ttft_s = time.perf_counter() - self._t_start
-            self._last_t = time.perf_counter()
+            self.ttft_s = now - self._t_start
+            self._last_t = now
             self._last_n = n_total
         self.gen_tokens = n_total
+        self.rolling.add(now, n_total)
 
     def on_finished(self, _rid: int, stats: GenerationStats) -> None:
         self.generating = False
+        self.rolling.stop()
         self.gen_tokens = stats.gen_tokens
         self.ttft_s = stats.ttft_s
         self.prompt_tps = stats.prompt_tps or None
@@ -224,6 +262,7 @@ class PerfPanel(QWidget):
 
     def on_failed(self, _rid: int, _message: str) -> None:
         self.generating = False
+        self.rolling.stop()
         self.current_tps = 0.0
 
     # -- sampling --------------------------------------------------------------------------
@@ -237,17 +276,18 @@ class PerfPanel(QWidget):
         super().hideEvent(e)
 
     def tick(self) -> None:
-        now = time.perf_counter()
+        now = self._clock()
         if self.generating and self.ttft_s is not None and now > self._last_t:
             self.current_tps = (self.gen_tokens - self._last_n) / (now - self._last_t)
-            self.rolling.append(self.current_tps)
             self._last_n, self._last_t = self.gen_tokens, now
         self.ticks += 1
         self.refresh_labels()
 
     @property
     def rolling_tps(self) -> float | None:
-        return sum(self.rolling) / len(self.rolling) if self.rolling else None
+        """Tokens/s over the last few seconds of the reply in progress (or just ended);
+        None when nothing has been generated for that long (app.ui.perf_meter)."""
+        return self.rolling.rate(self._clock())
 
     def refresh_labels(self) -> None:
         lab = self.labels
@@ -262,12 +302,12 @@ class PerfPanel(QWidget):
         gpus = list(self._gpu_probe())
         lab["vram"].setText("; ".join(f"{n}: {human_bytes(u)} / {human_bytes(t)}"
                                       for n, u, t in gpus) if gpus else "no GPU in use")
-        now, used = time.perf_counter(), sum(self._proc.cpu_times()[:2])
-        t0, u0 = self._cpu_mark
-        if now > t0:
-            cpu = (used - u0) / (now - t0) / self._ncpu * 100
-            lab["cpu"].setText(f"{cpu:.0f}% of {self._ncpu} cores")
-        self._cpu_mark = (now, used)
+        share = self.cpu.add(self._clock(), *self._cpu_probe())
+        if share is not None:
+            lab["cpu"].setText(f"{share.own_cores * 100:.0f}% of {share.n_cores} cores")
+        busy = cpu_busy_text(share) if share is not None else None
+        self.cpu_note.setText(busy or "")
+        self.cpu_note.setVisible(busy is not None)
         self._show_ctx()
         # The chart plots the rolling average: per-tick rates jump with token coalescing.
         self.chart.add((roll or 0.0) if self.generating else 0.0, float(rss))

@@ -61,6 +61,7 @@ from app.ui.library_model import human_bytes
 from app.ui.worker import LoadedModel
 from engine.errors import EngineError, LoadCancelled
 from engine.host.host import ModelHost
+from engine.model.naming import model_slug
 from engine.server import ServerError, is_loopback
 from engine.server.request_log import RequestRecord
 from engine.settings import LoadParams
@@ -165,6 +166,11 @@ def curl_example(url: str, model_id: str, with_key: bool) -> str:
            f"-d '{body}'"
 
 
+def model_line(name: str, model_id: str) -> str:
+    """The model the server serves: its name for people, and the id API clients send."""
+    return f"Model: {name} · API model id: {model_id}"
+
+
 class ServerPanel(QWidget):
     """`running_changed(bool)`: the server started (True) or stopped (False)."""
 
@@ -184,6 +190,7 @@ class ServerPanel(QWidget):
         self.estimator = estimator
         self.model_host = model_host or ModelHost()
         self.server: LocalServer | None = None  # starting, running or stopping
+        self._serving_name = ""  # the name of the model it serves, for people
         self.phase = "stopped"  # stopped | starting | running | stopping
         self._cancel: threading.Event | None = None  # set to cancel the load in progress
         self._bg = Background(self)
@@ -368,7 +375,12 @@ class ServerPanel(QWidget):
             return
         info = self.loaded
         if self.phase == "stopped":
-            self.model_label.setText(f"Model: {info.name}" if info else "No model loaded")
+            self.model_label.setText(model_line(info.name, self.settings().model_id)
+                                     if info else "No model loaded")
+        elif info is not None and self.server is not None:
+            self._serving_name = info.name  # renamed while it serves
+            if self.phase == "running":
+                self._show_serving(self.server)
         self._sync_controls()
         self._update_memory()
 
@@ -394,7 +406,7 @@ class ServerPanel(QWidget):
             host=str(host), port=self.port.value(),
             api_key=self.key_edit.text().strip() if self.require_key.isChecked() else None,
             parallel=self.parallel.value(), ctx_per_slot=self.ctx.value(),
-            model_id=info.path.stem if info else "default")
+            model_id=(info.model_id or model_slug(info.name)) if info else "default")
 
     def _update_memory(self) -> None:
         info = self.loaded
@@ -431,12 +443,13 @@ class ServerPanel(QWidget):
         self.ensure_key()
         settings = self.settings()
         try:
-            server = LocalServer(self.model_host, info.name, settings)
+            server = LocalServer(self.model_host, info.host_key, settings, title=info.name)
             check_port_free(settings.host, settings.port)
         except (ServerError, EngineError) as e:
             self._set_status(f"Cannot start: {e}", error=True)
             return False
         self._save(settings)
+        self._serving_name = info.name
         if settings.api_key:
             saved = self.secrets.set(KEY_ACCOUNT, settings.api_key)
             self.key_edit.setToolTip(f"The key is {saved.message}")
@@ -488,16 +501,20 @@ class ServerPanel(QWidget):
         where = server.state.config.host
         note = "" if is_loopback(where) else f" (listening on {where}: other devices can " \
                                              "connect with the key)"
-        self._set_status(f"Serving {server.path.name} at {server.url}{note}"
+        self._set_status(f"Serving {self._serving_name} at {server.url}{note}"
                          + ("; key required" if key else "; no key required"))
         self.url.setText(server.url)
         self.curl.setText(curl_example(server.url, server.settings.model_id, bool(key)))
         self.curl.setCursorPosition(0)
-        self.model_label.setText(f"Model: {server.path.stem} · {server.settings.parallel} "
-                                 f"slots of {server.settings.ctx_per_slot:,} tokens")
+        self._show_serving(server)
         self._update_timer()
         self.poll()
         self.running_changed.emit(True)
+
+    def _show_serving(self, server: LocalServer) -> None:
+        self.model_label.setText(
+            f"{model_line(self._serving_name, server.settings.model_id)} · "
+            f"{server.settings.parallel} slots of {server.settings.ctx_per_slot:,} tokens")
 
     def _on_stopped(self, _result: object, error: BaseException | None) -> None:
         self.server = None
@@ -587,7 +604,7 @@ class ServerPanel(QWidget):
         """What quitting the app would stop now ('' = nothing)."""
         server = self.server
         if self.phase == "running" and server is not None:
-            return (f"The Local server is serving {server.path.name} at {server.url}. "
+            return (f"The Local server is serving {self._serving_name} at {server.url}. "
                     "Quitting stops it, and programs using it lose their connection.")
         if self.phase == "starting":
             return "The Local server is starting. Quitting stops it."

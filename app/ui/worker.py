@@ -32,7 +32,9 @@ from engine.host.context_policy import ContextPolicy
 from engine.host.host import ModelHost
 from engine.host.runtime import Model
 from engine.memory.estimate import actual_from_log
+from engine.model.facts import model_facts
 from engine.model.gguf import GGUFError
+from engine.model.naming import model_slug
 from engine.native.load_probe import FirstLoads
 from engine.settings import LoadParams, SamplingParams
 
@@ -66,7 +68,7 @@ class LoadedModel:
     tell is 0)."""
 
     path: Path
-    name: str
+    name: str  # the one name shown for it (the library's, once the window knows it)
     n_ctx: int
     n_layer: int
     n_gpu_layers: int
@@ -78,6 +80,14 @@ class LoadedModel:
     remote: RemoteTarget | None = None
     # Why temperature 0 may still give another answer on another run ('' = it cannot).
     repeat_caveat: str = ""
+    # An id for machines: where the model is registered in the engine thread's ModelHost
+    # and the Local server's HTTP model id ('' = `name`). It does not change on a rename.
+    model_id: str = ""
+
+    @property
+    def host_key(self) -> str:
+        """The model's name in the ModelHost (the Local server and benchmark find it so)."""
+        return self.model_id or self.name
 
     @property
     def actual_total(self) -> int:
@@ -186,14 +196,17 @@ class EngineWorker(QObject):
             model.close()
             self.load_cancelled.emit()
             return
-        engine = EmbeddedEngine(model, str(model.gguf.metadata.get("general.name")
-                                           or Path(path).stem))
+        facts = model_facts(model.gguf)
+        name = facts.display_name or Path(path).stem  # the window shows the library's name
+        model_id = model_slug(name)
+        engine = EmbeddedEngine(model, model_id)
         self.engine = engine
-        self.host.add(engine.name, model)
+        self.host.add(model_id, model)
         info = model.load_info
         self.loaded.emit(LoadedModel(
             path=Path(path),
-            name=engine.name,
+            name=name,
+            model_id=model_id,
             n_ctx=model.n_ctx_seq,  # what one conversation holds
             n_layer=info.n_layer,
             n_gpu_layers=info.n_gpu_layers,

@@ -7,11 +7,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from engine.model.gguf import ArraySummary, GGUFFile, file_type_name, ggml_type_name
+from engine.model.naming import derive_name
 
 
 @dataclass(frozen=True)
 class ModelFacts:
-    name: str
+    name: str  # general.name as the file has it (or the file name)
     architecture: str
     n_params: int
     quantization: str
@@ -29,6 +30,9 @@ class ModelFacts:
     swa_layers: tuple[bool, ...]  # per layer: uses the sliding window
     vocab_size: int
     chat_template: str | None
+    # The readable name from the file name and `general.*` (engine.model.naming), e.g.
+    # "SmolLM2 135M Instruct · Q4_1"; the library may know better (a repository, a rename).
+    display_name: str = ""
 
     @property
     def params_label(self) -> str:
@@ -115,6 +119,7 @@ def model_facts(gf: GGUFFile) -> ModelFacts:
         swa_layers=swa_layer_pattern(gf, n_layer),
         vocab_size=vocab,
         chat_template=tmpl if isinstance(tmpl, str) else None,
+        display_name=derive_name(gf.source_name, md, quantization=quant),
     )
 
 

@@ -24,7 +24,13 @@ from app.main import build_window
 from app.services.local_server import KEY_ACCOUNT, LEASE, new_api_key
 from app.services.secrets import SecretStore
 from app.ui.memory_adapter import engine_estimator
-from app.ui.server_panel import NO_MODEL_TIP, REMOTE_TIP, RequestLogModel, ServerPanel
+from app.ui.server_panel import (
+    NO_MODEL_TIP,
+    REMOTE_TIP,
+    RequestLogModel,
+    ServerPanel,
+    model_line,
+)
 from app.ui.worker import LoadedModel, RemoteTarget
 from engine.host.host import ModelHost
 from engine.host.runtime import Model
@@ -285,7 +291,10 @@ def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
         assert panel.start_button.toolTip() == NO_MODEL_TIP
         w.controller.load(smollm2_path, LoadParams(n_ctx=1024, n_threads=1))
         qtbot.waitUntil(panel.start_button.isEnabled, timeout=120_000)
-        assert panel.model_label.text() == "Model: " + w.controller.loaded.name  # type: ignore
+        info = w.controller.loaded
+        assert info is not None and info.name == "SmolLM2 135M Instruct · Q4_1"
+        # The name people read, next to the id API clients send.
+        assert panel.model_label.text() == model_line(info.name, "smollm2-135m-instruct-q4_1")
         action.trigger()
         qtbot.waitExposed(panel)
         panel.port.setValue(free_port())
@@ -294,6 +303,9 @@ def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
         r = httpx.get(panel.url.text() + "/v1/models", timeout=60,
                       headers={"Authorization": f"Bearer {panel.key_edit.text()}"})
         assert r.status_code == 200
+        assert "smollm2-135m-instruct-q4_1" in {m["id"] for m in r.json()["data"]}
+        assert panel.model_label.text().startswith(
+            model_line(info.name, "smollm2-135m-instruct-q4_1") + " · ")
         port = panel.port.value()
     finally:
         w.close()
@@ -303,7 +315,8 @@ def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
     assert port_is_free(port)
     assert "candlewick-server" not in {t.name for t in threading.enumerate()}
     # Quitting asked first, naming what it stops.
-    assert len(asked) == 1 and asked[0].startswith("The Local server is serving ")
+    assert len(asked) == 1 and asked[0].startswith(
+        "The Local server is serving SmolLM2 135M Instruct · Q4_1 at ")
 
 
 def test_request_log_model_is_bounded(qtmodeltester: object) -> None:

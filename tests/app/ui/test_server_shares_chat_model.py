@@ -83,7 +83,7 @@ def test_starting_loads_nothing_and_stopping_gives_the_context_back(
     assert model is not None and model_inits == [smollm2_path]  # the chat's load
     loop = model.loop
     assert (loop.n_slots, loop.n_ctx_seq, loop.leased_by) == (1, CHAT_CTX, None)
-    assert window.engine.worker.host.get(window.controller.loaded.name) is model  # type: ignore
+    assert window.engine.worker.host.get(window.controller.loaded.host_key) is model  # type: ignore
 
     start(qtbot, panel)
     server = panel.server
