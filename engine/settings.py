@@ -100,6 +100,9 @@ class SamplingParams:
     min_p: float = 0.05
     repeat_penalty: float = 1.1
     repeat_last_n: int = 64
+    # OpenAI's additive penalties over the same window (llama.cpp's penalties sampler).
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
     seed: int | None = None
     max_tokens: int = 512
     stop: tuple[str, ...] = ()
@@ -110,6 +113,12 @@ class SamplingParams:
     # `[TOOL_CALLS]` and Llama's `<|python_tag|>` are control tokens, and their parsers
     # look for them.
     special_text: bool = False
+
+    @property
+    def penalizes(self) -> bool:
+        """Whether recent tokens change the logits (the penalties sampler is in the chain)."""
+        return (self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0
+                or self.presence_penalty != 0.0)
 
     @property
     def reproducible(self) -> bool:
@@ -125,6 +134,9 @@ class SamplingParams:
             raise EngineError("min_p must be in [0, 1]")
         if self.repeat_penalty <= 0:
             raise EngineError("repeat_penalty must be greater than 0")
+        for name in ("frequency_penalty", "presence_penalty"):
+            if not -2 <= getattr(self, name) <= 2:
+                raise EngineError(f"{name} must be between -2 and 2")
         if self.max_tokens < 1:
             raise EngineError("max_tokens must be at least 1")
 

@@ -461,9 +461,10 @@ class Model:
     def make_sampler(self, s: SamplingParams) -> Any:
         C = self._lib
         chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
-        if s.repeat_penalty != 1.0:
+        if s.penalizes:
             C.llama_sampler_chain_add(chain, C.llama_sampler_init_penalties(
-                self.n_vocab, s.repeat_last_n, s.repeat_penalty, 0.0, 0.0))
+                self.n_vocab, s.repeat_last_n, s.repeat_penalty, s.frequency_penalty,
+                s.presence_penalty))
         if s.temperature <= 0:
             C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
             return chain

@@ -658,7 +658,7 @@ class Scheduler:
         slot.next_token = None
         slot.sampler = model.make_sampler(req.sampling)
         s = req.sampling
-        if s.repeat_penalty != 1.0:
+        if s.penalizes:
             for t in prompt[-s.repeat_last_n:]:
                 C.llama_sampler_accept(slot.sampler, t)
         slot.stream = TextStream(s.stop)

@@ -20,12 +20,14 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from engine.server.anthropic_routes import AnthropicRoutes
 from engine.server.engine_state import ServerState
 from engine.server.errors import ApiError, error_response
 from engine.server.ollama_routes import OllamaRoutes
 from engine.server.openai_routes import OpenAIRoutes
 from engine.server.openapi import openapi_schema
 from engine.server.request_log import RequestRecord, current_record
+from engine.server.responses_routes import ResponsesRoutes
 
 log = logging.getLogger("candlewick.server")
 
@@ -141,6 +143,8 @@ def create_app(state: ServerState) -> ASGIApp:
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/slots", slots, methods=["GET"]),
         *openai.routes(),
+        *ResponsesRoutes(state).routes(),
+        *AnthropicRoutes(state).routes(),
         *ollama.routes(),
     ]
     known = frozenset(r.path for r in routes if "{" not in r.path)
@@ -169,7 +173,8 @@ def create_app(state: ServerState) -> ASGIApp:
         middleware.append(Middleware(
             CORSMiddleware, allow_origins=list(cfg.cors_origins),
             allow_methods=["GET", "POST", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type", "X-Api-Key"],
+            allow_headers=["Authorization", "Content-Type", "X-Api-Key", "Anthropic-Version",
+                           "Anthropic-Beta"],
             max_age=600,
         ))
     middleware.append(Middleware(AuthMiddleware, api_key=cfg.api_key))

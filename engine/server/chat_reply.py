@@ -11,7 +11,6 @@ the grammar of the call, so its arguments are valid against the function's schem
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -36,77 +35,10 @@ from engine.host.stats import GenerationStats
 from engine.model.templates import ChatTemplateError
 from engine.server.engine_state import LoadedModel
 from engine.server.errors import ApiError
+from engine.server.protocol import ResponseFormat
 from engine.settings import SamplingParams
 
 Part = tuple[Literal["reasoning", "content"], str]
-_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-MAX_TOOLS = 128
-
-
-def check_tools(tools: Any, *, param: str = "tools") -> list[dict[str, Any]]:
-    """OpenAI-shaped tools ({"type": "function", "function": {...}}), checked."""
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise ApiError(400, f"'{param}' must be a list of tools", param=param)
-    if len(tools) > MAX_TOOLS:
-        raise ApiError(400, f"'{param}' takes at most {MAX_TOOLS} tools", param=param)
-    out: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for i, t in enumerate(tools):
-        if not isinstance(t, dict) or t.get("type", "function") != "function":
-            raise ApiError(400, f"{param}[{i}] must be a function tool "
-                           '({"type": "function", "function": {...}})', param=param)
-        fn = t.get("function")
-        if not isinstance(fn, dict):
-            raise ApiError(400, f"{param}[{i}].function must be an object", param=param)
-        name = fn.get("name")
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise ApiError(400, f"{param}[{i}].function.name must be 1-64 letters, digits, "
-                           "'_', '.' or '-'", param=param)
-        if name in seen:
-            raise ApiError(400, f"{param}: the function name '{name}' appears twice",
-                           param=param)
-        seen.add(name)
-        params = fn.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(params, dict):
-            raise ApiError(400, f"{param}[{i}].function.parameters must be a JSON schema "
-                           "object", param=param)
-        desc = fn.get("description")
-        if desc is not None and not isinstance(desc, str):
-            raise ApiError(400, f"{param}[{i}].function.description must be a string",
-                           param=param)
-        entry: dict[str, Any] = {"name": name, "parameters": params}
-        if desc:
-            entry["description"] = desc
-        out.append({"type": "function", "function": entry})
-    return out
-
-
-def check_tool_choice(choice: Any, tools: list[dict[str, Any]]) -> ToolChoice:
-    if choice is None:
-        return "auto" if tools else "none"
-    if isinstance(choice, str):
-        if choice not in ("auto", "none", "required"):
-            raise ApiError(400, "'tool_choice' must be 'auto', 'none', 'required' or "
-                           '{"type": "function", "function": {"name": ...}}',
-                           param="tool_choice")
-        name = None
-    elif (isinstance(choice, dict) and choice.get("type") == "function"
-          and isinstance(choice.get("function"), dict)
-          and isinstance(choice["function"].get("name"), str)):
-        name = choice["function"]["name"]
-    else:
-        raise ApiError(400, "'tool_choice' must be 'auto', 'none', 'required' or "
-                       '{"type": "function", "function": {"name": ...}}', param="tool_choice")
-    if (choice != "none") and not tools:
-        raise ApiError(400, "'tool_choice' needs 'tools'", param="tool_choice")
-    if name is not None:
-        if name not in {t["function"]["name"] for t in tools}:
-            raise ApiError(400, f"'tool_choice' names '{name}', which is not in 'tools'",
-                           param="tool_choice")
-        return str(name)
-    return choice  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -247,47 +179,26 @@ def _compiled(make: Any, param: str) -> str:
         raise ApiError(400, f"'{param}': {e}", param=param) from None
 
 
-def openai_grammar(body: dict[str, Any]) -> tuple[str | None, str]:
+def openai_grammar(response_format: ResponseFormat | None, gbnf: str | None
+                   ) -> tuple[str | None, str]:
     """The reply's format from `response_format` or llama-server's `grammar` (GBNF), and
-    the field it came from."""
-    rf = body.get("response_format")
-    gbnf = body.get("grammar")
-    kind = None
-    if rf is not None:
-        if not isinstance(rf, dict) or not isinstance(rf.get("type"), str):
-            raise ApiError(400, "'response_format' must be an object with a 'type'",
-                           param="response_format")
-        kind = rf["type"]
-        if kind not in ("text", "json_object", "json_schema"):
-            raise ApiError(400, "'response_format.type' must be 'text', 'json_object' or "
-                           "'json_schema'", param="response_format")
+    the field it came from. The request model has refused the two together."""
     if gbnf is not None:
-        if not isinstance(gbnf, str):
-            raise ApiError(400, "'grammar' must be a GBNF grammar (a string)", param="grammar")
-        if kind not in (None, "text"):
-            raise ApiError(400, "'grammar' and a JSON 'response_format' exclude each other",
-                           param="grammar")
         return _compiled(lambda: constraints.gbnf(gbnf), "grammar"), "grammar"
+    kind = response_format.type if response_format else None
     if kind == "json_object":
         return constraints.any_json_object(), "response_format"
-    if kind == "json_schema":
-        spec = rf.get("json_schema") if rf else None
-        if not isinstance(spec, dict) or "schema" not in spec:
-            raise ApiError(400, "'response_format.json_schema' must be an object with a "
-                           "'schema'", param="response_format")
-        schema = spec["schema"]
+    if kind == "json_schema" and response_format and response_format.json_schema:
+        schema = response_format.json_schema.schema_
         return _compiled(lambda: constraints.json_schema(schema, what="the schema"),
                          "response_format"), "response_format"
     return None, "response_format"
 
 
-def ollama_grammar(body: dict[str, Any]) -> str | None:
-    """Ollama's `format`: "json" or a JSON schema."""
-    fmt = body.get("format")
-    if fmt is None or fmt == "":
-        return None
+def ollama_grammar(fmt: str | dict[str, Any] | None) -> str | None:
+    """Ollama's `format`: "json" or a JSON schema ("" or absent: free text)."""
     if fmt == "json":
         return constraints.any_json_object()
     if isinstance(fmt, dict):
         return _compiled(lambda: constraints.json_schema(fmt, what="the schema"), "format")
-    raise ApiError(400, "'format' must be \"json\" or a JSON schema object", param="format")
+    return None

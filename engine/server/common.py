@@ -94,8 +94,14 @@ async def events_until_disconnect(request: Request, gen: Generation
 
 def sampling_from(temperature: float | None, top_p: float | None, top_k: int | None,
                   min_p: float | None, repeat_penalty: float | None, seed: int | None,
-                  max_tokens: int, stop: tuple[str, ...]) -> SamplingParams:
+                  max_tokens: int, stop: tuple[str, ...], *,
+                  frequency_penalty: float | None = None,
+                  presence_penalty: float | None = None) -> SamplingParams:
     d: dict[str, Any] = {"max_tokens": max_tokens, "stop": stop, "seed": seed}
+    if frequency_penalty is not None:
+        d["frequency_penalty"] = frequency_penalty
+    if presence_penalty is not None:
+        d["presence_penalty"] = presence_penalty
     if temperature is not None:
         d["temperature"] = temperature
     if top_p is not None:

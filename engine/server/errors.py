@@ -1,4 +1,5 @@
-"""Errors as the two APIs shape them: OpenAI's error object and Ollama's `{"error": "..."}`."""
+"""Errors as each API shapes them: OpenAI's error object, Ollama's `{"error": "..."}` and
+Anthropic's `{"type": "error", "error": {"type", "message"}}` (on /v1/messages*)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_f
           405: "invalid_request_error", 413: "invalid_request_error",
           429: "rate_limit_error", 501: "not_implemented", 503: "service_unavailable",
           504: "timeout"}
+
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
+                    413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
+                    503: "overloaded_error", 504: "timeout_error"}
 
 
 class ApiError(Exception):
@@ -29,12 +36,23 @@ def openai_error_body(status: int, message: str, param: str | None = None,
                       "param": param, "code": code}}
 
 
+def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    return {"type": "error",
+            "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
+
+
+def is_anthropic_path(path: str) -> bool:
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
+
+
 def error_response(path: str, status: int, message: str, *, param: str | None = None,
                    code: str | None = None, headers: dict[str, str] | None = None
                    ) -> JSONResponse:
-    """OpenAI shape everywhere except the Ollama routes (`/api/...`)."""
+    """OpenAI shape everywhere except the Ollama routes (`/api/...`) and Anthropic's."""
     if path.startswith("/api/"):
         body: dict[str, Any] = {"error": message}
+    elif is_anthropic_path(path):
+        body = anthropic_error_body(status, message)
     else:
         body = openai_error_body(status, message, param, code)
     return JSONResponse(body, status_code=status, headers=headers)

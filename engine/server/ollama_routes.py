@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,14 +20,7 @@ from engine.decoding.reasoning import thinking_markers
 from engine.decoding.tool_calls import ToolCall
 from engine.host.scheduler import Finished, Piece
 from engine.host.stats import GenerationStats
-from engine.server.chat_reply import (
-    ChatPlan,
-    Part,
-    ReplyReader,
-    check_tools,
-    ollama_grammar,
-    plan_chat,
-)
+from engine.server.chat_reply import ChatPlan, Part, ReplyReader, ollama_grammar, plan_chat
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,
@@ -39,16 +31,17 @@ from engine.server.common import (
 )
 from engine.server.engine_state import LoadedModel, ServerState, details
 from engine.server.errors import ApiError
-from engine.server.openai_routes import embedding_inputs, run_embeddings
-from engine.server.parsing import (
-    get_bool,
-    get_int,
-    get_messages,
-    get_number,
-    get_stop,
-    get_str,
-    read_json,
+from engine.server.openai_routes import run_embeddings
+from engine.server.parsing import read_json
+from engine.server.protocol import (
+    OllamaChatRequest,
+    OllamaEmbedRequest,
+    OllamaGenerateRequest,
+    OllamaOptions,
+    OllamaShowRequest,
+    parse_body,
 )
+from engine.settings import SamplingParams
 
 VERSION = "0.1.0"
 
@@ -77,15 +70,6 @@ def _arguments(call: ToolCall) -> Any:
         return json.loads(call.arguments)
     except ValueError:
         return {}
-
-
-def _options(body: dict[str, Any]) -> dict[str, Any]:
-    opts = body.get("options")
-    if opts is None:
-        return {}
-    if not isinstance(opts, dict):
-        raise ApiError(400, "'options' must be an object")
-    return opts
 
 
 def capabilities(loaded: LoadedModel) -> list[str]:
@@ -132,8 +116,7 @@ class OllamaRoutes:
     async def show(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         loaded = loaded_or_503(self.state)
-        if get_str(body, "model") is None and get_str(body, "name") is None:
-            raise ApiError(400, "'model' is required")
+        parse_body(OllamaShowRequest, body)  # any model name maps to the served one
         f = loaded.facts
         info: dict[str, Any] = {"general.architecture": f.architecture if f else ""}
         if f:
@@ -152,59 +135,43 @@ class OllamaRoutes:
             "modified_at": self._model_entry(loaded)["modified_at"],
         })
 
-    def _sampling(self, body: dict[str, Any]) -> Any:
-        o = _options(body)
-        n = get_int(o, "num_predict", None)
+    def _sampling(self, options: OllamaOptions | None) -> SamplingParams:
+        o = options or OllamaOptions()
+        n = o.num_predict
         return sampling_from(
-            temperature=get_number(o, "temperature", None, lo=0, hi=100),
-            top_p=get_number(o, "top_p", None, lo=1e-6, hi=1),
-            top_k=get_int(o, "top_k", None, lo=0),
-            min_p=get_number(o, "min_p", None, lo=0, hi=1),
-            repeat_penalty=get_number(o, "repeat_penalty", None, lo=0.01, hi=10),
-            seed=get_int(o, "seed", None, lo=-(2**63), hi=2**64 - 1),
+            frequency_penalty=o.frequency_penalty, presence_penalty=o.presence_penalty,
+            temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, min_p=o.min_p,
+            repeat_penalty=o.repeat_penalty, seed=o.seed,
             # Ollama: num_predict -1 (or absent) means "until done"; the server cap applies.
             max_tokens=cap_tokens(self.state, n if n is not None and n > 0 else None),
-            stop=get_stop(o),
+            stop=o.stop,
         )
-
-    def _think(self, body: dict[str, Any]) -> bool | None:
-        think = body.get("think")
-        if think is not None and not isinstance(think, bool):
-            # Ollama also takes "low"/"medium"/"high" for gpt-oss; no model here reads them.
-            raise ApiError(400, "'think' must be true or false", param="think")
-        return think
 
     async def chat(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         loaded = loaded_or_503(self.state)
-        get_str(body, "model", required=True)
-        messages = get_messages(body, "ollama")
-        sampling = self._sampling(body)
-        stream = get_bool(body, "stream", True)
-        tools = check_tools(body.get("tools"))
-        think = self._think(body)
-        plan = plan_chat(loaded, messages, tools=tools, choice="auto" if tools else "none",
-                         parallel=True, grammar=ollama_grammar(body), grammar_param="format",
-                         think=think)
-        return await self._respond(request, loaded, plan, replace(sampling, grammar=plan.grammar),
-                                   stream, chat=True, think=think)
+        req = parse_body(OllamaChatRequest, body)
+        sampling = self._sampling(req.options)
+        tools = req.chat_tools()
+        plan = plan_chat(loaded, req.chat_messages(), tools=tools,
+                         choice="auto" if tools else "none", parallel=True,
+                         grammar=ollama_grammar(req.format), grammar_param="format",
+                         think=req.think)
+        return await self._respond(request, loaded, plan, plan.sampling(sampling),
+                                   req.stream is not False, chat=True, think=req.think)
 
     async def generate(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         loaded = loaded_or_503(self.state)
-        get_str(body, "model", required=True)
-        prompt_text = get_str(body, "prompt", "") or ""
-        system = get_str(body, "system")
-        raw = get_bool(body, "raw", False)
-        stream = get_bool(body, "stream", True)
-        sampling = self._sampling(body)
-        think = self._think(body)
-        grammar = ollama_grammar(body)
+        req = parse_body(OllamaGenerateRequest, body)
+        prompt_text, system, think = req.prompt or "", req.system, req.think
+        sampling = self._sampling(req.options)
+        grammar = ollama_grammar(req.format)
         if not prompt_text:
             # Ollama answers an empty prompt by loading the model and saying it is done.
             return JSONResponse({"model": loaded.model_id, "created_at": _now(),
                                  "response": "", "done": True, "done_reason": "load"})
-        if raw:
+        if req.raw:
             if think:
                 raise ApiError(400, "'think' needs the chat template ('raw' is on)",
                                param="think")
@@ -216,11 +183,11 @@ class OllamaRoutes:
                 {"role": "user", "content": prompt_text}]
             plan = plan_chat(loaded, msgs, tools=[], choice="none", parallel=False,
                              grammar=grammar, grammar_param="format", think=think)
-        return await self._respond(request, loaded, plan, replace(sampling, grammar=plan.grammar),
-                                   stream, chat=False, think=think)
+        return await self._respond(request, loaded, plan, plan.sampling(sampling),
+                                   req.stream is not False, chat=False, think=think)
 
     async def _respond(self, request: Request, loaded: LoadedModel, plan: ChatPlan,
-                       sampling: Any, stream: bool, *, chat: bool,
+                       sampling: SamplingParams, stream: bool, *, chat: bool,
                        think: bool | None) -> Response:
         gen = start(self.state, loaded, plan.prompt, sampling,
                     stream=stream or plan.markers is not None)
@@ -289,10 +256,9 @@ class OllamaRoutes:
     async def embed(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         loaded = loaded_or_503(self.state)
-        get_str(body, "model", required=True)
-        inputs = embedding_inputs(body, "input")
+        req = parse_body(OllamaEmbedRequest, body)
         if loaded.embedder is None:
             raise ApiError(501, "embeddings are turned off on this server")
-        vectors, n = await run_embeddings(loaded.embedder, inputs)
+        vectors, n = await run_embeddings(loaded.embedder, req.input)
         return JSONResponse({"model": loaded.model_id, "embeddings": vectors,
                              "prompt_eval_count": n})

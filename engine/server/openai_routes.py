@@ -20,14 +20,7 @@ from engine.decoding.tool_calls import ToolCall
 from engine.errors import EngineError
 from engine.host.scheduler import Finished, Piece
 from engine.host.stats import GenerationStats
-from engine.server.chat_reply import (
-    Part,
-    ReplyReader,
-    check_tool_choice,
-    check_tools,
-    openai_grammar,
-    plan_chat,
-)
+from engine.server.chat_reply import Part, ReplyReader, openai_grammar, plan_chat
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,
@@ -39,16 +32,14 @@ from engine.server.common import (
 from engine.server.embeddings import Embedder
 from engine.server.engine_state import Generation, LoadedModel, ServerState
 from engine.server.errors import ApiError, openai_error_body
-from engine.server.parsing import (
-    MAX_EMBED_INPUTS,
-    get_bool,
-    get_int,
-    get_messages,
-    get_number,
-    get_stop,
-    get_str,
-    read_json,
+from engine.server.parsing import read_json
+from engine.server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    parse_body,
 )
+from engine.settings import SamplingParams
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -104,53 +95,29 @@ class OpenAIRoutes:
                            code="model_not_found")
         return JSONResponse(_model_obj(loaded))
 
-    def _common(self, body: dict[str, Any]) -> tuple[Any, bool, bool]:
-        cfg = self.state.config
-        n = get_int(body, "n", 1)
-        if n != 1:
-            raise ApiError(400, "only n=1 is supported", param="n")
-        get_str(body, "model")
-        legacy = get_int(body, "max_tokens", None, lo=1)
-        max_tokens = get_int(body, "max_completion_tokens", None, lo=1)
+    def _sampling(self, req: ChatCompletionRequest | CompletionRequest) -> SamplingParams:
+        max_tokens = req.max_completion_tokens
         if max_tokens is None:
-            max_tokens = legacy
-        sampling = sampling_from(
-            temperature=get_number(body, "temperature", None, lo=0, hi=2),
-            top_p=get_number(body, "top_p", None, lo=0, hi=1),
-            top_k=get_int(body, "top_k", None, lo=0),
-            min_p=get_number(body, "min_p", None, lo=0, hi=1),
-            repeat_penalty=get_number(body, "repeat_penalty", None, lo=0.01, hi=10),
-            seed=get_int(body, "seed", None, lo=-(2**63), hi=2**64 - 1),
-            max_tokens=cap_tokens(self.state, max_tokens),
-            stop=get_stop(body),
-        )
-        if sampling.top_p <= 0:
-            raise ApiError(400, "'top_p' must be greater than 0", param="top_p")
-        stream = get_bool(body, "stream", False)
-        opts = body.get("stream_options")
-        if opts is not None and not isinstance(opts, dict):
-            raise ApiError(400, "'stream_options' must be an object", param="stream_options")
-        include_usage = get_bool(opts or {}, "include_usage", False)
-        del cfg
-        return sampling, stream, include_usage
+            max_tokens = req.max_tokens
+        return sampling_from(
+            temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
+            repeat_penalty=req.repeat_penalty, seed=req.seed,
+            max_tokens=cap_tokens(self.state, max_tokens), stop=req.stop,
+            frequency_penalty=req.frequency_penalty, presence_penalty=req.presence_penalty)
 
     async def chat(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         loaded = loaded_or_503(self.state)
-        messages = get_messages(body)
-        sampling, stream, include_usage = self._common(body)
-        tools = check_tools(body.get("tools"))
-        choice = check_tool_choice(body.get("tool_choice"), tools)
-        parallel = get_bool(body, "parallel_tool_calls", True)
-        grammar, grammar_param = openai_grammar(body)
-        reasoning = get_str(body, "reasoning_format", "auto")
-        if reasoning not in ("auto", "deepseek", "none"):
-            raise ApiError(400, "'reasoning_format' must be 'auto', 'deepseek' or 'none'",
-                           param="reasoning_format")
-        plan = plan_chat(loaded, messages, tools=tools, choice=choice, parallel=parallel,
+        req = parse_body(ChatCompletionRequest, body)
+        sampling = self._sampling(req)
+        stream = bool(req.stream)
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        grammar, grammar_param = openai_grammar(req.response_format, req.grammar)
+        plan = plan_chat(loaded, req.chat_messages(), tools=req.chat_tools(),
+                         choice=req.chosen_tool(), parallel=req.parallel_tool_calls is not False,
                          grammar=grammar, grammar_param=grammar_param, think=None,
-                         separate_reasoning=reasoning != "none")
-        sampling = replace(sampling, grammar=plan.grammar)
+                         separate_reasoning=req.reasoning_format != "none")
+        sampling = plan.sampling(sampling)
         # Thinking is timed from the pieces as they come, streamed to the client or not.
         gen = start(self.state, loaded, plan.prompt, sampling,
                     stream=stream or plan.markers is not None)
@@ -214,21 +181,12 @@ class OpenAIRoutes:
     async def completions(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         loaded = loaded_or_503(self.state)
-        prompt_v = body.get("prompt")
-        if isinstance(prompt_v, list) and len(prompt_v) == 1 and isinstance(prompt_v[0], str):
-            prompt_v = prompt_v[0]
-        if not isinstance(prompt_v, str):
-            raise ApiError(400, "'prompt' must be a string (one prompt per request)",
-                           param="prompt")
-        if not prompt_v:
-            raise ApiError(400, "'prompt' is empty", param="prompt")
-        text = prompt_v
-        sampling, stream, include_usage = self._common(body)
-        if get_bool(body, "echo", False):
-            raise ApiError(400, "'echo' is not supported", param="echo")
-        grammar, _ = openai_grammar(body)
-        sampling = replace(sampling, grammar=grammar)
-        prompt = tokens_for(loaded, lambda: loaded.model.tokenize(text))
+        req = parse_body(CompletionRequest, body)
+        stream = bool(req.stream)
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        grammar, _ = openai_grammar(req.response_format, req.grammar)
+        sampling = replace(self._sampling(req), grammar=grammar)
+        prompt = tokens_for(loaded, lambda: loaded.model.tokenize(req.prompt))
         gen = start(self.state, loaded, prompt, sampling, stream=stream)
         base = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
                 "model": loaded.model_id, "object": "text_completion",
@@ -282,20 +240,15 @@ class OpenAIRoutes:
     async def embeddings(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         loaded = loaded_or_503(self.state)
-        get_str(body, "model")
-        fmt = get_str(body, "encoding_format", "float")
-        if fmt not in ("float", "base64"):
-            raise ApiError(400, "encoding_format must be 'float' or 'base64'",
-                           param="encoding_format")
-        inputs = embedding_inputs(body, "input")
+        req = parse_body(EmbeddingRequest, body)
         embedder = loaded.embedder
         if embedder is None:
             raise ApiError(501, "embeddings are turned off on this server")
-        vectors, n_tokens = await run_embeddings(embedder, inputs)
+        vectors, n_tokens = await run_embeddings(embedder, req.input)
         return JSONResponse({
             "object": "list",
             "data": [{"object": "embedding", "index": i,
-                      "embedding": _b64(v) if fmt == "base64" else v}
+                      "embedding": _b64(v) if req.encoding_format == "base64" else v}
                      for i, v in enumerate(vectors)],
             "model": loaded.model_id,
             "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
@@ -305,18 +258,6 @@ class OpenAIRoutes:
 def _b64(vec: list[float]) -> str:
     """Little-endian float32, as OpenAI sends `encoding_format=base64` (its client's default)."""
     return base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode("ascii")
-
-
-def embedding_inputs(body: dict[str, Any], key: str) -> list[str]:
-    v = body.get(key)
-    if isinstance(v, str):
-        v = [v]
-    if not isinstance(v, list) or not v or not all(isinstance(x, str) and x for x in v):
-        raise ApiError(400, f"'{key}' must be a non-empty string or list of non-empty strings",
-                       param=key)
-    if len(v) > MAX_EMBED_INPUTS:
-        raise ApiError(400, f"'{key}' takes at most {MAX_EMBED_INPUTS} strings", param=key)
-    return list(v)
 
 
 async def run_embeddings(embedder: Embedder, inputs: list[str]

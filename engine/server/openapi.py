@@ -1,37 +1,134 @@
 """The server's OpenAPI 3.1 description, served at /openapi.json and fuzzed by the tests.
 
-Request and response schemas come from the pydantic models in `protocol.py` (the ones
-`parse_body` checks bodies with), their shared parts hoisted into `components/schemas`; this
-module only lays out the paths, status codes and media types.
+`PATHS` is the table of routes: each operation names its request model (the one its route
+hands to `parse_body`), its answers' models by media type and its error shape. The schemas
+come from those pydantic models (`protocol.py`), their shared parts hoisted into
+`components/schemas`; a new route is one more row. `AGENT_PATHS` are the agents' APIs, on
+the models of `agent_protocol.py`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from engine.server import agent_protocol as a
 from engine.server import protocol as p
 from engine.server.config import ServerConfig
 
 _REF = "#/components/schemas/{model}"
-_STR = {"type": "string"}
+JSON, SSE, NDJSON, TEXT = ("application/json", "text/event-stream", "application/x-ndjson",
+                           "text/plain")
+_ERROR_TEXT = {400: "Invalid request", 401: "Missing or invalid API key", 404: "Not found",
+               413: "Request body too large", 429: "Queue full; see Retry-After",
+               501: "Not enabled on this server", 503: "Model loading"}
 
-_REQUESTS: tuple[type[BaseModel], ...] = (
-    p.ChatCompletionRequest, p.CompletionRequest, p.EmbeddingRequest, p.OllamaChatRequest,
-    p.OllamaGenerateRequest, p.OllamaShowRequest, p.OllamaEmbedRequest)
-_RESPONSES: tuple[type[BaseModel], ...] = (
-    p.OpenAIError, p.OllamaError, p.ChatCompletion, p.TextCompletion, p.ServerSentEvent,
-    p.ModelCard, p.ModelList, p.EmbeddingList, p.OllamaVersion, p.OllamaTags,
-    p.OllamaShowResponse, p.OllamaReply, p.OllamaEmbedResponse, p.Health)
-
-
-def _ref(model: type[BaseModel]) -> dict[str, str]:
-    return {"$ref": _REF.format(model=model.__name__)}
+# A media type's schema: a model, or None for plain text (Prometheus, NDJSON lines).
+Media = Mapping[str, type[BaseModel] | None]
+# A body can be refused, too large or queued past the limit; any route needs the key and,
+# but for /health and /metrics, the model.
+DEFAULT_ERRORS = {"post": (400, 401, 413, 429, 503), "get": (401, 503)}
 
 
-def _json(model: type[BaseModel]) -> dict[str, Any]:
-    return {"application/json": {"schema": _ref(model)}}
+@dataclass(frozen=True)
+class Operation:
+    method: Literal["get", "post"]
+    summary: str
+    ok: Media  # the 200 answer
+    body: type[BaseModel] | None = None  # the request body (POST)
+    error: type[BaseModel] = p.OpenAIError  # the shape of every error answer
+    # Error statuses; None: what a route of its method may answer (`DEFAULT_ERRORS`).
+    errors: tuple[int, ...] | None = None
+    also: tuple[int, ...] = ()  # error statuses besides those
+    # Answers other than 200 that are not in `error`'s shape: status -> (text, media).
+    answers: Mapping[int, tuple[str, Media]] = field(default_factory=dict)
+    secured: bool = True  # False: no key needed
+    parameters: tuple[dict[str, Any], ...] = ()
+    ok_text: str = "OK"
+
+    def codes(self) -> tuple[int, ...]:
+        base = DEFAULT_ERRORS[self.method] if self.errors is None else self.errors
+        return (*base, *self.also)
+
+    def models(self) -> list[type[BaseModel]]:
+        media = [self.ok, *(m for _, m in self.answers.values())]
+        return [m for m in (self.body, self.error, *(x for d in media for x in d.values()))
+                if m is not None]
+
+
+_MODEL_ID = {"name": "model_id", "in": "path", "required": True,
+             "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]+$"}}
+# Ollama streams one OllamaReply per line.
+_OLLAMA_REPLY: Media = {JSON: p.OllamaReply, NDJSON: None}
+
+PATHS: dict[str, Operation] = {
+    "/v1/models": Operation("get", "List the served model", {JSON: p.ModelList}),
+    "/v1/models/{model_id}": Operation("get", "Describe a model", {JSON: p.ModelCard},
+                                       also=(404,), parameters=(_MODEL_ID,)),
+    "/v1/chat/completions": Operation(
+        "post", "Chat completion (stream=true: server-sent events ending with data: [DONE])",
+        {JSON: p.ChatCompletion, SSE: p.ServerSentEvent}, p.ChatCompletionRequest),
+    "/v1/completions": Operation("post", "Text completion (no chat template)",
+                                 {JSON: p.TextCompletion, SSE: p.ServerSentEvent},
+                                 p.CompletionRequest),
+    "/v1/embeddings": Operation("post", "Embeddings (mean-pooled, L2-normalised)",
+                                {JSON: p.EmbeddingList}, p.EmbeddingRequest, also=(501,)),
+    "/api/version": Operation("get", "Server version", {JSON: p.OllamaVersion},
+                              error=p.OllamaError),
+    "/api/tags": Operation("get", "List the served model (Ollama)", {JSON: p.OllamaTags},
+                           error=p.OllamaError),
+    "/api/show": Operation("post", "Model details (Ollama)", {JSON: p.OllamaShowResponse},
+                           p.OllamaShowRequest, p.OllamaError),
+    "/api/chat": Operation("post", "Chat (Ollama; NDJSON stream unless stream=false)",
+                           _OLLAMA_REPLY, p.OllamaChatRequest, p.OllamaError),
+    "/api/generate": Operation("post", "Generate (Ollama; NDJSON stream unless stream=false)",
+                               _OLLAMA_REPLY, p.OllamaGenerateRequest, p.OllamaError),
+    "/api/embed": Operation("post", "Embeddings (Ollama)", {JSON: p.OllamaEmbedResponse},
+                            p.OllamaEmbedRequest, p.OllamaError, also=(501,)),
+    "/health": Operation("get", "Readiness (no key needed)", {JSON: p.Health}, errors=(),
+                         answers={503: ("Loading", {JSON: p.Health})}, secured=False,
+                         ok_text="Ready"),
+    "/metrics": Operation("get", "Prometheus metrics", {TEXT: None}, errors=(401,)),
+}
+
+# The agents' APIs (agent_protocol.py), documented with the rest.
+AGENT_PATHS: dict[str, Operation] = {
+    "/v1/responses": Operation(
+        "post", "OpenAI Responses API (stream=true: its named server-sent events)",
+        {JSON: a.ResponseObject, SSE: p.ServerSentEvent}, a.ResponsesRequest),
+    "/v1/messages": Operation(
+        "post", "Anthropic Messages API (stream=true: its named server-sent events)",
+        {JSON: a.AnthropicReply, SSE: p.ServerSentEvent}, a.AnthropicMessagesRequest,
+        a.AnthropicError),
+    "/v1/messages/count_tokens": Operation(
+        "post", "Anthropic token count of a prompt", {JSON: a.AnthropicTokenCount},
+        a.AnthropicCountTokensRequest, a.AnthropicError, errors=(400, 401, 413, 503)),
+}
+
+
+def _content(media: Media) -> dict[str, Any]:
+    return {kind: {"schema": {"$ref": _REF.format(model=m.__name__)} if m else
+                   {"type": "string"}} for kind, m in media.items()}
+
+
+def _operation(op: Operation) -> dict[str, Any]:
+    err = _content({JSON: op.error})
+    out: dict[str, Any] = {"summary": op.summary}
+    if op.parameters:
+        out["parameters"] = list(op.parameters)
+    if op.body is not None:
+        out["requestBody"] = {"required": True, "content": _content({JSON: op.body})}
+    out["responses"] = {
+        "200": {"description": op.ok_text, "content": _content(op.ok)},
+        **{str(c): {"description": text, "content": _content(media)}
+           for c, (text, media) in op.answers.items()},
+        **{str(c): {"description": _ERROR_TEXT[c], "content": err} for c in op.codes()}}
+    if not op.secured:
+        out["security"] = []
+    return out
 
 
 def _hoist(schemas: dict[str, Any], name: str, schema: dict[str, Any]) -> None:
@@ -40,120 +137,28 @@ def _hoist(schemas: dict[str, Any], name: str, schema: dict[str, Any]) -> None:
         raise RuntimeError(f"two different schemas are named {name}")
 
 
-def _without_pending(node: Any) -> Any:
-    """The schema without the properties marked PENDING (see protocol.py)."""
-    if isinstance(node, list):
-        return [_without_pending(x) for x in node]
-    if not isinstance(node, dict):
-        return node
-    out = {k: _without_pending(v) for k, v in node.items()}
-    props = out.get("properties")
-    if isinstance(props, dict):
-        hidden = {k for k, v in props.items() if isinstance(v, dict) and v.get(
-            "x-candlewick-pending")}
-        out["properties"] = {k: v for k, v in props.items() if k not in hidden}
-        if "required" in out:
-            out["required"] = [k for k in out["required"] if k not in hidden]
-    return out
-
-
-def _refs(node: Any) -> set[str]:
-    if isinstance(node, list):
-        return set().union(*map(_refs, node)) if node else set()
-    if not isinstance(node, dict):
-        return set()
-    found = {node["$ref"].rsplit("/", 1)[1]} if isinstance(node.get("$ref"), str) else set()
-    return found.union(*map(_refs, node.values())) if node else found
-
-
-def _schemas(paths: dict[str, Any]) -> dict[str, Any]:
-    """Every model's schema and the models they use, less what no path reaches."""
+def _schemas(paths: Mapping[str, Operation]) -> dict[str, Any]:
+    """The schema of every model the paths name, and of the models those use."""
     schemas: dict[str, Any] = {}
-    for model in (*_REQUESTS, *_RESPONSES):
+    for model in dict.fromkeys(m for op in paths.values() for m in op.models()):
         schema = model.model_json_schema(ref_template=_REF)
         for name, sub in schema.pop("$defs", {}).items():
             _hoist(schemas, name, sub)
         _hoist(schemas, model.__name__, schema)
-    schemas = _without_pending(schemas)
-    # Hidden fields leave models (the tools' ones) that nothing refers to any more.
-    reached, todo = set(), _refs(paths)
-    while todo:
-        name = todo.pop()
-        reached.add(name)
-        todo |= _refs(schemas[name]) - reached
-    return {k: v for k, v in schemas.items() if k in reached}
+    return dict(sorted(schemas.items()))
 
 
-def _errors(ollama: bool, *codes: int) -> dict[str, Any]:
-    err = p.OllamaError if ollama else p.OpenAIError
-    text = {400: "Invalid request", 401: "Missing or invalid API key",
-            404: "Not found", 413: "Request body too large", 429: "Queue full; see Retry-After",
-            501: "Not enabled on this server", 503: "Model loading"}
-    return {str(c): {"description": text[c], "content": _json(err)} for c in codes}
-
-
-def _post(summary: str, body: type[BaseModel], ok: dict[str, Any], *, ollama: bool = False,
-          extra: tuple[int, ...] = ()) -> dict[str, Any]:
-    return {"post": {
-        "summary": summary,
-        "requestBody": {"required": True, "content": _json(body)},
-        "responses": {"200": {"description": "OK", "content": ok},
-                      **_errors(ollama, 400, 401, 413, 429, 503, *extra)},
-    }}
-
-
-def _get(summary: str, ok: type[BaseModel], *, ollama: bool = False) -> dict[str, Any]:
-    return {"get": {"summary": summary,
-                    "responses": {"200": {"description": "OK", "content": _json(ok)},
-                                  **_errors(ollama, 401, 503)}}}
-
-
-def openapi_schema(cfg: ServerConfig) -> dict[str, Any]:
-    sse = {"text/event-stream": {"schema": _ref(p.ServerSentEvent)}}
-    ndjson = {"application/x-ndjson": {"schema": _STR}}  # one OllamaReply per line
-    paths: dict[str, Any] = {
-        "/v1/models": _get("List the served model", p.ModelList),
-        "/v1/models/{model_id}": {"get": {
-            "summary": "Describe a model",
-            "parameters": [{"name": "model_id", "in": "path", "required": True,
-                            "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]+$"}}],
-            "responses": {"200": {"description": "OK", "content": _json(p.ModelCard)},
-                          **_errors(False, 401, 404, 503)}}},
-        "/v1/chat/completions": _post(
-            "Chat completion (stream=true: server-sent events ending with data: [DONE])",
-            p.ChatCompletionRequest, {**_json(p.ChatCompletion), **sse}),
-        "/v1/completions": _post("Text completion (no chat template)", p.CompletionRequest,
-                                 {**_json(p.TextCompletion), **sse}),
-        "/v1/embeddings": _post("Embeddings (mean-pooled, L2-normalised)", p.EmbeddingRequest,
-                                _json(p.EmbeddingList), extra=(501,)),
-        "/api/version": _get("Server version", p.OllamaVersion, ollama=True),
-        "/api/tags": _get("List the served model (Ollama)", p.OllamaTags, ollama=True),
-        "/api/show": _post("Model details (Ollama)", p.OllamaShowRequest,
-                           _json(p.OllamaShowResponse), ollama=True),
-        "/api/chat": _post("Chat (Ollama; NDJSON stream unless stream=false)",
-                           p.OllamaChatRequest, {**_json(p.OllamaReply), **ndjson},
-                           ollama=True),
-        "/api/generate": _post("Generate (Ollama; NDJSON stream unless stream=false)",
-                               p.OllamaGenerateRequest, {**_json(p.OllamaReply), **ndjson},
-                               ollama=True),
-        "/api/embed": _post("Embeddings (Ollama)", p.OllamaEmbedRequest,
-                            _json(p.OllamaEmbedResponse), ollama=True, extra=(501,)),
-        "/health": {"get": {"summary": "Readiness (no key needed)", "security": [],
-                            "responses": {"200": {"description": "Ready",
-                                                  "content": _json(p.Health)},
-                                          "503": {"description": "Loading",
-                                                  "content": _json(p.Health)}}}},
-        "/metrics": {"get": {"summary": "Prometheus metrics",
-                             "responses": {"200": {"description": "OK",
-                                                   "content": {"text/plain": {"schema": _STR}}},
-                                           **_errors(False, 401)}}},
-    }
+def openapi_schema(cfg: ServerConfig, paths: Mapping[str, Operation] | None = None
+                   ) -> dict[str, Any]:
+    """The document of `paths` (all routes unless told)."""
+    if paths is None:
+        paths = {**PATHS, **AGENT_PATHS}
     components: dict[str, Any] = {"schemas": _schemas(paths)}
     schema: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "Candlewick local inference server", "version": "0.1.0",
-                 "description": "OpenAI- and Ollama-compatible API on a local model."},
-        "paths": paths,
+                 "description": "OpenAI-, Anthropic- and Ollama-compatible API on a local model."},
+        "paths": {path: {op.method: _operation(op)} for path, op in paths.items()},
         "components": components,
     }
     if cfg.api_key:

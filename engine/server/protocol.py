@@ -1,22 +1,26 @@
 """The HTTP API's request and response shapes as pydantic models.
 
-`parse_body` checks a request body against its model and turns the first problem into a 400
-in the style of the hand-written checks (`'temperature' must be between 0 and 2`);
-`openapi.py` documents the API from the same models.
+Every route reads its body with `parse_body`, which checks it against the route's model and
+turns the first problem into a one-line 400 naming the field (`'temperature' must be between
+0 and 2`), and works from the typed object. Chat messages and tools come out OpenAI-shaped
+(`chat_messages`, `chat_tools`) whatever the dialect, as `chat_reply.plan_chat` and the tool
+formats take them. `openapi.py` documents the API from the same models.
 
 Every body model ignores keys it does not know, as the routes always have: clients send fields
 of newer API versions, or of other servers, and still get an answer. Models are strict, as the
-hand checks are: JSON's true is not a number, 1.0 is not a whole number, "1" is not 1.
+routes always were: JSON's true is not a number, 1.0 is not a whole number, "1" is not 1.
 
-Fields marked `PENDING` are checked here but not yet read by every route; the OpenAPI document
-leaves them out until the routes take their bodies from `parse_body`, so that the schema never
-promises a refusal the server does not make (the fuzz test sends such bodies).
+The document must promise no refusal the server does not make: the fuzz test sends bodies the
+schema calls invalid and expects a 4xx. Rules across fields (a tool_choice needs its tools) are
+told in descriptions, not keywords.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -35,15 +39,17 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
 
+from engine.decoding.tool_calls import ToolChoice
 from engine.server.errors import ApiError
-from engine.server.parsing import MAX_EMBED_INPUTS
 
 T = TypeVar("T", bound=BaseModel)
 
 MAX_STOP = 16
 MAX_TOOLS = 128
-PENDING: dict[str, Any] = {"x-candlewick-pending": True}
+MAX_EMBED_INPUTS = 64
 _TOOL_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+# Patterns refused in words rather than as a regular expression.
+_PATTERN_TEXT = {_TOOL_NAME: "must be 1-64 letters, digits, '_', '.' or '-'"}
 
 
 def _refuse(message: str) -> PydanticCustomError:
@@ -92,6 +98,7 @@ Temperature = Annotated[float, _FINITE, Between(0, 2)]
 TopP = Annotated[float, Field(gt=0, allow_inf_nan=False), Between(0, 1)]
 UnitInterval = Annotated[float, _FINITE, Between(0, 1)]
 RepeatPenalty = Annotated[float, _FINITE, Between(0.01, 10)]
+Penalty = Annotated[float, _FINITE, Between(-2, 2)]
 OllamaTemperature = Annotated[float, _FINITE, Between(0, 100)]
 OllamaTopP = Annotated[float, _FINITE, Between(1e-6, 1)]
 Seed = Annotated[int, Field(ge=-(2**63), le=2**64 - 1)]
@@ -110,7 +117,7 @@ def _stop(v: Any) -> tuple[str, ...]:
     raise _refuse("must be a string or a list of strings")
 
 
-# Stop strings, as a tuple without empty ones (like parsing.get_stop).
+# Stop strings, as a tuple without empty ones.
 Stop = Annotated[tuple[str, ...], BeforeValidator(
     _stop, json_schema_input_type=str | Annotated[list[str], Field(max_length=MAX_STOP)] | None)]
 
@@ -163,6 +170,16 @@ def _no_images(v: Any) -> Any:
     return v
 
 
+def _arguments(what: str) -> BeforeValidator:
+    """A call's arguments: JSON text or an object (a refusal names the dialect's own form)."""
+    def check(v: Any) -> Any:
+        if isinstance(v, str | dict):
+            return v
+        raise _refuse(f"must be {what}")
+
+    return BeforeValidator(check)
+
+
 class FunctionDefinition(_Model):
     name: Annotated[str, Field(pattern=_TOOL_NAME, description="1-64 letters, digits, _ . -")]
     description: str | None = None
@@ -176,6 +193,13 @@ class FunctionDefinition(_Model):
 class Tool(_Model):
     type: Literal["function"] = "function"
     function: FunctionDefinition
+
+    def as_chat(self) -> dict[str, Any]:
+        """OpenAI-shaped, as the tool formats take it (`strict` is not read)."""
+        fn: dict[str, Any] = {"name": self.function.name, "parameters": self.function.parameters}
+        if self.function.description:
+            fn["description"] = self.function.description
+        return {"type": "function", "function": fn}
 
 
 def _tools(v: Any) -> Any:
@@ -197,18 +221,42 @@ def _tools(v: Any) -> Any:
 
 
 Tools = Annotated[Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None,
-                  BeforeValidator(_tools), Field(json_schema_extra=PENDING)]
+                  BeforeValidator(_tools), Field(description="function tools of distinct names")]
+
+
+def _chat_tools(tools: Sequence[Tool] | None) -> list[dict[str, Any]]:
+    return [t.as_chat() for t in tools or ()]
+
+
+def _fields_by_role(schema: dict[str, Any], cls: type[Any]) -> None:
+    """The document says what the model reads: a field of one role is typed only in the
+    messages of that role (in the others it is ignored, whatever it holds)."""
+    props = schema["properties"]
+    by_role: dict[str, dict[str, Any]] = {}
+    for role, name in cls.ROLE_FIELDS:
+        by_role.setdefault(role, {})[name] = props.pop(name)
+    if not by_role:
+        return
+    others = [r for r in props["role"]["enum"] if r not in by_role]
+    schema["anyOf"] = [{"properties": {"role": {"enum": others}}}, *(
+        {"properties": {"role": {"const": r}, **fields}} for r, fields in by_role.items())]
+
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
 class _Message(_Model):
-    role: Literal["system", "developer", "user", "assistant", "tool"]  # parsing.ROLES
+    model_config = ConfigDict(json_schema_extra=_fields_by_role)
+    role: Role
     content: Content = None
-    images: Annotated[list[str] | None, BeforeValidator(_no_images),
-                      Field(json_schema_extra=PENDING)] = None
+    # Only an empty list passes: images are refused by name rather than ignored.
+    images: Annotated[Annotated[list[str], Field(max_length=0)] | None,
+                      BeforeValidator(_no_images),
+                      Field(description="refused: this model reads text only")] = None
 
     # (role, field): the routes read these fields only in messages of that role; elsewhere
     # they are ignored like any unknown key, whatever they hold.
-    ROLE_FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+    ROLE_FIELDS: ClassVar[tuple[tuple[Role, str], ...]] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -226,6 +274,32 @@ class _Message(_Model):
         c = self.content
         return c if isinstance(c, str) else "".join(p.text for p in c or ())
 
+    def as_chat(self, i: int) -> dict[str, Any]:
+        """Message `i` OpenAI-shaped, whatever the dialect, as plan_chat and the tool formats
+        read it: `developer` is `system` and the content one string."""
+        return {"role": "system" if self.role == "developer" else self.role,
+                "content": self.text}
+
+
+def _history(msg: dict[str, Any], i: int, calls: Sequence[ToolCall | OllamaToolCall] | None,
+             thought: str | None, call_id: str | None, name: str | None) -> dict[str, Any]:
+    """`msg` with an assistant's calls (arguments as JSON text, numbered where they come
+    without an id) and thinking, and a tool result's call id and function name."""
+    if calls:
+        msg["tool_calls"] = [
+            {"id": c.id or f"call_{i}_{j}", "type": "function",
+             "function": {"name": c.function.name, "arguments": c.function.arguments
+                          if isinstance(c.function.arguments, str)
+                          else json.dumps(c.function.arguments, ensure_ascii=False)}}
+            for j, c in enumerate(calls)]
+    if thought:
+        msg["reasoning_content"] = thought
+    if call_id is not None:
+        msg["tool_call_id"] = call_id
+    if name is not None:
+        msg["name"] = name
+    return msg
+
 
 def _messages(v: Any) -> Any:
     if not isinstance(v, list) or not v:
@@ -239,7 +313,7 @@ def _messages(v: Any) -> Any:
 class FunctionCall(_Model):
     name: str
     # OpenAI sends the arguments as JSON text; an object is taken too.
-    arguments: str | dict[str, Any] = "{}"
+    arguments: Annotated[str | dict[str, Any], _arguments("a JSON string or an object")] = "{}"
 
 
 class ToolCall(_Model):
@@ -251,10 +325,14 @@ class ToolCall(_Model):
 class ChatMessage(_Message):
     ROLE_FIELDS = (("assistant", "tool_calls"), ("assistant", "reasoning_content"),
                    ("tool", "tool_call_id"), ("tool", "name"))
-    tool_calls: Annotated[list[ToolCall] | None, Field(json_schema_extra=PENDING)] = None
-    reasoning_content: Annotated[str | None, Field(json_schema_extra=PENDING)] = None
-    tool_call_id: Annotated[str | None, Field(json_schema_extra=PENDING)] = None
-    name: Annotated[str | None, Field(json_schema_extra=PENDING)] = None
+    tool_calls: list[ToolCall] | None = None
+    reasoning_content: str | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def as_chat(self, i: int) -> dict[str, Any]:
+        return _history(super().as_chat(i), i, self.tool_calls, self.reasoning_content,
+                        self.tool_call_id, self.name)
 
 
 class StreamOptions(_Model):
@@ -270,10 +348,18 @@ class NamedToolChoice(_Model):
     function: NamedFunction
 
 
+def _schema_value(v: Any) -> Any:
+    # Checked before the union, whose errors would name its branches in their path.
+    if isinstance(v, dict | bool):
+        return v
+    raise _refuse("must be a JSON schema (an object)")
+
+
 class JsonSchemaFormat(_Model):
     name: str | None = None
     description: str | None = None
-    schema_: dict[str, Any] | bool = Field(alias="schema")
+    schema_: Annotated[dict[str, Any] | bool, BeforeValidator(_schema_value)] = Field(
+        alias="schema")
     strict: bool | None = None
 
 
@@ -322,6 +408,23 @@ def _n(v: Any) -> Any:
 class _Messages(_Model):
     messages: Annotated[list[ChatMessage], BeforeValidator(_messages), Field(min_length=1)]
 
+    def chat_messages(self) -> list[dict[str, Any]]:
+        return [m.as_chat(i) for i, m in enumerate(self.messages)]
+
+
+def _unsupported_true(v: Any) -> Any:
+    if v is not None and not isinstance(v, bool):
+        raise _refuse("must be true or false")
+    if v:
+        raise _refuse("is not supported")
+    return None
+
+
+def _unsupported_set(v: Any) -> Any:
+    if v is None or v == {} or v == 0:  # an empty bias or zero alternatives ask for nothing
+        return None
+    raise _refuse("is not supported")
+
 
 class _OpenAISampling(_Model):
     """What /v1/chat/completions and /v1/completions share, in the routes' order of checks."""
@@ -340,6 +443,12 @@ class _OpenAISampling(_Model):
     stop: Stop = ()
     stream: bool | None = None
     stream_options: StreamOptions | None = None
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
+    # Sent by clients, not served: refused when they ask for something.
+    logprobs: Annotated[Literal[False] | None, BeforeValidator(_unsupported_true)] = None
+    top_logprobs: Annotated[None, BeforeValidator(_unsupported_set)] = None
+    logit_bias: Annotated[None, BeforeValidator(_unsupported_set)] = None
 
 
 def _tool_choice(v: Any) -> Any:
@@ -356,9 +465,19 @@ def _tool_choice(v: Any) -> Any:
 class _ToolFields(_Model):
     tools: Tools = None
     tool_choice: Annotated[Literal["auto", "none", "required"] | NamedToolChoice | None,
-                           BeforeValidator(_tool_choice),
-                           Field(json_schema_extra=PENDING)] = None
-    parallel_tool_calls: Annotated[bool | None, Field(json_schema_extra=PENDING)] = None
+                           BeforeValidator(_tool_choice), Field(
+        description="but for none, needs tools; a named function must be one of them")] = None
+    parallel_tool_calls: bool | None = None
+
+    def chat_tools(self) -> list[dict[str, Any]]:
+        return _chat_tools(self.tools)
+
+    def chosen_tool(self) -> ToolChoice:
+        """What the tool formats take: a mode, or the name of the function to call."""
+        c = self.tool_choice
+        if c is None:
+            return "auto" if self.tools else "none"
+        return c.function.name if isinstance(c, NamedToolChoice) else c
 
     @field_validator("tool_choice")
     @classmethod
@@ -375,10 +494,10 @@ class _ToolFields(_Model):
 
 
 class _FormatFields(_Model):
-    response_format: Annotated[ResponseFormat | None, Field(json_schema_extra=PENDING)] = None
+    response_format: ResponseFormat | None = None
     grammar: Annotated[str | None, Field(
-        description="a GBNF grammar the reply must follow (llama-server's extension)",
-        json_schema_extra=PENDING)] = None
+        description="a GBNF grammar the reply must follow (llama-server's extension); not "
+        "with a JSON response_format")] = None
 
     @field_validator("grammar")
     @classmethod
@@ -394,7 +513,7 @@ class _FormatFields(_Model):
 class ChatCompletionRequest(_FormatFields, _ToolFields, _OpenAISampling, _Messages):
     reasoning_format: Annotated[Literal["auto", "deepseek", "none"] | None, Field(
         description="none: thinking stays in the content; auto, deepseek: it comes apart, "
-        "in reasoning_content", json_schema_extra=PENDING)] = None
+        "in reasoning_content")] = None
 
 
 def _prompt(v: Any) -> Any:
@@ -437,26 +556,34 @@ class EmbeddingRequest(_Model):
 class OllamaFunctionCall(_Model):
     name: str
     # Ollama sends the arguments as an object; JSON text is taken too.
-    arguments: dict[str, Any] | str = Field(default_factory=dict)
+    arguments: Annotated[dict[str, Any] | str, _arguments("an object or a JSON string")] = Field(
+        default_factory=dict)
 
 
 class OllamaToolCall(_Model):
+    # Ollama's calls carry no id; one given is kept, so a tool result can name its call.
+    id: str | None = None
     function: OllamaFunctionCall
 
 
 class OllamaMessage(_Message):
     ROLE_FIELDS = (("assistant", "tool_calls"), ("assistant", "thinking"),
                    ("tool", "tool_call_id"), ("tool", "tool_name"))
-    tool_calls: Annotated[list[OllamaToolCall] | None, Field(json_schema_extra=PENDING)] = None
-    thinking: Annotated[str | None, Field(json_schema_extra=PENDING)] = None
-    tool_call_id: Annotated[str | None, Field(json_schema_extra=PENDING)] = None
-    tool_name: Annotated[str | None, Field(json_schema_extra=PENDING)] = None
+    tool_calls: list[OllamaToolCall] | None = None
+    thinking: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+
+    def as_chat(self, i: int) -> dict[str, Any]:
+        return _history(super().as_chat(i), i, self.tool_calls, self.thinking,
+                        self.tool_call_id, self.tool_name)
 
 
 class OllamaOptions(_Model):
     """The options the server honours; Ollama's others (num_ctx, mirostat...) are ignored."""
 
-    num_predict: int | None = Field(None, description="-1 or absent: until done (capped)")
+    num_predict: Annotated[int | None, Field(
+        description="-1 or absent: until done (capped)")] = None
     temperature: OllamaTemperature | None = None
     top_p: OllamaTopP | None = None
     top_k: Annotated[int, Field(ge=0)] | None = None
@@ -464,6 +591,8 @@ class OllamaOptions(_Model):
     repeat_penalty: RepeatPenalty | None = None
     seed: Seed | None = None
     stop: Stop = ()
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
 
 
 def _format(v: Any) -> Any:
@@ -473,10 +602,9 @@ def _format(v: Any) -> Any:
 
 
 OllamaFormat = Annotated[Literal["json", ""] | dict[str, Any] | None, BeforeValidator(_format),
-                         Field(description='"json", or a JSON schema the reply must match',
-                               json_schema_extra=PENDING)]
-Think = Annotated[bool | None, Field(description="false: ask a thinking model not to think",
-                                     json_schema_extra=PENDING)]
+                         Field(description='"json", or a JSON schema the reply must match')]
+Think = Annotated[bool | None, Field(description="false: ask a thinking model not to think; "
+                                     "true: refused for a model that does not think")]
 
 
 class _OllamaModel(_Model):
@@ -488,8 +616,14 @@ class OllamaChatRequest(_OllamaModel):
     options: OllamaOptions | None = None
     stream: bool | None = None
     tools: Tools = None
-    format: OllamaFormat = None
     think: Think = None
+    format: OllamaFormat = None
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        return [m.as_chat(i) for i, m in enumerate(self.messages)]
+
+    def chat_tools(self) -> list[dict[str, Any]]:
+        return _chat_tools(self.tools)
 
 
 class OllamaGenerateRequest(_OllamaModel):
@@ -498,8 +632,8 @@ class OllamaGenerateRequest(_OllamaModel):
     raw: bool | None = None
     stream: bool | None = None
     options: OllamaOptions | None = None
-    format: OllamaFormat = None
     think: Think = None
+    format: OllamaFormat = None
 
 
 class OllamaShowRequest(_Model):
@@ -748,7 +882,7 @@ def _bounds(kind: str, ctx: dict[str, Any]) -> str | None:
     if kind == "literal_error":
         return f"must be one of {ctx['expected']}"
     if kind == "string_pattern_mismatch":
-        return f"must match {ctx['pattern']}"
+        return _PATTERN_TEXT.get(ctx["pattern"], f"must match {ctx['pattern']}")
     if kind == "string_too_short":
         return "must not be empty"
     if kind == "too_short":

@@ -150,9 +150,10 @@ def test_tool_result_in_the_history_is_answered(
         assert choice.finish_reason == "stop" and choice.message.content
     # The model saw the call and its result.
     from engine.server.chat_reply import plan_chat
-    from engine.server.parsing import get_messages
+    from engine.server.protocol import ChatCompletionRequest, parse_body
     loaded = served[0]
-    plan = plan_chat(loaded, get_messages({"messages": history}), tools=[], choice="none",
+    messages = parse_body(ChatCompletionRequest, {"messages": history}).chat_messages()
+    plan = plan_chat(loaded, messages, tools=[], choice="none",
                      parallel=True, grammar=None, grammar_param="response_format",
                      think=None)
     prompt = loaded.model.detokenize(plan.prompt)
@@ -338,3 +339,23 @@ def test_reasoning_is_separated(thinker: ServerThread, stream: bool) -> None:
         r2 = oc.chat(model="thinker", messages=ASK, stream=False,
                      options={"temperature": 0, "num_predict": 64})
         assert r2.message.thinking  # SmolLM2 never closes the block: all of it is thinking
+
+
+def test_penalties_honoured_and_logprobs_refused(client: openai.OpenAI) -> None:
+    story = [{"role": "user", "content": "Write a long story about a cat and a cat."}]
+
+    def text(**kw: Any) -> str:
+        r = client.chat.completions.create(model="smollm2", messages=story,  # type: ignore
+                                           temperature=0, max_tokens=48, **kw)
+        return r.choices[0].message.content or ""
+
+    plain = text()
+    assert text(presence_penalty=2.0, frequency_penalty=2.0) != plain
+    assert text(presence_penalty=0.0) == plain
+    with pytest.raises(openai.BadRequestError, match="presence_penalty"):
+        text(presence_penalty=3.0)
+    with pytest.raises(openai.BadRequestError, match="logprobs") as e:
+        text(logprobs=True)
+    assert e.value.body["param"] == "logprobs"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError, match="logit_bias"):
+        text(logit_bias={"42": 5})
