@@ -420,8 +420,14 @@ def _unsupported_true(v: Any) -> Any:
     return None
 
 
-def _unsupported_set(v: Any) -> Any:
-    if v is None or v == {} or v == 0:  # an empty bias or zero alternatives ask for nothing
+def _no_alternatives(v: Any) -> Any:
+    if v is None or (type(v) is int and v == 0):  # zero alternatives ask for nothing
+        return None
+    raise _refuse("is not supported")
+
+
+def _no_bias(v: Any) -> Any:
+    if v is None or (isinstance(v, dict) and not v):  # an empty bias asks for nothing
         return None
     raise _refuse("is not supported")
 
@@ -447,8 +453,11 @@ class _OpenAISampling(_Model):
     presence_penalty: Penalty | None = None
     # Sent by clients, not served: refused when they ask for something.
     logprobs: Annotated[Literal[False] | None, BeforeValidator(_unsupported_true)] = None
-    top_logprobs: Annotated[None, BeforeValidator(_unsupported_set)] = None
-    logit_bias: Annotated[None, BeforeValidator(_unsupported_set)] = None
+    top_logprobs: Annotated[None, BeforeValidator(
+        _no_alternatives, json_schema_input_type=Literal[0] | None)] = None
+    logit_bias: Annotated[None, BeforeValidator(
+        _no_bias, json_schema_input_type=Annotated[
+            dict[str, float], Field(max_length=0)] | None)] = None
 
 
 def _tool_choice(v: Any) -> Any:
