@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -60,10 +60,8 @@ class Run:
         self._stops = sampling.stop
         self.reader = ReplyReader(plan)
         self.done: Done | None = None
-        # The grammar, and control tokens written out where a native tool format's markers
-        # may be one. Thinking is timed from the pieces, so they come even when not streamed.
-        sampling = replace(sampling, grammar=plan.grammar,
-                           special_text=plan.fmt is not None and plan.fmt.native)
+        # Thinking is timed from the pieces, so they come even when not streamed.
+        sampling = plan.sampling(sampling)
         self.gen = start(state, loaded, plan.prompt, sampling,
                          stream=stream or plan.markers is not None)
         self._pieces = False
