@@ -71,8 +71,9 @@ def served(smollm2_path: Path) -> Iterator[tuple[LoadedModel, ServerThread]]:
 
 
 @pytest.fixture
-def client(served: tuple[LoadedModel, ServerThread]) -> openai.OpenAI:
-    return openai.OpenAI(base_url=served[1].url + "/v1", api_key="none", timeout=120)
+def client(served: tuple[LoadedModel, ServerThread]) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=served[1].url + "/v1", api_key="none", timeout=120) as c:
+        yield c
 
 
 @pytest.fixture
