@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 from collections.abc import Iterator
@@ -68,6 +69,14 @@ def candlewick_home(tmp_path_factory: pytest.TempPathFactory,
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("CANDLEWICK_HOME", str(home))
     return home
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_leaked_sockets() -> Iterator[None]:
+    """Collect garbage as each module ends, so a client a module forgot to close fails there
+    (an unclosed socket is a ResourceWarning) rather than in whichever test ran the next GC."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(autouse=True)

@@ -36,8 +36,9 @@ def served(model: Model) -> Iterator[tuple[LoadedModel, openai.OpenAI]]:
     loaded = LoadedModel.build(model, "smollm2", max_queue=16)
     state = ServerState(ServerConfig(port=0, model_id="smollm2"))
     state.set_loaded(loaded)
-    with ServerThread(state) as srv:
-        yield loaded, openai.OpenAI(base_url=srv.url + "/v1", api_key="none", timeout=120)
+    with ServerThread(state) as srv, \
+            openai.OpenAI(base_url=srv.url + "/v1", api_key="none", timeout=120) as c:
+        yield loaded, c
     loaded.close()
 
 

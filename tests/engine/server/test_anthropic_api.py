@@ -59,9 +59,11 @@ def srv(served: LoadedModel) -> Iterator[ServerThread]:
 
 
 @pytest.fixture
-def client(srv: ServerThread) -> anthropic.Anthropic:
+def client(srv: ServerThread) -> Iterator[anthropic.Anthropic]:
     # api_key goes out as x-api-key, as Claude Code sends it.
-    return anthropic.Anthropic(base_url=srv.url, api_key=API_KEY, timeout=120, max_retries=0)
+    with anthropic.Anthropic(base_url=srv.url, api_key=API_KEY, timeout=120,
+                             max_retries=0) as c:
+        yield c
 
 
 def raw(srv: ServerThread, body: dict[str, Any], path: str = "/v1/messages") -> httpx.Response:
@@ -196,9 +198,9 @@ def test_key_rules_error_shape_and_metrics(srv: ServerThread,
     bearer = http.post(srv.url + "/v1/messages", json={"max_tokens": 2, "messages": HELLO},
                        headers={"Authorization": f"Bearer {API_KEY}"})
     assert bearer.status_code == 200  # ANTHROPIC_AUTH_TOKEN's way
-    with pytest.raises(anthropic.AuthenticationError):
-        anthropic.Anthropic(base_url=srv.url, api_key="wrong", max_retries=0).messages.create(
-            model="m", max_tokens=2, messages=HELLO)
+    with anthropic.Anthropic(base_url=srv.url, api_key="wrong", max_retries=0) as wrong, \
+            pytest.raises(anthropic.AuthenticationError):
+        wrong.messages.create(model="m", max_tokens=2, messages=HELLO)
     with pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(model="m", max_tokens=2, messages=[])
     assert e.value.body == {"type": "error", "error": {
@@ -270,24 +272,25 @@ def thinker(smollm2_path: Path) -> Iterator[tuple[LoadedModel, ServerThread]]:
 
 def test_thinking_comes_out_as_thinking_blocks(
         thinker: tuple[LoadedModel, ServerThread]) -> None:
-    c = anthropic.Anthropic(base_url=thinker[1].url, api_key="none", max_retries=0,
-                            timeout=120)
-    ask = [{"role": "user", "content": "What is the capital of France?"}]
-    kw: dict[str, Any] = {"model": "thinker", "max_tokens": 24, "messages": ask,
-                          "thinking": {"type": "adaptive"}, "extra_body": GREEDY}
-    m = c.messages.create(**kw)
-    assert m.content[0].type == "thinking" and m.content[0].thinking
-    with c.messages.stream(**kw) as stream:
-        events = list(stream)
-        final = stream.get_final_message()
-    thought = "".join(e.delta.thinking for e in events  # type: ignore[union-attr]
-                      if e.type == "content_block_delta" and e.delta.type == "thinking_delta")
-    assert thought and final.content[0].thinking == thought  # type: ignore[union-attr]
-    # The thinking block goes back as the assistant turn's thinking.
-    again = c.messages.create(**{**kw, "messages": [
-        *ask, {"role": "assistant", "content": m.content}, {"role": "user", "content": "And?"}]})
-    assert again.stop_reason in ("end_turn", "max_tokens")
-    assert_no_leak(thinker[0])
+    with anthropic.Anthropic(base_url=thinker[1].url, api_key="none", max_retries=0,
+                            timeout=120) as c:
+        ask = [{"role": "user", "content": "What is the capital of France?"}]
+        kw: dict[str, Any] = {"model": "thinker", "max_tokens": 24, "messages": ask,
+                              "thinking": {"type": "adaptive"}, "extra_body": GREEDY}
+        m = c.messages.create(**kw)
+        assert m.content[0].type == "thinking" and m.content[0].thinking
+        with c.messages.stream(**kw) as stream:
+            events = list(stream)
+            final = stream.get_final_message()
+        thought = "".join(e.delta.thinking for e in events  # type: ignore[union-attr]
+                          if e.type == "content_block_delta" and e.delta.type == "thinking_delta")
+        assert thought and final.content[0].thinking == thought  # type: ignore[union-attr]
+        # The thinking block goes back as the assistant turn's thinking.
+        again = c.messages.create(**{**kw, "messages": [
+            *ask, {"role": "assistant", "content": m.content},
+            {"role": "user", "content": "And?"}]})
+        assert again.stop_reason in ("end_turn", "max_tokens")
+        assert_no_leak(thinker[0])
 
 
 # -- the pieces on their own ----------------------------------------------------------------

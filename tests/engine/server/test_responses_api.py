@@ -57,8 +57,10 @@ def srv(served: LoadedModel) -> Iterator[ServerThread]:
 
 
 @pytest.fixture
-def client(srv: ServerThread) -> openai.OpenAI:
-    return openai.OpenAI(base_url=srv.url + "/v1", api_key=API_KEY, timeout=120, max_retries=0)
+def client(srv: ServerThread) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=srv.url + "/v1", api_key=API_KEY, timeout=120,
+                       max_retries=0) as c:
+        yield c
 
 
 def raw(srv: ServerThread, body: dict[str, Any]) -> httpx.Response:
@@ -283,23 +285,23 @@ def thinker(smollm2_path: Path) -> Iterator[tuple[LoadedModel, ServerThread]]:
 
 def test_thinking_comes_out_as_a_reasoning_item(
         thinker: tuple[LoadedModel, ServerThread]) -> None:
-    c = openai.OpenAI(base_url=thinker[1].url + "/v1", api_key="none", timeout=120)
-    kw: dict[str, Any] = {"model": "thinker", "input": "What is the capital of France?",
-                          "max_output_tokens": 24, "temperature": 0}
-    r = c.responses.create(**kw)
-    first = r.output[0]
-    assert first.type == "reasoning" and first.content and first.content[0].text
-    assert r.usage is not None and r.usage.output_tokens_details.reasoning_tokens > 0
-    events = list(c.responses.create(stream=True, **kw))
-    thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
-    assert thought and events[2].item.type == "reasoning"  # type: ignore[union-attr]
-    final = events[-1].response  # type: ignore[union-attr]
-    assert final.output[0].type == "reasoning" and final.output[0].content[0].text == thought
-    # The reasoning item goes back as the assistant turn's thinking.
-    again = c.responses.create(**{**kw, "input": [
-        {"role": "user", "content": "Hi"}, *r.output, {"role": "user", "content": "And?"}]})
-    assert again.status in ("completed", "incomplete")
-    assert_no_leak(thinker[0])
+    with openai.OpenAI(base_url=thinker[1].url + "/v1", api_key="none", timeout=120) as c:
+        kw: dict[str, Any] = {"model": "thinker", "input": "What is the capital of France?",
+                              "max_output_tokens": 24, "temperature": 0}
+        r = c.responses.create(**kw)
+        first = r.output[0]
+        assert first.type == "reasoning" and first.content and first.content[0].text
+        assert r.usage is not None and r.usage.output_tokens_details.reasoning_tokens > 0
+        events = list(c.responses.create(stream=True, **kw))
+        thought = "".join(e.delta for e in events if e.type == "response.reasoning_text.delta")
+        assert thought and events[2].item.type == "reasoning"  # type: ignore[union-attr]
+        final = events[-1].response  # type: ignore[union-attr]
+        assert final.output[0].type == "reasoning" and final.output[0].content[0].text == thought
+        # The reasoning item goes back as the assistant turn's thinking.
+        again = c.responses.create(**{**kw, "input": [
+            {"role": "user", "content": "Hi"}, *r.output, {"role": "user", "content": "And?"}]})
+        assert again.status in ("completed", "incomplete")
+        assert_no_leak(thinker[0])
 
 
 # -- the pieces on their own ----------------------------------------------------------------

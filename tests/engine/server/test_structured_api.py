@@ -310,36 +310,36 @@ THOUGHT = 'root ::= "Paris is large." "</think>" "\\n\\nParis."'
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_reasoning_is_separated(thinker: ServerThread, stream: bool) -> None:
-    c = openai.OpenAI(base_url=thinker.url + "/v1", api_key="none", timeout=120)
-    kw: dict[str, Any] = {"model": "thinker", "messages": ASK, "temperature": 0,
-                          "max_tokens": 64, "extra_body": {"grammar": THOUGHT}}
-    if stream:
-        reasoning = content = ""
-        usage = None
-        for chunk in c.chat.completions.create(stream=True,
-                                               stream_options={"include_usage": True}, **kw):
-            if chunk.usage:
-                usage = chunk.usage
-            if chunk.choices:
-                d = chunk.choices[0].delta
-                reasoning += getattr(d, "reasoning_content", None) or ""
-                content += d.content or ""
-    else:
-        r = c.chat.completions.create(**kw)
-        reasoning = getattr(r.choices[0].message, "reasoning_content", "")
-        content = r.choices[0].message.content or ""
-        usage = r.usage
-    assert reasoning.strip() == "Paris is large."
-    assert content == "Paris."
-    assert usage is not None and usage.completion_tokens_details is not None
-    assert 0 < (usage.completion_tokens_details.reasoning_tokens or 0) < usage.completion_tokens
-    raw = c.chat.completions.create(**{**kw, "extra_body": {"grammar": THOUGHT,
-                                                            "reasoning_format": "none"}})
-    assert "</think>" in (raw.choices[0].message.content or "")
-    with ollama.Client(host=thinker.url) as oc:
-        r2 = oc.chat(model="thinker", messages=ASK, stream=False,
-                     options={"temperature": 0, "num_predict": 64})
-        assert r2.message.thinking  # SmolLM2 never closes the block: all of it is thinking
+    with openai.OpenAI(base_url=thinker.url + "/v1", api_key="none", timeout=120) as c:
+        kw: dict[str, Any] = {"model": "thinker", "messages": ASK, "temperature": 0,
+                              "max_tokens": 64, "extra_body": {"grammar": THOUGHT}}
+        if stream:
+            reasoning = content = ""
+            usage = None
+            for chunk in c.chat.completions.create(stream=True,
+                                                   stream_options={"include_usage": True}, **kw):
+                if chunk.usage:
+                    usage = chunk.usage
+                if chunk.choices:
+                    d = chunk.choices[0].delta
+                    reasoning += getattr(d, "reasoning_content", None) or ""
+                    content += d.content or ""
+        else:
+            r = c.chat.completions.create(**kw)
+            reasoning = getattr(r.choices[0].message, "reasoning_content", "")
+            content = r.choices[0].message.content or ""
+            usage = r.usage
+        assert reasoning.strip() == "Paris is large."
+        assert content == "Paris."
+        assert usage is not None and usage.completion_tokens_details is not None
+        assert 0 < (usage.completion_tokens_details.reasoning_tokens or 0) < usage.completion_tokens
+        raw = c.chat.completions.create(**{**kw, "extra_body": {"grammar": THOUGHT,
+                                                                "reasoning_format": "none"}})
+        assert "</think>" in (raw.choices[0].message.content or "")
+        with ollama.Client(host=thinker.url) as oc:
+            r2 = oc.chat(model="thinker", messages=ASK, stream=False,
+                         options={"temperature": 0, "num_predict": 64})
+            assert r2.message.thinking  # SmolLM2 never closes the block: all of it is thinking
 
 
 def test_penalties_honoured_and_logprobs_refused(client: openai.OpenAI) -> None:
