@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.services.atomic_write import write_text_atomic
+
 SCHEMA_VERSION = 3
 DEFAULT_TITLE = "New chat"
 EXPORT_FORMAT = "candlewick-chats"
@@ -48,6 +50,20 @@ class Message:
     # above it, never sent back to the model with the history.
     thinking: str = ""
 
+    @property
+    def ended(self) -> str | None:
+        """How an answer ended when it did not end by itself: 'stopped' (the user pressed
+        Stop), 'length' (max tokens), 'context_full', 'timeout', 'interrupted' (the app
+        closed or the connection broke while it streamed), 'error'; None otherwise."""
+        if self.role != "assistant":
+            return None
+        if self.status in ("interrupted", "streaming"):
+            return "interrupted"
+        if self.status == "error":
+            return "error"
+        reason = self.stats.get("stop_reason")
+        return _ENDINGS.get(reason) if isinstance(reason, str) else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -60,7 +76,15 @@ class Message:
             "stats": self.stats,
             "sampling": self.sampling,
             "thinking": self.thinking,
+            # Derived from status and stats (an import ignores it): a reader of the JSON sees
+            # a stopped or cut-off answer without knowing the stats' vocabulary.
+            "ended": self.ended,
         }
+
+
+# The stats' stop reasons that leave an answer short of what the model would have said.
+_ENDINGS = {"cancelled": "stopped", "length": "length", "context_full": "context_full",
+            "timeout": "timeout"}
 
 
 @dataclass
@@ -568,7 +592,8 @@ class ChatStore:
         }
 
     def export_all(self, ids: Sequence[int] | None = None) -> dict[str, Any]:
-        convs = [self.conversation(i) for i in ids] if ids else self.conversations()
+        convs = ([self.conversation(i) for i in ids] if ids is not None
+                 else self.conversations())
         return {
             "format": EXPORT_FORMAT,
             "version": EXPORT_VERSION,
@@ -688,6 +713,17 @@ class StreamWriter:
         return self._thinking
 
 
+# What the Markdown export says after "**Assistant**" for an answer cut short.
+_ENDING_NOTES = {
+    "stopped": "stopped by the user",
+    "length": "cut off at the length limit",
+    "context_full": "cut off: the context was full",
+    "timeout": "cut off: it timed out",
+    "interrupted": "interrupted",
+    "error": "failed",
+}
+
+
 def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
     """Readable Markdown of exported conversations (their active branches)."""
     out: list[str] = []
@@ -695,11 +731,17 @@ def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
     for c in conversations:
         out.append(f"# {c['title']}\n")
         settings = c.get("settings") or {}
-        if settings.get("system_prompt"):
-            out.append(f"> System prompt: {settings['system_prompt']}\n")
+        system = str(settings.get("system_prompt") or "").strip()
+        if system:
+            # Every line quoted: a prompt of several paragraphs stays one block.
+            out.append("\n".join(f"> {line}".rstrip() for line in
+                                 f"System prompt: {system}".splitlines()) + "\n")
         for m in c["messages"]:
             who = names.get(m["role"], m["role"])
-            note = " (interrupted)" if m.get("status") == "interrupted" else ""
+            ended = m.get("ended")
+            if ended is None and m.get("status") == "interrupted":  # an older export's
+                ended = "interrupted"
+            note = f" ({_ENDING_NOTES.get(ended, ended)})" if ended else ""
             out.append(f"**{who}**{note}:\n")
             if m.get("thinking"):
                 out.append(f"<details><summary>Thinking</summary>\n\n{m['thinking']}\n\n"
@@ -710,10 +752,30 @@ def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
             if m["role"] == "assistant" and st.get("gen_tps"):
                 line.append(f"{st.get('gen_tokens', 0)} tokens, {st['gen_tps']:.1f} tok/s, "
                             f"first token after {st.get('ttft_s', 0):.2f} s")
+            if ended == "error" and st.get("error"):
+                line.append(" ".join(str(st["error"]).split()))
             if line:
                 out.append(f"*{' · '.join(line)}*\n")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
+
+
+def export_text(data: dict[str, Any], fmt: str) -> str:
+    """An `export_all` result as a file's text: 'md' (readable, the current branches) or
+    'json' (lossless, every branch; what `import_data` reads back)."""
+    if fmt == "md":
+        return export_markdown(data["conversations"])
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def write_export(store: ChatStore, path: Path | str, fmt: str,
+                 ids: Sequence[int] | None = None) -> int:
+    """Export the conversations `ids` (all when None) to `path` as `fmt` ('md' or 'json'),
+    atomically: a failed write leaves no half-written file under that name (and an older
+    file there as it was). Returns how many chats were written; `OSError` as it came."""
+    data = store.export_all(ids)
+    write_text_atomic(path, export_text(data, fmt))
+    return len(data["conversations"])
 
 
 def default_store_path(data_dir: Path) -> Path:

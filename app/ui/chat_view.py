@@ -5,6 +5,9 @@ The view follows a `ChatModel` through its signals. While a reply streams only t
 Markdown segment of the last message is re-rendered, so the cost of an update stays small
 however long the reply grows.
 
+Edit turns a message into a text box in place (`app/ui/message_editor.py`); saving it asks
+for a new version of the message (`edit_requested`), as the controller's branches have it.
+
 A reasoning model's thinking is a `ThinkingBlock` above its answer: open while the model
 thinks, folded to one line ("Thought for 3.2 s · 140 tokens") once the answer starts, and
 opened again with a click. A structured answer (JSON) is shown pretty-printed in a JSON code
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -33,8 +37,8 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
-    QInputDialog,
     QLabel,
+    QMenu,
     QPlainTextEdit,
     QPushButton,
     QScrollArea,
@@ -46,6 +50,7 @@ from PySide6.QtWidgets import (
 from app.ui.chat_model import ChatModel
 from app.ui.code_highlight import CodeHighlighter, is_dark, style_inline_code
 from app.ui.conversation import Message
+from app.ui.message_editor import MessageEditor
 from engine.host.stats import GenerationStats
 
 _FENCE = re.compile(r"^ {0,3}(```|~~~)\s*([\w+#.-]*)\s*$")
@@ -407,6 +412,11 @@ class MessageWidget(QFrame):
 
     # (action, self): prev/next (branch), edit, regenerate, continue, copy, delete
     action = Signal(str, object)
+    # (self, text): the in-place editor saved this text; (self): it was cancelled
+    edit_saved = Signal(object, str)
+    edit_cancelled = Signal(object)
+
+    EDIT_HINT = "Enter saves · Shift+Enter adds a line · Esc cancels"
 
     def __init__(self, message: Message, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -414,7 +424,7 @@ class MessageWidget(QFrame):
         self.setObjectName(f"message-{message.role}")
         self.setFrameShape(QFrame.Shape.StyledPanel if message.role == "user"
                            else QFrame.Shape.NoFrame)
-        lay = QVBoxLayout(self)
+        lay = self._lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 6, 10, 6)
         self.title = QLabel(f"<b>{self.ROLE_TITLES.get(message.role, message.role)}</b>")
         self.thinking = ThinkingBlock()
@@ -450,20 +460,50 @@ class MessageWidget(QFrame):
         self.copy_message_button = self._tool("Copy", "Copy the message", "copy")
         self.delete_button = self._tool("Delete", "Delete this message and what follows",
                                         "delete")
+        # The buttons in one widget: an edit in progress hides them all at once.
+        self.tools = QWidget()
+        tools = QHBoxLayout(self.tools)
+        tools.setContentsMargins(0, 0, 0, 0)
+        tools.setSpacing(0)
         for b in (self.prev_button, self.next_button, self.continue_button, self.edit_button,
                   self.regenerate_button, self.copy_message_button, self.delete_button):
             if b is self.next_button:
-                head.addWidget(self.branch_label)
-            head.addWidget(b)
+                tools.addWidget(self.branch_label)
+            tools.addWidget(b)
+        head.addWidget(self.tools)
         lay.addLayout(head)
         lay.addWidget(self.thinking)
         lay.addWidget(self.body)
         lay.addWidget(self.error_label)
         lay.addWidget(self.footer)
+        self.editor: MessageEditor | None = None  # while the message is edited in place
         self.edit_button.setVisible(message.role == "user")
         self.regenerate_button.setVisible(message.role == "assistant")
         self.text = message.text
         self.sync(message)
+
+    def start_editing(self) -> MessageEditor:
+        """Show the message as an editable box (Save / Cancel) in place of its text."""
+        if self.editor is None:
+            self.editor = MessageEditor(self.text, self.EDIT_HINT)
+            self.editor.saved.connect(lambda text: self.edit_saved.emit(self, text))
+            self.editor.cancelled.connect(lambda: self.edit_cancelled.emit(self))
+            self._lay.insertWidget(self._lay.indexOf(self.body), self.editor)
+            self.body.hide()
+            self.tools.hide()
+        self.editor.box.setFocus(Qt.FocusReason.OtherFocusReason)
+        return self.editor
+
+    def stop_editing(self) -> None:
+        """Back to the message as it is shown (what was typed is dropped)."""
+        if self.editor is None:
+            return
+        editor, self.editor = self.editor, None
+        editor.hide()
+        self._lay.removeWidget(editor)
+        editor.deleteLater()
+        self.body.show()
+        self.tools.show()
 
     def _tool(self, text: str, tip: str, name: str) -> QToolButton:
         b = QToolButton()
@@ -542,11 +582,15 @@ class ChatInput(QPlainTextEdit):
 class ChatView(QWidget):
     send_requested = Signal(str)
     stop_requested = Signal()
-    # (action, row) from a message's buttons; copy is handled here, edit asks for the text
+    # (action, row) from a message's buttons; copy and edit are handled here: an edit saved
+    # in place comes as (row, new text)
     message_action = Signal(str, int)
     edit_requested = Signal(int, str)
+    # (conversation id in the store, "md" | "json"): the chat on screen, from Export
+    export_requested = Signal(int, str)
 
     SYSTEM_PREVIEW = 200  # characters of the system prompt shown; the tooltip has it all
+    WAIT_TO_SAVE = "Wait for the reply to finish (or press Stop), then save"
 
     def __init__(self, model: ChatModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -554,6 +598,8 @@ class ChatView(QWidget):
         self._widgets: list[MessageWidget] = []
         self._follow = True  # keep the newest text in view unless the user scrolled up
         self._shown: object = None  # which conversation is on screen (see _rebuild)
+        self._busy = False
+        self._editing: MessageWidget | None = None  # the message edited in place, if any
 
         self.scroll_area = QScrollArea()
         self.scroll_area.setWidgetResizable(True)
@@ -594,7 +640,8 @@ class ChatView(QWidget):
         row.addLayout(buttons)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
-        # The chat's system prompt, above its messages: what the model is told first.
+        # The chat's header: its system prompt (what the model is told first), and Export
+        # once the chat is in the store. Hidden for a new chat without a system prompt.
         self.system_label = QLabel()
         self.system_label.setObjectName("systemPrompt")
         self.system_label.setAccessibleName("System prompt")
@@ -602,7 +649,24 @@ class ChatView(QWidget):
         self.system_label.setContentsMargins(10, 4, 10, 4)
         self.system_label.setTextFormat(Qt.TextFormat.PlainText)
         self.system_label.hide()
-        lay.addWidget(self.system_label)
+        self.export_button = QToolButton()
+        self.export_button.setText("Export")
+        self.export_button.setAccessibleName("Export this chat")
+        self.export_button.setToolTip("Save this chat to a file, as Markdown or JSON")
+        self.export_button.setAutoRaise(True)
+        self.export_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.export_menu = QMenu(self.export_button)
+        for fmt, word in (("md", "Markdown"), ("json", "JSON")):
+            self.export_menu.addAction(f"Export as {word}…", self._exporter(fmt))
+        self.export_button.setMenu(self.export_menu)
+        self.header = QWidget()
+        self.header.setObjectName("chatHeader")
+        head = QHBoxLayout(self.header)
+        head.setContentsMargins(0, 0, 4, 0)
+        head.addWidget(self.system_label, 1)
+        head.addStretch(0)
+        head.addWidget(self.export_button, 0, Qt.AlignmentFlag.AlignTop)
+        lay.addWidget(self.header)
         lay.addWidget(self.scroll_area, 1)
         self.context_label = QLabel()
         self.context_label.setAccessibleName("Context use")
@@ -627,8 +691,26 @@ class ChatView(QWidget):
         return list(self._widgets)
 
     def set_busy(self, busy: bool) -> None:
+        self._busy = busy
         self.stop_button.setEnabled(busy)
         self.send_button.setEnabled(not busy)
+        if self._editing is not None and self._editing.editor is not None:
+            self._editing.editor.set_saving_allowed(not busy, self.WAIT_TO_SAVE)
+
+    def _exporter(self, fmt: str) -> Callable[[], None]:
+        # A closure, not a lambda with defaults: PySide would pass `checked` into a default.
+        return lambda: self.export(fmt)
+
+    def export(self, fmt: str) -> None:
+        """Ask for the chat on screen to be exported (once it is in the store)."""
+        cid = self.model.conversation.store_id
+        if cid is not None:
+            self.export_requested.emit(cid, fmt)
+
+    def _sync_header(self) -> None:
+        stored = self.model.conversation.store_id is not None
+        self.export_button.setVisible(stored)
+        self.header.setVisible(stored or bool(self.system_label.text()))
 
     def _submit(self, text: str) -> None:
         if not self.send_button.isEnabled():
@@ -641,9 +723,11 @@ class ChatView(QWidget):
             self._list.removeWidget(w)
             w.deleteLater()
         self._widgets = []
+        self._editing = None  # its widget went with the others
         for row in range(self.model.rowCount()):
             self._insert(row)
         self.empty_label.setVisible(not self._widgets)
+        self._sync_header()
         # Another chat opens at its end, even if the last one was scrolled up; the same chat
         # cut or re-read (regenerate, a branch switch, a delete) keeps the reader's place.
         conv = self.model.conversation
@@ -665,6 +749,7 @@ class ChatView(QWidget):
             one_line = one_line[: self.SYSTEM_PREVIEW - 1] + "…"
         self.system_label.setText(f"System prompt: {one_line}" if text else "")
         self.system_label.setToolTip(text)
+        self._sync_header()
 
     def set_context(self, used: int, n_ctx: int) -> None:
         self.context_label.setText(
@@ -682,16 +767,38 @@ class ChatView(QWidget):
         if name == "copy":
             QGuiApplication.clipboard().setText(w.text)
         elif name == "edit":
-            text, ok = QInputDialog.getMultiLineText(self, "Edit message",
-                                                     "A new version of your message:", w.text)
-            if ok and text.strip():
-                self.edit_requested.emit(row, text.strip())
+            self.start_editing(row)
         else:
             self.message_action.emit(name, row)
+
+    def start_editing(self, row: int) -> MessageEditor:
+        """Edit the message at `row` in place (one at a time: another edit is dropped)."""
+        w = self._widgets[row]
+        if self._editing is not None and self._editing is not w:
+            self._editing.stop_editing()
+        self._editing = w
+        editor = w.start_editing()
+        editor.set_saving_allowed(not self._busy, self.WAIT_TO_SAVE)
+        self.scroll_area.ensureWidgetVisible(w)
+        return editor
+
+    def _on_edit_saved(self, w: MessageWidget, text: str) -> None:
+        if w not in self._widgets or not text.strip() or self._busy:
+            return  # nothing to save yet: the box stays open with what was typed
+        row = self._widgets.index(w)
+        self._end_edit(w)
+        self.edit_requested.emit(row, text.strip())
+
+    def _end_edit(self, w: MessageWidget) -> None:
+        w.stop_editing()
+        if self._editing is w:
+            self._editing = None
 
     def _insert(self, row: int) -> None:
         w = MessageWidget(self.model.message(row))
         w.action.connect(self._on_message_action)
+        w.edit_saved.connect(self._on_edit_saved)
+        w.edit_cancelled.connect(self._end_edit)
         self._list.insertWidget(row + 1, w)  # after the empty-state label
         self._widgets.insert(row, w)
 
@@ -701,12 +808,14 @@ class ChatView(QWidget):
             self._insert(row)
         self.empty_label.setVisible(False)
         self._follow = True
+        self._sync_header()
 
     def _on_changed(self, top: QModelIndex | QPersistentModelIndex,
                     bottom: QModelIndex | QPersistentModelIndex, _roles: object = None) -> None:
         for row in range(top.row(), bottom.row() + 1):
             if 0 <= row < len(self._widgets):
                 self._widgets[row].sync(self.model.message(row))
+        self._sync_header()  # a new chat's first message gave it its id in the store
 
     def _on_range(self, _lo: int, hi: int) -> None:
         if self._follow:

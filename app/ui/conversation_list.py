@@ -1,5 +1,8 @@
 """The list of conversations: New chat, a search box (full-text, over every message), pinned
-first then by last activity, and rename / pin / delete from a context menu.
+first then by last activity, and rename / pin / export / delete from a context menu.
+
+Exporting one chat (as Markdown or JSON) asks where, then writes the file atomically; the
+chat view's Export button comes here too (`export`), so there is one way it is done.
 
 Deleting is immediate and undoable (the store deletes softly): an "Undo" bar stays until the
 next delete or until the user dismisses it, so no confirmation dialog interrupts.
@@ -7,11 +10,14 @@ next delete or until the user dismisses it, so no confirmation dialog interrupts
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import QPoint, Qt, Signal
 from PySide6.QtWidgets import (
+    QFileDialog,
     QHBoxLayout,
     QInputDialog,
     QLabel,
@@ -25,16 +31,28 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.services.chat_store import ChatStore
+from app.services.chat_store import ChatStore, ChatStoreError, write_export
 from app.ui.chat_dates import short_when
 
 ID_ROLE = Qt.ItemDataRole.UserRole + 1
+# fmt -> (the menu's word, the file dialog's filter)
+EXPORT_FORMATS = {"md": ("Markdown", "Markdown (*.md)"), "json": ("JSON", "JSON (*.json)")}
+_UNSAFE = re.compile(r'[\x00-\x1f<>:"/\\|?*]+')
+
+
+def export_file_name(title: str, fmt: str) -> str:
+    """A file name for a chat's export, from its title: characters no file system takes
+    (and the ellipsis of a cut title) dropped, kept short."""
+    stem = " ".join(_UNSAFE.sub(" ", title.replace("…", "")).split())[:60].strip(" .")
+    return f"{stem or 'chat'}.{fmt}"
 
 
 class ConversationList(QWidget):
     conversation_selected = Signal(int)
     new_chat_requested = Signal()
     conversation_deleted = Signal(int)
+    error = Signal(str)  # one line for the window's error banner (an export that failed)
+    notice = Signal(str)  # status text ("Exported …")
 
     def __init__(self, store: ChatStore, parent: QWidget | None = None, *,
                  clock: Callable[[], float] = time.time) -> None:
@@ -129,13 +147,45 @@ class ConversationList(QWidget):
         item = self.list.itemAt(pos)
         if item is None:
             return
-        cid = int(item.data(ID_ROLE))
+        menu = self.menu_for(int(item.data(ID_ROLE)))
+        menu.exec(self.list.viewport().mapToGlobal(pos))
+        menu.deleteLater()
+
+    def menu_for(self, cid: int) -> QMenu:
+        """The context menu of the chat `cid`."""
         pinned = self.store.conversation(cid).pinned
         menu = QMenu(self)
         menu.addAction("Rename…", lambda: self._ask_rename(cid))
         menu.addAction("Unpin" if pinned else "Pin", lambda: self.set_pinned(cid, not pinned))
+        for fmt, (word, _filter) in EXPORT_FORMATS.items():
+            menu.addAction(f"Export as {word}…", self._exporter(cid, fmt))
         menu.addAction("Delete", lambda: self.delete(cid))
-        menu.exec(self.list.viewport().mapToGlobal(pos))
+        return menu
+
+    def _exporter(self, cid: int, fmt: str) -> Callable[[], object]:
+        # A closure, not a lambda with defaults: PySide would pass `checked` into a default.
+        return lambda: self.export(cid, fmt)
+
+    def export(self, cid: int, fmt: str) -> Path | None:
+        """Ask where, then export the chat `cid` as `fmt` ('md' or 'json'); the written path,
+        or None (cancelled, or failed: `error` says why, in one line)."""
+        try:
+            title = self.store.conversation(cid).title
+        except ChatStoreError as e:
+            self.error.emit(str(e))
+            return None
+        name, _ = QFileDialog.getSaveFileName(self, "Export chat", export_file_name(title, fmt),
+                                              EXPORT_FORMATS[fmt][1])
+        if not name:
+            return None
+        path = Path(name)
+        try:
+            write_export(self.store, path, fmt, [cid])
+        except OSError as e:
+            self.error.emit(f"Could not export to {path}: {e.strerror or e}")
+            return None
+        self.notice.emit(f"Exported “{title}” to {path}")
+        return path
 
     def _ask_rename(self, cid: int) -> None:
         title, ok = QInputDialog.getText(self, "Rename chat", "Title:",
