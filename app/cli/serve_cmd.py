@@ -1,8 +1,10 @@
-"""`candlewick serve`: the OpenAI- and Ollama-compatible HTTP API on a local model.
+"""`candlewick serve`: the OpenAI- and Ollama-compatible HTTP API on the local models.
 
-The socket opens first (so `/health` answers 503 while the model loads), the model loads on a
-background thread, and the checks that keep the server safe (no network bind without a key)
-run before anything is loaded or bound.
+The socket opens first (so `/health` answers 503 while the first model loads), `--model` loads
+on a background thread, and the checks that keep the server safe (no network bind without a
+key) run before anything is loaded or bound. Every model of the library can be asked for by
+name: one not loaded is loaded on demand with the server's settings, stays for `--keep-alive`
+once idle, and makes room by unloading the least recently used idle one (engine.host.host).
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import dataclasses
 import logging
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from app.cli.common import CliError, first_loads, gpu_layers_arg, library, positive_int
+from engine.host.host import DEFAULT_KEEP_S, GiB, Loadable, MemoryBudget, ModelHost
 from engine.host.runtime import Model
-from engine.server import LoadedModel, ServerConfig, ServerState, serve_forever
+from engine.server import ServerConfig, ServerState, serve_forever
+from engine.server.protocol import duration_seconds
 from engine.server.runner import bind_socket
 from engine.settings import LoadParams, SpeculativeSettings
 
@@ -64,6 +69,12 @@ def register(sub: Any) -> None:
                    help="seconds a request may take, waiting included")
     p.add_argument("--no-embeddings", action="store_true",
                    help="turn /v1/embeddings and /api/embed off")
+    p.add_argument("--keep-alive", type=duration_arg, default=DEFAULT_KEEP_S,
+                   help="how long a model loaded on demand stays once idle: seconds or a "
+                        "duration (5m, 1h); 0 unloads it when idle, -1 keeps it (default 5m)")
+    p.add_argument("--ram-budget", type=float, default=None, metavar="GIB",
+                   help="RAM the loaded models may take together, in GiB (default: what is "
+                        "free when a model loads)")
     p.set_defaults(handler=run)
 
 
@@ -78,6 +89,30 @@ def _read_key(args: argparse.Namespace) -> str | None:
     if not key:
         raise CliError(f"the API key file {args.api_key_file} is empty")
     return key
+
+
+def duration_arg(text: str) -> float | None:
+    """Seconds from "300", "5m", "1h30m"; None (keep) for a negative one."""
+    try:
+        v = duration_seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return None if v < 0 else v
+
+
+def catalog(params: LoadParams, extra: Path | None = None) -> Callable[[], list[Loadable]]:
+    """The library's models (read on each lookup, so a download is seen at once), each loaded
+    with the server's settings; `extra`: a file named on the command line."""
+    lib = library()
+
+    def specs() -> list[Loadable]:
+        out = [Loadable(e.id, e.path, params, aliases=(e.slug,), title=e.name)
+               for e in lib.entries() if e.error is None]
+        if extra is not None and not any(s.path.resolve() == extra.resolve() for s in out):
+            out.append(Loadable(extra.stem, extra, params, title=extra.name))
+        return out
+
+    return specs
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,32 +131,44 @@ def run(args: argparse.Namespace) -> int:
     model_id = args.model if args.model != "default" else "default"
     if Path(args.model).suffix == ".gguf":
         model_id = Path(args.model).stem
-    config = dataclasses.replace(config, model_id=model_id)
+    config = dataclasses.replace(config, model_id=model_id,
+                                 embeddings=not args.no_embeddings)
     params = LoadParams(n_ctx=args.ctx * args.parallel, n_seq_max=args.parallel,
                         n_gpu_layers=args.gpu_layers, n_threads=args.threads,
                         type_k=args.kv_type, type_v=args.kv_type, flash_attn=args.flash_attn,
                         speculative=SpeculativeSettings("lookup", draft_max=args.draft_max)
                         if args.lookup else None)
     params.validate()  # e.g. a quantized V cache with flash attention off: one line, exit 2
-    state = ServerState(config)
-    holder: dict[str, Any] = {}
+    if args.ram_budget is not None and args.ram_budget <= 0:
+        raise CliError("--ram-budget must be positive")
+    budget = (MemoryBudget({"CPU": int(args.ram_budget * GiB)})
+              if args.ram_budget is not None else None)
+    loads = first_loads()
+    host = ModelHost(catalog(params, path if Path(args.model).suffix == ".gguf" else None),
+                     budget, loader=lambda spec: Model(spec.path, spec.params,
+                                                       first_loads=loads),
+                     default_keep_s=args.keep_alive)
+    state = ServerState(config, host=host)
+    state.starting = True
     sock = bind_socket(config.host, config.port)
     port = sock.getsockname()[1]
 
     def load() -> None:
         try:
-            model = Model(path, params, first_loads=first_loads())
-            holder["model"] = model
-            loaded = LoadedModel.build(model, model_id, max_queue=config.max_queue,
-                                       embeddings=not args.no_embeddings)
-            state.set_loaded(loaded)
+            # The model named at start stays until it must make room for another.
+            host.acquire(model_id, keep_s=None).release()
+            loaded = state.loaded
+            assert loaded is not None
             print(f"candlewick: serving {path.name} as '{model_id}' on "
                   f"http://{_host(config.host)}:{port} ({args.parallel} slots"
                   f"{', API key required' if config.api_key else ''}; "
-                  f"{_describe(loaded.settings())})", file=sys.stderr)
+                  f"{_describe(loaded.settings())}); other library models load on demand",
+                  file=sys.stderr)
         except Exception as e:  # reported on /health and in the terminal
             state.load_error = f"loading failed: {e}"
             print(f"candlewick: error: {state.load_error}", file=sys.stderr)
+        finally:
+            state.starting = False
 
     loader = threading.Thread(target=load, name="candlewick-load", daemon=True)
     loader.start()
@@ -131,10 +178,8 @@ def run(args: argparse.Namespace) -> int:
             serve_forever(state, sock=sock, access_log=bool(args.verbose))
     finally:
         loader.join()
-        if state.loaded is not None:
-            state.loaded.close()
-        if "model" in holder:
-            holder["model"].close()
+        state.close()
+        host.close()
     return 2 if state.load_error else 0
 
 

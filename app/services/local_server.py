@@ -91,7 +91,8 @@ class LocalServer:
         config = settings.config()
         config.validate()
         self.request_log = RequestLog(LOG_ROWS, secret=config.api_key)
-        self.state = ServerState(config, request_log=self.request_log)
+        # The app's host: the server finds the chat's model there, under its name.
+        self.state = ServerState(config, request_log=self.request_log, host=host)
         self._lock = threading.Lock()
         self._closed = False
         self._thread: ServerThread | None = None
@@ -166,6 +167,7 @@ class LocalServer:
             loaded.cancel_requests()  # ends open streams now, not after uvicorn's grace time
         if thread is not None:
             thread.stop()
+        self.state.close()
         if loaded is not None:
             loaded.close()
         if model is not None and not unloading:

@@ -1,68 +1,281 @@
 """The model host: the one owner of the models loaded in a process, by name.
 
 Every client finds a model here: the desktop chat (the engine thread loads into it), the
-desktop's local server (which serves what the chat has loaded: no second instance),
-`candlewick serve`, `candlewick run`. A loaded model has one llama.cpp context and one decode
-loop (`Model.loop`); requests go there. A request for a name that is not loaded is refused with
-one line.
+desktop's local server, `candlewick serve`, `candlewick run`. A loaded model has one llama.cpp
+context and one decode loop (`Model.loop`); requests go there.
+
+Several models can be loaded at once, within a memory budget per device:
+
+- A client `acquire`s a model by name (id, alias, file name); one the host knows from its
+  catalog but has not loaded is loaded on demand, with the catalog's load settings. Requests
+  arriving while it loads wait for that one load.
+- Before a load the memory estimate decides whether it fits; if not, the least recently used
+  idle model the host loaded itself is unloaded first, and when nothing can go the request is
+  refused with the reason (`NoRoom`), never by running out of memory. After a load the
+  budget counts what llama.cpp really allocated.
+- A model the host loaded stays for its keep-alive time after its last request (default 5
+  minutes; 0 = unload when idle, None = keep), unless pinned. A model with a request in flight
+  is never unloaded. A model a client added itself (the chat's) is that client's: the host
+  neither evicts nor frees it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from engine.errors import EngineError
 from engine.host.runtime import Model
+from engine.settings import LoadParams
+
+log = logging.getLogger("candlewick.host")
+GiB = 1 << 30
+DEFAULT_KEEP_S = 300.0  # how long a model loaded on demand stays idle (Ollama's default)
 
 
 class ModelNotLoaded(EngineError):
     """No model of that name is loaded."""
 
 
-class ModelHost:
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._models: dict[str, Model] = {}
-        self._listeners: list[Callable[[str, Model | None], None]] = []
+class ModelNotFound(EngineError):
+    """No model of that name is loaded or known; `names` lists those that are."""
 
-    def add(self, name: str, model: Model) -> None:
-        """Make a loaded model available as `name` (a file is loaded once: the same model
-        object may not be added under a second name)."""
+    def __init__(self, message: str, names: Sequence[str]) -> None:
+        super().__init__(message)
+        self.names = list(names)
+
+
+class NoRoom(EngineError):
+    """A load would not fit the memory budget and nothing can be unloaded to make room."""
+
+
+class ModelBusy(EngineError):
+    """The model cannot be unloaded now (a client holds it)."""
+
+
+@dataclass(frozen=True)
+class Loadable:
+    """A model the host may load on demand: what clients call it and how to load it."""
+
+    name: str  # the id clients use
+    path: Path
+    params: LoadParams
+    aliases: tuple[str, ...] = ()
+    title: str = ""  # its name for people (messages); default: `name`
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """Bytes the host may use per device ("CPU" for RAM, "CUDA0", ...). A device not named
+    has no budget of its own: there the estimate's check against free memory decides."""
+
+    devices: Mapping[str, int]
+
+    def __post_init__(self) -> None:
+        for name, n in self.devices.items():
+            if n < 0:
+                raise EngineError(f"the memory budget for {name} must not be negative")
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a load needs (bytes per device) and, when it does not fit the machine's free
+    memory as things are, why not."""
+
+    devices: Mapping[str, int]
+    short: str | None = None
+
+
+def estimate_need(spec: Loadable) -> Need:
+    """The memory estimate of `engine.memory` for this file and these settings."""
+    from engine.memory.estimate import EstimateParams, estimate
+
+    est = estimate(spec.path, EstimateParams.from_load_params(spec.params))
+    # The margin kept free on a device is the machine's, not each model's: the budget counts
+    # what the model takes, and `fits` (free memory, margin included) decides without one.
+    return Need({d.name: d.bytes + d.overhead_bytes for d in est.devices},
+                None if est.fits else est.reason)
+
+
+def load_model(spec: Loadable) -> Model:
+    return Model(spec.path, spec.params)
+
+
+@dataclass(frozen=True)
+class HostedModel:
+    """One model as the host sees it now (for `/api/ps`, `/health`, the Loaded models view)."""
+
+    name: str
+    path: Path | None
+    state: str  # loading | ready
+    owner: str | None  # the client that added it and frees it; None: the host loaded it
+    pinned: bool
+    in_flight: int
+    memory: Mapping[str, int]  # bytes per device: estimated while loading, then actual
+    keep_s: float | None
+    expires_in_s: float | None  # idle time left before it is unloaded; None: not counting
+    loaded_at: float  # time.time() when it finished loading (0 while loading)
+    last_used_s: float  # seconds since its last request ended (or it was loaded)
+
+
+@dataclass(eq=False)
+class _Entry:
+    name: str
+    path: Path | None
+    aliases: tuple[str, ...] = ()
+    title: str = ""
+    model: Model | None = None
+    owner: str | None = None
+    pinned: bool = False
+    keep_s: float | None = DEFAULT_KEEP_S
+    in_flight: int = 0
+    last_used: float = 0.0
+    expires_at: float | None = None
+    loaded_at: float = 0.0
+    error: BaseException | None = None
+    memory: dict[str, int] = field(default_factory=dict)
+
+    def answers_to(self, name: str) -> bool:
+        return _matches(name, self.name, self.aliases, self.path)
+
+    @property
+    def evictable(self) -> bool:
+        return (self.owner is None and self.model is not None and self.in_flight == 0
+                and not self.pinned)
+
+
+def _matches(name: str, own: str, aliases: Sequence[str], path: Path | None) -> bool:
+    """A model answers to its id, its aliases and its file name (with or without .gguf),
+    in any case: clients are configured by hand."""
+    wanted = name.casefold()
+    names = [own, *aliases]
+    if path is not None:
+        names += [path.name, path.stem]
+    return any(n.casefold() == wanted for n in names)
+
+
+class Unset:
+    """No value given (None means "keep forever")."""
+
+
+UNSET = Unset()
+
+
+class Lease:
+    """A hold on a loaded model: while any lease is held the host does not unload it.
+    `release()` (or leaving the `with`) is idempotent."""
+
+    def __init__(self, host: ModelHost, entry: _Entry) -> None:
+        self._host = host
+        self._entry = entry
+        self._released = False
+        assert entry.model is not None
+        self.model: Model = entry.model
+        self.name = entry.name
+
+    def release(self, keep_s: float | Unset | None = UNSET) -> None:
+        """`keep_s`: how long the model stays once idle from now on (Ollama's keep_alive)."""
+        if self._released:
+            return
+        self._released = True
+        self._host._release(self._entry, keep_s)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class ModelHost:
+    """`catalog`: the models that may be loaded on demand (called on each lookup, so a
+    library that changes is seen); `budget`: per-device limits (None: the machine's free
+    memory, as the estimate reads it); `estimator`/`loader`: how a load is planned and done
+    (tests pass their own to simulate devices)."""
+
+    def __init__(self, catalog: Callable[[], Sequence[Loadable]] = tuple,
+                 budget: MemoryBudget | None = None, *,
+                 estimator: Callable[[Loadable], Need] = estimate_need,
+                 loader: Callable[[Loadable], Model] = load_model,
+                 default_keep_s: float | None = DEFAULT_KEEP_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._catalog = catalog
+        self.budget = budget
+        self._estimator = estimator
+        self._loader = loader
+        self.default_keep_s = default_keep_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._load_lock = threading.Lock()  # one load at a time: each plans with the last's
+        self._entries: list[_Entry] = []
+        self._listeners: list[Callable[[str, Model | None], None]] = []
+        self._reaper: threading.Thread | None = None
+        self._closed = False
+        self.loads = 0  # loads done on demand (what tests and /metrics count)
+
+    # -- models clients load themselves ----------------------------------------------------
+
+    def add(self, name: str, model: Model, *, owner: str = "client",
+            aliases: Sequence[str] = ()) -> None:
+        """Make a model the caller loaded available as `name`. It stays the caller's: the
+        host never unloads it; the caller `remove`s it (a file is loaded once: the same
+        model may not be added under a second name)."""
         with self._lock:
-            for other, m in self._models.items():
-                if m is model and other != name:
-                    raise EngineError(f"{model.path.name} is already loaded as {other!r}")
-            if name in self._models and self._models[name] is not model:
-                raise EngineError(f"a model named {name!r} is already loaded")
-            self._models[name] = model
+            for e in self._entries:
+                if e.model is model and e.name != name:
+                    raise EngineError(f"{model.path.name} is already loaded as {e.name!r}")
+                if e.name == name and e.model is not model:
+                    raise EngineError(f"a model named {name!r} is already loaded")
+            if any(e.model is model for e in self._entries):
+                return
+            entry = _Entry(name, model.path, tuple(aliases), name, model, owner=owner,
+                           keep_s=None, last_used=self._clock(), loaded_at=time.time(),
+                           memory=_actual_memory(model))
+            self._entries.append(entry)
             listeners = list(self._listeners)
         for fn in listeners:
             fn(name, model)
 
-    def get(self, name: str) -> Model:
+    def add_alias(self, name: str, alias: str) -> None:
+        """Let the loaded model `name` answer to `alias` too."""
         with self._lock:
-            model = self._models.get(name)
-            names = sorted(self._models)
-        if model is None:
-            loaded = f"loaded: {', '.join(names)}" if names else "no model is loaded"
+            e = self._loaded_entry(name)
+            if alias not in e.aliases:
+                e.aliases = (*e.aliases, alias)
+
+    def get(self, name: str) -> Model:
+        """The loaded model called `name` (no load on demand, no hold)."""
+        with self._lock:
+            e = self._find(name)
+            names = [x.name for x in self._entries if x.model is not None]
+        if e is None or e.model is None:
+            loaded = f"loaded: {', '.join(sorted(names))}" if names else "no model is loaded"
             raise ModelNotLoaded(f"model {name!r} is not loaded ({loaded})")
-        return model
+        return e.model
 
     def names(self) -> list[str]:
+        """The loaded models' names."""
         with self._lock:
-            return sorted(self._models)
+            return sorted(e.name for e in self._entries if e.model is not None)
 
     def remove(self, name: str) -> Model | None:
         """Forget `name` (the caller frees the model); listeners hear it is gone first."""
-        with self._lock:
-            model = self._models.pop(name, None)
+        with self._changed:
+            e = self._find(name)
+            if e is None or e.model is None:
+                return None
+            self._entries.remove(e)
             listeners = list(self._listeners)
-        if model is not None:
-            for fn in listeners:
-                fn(name, None)
-        return model
+            self._changed.notify_all()
+        for fn in listeners:
+            fn(e.name, None)
+        return e.model
 
     def unload(self, name: str) -> None:
         model = self.remove(name)
@@ -70,8 +283,8 @@ class ModelHost:
             model.close()
 
     def on_change(self, fn: Callable[[str, Model | None], None]) -> Callable[[], None]:
-        """Call `fn(name, model)` when a model is added, `fn(name, None)` before one goes
-        (on the thread that adds or removes it). Returns the call that stops it."""
+        """Call `fn(name, model)` when a model is added or loaded, `fn(name, None)` before
+        one goes (on the thread that adds or removes it). Returns the call that stops it."""
         with self._lock:
             self._listeners.append(fn)
 
@@ -81,9 +294,306 @@ class ModelHost:
 
         return unsubscribe
 
+    # -- models loaded on demand -----------------------------------------------------------
+
+    def known(self) -> list[Loadable]:
+        """Every model that may be asked for: the catalog's, and loaded ones it lacks."""
+        specs = list(self._catalog())
+        with self._lock:
+            for e in self._entries:
+                if e.path is not None and not any(s.path == e.path for s in specs):
+                    specs.append(Loadable(e.name, e.path, LoadParams(), e.aliases, e.title))
+        return specs
+
+    def resolve(self, name: str) -> str:
+        """The id of the model `name` refers to, loaded or not; ModelNotFound if none."""
+        with self._lock:
+            e = self._find(name)
+            if e is not None:
+                return e.name
+        spec = self._spec(name)
+        return spec.name
+
+    def acquire(self, name: str, *, keep_s: float | Unset | None = UNSET,
+                timeout_s: float | None = None) -> Lease:
+        """Hold the model `name`, loading it first if it is known but not loaded. Raises
+        ModelNotFound, NoRoom, or the load's own error (for every request that waited)."""
+        deadline = None if timeout_s is None else self._clock() + timeout_s
+        with self._changed:
+            e = self._find(name)
+            if e is not None:
+                e.in_flight += 1
+                if not isinstance(keep_s, Unset) and e.owner is None:
+                    e.keep_s = keep_s
+        if e is None:
+            spec = self._spec(name)
+            e = self._start_load(spec, keep_s)
+        try:
+            self._wait_loaded(e, deadline)
+        except BaseException:
+            with self._changed:
+                e.in_flight -= 1
+                self._changed.notify_all()
+            raise
+        return Lease(self, e)
+
+    def acquire_ready(self, name: str, *, keep_s: float | Unset | None = UNSET
+                      ) -> Lease | None:
+        """Hold the model `name` if it is loaded (never waits); None if it is not."""
+        with self._changed:
+            e = self._find(name)
+            if e is None or e.model is None:
+                return None
+            e.in_flight += 1
+            if not isinstance(keep_s, Unset) and e.owner is None:
+                e.keep_s = keep_s
+        return Lease(self, e)
+
+    def _spec(self, name: str) -> Loadable:
+        specs = list(self._catalog())
+        for s in specs:
+            if _matches(name, s.name, s.aliases, s.path):
+                return s
+        with self._lock:
+            loaded = [e.name for e in self._entries]
+        names = sorted({*loaded, *(s.name for s in specs)})
+        listed = ", ".join(names) if names else "none"
+        raise ModelNotFound(f"model {name!r} not found; available: {listed}", names)
+
+    def _start_load(self, spec: Loadable, keep_s: float | Unset | None) -> _Entry:
+        with self._changed:
+            e = self._find(spec.name)
+            if e is not None:  # another request started it meanwhile
+                e.in_flight += 1
+                return e
+            e = _Entry(spec.name, spec.path, spec.aliases, spec.title or spec.name,
+                       keep_s=self.default_keep_s if isinstance(keep_s, Unset) else keep_s,
+                       in_flight=1)
+            self._entries.append(e)
+        threading.Thread(target=self._load, args=(e, spec), name=f"candlewick-load-{spec.name}",
+                         daemon=True).start()
+        return e
+
+    def _wait_loaded(self, e: _Entry, deadline: float | None) -> None:
+        with self._changed:
+            while e.model is None and e.error is None:
+                left = None if deadline is None else deadline - self._clock()
+                if left is not None and left <= 0:
+                    raise EngineError(f"{e.title} is still loading; retry shortly")
+                self._changed.wait(left if left is not None else 1.0)
+            if e.error is not None:
+                raise e.error
+
+    def _load(self, e: _Entry, spec: Loadable) -> None:
+        try:
+            with self._load_lock:
+                self._make_room(spec, e)
+                log.info("loading %s from %s", spec.name, spec.path.name)
+                t0 = time.perf_counter()
+                model = self._loader(spec)
+                log.info("loaded %s in %.2f s", spec.name, time.perf_counter() - t0)
+            with self._changed:
+                e.model = model
+                e.memory = _actual_memory(model) or e.memory
+                e.loaded_at = time.time()
+                e.last_used = self._clock()
+                self.loads += 1
+                listeners = list(self._listeners)
+                self._changed.notify_all()
+                closed = self._closed
+            self._ensure_reaper()
+            for fn in listeners:
+                fn(e.name, model)
+            if closed:
+                self.unload(e.name)
+        except BaseException as err:
+            log.info("could not load %s: %s", spec.name, err)
+            with self._changed:
+                e.error = err if isinstance(err, EngineError) else EngineError(
+                    f"could not load {spec.title or spec.name}: {err}")
+                with contextlib.suppress(ValueError):
+                    self._entries.remove(e)
+                self._changed.notify_all()
+
+    def _make_room(self, spec: Loadable, e: _Entry) -> None:
+        """Unload least recently used idle models until the load fits, or raise NoRoom."""
+        title = spec.title or spec.name
+        while True:
+            need = self._estimator(spec)
+            with self._lock:
+                e.memory = dict(need.devices)
+                short = self._shortfall(need, e)
+                if short is None:
+                    return
+                idle = sorted((x for x in self._entries if x.evictable), key=lambda x: x.last_used)
+                victim = idle[0] if idle else None
+            if victim is None:
+                raise NoRoom(f"loading {title} {short}; every loaded model is busy, pinned "
+                             "or held by a client")
+            self._evict(victim)
+
+    def _shortfall(self, need: Need, loading: _Entry) -> str | None:
+        """Why `need` does not fit now (None if it does). Call with the lock held."""
+        if self.budget is not None:
+            for dev, limit in self.budget.devices.items():
+                want = need.devices.get(dev, 0)
+                used = sum(x.memory.get(dev, 0) for x in self._entries if x is not loading)
+                if want and used + want > limit:
+                    return (f"needs {_gib(want)} of {_device(dev)}; {_gib(max(limit - used, 0))} "
+                            f"free of the {_gib(limit)} budget")
+            if all(d in self.budget.devices for d in need.devices):
+                return None
+        return None if need.short is None else f"does not fit: {need.short}"
+
+    def _evict(self, victim: _Entry) -> None:
+        with self._changed:
+            if not victim.evictable or victim not in self._entries:
+                return
+            log.info("unloading %s (idle %.0f s)", victim.name, self._clock() - victim.last_used)
+            self._entries.remove(victim)
+            listeners = list(self._listeners)
+            self._changed.notify_all()
+        for fn in listeners:
+            fn(victim.name, None)
+        assert victim.model is not None
+        victim.model.close()
+
+    def _release(self, e: _Entry, keep_s: float | Unset | None) -> None:
+        with self._changed:
+            e.in_flight -= 1
+            if not isinstance(keep_s, Unset) and e.owner is None:
+                e.keep_s = keep_s
+            if e.in_flight == 0:
+                e.last_used = self._clock()
+                e.expires_at = None if e.keep_s is None else e.last_used + e.keep_s
+            self._changed.notify_all()
+
+    # -- what a client may set -------------------------------------------------------------
+
+    def pin(self, name: str, pinned: bool = True) -> None:
+        with self._changed:
+            e = self._loaded_entry(name)
+            e.pinned = pinned
+            if not pinned and e.in_flight == 0 and e.keep_s is not None:
+                e.expires_at = self._clock() + e.keep_s
+            self._changed.notify_all()
+
+    def set_keep(self, name: str, keep_s: float | None) -> None:
+        """How long the model stays once idle, from now (0: unload it as soon as it is)."""
+        with self._changed:
+            e = self._loaded_entry(name)
+            if e.owner is not None:
+                raise ModelBusy(f"{e.title} is held by the {e.owner}; it stays while it is")
+            e.keep_s = keep_s
+            e.expires_at = None if keep_s is None else self._clock() + keep_s
+            self._changed.notify_all()
+
+    def wait_unloaded(self, name: str, timeout_s: float) -> bool:
+        """Wait until no model called `name` is loaded; False if one still is."""
+        deadline = self._clock() + timeout_s
+        with self._changed:
+            while self._find(name) is not None:
+                left = deadline - self._clock()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
+
+    def _loaded_entry(self, name: str) -> _Entry:
+        e = self._find(name)
+        if e is None or e.model is None:
+            raise ModelNotLoaded(f"model {name!r} is not loaded")
+        return e
+
+    def hosted(self) -> list[HostedModel]:
+        now = self._clock()
+        with self._lock:
+            return [HostedModel(
+                e.name, e.path, "ready" if e.model is not None else "loading", e.owner,
+                e.pinned, e.in_flight, dict(e.memory), e.keep_s,
+                None if e.expires_at is None or not e.evictable else max(e.expires_at - now, 0),
+                e.loaded_at, now - e.last_used if e.model is not None else 0.0)
+                for e in self._entries]
+
+    def used(self) -> dict[str, int]:
+        """Bytes per device the loaded (and loading) models take."""
+        out: dict[str, int] = {}
+        with self._lock:
+            for e in self._entries:
+                for dev, n in e.memory.items():
+                    out[dev] = out.get(dev, 0) + n
+        return out
+
+    # -- unloading idle models -------------------------------------------------------------
+
+    def _ensure_reaper(self) -> None:
+        with self._lock:
+            if self._reaper is not None or self._closed:
+                return
+            self._reaper = threading.Thread(target=self._reap, name="candlewick-model-ttl",
+                                            daemon=True)
+            self._reaper.start()
+
+    def _reap(self) -> None:
+        while True:
+            with self._changed:
+                if self._closed:
+                    return
+                now = self._clock()
+                due = [e for e in self._entries if e.evictable and e.expires_at is not None
+                       and e.expires_at <= now]
+                if not due:
+                    waits = [e.expires_at - now for e in self._entries
+                             if e.evictable and e.expires_at is not None]
+                    self._changed.wait(min(waits) if waits else None)
+                    continue
+            for e in due:
+                self._evict(e)
+
     def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+            reaper, self._reaper = self._reaper, None
+        if reaper is not None:
+            reaper.join(10)
+        with self._load_lock:  # a load in progress finishes (and then sees it is closed)
+            pass
         for name in self.names():
             self.unload(name)
 
+    def _find(self, name: str) -> _Entry | None:
+        exact = next((e for e in self._entries if e.name == name), None)
+        return exact or next((e for e in self._entries if e.answers_to(name)), None)
 
-__all__ = ["ModelHost", "ModelNotLoaded"]
+
+def _actual_memory(model: Model) -> dict[str, int]:
+    actual = getattr(model, "memory_actual", None)
+    return dict(actual.devices) if actual is not None else {}
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / (1 << 20):.0f} MiB"
+
+
+def _device(name: str) -> str:
+    return "RAM" if name == "CPU" else f"{name} memory"
+
+
+__all__ = [
+    "DEFAULT_KEEP_S",
+    "UNSET",
+    "HostedModel",
+    "Lease",
+    "Loadable",
+    "MemoryBudget",
+    "ModelBusy",
+    "ModelHost",
+    "ModelNotFound",
+    "ModelNotLoaded",
+    "Need",
+    "NoRoom",
+    "Unset",
+    "estimate_need",
+    "load_model",
+]

@@ -33,7 +33,7 @@ from engine.server.agent_protocol import (
 )
 from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run, call_input, sse
 from engine.server.chat_reply import ChatPlan, Part, plan_chat
-from engine.server.common import cap_tokens, loaded_or_503, sampling_from
+from engine.server.common import cap_tokens, sampling_from
 from engine.server.engine_state import LoadedModel, ServerState
 from engine.server.errors import ApiError, anthropic_error_body
 from engine.server.parsing import read_json
@@ -217,15 +217,15 @@ class AnthropicRoutes:
 
     async def count_tokens(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
-        loaded = loaded_or_503(self.state)
         req = parse_request(AnthropicCountTokensRequest, body)
+        loaded = await self.state.acquire(req.model)
         plan = _plan(loaded, req, chat_messages(req))
         return JSONResponse({"input_tokens": len(plan.prompt)})
 
     async def create(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
-        loaded = loaded_or_503(self.state)
         req = parse_request(AnthropicMessagesRequest, body)
+        loaded = await self.state.acquire(req.model)
         messages = chat_messages(req)
         if messages[-1]["role"] == "assistant":
             raise ApiError(400, "'messages': the last message must be the user's (text or "

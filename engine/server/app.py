@@ -20,9 +20,12 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from engine.host.host import Lease
 from engine.server.anthropic_routes import AnthropicRoutes
-from engine.server.engine_state import ServerState
+from engine.server.engine_state import ServerState, request_leases
 from engine.server.errors import ApiError, error_response
+from engine.server.metrics import ModelFigures
+from engine.server.model_routes import ModelRoutes
 from engine.server.ollama_routes import OllamaRoutes
 from engine.server.openai_routes import OpenAIRoutes
 from engine.server.openapi import openapi_schema
@@ -63,6 +66,27 @@ class AuthMiddleware:
         resp = error_response(scope["path"], 401, "missing or invalid API key",
                               code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
         await resp(scope, receive, send)
+
+
+class LeaseMiddleware:
+    """Holds the models a request uses (`ServerState.acquire`) until its answer has been sent,
+    streamed answers included, so none is unloaded under it; then lets them go."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        leases: list[Lease] = []
+        token = request_leases.set(leases)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            request_leases.reset(token)
+            for lease in leases:
+                lease.release()
 
 
 class MetricsMiddleware:
@@ -112,18 +136,37 @@ def create_app(state: ServerState) -> ASGIApp:
     schema = openapi_schema(cfg)
 
     async def health(request: Request) -> Response:
-        if state.loaded is None:
+        loaded = state.loaded
+        hosted = state.host.hosted()
+        if state.load_error or state.starting or (
+                loaded is None and not hosted and not state.host.known()):
             return JSONResponse({"status": "error" if state.load_error else "loading",
                                  "error": state.load_error}, status_code=503)
-        snap = state.loaded.scheduler.snapshot()
-        return JSONResponse({"status": "ok", "model": state.loaded.model_id,
-                             "slots_total": snap.n_slots, "slots_busy": snap.busy_slots,
-                             "queue_depth": snap.queue_depth,
-                             "settings": state.loaded.settings()})
+        body: dict[str, Any] = {
+            "status": "ok",
+            "models": [{"name": h.name, "state": h.state, "pinned": h.pinned,
+                        "held_by": h.owner, "requests_in_flight": h.in_flight,
+                        "expires_in_s": h.expires_in_s, "memory_bytes": dict(h.memory)}
+                       for h in hosted],
+            "loading": [h.name for h in hosted if h.state == "loading"],
+        }
+        if loaded is not None:
+            snap = loaded.scheduler.snapshot()
+            body.update({"model": loaded.model_id, "slots_total": snap.n_slots,
+                         "slots_busy": snap.busy_slots, "queue_depth": snap.queue_depth,
+                         "settings": loaded.settings()})
+        return JSONResponse(body)
 
     async def metrics(request: Request) -> Response:
-        snap = state.loaded.scheduler.snapshot() if state.loaded else None
-        return PlainTextResponse(state.metrics.render(snap, state.loaded is not None),
+        loaded = state.loaded
+        snap = loaded.scheduler.snapshot() if loaded else None
+        served = {m.model_id: m for m in state.served()}
+        figures = [ModelFigures(h.name, h.state == "ready", h.in_flight, h.memory,
+                                served[h.name].scheduler.snapshot() if h.name in served
+                                else None)
+                   for h in state.host.hosted()]
+        return PlainTextResponse(state.metrics.render(snap, loaded is not None, figures,
+                                                      state.host.loads),
                                  media_type="text/plain; version=0.0.4")
 
     async def openapi(request: Request) -> Response:
@@ -132,8 +175,7 @@ def create_app(state: ServerState) -> ASGIApp:
     async def slots(request: Request) -> Response:
         loaded = state.loaded
         if loaded is None:
-            raise ApiError(503, state.load_error or "the model is still loading",
-                           headers={"Retry-After": "2"})
+            raise state.unavailable()
         snap = loaded.scheduler.snapshot()
         return JSONResponse({"slots": snap.slots, "queue_depth": snap.queue_depth})
 
@@ -142,6 +184,7 @@ def create_app(state: ServerState) -> ASGIApp:
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/slots", slots, methods=["GET"]),
+        *ModelRoutes(state).routes(),
         *openai.routes(),
         *ResponsesRoutes(state).routes(),
         *AnthropicRoutes(state).routes(),
@@ -167,7 +210,8 @@ def create_app(state: ServerState) -> ASGIApp:
 
     handlers: dict[Any, Any] = {ApiError: on_api_error, HTTPException: on_http_error,
                                 Exception: on_error}
-    middleware = [Middleware(MetricsMiddleware, state=state, known=known)]
+    middleware = [Middleware(MetricsMiddleware, state=state, known=known),
+                  Middleware(LeaseMiddleware)]
     if cfg.cors_origins:
         # Outside the key check, so browsers' preflight requests get their answer.
         middleware.append(Middleware(

@@ -17,14 +17,6 @@ from engine.server.errors import ApiError
 from engine.settings import SamplingParams
 
 
-def loaded_or_503(state: ServerState) -> LoadedModel:
-    loaded = state.loaded
-    if loaded is None:
-        msg = state.load_error or "the model is still loading; retry shortly"
-        raise ApiError(503, msg, headers={"Retry-After": "2"})
-    return loaded
-
-
 def tokens_for(loaded: LoadedModel, make: Callable[[], list[int]]) -> list[int]:
     try:
         return make()

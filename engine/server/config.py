@@ -33,6 +33,7 @@ class ServerConfig:
     max_tokens_cap: int = 4096  # no request generates more than this
     default_max_tokens: int = 512
     request_timeout_s: float = 600.0
+    embeddings: bool = True  # /v1/embeddings and /api/embed (False: 501)
 
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -5,22 +5,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import hashlib
 import threading
 import time
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from engine.errors import EngineError
+from engine.host.host import UNSET, Lease, ModelHost, ModelNotFound, NoRoom, Unset
 from engine.host.runtime import Model
 from engine.host.scheduler import Event, Finished, Request, Scheduler
 from engine.model.facts import ModelFacts, model_facts
 from engine.server.config import ServerConfig
 from engine.server.embeddings import Embedder
+from engine.server.errors import ApiError
 from engine.server.metrics import Metrics
 from engine.server.request_log import RequestLog, current_record
 from engine.settings import SamplingParams
+
+
+def file_digest(path: Path) -> str:
+    """A stable id for a file (path, size, mtime), not a hash of its bytes."""
+    st = path.stat()
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 @dataclass
@@ -52,10 +64,7 @@ class LoadedModel:
 
     @property
     def digest(self) -> str:
-        """A stable id for this file (path, size, mtime), not a hash of its bytes."""
-        st = self.model.path.stat()
-        key = f"{self.model.path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-        return hashlib.sha256(key.encode()).hexdigest()
+        return file_digest(self.model.path)
 
     def settings(self) -> dict[str, Any]:
         """What the model was loaded with (shown on /health, /v1/models and at startup)."""
@@ -90,22 +99,163 @@ class LoadedModel:
             self.embedder.close()
 
 
+# The leases a request holds on models, released when its answer has been sent (streamed
+# answers included): set per request by the app's middleware.
+request_leases: contextvars.ContextVar[list[Lease] | None] = contextvars.ContextVar(
+    "request_leases", default=None)
+
+
 class ServerState:
-    """Shared by all routes. `loaded` is None while the model loads (routes answer 503)."""
+    """Shared by all routes: the config, and the models served, from `host` (which may load
+    more on demand). `set_loaded` serves a model the caller loaded and keeps."""
 
     def __init__(self, config: ServerConfig, metrics: Metrics | None = None,
-                 request_log: RequestLog | None = None) -> None:
+                 request_log: RequestLog | None = None, host: ModelHost | None = None) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
         self.request_log = request_log  # None: nobody watches individual requests
-        self.loaded: LoadedModel | None = None
+        self.host = host if host is not None else ModelHost()
         self.load_error: str | None = None
+        # True while the model named at start loads: /health says "loading" until it is in.
+        self.starting = False
         self.started = time.time()
         self._lock = threading.Lock()
+        self._served: dict[str, LoadedModel] = {}  # by the host's name for the model
+        self._given: LoadedModel | None = None  # what set_loaded serves
+        self._built: list[LoadedModel] = []  # what this state built, and closes
+        self._added = False  # set_loaded put its model in the host (and takes it out)
+        self._unsubscribe = self.host.on_change(self._on_host_change)
+
+    # -- the models ------------------------------------------------------------------------
 
     def set_loaded(self, loaded: LoadedModel | None) -> None:
+        """Serve `loaded` (the caller loaded it and frees it), or stop serving it (None)."""
         with self._lock:
-            self.loaded = loaded
+            old, added = self._given, self._added
+            self._given, self._added = loaded, False
+        if old is not None:
+            if added:
+                self.host.remove(self._name_of(old))
+            with self._lock:
+                self._served = {k: v for k, v in self._served.items() if v is not old}
+        if loaded is None:
+            return
+        name = next((h.name for h in self.host.hosted() if h.path == loaded.model.path
+                     and self._is(h.name, loaded)), None)
+        if name is None:
+            self.host.add(loaded.model_id, loaded.model, owner="server",
+                          aliases=[loaded.model_id])
+            name = loaded.model_id
+            with self._lock:
+                self._added = True
+        elif name != loaded.model_id:
+            self.host.add_alias(name, loaded.model_id)
+        with self._lock:
+            self._served[name] = loaded
+
+    def _is(self, name: str, loaded: LoadedModel) -> bool:
+        try:
+            return self.host.get(name) is loaded.model
+        except EngineError:
+            return False
+
+    def _name_of(self, loaded: LoadedModel) -> str:
+        with self._lock:
+            return next((k for k, v in self._served.items() if v is loaded), loaded.model_id)
+
+    @property
+    def loaded(self) -> LoadedModel | None:
+        """The default model when it is loaded: the one `set_loaded` serves, else the one
+        named in the config, else the only one loaded."""
+        with self._lock:
+            if self._given is not None:
+                return self._given
+        names = self.host.names()
+        want = next((n for n in names if n == self.config.model_id), None)
+        if want is None and len(names) == 1:
+            want = names[0]
+        if want is None:
+            return None
+        with contextlib.suppress(EngineError):
+            return self._serve(want, self.host.get(want))
+        return None
+
+    def served(self) -> list[LoadedModel]:
+        """Every loaded model, as the server serves it."""
+        out = []
+        for name in self.host.names():
+            with contextlib.suppress(EngineError):
+                out.append(self._serve(name, self.host.get(name)))
+        return out
+
+    def _serve(self, name: str, model: Model) -> LoadedModel:
+        with self._lock:
+            loaded = self._served.get(name)
+            if loaded is not None and loaded.model is model:
+                return loaded
+        built = LoadedModel.build(model, name, max_queue=self.config.max_queue,
+                                  embeddings=self.config.embeddings)
+        with self._lock:
+            loaded = self._served.get(name)
+            if loaded is not None and loaded.model is model:
+                built.close()
+                return loaded
+            self._served[name] = built
+            self._built.append(built)
+        return built
+
+    def _on_host_change(self, name: str, model: Model | None) -> None:
+        if model is not None:
+            return
+        with self._lock:
+            loaded = self._served.pop(name, None)
+            if loaded is self._given:
+                self._given = None
+            ours = loaded is not None and any(b is loaded for b in self._built)
+            if ours:
+                self._built = [b for b in self._built if b is not loaded]
+        if loaded is not None and ours:
+            loaded.close()  # one set_loaded gave stays its caller's
+
+    async def acquire(self, name: str | None, *, keep_s: float | Unset | None = UNSET
+                      ) -> LoadedModel:
+        """The model a request names (None or '': the default), loaded on demand; held until
+        the request's answer has been sent. An unknown name is a 404 listing the known ones;
+        a load that cannot fit is a 503 with the reason."""
+        name = name or self.config.model_id
+        leases = request_leases.get()
+        try:
+            lease = self.host.acquire_ready(name, keep_s=keep_s)
+            if lease is None:  # to be loaded (or being loaded): wait off the event loop
+                lease = await asyncio.to_thread(self.host.acquire, name, keep_s=keep_s,
+                                                timeout_s=self.config.request_timeout_s)
+        except ModelNotFound as e:
+            if not e.names:
+                raise self.unavailable() from None
+            raise ApiError(404, str(e), code="model_not_found", param="model") from None
+        except NoRoom as e:
+            raise ApiError(503, str(e), code="insufficient_memory") from None
+        except EngineError as e:
+            raise ApiError(503, str(e), code="model_load_failed") from None
+        if leases is not None:
+            leases.append(lease)
+        else:  # outside a request (tests): hold it no longer than the call
+            lease.release()
+        return self._serve(lease.name, lease.model)
+
+    def unavailable(self) -> ApiError:
+        """Why there is nothing to serve yet: the model is loading, or failed to."""
+        if self.load_error:
+            return ApiError(503, self.load_error)
+        return ApiError(503, "the model is still loading; retry shortly",
+                        headers={"Retry-After": "2"})
+
+    def close(self) -> None:
+        self._unsubscribe()
+        with self._lock:
+            built, self._built, self._served = self._built, [], {}
+        for loaded in built:
+            loaded.close()
 
 
 class _LoopInbox:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -61,17 +62,36 @@ def _family(kind: str, name: str, help_: str, value: float | None) -> Metric:
     return cls(f"{_NS}_{name}", help_, value=value)
 
 
+@dataclass(frozen=True)
+class ModelFigures:
+    """One hosted model at scrape time."""
+
+    name: str
+    ready: bool  # loaded (False: loading)
+    in_flight: int
+    memory: Mapping[str, int]  # bytes per device
+    snap: SchedulerSnapshot | None = None
+
+
+_PER_MODEL = ("model_ready", "model_requests_in_flight", "model_memory_bytes",
+              "model_slots_busy", "model_queue_depth", "model_loads")
+
+
 class _SnapshotCollector:
-    """Readiness and the snapshot `Metrics.render` was given for the scrape in progress."""
+    """Readiness, the default model's snapshot and every hosted model's figures, as
+    `Metrics.render` was given them for the scrape in progress."""
 
     def __init__(self) -> None:
         self.snap: SchedulerSnapshot | None = None
         self.ready = False
+        self.models: Sequence[ModelFigures] = ()
+        self.loads = 0
 
     def describe(self) -> list[Metric]:
         # Names only, so the registry refuses a clash with the counters.
         return [_family("gauge", "ready", "", None),
-                *(_family(k, n, h, None) for k, n, h, _ in _SNAPSHOT)]
+                *(_family(k, n, h, None) for k, n, h, _ in _SNAPSHOT),
+                *(GaugeMetricFamily(f"{_NS}_{n}", "") for n in _PER_MODEL)]
 
     def collect(self) -> Iterator[Metric]:
         yield _family("gauge", "ready", "1 when the model is loaded and serving.",
@@ -80,6 +100,30 @@ class _SnapshotCollector:
         if snap is not None:  # no model: no slots to describe
             for kind, name, help_, value in _SNAPSHOT:
                 yield _family(kind, name, help_, value(snap))
+        yield from self._per_model()
+
+    def _per_model(self) -> Iterator[Metric]:
+        def gauge(name: str, help_: str, labels: Sequence[str] = ("model",)
+                  ) -> GaugeMetricFamily:
+            return GaugeMetricFamily(f"{_NS}_{name}", help_, labels=list(labels))
+
+        ready = gauge("model_ready", "1 when the model is loaded, 0 while it loads.")
+        flight = gauge("model_requests_in_flight", "Requests holding the model.")
+        memory = gauge("model_memory_bytes", "Memory the model takes, per device "
+                       "(estimated while it loads, then as allocated).", ("model", "device"))
+        busy = gauge("model_slots_busy", "The model's slots generating or reading a prompt.")
+        queue = gauge("model_queue_depth", "Requests waiting for one of the model's slots.")
+        for m in self.models:
+            ready.add_metric([m.name], 1 if m.ready else 0)
+            flight.add_metric([m.name], m.in_flight)
+            for dev, n in sorted(m.memory.items()):
+                memory.add_metric([m.name, dev], n)
+            if m.snap is not None:
+                busy.add_metric([m.name], m.snap.busy_slots)
+                queue.add_metric([m.name], m.snap.queue_depth)
+        yield from (ready, flight, memory, busy, queue)
+        yield CounterMetricFamily(f"{_NS}_model_loads", "Models loaded on demand.",
+                                  value=self.loads)
 
 
 class _WithoutCreated:
@@ -135,12 +179,15 @@ class Metrics:
         self._ttft.observe(ttft_s)
         self._latency.observe(total_s)
 
-    def render(self, snap: SchedulerSnapshot | None, ready: bool) -> str:
-        """The text exposition (format 0.0.4) with `snap`'s figures; none without a model."""
+    def render(self, snap: SchedulerSnapshot | None, ready: bool,
+               models: Sequence[ModelFigures] = (), loads: int = 0) -> str:
+        """The text exposition (format 0.0.4) with `snap`'s figures (the default model's;
+        none without one) and each hosted model's."""
+        c = self._snapshot
         with self._scrape:
-            self._snapshot.snap, self._snapshot.ready = snap, ready
+            c.snap, c.ready, c.models, c.loads = snap, ready, models, loads
             try:
                 text = generate_latest(self._exposed)
             finally:
-                self._snapshot.snap, self._snapshot.ready = None, False
+                c.snap, c.ready, c.models, c.loads = None, False, (), 0
         return _VALUE.sub(_integral, text).decode("utf-8")

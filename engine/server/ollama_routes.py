@@ -1,13 +1,14 @@
 """Ollama-compatible routes, so apps written for Ollama work unchanged.
 
-The server serves one model; any model name in a request maps to it (as llama-server does),
-so an app configured for "llama3" still gets an answer. Streaming is NDJSON and on by default,
-as in Ollama.
+A request names its model as in Ollama (`model`, the id, an alias or the file name); one that
+is known but not loaded is loaded first, and `keep_alive` says how long it stays. Streaming is
+NDJSON and on by default, as in Ollama.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -24,12 +25,11 @@ from engine.server.chat_reply import ChatPlan, Part, ReplyReader, ollama_grammar
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,
-    loaded_or_503,
     sampling_from,
     start,
     tokens_for,
 )
-from engine.server.engine_state import LoadedModel, ServerState, details
+from engine.server.engine_state import LoadedModel, ServerState, details, file_digest
 from engine.server.errors import ApiError
 from engine.server.openai_routes import run_embeddings
 from engine.server.parsing import read_json
@@ -39,6 +39,7 @@ from engine.server.protocol import (
     OllamaGenerateRequest,
     OllamaOptions,
     OllamaShowRequest,
+    keep_seconds,
     parse_body,
 )
 from engine.settings import SamplingParams
@@ -46,8 +47,15 @@ from engine.settings import SamplingParams
 VERSION = "0.1.0"
 
 
+_FOREVER = "2318-08-31T00:00:00Z"  # what Ollama says for a model kept loaded
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
 
 
 def _done_fields(st: GenerationStats) -> dict[str, Any]:
@@ -91,6 +99,7 @@ class OllamaRoutes:
         return [
             Route("/api/version", self.version, methods=["GET"]),
             Route("/api/tags", self.tags, methods=["GET"]),
+            Route("/api/ps", self.ps, methods=["GET"]),
             Route("/api/show", self.show, methods=["POST"]),
             Route("/api/chat", self.chat, methods=["POST"]),
             Route("/api/generate", self.generate, methods=["POST"]),
@@ -104,19 +113,55 @@ class OllamaRoutes:
         st = loaded.model.path.stat()
         return {
             "name": loaded.model_id, "model": loaded.model_id,
-            "modified_at": datetime.fromtimestamp(st.st_mtime, UTC).isoformat()
-            .replace("+00:00", "Z"),
-            "size": st.st_size, "digest": loaded.digest, "details": details(loaded),
+            "modified_at": _iso(st.st_mtime), "size": st.st_size, "digest": loaded.digest,
+            "details": details(loaded),
         }
 
     async def tags(self, request: Request) -> Response:
-        loaded = loaded_or_503(self.state)
-        return JSONResponse({"models": [self._model_entry(loaded)]})
+        """Every model a request may name, loaded or not (Ollama's local models)."""
+        served = self.state.served()
+        entries = [self._model_entry(m) for m in served]
+        paths = {m.model.path for m in served}
+        for spec in self.state.host.known():
+            if spec.path not in paths and spec.path.exists():
+                st = spec.path.stat()
+                entries.append({"name": spec.name, "model": spec.name,
+                                "modified_at": _iso(st.st_mtime), "size": st.st_size,
+                                "digest": file_digest(spec.path), "details": {
+                                    "format": "gguf"}})
+        if not entries:
+            raise self.state.unavailable()  # nothing to list yet: say why
+        return JSONResponse({"models": entries})
+
+    async def ps(self, request: Request) -> Response:
+        """The loaded models: size in memory (and on GPUs), when each will be unloaded."""
+        out = []
+        served = {m.model_id: m for m in self.state.served()}
+        now = time.time()
+        for h in self.state.host.hosted():
+            if h.state != "ready":
+                continue
+            loaded = served.get(h.name)
+            size = sum(h.memory.values())
+            vram = sum(n for dev, n in h.memory.items() if dev != "CPU")
+            # Ollama writes a far-off date for a model that stays.
+            until = now + h.expires_in_s if h.expires_in_s is not None else None
+            out.append({
+                "name": h.name, "model": h.name, "size": size, "size_vram": vram,
+                "digest": loaded.digest if loaded else "",
+                "details": details(loaded) if loaded else {"format": "gguf"},
+                "expires_at": _iso(until) if until is not None else _FOREVER,
+                "context_length": loaded.scheduler.n_ctx_seq if loaded else 0,
+                # Candlewick's own: why it stays or when it goes.
+                "pinned": h.pinned, "held_by": h.owner, "requests_in_flight": h.in_flight,
+                "keep_alive_s": h.keep_s,
+            })
+        return JSONResponse({"models": out})
 
     async def show(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
-        loaded = loaded_or_503(self.state)
-        parse_body(OllamaShowRequest, body)  # any model name maps to the served one
+        req = parse_body(OllamaShowRequest, body)
+        loaded = await self.state.acquire(req.model or req.name)
         f = loaded.facts
         info: dict[str, Any] = {"general.architecture": f.architecture if f else ""}
         if f:
@@ -149,8 +194,8 @@ class OllamaRoutes:
 
     async def chat(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
-        loaded = loaded_or_503(self.state)
         req = parse_body(OllamaChatRequest, body)
+        loaded = await self.state.acquire(req.model, keep_s=keep_seconds(req.keep_alive))
         sampling = self._sampling(req.options)
         tools = req.chat_tools()
         plan = plan_chat(loaded, req.chat_messages(), tools=tools,
@@ -162,15 +207,18 @@ class OllamaRoutes:
 
     async def generate(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
-        loaded = loaded_or_503(self.state)
         req = parse_body(OllamaGenerateRequest, body)
         prompt_text, system, think = req.prompt or "", req.system, req.think
         sampling = self._sampling(req.options)
         grammar = ollama_grammar(req.format)
+        keep = keep_seconds(req.keep_alive)
+        loaded = await self.state.acquire(req.model, keep_s=keep)
         if not prompt_text:
-            # Ollama answers an empty prompt by loading the model and saying it is done.
+            # Ollama answers an empty prompt by loading the model (keep_alive 0: unloading
+            # it) and saying it is done.
             return JSONResponse({"model": loaded.model_id, "created_at": _now(),
-                                 "response": "", "done": True, "done_reason": "load"})
+                                 "response": "", "done": True,
+                                 "done_reason": "unload" if keep == 0 else "load"})
         if req.raw:
             if think:
                 raise ApiError(400, "'think' needs the chat template ('raw' is on)",
@@ -255,8 +303,8 @@ class OllamaRoutes:
 
     async def embed(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
-        loaded = loaded_or_503(self.state)
         req = parse_body(OllamaEmbedRequest, body)
+        loaded = await self.state.acquire(req.model, keep_s=keep_seconds(req.keep_alive))
         if loaded.embedder is None:
             raise ApiError(501, "embeddings are turned off on this server")
         vectors, n = await run_embeddings(loaded.embedder, req.input)

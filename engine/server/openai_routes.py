@@ -18,13 +18,13 @@ from starlette.routing import Route
 
 from engine.decoding.tool_calls import ToolCall
 from engine.errors import EngineError
+from engine.host.host import UNSET, Loadable, ModelNotFound, Unset
 from engine.host.scheduler import Finished, Piece
 from engine.host.stats import GenerationStats
 from engine.server.chat_reply import Part, ReplyReader, openai_grammar, plan_chat
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,
-    loaded_or_503,
     sampling_from,
     start,
     tokens_for,
@@ -64,7 +64,28 @@ def _call_obj(call: ToolCall) -> dict[str, Any]:
 
 def _model_obj(loaded: LoadedModel) -> dict[str, Any]:
     return {"id": loaded.model_id, "object": "model", "created": loaded.created,
-            "owned_by": "candlewick", "meta": loaded.settings()}
+            "owned_by": "candlewick", "loaded": True, "meta": loaded.settings()}
+
+
+def _known_obj(spec: Loadable) -> dict[str, Any]:
+    """A model of the catalog that is not loaded: a request for it loads it."""
+    created = int(spec.path.stat().st_mtime) if spec.path.exists() else 0
+    return {"id": spec.name, "object": "model", "created": created, "owned_by": "candlewick",
+            "loaded": False}
+
+
+def models_list(state: ServerState) -> list[dict[str, Any]]:
+    """Every model a request may name: the loaded ones (with their settings) and the
+    catalog's others."""
+    served = state.served()
+    out = [_model_obj(m) for m in served]
+    paths = {m.model.path for m in served}
+    out += [_known_obj(s) for s in state.host.known() if s.path not in paths]
+    return out
+
+
+def _ttl(ttl: int | None) -> float | Unset | None:
+    return UNSET if ttl is None else float(ttl)
 
 
 def _sse(obj: Any) -> str:
@@ -85,15 +106,21 @@ class OpenAIRoutes:
         ]
 
     async def models(self, request: Request) -> Response:
-        loaded = loaded_or_503(self.state)
-        return JSONResponse({"object": "list", "data": [_model_obj(loaded)]})
+        data = models_list(self.state)
+        if not data:
+            raise self.state.unavailable()  # nothing to list yet: say why
+        return JSONResponse({"object": "list", "data": data})
 
     async def model(self, request: Request) -> Response:
-        loaded = loaded_or_503(self.state)
-        if request.path_params["model_id"] != loaded.model_id:
-            raise ApiError(404, f"model '{request.path_params['model_id']}' not found",
-                           code="model_not_found")
-        return JSONResponse(_model_obj(loaded))
+        name = request.path_params["model_id"]
+        for obj in models_list(self.state):
+            if obj["id"] == name:
+                return JSONResponse(obj)
+        try:
+            name = self.state.host.resolve(name)
+        except ModelNotFound as e:
+            raise ApiError(404, str(e), code="model_not_found") from None
+        return JSONResponse(next(o for o in models_list(self.state) if o["id"] == name))
 
     def _sampling(self, req: ChatCompletionRequest | CompletionRequest) -> SamplingParams:
         max_tokens = req.max_completion_tokens
@@ -107,9 +134,9 @@ class OpenAIRoutes:
 
     async def chat(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
-        loaded = loaded_or_503(self.state)
         req = parse_body(ChatCompletionRequest, body)
         sampling = self._sampling(req)
+        loaded = await self.state.acquire(req.model, keep_s=_ttl(req.ttl))
         stream = bool(req.stream)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         grammar, grammar_param = openai_grammar(req.response_format, req.grammar)
@@ -180,8 +207,8 @@ class OpenAIRoutes:
 
     async def completions(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
-        loaded = loaded_or_503(self.state)
         req = parse_body(CompletionRequest, body)
+        loaded = await self.state.acquire(req.model, keep_s=_ttl(req.ttl))
         stream = bool(req.stream)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         grammar, _ = openai_grammar(req.response_format, req.grammar)
@@ -239,8 +266,8 @@ class OpenAIRoutes:
 
     async def embeddings(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
-        loaded = loaded_or_503(self.state)
         req = parse_body(EmbeddingRequest, body)
+        loaded = await self.state.acquire(req.model, keep_s=_ttl(req.ttl))
         embedder = loaded.embedder
         if embedder is None:
             raise ApiError(501, "embeddings are turned off on this server")

@@ -24,13 +24,14 @@ JSON, SSE, NDJSON, TEXT = ("application/json", "text/event-stream", "application
                            "text/plain")
 _ERROR_TEXT = {400: "Invalid request", 401: "Missing or invalid API key", 404: "Not found",
                413: "Request body too large", 429: "Queue full; see Retry-After",
-               501: "Not enabled on this server", 503: "Model loading"}
+               409: "Held by a client of the app", 501: "Not enabled on this server",
+               503: "Model loading, or no room to load it"}
 
 # A media type's schema: a model, or None for plain text (Prometheus, NDJSON lines).
 Media = Mapping[str, type[BaseModel] | None]
-# A body can be refused, too large or queued past the limit; any route needs the key and,
-# but for /health and /metrics, the model.
-DEFAULT_ERRORS = {"post": (400, 401, 413, 429, 503), "get": (401, 503)}
+# A body can be refused, name no model the server knows, be too large or queued past the
+# limit; any route needs the key and, but for /health and /metrics, a model.
+DEFAULT_ERRORS = {"post": (400, 401, 404, 413, 429, 503), "get": (401, 503)}
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class Operation:
     # Answers other than 200 that are not in `error`'s shape: status -> (text, media).
     answers: Mapping[int, tuple[str, Media]] = field(default_factory=dict)
     secured: bool = True  # False: no key needed
+    body_required: bool = True
     parameters: tuple[dict[str, Any], ...] = ()
     ok_text: str = "OK"
 
@@ -65,9 +67,18 @@ _MODEL_ID = {"name": "model_id", "in": "path", "required": True,
 _OLLAMA_REPLY: Media = {JSON: p.OllamaReply, NDJSON: None}
 
 PATHS: dict[str, Operation] = {
-    "/v1/models": Operation("get", "List the served model", {JSON: p.ModelList}),
+    "/v1/models": Operation("get", "List the models (loaded: true for those in memory)",
+                            {JSON: p.ModelList}),
     "/v1/models/{model_id}": Operation("get", "Describe a model", {JSON: p.ModelCard},
                                        also=(404,), parameters=(_MODEL_ID,)),
+    "/v1/models/{model_id}/load": Operation(
+        "post", "Load a model now (optional body: keep_alive, pinned)",
+        {JSON: p.HostedModelState}, p.LoadModelRequest, body_required=False,
+        parameters=(_MODEL_ID,)),
+    "/v1/models/{model_id}/unload": Operation(
+        "post", "Unload a model (202: when its requests in flight end)",
+        {JSON: p.HostedModelState}, errors=(401, 404, 409), parameters=(_MODEL_ID,),
+        answers={202: ("Unloading when idle", {JSON: p.HostedModelState})}),
     "/v1/chat/completions": Operation(
         "post", "Chat completion (stream=true: server-sent events ending with data: [DONE])",
         {JSON: p.ChatCompletion, SSE: p.ServerSentEvent}, p.ChatCompletionRequest),
@@ -78,8 +89,10 @@ PATHS: dict[str, Operation] = {
                                 {JSON: p.EmbeddingList}, p.EmbeddingRequest, also=(501,)),
     "/api/version": Operation("get", "Server version", {JSON: p.OllamaVersion},
                               error=p.OllamaError),
-    "/api/tags": Operation("get", "List the served model (Ollama)", {JSON: p.OllamaTags},
+    "/api/tags": Operation("get", "List the models (Ollama)", {JSON: p.OllamaTags},
                            error=p.OllamaError),
+    "/api/ps": Operation("get", "The loaded models, their memory and expiry (Ollama)",
+                         {JSON: p.OllamaRunning}, error=p.OllamaError, errors=(401,)),
     "/api/show": Operation("post", "Model details (Ollama)", {JSON: p.OllamaShowResponse},
                            p.OllamaShowRequest, p.OllamaError),
     "/api/chat": Operation("post", "Chat (Ollama; NDJSON stream unless stream=false)",
@@ -105,7 +118,7 @@ AGENT_PATHS: dict[str, Operation] = {
         a.AnthropicError),
     "/v1/messages/count_tokens": Operation(
         "post", "Anthropic token count of a prompt", {JSON: a.AnthropicTokenCount},
-        a.AnthropicCountTokensRequest, a.AnthropicError, errors=(400, 401, 413, 503)),
+        a.AnthropicCountTokensRequest, a.AnthropicError, errors=(400, 401, 404, 413, 503)),
 }
 
 
@@ -114,13 +127,15 @@ def _content(media: Media) -> dict[str, Any]:
                    {"type": "string"}} for kind, m in media.items()}
 
 
-def _operation(op: Operation) -> dict[str, Any]:
+def _operation(op: Operation, model_id: str) -> dict[str, Any]:
     err = _content({JSON: op.error})
     out: dict[str, Any] = {"summary": op.summary}
     if op.parameters:
-        out["parameters"] = list(op.parameters)
+        out["parameters"] = [{**prm, "examples": {"default": {"value": model_id}}}
+                             if prm is _MODEL_ID else prm for prm in op.parameters]
     if op.body is not None:
-        out["requestBody"] = {"required": True, "content": _content({JSON: op.body})}
+        out["requestBody"] = {"required": op.body_required,
+                              "content": _content({JSON: op.body})}
     out["responses"] = {
         "200": {"description": op.ok_text, "content": _content(op.ok)},
         **{str(c): {"description": text, "content": _content(media)}
@@ -148,17 +163,30 @@ def _schemas(paths: Mapping[str, Operation]) -> dict[str, Any]:
     return dict(sorted(schemas.items()))
 
 
+def _name_examples(schemas: dict[str, Any], model_id: str) -> None:
+    """Every request's `model` names a model the server knows: the default one is the
+    example (a made-up name is a 404, so a client, or a fuzzer, learns nothing from it)."""
+    for schema in schemas.values():
+        model = schema.get("properties", {}).get("model")
+        if isinstance(model, dict):
+            model["examples"] = [model_id]
+            model.setdefault("description", "a model's id, alias or file name "
+                                            "(GET /v1/models lists them)")
+
+
 def openapi_schema(cfg: ServerConfig, paths: Mapping[str, Operation] | None = None
                    ) -> dict[str, Any]:
     """The document of `paths` (all routes unless told)."""
     if paths is None:
         paths = {**PATHS, **AGENT_PATHS}
     components: dict[str, Any] = {"schemas": _schemas(paths)}
+    _name_examples(components["schemas"], cfg.model_id)
     schema: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {"title": "Candlewick local inference server", "version": "0.1.0",
                  "description": "OpenAI-, Anthropic- and Ollama-compatible API on a local model."},
-        "paths": {path: {op.method: _operation(op)} for path, op in paths.items()},
+        "paths": {path: {op.method: _operation(op, cfg.model_id)}
+                  for path, op in paths.items()},
         "components": components,
     }
     if cfg.api_key:

@@ -40,6 +40,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
 
 from engine.decoding.tool_calls import ToolChoice
+from engine.host.host import UNSET, Unset
 from engine.server.errors import ApiError
 
 T = TypeVar("T", bound=BaseModel)
@@ -432,11 +433,66 @@ def _no_bias(v: Any) -> Any:
     raise _refuse("is not supported")
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|m|s|ms|us|\u00b5s|ns)")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6,
+           "ns": 1e-9}
+
+
+def duration_seconds(v: object) -> float:
+    """Seconds from a number or a Go duration ("5m", "1h30m", "0", "-1"), as Ollama reads
+    keep_alive; ValueError says what is wrong."""
+    if isinstance(v, bool) or not isinstance(v, int | float | str):
+        raise ValueError("must be a number of seconds or a duration such as \"5m\"")
+    if isinstance(v, int | float):
+        if not math.isfinite(v):
+            raise ValueError("must be finite")
+        return float(v)
+    text = v.strip()
+    sign = -1.0 if text.startswith("-") else 1.0
+    body = text.lstrip("+-")
+    if body and re.fullmatch(rf"(?:{_DURATION.pattern})+", body):
+        return sign * sum(float(n) * _UNIT_S[u] for n, u in _DURATION.findall(body))
+    try:
+        number = float(body)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise ValueError("must be a number of seconds or a duration such as \"5m\", \"1h\", "
+                         "\"0\" or \"-1\"")
+    return sign * number
+
+
+def _keep_alive(v: Any) -> Any:
+    """Ollama's keep_alive; negative means keep the model loaded."""
+    if v is None:
+        return None
+    try:
+        return duration_seconds(v)
+    except ValueError as e:
+        raise _refuse(str(e)) from None
+
+
+KeepAlive = Annotated[float | None, BeforeValidator(
+    _keep_alive, json_schema_input_type=float | str | None), Field(
+    description="how long the model stays loaded after this request: seconds or a duration "
+                "(\"5m\"); 0 unloads it when idle, a negative value keeps it")]
+Ttl = Annotated[int, Field(ge=0, description="seconds the model stays loaded once idle, as LM "
+                           "Studio's ttl; 0 unloads it when idle")]
+
+
+def keep_seconds(v: float | None) -> float | Unset | None:
+    """A request's keep-alive for the host: absent -> unchanged, negative -> keep."""
+    if v is None:
+        return UNSET
+    return None if v < 0 else v
+
+
 class _OpenAISampling(_Model):
     """What /v1/chat/completions and /v1/completions share, in the routes' order of checks."""
 
     n: Annotated[Literal[1], BeforeValidator(_n, json_schema_input_type=Literal[1] | None)] = 1
     model: str | None = None
+    ttl: Ttl | None = None
     max_tokens: Annotated[int, Field(ge=1, description="capped at the server's limit")] | None \
         = None
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
@@ -555,6 +611,7 @@ class CompletionRequest(_FormatFields, _OpenAISampling, _Prompt):
 
 class EmbeddingRequest(_Model):
     model: str | None = None
+    ttl: Ttl | None = None
     encoding_format: Literal["float", "base64"] | None = None
     input: EmbedInput
 
@@ -616,8 +673,17 @@ Think = Annotated[bool | None, Field(description="false: ask a thinking model no
                                      "true: refused for a model that does not think")]
 
 
+class LoadModelRequest(_Model):
+    """The optional body of /v1/models/{id}/load."""
+
+    keep_alive: KeepAlive = None
+    pinned: Annotated[bool | None, Field(
+        description="true: never unloaded when idle or to make room")] = None
+
+
 class _OllamaModel(_Model):
     model: str
+    keep_alive: KeepAlive = None
 
 
 class OllamaChatRequest(_OllamaModel):
@@ -758,6 +824,7 @@ class ModelCard(_Model):
     object: Literal["model"]
     created: int
     owned_by: str
+    loaded: bool | None = None
     meta: dict[str, Any] | None = None
 
 
@@ -785,6 +852,24 @@ class OllamaVersion(_Model):
 
 class OllamaTags(_Model):
     models: list[dict[str, Any]]
+
+
+class OllamaRunning(_Model):
+    models: list[dict[str, Any]]
+
+
+class HostedModelState(_Model):
+    """A model as the host holds it: loaded or not, why it stays, when it goes."""
+
+    id: str
+    loaded: bool
+    state: str | None = None  # loading | ready
+    pinned: bool | None = None
+    held_by: str | None = None  # the client that loaded it and keeps it (the app's chat)
+    requests_in_flight: int | None = None
+    keep_alive_s: float | None = None
+    expires_in_s: float | None = None
+    memory_bytes: dict[str, int] | None = None
 
 
 class OllamaShowResponse(_Model):
@@ -823,6 +908,8 @@ class OllamaEmbedResponse(_Model):
 class Health(_Model):
     status: str
     error: str | None = None
+    models: list[dict[str, Any]] | None = None
+    loading: list[str] | None = None
     model: str | None = None
     slots_total: int | None = None
     slots_busy: int | None = None

@@ -35,7 +35,7 @@ from engine.server.agent_protocol import (
 )
 from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run, sse
 from engine.server.chat_reply import ChatPlan, Part, plan_chat
-from engine.server.common import cap_tokens, loaded_or_503, sampling_from
+from engine.server.common import cap_tokens, sampling_from
 from engine.server.engine_state import LoadedModel, ServerState
 from engine.server.errors import ApiError
 from engine.server.parsing import read_json
@@ -251,8 +251,8 @@ class ResponsesRoutes:
 
     async def create(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
-        loaded = loaded_or_503(self.state)
         req = parse_request(ResponsesRequest, body)
+        loaded = await self.state.acquire(req.model)
         convo = self._history(req)
         chat_messages(req.input, convo)
         if not convo:

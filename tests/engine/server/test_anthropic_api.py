@@ -76,23 +76,23 @@ def schema_of(name: str) -> dict[str, Any]:
 
 def test_text_answer_and_its_token_counts(srv: ServerThread, client: anthropic.Anthropic,
                                           served: LoadedModel) -> None:
-    m = client.messages.create(model="claude-whatever", max_tokens=12, messages=HELLO,
+    m = client.messages.create(model="smollm2", max_tokens=12, messages=HELLO,
                                system="You are terse.", extra_body=GREEDY)
     assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_")
     assert m.stop_reason in ("end_turn", "max_tokens")
     assert [b.type for b in m.content] == ["text"] and m.content[0].text  # type: ignore
     assert 0 < m.usage.output_tokens <= 12
-    counted = client.messages.count_tokens(model="m", messages=HELLO, system="You are terse.")
+    counted = client.messages.count_tokens(model="smollm2", messages=HELLO, system="You are terse.")
     # Anthropic counts cache reads apart; together they are the whole prompt.
     assert m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0) == counted.input_tokens
-    with_tools = client.messages.count_tokens(model="m", messages=HELLO, tools=TOOLS)  # type: ignore
+    with_tools = client.messages.count_tokens(model="smollm2", messages=HELLO, tools=TOOLS)  # type: ignore
     assert with_tools.input_tokens > counted.input_tokens
     AnthropicReply.model_validate(raw(srv, {"max_tokens": 3, "messages": HELLO}).json())
     assert_no_leak(served)
 
 
 def test_stream_events_come_in_order(client: anthropic.Anthropic, served: LoadedModel) -> None:
-    with client.messages.stream(model="m", max_tokens=10, messages=HELLO,
+    with client.messages.stream(model="smollm2", max_tokens=10, messages=HELLO,
                                 extra_body=GREEDY) as stream:
         events = list(stream)
         final = stream.get_final_message()
@@ -112,7 +112,7 @@ def test_stream_events_come_in_order(client: anthropic.Anthropic, served: Loaded
 
 
 def test_tool_use_then_tool_result(client: anthropic.Anthropic, served: LoadedModel) -> None:
-    first = client.messages.create(model="m", max_tokens=100, messages=ASK,
+    first = client.messages.create(model="smollm2", max_tokens=100, messages=ASK,
                                    tools=TOOLS, tool_choice={"type": "any"},  # type: ignore
                                    extra_body=GREEDY)
     assert first.stop_reason == "tool_use"
@@ -126,7 +126,7 @@ def test_tool_use_then_tool_result(client: anthropic.Anthropic, served: LoadedMo
                    {"type": "tool_result", "tool_use_id": u.id,
                     "content": [{"type": "text", "text": '{"temperature": 21}'}]}
                    for u in uses]}]
-    second = client.messages.create(model="m", max_tokens=80, messages=history,  # type: ignore
+    second = client.messages.create(model="smollm2", max_tokens=80, messages=history,  # type: ignore
                                     tools=TOOLS, extra_body=GREEDY)  # type: ignore[arg-type]
     # The generic format keeps every answer JSON: a reply, or another (valid) call.
     for b in second.content:
@@ -142,7 +142,7 @@ def test_tool_use_then_tool_result(client: anthropic.Anthropic, served: LoadedMo
 
 def test_streamed_tool_use(client: anthropic.Anthropic, served: LoadedModel) -> None:
     with client.messages.stream(
-            model="m", max_tokens=100, messages=ASK, tools=TOOLS,  # type: ignore[arg-type]
+            model="smollm2", max_tokens=100, messages=ASK, tools=TOOLS,  # type: ignore[arg-type]
             tool_choice={"type": "tool", "name": "get_time", "disable_parallel_tool_use": True},
             extra_body=GREEDY) as stream:
         events = list(stream)
@@ -158,7 +158,7 @@ def test_streamed_tool_use(client: anthropic.Anthropic, served: LoadedModel) -> 
 
 
 def test_stop_sequences(client: anthropic.Anthropic) -> None:
-    m = client.messages.create(model="m", max_tokens=30, messages=HELLO,
+    m = client.messages.create(model="smollm2", max_tokens=30, messages=HELLO,
                                stop_sequences=["zzz", " "], extra_body=GREEDY)
     assert m.stop_reason == "stop_sequence" and m.stop_sequence == " "
     assert " " not in m.content[0].text  # type: ignore[union-attr]
@@ -172,7 +172,7 @@ PERSON = {"type": "object",
 
 def test_output_format_json_schema(client: anthropic.Anthropic) -> None:
     m = client.messages.create(
-        model="m", max_tokens=60, messages=[{"role": "user", "content": "Invent a person."}],
+        model="smollm2", max_tokens=60, messages=[{"role": "user", "content": "Invent a person."}],
         output_config={"format": {"type": "json_schema", "schema": PERSON}},
         extra_body=GREEDY)
     assert m.stop_reason == "end_turn"
@@ -200,9 +200,9 @@ def test_key_rules_error_shape_and_metrics(srv: ServerThread,
     assert bearer.status_code == 200  # ANTHROPIC_AUTH_TOKEN's way
     with anthropic.Anthropic(base_url=srv.url, api_key="wrong", max_retries=0) as wrong, \
             pytest.raises(anthropic.AuthenticationError):
-        wrong.messages.create(model="m", max_tokens=2, messages=HELLO)
+        wrong.messages.create(model="smollm2", max_tokens=2, messages=HELLO)
     with pytest.raises(anthropic.BadRequestError) as e:
-        client.messages.create(model="m", max_tokens=2, messages=[])
+        client.messages.create(model="smollm2", max_tokens=2, messages=[])
     assert e.value.body == {"type": "error", "error": {
         "type": "invalid_request_error", "message": "'messages' must not be empty"}}
     r = raw(srv, {}, "/v1/messages/batches")

@@ -148,7 +148,7 @@ def test_queue_full_gives_429_with_retry_after(served: LoadedModel) -> None:
             assert r.headers["retry-after"] == "1"
             assert r.json()["error"]["type"] == "rate_limit_error"
             r = c.post(srv.url + "/api/generate", headers=AUTH,
-                       json={"model": "m", "prompt": "hi"})
+                       json={"model": "smollm2", "prompt": "hi"})
             assert r.status_code == 429 and isinstance(r.json()["error"], str)
             for cm, _ in streams:
                 cm.__exit__(None, None, None)
@@ -264,6 +264,12 @@ def test_bounded_load_with_disconnects(served: LoadedModel) -> None:
     assert_no_leak(served)
 
 
+WARNINGS = ("missing_auth", "missing_test_data", "base_url_mismatch", "validation_mismatch",
+            "missing_deserializer", "unused_openapi_auth", "unsupported_regex",
+            "method_not_allowed", "unmatched_filter", "unresolvable_reference",
+            "low_valid_rate", "rate_limited")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_schemathesis_finds_nothing(served: LoadedModel, tmp_path: Path) -> None:
@@ -282,8 +288,12 @@ def test_schemathesis_finds_nothing(served: LoadedModel, tmp_path: Path) -> None
              # Not a speed check (tests assert no wall-clock times): a grammar compile or
              # an embedding on a busy 2-core machine can take longer than the default 10 s.
              "--max-response-time", "300",
+             # A made-up model name is a correct 404 (no fallback to another model), so
+             # operations whose generated data names one are mostly refused: not a finding.
+             "--warnings", ",".join(w for w in WARNINGS if w not in (
+                 "missing_test_data", "validation_mismatch", "low_valid_rate")),
              "--seed", "7"],
             capture_output=True, text=True, timeout=850, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-3000:]
-    assert "No issues found" in r.stdout
+    assert "No issues found" in r.stdout, r.stdout[-3000:]
     assert_no_leak(served)

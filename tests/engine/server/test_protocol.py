@@ -32,6 +32,7 @@ ROUTES: dict[str, type[BaseModel]] = {
     "ollama_generate": p.OllamaGenerateRequest,
     "ollama_show": p.OllamaShowRequest,
     "ollama_embed": p.OllamaEmbedRequest,
+    "load_model": p.LoadModelRequest,
 }
 OK: Literal[True] = True
 WHOLE = ""  # refused by a rule about the body as a whole: no param
@@ -58,7 +59,7 @@ Row = tuple[str, dict[str, Any], Literal[True] | str]
 ROWS: list[Row] = [
     # -- /v1/chat/completions: what it took before tools --
     ("chat", {"messages": M}, OK),
-    ("chat", {"messages": M, "model": "x", "n": 1, "max_tokens": 5, "temperature": 0,
+    ("chat", {"messages": M, "model": "smollm2", "n": 1, "max_tokens": 5, "temperature": 0,
               "top_p": 1, "top_k": 0, "min_p": 0, "repeat_penalty": 0.01, "seed": -(2**63),
               "stop": ["a", ""], "stream": True, "stream_options": {"include_usage": True}},
      OK),
@@ -187,7 +188,7 @@ ROWS: list[Row] = [
     ("completions", {"prompt": "a", "response_format": {"type": "yaml"}}, "response_format"),
     # -- /v1/embeddings --
     ("embeddings", {"input": "a"}, OK),
-    ("embeddings", {"input": ["a", "b"], "model": "m", "encoding_format": "base64"}, OK),
+    ("embeddings", {"input": ["a", "b"], "model": "smollm2", "encoding_format": "base64"}, OK),
     ("embeddings", {"input": "a", "encoding_format": None}, OK),
     ("embeddings", {}, "input"),
     ("embeddings", {"input": ""}, "input"),
@@ -199,60 +200,62 @@ ROWS: list[Row] = [
     ("embeddings", {"input": "a", "encoding_format": 1}, "encoding_format"),
     ("embeddings", {"input": "a", "model": 1}, "model"),
     # -- /api/chat --
-    ("ollama_chat", {"model": "m", "messages": M}, OK),
-    ("ollama_chat", {"model": "m", "messages": M, "stream": False, "options": {
+    ("ollama_chat", {"model": "smollm2", "messages": M}, OK),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "stream": False, "options": {
         "num_predict": -1, "temperature": 100, "top_p": 1e-6, "top_k": 0, "min_p": 1,
         "repeat_penalty": 10, "seed": 1, "stop": ["a"], "num_ctx": 99}}, OK),
-    ("ollama_chat", {"model": "m", "messages": OLLAMA_HISTORY, "tools": [TOOL],
+    ("ollama_chat", {"model": "smollm2", "messages": OLLAMA_HISTORY, "tools": [TOOL],
                      "think": False, "options": None}, OK),
-    ("ollama_chat", {"model": "m", "messages": M, "format": "json"}, OK),
-    ("ollama_chat", {"model": "m", "messages": M, "format": ""}, OK),
-    ("ollama_chat", {"model": "m", "messages": M, "format": SCHEMA, "think": None}, OK),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "format": "json"}, OK),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "format": ""}, OK),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "format": SCHEMA, "think": None}, OK),
     ("ollama_chat", {"messages": M}, "model"),
     ("ollama_chat", {"model": None, "messages": M}, "model"),
     ("ollama_chat", {"model": 1, "messages": M}, "model"),
-    ("ollama_chat", {"model": "m"}, "messages"),
-    ("ollama_chat", {"model": "m", "messages": [{"role": "bot"}]}, "messages"),
-    ("ollama_chat", {"model": "m", "messages": M, "stream": "no"}, "stream"),
-    ("ollama_chat", {"model": "m", "messages": M, "options": 5}, "options"),
-    ("ollama_chat", {"model": "m", "messages": M, "options": {"temperature": 101}}, "options"),
-    ("ollama_chat", {"model": "m", "messages": M, "options": {"top_p": 0}}, "options"),
-    ("ollama_chat", {"model": "m", "messages": M, "options": {"num_predict": 1.5}}, "options"),
-    ("ollama_chat", {"model": "m", "messages": M, "options": {"stop": [1]}}, "options"),
-    ("ollama_chat", {"model": "m", "messages": M, "tools": {}}, "tools"),
-    ("ollama_chat", {"model": "m", "messages": M, "tools": [{"function": {}}]}, "tools"),
-    ("ollama_chat", {"model": "m", "messages": M, "think": "high"}, "think"),
-    ("ollama_chat", {"model": "m", "messages": M, "format": "xml"}, "format"),
-    ("ollama_chat", {"model": "m", "messages": M, "format": 5}, "format"),
-    ("ollama_chat", {"model": "m", "messages": [{"role": "assistant", "tool_calls": [
+    ("ollama_chat", {"model": "smollm2"}, "messages"),
+    ("ollama_chat", {"model": "smollm2", "messages": [{"role": "bot"}]}, "messages"),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "stream": "no"}, "stream"),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "options": 5}, "options"),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "options": {"temperature": 101}},
+     "options"),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "options": {"top_p": 0}}, "options"),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "options": {"num_predict": 1.5}},
+     "options"),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "options": {"stop": [1]}}, "options"),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "tools": {}}, "tools"),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "tools": [{"function": {}}]}, "tools"),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "think": "high"}, "think"),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "format": "xml"}, "format"),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "format": 5}, "format"),
+    ("ollama_chat", {"model": "smollm2", "messages": [{"role": "assistant", "tool_calls": [
         {"function": {"name": "f", "arguments": 5}}]}]}, "messages"),
-    ("ollama_chat", {"model": "m", "messages": [{"role": "user", "images": ["aGk="]}]},
+    ("ollama_chat", {"model": "smollm2", "messages": [{"role": "user", "images": ["aGk="]}]},
      "messages"),
     # -- /api/generate --
-    ("ollama_generate", {"model": "m"}, OK),
-    ("ollama_generate", {"model": "m", "prompt": "hi", "system": "be brief", "raw": True,
+    ("ollama_generate", {"model": "smollm2"}, OK),
+    ("ollama_generate", {"model": "smollm2", "prompt": "hi", "system": "be brief", "raw": True,
                          "stream": False, "options": {"seed": 3}, "format": SCHEMA,
                          "think": True}, OK),
     ("ollama_generate", {}, "model"),
-    ("ollama_generate", {"model": "m", "prompt": 5}, "prompt"),
-    ("ollama_generate", {"model": "m", "system": 5}, "system"),
-    ("ollama_generate", {"model": "m", "raw": "yes"}, "raw"),
-    ("ollama_generate", {"model": "m", "options": {"min_p": -1}}, "options"),
-    ("ollama_generate", {"model": "m", "format": ["json"]}, "format"),
-    ("ollama_generate", {"model": "m", "think": 1}, "think"),
+    ("ollama_generate", {"model": "smollm2", "prompt": 5}, "prompt"),
+    ("ollama_generate", {"model": "smollm2", "system": 5}, "system"),
+    ("ollama_generate", {"model": "smollm2", "raw": "yes"}, "raw"),
+    ("ollama_generate", {"model": "smollm2", "options": {"min_p": -1}}, "options"),
+    ("ollama_generate", {"model": "smollm2", "format": ["json"]}, "format"),
+    ("ollama_generate", {"model": "smollm2", "think": 1}, "think"),
     # -- /api/show, /api/embed --
-    ("ollama_show", {"model": "m"}, OK),
+    ("ollama_show", {"model": "smollm2"}, OK),
     ("ollama_show", {"name": "m"}, OK),
     ("ollama_show", {}, WHOLE),
     ("ollama_show", {"model": None, "name": None}, WHOLE),
     ("ollama_show", {"model": 5}, "model"),
     ("ollama_show", {"name": 5}, "name"),
-    ("ollama_show", {"model": "m", "name": 5}, OK),
+    ("ollama_show", {"model": "smollm2", "name": 5}, OK),
     ("ollama_show", {"model": None, "name": 5}, "name"),
-    ("ollama_embed", {"model": "m", "input": ["a"]}, OK),
+    ("ollama_embed", {"model": "smollm2", "input": ["a"]}, OK),
     ("ollama_embed", {"input": "a"}, "model"),
-    ("ollama_embed", {"model": "m"}, "input"),
-    ("ollama_embed", {"model": "m", "input": ""}, "input"),
+    ("ollama_embed", {"model": "smollm2"}, "input"),
+    ("ollama_embed", {"model": "smollm2", "input": ""}, "input"),
 ]
 
 
@@ -300,7 +303,7 @@ def test_parse_body_decides(row: Row) -> None:
     (p.CompletionRequest, {"prompt": ""}, "'prompt' is empty"),
     (p.CompletionRequest, {"prompt": "a", "echo": True}, "'echo' is not supported"),
     (p.OllamaChatRequest, {"model": None, "messages": M}, "'model' is required"),
-    (p.OllamaChatRequest, {"model": "m", "messages": M, "options": {"temperature": -1}},
+    (p.OllamaChatRequest, {"model": "smollm2", "messages": M, "options": {"temperature": -1}},
      "'options.temperature' must be between 0 and 100"),
     (p.OllamaShowRequest, {}, "'model' is required"),
     (p.EmbeddingRequest, {"input": ["a"] * 65}, "'input' takes at most 64 strings"),
@@ -309,7 +312,7 @@ def test_parse_body_decides(row: Row) -> None:
     (p.ChatCompletionRequest, {"messages": [{"role": "assistant", "tool_calls": [
         {"function": {"name": "f", "arguments": 5}}]}]},
      "'messages[0].tool_calls[0].function.arguments' must be a JSON string or an object"),
-    (p.OllamaChatRequest, {"model": "m", "messages": [{"role": "assistant", "tool_calls": [
+    (p.OllamaChatRequest, {"model": "smollm2", "messages": [{"role": "assistant", "tool_calls": [
         {"function": {"name": "f", "arguments": 5}}]}]},
      "'messages[0].tool_calls[0].function.arguments' must be an object or a JSON string"),
     (p.ChatCompletionRequest, {"messages": M, "response_format": {
@@ -343,7 +346,7 @@ def test_values_come_out_as_the_routes_use_them() -> None:
     rf = p.parse_body(p.ChatCompletionRequest, {"messages": M, "response_format": {
         "type": "json_schema", "json_schema": {"schema": SCHEMA}}}).response_format
     assert rf is not None and rf.json_schema is not None and rf.json_schema.schema_ == SCHEMA
-    tools = p.parse_body(p.OllamaChatRequest, {"model": "m", "messages": M, "tools": [
+    tools = p.parse_body(p.OllamaChatRequest, {"model": "smollm2", "messages": M, "tools": [
         {"function": {"name": "f"}}]}).tools
     assert tools is not None and tools[0].function.parameters == {"type": "object",
                                                                   "properties": {}}
@@ -365,7 +368,7 @@ def test_chat_messages_come_out_openai_shaped() -> None:
         {"role": "tool", "content": "Sunny", "tool_call_id": "c1", "name": "get_weather"}]
     assert p.parse_body(p.ChatCompletionRequest, {"messages": HISTORY}).chat_messages() \
         == expected
-    ollama = p.parse_body(p.OllamaChatRequest, {"model": "m", "messages": OLLAMA_HISTORY})
+    ollama = p.parse_body(p.OllamaChatRequest, {"model": "smollm2", "messages": OLLAMA_HISTORY})
     expected[1]["tool_calls"][0]["id"] = "call_1_0"
     del expected[2]["tool_call_id"]
     assert ollama.chat_messages() == expected
@@ -385,7 +388,7 @@ def test_chat_messages_come_out_openai_shaped() -> None:
             {"id": "call_2_1", "type": "function",
              "function": {"name": "g", "arguments": '{"city": "Zürich"}'}}]},
         {"role": "tool", "content": "r", "tool_call_id": "", "name": ""}]
-    kept = p.parse_body(p.OllamaChatRequest, {"model": "m", "messages": [
+    kept = p.parse_body(p.OllamaChatRequest, {"model": "smollm2", "messages": [
         {"role": "assistant", "content": "x", "reasoning_content": "not Ollama's",
          "tool_calls": [{"id": "k", "function": {"name": "f", "arguments": '{"a": 1}'}}]},
         {"role": "tool", "content": "r", "tool_call_id": "k", "name": "not Ollama's"}]})
@@ -414,7 +417,7 @@ def test_tools_come_out_as_the_tool_formats_take_them(
     if tools is not None:
         assert r.chat_tools() == tools
     assert r.chosen_tool() == choice
-    ollama = p.parse_body(p.OllamaChatRequest, {"model": "m", "messages": M,
+    ollama = p.parse_body(p.OllamaChatRequest, {"model": "smollm2", "messages": M,
                                                 "tools": body.get("tools")})
     assert ollama.chat_tools() == r.chat_tools()
 
@@ -428,8 +431,8 @@ def test_tools_come_out_as_the_tool_formats_take_them(
     (p.ChatCompletionRequest, {"messages": [{"role": "assistant", "tool_calls": [
         {"type": "retrieval", "function": {"name": "f"}}]}]}),
     (p.ChatCompletionRequest, {"messages": [{"role": "tool", "tool_call_id": 5}]}),
-    (p.OllamaChatRequest, {"model": "m", "messages": [{"role": "tool", "tool_name": 5}]}),
-    (p.OllamaChatRequest, {"model": "m", "messages": [{"role": "assistant", "tool_calls": [
+    (p.OllamaChatRequest, {"model": "smollm2", "messages": [{"role": "tool", "tool_name": 5}]}),
+    (p.OllamaChatRequest, {"model": "smollm2", "messages": [{"role": "assistant", "tool_calls": [
         {"id": 5, "function": {"name": "f"}}]}]}),
 ])
 def test_a_wrong_type_is_refused_not_ignored(model: type[BaseModel],
@@ -584,7 +587,7 @@ def test_a_messages_fields_are_documented_with_its_role(message: dict[str, Any],
 def test_the_document_describes_the_answers() -> None:
     doc = openapi_schema(ServerConfig(port=0))
     _validator(doc, "ChatCompletion").validate({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "smollm2",
         "system_fingerprint": "candlewick",
         "choices": [{"index": 0, "logprobs": None, "finish_reason": "tool_calls",
                      "message": {"role": "assistant", "content": None,
@@ -597,7 +600,7 @@ def test_the_document_describes_the_answers() -> None:
         {"error": {"message": "m", "type": "invalid_request_error", "param": None,
                    "code": None}})
     _validator(doc, "OllamaReply").validate(
-        {"model": "m", "created_at": "t", "done": True, "done_reason": "stop",
+        {"model": "smollm2", "created_at": "t", "done": True, "done_reason": "stop",
          "message": {"role": "assistant", "content": "", "thinking": "hmm",
                      "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
          "total_duration": 1, "load_duration": 0, "eval_count": 1})

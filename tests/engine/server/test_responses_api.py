@@ -72,7 +72,7 @@ def check_args(tool: dict[str, Any], arguments: str) -> None:
 
 
 def test_a_text_answer_is_one_message_item(srv: ServerThread, client: openai.OpenAI) -> None:
-    r = client.responses.create(model="anything", input="Say hello.", max_output_tokens=12,
+    r = client.responses.create(model="smollm2", input="Say hello.", max_output_tokens=12,
                                 temperature=0, instructions="You are terse.",
                                 metadata={"ticket": "7"})
     assert r.object == "response" and r.id.startswith("resp_")
@@ -92,7 +92,7 @@ def test_a_text_answer_is_one_message_item(srv: ServerThread, client: openai.Ope
 
 
 def test_stream_events_come_in_order(client: openai.OpenAI, served: LoadedModel) -> None:
-    events = list(client.responses.create(model="m", input="Say hello.", max_output_tokens=10,
+    events = list(client.responses.create(model="smollm2", input="Say hello.", max_output_tokens=10,
                                           temperature=0, stream=True))
     kinds = [e.type for e in events]
     assert [e.sequence_number for e in events] == list(range(len(events)))
@@ -114,7 +114,7 @@ def test_stream_events_come_in_order(client: openai.OpenAI, served: LoadedModel)
 def test_function_call_round_trip_stateless(client: openai.OpenAI,
                                             served: LoadedModel) -> None:
     """The client sends the whole conversation back: its output items, then the results."""
-    first = client.responses.create(model="m", input=ASK, tools=[WEATHER, TIME],  # type: ignore
+    first = client.responses.create(model="smollm2", input=ASK, tools=[WEATHER, TIME],  # type: ignore
                                     tool_choice="required", temperature=0,
                                     max_output_tokens=100, store=False)
     assert first.status == "completed"
@@ -126,7 +126,7 @@ def test_function_call_round_trip_stateless(client: openai.OpenAI,
     history: list[Any] = [{"role": "user", "content": ASK}, *first.output]
     history += [{"type": "function_call_output", "call_id": c.call_id,
                  "output": '{"temperature": 21, "sky": "sunny"}'} for c in calls]
-    second = client.responses.create(model="m", input=history, tools=[WEATHER, TIME],  # type: ignore
+    second = client.responses.create(model="smollm2", input=history, tools=[WEATHER, TIME],  # type: ignore
                                      temperature=0, max_output_tokens=80)
     assert second.status in ("completed", "incomplete")
     # The generic format keeps every answer JSON: a reply, or another (valid) call.
@@ -141,7 +141,7 @@ def test_function_call_round_trip_stateless(client: openai.OpenAI,
 
 
 def test_previous_response_id_continues_from_the_store(client: openai.OpenAI) -> None:
-    first = client.responses.create(model="m", input=ASK, tools=[WEATHER],  # type: ignore
+    first = client.responses.create(model="smollm2", input=ASK, tools=[WEATHER],  # type: ignore
                                     tool_choice={"type": "function", "name": "get_weather"},
                                     parallel_tool_calls=False, temperature=0,
                                     max_output_tokens=100)
@@ -149,7 +149,7 @@ def test_previous_response_id_continues_from_the_store(client: openai.OpenAI) ->
     assert call.type == "function_call" and call.name == "get_weather"
     check_args(WEATHER, call.arguments)
     second = client.responses.create(
-        model="m", previous_response_id=first.id, tools=[WEATHER],  # type: ignore[list-item]
+        model="smollm2", previous_response_id=first.id, tools=[WEATHER],  # type: ignore[list-item]
         input=[{"type": "function_call_output", "call_id": call.call_id,
                 "output": '{"temperature": 21}'}], temperature=0, max_output_tokens=40)
     assert second.previous_response_id == first.id
@@ -159,11 +159,11 @@ def test_previous_response_id_continues_from_the_store(client: openai.OpenAI) ->
 
 
 def test_a_response_not_in_the_store_is_a_clear_400(client: openai.OpenAI) -> None:
-    unkept = client.responses.create(model="m", input="Hi", max_output_tokens=2, store=False)
+    unkept = client.responses.create(model="smollm2", input="Hi", max_output_tokens=2, store=False)
     assert unkept.store is False
     for rid in ("resp_never_made", unkept.id):
         with pytest.raises(openai.BadRequestError) as e:
-            client.responses.create(model="m", input="Hi", previous_response_id=rid)
+            client.responses.create(model="smollm2", input="Hi", previous_response_id=rid)
         err = e.value.body
         assert isinstance(err, dict)
         assert err["code"] == "previous_response_not_found"
@@ -172,7 +172,7 @@ def test_a_response_not_in_the_store_is_a_clear_400(client: openai.OpenAI) -> No
 
 def test_streamed_function_call(client: openai.OpenAI, served: LoadedModel) -> None:
     events = list(client.responses.create(
-        model="m", input=ASK, tools=[WEATHER, TIME], stream=True,  # type: ignore[list-item]
+        model="smollm2", input=ASK, tools=[WEATHER, TIME], stream=True,  # type: ignore[list-item]
         tool_choice={"type": "function", "name": "get_time"}, parallel_tool_calls=False,
         temperature=0, max_output_tokens=100))
     kinds = [e.type for e in events]
@@ -197,7 +197,7 @@ PERSON = {"type": "object",
 
 def test_text_format_json_schema(client: openai.OpenAI) -> None:
     r = client.responses.create(
-        model="m", input="Invent a person.", temperature=0, max_output_tokens=60,
+        model="smollm2", input="Invent a person.", temperature=0, max_output_tokens=60,
         text={"format": {"type": "json_schema", "name": "person", "schema": PERSON,
                          "strict": True}})
     assert r.status == "completed"

@@ -232,7 +232,7 @@ def test_unsupported_and_hostile_schemas_are_refused(client: openai.OpenAI) -> N
         ask(deep)
     # Deeper than any JSON parser should follow: refused as a body, before any schema work.
     n = 100_000
-    body = ('{"model": "m", "messages": [{"role": "user", "content": "hi"}], '
+    body = ('{"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], '
             '"response_format": {"type": "json_schema", "json_schema": {"name": "x", '
             '"schema": ' + '{"items": ' * n + "{}" + "}" * n + "}}}")
     r = httpx.post(str(client.base_url) + "chat/completions", content=body, timeout=60,

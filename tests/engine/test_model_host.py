@@ -1,0 +1,259 @@
+"""The model host with several real models: load on demand (one load for many waiters), idle
+unloading, pins, least-recently-used eviction within a memory budget, and refusals that say why.
+
+The models are SmolLM2 (~200 MiB loaded at a 512-token context), a copy of it under another
+file name (a third model of known size) and Gemma-3-270M (~770 MiB); budgets are chosen
+between those sizes, as measured by the memory estimate the host plans with."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from engine.errors import EngineError
+from engine.host.host import (
+    GiB,
+    Loadable,
+    MemoryBudget,
+    ModelHost,
+    ModelNotFound,
+    NoRoom,
+    load_model,
+)
+from engine.host.runtime import Model
+from engine.settings import LoadParams, SamplingParams
+
+pytestmark = pytest.mark.slow
+PARAMS = LoadParams(n_ctx=512, n_threads=2)
+MiB = 1 << 20
+HI = [{"role": "user", "content": "Hi"}]
+TWO = SamplingParams(max_tokens=2, temperature=0)
+
+
+@pytest.fixture(scope="module")
+def specs(smollm2_path: Path, gemma_path: Path, tmp_path_factory: pytest.TempPathFactory
+          ) -> dict[str, Loadable]:
+    copy = tmp_path_factory.mktemp("models") / "smol-copy.gguf"
+    shutil.copyfile(smollm2_path, copy)
+    return {"smol": Loadable("smol", smollm2_path, PARAMS, aliases=("smollm2",)),
+            "copy": Loadable("copy", copy, PARAMS),
+            "gemma": Loadable("gemma", gemma_path, PARAMS, title="Gemma 3 270M")}
+
+
+class Counting:
+    """The real loader, counting loads per model (and optionally slowed, so waiters pile up)."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.loads: dict[str, int] = {}
+        self.delay_s = delay_s
+        self._lock = threading.Lock()
+
+    def __call__(self, spec: Loadable) -> Model:
+        with self._lock:
+            self.loads[spec.name] = self.loads.get(spec.name, 0) + 1
+        time.sleep(self.delay_s)
+        return load_model(spec)
+
+
+@pytest.fixture
+def make_host(specs: dict[str, Loadable]) -> Iterator[Callable[..., ModelHost]]:
+    hosts: list[ModelHost] = []
+
+    def make(budget_mib: int | None = None, **kw: object) -> ModelHost:
+        budget = MemoryBudget({"CPU": budget_mib * MiB}) if budget_mib is not None else None
+        host = ModelHost(lambda: list(specs.values()), budget, **kw)  # type: ignore[arg-type]
+        hosts.append(host)
+        return host
+
+    yield make
+    for h in hosts:
+        h.close()
+
+
+def until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def loaded(host: ModelHost) -> list[str]:
+    return sorted(h.name for h in host.hosted() if h.state == "ready")
+
+
+def test_a_model_is_loaded_on_demand_by_any_of_its_names(make_host: Callable[..., ModelHost],
+                                                         specs: dict[str, Loadable]) -> None:
+    host = make_host()
+    assert loaded(host) == []
+    for name in ("smol", "SMOLLM2", specs["smol"].path.name, specs["smol"].path.stem):
+        with host.acquire(name) as lease:
+            assert lease.name == "smol"
+            assert lease.model.generate(HI, TWO).consume()
+    assert loaded(host) == ["smol"] and host.loads == 1
+    with pytest.raises(ModelNotFound) as e:
+        host.acquire("llama3")
+    assert str(e.value) == "model 'llama3' not found; available: copy, gemma, smol"
+    assert e.value.names == ["copy", "gemma", "smol"]
+
+
+def test_eight_waiters_share_one_load(make_host: Callable[..., ModelHost]) -> None:
+    loader = Counting(delay_s=0.5)  # the load outlasts the requests' arrival
+    host = make_host(loader=loader)
+    leases, errors = [], []
+    lock = threading.Lock()
+
+    def ask() -> None:
+        try:
+            lease = host.acquire("gemma")
+            with lock:
+                leases.append(lease)
+        except Exception as e:  # collected: the assertion below names it
+            errors.append(e)
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    # While it loads the host counts what the estimate said it will take.
+    assert until(lambda: any(h.memory for h in host.hosted()), 10)
+    loading = next(h for h in host.hosted() if h.name == "gemma")
+    assert loading.state == "loading" and loading.memory["CPU"] > 500 * MiB
+    for t in threads:
+        t.join(120)
+    assert not errors
+    assert loader.loads == {"gemma": 1} and host.loads == 1
+    assert len({id(lease.model) for lease in leases}) == 1
+    assert next(h for h in host.hosted() if h.name == "gemma").in_flight == 8
+    for lease in leases:
+        lease.release()
+    assert next(h for h in host.hosted() if h.name == "gemma").in_flight == 0
+
+
+def test_an_idle_model_goes_after_its_keep_alive_and_never_while_in_use(
+        make_host: Callable[..., ModelHost]) -> None:
+    host = make_host(default_keep_s=1.0)
+    lease = host.acquire("smol")
+    time.sleep(1.5)  # longer than its keep-alive, but it is in use
+    assert loaded(host) == ["smol"]
+    (h,) = host.hosted()
+    assert h.in_flight == 1 and h.expires_in_s is None
+    lease.release()
+    (h,) = host.hosted()
+    assert h.expires_in_s is not None and 0 < h.expires_in_s <= 1.0
+    assert until(lambda: loaded(host) == [], 10)
+
+    # keep 0 (Ollama's keep_alive: 0): gone as soon as the last request ends.
+    a = host.acquire("smol", keep_s=0)
+    b = host.acquire("smol")
+    a.release()
+    time.sleep(0.3)
+    assert loaded(host) == ["smol"]  # b still holds it
+    b.release()
+    assert until(lambda: loaded(host) == [], 10)
+
+    # None (keep_alive: -1): stays.
+    host.acquire("smol", keep_s=None).release()
+    time.sleep(1.5)
+    assert loaded(host) == ["smol"] and host.hosted()[0].expires_in_s is None
+
+
+def test_a_pinned_model_stays(make_host: Callable[..., ModelHost]) -> None:
+    host = make_host(default_keep_s=0.5)
+    host.acquire("smol").release()
+    host.pin("smol")
+    time.sleep(1.0)
+    assert loaded(host) == ["smol"] and host.hosted()[0].pinned
+    host.pin("smol", False)  # its keep-alive counts from now
+    assert until(lambda: loaded(host) == [], 10)
+
+
+def test_the_least_recently_used_idle_model_makes_room(
+        make_host: Callable[..., ModelHost], specs: dict[str, Loadable]) -> None:
+    # Room for Gemma and one SmolLM2 (~970 MiB), not for all three (~1.2 GiB).
+    host = make_host(budget_mib=1100)
+    host.acquire("smol").release()
+    host.acquire("gemma").release()
+    host.acquire("smol").release()  # used after Gemma: Gemma is now the least recent
+    assert loaded(host) == ["gemma", "smol"]
+    with host.acquire("copy"):
+        assert loaded(host) == ["copy", "smol"]
+    used = host.used()["CPU"]
+    assert used <= 1100 * MiB
+    # What the budget counts is what llama.cpp allocated, once loaded.
+    assert used == sum(host.get(n).memory_actual.devices["CPU"] for n in ("copy", "smol"))
+
+
+def test_no_room_is_a_refusal_with_the_reason(make_host: Callable[..., ModelHost]) -> None:
+    small = make_host(budget_mib=500)
+    with pytest.raises(NoRoom) as e:
+        small.acquire("gemma")
+    msg = str(e.value)
+    assert re.fullmatch(r"loading Gemma 3 270M needs \d{3} MiB of RAM; 500 MiB free of the "
+                        r"500 MiB budget; every loaded model is busy, pinned or held by a "
+                        r"client", msg), msg
+    assert loaded(small) == [] and small.hosted() == []
+
+    # Busy models are not evicted: the request is refused, they go on.
+    host = make_host(budget_mib=1100)
+    with host.acquire("smol") as smol, host.acquire("gemma"):
+        with pytest.raises(NoRoom, match="busy, pinned or held by a client"):
+            host.acquire("copy")
+        assert loaded(host) == ["gemma", "smol"]
+        assert smol.model.generate(HI, TWO).consume()
+
+
+def test_a_model_a_client_holds_is_never_evicted(make_host: Callable[..., ModelHost],
+                                                specs: dict[str, Loadable]) -> None:
+    host = make_host(budget_mib=1100)
+    chat = Model(specs["gemma"].path, PARAMS)
+    host.add("chat-model", chat, owner="chat")
+    host.acquire("smol").release()
+    host.acquire("copy").release()  # SmolLM2 goes to make room, not the chat's model
+    assert loaded(host) == ["chat-model", "copy"]
+    assert next(h for h in host.hosted() if h.name == "chat-model").owner == "chat"
+    host.remove("chat-model")
+    chat.close()
+
+
+def test_a_file_that_fails_to_load_fails_its_requests_only(
+        make_host: Callable[..., ModelHost], specs: dict[str, Loadable],
+        tmp_path: Path) -> None:
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(specs["smol"].path.read_bytes()[: 4 << 20])  # cut short
+    catalog = [*specs.values(), Loadable("broken", bad, PARAMS)]
+    host = ModelHost(lambda: catalog)
+    try:
+        host.acquire("smol").release()
+        errors: list[BaseException] = []
+
+        def ask() -> None:
+            try:
+                host.acquire("broken").release()
+            except EngineError as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=ask) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(errors) == 3 and len({str(e) for e in errors}) == 1
+        assert "\n" not in str(errors[0]) and str(errors[0])
+        assert loaded(host) == ["smol"]
+        with host.acquire("smol") as lease:
+            assert lease.model.generate(HI, TWO).consume()
+    finally:
+        host.close()
+
+
+def test_budgets_are_checked() -> None:
+    with pytest.raises(EngineError, match="must not be negative"):
+        MemoryBudget({"CPU": -1})
+    assert MemoryBudget({"CPU": 2 * GiB}).devices["CPU"] == 2 * GiB
