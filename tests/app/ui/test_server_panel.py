@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import socket
 import threading
 from collections.abc import Iterator, Sequence
@@ -135,8 +136,10 @@ def test_serve_call_log_and_stop(qtbot: QtBot, qtmodeltester: object, panel: Ser
     assert not panel.port.isEnabled() and not panel.host.isEnabled()
 
     client = openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=120)
+    # The model id the panel tells clients to send (its example curl line).
+    model_id = re.search(r'"model": "([^"]+)"', panel.curl.text())[1]  # type: ignore[index]
     reply = client.chat.completions.create(
-        model="SmolLM2", messages=[{"role": "user", "content": "Say hello."}], max_tokens=8,
+        model=model_id, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8,
         temperature=0)
     assert reply.choices[0].message.content
     assert reply.usage is not None and 1 <= reply.usage.completion_tokens <= 8
@@ -151,7 +154,7 @@ def test_serve_call_log_and_stop(qtbot: QtBot, qtmodeltester: object, panel: Ser
     # A long streamed answer holds a slot: the panel shows it busy, then free again. The
     # loop's slots are the server's two and the one kept for the chat.
     stream = client.chat.completions.create(
-        model="SmolLM2", messages=[{"role": "user", "content": "Write a long story."}],
+        model=model_id, messages=[{"role": "user", "content": "Write a long story."}],
         max_tokens=400, stream=True)
     chunks = iter(stream)
     next(chunks)

@@ -125,7 +125,8 @@ def test_an_api_request_and_a_chat_reply_run_together(
     def call_api() -> None:  # a long streamed answer, read until the test hangs up
         try:
             stream = client.chat.completions.create(
-                model="SmolLM2", messages=[{"role": "user", "content": "Write a long story."}],
+                model=client.models.list().data[0].id,
+                messages=[{"role": "user", "content": "Write a long story."}],
                 max_tokens=1000, temperature=0, stream=True)
             for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
