@@ -213,6 +213,7 @@ class ModelHost:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._load_lock = threading.Lock()  # one load at a time: each plans with the last's
+        self._needs: dict[tuple[str, int, int, LoadParams], Need] = {}
         self._entries: list[_Entry] = []
         self._listeners: list[Callable[[str, Model | None], None]] = []
         self._reaper: threading.Thread | None = None
@@ -419,7 +420,7 @@ class ModelHost:
         """Unload least recently used idle models until the load fits, or raise NoRoom."""
         title = spec.title or spec.name
         while True:
-            need = self._estimator(spec)
+            need = self._need(spec)
             with self._lock:
                 e.memory = dict(need.devices)
                 short = self._shortfall(need, e)
@@ -431,6 +432,24 @@ class ModelHost:
                 raise NoRoom(f"loading {title} {short}; every loaded model is busy, pinned "
                              "or held by a client")
             self._evict(victim)
+
+    def _need(self, spec: Loadable) -> Need:
+        """The estimate for `spec`. Within a budget that covers every device it uses, only
+        its sizes count, and those are kept per file and settings: a swap back to a model
+        does not pay for its dry run again (a second for Gemma-3-270M). Without one, the
+        check against free memory is made afresh each time."""
+        try:
+            st = spec.path.stat()
+        except OSError:
+            return self._estimator(spec)
+        key = (str(spec.path), st.st_size, st.st_mtime_ns, spec.params)
+        cached = self._needs.get(key)
+        if cached is not None and self.budget is not None and all(
+                d in self.budget.devices for d in cached.devices):
+            return cached
+        need = self._estimator(spec)
+        self._needs[key] = need
+        return need
 
     def _shortfall(self, need: Need, loading: _Entry) -> str | None:
         """Why `need` does not fit now (None if it does). Call with the lock held."""
