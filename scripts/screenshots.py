@@ -35,12 +35,12 @@ class TokenCounter(QObject):
         self.n = 0
         self.done = False
 
-    @Slot(str, int)
-    def on_tokens(self, _text: str, n: int) -> None:
+    @Slot(int, str, int)
+    def on_tokens(self, _rid: int, _text: str, n: int) -> None:
         self.n = n
 
-    @Slot(object)
-    def on_finished(self, _stats: object) -> None:
+    @Slot(int, object)
+    def on_finished(self, _rid: int, _stats: object) -> None:
         self.done = True
 
 

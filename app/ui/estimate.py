@@ -111,6 +111,7 @@ class EstimateWidget(QWidget):
         self.legend = QLabel()
         self.legend.setWordWrap(True)
         self.placement = QLabel()
+        self.placement.setWordWrap(True)  # with VRAM it is longer than a side panel is wide
         self.verdict = QLabel()
         self.verdict.setWordWrap(True)
         self.verdict.setAccessibleName("Memory verdict")
@@ -151,8 +152,10 @@ class EstimateWidget(QWidget):
             return None
         self.current = est
         self.bar.set_estimate(est)
-        self.legend.setText("  ".join(
-            f"<span style='color:{color}'>■</span> {label} {human_bytes(getattr(est, key))}"
+        # Each item on one line (non-breaking spaces): a narrow panel wraps between items.
+        self.legend.setText("&nbsp; ".join(
+            f"<span style='color:{color}'>■</span>&nbsp;"
+            + f"{label} {human_bytes(getattr(est, key))}".replace(" ", "&nbsp;")
             for key, label, color in SEGMENTS))
         free = (f" of {human_bytes(est.free_ram)} free "
                 f"({est.ram / est.free_ram:.0%})" if est.free_ram else "")

@@ -1,7 +1,8 @@
 """The main window: library (and other side tabs) | chat | performance panel.
 
 Everything it shows is handed in (engine host, library, estimator, settings); app/main.py
-builds those. Geometry and splitter positions are kept in the given QSettings.
+builds those. Geometry and splitter positions are kept in the given QSettings. The side
+panels give way to the chat in a narrow window (`app.ui.side_panels`).
 """
 
 from __future__ import annotations
@@ -19,14 +20,12 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMenu,
-    QSplitter,
-    QTabWidget,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from app.services.chat_store import ChatStore, ChatStoreError, export_markdown
+from app.services.chat_store import ChatStore, ChatStoreError, write_export
 from app.services.connections import ConnectionStore
 from app.services.library import DEFAULT_MODEL_ID, LibraryError, ModelLibrary
 from app.ui.chat_model import ChatModel
@@ -40,12 +39,16 @@ from app.ui.library_model import LibraryModel
 from app.ui.library_panel import LibraryPanel
 from app.ui.perf_panel import GpuProbe, PerfPanel, _no_gpus
 from app.ui.quit_guard import QuitQuestion, QuitWarning, ask_with_message_box, may_quit
+from app.ui.side_panels import PanelSplitter, SideTabs, content_width, scrolled
 from app.ui.worker import EngineHost, LoadedModel, RemoteTarget
 from engine.settings import LoadParams, SamplingParams
 
 TITLE = "Candlewick"
 # The settings key of the conversation on screen when the window last closed.
 LAST_CONVERSATION = "chats/last"
+# The side panels' widths the user chose ("left,right"): a narrow window folds the right one
+# for a while, and the splitter's own state would remember that as the user's choice.
+PANEL_WIDTHS = "window/panels"
 
 
 class ErrorBanner(QFrame):
@@ -115,13 +118,15 @@ class MainWindow(QMainWindow):
         self.chat_settings = (ChatSettingsPanel(store, self.controller.sampling)
                               if store else None)
 
-        self.side_tabs = QTabWidget()
+        self.side_tabs = SideTabs()
         self.side_tabs.setAccessibleName("Models")
-        self.side_tabs.addTab(self.library_panel, "Library")
+        self.side_tabs.add_page(self.library_panel, "Library")
         if self.conversation_list is not None and self.chat_settings is not None:
-            self.side_tabs.addTab(self.conversation_list, "Chats")
-            self.side_tabs.addTab(self.chat_settings, "Chat settings")
-        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+            self.side_tabs.add_page(self.conversation_list, "Chats")
+            self.side_tabs.add_page(self.chat_settings, "Chat settings")
+        self.perf_area = scrolled(self.perf_panel)
+        self.splitter = PanelSplitter(
+            lambda: (self.side_tabs.need(), content_width(self.perf_area)))
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.side_tabs)
         if self.engine_picker is not None:
@@ -133,11 +138,15 @@ class MainWindow(QMainWindow):
             self.splitter.addWidget(chat_column)
         else:
             self.splitter.addWidget(self.chat_view)
-        self.splitter.addWidget(self.perf_panel)
+        self.splitter.addWidget(self.perf_area)
         self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setStretchFactor(2, 0)
-        self.splitter.setSizes([420, 640, 300])
+        self.splitter.setCollapsible(1, False)  # the side panels fold away, never the chat
+        for i in (1, 2):
+            self.splitter.handle(i).setToolTip("Drag to resize; drag to the window's edge to "
+                                               "fold the panel away, and back to open it")
+        self.splitter.setSizes([460, 640, 290])  # the library shows all its columns
         central = QWidget()
         lay = QVBoxLayout(central)
         lay.setContentsMargins(6, 6, 6, 6)
@@ -188,6 +197,9 @@ class MainWindow(QMainWindow):
             cl.conversation_selected.connect(self.open_conversation)
             cl.new_chat_requested.connect(self.new_chat)
             cl.conversation_deleted.connect(self._on_conversation_deleted)
+            cl.error.connect(self.show_error)
+            cl.notice.connect(lambda text: self.statusBar().showMessage(text, 5000))
+            self.chat_view.export_requested.connect(cl.export)
             c.conversations_changed.connect(self._on_conversations_changed)
             cs.changed.connect(c.set_chat_settings)
             cs.changed.connect(lambda _settings: self._show_system_prompt())
@@ -232,7 +244,7 @@ class MainWindow(QMainWindow):
                      shutdown: Callable[[], object] | None = None) -> None:
         """Another view of models (downloads, the hub) next to the library; `shutdown` runs
         when the window shuts down (before the engine thread ends)."""
-        self.side_tabs.addTab(widget, title)
+        self.side_tabs.add_page(widget, title)
         if shutdown is not None:
             self._closers.append(shutdown)
 
@@ -478,16 +490,12 @@ class MainWindow(QMainWindow):
         """All conversations to `path` as JSON (lossless) or Markdown (readable)."""
         if self.store is None:
             return
-        data = self.store.export_all()
-        text = (export_markdown(data["conversations"]) if fmt == "md"
-                else json.dumps(data, ensure_ascii=False, indent=2))
         try:
-            Path(path).write_text(text, encoding="utf-8")
+            n = write_export(self.store, Path(path), fmt)  # atomic: no half-written file
         except OSError as e:
             self.show_error(f"Could not export to {path}: {e.strerror or e}")
             return
-        self.statusBar().showMessage(f"Exported {len(data['conversations'])} chats to {path}",
-                                     5000)
+        self.statusBar().showMessage(f"Exported {n} chats to {path}", 5000)
 
     def import_chats(self, path: Path) -> list[int]:
         if self.store is None:
@@ -530,10 +538,16 @@ class MainWindow(QMainWindow):
         split = self.settings.value("window/splitter")
         if isinstance(split, QByteArray) and not split.isEmpty():
             self.splitter.restoreState(split)
+            self.splitter.remember()
+        widths = str(self.settings.value(PANEL_WIDTHS, "")).split(",")
+        if len(widths) == 2 and all(w.isdigit() for w in widths):
+            self.splitter.want = (int(widths[0]), int(widths[1]))
+        self.splitter.refit()
 
     def save_state(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())
         self.settings.setValue("window/splitter", self.splitter.saveState())
+        self.settings.setValue(PANEL_WIDTHS, ",".join(map(str, self.splitter.want)))
         entry = self.library_panel.selected_entry()
         if entry is not None:
             self.settings.setValue("library/selected", entry.id)

@@ -61,6 +61,18 @@ PickFile = Callable[[], tuple[Path, Literal["link", "copy"]] | None]
 POLL_MS = 300
 
 
+class _Note(QLabel):
+    """A wrapped line of text that takes no room while it is empty."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setText("")
+
+    def setText(self, text: str) -> None:
+        super().setText(text)
+        self.setVisible(bool(text))
+
+
 class _Bridge(QObject):
     """Carries a finished background call back to the GUI thread (queued connection)."""
 
@@ -109,11 +121,11 @@ class ModelManagerView(QWidget):
         self.sort.addItem("Recently updated", "updated")
         self.search_button = QPushButton("Search")
         self.search_button.clicked.connect(self.search)
-        self.hub_status = QLabel("")
+        self.hub_status = _Note()
         self.hub_status.setWordWrap(True)
         self.results = _table(["Repository", "Downloads", "Likes", "Updated"])
         self.results.itemSelectionChanged.connect(self._on_result_selected)
-        self.repo_info = QLabel("")
+        self.repo_info = _Note()
         self.repo_info.setWordWrap(True)
         self.files = _table(["File", "Quantization", "Size", "Fit"])
         self.download_button = QPushButton("Download")
@@ -130,18 +142,21 @@ class ModelManagerView(QWidget):
         hub_layout = QVBoxLayout(hub_box)
         hub_layout.addLayout(search_row)
         hub_layout.addWidget(self.hub_status)
-        split = QSplitter(Qt.Orientation.Horizontal)
+        # Results above the repository's files: side by side, in a side panel, each was too
+        # narrow for its columns.
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.setChildrenCollapsible(False)
         split.addWidget(self.results)
-        right = QWidget()
-        right_layout = QVBoxLayout(right)
-        right_layout.setContentsMargins(0, 0, 0, 0)
-        right_layout.addWidget(self.repo_info)
-        right_layout.addWidget(self.files, 1)
-        right_layout.addWidget(self.download_button)
-        split.addWidget(right)
+        below = QWidget()
+        below_layout = QVBoxLayout(below)
+        below_layout.setContentsMargins(0, 0, 0, 0)
+        below_layout.addWidget(self.repo_info)
+        below_layout.addWidget(self.files, 1)
+        below_layout.addWidget(self.download_button)
+        split.addWidget(below)
         hub_layout.addWidget(split, 1)
 
-        self.jobs = _table(["File", "Status", "Progress", "Speed / ETA"])
+        self.jobs = _table(["File", "Status", "Progress", "Speed / ETA"], rows=2)
         self.pause_button = QPushButton("Pause")
         self.resume_button = QPushButton("Resume")
         self.cancel_button = QPushButton("Cancel")
@@ -157,14 +172,15 @@ class ModelManagerView(QWidget):
         row.addStretch(1)
         jobs_layout.addLayout(row)
 
-        self.local = _table(["Model", "Source", "Quantization", "Size", "File"])
+        self.local = _table(["Model", "Source", "Quantization", "Size", "File"], rows=2,
+                            stretch=(0, 4))  # the name and the file name share what is left
         self.load_button = QPushButton("Load")
         self.delete_button = QPushButton("Delete…")
         self.import_button = QPushButton("Import .gguf…")
         self.load_button.clicked.connect(self._load_selected)
         self.delete_button.clicked.connect(self.delete_selected)
         self.import_button.clicked.connect(self.import_file)
-        self.library_status = QLabel("")
+        self.library_status = _Note()
         self.library_status.setWordWrap(True)
         lib_box = QGroupBox("On this computer")
         lib_layout = QVBoxLayout(lib_box)
@@ -196,9 +212,10 @@ class ModelManagerView(QWidget):
         token_layout.addWidget(self.token_status)
 
         outer = QSplitter(Qt.Orientation.Vertical)
-        outer.addWidget(hub_box)
-        outer.addWidget(jobs_box)
-        outer.addWidget(lib_box)
+        outer.setChildrenCollapsible(False)  # a table never shrinks below its few rows
+        for i, (box, stretch) in enumerate(((hub_box, 3), (jobs_box, 1), (lib_box, 2))):
+            outer.addWidget(box)
+            outer.setStretchFactor(i, stretch)
         layout = QVBoxLayout(self)
         layout.addWidget(outer, 1)
         layout.addWidget(token_box)
@@ -520,14 +537,28 @@ class ModelManagerView(QWidget):
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _table(headers: list[str]) -> QTableWidget:
+def _table(headers: list[str], rows: int = 3, stretch: tuple[int, ...] = (0,)) -> QTableWidget:
+    """A read-only table that fits its view's width: the `stretch` columns share what the
+    others (as wide as their header and cells) leave, eliding their text; it is never
+    shorter than its header and `rows` rows."""
     t = QTableWidget(0, len(headers))
     t.setHorizontalHeaderLabels(headers)
     t.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
     t.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
     t.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-    t.verticalHeader().setVisible(False)
-    t.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+    t.setWordWrap(False)
+    t.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+    rows_header = t.verticalHeader()
+    rows_header.setVisible(False)
+    rows_header.setMinimumSectionSize(1)
+    rows_header.setDefaultSectionSize(t.fontMetrics().height() + 8)  # single-line rows
+    header = t.horizontalHeader()
+    header.setStretchLastSection(False)
+    for col in range(len(headers)):
+        header.setSectionResizeMode(col, QHeaderView.ResizeMode.Stretch if col in stretch
+                                    else QHeaderView.ResizeMode.ResizeToContents)
+    t.setMinimumHeight(header.sizeHint().height() + rows * rows_header.defaultSectionSize()
+                       + 2 * t.frameWidth())
     return t
 
 

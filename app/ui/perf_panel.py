@@ -1,34 +1,26 @@
 """The live performance panel: the model, TTFT, prompt and generation speed (current and
 rolling), context use, process RAM, VRAM per GPU, CPU load (and a line when other processes
-take the CPU), and a chart of tokens/s and memory.
+take the CPU), and a chart of each reply's tokens/s and of RAM (`app.ui.perf_chart`).
 
 It listens to the engine's signals (cheap: a few attribute writes each) and samples the
-process on a timer (400 ms) while it is shown, so it never adds work per token. The rules for
-the rolling rate and for "CPU busy" are in `app.ui.perf_meter` (no Qt); the clock and the CPU
-probe are handed in, so tests feed their own samples.
+process on a timer (400 ms) while it is shown, so it never adds work per token; the chart is
+redrawn on that tick too. The rules for the rolling rate and for "CPU busy" are in
+`app.ui.perf_meter` (no Qt); the clock, the CPU probe and the RAM probe are handed in, so
+tests feed their own samples.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 
 import psutil
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt, QTimer
-from PySide6.QtGui import (
-    QColor,
-    QHideEvent,
-    QPainter,
-    QPainterPath,
-    QPaintEvent,
-    QPalette,
-    QPen,
-    QShowEvent,
-)
+from PySide6.QtCore import QSize, Qt, QTimer
+from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
 
 from app.ui.library_model import human_bytes
+from app.ui.perf_chart import PerfChart, Reply
 from app.ui.perf_meter import (
     ROLLING_S,
     CpuContention,
@@ -42,9 +34,8 @@ from engine.host.speculative import acceptance_rate
 from engine.host.stats import GenerationStats
 
 TICK_MS = 400
-HISTORY = 300  # chart points: 2 minutes at 400 ms
-TPS_COLOR = "#4e79a7"
-RAM_COLOR = "#f28e2b"
+# The widest figure a row shows: the panel's width is set for it, not for the "—" at start.
+VALUE_SAMPLE = "100% of 16 cores"
 
 # (name, used bytes, total bytes) per GPU; an empty list when there is none.
 GpuProbe = Callable[[], Sequence[tuple[str, int, int]]]
@@ -52,6 +43,15 @@ GpuProbe = Callable[[], Sequence[tuple[str, int, int]]]
 
 def _no_gpus() -> Sequence[tuple[str, int, int]]:
     return ()
+
+
+class Figure(QLabel):
+    """A row's value: at least as wide as VALUE_SAMPLE, so the panel is as wide as the
+    figures it will show from the start (not as "—"), and no longer text gets clipped."""
+
+    def minimumSizeHint(self) -> QSize:
+        return super().minimumSizeHint().expandedTo(
+            QSize(self.fontMetrics().horizontalAdvance(VALUE_SAMPLE), 0))
 
 
 def measured_text(stats: GenerationStats) -> tuple[str, str]:
@@ -66,75 +66,20 @@ def measured_text(stats: GenerationStats) -> tuple[str, str]:
                                      f"{usage}.")
 
 
-class Chart(QWidget):
-    """Two series over time, each on its own scale: tokens/s (left) and RAM (right)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.tps: deque[float] = deque(maxlen=HISTORY)
-        self.ram: deque[float] = deque(maxlen=HISTORY)
-        self.setMinimumHeight(120)
-        self.setAccessibleName("Tokens per second and memory chart")
-
-    def sizeHint(self) -> QSize:
-        return QSize(260, 160)
-
-    def add(self, tps: float, ram_bytes: float) -> None:
-        self.tps.append(tps)
-        self.ram.append(ram_bytes)
-        self.update()
-
-    def paintEvent(self, _e: QPaintEvent) -> None:
-        p = QPainter(self)
-        p.setRenderHint(QPainter.RenderHint.Antialiasing)
-        pal = self.palette()
-        fm = self.fontMetrics()
-        top = fm.height() + 4
-        area = QRectF(4, top, self.width() - 8, self.height() - top - 4)
-        p.setPen(QPen(pal.color(QPalette.ColorRole.Mid), 1))
-        p.setBrush(pal.color(QPalette.ColorRole.Base))
-        p.drawRect(area)
-        tps_max = max(max(self.tps, default=0.0), 1.0) * 1.15
-        ram_max = max(max(self.ram, default=0.0), 1.0) * 1.15
-        if not self.ram:
-            p.setPen(pal.color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text))
-            p.drawText(area, Qt.AlignmentFlag.AlignCenter, "no samples yet")
-            p.end()
-            return
-        p.setPen(QColor(TPS_COLOR))
-        p.drawText(4, fm.ascent() + 1, f"tok/s rolling (max {tps_max / 1.15:.0f})")
-        label = f"RAM (max {human_bytes(ram_max / 1.15)})"
-        p.setPen(QColor(RAM_COLOR))
-        p.drawText(int(self.width() - 4 - fm.horizontalAdvance(label)), fm.ascent() + 1, label)
-        for series, vmax, color in ((self.ram, ram_max, RAM_COLOR),
-                                    (self.tps, tps_max, TPS_COLOR)):
-            if len(series) < 2:
-                continue
-            path = QPainterPath()
-            step = area.width() / (HISTORY - 1)
-            x0 = area.right() - step * (len(series) - 1)
-            for i, v in enumerate(series):
-                pt = QPointF(x0 + i * step, area.bottom() - area.height() * v / vmax)
-                if i == 0:
-                    path.moveTo(pt)
-                else:
-                    path.lineTo(pt)
-            p.setPen(QPen(QColor(color), 2))
-            p.setBrush(Qt.BrushStyle.NoBrush)
-            p.drawPath(path)
-        p.end()
-
-
 class PerfPanel(QWidget):
     def __init__(self, gpu_probe: GpuProbe = _no_gpus, tick_ms: int = TICK_MS,
                  parent: QWidget | None = None, *, clock: Callable[[], float] = time.perf_counter,
-                 cpu_probe: CpuProbe | None = None, n_cores: int | None = None) -> None:
+                 cpu_probe: CpuProbe | None = None, n_cores: int | None = None,
+                 ram_probe: Callable[[], int] | None = None) -> None:
         """`clock`: seconds (monotonic); `cpu_probe`: this process's and the machine's CPU
-        seconds (default: psutil's); `n_cores`: logical cores (default: psutil's count)."""
+        seconds (default: psutil's); `n_cores`: logical cores (default: psutil's count);
+        `ram_probe`: this process's resident bytes (default: psutil's)."""
         super().__init__(parent)
         self._gpu_probe = gpu_probe
         self._clock = clock
-        self._proc = psutil.Process()
+        self._t0 = clock()  # the chart's time zero: "since start"
+        proc = psutil.Process()
+        self._ram_probe = ram_probe or (lambda: int(proc.memory_info().rss))
         self._ncpu = n_cores or psutil.cpu_count() or 1
         # CPU load from CPU time between samples (psutil.cpu_percent re-reads the CPU count
         # on every call, which is slow on some VMs).
@@ -157,6 +102,7 @@ class PerfPanel(QWidget):
         self._rid: int | None = None  # the reply the figures are about
         self.ticks = 0
         self._t_start = 0.0
+        self._t_first: float | None = None  # the reply's first token
         self._last_n = 0
         self._last_t = 0.0
         self.model_path = ""
@@ -174,12 +120,13 @@ class PerfPanel(QWidget):
                            ("spec", "Speculative decoding"), ("ctx", "Context used"),
                            ("ram", "Process RAM"), ("vram", "VRAM"), ("cpu", "CPU load"),
                            ("source", "Measured")):
-            label = QLabel("—")
+            label = Figure("—")
             label.setAccessibleName(title)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             self.labels[key] = label
             form.addRow(title, label)
-        self.labels["model"].setWordWrap(True)
+        for key in ("model", "spec", "vram", "source"):  # long values wrap
+            self.labels[key].setWordWrap(True)
         # Why it may be slow: other processes on the CPU (shown only while they are).
         self.cpu_note = QLabel()
         self.cpu_note.setObjectName("cpuBusy")
@@ -190,7 +137,7 @@ class PerfPanel(QWidget):
                                  "it with them and slows down.")
         self.cpu_note.hide()
         form.addRow(self.cpu_note)
-        self.chart = Chart()
+        self.chart = PerfChart()
         lay = QVBoxLayout(self)
         lay.addWidget(box)
         lay.addWidget(self.chart, 1)
@@ -215,8 +162,10 @@ class PerfPanel(QWidget):
         self.gen_tokens = 0
         self.ttft_s = None
         self._t_start = self._last_t = self._clock()
+        self._t_first = None
         self._last_n = 0
         self.rolling.start()
+        self.chart.reply_started(self._t_start - self._t0)
         self._show_ctx()
 
     def on_tokens(self, rid: int, _text: str, n_total: int) -> None:
@@ -226,7 +175,7 @@ class PerfPanel(QWidget):
         now = self._clock()
         if self.ttft_s is None:
             self.ttft_s = now - self._t_start
-            self._last_t = now
+            self._t_first = self._last_t = now
             self._last_n = n_total
         self.gen_tokens = n_total
         self.rolling.add(now, n_total)
@@ -234,6 +183,13 @@ class PerfPanel(QWidget):
     def on_finished(self, _rid: int, stats: GenerationStats) -> None:
         self.generating = False
         self.rolling.stop()
+        # The chart's point is the footer's figure (drawn at the next tick).
+        end = self._clock() - self._t0
+        first = end if self._t_first is None else self._t_first - self._t0
+        start = self.chart.running_since
+        start = first if start is None else start
+        self.chart.reply_ended(Reply(start, first, end, stats.gen_tps)
+                               if stats.gen_tps > 0 else None)
         self.gen_tokens = stats.gen_tokens
         self.ttft_s = stats.ttft_s
         self.prompt_tps = stats.prompt_tps or None
@@ -264,12 +220,14 @@ class PerfPanel(QWidget):
         self.generating = False
         self.rolling.stop()
         self.current_tps = 0.0
+        self.chart.reply_ended(None)
 
     # -- sampling --------------------------------------------------------------------------
 
     def showEvent(self, e: QShowEvent) -> None:
         super().showEvent(e)
         self.timer.start()
+        self.chart.redraw(self._clock() - self._t0)
 
     def hideEvent(self, e: QHideEvent) -> None:
         self.timer.stop()
@@ -281,7 +239,10 @@ class PerfPanel(QWidget):
             self.current_tps = (self.gen_tokens - self._last_n) / (now - self._last_t)
             self._last_n, self._last_t = self.gen_tokens, now
         self.ticks += 1
-        self.refresh_labels()
+        rss = self.refresh_labels()
+        self.chart.sample(now - self._t0, float(rss), self.rolling_tps if self.generating
+                          else None)
+        self.chart.redraw(now - self._t0)
 
     @property
     def rolling_tps(self) -> float | None:
@@ -289,9 +250,10 @@ class PerfPanel(QWidget):
         None when nothing has been generated for that long (app.ui.perf_meter)."""
         return self.rolling.rate(self._clock())
 
-    def refresh_labels(self) -> None:
+    def refresh_labels(self) -> int:
+        """Update the figures; returns the process RAM it shows (bytes)."""
         lab = self.labels
-        rss = self._proc.memory_info().rss
+        rss = self._ram_probe()
         lab["ttft"].setText(f"{self.ttft_s:.2f} s" if self.ttft_s is not None else "—")
         lab["pp"].setText(f"{self.prompt_tps:.0f} tok/s" if self.prompt_tps else "—")
         lab["tg"].setText(f"{self.current_tps:.1f} tok/s" if self.generating else "idle")
@@ -309,8 +271,7 @@ class PerfPanel(QWidget):
         self.cpu_note.setText(busy or "")
         self.cpu_note.setVisible(busy is not None)
         self._show_ctx()
-        # The chart plots the rolling average: per-tick rates jump with token coalescing.
-        self.chart.add((roll or 0.0) if self.generating else 0.0, float(rss))
+        return rss
 
     def _show_ctx(self) -> None:
         used = self.prompt_tokens + self.gen_tokens

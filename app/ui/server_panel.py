@@ -22,6 +22,7 @@ from PySide6.QtCore import (
     QModelIndex,
     QPersistentModelIndex,
     QSettings,
+    QSize,
     Qt,
     QTimer,
     Signal,
@@ -67,6 +68,7 @@ from engine.server.request_log import RequestRecord
 from engine.settings import LoadParams
 
 POLL_MS = 500
+DEFAULT_SIZE = QSize(960, 680)  # as a window: the settings and ~15 rows of the request log
 NO_MODEL_TIP = "Load a model in the library first: the server serves the chat's model"
 REMOTE_TIP = ("The chat uses a remote server: this panel serves models loaded on this "
               "computer")
@@ -244,6 +246,8 @@ class ServerPanel(QWidget):
         self.new_key.setToolTip("Replace the key with a new random one")
         self.new_key.clicked.connect(lambda: self.key_edit.setText(new_api_key()))
         self.require_key.toggled.connect(self._sync_controls)
+        # Enough of the key to see it (shown) beside its three buttons, in a narrow window.
+        self.key_edit.setMinimumWidth(self.key_edit.fontMetrics().horizontalAdvance("x" * 16))
         key_row = QHBoxLayout()
         key_row.addWidget(self.key_edit, 1)
         for b in (self.show_key, self.copy_key, self.new_key):
@@ -279,6 +283,8 @@ class ServerPanel(QWidget):
 
         self.url = QLineEdit()
         self.url.setReadOnly(True)
+        # Most of the URL in view when it sits beside the settings.
+        self.url.setMinimumWidth(self.url.fontMetrics().horizontalAdvance("http://127.0.0.1:8080"))
         self.url.setAccessibleName("Server URL")
         self.copy_url = QPushButton("Copy URL")
         self.copy_url.clicked.connect(lambda: self._copy(self.url.text()))
@@ -310,19 +316,34 @@ class ServerPanel(QWidget):
         self.log_view.setModel(self.log_model)
         self.log_view.setAccessibleName("Request log")
         self.log_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.log_view.verticalHeader().hide()
-        self.log_view.horizontalHeader().setSectionResizeMode(
-            3, QHeaderView.ResizeMode.Stretch)
+        rows = self.log_view.verticalHeader()
+        rows.hide()
+        rows.setMinimumSectionSize(1)
+        rows.setDefaultSectionSize(self.log_view.fontMetrics().height() + 8)  # one line each
+        # Every column as wide as its text, the path takes the rest (elided): Status and
+        # the figures stay in view in a narrow window.
+        header = self.log_view.horizontalHeader()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
         self.log_view.setWordWrap(False)
+        self.log_view.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         log_box = QGroupBox(f"Requests (last {LOG_ROWS})")
         QVBoxLayout(log_box).addWidget(self.log_view)
 
+        # The settings beside the running server's figures: stacked, they left the request
+        # log (which gets the rest of the height) two rows in a 700 px high window.
+        running = QVBoxLayout()
+        running.addLayout(run_row)
+        running.addWidget(self.status)
+        running.addWidget(live)
+        running.addStretch(1)
+        top = QHBoxLayout()
+        top.addWidget(settings, 3)
+        top.addLayout(running, 2)
         lay = QVBoxLayout(self)
         lay.addWidget(self.model_label)
-        lay.addWidget(settings)
-        lay.addLayout(run_row)
-        lay.addWidget(self.status)
-        lay.addWidget(live)
+        lay.addLayout(top)
         lay.addWidget(log_box, 1)
         for w in (self.parallel, self.ctx):
             w.valueChanged.connect(self._update_memory)
@@ -577,6 +598,11 @@ class ServerPanel(QWidget):
                 self.key_edit.setText(self.secrets.get(KEY_ACCOUNT) or new_api_key())
 
     def showEvent(self, e: QShowEvent) -> None:
+        if self.isWindow() and not self.testAttribute(Qt.WidgetAttribute.WA_Resized):
+            # Shown for the first time, at no size of its own: room for the request log.
+            screen = self.screen().availableGeometry()
+            self.resize(self.sizeHint().expandedTo(DEFAULT_SIZE).boundedTo(
+                QSize(screen.width() * 9 // 10, screen.height() * 9 // 10)))
         super().showEvent(e)
         self.ensure_key()
         self._update_timer()

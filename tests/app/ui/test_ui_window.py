@@ -124,6 +124,7 @@ def test_type_enter_loads_and_streams_answer(window: MainWindow, qtbot: QtBot) -
     assert perf.labels["ctx"].text() == f"{used:,} / {panel.loaded.n_ctx:,} tokens"
     assert perf.labels["ram"].text().endswith("iB")
     assert len(perf.chart.ram) >= 1
+    assert perf.chart.reply_rates() == [stats.gen_tps]  # the footer's figure, on the chart
 
     # A follow-up turn reuses the loaded model: no second load.
     log.clear()
@@ -321,7 +322,7 @@ def test_geometry_and_splitter_are_remembered(qtbot: QtBot, candlewick_home: Pat
     w = open_window(qtbot)
     try:
         w.resize(780, 560)  # inside the offscreen screen (800x800), so nothing is clamped
-        w.splitter.setSizes([300, 250, 200])
+        w.splitter.setSizes([300, 460, 0])  # a layout that leaves the chat its share
         size = (w.width(), w.height())
         sizes = w.splitter.sizes()
         assert size != (1360, 860)

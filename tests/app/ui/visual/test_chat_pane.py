@@ -94,7 +94,8 @@ def test_long_streamed_answer_ends_in_view(window: MainWindow, qtbot: QtBot,
                                             tmp_path: Path) -> None:
     view = window.chat_view
     vp = view.scroll_area.viewport()
-    use_scripted_engine(qtbot, window, story())
+    # Long enough to be over twice the viewport's height in the 780 px chat column.
+    use_scripted_engine(qtbot, window, story(paragraphs=24))
     qtbot.keyClicks(view.input, "Write a 500-word story about a lighthouse keeper.")
     qtbot.keyClick(view.input, Qt.Key.Key_Return)
 
