@@ -312,8 +312,7 @@ class ModelHost:
             e = self._find(name)
             if e is not None:
                 return e.name
-        spec = self._spec(name)
-        return spec.name
+        return self.find(name).name
 
     def acquire(self, name: str, *, keep_s: float | Unset | None = UNSET,
                 timeout_s: float | None = None) -> Lease:
@@ -327,7 +326,7 @@ class ModelHost:
                 if not isinstance(keep_s, Unset) and e.owner is None:
                     e.keep_s = keep_s
         if e is None:
-            spec = self._spec(name)
+            spec = self.find(name)
             e = self._start_load(spec, keep_s)
         try:
             self._wait_loaded(e, deadline)
@@ -350,7 +349,9 @@ class ModelHost:
                 e.keep_s = keep_s
         return Lease(self, e)
 
-    def _spec(self, name: str) -> Loadable:
+    def find(self, name: str) -> Loadable:
+        """The catalog's model that `name` refers to (not loading it); ModelNotFound lists
+        the names there are."""
         specs = list(self._catalog())
         for s in specs:
             if _matches(name, s.name, s.aliases, s.path):

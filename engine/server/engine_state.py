@@ -349,7 +349,11 @@ class Generation:
 
 
 def details(loaded: LoadedModel) -> dict[str, Any]:
-    f = loaded.facts
+    return facts_details(loaded.facts)
+
+
+def facts_details(f: ModelFacts | None) -> dict[str, Any]:
+    """Ollama's `details` of a model, from its file's facts."""
     return {
         "parent_model": "",
         "format": "gguf",

@@ -7,6 +7,7 @@ NDJSON and on by default, as in Ollama.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -19,8 +20,12 @@ from starlette.routing import Route
 
 from engine.decoding.reasoning import thinking_markers
 from engine.decoding.tool_calls import ToolCall
+from engine.host.host import ModelNotFound
 from engine.host.scheduler import Finished, Piece
 from engine.host.stats import GenerationStats
+from engine.model.facts import model_facts
+from engine.model.gguf import GGUFError, read_gguf
+from engine.model.templates import CHATML_TEMPLATE
 from engine.server.chat_reply import ChatPlan, Part, ReplyReader, ollama_grammar, plan_chat
 from engine.server.common import (
     cap_tokens,
@@ -29,7 +34,13 @@ from engine.server.common import (
     start,
     tokens_for,
 )
-from engine.server.engine_state import LoadedModel, ServerState, details, file_digest
+from engine.server.engine_state import (
+    LoadedModel,
+    ServerState,
+    details,
+    facts_details,
+    file_digest,
+)
 from engine.server.errors import ApiError
 from engine.server.openai_routes import run_embeddings
 from engine.server.parsing import read_json
@@ -80,13 +91,13 @@ def _arguments(call: ToolCall) -> Any:
         return {}
 
 
-def capabilities(loaded: LoadedModel) -> list[str]:
+def capabilities(template: str | None, embeds: bool) -> list[str]:
     """As Ollama names them. Every model can call tools: one whose template has no tool
     support gets the generic format (engine.server.chat_reply)."""
     caps = ["completion", "tools"]
-    if thinking_markers(loaded.model.template.source) is not None:
+    if thinking_markers(template) is not None:
         caps.append("thinking")
-    if loaded.embedder is not None:
+    if embeds:
         caps.append("embedding")
     return caps
 
@@ -159,25 +170,47 @@ class OllamaRoutes:
         return JSONResponse({"models": out})
 
     async def show(self, request: Request) -> Response:
+        """A model's details, read from its file when it is not loaded: clients ask for
+        every model they list, and none is loaded for that."""
         body = await read_json(request, self.state.config.max_body_bytes)
         req = parse_body(OllamaShowRequest, body)
-        loaded = await self.state.acquire(req.model or req.name)
-        f = loaded.facts
+        name = req.model or req.name or ""
+        try:
+            name = self.state.host.resolve(name)
+        except ModelNotFound as e:
+            if not e.names:
+                raise self.state.unavailable() from None
+            raise ApiError(404, str(e)) from None
+        loaded = next((m for m in self.state.served() if m.model_id == name), None)
+        template: str | None
+        if loaded is not None:
+            f, template, path = loaded.facts, loaded.model.template.source, loaded.model.path
+            embeds = loaded.embedder is not None
+        else:
+            path = self.state.host.find(name).path
+            try:
+                gf = await asyncio.to_thread(read_gguf, path)
+            except (GGUFError, OSError) as e:
+                raise ApiError(400, f"cannot read {path.name}: {e}") from None
+            f = model_facts(gf)
+            raw = gf.metadata.get("tokenizer.chat_template")
+            # What the model will use once loaded: its own template, or the fallback.
+            template = raw if isinstance(raw, str) and raw else CHATML_TEMPLATE
+            embeds = self.state.config.embeddings
         info: dict[str, Any] = {"general.architecture": f.architecture if f else ""}
         if f:
             info.update({"general.parameter_count": f.n_params,
                          f"{f.architecture}.context_length": f.context_length,
                          f"{f.architecture}.block_count": f.n_layer,
                          f"{f.architecture}.embedding_length": f.n_embd})
-        template = loaded.model.template.source
         return JSONResponse({
-            "modelfile": f"FROM {loaded.model.path.name}\n",
+            "modelfile": f"FROM {path.name}\n",
             "parameters": "",
             "template": template,
-            "details": details(loaded),
+            "details": facts_details(f),
             "model_info": info,
-            "capabilities": capabilities(loaded),
-            "modified_at": self._model_entry(loaded)["modified_at"],
+            "capabilities": capabilities(template, embeds),
+            "modified_at": _iso(path.stat().st_mtime),
         })
 
     def _sampling(self, options: OllamaOptions | None) -> SamplingParams:

@@ -255,3 +255,14 @@ def test_unknown_names_and_broken_files(serve: Callable[..., ServerThread]) -> N
     assert e3.value.status_code == 404
     assert http.get(srv.url + "/v1/models/llama3", headers=AUTH).status_code == 404
     assert http.get(srv.url + "/v1/models/gemma", headers=AUTH).json()["loaded"] is False
+    # Clients show every model they list: details come from the file, nothing is loaded.
+    with ollama.Client(host=srv.url, headers=AUTH) as oc:
+        shown = oc.show("gemma3:270m")
+        assert shown.details is not None and shown.details.family == "gemma3"
+        names = {m.model for m in oc.list().models}
+        assert names == {"smollm2", "gemma", "broken"}
+        assert set(ps(srv)) == {"smollm2"}
+        oc.generate(model="gemma", prompt="Hi", options={"num_predict": 1})
+        loaded = oc.show("gemma")  # the same answer once it is loaded
+        assert (loaded.template, loaded.details, loaded.modelinfo, loaded.capabilities) == (
+            shown.template, shown.details, shown.modelinfo, shown.capabilities)
