@@ -4,8 +4,10 @@ and the window are created and connected."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes.util
 import dataclasses
+import json
 import logging
 import os
 import sys
@@ -19,13 +21,17 @@ from PySide6.QtWidgets import QApplication
 from app.services.chat_store import ChatStore, ChatStoreError, default_store_path
 from app.services.connections import FILE_NAME as CONNECTIONS_FILE
 from app.services.connections import ConnectionStore
-from app.services.library import ModelLibrary
+from app.services.library import LibraryEntry, ModelLibrary
+from app.services.local_server import ServeSettings
+from app.services.model_catalog import library_catalog, server_params
 from app.services.paths import AppPaths
 from app.ui.estimate import Estimator
 from app.ui.main_window import MainWindow
 from app.ui.worker import EngineHost, EngineWorker, probing_factory
+from engine.host.host import ModelHost
+from engine.host.runtime import Model
 from engine.native.load_probe import FirstLoads
-from engine.settings import SamplingParams
+from engine.settings import LoadParams, SamplingParams
 
 
 def platform_problem() -> str | None:
@@ -50,6 +56,32 @@ def platform_problem() -> str | None:
 def settings_for(paths: AppPaths) -> QSettings:
     paths.config.mkdir(parents=True, exist_ok=True)
     return QSettings(str(paths.config / "window.ini"), QSettings.Format.IniFormat)
+
+
+def on_demand_params(settings: QSettings) -> Callable[[LibraryEntry], LoadParams]:
+    """The load settings of a library model an API request loads on demand: the Local
+    server's slots and context as last started, placed as the library last saved for it."""
+    from app.ui.library_panel import SETTINGS_GROUP, settings_key
+
+    file, fmt = settings.fileName(), settings.format()
+    default = ServeSettings()
+
+    def params(entry: LibraryEntry) -> LoadParams:
+        # An object of its own: the catalog is read on the server's threads, and one
+        # QSettings object is not to be shared between threads (the file's cache is).
+        st = QSettings(file, fmt)
+        slots = [default.parallel, default.ctx_per_slot]
+        for i, key in enumerate(("server/parallel", "server/ctx")):
+            with contextlib.suppress(ValueError):  # a hand-edited file: keep the default
+                slots[i] = int(str(st.value(key, slots[i])))
+        raw = st.value(f"{SETTINGS_GROUP}/{settings_key(entry.path)}")
+        try:
+            saved = json.loads(str(raw)) if raw else None
+        except ValueError:
+            saved = None
+        return server_params(slots[0], slots[1], saved if isinstance(saved, dict) else None)
+
+    return params
 
 
 def make_estimator() -> Estimator | None:
@@ -149,6 +181,17 @@ def add_server_panel(window: MainWindow) -> None:
                            quit_warning=panel.quit_warning)
 
 
+def add_loaded_models(window: MainWindow) -> None:
+    """The Loaded models window (Tools menu): every model in the app's host (the chat's and
+    those API requests loaded on demand), their memory and keep-alive; pin and eject."""
+    from app.ui.loaded_models import LoadedModelsView
+
+    view = LoadedModelsView(window.engine.worker.host,
+                            title=lambda h: window.model_name(h.path) if h.path else None,
+                            eject_chat=window.controller.eject)
+    window.add_tool_window("Loaded models…", view, "Ctrl+Shift+M", view.shutdown)
+
+
 def open_store(paths: AppPaths) -> tuple[ChatStore | None, set[int], str | None]:
     """The chat history and the conversations whose answers a crash cut off (now marked
     interrupted); or None and why (the app still opens, without history)."""
@@ -174,12 +217,27 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
     library = library or ModelLibrary(paths.models)
     store, cut, problem = open_store(paths)
     first_loads = FirstLoads(paths.cache)
-    engine = EngineHost(worker or EngineWorker(probing_factory(first_loads)))
-    window = MainWindow(engine, library, settings_for(paths),
+    settings = settings_for(paths)
+    own_host: ModelHost | None = None
+    if worker is None:
+        # The app's one host: the chat's model, and library models API requests name,
+        # loaded on demand (checked in a child process on a file's first load).
+        host = ModelHost(
+            library_catalog(library, on_demand_params(settings),
+                            loaded=lambda: host.hosted()),
+            loader=lambda spec: Model(spec.path, spec.params, first_loads=first_loads))
+        own_host = host
+        worker = EngineWorker(probing_factory(first_loads), host=host)
+    engine = EngineHost(worker)
+    window = MainWindow(engine, library, settings,
                         estimator=estimator or make_estimator(), gpu_probe=gpu_probe(),
                         sampling=sampling, store=store,
                         connections=connections or ConnectionStore(paths.config
                                                                    / CONNECTIONS_FILE))
+    if own_host is not None:
+        # After the engine thread (the chat's model is gone): the models loaded on demand
+        # and the host's keep-alive thread.
+        window.add_closer(own_host.close)
     if store is not None:
         window.add_closer(store.close)
         # After a crash, show the conversation whose answer was cut off, with "Continue".
@@ -194,6 +252,7 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
         add_model_manager(window, library)
     add_benchmark(window)
     add_server_panel(window)
+    add_loaded_models(window)
     return window
 
 
