@@ -15,6 +15,7 @@ and expects them refused).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -226,17 +227,26 @@ class ResponsesFunctionTool(_Model):
     strict: bool | None = None
 
 
-def _responses_tools(v: Any) -> Any:
-    if isinstance(v, list):
-        for i, t in enumerate(v):
-            kind = t.get("type") if isinstance(t, dict) else None
-            if isinstance(kind, str) and kind != "function":
-                raise PydanticCustomError(
-                    "agent_whole", f"'tools[{i}]': tools of type '{kind}' are not supported "
-                    "(this server runs no built-in tools); only function tools")
-        _unique_tools([t["name"] for t in v if isinstance(t, dict)
-                       and isinstance(t.get("name"), str)])
-    return v
+def _tools_of(kind_taken: str, refusal: str) -> Callable[[Any], Any]:
+    """A check of a tools list: each of type `kind_taken` (or none given), names unique.
+    `refusal` says why another type is refused, with {i} and {kind} to fill."""
+
+    def check(v: Any) -> Any:
+        if isinstance(v, list):
+            for i, t in enumerate(v):
+                kind = t.get("type") if isinstance(t, dict) else None
+                if isinstance(kind, str) and kind != kind_taken:
+                    raise PydanticCustomError("agent_whole", refusal.format(i=i, kind=kind))
+            _unique_tools([t["name"] for t in v if isinstance(t, dict)
+                           and isinstance(t.get("name"), str)])
+        return v
+
+    return check
+
+
+_responses_tools = _tools_of(
+    "function", "'tools[{i}]': tools of type '{kind}' are not supported (this server runs no "
+    "built-in tools); only function tools")
 
 
 class ResponsesNamedChoice(_Model):
@@ -497,17 +507,9 @@ class AnthropicTool(_Model):
     cache_control: CacheControl = None
 
 
-def _anthropic_tools(v: Any) -> Any:
-    if isinstance(v, list):
-        for i, t in enumerate(v):
-            kind = t.get("type") if isinstance(t, dict) else None
-            if isinstance(kind, str) and kind != "custom":
-                raise PydanticCustomError(
-                    "agent_whole", f"'tools[{i}]': the server tool '{kind}' is not available "
-                    "here; only custom tools (name, description, input_schema)")
-        _unique_tools([t["name"] for t in v if isinstance(t, dict)
-                       and isinstance(t.get("name"), str)])
-    return v
+_anthropic_tools = _tools_of(
+    "custom", "'tools[{i}]': the server tool '{kind}' is not available here; only custom "
+    "tools (name, description, input_schema)")
 
 
 class AnthropicToolChoice(_Model):

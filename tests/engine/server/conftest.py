@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 
 from engine.host.runtime import Model
 from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
+from engine.server.openapi import openapi_schema
 from engine.settings import LoadParams
 
 API_KEY = "test-key-0123456789"
@@ -65,6 +67,13 @@ def base_url(server: ServerThread) -> str:
 @pytest.fixture
 def auth() -> dict[str, str]:
     return {"Authorization": f"Bearer {API_KEY}"}
+
+
+def doc_valid(name: str, body: dict[str, Any]) -> bool:
+    """Whether the server's OpenAPI document takes `body` as its schema `name`."""
+    doc = openapi_schema(ServerConfig(port=0))
+    root = {"$ref": f"#/components/schemas/{name}", "components": doc["components"]}
+    return jsonschema.Draft202012Validator(root).is_valid(body)
 
 
 def assert_no_leak(loaded: LoadedModel) -> None:

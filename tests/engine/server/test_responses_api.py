@@ -24,11 +24,10 @@ from engine.server.agent_protocol import ResponseObject, ResponsesRequest, parse
 from engine.server.agent_run import Done
 from engine.server.chat_reply import ReplyResult
 from engine.server.errors import ApiError
-from engine.server.openapi import openapi_schema
 from engine.server.response_store import ResponseStore
 from engine.server.responses_routes import ResponseBuilder, chat_messages
 from engine.settings import LoadParams
-from tests.engine.server.conftest import API_KEY, assert_no_leak, http, make_config
+from tests.engine.server.conftest import API_KEY, assert_no_leak, doc_valid, http, make_config
 from tests.engine.server.test_structured_api import THINKING_CHATML
 
 WEATHER: dict[str, Any] = {
@@ -364,24 +363,18 @@ REFUSED: list[dict[str, Any]] = [
 ]
 
 
-def _doc_valid(name: str, body: dict[str, Any]) -> bool:
-    doc = openapi_schema(ServerConfig(port=0))
-    root = {"$ref": f"#/components/schemas/{name}", "components": doc["components"]}
-    return jsonschema.Draft202012Validator(root).is_valid(body)
-
-
 @pytest.mark.parametrize("body", TAKEN)
 def test_the_document_takes_what_the_server_takes(body: dict[str, Any]) -> None:
     """A schema stricter than the server fails the fuzz test's negative-data check."""
     parse_request(ResponsesRequest, body)
-    assert _doc_valid("ResponsesRequest", body)
+    assert doc_valid("ResponsesRequest", body)
 
 
 @pytest.mark.parametrize("body", REFUSED)
 def test_the_document_refuses_what_it_can_say(body: dict[str, Any]) -> None:
     with pytest.raises(ApiError):
         parse_request(ResponsesRequest, body)
-    assert not _doc_valid("ResponsesRequest", body)
+    assert not doc_valid("ResponsesRequest", body)
 
 
 def _done(reply: ReplyResult, reason: str = "stop") -> Done:
