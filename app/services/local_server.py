@@ -5,7 +5,9 @@ Qt-free. `LocalServer.start()` binds the socket, then makes room in the model's 
 the server's slots (the context is recreated on the same weights with one sequence per slot
 plus the chat's, which stays reserved for the chat: nothing is loaded a second time) and is
 meant to run off the GUI thread; `stop()` may be called from any thread, at any time, more
-than once, and gives the chat its context back. Unloading the model stops the server.
+than once, and gives the chat its context back. The server serves the whole app host: the
+library's other models load on demand, and it goes on when the chat switches or ejects its
+model (a model API requests use stays until they are done).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.services.model_catalog import CHAT_OWNER
 from engine.errors import EngineError, LoadCancelled
 from engine.host.host import ModelHost
 from engine.host.runtime import Model
@@ -82,8 +85,8 @@ def local_url(host: str, port: int) -> str:
 class LocalServer:
     def __init__(self, host: ModelHost, name: str, settings: ServeSettings, *,
                  title: str = "") -> None:
-        """Serve the model loaded in `host` as `name` (the chat's); `title`: its name for
-        people, in messages (default: `name`)."""
+        """Serve the app's host, starting with the model loaded there as `name` (the
+        chat's); `title`: its name for people, in messages (default: `name`)."""
         self.model_host = host
         self.name = name
         self.title = title or name
@@ -91,15 +94,17 @@ class LocalServer:
         config = settings.config()
         config.validate()
         self.request_log = RequestLog(LOG_ROWS, secret=config.api_key)
-        # The app's host: the server finds the chat's model there, under its name.
+        # The app's host: the server finds the chat's model there, under its name, and
+        # loads the library's other models into it on demand.
         self.state = ServerState(config, request_log=self.request_log, host=host)
         self._lock = threading.Lock()
         self._closed = False
         self._thread: ServerThread | None = None
-        self._model: Model | None = None
+        self._model: Model | None = None  # the chat's model, with the server's slots
         self._loaded: LoadedModel | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self.stopped_because = ""  # why it stopped on its own ('' while running)
+        self.note = ""  # what changed while it runs (the chat's model went), for the panel
         self.port = 0  # the port it listens on, once bound
         self.url = ""  # where a client on this computer reaches it, once bound
 
@@ -122,28 +127,62 @@ class LocalServer:
             self.port = self._thread.port
             self.url = local_url(self.state.config.host, self.port)
             model = self.model_host.get(self.name)
-            loop = model.loop
-            # Each slot as long as the chat's, so the chat keeps all of its context.
-            loop.lease(LEASE, 1 + self.settings.parallel,
-                       max(loop.n_ctx_seq, self.settings.ctx_per_slot), reserved_slots=1)
+            self._lease(model)
         except BaseException:
             self.stop()
             raise
         with self._lock:
             if not self._closed:
-                self._model = model
-                self._loaded = LoadedModel.build(model, self.settings.model_id,
-                                                 max_queue=self.settings.max_queue)
-                self.state.set_loaded(self._loaded)
+                self._serve_chat_model(self.name, model, self.settings.model_id)
                 self._unsubscribe = self.model_host.on_change(self._on_host_change)
                 return self
         self._give_back(model)
         raise LoadCancelled("stopped while starting")
 
+    def _lease(self, model: Model) -> None:
+        """The server's slots beside the chat's, each as long as the chat's, so the chat
+        keeps all of its context."""
+        loop = model.loop
+        loop.lease(LEASE, 1 + self.settings.parallel,
+                   max(loop.n_ctx_seq, self.settings.ctx_per_slot), reserved_slots=1)
+
+    def _serve_chat_model(self, name: str, model: Model, model_id: str = "") -> None:
+        """Serve `model` (leased) as the default model, its answers saying `model_id`
+        (default: `name`). Call with the lock held."""
+        self._model, self.name = model, name
+        self._loaded = LoadedModel.build(model, model_id or name,
+                                         max_queue=self.settings.max_queue)
+        self.state.set_loaded(self._loaded)
+
     def _on_host_change(self, name: str, model: Model | None) -> None:
-        if name == self.name and model is None:
-            self.stopped_because = f"{self.title} was unloaded"
-            self.stop(unloading=True)
+        """The chat loads, switches or ejects models while the server runs: the server goes
+        on. A model the chat loads gets the server's slots and is the default one; the
+        model it leaves stays served while API requests use it (the host decides when it
+        goes), and requests name any library model, loaded on demand."""
+        if model is None:
+            if name != self.name:
+                return
+            with self._lock:
+                loaded, self._loaded, self._model = self._loaded, None, None
+            self.note = f"{self.title} was unloaded; requests load library models on demand"
+            self.state.set_loaded(None)
+            if loaded is not None:
+                loaded.close()
+            return
+        if self.model_host.owner_of(name) != CHAT_OWNER or model is self._model:
+            return
+        try:
+            if model.loop.leased_by != LEASE:  # the server's already, before the chat left it
+                self._lease(model)
+        except EngineError as e:  # it serves with the slots it has
+            self.note = f"{name} is served without extra slots: {e}"
+        with self._lock:
+            if self._closed:
+                self._give_back(model)
+                return
+            self._serve_chat_model(name, model)  # the model left stays served by the state
+            self.title = name
+        self.note = ""
 
     @staticmethod
     def _give_back(model: Model) -> None:
@@ -177,8 +216,10 @@ class LocalServer:
 
     @property
     def running(self) -> bool:
-        return self._loaded is not None
+        with self._lock:
+            return self._thread is not None and self._unsubscribe is not None
 
     def snapshot(self) -> SchedulerSnapshot | None:
+        """The chat's model's slots (None while the chat has no model)."""
         loaded = self._loaded
         return loaded.scheduler.snapshot() if loaded is not None else None

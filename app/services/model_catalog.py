@@ -19,6 +19,7 @@ from engine.host.host import HostedModel, Loadable
 from engine.settings import KV_TYPES, LoadParams
 
 ParamsFor = Callable[[LibraryEntry], LoadParams]
+CHAT_OWNER = "chat"  # who the chat's model belongs to in the app's host
 
 
 def library_catalog(library: ModelLibrary, params: ParamsFor, *,
@@ -85,4 +86,4 @@ def _real(path: Path) -> Path:
         return path
 
 
-__all__ = ["ParamsFor", "library_catalog", "server_params"]
+__all__ = ["CHAT_OWNER", "ParamsFor", "library_catalog", "server_params"]

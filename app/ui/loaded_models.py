@@ -37,13 +37,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.services.model_catalog import CHAT_OWNER
 from app.ui.library_model import human_bytes
 from engine.errors import EngineError
 from engine.host.host import HostedModel, ModelHost
 from engine.host.runtime import Model
 
 REFRESH_MS = 500
-CHAT_OWNER = "client"  # the owner the engine thread adds the chat's model with
 OWNER_WORDS = {CHAT_OWNER: "chat", "server": "server"}
 ON_DEMAND = "API (on demand)"
 CHAT_EJECT_TIP = "The chat's model: eject it from the library"

@@ -55,13 +55,15 @@ from app.services.local_server import (
     check_port_free,
     new_api_key,
 )
+from app.services.model_catalog import CHAT_OWNER
 from app.services.secrets import SecretStore
 from app.ui.background import Background
 from app.ui.estimate import Estimator
 from app.ui.library_model import human_bytes
+from app.ui.loaded_models import unloads_in
 from app.ui.worker import LoadedModel
 from engine.errors import EngineError, LoadCancelled
-from engine.host.host import ModelHost
+from engine.host.host import HostedModel, ModelHost
 from engine.model.naming import model_slug
 from engine.server import ServerError, is_loopback
 from engine.server.request_log import RequestRecord
@@ -168,6 +170,27 @@ def curl_example(url: str, model_id: str, with_key: bool) -> str:
            f"-d '{body}'"
 
 
+def models_line(hosted: Sequence[HostedModel]) -> str:
+    """The models in the host, as the server sees them: "smollm2 (chat), gemma (loading)"."""
+    if not hosted:
+        return "none loaded · requests load library models on demand"
+    parts = []
+    for h in hosted:
+        if h.state != "ready":
+            parts.append(f"{h.name} (loading)")
+        elif h.owner == CHAT_OWNER:
+            parts.append(f"{h.name} (chat)")
+        elif h.in_flight:
+            parts.append(f"{h.name} ({h.in_flight} in flight)")
+        elif h.pinned:
+            parts.append(f"{h.name} (pinned)")
+        elif h.expires_in_s is not None:
+            parts.append(f"{h.name} (idle, unloads in {unloads_in(h)})")
+        else:
+            parts.append(h.name)
+    return ", ".join(parts)
+
+
 def model_line(name: str, model_id: str) -> str:
     """The model the server serves: its name for people, and the id API clients send."""
     return f"Model: {name} · API model id: {model_id}"
@@ -193,6 +216,7 @@ class ServerPanel(QWidget):
         self.model_host = model_host or ModelHost()
         self.server: LocalServer | None = None  # starting, running or stopping
         self._serving_name = ""  # the name of the model it serves, for people
+        self._note_shown = ""  # the server's last note, once shown in the status line
         self.phase = "stopped"  # stopped | starting | running | stopping
         self._cancel: threading.Event | None = None  # set to cancel the load in progress
         self._bg = Background(self)
@@ -305,10 +329,17 @@ class ServerPanel(QWidget):
         self.kv.setRange(0, 1000)
         self.kv.setFormat("KV cache —")
         self.kv.setAccessibleName("KV cache use")
+        self.models = QLabel("—")
+        self.models.setWordWrap(True)
+        self.models.setAccessibleName("Loaded models")
+        self.models.setToolTip("Every model the server can answer from now. Requests naming "
+                               "another library model load it on demand (Tools → Loaded "
+                               "models… to pin or eject one).")
         live = QGroupBox("Server")
         ll = QFormLayout(live)
         ll.addRow("URL", url_row)
         ll.addRow("Example", curl_row)
+        ll.addRow("Models", self.models)
         ll.addRow("Slots", self.slots)
         ll.addRow("KV cache", self.kv)
 
@@ -398,10 +429,12 @@ class ServerPanel(QWidget):
         if self.phase == "stopped":
             self.model_label.setText(model_line(info.name, self.settings().model_id)
                                      if info else "No model loaded")
-        elif info is not None and self.server is not None:
-            self._serving_name = info.name  # renamed while it serves
+        elif self.server is not None:
+            # The chat switched, ejected or renamed its model: the server goes on.
+            self._serving_name = info.name if info is not None else ""
             if self.phase == "running":
                 self._show_serving(self.server)
+                self._show_models(self.server)
         self._sync_controls()
         self._update_memory()
 
@@ -533,9 +566,27 @@ class ServerPanel(QWidget):
         self.running_changed.emit(True)
 
     def _show_serving(self, server: LocalServer) -> None:
-        self.model_label.setText(
-            f"{model_line(self._serving_name, server.settings.model_id)} · "
-            f"{server.settings.parallel} slots of {server.settings.ctx_per_slot:,} tokens")
+        info = self.loaded
+        if info is None or not self._serving_name:
+            self.model_label.setText("The chat has no model loaded · requests name a library "
+                                     "model, loaded on demand")
+        else:
+            model_id = info.model_id or server.settings.model_id
+            self.model_label.setText(
+                f"{model_line(self._serving_name, model_id)} · "
+                f"{server.settings.parallel} slots of {server.settings.ctx_per_slot:,} tokens")
+        if self.curl.text() and info is not None and info.model_id:
+            self.curl.setText(curl_example(server.url, info.model_id,
+                                           bool(server.settings.api_key)))
+            self.curl.setCursorPosition(0)
+
+    def _show_models(self, server: LocalServer) -> None:
+        """The models the server answers from now, and what changed (the chat's went)."""
+        self.models.setText(models_line(self.model_host.hosted()))
+        note = server.note
+        if note and note != self._note_shown:
+            self._note_shown = note
+            self._set_status(note)
 
     def _on_stopped(self, _result: object, error: BaseException | None) -> None:
         self.server = None
@@ -581,8 +632,12 @@ class ServerPanel(QWidget):
         self.log_model.add(server.request_log.drain())
         if self.log_model.rowCount():
             self.log_view.scrollToBottom()
+        self._show_models(server)
         snap = server.snapshot()
         if snap is None:
+            self.slots.setText(f"— · {server.request_log.total} requests served")
+            self.kv.setValue(0)
+            self.kv.setFormat("KV cache —")
             return
         self.slots.setText(f"{snap.busy_slots} of {snap.n_slots} busy · {snap.queue_depth} "
                            f"waiting · {server.request_log.total} requests served")

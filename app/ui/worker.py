@@ -26,10 +26,11 @@ from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
+from app.services.model_catalog import CHAT_OWNER
 from engine.errors import EngineError, LoadCancelled
 from engine.host.chat_engine import ChatEngine, EmbeddedEngine, EmbeddedReply, ReplyStream
 from engine.host.context_policy import ContextPolicy
-from engine.host.host import ModelHost
+from engine.host.host import Loadable, ModelHost
 from engine.host.runtime import Model
 from engine.memory.estimate import actual_from_log
 from engine.model.facts import model_facts
@@ -176,6 +177,14 @@ class EngineWorker(QObject):
                 last[0] = p
                 self.progress.emit(p)
 
+        claimed = self.host.claim(Path(path), owner=CHAT_OWNER, params=params)
+        if claimed is not None:
+            # The API loaded this file on demand: the chat takes that model, not a copy.
+            self._adopt(Path(path), params, *claimed)
+            return
+        short = self.host.make_room(Loadable(Path(path).stem, Path(path), params))
+        if short is not None:  # the user chose to load it; llama.cpp's own checks decide
+            log.info("loading %s anyway: %s", Path(path).name, short)
         try:
             model = self._factory(Path(path), params, progress=on_progress, cancel=cancel)
         except LoadCancelled:
@@ -196,15 +205,23 @@ class EngineWorker(QObject):
             model.close()
             self.load_cancelled.emit()
             return
+        self._adopt(Path(path), params, None, model)
+
+    def _adopt(self, path: Path, params: LoadParams, host_name: str | None,
+               model: Model) -> None:
+        """Chat with `model`: put it in the host (unless it is there as `host_name`) and
+        tell the GUI."""
         facts = model_facts(model.gguf)
-        name = facts.display_name or Path(path).stem  # the window shows the library's name
+        name = facts.display_name or path.stem  # the window shows the library's name
         model_id = model_slug(name)
-        engine = EmbeddedEngine(model, model_id)
-        self.engine = engine
-        self.host.add(model_id, model)
+        if host_name is None:
+            self.host.add(model_id, model, owner=CHAT_OWNER)
+        elif host_name != model_id:
+            self.host.add_alias(host_name, model_id)
+        self.engine = EmbeddedEngine(model, host_name or model_id)
         info = model.load_info
         self.loaded.emit(LoadedModel(
-            path=Path(path),
+            path=path,
             name=name,
             model_id=model_id,
             n_ctx=model.n_ctx_seq,  # what one conversation holds
@@ -352,11 +369,14 @@ class EngineWorker(QObject):
         self.unloaded.emit()
 
     def close_model(self) -> None:
-        if self.engine is not None:
-            if isinstance(self.engine, EmbeddedEngine):
-                self.host.remove(self.engine.name)  # its other clients stop first
-            self.engine.close()
-            self.engine = None
+        engine, self.engine = self.engine, None
+        if engine is None:
+            return
+        if isinstance(engine, EmbeddedEngine):
+            if self.host.hand_over(engine.name):
+                return  # API requests use it: the host unloads it once they are done
+            self.host.remove(engine.name)  # its other clients stop first
+        engine.close()
 
 
 class EngineHost(QObject):

@@ -22,6 +22,7 @@ Several models can be loaded at once, within a memory budget per device:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -134,6 +135,7 @@ class _Entry:
     pinned: bool = False
     keep_s: float | None = DEFAULT_KEEP_S
     in_flight: int = 0
+    served: int = 0  # leases taken since it was added or loaded (requests it answered)
     last_used: float = 0.0
     expires_at: float | None = None
     loaded_at: float = 0.0
@@ -243,6 +245,84 @@ class ModelHost:
         for fn in listeners:
             fn(name, model)
 
+    def hand_over(self, name: str) -> bool:
+        """The client that added `name` is done with it (the chat switches models). If
+        other clients use it (a request in flight, or it has answered API requests since it
+        was added) the host takes it: from now on it is unloaded after the host's keep-alive
+        once idle, or evicted for room, like a model loaded on demand, and True is returned.
+        False: nobody else used it; the caller `remove`s and frees it as before."""
+        with self._changed:
+            e = self._find(name)
+            if e is None or e.model is None or e.owner is None:
+                return False
+            if e.in_flight == 0 and e.served == 0:
+                return False
+            log.info("%s stays loaded for the clients using it (owner %s left)", e.name,
+                     e.owner)
+            e.owner = None
+            e.keep_s = self.default_keep_s
+            e.last_used = self._clock() if e.in_flight == 0 else e.last_used
+            e.expires_at = (None if e.keep_s is None or e.in_flight
+                            else e.last_used + e.keep_s)
+            self._changed.notify_all()
+        self._ensure_reaper()
+        return True
+
+    def claim(self, path: Path, *, owner: str = "client",
+              params: LoadParams | None = None) -> tuple[str, Model] | None:
+        """A client is about to load `path`: if the host already has it loaded on demand,
+        the client takes that model instead (a file is loaded once): it becomes the
+        client's, kept until the client `remove`s it. Returns its name and the model, or
+        None (not loaded here, held by another client, or loaded with other `params` and
+        idle, in which case it is unloaded first so the client's load has the room). A
+        context with more or longer sequences than `params` asks for serves as well. A
+        model being loaded is waited for."""
+        with self._changed:
+            e = next((x for x in self._entries if x.path is not None
+                      and _same_file(x.path, path)), None)
+            if e is None or e.owner is not None:
+                return None
+            e.in_flight += 1  # not unloaded while it loads or while this decides
+        try:
+            self._wait_loaded(e, None)
+        except EngineError:
+            return None
+        finally:
+            with self._changed:
+                e.in_flight -= 1
+                self._changed.notify_all()
+        assert e.model is not None
+        if params is not None and not _serves(e.model, params):
+            if e.evictable:
+                self._evict(e)
+                return None
+            log.info("%s is busy with other settings; the %s uses it as loaded", e.name,
+                     owner)
+        with self._changed:
+            if e not in self._entries or e.owner is not None or e.model is None:
+                return None
+            e.owner, e.keep_s, e.expires_at = owner, None, None
+            e.served = 0
+            self._changed.notify_all()
+            listeners, model = list(self._listeners), e.model
+        for fn in listeners:  # it is a client's model now, as if just added
+            fn(e.name, model)
+        return e.name, model
+
+    def make_room(self, spec: Loadable) -> str | None:
+        """Before a client loads `spec` itself: unload least recently used idle models the
+        host loaded until the estimate fits. Returns why it still does not fit (the client
+        decides whether to load anyway), or None."""
+        probe = _Entry(spec.name, spec.path)
+        with self._load_lock:
+            try:
+                self._make_room(spec, probe)
+            except NoRoom as e:
+                return str(e)
+            except Exception as e:  # a file the estimate cannot read: the load says why
+                log.info("no estimate for %s: %s", spec.name, e)
+        return None
+
     def add_alias(self, name: str, alias: str) -> None:
         """Let the loaded model `name` answer to `alias` too."""
         with self._lock:
@@ -259,6 +339,12 @@ class ModelHost:
             loaded = f"loaded: {', '.join(sorted(names))}" if names else "no model is loaded"
             raise ModelNotLoaded(f"model {name!r} is not loaded ({loaded})")
         return e.model
+
+    def owner_of(self, name: str) -> str | None:
+        """The client that holds the model `name` (None: the host, or no such model)."""
+        with self._lock:
+            e = self._find(name)
+            return e.owner if e is not None else None
 
     def names(self) -> list[str]:
         """The loaded models' names."""
@@ -284,7 +370,8 @@ class ModelHost:
             model.close()
 
     def on_change(self, fn: Callable[[str, Model | None], None]) -> Callable[[], None]:
-        """Call `fn(name, model)` when a model is added or loaded, `fn(name, None)` before
+        """Call `fn(name, model)` when a model is added, loaded or claimed by a client (see
+        `owner_of`), `fn(name, None)` before
         one goes (on the thread that adds or removes it). Returns the call that stops it."""
         with self._lock:
             self._listeners.append(fn)
@@ -322,9 +409,7 @@ class ModelHost:
         with self._changed:
             e = self._find(name)
             if e is not None:
-                e.in_flight += 1
-                if not isinstance(keep_s, Unset) and e.owner is None:
-                    e.keep_s = keep_s
+                self._hold(e, keep_s)
         if e is None:
             spec = self.find(name)
             e = self._start_load(spec, keep_s)
@@ -344,10 +429,15 @@ class ModelHost:
             e = self._find(name)
             if e is None or e.model is None:
                 return None
-            e.in_flight += 1
-            if not isinstance(keep_s, Unset) and e.owner is None:
-                e.keep_s = keep_s
+            self._hold(e, keep_s)
         return Lease(self, e)
+
+    def _hold(self, e: _Entry, keep_s: float | Unset | None) -> None:
+        """One more request holds `e` (call with the lock held)."""
+        e.in_flight += 1
+        e.served += 1
+        if not isinstance(keep_s, Unset) and e.owner is None:
+            e.keep_s = keep_s
 
     def find(self, name: str) -> Loadable:
         """The catalog's model that `name` refers to (not loading it); ModelNotFound lists
@@ -366,11 +456,11 @@ class ModelHost:
         with self._changed:
             e = self._find(spec.name)
             if e is not None:  # another request started it meanwhile
-                e.in_flight += 1
+                self._hold(e, keep_s)
                 return e
             e = _Entry(spec.name, spec.path, spec.aliases, spec.title or spec.name,
                        keep_s=self.default_keep_s if isinstance(keep_s, Unset) else keep_s,
-                       in_flight=1)
+                       in_flight=1, served=1)
             self._entries.append(e)
         threading.Thread(target=self._load, args=(e, spec), name=f"candlewick-load-{spec.name}",
                          daemon=True).start()
@@ -585,6 +675,24 @@ class ModelHost:
     def _find(self, name: str) -> _Entry | None:
         exact = next((e for e in self._entries if e.name == name), None)
         return exact or next((e for e in self._entries if e.answers_to(name)), None)
+
+
+def _serves(model: Model, params: LoadParams) -> bool:
+    """Whether `model` is loaded as `params` asks, or with more room: the context's shape
+    changes while a server leases its slots; every other setting must be the same."""
+    same_shape = dataclasses.replace(model.params, n_ctx=params.n_ctx,
+                                     n_seq_max=params.n_seq_max)
+    per_seq = params.n_ctx // max(params.n_seq_max, 1)
+    return same_shape == params and model.n_ctx_seq >= per_seq
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a == b:
+        return True
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 def _actual_memory(model: Model) -> dict[str, int]:

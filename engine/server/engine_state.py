@@ -129,15 +129,22 @@ class ServerState:
     # -- the models ------------------------------------------------------------------------
 
     def set_loaded(self, loaded: LoadedModel | None) -> None:
-        """Serve `loaded` (the caller loaded it and frees it), or stop serving it (None)."""
+        """Serve `loaded` (the caller loaded it and frees it), or stop serving it (None).
+        One replaced while its model is still in the host is the state's from then on."""
         with self._lock:
             old, added = self._given, self._added
             self._given, self._added = loaded, False
         if old is not None:
             if added:
                 self.host.remove(self._name_of(old))
-            with self._lock:
-                self._served = {k: v for k, v in self._served.items() if v is not old}
+            elif self._is(self._name_of(old), old):
+                # Still in the host (the chat left it to the API's requests): served on,
+                # and closed by this state when the host unloads it.
+                with self._lock:
+                    self._built.append(old)
+            else:
+                with self._lock:
+                    self._served = {k: v for k, v in self._served.items() if v is not old}
         if loaded is None:
             return
         name = next((h.name for h in self.host.hosted() if h.path == loaded.model.path

@@ -257,3 +257,76 @@ def test_budgets_are_checked() -> None:
     with pytest.raises(EngineError, match="must not be negative"):
         MemoryBudget({"CPU": -1})
     assert MemoryBudget({"CPU": 2 * GiB}).devices["CPU"] == 2 * GiB
+
+
+def test_a_client_hands_over_a_model_other_clients_use(
+        make_host: Callable[..., ModelHost], specs: dict[str, Loadable]) -> None:
+    """The chat switching models: its old model stays for the API's requests (and goes after
+    the keep-alive once they are done); one nobody else used is the client's to free."""
+    host = make_host(default_keep_s=1.0)
+    unused = Model(specs["copy"].path, PARAMS)
+    host.add("unused", unused, owner="chat")
+    assert not host.hand_over("unused")  # nobody else asked for it
+    assert host.owner_of("unused") == "chat"
+    host.remove("unused")
+    unused.close()
+
+    chat = Model(specs["smol"].path, PARAMS)
+    host.add("chat-model", chat, owner="chat")
+    request = host.acquire("chat-model")  # an API request in flight
+    assert host.hand_over("chat-model")
+    (h,) = host.hosted()
+    assert h.owner is None and h.keep_s == 1.0 and h.expires_in_s is None  # still in use
+    time.sleep(1.3)
+    assert loaded(host) == ["chat-model"]  # never while a request holds it
+    assert request.model.generate(HI, TWO).consume()
+    request.release()
+    assert until(lambda: loaded(host) == [], 10)  # then its keep-alive runs out
+
+    # Answered requests before the switch count as using it too.
+    again = Model(specs["smol"].path, PARAMS)
+    host.add("chat-model", again, owner="chat")
+    host.acquire("chat-model").release()
+    assert host.hand_over("chat-model") and host.owner_of("chat-model") is None
+    assert until(lambda: loaded(host) == [], 10)
+
+
+def test_a_client_takes_the_model_the_host_loaded_instead_of_a_copy(
+        make_host: Callable[..., ModelHost], specs: dict[str, Loadable]) -> None:
+    host = make_host(loader=(loader := Counting()))
+    seen: list[tuple[str, bool]] = []
+    host.on_change(lambda name, model: seen.append((name, model is not None)))
+    host.acquire("smol").release()
+    claimed = host.claim(specs["smol"].path, owner="chat", params=PARAMS)
+    assert claimed is not None and claimed[0] == "smol"
+    assert claimed[1] is host.get("smol") and loader.loads == {"smol": 1}
+    (h,) = host.hosted()
+    assert h.owner == "chat" and h.keep_s is None and h.expires_in_s is None
+    assert seen == [("smol", True), ("smol", True)]  # listeners hear it changed hands
+    assert host.claim(specs["smol"].path, owner="bench") is None  # a client's already
+    assert host.claim(specs["gemma"].path) is None  # not loaded here: the client loads it
+
+    # Loaded with other settings and idle: unloaded, so the client's load has the room.
+    host.acquire("copy").release()
+    other = LoadParams(n_ctx=1024, n_threads=2)
+    assert host.claim(specs["copy"].path, owner="chat", params=other) is None
+    assert loaded(host) == ["smol"]
+    host.remove("smol")
+    claimed[1].close()
+
+
+def test_a_client_load_makes_room_by_evicting_idle_models(
+        make_host: Callable[..., ModelHost], specs: dict[str, Loadable]) -> None:
+    host = make_host(budget_mib=1100)
+    host.acquire("gemma").release()
+    host.acquire("smol").release()
+    assert host.make_room(specs["copy"]) is None  # all three do not fit: Gemma goes
+    assert loaded(host) == ["smol"]
+
+    small = make_host(budget_mib=900)
+    with small.acquire("smol"):  # busy: it stays, and the client hears why it won't fit
+        short = small.make_room(specs["gemma"])
+    assert short is not None and re.fullmatch(
+        r"loading Gemma 3 270M needs \d{3} MiB of RAM; \d{3} MiB free of the 900 MiB budget; "
+        r"every loaded model is busy, pinned or held by a client", short), short
+    assert loaded(small) == ["smol"]

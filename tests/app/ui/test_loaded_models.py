@@ -19,6 +19,7 @@ from pytestqt.qtbot import QtBot
 
 from app.main import build_window
 from app.services.library import ModelLibrary
+from app.services.model_catalog import CHAT_OWNER
 from app.services.secrets import SecretStore
 from app.ui.loaded_models import (
     CHAT_EJECT_TIP,
@@ -158,7 +159,7 @@ def test_on_demand_models_countdown_pin_and_eject(
     v.hide()
     chat_model = Model(smollm2_path, PARAMS)
     try:
-        host.add(CHAT, chat_model)
+        host.add(CHAT, chat_model, owner=CHAT_OWNER)
         qtbot.waitUntil(lambda: v.model.row_of(CHAT) >= 0)
         v.show()
         assert cell(v, CHAT, "Model") == CHAT  # no library name given for it
@@ -255,11 +256,13 @@ def test_in_the_window_api_requests_load_library_models_beside_the_chats(
 
         assert view.eject("gemma-3-270m")
         qtbot.waitUntil(lambda: view.model.row_of("gemma-3-270m") < 0, timeout=10_000)
-        # The chat's model goes the library's way: the chat unloads it, the server stops.
+        # The chat's model goes the library's way: the chat unloads it (no API request used
+        # it), and the server goes on serving the library.
         assert view.eject(chat)
         qtbot.waitUntil(lambda: view.model.rowCount() == 0, timeout=30_000)
-        qtbot.waitUntil(lambda: w.controller.loaded is None and panel.phase == "stopped",
-                        timeout=30_000)
+        qtbot.waitUntil(lambda: w.controller.loaded is None, timeout=30_000)
+        assert panel.phase == "running" and httpx.get(
+            url + "/api/ps", headers=auth, timeout=60).json() == {"models": []}
     finally:
         w.close()
         w.shutdown()  # what quitting the app does: the host's threads end with it

@@ -1,6 +1,7 @@
 """The Local server serves the model the chat has loaded, on its one decode loop: starting it
 loads nothing (the same `Model` object serves), an API request and a chat reply are decoded
-together, stopping gives the chat its context back, and unloading the model stops the server.
+together, stopping gives the chat its context back; the server goes on when the chat ejects
+or switches its model, and a model the API uses stays loaded for it.
 (These replace the tests of the server's first load in a child process: it loads nothing.)"""
 
 from __future__ import annotations
@@ -164,20 +165,98 @@ def test_an_api_request_and_a_chat_reply_run_together(
 
 
 @pytest.mark.slow
-def test_unloading_the_model_stops_the_server(
+def test_ejecting_the_chats_model_leaves_the_server_running(
         qtbot: QtBot, window: MainWindow, smollm2_path: Path) -> None:
     panel = server_panel(qtbot, window, smollm2_path)
     start(qtbot, panel)
     server = panel.server
     assert server is not None
-    port = server.port
     name = window.controller.loaded.name  # type: ignore[union-attr]
-    with qtbot.waitSignal(panel.running_changed, timeout=60_000) as sig:
+    host = window.engine.worker.host
+    with qtbot.assertNotEmitted(panel.running_changed, wait=500):
         window.controller.eject()
-    assert sig.args == [False]
-    assert server.stopped_because == f"{name} was unloaded" and not server.running
-    assert port_is_free(port)
-    assert panel.phase == "stopped" and panel.server is None
-    assert panel.status.text() == f"Stopped: {name} was unloaded"
-    assert panel.quit_warning() == ""
-    assert not panel.start_button.isEnabled()  # nothing to serve now
+        qtbot.waitUntil(lambda: host.names() == [], timeout=60_000)
+    # Nobody else used it: it is freed, and the server goes on serving the library.
+    assert server.running and panel.phase == "running" and not port_is_free(server.port)
+    qtbot.waitUntil(lambda: f"{name} was unloaded" in panel.status.text(), timeout=10_000)
+    assert panel.models.text().startswith("none loaded")
+    assert "The chat has no model loaded" in panel.model_label.text()
+    assert panel.quit_warning() != ""
+    with qtbot.waitSignal(panel.running_changed, timeout=60_000) as sig:
+        panel.stop()
+    assert sig.args == [False] and port_is_free(server.port)
+
+
+@pytest.mark.slow
+def test_switching_the_chat_model_keeps_the_one_the_api_uses(
+        qtbot: QtBot, window: MainWindow, smollm2_path: Path, gemma_path: Path,
+        model_inits: list[Path]) -> None:
+    """The chat moves to Gemma while an API client streams from SmolLM2: SmolLM2 stays loaded
+    for it (the host's now, with a keep-alive), the server keeps running and serves both,
+    and the chat going back to SmolLM2 takes that model again instead of loading a copy."""
+    panel = server_panel(qtbot, window, smollm2_path)
+    start(qtbot, panel)
+    host = window.engine.worker.host
+    smol_id = window.controller.loaded.host_key  # type: ignore[union-attr]
+    smol = host.get(smol_id)
+    client = openai.OpenAI(base_url=panel.url.text() + "/v1", api_key=panel.key_edit.text(),
+                           max_retries=0, timeout=300)
+    pieces: list[str] = []
+    hang_up = threading.Event()
+    errors: list[BaseException] = []
+
+    def call_api() -> None:
+        try:
+            with client.chat.completions.create(
+                    model=smol_id, messages=[{"role": "user", "content": "Write a long story."}],
+                    max_tokens=400, temperature=0, stream=True) as stream:
+                for chunk in stream:
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        pieces.append(chunk.choices[0].delta.content)
+                    if hang_up.is_set():
+                        break
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    api = threading.Thread(target=call_api, name="test-api-client")
+    api.start()
+    try:
+        qtbot.waitUntil(lambda: bool(pieces) or bool(errors), timeout=120_000)
+        assert not errors
+        with qtbot.assertNotEmitted(panel.running_changed, wait=200):
+            window.controller.load(gemma_path, LoadParams(n_ctx=CHAT_CTX, n_threads=1))
+            qtbot.waitUntil(lambda: window.controller.loaded is not None
+                            and window.controller.loaded.path == gemma_path, timeout=120_000)
+        hosted = {h.name: h for h in host.hosted()}
+        gemma_id = window.controller.loaded.host_key  # type: ignore[union-attr]
+        assert set(hosted) == {smol_id, gemma_id}
+        assert hosted[smol_id].owner is None and hosted[smol_id].in_flight == 1
+        assert hosted[smol_id].keep_s == host.default_keep_s
+        assert hosted[gemma_id].owner == "chat" and host.get(smol_id) is smol
+        # The stream goes on from the model the chat left; the chat's new one is served too.
+        before = len(pieces)
+        qtbot.waitUntil(lambda: len(pieces) > before or bool(errors), timeout=60_000)
+        assert not errors and panel.server is not None and panel.server.running
+        qtbot.waitUntil(lambda: f"{smol_id} (1 in flight)" in panel.models.text()
+                        and f"{gemma_id} (chat)" in panel.models.text(), timeout=10_000)
+        answer = client.chat.completions.create(
+            model=gemma_id, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+            temperature=0)
+        assert answer.model == gemma_id and answer.choices[0].message.content is not None
+        assert gemma_id in panel.model_label.text() or "Gemma" in panel.model_label.text()
+    finally:
+        hang_up.set()
+        api.join(120)
+        client.close()
+    assert not api.is_alive() and not errors
+    qtbot.waitUntil(lambda: next(h for h in host.hosted() if h.name == smol_id)
+                    .expires_in_s is not None, timeout=10_000)  # idle: its keep-alive runs
+
+    # Back to SmolLM2: the chat takes the host's model; Gemma, used by one request, stays.
+    window.controller.load(smollm2_path, LoadParams(n_ctx=CHAT_CTX, n_threads=1))
+    qtbot.waitUntil(lambda: window.controller.loaded is not None
+                    and window.controller.loaded.path == smollm2_path, timeout=120_000)
+    assert window.engine.worker.model is smol
+    assert model_inits == [smollm2_path, gemma_path]  # no second copy of SmolLM2
+    assert host.owner_of(smol_id) == "chat" and host.owner_of(gemma_id) is None
+    assert panel.server is not None and panel.server.running
