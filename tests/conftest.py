@@ -35,6 +35,20 @@ def gemma_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """all-MiniLM-L6-v2 (a BERT sentence-embedding model, mean pooling) converted to GGUF from
+    its PyPI package (once, then reused)."""
+    from all_minilm_l6_v2 import get_model_zip_path  # type: ignore[import-untyped]
+
+    from tests.minilm_gguf import convert
+
+    target = ARTIFACTS / "models" / "all-minilm-l6-v2-f16.gguf"
+    if not target.exists() or target.stat().st_mtime < get_model_zip_path().stat().st_mtime:
+        convert(target)
+    return target
+
+
+@pytest.fixture(scope="session")
 def exact_smollm2_path(smollm2_path: Path) -> Path:
     """SmolLM2 with its Q8_0 token embedding stored as Q4_1, like its layers: a model whose
     every matrix product takes the same kernel for one row and many on any CPU without ARM's

@@ -53,6 +53,8 @@ TitleFn = Callable[[HostedModel], str | None]
 
 def used_by(h: HostedModel) -> str:
     who = ON_DEMAND if h.owner is None else OWNER_WORDS.get(h.owner, h.owner)
+    if h.leased_by:  # the Local server's slots on the chat's model, a benchmark's run
+        who += f" · {h.leased_by}"
     if h.in_flight > 0:
         who += f", {h.in_flight} request{'s' if h.in_flight != 1 else ''}"
     return who

@@ -33,8 +33,8 @@ from engine.host.context_policy import ContextPolicy
 from engine.host.host import Loadable, ModelHost
 from engine.host.runtime import Model
 from engine.memory.estimate import actual_from_log
-from engine.model.facts import model_facts
-from engine.model.gguf import GGUFError
+from engine.model.facts import embedding_pooling, model_facts
+from engine.model.gguf import GGUFError, read_gguf
 from engine.model.naming import model_slug
 from engine.native.load_probe import FirstLoads
 from engine.settings import LoadParams, SamplingParams
@@ -113,6 +113,13 @@ def _actual(lines: Sequence[str]) -> dict[str, int]:
     return {k: v for k, v in out.items() if v}
 
 
+def _embedding_only(path: Path) -> bool:
+    try:
+        return embedding_pooling(read_gguf(path)) > 0
+    except (GGUFError, OSError):  # the load says what is wrong with the file
+        return False
+
+
 def _default_factory(path: Path, params: LoadParams, *,
                      progress: Callable[[float], None] | None = None,
                      cancel: threading.Event | None = None) -> Model:
@@ -168,6 +175,10 @@ class EngineWorker(QObject):
 
     @Slot(object, object, object)
     def load(self, path: Path, params: LoadParams, cancel: threading.Event) -> None:
+        if _embedding_only(Path(path)):  # refused before the chat's model goes
+            self.failed.emit(0, f"{Path(path).name} is an embedding model: it cannot chat. "
+                                "The Local server gives its vectors at /v1/embeddings")
+            return
         self.close_model()
         last = [-1.0]
 

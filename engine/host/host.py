@@ -122,6 +122,7 @@ class HostedModel:
     expires_in_s: float | None  # idle time left before it is unloaded; None: not counting
     loaded_at: float  # time.time() when it finished loading (0 while loading)
     last_used_s: float  # seconds since its last request ended (or it was loaded)
+    leased_by: str | None = None  # who holds its loop's slots now (the Local server, a benchmark)
 
 
 @dataclass(eq=False)
@@ -622,7 +623,8 @@ class ModelHost:
                 e.name, e.path, "ready" if e.model is not None else "loading", e.owner,
                 e.pinned, e.in_flight, dict(e.memory), e.keep_s,
                 None if e.expires_at is None or not e.evictable else max(e.expires_at - now, 0),
-                e.loaded_at, now - e.last_used if e.model is not None else 0.0)
+                e.loaded_at, now - e.last_used if e.model is not None else 0.0,
+                _leased_by(e.model))
                 for e in self._entries]
 
     def used(self) -> dict[str, int]:
@@ -675,6 +677,11 @@ class ModelHost:
     def _find(self, name: str) -> _Entry | None:
         exact = next((e for e in self._entries if e.name == name), None)
         return exact or next((e for e in self._entries if e.answers_to(name)), None)
+
+
+def _leased_by(model: Model | None) -> str | None:
+    sched = getattr(model, "scheduler", None)  # a model whose loop has ended has none
+    return sched.leased_by if sched is not None else None
 
 
 def _serves(model: Model, params: LoadParams) -> bool:

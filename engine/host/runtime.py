@@ -31,6 +31,7 @@ from engine.host.scheduler import Scheduler
 from engine.host.speculative import Speculator, draft_params
 from engine.memory import cpu_kernels, hardware
 from engine.memory import estimate as memory
+from engine.model.facts import embedding_pooling
 from engine.model.gguf import GGUFFile, read_gguf
 from engine.model.semantics import check_model
 from engine.model.templates import ChatTemplate
@@ -90,6 +91,15 @@ class Model:
         self.path = Path(path)
         self.gguf = gguf or read_gguf(self.path)
         check_model(self.gguf)  # an incoherent model can make llama.cpp abort the process
+        # A sentence-embedding model (its file says how it pools): its one context computes
+        # pooled vectors, the whole input in one batch (its attention is not causal), and
+        # nothing is ever generated from it (engine.server.embeddings uses it).
+        self.embedding_only = embedding_pooling(self.gguf) > 0
+        if self.embedding_only:
+            train = int(self.gguf.arch_value("context_length", 0) or 0) or 512
+            n = min(self.params.n_ctx or train, train)
+            self.params = replace(self.params, n_ctx=n, n_seq_max=1, n_batch=n, n_ubatch=n,
+                                  embeddings=True, speculative=None)
         self._lib = C = llama_lib.lib()
         self._model: Any = None
         self._vocab: Any = None

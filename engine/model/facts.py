@@ -33,6 +33,14 @@ class ModelFacts:
     # The readable name from the file name and `general.*` (engine.model.naming), e.g.
     # "SmolLM2 135M Instruct · Q4_1"; the library may know better (a repository, a rename).
     display_name: str = ""
+    # How the file pools token vectors into one sentence vector (llama.cpp's
+    # `{arch}.pooling_type`: 1 mean, 2 CLS, 3 last, 4 rank); 0: none said, a text generator.
+    pooling_type: int = 0
+
+    @property
+    def embedding_only(self) -> bool:
+        """A sentence-embedding model (BERT and its kind): it pools, it does not generate."""
+        return self.pooling_type > 0
 
     @property
     def params_label(self) -> str:
@@ -120,7 +128,15 @@ def model_facts(gf: GGUFFile) -> ModelFacts:
         vocab_size=vocab,
         chat_template=tmpl if isinstance(tmpl, str) else None,
         display_name=derive_name(gf.source_name, md, quantization=quant),
+        pooling_type=embedding_pooling(gf),
     )
+
+
+def embedding_pooling(gf: GGUFFile) -> int:
+    """The file's pooling type (0 when it has none, or an unknown value)."""
+    value = gf.arch_value("pooling_type", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 4 \
+        else 0
 
 
 def _dominant_type(gf: GGUFFile) -> str:

@@ -1,7 +1,11 @@
-"""Sentence embeddings from the loaded model: a second llama.cpp context on the same weights,
-with embeddings on and mean pooling, so generation and embedding never share a KV cache. Its
-decodes run on the model's decode thread, between two generation steps (`call_soon`): one
-thread drives llama.cpp, as in llama-server."""
+"""Sentence embeddings from a loaded model, decoded on the model's decode thread between two
+generation steps (`call_soon`): one thread drives llama.cpp, as in llama-server.
+
+An embedding model (a GGUF that says how it pools: BERT, nomic-bert, ...) is loaded with its
+one context in embeddings mode, and the vectors come from there, pooled as the file says. A
+text generator named for embeddings (as Ollama allows) gets a second context on the same
+weights, with embeddings on and mean pooling, so generation and embedding never share a KV
+cache."""
 
 from __future__ import annotations
 
@@ -21,7 +25,8 @@ class Embedder:
     def __init__(self, model: Model, *, max_tokens: int = 512, n_threads: int | None = None
                  ) -> None:
         self.model = model
-        self.max_tokens = max_tokens
+        # An embedding model's own context holds what one input may be.
+        self.max_tokens = model.n_ctx if model.embedding_only else max_tokens
         self._n_threads = n_threads or model.load_info.n_threads
         self._ctx: Any = None
         self._lock = threading.Lock()
@@ -31,6 +36,8 @@ class Embedder:
         self.executor.submit(lambda: None).result()
 
     def _context(self) -> Any:
+        if self.model.embedding_only:
+            return self.model.ctx_ptr  # the model's, freed with it
         if self._ctx is None:
             C = llama_lib.lib()
             cp = C.llama_context_default_params()

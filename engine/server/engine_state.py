@@ -224,11 +224,12 @@ class ServerState:
         if loaded is not None and ours:
             loaded.close()  # one set_loaded gave stays its caller's
 
-    async def acquire(self, name: str | None, *, keep_s: float | Unset | None = UNSET
-                      ) -> LoadedModel:
+    async def acquire(self, name: str | None, *, keep_s: float | Unset | None = UNSET,
+                      generate: bool = True) -> LoadedModel:
         """The model a request names (None or '': the default), loaded on demand; held until
         the request's answer has been sent. An unknown name is a 404 listing the known ones;
-        a load that cannot fit is a 503 with the reason."""
+        a load that cannot fit is a 503 with the reason. `generate`: the request wants text,
+        which an embedding model cannot give (a 400 naming the model)."""
         name = name or self.config.model_id
         leases = request_leases.get()
         try:
@@ -244,6 +245,11 @@ class ServerState:
             raise ApiError(503, str(e), code="insufficient_memory") from None
         except EngineError as e:
             raise ApiError(503, str(e), code="model_load_failed") from None
+        if generate and lease.model.embedding_only:
+            lease.release()
+            raise ApiError(400, f"model {lease.name!r} is an embedding model: it answers "
+                           "/v1/embeddings and /api/embed, not text generation",
+                           code="model_not_supported", param="model")
         if leases is not None:
             leases.append(lease)
         else:  # outside a request (tests): hold it no longer than the call

@@ -45,7 +45,8 @@ class ModelRoutes:
     async def load(self, request: Request) -> Response:
         req = await self._body(request)
         keep = keep_seconds(req.keep_alive)
-        loaded = await self.state.acquire(request.path_params["model_id"], keep_s=keep)
+        loaded = await self.state.acquire(request.path_params["model_id"], keep_s=keep,
+                                          generate=False)
         name = self.state.host.resolve(loaded.model_id)
         if req.pinned is not None:
             self.state.host.pin(name, req.pinned)

@@ -91,9 +91,13 @@ def _arguments(call: ToolCall) -> Any:
         return {}
 
 
-def capabilities(template: str | None, embeds: bool) -> list[str]:
-    """As Ollama names them. Every model can call tools: one whose template has no tool
-    support gets the generic format (engine.server.chat_reply)."""
+def capabilities(template: str | None, embeds: bool, *, embedding_only: bool = False
+                 ) -> list[str]:
+    """As Ollama names them. Every text generator can call tools: one whose template has no
+    tool support gets the generic format (engine.server.chat_reply). An embedding model
+    only embeds."""
+    if embedding_only:
+        return ["embedding"] if embeds else []
     caps = ["completion", "tools"]
     if thinking_markers(template) is not None:
         caps.append("thinking")
@@ -209,7 +213,8 @@ class OllamaRoutes:
             "template": template,
             "details": facts_details(f),
             "model_info": info,
-            "capabilities": capabilities(template, embeds),
+            "capabilities": capabilities(template, embeds,
+                                         embedding_only=bool(f and f.embedding_only)),
             "modified_at": _iso(path.stat().st_mtime),
         })
 
@@ -245,7 +250,7 @@ class OllamaRoutes:
         sampling = self._sampling(req.options)
         grammar = ollama_grammar(req.format)
         keep = keep_seconds(req.keep_alive)
-        loaded = await self.state.acquire(req.model, keep_s=keep)
+        loaded = await self.state.acquire(req.model, keep_s=keep, generate=bool(prompt_text))
         if not prompt_text:
             # Ollama answers an empty prompt by loading the model (keep_alive 0: unloading
             # it) and saying it is done.
@@ -337,7 +342,8 @@ class OllamaRoutes:
     async def embed(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         req = parse_body(OllamaEmbedRequest, body)
-        loaded = await self.state.acquire(req.model, keep_s=keep_seconds(req.keep_alive))
+        loaded = await self.state.acquire(req.model, keep_s=keep_seconds(req.keep_alive),
+                                          generate=False)
         if loaded.embedder is None:
             raise ApiError(501, "embeddings are turned off on this server")
         vectors, n = await run_embeddings(loaded.embedder, req.input)

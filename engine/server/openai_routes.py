@@ -267,7 +267,7 @@ class OpenAIRoutes:
     async def embeddings(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         req = parse_body(EmbeddingRequest, body)
-        loaded = await self.state.acquire(req.model, keep_s=_ttl(req.ttl))
+        loaded = await self.state.acquire(req.model, keep_s=_ttl(req.ttl), generate=False)
         embedder = loaded.embedder
         if embedder is None:
             raise ApiError(501, "embeddings are turned off on this server")

@@ -244,7 +244,7 @@ def test_in_the_window_api_requests_load_library_models_beside_the_chats(
         assert view.host is w.engine.worker.host
         qtbot.waitUntil(lambda: view.model.rowCount() == 2)
         assert cell(view, chat, "Model") == "SmolLM2 135M Instruct · Q4_1"  # the library's
-        assert cell(view, chat, "Used by") == "chat"
+        assert cell(view, chat, "Used by") == "chat · Local server"  # its slots
         assert cell(view, chat, "Unloads in") == "kept"
         gemma_name = w.model_name(models / "gemma-3-270m.gguf")
         assert gemma_name and cell(view, "gemma-3-270m", "Model") == gemma_name

@@ -189,3 +189,18 @@ def test_unload_then_generate_fails(qtbot: QtBot, host: EngineHost, smollm2_path
     with qtbot.waitSignal(log.got_failed, timeout=10_000):
         host.generate(CHAT, GREEDY)
     assert log.names == ["unloaded", "failed"]
+
+
+@pytest.mark.slow
+def test_an_embedding_model_is_refused_by_the_chat_which_keeps_its_model(
+        qtbot: QtBot, host: EngineHost, smollm2_path: Path, minilm_path: Path) -> None:
+    log = SignalLog(host.worker)
+    load(qtbot, host, log, smollm2_path)
+    chat_model = host.worker.model
+    with qtbot.assertNotEmitted(log.got_loaded), \
+            qtbot.waitSignal(log.got_failed, timeout=10_000) as blocker:
+        host.load(minilm_path, PARAMS)
+    assert blocker.args[0] == (f"{minilm_path.name} is an embedding model: it cannot chat. "
+                               "The Local server gives its vectors at /v1/embeddings")
+    assert host.worker.model is chat_model and chat_model is not None  # nothing unloaded
+    assert host.worker.host.names() == [host.worker.engine.name]  # type: ignore[union-attr]
