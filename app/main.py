@@ -192,6 +192,18 @@ def add_loaded_models(window: MainWindow) -> None:
     window.add_tool_window("Loaded models…", view, "Ctrl+Shift+M", view.shutdown)
 
 
+def add_mcp_servers(window: MainWindow, paths: AppPaths) -> None:
+    """The MCP servers dialog (Tools menu): the tool servers the chat may use, their
+    settings (tokens in the keyring) and the tools each one offers."""
+    from app.services.mcp_config import FILE_NAME, McpConfigStore
+    from app.services.secrets import SecretStore
+    from app.ui.mcp_dialog import McpServersDialog
+
+    dialog = McpServersDialog(McpConfigStore(paths.config / FILE_NAME, SecretStore()))
+    # At quit a test still waiting on a server gives up (and its server is stopped).
+    window.add_tool_window("MCP servers…", dialog, "Ctrl+Shift+T", lambda: dialog.done(0))
+
+
 def open_store(paths: AppPaths) -> tuple[ChatStore | None, set[int], str | None]:
     """The chat history and the conversations whose answers a crash cut off (now marked
     interrupted); or None and why (the app still opens, without history)."""
@@ -253,6 +265,7 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
     add_benchmark(window)
     add_server_panel(window)
     add_loaded_models(window)
+    add_mcp_servers(window, paths)
     return window
 
 
