@@ -17,7 +17,17 @@ from PySide6.QtCore import (
     Qt,
 )
 
-from app.ui.conversation import AnswerFormat, Conversation, Message, MessageState, Role
+from app.ui.conversation import (
+    AnswerFormat,
+    Conversation,
+    Message,
+    MessageState,
+    Role,
+    ToolCallView,
+    ToolDecision,
+    ToolProgress,
+    ToolStatus,
+)
 from engine.host.stats import GenerationStats
 
 ROLE_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -142,6 +152,37 @@ class ChatModel(QAbstractListModel):
         m.state = "interrupted"
         m.error = error
         self._changed(row, [STATE_ROLE, ERROR_ROLE])
+
+    # -- tool calls (the agent loop) -------------------------------------------------------
+
+    def set_tool_calls(self, row: int, calls: list[ToolCallView]) -> None:
+        self._conv.messages[row].tool_calls = list(calls)
+        self._changed(row, [MESSAGE_ROLE])
+
+    def set_decision(self, row: int, call_id: str, decision: ToolDecision) -> None:
+        for c in self._conv.messages[row].tool_calls:
+            if c.id == call_id:
+                c.decision = decision
+        self._changed(row, [MESSAGE_ROLE])
+
+    def append_tool(self, call: ToolCallView, status: ToolStatus, text: str = "") -> int:
+        """A tool message answering `call` (running, or already denied/cancelled)."""
+        row = len(self._conv.messages)
+        self.beginInsertRows(QModelIndex(), row, row)
+        self._conv.messages.append(Message("tool", text, tool_call_id=call.id,
+                                           tool_name=call.name, tool_status=status))
+        self.endInsertRows()
+        return row
+
+    def set_tool_progress(self, row: int, progress: ToolProgress) -> None:
+        self._conv.messages[row].progress = progress
+        self._changed(row, [MESSAGE_ROLE])
+
+    def set_tool_result(self, row: int, status: ToolStatus, text: str, *,
+                        truncated: bool = False) -> None:
+        m = self._conv.messages[row]
+        m.tool_status, m.text, m.truncated, m.progress = status, text, truncated, None
+        self._changed(row, [Qt.ItemDataRole.DisplayRole, MESSAGE_ROLE])
 
     def _changed(self, row: int, roles: list[int]) -> None:
         idx = self.index(row, 0)

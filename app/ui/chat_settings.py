@@ -14,6 +14,7 @@ goes on with the last schema that passed (or free text).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -25,6 +26,8 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QInputDialog,
     QLabel,
+    QListWidget,
+    QListWidgetItem,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
@@ -38,6 +41,7 @@ from engine.decoding.constraints import GrammarError
 from engine.settings import SamplingParams
 
 STRUCTURED_KEY = "structured_output"  # where a chat's settings keep its JSON schema
+DEFAULT_TOOL_ROUNDS = 8  # tool rounds an answer may take unless the chat says otherwise
 
 POLICIES = [("drop_oldest", "Drop the oldest turns (keep the system prompt)"),
             ("stop", "Stop and say so")]
@@ -47,9 +51,13 @@ class ChatSettingsPanel(QWidget):
     changed = Signal(dict)
 
     def __init__(self, store: ChatStore, defaults: SamplingParams | None = None,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, *,
+                 tool_servers: Callable[[], Sequence[str]] | None = None) -> None:
+        """`tool_servers`: the MCP servers turned on in the MCP servers dialog (each chat
+        may turn some off for itself)."""
         super().__init__(parent)
         self.store = store
+        self._tool_servers = tool_servers or list
         self.defaults = defaults or SamplingParams()
         self._loading = False
         d = self.defaults
@@ -92,6 +100,20 @@ class ChatSettingsPanel(QWidget):
         self.structured_error.setStyleSheet("color: #c62828;")  # readable on light and dark
         self.structured_error.hide()
         self._schema: dict[str, Any] | None = None  # the last schema that passed
+        # Tools (MCP servers) for this chat: every server on in the MCP dialog, unless
+        # unticked here; and how many tool rounds an answer may take.
+        self.tools = QListWidget()
+        self.tools.setAccessibleName("Tools")
+        self.tools.setToolTip("The MCP servers whose tools the model may call in this chat "
+                              "(Tools → MCP servers… adds them). Every call asks you first.")
+        self.tools.setMaximumHeight(90)
+        self.no_tools = QLabel("No MCP servers: add one in Tools → MCP servers…")
+        self.no_tools.setWordWrap(True)
+        self.no_tools.setEnabled(False)
+        self.tool_rounds = self._int(1, 64, DEFAULT_TOOL_ROUNDS, "Tool rounds")
+        self.tool_rounds.setToolTip("Tool calls the model may make, round after round, "
+                                    "before its answer is stopped")
+        self._tools_off: list[str] = []
         self.presets = QComboBox()
         self.presets.setAccessibleName("Presets")
         self.apply_preset_button = QPushButton("Apply")
@@ -113,6 +135,12 @@ class ChatSettingsPanel(QWidget):
         structured.addWidget(self.structured)
         structured.addWidget(self.structured_error)
         form.addRow("Structured output", structured)
+        tools = QVBoxLayout()
+        tools.setSpacing(2)
+        tools.addWidget(self.tools)
+        tools.addWidget(self.no_tools)
+        form.addRow("Tools", tools)
+        form.addRow("Tool rounds", self.tool_rounds)
         presets = QHBoxLayout()
         presets.addWidget(self.presets, 1)
         presets.addWidget(self.apply_preset_button)
@@ -128,11 +156,44 @@ class ChatSettingsPanel(QWidget):
         for ispin in (self.top_k, self.max_tokens, self.seed):
             ispin.valueChanged.connect(self._emit)
         self.policy.currentIndexChanged.connect(self._emit)
+        self.tool_rounds.valueChanged.connect(self._emit)
+        self.tools.itemChanged.connect(self._on_tool_ticked)
         self.structured.textChanged.connect(self._check_schema)
         self.temperature.valueChanged.connect(self._show_repeat_note)
         self.seed.valueChanged.connect(self._show_repeat_note)
         self.refresh_presets()
+        self.refresh_tools()
         self._show_repeat_note()
+
+    # -- tools -----------------------------------------------------------------------------
+
+    def refresh_tools(self) -> None:
+        """The MCP servers changed (the dialog): list them, ticked unless this chat has them
+        off."""
+        self._loading, was = True, self._loading
+        try:
+            self.tools.clear()
+            for name in self._tool_servers():
+                item = QListWidgetItem(name)
+                item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+                item.setCheckState(Qt.CheckState.Unchecked if name in self._tools_off
+                                   else Qt.CheckState.Checked)
+                self.tools.addItem(item)
+            has = self.tools.count() > 0
+            self.tools.setVisible(has)
+            self.no_tools.setVisible(not has)
+        finally:
+            self._loading = was
+
+    def _on_tool_ticked(self, item: QListWidgetItem) -> None:
+        if self._loading:
+            return
+        name = item.text()
+        off = [n for n in self._tools_off if n != name]
+        if item.checkState() != Qt.CheckState.Checked:
+            off.append(name)
+        self._tools_off = off
+        self._emit()
 
     def _double(self, lo: float, hi: float, step: float, value: float,
                 name: str) -> QDoubleSpinBox:
@@ -196,6 +257,10 @@ class ChatSettingsPanel(QWidget):
             out["context_policy"] = self.policy.currentData()
         if self._schema is not None:
             out[STRUCTURED_KEY] = self._schema
+        if self._tools_off:
+            out["tools_off"] = sorted(self._tools_off)
+        if self.tool_rounds.value() != DEFAULT_TOOL_ROUNDS:
+            out["tool_rounds"] = self.tool_rounds.value()
         return out
 
     def set_settings(self, settings: dict[str, Any]) -> None:
@@ -220,6 +285,10 @@ class ChatSettingsPanel(QWidget):
             self.structured.setPlainText(json.dumps(self._schema, indent=2)
                                          if self._schema is not None else "")
             self._show_schema_problem(None)
+            off = settings.get("tools_off")
+            self._tools_off = [str(n) for n in off] if isinstance(off, list) else []
+            self.tool_rounds.setValue(int(settings.get("tool_rounds", DEFAULT_TOOL_ROUNDS)))
+            self.refresh_tools()
         finally:
             self._loading = False
 

@@ -51,6 +51,7 @@ from app.ui.chat_model import ChatModel
 from app.ui.code_highlight import CodeHighlighter, is_dark, style_inline_code
 from app.ui.conversation import Message
 from app.ui.message_editor import MessageEditor
+from app.ui.tool_blocks import ToolCallBlock, ToolResultBlock
 from engine.host.stats import GenerationStats
 
 _FENCE = re.compile(r"^ {0,3}(```|~~~)\s*([\w+#.-]*)\s*$")
@@ -408,13 +409,17 @@ class ThinkingBlock(QFrame):
 
 class MessageWidget(QFrame):
     ROLE_TITLES: ClassVar[dict[str, str]] = {
-        "user": "You", "assistant": "Assistant", "system": "System"}
+        "user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 
     # (action, self): prev/next (branch), edit, regenerate, continue, copy, delete
     action = Signal(str, object)
     # (self, text): the in-place editor saved this text; (self): it was cancelled
     edit_saved = Signal(object, str)
     edit_cancelled = Signal(object)
+    # (self, call id, allowed | always | denied): a tool call answered; (self): Cancel on a
+    # running tool
+    tool_decided = Signal(object, str, str)
+    tool_cancelled = Signal(object)
 
     EDIT_HINT = "Enter saves · Shift+Enter adds a line · Esc cancels"
 
@@ -474,11 +479,26 @@ class MessageWidget(QFrame):
         lay.addLayout(head)
         lay.addWidget(self.thinking)
         lay.addWidget(self.body)
+        # An answer's tool calls, each waiting for the user's decision or showing it.
+        self.calls = QWidget()
+        self.calls.setAccessibleName("Tool calls")
+        self._calls_lay = QVBoxLayout(self.calls)
+        self._calls_lay.setContentsMargins(0, 0, 0, 0)
+        self.call_blocks: dict[str, ToolCallBlock] = {}
+        lay.addWidget(self.calls)
+        self.result: ToolResultBlock | None = None
+        if message.role == "tool":
+            self.result = ToolResultBlock(message)
+            self.result.cancel_requested.connect(lambda: self.tool_cancelled.emit(self))
+            lay.addWidget(self.result)
+            self.body.hide()
         lay.addWidget(self.error_label)
         lay.addWidget(self.footer)
         self.editor: MessageEditor | None = None  # while the message is edited in place
         self.edit_button.setVisible(message.role == "user")
         self.regenerate_button.setVisible(message.role == "assistant")
+        for b in (self.copy_message_button, self.delete_button):
+            b.setVisible(message.role != "tool")
         self.text = message.text
         self.sync(message)
 
@@ -529,7 +549,10 @@ class MessageWidget(QFrame):
                                         and message.state in ("interrupted", "stopped")
                                         and message.answer_format == "markdown")
         self.thinking.sync(message)
-        if message.answer_format == "json":
+        self._sync_tools(message)
+        if message.role == "tool":
+            self.text = message.text
+        elif message.answer_format == "json":
             shown = json_display(message.text, complete=message.state != "streaming")
             self.body.set_markdown(shown)
             # Copy takes the JSON as shown (pretty-printed), without the fence.
@@ -554,6 +577,23 @@ class MessageWidget(QFrame):
         else:
             self.footer.clear()
         self.footer.setVisible(message.role == "assistant" and bool(self.footer.text()))
+
+
+    def _sync_tools(self, message: Message) -> None:
+        if self.result is not None:
+            self.result.sync(message)
+        for call in message.tool_calls:
+            block = self.call_blocks.get(call.id)
+            if block is None:
+                block = self.call_blocks[call.id] = ToolCallBlock(call)
+                block.decided.connect(lambda cid, d: self.tool_decided.emit(self, cid, d))
+                self._calls_lay.addWidget(block)
+            else:
+                block.sync(call)
+        self.calls.setVisible(bool(message.tool_calls))
+        if self.editor is None:  # an answer that is only calls has no text to show
+            self.body.setVisible(message.role != "tool" and
+                                 (bool(message.text) or not message.tool_calls))
 
 
 class ChatInput(QPlainTextEdit):
@@ -588,6 +628,10 @@ class ChatView(QWidget):
     edit_requested = Signal(int, str)
     # (conversation id in the store, "md" | "json"): the chat on screen, from Export
     export_requested = Signal(int, str)
+    # (row, call id, allowed | always | denied): the user answered a tool call; (row): the
+    # user cancelled the tool running there
+    tool_decision = Signal(int, str, str)
+    tool_cancel = Signal(int)
 
     SYSTEM_PREVIEW = 200  # characters of the system prompt shown; the tooltip has it all
     WAIT_TO_SAVE = "Wait for the reply to finish (or press Stop), then save"
@@ -771,6 +815,14 @@ class ChatView(QWidget):
         else:
             self.message_action.emit(name, row)
 
+    def _on_tool_decided(self, w: MessageWidget, call_id: str, decision: str) -> None:
+        if w in self._widgets:
+            self.tool_decision.emit(self._widgets.index(w), call_id, decision)
+
+    def _on_tool_cancelled(self, w: MessageWidget) -> None:
+        if w in self._widgets:
+            self.tool_cancel.emit(self._widgets.index(w))
+
     def start_editing(self, row: int) -> MessageEditor:
         """Edit the message at `row` in place (one at a time: another edit is dropped)."""
         w = self._widgets[row]
@@ -799,6 +851,8 @@ class ChatView(QWidget):
         w.action.connect(self._on_message_action)
         w.edit_saved.connect(self._on_edit_saved)
         w.edit_cancelled.connect(self._end_edit)
+        w.tool_decided.connect(self._on_tool_decided)
+        w.tool_cancelled.connect(self._on_tool_cancelled)
         self._list.insertWidget(row + 1, w)  # after the empty-state label
         self._widgets.insert(row, w)
 

@@ -8,17 +8,47 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from engine.host.stats import GenerationStats
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 # streaming: tokens still arriving; done: finished normally; stopped: the user pressed Stop;
 # error: the engine failed, `error` says why; interrupted: the app died while it streamed
 # (found in the store on the next start; it can be continued).
 MessageState = Literal["streaming", "done", "stopped", "error", "interrupted"]
 # How an answer's text is shown: as Markdown, or (structured output) as JSON.
 AnswerFormat = Literal["markdown", "json"]
+# What the user decided about a tool call: pending (asked, not answered yet), allowed (once),
+# always (this tool from now on, without asking), denied; cancelled: the turn was stopped
+# before it was answered.
+ToolDecision = Literal["pending", "allowed", "always", "denied", "cancelled"]
+# A tool result: running (the call is out), complete, error (the tool failed or its server
+# did), denied (the user said no), cancelled (Stop, or the turn ended before it ran).
+ToolStatus = Literal["running", "complete", "error", "denied", "cancelled"]
+
+DENIED_TEXT = "The user denied this tool call."
+CANCELLED_TEXT = "The tool call was cancelled."
+
+
+@dataclass
+class ToolCallView:
+    """A call the model made: `arguments` is the JSON text it wrote."""
+
+    id: str
+    name: str
+    arguments: str
+    server: str = ""
+    decision: ToolDecision = "pending"
+
+
+@dataclass
+class ToolProgress:
+    """A long tool's progress (MCP progress notifications): done of total, and its words."""
+
+    done: float
+    total: float | None = None
+    message: str | None = None
 
 
 @dataclass
@@ -37,6 +67,14 @@ class Message:
     thought: tuple[int, float] | None = None
     answer_format: AnswerFormat = "markdown"
     model: str | None = None  # the name of the model that wrote an answer, as it was then
+    # An answer's tool calls (the agent loop), and for a "tool" message: which call it
+    # answers, the tool, how it ended, whether its text was cut to the size limit.
+    tool_calls: list[ToolCallView] = field(default_factory=list)
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    tool_status: ToolStatus = "complete"
+    truncated: bool = False
+    progress: ToolProgress | None = None  # while a tool runs
 
 
 @dataclass
@@ -46,12 +84,36 @@ class Conversation:
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     store_id: int | None = None  # the conversation in the chat store, once saved
 
-    def for_model(self) -> list[dict[str, str]]:
+    def for_model(self) -> list[dict[str, Any]]:
         """The chat as the engine wants it: finished turns only, failed replies left out.
         An answer is its text alone: earlier thinking is not sent back (the reasoning
-        models' own templates drop it too)."""
-        return [
-            {"role": m.role, "content": m.text}
-            for m in self.messages
-            if m.state != "error" and m.state != "streaming" and (m.text or m.role != "assistant")
-        ]
+        models' own templates drop it too). Tool calls and their results go in the OpenAI
+        shape the engine's tool formats read (a denied or cancelled call is answered so)."""
+        out: list[dict[str, Any]] = []
+        for m in self.messages:
+            if m.role == "tool":
+                if m.tool_status != "running":
+                    out.append({"role": "tool", "tool_call_id": m.tool_call_id or "",
+                                "name": m.tool_name or "", "content": tool_result_text(m)})
+                continue
+            if m.state in ("error", "streaming"):
+                continue
+            if m.role == "assistant" and m.tool_calls:
+                out.append({"role": "assistant", "content": m.text, "tool_calls": [
+                    {"id": c.id, "type": "function",
+                     "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in m.tool_calls]})
+            elif m.text or m.role != "assistant":
+                out.append({"role": m.role, "content": m.text})
+        return out
+
+
+def tool_result_text(m: Message) -> str:
+    """What the model reads as a tool's answer."""
+    if m.tool_status == "denied":
+        return DENIED_TEXT
+    if m.tool_status == "cancelled":
+        return CANCELLED_TEXT
+    if m.tool_status == "error":
+        return f"Error: {m.text}"
+    return m.text
