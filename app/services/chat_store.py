@@ -7,6 +7,12 @@ An answer being streamed is stored with status 'streaming' and rewritten as it g
 (`StreamWriter` flushes at most once a second); on the next start `recover_interrupted()` marks
 such answers 'interrupted' so the UI can offer to continue them.
 
+Tool use (schema 4): an assistant message may carry the model's tool calls, each with the
+person's decision; each call's result is a message with role 'tool' below it, chained one
+after the other, so the active branch stays a single line. A result row is written 'running'
+before the tool starts and rewritten when it ends; `recover_interrupted()` treats a leftover
+'running' result like a leftover 'streaming' answer.
+
 The store is Qt-free and is handed to whoever needs it; it is used from one thread per
 `ChatStore` instance (open a second instance for another thread).
 """
@@ -14,6 +20,7 @@ The store is Qt-free and is handed to whoever needs it; it is used from one thre
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -24,10 +31,20 @@ from typing import Any
 
 from app.services.atomic_write import write_text_atomic
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_TITLE = "New chat"
 EXPORT_FORMAT = "candlewick-chats"
 EXPORT_VERSION = 1
+
+
+# A tool call's decision: awaiting the person, allowed once, allowed for good (the server's
+# always-allow list), denied.
+TOOL_DECISIONS = ("pending", "allowed", "always", "denied")
+# A tool result's status: 'running' only while the tool runs; 'interrupted' when the app died
+# meanwhile (its outcome is unknown, so it is told apart from a cancel the person asked for).
+TOOL_STATUSES = ("running", "complete", "error", "denied", "cancelled", "interrupted")
+# What `recover_interrupted` notes on a result whose tool was running when the app died.
+TOOL_INTERRUPTED_NOTE = "The app closed while the tool was running; its result is unknown."
 
 
 class ChatStoreError(RuntimeError):
@@ -42,13 +59,25 @@ class Message:
     role: str
     content: str
     created_at: float
-    status: str = "complete"  # complete | streaming | interrupted | error
+    # complete | streaming | interrupted | error; a tool result: one of TOOL_STATUSES
+    status: str = "complete"
     model: str | None = None
     stats: dict[str, Any] = field(default_factory=dict)
     sampling: dict[str, Any] = field(default_factory=dict)
     # A reasoning model's thinking block, kept apart from the answer (`content`): shown
     # above it, never sent back to the model with the history.
     thinking: str = ""
+    # An assistant message's tool calls: {"id", "name", "arguments" (the JSON text the model
+    # wrote, kept verbatim), "server", "decision"}.
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # A tool result ('tool' role): the call it answers and the tool's name.
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """A tool result cut to the size limit (the text says so too)."""
+        return bool(self.stats.get("truncated"))
 
     @property
     def ended(self) -> str | None:
@@ -76,6 +105,9 @@ class Message:
             "stats": self.stats,
             "sampling": self.sampling,
             "thinking": self.thinking,
+            "tool_calls": self.tool_calls,
+            "tool_call_id": self.tool_call_id,
+            "tool_name": self.tool_name,
             # Derived from status and stats (an import ignores it): a reader of the JSON sees
             # a stopped or cut-off answer without knowing the stats' vocabulary.
             "ended": self.ended,
@@ -155,6 +187,18 @@ _V3_SQL = """
 """
 
 
+# Version 4: tool calls and their results. A result's status reuses `status`, so crash
+# recovery and every reader of statuses see it the one way; `truncated` goes in the stats
+# JSON (with the run's duration): nothing queries it, the text already carries the cut note,
+# and a column would sit empty on every other message. The results' text is in `content`,
+# so full-text search finds it through the existing triggers.
+_V4_SQL = """
+        ALTER TABLE messages ADD COLUMN tool_calls TEXT NOT NULL DEFAULT '[]';
+        ALTER TABLE messages ADD COLUMN tool_call_id TEXT;
+        ALTER TABLE messages ADD COLUMN tool_name TEXT;
+"""
+
+
 def _chain_flat_history(db: sqlite3.Connection) -> None:
     # Version 1 stored a flat list per conversation: chain it into a single branch.
     rows = db.execute("SELECT id, conversation_id FROM messages ORDER BY conversation_id, id")
@@ -171,6 +215,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None] | None]] = [
     (_V1_SQL, None),
     (_V2_SQL, _chain_flat_history),
     (_V3_SQL, None),
+    (_V4_SQL, None),
 ]
 
 
@@ -187,7 +232,35 @@ def _row_message(r: sqlite3.Row) -> Message:
         stats=json.loads(r["stats"] or "{}"),
         sampling=json.loads(r["sampling"] or "{}"),
         thinking=r["thinking"] or "",
+        tool_calls=json.loads(r["tool_calls"] or "[]"),
+        tool_call_id=r["tool_call_id"],
+        tool_name=r["tool_name"],
     )
+
+
+def _tool_calls(calls: Any) -> list[dict[str, Any]]:
+    """Calls in the stored shape: id, name and arguments required (arguments as JSON text,
+    an object is encoded), server optional, decision 'pending' unless given."""
+    if not isinstance(calls, list):
+        raise ChatStoreError("tool calls must be a list")
+    out: list[dict[str, Any]] = []
+    for c in calls:
+        if not isinstance(c, dict) or not isinstance(c.get("id"), str) or not c["id"] \
+                or not isinstance(c.get("name"), str) or not c["name"]:
+            raise ChatStoreError("a tool call needs an id and a name")
+        args = c.get("arguments", "{}")
+        decision = c.get("decision", "pending")
+        if decision not in TOOL_DECISIONS:
+            raise ChatStoreError(f"unknown tool call decision {decision!r}")
+        server = c.get("server")
+        out.append({"id": c["id"], "name": c["name"],
+                    "arguments": args if isinstance(args, str)
+                    else json.dumps(args, ensure_ascii=False),
+                    "server": server if isinstance(server, str) else None,
+                    "decision": decision})
+    if len({c["id"] for c in out}) != len(out):
+        raise ChatStoreError("two tool calls of one message have the same id")
+    return out
 
 
 def _row_conversation(r: sqlite3.Row) -> Conversation:
@@ -386,9 +459,14 @@ class ChatStore:
         stats: dict[str, Any] | None = None,
         sampling: dict[str, Any] | None = None,
         thinking: str = "",
+        tool_calls: list[dict[str, Any]] | None = None,
+        tool_call_id: str | None = None,
+        tool_name: str | None = None,
     ) -> Message:
         """Append a message. `parent_id=True` (default) attaches it to the active leaf; an
-        explicit parent creates a branch (a sibling of that parent's other children)."""
+        explicit parent creates a branch (a sibling of that parent's other children).
+        A tool result is better added with `add_tool_result`, which finds its place."""
+        calls = _tool_calls(tool_calls or [])
         conv = self.conversation(conversation_id)
         parent = conv.active_leaf_id if parent_id is True else parent_id
         if isinstance(parent, bool):
@@ -401,9 +479,11 @@ class ChatStore:
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO messages(conversation_id, parent_id, role, content, created_at, "
-                "status, model, stats, sampling, thinking) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "status, model, stats, sampling, thinking, tool_calls, tool_call_id, tool_name) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, parent, role, content, now, status, model,
-                 json.dumps(stats or {}), json.dumps(sampling or {}), thinking),
+                 json.dumps(stats or {}), json.dumps(sampling or {}), thinking,
+                 json.dumps(calls, ensure_ascii=False), tool_call_id, tool_name),
             )
             mid = int(cur.lastrowid or 0)
             db.execute(
@@ -423,8 +503,11 @@ class ChatStore:
 
     def update_message(self, message_id: int, *, content: str | None = None,
                        status: str | None = None, stats: dict[str, Any] | None = None,
-                       thinking: str | None = None) -> None:
+                       thinking: str | None = None,
+                       tool_calls: list[dict[str, Any]] | None = None) -> None:
         cols: dict[str, Any] = {}
+        if tool_calls is not None:
+            cols["tool_calls"] = json.dumps(_tool_calls(tool_calls), ensure_ascii=False)
         if content is not None:
             cols["content"] = content
         if thinking is not None:
@@ -443,6 +526,82 @@ class ChatStore:
                 "(SELECT conversation_id FROM messages WHERE id = ?)",
                 (self._clock(), message_id),
             )
+
+    # -- tool calls and results --------------------------------------------------------------
+
+    def add_tool_result(self, assistant_id: int, call_id: str, content: str = "", *,
+                        status: str = "complete", truncated: bool = False,
+                        stats: dict[str, Any] | None = None) -> Message:
+        """Store the result of the call `call_id` of the assistant message `assistant_id`:
+        below the results already stored for its other calls (so they form one line under
+        it), as the new active leaf. Write it `status='running'` before the tool starts and
+        finish it with `update_tool_result`, so a crash meanwhile leaves a trace that
+        `recover_interrupted` marks. `truncated` goes in the stats."""
+        if status not in TOOL_STATUSES:
+            raise ChatStoreError(f"unknown tool result status {status!r}")
+        a = self.message(assistant_id)
+        call = next((c for c in a.tool_calls if c["id"] == call_id), None)
+        if a.role != "assistant" or call is None:
+            raise ChatStoreError(f"message {assistant_id} has no tool call {call_id!r}")
+        tail, answered = self._tool_results_below(a)
+        if call_id in answered:
+            raise ChatStoreError(f"tool call {call_id!r} already has a result "
+                                 f"(message {answered[call_id]})")
+        st = dict(stats or {})
+        if truncated:
+            st["truncated"] = True
+        return self.add_message(a.conversation_id, "tool", content, parent_id=tail,
+                                status=status, stats=st, tool_call_id=call_id,
+                                tool_name=call["name"])
+
+    def _tool_results_below(self, a: Message) -> tuple[int, dict[str, int]]:
+        """The last of the results chained below the assistant message `a` (or `a` itself),
+        and the result message id of each call answered there."""
+        ids = {c["id"] for c in a.tool_calls}
+        current, answered = a.id, dict[str, int]()
+        while True:
+            r = self._db.execute(
+                "SELECT id, tool_call_id FROM messages WHERE parent_id = ? AND role = 'tool' "
+                "ORDER BY id DESC", (current,)).fetchall()
+            # The newest child answering a call not yet seen (an older sibling is a branch).
+            nxt = next((row for row in r if row[1] in ids and row[1] not in answered), None)
+            if nxt is None:
+                return current, answered
+            current = answered[nxt[1]] = int(nxt[0])
+
+    def update_tool_result(self, message_id: int, *, content: str | None = None,
+                           status: str | None = None, truncated: bool | None = None,
+                           stats: dict[str, Any] | None = None) -> None:
+        """Rewrite a tool result as its tool ends; `stats` are merged into the stored ones
+        (a running row's keys stay)."""
+        m = self.message(message_id)
+        if m.role != "tool":
+            raise ChatStoreError(f"message {message_id} is not a tool result")
+        if status is not None and status not in TOOL_STATUSES:
+            raise ChatStoreError(f"unknown tool result status {status!r}")
+        st = {**m.stats, **(stats or {})}
+        if truncated is not None:
+            st.pop("truncated", None)
+            if truncated:
+                st["truncated"] = True
+        self.update_message(message_id, content=content, status=status,
+                            stats=st if st != m.stats else None)
+
+    def set_tool_decision(self, message_id: int, call_id: str, decision: str) -> Message:
+        """Record the person's decision on one tool call of an assistant message."""
+        if decision not in TOOL_DECISIONS:
+            raise ChatStoreError(f"unknown tool call decision {decision!r}")
+        with self._tx() as db:  # read and write in one transaction: no lost update
+            r = db.execute("SELECT tool_calls FROM messages WHERE id = ?",
+                           (message_id,)).fetchone()
+            calls = json.loads(r[0] or "[]") if r is not None else []
+            call = next((c for c in calls if c.get("id") == call_id), None)
+            if call is None:
+                raise ChatStoreError(f"message {message_id} has no tool call {call_id!r}")
+            call["decision"] = decision
+            db.execute("UPDATE messages SET tool_calls = ? WHERE id = ?",
+                       (json.dumps(calls, ensure_ascii=False), message_id))
+        return self.message(message_id)
 
     def delete_message(self, message_id: int) -> None:
         """Remove a message and everything below it; the active branch moves to its parent."""
@@ -527,11 +686,20 @@ class ChatStore:
     # -- streaming and crash recovery --------------------------------------------------------
 
     def recover_interrupted(self) -> list[Message]:
-        """Answers that were streaming when the app died become 'interrupted'."""
-        rows = self._db.execute("SELECT * FROM messages WHERE status = 'streaming'").fetchall()
+        """Answers that were streaming when the app died become 'interrupted', and so do
+        tool results whose tool was running (with a note in their stats' 'error', which
+        the UI shows for an interrupted message)."""
+        rows = self._db.execute(
+            "SELECT * FROM messages WHERE status = 'streaming' "
+            "OR (role = 'tool' AND status = 'running') ORDER BY id").fetchall()
         if rows:
             with self._tx() as db:
-                db.execute("UPDATE messages SET status = 'interrupted' WHERE status = 'streaming'")
+                for r in rows:
+                    m = _row_message(r)
+                    if m.role == "tool":
+                        m.stats.setdefault("error", TOOL_INTERRUPTED_NOTE)
+                    db.execute("UPDATE messages SET status = 'interrupted', stats = ? "
+                               "WHERE id = ?", (json.dumps(m.stats), m.id))
         return [self.message(r["id"]) for r in rows]
 
     # -- search ------------------------------------------------------------------------------
@@ -642,16 +810,25 @@ class ChatStore:
                 parent = id_map.get(m.get("parent_id")) if m.get("parent_id") is not None else None
             else:
                 parent = prev
-            status = m.get("status") if m.get("status") in (
-                "complete", "interrupted", "error") else "complete"
+            status = _imported_status(m)
             thinking = m.get("thinking")
+            try:
+                calls = _tool_calls(m.get("tool_calls") or [])
+            except ChatStoreError as e:
+                raise ChatStoreError(
+                    f"conversation #{index + 1}, message #{j + 1}: {e}") from None
+            call_id, tool_name = m.get("tool_call_id"), m.get("tool_name")
             cur = db.execute(
                 "INSERT INTO messages(conversation_id, parent_id, role, content, created_at, "
-                "status, model, stats, sampling, thinking) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "status, model, stats, sampling, thinking, tool_calls, tool_call_id, tool_name) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (cid, parent, m["role"], m["content"], float(m.get("created_at") or now), status,
                  m.get("model"), json.dumps(m.get("stats") or {}),
                  json.dumps(m.get("sampling") or {}),
-                 thinking if isinstance(thinking, str) else ""),
+                 thinking if isinstance(thinking, str) else "",
+                 json.dumps(calls, ensure_ascii=False),
+                 call_id if isinstance(call_id, str) else None,
+                 tool_name if isinstance(tool_name, str) else None),
             )
             new_id = int(cur.lastrowid or 0)
             id_map[m.get("id", j)] = new_id
@@ -661,6 +838,15 @@ class ChatStore:
             leaf = prev
         db.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?", (leaf, cid))
         return cid
+
+
+def _imported_status(m: dict[str, Any]) -> str:
+    status = m.get("status")
+    if m.get("role") == "tool":
+        # An export taken while a tool ran: nothing will finish that run any more.
+        return "interrupted" if status == "running" else (
+            status if status in TOOL_STATUSES else "complete")
+    return status if status in ("complete", "interrupted", "error") else "complete"
 
 
 class StreamWriter:
@@ -698,9 +884,12 @@ class StreamWriter:
             self._saved_thinking = self._thinking
         self._last = self._clock()
 
-    def finish(self, *, status: str = "complete", stats: dict[str, Any] | None = None) -> None:
+    def finish(self, *, status: str = "complete", stats: dict[str, Any] | None = None,
+               tool_calls: list[dict[str, Any]] | None = None) -> None:
+        """The answer's last write; `tool_calls`: the calls the model ended with (stored
+        'pending' unless they carry a decision), in the same write as its final text."""
         self.store.update_message(self.message_id, content=self._text, status=status,
-                                  stats=stats, thinking=self._thinking)
+                                  stats=stats, thinking=self._thinking, tool_calls=tool_calls)
         self._saved = self._text
         self._saved_thinking = self._thinking
 
@@ -724,6 +913,46 @@ _ENDING_NOTES = {
 }
 
 
+# What the Markdown export says of a tool call's decision and of a result's status.
+_DECISION_NOTES = {"pending": "awaiting approval", "allowed": "allowed",
+                   "always": "always allowed", "denied": "denied by the user"}
+_RESULT_NOTES = {"running": "running", "error": "error", "denied": "denied by the user",
+                 "cancelled": "cancelled", "interrupted": "interrupted"}
+
+
+def _fenced(text: str, lang: str = "") -> str:
+    # Longer than any backtick run inside, so the text cannot close the fence early.
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    body = text.rstrip("\n")
+    return f"{fence}{lang}\n{body}\n{fence}\n"
+
+
+def _tool_call_markdown(call: dict[str, Any]) -> str:
+    where = f" on `{call['server']}`" if call.get("server") else ""
+    decision = _DECISION_NOTES.get(call.get("decision") or "pending", str(call.get("decision")))
+    args = str(call.get("arguments") or "")
+    try:
+        body = _fenced(json.dumps(json.loads(args or "{}"), indent=2, ensure_ascii=False),
+                       "json")
+    except ValueError:  # the model wrote broken JSON: shown as it came
+        body = _fenced(args)
+    return f"**Tool call** `{call.get('name')}`{where} ({decision}):\n\n{body}"
+
+
+def _tool_result_markdown(m: dict[str, Any]) -> str:
+    st = m.get("stats") or {}
+    notes = [_RESULT_NOTES[m["status"]]] if m.get("status") in _RESULT_NOTES else []
+    if st.get("truncated"):
+        notes.append("truncated")
+    note = f" ({', '.join(notes)})" if notes else ""
+    head = f"**Tool result** `{m.get('tool_name') or '?'}`{note}:\n\n"
+    if m.get("content"):
+        return head + _fenced(str(m["content"]))
+    error = " ".join(str(st.get("error") or "").split())
+    return head + (f"*{error}*\n" if error else "*(no output)*\n")
+
+
 def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
     """Readable Markdown of exported conversations (their active branches)."""
     out: list[str] = []
@@ -737,6 +966,9 @@ def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
             out.append("\n".join(f"> {line}".rstrip() for line in
                                  f"System prompt: {system}".splitlines()) + "\n")
         for m in c["messages"]:
+            if m["role"] == "tool":
+                out.append(_tool_result_markdown(m))
+                continue
             who = names.get(m["role"], m["role"])
             ended = m.get("ended")
             if ended is None and m.get("status") == "interrupted":  # an older export's
@@ -746,7 +978,10 @@ def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
             if m.get("thinking"):
                 out.append(f"<details><summary>Thinking</summary>\n\n{m['thinking']}\n\n"
                            "</details>\n")
-            out.append(f"{m['content']}\n")
+            calls = m.get("tool_calls") or []
+            if m["content"] or not calls:
+                out.append(f"{m['content']}\n")
+            out.extend(_tool_call_markdown(call) for call in calls)
             st = m.get("stats") or {}
             line = [str(m["model"])] if m["role"] == "assistant" and m.get("model") else []
             if m["role"] == "assistant" and st.get("gen_tps"):

@@ -1,7 +1,9 @@
 """A conversation as plain Python data: no Qt here, so a store (SQLite) can load and save it.
 
 `ChatModel` (app/ui/chat_model.py) is the Qt item model over one of these; every change goes
-through the item model so views are told about it.
+through the item model so views are told about it. `for_model` builds the model's history from
+what is on screen (a chat with no store too), with the store's words for tool results
+(app/services/chat_history.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from app.services.chat_history import tool_result_text
 from engine.host.stats import GenerationStats
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -26,9 +29,6 @@ ToolDecision = Literal["pending", "allowed", "always", "denied", "cancelled"]
 # A tool result: running (the call is out), complete, error (the tool failed or its server
 # did), denied (the user said no), cancelled (Stop, or the turn ended before it ran).
 ToolStatus = Literal["running", "complete", "error", "denied", "cancelled"]
-
-DENIED_TEXT = "The user denied this tool call."
-CANCELLED_TEXT = "The tool call was cancelled."
 
 
 @dataclass
@@ -94,7 +94,7 @@ class Conversation:
             if m.role == "tool":
                 if m.tool_status != "running":
                     out.append({"role": "tool", "tool_call_id": m.tool_call_id or "",
-                                "name": m.tool_name or "", "content": tool_result_text(m)})
+                                "name": m.tool_name or "", "content": _result_text(m)})
                 continue
             if m.state in ("error", "streaming"):
                 continue
@@ -108,12 +108,6 @@ class Conversation:
         return out
 
 
-def tool_result_text(m: Message) -> str:
-    """What the model reads as a tool's answer."""
-    if m.tool_status == "denied":
-        return DENIED_TEXT
-    if m.tool_status == "cancelled":
-        return CANCELLED_TEXT
-    if m.tool_status == "error":
-        return f"Error: {m.text}"
-    return m.text
+def _result_text(m: Message) -> str:
+    """What the model reads as a tool's answer (the same words as for a stored chat)."""
+    return tool_result_text(m.tool_status, m.text)

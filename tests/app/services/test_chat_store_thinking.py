@@ -22,7 +22,7 @@ def store(tmp_path: Path) -> Iterator[ChatStore]:
 
 
 def test_schema_3_adds_the_thinking_column(store: ChatStore) -> None:
-    assert SCHEMA_VERSION == 3 and store.schema_version == 3
+    assert store.schema_version == SCHEMA_VERSION >= 3
     cols = {r[1]: r for r in store._db.execute("PRAGMA table_info(messages)")}
     assert "thinking" in cols and cols["thinking"][3] == 1  # NOT NULL, default ''
 
@@ -36,7 +36,10 @@ def test_migrates_a_version_2_database(tmp_path: Path) -> None:
         s.add_message(c.id, "user", "old question")
         s.add_message(c.id, "assistant", "old answer", stats={"gen_tokens": 2})
     db = sqlite3.connect(path)
-    db.executescript("ALTER TABLE messages DROP COLUMN thinking; PRAGMA user_version = 2;")
+    db.executescript("ALTER TABLE messages DROP COLUMN tool_calls; "  # schema 4's
+                     "ALTER TABLE messages DROP COLUMN tool_call_id; "
+                     "ALTER TABLE messages DROP COLUMN tool_name; "
+                     "ALTER TABLE messages DROP COLUMN thinking; PRAGMA user_version = 2;")
     db.close()
     with ChatStore(path) as s:
         assert s.schema_version == SCHEMA_VERSION
