@@ -198,10 +198,24 @@ def add_mcp_servers(window: MainWindow, paths: AppPaths) -> None:
     from app.services.mcp_config import FILE_NAME, McpConfigStore
     from app.services.secrets import SecretStore
     from app.ui.mcp_dialog import McpServersDialog
+    from app.ui.tool_runner import ToolRunner
 
-    dialog = McpServersDialog(McpConfigStore(paths.config / FILE_NAME, SecretStore()))
-    # At quit a test still waiting on a server gives up (and its server is stopped).
-    window.add_tool_window("MCP servers…", dialog, "Ctrl+Shift+T", lambda: dialog.done(0))
+    store = McpConfigStore(paths.config / FILE_NAME, SecretStore())
+    dialog = McpServersDialog(store)
+    runner = ToolRunner(store)
+    turns = window.controller.use_tools(runner)
+    window.chat_view.tool_decision.connect(turns.decide)
+    window.chat_view.tool_cancel.connect(turns.cancel_tool)
+    settings = window.chat_settings
+    if settings is not None:  # the chat's own choice of servers, from the dialog's list
+        settings.set_tool_servers(lambda: [s.name for s in runner.servers() if s.enabled])
+        dialog.changed.connect(settings.refresh_tools)
+
+    def shutdown() -> None:
+        dialog.done(0)  # a test still waiting on a server gives up (its server is stopped)
+        runner.shutdown()  # running calls are cancelled, the servers stopped
+
+    window.add_tool_window("MCP servers…", dialog, "Ctrl+Shift+T", shutdown)
 
 
 def open_store(paths: AppPaths) -> tuple[ChatStore | None, set[int], str | None]:

@@ -167,6 +167,11 @@ class ChatSettingsPanel(QWidget):
 
     # -- tools -----------------------------------------------------------------------------
 
+    def set_tool_servers(self, servers: Callable[[], Sequence[str]]) -> None:
+        """Where the MCP servers come from (the app's MCP settings)."""
+        self._tool_servers = servers
+        self.refresh_tools()
+
     def refresh_tools(self) -> None:
         """The MCP servers changed (the dialog): list them, ticked unless this chat has them
         off."""

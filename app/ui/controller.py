@@ -8,6 +8,10 @@ A reasoning model's thinking arrives apart from its answer (`reasoning`, `though
 stored with the message, apart from its text; it is never sent back with the history. A chat
 with a "Structured output" schema (its settings' `structured_output`) is answered under that
 schema's grammar, and its answers are shown as JSON.
+
+With MCP tools (`use_tools`), each reply is offered the chat's tools; an answer that calls
+some hands over to `ToolTurns` (app/ui/tool_turns.py), which asks the user, runs them and
+asks for the next step here, until the model answers without calls.
 """
 
 from __future__ import annotations
@@ -25,7 +29,15 @@ from app.services.chat_store import ChatStore, ChatStoreError, StreamWriter
 from app.services.chat_store import Message as StoredMessage
 from app.ui.chat_model import ChatModel
 from app.ui.chat_settings import STRUCTURED_KEY
-from app.ui.conversation import Conversation, Message, MessageState
+from app.ui.conversation import (
+    Conversation,
+    Message,
+    MessageState,
+    ToolCallView,
+    ToolDecision,
+)
+from app.ui.tool_runner import OfferedTool, ToolRunner
+from app.ui.tool_turns import ToolTurns
 from app.ui.worker import EngineHost, EngineMaker, LoadedModel, RemoteTarget
 from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
@@ -47,6 +59,12 @@ Choice = tuple[Path, LoadParams] | RemoteChoice
 ModelChoice = Callable[[], Choice | None]
 # The name the library shows for a model file (None: not in the library).
 ModelName = Callable[[Path], str | None]
+
+
+def _decision(value: object) -> ToolDecision:
+    """A stored call's decision. One never answered (the app closed while it waited) shows
+    as not answered: its loop is gone, and the model read it as cancelled."""
+    return value if value in ("allowed", "always", "denied") else "cancelled"  # type: ignore[return-value]
 
 
 def choice_key(choice: Choice) -> Path | RemoteTarget:
@@ -96,6 +114,8 @@ class ChatController(QObject):
         # The request id of the reply shown in `reply_row`: signals of any other (an answer
         # abandoned by "new chat", still ending in the engine) belong to no message.
         self._reply_id: int | None = None
+        self.turns: ToolTurns | None = None  # MCP tools in the chat (`use_tools`)
+        self._tools_wait: object | None = None  # the tool list being fetched for a reply
         w = engine.worker
         w.loaded.connect(self._on_loaded)
         w.load_cancelled.connect(self._on_load_cancelled)
@@ -107,10 +127,20 @@ class ChatController(QObject):
         w.unloaded.connect(self._on_unloaded)
         w.started.connect(self._on_started)
         w.trimmed.connect(self._on_trimmed)
+        w.tool_calls.connect(self._on_tool_calls)
+
+    def use_tools(self, runner: ToolRunner) -> ToolTurns:
+        """Offer the chat's MCP tools to the model (a model loaded on this computer)."""
+        turns = self.turns = ToolTurns(runner, self.chat, self)
+        turns.store = self.store
+        turns.continue_requested.connect(lambda: self._start_reply(True))
+        turns.ended.connect(self._on_turns_ended)
+        return turns
 
     @property
     def busy(self) -> bool:
-        return self.reply_row is not None or self._pending
+        return (self.reply_row is not None or self._pending
+                or (self.turns is not None and self.turns.active))
 
     # -- requests from the window ----------------------------------------------------------
 
@@ -166,6 +196,7 @@ class ChatController(QObject):
             return False
         row = self.chat.append("user", text)
         self._store_message(row, parent=True)
+        self._new_turn()
         if choice is not None and self._needs_switch(choice):
             self._pending = True
             self.busy_changed.emit(True)
@@ -176,10 +207,13 @@ class ChatController(QObject):
         return True
 
     def stop(self) -> None:
+        if self.turns is not None and self.turns.stop():
+            return  # the tool loop ends (a running tool is cancelled first)
         if self.reply_row is not None:
             self.engine.stop()
         elif self._pending:
             self._pending = False
+            self._tools_wait = None
             self._continue_row = None
             self._pending_parent = True
             self.engine.cancel_load()
@@ -193,6 +227,9 @@ class ChatController(QObject):
         self.busy_changed.emit(False)
 
     def _abandon(self) -> None:
+        if self.turns is not None:
+            self.turns.abandon()
+        self._tools_wait = None
         if self.reply_row is not None:
             self.engine.stop()
         self._reply_id = None
@@ -213,6 +250,9 @@ class ChatController(QObject):
         if self._writer is not None:
             self._writer.finish(status="complete")
             self._writer = None
+        if self.turns is not None:
+            self.turns.abandon()
+            self.turns.store = None
         self.store = None
 
     @property
@@ -246,8 +286,19 @@ class ChatController(QObject):
         state = states.get(m.status, "done")
         if state == "done" and stats is not None and stats.stop_reason == "cancelled":
             state = "stopped"
-        role = m.role if m.role in ("system", "user", "assistant") else "user"
+        role = m.role if m.role in ("system", "user", "assistant", "tool") else "user"
+        calls = [ToolCallView(str(c.get("id", "")), str(c.get("name", "")),
+                              str(c.get("arguments", "")), str(c.get("server") or ""),
+                              _decision(c.get("decision")))
+                 for c in m.tool_calls]
+        if m.role == "tool":  # a tool's result: its status is the stored one
+            status = m.status if m.status in ("running", "complete", "error", "denied",
+                                              "cancelled") else "cancelled"
+            return Message("tool", m.content, "done", store_id=m.id,
+                           tool_call_id=m.tool_call_id, tool_name=m.tool_name,
+                           tool_status=status, truncated=m.truncated)  # type: ignore[arg-type]
         return Message(role, m.content, state, stats=stats,  # type: ignore[arg-type]
+                       tool_calls=calls,
                        error=m.stats.get("error") if m.status in ("error", "interrupted")
                        else None,
                        store_id=m.id, branch=self.store.branch_position(m.id)
@@ -336,7 +387,7 @@ class ChatController(QObject):
             out["json_schema"] = self.structured_schema
         return out
 
-    def _messages_for_model(self, upto: int | None = None) -> list[dict[str, str]]:
+    def _messages_for_model(self, upto: int | None = None) -> list[dict[str, Any]]:
         msgs = Conversation(self.chat.conversation.messages[:upto]).for_model()
         system = str(self.chat_settings.get("system_prompt") or "").strip()
         return ([{"role": "system", "content": system}] if system else []) + msgs
@@ -367,6 +418,7 @@ class ChatController(QObject):
 
     def _reply(self, parent: int | bool | None) -> None:
         """Answer now, or once the selected model has loaded (as sending does)."""
+        self._new_turn()
         choice = self.choose_model()
         if choice is not None and self._needs_switch(choice):
             self._pending = True
@@ -478,7 +530,43 @@ class ChatController(QObject):
 
     # -- engine signals --------------------------------------------------------------------
 
-    def _start_reply(self, parent: int | bool | None = True) -> None:
+    def _new_turn(self) -> None:
+        if self.turns is not None:
+            self.turns.new_turn(self.chat_settings)
+
+    def _chat_tools(self, parent: int | bool | None) -> list[OfferedTool] | None:
+        """The tools for the next reply ([] for none); None: being listed (the reply starts
+        when they are). Only a model on this computer calls tools, and not under a schema."""
+        turns = self.turns
+        if turns is None or self.structured_schema is not None or self.loaded is None \
+                or self.loaded.remote is not None:
+            return []
+        tools = turns.runner.cached(self.chat_settings)
+        if tools is not None:
+            return tools
+        wait = self._tools_wait = object()
+        self._pending = True
+        self.busy_changed.emit(True)
+        self.notice.emit("Starting the chat's tool servers…")
+
+        def ready(found: list[OfferedTool]) -> None:
+            if self._tools_wait is not wait or not self._pending:
+                return  # stopped or abandoned meanwhile
+            self._tools_wait = None
+            self._pending = False
+            for problem in turns.runner.problems:
+                self.context_note.emit(f"Tools unavailable: {problem}")
+            self._start_reply(parent, tools=found)
+
+        turns.runner.prepare(self.chat_settings, ready)
+        return None
+
+    def _start_reply(self, parent: int | bool | None = True, *,
+                     tools: list[OfferedTool] | None = None) -> None:
+        if tools is None:
+            tools = self._chat_tools(parent)
+            if tools is None:
+                return  # `ready` above starts it
         messages = self._messages_for_model()
         structured = self.structured_schema is not None
         problem = None
@@ -509,9 +597,17 @@ class ChatController(QObject):
         if problem is not None:
             self._fail_reply(problem)
             return
+        functions, choice = None, None
+        if self.turns is not None and tools:
+            functions = self.turns.offer(tools)
+            # The chat's `tool_choice` ("required", or a tool by name) is for the first step
+            # of a turn; the steps after a tool's result may answer.
+            choice = self.chat_settings.get("tool_choice") if self.turns.rounds == 0 \
+                else None
         # A grammar shapes the answer from its first token: no room for a thinking block.
         self._reply_id = self.engine.generate(messages, sampling, policy=self._policy(),
-                                              thinking=not structured)
+                                              thinking=not structured, tools=functions,
+                                              tool_choice=choice or "auto")
 
     def _show_context(self, used: int) -> None:
         self._context_used = used
@@ -613,6 +709,16 @@ class ChatController(QObject):
             self._writer.flush()
             self._first_flushed = True
 
+    def _on_tool_calls(self, rid: int, calls: list[dict[str, Any]]) -> None:
+        if self._mine(rid) and self.turns is not None:
+            self.turns.calls_made(calls)
+
+    def _on_turns_ended(self, note: str) -> None:
+        if note:
+            self.context_note.emit(note)
+        self.conversations_changed.emit()
+        self.busy_changed.emit(False)
+
     def _on_finished(self, rid: int, stats: GenerationStats) -> None:
         if not self._mine(rid):
             return
@@ -629,7 +735,10 @@ class ChatController(QObject):
             self._writer = None
             self.conversations_changed.emit()
         self._show_context(stats.prompt_tokens + stats.gen_tokens)
-        self.reply_row = None
+        row, self.reply_row = self.reply_row, None
+        if row is not None and self.turns is not None and stats.stop_reason != "cancelled" \
+                and self.turns.answer_finished(row, self.chat.message(row).store_id):
+            return  # the tool loop goes on; the chat stays busy
         self.busy_changed.emit(False)
 
     def _on_failed(self, rid: int, message: str) -> None:

@@ -43,9 +43,14 @@ class OfferedTool:
     schema: dict[str, Any]
 
     def as_function(self) -> dict[str, Any]:
+        params = dict(self.schema or {"type": "object", "properties": {}})
+        # The call is decoded under a grammar of this schema: without this, "any other key"
+        # is allowed too, and a small model fills a tool of no parameters with invented
+        # ones until it runs out of tokens. The tool's server takes nothing else anyway.
+        if params.get("type") == "object" and "additionalProperties" not in params:
+            params["additionalProperties"] = False
         return {"type": "function", "function": {
-            "name": self.name, "description": self.description,
-            "parameters": self.schema or {"type": "object", "properties": {}}}}
+            "name": self.name, "description": self.description, "parameters": params}}
 
 
 def offer(tools: Sequence[tuple[str, ToolInfo]]) -> list[OfferedTool]:

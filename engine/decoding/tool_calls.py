@@ -109,6 +109,12 @@ def _lark_literal(text: str, special_tokens: Mapping[str, int] | None) -> str:
 
 
 def _lark_json(schema: Json) -> str:
+    # No free whitespace inside a call, as for JSON answers (engine.decoding.constraints): a
+    # small model given the choice writes newlines into the arguments until max_tokens. The
+    # separators are the ones the tool formats' own examples use (`"a": 1, "b": 2`).
+    if isinstance(schema, dict):
+        schema = {**schema, "x-guidance": {"whitespace_flexible": False,
+                                           "key_separator": ": ", "item_separator": ", "}}
     return "%json " + json.dumps(schema, ensure_ascii=False)
 
 

@@ -27,6 +27,11 @@ its prompt already opened the block; `EmbeddedReply.thinking_reader()` gives a
 `ThinkingReader` that splits the streamed text into ("reasoning" | "content", text) parts
 (engine.decoding.reasoning) and times the block into `GenerationStats.thinking_tokens` and
 `thinking_s`.
+
+An embedded reply may offer tools (`reply(..., tools=[...], tool_choice=...)`): the prompt
+and the call grammar are planned as the HTTP server plans them (engine.host.chat_plan), the
+reply yields only the text to show, and `EmbeddedReply.tool_calls` holds the parsed calls
+once iteration has ended. Remote engines take no tools.
 """
 
 from __future__ import annotations
@@ -40,11 +45,12 @@ from engine.decoding.reasoning import (
     PieceKind,
     ReasoningSplitter,
     ThinkMarkers,
-    starts_thinking,
     thinking_markers,
 )
+from engine.decoding.tool_calls import ToolCall, ToolCallStream, ToolChoice
 from engine.errors import EngineError
-from engine.host.context_policy import ContextPolicy, fit_messages
+from engine.host.chat_plan import plan_chat
+from engine.host.context_policy import ContextPolicy
 from engine.host.generation import Generation
 from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
@@ -158,16 +164,22 @@ class ThinkingReader:
 class EmbeddedReply:
     """A `ReplyStream` over `engine.host.runtime.Generation`. `markers`: the model's think
     markers (None: it does not think, or was asked not to); `in_thinking`: the prompt opened
-    the block; `prefix`: the raw text of an answer being continued."""
+    the block; `prefix`: the raw text of an answer being continued. `calls`: the tools were
+    offered: iteration yields the text shown (call markup and the generic format's JSON
+    taken out, the thinking kept for `thinking_reader()`), and `tool_calls` holds the calls
+    once it has ended."""
 
     def __init__(self, gen: Generation, dropped: int = 0, *,
                  markers: ThinkMarkers | None = None, in_thinking: bool = False,
-                 prefix: str = "") -> None:
+                 prefix: str = "", calls: ToolCallStream | None = None) -> None:
         self.generation = gen
         self._dropped = dropped
         self.markers = markers
         self.in_thinking = in_thinking
         self.prefix = prefix
+        self._calls = calls
+        self._shown: list[str] = []
+        self.tool_calls: list[ToolCall] = []
 
     def thinking_reader(self) -> ThinkingReader | None:
         """A reader that splits this reply's thinking from its answer; None when the model
@@ -190,14 +202,38 @@ class EmbeddedReply:
 
     @property
     def text(self) -> str:
-        return self.generation.text
+        """What iteration has yielded so far (with tools: without the calls)."""
+        return self.generation.text if self._calls is None else "".join(self._shown)
 
     @property
     def stats(self) -> GenerationStats:
         return self.generation.stats
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.generation)
+        return iter(self.generation) if self._calls is None else self._read(self._calls)
+
+    def _read(self, calls: ToolCallStream) -> Iterator[str]:
+        for piece in self.generation:
+            if shown := calls.push(piece):
+                self._shown.append(shown)
+                yield shown
+        # A cancelled or cut-off reply still gives what it wrote: an unfinished call stays
+        # text (the format's parse keeps what it cannot read).
+        rest, self.tool_calls = calls.finish()
+        if rest:
+            self._shown.append(rest)
+            yield rest
+
+
+def _tool_name(choice: ToolChoice | Mapping[str, Any]) -> ToolChoice:
+    """OpenAI's `{"type": "function", "function": {"name": ...}}` as the function's name."""
+    if isinstance(choice, Mapping):
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise EngineError("tool_choice names no function")
+        return name
+    return choice
 
 
 def continued_text(markers: ThinkMarkers, in_thinking: bool, thinking: str, answer: str) -> str:
@@ -230,48 +266,59 @@ class EmbeddedEngine:
     def reply(self, messages: Messages, sampling: SamplingParams,
               cancel: threading.Event | None = None, *, continue_text: str = "",
               policy: ContextPolicy | None = None, thinking: bool = True,
-              continue_thinking: str = "") -> EmbeddedReply:
+              continue_thinking: str = "", tools: Sequence[Mapping[str, Any]] | None = None,
+              tool_choice: ToolChoice | Mapping[str, Any] = "auto") -> EmbeddedReply:
         """`thinking` (a reasoning model): whether it may think first. False asks it not to
         where its template has the switch (`enable_thinking`) and reads the whole reply as
         the answer: a grammar that shapes the answer from its first token (structured
         output) leaves no room for a block. `continue_thinking`: the thinking of the answer
-        being continued (`continue_text` is its answer text)."""
+        being continued (`continue_text` is its answer text). `tools`: OpenAI function
+        tools offered to the model (`tool_choice` as OpenAI's: "auto", "none", "required"
+        or a function's name or `{"type": "function", "function": {"name": ...}}`); the
+        reply then yields only the text shown, and its `tool_calls` once it has ended.
+        `sampling.grammar` (structured output) cannot be combined with tools."""
         if self._closed:
             raise EngineError("the model has been unloaded; load it again")
         model = self.model
-        markers = thinking_markers(model.template.source)
-        # Templates with the switch think unless told not to (Qwen3); say so explicitly, as
-        # some test `not enable_thinking` and would read an unset variable as "no".
-        extra: dict[str, Any] = {} if markers is None else {"enable_thinking": thinking}
-        if not thinking:
-            markers = None
-        if markers is None:
+        has_markers = thinking_markers(model.template.source) is not None
+        if not thinking or not has_markers:
             continue_thinking = ""
-        dropped = 0
-        if policy is not None:
-            # The continued text (its markers, when it has thinking, are a few more tokens).
-            cut = continue_thinking + continue_text
-            more = (len(model.tokenize(cut, add_special=False)) + 8 * bool(continue_thinking)
-                    if cut else 0)
-            fit = fit_messages(messages,
-                               lambda ms: len(model.chat_tokens(ms, **extra)) + more,
-                               model.n_ctx_seq,
-                               reserve=min(sampling.max_tokens, model.n_ctx_seq // 2),
-                               policy=policy)
-            messages, dropped = fit.messages, fit.dropped
-        text = model.render_chat(messages, **extra)
-        in_thinking = starts_thinking(text, markers)
+        cut = continue_thinking + continue_text
+        # The continued text (its markers, when it has thinking, are a few more tokens).
+        more = (len(model.tokenize(cut, add_special=False)) + 8 * bool(continue_thinking)
+                if cut and policy is not None else 0)
+        choice = _tool_name(tool_choice)
+        if not tools and choice not in ("auto", "none"):
+            raise EngineError(f"tool_choice {choice!r} needs tools")
+        # `thinking` alone decides the block (a grammar may be written to pass through it);
+        # the plan sees the grammar only to refuse it beside tools.
+        offered = bool(tools) and choice != "none"
+        plan = plan_chat(model, messages, tools=tools or (), choice=choice,
+                         grammar=sampling.grammar if offered else None, grammar_param="grammar",
+                         think=thinking if has_markers else None,
+                         separate_reasoning=thinking, policy=policy,
+                         reserve=min(sampling.max_tokens, model.n_ctx_seq // 2),
+                         more_tokens=more)
+        markers = plan.markers
+        in_thinking = plan.in_thinking and markers is not None
         raw_continue = continue_text
-        if markers is not None and continue_text + continue_thinking and (
-                continue_thinking or in_thinking):
+        if markers is not None and cut and (continue_thinking or in_thinking):
             raw_continue = continued_text(markers, in_thinking, continue_thinking,
                                           continue_text)
-        prompt = model.chat_prompt_tokens(text)
+        prompt = plan.prompt
         if raw_continue:
-            prompt += model.tokenize(raw_continue, add_special=False, parse_special=False)
+            prompt = prompt + model.tokenize(raw_continue, add_special=False,
+                                             parse_special=False)
+        calls = None
+        if plan.fmt is not None:
+            calls = plan.fmt.stream()
+            # Where the answer stands: inside a block the prompt opened, past the continued
+            # text. Both are on screen (or never shown), so what they make visible is not sent.
+            calls.push((plan.fmt.think.open if plan.in_thinking else "") + raw_continue)
+            sampling = plan.sampling(sampling)  # the call grammar, control tokens as text
         gen = model.submit(prompt, sampling, cancel=cancel)
-        return EmbeddedReply(gen, dropped, markers=markers, in_thinking=in_thinking,
-                             prefix=raw_continue if markers is not None else "")
+        return EmbeddedReply(gen, plan.dropped, markers=markers, in_thinking=in_thinking,
+                             prefix=raw_continue if markers is not None else "", calls=calls)
 
     def close(self) -> None:
         self._closed = True  # llama.cpp crashes on a freed model: refuse before reaching it

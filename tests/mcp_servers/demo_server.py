@@ -75,6 +75,21 @@ def huge(kb: int) -> str:
 
 
 @server.tool()
+async def hang(ctx: Context) -> str:
+    """Work for two minutes, reporting progress (a tool the user cancels)."""
+    for i in range(1200):
+        await ctx.report_progress(i, 1200, "working")
+        await anyio.sleep(0.1)
+    return "done"
+
+
+@server.tool()
+def big() -> str:
+    """A 200 KiB text (more than a chat's result limit)."""
+    return ("0123456789abcde\n" * 64 * 200)[: 200 * 1024]
+
+
+@server.tool()
 def picture() -> Image:
     """An image: a non-text result."""
     return Image(data=_PIXEL, format="png")

@@ -20,6 +20,7 @@ class SignalLog(QObject):
     got_loaded = Signal(object)
     got_load_cancelled = Signal()
     got_tokens = Signal(str, int)
+    got_tool_calls = Signal(object)
     got_finished = Signal(object)
     got_failed = Signal(str)
     got_unloaded = Signal()
@@ -27,13 +28,15 @@ class SignalLog(QObject):
     def __init__(self, worker: EngineWorker) -> None:
         super().__init__()
         self.events: list[tuple[str, Any]] = []
-        # The reply signals (started, tokens, finished, failed) as (name, request id, value).
+        # The reply signals (started, tokens, tool_calls, finished, failed) as (name, request
+        # id, value).
         self.replies: list[tuple[str, int, Any]] = []
         worker.progress.connect(self.on_progress)
         worker.loaded.connect(self.on_loaded)
         worker.load_cancelled.connect(self.on_load_cancelled)
         worker.started.connect(self.on_started)
         worker.tokens.connect(self.on_tokens)
+        worker.tool_calls.connect(self.on_tool_calls)
         worker.finished.connect(self.on_finished)
         worker.failed.connect(self.on_failed)
         worker.unloaded.connect(self.on_unloaded)
@@ -54,7 +57,8 @@ class SignalLog(QObject):
         return [v for n, v in self.events if n == name]
 
     def request_ids(self, name: str) -> list[int]:
-        """The request id each `name` signal (started, tokens, finished, failed) carried."""
+        """The request id each `name` signal (started, tokens, tool_calls, finished,
+        failed) carried."""
         return [r for n, r, _ in self.replies if n == name]
 
     def text_of(self, rid: int) -> str:
@@ -91,6 +95,11 @@ class SignalLog(QObject):
     def on_tokens(self, rid: int, text: str, n: int) -> None:
         self._reply("tokens", rid, (text, n))
         self.got_tokens.emit(text, n)
+
+    @Slot(int, object)
+    def on_tool_calls(self, rid: int, calls: object) -> None:
+        self._reply("tool_calls", rid, calls)
+        self.got_tool_calls.emit(calls)
 
     @Slot(int, object)
     def on_finished(self, rid: int, stats: object) -> None:
