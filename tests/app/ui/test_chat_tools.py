@@ -28,6 +28,7 @@ from app.services.paths import AppPaths
 from app.ui.main_window import MainWindow
 from app.ui.tool_blocks import ToolCallBlock
 from engine.settings import LoadParams, SamplingParams
+from tests.app.ui.shots import save_shot, shots_dir
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints",
@@ -110,7 +111,7 @@ def tool_rows(w: MainWindow) -> list[int]:
 
 
 def test_allow_runs_the_tool_and_its_result_goes_back_to_the_model(
-        qtbot: QtBot, window: MainWindow) -> None:
+        qtbot: QtBot, window: MainWindow, tmp_path: Path) -> None:
     w = window
     block = ask(qtbot, w, "What is 2 plus 3? Use the add tool.", "add")
     answer_row = next(i for i in range(w.chat_model.rowCount())
@@ -128,6 +129,11 @@ def test_allow_runs_the_tool_and_its_result_goes_back_to_the_model(
     result = w.chat_model.message(tool_rows(w)[0])
     assert (result.tool_status, result.text) == ("complete", str(args["a"] + args["b"]))
     assert block.decision.text() == "Allowed once"
+    shown = w.chat_view.message_widgets[tool_rows(w)[0]].result
+    assert shown is not None
+    shown.toggle.click()  # the result opened, for the picture
+    w.resize(1280, 860)
+    save_shot(w, shots_dir(tmp_path) / "chat-tool-call.png")
     settle(qtbot, w)
     # The next step's prompt: the call, then its result, in the OpenAI shape.
     second = w.prompts[1]  # type: ignore[attr-defined]
@@ -205,3 +211,43 @@ def test_stop_cancels_a_hanging_tool(qtbot: QtBot, window: MainWindow) -> None:
     qtbot.waitUntil(lambda: not w.controller.busy, timeout=10_000)
     assert w.chat_model.message(row).tool_status == "cancelled"
     assert len(w.prompts) == 1  # type: ignore[attr-defined]  # Stop ends the turn
+
+
+def test_a_streamable_http_server_with_a_token(qtbot: QtBot, window: MainWindow,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same loop over HTTP: the token from the keyring reaches the server (it refuses
+    requests without it)."""
+    import keyring
+
+    from app.services.mcp_config import HttpTransport
+    from tests.app.services.test_mcp_client import start_http_server, stop_process
+    from tests.memory_keyring import MemoryKeyring
+
+    memory = MemoryKeyring()  # not the machine's keyring
+    monkeypatch.setattr(keyring, "get_keyring", lambda: memory)
+
+    proc, url = start_http_server("s3cret-token")
+    try:
+        w = window
+        turns = w.controller.turns
+        assert turns is not None
+        store = turns.runner.store  # the app's: its secrets are the hub's
+        store.save([McpServer("remote", HttpTransport(url))])
+        saved = store.set_token("remote", "s3cret-token")
+        assert saved is not None
+        assert "s3cret-token" not in store.path.read_text(encoding="utf-8")
+        block = ask(qtbot, w, "What is 4 plus 4?", "add")
+        assert block.title.text() == "Tool call: add · remote"
+        block.allow_button.click()
+        qtbot.waitUntil(lambda: bool(tool_rows(w)) and
+                        w.chat_model.message(tool_rows(w)[0]).tool_status != "running",
+                        timeout=60_000)
+        result = w.chat_model.message(tool_rows(w)[0])
+        args = json.loads(w.chat_model.message(tool_rows(w)[0] - 1).tool_calls[0].arguments
+                          if w.chat_model.message(tool_rows(w)[0] - 1).tool_calls else "{}")
+        assert result.tool_status == "complete", result.text
+        assert not args or result.text == str(args["a"] + args["b"])
+        settle(qtbot, w)
+    finally:
+        stop_process(proc)
+

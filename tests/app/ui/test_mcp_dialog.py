@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.services.mcp_client import THREAD_NAME, McpHub
@@ -33,6 +32,7 @@ from app.ui.mcp_dialog import (
     parse_env,
     split_args,
 )
+from tests.app.ui.shots import save_shot, shots_dir
 from tests.memory_keyring import MemoryKeyring
 
 # Showing a dialog on the offscreen platform says this once per window; harmless.
@@ -45,16 +45,6 @@ CHECK = "\u2713 "
 CROSS = "\u2717 "
 
 
-def shots_dir(tmp_path: Path) -> Path:
-    """Where screenshots go: docs/screenshots when CANDLEWICK_SCREENSHOTS names it."""
-    return Path(os.environ.get("CANDLEWICK_SCREENSHOTS") or tmp_path)
-
-
-def save_shot(widget: QWidget, path: Path) -> None:
-    QApplication.processEvents()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    assert widget.grab().save(str(path))
-    assert path.stat().st_size > 10_000  # a picture, not an empty grab
 
 
 def free_port() -> int:

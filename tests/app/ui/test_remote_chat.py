@@ -7,7 +7,6 @@ a server killed mid-answer (the partial answer is kept and marked interrupted)."
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QApplication, QWidget
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.main import build_window
@@ -32,6 +31,7 @@ from engine.model.gguf import read_gguf
 from engine.remote.engines import RemoteEngine
 from engine.settings import SamplingParams, resolve_flash_attn, use_extra_buffers
 from tests.app.ui.remote_server import API_KEY, Served, start_server
+from tests.app.ui.shots import save_shot, shots_dir
 from tests.app.ui.ui_signal_log import SignalLog
 from tests.exactness import assert_same_greedy
 from tests.memory_keyring import MemoryKeyring
@@ -45,16 +45,6 @@ NAME = "Local server"
 FOOTER = re.compile(r"TTFT \d+\.\d\d s · \d+\.\d tok/s · \d+ tokens( · [a-z ]+)*")
 
 
-def shots_dir(tmp_path: Path) -> Path:
-    """Where screenshots go: docs/screenshots when CANDLEWICK_SCREENSHOTS names it."""
-    return Path(os.environ.get("CANDLEWICK_SCREENSHOTS") or tmp_path)
-
-
-def save_shot(widget: QWidget, path: Path) -> None:
-    QApplication.processEvents()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    assert widget.grab().save(str(path))
-    assert path.stat().st_size > 10_000  # a picture, not an empty grab
 
 
 @pytest.fixture(scope="module")
