@@ -61,8 +61,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_http_server(token: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
+def start_http_server(token: str, port: int | None = None
+                      ) -> tuple[subprocess.Popen[bytes], str]:
+    """The demo server over Streamable HTTP (on `port`, or a free one), once it accepts."""
+    port = port or free_port()
     proc = subprocess.Popen([sys.executable, str(DEMO), "--http", str(port), "--token", token],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     end = time.monotonic() + 20
@@ -365,17 +367,7 @@ def test_http_server_crash_then_back(secrets: SecretStore) -> None:
             assert one_line(info.value).startswith("MCP server 'web' stopped")
             proc.wait(10)
             port = int(url.rsplit(":", 1)[1].split("/")[0])
-            proc = subprocess.Popen(
-                [sys.executable, str(DEMO), "--http", str(port), "--token", TOKEN],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            end = time.monotonic() + 20
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), 0.2).close()
-                    break
-                except OSError:
-                    assert time.monotonic() < end
-                    time.sleep(0.05)
+            proc, _ = start_http_server(TOKEN, port)  # the same address, a new process
             assert hub.call_tool("web", "add", {"a": 2, "b": 2}).text == "4"
     finally:
         stop_process(proc)

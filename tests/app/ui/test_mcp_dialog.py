@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -32,6 +30,7 @@ from app.ui.mcp_dialog import (
     parse_env,
     split_args,
 )
+from tests.app.services.test_mcp_client import start_http_server, stop_process
 from tests.app.ui.shots import save_shot, shots_dir
 from tests.memory_keyring import MemoryKeyring
 
@@ -47,36 +46,14 @@ CROSS = "\u2717 "
 
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
     """The demo server over Streamable HTTP, refusing requests without TOKEN."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(DEMO), "--http", str(port), "--token", TOKEN],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, url = start_http_server(TOKEN)
     try:
-        end = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > end:
-                    raise RuntimeError("the demo HTTP server did not start") from None
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 @pytest.fixture
