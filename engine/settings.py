@@ -53,8 +53,8 @@ class LoadParams:
     n_seq_max: int = 1
     use_mmap: bool = True
     embeddings: bool = False
-    # CPU "extra buffer" types (weight repacking, AMX). None = auto: off when the build uses
-    # AMX, whose kernels crash on multi-token batches on the VMs we test on (see DESIGN notes).
+    # CPU "extra buffer" types (weight repacking, AMX). None = auto: on, except on an AMX build
+    # without the fix header, whose kernels crash on multi-token batches (use_extra_buffers).
     extra_buffers: bool | None = None
     # RAM budget for KV snapshots of recently left conversations (0 disables it).
     state_cache_mb: int = 256
