@@ -22,7 +22,7 @@ CMAKE_ARGS_vulkan := -DGGML_VULKAN=on
 AMX_FIX := -include "$(CURDIR)/installers/llama_cpp/amx_tilecfg.h"
 BUILD_LLAMA_CPP = CFLAGS='$(AMX_FIX)' CXXFLAGS='$(AMX_FIX)' $(PY) -m pip install --no-cache-dir
 
-.PHONY: setup run test lint typecheck bench clean dist appimage dist-check
+.PHONY: setup run test test-fast lint typecheck bench clean dist appimage dist-check
 
 # llama-cpp-python compiles llama.cpp (~5-10 min); set CMAKE_ARGS for GPU. Rebuilt when the
 # fix header changes (a GPU build is then redone by `make setup GPU=...`).
@@ -75,6 +75,14 @@ test: setup
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
+
+# The fast tier: no model loaded (tests/conftest.py marks every test that uses one, and with
+# CANDLEWICK_FAST_TIER=1 fails a test that loads one anyway), nothing slow; under a minute.
+FAST_TIER := tests/app/services tests/engine/server tests/app/test_cli_parsing.py \
+  tests/app/ui/test_controller_states.py
+test-fast: setup
+	CANDLEWICK_FAST_TIER=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q \
+	  -m "not model and not slow and not xserver" $(FAST_TIER)
 
 bench: setup
 	$(PY) benchmarks/decode_overhead.py

@@ -60,11 +60,11 @@ class BackendReport:
 
 def build_backends() -> tuple[str, ...]:
     """Names of the backends registered in this llama.cpp (ggml backend registry)."""
-    from engine.memory.hardware import _ggml_lib
+    from engine.memory.hardware import ggml_lib
     from engine.native import llama_lib
 
     llama_lib.lib()  # backends register when llama.cpp initialises
-    g = _ggml_lib()
+    g = ggml_lib()
     if g is None:
         return ()
     g.ggml_backend_reg_count.restype = ctypes.c_size_t

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import qasync
 from PySide6.QtCore import QSettings, Qt
@@ -25,7 +26,11 @@ from app.services.library import LibraryEntry, ModelLibrary
 from app.services.local_server import ServeSettings
 from app.services.model_catalog import library_catalog, server_params
 from app.services.paths import AppPaths
+from app.ui.chat_model import ChatModel
+from app.ui.controller import ChatController, LibrarySelection, ModelName
 from app.ui.estimate import Estimator
+from app.ui.library_model import LibraryModel
+from app.ui.library_panel import LibraryPanel
 from app.ui.main_window import MainWindow
 from app.ui.worker import EngineHost, EngineWorker, probing_factory
 from engine.host.host import ModelHost
@@ -112,7 +117,7 @@ def gpu_probe() -> Callable[[], list[tuple[str, int, int]]]:
 
 def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
     """The Hub / downloads view as a side tab next to the library."""
-    from app.services.downloads import DownloadManager
+    from app.services.download_manager import DownloadManager
     from app.services.hub import HubClient, default_fit
     from app.services.secrets import TokenStore
     from app.ui.model_manager import ModelManagerView
@@ -155,8 +160,7 @@ def add_benchmark(window: MainWindow) -> None:
     c.engine_changed.connect(view.refresh_model, q)  # a rename in the library too
     c.busy_changed.connect(view.set_chat_busy)
     pause = "A benchmark is running: the chat waits until it ends or is cancelled"
-    view.running_changed.connect(
-        lambda running: window.set_chat_paused(pause if running else None))
+    view.running_changed.connect(lambda running: c.set_paused(pause if running else None))
     window.add_tool_window("Benchmark…", view, "Ctrl+Shift+B", view.shutdown)
 
 
@@ -218,6 +222,27 @@ def add_mcp_servers(window: MainWindow, paths: AppPaths) -> None:
     window.add_tool_window("MCP servers…", dialog, "Ctrl+Shift+T", shutdown)
 
 
+def library_selection(panel: LibraryPanel) -> LibrarySelection:
+    """The model selected in the library with the panel's load settings (None: none is)."""
+    def selection() -> tuple[Path, LoadParams] | None:
+        path = panel.selected_path()
+        return None if path is None else (path, panel.load_params())
+
+    return selection
+
+
+def library_names(model: LibraryModel) -> ModelName:
+    """The library's name for a model file (None: the file is not listed)."""
+    def name(path: Path) -> str | None:
+        for row in range(model.rowCount()):
+            e = model.entry(row)
+            if e.path == path:
+                return e.name
+        return None
+
+    return name
+
+
 def open_store(paths: AppPaths) -> tuple[ChatStore | None, set[int], str | None]:
     """The chat history and the conversations whose answers a crash cut off (now marked
     interrupted); or None and why (the app still opens, without history)."""
@@ -235,7 +260,8 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
                  sampling: SamplingParams | None = None,
                  model_manager: bool = False,
                  connections: ConnectionStore | None = None) -> MainWindow:
-    """Create the chat store, the engine thread and the main window; the caller shows it and,
+    """Create the chat store, the engine thread, the library panel, the chat's controller
+    (which reads the panel's selection) and the main window; the caller shows it and,
     at the end, calls `window.shutdown()`. `model_manager` adds the Hub / downloads tab;
     `connections`: the saved remote engines (default: the app's config folder, keys in the
     system keyring)."""
@@ -255,11 +281,13 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
         own_host = host
         worker = EngineWorker(probing_factory(first_loads), host=host)
     engine = EngineHost(worker)
-    window = MainWindow(engine, library, settings,
-                        estimator=estimator or make_estimator(), gpu_probe=gpu_probe(),
-                        sampling=sampling, store=store,
-                        connections=connections or ConnectionStore(paths.config
-                                                                   / CONNECTIONS_FILE))
+    library_model = LibraryModel()
+    panel = LibraryPanel(library_model, estimator or make_estimator(), settings=settings)
+    controller = ChatController(
+        engine, ChatModel(), library=library_selection(panel),
+        connections=connections or ConnectionStore(paths.config / CONNECTIONS_FILE),
+        sampling=sampling, store=store, model_name=library_names(library_model))
+    window = MainWindow(controller, library, panel, settings, gpu_probe=gpu_probe())
     if own_host is not None:
         # After the engine thread (the chat's model is gone): the models loaded on demand
         # and the host's keep-alive thread.

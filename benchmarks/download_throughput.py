@@ -27,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx2
 from huggingface_hub import hf_hub_download
 
-from app.services.downloads import DONE, DownloadManager
+from app.services.download_jobs import DONE
+from app.services.download_manager import DownloadManager
 from app.services.hub import HubClient
 from app.services.library import bundled_default_model
 from tests.hub_emulator import file_sha256, running_hub

@@ -152,7 +152,7 @@ def sec_hardware(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
     res["nvml_devices"] = [d.to_dict() for d in hardware.nvml_devices()]
     res["system_info"] = llama_lib.system_info()
     res["supports_gpu_offload"] = llama_lib.supports_gpu_offload()
-    res["ggml_lib"] = str(getattr(hardware._ggml_lib(), "_name", None))
+    res["ggml_lib"] = str(getattr(hardware.ggml_lib(), "_name", None))
     used1 = nv.used()
     # Memory the CUDA context (and ggml's device init) takes in this process, outside any
     # buffer llama.cpp reports.

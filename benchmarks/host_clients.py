@@ -173,9 +173,9 @@ def decode(args: argparse.Namespace) -> dict[str, Any]:
 # -- share --------------------------------------------------------------------------------
 
 def _serve(model: Model) -> tuple[Any, Any]:
-    from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
+    from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 
-    loaded = LoadedModel.build(model, "m", embeddings=False)
+    loaded = ServedModel.build(model, "m", embeddings=False)
     state = ServerState(ServerConfig(port=0, model_id="m"))
     state.set_loaded(loaded)
     srv = ServerThread(state)

@@ -33,7 +33,7 @@ from app.services.library import bundled_default_model  # noqa: E402
 from engine.host.runtime import Model  # noqa: E402
 from engine.host.scheduler import Event, Finished  # noqa: E402
 from engine.native import llama_lib  # noqa: E402
-from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread  # noqa: E402
+from engine.server import ServedModel, ServerConfig, ServerState, ServerThread  # noqa: E402
 from engine.settings import FlashAttn, LoadParams, SamplingParams  # noqa: E402
 
 LEVELS = (1, 2, 4, 8, 16)
@@ -138,7 +138,7 @@ def runtime_decode_tps(model: Model, max_tokens: int) -> float:
     return gen.stats.gen_tps_wall
 
 
-def scheduler_decode_tps(loaded: LoadedModel, model: Model, max_tokens: int) -> float:
+def scheduler_decode_tps(loaded: ServedModel, model: Model, max_tokens: int) -> float:
     """One request alone through the scheduler, decode speed measured like `run` does."""
     done = threading.Event()
     out: list[float] = []
@@ -186,7 +186,7 @@ def main() -> int:
     served = Model(path, batched)
     raw = Model(path, batched)  # same settings, driven by hand: the llama.cpp reference
     single = Model(path, LoadParams(n_ctx=2048, n_threads=args.threads, flash_attn=fa))
-    loaded = LoadedModel.build(served, "smollm2", max_queue=64, embeddings=False)
+    loaded = ServedModel.build(served, "smollm2", max_queue=64, embeddings=False)
     state = ServerState(ServerConfig(port=0, model_id="smollm2", max_tokens_cap=4096))
     state.set_loaded(loaded)
     results: dict[int, list[float]] = {n: [] for n in LEVELS}
@@ -307,7 +307,7 @@ def server_only(path: Path, args: argparse.Namespace) -> int:
     fa: FlashAttn = args.flash_attn
     served = Model(path, LoadParams(n_ctx=512 * n_slots, n_seq_max=n_slots,
                                     n_threads=args.threads, flash_attn=fa))
-    loaded = LoadedModel.build(served, "smollm2", max_queue=64, embeddings=False)
+    loaded = ServedModel.build(served, "smollm2", max_queue=64, embeddings=False)
     state = ServerState(ServerConfig(port=0, model_id="smollm2", max_tokens_cap=4096))
     state.set_loaded(loaded)
     results: dict[int, list[float]] = {n: [] for n in LEVELS}

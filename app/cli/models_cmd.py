@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import CliError, library, print_json
-from app.services.downloads import DONE, FAILED, PAUSED, DownloadJob, DownloadManager
+from app.services.download_jobs import DONE, FAILED, PAUSED, DownloadJob
+from app.services.download_manager import DownloadManager
 from app.services.hub import HubClient, HubError, default_fit
 from app.services.library import LibraryEntry
 from app.services.secrets import TokenStore

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.services.chat_store import Message
+from app.services.chat_store import StoredMessage
 
 DENIED = "The user denied this tool call."
 CANCELLED = "The tool call was cancelled."
@@ -34,14 +34,14 @@ def tool_result_text(status: str, content: str, stats: dict[str, Any] | None = N
     return INTERRUPTED  # 'interrupted', or 'running' when asked mid-run
 
 
-def _sent(m: Message) -> bool:
+def _sent(m: StoredMessage) -> bool:
     # As the chat's own history: failed or unfinished answers and empty ones are left out.
     if m.role != "assistant":
         return True
     return m.status not in ("error", "streaming") and bool(m.content or m.tool_calls)
 
 
-def history_messages(messages: Sequence[Message], *,
+def history_messages(messages: Sequence[StoredMessage], *,
                      system_prompt: str | None = None) -> list[dict[str, Any]]:
     """`messages` (a branch, root first: `ChatStore.active_path`, or a prefix of it) as the
     chat completion's `messages`; `system_prompt` first when given. Thinking is not sent."""
@@ -61,7 +61,7 @@ def history_messages(messages: Sequence[Message], *,
             {"id": c["id"], "type": "function",
              "function": {"name": c["name"], "arguments": c["arguments"]}}
             for c in m.tool_calls]})
-        results: dict[str, Message] = {}
+        results: dict[str, StoredMessage] = {}
         while i < len(messages) and messages[i].role == "tool":
             r = messages[i]
             if r.tool_call_id is not None:

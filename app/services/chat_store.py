@@ -1,4 +1,4 @@
-"""Conversations in SQLite: crash-safe history with branches, search, settings and export.
+"""Conversations in SQLite: crash-safe history with branches, search and settings.
 
 One database file in the user data dir, WAL mode with full sync, so a killed app never leaves
 it corrupt and readers never block the writer. Messages form a tree: editing a user message or
@@ -14,13 +14,13 @@ before the tool starts and rewritten when it ends; `recover_interrupted()` treat
 'running' result like a leftover 'streaming' answer.
 
 The store is Qt-free and is handed to whoever needs it; it is used from one thread per
-`ChatStore` instance (open a second instance for another thread).
+`ChatStore` instance (open a second instance for another thread). Export and import files
+are `app.services.chat_exchange`'s.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,12 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.services.atomic_write import write_text_atomic
-
 SCHEMA_VERSION = 4
 DEFAULT_TITLE = "New chat"
-EXPORT_FORMAT = "candlewick-chats"
-EXPORT_VERSION = 1
 
 
 # A tool call's decision: awaiting the person, allowed once, allowed for good (the server's
@@ -52,7 +48,7 @@ class ChatStoreError(RuntimeError):
 
 
 @dataclass
-class Message:
+class StoredMessage:
     id: int
     conversation_id: int
     parent_id: int | None
@@ -93,26 +89,6 @@ class Message:
         reason = self.stats.get("stop_reason")
         return _ENDINGS.get(reason) if isinstance(reason, str) else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "parent_id": self.parent_id,
-            "role": self.role,
-            "content": self.content,
-            "created_at": self.created_at,
-            "status": self.status,
-            "model": self.model,
-            "stats": self.stats,
-            "sampling": self.sampling,
-            "thinking": self.thinking,
-            "tool_calls": self.tool_calls,
-            "tool_call_id": self.tool_call_id,
-            "tool_name": self.tool_name,
-            # Derived from status and stats (an import ignores it): a reader of the JSON sees
-            # a stopped or cut-off answer without knowing the stats' vocabulary.
-            "ended": self.ended,
-        }
-
 
 # The stats' stop reasons that leave an answer short of what the model would have said.
 _ENDINGS = {"cancelled": "stopped", "length": "length", "context_full": "context_full",
@@ -120,7 +96,7 @@ _ENDINGS = {"cancelled": "stopped", "length": "length", "context_full": "context
 
 
 @dataclass
-class Conversation:
+class StoredConversation:
     id: int
     title: str
     created_at: float
@@ -219,8 +195,8 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None] | None]] = [
 ]
 
 
-def _row_message(r: sqlite3.Row) -> Message:
-    return Message(
+def _row_message(r: sqlite3.Row) -> StoredMessage:
+    return StoredMessage(
         id=r["id"],
         conversation_id=r["conversation_id"],
         parent_id=r["parent_id"],
@@ -238,7 +214,7 @@ def _row_message(r: sqlite3.Row) -> Message:
     )
 
 
-def _tool_calls(calls: Any) -> list[dict[str, Any]]:
+def stored_tool_calls(calls: Any) -> list[dict[str, Any]]:
     """Calls in the stored shape: id, name and arguments required (arguments as JSON text,
     an object is encoded), server optional, decision 'pending' unless given."""
     if not isinstance(calls, list):
@@ -263,8 +239,8 @@ def _tool_calls(calls: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _row_conversation(r: sqlite3.Row) -> Conversation:
-    return Conversation(
+def _row_conversation(r: sqlite3.Row) -> StoredConversation:
+    return StoredConversation(
         id=r["id"],
         title=r["title"],
         created_at=r["created_at"],
@@ -352,7 +328,7 @@ class ChatStore:
     # -- conversations -----------------------------------------------------------------------
 
     def create_conversation(self, title: str = DEFAULT_TITLE,
-                            settings: dict[str, Any] | None = None) -> Conversation:
+                            settings: dict[str, Any] | None = None) -> StoredConversation:
         now = self._clock()
         with self._tx() as db:
             cur = db.execute(
@@ -362,7 +338,7 @@ class ChatStore:
             )
         return self.conversation(int(cur.lastrowid or 0))
 
-    def conversation(self, conversation_id: int) -> Conversation:
+    def conversation(self, conversation_id: int) -> StoredConversation:
         r = self._db.execute(
             "SELECT * FROM conversations WHERE id = ? AND deleted_at IS NULL", (conversation_id,)
         ).fetchone()
@@ -370,7 +346,7 @@ class ChatStore:
             raise ChatStoreError(f"no conversation with id {conversation_id}")
         return _row_conversation(r)
 
-    def conversations(self) -> list[Conversation]:
+    def conversations(self) -> list[StoredConversation]:
         """Pinned first, then by last activity."""
         rows = self._db.execute(
             "SELECT * FROM conversations WHERE deleted_at IS NULL "
@@ -462,11 +438,11 @@ class ChatStore:
         tool_calls: list[dict[str, Any]] | None = None,
         tool_call_id: str | None = None,
         tool_name: str | None = None,
-    ) -> Message:
+    ) -> StoredMessage:
         """Append a message. `parent_id=True` (default) attaches it to the active leaf; an
         explicit parent creates a branch (a sibling of that parent's other children).
         A tool result is better added with `add_tool_result`, which finds its place."""
-        calls = _tool_calls(tool_calls or [])
+        calls = stored_tool_calls(tool_calls or [])
         conv = self.conversation(conversation_id)
         parent = conv.active_leaf_id if parent_id is True else parent_id
         if isinstance(parent, bool):
@@ -495,7 +471,7 @@ class ChatStore:
                            (auto_title(content), conversation_id))
         return self.message(mid)
 
-    def message(self, message_id: int) -> Message:
+    def message(self, message_id: int) -> StoredMessage:
         r = self._db.execute("SELECT * FROM messages WHERE id = ?", (message_id,)).fetchone()
         if r is None:
             raise ChatStoreError(f"no message with id {message_id}")
@@ -507,7 +483,7 @@ class ChatStore:
                        tool_calls: list[dict[str, Any]] | None = None) -> None:
         cols: dict[str, Any] = {}
         if tool_calls is not None:
-            cols["tool_calls"] = json.dumps(_tool_calls(tool_calls), ensure_ascii=False)
+            cols["tool_calls"] = json.dumps(stored_tool_calls(tool_calls), ensure_ascii=False)
         if content is not None:
             cols["content"] = content
         if thinking is not None:
@@ -531,7 +507,7 @@ class ChatStore:
 
     def add_tool_result(self, assistant_id: int, call_id: str, content: str = "", *,
                         status: str = "complete", truncated: bool = False,
-                        stats: dict[str, Any] | None = None) -> Message:
+                        stats: dict[str, Any] | None = None) -> StoredMessage:
         """Store the result of the call `call_id` of the assistant message `assistant_id`:
         below the results already stored for its other calls (so they form one line under
         it), as the new active leaf. Write it `status='running'` before the tool starts and
@@ -554,7 +530,7 @@ class ChatStore:
                                 status=status, stats=st, tool_call_id=call_id,
                                 tool_name=call["name"])
 
-    def _tool_results_below(self, a: Message) -> tuple[int, dict[str, int]]:
+    def _tool_results_below(self, a: StoredMessage) -> tuple[int, dict[str, int]]:
         """The last of the results chained below the assistant message `a` (or `a` itself),
         and the result message id of each call answered there."""
         ids = {c["id"] for c in a.tool_calls}
@@ -587,7 +563,7 @@ class ChatStore:
         self.update_message(message_id, content=content, status=status,
                             stats=st if st != m.stats else None)
 
-    def set_tool_decision(self, message_id: int, call_id: str, decision: str) -> Message:
+    def set_tool_decision(self, message_id: int, call_id: str, decision: str) -> StoredMessage:
         """Record the person's decision on one tool call of an assistant message."""
         if decision not in TOOL_DECISIONS:
             raise ChatStoreError(f"unknown tool call decision {decision!r}")
@@ -622,7 +598,7 @@ class ChatStore:
                            (leaf, m.conversation_id))
 
     def children(self, message_id: int | None, conversation_id: int | None = None
-                 ) -> list[Message]:
+                 ) -> list[StoredMessage]:
         if message_id is None:
             rows = self._db.execute(
                 "SELECT * FROM messages WHERE parent_id IS NULL AND conversation_id = ? "
@@ -633,12 +609,12 @@ class ChatStore:
             ).fetchall()
         return [_row_message(r) for r in rows]
 
-    def siblings(self, message_id: int) -> list[Message]:
+    def siblings(self, message_id: int) -> list[StoredMessage]:
         """The alternatives at this point of the tree (this message included), oldest first."""
         m = self.message(message_id)
         return self.children(m.parent_id, m.conversation_id)
 
-    def active_path(self, conversation_id: int) -> list[Message]:
+    def active_path(self, conversation_id: int) -> list[StoredMessage]:
         """The messages of the active branch, root first."""
         conv = self.conversation(conversation_id)
         if conv.active_leaf_id is None:
@@ -668,7 +644,7 @@ class ChatStore:
                 return current
             current = int(r[0])
 
-    def switch_branch(self, message_id: int) -> list[Message]:
+    def switch_branch(self, message_id: int) -> list[StoredMessage]:
         """Make the branch through `message_id` active (following its newest descendants)."""
         m = self.message(message_id)
         leaf = self._deepest_latest(m.id)
@@ -685,7 +661,7 @@ class ChatStore:
 
     # -- streaming and crash recovery --------------------------------------------------------
 
-    def recover_interrupted(self) -> list[Message]:
+    def recover_interrupted(self) -> list[StoredMessage]:
         """Answers that were streaming when the app died become 'interrupted', and so do
         tool results whose tool was running (with a note in their stats' 'error', which
         the UI shows for an interrupted message)."""
@@ -704,7 +680,8 @@ class ChatStore:
 
     # -- search ------------------------------------------------------------------------------
 
-    def search(self, query: str, limit: int = 50) -> list[tuple[Conversation, Message, str]]:
+    def search(self, query: str, limit: int = 50
+               ) -> list[tuple[StoredConversation, StoredMessage, str]]:
         """Full-text search over all messages: (conversation, message, snippet)."""
         terms = [t for t in query.replace('"', " ").split() if t]
         if not terms:
@@ -740,113 +717,50 @@ class ChatStore:
         with self._tx() as db:
             db.execute("DELETE FROM presets WHERE name = ?", (name,))
 
-    # -- export / import ---------------------------------------------------------------------
+    # -- whole conversations (export and import) ---------------------------------------------
 
-    def export_conversation(self, conversation_id: int) -> dict[str, Any]:
-        conv = self.conversation(conversation_id)
-        all_msgs = [_row_message(r) for r in self._db.execute(
-            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,))]
-        return {
-            "id": conv.id,
-            "title": conv.title,
-            "created_at": conv.created_at,
-            "updated_at": conv.updated_at,
-            "pinned": conv.pinned,
-            "settings": conv.settings,
-            "messages": [m.to_dict() for m in self.active_path(conversation_id)],
-            "active_leaf_id": conv.active_leaf_id,
-            # Every branch, so an import restores the whole tree, not just the active path.
-            "tree": [m.to_dict() for m in all_msgs],
-        }
+    def messages(self, conversation_id: int) -> list[StoredMessage]:
+        """Every message of a conversation, every branch, oldest first."""
+        rows = self._db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id",
+                                (conversation_id,)).fetchall()
+        return [_row_message(r) for r in rows]
 
-    def export_all(self, ids: Sequence[int] | None = None) -> dict[str, Any]:
-        convs = ([self.conversation(i) for i in ids] if ids is not None
-                 else self.conversations())
-        return {
-            "format": EXPORT_FORMAT,
-            "version": EXPORT_VERSION,
-            "conversations": [self.export_conversation(c.id) for c in convs],
-        }
-
-    def import_data(self, data: Any) -> list[int]:
-        """Import an export (ours, or a plain list of conversations with `messages`).
-        Ids are assigned anew; returns the new conversation ids."""
-        convs = data.get("conversations") if isinstance(data, dict) else data
-        if isinstance(data, dict) and "conversations" not in data and "messages" in data:
-            convs = [data]
-        if not isinstance(convs, list):
-            raise ChatStoreError("not a Candlewick chat export (no list of conversations)")
+    def restore(self, conversations: Sequence[tuple[StoredConversation, Sequence[StoredMessage]]]
+                ) -> list[int]:
+        """Store whole conversations read from elsewhere (an import) in one transaction, under
+        new ids; returns them. Ids in the records are the records' own: a message's
+        `parent_id` names an earlier message of its list (an unknown one: a root), the
+        conversation's `active_leaf_id` one of its messages. A timestamp of 0 (unknown) is
+        stored as now; tool calls are brought to the stored shape."""
         new_ids: list[int] = []
         with self._tx() as db:
-            for i, c in enumerate(convs):
-                if not isinstance(c, dict):
-                    raise ChatStoreError(f"conversation #{i + 1} in the file is not an object")
-                new_ids.append(self._import_one(db, c, i))
-        return new_ids
-
-    def _import_one(self, db: sqlite3.Connection, c: dict[str, Any], index: int) -> int:
-        now = self._clock()
-        tree = c.get("tree") if isinstance(c.get("tree"), list) else None
-        msgs = tree if tree is not None else c.get("messages", [])
-        if not isinstance(msgs, list):
-            raise ChatStoreError(f"conversation #{index + 1}: 'messages' is not a list")
-        cur = db.execute(
-            "INSERT INTO conversations(title, created_at, updated_at, pinned, settings) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (str(c.get("title") or DEFAULT_TITLE), float(c.get("created_at") or now),
-             float(c.get("updated_at") or now), int(bool(c.get("pinned"))),
-             json.dumps(c.get("settings") or {})),
-        )
-        cid = int(cur.lastrowid or 0)
-        id_map: dict[Any, int] = {}
-        prev: int | None = None
-        for j, m in enumerate(msgs):
-            if not isinstance(m, dict) or not isinstance(m.get("content"), str) \
-                    or m.get("role") not in ("system", "user", "assistant", "tool"):
-                raise ChatStoreError(
-                    f"conversation #{index + 1}, message #{j + 1}: needs a role and text content"
+            for conv, msgs in conversations:
+                now = self._clock()
+                cur = db.execute(
+                    "INSERT INTO conversations(title, created_at, updated_at, pinned, settings) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (conv.title, conv.created_at or now, conv.updated_at or now,
+                     int(conv.pinned), json.dumps(conv.settings)),
                 )
-            if tree is not None:
-                parent = id_map.get(m.get("parent_id")) if m.get("parent_id") is not None else None
-            else:
-                parent = prev
-            status = _imported_status(m)
-            thinking = m.get("thinking")
-            try:
-                calls = _tool_calls(m.get("tool_calls") or [])
-            except ChatStoreError as e:
-                raise ChatStoreError(
-                    f"conversation #{index + 1}, message #{j + 1}: {e}") from None
-            call_id, tool_name = m.get("tool_call_id"), m.get("tool_name")
-            cur = db.execute(
-                "INSERT INTO messages(conversation_id, parent_id, role, content, created_at, "
-                "status, model, stats, sampling, thinking, tool_calls, tool_call_id, tool_name) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (cid, parent, m["role"], m["content"], float(m.get("created_at") or now), status,
-                 m.get("model"), json.dumps(m.get("stats") or {}),
-                 json.dumps(m.get("sampling") or {}),
-                 thinking if isinstance(thinking, str) else "",
-                 json.dumps(calls, ensure_ascii=False),
-                 call_id if isinstance(call_id, str) else None,
-                 tool_name if isinstance(tool_name, str) else None),
-            )
-            new_id = int(cur.lastrowid or 0)
-            id_map[m.get("id", j)] = new_id
-            prev = new_id
-        leaf = id_map.get(c.get("active_leaf_id")) if tree is not None else prev
-        if leaf is None and msgs:
-            leaf = prev
-        db.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?", (leaf, cid))
-        return cid
-
-
-def _imported_status(m: dict[str, Any]) -> str:
-    status = m.get("status")
-    if m.get("role") == "tool":
-        # An export taken while a tool ran: nothing will finish that run any more.
-        return "interrupted" if status == "running" else (
-            status if status in TOOL_STATUSES else "complete")
-    return status if status in ("complete", "interrupted", "error") else "complete"
+                cid = int(cur.lastrowid or 0)
+                stored: dict[int, int] = {}
+                for m in msgs:
+                    cur = db.execute(
+                        "INSERT INTO messages(conversation_id, parent_id, role, content, "
+                        "created_at, status, model, stats, sampling, thinking, tool_calls, "
+                        "tool_call_id, tool_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (cid, stored.get(m.parent_id) if m.parent_id is not None else None,
+                         m.role, m.content, m.created_at or now, m.status, m.model,
+                         json.dumps(m.stats), json.dumps(m.sampling), m.thinking,
+                         json.dumps(stored_tool_calls(m.tool_calls), ensure_ascii=False),
+                         m.tool_call_id, m.tool_name),
+                    )
+                    stored[m.id] = int(cur.lastrowid or 0)
+                leaf = conv.active_leaf_id
+                db.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
+                           (stored.get(leaf) if leaf is not None else None, cid))
+                new_ids.append(cid)
+        return new_ids
 
 
 class StreamWriter:
@@ -900,117 +814,6 @@ class StreamWriter:
     @property
     def thinking(self) -> str:
         return self._thinking
-
-
-# What the Markdown export says after "**Assistant**" for an answer cut short.
-_ENDING_NOTES = {
-    "stopped": "stopped by the user",
-    "length": "cut off at the length limit",
-    "context_full": "cut off: the context was full",
-    "timeout": "cut off: it timed out",
-    "interrupted": "interrupted",
-    "error": "failed",
-}
-
-
-# What the Markdown export says of a tool call's decision and of a result's status.
-_DECISION_NOTES = {"pending": "awaiting approval", "allowed": "allowed",
-                   "always": "always allowed", "denied": "denied by the user"}
-_RESULT_NOTES = {"running": "running", "error": "error", "denied": "denied by the user",
-                 "cancelled": "cancelled", "interrupted": "interrupted"}
-
-
-def _fenced(text: str, lang: str = "") -> str:
-    # Longer than any backtick run inside, so the text cannot close the fence early.
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    body = text.rstrip("\n")
-    return f"{fence}{lang}\n{body}\n{fence}\n"
-
-
-def _tool_call_markdown(call: dict[str, Any]) -> str:
-    where = f" on `{call['server']}`" if call.get("server") else ""
-    decision = _DECISION_NOTES.get(call.get("decision") or "pending", str(call.get("decision")))
-    args = str(call.get("arguments") or "")
-    try:
-        body = _fenced(json.dumps(json.loads(args or "{}"), indent=2, ensure_ascii=False),
-                       "json")
-    except ValueError:  # the model wrote broken JSON: shown as it came
-        body = _fenced(args)
-    return f"**Tool call** `{call.get('name')}`{where} ({decision}):\n\n{body}"
-
-
-def _tool_result_markdown(m: dict[str, Any]) -> str:
-    st = m.get("stats") or {}
-    notes = [_RESULT_NOTES[m["status"]]] if m.get("status") in _RESULT_NOTES else []
-    if st.get("truncated"):
-        notes.append("truncated")
-    note = f" ({', '.join(notes)})" if notes else ""
-    head = f"**Tool result** `{m.get('tool_name') or '?'}`{note}:\n\n"
-    if m.get("content"):
-        return head + _fenced(str(m["content"]))
-    error = " ".join(str(st.get("error") or "").split())
-    return head + (f"*{error}*\n" if error else "*(no output)*\n")
-
-
-def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
-    """Readable Markdown of exported conversations (their active branches)."""
-    out: list[str] = []
-    names = {"user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
-    for c in conversations:
-        out.append(f"# {c['title']}\n")
-        settings = c.get("settings") or {}
-        system = str(settings.get("system_prompt") or "").strip()
-        if system:
-            # Every line quoted: a prompt of several paragraphs stays one block.
-            out.append("\n".join(f"> {line}".rstrip() for line in
-                                 f"System prompt: {system}".splitlines()) + "\n")
-        for m in c["messages"]:
-            if m["role"] == "tool":
-                out.append(_tool_result_markdown(m))
-                continue
-            who = names.get(m["role"], m["role"])
-            ended = m.get("ended")
-            if ended is None and m.get("status") == "interrupted":  # an older export's
-                ended = "interrupted"
-            note = f" ({_ENDING_NOTES.get(ended, ended)})" if ended else ""
-            out.append(f"**{who}**{note}:\n")
-            if m.get("thinking"):
-                out.append(f"<details><summary>Thinking</summary>\n\n{m['thinking']}\n\n"
-                           "</details>\n")
-            calls = m.get("tool_calls") or []
-            if m["content"] or not calls:
-                out.append(f"{m['content']}\n")
-            out.extend(_tool_call_markdown(call) for call in calls)
-            st = m.get("stats") or {}
-            line = [str(m["model"])] if m["role"] == "assistant" and m.get("model") else []
-            if m["role"] == "assistant" and st.get("gen_tps"):
-                line.append(f"{st.get('gen_tokens', 0)} tokens, {st['gen_tps']:.1f} tok/s, "
-                            f"first token after {st.get('ttft_s', 0):.2f} s")
-            if ended == "error" and st.get("error"):
-                line.append(" ".join(str(st["error"]).split()))
-            if line:
-                out.append(f"*{' · '.join(line)}*\n")
-        out.append("")
-    return "\n".join(out).rstrip() + "\n"
-
-
-def export_text(data: dict[str, Any], fmt: str) -> str:
-    """An `export_all` result as a file's text: 'md' (readable, the current branches) or
-    'json' (lossless, every branch; what `import_data` reads back)."""
-    if fmt == "md":
-        return export_markdown(data["conversations"])
-    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
-
-
-def write_export(store: ChatStore, path: Path | str, fmt: str,
-                 ids: Sequence[int] | None = None) -> int:
-    """Export the conversations `ids` (all when None) to `path` as `fmt` ('md' or 'json'),
-    atomically: a failed write leaves no half-written file under that name (and an older
-    file there as it was). Returns how many chats were written; `OSError` as it came."""
-    data = store.export_all(ids)
-    write_text_atomic(path, export_text(data, fmt))
-    return len(data["conversations"])
 
 
 def default_store_path(data_dir: Path) -> Path:

@@ -46,7 +46,7 @@ class DiscoveryRoots:
     @classmethod
     def default(cls) -> DiscoveryRoots:
         """The usual places, honouring HF_HUB_CACHE/HF_HOME and OLLAMA_MODELS."""
-        from app.services.downloads import hf_hub_cache
+        from app.services.hf_cache import hf_hub_cache
 
         home = Path.home()
         lm = (home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models")

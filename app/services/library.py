@@ -22,12 +22,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from app.services.discovery import OLLAMA, OWNER_NAMES, DiscoveryRoots, discover
-from app.services.downloads import (
-    DISK_MARGIN,
-    FreeSpace,
-    completed_downloads,
-    free_disk_space,
-)
+from app.services.disk_space import DISK_MARGIN, FreeSpace, free_disk_space
+from app.services.download_jobs import completed_downloads
 from engine.model.facts import ModelFacts, model_facts
 from engine.model.gguf import GGUFError, human_bytes, read_gguf
 from engine.model.naming import derive_name, model_slug, says_nothing

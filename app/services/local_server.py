@@ -25,7 +25,7 @@ from engine.errors import EngineError, LoadCancelled
 from engine.host.host import ModelHost
 from engine.host.runtime import Model
 from engine.host.scheduler import SchedulerSnapshot
-from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
+from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.server.request_log import RequestLog
 from engine.server.runner import bind_socket
 from engine.settings import LoadParams
@@ -101,7 +101,7 @@ class LocalServer:
         self._closed = False
         self._thread: ServerThread | None = None
         self._model: Model | None = None  # the chat's model, with the server's slots
-        self._loaded: LoadedModel | None = None
+        self._loaded: ServedModel | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self.stopped_because = ""  # why it stopped on its own ('' while running)
         self.note = ""  # what changed while it runs (the chat's model went), for the panel
@@ -150,7 +150,7 @@ class LocalServer:
         """Serve `model` (leased) as the default model, its answers saying `model_id`
         (default: `name`). Call with the lock held."""
         self._model, self.name = model, name
-        self._loaded = LoadedModel.build(model, model_id or name,
+        self._loaded = ServedModel.build(model, model_id or name,
                                          max_queue=self.settings.max_queue)
         self.state.set_loaded(self._loaded)
 

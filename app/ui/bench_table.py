@@ -4,11 +4,14 @@ level has no such figure), for sorting, copying and tests."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt
+
+from engine.bench.metrics import LevelMetrics
+from engine.bench.result import BenchResult
 
 RAW_ROLE = Qt.ItemDataRole.UserRole + 1
 MiB = 1 << 20
@@ -17,10 +20,18 @@ Index = QModelIndex | QPersistentModelIndex
 
 
 @dataclass(frozen=True)
+class LevelRow:
+    """A level as the table shows it: its metrics, and whether a cancel cut it short."""
+
+    level: LevelMetrics
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
 class Column:
     header: str
     tip: str
-    value: Callable[[Mapping[str, Any]], Any]
+    value: Callable[[LevelRow], Any]
     fmt: Callable[[Any], str]
 
 
@@ -32,10 +43,10 @@ def _mib(v: Any) -> str:
     return "-" if v is None else f"{v / MiB:,.0f}"
 
 
-def _status(lv: Mapping[str, Any]) -> str:
-    if lv.get("_cancelled"):
+def _status(row: LevelRow) -> str:
+    if row.cancelled:
         return "cancelled"
-    failed = int(lv["requests"]) - int(lv["succeeded"])
+    failed = row.level.requests - row.level.succeeded
     return "done" if failed == 0 else f"{failed} failed"
 
 
@@ -45,31 +56,31 @@ def _slo(v: Any) -> str:
 
 COLUMNS: tuple[Column, ...] = (
     Column("Concurrent\nrequests", "requests in flight at once at this level",
-           lambda lv: lv["concurrency"], str),
+           lambda r: r.level.concurrency, str),
     Column("OK / sent", "requests that succeeded / requests sent",
-           lambda lv: lv["succeeded"], lambda _v: ""),  # text filled in by the model
+           lambda r: r.level.succeeded, lambda _v: ""),  # text filled in by the model
     Column("Failures\n(%)", "errors and timeouts / requests",
-           lambda lv: 100.0 * lv["failure_rate"], _num(0)),
-    Column("TTFT p50\n(s)", "time to first token, median", lambda lv: lv["ttft_p50"], _num(3)),
+           lambda r: 100.0 * r.level.failure_rate, _num(0)),
+    Column("TTFT p50\n(s)", "time to first token, median", lambda r: r.level.ttft_p50, _num(3)),
     Column("TTFT p95\n(s)", "time to first token, 95th percentile",
-           lambda lv: lv["ttft_p95"], _num(3)),
+           lambda r: r.level.ttft_p95, _num(3)),
     Column("Prompt\n(tokens/s)", "prompt tokens / TTFT, median over requests",
-           lambda lv: lv["prompt_tps_p50"], _num(1)),
+           lambda r: r.level.prompt_tps_p50, _num(1)),
     Column("Generation\n(tokens/s per request)",
            "(completion tokens - 1) / (last token - first token), median over requests",
-           lambda lv: lv["gen_tps_p50"], _num(1)),
+           lambda r: r.level.gen_tps_p50, _num(1)),
     Column("Latency p50\n(s)", "request sent to end of answer, median",
-           lambda lv: lv["latency_p50"], _num(2)),
+           lambda r: r.level.latency_p50, _num(2)),
     Column("Latency p95\n(s)", "request sent to end of answer, 95th percentile",
-           lambda lv: lv["latency_p95"], _num(2)),
+           lambda r: r.level.latency_p95, _num(2)),
     Column("Total\n(tokens/s)", "completion tokens of all requests / wall time of the level",
-           lambda lv: lv["total_throughput_tps"], _num(1)),
+           lambda r: r.level.total_throughput_tps, _num(1)),
     Column("Peak RAM\n(MiB)", "resident memory of the whole app process, peak at this level",
-           lambda lv: lv.get("peak_ram_bytes"), _mib),
+           lambda r: r.level.peak_ram_bytes, _mib),
     Column("Peak VRAM\n(MiB)", "GPU memory of this process (NVIDIA only); - when unknown",
-           lambda lv: lv.get("peak_vram_bytes"), _mib),
+           lambda r: r.level.peak_vram_bytes, _mib),
     Column("Meets TTFT\nobjective", "TTFT p95 within the objective and no failures",
-           lambda lv: lv.get("meets_slo"), _slo),
+           lambda r: r.level.meets_slo, _slo),
     Column("Status", "done, cancelled part-way, or how many requests failed",
            _status, str),
 )
@@ -78,22 +89,17 @@ COLUMNS: tuple[Column, ...] = (
 class BenchTableModel(QAbstractTableModel):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._levels: list[dict[str, Any]] = []
+        self._levels: list[LevelRow] = []
 
-    def set_result(self, result: Mapping[str, Any] | None) -> None:
+    def set_result(self, result: BenchResult | None) -> None:
         """Show a result's levels; the level a cancel cut short is marked cancelled."""
-        levels: Sequence[Mapping[str, Any]] = result.get("levels", []) if result else []
-        traces: Mapping[str, Any] = (result.get("traces") or {}) if result else {}
-        rows = []
-        for lv in levels:
-            cut = any(t.get("error") == "cancelled"
-                      for t in traces.get(str(lv["concurrency"]), []))
-            rows.append({**lv, "_cancelled": cut})
+        rows = [LevelRow(lv, result.level_cancelled(lv.concurrency))
+                for lv in result.levels] if result is not None else []
         self.beginResetModel()
         self._levels = rows
         self.endResetModel()
 
-    def level(self, row: int) -> Mapping[str, Any]:
+    def level(self, row: int) -> LevelRow:
         return self._levels[row]
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
@@ -106,21 +112,21 @@ class BenchTableModel(QAbstractTableModel):
         if not index.isValid() or not 0 <= index.row() < len(self._levels) \
                 or not 0 <= index.column() < len(COLUMNS):
             return None
-        lv = self._levels[index.row()]
+        row = self._levels[index.row()]
         col = COLUMNS[index.column()]
         if role == Qt.ItemDataRole.DisplayRole:
             if index.column() == 1:
-                return f"{lv['succeeded']} / {lv['requests']}"
-            return col.fmt(col.value(lv))
+                return f"{row.level.succeeded} / {row.level.requests}"
+            return col.fmt(col.value(row))
         if role == RAW_ROLE:
-            return col.value(lv)
+            return col.value(row)
         if role == Qt.ItemDataRole.TextAlignmentRole:
             if index.column() == len(COLUMNS) - 1:
                 return int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         if role == Qt.ItemDataRole.ToolTipRole and index.column() == len(COLUMNS) - 1 \
-                and lv.get("error_samples"):
-            return "\n".join(str(s) for s in lv["error_samples"])
+                and row.level.error_samples:
+            return "\n".join(str(s) for s in row.level.error_samples)
         return None
 
     def headerData(self, section: int, orientation: Qt.Orientation,

@@ -9,7 +9,6 @@ the GUI thread and only reacts to that thread's queued signals.
 from __future__ import annotations
 
 import html
-import json
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -44,7 +43,10 @@ from app.ui.bench_table import BenchTableModel
 from app.ui.bench_worker import BenchHost, BenchOutcome, BenchRequest
 from app.ui.library_model import human_bytes
 from app.ui.worker import LoadedModel
-from engine.bench.harness import BenchConfig, BenchError, Progress
+from engine.bench.harness import BenchConfig, Progress
+from engine.bench.levels import parse_levels
+from engine.bench.report import summary_lines
+from engine.bench.result import BenchError, BenchResult
 from engine.bench.workloads import BUILTIN, Workload, WorkloadError, load_workload
 
 MAX_LEVEL = 64  # each concurrent request is a sequence with its own context
@@ -63,17 +65,6 @@ INSTANCE_NOTE = (
     "benchmark runs.")
 
 
-def parse_levels(text: str) -> list[int]:
-    """'1, 2,4' -> [1, 2, 4]; ValueError with a one-line message otherwise."""
-    parts = [p for p in re.split(r"[\s,;]+", text.strip()) if p]
-    if not parts or not all(p.isdigit() for p in parts):
-        raise ValueError("Concurrency levels: whole numbers separated by commas, e.g. 1,2,4")
-    levels = sorted({int(p) for p in parts})
-    if levels[0] < 1 or levels[-1] > MAX_LEVEL:
-        raise ValueError(f"Concurrency levels must be between 1 and {MAX_LEVEL}")
-    return levels
-
-
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
@@ -90,10 +81,10 @@ def _count(n: Any, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def context_line(result: Mapping[str, Any]) -> str:
+def context_line(result: BenchResult) -> str:
     """Hardware and software a result was measured on, as one readable line."""
-    m: Mapping[str, Any] = result.get("machine") or {}
-    t: Mapping[str, Any] = result.get("target") or {}
+    m: Mapping[str, Any] = result.machine
+    t: Mapping[str, Any] = result.target
     gpus = m.get("gpus") or []
     gpu = ", ".join(f"{g.get('name', '?')} ({human_bytes(g['total_bytes'])})"
                     if g.get("total_bytes") else str(g.get("name", "?")) for g in gpus)
@@ -115,28 +106,6 @@ def context_line(result: Mapping[str, Any]) -> str:
     if isinstance(load, int | float):
         parts.append(f"load average {load:.1f} before the run")
     return " · ".join(parts)
-
-
-def summary_line(result: Mapping[str, Any]) -> str:
-    """The objective's answer and the decode roofline, as the CLI prints them."""
-    out = []
-    slo = (result.get("config") or {}).get("slo_ttft_s")
-    if slo is not None:
-        best = result.get("max_concurrency_meeting_slo")
-        out.append(f"Most concurrent requests with TTFT p95 ≤ {slo:g} s: "
-                   f"{best if best is not None else 'none of the levels'}")
-    rf = result.get("roofline")
-    if rf:
-        pct = rf.get("achieved_pct")
-        achieved = (f"achieved {rf['achieved_tps']:.1f} tokens/s, {pct:.0f} % of the limit"
-                    if pct is not None else "no single-stream level to compare")
-        text = (f"Decode roofline: memory read {rf['bandwidth_gb_s']:.1f} GB/s ÷ "
-                f"{rf['bytes_per_token'] / (1 << 20):.1f} MiB of weights per token = "
-                f"{rf['limit_tps']:.0f} tokens/s; {achieved}")
-        if (result.get("target") or {}).get("n_gpu_layers"):
-            text += " (layers on a GPU: its bandwidth sets the limit, not system RAM's)"
-        out.append(text)
-    return "\n".join(out)
 
 
 class ChartView(QWidget):
@@ -186,7 +155,7 @@ class BenchView(QWidget):
         self.loaded: LoadedModel | None = None
         self.chat_busy = False
         self.running = False
-        self.result: dict[str, Any] | None = None
+        self.result: BenchResult | None = None
         self.png = b""
         self._t_start = 0.0
         self._t_run: float | None = None  # first timed request started
@@ -409,7 +378,7 @@ class BenchView(QWidget):
     def config(self) -> BenchConfig:
         """The settings on screen; ValueError (one line) when they do not make sense."""
         slo = self.slo.value()
-        return BenchConfig(concurrency=parse_levels(self.levels.text()),
+        return BenchConfig(concurrency=parse_levels(self.levels.text(), limit=MAX_LEVEL),
                            requests=self.requests.value(),
                            max_tokens=self.max_tokens.value() or None,
                            slo_ttft_s=slo if slo > 0 else None,
@@ -492,21 +461,21 @@ class BenchView(QWidget):
             f"request {min(p.done + 1, p.total)} of {p.total}{failed} · {eta}")
 
     def _on_finished(self, outcome: BenchOutcome) -> None:
-        result = dict(outcome.result)
-        if result.get("cancelled") and not result.get("levels"):
+        result = outcome.result
+        if result.cancelled and not result.levels:
             self._on_cancelled()
             return
         self.result, self.png = result, outcome.png
         self.table_model.set_result(result)
         self.chart.set_png(outcome.png)
-        self.summary.setText(summary_line(result))
+        self.summary.setText("\n".join(summary_lines(result)))
         self.context.setText(context_line(result))
         took = time.monotonic() - self._t_start
-        levels = result.get("levels") or []
-        planned = len((result.get("config") or {}).get("concurrency") or [])
+        levels = result.levels
+        planned = len(result.config.concurrency)
         self.progress.setRange(0, 1)
-        self.progress.setValue(1 if not result.get("cancelled") else 0)
-        if result.get("cancelled"):
+        self.progress.setValue(1 if not result.cancelled else 0)
+        if result.cancelled:
             self.status.setText(f"Cancelled after {took:.0f} s: results of {len(levels)} of "
                                 f"{planned} levels kept (the interrupted level is marked)")
         else:
@@ -541,7 +510,7 @@ class BenchView(QWidget):
         if self.result is None:
             return False
         try:
-            Path(path).write_text(json.dumps(self.result, indent=1) + "\n", encoding="utf-8")
+            Path(path).write_text(self.result.to_json(), encoding="utf-8")
         except OSError as e:
             self.show_error(f"Could not save {Path(path).name}: {e.strerror or e}")
             return False

@@ -2,8 +2,9 @@
 model the chat has loaded (found in the engine thread's model host) and renders the charts,
 then hands the result back through queued signals. It never touches a widget.
 
-The thread starts on the first run and ends at shutdown. Cancelling is a `threading.Event`
-(the harness checks it before every token), not a queued call: the thread is busy running.
+The thread (a `ThreadHost`) starts on the first run and ends at shutdown. Cancelling is a
+`threading.Event` (the harness checks it before every token), not a queued call: the thread
+is busy running.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal, Slot
 
+from app.ui.thread_host import ThreadHost, forget_python_thread
 from engine.bench.harness import BenchConfig, Progress
+from engine.bench.result import BenchResult
 from engine.bench.workloads import Workload
 from engine.errors import EngineError, LoadCancelled
 from engine.host.host import ModelHost
@@ -36,15 +38,15 @@ class BenchRequest:
 
 @dataclass(frozen=True)
 class BenchOutcome:
-    result: dict[str, Any]
+    result: BenchResult
     png: bytes  # the charts; empty when no level finished
 
 
-def render_charts(result: dict[str, Any]) -> bytes:
+def render_charts(result: BenchResult) -> bytes:
     """The PNG `candlewick bench --plot` writes, as bytes (empty: nothing to plot)."""
     from engine.bench.plot import plot_result
 
-    if not result.get("levels"):
+    if not result.levels:
         return b""
     with tempfile.TemporaryDirectory(prefix="candlewick-bench-") as d:
         path = Path(d) / "bench.png"
@@ -52,21 +54,12 @@ def render_charts(result: dict[str, Any]) -> bytes:
         return path.read_bytes()
 
 
-def _forget_python_thread() -> None:
-    """Python registers a dummy `threading.Thread` for a foreign (Qt) thread the first time
-    code there asks for the current thread (the harness's thread pool does) and never removes
-    it. The run is over and its pool joined, so drop that entry rather than leave a ghost."""
-    if isinstance(threading.current_thread(), threading._DummyThread):
-        with threading._active_limbo_lock:  # type: ignore[attr-defined]
-            threading._active.pop(threading.get_ident(), None)  # type: ignore[attr-defined]
-
-
 class BenchWorker(QObject):
     """Lives in the benchmark thread. Progress arrives from the harness's own threads."""
 
     loading = Signal(float)  # 0, then 1 once the model's slots are the benchmark's
     progress = Signal(object)  # engine.bench.Progress
-    finished = Signal(object)  # BenchOutcome (result["cancelled"] says if it was cut short)
+    finished = Signal(object)  # BenchOutcome (result.cancelled says if it was cut short)
     cancelled = Signal()  # cancelled before anything was measured (while loading)
     failed = Signal(str)  # one line for the user
 
@@ -93,8 +86,8 @@ class BenchWorker(QObject):
             model = self.host.get(request.model)
             result = run_loaded_benchmark(model, request.workload, request.config,
                                           progress=on_progress, cancel=cancel)
-            if request.title and isinstance(result.get("target"), dict):
-                target = result["target"]
+            if request.title:
+                target = result.target
                 target.setdefault("general_name", target.get("name"))
                 target["name"] = request.title  # the name the app shows, in the file too
             png = render_charts(result)
@@ -110,27 +103,24 @@ class BenchWorker(QObject):
         else:
             self.finished.emit(BenchOutcome(result, png))
         finally:
-            _forget_python_thread()
+            # The harness's thread pool made Python register this Qt thread; the pool is
+            # joined, so no ghost entry stays between runs.
+            forget_python_thread()
 
 
-class BenchHost(QObject):
+class BenchHost(ThreadHost[BenchWorker]):
     """GUI-side handle on the benchmark thread."""
 
     _run = Signal(object, object)
 
     def __init__(self, worker: BenchWorker | None = None,
                  parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.worker = worker or BenchWorker()
-        self.qthread = QThread()
-        self.qthread.setObjectName("candlewick-bench")
-        self.worker.moveToThread(self.qthread)
+        super().__init__(worker or BenchWorker(), "candlewick-bench", parent)
         self._run.connect(self.worker.run, Qt.ConnectionType.QueuedConnection)
         self._cancel: threading.Event | None = None
 
     def run(self, request: BenchRequest) -> None:
-        if not self.qthread.isRunning():
-            self.qthread.start()
+        self.start()
         self._cancel = threading.Event()
         self._run.emit(request, self._cancel)
 
@@ -141,6 +131,4 @@ class BenchHost(QObject):
     def shutdown(self) -> None:
         """Cancel any run and end the thread. Safe to call twice."""
         self.cancel()
-        if self.qthread.isRunning():
-            self.qthread.quit()
-            self.qthread.wait()
+        self.stop_thread()

@@ -734,10 +734,13 @@ class ChatView(QWidget):
     def message_widgets(self) -> list[MessageWidget]:
         return list(self._widgets)
 
-    def set_busy(self, busy: bool) -> None:
+    def set_busy(self, busy: bool, paused: str | None = None) -> None:
+        """What the chat's controller says: a reply is on its way (Stop on, Send off), or
+        sending is paused (Send off, with `paused`, the reason, as its tooltip)."""
         self._busy = busy
         self.stop_button.setEnabled(busy)
-        self.send_button.setEnabled(not busy)
+        self.send_button.setEnabled(not busy and paused is None)
+        self.send_button.setToolTip(paused or "")
         if self._editing is not None and self._editing.editor is not None:
             self._editing.editor.set_saving_allowed(not busy, self.WAIT_TO_SAVE)
 

@@ -1,8 +1,15 @@
 """Chat flow between the view, the conversation model and the engine thread.
 
-Sending loads the selected model first when it is not the one loaded (the newcomer's path:
-type, press Enter, watch it load and answer). Engine signals are applied to the item model
-here, on the GUI thread.
+Sending loads the chosen engine first when it is not the one in use (the newcomer's path:
+type, press Enter, watch it load and answer). The controller chooses it: the chat's saved
+remote binding, else the model selected in the library. Engine signals are applied to the
+item model here, on the GUI thread.
+
+The reply being produced is one `ActiveReply` (app/ui/active_reply.py) with its state:
+waiting for the model, for the chat's tools, or streaming. Every signal about a reply
+carries its request id; one that is not the active reply's is a late signal of an abandoned
+reply, and is dropped. Whether the user may send is one answer here (`can_send`: no reply
+running and the chat not paused), told to the view by one signal (`send_state_changed`).
 
 A reasoning model's thinking arrives apart from its answer (`reasoning`, `thought`) and is
 stored with the message, apart from its text; it is never sent back with the history. A chat
@@ -25,8 +32,9 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from app.services.chat_store import ChatStore, ChatStoreError, StreamWriter
-from app.services.chat_store import Message as StoredMessage
+from app.services.chat_store import ChatStore, ChatStoreError, StoredMessage, StreamWriter
+from app.services.connections import ConnectionStore
+from app.ui.active_reply import ActiveReply, Parent, ReplyState
 from app.ui.chat_model import ChatModel
 from app.ui.chat_settings import STRUCTURED_KEY
 from app.ui.conversation import (
@@ -36,6 +44,7 @@ from app.ui.conversation import (
     ToolCallView,
     ToolDecision,
 )
+from app.ui.engine_picker import binding_of
 from app.ui.tool_runner import OfferedTool, ToolRunner
 from app.ui.tool_turns import ToolTurns
 from app.ui.worker import EngineHost, EngineMaker, LoadedModel, RemoteTarget
@@ -54,9 +63,12 @@ class RemoteChoice:
     make: EngineMaker = field(repr=False, compare=False)
 
 
-# The engine the chat on screen wants: a local model file with load settings, or a remote one.
-Choice = tuple[Path, LoadParams] | RemoteChoice
-ModelChoice = Callable[[], Choice | None]
+# A local model file with its load settings (the library's selection).
+LocalChoice = tuple[Path, LoadParams]
+# The engine the chat on screen wants: a local model, or a remote one.
+Choice = LocalChoice | RemoteChoice
+# The library's current selection, if any.
+LibrarySelection = Callable[[], LocalChoice | None]
 # The name the library shows for a model file (None: not in the library).
 ModelName = Callable[[Path], str | None]
 
@@ -72,7 +84,13 @@ def choice_key(choice: Choice) -> Path | RemoteTarget:
 
 
 class ChatController(QObject):
-    busy_changed = Signal(bool)  # a reply is loading or streaming
+    # Every step of a reply's life (loading, listing tools, streaming, done) says whether
+    # the chat is busy: a reply is on its way or a tool loop runs.
+    busy_changed = Signal(bool)
+    # (busy, why sending is paused or None) whenever either changes: Send is on when the
+    # chat is neither (`can_send`), Stop while it is busy.
+    send_state_changed = Signal(bool, object)
+    loading_started = Signal(object)  # the engine being switched to: Path | RemoteTarget
     error = Signal(str)  # a message for the window's error banner
     notice = Signal(str)  # status text ("Loading SmolLM2…")
     conversations_changed = Signal()  # a conversation was created, renamed, grew...
@@ -80,42 +98,37 @@ class ChatController(QObject):
     context_note = Signal(str)  # e.g. "2 old messages were left out to fit the context"
     engine_changed = Signal(object)  # the LoadedModel now in use, or None
 
-    def __init__(self, engine: EngineHost, chat: ChatModel, choose_model: ModelChoice,
-                 sampling: SamplingParams | None = None,
-                 parent: QObject | None = None, store: ChatStore | None = None,
-                 model_name: ModelName | None = None) -> None:
-        """`model_name`: the library's name for a file, which a loaded model is shown and
-        stored under (one name everywhere: the window, the server, the benchmark, exports)."""
+    def __init__(self, engine: EngineHost, chat: ChatModel, *,
+                 library: LibrarySelection | None = None,
+                 connections: ConnectionStore | None = None,
+                 sampling: SamplingParams | None = None, store: ChatStore | None = None,
+                 model_name: ModelName | None = None, parent: QObject | None = None) -> None:
+        """`library`: the library's selected model with its load settings, the engine of
+        a chat bound to no remote one; `connections`: the saved remote engines a chat may be
+        bound to; `model_name`: the library's name for a file, which a loaded model is shown
+        and stored under (one name everywhere: the window, the server, the benchmark,
+        exports)."""
         super().__init__(parent)
         self.store = store
+        self.library = library
+        self.connections = connections
         self.model_name = model_name
-        # Settings of the chat on screen (system prompt, sampling, context policy); saved
-        # with the conversation once it is in the store.
+        # Settings of the chat on screen (system prompt, sampling, context policy, engine);
+        # saved with the conversation once it is in the store.
         self.chat_settings: dict[str, Any] = {}
-        self._writer: StreamWriter | None = None
-        self._first_flushed = False
-        self._prompt_tokens = 0
         # Tokens the conversation on screen takes in the context, as of its last request: the
         # context line shows it against the size of whatever model is loaded now.
         self._context_used = 0
-        self._continue_row: int | None = None  # continue this answer once the model loads
         self._compiled: tuple[str, str] | None = None  # (schema as JSON, its grammar)
-        # A continued answer's thinking figures before this part (tokens, seconds).
-        self._continued: tuple[int, float] | None = None
-        self._pending_parent: int | bool | None = True  # where that answer attaches
         self.engine = engine
         self.chat = chat
-        self.choose_model = choose_model
         self.sampling = sampling or SamplingParams()
         self.loaded: LoadedModel | None = None
         self.loading: Path | RemoteTarget | None = None  # the engine being switched to
-        self.reply_row: int | None = None  # the assistant message being streamed
-        self._pending = False  # generate as soon as the model has loaded
-        # The request id of the reply shown in `reply_row`: signals of any other (an answer
-        # abandoned by "new chat", still ending in the engine) belong to no message.
-        self._reply_id: int | None = None
+        self._reply: ActiveReply | None = None
+        self.paused: str | None = None  # why sending is paused (a benchmark runs)
+        self._send_state: tuple[bool, str | None] = (False, None)  # as last told
         self.turns: ToolTurns | None = None  # MCP tools in the chat (`use_tools`)
-        self._tools_wait: object | None = None  # the tool list being fetched for a reply
         w = engine.worker
         w.loaded.connect(self._on_loaded)
         w.load_cancelled.connect(self._on_load_cancelled)
@@ -133,38 +146,106 @@ class ChatController(QObject):
         """Offer the chat's MCP tools to the model (a model loaded on this computer)."""
         turns = self.turns = ToolTurns(runner, self.chat, self)
         turns.store = self.store
-        turns.continue_requested.connect(lambda: self._start_reply(True))
+        # The loop's next step: a new answer with the results in the history.
+        turns.continue_requested.connect(lambda: self._run(ActiveReply()))
         turns.ended.connect(self._on_turns_ended)
         return turns
 
+    # -- the reply and whether the user may send -------------------------------------------
+
+    @property
+    def reply(self) -> ActiveReply | None:
+        """The reply on its way, if any."""
+        return self._reply
+
+    @property
+    def reply_row(self) -> int | None:
+        """The assistant message being streamed (None: none is)."""
+        reply = self._reply
+        return reply.row if reply is not None and reply.streaming else None
+
     @property
     def busy(self) -> bool:
-        return (self.reply_row is not None or self._pending
-                or (self.turns is not None and self.turns.active))
+        return self._reply is not None or (self.turns is not None and self.turns.active)
 
-    # -- requests from the window ----------------------------------------------------------
+    @property
+    def can_send(self) -> bool:
+        return not self.busy and self.paused is None
+
+    def set_paused(self, reason: str | None) -> None:
+        """Pause the chat (while a benchmark runs, both would share the processor and skew
+        its numbers): Send is off with `reason`; sends, edits, regenerations and continues
+        are refused with it. None resumes."""
+        self.paused = reason
+        self._tell_send_state()
+
+    def _refused(self) -> bool:
+        """Sending is paused: say why, and refuse."""
+        if self.paused is None:
+            return False
+        self.notice.emit(self.paused)
+        return True
+
+    def _busy_changed(self) -> None:
+        self.busy_changed.emit(self.busy)
+        self._tell_send_state()
+
+    def _tell_send_state(self) -> None:
+        state = (self.busy, self.paused)
+        if state != self._send_state:
+            self._send_state = state
+            self.send_state_changed.emit(*state)
+
+    def _enter(self, reply: ActiveReply, state: ReplyState) -> None:
+        reply.state = state
+        self._busy_changed()
+
+    def _end(self) -> ActiveReply | None:
+        """Let go of the active reply (the one place that does): later signals about it
+        are dropped. The caller settles its message and says the chat is idle."""
+        reply, self._reply = self._reply, None
+        return reply
+
+    def _streaming(self) -> bool:
+        return self._reply is not None and self._reply.streaming
+
+    # -- the chat's engine -----------------------------------------------------------------
+
+    def chosen_engine(self) -> Choice | None:
+        """The engine the chat on screen wants: its remote binding (saved with the
+        conversation), else the library's selected model with its load settings."""
+        binding = binding_of(self.chat_settings)
+        conns = self.connections
+        if binding is not None and conns is not None:
+            name, model = binding["connection"], binding["model"]
+            # Built in the engine thread: reading the key may wait on the keyring.
+            return RemoteChoice(RemoteTarget(name, model),
+                                make=lambda: conns.engine(name, model or None))
+        return self.library() if self.library is not None else None
 
     def load(self, path: Path, params: LoadParams) -> bool:
         """Start loading; False (with a message) while a reply is still streaming."""
-        if self.reply_row is not None:
+        if self._streaming():
             self.error.emit("Wait for the reply to finish (or press Stop) before loading")
             return False
         self.loading = Path(path)
         name = self.model_name(Path(path)) if self.model_name is not None else None
         self.notice.emit(f"Loading {name or Path(path).name}…")
         self.engine.load(path, params)
+        self.loading_started.emit(Path(path))
         return True
 
     def use(self, choice: Choice) -> bool:
         """Switch to the chosen engine: load a local model, or connect a remote one."""
         if not isinstance(choice, RemoteChoice):
             return self.load(*choice)
-        if self.reply_row is not None:
+        if self._streaming():
             self.error.emit("Wait for the reply to finish (or press Stop) before switching")
             return False
         self.loading = choice.target
         self.notice.emit(f"Connecting to {choice.target}…")
         self.engine.connect_remote(choice.target, choice.make)
+        self.loading_started.emit(choice.target)
         return True
 
     def connections_changed(self) -> None:
@@ -182,74 +263,84 @@ class ChatController(QObject):
             self.engine.cancel_load()
 
     def eject(self) -> None:
-        if self.reply_row is not None:
+        if self._streaming():
             self.engine.stop()
         self.engine.unload()
 
+    # -- requests from the window ----------------------------------------------------------
+
     def send(self, text: str) -> bool:
-        """Add the user's message and start the reply; False when one is still running."""
-        if self.busy or not text.strip():
+        """Add the user's message and start the reply; False when one is still running or
+        sending is paused."""
+        if self._refused() or self.busy or not text.strip():
             return False
-        choice = self.choose_model()
+        choice = self.chosen_engine()
         if choice is None and self.loaded is None:
             self.error.emit("Select a model in the library first")
             return False
         row = self.chat.append("user", text)
         self._store_message(row, parent=True)
         self._new_turn()
-        if choice is not None and self._needs_switch(choice):
-            self._pending = True
-            self.busy_changed.emit(True)
-            if self.loading != choice_key(choice):
-                self.use(choice)
-            return True
-        self._start_reply()
+        self._switch_then_run(ActiveReply(), choice)
         return True
 
     def stop(self) -> None:
         if self.turns is not None and self.turns.stop():
             return  # the tool loop ends (a running tool is cancelled first)
-        if self.reply_row is not None:
-            self.engine.stop()
-        elif self._pending:
-            self._pending = False
-            self._tools_wait = None
-            self._continue_row = None
-            self._pending_parent = True
+        reply = self._reply
+        if reply is None:
+            return
+        if reply.streaming:
+            self.engine.stop()  # it ends when the engine says so (`finished`, cancelled)
+            return
+        self._end()
+        if reply.state is ReplyState.WAITING_FOR_MODEL:
             self.engine.cancel_load()
-            self.busy_changed.emit(False)
+        self._busy_changed()
 
     def new_chat(self) -> None:
         self._abandon()
         self.chat_settings = {}
         self.chat.clear()
         self._show_context(0)
-        self.busy_changed.emit(False)
+        self._busy_changed()
 
     def _abandon(self) -> None:
         if self.turns is not None:
             self.turns.abandon()
-        self._tools_wait = None
-        if self.reply_row is not None:
-            self.engine.stop()
-        self._reply_id = None
-        if self._writer is not None:
+        reply = self._end()
+        if reply is not None:
+            if reply.streaming:
+                self.engine.stop()
             # Keep what was written so far: the user moved on, the answer stays as it was.
-            self._writer.finish(status="complete")
-            self._writer = None
-        self.reply_row = None
-        self._pending = False
-        self._continue_row = None
-        self._pending_parent = True
+            reply.close()
+
+    def _switch_then_run(self, reply: ActiveReply, choice: Choice | None) -> None:
+        """Switch to the chosen engine unless it is the one in use, then run `reply`:
+        sending, regenerating, editing and continuing all answer this way."""
+        self._reply = reply
+        if choice is not None and self._needs_switch(choice):
+            self._enter(reply, ReplyState.WAITING_FOR_MODEL)
+            if self.loading != choice_key(choice):
+                self.use(choice)
+            return  # `_on_loaded` runs it
+        self._run(reply)
+
+    def _run(self, reply: ActiveReply) -> None:
+        """Run `reply` with the engine in use: continue its answer, or start a new one."""
+        self._reply = reply
+        if reply.continue_row is not None:
+            self._stream_continuation(reply, reply.continue_row)
+        else:
+            self._stream_answer(reply)
 
     # -- conversations in the store --------------------------------------------------------
 
     def detach_store(self) -> None:
         """At shutdown (engine thread ended): save the answer on screen as it is, then stop
         using the store, so late queued signals cannot touch a closed database."""
-        if self._writer is not None:
-            self._writer.finish(status="complete")
-            self._writer = None
+        if self._reply is not None:
+            self._reply.close()
         if self.turns is not None:
             self.turns.abandon()
             self.turns.store = None
@@ -273,7 +364,7 @@ class ChatController(QObject):
         # Its last reply's prompt and answer are what the chat takes in the context.
         last = next((m.stats for m in reversed(shown.messages) if m.stats is not None), None)
         self._show_context(last.prompt_tokens + last.gen_tokens if last else 0)
-        self.busy_changed.emit(False)
+        self._busy_changed()
 
     def _ui_message(self, m: StoredMessage) -> Message:
         states: dict[str, MessageState] = {"complete": "done", "interrupted": "interrupted",
@@ -317,7 +408,7 @@ class ChatController(QObject):
             conv.store_id = self.store.create_conversation(settings=self.chat_settings).id
         return conv.store_id
 
-    def _store_message(self, row: int, *, parent: int | bool | None, status: str = "complete",
+    def _store_message(self, row: int, *, parent: Parent, status: str = "complete",
                        model: str | None = None, sampling: dict[str, Any] | None = None
                        ) -> None:
         cid = self._ensure_conversation()
@@ -392,47 +483,38 @@ class ChatController(QObject):
         system = str(self.chat_settings.get("system_prompt") or "").strip()
         return ([{"role": "system", "content": system}] if system else []) + msgs
 
+
     # -- branches, edits, continue ---------------------------------------------------------
 
     def regenerate(self, row: int) -> bool:
         """A new answer to the same question, as a sibling of the answer at `row`."""
         m = self.chat.message(row)
-        if self.busy or m.role != "assistant":
+        if self._refused() or self.busy or m.role != "assistant":
             return False
         parent = self._stored_parent(m)
         self._truncate(row)
-        self._reply(parent)
+        self._new_turn()
+        self._switch_then_run(ActiveReply(parent=parent), self.chosen_engine())
         return True
 
     def edit(self, row: int, text: str) -> bool:
         """Replace the user message at `row` with `text` as a new branch, and answer it."""
         m = self.chat.message(row)
-        if self.busy or m.role != "user" or not text.strip():
+        if self._refused() or self.busy or m.role != "user" or not text.strip():
             return False
         parent = self._stored_parent(m)
         self._truncate(row)
         new_row = self.chat.append("user", text)
         self._store_message(new_row, parent=parent)
-        self._reply(True)
-        return True
-
-    def _reply(self, parent: int | bool | None) -> None:
-        """Answer now, or once the selected model has loaded (as sending does)."""
         self._new_turn()
-        choice = self.choose_model()
-        if choice is not None and self._needs_switch(choice):
-            self._pending = True
-            self._pending_parent = parent
-            self.busy_changed.emit(True)
-            if self.loading != choice_key(choice):
-                self.use(choice)
-            return
-        self._start_reply(parent)
+        self._switch_then_run(ActiveReply(), self.chosen_engine())
+        return True
 
     def continue_reply(self, row: int) -> bool:
         """Generate more of a cut-off answer (interrupted or stopped), after its text."""
         m = self.chat.message(row)
-        if self.busy or m.role != "assistant" or row != self.chat.rowCount() - 1:
+        if self._refused() or self.busy or m.role != "assistant" \
+                or row != self.chat.rowCount() - 1:
             return False
         if m.answer_format == "json":
             # The grammar would start over at the top of the schema, not where the text
@@ -440,46 +522,37 @@ class ChatController(QObject):
             self.error.emit("A structured answer cannot be continued: Regenerate it "
                             "(or raise Max tokens first)")
             return False
-        choice = self.choose_model()
+        choice = self.chosen_engine()
         if isinstance(choice, RemoteChoice):
             # Chat APIs have no portable "continue this answer"; leave the answer as it is.
             self.error.emit("Continue works with a local model only: choose This computer "
                             "above the chat, or Regenerate to ask the server again")
             return False
-        if self.loaded is None or self._needs_switch(choice):
-            # As with sending: load the selected model (or connect), then continue.
-            if choice is None:
-                self.error.emit("Select a model in the library first")
-                return False
-            self._continue_row = row
-            self._pending = True
-            self.busy_changed.emit(True)
-            if self.loading != choice_key(choice):
-                self.use(choice)
-            return True
-        self._continue_now(row)
+        if choice is None and self.loaded is None:
+            self.error.emit("Select a model in the library first")
+            return False
+        # As with sending: load the selected model first when it is not the one loaded.
+        self._switch_then_run(ActiveReply(continue_row=row), choice)
         return True
 
-    def _continue_now(self, row: int) -> None:
+    def _stream_continuation(self, reply: ActiveReply, row: int) -> None:
         m = self.chat.message(row)
         messages = self._messages_for_model(row)
         # Free text: a structured answer is never continued (continue_reply), so the
         # chat's schema, if it has one now, is not this answer's.
         sampling = dataclasses.replace(self._free_sampling(), grammar=None)
-        self._continued = (m.stats.thinking_tokens, m.stats.thinking_s) \
+        reply.continued = (m.stats.thinking_tokens, m.stats.thinking_s) \
             if m.stats is not None else None
-        self.reply_row = row
+        reply.row = row
         self.chat.set_state(row, "streaming")
         if self.store is not None and m.store_id is not None:
             self.store.update_message(m.store_id, status="streaming")
-            self._writer = StreamWriter(self.store, m.store_id)
-            self._writer.append(m.text)
-            self._writer.append_thinking(m.thinking)
-            self._first_flushed = False
-        self.busy_changed.emit(True)
-        self._reply_id = self.engine.generate(messages, sampling, policy=self._policy(),
-                                              continue_text=m.text,
-                                              continue_thinking=m.thinking)
+            reply.writer = StreamWriter(self.store, m.store_id)
+            reply.writer.append(m.text)
+            reply.writer.append_thinking(m.thinking)
+        self._enter(reply, ReplyState.STREAMING)
+        reply.rid = self.engine.generate(messages, sampling, policy=self._policy(),
+                                         continue_text=m.text, continue_thinking=m.thinking)
 
     def _free_sampling(self) -> SamplingParams:
         """The chat's sampling without its structured-output grammar."""
@@ -528,15 +601,16 @@ class ChatController(QObject):
     def _policy(self) -> Any:
         return "stop" if self.chat_settings.get("context_policy") == "stop" else "drop_oldest"
 
-    # -- engine signals --------------------------------------------------------------------
+
+    # -- a new answer ----------------------------------------------------------------------
 
     def _new_turn(self) -> None:
         if self.turns is not None:
             self.turns.new_turn(self.chat_settings)
 
-    def _chat_tools(self, parent: int | bool | None) -> list[OfferedTool] | None:
-        """The tools for the next reply ([] for none); None: being listed (the reply starts
-        when they are). Only a model on this computer calls tools, and not under a schema."""
+    def _chat_tools(self, reply: ActiveReply) -> list[OfferedTool] | None:
+        """The tools for `reply` ([] for none); None: being listed (it streams once they
+        are). Only a model on this computer calls tools, and not under a schema."""
         turns = self.turns
         if turns is None or self.structured_schema is not None or self.loaded is None \
                 or self.loaded.remote is not None:
@@ -544,29 +618,25 @@ class ChatController(QObject):
         tools = turns.runner.cached(self.chat_settings)
         if tools is not None:
             return tools
-        wait = self._tools_wait = object()
-        self._pending = True
-        self.busy_changed.emit(True)
+        self._enter(reply, ReplyState.WAITING_FOR_TOOLS)
         self.notice.emit("Starting the chat's tool servers…")
 
         def ready(found: list[OfferedTool]) -> None:
-            if self._tools_wait is not wait or not self._pending:
+            if self._reply is not reply or reply.state is not ReplyState.WAITING_FOR_TOOLS:
                 return  # stopped or abandoned meanwhile
-            self._tools_wait = None
-            self._pending = False
             for problem in turns.runner.problems:
                 self.context_note.emit(f"Tools unavailable: {problem}")
-            self._start_reply(parent, tools=found)
+            self._stream_answer(reply, tools=found)
 
         turns.runner.prepare(self.chat_settings, ready)
         return None
 
-    def _start_reply(self, parent: int | bool | None = True, *,
-                     tools: list[OfferedTool] | None = None) -> None:
+    def _stream_answer(self, reply: ActiveReply, *,
+                       tools: list[OfferedTool] | None = None) -> None:
         if tools is None:
-            tools = self._chat_tools(parent)
+            tools = self._chat_tools(reply)
             if tools is None:
-                return  # `ready` above starts it
+                return  # `ready` above streams it
         messages = self._messages_for_model()
         structured = self.structured_schema is not None
         problem = None
@@ -578,24 +648,21 @@ class ChatController(QObject):
                 and self.loaded.remote is not None:
             problem = ("Structured output needs a model on this computer: a remote engine "
                        "would not hold its answer to the schema")
-        self._continued = None
         model = self.loaded.name if self.loaded else None
-        self.reply_row = self.chat.append("assistant", "", "streaming",
-                                          answer_format="json" if structured else "markdown",
-                                          model=model)
+        row = reply.row = self.chat.append("assistant", "", "streaming",
+                                           answer_format="json" if structured
+                                           else "markdown", model=model)
         try:
-            self._store_message(self.reply_row, parent=parent, status="streaming",
-                                model=model,
+            self._store_message(row, parent=reply.parent, status="streaming", model=model,
                                 sampling=self._stored_sampling(sampling))
         except ChatStoreError as e:
             self.error.emit(f"The answer will not be saved: {e}")
-        m = self.chat.message(self.reply_row)
+        m = self.chat.message(row)
         if self.store is not None and m.store_id is not None:
-            self._writer = StreamWriter(self.store, m.store_id)
-            self._first_flushed = False
-        self.busy_changed.emit(True)
+            reply.writer = StreamWriter(self.store, m.store_id)
+        self._enter(reply, ReplyState.STREAMING)
         if problem is not None:
-            self._fail_reply(problem)
+            self._fail(problem)
             return
         functions, choice = None, None
         if self.turns is not None and tools:
@@ -605,9 +672,11 @@ class ChatController(QObject):
             choice = self.chat_settings.get("tool_choice") if self.turns.rounds == 0 \
                 else None
         # A grammar shapes the answer from its first token: no room for a thinking block.
-        self._reply_id = self.engine.generate(messages, sampling, policy=self._policy(),
-                                              thinking=not structured, tools=functions,
-                                              tool_choice=choice or "auto")
+        reply.rid = self.engine.generate(messages, sampling, policy=self._policy(),
+                                         thinking=not structured, tools=functions,
+                                         tool_choice=choice or "auto")
+
+    # -- engine signals --------------------------------------------------------------------
 
     def _show_context(self, used: int) -> None:
         self._context_used = used
@@ -628,6 +697,11 @@ class ChatController(QObject):
                 self.loaded = named
                 self.engine_changed.emit(named)
 
+    def _waiting_for_model(self) -> ActiveReply | None:
+        reply = self._reply
+        return reply if reply is not None and reply.state is ReplyState.WAITING_FOR_MODEL \
+            else None
+
     def _on_loaded(self, info: LoadedModel) -> None:
         info = self._named(info)
         self.loaded = info
@@ -635,14 +709,9 @@ class ChatController(QObject):
         self.engine_changed.emit(info)
         self._show_context(self._context_used)  # against the context it was loaded with
         self.notice.emit(f"Loaded {info.name}")
-        if self._pending:
-            self._pending = False
-            row, self._continue_row = self._continue_row, None
-            parent, self._pending_parent = self._pending_parent, True
-            if row is not None:
-                self._continue_now(row)
-            else:
-                self._start_reply(parent)
+        reply = self._waiting_for_model()
+        if reply is not None:
+            self._run(reply)
 
     def _on_load_cancelled(self) -> None:
         self.loading = None
@@ -650,11 +719,9 @@ class ChatController(QObject):
         self.engine_changed.emit(None)
         self._show_context(self._context_used)  # no model: no context size to show
         self.notice.emit("Loading cancelled")
-        if self._pending:
-            self._pending = False
-            self._continue_row = None
-            self._pending_parent = True
-            self.busy_changed.emit(False)
+        if self._waiting_for_model() is not None:
+            self._end()
+            self._busy_changed()
 
     def _on_unloaded(self) -> None:
         self.loaded = None
@@ -662,115 +729,96 @@ class ChatController(QObject):
         self._show_context(self._context_used)
         self.notice.emit("Model ejected")
 
-    def _mine(self, rid: int) -> bool:
-        """Whether a reply's signal is about the answer being shown."""
-        return rid == self._reply_id and self.reply_row is not None
+    def _mine(self, rid: int) -> ActiveReply | None:
+        """The active reply if a signal with request id `rid` is about it."""
+        reply = self._reply
+        return reply if reply is not None and reply.is_for(rid) else None
 
     def _on_started(self, rid: int, prompt_tokens: int) -> None:
-        if self._mine(rid):
-            self._prompt_tokens = prompt_tokens
+        if (reply := self._mine(rid)) is not None:
+            reply.prompt_tokens = prompt_tokens
             self._show_context(prompt_tokens)
 
     def _on_trimmed(self, dropped: int) -> None:
-        if self.reply_row is not None:
+        if self._streaming():
             self.context_note.emit(
                 f"{dropped} old message{'s' if dropped != 1 else ''} left out: the "
                 "conversation no longer fits the context (policy: drop oldest)")
 
     def _on_tokens(self, rid: int, text: str, n: int) -> None:
-        if self._mine(rid) and self.reply_row is not None:
-            self.chat.append_text(self.reply_row, text)
-            self._grown(n)
-            if self._writer is not None:
-                self._writer.append(text)
-                self._flush_first()
+        if (reply := self._mine(rid)) is not None and reply.row is not None:
+            self.chat.append_text(reply.row, text)
+            self._grown(reply, n)
+            reply.write(text)
 
     def _on_reasoning(self, rid: int, text: str, n: int) -> None:
-        if self._mine(rid) and self.reply_row is not None:
-            self.chat.append_thinking(self.reply_row, text)
-            self._grown(n)
-            if self._writer is not None:
-                self._writer.append_thinking(text)
-                self._flush_first()
+        if (reply := self._mine(rid)) is not None and reply.row is not None:
+            self.chat.append_thinking(reply.row, text)
+            self._grown(reply, n)
+            reply.write(text, thinking=True)
 
     def _on_thought(self, rid: int, tokens: int, seconds: float) -> None:
-        if self._mine(rid) and self.reply_row is not None:
-            if self._continued is not None:  # a continued answer: its thinking so far too
-                tokens, seconds = tokens + self._continued[0], seconds + self._continued[1]
-            self.chat.set_thought(self.reply_row, tokens, seconds)
+        if (reply := self._mine(rid)) is not None and reply.row is not None:
+            self.chat.set_thought(reply.row, *reply.thought(tokens, seconds))
 
-    def _grown(self, n: int) -> None:
+    def _grown(self, reply: ActiveReply, n: int) -> None:
         # The answer takes context as it grows (the performance panel counts it too).
-        self._show_context(self._prompt_tokens + n)
-
-    def _flush_first(self) -> None:
-        if self._writer is not None and not self._first_flushed:
-            # The answer is on disk from its first words, then at most 1 s behind.
-            self._writer.flush()
-            self._first_flushed = True
+        self._show_context(reply.prompt_tokens + n)
 
     def _on_tool_calls(self, rid: int, calls: list[dict[str, Any]]) -> None:
-        if self._mine(rid) and self.turns is not None:
+        if self._mine(rid) is not None and self.turns is not None:
             self.turns.calls_made(calls)
 
     def _on_turns_ended(self, note: str) -> None:
         if note:
             self.context_note.emit(note)
         self.conversations_changed.emit()
-        self.busy_changed.emit(False)
+        self._busy_changed()
 
     def _on_finished(self, rid: int, stats: GenerationStats) -> None:
-        if not self._mine(rid):
+        reply = self._mine(rid)
+        if reply is None or reply.row is None:
             return
-        self._reply_id = None
-        if self._continued is not None and self._continued[0]:
-            # A continued answer: the thinking of both parts.
-            stats.thinking_tokens += self._continued[0]
-            stats.thinking_s += self._continued[1]
-        self._continued = None
-        if self.reply_row is not None:
-            self.chat.finish(self.reply_row, stats)
-        if self._writer is not None:
-            self._writer.finish(status="complete", stats=stats.to_dict())
-            self._writer = None
+        self._end()
+        row = reply.row
+        stats = reply.final_stats(stats)
+        self.chat.finish(row, stats)
+        if reply.close("complete", stats.to_dict()):
             self.conversations_changed.emit()
         self._show_context(stats.prompt_tokens + stats.gen_tokens)
-        row, self.reply_row = self.reply_row, None
-        if row is not None and self.turns is not None and stats.stop_reason != "cancelled" \
+        if self.turns is not None and stats.stop_reason != "cancelled" \
                 and self.turns.answer_finished(row, self.chat.message(row).store_id):
             return  # the tool loop goes on; the chat stays busy
-        self.busy_changed.emit(False)
+        self._busy_changed()
 
     def _on_failed(self, rid: int, message: str) -> None:
-        if rid and not self._mine(rid):
-            return  # an abandoned reply ended with an error: nobody's business
         if rid:
-            self._reply_id = None
-        if not rid and self.loading is not None:
+            if self._mine(rid) is None:
+                return  # an abandoned reply ended with an error: nobody's business
+        elif self.loading is not None:  # a load or a connection failed
             self.loading = None
             # The old model was freed before loading the new one.
             self.loaded = None
-        self._fail_reply(message)
+        if not rid and self._streaming():
+            self.error.emit(message)  # not about the reply streaming now
+            return
+        self._fail(message)
 
-    def _fail_reply(self, message: str) -> None:
-        """The answer on screen ended with `message`, with or without text."""
-        # An answer that broke off after some text (a dropped connection, a timeout) is kept
-        # and marked interrupted, as after a crash: it stays in the history and can be read.
-        shown = self.chat.message(self.reply_row) if self.reply_row is not None else None
-        partial = shown is not None and bool(shown.text or shown.thinking)
-        if self.reply_row is not None:
-            if partial:
-                self.chat.interrupt(self.reply_row, message)
-            else:
-                self.chat.fail(self.reply_row, message)
-            self.reply_row = None
-        if self._writer is not None:
-            self._writer.finish(status="interrupted" if partial else "error",
-                                stats={"error": message})
-            self._writer = None
-            self.conversations_changed.emit()
-        self._pending = False
-        self._continue_row = None
-        self._pending_parent = True
-        self.busy_changed.emit(False)
+    def _fail(self, message: str) -> None:
+        """The active reply (if any) ended with `message`, with or without text."""
+        reply = self._end()
+        if reply is not None:
+            # An answer that broke off after some text (a dropped connection, a timeout) is
+            # kept and marked interrupted, as after a crash: it stays in the history and can
+            # be read.
+            shown = self.chat.message(reply.row) if reply.row is not None else None
+            partial = shown is not None and bool(shown.text or shown.thinking)
+            if reply.row is not None:
+                if partial:
+                    self.chat.interrupt(reply.row, message)
+                else:
+                    self.chat.fail(reply.row, message)
+            if reply.close("interrupted" if partial else "error", {"error": message}):
+                self.conversations_changed.emit()
+        self._busy_changed()
         self.error.emit(message)

@@ -31,7 +31,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.services.chat_store import ChatStore, ChatStoreError, write_export
+from app.services.chat_exchange import write_export
+from app.services.chat_store import ChatStore, ChatStoreError
 from app.ui.chat_dates import short_when
 
 ID_ROLE = Qt.ItemDataRole.UserRole + 1

@@ -1,8 +1,9 @@
 """The main window: library (and other side tabs) | chat | performance panel.
 
-Everything it shows is handed in (engine host, library, estimator, settings); app/main.py
-builds those. Geometry and splitter positions are kept in the given QSettings. The side
-panels give way to the chat in a narrow window (`app.ui.side_panels`).
+Everything it shows is handed in (the chat's controller, with its engine host, chat model
+and store; the library and its panel; settings); app/main.py builds those. Geometry and
+splitter positions are kept in the given QSettings. The side panels give way to the chat in
+a narrow window (`app.ui.side_panels`).
 """
 
 from __future__ import annotations
@@ -25,23 +26,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.services.chat_store import ChatStore, ChatStoreError, write_export
-from app.services.connections import ConnectionStore
+from app.services.chat_exchange import import_data, write_export
+from app.services.chat_store import ChatStoreError
 from app.services.library import DEFAULT_MODEL_ID, LibraryError, ModelLibrary
-from app.ui.chat_model import ChatModel
 from app.ui.chat_settings import ChatSettingsPanel
 from app.ui.chat_view import ChatView
-from app.ui.controller import ChatController, Choice, RemoteChoice, choice_key
+from app.ui.controller import ChatController
 from app.ui.conversation_list import ConversationList
 from app.ui.engine_picker import Binding, EnginePicker, binding_of
-from app.ui.estimate import Estimator
-from app.ui.library_model import LibraryModel
 from app.ui.library_panel import LibraryPanel
-from app.ui.perf_panel import GpuProbe, PerfPanel, _no_gpus
+from app.ui.perf_panel import GpuProbe, PerfPanel, no_gpus
 from app.ui.quit_guard import QuitQuestion, QuitWarning, ask_with_message_box, may_quit
 from app.ui.side_panels import PanelSplitter, SideTabs, content_width, scrolled
-from app.ui.worker import EngineHost, LoadedModel, RemoteTarget
-from engine.settings import LoadParams, SamplingParams
+from app.ui.worker import LoadedModel
+from engine.settings import LoadParams
 
 TITLE = "Candlewick"
 # The settings key of the conversation on screen when the window last closed.
@@ -80,39 +78,36 @@ class ErrorBanner(QFrame):
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, engine: EngineHost, library: ModelLibrary, settings: QSettings,
-                 estimator: Estimator | None = None, gpu_probe: GpuProbe = _no_gpus,
-                 sampling: SamplingParams | None = None,
-                 chat_model: ChatModel | None = None,
-                 store: ChatStore | None = None,
-                 connections: ConnectionStore | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, controller: ChatController, library: ModelLibrary,
+                 library_panel: LibraryPanel, settings: QSettings,
+                 gpu_probe: GpuProbe = no_gpus, parent: QWidget | None = None) -> None:
+        """`controller`: the chat's (its engine host, chat model, store and remote
+        connections are the window's); `library_panel`: the library's table and load
+        settings, whose selection the controller reads."""
         super().__init__(parent)
         self.setWindowTitle(TITLE)
-        self.engine = engine
+        self.controller = controller
+        controller.setParent(self)
+        self.engine = controller.engine
         self.library = library
         self.settings = settings
         self._closers: list[Callable[[], object]] = []
-        self._chat_paused: str | None = None  # why sending is paused (a benchmark runs)
         self._tools_menu: QMenu | None = None
         self._late_closers: list[Callable[[], object]] = []
         # Work that quitting would stop, and how the user is asked (tests answer directly).
         self._quit_warnings: list[QuitWarning] = []
         self.ask_quit: QuitQuestion = ask_with_message_box
 
-        self.library_model = LibraryModel(parent=self)
-        self.library_panel = LibraryPanel(self.library_model, estimator, settings=settings)
-        self.chat_model = chat_model or ChatModel(parent=self)
+        self.library_panel = library_panel
+        self.library_model = library_panel.model
+        self.chat_model = controller.chat
         self.chat_view = ChatView(self.chat_model)
         # Remote engines: which engine this chat uses, above the chat.
-        self.connections = connections
+        self.connections = connections = controller.connections
         self.engine_picker = EnginePicker(connections) if connections is not None else None
         self.perf_panel = PerfPanel(gpu_probe)
-        self.controller = ChatController(engine, self.chat_model, self._model_choice,
-                                         sampling, parent=self, store=store,
-                                         model_name=self.model_name)
         self.banner = ErrorBanner()
-        self.store = store
+        self.store = store = controller.store
         # Without a store (embedding, some tests) the chat lives only in memory.
         self.conversation_list = ConversationList(store) if store else None
         self.chat_settings = (ChatSettingsPanel(store, self.controller.sampling)
@@ -184,8 +179,9 @@ class MainWindow(QMainWindow):
         w.failed.connect(self._on_failed)
         self.chat_view.send_requested.connect(self._send)
         self.chat_view.stop_requested.connect(c.stop)
-        c.busy_changed.connect(self.chat_view.set_busy)
-        c.busy_changed.connect(lambda _busy: self._apply_pause())
+        c.send_state_changed.connect(self.chat_view.set_busy)
+        c.loading_started.connect(
+            lambda key: lp.set_loading(True) if isinstance(key, Path) else None)
         c.error.connect(self.show_error)
         c.notice.connect(lambda text: self.statusBar().showMessage(text, 5000))
         c.context_changed.connect(self.chat_view.set_context)
@@ -275,26 +271,6 @@ class MainWindow(QMainWindow):
             self._closers.append(shutdown)
         return a
 
-    def set_chat_paused(self, reason: str | None) -> None:
-        """Pause the chat (while a benchmark runs, both would share the processor and skew
-        its numbers): Send is off with `reason` as its tooltip; sends and regenerations are
-        refused with it. None resumes."""
-        self._chat_paused = reason
-        send = self.chat_view.send_button
-        send.setToolTip(reason or "")
-        send.setEnabled(reason is None and not self.controller.busy)
-
-    def _apply_pause(self) -> None:
-        """After the chat's own busy/idle update: Send stays off while paused."""
-        if self._chat_paused is not None:
-            self.chat_view.send_button.setEnabled(False)
-
-    def _paused(self) -> bool:
-        if self._chat_paused is not None:
-            self.statusBar().showMessage(self._chat_paused, 5000)
-            return True
-        return False
-
     def load_path(self, path: Path) -> None:
         """Load a model file (from another view) with the current load settings."""
         self.refresh_library()
@@ -334,41 +310,17 @@ class MainWindow(QMainWindow):
     def show_error(self, message: str) -> None:
         self.banner.show_message(message)
 
-    def _model_choice(self) -> Choice | None:
-        binding = binding_of(self.controller.chat_settings)
-        conns = self.connections
-        if binding is not None and conns is not None:
-            name, model = binding["connection"], binding["model"]
-            # Built in the engine thread: reading the key may wait on the keyring.
-            return RemoteChoice(RemoteTarget(name, model),
-                                make=lambda: conns.engine(name, model or None))
-        path = self.library_panel.selected_path()
-        if path is None:
-            return None
-        return path, self.library_panel.load_params()
-
     def _load(self, path: Path, params: LoadParams) -> None:
-        if self.controller.load(path, params):
-            self.library_panel.set_loading(True)
+        self.controller.load(path, params)  # the library shows it loading once it starts
 
     def _send(self, text: str) -> None:
-        if self._paused():
-            return
-        loaded = self.controller.loaded
-        choice = self._model_choice()
-        if (choice is not None and not isinstance(choice, RemoteChoice)
-                and (loaded is None or loaded.key != choice_key(choice))):
-            self.library_panel.set_loading(True)
         self.banner.hide()
         self.controller.send(text)
 
     def model_name(self, path: Path) -> str | None:
         """The library's name for a model file (None: the file is not listed)."""
-        for row in range(self.library_model.rowCount()):
-            e = self.library_model.entry(row)
-            if e.path == path:
-                return e.name
-        return None
+        names = self.controller.model_name
+        return names(path) if names is not None else None
 
     def rename_model(self, entry_id: str, name: str) -> bool:
         """Give a library model the user's name ('' = back to the derived one): stored by
@@ -469,8 +421,6 @@ class MainWindow(QMainWindow):
 
     def _message_action(self, name: str, row: int) -> None:
         c = self.controller
-        if name in ("regenerate", "continue") and self._paused():
-            return
         if name in ("prev", "next"):
             c.switch_branch(row, -1 if name == "prev" else 1)
         elif name == "regenerate":
@@ -482,8 +432,6 @@ class MainWindow(QMainWindow):
         self._on_conversations_changed()
 
     def _edit(self, row: int, text: str) -> None:
-        if self._paused():
-            return
         self.controller.edit(row, text)
 
     def export_chats(self, path: Path, fmt: str) -> None:
@@ -502,7 +450,7 @@ class MainWindow(QMainWindow):
             return []
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-            ids = self.store.import_data(data)
+            ids = import_data(self.store, data)
         except (OSError, UnicodeDecodeError) as e:
             self.show_error(f"Could not read {path}: {e}")
             return []

@@ -1,9 +1,10 @@
 """The model manager view: find GGUF models on the Hub, download them verified, manage the
 local library (delete/import), and the Hub token.
 
-All Hub and disk work runs on a small thread pool; results come back to the GUI thread through
-a queued signal. Download progress is polled from the DownloadManager on a timer (300 ms), so
-the UI is never flooded however fast the bytes arrive. The services are passed in:
+All Hub and disk work runs in the background (`app.ui.background`, two calls at a time);
+results come back to the GUI thread. Download progress is polled from the DownloadManager on a
+timer (300 ms), so the UI is never flooded however fast the bytes arrive. The services are
+passed in:
 
     ModelManagerView(hub, downloads, library, tokens, confirm=None, pick_file=None)
 
@@ -16,11 +17,10 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-from PySide6.QtCore import QObject, Qt, QTimer, Signal, Slot
+from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.services.downloads import (
+from app.services.download_jobs import (
     DONE,
     DOWNLOADING,
     FAILED,
@@ -47,11 +47,12 @@ from app.services.downloads import (
     QUEUED,
     VERIFYING,
     DownloadJob,
-    DownloadManager,
 )
+from app.services.download_manager import DownloadManager
 from app.services.hub import HubClient, HubError, HubOffline, ModelVariant, RepoDetails, RepoSummary
 from app.services.library import LibraryEntry, ModelLibrary
 from app.services.secrets import TokenStore
+from app.ui.background import Background, Done
 from engine.model.gguf import human_bytes
 
 log = logging.getLogger("candlewick.ui.models")
@@ -73,12 +74,6 @@ class _Note(QLabel):
         self.setVisible(bool(text))
 
 
-class _Bridge(QObject):
-    """Carries a finished background call back to the GUI thread (queued connection)."""
-
-    done = Signal(object, object, object)  # callback, result, error
-
-
 class ModelManagerView(QWidget):
     load_requested = Signal(object)  # Path
     library_changed = Signal()
@@ -91,10 +86,8 @@ class ModelManagerView(QWidget):
         self.hub, self.downloads, self.library, self.tokens = hub, downloads, library, tokens
         self._confirm = confirm or self._ask
         self._pick_file = pick_file or self._pick
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="model-manager")
-        self._bridge = _Bridge()
-        self._bridge.done.connect(self._deliver, Qt.ConnectionType.QueuedConnection)
-        self._pending: set[Future[Any]] = set()
+        # Two at a time: a repository's fit badges are a Hub request per file.
+        self._bg = Background(self, max_threads=2)
         self._details: RepoDetails | None = None
         self._results: list[RepoSummary] = []
         self._entries: list[LibraryEntry] = []
@@ -222,32 +215,13 @@ class ModelManagerView(QWidget):
 
     # --- background calls ---------------------------------------------------------------------
 
-    def _run(self, fn: Callable[[], Any], then: Callable[[Any, BaseException | None], None]
-             ) -> None:
-        if self._closed:
-            return
-
-        def task() -> None:
-            try:
-                result, error = fn(), None
-            except BaseException as e:  # reported to `then` on the GUI thread
-                result, error = None, e
-            if not self._closed:
-                self._bridge.done.emit(then, result, error)
-
-        fut = self._pool.submit(task)
-        self._pending.add(fut)
-        fut.add_done_callback(self._pending.discard)
-
-    @Slot(object, object, object)
-    def _deliver(self, then: Callable[[Any, BaseException | None], None], result: Any,
-                 error: BaseException | None) -> None:
+    def _run(self, fn: Callable[[], Any], then: Done) -> None:
         if not self._closed:
-            then(result, error)
+            self._bg.run(fn, then, name="candlewick-model-manager")
 
     @property
     def busy(self) -> bool:
-        return bool(self._pending)
+        return bool(self._bg.running)
 
     # --- Hub ----------------------------------------------------------------------------------
 
@@ -534,7 +508,7 @@ class ModelManagerView(QWidget):
         """Stop the timer and background calls; the DownloadManager is closed by its owner."""
         self._closed = True
         self._timer.stop()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._bg.wait(timeout_s=None)  # an import may be copying a file: let it finish
 
 
 def _table(headers: list[str], rows: int = 3, stretch: tuple[int, ...] = (0,)) -> QTableWidget:

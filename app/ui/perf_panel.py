@@ -41,7 +41,7 @@ VALUE_SAMPLE = "100% of 16 cores"
 GpuProbe = Callable[[], Sequence[tuple[str, int, int]]]
 
 
-def _no_gpus() -> Sequence[tuple[str, int, int]]:
+def no_gpus() -> Sequence[tuple[str, int, int]]:
     return ()
 
 
@@ -67,7 +67,7 @@ def measured_text(stats: GenerationStats) -> tuple[str, str]:
 
 
 class PerfPanel(QWidget):
-    def __init__(self, gpu_probe: GpuProbe = _no_gpus, tick_ms: int = TICK_MS,
+    def __init__(self, gpu_probe: GpuProbe = no_gpus, tick_ms: int = TICK_MS,
                  parent: QWidget | None = None, *, clock: Callable[[], float] = time.perf_counter,
                  cpu_probe: CpuProbe | None = None, n_cores: int | None = None,
                  ram_probe: Callable[[], int] | None = None) -> None:

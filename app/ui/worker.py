@@ -3,10 +3,11 @@ in this process (`EmbeddedEngine` over `engine.host.runtime.Model`) or a remote 
 (`RemoteEngine`). Either is a `ChatEngine`, so the signals below, the chat controller and the
 performance panel are the same for both.
 
-The GUI never calls the engine. `EngineHost` (GUI thread) emits private request signals that
-are queued into `EngineWorker` (engine thread); the worker answers with its own signals, which
-Qt queues back to the GUI thread. The worker never touches a widget or an item model, and a
-remote engine's network I/O happens here, never on the GUI thread.
+The GUI never calls the engine. `EngineHost` (GUI thread; a `ThreadHost`, which owns the
+thread) emits private request signals that are queued into `EngineWorker` (engine thread);
+the worker answers with its own signals, which Qt queues back to the GUI thread. The worker
+never touches a widget or an item model, and a remote engine's network I/O happens here,
+never on the GUI thread.
 
 Stopping cannot be a queued signal: while a reply is being generated the engine thread is
 busy in its loop and would only see the request afterwards. Each request therefore carries a
@@ -24,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal, Slot
 
 from app.services.model_catalog import CHAT_OWNER
+from app.ui.thread_host import ThreadHost
 from engine.errors import EngineError, LoadCancelled
 from engine.host.chat_engine import ChatEngine, EmbeddedEngine, EmbeddedReply, ReplyStream
 from engine.host.context_policy import ContextPolicy
@@ -380,15 +382,6 @@ class EngineWorker(QObject):
         self.finished.emit(rid, reply.stats)
 
     @Slot()
-    def forget_python_thread(self) -> None:
-        """Python registers a dummy `threading.Thread` for a foreign thread the first time
-        code there asks for the current thread (logging does) and never removes it. The
-        engine thread is about to end, so drop that entry rather than leave a ghost."""
-        if isinstance(threading.current_thread(), threading._DummyThread):
-            with threading._active_limbo_lock:  # type: ignore[attr-defined]
-                threading._active.pop(threading.get_ident(), None)  # type: ignore[attr-defined]
-
-    @Slot()
     def unload(self) -> None:
         self.close_model()
         self.unloaded.emit()
@@ -404,33 +397,26 @@ class EngineWorker(QObject):
         engine.close()
 
 
-class EngineHost(QObject):
+class EngineHost(ThreadHost[EngineWorker]):
     """GUI-side handle: starts the engine thread and forwards requests as queued signals."""
 
     _load = Signal(object, object, object)
     _connect = Signal(object, object, object)
     _generate = Signal(object, object, object, object)
     _unload = Signal()
-    _forget = Signal()
 
     def __init__(self, worker: EngineWorker | None = None,
                  parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.worker = worker or EngineWorker()
-        self.qthread = QThread()
-        self.qthread.setObjectName("candlewick-engine")
-        self.worker.moveToThread(self.qthread)
+        super().__init__(worker or EngineWorker(), "candlewick-engine", parent)
         q = Qt.ConnectionType.QueuedConnection
         self._load.connect(self.worker.load, q)
         self._connect.connect(self.worker.connect_remote, q)
         self._generate.connect(self.worker.generate, q)
         self._unload.connect(self.worker.unload, q)
-        self._forget.connect(self.worker.forget_python_thread,
-                             Qt.ConnectionType.BlockingQueuedConnection)
         self._load_cancel: threading.Event | None = None
         self._gen_cancel: threading.Event | None = None
         self._last_id = 0
-        self.qthread.start()
+        self.start()
 
     def load(self, path: Path, params: LoadParams) -> None:
         self._load_cancel = threading.Event()
@@ -476,9 +462,6 @@ class EngineHost(QObject):
         """Stop any work, end the thread and free the model. Safe to call twice."""
         self.stop()
         self.cancel_load()
-        if self.qthread.isRunning():
-            self._forget.emit()  # runs in the engine thread once it is free
-            self.qthread.quit()
-            self.qthread.wait()
+        self.stop_thread()
         # The thread has ended, so touching the worker from here cannot race with it.
         self.worker.close_model()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import threading
 from pathlib import Path
-from typing import Any
 
 from engine.bench.harness import (
     BenchConfig,
@@ -25,6 +24,7 @@ from engine.bench.harness import (
     Tokenizer,
     run_benchmark,
 )
+from engine.bench.result import BenchResult
 from engine.bench.workloads import Workload
 from engine.host.runtime import Model
 
@@ -53,7 +53,7 @@ def run_loaded_benchmark(
     progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
     sampling: SamplingSetup | None = None,
-) -> dict[str, Any]:
+) -> BenchResult:
     """Run the benchmark on `model`'s own decode loop and give the loop back as it was.
 
     Raises `EngineError` (incl. `BenchError`) when it cannot run, e.g. while the local server
@@ -69,7 +69,7 @@ def run_loaded_benchmark(
                           else SchedulerTarget(model, sampling))
         result = run_benchmark(target, workload, config, model_file=model.gguf,
                                progress=progress, cancel=cancel)
-        result["target"]["n_ctx_per_request"] = n_ctx
+        result.target["n_ctx_per_request"] = n_ctx
         return result
     finally:
         loop.release(LEASE)

@@ -8,8 +8,8 @@ A *target* runs one request and returns a `RequestTrace` (timestamps and token c
 
 `run_benchmark` sends `requests` requests per level with at most `concurrency` in flight,
 samples the serving process's peak memory, and turns the traces into `LevelMetrics`
-(`engine.bench.metrics`). The result is a plain dict, ready for JSON, with the hardware and
-software context, so two results from different machines or runtimes can be compared.
+(`engine.bench.metrics`). The result is a `BenchResult` (`engine.bench.result`); its text is
+`engine.bench.report`'s.
 """
 
 from __future__ import annotations
@@ -38,6 +38,13 @@ from engine.bench.metrics import (
     max_concurrency_meeting_slo,
     percentile,
 )
+from engine.bench.result import (
+    BenchError,
+    BenchResult,
+    RooflineReport,
+    RunSettings,
+    WorkloadInfo,
+)
 from engine.bench.workloads import Prompt, Workload
 from engine.errors import EngineError
 from engine.host.runtime import Model
@@ -52,13 +59,6 @@ from engine.native.load_probe import FirstLoads
 from engine.native.native_load import NativeLoad
 from engine.remote.streaming import StreamingClient
 from engine.settings import SamplingParams, use_extra_buffers
-
-SCHEMA = "candlewick-bench/1"
-
-
-class BenchError(EngineError):
-    """The benchmark cannot run as asked; `str()` is one line for the user."""
-
 
 # -- targets ---------------------------------------------------------------------------------
 
@@ -425,8 +425,8 @@ def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
                   model_file: GGUFFile | None = None,
                   progress: ProgressCallback | None = None,
                   cancel: threading.Event | None = None,
-                  command: Sequence[str] | None = None) -> dict[str, Any]:
-    """Run every concurrency level and return the result as a JSON-ready dict."""
+                  command: Sequence[str] | None = None) -> BenchResult:
+    """Run every concurrency level; a cancel keeps the levels already measured."""
     config.validate()
     cancel = cancel or threading.Event()
     limit = target.max_concurrency
@@ -460,7 +460,7 @@ def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
         target.run(p, min(_max_tokens(p, config.max_tokens), 16), cancel)
 
     results: list[LevelMetrics] = []
-    traces_by_level: dict[str, list[dict[str, Any]]] = {}
+    traces_by_level: dict[int, list[RequestTrace]] = {}
     for li, c in enumerate(levels):
         if cancel.is_set():
             break
@@ -492,130 +492,35 @@ def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
         lv.engine_gen_tps_p50 = percentile(
             [t.engine_gen_tps for t in ok if t.engine_gen_tps], 50)
         results.append(lv)
-        traces_by_level[str(c)] = [t.to_dict() for t in traces]
+        traces_by_level[c] = traces
 
-    roofline: dict[str, Any] | None = None
+    roofline: RooflineReport | None = None
     if config.measure_bandwidth and model_file is not None and not cancel.is_set():
         if progress:
             progress(Progress(levels[-1], len(levels), len(levels), 0, 1, 0, "bandwidth"))
         bw = measure_read_bandwidth(config.bandwidth_bytes)
         single = next((lv for lv in results if lv.concurrency == 1), None)
         achieved = single.gen_tps_p50 if single else None
-        roofline = Roofline(bw, bytes_per_token(model_file), achieved).to_dict()
-        roofline["note"] = ("bandwidth of system RAM; decode reads every weight once per "
-                            "token, so limit_tps = bandwidth / bytes_per_token. With layers "
-                            "on a GPU the GPU's bandwidth sets the limit instead.")
+        roofline = RooflineReport.of(
+            Roofline(bw, bytes_per_token(model_file), achieved),
+            note="bandwidth of system RAM; decode reads every weight once per token, so "
+                 "limit_tps = bandwidth / bytes_per_token. With layers on a GPU the GPU's "
+                 "bandwidth sets the limit instead.")
 
-    return {
-        "schema": SCHEMA,
-        "created": started.isoformat(timespec="seconds"),
-        "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "cancelled": cancel.is_set(),
-        "command": list(command) if command is not None else None,
-        "target": target.describe(),
-        "machine": {**machine_context(), "load_avg_1m_before": load_before},
-        "workload": {"name": workload.name, "source": workload.source,
-                     "prompts": len(workload.prompts)},
-        "config": {"concurrency": levels, "requests_per_level": config.requests,
-                   "max_tokens_cap": config.max_tokens, "slo_ttft_s": config.slo_ttft_s,
-                   "warmup": config.warmup, "unique_prompts": config.unique_prompts},
-        "levels": [lv.to_dict() for lv in results],
-        "max_concurrency_meeting_slo": max_concurrency_meeting_slo(results),
-        "roofline": roofline,
-        "traces": traces_by_level,
-    }
-
-
-# -- presenting ------------------------------------------------------------------------------
-
-
-def _fmt(v: Any, digits: int = 2) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
-
-
-def _mib(v: int | None) -> str:
-    return "-" if v is None else f"{v / (1 << 20):.0f}"
-
-
-TABLE_COLUMNS = ("conc", "ok/n", "fail%", "TTFT p50", "TTFT p95", "pp t/s", "gen t/s",
-                 "lat p50", "lat p95", "total t/s", "RAM MiB", "VRAM MiB")
-
-
-def format_table(result: Mapping[str, Any]) -> str:
-    """The terminal table (also valid Markdown)."""
-    rows = [list(TABLE_COLUMNS)]
-    for lv in result.get("levels", []):
-        rows.append([
-            str(lv["concurrency"]), f"{lv['succeeded']}/{lv['requests']}",
-            f"{100 * lv['failure_rate']:.0f}", _fmt(lv["ttft_p50"], 3), _fmt(lv["ttft_p95"], 3),
-            _fmt(lv["prompt_tps_p50"], 1), _fmt(lv["gen_tps_p50"], 1),
-            _fmt(lv["latency_p50"]), _fmt(lv["latency_p95"]),
-            _fmt(lv["total_throughput_tps"], 1), _mib(lv.get("peak_ram_bytes")),
-            _mib(lv.get("peak_vram_bytes")),
-        ])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |"
-             for r in rows]
-    lines.insert(1, "|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
-    out = "\n".join(lines)
-    extra = []
-    slo = result.get("config", {}).get("slo_ttft_s")
-    if slo is not None:
-        best = result.get("max_concurrency_meeting_slo")
-        extra.append(f"max concurrent requests with TTFT p95 <= {slo:g} s: "
-                     f"{best if best is not None else 'none of the levels'}")
-    rf = result.get("roofline")
-    if rf:
-        pct = rf.get("achieved_pct")
-        extra.append(
-            f"memory read bandwidth {rf['bandwidth_gb_s']:.1f} GB/s, "
-            f"{rf['bytes_per_token'] / (1 << 20):.1f} MiB read per token -> decode roofline "
-            f"{rf['limit_tps']:.0f} t/s; achieved "
-            + (f"{rf['achieved_tps']:.1f} t/s ({pct:.0f}%)" if pct is not None else "-"))
-    for lv in result.get("levels", []):
-        for msg in lv.get("error_samples", []):
-            extra.append(f"concurrency {lv['concurrency']} failure: {msg}")
-    return out + ("\n\n" + "\n".join(extra) if extra else "")
-
-
-# Higher is better unless listed in LOWER_IS_BETTER.
-COMPARE_METRICS = ("ttft_p50", "ttft_p95", "prompt_tps_p50", "gen_tps_p50", "latency_p50",
-                   "latency_p95", "total_throughput_tps", "failure_rate", "peak_ram_bytes")
-LOWER_IS_BETTER = frozenset({"ttft_p50", "ttft_p95", "latency_p50", "latency_p95",
-                             "failure_rate", "peak_ram_bytes"})
-
-
-def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per shared concurrency level and metric: A, B and the ratio B/A."""
-    for name, r in (("first", a), ("second", b)):
-        if r.get("schema") != SCHEMA or not isinstance(r.get("levels"), list):
-            raise BenchError(f"the {name} file is not a Candlewick benchmark result")
-    a_levels = {lv["concurrency"]: lv for lv in a["levels"]}
-    rows: list[dict[str, Any]] = []
-    for lv_b in b["levels"]:
-        lv_a = a_levels.get(lv_b["concurrency"])
-        if lv_a is None:
-            continue
-        for m in COMPARE_METRICS:
-            va, vb = lv_a.get(m), lv_b.get(m)
-            ratio = vb / va if isinstance(va, int | float) and isinstance(vb, int | float) \
-                and va else None
-            rows.append({"concurrency": lv_b["concurrency"], "metric": m, "a": va, "b": vb,
-                         "ratio": ratio, "lower_is_better": m in LOWER_IS_BETTER})
-    if not rows:
-        raise BenchError("the two results share no concurrency level")
-    return rows
-
-
-def format_compare(rows: Sequence[Mapping[str, Any]], a_name: str, b_name: str) -> str:
-    lines = [f"B/A ratios (A = {a_name}, B = {b_name}); '(lower is better)' marks latencies",
-             f"{'conc':>4}  {'metric':<38} {'A':>12} {'B':>12} {'B/A':>8}"]
-    for r in rows:
-        label = r["metric"] + (" (lower is better)" if r["lower_is_better"] else "")
-        lines.append(f"{r['concurrency']:>4}  {label:<38} {_fmt(r['a'], 3):>12} "
-                     f"{_fmt(r['b'], 3):>12} {_fmt(r['ratio'], 2):>8}")
-    return "\n".join(lines)
+    return BenchResult(
+        created=started.isoformat(timespec="seconds"),
+        finished=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        cancelled=cancel.is_set(),
+        command=list(command) if command is not None else None,
+        target=target.describe(),
+        machine={**machine_context(), "load_avg_1m_before": load_before},
+        workload=WorkloadInfo(name=workload.name, source=workload.source,
+                              prompts=len(workload.prompts)),
+        config=RunSettings(concurrency=levels, requests_per_level=config.requests,
+                           max_tokens_cap=config.max_tokens, slo_ttft_s=config.slo_ttft_s,
+                           warmup=config.warmup, unique_prompts=config.unique_prompts),
+        levels=results,
+        max_concurrency_meeting_slo=max_concurrency_meeting_slo(results),
+        roofline=roofline,
+        traces=traces_by_level,
+    )

@@ -139,6 +139,11 @@ class LevelMetrics:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LevelMetrics:
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
 
 def level_metrics(concurrency: int, traces: Sequence[RequestTrace], *,
                   slo_ttft_s: float | None = None) -> LevelMetrics:

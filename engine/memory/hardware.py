@@ -88,7 +88,7 @@ def process_rss() -> int:
         return 0
 
 
-def _ggml_lib() -> ctypes.CDLL | None:
+def ggml_lib() -> ctypes.CDLL | None:
     """The ggml library llama-cpp-python loaded (already in the process, so this is cheap).
 
     Symbols are looked up through the loaded libllama first: it links ggml, wherever the
@@ -124,7 +124,7 @@ def llama_devices() -> list[Device]:
     from engine.native import llama_lib
 
     llama_lib.lib()  # backends register when llama.cpp initialises
-    g = _ggml_lib()
+    g = ggml_lib()
     if g is None:
         return []
     g.ggml_backend_dev_count.restype = ctypes.c_size_t

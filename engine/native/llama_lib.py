@@ -59,7 +59,6 @@ def lib() -> Any:
         with _init_lock:
             if not _initialised:
                 C.llama_log_set(_on_log, ctypes.c_void_p(0))
-                _close_binding_devnull()
                 C.llama_backend_init()
                 _initialised = True
     return C
@@ -76,6 +75,11 @@ def _close_binding_devnull() -> None:
         f = getattr(_utils, name, None)
         if f is not None:
             atexit.register(f.close)
+
+
+# At import, not first use: a process that imports the engine and never loads a model (the
+# fast test tier, `--help`) would still leave them open.
+_close_binding_devnull()
 
 
 @contextlib.contextmanager

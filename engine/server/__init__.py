@@ -2,11 +2,11 @@
 
 from engine.server.app import create_app
 from engine.server.config import ServerConfig, ServerError, is_loopback
-from engine.server.engine_state import LoadedModel, ServerState
+from engine.server.engine_state import ServedModel, ServerState
 from engine.server.runner import ServerThread, serve_forever
 
 __all__ = [
-    "LoadedModel",
+    "ServedModel",
     "ServerConfig",
     "ServerError",
     "ServerState",

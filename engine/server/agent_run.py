@@ -17,7 +17,7 @@ from engine.host.scheduler import Finished, Piece
 from engine.host.stats import GenerationStats
 from engine.server.chat_reply import ChatPlan, Part, ReplyReader, ReplyResult
 from engine.server.common import events_until_disconnect, start
-from engine.server.engine_state import LoadedModel, ServerState
+from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
 from engine.settings import SamplingParams
 
@@ -54,7 +54,7 @@ class GenerationFailed(Exception):
 
 
 class Run:
-    def __init__(self, state: ServerState, loaded: LoadedModel, plan: ChatPlan,
+    def __init__(self, state: ServerState, loaded: ServedModel, plan: ChatPlan,
                  sampling: SamplingParams, *, stream: bool) -> None:
         self._loaded = loaded
         self._stops = sampling.stop

@@ -34,7 +34,7 @@ from engine.server.agent_protocol import (
 from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run, call_input, sse
 from engine.server.chat_reply import ChatPlan, Part, plan_chat
 from engine.server.common import cap_tokens, sampling_from
-from engine.server.engine_state import LoadedModel, ServerState
+from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError, anthropic_error_body
 from engine.server.parsing import read_json
 
@@ -107,7 +107,7 @@ def _choice(req: AnthropicCountTokensRequest) -> tuple[ToolChoice, bool]:
     return choice, not c.disable_parallel_tool_use
 
 
-def _plan(loaded: LoadedModel, req: AnthropicCountTokensRequest, messages: list[Json]
+def _plan(loaded: ServedModel, req: AnthropicCountTokensRequest, messages: list[Json]
           ) -> ChatPlan:
     fmt = req.output_config.format if req.output_config else None
     grammar = None

@@ -14,12 +14,12 @@ from engine.decoding.constraints import GrammarError
 from engine.decoding.tool_calls import ToolChoice
 from engine.host import chat_plan
 from engine.host.chat_plan import ChatPlan, Part, PlanError, ReplyReader, ReplyResult, read_whole
-from engine.server.engine_state import LoadedModel
+from engine.server.engine_state import ServedModel
 from engine.server.errors import ApiError
 from engine.server.protocol import ResponseFormat
 
 
-def plan_chat(loaded: LoadedModel, messages: list[dict[str, Any]], *,
+def plan_chat(loaded: ServedModel, messages: list[dict[str, Any]], *,
               tools: list[dict[str, Any]], choice: ToolChoice, parallel: bool,
               grammar: str | None, grammar_param: str, think: bool | None,
               separate_reasoning: bool = True) -> ChatPlan:

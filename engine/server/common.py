@@ -12,22 +12,22 @@ from starlette.requests import Request
 from engine.errors import EngineError
 from engine.host.scheduler import Event, QueueFull, SchedulerClosed
 from engine.model.templates import ChatTemplateError
-from engine.server.engine_state import Generation, LoadedModel, ServerState
+from engine.server.engine_state import AsyncGeneration, ServedModel, ServerState
 from engine.server.errors import ApiError
 from engine.settings import SamplingParams
 
 
-def tokens_for(loaded: LoadedModel, make: Callable[[], list[int]]) -> list[int]:
+def tokens_for(loaded: ServedModel, make: Callable[[], list[int]]) -> list[int]:
     try:
         return make()
     except (ChatTemplateError, EngineError) as e:
         raise ApiError(400, str(e)) from None
 
 
-def start(state: ServerState, loaded: LoadedModel, prompt: list[int],
-          sampling: SamplingParams, *, stream: bool) -> Generation:
+def start(state: ServerState, loaded: ServedModel, prompt: list[int],
+          sampling: SamplingParams, *, stream: bool) -> AsyncGeneration:
     try:
-        return Generation(loaded, prompt, sampling, stream=stream,
+        return AsyncGeneration(loaded, prompt, sampling, stream=stream,
                           timeout_s=state.config.request_timeout_s, metrics=state.metrics)
     except QueueFull as e:
         raise ApiError(429, f"the server is busy: {e}; retry shortly",
@@ -52,7 +52,7 @@ async def until_disconnect(request: Request) -> None:
             return
 
 
-async def events_until_disconnect(request: Request, gen: Generation
+async def events_until_disconnect(request: Request, gen: AsyncGeneration
                                   ) -> AsyncIterator[Event]:
     """The generation's events; stops (and cancels the request) if the client disconnects.
 

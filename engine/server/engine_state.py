@@ -36,7 +36,7 @@ def file_digest(path: Path) -> str:
 
 
 @dataclass
-class LoadedModel:
+class ServedModel:
     """A model being served: the HTTP side's handle on it. `close()` ends the server's own
     requests and frees the embedder; the model and its loop belong to whoever loaded it (the
     app's chat may go on using them)."""
@@ -52,7 +52,7 @@ class LoadedModel:
 
     @classmethod
     def build(cls, model: Model, model_id: str, *, max_queue: int = 64,
-              embeddings: bool = True) -> LoadedModel:
+              embeddings: bool = True) -> ServedModel:
         sched = model.loop
         sched.max_queue = max_queue
         facts = None
@@ -120,15 +120,15 @@ class ServerState:
         self.starting = False
         self.started = time.time()
         self._lock = threading.Lock()
-        self._served: dict[str, LoadedModel] = {}  # by the host's name for the model
-        self._given: LoadedModel | None = None  # what set_loaded serves
-        self._built: list[LoadedModel] = []  # what this state built, and closes
+        self._served: dict[str, ServedModel] = {}  # by the host's name for the model
+        self._given: ServedModel | None = None  # what set_loaded serves
+        self._built: list[ServedModel] = []  # what this state built, and closes
         self._added = False  # set_loaded put its model in the host (and takes it out)
         self._unsubscribe = self.host.on_change(self._on_host_change)
 
     # -- the models ------------------------------------------------------------------------
 
-    def set_loaded(self, loaded: LoadedModel | None) -> None:
+    def set_loaded(self, loaded: ServedModel | None) -> None:
         """Serve `loaded` (the caller loaded it and frees it), or stop serving it (None).
         One replaced while its model is still in the host is the state's from then on."""
         with self._lock:
@@ -160,18 +160,18 @@ class ServerState:
         with self._lock:
             self._served[name] = loaded
 
-    def _is(self, name: str, loaded: LoadedModel) -> bool:
+    def _is(self, name: str, loaded: ServedModel) -> bool:
         try:
             return self.host.get(name) is loaded.model
         except EngineError:
             return False
 
-    def _name_of(self, loaded: LoadedModel) -> str:
+    def _name_of(self, loaded: ServedModel) -> str:
         with self._lock:
             return next((k for k, v in self._served.items() if v is loaded), loaded.model_id)
 
     @property
-    def loaded(self) -> LoadedModel | None:
+    def loaded(self) -> ServedModel | None:
         """The default model when it is loaded: the one `set_loaded` serves, else the one
         named in the config, else the only one loaded."""
         with self._lock:
@@ -187,7 +187,7 @@ class ServerState:
             return self._serve(want, self.host.get(want))
         return None
 
-    def served(self) -> list[LoadedModel]:
+    def served(self) -> list[ServedModel]:
         """Every loaded model, as the server serves it."""
         out = []
         for name in self.host.names():
@@ -195,12 +195,12 @@ class ServerState:
                 out.append(self._serve(name, self.host.get(name)))
         return out
 
-    def _serve(self, name: str, model: Model) -> LoadedModel:
+    def _serve(self, name: str, model: Model) -> ServedModel:
         with self._lock:
             loaded = self._served.get(name)
             if loaded is not None and loaded.model is model:
                 return loaded
-        built = LoadedModel.build(model, name, max_queue=self.config.max_queue,
+        built = ServedModel.build(model, name, max_queue=self.config.max_queue,
                                   embeddings=self.config.embeddings)
         with self._lock:
             loaded = self._served.get(name)
@@ -225,7 +225,7 @@ class ServerState:
             loaded.close()  # one set_loaded gave stays its caller's
 
     async def acquire(self, name: str | None, *, keep_s: float | Unset | None = UNSET,
-                      generate: bool = True) -> LoadedModel:
+                      generate: bool = True) -> ServedModel:
         """The model a request names (None or '': the default), loaded on demand; held until
         the request's answer has been sent. An unknown name is a 404 listing the known ones;
         a load that cannot fit is a 503 with the reason. `generate`: the request wants text,
@@ -311,13 +311,13 @@ def _inbox(loop: asyncio.AbstractEventLoop) -> _LoopInbox:
         return box
 
 
-class Generation:
+class AsyncGeneration:
     """One scheduler request seen from the event loop: an async stream of its events.
 
     Leaving the iteration early (client gone, handler cancelled) cancels the request, which
     frees its slot and KV cells before the next decode step."""
 
-    def __init__(self, loaded: LoadedModel, prompt: list[int], sampling: SamplingParams, *,
+    def __init__(self, loaded: ServedModel, prompt: list[int], sampling: SamplingParams, *,
                  stream: bool, timeout_s: float, metrics: Metrics) -> None:
         inbox = _inbox(asyncio.get_running_loop())
         self._q: asyncio.Queue[Event] = asyncio.Queue()
@@ -361,7 +361,7 @@ class Generation:
         self.request.cancel()
 
 
-def details(loaded: LoadedModel) -> dict[str, Any]:
+def details(loaded: ServedModel) -> dict[str, Any]:
     return facts_details(loaded.facts)
 
 

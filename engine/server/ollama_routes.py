@@ -35,7 +35,7 @@ from engine.server.common import (
     tokens_for,
 )
 from engine.server.engine_state import (
-    LoadedModel,
+    ServedModel,
     ServerState,
     details,
     facts_details,
@@ -124,7 +124,7 @@ class OllamaRoutes:
     async def version(self, request: Request) -> Response:
         return JSONResponse({"version": VERSION})
 
-    def _model_entry(self, loaded: LoadedModel) -> dict[str, Any]:
+    def _model_entry(self, loaded: ServedModel) -> dict[str, Any]:
         st = loaded.model.path.stat()
         return {
             "name": loaded.model_id, "model": loaded.model_id,
@@ -272,7 +272,7 @@ class OllamaRoutes:
         return await self._respond(request, loaded, plan, plan.sampling(sampling),
                                    req.stream is not False, chat=False, think=think)
 
-    async def _respond(self, request: Request, loaded: LoadedModel, plan: ChatPlan,
+    async def _respond(self, request: Request, loaded: ServedModel, plan: ChatPlan,
                        sampling: SamplingParams, stream: bool, *, chat: bool,
                        think: bool | None) -> Response:
         gen = start(self.state, loaded, plan.prompt, sampling,

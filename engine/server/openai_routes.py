@@ -30,7 +30,7 @@ from engine.server.common import (
     tokens_for,
 )
 from engine.server.embeddings import Embedder
-from engine.server.engine_state import Generation, LoadedModel, ServerState
+from engine.server.engine_state import AsyncGeneration, ServedModel, ServerState
 from engine.server.errors import ApiError, openai_error_body
 from engine.server.parsing import read_json
 from engine.server.protocol import (
@@ -62,7 +62,7 @@ def _call_obj(call: ToolCall) -> dict[str, Any]:
             "function": {"name": call.name, "arguments": call.arguments}}
 
 
-def _model_obj(loaded: LoadedModel) -> dict[str, Any]:
+def _model_obj(loaded: ServedModel) -> dict[str, Any]:
     return {"id": loaded.model_id, "object": "model", "created": loaded.created,
             "owned_by": "candlewick", "loaded": True, "meta": loaded.settings()}
 
@@ -246,7 +246,7 @@ class OpenAIRoutes:
         return StreamingResponse(body_iter(), media_type="text/event-stream",
                                  headers=_SSE_HEADERS)
 
-    async def _result(self, request: Request, gen: Generation,
+    async def _result(self, request: Request, gen: AsyncGeneration,
                       reader: ReplyReader | None = None) -> Finished:
         """The finished generation; a reader is fed its pieces (streamed internally for
         timing) or, when none came, its whole text."""

@@ -36,7 +36,7 @@ from engine.server.agent_protocol import (
 from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run, sse
 from engine.server.chat_reply import ChatPlan, Part, plan_chat
 from engine.server.common import cap_tokens, sampling_from
-from engine.server.engine_state import LoadedModel, ServerState
+from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
 from engine.server.parsing import read_json
 from engine.server.response_store import ResponseStore
@@ -102,7 +102,7 @@ def _choice(req: ResponsesRequest) -> ToolChoice:
     return c or ("auto" if req.tools else "none")
 
 
-def _plan(loaded: LoadedModel, req: ResponsesRequest, convo: list[Json]) -> ChatPlan:
+def _plan(loaded: ServedModel, req: ResponsesRequest, convo: list[Json]) -> ChatPlan:
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
     effort = req.reasoning.effort if req.reasoning else None  # only none/minimal get here
     return plan_chat(

@@ -12,7 +12,6 @@ import pytest
 
 from engine.bench.harness import (
     BenchConfig,
-    BenchError,
     EmbeddedTarget,
     SchedulerTarget,
     Tokenizer,
@@ -20,6 +19,7 @@ from engine.bench.harness import (
     tag_prompt,
 )
 from engine.bench.hw import PeakSampler, machine_context, measure_read_bandwidth
+from engine.bench.result import BenchError
 from engine.bench.workloads import Prompt, Workload, load_workload
 from engine.host.runtime import Model
 from engine.host.scheduler import Scheduler
@@ -41,7 +41,7 @@ def test_embedded_run_produces_every_field(smollm2: Model) -> None:
                       bandwidth_bytes=64 << 20, unique_prompts=False)
     seen: list[tuple[str, int]] = []
     r = run_benchmark(EmbeddedTarget(smollm2), w, cfg, model_file=smollm2.gguf,
-                      progress=lambda p: seen.append((p.phase, p.done)))
+                      progress=lambda p: seen.append((p.phase, p.done))).to_dict()
     json.dumps(r)  # JSON-ready as it is
     (lv,) = r["levels"]
     for f in LEVEL_FIELDS:
@@ -80,7 +80,8 @@ def test_prompt_longer_than_context_is_a_failure_not_a_crash(smollm2: Model) -> 
     huge = Prompt("huge", ({"role": "user", "content": "word " * 3000},), 8)
     w = Workload("x", (huge, small_workload(1).prompts[0]), "test")
     r = run_benchmark(EmbeddedTarget(smollm2), w,
-                      BenchConfig(requests=2, max_tokens=4, warmup=0, measure_bandwidth=False))
+                      BenchConfig(requests=2, max_tokens=4, warmup=0,
+                                  measure_bandwidth=False)).to_dict()
     (lv,) = r["levels"]
     assert (lv["succeeded"], lv["errors"]) == (1, 1)
     assert "context holds" in lv["error_samples"][0]
@@ -98,7 +99,7 @@ def test_scheduler_target_runs_concurrent_requests(batched: tuple[Model, Schedul
     w = small_workload(4)
     r = run_benchmark(SchedulerTarget(model), w,
                       BenchConfig(concurrency=[1, 2], requests=4, max_tokens=8,
-                                  measure_bandwidth=False, run_tag="abcdef"))
+                                  measure_bandwidth=False, run_tag="abcdef")).to_dict()
     assert [lv["concurrency"] for lv in r["levels"]] == [1, 2]
     for lv in r["levels"]:
         assert lv["succeeded"] == 4, lv["error_samples"]
@@ -142,7 +143,7 @@ def test_cancel_stops_the_run(smollm2: Model) -> None:
 
     r = run_benchmark(EmbeddedTarget(smollm2), small_workload(),
                       BenchConfig(requests=3, max_tokens=6, warmup=0),
-                      progress=on_progress, cancel=cancel, model_file=smollm2.gguf)
+                      progress=on_progress, cancel=cancel, model_file=smollm2.gguf).to_dict()
     assert r["cancelled"] is True
     assert len(r["traces"]["1"]) == 1
     assert r["roofline"] is None

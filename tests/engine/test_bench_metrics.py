@@ -8,14 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from engine.bench.harness import (
-    SCHEMA,
-    BenchError,
-    bytes_per_token,
-    compare,
-    format_compare,
-    format_table,
-)
+from engine.bench.harness import bytes_per_token
 from engine.bench.metrics import (
     RequestTrace,
     Roofline,
@@ -23,6 +16,8 @@ from engine.bench.metrics import (
     max_concurrency_meeting_slo,
     percentile,
 )
+from engine.bench.report import compare, format_compare, format_table
+from engine.bench.result import SCHEMA, BenchError, BenchResult
 
 
 def trace(i: int, start: float, first: float | None, end: float, prompt: int = 100,
@@ -140,9 +135,10 @@ def test_bytes_per_token_of_real_models(smollm2_path: object, gemma_path: object
         assert 0 < bytes_per_token(gf) <= gf.file_size
 
 
-def _result(levels: list[dict[str, object]]) -> dict[str, object]:
-    return {"schema": SCHEMA, "levels": levels, "config": {"slo_ttft_s": 1.0},
-            "max_concurrency_meeting_slo": 1, "target": {"kind": "url"}}
+def _result(levels: list[dict[str, object]]) -> BenchResult:
+    return BenchResult.from_dict(
+        {"schema": SCHEMA, "levels": levels, "config": {"slo_ttft_s": 1.0},
+         "max_concurrency_meeting_slo": 1, "target": {"kind": "url"}})
 
 
 def test_compare_ratios_and_table() -> None:
@@ -162,7 +158,7 @@ def test_compare_ratios_and_table() -> None:
     assert "ttft_p50" in text and "0.50" in text and "2.00" in text
     json.dumps(rows)  # JSON-ready
     with pytest.raises(BenchError, match="not a Candlewick benchmark result"):
-        compare({"levels": []}, b)
+        compare(BenchResult.from_dict({"levels": []}), b)
     with pytest.raises(BenchError, match="share no concurrency"):
         compare(a, _result([level_metrics(2, []).to_dict()]))
 

@@ -78,7 +78,7 @@ def test_devices_come_from_the_llama_cpp_actually_loaded(tmp_path: Path) -> None
     libdir = Path(llama_cpp.__file__).parent / "lib"
     other = tmp_path / "build"
     shutil.copytree(libdir, other, symlinks=True)
-    code = ("from engine.memory import hardware; g = hardware._ggml_lib(); print(g._name); "
+    code = ("from engine.memory import hardware; g = hardware.ggml_lib(); print(g._name); "
             "print(len(hardware.llama_devices()))")
     env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(other)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

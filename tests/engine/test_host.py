@@ -17,7 +17,7 @@ from engine.host.host import ModelHost, ModelNotLoaded
 from engine.host.runtime import Model
 from engine.host.scheduler import Event, Finished, Piece, Started
 from engine.native import llama_lib
-from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
+from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.settings import LoadParams, SamplingParams
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24)
@@ -32,8 +32,8 @@ def model(smollm2_path: Path) -> Iterator[Model]:
 
 
 @pytest.fixture(scope="module")
-def served(model: Model) -> Iterator[tuple[LoadedModel, openai.OpenAI]]:
-    loaded = LoadedModel.build(model, "smollm2", max_queue=16)
+def served(model: Model) -> Iterator[tuple[ServedModel, openai.OpenAI]]:
+    loaded = ServedModel.build(model, "smollm2", max_queue=16)
     state = ServerState(ServerConfig(port=0, model_id="smollm2"))
     state.set_loaded(loaded)
     with ServerThread(state) as srv, \
@@ -49,7 +49,7 @@ def idle_and_clean(m: Model) -> None:
 
 
 def test_chat_and_api_requests_interleave_on_one_model(
-        model: Model, served: tuple[LoadedModel, openai.OpenAI]) -> None:
+        model: Model, served: tuple[ServedModel, openai.OpenAI]) -> None:
     _, client = served
     model.reset_cache()
     alone = model.generate(ASK, GREEDY).consume()  # the chat's answer with nothing else on
@@ -86,7 +86,7 @@ def test_chat_and_api_requests_interleave_on_one_model(
 
 
 def test_cancelling_either_frees_its_cells(
-        model: Model, served: tuple[LoadedModel, openai.OpenAI]) -> None:
+        model: Model, served: tuple[ServedModel, openai.OpenAI]) -> None:
     loaded, client = served
     model.reset_cache()
     story = [{"role": "user", "content": "Write a very long story about a dragon."}]
@@ -115,7 +115,7 @@ def test_cancelling_either_frees_its_cells(
 
 
 def test_every_decode_runs_on_the_one_loop_thread(
-        model: Model, served: tuple[LoadedModel, openai.OpenAI],
+        model: Model, served: tuple[ServedModel, openai.OpenAI],
         monkeypatch: pytest.MonkeyPatch) -> None:
     _, client = served
     C = llama_lib.lib()

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from app.services.atomic_write import write_text_atomic
-from app.services.chat_store import ChatStore, export_markdown, write_export
+from app.services.chat_exchange import export_all, export_markdown, import_data, write_export
+from app.services.chat_store import ChatStore
 
 
 @pytest.fixture
@@ -38,7 +39,7 @@ def answers(store: ChatStore) -> int:
 
 def test_json_export_marks_how_each_answer_ended(store: ChatStore) -> None:
     cid = answers(store)
-    (conv,) = store.export_all([cid])["conversations"]
+    (conv,) = export_all(store, [cid])["conversations"]
     assert conv["settings"]["system_prompt"].startswith("You are a lighthouse keeper.")
     assert [m["ended"] for m in conv["messages"] if m["role"] == "assistant"] == [
         None, "stopped", "length", "interrupted", "error"]
@@ -47,7 +48,7 @@ def test_json_export_marks_how_each_answer_ended(store: ChatStore) -> None:
 
 
 def test_markdown_export_marks_how_each_answer_ended(store: ChatStore) -> None:
-    md = export_markdown(store.export_all([answers(store)])["conversations"])
+    md = export_markdown(export_all(store, [answers(store)])["conversations"])
     # A system prompt of two paragraphs stays one quote.
     assert "> System prompt: You are a lighthouse keeper.\n>\n> Answer in one sentence.\n" in md
     assert "**Assistant**:\n\nDone." in md
@@ -77,7 +78,7 @@ def test_write_export_writes_exactly_the_chats_asked_for(store: ChatStore,
     assert md.startswith("# Endings\n") and "Another chat" not in md
     assert write_export(store, tmp_path / "all.json", "json") == 2
     # An importable export: the store reads it back.
-    assert len(store.import_data(data)) == 1
+    assert len(import_data(store, data)) == 1
 
 
 def test_atomic_write_replaces_a_file_and_leaves_no_temporary(tmp_path: Path) -> None:

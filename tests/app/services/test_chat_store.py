@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.services.chat_exchange import export_all, export_markdown, import_data
 from app.services.chat_store import (
     DEFAULT_TITLE,
     SCHEMA_VERSION,
@@ -16,7 +17,6 @@ from app.services.chat_store import (
     ChatStoreError,
     StreamWriter,
     auto_title,
-    export_markdown,
 )
 
 
@@ -176,12 +176,12 @@ def test_export_import_round_trip_keeps_branches(store: ChatStore, tmp_path: Pat
     u1, _ = _exchange(store, c.id, "Name a color", "Red")
     store.add_message(c.id, "assistant", "Blue", parent_id=u1)
     store.set_pinned(c.id, True)
-    exported = store.export_all()
+    exported = export_all(store)
     text = json.dumps(exported)
     other = ChatStore(tmp_path / "other.sqlite3")
     try:
-        [new_id] = other.import_data(json.loads(text))
-        again = other.export_all()["conversations"][0]
+        [new_id] = import_data(other, json.loads(text))
+        again = export_all(other)["conversations"][0]
         orig = exported["conversations"][0]
         for key in ("title", "pinned", "settings", "created_at", "updated_at"):
             assert again[key] == orig[key]
@@ -199,17 +199,17 @@ def test_export_import_round_trip_keeps_branches(store: ChatStore, tmp_path: Pat
 
 def test_import_rejects_garbage_atomically(store: ChatStore) -> None:
     with pytest.raises(ChatStoreError, match="message #1"):
-        store.import_data([{"title": "ok", "messages": [{"role": "user", "content": "fine"}]},
-                           {"title": "bad", "messages": [{"role": "wizard"}]}])
+        import_data(store, [{"title": "ok", "messages": [{"role": "user", "content": "fine"}]},
+                            {"title": "bad", "messages": [{"role": "wizard"}]}])
     assert store.conversations() == []  # nothing half-imported
     with pytest.raises(ChatStoreError, match="not a Candlewick chat export"):
-        store.import_data({"hello": 1})
+        import_data(store, {"hello": 1})
 
 
 def test_markdown_export(store: ChatStore) -> None:
     c = store.create_conversation(settings={"system_prompt": "Be kind."})
     _exchange(store, c.id, "Hi", "Hello!")
-    md = export_markdown(store.export_all()["conversations"])
+    md = export_markdown(export_all(store)["conversations"])
     assert md.startswith("# Hi\n")
     assert "**You**:\n\nHi" in md and "**Assistant**:\n\nHello!" in md
     assert "80.0 tok/s" in md and "Be kind." in md

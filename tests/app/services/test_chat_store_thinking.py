@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.services.chat_store import SCHEMA_VERSION, ChatStore, StreamWriter, export_markdown
+from app.services.chat_exchange import export_all, export_markdown, import_data
+from app.services.chat_store import SCHEMA_VERSION, ChatStore, StreamWriter
 
 
 @pytest.fixture
@@ -90,17 +91,17 @@ def test_export_import_and_markdown_carry_thinking(store: ChatStore) -> None:
     store.add_message(c.id, "user", "Capital of France?")
     store.add_message(c.id, "assistant", "Paris.", thinking="It is large.",
                       stats={"gen_tokens": 11, "thinking_tokens": 7, "thinking_s": 0.5})
-    data = store.export_all()
+    data = export_all(store)
     exported = data["conversations"][0]["messages"][1]
     assert (exported["thinking"], exported["content"]) == ("It is large.", "Paris.")
-    (new_id,) = store.import_data(json.loads(json.dumps(data)))
+    (new_id,) = import_data(store, json.loads(json.dumps(data)))
     assert [m.thinking for m in store.active_path(new_id)] == ["", "It is large."]
     # An export from before thinking existed (no field) imports with none.
     old = [{k: v for k, v in m.items() if k != "thinking"}
            for m in data["conversations"][0]["tree"]]
-    (old_id,) = store.import_data({"title": "old", "tree": old, "messages": []})
+    (old_id,) = import_data(store, {"title": "old", "tree": old, "messages": []})
     assert [m.thinking for m in store.active_path(old_id)] == ["", ""]
-    md = export_markdown(store.export_all([c.id])["conversations"])
+    md = export_markdown(export_all(store, [c.id])["conversations"])
     assert ("**Assistant**:\n\n<details><summary>Thinking</summary>\n\nIt is large.\n\n"
             "</details>\n\nParis.\n") in md
     assert "**You**:\n\nCapital of France?\n" in md

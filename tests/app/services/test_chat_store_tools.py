@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from app.services.chat_exchange import export_all, export_markdown, import_data
 from app.services.chat_history import history_messages
 from app.services.chat_store import (
     SCHEMA_VERSION,
@@ -19,7 +20,6 @@ from app.services.chat_store import (
     ChatStore,
     ChatStoreError,
     StreamWriter,
-    export_markdown,
 )
 
 
@@ -282,7 +282,7 @@ def test_json_export_carries_every_tool_field_and_imports_back(store: ChatStore,
                                                                tmp_path: Path) -> None:
     cid, _, aid = tool_turn(store)
     store.add_message(cid, "assistant", "Done.")
-    data = store.export_all([cid])
+    data = export_all(store, [cid])
     (conv,) = data["conversations"]
     a = next(m for m in conv["messages"] if m["id"] == aid)
     assert a["tool_calls"] == store.message(aid).tool_calls
@@ -295,8 +295,8 @@ def test_json_export_carries_every_tool_field_and_imports_back(store: ChatStore,
                                   ("c4", "search", "cancelled", None),
                                   ("c5", "fetch", "complete", True)]
     with ChatStore(tmp_path / "other.sqlite3") as other:
-        (new_id,) = other.import_data(json.loads(json.dumps(data)))
-        again = other.export_all()["conversations"][0]
+        (new_id,) = import_data(other, json.loads(json.dumps(data)))
+        again = export_all(other)["conversations"][0]
 
         def strip(ms: list[dict[str, Any]]) -> list[dict[str, Any]]:
             return [{k: v for k, v in m.items() if k not in ("id", "parent_id")} for m in ms]
@@ -307,13 +307,13 @@ def test_json_export_carries_every_tool_field_and_imports_back(store: ChatStore,
         # An export taken while a tool ran imports as interrupted: nothing will finish it.
         running = json.loads(json.dumps(conv))
         running["tree"][-2]["status"] = "running"
-        (rid,) = other.import_data(running)
+        (rid,) = import_data(other, running)
         assert other.active_path(rid)[-2].status == "interrupted"
         # Bad calls are refused, nothing half-imported.
         broken = json.loads(json.dumps(conv))
         broken["tree"][1]["tool_calls"] = [{"id": "c1"}]
         with pytest.raises(ChatStoreError, match="message #2: a tool call needs"):
-            other.import_data(broken)
+            import_data(other, broken)
         assert len(other.conversations()) == 2
 
 
@@ -323,7 +323,7 @@ def test_markdown_export_shows_calls_and_results_as_blocks(store: ChatStore) -> 
     odd = store.add_message(c.id, "assistant", "", tool_calls=[
         call("b", "run", '{"code": "```"', server=None)])
     store.add_tool_result(odd.id, "b", "has ``` inside", status="error")
-    md = export_markdown(store.export_all([cid, c.id])["conversations"])
+    md = export_markdown(export_all(store, [cid, c.id])["conversations"])
     assert ("**Assistant**:\n\nLet me look.\n\n"
             "**Tool call** `read_file` on `files` (allowed):\n\n"
             '```json\n{\n  "path": "notes.txt"\n}\n```\n') in md

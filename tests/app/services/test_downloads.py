@@ -10,14 +10,9 @@ from pathlib import Path
 import pytest
 from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
-from app.services.downloads import (
-    DONE,
-    FAILED,
-    PAUSED,
-    DownloadJob,
-    DownloadManager,
-    repo_folder,
-)
+from app.services.download_jobs import DONE, FAILED, PAUSED, DownloadJob
+from app.services.download_manager import DownloadManager
+from app.services.hf_cache import repo_folder
 from app.services.hub import HubClient
 from app.services.library import ModelLibrary
 from engine.model.facts import model_facts

@@ -28,6 +28,9 @@ from app.services.mcp_config import HttpTransport, McpServer, StdioTransport
 from app.services.secrets import SecretStore
 from tests.memory_keyring import MemoryKeyring
 
+# Real server processes, started and crashed on purpose: 1-5 s a test.
+pytestmark = pytest.mark.slow
+
 DEMO = Path(__file__).resolve().parents[2] / "mcp_servers" / "demo_server.py"
 TOKEN = "tok-SECRET-8842"
 ENV_SECRET = "env-SECRET-5150"

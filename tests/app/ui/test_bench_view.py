@@ -19,8 +19,11 @@ from pytestqt.qtbot import QtBot
 
 from app.main import build_window
 from app.ui.bench_table import COLUMNS, RAW_ROLE, BenchTableModel
-from app.ui.bench_view import CHAT_BUSY_TIP, NO_MODEL_TIP, BenchView, parse_levels
+from app.ui.bench_view import CHAT_BUSY_TIP, MAX_LEVEL, NO_MODEL_TIP, BenchView
 from app.ui.main_window import MainWindow
+from engine.bench.levels import parse_levels
+from engine.bench.metrics import LevelMetrics, RequestTrace
+from engine.bench.result import BenchResult
 from engine.settings import LoadParams, SamplingParams
 
 # The offscreen platform plugin (no window manager) says these when a window is shown/raised.
@@ -131,7 +134,7 @@ def test_run_fills_table_and_charts_and_saves_comparable_json(
     assert window.chat_view.send_button.isEnabled()
     assert view.progress.value() == view.progress.maximum()
 
-    result = view.result
+    result = view.result.to_dict() if view.result is not None else None
     assert result is not None and result["cancelled"] is False
     assert result["target"]["mode"] == "scheduler" and result["target"]["n_slots"] == 2
     ModelTester(None).check(view.table_model, force_py=True)
@@ -196,7 +199,7 @@ def test_cancel_stops_within_a_request_and_keeps_partial_results(
     assert "Cancelling" in view.status.text()
     qtbot.waitUntil(lambda: not view.running, timeout=RUN_TIMEOUT_MS)
 
-    result = view.result
+    result = view.result.to_dict() if view.result is not None else None
     assert result is not None and result["cancelled"] is True
     assert [lv["concurrency"] for lv in result["levels"]] == [1]  # level 2 never started
     traces = result["traces"]["1"]
@@ -271,25 +274,32 @@ def test_bad_workload_file_and_bad_levels_are_one_line(window: MainWindow,
     assert len(view.chosen_workload().prompts) == 2
 
     for levels, expected in (("1, 2,4", [1, 2, 4]), ("4 2 2", [2, 4])):
-        assert parse_levels(levels) == expected
+        assert parse_levels(levels, limit=MAX_LEVEL) == expected
     for levels in ("", "1,x", "0,2", "1,100", "-1"):
         with pytest.raises(ValueError) as e:
-            parse_levels(levels)
+            parse_levels(levels, limit=MAX_LEVEL)
         assert "\n" not in str(e.value)
 
 
 def test_results_table_model(qtmodeltester: ModelTester) -> None:
     """Formatting and marking on a hand-made result, checked with qtmodeltester."""
-    lv = {"concurrency": 1, "requests": 3, "succeeded": 2, "failure_rate": 1 / 3,
-          "ttft_p50": 0.1234, "ttft_p95": 0.2, "prompt_tps_p50": 400.0, "gen_tps_p50": 99.94,
-          "latency_p50": 1.0, "latency_p95": 1.5, "total_throughput_tps": 90.0,
-          "peak_ram_bytes": 300 << 20, "peak_vram_bytes": None, "meets_slo": False,
-          "error_samples": ["cancelled"]}
+    lv: dict[str, Any] = {
+        "concurrency": 1, "requests": 3, "succeeded": 2, "failure_rate": 1 / 3,
+        "ttft_p50": 0.1234, "ttft_p95": 0.2, "prompt_tps_p50": 400.0, "gen_tps_p50": 99.94,
+        "latency_p50": 1.0, "latency_p95": 1.5, "total_throughput_tps": 90.0,
+        "peak_ram_bytes": 300 << 20, "peak_vram_bytes": None, "meets_slo": False,
+        "error_samples": ["cancelled"]}
+    # Metrics the table does not show.
+    unshown: dict[str, Any] = {"errors": 1, "timeouts": 0, "gen_tps_mean": None,
+                               "requests_per_s": 0.0, "wall_s": 0.0, "prompt_tokens": 0,
+                               "completion_tokens": 0}
     model = BenchTableModel()
     assert model.rowCount() == 0
-    model.set_result({"levels": [lv, {**lv, "concurrency": 2, "succeeded": 3,
-                                      "failure_rate": 0.0, "meets_slo": None}],
-                      "traces": {"1": [{"error": None}, {"error": "cancelled"}]}})
+    model.set_result(BenchResult(
+        levels=[LevelMetrics(**unshown, **lv),
+                LevelMetrics(**unshown, **{**lv, "concurrency": 2, "succeeded": 3,
+                                           "failure_rate": 0.0, "meets_slo": None})],
+        traces={1: [RequestTrace(0, 0.0, 1.0), RequestTrace(1, 0.0, 1.0, error="cancelled")]}))
     qtmodeltester.check(model, force_py=True)  # and watches the reset below
     assert model.rowCount() == 2 and model.columnCount() == len(COLUMNS)
     assert model.rowCount(model.index(0, 0)) == 0

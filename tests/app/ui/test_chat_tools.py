@@ -22,7 +22,7 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.main import build_window
-from app.services.chat_store import export_markdown
+from app.services.chat_exchange import export_conversation, export_markdown
 from app.services.mcp_config import McpConfigStore, McpServer, StdioTransport
 from app.services.paths import AppPaths
 from app.ui.main_window import MainWindow
@@ -155,7 +155,7 @@ def test_allow_runs_the_tool_and_its_result_goes_back_to_the_model(
     reopened = next(m for m in shown if m.tool_calls)
     assert reopened.tool_calls[0].decision == "allowed"
     assert any(m.role == "tool" and m.text == result.text for m in shown)
-    md = export_markdown([w.store.export_conversation(cid)])
+    md = export_markdown([export_conversation(w.store, cid)])
     assert "**Tool call** `add` on `demo`" in md and result.text in md
 
 

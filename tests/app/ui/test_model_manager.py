@@ -12,7 +12,7 @@ from keyring.backends import fail
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.services.downloads import DownloadManager
+from app.services.download_manager import DownloadManager
 from app.services.hub import HubClient, header_fit
 from app.services.library import ModelLibrary
 from app.services.secrets import TokenStore

@@ -26,6 +26,7 @@ from app.ui.bench_worker import BenchRequest, BenchWorker
 from app.ui.main_window import MainWindow
 from app.ui.server_panel import ServerPanel, model_line
 from engine.bench.harness import BenchConfig
+from engine.bench.result import BenchResult
 from engine.bench.workloads import Workload
 from engine.host.host import ModelHost
 from engine.settings import LoadParams, SamplingParams
@@ -191,9 +192,8 @@ def test_benchmark_result_carries_the_shown_name(monkeypatch: pytest.MonkeyPatch
     """The saved JSON and the charts name the model as the window does."""
     import engine.bench.embedded as embedded
 
-    def fake_run(*_args: Any, **_kwargs: Any) -> dict[str, Any]:
-        return {"target": {"name": "Smollm2 135M 8k Lc100K Mix1 Ep2", "file": "x.gguf"},
-                "levels": []}
+    def fake_run(*_args: Any, **_kwargs: Any) -> BenchResult:
+        return BenchResult(target={"name": "Smollm2 135M 8k Lc100K Mix1 Ep2", "file": "x.gguf"})
 
     monkeypatch.setattr(embedded, "run_loaded_benchmark", fake_run)
     host = ModelHost()
@@ -206,7 +206,7 @@ def test_benchmark_result_carries_the_shown_name(monkeypatch: pytest.MonkeyPatch
     workload = Workload(name="chat", prompts=(), source="test")
     worker.run(BenchRequest(SLUG, workload, BenchConfig(), title=NEW), threading.Event())
     assert len(got) == 1 and not isinstance(got[0], str), got
-    assert got[0].result["target"] == {"name": NEW, "file": "x.gguf",
+    assert got[0].result.target == {"name": NEW, "file": "x.gguf",
                                        "general_name": "Smollm2 135M 8k Lc100K Mix1 Ep2"}
 
 

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from engine.host.runtime import Model
-from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
+from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.server.openapi import openapi_schema
 from engine.settings import LoadParams
 
@@ -33,10 +33,10 @@ N_SLOTS = 4
 
 
 @pytest.fixture(scope="session")
-def served(smollm2_path: Path) -> Iterator[LoadedModel]:
+def served(smollm2_path: Path) -> Iterator[ServedModel]:
     model = Model(smollm2_path, LoadParams(n_ctx=1024 * N_SLOTS, n_seq_max=N_SLOTS,
                                            n_threads=2))
-    loaded = LoadedModel.build(model, "smollm2", max_queue=32)
+    loaded = ServedModel.build(model, "smollm2", max_queue=32)
     yield loaded
     loaded.close()
     model.close()
@@ -51,7 +51,7 @@ def make_config(**kw: object) -> ServerConfig:
 
 
 @pytest.fixture(scope="session")
-def server(served: LoadedModel) -> Iterator[ServerThread]:
+def server(served: ServedModel) -> Iterator[ServerThread]:
     """The main server: API key required, one CORS origin allowed."""
     state = ServerState(make_config())
     state.set_loaded(served)
@@ -76,7 +76,7 @@ def doc_valid(name: str, body: dict[str, Any]) -> bool:
     return jsonschema.Draft202012Validator(root).is_valid(body)
 
 
-def assert_no_leak(loaded: LoadedModel) -> None:
+def assert_no_leak(loaded: ServedModel) -> None:
     sched = loaded.scheduler
     assert sched.wait_idle(60)
     snap = sched.snapshot()

@@ -19,7 +19,7 @@ from engine.decoding.tool_calls import ToolCall
 from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
 from engine.model.templates import ChatTemplate
-from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
+from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.server.agent_protocol import AnthropicMessagesRequest, AnthropicReply, parse_request
 from engine.server.agent_run import Done
 from engine.server.anthropic_routes import MessageBuilder, chat_messages
@@ -50,7 +50,7 @@ GREEDY = {"temperature": 0}  # not a keyword of this client's create(): sent as 
 
 
 @pytest.fixture(scope="module")
-def srv(served: LoadedModel) -> Iterator[ServerThread]:
+def srv(served: ServedModel) -> Iterator[ServerThread]:
     state = ServerState(make_config(max_tokens_cap=128))
     state.set_loaded(served)
     with ServerThread(state) as s:
@@ -74,7 +74,7 @@ def schema_of(name: str) -> dict[str, Any]:
 
 
 def test_text_answer_and_its_token_counts(srv: ServerThread, client: anthropic.Anthropic,
-                                          served: LoadedModel) -> None:
+                                          served: ServedModel) -> None:
     m = client.messages.create(model="smollm2", max_tokens=12, messages=HELLO,
                                system="You are terse.", extra_body=GREEDY)
     assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_")
@@ -90,7 +90,7 @@ def test_text_answer_and_its_token_counts(srv: ServerThread, client: anthropic.A
     assert_no_leak(served)
 
 
-def test_stream_events_come_in_order(client: anthropic.Anthropic, served: LoadedModel) -> None:
+def test_stream_events_come_in_order(client: anthropic.Anthropic, served: ServedModel) -> None:
     with client.messages.stream(model="smollm2", max_tokens=10, messages=HELLO,
                                 extra_body=GREEDY) as stream:
         events = list(stream)
@@ -110,7 +110,7 @@ def test_stream_events_come_in_order(client: anthropic.Anthropic, served: Loaded
     assert_no_leak(served)
 
 
-def test_tool_use_then_tool_result(client: anthropic.Anthropic, served: LoadedModel) -> None:
+def test_tool_use_then_tool_result(client: anthropic.Anthropic, served: ServedModel) -> None:
     first = client.messages.create(model="smollm2", max_tokens=100, messages=ASK,
                                    tools=TOOLS, tool_choice={"type": "any"},  # type: ignore
                                    extra_body=GREEDY)
@@ -139,7 +139,7 @@ def test_tool_use_then_tool_result(client: anthropic.Anthropic, served: LoadedMo
     assert_no_leak(served)
 
 
-def test_streamed_tool_use(client: anthropic.Anthropic, served: LoadedModel) -> None:
+def test_streamed_tool_use(client: anthropic.Anthropic, served: ServedModel) -> None:
     with client.messages.stream(
             model="smollm2", max_tokens=100, messages=ASK, tools=TOOLS,  # type: ignore[arg-type]
             tool_choice={"type": "tool", "name": "get_time", "disable_parallel_tool_use": True},
@@ -178,7 +178,7 @@ def test_output_format_json_schema(client: anthropic.Anthropic) -> None:
     jsonschema.validate(json.loads(m.content[0].text), PERSON)  # type: ignore[union-attr]
 
 
-def test_a_stream_left_early_frees_its_slot(srv: ServerThread, served: LoadedModel) -> None:
+def test_a_stream_left_early_frees_its_slot(srv: ServerThread, served: ServedModel) -> None:
     body = {"max_tokens": 128, "stream": True,
             "messages": [{"role": "user", "content": "Write a long story about a dragon."}]}
     with httpx.stream("POST", srv.url + "/v1/messages", json=body, headers=KEY,
@@ -255,12 +255,12 @@ def test_harmless_fields_are_taken(srv: ServerThread) -> None:
 
 
 @pytest.fixture(scope="module")
-def thinker(smollm2_path: Path) -> Iterator[tuple[LoadedModel, ServerThread]]:
+def thinker(smollm2_path: Path) -> Iterator[tuple[ServedModel, ServerThread]]:
     """SmolLM2 behind a thinking template: the prompt opens a thinking block."""
     model = Model(smollm2_path, LoadParams(n_ctx=1024, n_threads=2))
     model.template = ChatTemplate(THINKING_CHATML, bos_token=model.template.bos_token,
                                   eos_token=model.template.eos_token)
-    loaded = LoadedModel.build(model, "thinker", max_queue=4, embeddings=False)
+    loaded = ServedModel.build(model, "thinker", max_queue=4, embeddings=False)
     state = ServerState(ServerConfig(port=0, model_id="thinker", max_tokens_cap=64))
     state.set_loaded(loaded)
     with ServerThread(state) as srv:
@@ -270,7 +270,7 @@ def thinker(smollm2_path: Path) -> Iterator[tuple[LoadedModel, ServerThread]]:
 
 
 def test_thinking_comes_out_as_thinking_blocks(
-        thinker: tuple[LoadedModel, ServerThread]) -> None:
+        thinker: tuple[ServedModel, ServerThread]) -> None:
     with anthropic.Anthropic(base_url=thinker[1].url, api_key="none", max_retries=0,
                             timeout=120) as c:
         ask = [{"role": "user", "content": "What is the capital of France?"}]

@@ -3,13 +3,13 @@ counted in /metrics."""
 
 from __future__ import annotations
 
-from engine.server import LoadedModel
+from engine.server import ServedModel
 from engine.settings import resolve_flash_attn
 from tests.engine.server.conftest import N_SLOTS, http
 
 
 def test_health_and_models_show_the_load_settings(base_url: str, auth: dict[str, str],
-                                                  served: LoadedModel) -> None:
+                                                  served: ServedModel) -> None:
     health = http.get(base_url + "/health").json()
     settings = health["settings"]
     assert settings["slots"] == N_SLOTS
@@ -29,7 +29,7 @@ def test_health_and_models_show_the_load_settings(base_url: str, auth: dict[str,
 
 
 def test_metrics_count_kv_stream_copies(base_url: str, auth: dict[str, str],
-                                        served: LoadedModel) -> None:
+                                        served: ServedModel) -> None:
     text = http.get(base_url + "/metrics", headers=auth).text
     line = next(x for x in text.splitlines()
                 if x.startswith("candlewick_kv_stream_copies_total "))

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import ollama
 import pytest
 
-from engine.server import LoadedModel, ServerThread
+from engine.server import ServedModel, ServerThread
 from tests.engine.server.conftest import API_KEY, assert_no_leak, http
 
 OPTS = {"temperature": 0, "num_predict": 16}
@@ -32,7 +32,7 @@ def test_list_show_version(client: ollama.Client, server: ServerThread) -> None:
     assert v.json()["version"]
 
 
-def test_chat_streaming_matches_non_streaming(client: ollama.Client, served: LoadedModel
+def test_chat_streaming_matches_non_streaming(client: ollama.Client, served: ServedModel
                                               ) -> None:
     whole = client.chat(model="smollm2", messages=MSG, options=OPTS, stream=False)
     assert whole.done and whole.message.content

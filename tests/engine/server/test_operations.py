@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from engine.server import LoadedModel, ServerState, ServerThread
+from engine.server import ServedModel, ServerState, ServerThread
 from tests.engine.server.conftest import API_KEY, assert_no_leak, http, make_config
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -28,7 +28,7 @@ def metric(text: str, name: str, labels: str = "") -> float:
     return float(m.group(1))
 
 
-def test_health_while_loading_then_ready(served: LoadedModel) -> None:
+def test_health_while_loading_then_ready(served: ServedModel) -> None:
     state = ServerState(make_config())
     with ServerThread(state) as srv:
         r = http.get(srv.url + "/health")
@@ -81,7 +81,7 @@ def test_openapi_schema(base_url: str) -> None:
     assert s["security"] == [{"bearer": []}]
 
 
-def _busy_slot(served: LoadedModel) -> int:
+def _busy_slot(served: ServedModel) -> int:
     end = time.monotonic() + 60
     while time.monotonic() < end:
         busy = [s["id"] for s in served.scheduler.snapshot().slots if s["busy"]]
@@ -91,7 +91,7 @@ def _busy_slot(served: LoadedModel) -> int:
     raise AssertionError("no slot became busy")
 
 
-def test_streaming_client_disconnect_frees_slot_and_kv(base_url: str, served: LoadedModel
+def test_streaming_client_disconnect_frees_slot_and_kv(base_url: str, served: ServedModel
                                                         ) -> None:
     assert_no_leak(served)
     with httpx.Client() as c, c.stream("POST", base_url + "/v1/chat/completions",
@@ -108,7 +108,7 @@ def test_streaming_client_disconnect_frees_slot_and_kv(base_url: str, served: Lo
 
 
 def test_non_streaming_client_disconnect_frees_slot(server: ServerThread,
-                                                    served: LoadedModel) -> None:
+                                                    served: ServedModel) -> None:
     assert_no_leak(served)
     body = json.dumps({**LONG, "stream": False, "max_tokens": 60}).encode()
     head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
@@ -122,7 +122,7 @@ def test_non_streaming_client_disconnect_frees_slot(server: ServerThread,
     assert served.scheduler.kv_positions()[slot] == 0
 
 
-def test_queue_full_gives_429_with_retry_after(served: LoadedModel) -> None:
+def test_queue_full_gives_429_with_retry_after(served: ServedModel) -> None:
     state = ServerState(make_config(max_tokens_cap=2000))
     state.set_loaded(served)
     sched = served.scheduler
@@ -161,7 +161,7 @@ def test_queue_full_gives_429_with_retry_after(served: LoadedModel) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # on a 2-core machine shared with other jobs this takes minutes
-def test_bounded_load_with_disconnects(served: LoadedModel) -> None:
+def test_bounded_load_with_disconnects(served: ServedModel) -> None:
     """200 requests at concurrency 16 on 4 slots with room for 10 waiting: when all 16 are in
     flight some are refused with 429 and retried after Retry-After; every 8th client hangs up
     mid-stream.
@@ -272,7 +272,7 @@ WARNINGS = ("missing_auth", "missing_test_data", "base_url_mismatch", "validatio
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_schemathesis_finds_nothing(served: LoadedModel, tmp_path: Path) -> None:
+def test_schemathesis_finds_nothing(served: ServedModel, tmp_path: Path) -> None:
     """Fuzz every route from the server's own OpenAPI schema: no 5xx, no schema violation.
 
     `positive_data_acceptance` is left out: a schema-valid prompt can still be longer than a

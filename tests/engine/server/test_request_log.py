@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import httpx
 
-from engine.server import LoadedModel, ServerState, ServerThread
+from engine.server import ServedModel, ServerState, ServerThread
 from engine.server.request_log import RequestLog, RequestRecord
 from tests.engine.server.conftest import API_KEY, http, make_config
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
-def test_requests_are_logged_with_tokens_and_without_the_key(served: LoadedModel) -> None:
+def test_requests_are_logged_with_tokens_and_without_the_key(served: ServedModel) -> None:
     log = RequestLog(maxlen=50, secret=API_KEY)
     state = ServerState(make_config(), request_log=log)
     state.set_loaded(served)

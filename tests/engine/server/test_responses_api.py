@@ -19,7 +19,7 @@ from engine.decoding.tool_calls import ToolCall
 from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
 from engine.model.templates import ChatTemplate
-from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
+from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.server.agent_protocol import ResponseObject, ResponsesRequest, parse_request
 from engine.server.agent_run import Done
 from engine.server.chat_reply import ReplyResult
@@ -48,7 +48,7 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
 @pytest.fixture(scope="module")
-def srv(served: LoadedModel) -> Iterator[ServerThread]:
+def srv(served: ServedModel) -> Iterator[ServerThread]:
     state = ServerState(make_config(max_tokens_cap=128))
     state.set_loaded(served)
     with ServerThread(state) as s:
@@ -90,7 +90,7 @@ def test_a_text_answer_is_one_message_item(srv: ServerThread, client: openai.Ope
     ResponseObject.model_validate(body)
 
 
-def test_stream_events_come_in_order(client: openai.OpenAI, served: LoadedModel) -> None:
+def test_stream_events_come_in_order(client: openai.OpenAI, served: ServedModel) -> None:
     events = list(client.responses.create(model="smollm2", input="Say hello.", max_output_tokens=10,
                                           temperature=0, stream=True))
     kinds = [e.type for e in events]
@@ -111,7 +111,7 @@ def test_stream_events_come_in_order(client: openai.OpenAI, served: LoadedModel)
 
 
 def test_function_call_round_trip_stateless(client: openai.OpenAI,
-                                            served: LoadedModel) -> None:
+                                            served: ServedModel) -> None:
     """The client sends the whole conversation back: its output items, then the results."""
     first = client.responses.create(model="smollm2", input=ASK, tools=[WEATHER, TIME],  # type: ignore
                                     tool_choice="required", temperature=0,
@@ -169,7 +169,7 @@ def test_a_response_not_in_the_store_is_a_clear_400(client: openai.OpenAI) -> No
         assert err["param"] == "previous_response_id" and "stateless" in err["message"]
 
 
-def test_streamed_function_call(client: openai.OpenAI, served: LoadedModel) -> None:
+def test_streamed_function_call(client: openai.OpenAI, served: ServedModel) -> None:
     events = list(client.responses.create(
         model="smollm2", input=ASK, tools=[WEATHER, TIME], stream=True,  # type: ignore[list-item]
         tool_choice={"type": "function", "name": "get_time"}, parallel_tool_calls=False,
@@ -205,7 +205,7 @@ def test_text_format_json_schema(client: openai.OpenAI) -> None:
     assert r.text.format.type == "json_schema"
 
 
-def test_a_stream_left_early_frees_its_slot(srv: ServerThread, served: LoadedModel) -> None:
+def test_a_stream_left_early_frees_its_slot(srv: ServerThread, served: ServedModel) -> None:
     body = {"input": "Write a long story about a dragon.", "stream": True,
             "max_output_tokens": 128}
     with httpx.stream("POST", srv.url + "/v1/responses", json=body, headers=AUTH,
@@ -268,12 +268,12 @@ def test_key_rules_and_metrics(srv: ServerThread) -> None:
 
 
 @pytest.fixture(scope="module")
-def thinker(smollm2_path: Path) -> Iterator[tuple[LoadedModel, ServerThread]]:
+def thinker(smollm2_path: Path) -> Iterator[tuple[ServedModel, ServerThread]]:
     """SmolLM2 behind a thinking template: the prompt opens a thinking block."""
     model = Model(smollm2_path, LoadParams(n_ctx=1024, n_threads=2))
     model.template = ChatTemplate(THINKING_CHATML, bos_token=model.template.bos_token,
                                   eos_token=model.template.eos_token)
-    loaded = LoadedModel.build(model, "thinker", max_queue=4, embeddings=False)
+    loaded = ServedModel.build(model, "thinker", max_queue=4, embeddings=False)
     state = ServerState(ServerConfig(port=0, model_id="thinker", max_tokens_cap=64))
     state.set_loaded(loaded)
     with ServerThread(state) as srv:
@@ -283,7 +283,7 @@ def thinker(smollm2_path: Path) -> Iterator[tuple[LoadedModel, ServerThread]]:
 
 
 def test_thinking_comes_out_as_a_reasoning_item(
-        thinker: tuple[LoadedModel, ServerThread]) -> None:
+        thinker: tuple[ServedModel, ServerThread]) -> None:
     with openai.OpenAI(base_url=thinker[1].url + "/v1", api_key="none", timeout=120) as c:
         kw: dict[str, Any] = {"model": "thinker", "input": "What is the capital of France?",
                               "max_output_tokens": 24, "temperature": 0}

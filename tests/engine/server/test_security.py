@@ -9,7 +9,7 @@ import sys
 import openai
 import pytest
 
-from engine.server import LoadedModel, ServerConfig, ServerError, ServerState, ServerThread
+from engine.server import ServedModel, ServerConfig, ServerError, ServerState, ServerThread
 from engine.server.app import AuthMiddleware
 from tests.engine.server.conftest import API_KEY, http, make_config
 
@@ -98,7 +98,7 @@ def test_cli_reports_a_busy_port_and_a_bad_key_file(server: ServerThread,
     assert r.returncode == 2 and "API key file" in r.stderr
 
 
-def test_cors_closed_by_default_open_for_configured_origin(served: LoadedModel,
+def test_cors_closed_by_default_open_for_configured_origin(served: ServedModel,
                                                            base_url: str) -> None:
     pre = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST",
            "Access-Control-Request-Headers": "authorization,content-type"}
@@ -118,7 +118,7 @@ def test_cors_closed_by_default_open_for_configured_origin(served: LoadedModel,
         assert "access-control-allow-origin" not in r.headers
 
 
-def test_key_never_logged(served: LoadedModel, caplog: pytest.LogCaptureFixture) -> None:
+def test_key_never_logged(served: ServedModel, caplog: pytest.LogCaptureFixture) -> None:
     state = ServerState(make_config())
     state.set_loaded(served)
     with caplog.at_level(logging.DEBUG), ServerThread(state, access_log=True) as srv:

@@ -10,9 +10,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.engine.server.conftest import http
 
 
+@pytest.mark.model  # the child process loads the bundled model
 def test_serve_answers_and_stops_cleanly(tmp_path: Path) -> None:
     key_file = tmp_path / "key"
     key_file.write_text("file-key-0123456789\n")
@@ -31,6 +34,7 @@ def test_serve_answers_and_stops_cleanly(tmp_path: Path) -> None:
     assert settings["flash_attn"] in ("on", "off", "auto")
 
 
+@pytest.mark.model  # the child process loads the bundled model
 def test_serve_kv_type_and_flash_attention(tmp_path: Path) -> None:
     """--kv-type q8_0 --flash-attn on reach llama.cpp (the cache is about half the f16 size)
     and are reported in the startup line, /health and /v1/models."""

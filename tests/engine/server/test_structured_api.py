@@ -17,7 +17,7 @@ import pytest
 
 from engine.host.runtime import Model
 from engine.model.templates import ChatTemplate
-from engine.server import LoadedModel, ServerConfig, ServerState, ServerThread
+from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.settings import LoadParams
 from tests.engine.server.conftest import assert_no_leak
 
@@ -59,9 +59,9 @@ def schema_of(name: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def served(smollm2_path: Path) -> Iterator[tuple[LoadedModel, ServerThread]]:
+def served(smollm2_path: Path) -> Iterator[tuple[ServedModel, ServerThread]]:
     model = Model(smollm2_path, LoadParams(n_ctx=2 * 2048, n_seq_max=2, n_threads=2))
-    loaded = LoadedModel.build(model, "smollm2", max_queue=8, embeddings=False)
+    loaded = ServedModel.build(model, "smollm2", max_queue=8, embeddings=False)
     state = ServerState(ServerConfig(port=0, model_id="smollm2", max_tokens_cap=256))
     state.set_loaded(loaded)
     with ServerThread(state) as srv:
@@ -71,13 +71,13 @@ def served(smollm2_path: Path) -> Iterator[tuple[LoadedModel, ServerThread]]:
 
 
 @pytest.fixture
-def client(served: tuple[LoadedModel, ServerThread]) -> Iterator[openai.OpenAI]:
+def client(served: tuple[ServedModel, ServerThread]) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=served[1].url + "/v1", api_key="none", timeout=120) as c:
         yield c
 
 
 @pytest.fixture
-def oclient(served: tuple[LoadedModel, ServerThread]) -> Iterator[ollama.Client]:
+def oclient(served: tuple[ServedModel, ServerThread]) -> Iterator[ollama.Client]:
     with ollama.Client(host=served[1].url) as c:
         yield c
 
@@ -103,7 +103,7 @@ def test_required_returns_a_valid_call(client: openai.OpenAI, temperature: float
 
 
 def test_named_tool_streamed(client: openai.OpenAI,
-                             served: tuple[LoadedModel, ServerThread]) -> None:
+                             served: tuple[ServedModel, ServerThread]) -> None:
     stream = client.chat.completions.create(
         model="smollm2", messages=ASK, tools=TOOLS,  # type: ignore[arg-type]
         tool_choice={"type": "function", "function": {"name": "get_time"}},
@@ -132,7 +132,7 @@ def test_named_tool_streamed(client: openai.OpenAI,
 
 
 def test_tool_result_in_the_history_is_answered(
-        client: openai.OpenAI, served: tuple[LoadedModel, ServerThread]) -> None:
+        client: openai.OpenAI, served: tuple[ServedModel, ServerThread]) -> None:
     history = [*ASK,
                {"role": "assistant", "content": None, "tool_calls": [
                    {"id": "call_1", "type": "function",
@@ -252,7 +252,7 @@ def test_unsupported_and_hostile_schemas_are_refused(client: openai.OpenAI) -> N
 
 
 def test_ollama_tools_format_and_think(oclient: ollama.Client,
-                                      served: tuple[LoadedModel, ServerThread]) -> None:
+                                      served: tuple[ServedModel, ServerThread]) -> None:
     r = oclient.chat(model="smollm2", messages=ASK, tools=TOOLS, stream=False,
                      options={"temperature": 0, "num_predict": 200})
     calls = r.message.tool_calls or []
@@ -300,7 +300,7 @@ def thinker(smollm2_path: Path) -> Iterator[ServerThread]:
     model = Model(smollm2_path, LoadParams(n_ctx=1024, n_threads=2))
     model.template = ChatTemplate(THINKING_CHATML, bos_token=model.template.bos_token,
                                   eos_token=model.template.eos_token)
-    loaded = LoadedModel.build(model, "thinker", max_queue=4, embeddings=False)
+    loaded = ServedModel.build(model, "thinker", max_queue=4, embeddings=False)
     state = ServerState(ServerConfig(port=0, model_id="thinker", max_tokens_cap=128))
     state.set_loaded(loaded)
     with ServerThread(state) as srv:

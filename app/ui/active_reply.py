@@ -1,0 +1,92 @@
+"""The one reply the chat is producing now, and where it is in its life.
+
+A reply is asked for (send, regenerate, edit, continue, the next step of a tool loop), may
+wait for the chosen engine to load and for the chat's tools to be listed, then streams until
+the engine says it finished or failed. The chat controller holds at most one; the engine's
+signals carry a request id, and one that is not this reply's belongs to an abandoned one.
+
+    ASKED -> (WAITING_FOR_MODEL) -> (WAITING_FOR_TOOLS) -> STREAMING -> ended (dropped)
+
+Qt-free: the controller applies what happens here to the item model and the view.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from app.services.chat_store import StreamWriter
+from engine.host.stats import GenerationStats
+
+# Where a new answer attaches in the store: a message id, True for the branch's last
+# message, None for a conversation's first message.
+Parent = int | bool | None
+
+
+class ReplyState(enum.Enum):
+    ASKED = "asked"  # just asked for: the controller is deciding what it waits for
+    WAITING_FOR_MODEL = "waiting for the model"  # the chosen engine loads (or connects)
+    WAITING_FOR_TOOLS = "waiting for tools"  # the chat's tool servers start and list theirs
+    STREAMING = "streaming"  # the engine generates it; `rid` says which request
+
+
+@dataclass
+class ActiveReply:
+    """A new answer (attached at `parent`) or more of the answer at `continue_row`."""
+
+    state: ReplyState = ReplyState.ASKED
+    parent: Parent = True
+    continue_row: int | None = None
+    row: int | None = None  # the assistant message on screen, once it streams
+    rid: int | None = None  # the engine's request id, once it streams
+    writer: StreamWriter | None = None  # its message in the store, if the chat is stored
+    first_flushed: bool = False
+    prompt_tokens: int = 0
+    # A continued answer's thinking figures before this part (tokens, seconds).
+    continued: tuple[int, float] | None = None
+
+    @property
+    def streaming(self) -> bool:
+        return self.state is ReplyState.STREAMING
+
+    def is_for(self, rid: int) -> bool:
+        """Whether an engine signal with request id `rid` is about this reply."""
+        return self.streaming and rid == self.rid and self.row is not None
+
+    def write(self, text: str, *, thinking: bool = False) -> None:
+        """Text (or thinking) as it arrives, to the store: on disk from its first words,
+        then at most a second behind."""
+        if self.writer is None:
+            return
+        if thinking:
+            self.writer.append_thinking(text)
+        else:
+            self.writer.append(text)
+        if not self.first_flushed:
+            self.writer.flush()
+            self.first_flushed = True
+
+    def thought(self, tokens: int, seconds: float) -> tuple[int, float]:
+        """The thinking figures to show: a continued answer's earlier part counts too."""
+        if self.continued is None:
+            return tokens, seconds
+        return tokens + self.continued[0], seconds + self.continued[1]
+
+    def final_stats(self, stats: GenerationStats) -> GenerationStats:
+        """`stats` of the whole answer: a continued one's thinking is both parts'."""
+        if self.continued is not None and self.continued[0]:
+            stats.thinking_tokens += self.continued[0]
+            stats.thinking_s += self.continued[1]
+        return stats
+
+    def close(self, status: str = "complete", stats: dict[str, Any] | None = None) -> bool:
+        """Save the stored message as it ends; True when there was one to save."""
+        writer, self.writer = self.writer, None
+        if writer is None:
+            return False
+        writer.finish(status=status, stats=stats)
+        return True
+
+
+__all__ = ["ActiveReply", "Parent", "ReplyState"]
