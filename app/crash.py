@@ -31,12 +31,14 @@ log = logging.getLogger("candlewick.crash")
 Notify = Callable[[str, Path], None]
 
 
-def setup_logging(log_dir: Path, *, level: int = logging.INFO, max_bytes: int = MAX_BYTES,
-                  backups: int = BACKUPS) -> logging.Handler:
+def setup_logging(
+    log_dir: Path, *, level: int = logging.INFO, max_bytes: int = MAX_BYTES, backups: int = BACKUPS
+) -> logging.Handler:
     """Attach a rotating file handler to the root logger; returns it (to remove it later)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     handler = logging.handlers.RotatingFileHandler(
-        log_dir / LOG_NAME, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
+        log_dir / LOG_NAME, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
+    )
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(level)
     root = logging.getLogger()
@@ -52,10 +54,12 @@ def setup_logging(log_dir: Path, *, level: int = logging.INFO, max_bytes: int = 
 
 
 def crash_message(exc: BaseException, log_file: Path) -> str:
-    return (f"Candlewick hit an unexpected error and may not work correctly:\n\n"
-            f"{type(exc).__name__}: {exc}\n\n"
-            f"The details were written to:\n{log_file}\n\n"
-            "Please include that file when you report the problem.")
+    return (
+        f"Candlewick hit an unexpected error and may not work correctly:\n\n"
+        f"{type(exc).__name__}: {exc}\n\n"
+        f"The details were written to:\n{log_file}\n\n"
+        "Please include that file when you report the problem."
+    )
 
 
 def stderr_notify(message: str, log_file: Path) -> None:
@@ -77,8 +81,9 @@ class CrashHandler:
     _previous: tuple[Any, Any] | None = None
     _faults_were_on: bool = False
 
-    def handle(self, exc_type: type[BaseException], exc: BaseException,
-               tb: TracebackType | None) -> None:
+    def handle(
+        self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
         if issubclass(exc_type, KeyboardInterrupt):
             return
         text = "".join(traceback.format_exception(exc_type, exc, tb))

@@ -79,8 +79,12 @@ def build_backends() -> tuple[str, ...]:
     return tuple(names)
 
 
-def system_gpus(sysfs: Path = Path("/sys/class/drm"), *,
-                platform_name: str | None = None, machine: str | None = None) -> list[SystemGpu]:
+def system_gpus(
+    sysfs: Path = Path("/sys/class/drm"),
+    *,
+    platform_name: str | None = None,
+    machine: str | None = None,
+) -> list[SystemGpu]:
     """GPUs the operating system sees, whatever this llama.cpp build can use."""
     plat = platform_name or sys.platform
     arch = machine or platform.machine()
@@ -109,12 +113,15 @@ def pip_command(choice: str) -> str:
     env = f'CMAKE_ARGS="{args}" ' if args else ""
     # The wheel cache is keyed by version only: without these flags pip reinstalls the cached
     # CPU build and nothing changes.
-    return (f"{env}pip install --no-cache-dir --force-reinstall --no-deps "
-            f"llama-cpp-python=={LLAMA_CPP_VERSION}")
+    return (
+        f"{env}pip install --no-cache-dir --force-reinstall --no-deps "
+        f"llama-cpp-python=={LLAMA_CPP_VERSION}"
+    )
 
 
-def advise(backends: Sequence[str], can_offload: bool, gpus: Sequence[SystemGpu], *,
-           frozen: bool = False) -> tuple[str, ...]:
+def advise(
+    backends: Sequence[str], can_offload: bool, gpus: Sequence[SystemGpu], *, frozen: bool = False
+) -> tuple[str, ...]:
     """What to tell the user; empty when the build already matches the machine."""
     if can_offload or not gpus:
         return ()
@@ -127,16 +134,22 @@ def advise(backends: Sequence[str], can_offload: bool, gpus: Sequence[SystemGpu]
         choice, why = "vulkan", f"{'an AMD' if 'AMD' in vendors else 'an Intel'} GPU"
     lines = [f"This machine has {why}, but this Candlewick build runs llama.cpp on the CPU only."]
     if frozen:
-        lines.append("Build a GPU bundle from source: "
-                     f"`make setup GPU={choice}` then `make dist` (see docs/installers.md).")
+        lines.append(
+            "Build a GPU bundle from source: "
+            f"`make setup GPU={choice}` then `make dist` (see docs/installers.md)."
+        )
     else:
-        lines.append(f"From a source checkout: `make setup GPU={choice}`; "
-                     f"in another environment: `{pip_command(choice)}`.")
+        lines.append(
+            f"From a source checkout: `make setup GPU={choice}`; "
+            f"in another environment: `{pip_command(choice)}`."
+        )
     if choice == "cuda":
         lines.append("A CUDA build needs the CUDA toolkit (nvcc) to compile.")
     elif choice == "vulkan":
-        lines.append("A Vulkan build needs the Vulkan SDK or your distribution's "
-                     "libvulkan-dev and glslc packages to compile.")
+        lines.append(
+            "A Vulkan build needs the Vulkan SDK or your distribution's "
+            "libvulkan-dev and glslc packages to compile."
+        )
     return tuple(lines)
 
 
@@ -147,10 +160,15 @@ def amx_advice(frozen: bool = False) -> tuple[str, ...]:
 
     if not llama_lib.amx_build() or llama_lib.amx_kernels_safe():
         return ()
-    how = ("rebuild the bundle from source with `make setup GPU=cpu` then `make dist`" if frozen
-           else "rebuild it with `make setup GPU=cpu` (about 5-10 minutes)")
-    return ("This CPU has AMX, but this llama.cpp build's AMX kernels would crash, so they are "
-            f"off and prompts and decoding run on slower kernels; {how}.",)
+    how = (
+        "rebuild the bundle from source with `make setup GPU=cpu` then `make dist`"
+        if frozen
+        else "rebuild it with `make setup GPU=cpu` (about 5-10 minutes)"
+    )
+    return (
+        "This CPU has AMX, but this llama.cpp build's AMX kernels would crash, so they are "
+        f"off and prompts and decoding run on slower kernels; {how}.",
+    )
 
 
 def check() -> BackendReport:
@@ -161,6 +179,10 @@ def check() -> BackendReport:
     can_offload = llama_lib.supports_gpu_offload()
     gpus = tuple(system_gpus())
     frozen = bool(getattr(sys, "frozen", False))
-    return BackendReport(backends, can_offload, gpus, frozen,
-                         advise(backends, can_offload, gpus, frozen=frozen)
-                         + amx_advice(frozen))
+    return BackendReport(
+        backends,
+        can_offload,
+        gpus,
+        frozen,
+        advise(backends, can_offload, gpus, frozen=frozen) + amx_advice(frozen),
+    )

@@ -48,13 +48,20 @@ def platform_problem() -> str | None:
     if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
         return None
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        return ("no graphical display found (DISPLAY/WAYLAND_DISPLAY not set); "
-                "run it from a desktop session, or use `candlewick run` in a terminal")
-    if (os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY")
-            and ctypes.util.find_library("xcb-cursor") is None):
-        return ("Qt needs the xcb-cursor library to open a window: install it "
-                "(Debian/Ubuntu: sudo apt install libxcb-cursor0; Fedora: sudo dnf install "
-                "xcb-util-cursor) and start Candlewick again")
+        return (
+            "no graphical display found (DISPLAY/WAYLAND_DISPLAY not set); "
+            "run it from a desktop session, or use `candlewick run` in a terminal"
+        )
+    if (
+        os.environ.get("DISPLAY")
+        and not os.environ.get("WAYLAND_DISPLAY")
+        and ctypes.util.find_library("xcb-cursor") is None
+    ):
+        return (
+            "Qt needs the xcb-cursor library to open a window: install it "
+            "(Debian/Ubuntu: sudo apt install libxcb-cursor0; Fedora: sudo dnf install "
+            "xcb-util-cursor) and start Candlewick again"
+        )
     return None
 
 
@@ -107,8 +114,7 @@ def gpu_probe() -> Callable[[], list[tuple[str, int, int]]]:
 
     def probe() -> list[tuple[str, int, int]]:
         try:
-            return [(d.name, d.total_bytes - d.free_bytes, d.total_bytes)
-                    for d in llama_devices()]
+            return [(d.name, d.total_bytes - d.free_bytes, d.total_bytes) for d in llama_devices()]
         except (OSError, RuntimeError, AttributeError):
             return []
 
@@ -130,8 +136,9 @@ def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
     view.library_changed.connect(window.refresh_library)
     # A rename in the library table: its list shows the new name too (after the rename,
     # which is queued the same way and connected first).
-    window.library_model.rename_requested.connect(view.refresh_library,
-                                                  Qt.ConnectionType.QueuedConnection)
+    window.library_model.rename_requested.connect(
+        view.refresh_library, Qt.ConnectionType.QueuedConnection
+    )
     view.status_changed.connect(lambda text: window.statusBar().showMessage(text, 5000))
 
     def shutdown() -> None:
@@ -151,8 +158,10 @@ def add_benchmark(window: MainWindow) -> None:
 
     c = window.controller
     # While another model loads, the one the chat had is being freed: nothing to run.
-    view = BenchView(BenchHost(BenchWorker(window.engine.worker.host)),
-                     loaded=lambda: None if c.loading is not None else c.loaded)
+    view = BenchView(
+        BenchHost(BenchWorker(window.engine.worker.host)),
+        loaded=lambda: None if c.loading is not None else c.loaded,
+    )
     w = window.engine.worker
     q = _Qt.ConnectionType.QueuedConnection  # after the controller has updated `loaded`
     for signal in (w.progress, w.loaded, w.unloaded, w.load_cancelled, w.failed):
@@ -173,16 +182,21 @@ def add_server_panel(window: MainWindow) -> None:
     from app.services.secrets import SecretStore
     from app.ui.server_panel import ServerPanel
 
-    panel = ServerPanel(loaded=lambda: window.controller.loaded, secrets=SecretStore(),
-                        estimator=window.library_panel.estimate.estimator,
-                        settings=window.settings, model_host=window.engine.worker.host)
+    panel = ServerPanel(
+        loaded=lambda: window.controller.loaded,
+        secrets=SecretStore(),
+        estimator=window.library_panel.estimate.estimator,
+        settings=window.settings,
+        model_host=window.engine.worker.host,
+    )
     w = window.engine.worker
     q = _Qt.ConnectionType.QueuedConnection  # after the controller has updated `loaded`
     for signal in (w.loaded, w.unloaded, w.load_cancelled, w.failed):
         signal.connect(panel.refresh_model, q)
     window.controller.engine_changed.connect(panel.refresh_model, q)  # a rename too
-    window.add_tool_window("Local server…", panel, "Ctrl+Shift+H", panel.shutdown,
-                           quit_warning=panel.quit_warning)
+    window.add_tool_window(
+        "Local server…", panel, "Ctrl+Shift+H", panel.shutdown, quit_warning=panel.quit_warning
+    )
 
 
 def add_loaded_models(window: MainWindow) -> None:
@@ -190,9 +204,11 @@ def add_loaded_models(window: MainWindow) -> None:
     those API requests loaded on demand), their memory and keep-alive; pin and eject."""
     from app.ui.loaded_models import LoadedModelsView
 
-    view = LoadedModelsView(window.engine.worker.host,
-                            title=lambda h: window.model_name(h.path) if h.path else None,
-                            eject_chat=window.controller.eject)
+    view = LoadedModelsView(
+        window.engine.worker.host,
+        title=lambda h: window.model_name(h.path) if h.path else None,
+        eject_chat=window.controller.eject,
+    )
     window.add_tool_window("Loaded models…", view, "Ctrl+Shift+M", view.shutdown)
 
 
@@ -224,6 +240,7 @@ def add_mcp_servers(window: MainWindow, paths: AppPaths) -> None:
 
 def library_selection(panel: LibraryPanel) -> LibrarySelection:
     """The model selected in the library with the panel's load settings (None: none is)."""
+
     def selection() -> tuple[Path, LoadParams] | None:
         path = panel.selected_path()
         return None if path is None else (path, panel.load_params())
@@ -233,6 +250,7 @@ def library_selection(panel: LibraryPanel) -> LibrarySelection:
 
 def library_names(model: LibraryModel) -> ModelName:
     """The library's name for a model file (None: the file is not listed)."""
+
     def name(path: Path) -> str | None:
         for row in range(model.rowCount()):
             e = model.entry(row)
@@ -254,12 +272,16 @@ def open_store(paths: AppPaths) -> tuple[ChatStore | None, set[int], str | None]
     return store, cut, None
 
 
-def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None = None,
-                 worker: EngineWorker | None = None,
-                 estimator: Estimator | None = None,
-                 sampling: SamplingParams | None = None,
-                 model_manager: bool = False,
-                 connections: ConnectionStore | None = None) -> MainWindow:
+def build_window(
+    paths: AppPaths | None = None,
+    *,
+    library: ModelLibrary | None = None,
+    worker: EngineWorker | None = None,
+    estimator: Estimator | None = None,
+    sampling: SamplingParams | None = None,
+    model_manager: bool = False,
+    connections: ConnectionStore | None = None,
+) -> MainWindow:
     """Create the chat store, the engine thread, the library panel, the chat's controller
     (which reads the panel's selection) and the main window; the caller shows it and,
     at the end, calls `window.shutdown()`. `model_manager` adds the Hub / downloads tab;
@@ -275,18 +297,23 @@ def build_window(paths: AppPaths | None = None, *, library: ModelLibrary | None 
         # The app's one host: the chat's model, and library models API requests name,
         # loaded on demand (checked in a child process on a file's first load).
         host = ModelHost(
-            library_catalog(library, on_demand_params(settings),
-                            loaded=lambda: host.hosted()),
-            loader=lambda spec: Model(spec.path, spec.params, first_loads=first_loads))
+            library_catalog(library, on_demand_params(settings), loaded=lambda: host.hosted()),
+            loader=lambda spec: Model(spec.path, spec.params, first_loads=first_loads),
+        )
         own_host = host
         worker = EngineWorker(probing_factory(first_loads), host=host)
     engine = EngineHost(worker)
     library_model = LibraryModel()
     panel = LibraryPanel(library_model, estimator or make_estimator(), settings=settings)
     controller = ChatController(
-        engine, ChatModel(), library=library_selection(panel),
+        engine,
+        ChatModel(),
+        library=library_selection(panel),
         connections=connections or ConnectionStore(paths.config / CONNECTIONS_FILE),
-        sampling=sampling, store=store, model_name=library_names(library_model))
+        sampling=sampling,
+        store=store,
+        model_name=library_names(library_model),
+    )
     window = MainWindow(controller, library, panel, settings, gpu_probe=gpu_probe())
     if own_host is not None:
         # After the engine thread (the chat's model is gone): the models loaded on demand
@@ -316,8 +343,7 @@ def autosend(window: MainWindow, text: str) -> None:
     budget so a test can kill the app mid-answer."""
     from PySide6.QtCore import QTimer
 
-    window.controller.sampling = dataclasses.replace(window.controller.sampling,
-                                                     max_tokens=4096)
+    window.controller.sampling = dataclasses.replace(window.controller.sampling, max_tokens=4096)
     QTimer.singleShot(0, lambda: window.controller.send(text))
 
 
@@ -330,7 +356,8 @@ def run_app(argv: Sequence[str] | None = None) -> int:
     existing = QApplication.instance()
     if existing is None:
         QGuiApplication.setHighDpiScaleFactorRoundingPolicy(
-            Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
+            Qt.HighDpiScaleFactorRoundingPolicy.PassThrough
+        )
     app = existing or QApplication(list(argv or sys.argv))
     QApplication.setApplicationName("Candlewick")
     QApplication.setApplicationDisplayName("Candlewick")

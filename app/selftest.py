@@ -39,9 +39,11 @@ class Result:
     seconds: float
 
     def line(self) -> str:
-        return (f"candlewick self-test: ok - model {self.model}, generated {self.tokens} tokens "
-                f"({self.tok_per_s:.1f} tok/s), window {self.window}, backend {self.backend}, "
-                f"{self.seconds:.1f} s")
+        return (
+            f"candlewick self-test: ok - model {self.model}, generated {self.tokens} tokens "
+            f"({self.tok_per_s:.1f} tok/s), window {self.window}, backend {self.backend}, "
+            f"{self.seconds:.1f} s"
+        )
 
 
 def _step(step: str, fn: Callable[[], T]) -> T:
@@ -60,8 +62,10 @@ def generate(model_path: Path, tokens: int = TOKENS) -> tuple[int, float, str]:
 
     model = Model(model_path, LoadParams(n_ctx=512, n_gpu_layers="auto"))
     try:
-        gen = model.generate([{"role": "user", "content": PROMPT}],
-                             SamplingParams(temperature=0.0, max_tokens=tokens, seed=1))
+        gen = model.generate(
+            [{"role": "user", "content": PROMPT}],
+            SamplingParams(temperature=0.0, max_tokens=tokens, seed=1),
+        )
         text = "".join(gen)
         stats = gen.stats
     finally:
@@ -118,8 +122,9 @@ def open_window(home: Path) -> str:
     return f"opened and closed ({size}, {QGuiApplication.platformName()})"
 
 
-def run(out: TextIO | None = None, err: TextIO | None = None, *,
-        model_path: Path | None = None) -> int:
+def run(
+    out: TextIO | None = None, err: TextIO | None = None, *, model_path: Path | None = None
+) -> int:
     """The whole self-test; the report is one line on `out` (or the failure on `err`)."""
     out = out or sys.stdout
     err = err or sys.stderr
@@ -142,8 +147,7 @@ def run(out: TextIO | None = None, err: TextIO | None = None, *,
     except SelfTestError as e:
         print(f"candlewick self-test: FAILED at {e}", file=err)
         return 1
-    result = Result(str(path), n, tps, text, report.summary, window,
-                    time.perf_counter() - start)
+    result = Result(str(path), n, tps, text, report.summary, window, time.perf_counter() - start)
     print(result.line(), file=out)
     for line in report.advice:
         print(f"note: {line}", file=err)

@@ -52,8 +52,13 @@ def server(cmd: list[str], port: int, ready: str) -> Iterator[str]:
 def bench(args: list[str]) -> None:
     shown = "candlewick " + " ".join(args)
     print(f"\n$ {shown}", flush=True)
-    r = subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=REPO, text=True,
-                       capture_output=True, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "app.cli", *args],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
     print(r.stdout, flush=True)
     if r.returncode not in (0, 3):
         print(r.stderr, file=sys.stderr)
@@ -75,42 +80,136 @@ def main() -> None:
     common = ["--requests", a.requests, "--max-tokens", a.max_tokens, "--quiet"]
     threads = ["--threads", a.threads]
     if "embedded" not in a.skip:
-        bench(["bench", "--model", "default", "--workload", "chat", "--concurrency", "1,2,4",
-               "--slo-ttft", "1", *common, *threads, "--out", f"{rel}/embedded-chat.json",
-               "--plot", f"{rel}/embedded-chat.png"])
+        bench(
+            [
+                "bench",
+                "--model",
+                "default",
+                "--workload",
+                "chat",
+                "--concurrency",
+                "1,2,4",
+                "--slo-ttft",
+                "1",
+                *common,
+                *threads,
+                "--out",
+                f"{rel}/embedded-chat.json",
+                "--plot",
+                f"{rel}/embedded-chat.png",
+            ]
+        )
     if "rag" not in a.skip:
-        bench(["bench", "--model", "default", "--workload", "rag", "--concurrency", "1,2",
-               "--slo-ttft", "10", "--requests", "4", "--max-tokens", a.max_tokens, "--quiet",
-               *threads,
-               "--out", f"{rel}/embedded-rag.json", "--plot", f"{rel}/embedded-rag.png"])
+        bench(
+            [
+                "bench",
+                "--model",
+                "default",
+                "--workload",
+                "rag",
+                "--concurrency",
+                "1,2",
+                "--slo-ttft",
+                "10",
+                "--requests",
+                "4",
+                "--max-tokens",
+                a.max_tokens,
+                "--quiet",
+                *threads,
+                "--out",
+                f"{rel}/embedded-rag.json",
+                "--plot",
+                f"{rel}/embedded-rag.png",
+            ]
+        )
     from app.services.library import bundled_default_model
 
     model = str(bundled_default_model())
     if "serve" not in a.skip:
         port = free_port()
-        with server([sys.executable, "-m", "app.cli", "serve", "--port", str(port),
-                     "--parallel", "4", "--ctx", "1024", *threads], port,
-                    "/health") as url:
+        with server(
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--parallel",
+                "4",
+                "--ctx",
+                "1024",
+                *threads,
+            ],
+            port,
+            "/health",
+        ) as url:
             # Candlewick names its model "default": give the tokenizer for the model facts.
-            bench(["bench", "--url", url, "--tokenizer", "default", "--workload", "chat",
-                   "--concurrency", "1,2,4", "--slo-ttft", "1", *common,
-                   "--out", f"{rel}/serve-chat.json",
-                   "--plot", f"{rel}/serve-chat.png"])
+            bench(
+                [
+                    "bench",
+                    "--url",
+                    url,
+                    "--tokenizer",
+                    "default",
+                    "--workload",
+                    "chat",
+                    "--concurrency",
+                    "1,2,4",
+                    "--slo-ttft",
+                    "1",
+                    *common,
+                    "--out",
+                    f"{rel}/serve-chat.json",
+                    "--plot",
+                    f"{rel}/serve-chat.png",
+                ]
+            )
     if "llama" not in a.skip:
         port = free_port()
-        with server([sys.executable, str(REPO / "benchmarks" / "llama_cpp_server.py"),
-                     "--model", model, "--port", str(port), "--n_ctx", "4096",
-                     "--n_threads", a.threads, "--n_threads_batch", a.threads,
-                     # Its default cuts a running answer short when another request arrives.
-                     "--interrupt_requests", "False"], port,
-                    "/v1/models") as url:
-            bench(["bench", "--url", url, "--workload", "chat", "--concurrency", "1,2,4",
-                   "--slo-ttft", "1", *common, "--out", f"{rel}/llama-cpp-server-chat.json",
-                   "--plot", f"{rel}/llama-cpp-server-chat.png"])
+        with server(
+            [
+                sys.executable,
+                str(REPO / "benchmarks" / "llama_cpp_server.py"),
+                "--model",
+                model,
+                "--port",
+                str(port),
+                "--n_ctx",
+                "4096",
+                "--n_threads",
+                a.threads,
+                "--n_threads_batch",
+                a.threads,
+                # Its default cuts a running answer short when another request arrives.
+                "--interrupt_requests",
+                "False",
+            ],
+            port,
+            "/v1/models",
+        ) as url:
+            bench(
+                [
+                    "bench",
+                    "--url",
+                    url,
+                    "--workload",
+                    "chat",
+                    "--concurrency",
+                    "1,2,4",
+                    "--slo-ttft",
+                    "1",
+                    *common,
+                    "--out",
+                    f"{rel}/llama-cpp-server-chat.json",
+                    "--plot",
+                    f"{rel}/llama-cpp-server-chat.png",
+                ]
+            )
     a_json, b_json = out / "llama-cpp-server-chat.json", out / "serve-chat.json"
     if a_json.exists() and b_json.exists():
-        bench(["bench", "compare", f"{rel}/llama-cpp-server-chat.json",
-               f"{rel}/serve-chat.json"])
+        bench(["bench", "compare", f"{rel}/llama-cpp-server-chat.json", f"{rel}/serve-chat.json"])
 
 
 if __name__ == "__main__":

@@ -34,8 +34,10 @@ REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "benchmarks.md"
 START, END = "<!-- cpu-kernels-table:start -->", "<!-- cpu-kernels-table:end -->"
 
-LONG = ("The committee met on Tuesday to review the budget for the new library wing, the repairs "
-        "to the swimming pool and the plan for the summer festival. ") * 16
+LONG = (
+    "The committee met on Tuesday to review the budget for the new library wing, the repairs "
+    "to the swimming pool and the plan for the summer festival. "
+) * 16
 COUNT = "Count from 1 to 100, separated by commas."
 
 
@@ -48,8 +50,9 @@ def prompt_tps(m: Model) -> float:
 
 def decode_tps(m: Model, tokens: int) -> float:
     m.reset_cache()
-    g = m.generate([{"role": "user", "content": COUNT}],
-                   SamplingParams(temperature=0, max_tokens=tokens))
+    g = m.generate(
+        [{"role": "user", "content": COUNT}], SamplingParams(temperature=0, max_tokens=tokens)
+    )
     g.consume()
     return g.stats.gen_tps
 
@@ -69,9 +72,18 @@ def main() -> int:
     rows = []
     for name in args.model or ["default"]:
         path = lib.resolve(name)
-        arms = {kind: Model(path, LoadParams(n_ctx=2048, n_threads=args.threads,
-                                             state_cache_mb=0, extra_buffers=kind == "amx"))
-                for kind in ("generic", "amx")}
+        arms = {
+            kind: Model(
+                path,
+                LoadParams(
+                    n_ctx=2048,
+                    n_threads=args.threads,
+                    state_cache_mb=0,
+                    extra_buffers=kind == "amx",
+                ),
+            )
+            for kind in ("generic", "amx")
+        }
         res: dict[str, dict[str, list[float]]] = {k: {"pp": [], "tg": []} for k in arms}
         for m in arms.values():
             prompt_tps(m)  # warm-up
@@ -82,24 +94,34 @@ def main() -> int:
                 res[kind]["tg"].append(decode_tps(m, args.tokens))
         med = {k: {x: statistics.median(v) for x, v in r.items()} for k, r in res.items()}
         rows.append((path.name, med))
-        print(f"{path.name}: prompt {med['generic']['pp']:.0f} -> {med['amx']['pp']:.0f} t/s, "
-              f"decode {med['generic']['tg']:.1f} -> {med['amx']['tg']:.1f} t/s", flush=True)
+        print(
+            f"{path.name}: prompt {med['generic']['pp']:.0f} -> {med['amx']['pp']:.0f} t/s, "
+            f"decode {med['generic']['tg']:.1f} -> {med['amx']['tg']:.1f} t/s",
+            flush=True,
+        )
         for m in arms.values():
             m.close()
     shown = [a for a in sys.argv[1:] if a != "--write"]
-    out = [f"`{' '.join(['benchmarks/cpu_kernels.py', *shown])}`", "",
-           "| model | prompt t/s generic | prompt t/s AMX | AMX / generic | decode t/s generic "
-           "| decode t/s AMX | AMX / generic |",
-           "|---|---:|---:|---:|---:|---:|---:|"]
+    out = [
+        f"`{' '.join(['benchmarks/cpu_kernels.py', *shown])}`",
+        "",
+        "| model | prompt t/s generic | prompt t/s AMX | AMX / generic | decode t/s generic "
+        "| decode t/s AMX | AMX / generic |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, med in rows:
         g, a = med["generic"], med["amx"]
-        out.append(f"| {name} | {g['pp']:.0f} | {a['pp']:.0f} | {a['pp'] / g['pp']:.2f} | "
-                   f"{g['tg']:.1f} | {a['tg']:.1f} | {a['tg'] / g['tg']:.2f} |")
+        out.append(
+            f"| {name} | {g['pp']:.0f} | {a['pp']:.0f} | {a['pp'] / g['pp']:.2f} | "
+            f"{g['tg']:.1f} | {a['tg']:.1f} | {a['tg'] / g['tg']:.2f} |"
+        )
     out.append("")
     for name, med in rows:
         g, a = med["generic"], med["amx"]
-        out.append(f"SUMMARY {name}: prompt x{a['pp'] / g['pp']:.2f}, decode "
-                   f"x{a['tg'] / g['tg']:.2f} with AMX weights ({args.threads} threads)")
+        out.append(
+            f"SUMMARY {name}: prompt x{a['pp'] / g['pp']:.2f}, decode "
+            f"x{a['tg'] / g['tg']:.2f} with AMX weights ({args.threads} threads)"
+        )
     text = "\n".join(out)
     print()
     text = f"{text}\n\n{machine_line()}"  # which CPU: kernels differ

@@ -46,8 +46,9 @@ def engine_loop(model: Model, prompt_text: str, n_tokens: int) -> float:
     return (len(gen.tokens) - n0) / dt
 
 
-def high_level_loop(path: Path, prompt_text: str, n_tokens: int, threads: int, n_ctx: int,
-                    runs: int) -> list[float]:
+def high_level_loop(
+    path: Path, prompt_text: str, n_tokens: int, threads: int, n_ctx: int, runs: int
+) -> list[float]:
     import llama_cpp.llama_cpp as C
     from llama_cpp import Llama
 
@@ -68,8 +69,9 @@ def high_level_loop(path: Path, prompt_text: str, n_tokens: int, threads: int, n
     out = []
     for _ in range(runs):
         llm.reset()
-        stream = llm.create_completion(prompt_text, max_tokens=n_tokens + 1, temperature=0,
-                                       top_k=1, stream=True)
+        stream = llm.create_completion(
+            prompt_text, max_tokens=n_tokens + 1, temperature=0, top_k=1, stream=True
+        )
         next(iter(stream))
         t0 = time.perf_counter()
         n = 0

@@ -37,5 +37,7 @@ def machine_line() -> str:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from engine.memory import cpu_kernels
 
-    return (f"Measured on: {cpu_model()}, {os.cpu_count()} cores; llama.cpp CPU features: "
-            f"{cpu_kernels.detect().summary}.")
+    return (
+        f"Measured on: {cpu_model()}, {os.cpu_count()} cores; llama.cpp CPU features: "
+        f"{cpu_kernels.detect().summary}."
+    )

@@ -38,8 +38,11 @@ REPO, FILE = "bench/SmolLM2-GGUF", "SmolLM2-135M-Instruct-Q4_1.gguf"
 
 def reference(url: str, target: Path) -> float:
     t0 = time.perf_counter()
-    with httpx2.Client(follow_redirects=True, timeout=60) as c, \
-            c.stream("GET", url) as r, open(target, "wb") as out:
+    with (
+        httpx2.Client(follow_redirects=True, timeout=60) as c,
+        c.stream("GET", url) as r,
+        open(target, "wb") as out,
+    ):
         for chunk in r.iter_bytes(1 << 20):
             out.write(chunk)
     return time.perf_counter() - t0
@@ -101,8 +104,7 @@ def main() -> int:
         "best_MB_per_s": {k: round(v, 1) for k, v in best.items()},
         "candlewick_vs_reference_median": round(mbps["candlewick"] / mbps["reference"], 3),
         "candlewick_vs_reference_best": round(best["candlewick"] / best["reference"], 3),
-        "huggingface_hub_vs_reference_best": round(
-            best["huggingface_hub"] / best["reference"], 3),
+        "huggingface_hub_vs_reference_best": round(best["huggingface_hub"] / best["reference"], 3),
     }
     print(json.dumps(out, indent=2))
     return 0

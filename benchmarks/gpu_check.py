@@ -69,12 +69,16 @@ class Nvml:
         if self.h is None:
             return {}
         nv = self.nv
-        out: dict[str, Any] = {"name": nv.nvmlDeviceGetName(self.h),
-                               "driver": nv.nvmlSystemGetDriverVersion(),
-                               "memory": self.mem()}
+        out: dict[str, Any] = {
+            "name": nv.nvmlDeviceGetName(self.h),
+            "driver": nv.nvmlSystemGetDriverVersion(),
+            "memory": self.mem(),
+        }
         try:
-            out["processes"] = [{"pid": p.pid, "used": p.usedGpuMemory}
-                                for p in nv.nvmlDeviceGetComputeRunningProcesses(self.h)]
+            out["processes"] = [
+                {"pid": p.pid, "used": p.usedGpuMemory}
+                for p in nv.nvmlDeviceGetComputeRunningProcesses(self.h)
+            ]
         except Exception as e:
             out["processes"] = str(e)
         return out
@@ -100,22 +104,53 @@ def buffers(lines: list[str]) -> list[dict[str, Any]]:
     for line in lines:
         b = _BUF.search(line)
         if b:
-            out.append({"buffer": b.group(1), "kind": b.group(2),
-                        "bytes": round(float(b.group(3)) * MiB)})
+            out.append(
+                {"buffer": b.group(1), "kind": b.group(2), "bytes": round(float(b.group(3)) * MiB)}
+            )
     return out
 
 
 def interesting(lines: list[str]) -> list[str]:
-    keys = ("flash_attn", "offload", "buffer size", "size =", "n_ctx", "CUDA", "fitting",
-            "graph", "warn", "error", "fail")
+    keys = (
+        "flash_attn",
+        "offload",
+        "buffer size",
+        "size =",
+        "n_ctx",
+        "CUDA",
+        "fitting",
+        "graph",
+        "warn",
+        "error",
+        "fail",
+    )
     return [ln.strip() for ln in lines if any(k in ln for k in keys)][:80]
 
 
 def prompt_tokens(model: Any, n: int, salt: int = 0) -> list[int]:
     """About n tokens of ordinary text (distinct per salt)."""
-    words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while",
-             "seven", "wizards", "quietly", "judge", "boxing", "matches", "near", "the", "old",
-             "harbour"]
+    words = [
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "jumps",
+        "over",
+        "a",
+        "lazy",
+        "dog",
+        "while",
+        "seven",
+        "wizards",
+        "quietly",
+        "judge",
+        "boxing",
+        "matches",
+        "near",
+        "the",
+        "old",
+        "harbour",
+    ]
     text = " ".join(f"{words[(i * 7 + salt) % len(words)]}{(i + salt) % 97}" for i in range(n))
     toks: list[int] = model.tokenize(text)
     return toks[:n]
@@ -126,16 +161,23 @@ def timed_decode(model: Any, n_prompt: int, n_gen: int, salt: int = 0) -> dict[s
     from engine.settings import SamplingParams
 
     model.reset_cache()
-    gen = model.submit(prompt_tokens(model, n_prompt, salt),
-                       SamplingParams(temperature=0, max_tokens=n_gen))
+    gen = model.submit(
+        prompt_tokens(model, n_prompt, salt), SamplingParams(temperature=0, max_tokens=n_gen)
+    )
     gen.consume()
     s = gen.stats
-    return {"prompt_tokens": s.prompt_tokens, "prompt_tps": round(s.prompt_tps, 1),
-            "gen_tokens": s.gen_tokens, "gen_tps": round(s.gen_tps, 1),
-            "stop_reason": s.stop_reason, "ttft_s": round(s.ttft_s, 4)}
+    return {
+        "prompt_tokens": s.prompt_tokens,
+        "prompt_tps": round(s.prompt_tps, 1),
+        "gen_tokens": s.gen_tokens,
+        "gen_tps": round(s.gen_tps, 1),
+        "stop_reason": s.stop_reason,
+        "ttft_s": round(s.ttft_s, 4),
+    }
 
 
 # -- sections --------------------------------------------------------------------------------
+
 
 def sec_hardware(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
     res: dict[str, Any] = {"nvml_before_cuda": nv.info()}
@@ -156,8 +198,7 @@ def sec_hardware(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
     used1 = nv.used()
     # Memory the CUDA context (and ggml's device init) takes in this process, outside any
     # buffer llama.cpp reports.
-    res["cuda_context_bytes"] = (used1 - used0) if used0 is not None and used1 is not None \
-        else None
+    res["cuda_context_bytes"] = (used1 - used0) if used0 is not None and used1 is not None else None
     res["process_used_after_detect"] = nv.process_used()
     res["nvml_after_detect"] = nv.info()
     res["resolve_flash_attn"] = {
@@ -174,8 +215,7 @@ def _estimates(path: Path, hw: Any, **kw: Any) -> dict[str, Any]:
     for method in ("dry-run", "analytic"):
         try:
             t = time.perf_counter()
-            est = memory.estimate(path, memory.EstimateParams(**kw), hardware=hw,
-                                  method=method)  # type: ignore[arg-type]
+            est = memory.estimate(path, memory.EstimateParams(**kw), hardware=hw, method=method)  # type: ignore[arg-type]
             d = est.to_dict()
             d["seconds"] = round(time.perf_counter() - t, 3)
             out[method] = d
@@ -184,24 +224,52 @@ def _estimates(path: Path, hw: Any, **kw: Any) -> dict[str, Any]:
     return out
 
 
-def measure_load(path: Path, nv: Nvml, *, n_ctx: int, ngl: Any, type_k: str = "f16",
-                 type_v: str = "f16", n_seq_max: int = 1, decode: tuple[int, int] = (512, 64),
-                 flash_attn: str = "auto") -> dict[str, Any]:
+def measure_load(
+    path: Path,
+    nv: Nvml,
+    *,
+    n_ctx: int,
+    ngl: Any,
+    type_k: str = "f16",
+    type_v: str = "f16",
+    n_seq_max: int = 1,
+    decode: tuple[int, int] = (512, 64),
+    flash_attn: str = "auto",
+) -> dict[str, Any]:
     from engine.host.runtime import Model
     from engine.memory import hardware
     from engine.settings import LoadParams
 
     hw = hardware.detect()
-    res: dict[str, Any] = {"n_ctx": n_ctx, "n_gpu_layers": ngl, "type_k": type_k,
-                           "type_v": type_v, "n_seq_max": n_seq_max, "flash_attn": flash_attn}
-    res["estimate"] = _estimates(path, hw, n_ctx=n_ctx, n_gpu_layers=ngl, type_k=type_k,
-                                 type_v=type_v, n_seq_max=n_seq_max,
-                                 flash_attn=flash_attn)  # type: ignore[arg-type]
+    res: dict[str, Any] = {
+        "n_ctx": n_ctx,
+        "n_gpu_layers": ngl,
+        "type_k": type_k,
+        "type_v": type_v,
+        "n_seq_max": n_seq_max,
+        "flash_attn": flash_attn,
+    }
+    res["estimate"] = _estimates(
+        path,
+        hw,
+        n_ctx=n_ctx,
+        n_gpu_layers=ngl,
+        type_k=type_k,
+        type_v=type_v,
+        n_seq_max=n_seq_max,
+        flash_attn=flash_attn,
+    )  # type: ignore[arg-type]
     used0 = nv.used()
     t = time.perf_counter()
-    params = LoadParams(n_ctx=n_ctx, n_gpu_layers=ngl, type_k=type_k, type_v=type_v,
-                        n_seq_max=n_seq_max, flash_attn=flash_attn,  # type: ignore[arg-type]
-                        state_cache_mb=0)
+    params = LoadParams(
+        n_ctx=n_ctx,
+        n_gpu_layers=ngl,
+        type_k=type_k,
+        type_v=type_v,
+        n_seq_max=n_seq_max,
+        flash_attn=flash_attn,  # type: ignore[arg-type]
+        state_cache_mb=0,
+    )
     try:
         m = Model(path, params)
     except Exception as e:
@@ -218,10 +286,17 @@ def measure_load(path: Path, nv: Nvml, *, n_ctx: int, ngl: Any, type_k: str = "f
         if decode[0] or decode[1]:
             res["decode"] = timed_decode(m, decode[0], decode[1])
         used_run = nv.used()
-        gpu_bufs = sum(b["bytes"] for b in res["buffers"]
-                       if b["buffer"].startswith("CUDA") and not b["buffer"].endswith("_Host"))
-        res["nvml"] = {"before": used0, "loaded": used_loaded, "after_decode": used_run,
-                       "process_used": nv.process_used()}
+        gpu_bufs = sum(
+            b["bytes"]
+            for b in res["buffers"]
+            if b["buffer"].startswith("CUDA") and not b["buffer"].endswith("_Host")
+        )
+        res["nvml"] = {
+            "before": used0,
+            "loaded": used_loaded,
+            "after_decode": used_run,
+            "process_used": nv.process_used(),
+        }
         if used0 is not None and used_loaded is not None and used_run is not None:
             res["nvml"]["delta_loaded"] = used_loaded - used0
             res["nvml"]["delta_after_decode"] = used_run - used0
@@ -245,8 +320,13 @@ def sec_memory(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
         {"n_ctx": 4096, "ngl": "all", "flash_attn": "off"},
         {"n_ctx": 16384, "ngl": "all", "n_seq_max": 4},
         {"n_ctx": 8192, "ngl": args.half_layers, "decode": (256, 32)},
-        {"n_ctx": 32768, "ngl": args.half_layers, "type_k": "q8_0", "type_v": "q8_0",
-         "decode": (256, 32)},
+        {
+            "n_ctx": 32768,
+            "ngl": args.half_layers,
+            "type_k": "q8_0",
+            "type_v": "q8_0",
+            "decode": (256, 32),
+        },
         {"n_ctx": 4096, "ngl": 0, "decode": (256, 16)},
     ]
     out = []
@@ -276,8 +356,10 @@ def summary(r: dict[str, Any]) -> str:
     dev = {d["name"]: d["bytes"] for d in est.get("devices", [])}
     act = r.get("actual", {}).get("devices", {})
     nvml = r.get("nvml", {})
-    return (f"est {_mb(dev)} actual {_mb(act)} nvml+{_m(nvml.get('delta_after_decode'))} "
-            f"extra {_m(nvml.get('extra_after_decode'))} decode {r.get('decode')}")
+    return (
+        f"est {_mb(dev)} actual {_mb(act)} nvml+{_m(nvml.get('delta_after_decode'))} "
+        f"extra {_m(nvml.get('extra_after_decode'))} decode {r.get('decode')}"
+    )
 
 
 def _m(n: int | None) -> str:
@@ -304,10 +386,17 @@ def sec_edge(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
         p = LoadParams(n_ctx=n_ctx, n_gpu_layers="auto", state_cache_mb=0)
         t = time.perf_counter()
         ngl = resolve_gpu_layers("auto", n_layer, gguf=gf, params=p)
-        est = memory.estimate(gf, memory.EstimateParams.from_load_params(p),
-                              hardware=hardware.detect(), method="analytic")
-        res[str(n_ctx)] = {"auto_layers": ngl, "resolve_s": round(time.perf_counter() - t, 3),
-                           "estimate": est.to_dict()}
+        est = memory.estimate(
+            gf,
+            memory.EstimateParams.from_load_params(p),
+            hardware=hardware.detect(),
+            method="analytic",
+        )
+        res[str(n_ctx)] = {
+            "auto_layers": ngl,
+            "resolve_s": round(time.perf_counter() - t, 3),
+            "estimate": est.to_dict(),
+        }
         say(f"edge: ctx {n_ctx} auto -> {ngl} layers, {est.verdict}: {est.reason}")
     if args.edge_load:
         n_ctx = args.edge_load
@@ -333,8 +422,10 @@ def sec_speed(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
         say(f"speed single: {runs}")
     levels = [lv for lv in (1, 4, 8, 16) if lv <= args.max_slots]
     n_slots = max(levels)
-    with Model(path, LoadParams(n_ctx=1024 * n_slots, n_seq_max=n_slots, n_gpu_layers="all",
-                                state_cache_mb=0)) as m:
+    with Model(
+        path,
+        LoadParams(n_ctx=1024 * n_slots, n_seq_max=n_slots, n_gpu_layers="all", state_cache_mb=0),
+    ) as m:
         res["scheduler_log"] = interesting(m.load_info.log)
         sched = m.loop
         out = []
@@ -345,9 +436,13 @@ def sec_speed(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
                 left = [lv]
                 lock = threading.Lock()
 
-                def on_event(ev: Event, tokens: list[int] = tokens, left: list[int] = left,
-                             lock: threading.Lock = lock,
-                             done: threading.Event = done) -> None:
+                def on_event(
+                    ev: Event,
+                    tokens: list[int] = tokens,
+                    left: list[int] = left,
+                    lock: threading.Lock = lock,
+                    done: threading.Event = done,
+                ) -> None:
                     if isinstance(ev, Finished):
                         with lock:
                             tokens[0] += ev.stats.completion_tokens
@@ -357,13 +452,22 @@ def sec_speed(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
 
                 t = time.perf_counter()
                 for i in range(lv):
-                    sched.submit(prompt_tokens(m, 64, salt=1000 * rnd + 37 * lv + i),
-                                 SamplingParams(temperature=0, max_tokens=args.sched_tokens),
-                                 on_event)
+                    sched.submit(
+                        prompt_tokens(m, 64, salt=1000 * rnd + 37 * lv + i),
+                        SamplingParams(temperature=0, max_tokens=args.sched_tokens),
+                        on_event,
+                    )
                 done.wait(120)
                 dt = time.perf_counter() - t
-                out.append({"round": rnd, "requests": lv, "tokens": tokens[0],
-                            "seconds": round(dt, 3), "tps": round(tokens[0] / dt, 1)})
+                out.append(
+                    {
+                        "round": rnd,
+                        "requests": lv,
+                        "tokens": tokens[0],
+                        "seconds": round(dt, 3),
+                        "tps": round(tokens[0] / dt, 1),
+                    }
+                )
                 say(f"scheduler: {out[-1]}")
         res["scheduler"] = out
     return res
@@ -375,12 +479,21 @@ def sec_spec(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
 
     path = Path(args.model)
     res: dict[str, Any] = {}
-    text = ("def add(a, b):\n    return a + b\n\n" * 6 + "Repeat the code above exactly, "
-            "then explain it.")
+    text = (
+        "def add(a, b):\n    return a + b\n\n" * 6 + "Repeat the code above exactly, "
+        "then explain it."
+    )
     msgs = [{"role": "user", "content": text}]
     for fa in ("auto", "on"):
-        with Model(path, LoadParams(n_ctx=4096, n_gpu_layers="all", flash_attn=fa,  # type: ignore[arg-type]
-                                    state_cache_mb=0)) as m:
+        with Model(
+            path,
+            LoadParams(
+                n_ctx=4096,
+                n_gpu_layers="all",
+                flash_attn=fa,  # type: ignore[arg-type]
+                state_cache_mb=0,
+            ),
+        ) as m:
             s = SamplingParams(temperature=0, max_tokens=args.spec_tokens)
             m.reset_cache()
             plain = m.generate(msgs, s)
@@ -388,13 +501,24 @@ def sec_spec(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
             m.reset_cache()
             spec = m.generate(msgs, s, spec="lookup")
             spec.consume()
-            first_diff = next((i for i, (a, b) in enumerate(zip(plain.tokens, spec.tokens,
-                                                                strict=False)) if a != b), None)
-            res[fa] = {"identical": plain.tokens == spec.tokens, "first_diff": first_diff,
-                       "plain_tokens": len(plain.tokens), "spec_tokens": len(spec.tokens),
-                       "plain_tps": round(plain.stats.gen_tps, 1),
-                       "spec_tps": round(spec.stats.gen_tps, 1),
-                       "drafted": spec.stats.draft_tokens, "accepted": spec.stats.draft_accepted}
+            first_diff = next(
+                (
+                    i
+                    for i, (a, b) in enumerate(zip(plain.tokens, spec.tokens, strict=False))
+                    if a != b
+                ),
+                None,
+            )
+            res[fa] = {
+                "identical": plain.tokens == spec.tokens,
+                "first_diff": first_diff,
+                "plain_tokens": len(plain.tokens),
+                "spec_tokens": len(spec.tokens),
+                "plain_tps": round(plain.stats.gen_tps, 1),
+                "spec_tps": round(spec.stats.gen_tps, 1),
+                "drafted": spec.stats.draft_tokens,
+                "accepted": spec.stats.draft_accepted,
+            }
             say(f"spec fa={fa}: {res[fa]}")
     return res
 
@@ -405,16 +529,26 @@ def sec_dryrun(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
 
     path = Path(args.model)
     out = []
-    for n_ctx, ngl, tk in ((4096, 999, "f16"), (32768, 999, "q8_0"),
-                           (8192, args.half_layers, "f16"), (4096, 0, "f16")):
+    for n_ctx, ngl, tk in (
+        (4096, 999, "f16"),
+        (32768, 999, "q8_0"),
+        (8192, args.half_layers, "f16"),
+        (4096, 0, "f16"),
+    ):
         p = memory.EstimateParams(n_ctx=n_ctx, type_k=tk, type_v=tk, flash_attn="auto")
         used0 = nv.used()
         try:
             d = memory.dry_run(path, p, n_gpu_layers=ngl)
-            r: dict[str, Any] = {"n_ctx": n_ctx, "ngl": ngl, "type": tk, "kv": d.kv_bytes,
-                                 "compute": d.compute, "output": d.output,
-                                 "buffers": buffers(list(d.log)),
-                                 "log": interesting(list(d.log))}
+            r: dict[str, Any] = {
+                "n_ctx": n_ctx,
+                "ngl": ngl,
+                "type": tk,
+                "kv": d.kv_bytes,
+                "compute": d.compute,
+                "output": d.output,
+                "buffers": buffers(list(d.log)),
+                "log": interesting(list(d.log)),
+            }
         except Exception as e:
             r = {"n_ctx": n_ctx, "ngl": ngl, "error": f"{type(e).__name__}: {e}"}
         used1 = nv.used()
@@ -425,8 +559,12 @@ def sec_dryrun(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
 
 
 SECTIONS: dict[str, Callable[[argparse.Namespace, Nvml], dict[str, Any]]] = {
-    "hardware": sec_hardware, "memory": sec_memory, "edge": sec_edge, "speed": sec_speed,
-    "spec": sec_spec, "dryrun": sec_dryrun,
+    "hardware": sec_hardware,
+    "memory": sec_memory,
+    "edge": sec_edge,
+    "speed": sec_speed,
+    "spec": sec_spec,
+    "dryrun": sec_dryrun,
 }
 
 

@@ -121,8 +121,13 @@ def main() -> int:
     params = LoadParams(n_ctx=2048, n_threads=args.threads)
     model = Model(path, params)
 
-    def factory(_p: Path, _params: LoadParams, *, progress: object = None,
-                cancel: threading.Event | None = None) -> Model:
+    def factory(
+        _p: Path,
+        _params: LoadParams,
+        *,
+        progress: object = None,
+        cancel: threading.Event | None = None,
+    ) -> Model:
         return model  # the very same loaded model: identical weights, threads and context
 
     sampling = SamplingParams(temperature=0.0, max_tokens=args.tokens)
@@ -140,8 +145,7 @@ def main() -> int:
         loop = QEventLoop()
         check = QTimer()
         end = time.monotonic() + timeout_s
-        check.timeout.connect(lambda: loop.quit() if cond() or time.monotonic() > end
-                              else None)
+        check.timeout.connect(lambda: loop.quit() if cond() or time.monotonic() > end else None)
         check.start(20)
         if not cond():
             loop.exec()
@@ -205,21 +209,31 @@ def main() -> int:
     # Each GUI run is compared with the raw run just before it: noise from other processes
     # changes slowly, so adjacent pairs see nearly the same machine.
     ratios = [g / r for g, r in zip(gui, raw, strict=True)]
-    print("| runs | tokens | raw decode t/s (median) | GUI path t/s (median) | "
-          "GUI/raw (median of pairs) | token signals/s | GUI-thread gap p50 / p99 / max (ms) |")
+    print(
+        "| runs | tokens | raw decode t/s (median) | GUI path t/s (median) | "
+        "GUI/raw (median of pairs) | token signals/s | GUI-thread gap p50 / p99 / max (ms) |"
+    )
     print("|---|---|---|---|---|---|---|")
-    print(f"| {args.runs} | {args.tokens} | {med_raw:.1f} | {med_gui:.1f} | "
-          f"{statistics.median(ratios) * 100:.1f}% | {statistics.median(signal_rates):.0f} | "
-          f"{statistics.median(gaps_ms):.1f} / {p99:.1f} / {gaps_ms[-1]:.1f} |")
+    print(
+        f"| {args.runs} | {args.tokens} | {med_raw:.1f} | {med_gui:.1f} | "
+        f"{statistics.median(ratios) * 100:.1f}% | {statistics.median(signal_rates):.0f} | "
+        f"{statistics.median(gaps_ms):.1f} / {p99:.1f} / {gaps_ms[-1]:.1f} |"
+    )
     print(f"pair ratios: {[f'{x * 100:.0f}%' for x in ratios]}")
-    print(f"reference, same decode in a plain thread with the GUI idle: GUI-thread gap p50 / "
-          f"p99 / max {statistics.median(base_ms):.1f} / {base_p99:.1f} / {base_ms[-1]:.1f} ms")
+    print(
+        f"reference, same decode in a plain thread with the GUI idle: GUI-thread gap p50 / "
+        f"p99 / max {statistics.median(base_ms):.1f} / {base_p99:.1f} / {base_ms[-1]:.1f} ms"
+    )
     print(f"raw runs: {[round(x, 1) for x in raw]}")
-    print(f"GUI runs: {[round(x, 1) for x in gui]}  (engine-side wall t/s: "
-          f"{[round(x, 1) for x in engine_side]})")
-    print(f"probe gaps recorded: {len(gaps_ms)} (timer interval {PROBE_MS} ms); "
-          f"load average at start {load0:.1f}, at end {os.getloadavg()[0]:.1f} "
-          f"on {os.cpu_count()} CPUs")
+    print(
+        f"GUI runs: {[round(x, 1) for x in gui]}  (engine-side wall t/s: "
+        f"{[round(x, 1) for x in engine_side]})"
+    )
+    print(
+        f"probe gaps recorded: {len(gaps_ms)} (timer interval {PROBE_MS} ms); "
+        f"load average at start {load0:.1f}, at end {os.getloadavg()[0]:.1f} "
+        f"on {os.cpu_count()} CPUs"
+    )
     return 0
 
 

@@ -62,12 +62,16 @@ def model_path(arg: str | None) -> Path:
 
 def ratio_line(name: str, a: list[float], b: list[float]) -> str:
     ratios = [x / y for x, y in zip(a, b, strict=True) if y]
-    return (f"{name}: {statistics.median(a):.1f} vs {statistics.median(b):.1f} tok/s, "
-            f"ratio {statistics.median(ratios):.3f} (pairs: "
-            + ", ".join(f"{r:.3f}" for r in ratios) + ")")
+    return (
+        f"{name}: {statistics.median(a):.1f} vs {statistics.median(b):.1f} tok/s, "
+        f"ratio {statistics.median(ratios):.3f} (pairs: "
+        + ", ".join(f"{r:.3f}" for r in ratios)
+        + ")"
+    )
 
 
 # -- decode -------------------------------------------------------------------------------
+
 
 def reference_loop(model: Model, prompt: list[int], n_tokens: int) -> float:
     """Greedy sample + decode on the C API, nothing else; tokens/s after the first token."""
@@ -101,8 +105,10 @@ def story(repeat: int) -> str:
 def host_rate(model: Model, n_tokens: int, repeat: int = 1) -> float:
     """One request through the host; tokens/s between its first and last token."""
     model.reset_cache()
-    gen = model.complete(story(repeat), SamplingParams(temperature=0, repeat_penalty=1.0,
-                                               max_tokens=n_tokens, stop=()))
+    gen = model.complete(
+        story(repeat),
+        SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=n_tokens, stop=()),
+    )
     gen.consume()
     return gen.stats.gen_tps_wall
 
@@ -151,8 +157,11 @@ def decode(args: argparse.Namespace) -> dict[str, Any]:
             ref.append(m.loop.call_idle(lambda: reference_loop(m, prompt, args.tokens)))
             m.loop.clear_cache()
             host.append(host_rate(m, args.tokens))
-    out: dict[str, Any] = {"host_vs_reference": ratio_line("host vs C-API loop", host, ref),
-                           "host": host, "reference": ref}
+    out: dict[str, Any] = {
+        "host_vs_reference": ratio_line("host vs C-API loop", host, ref),
+        "host": host,
+        "reference": ref,
+    }
     # A short prompt, and a long one (~1,900 tokens: a chat some turns in), where the CPU
     # flash-attention kernel slows down (engine.settings.resolve_flash_attn).
     for label, repeat in (("short", 1), ("long", 110)):
@@ -160,17 +169,34 @@ def decode(args: argparse.Namespace) -> dict[str, Any]:
         llama: list[float] = []
         for _ in range(args.pairs):
             for mode, rates in (("product", product), ("llama", llama)):
-                r = subprocess.run([sys.executable, __file__, "child-decode", "--mode", mode,
-                                    "--model", str(path), "--tokens", str(args.tokens),
-                                    "--repeat", str(repeat)],
-                                   capture_output=True, text=True, check=True, timeout=600)
+                r = subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "child-decode",
+                        "--mode",
+                        mode,
+                        "--model",
+                        str(path),
+                        "--tokens",
+                        str(args.tokens),
+                        "--repeat",
+                        str(repeat),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    timeout=600,
+                )
                 rates.append(float(r.stdout.strip().splitlines()[-1]))
         out[f"defaults_{label}"] = ratio_line(
-            f"product defaults vs llama.cpp defaults, {label} prompt", product, llama)
+            f"product defaults vs llama.cpp defaults, {label} prompt", product, llama
+        )
     return out
 
 
 # -- share --------------------------------------------------------------------------------
+
 
 def _serve(model: Model) -> tuple[Any, Any]:
     from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
@@ -193,8 +219,13 @@ def _has_text(line: str) -> bool:
 
 def _api_stream(url: str, n_tokens: int, out: list[float]) -> None:
     """One streaming chat request; tokens/s between the first and last content chunk."""
-    body = {"model": "m", "messages": CHAT, "max_tokens": n_tokens, "temperature": 0,
-            "stream": True}
+    body = {
+        "model": "m",
+        "messages": CHAT,
+        "max_tokens": n_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
     times: list[float] = []
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=300) as r:
         for line in r.iter_lines():
@@ -280,8 +311,10 @@ def share_once(path: Path, n_tokens: int) -> dict[str, float]:
 
 def child_share_two_instances(path: Path, n_tokens: int) -> dict[str, float]:
     """Before: the chat on its own instance, the server on a second one of the same file."""
-    with Model(path, LoadParams(n_ctx=2048)) as chat_m, \
-            Model(path, LoadParams(n_ctx=2048)) as server_m:
+    with (
+        Model(path, LoadParams(n_ctx=2048)) as chat_m,
+        Model(path, LoadParams(n_ctx=2048)) as server_m,
+    ):
         return _share(chat_m, server_m, n_tokens)
 
 
@@ -290,28 +323,55 @@ def share(args: argparse.Namespace) -> dict[str, Any]:
     shared: list[dict[str, float]] = []
     before: list[dict[str, float]] = []
     for _ in range(args.rounds):
-        r = subprocess.run([sys.executable, __file__, "child-share", "--model", str(path),
-                            "--tokens", str(args.tokens)], capture_output=True, text=True,
-                           check=True)
+        r = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "child-share",
+                "--model",
+                str(path),
+                "--tokens",
+                str(args.tokens),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         before.append(json.loads(r.stdout.strip().splitlines()[-1]))
-        r = subprocess.run([sys.executable, __file__, "child-share", "--shared", "--model",
-                            str(path), "--tokens", str(args.tokens)], capture_output=True,
-                           text=True, check=True)
+        r = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "child-share",
+                "--shared",
+                "--model",
+                str(path),
+                "--tokens",
+                str(args.tokens),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         shared.append(json.loads(r.stdout.strip().splitlines()[-1]))
 
     def summary(rows: list[dict[str, float]]) -> dict[str, float]:
         med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
         med["chat_ratio"] = statistics.median(r["chat"] / r["chat_alone"] for r in rows)
         med["api_ratio"] = statistics.median(r["api"] / r["api_alone"] for r in rows)
-        med["sum_ratio"] = statistics.median((r["chat"] + r["api"]) / r["chat_alone"]
-                                             for r in rows)
+        med["sum_ratio"] = statistics.median((r["chat"] + r["api"]) / r["chat_alone"] for r in rows)
         return {k: round(v, 3) for k, v in med.items()}
 
-    return {"shared": summary(shared), "two_instances": summary(before),
-            "rows_shared": shared, "rows_two_instances": before}
+    return {
+        "shared": summary(shared),
+        "two_instances": summary(before),
+        "rows_shared": shared,
+        "rows_two_instances": before,
+    }
 
 
 # -- memory -------------------------------------------------------------------------------
+
 
 def memory(args: argparse.Namespace) -> dict[str, Any]:
     path = model_path(args.model)
@@ -343,6 +403,7 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -- serving ------------------------------------------------------------------------------
+
 
 def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
     end = time.monotonic() + timeout
@@ -384,15 +445,16 @@ def _measure_server(cmd: list[str], url: str, args: argparse.Namespace) -> dict[
         _ttft(url, 3)  # warm-up
         ttft = _ttft(url, args.ttft_requests)
         one = [run_level(url, 1, args.max_tokens, r)[0] for r in range(args.rounds)]
-        many = [run_level(url, args.slots, args.max_tokens, r)[0]
-                for r in range(args.rounds)]
+        many = [run_level(url, args.slots, args.max_tokens, r)[0] for r in range(args.rounds)]
     finally:
         proc.terminate()
         proc.wait(30)
-    return {"ttft_ms": round(statistics.median(ttft) * 1000, 1),
-            "tps_1": round(statistics.median(one), 1),
-            f"tps_{args.slots}": round(statistics.median(many), 1),
-            "scaling": round(statistics.median(many) / statistics.median(one), 3)}
+    return {
+        "ttft_ms": round(statistics.median(ttft) * 1000, 1),
+        "tps_1": round(statistics.median(one), 1),
+        f"tps_{args.slots}": round(statistics.median(many), 1),
+        "scaling": round(statistics.median(many) / statistics.median(one), 3),
+    }
 
 
 def ttft_breakdown(path: Path, n: int) -> dict[str, float]:
@@ -407,8 +469,7 @@ def ttft_breakdown(path: Path, n: int) -> dict[str, float]:
             t0 = time.perf_counter()
             tokens = m.chat_tokens(msgs)
             t1 = time.perf_counter()
-            gen = m.submit(tokens, SamplingParams(temperature=0, max_tokens=4),
-                           interactive=False)
+            gen = m.submit(tokens, SamplingParams(temperature=0, max_tokens=4), interactive=False)
             gen.consume()
             if i >= 2:
                 tmpl.append(t1 - t0)
@@ -416,10 +477,12 @@ def ttft_breakdown(path: Path, n: int) -> dict[str, float]:
                 queue.append(gen.stats.queue_s)
                 prefill.append(gen.stats.prompt_eval_ms / 1000)
     ms = 1000.0
-    return {"template_and_tokenize_ms": round(statistics.median(tmpl) * ms, 2),
-            "queue_ms": round(statistics.median(queue) * ms, 2),
-            "prefill_ms": round(statistics.median(prefill) * ms, 2),
-            "submit_to_first_token_ms": round(statistics.median(ttft) * ms, 2)}
+    return {
+        "template_and_tokenize_ms": round(statistics.median(tmpl) * ms, 2),
+        "queue_ms": round(statistics.median(queue) * ms, 2),
+        "prefill_ms": round(statistics.median(prefill) * ms, 2),
+        "submit_to_first_token_ms": round(statistics.median(ttft) * ms, 2),
+    }
 
 
 def serving(args: argparse.Namespace) -> dict[str, Any]:
@@ -427,25 +490,59 @@ def serving(args: argparse.Namespace) -> dict[str, Any]:
     threads = str(args.threads)
     ctx = str(args.ctx)
     ours = _measure_server(
-        [str(REPO / ".venv/bin/candlewick"), "serve", "--model", str(path), "--port",
-         str(args.port), "--parallel", str(args.slots), "--ctx", ctx, "--threads", threads,
-         "--no-embeddings"], f"http://127.0.0.1:{args.port}", args)
+        [
+            str(REPO / ".venv/bin/candlewick"),
+            "serve",
+            "--model",
+            str(path),
+            "--port",
+            str(args.port),
+            "--parallel",
+            str(args.slots),
+            "--ctx",
+            ctx,
+            "--threads",
+            threads,
+            "--no-embeddings",
+        ],
+        f"http://127.0.0.1:{args.port}",
+        args,
+    )
     ref = _measure_server(
-        [args.llama_server, "-m", str(path), "--port", str(args.port + 1), "-np",
-         str(args.slots), "-c", str(args.ctx * args.slots), "-t", threads, "-tb", threads,
-         "--no-webui"], f"http://127.0.0.1:{args.port + 1}", args)
-    return {"candlewick": ours, "llama_server": ref,
-            "ttft_ratio": round(ours["ttft_ms"] / ref["ttft_ms"], 3),
-            "tps_1_ratio": round(ours["tps_1"] / ref["tps_1"], 3),
-            f"tps_{args.slots}_ratio": round(ours[f"tps_{args.slots}"]
-                                             / ref[f"tps_{args.slots}"], 3),
-            "host_breakdown": ttft_breakdown(path, args.ttft_requests)}
+        [
+            args.llama_server,
+            "-m",
+            str(path),
+            "--port",
+            str(args.port + 1),
+            "-np",
+            str(args.slots),
+            "-c",
+            str(args.ctx * args.slots),
+            "-t",
+            threads,
+            "-tb",
+            threads,
+            "--no-webui",
+        ],
+        f"http://127.0.0.1:{args.port + 1}",
+        args,
+    )
+    return {
+        "candlewick": ours,
+        "llama_server": ref,
+        "ttft_ratio": round(ours["ttft_ms"] / ref["ttft_ms"], 3),
+        "tps_1_ratio": round(ours["tps_1"] / ref["tps_1"], 3),
+        f"tps_{args.slots}_ratio": round(ours[f"tps_{args.slots}"] / ref[f"tps_{args.slots}"], 3),
+        "host_breakdown": ttft_breakdown(path, args.ttft_requests),
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=("decode", "share", "memory", "serving", "child-decode",
-                                     "child-share"))
+    ap.add_argument(
+        "what", choices=("decode", "share", "memory", "serving", "child-decode", "child-share")
+    )
     ap.add_argument("--model", default=None)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--pairs", type=int, default=5)
@@ -470,8 +567,9 @@ def main() -> int:
         return 0
     if args.what == "serving" and not args.llama_server:
         raise SystemExit("serving needs --llama-server PATH (built from the vendored llama.cpp)")
-    result = {"decode": decode, "share": share, "memory": memory, "serving": serving}[
-        args.what](args)
+    result = {"decode": decode, "share": share, "memory": memory, "serving": serving}[args.what](
+        args
+    )
     result["machine"] = machine_line()
     print(json.dumps(result, indent=1))
     return 0

@@ -28,9 +28,11 @@ from engine.memory import estimate as memory
 from engine.settings import LoadParams, SamplingParams
 
 CONFIGS: list[tuple[str, str]] = [("f16", "off"), ("f16", "on"), ("q8_0", "on"), ("q4_0", "on")]
-TEXT = ("The history of the printing press begins with movable type in East Asia and continues "
-        "with Gutenberg's press in Mainz around 1440, which made books cheaper and faster to "
-        "produce. ")
+TEXT = (
+    "The history of the printing press begins with movable type in East Asia and continues "
+    "with Gutenberg's press in Mainz around 1440, which made books cheaper and faster to "
+    "produce. "
+)
 
 
 def main() -> int:
@@ -47,11 +49,16 @@ def main() -> int:
     models: dict[tuple[str, str], Model] = {}
     kv: dict[tuple[str, str], tuple[float, float]] = {}
     for kv_type, fa in CONFIGS:
-        p = LoadParams(n_ctx=args.ctx, n_threads=args.threads, type_k=kv_type, type_v=kv_type,
-                       flash_attn=fa, state_cache_mb=0)  # type: ignore[arg-type]
+        p = LoadParams(
+            n_ctx=args.ctx,
+            n_threads=args.threads,
+            type_k=kv_type,
+            type_v=kv_type,
+            flash_attn=fa,
+            state_cache_mb=0,
+        )  # type: ignore[arg-type]
         m = Model(path, p)
-        est = memory.estimate(m.gguf, memory.EstimateParams.from_load_params(p),
-                              method="analytic")
+        est = memory.estimate(m.gguf, memory.EstimateParams.from_load_params(p), method="analytic")
         kv[(kv_type, fa)] = (m.memory_actual.kv_bytes / 2**20, est.kv_bytes / 2**20)
         models[(kv_type, fa)] = m
     first = next(iter(models.values()))
@@ -75,16 +82,22 @@ def main() -> int:
     ref_pp = statistics.median(pp[CONFIGS[0]])
     ref_tg = statistics.median(tg[CONFIGS[0]])
     ref_kv = kv[CONFIGS[0]][0]
-    print(f"{path.name}, n_ctx {args.ctx}, prompt {len(toks)} tokens, {args.gen_tokens} generated,"
-          f" {args.threads} threads, {args.rounds} rounds (median)")
-    print("| K/V type | flash attn | KV MiB (llama.cpp) | KV MiB (formula) | vs f16 "
-          "| prompt t/s | vs ref | gen t/s | vs ref |")
+    print(
+        f"{path.name}, n_ctx {args.ctx}, prompt {len(toks)} tokens, {args.gen_tokens} generated,"
+        f" {args.threads} threads, {args.rounds} rounds (median)"
+    )
+    print(
+        "| K/V type | flash attn | KV MiB (llama.cpp) | KV MiB (formula) | vs f16 "
+        "| prompt t/s | vs ref | gen t/s | vs ref |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for c in CONFIGS:
         a, e = kv[c]
         p_med, t_med = statistics.median(pp[c]), statistics.median(tg[c])
-        print(f"| {c[0]} | {c[1]} | {a:.1f} | {e:.1f} | {a / ref_kv:.2f} | {p_med:.0f} "
-              f"| {p_med / ref_pp:.2f} | {t_med:.1f} | {t_med / ref_tg:.2f} |")
+        print(
+            f"| {c[0]} | {c[1]} | {a:.1f} | {e:.1f} | {a / ref_kv:.2f} | {p_med:.0f} "
+            f"| {p_med / ref_pp:.2f} | {t_med:.1f} | {t_med / ref_tg:.2f} |"
+        )
     for m in models.values():
         m.close()
     return 0

@@ -111,14 +111,22 @@ def main() -> int:
         "tokens_processed_follow_up": max(evals["follow_up"]),
         "tokens_processed_switch_back": max(evals["switch_back"]),
     }
-    print(json.dumps(result, indent=2) if args.json else
-          "\n".join(f"{k:32} {v}" for k, v in result.items()))
+    print(
+        json.dumps(result, indent=2)
+        if args.json
+        else "\n".join(f"{k:32} {v}" for k, v in result.items())
+    )
     # Switching back must process no more than staying would have (the new turn, plus the
     # few template tokens that close the previous one).
-    ok = result["follow_up_over_new_only"] <= 1.2 and \
-        result["tokens_processed_switch_back"] <= result["tokens_processed_follow_up"]
-    print(f"goals (follow-up <= 1.2x new-only; switching back processes no more than staying): "
-          f"{'MET' if ok else 'NOT MET'}", file=sys.stderr)
+    ok = (
+        result["follow_up_over_new_only"] <= 1.2
+        and result["tokens_processed_switch_back"] <= result["tokens_processed_follow_up"]
+    )
+    print(
+        f"goals (follow-up <= 1.2x new-only; switching back processes no more than staying): "
+        f"{'MET' if ok else 'NOT MET'}",
+        file=sys.stderr,
+    )
     return 0 if ok else 1
 
 

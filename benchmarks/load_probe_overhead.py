@@ -63,13 +63,21 @@ def main() -> None:
                 times[k].append(dt)
     med = {k: statistics.median(v) for k, v in times.items()}
     added = med["first"] - med["later"]
-    print(json.dumps({
-        "model": path.name, "cpu": _cpu(), "rounds": args.rounds, "n_ctx": args.ctx,
-        "median_s": {k: round(v, 3) for k, v in med.items()},
-        "added_s": round(added, 3),
-        "added_over_estimate": round(added / med["estimate"], 2),
-        "child_over_estimate": round(med["child"] / med["estimate"], 2),
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "model": path.name,
+                "cpu": _cpu(),
+                "rounds": args.rounds,
+                "n_ctx": args.ctx,
+                "median_s": {k: round(v, 3) for k, v in med.items()},
+                "added_s": round(added, 3),
+                "added_over_estimate": round(added / med["estimate"], 2),
+                "child_over_estimate": round(med["child"] / med["estimate"], 2),
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

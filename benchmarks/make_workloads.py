@@ -42,37 +42,75 @@ CHAT = [
 ]
 
 CODE = [
-    ("Complete this Python function:\n\n```python\ndef is_palindrome(s: str) -> bool:\n"
-     "    \"\"\"Return True if s reads the same forwards and backwards, ignoring case and "
-     "non-letters.\"\"\"\n```", 200),
-    ("Write a Python function that merges two sorted lists into one sorted list without "
-     "using sort().", 256),
-    ("Complete the JavaScript function:\n\n```javascript\n// Debounce: call fn only after "
-     "`wait` ms have passed without another call.\nfunction debounce(fn, wait) {\n```", 220),
-    ("Write a SQL query that returns the five customers with the highest total order value "
-     "from tables customers(id, name) and orders(id, customer_id, amount).", 200),
-    ("Implement a stack class in Python with push, pop, peek and is_empty, with type hints "
-     "and docstrings.", 360),
-    ("Complete this Rust function:\n\n```rust\n/// Count how often each word occurs in "
-     "`text`.\nfn word_counts(text: &str) -> std::collections::HashMap<String, usize> {\n```",
-     300),
-    ("Write a bash script that finds all .log files older than 7 days under /var/log/myapp "
-     "and compresses them with gzip.", 220),
-    ("Write a Python function that reads a CSV file and returns the average of a numeric "
-     "column given by name, skipping empty cells.", 300),
-    ("Complete the Go function:\n\n```go\n// Reverse returns s with its runes in reverse "
-     "order.\nfunc Reverse(s string) string {\n```", 160),
-    ("Write a unit test with pytest for a function add(a, b) that covers integers, floats "
-     "and a TypeError for strings.", 300),
+    (
+        "Complete this Python function:\n\n```python\ndef is_palindrome(s: str) -> bool:\n"
+        '    """Return True if s reads the same forwards and backwards, ignoring case and '
+        'non-letters."""\n```',
+        200,
+    ),
+    (
+        "Write a Python function that merges two sorted lists into one sorted list without "
+        "using sort().",
+        256,
+    ),
+    (
+        "Complete the JavaScript function:\n\n```javascript\n// Debounce: call fn only after "
+        "`wait` ms have passed without another call.\nfunction debounce(fn, wait) {\n```",
+        220,
+    ),
+    (
+        "Write a SQL query that returns the five customers with the highest total order value "
+        "from tables customers(id, name) and orders(id, customer_id, amount).",
+        200,
+    ),
+    (
+        "Implement a stack class in Python with push, pop, peek and is_empty, with type hints "
+        "and docstrings.",
+        360,
+    ),
+    (
+        "Complete this Rust function:\n\n```rust\n/// Count how often each word occurs in "
+        "`text`.\nfn word_counts(text: &str) -> std::collections::HashMap<String, usize> {\n```",
+        300,
+    ),
+    (
+        "Write a bash script that finds all .log files older than 7 days under /var/log/myapp "
+        "and compresses them with gzip.",
+        220,
+    ),
+    (
+        "Write a Python function that reads a CSV file and returns the average of a numeric "
+        "column given by name, skipping empty cells.",
+        300,
+    ),
+    (
+        "Complete the Go function:\n\n```go\n// Reverse returns s with its runes in reverse "
+        "order.\nfunc Reverse(s string) string {\n```",
+        160,
+    ),
+    (
+        "Write a unit test with pytest for a function add(a, b) that covers integers, floats "
+        "and a TypeError for strings.",
+        300,
+    ),
     ("Implement binary search in C over a sorted int array; return the index or -1.", 256),
     ("Write a Python class LRUCache with get and put in O(1) using OrderedDict.", 360),
-    ("Complete this TypeScript interface and a function that validates it:\n\n```typescript\n"
-     "interface User {\n  id: number;\n  email: string;\n```", 320),
+    (
+        "Complete this TypeScript interface and a function that validates it:\n\n```typescript\n"
+        "interface User {\n  id: number;\n  email: string;\n```",
+        320,
+    ),
     ("Write a Python generator that yields the Fibonacci numbers below a limit.", 160),
-    ("Write a Dockerfile for a small Python web app that uses requirements.txt and runs "
-     "gunicorn on port 8000.", 240),
-    ("Explain and fix the bug:\n\n```python\ndef average(xs):\n    total = 0\n    for x in xs:"
-     "\n        total += x\n    return total / len(x)\n```", 256),
+    (
+        "Write a Dockerfile for a small Python web app that uses requirements.txt and runs "
+        "gunicorn on port 8000.",
+        240,
+    ),
+    (
+        "Explain and fix the bug:\n\n```python\ndef average(xs):\n    total = 0\n    for x in xs:"
+        "\n        total += x\n    return total / len(x)\n```",
+        256,
+    ),
 ]
 
 PASSAGES = [
@@ -217,17 +255,17 @@ QUESTIONS = [
     ("How long after entering Hob's Swallow does the water reappear, and where?", 160),
     ("Describe how Harrowmere cheese is made and who makes it today.", 260),
     ("What happened during the flood of 1995, and how is the valley protected now?", 260),
-    ("Compare the population of the valley in 1881, 1971 and today, and explain the "
-     "changes.", 260),
+    ("Compare the population of the valley in 1881, 1971 and today, and explain the changes.", 260),
     ("What is the Lantern Walk, and when and where does it take place?", 220),
     ("How does the valley get its water, and what happened in the summer of 2018?", 220),
-    ("Which events are part of the Harrowmere Show, and what is the fell race course "
-     "record?", 220),
+    ("Which events are part of the Harrowmere Show, and what is the fell race course record?", 220),
 ]
 
-SYSTEM_RAG = ("You are a helpful assistant. Answer the question using only the retrieved "
-              "passages. Cite passage numbers in square brackets. If the passages do not "
-              "contain the answer, say so.")
+SYSTEM_RAG = (
+    "You are a helpful assistant. Answer the question using only the retrieved "
+    "passages. Cite passage numbers in square brackets. If the passages do not "
+    "contain the answer, say so."
+)
 
 
 def rag_prompts() -> list[dict[str, object]]:
@@ -242,21 +280,30 @@ def rag_prompts() -> list[dict[str, object]]:
         chunks = [PASSAGES[j] for j in order + extra]
         context = "\n\n".join(f"[{n + 1}] {text}" for n, text in enumerate(chunks))
         user = f"Retrieved passages:\n\n{context}\n\nQuestion: {question}"
-        out.append({"id": f"rag-{i + 1}", "max_tokens": max_tokens,
-                    "messages": [{"role": "system", "content": SYSTEM_RAG},
-                                 {"role": "user", "content": user}]})
+        out.append(
+            {
+                "id": f"rag-{i + 1}",
+                "max_tokens": max_tokens,
+                "messages": [
+                    {"role": "system", "content": SYSTEM_RAG},
+                    {"role": "user", "content": user},
+                ],
+            }
+        )
     return out
 
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     sets = {
-        "chat": [{"id": f"chat-{i + 1}", "max_tokens": n,
-                  "messages": [{"role": "user", "content": q}]}
-                 for i, (q, n) in enumerate(CHAT)],
-        "code": [{"id": f"code-{i + 1}", "max_tokens": n,
-                  "messages": [{"role": "user", "content": q}]}
-                 for i, (q, n) in enumerate(CODE)],
+        "chat": [
+            {"id": f"chat-{i + 1}", "max_tokens": n, "messages": [{"role": "user", "content": q}]}
+            for i, (q, n) in enumerate(CHAT)
+        ],
+        "code": [
+            {"id": f"code-{i + 1}", "max_tokens": n, "messages": [{"role": "user", "content": q}]}
+            for i, (q, n) in enumerate(CODE)
+        ],
         "rag": rag_prompts(),
     }
     for name, items in sets.items():

@@ -29,9 +29,12 @@ REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "memory.md"
 START, END = "<!-- accuracy-table:start -->", "<!-- accuracy-table:end -->"
 MiB = 1 << 20
-CASES = [(m, ctx, kv, "auto") for m in ("smollm2", "gemma") for ctx in (512, 4096, 16384)
-         for kv in ("f16", "q8_0", "q4_0")] + [("smollm2", 16384, "f16", "off"),
-                                                ("gemma", 16384, "f16", "off")]
+CASES = [
+    (m, ctx, kv, "auto")
+    for m in ("smollm2", "gemma")
+    for ctx in (512, 4096, 16384)
+    for kv in ("f16", "q8_0", "q4_0")
+] + [("smollm2", 16384, "f16", "off"), ("gemma", 16384, "f16", "off")]
 
 
 def model_path(name: str) -> Path:
@@ -53,8 +56,13 @@ def run_case(name: str, ctx: int, kv: str, fa: str) -> dict[str, float]:
     from engine.memory.hardware import GiB, cpu_only, process_rss
 
     path = model_path(name)
-    params = EstimateParams(n_ctx=ctx, type_k=kv, type_v=kv, flash_attn=fa,  # type: ignore[arg-type]
-                            n_gpu_layers=0)
+    params = EstimateParams(
+        n_ctx=ctx,
+        type_k=kv,
+        type_v=kv,
+        flash_attn=fa,  # type: ignore[arg-type]
+        n_gpu_layers=0,
+    )
     hw = cpu_only(64 * GiB)
     estimate(path, params, hardware=hw, method="dry-run")  # warm the page cache and the library
     t0 = time.perf_counter()
@@ -73,18 +81,27 @@ def run_case(name: str, ctx: int, kv: str, fa: str) -> dict[str, float]:
     assert rc == 0, rc
     rss_decode = process_rss() - rss0
     model.close()
-    return {"dry": dry.total_bytes, "analytic": analytic.total_bytes,
-            "actual": actual.total_bytes, "weights": actual.weights_bytes,
-            "kv": actual.kv_bytes, "compute": actual.compute_bytes,
-            "rss_load": actual.rss_growth_bytes or 0, "rss_decode": rss_decode,
-            "t_dry": t_dry, "t_load": t_load}
+    return {
+        "dry": dry.total_bytes,
+        "analytic": analytic.total_bytes,
+        "actual": actual.total_bytes,
+        "weights": actual.weights_bytes,
+        "kv": actual.kv_bytes,
+        "compute": actual.compute_bytes,
+        "rss_load": actual.rss_growth_bytes or 0,
+        "rss_decode": rss_decode,
+        "t_dry": t_dry,
+        "t_load": t_load,
+    }
 
 
 def table(rows: list[tuple[tuple[str, int, str, str], dict[str, float]]]) -> str:
-    out = ["| model | ctx | KV | flash attn | actual (llama.cpp buffers) | dry run | error | "
-           "analytic | error | weights / KV / compute | RSS after load / after a 512-token "
-           "prompt |",
-           "|---|---:|---|---|---:|---:|---:|---:|---:|---|---|"]
+    out = [
+        "| model | ctx | KV | flash attn | actual (llama.cpp buffers) | dry run | error | "
+        "analytic | error | weights / KV / compute | RSS after load / after a 512-token "
+        "prompt |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---|---|",
+    ]
     worst = 0.0
     for (name, ctx, kv, fa), r in rows:
         a = r["actual"]
@@ -96,13 +113,16 @@ def table(rows: list[tuple[tuple[str, int, str, str], dict[str, float]]]) -> str
             f"| {a / MiB:.1f} MiB | {r['dry'] / MiB:.1f} MiB | {e_dry:+.2f}% "
             f"| {r['analytic'] / MiB:.1f} MiB | {e_an:+.2f}% "
             f"| {r['weights'] / MiB:.1f} / {r['kv'] / MiB:.1f} / {r['compute'] / MiB:.1f} "
-            f"| {r['rss_load'] / MiB:.0f} / {r['rss_decode'] / MiB:.0f} MiB |")
+            f"| {r['rss_load'] / MiB:.0f} / {r['rss_decode'] / MiB:.0f} MiB |"
+        )
     ratio = sum(r["t_dry"] for _, r in rows) / sum(r["t_load"] for _, r in rows)
     mean_dry = sum(r["t_dry"] for _, r in rows) / len(rows)
     out.append("")
-    out.append(f"Largest error of either method: {worst:.2f}%. A dry run takes "
-               f"{ratio:.2f}x the time of a real (mmap) load of the same model in the same run "
-               f"(mean {mean_dry * 1000:.0f} ms on this machine).")
+    out.append(
+        f"Largest error of either method: {worst:.2f}%. A dry run takes "
+        f"{ratio:.2f}x the time of a real (mmap) load of the same model in the same run "
+        f"(mean {mean_dry * 1000:.0f} ms on this machine)."
+    )
     return "\n".join(out)
 
 

@@ -47,8 +47,9 @@ def second_model(arg: str | None) -> Path:
 
 def ttft(client: openai.OpenAI, model: str) -> float:
     t0 = time.perf_counter()
-    stream = client.chat.completions.create(model=model, messages=ASK, max_tokens=4,
-                                            temperature=0, stream=True)
+    stream = client.chat.completions.create(
+        model=model, messages=ASK, max_tokens=4, temperature=0, stream=True
+    )
     first = None
     for chunk in stream:
         if first is None and chunk.choices and chunk.choices[0].delta.content:
@@ -61,8 +62,9 @@ def unload(client: openai.OpenAI, model: str) -> None:
     client.post(f"/models/{model}/unload", cast_to=object)
 
 
-def serve(specs: list[Loadable], budget: MemoryBudget | None
-          ) -> tuple[ServerThread, ServerState, ModelHost]:
+def serve(
+    specs: list[Loadable], budget: MemoryBudget | None
+) -> tuple[ServerThread, ServerState, ModelHost]:
     host = ModelHost(lambda: specs, budget)
     state = ServerState(ServerConfig(port=0, model_id=specs[0].name), host=host)
     return ServerThread(state).start(), state, host
@@ -78,13 +80,16 @@ def main() -> None:
     a = Loadable("first", model_path(args.model), params)
     b = Loadable("second", second_model(args.second), params)
     print(machine_line())
-    print(f"models: {a.path.name}, {b.path.name}; {params.n_ctx} tokens of context, "
-          f"{params.n_seq_max} slots")
+    print(
+        f"models: {a.path.name}, {b.path.name}; {params.n_ctx} tokens of context, "
+        f"{params.n_seq_max} slots"
+    )
 
     srv, state, host = serve([a, b], None)
     try:
-        with openai.OpenAI(base_url=srv.url + "/v1", api_key="none", timeout=600,
-                           max_retries=0) as c:
+        with openai.OpenAI(
+            base_url=srv.url + "/v1", api_key="none", timeout=600, max_retries=0
+        ) as c:
             for spec in (a, b):
                 warm, cold = [], []
                 ttft(c, spec.name)  # loaded, and the first request's one-off costs paid
@@ -94,9 +99,11 @@ def main() -> None:
                     unload(c, spec.name)
                     cold.append(ttft(c, spec.name))
                 w, k = statistics.median(warm), statistics.median(cold)
-                print(f"{spec.path.name}: warm TTFT {w * 1000:.0f} ms, cold (load on demand) "
-                      f"{k * 1000:.0f} ms, ratio {k / w:.1f}; the load is "
-                      f"{(k - w) / k:.0%} of the cold wait")
+                print(
+                    f"{spec.path.name}: warm TTFT {w * 1000:.0f} ms, cold (load on demand) "
+                    f"{k * 1000:.0f} ms, ratio {k / w:.1f}; the load is "
+                    f"{(k - w) / k:.0%} of the cold wait"
+                )
     finally:
         srv.stop()
         state.close()
@@ -106,8 +113,9 @@ def main() -> None:
     room = max(estimate_need(s).devices.get("CPU", 0) for s in (a, b))
     srv, state, host = serve([a, b], MemoryBudget({"CPU": int(room * 1.1)}))
     try:
-        with openai.OpenAI(base_url=srv.url + "/v1", api_key="none", timeout=600,
-                           max_retries=0) as c:
+        with openai.OpenAI(
+            base_url=srv.url + "/v1", api_key="none", timeout=600, max_retries=0
+        ) as c:
             ttft(c, a.name)
             warm = [ttft(c, a.name) for _ in range(args.runs)]
             swaps: dict[str, list[float]] = {a.name: [], b.name: []}
@@ -118,8 +126,10 @@ def main() -> None:
         w = statistics.median(warm)
         for spec in (b, a):
             s = statistics.median(swaps[spec.name])
-            print(f"swap to {spec.path.name}: TTFT {s * 1000:.0f} ms, {s / w:.1f}x warm "
-                  f"({w * 1000:.0f} ms)")
+            print(
+                f"swap to {spec.path.name}: TTFT {s * 1000:.0f} ms, {s / w:.1f}x warm "
+                f"({w * 1000:.0f} ms)"
+            )
         print(f"loads on demand in the swap run: {loads} (expected {1 + 2 * args.runs})")
     finally:
         srv.stop()

@@ -37,9 +37,24 @@ from engine.server import ServedModel, ServerConfig, ServerState, ServerThread  
 from engine.settings import FlashAttn, LoadParams, SamplingParams  # noqa: E402
 
 LEVELS = (1, 2, 4, 8, 16)
-TOPICS = ["a dragon", "the sea", "a robot", "a lighthouse", "a forest", "a city at night",
-          "a train", "the moon", "a garden", "a mountain", "a library", "a storm",
-          "a small boat", "a desert", "a clockmaker", "a winter village"]
+TOPICS = [
+    "a dragon",
+    "the sea",
+    "a robot",
+    "a lighthouse",
+    "a forest",
+    "a city at night",
+    "a train",
+    "the moon",
+    "a garden",
+    "a mountain",
+    "a library",
+    "a storm",
+    "a small boat",
+    "a desert",
+    "a clockmaker",
+    "a winter village",
+]
 
 
 def run_level(url: str, n: int, max_tokens: int, round_no: int) -> tuple[float, int]:
@@ -49,10 +64,17 @@ def run_level(url: str, n: int, max_tokens: int, round_no: int) -> tuple[float, 
     barrier = threading.Barrier(n + 1)
 
     def client(i: int) -> None:
-        body = {"messages": [{"role": "user", "content":
-                              f"Write a long story about {TOPICS[i % len(TOPICS)]} "
-                              f"(take {round_no})."}],
-                "max_tokens": max_tokens, "temperature": 0}
+        body = {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": f"Write a long story about {TOPICS[i % len(TOPICS)]} "
+                    f"(take {round_no}).",
+                }
+            ],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+        }
         with httpx.Client(timeout=600) as c:
             barrier.wait()
             r = c.post(url + "/v1/chat/completions", json=body)
@@ -75,9 +97,14 @@ def run_level(url: str, n: int, max_tokens: int, round_no: int) -> tuple[float, 
 
 
 def prompt_for(model: Model, i: int, round_no: int) -> list[int]:
-    return model.chat_tokens([{"role": "user", "content":
-                               f"Write a long story about {TOPICS[i % len(TOPICS)]} "
-                               f"(take {round_no})."}])
+    return model.chat_tokens(
+        [
+            {
+                "role": "user",
+                "content": f"Write a long story about {TOPICS[i % len(TOPICS)]} (take {round_no}).",
+            }
+        ]
+    )
 
 
 def raw_batched_tps(model: Model, n: int, max_tokens: int, round_no: int) -> float:
@@ -132,8 +159,10 @@ def raw_batched_tps(model: Model, n: int, max_tokens: int, round_no: int) -> flo
 def runtime_decode_tps(model: Model, max_tokens: int) -> float:
     """What `candlewick run` achieves: engine.host.runtime's decode speed (wall clock)."""
     model.reset_cache()
-    gen = model.generate([{"role": "user", "content": "Write a long story about a dragon."}],
-                         SamplingParams(temperature=0.0, max_tokens=max_tokens))
+    gen = model.generate(
+        [{"role": "user", "content": "Write a long story about a dragon."}],
+        SamplingParams(temperature=0.0, max_tokens=max_tokens),
+    )
     gen.consume()
     return gen.stats.gen_tps_wall
 
@@ -150,10 +179,10 @@ def scheduler_decode_tps(loaded: ServedModel, model: Model, max_tokens: int) -> 
                 out.append((st.gen_tokens - 1) / (st.total_s - st.ttft_s))
             done.set()
 
-    prompt = model.chat_tokens([{"role": "user",
-                                 "content": "Write a long story about a dragon."}])
-    loaded.scheduler.submit(prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens),
-                            on, stream=False)
+    prompt = model.chat_tokens([{"role": "user", "content": "Write a long story about a dragon."}])
+    loaded.scheduler.submit(
+        prompt, SamplingParams(temperature=0.0, max_tokens=max_tokens), on, stream=False
+    )
     done.wait()
     return out[0] if out else 0.0
 
@@ -163,15 +192,25 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--pairs", type=int, default=7,
-                    help="runtime/scheduler single-request pairs")
-    ap.add_argument("--flash-attn", choices=("off", "on", "auto"), default="auto",
-                    help="flash attention for every context here (auto = the engine's default)")
-    ap.add_argument("--server-only", action="store_true",
-                    help="only the server in this process; `candlewick run` as a separate "
-                         "process for the single-request reference (see server_only())")
-    ap.add_argument("--append", type=Path, default=None,
-                    help="append the results as a section to this markdown file")
+    ap.add_argument("--pairs", type=int, default=7, help="runtime/scheduler single-request pairs")
+    ap.add_argument(
+        "--flash-attn",
+        choices=("off", "on", "auto"),
+        default="auto",
+        help="flash attention for every context here (auto = the engine's default)",
+    )
+    ap.add_argument(
+        "--server-only",
+        action="store_true",
+        help="only the server in this process; `candlewick run` as a separate "
+        "process for the single-request reference (see server_only())",
+    )
+    ap.add_argument(
+        "--append",
+        type=Path,
+        default=None,
+        help="append the results as a section to this markdown file",
+    )
     args = ap.parse_args()
     path = bundled_default_model()
     if path is None:
@@ -181,8 +220,9 @@ def main() -> int:
         return server_only(path, args)
     n_slots = max(LEVELS)
     fa: FlashAttn = args.flash_attn
-    batched = LoadParams(n_ctx=512 * n_slots, n_seq_max=n_slots, n_threads=args.threads,
-                         flash_attn=fa)
+    batched = LoadParams(
+        n_ctx=512 * n_slots, n_seq_max=n_slots, n_threads=args.threads, flash_attn=fa
+    )
     served = Model(path, batched)
     raw = Model(path, batched)  # same settings, driven by hand: the llama.cpp reference
     single = Model(path, LoadParams(n_ctx=2048, n_threads=args.threads, flash_attn=fa))
@@ -211,9 +251,12 @@ def main() -> int:
                     raw_tps = raw_batched_tps(raw, n, args.max_tokens, rnd)
                     cpu_raw[n].append(n * args.max_tokens / (time.process_time() - c0))
                     raw_res[n].append(raw_tps)
-                    print(f"round {rnd + 1}: {n:2d} concurrent -> {tps:6.1f} tok/s "
-                          f"(raw llama.cpp {raw_tps:6.1f}); per CPU-s {cpu_srv[n][-1]:6.1f} "
-                          f"(raw {cpu_raw[n][-1]:6.1f})", file=sys.stderr)
+                    print(
+                        f"round {rnd + 1}: {n:2d} concurrent -> {tps:6.1f} tok/s "
+                        f"(raw llama.cpp {raw_tps:6.1f}); per CPU-s {cpu_srv[n][-1]:6.1f} "
+                        f"(raw {cpu_raw[n][-1]:6.1f})",
+                        file=sys.stderr,
+                    )
             # Single-request decode speed: scheduler and runtime back to back, several pairs,
             # so both see the same machine load; the median of the paired ratios is reported.
             for _ in range(args.pairs):
@@ -228,14 +271,22 @@ def main() -> int:
     med = {n: statistics.median(v) for n, v in results.items()}
     rmed = {n: statistics.median(v) for n, v in raw_res.items()}
     # Same-round ratios: each round's level against that round's single request.
-    ratio_srv = {n: statistics.median(a / b for a, b in zip(results[n], results[1],
-                                                             strict=True)) for n in LEVELS}
-    ratio_raw = {n: statistics.median(a / b for a, b in zip(raw_res[n], raw_res[1],
-                                                             strict=True)) for n in LEVELS}
-    cpu_ratio_srv = {n: statistics.median(a / b for a, b in zip(cpu_srv[n], cpu_srv[1],
-                                                                 strict=True)) for n in LEVELS}
-    cpu_ratio_raw = {n: statistics.median(a / b for a, b in zip(cpu_raw[n], cpu_raw[1],
-                                                                 strict=True)) for n in LEVELS}
+    ratio_srv = {
+        n: statistics.median(a / b for a, b in zip(results[n], results[1], strict=True))
+        for n in LEVELS
+    }
+    ratio_raw = {
+        n: statistics.median(a / b for a, b in zip(raw_res[n], raw_res[1], strict=True))
+        for n in LEVELS
+    }
+    cpu_ratio_srv = {
+        n: statistics.median(a / b for a, b in zip(cpu_srv[n], cpu_srv[1], strict=True))
+        for n in LEVELS
+    }
+    cpu_ratio_raw = {
+        n: statistics.median(a / b for a, b in zip(cpu_raw[n], cpu_raw[1], strict=True))
+        for n in LEVELS
+    }
     ref = statistics.median(ref_run)
     sched_single = statistics.median(single_decode)
     ratio = statistics.median(a / b for a, b in zip(single_decode, ref_run, strict=True))
@@ -260,9 +311,12 @@ def main() -> int:
         "| raw vs 1 | server / raw | server tok/CPU-s vs 1 | raw tok/CPU-s vs 1 |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    lines += [f"| {n} | {med[n]:.1f} | {ratio_srv[n]:.2f}x | {rmed[n]:.1f} | "
-              f"{ratio_raw[n]:.2f}x | {med[n] / rmed[n]:.2f} | {cpu_ratio_srv[n]:.2f}x | "
-              f"{cpu_ratio_raw[n]:.2f}x |" for n in LEVELS]
+    lines += [
+        f"| {n} | {med[n]:.1f} | {ratio_srv[n]:.2f}x | {rmed[n]:.1f} | "
+        f"{ratio_raw[n]:.2f}x | {med[n] / rmed[n]:.2f} | {cpu_ratio_srv[n]:.2f}x | "
+        f"{cpu_ratio_raw[n]:.2f}x |"
+        for n in LEVELS
+    ]
     lines += [
         "",
         f"Single request, decode only ({args.pairs} back-to-back pairs, medians): server "
@@ -285,10 +339,28 @@ def main() -> int:
 def run_cli_decode_tps(max_tokens: int, threads: int, flash_attn: str) -> float:
     """`candlewick run` itself, in its own process: its wall-clock decode speed."""
     out = subprocess.run(
-        [sys.executable, "-m", "app.cli", "run", "default", "Write a long story about a dragon.",
-         "--max-tokens", str(max_tokens), "--threads", str(threads), "--temperature", "0",
-         "--flash-attn", flash_attn, "--json"],
-        capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "run",
+            "default",
+            "Write a long story about a dragon.",
+            "--max-tokens",
+            str(max_tokens),
+            "--threads",
+            str(threads),
+            "--temperature",
+            "0",
+            "--flash-attn",
+            flash_attn,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     return float(json.loads(out.stdout)["gen_tps_wall"])
 
 
@@ -305,8 +377,10 @@ def server_only(path: Path, args: argparse.Namespace) -> int:
     """
     n_slots = max(LEVELS)
     fa: FlashAttn = args.flash_attn
-    served = Model(path, LoadParams(n_ctx=512 * n_slots, n_seq_max=n_slots,
-                                    n_threads=args.threads, flash_attn=fa))
+    served = Model(
+        path,
+        LoadParams(n_ctx=512 * n_slots, n_seq_max=n_slots, n_threads=args.threads, flash_attn=fa),
+    )
     loaded = ServedModel.build(served, "smollm2", max_queue=64, embeddings=False)
     state = ServerState(ServerConfig(port=0, model_id="smollm2", max_tokens_cap=4096))
     state.set_loaded(loaded)
@@ -319,8 +393,10 @@ def server_only(path: Path, args: argparse.Namespace) -> int:
             for rnd in range(args.rounds):
                 for n in LEVELS:
                     results[n].append(run_level(srv.url, n, args.max_tokens, rnd)[0])
-                    print(f"round {rnd + 1}: {n:2d} concurrent -> {results[n][-1]:6.1f} tok/s",
-                          file=sys.stderr)
+                    print(
+                        f"round {rnd + 1}: {n:2d} concurrent -> {results[n][-1]:6.1f} tok/s",
+                        file=sys.stderr,
+                    )
             for _ in range(args.pairs):
                 ref_run.append(run_cli_decode_tps(args.max_tokens, args.threads, fa))
                 single_decode.append(scheduler_decode_tps(loaded, served, args.max_tokens))
@@ -328,8 +404,10 @@ def server_only(path: Path, args: argparse.Namespace) -> int:
         loaded.close()
         served.close()
     med = {n: statistics.median(v) for n, v in results.items()}
-    ratio_srv = {n: statistics.median(a / b for a, b in zip(results[n], results[1],
-                                                             strict=True)) for n in LEVELS}
+    ratio_srv = {
+        n: statistics.median(a / b for a, b in zip(results[n], results[1], strict=True))
+        for n in LEVELS
+    }
     ratio = statistics.median(a / b for a, b in zip(single_decode, ref_run, strict=True))
     lines = [
         "",

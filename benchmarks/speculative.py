@@ -132,18 +132,29 @@ CODE2 = """def total_price(items, tax_rate):
 PROMPTS: list[tuple[str, str]] = [
     ("action items", NOTES + "\n\nCopy the action items from these notes exactly, one per line."),
     ("decisions", NOTES + "\n\nList the decisions from the notes, word for word."),
-    ("quote", ARTICLE + "\n\nQuote the sentences of the article about parking spaces and "
-                        "funding exactly."),
+    (
+        "quote",
+        ARTICLE + "\n\nQuote the sentences of the article about parking spaces and "
+        "funding exactly.",
+    ),
     ("summary", ARTICLE + "\n\nSummarise the article in three sentences, reusing its wording."),
-    ("code edit", CODE + "\n\nRewrite this function with the default port changed to 9090. "
-                         "Show the whole function."),
+    (
+        "code edit",
+        CODE + "\n\nRewrite this function with the default port changed to 9090. "
+        "Show the whole function.",
+    ),
     ("ingredients", RECIPE + "\n\nList the ingredients of this recipe."),
-    ("email facts", EMAIL + "\n\nExtract the travel dates, times and places from this email "
-                            "as a list."),
-    ("rename", CODE2 + "\n\nRewrite this function with the variable `total` renamed to "
-                       "`amount`."),
-    ("rag answer", "Answer the question using only the passage.\n\nPassage: " + ARTICLE
-     + "\n\nQuestion: What will happen to the parking spaces near the market square?"),
+    (
+        "email facts",
+        EMAIL + "\n\nExtract the travel dates, times and places from this email as a list.",
+    ),
+    ("rename", CODE2 + "\n\nRewrite this function with the variable `total` renamed to `amount`."),
+    (
+        "rag answer",
+        "Answer the question using only the passage.\n\nPassage: "
+        + ARTICLE
+        + "\n\nQuestion: What will happen to the parking spaces near the market square?",
+    ),
 ]
 
 
@@ -151,13 +162,17 @@ CLOCK = time.perf_counter
 Arm = Callable[[str, int], dict[str, Any]]
 
 
-def run_once(model: Model, prompt: str, max_tokens: int,
-             spec: SpecMode | None = None) -> dict[str, Any]:
+def run_once(
+    model: Model, prompt: str, max_tokens: int, spec: SpecMode | None = None
+) -> dict[str, Any]:
     """One chat request (as the app makes it) through the model's decode loop; `spec`: the
     request's speculative decoding (None: the model's own setting)."""
     model.reset_cache()
-    gen = model.generate([{"role": "user", "content": prompt}],
-                         SamplingParams(temperature=0, max_tokens=max_tokens), spec=spec)
+    gen = model.generate(
+        [{"role": "user", "content": prompt}],
+        SamplingParams(temperature=0, max_tokens=max_tokens),
+        spec=spec,
+    )
     t_first = None
     n_first = 0
     for _ in gen:
@@ -168,8 +183,13 @@ def run_once(model: Model, prompt: str, max_tokens: int,
     st = gen.stats
     n = len(gen.tokens) - n_first
     tps = n / (t_end - t_first) if t_first is not None and t_end > t_first and n > 0 else 0.0
-    return {"tps": tps, "tokens": len(gen.tokens), "text": gen.text,
-            "drafted": st.draft_tokens, "accepted": st.draft_accepted}
+    return {
+        "tps": tps,
+        "tokens": len(gen.tokens),
+        "text": gen.text,
+        "drafted": st.draft_tokens,
+        "accepted": st.draft_accepted,
+    }
 
 
 def run_server_once(model: Model, prompt: str, max_tokens: int) -> dict[str, Any]:
@@ -183,24 +203,31 @@ def run_server_once(model: Model, prompt: str, max_tokens: int) -> dict[str, Any
             first.append(CLOCK())
 
     model.reset_cache()
-    req = model.loop.submit(model.chat_tokens([{"role": "user", "content": prompt}]),
-                            SamplingParams(temperature=0, max_tokens=max_tokens), on_event)
+    req = model.loop.submit(
+        model.chat_tokens([{"role": "user", "content": prompt}]),
+        SamplingParams(temperature=0, max_tokens=max_tokens),
+        on_event,
+    )
     if not req.done.wait(600):
         raise SystemExit("a server request did not finish")
     t_end = CLOCK()
     st = req.stats
     n = st.gen_tokens - 1
     tps = n / (t_end - first[0]) if first and t_end > first[0] and n > 0 else 0.0
-    return {"tps": tps, "tokens": st.gen_tokens, "text": req.text,
-            "drafted": st.draft_tokens, "accepted": st.draft_accepted}
+    return {
+        "tps": tps,
+        "tokens": st.gen_tokens,
+        "text": req.text,
+        "drafted": st.draft_tokens,
+        "accepted": st.draft_accepted,
+    }
 
 
 def median_tps(rs: list[dict[str, Any]]) -> float:
     return float(statistics.median(r["tps"] for r in rs))
 
 
-def ratios(results: dict[str, dict[str, list[dict[str, Any]]]], arm: str, ref: str
-           ) -> list[float]:
+def ratios(results: dict[str, dict[str, list[dict[str, Any]]]], arm: str, ref: str) -> list[float]:
     return [median_tps(r[arm]) / median_tps(r[ref]) for r in results.values()]
 
 
@@ -212,25 +239,45 @@ def _same(r: dict[str, list[dict[str, Any]]], arm: str, ref: str) -> bool:
     return all(x["text"] == r[ref][0]["text"] for x in r[arm])
 
 
-def table(results: dict[str, dict[str, list[dict[str, Any]]]], spec_arms: list[str],
-          command: str, settings: str) -> str:
+def table(
+    results: dict[str, dict[str, list[dict[str, Any]]]],
+    spec_arms: list[str],
+    command: str,
+    settings: str,
+) -> str:
     cols = ["plain t/s", *(f"{a} t/s" for a in spec_arms)]
-    heads = [*cols, *(h for a in spec_arms for h in (f"{a} speed-up", f"{a} acceptance")),
-             "same text", "exact: plain t/s", "exact: lookup t/s", "exact: speed-up",
-             "exact: same text"]
-    out = [f"`{command}`", "", settings, "",
-           "| prompt | " + " | ".join(heads) + " |",
-           "|---|" + "---:|" * len(heads)]
+    heads = [
+        *cols,
+        *(h for a in spec_arms for h in (f"{a} speed-up", f"{a} acceptance")),
+        "same text",
+        "exact: plain t/s",
+        "exact: lookup t/s",
+        "exact: speed-up",
+        "exact: same text",
+    ]
+    out = [
+        f"`{command}`",
+        "",
+        settings,
+        "",
+        "| prompt | " + " | ".join(heads) + " |",
+        "|---|" + "---:|" * len(heads),
+    ]
     for name, r in results.items():
         cells = [f"{median_tps(r[a]):.1f}" for a in ("plain", *spec_arms)]
         for a in spec_arms:
             acc, dr = acceptance(r[a])
-            cells += [f"{median_tps(r[a]) / median_tps(r['plain']):.2f}",
-                      f"{acc}/{dr} = {acc / max(1, dr):.0%}"]
+            cells += [
+                f"{median_tps(r[a]) / median_tps(r['plain']):.2f}",
+                f"{acc}/{dr} = {acc / max(1, dr):.0%}",
+            ]
         cells.append("yes" if all(_same(r, a, "plain") for a in spec_arms) else "no")
-        cells += [f"{median_tps(r['plain exact']):.1f}", f"{median_tps(r['lookup exact']):.1f}",
-                  f"{median_tps(r['lookup exact']) / median_tps(r['plain exact']):.2f}",
-                  "yes" if _same(r, "lookup exact", "plain exact") else "no"]
+        cells += [
+            f"{median_tps(r['plain exact']):.1f}",
+            f"{median_tps(r['lookup exact']):.1f}",
+            f"{median_tps(r['lookup exact']) / median_tps(r['plain exact']):.2f}",
+            "yes" if _same(r, "lookup exact", "plain exact") else "no",
+        ]
         out.append(f"| {name} | " + " | ".join(cells) + " |")
     out.append("")
     out.extend(summary(results, a, "plain") for a in spec_arms)
@@ -242,15 +289,19 @@ def summary(results: dict[str, dict[str, list[dict[str, Any]]]], arm: str, ref: 
     rs = ratios(results, arm, ref)
     acc, dr = acceptance([x for r in results.values() for x in r[arm]])
     same = sum(_same(r, arm, ref) for r in results.values())
-    return (f"SUMMARY {arm}: x{statistics.geometric_mean(rs):.2f} geometric mean vs {ref} "
-            f"(best x{max(rs):.2f}, worst x{min(rs):.2f}); acceptance {acc}/{dr} = "
-            f"{acc / max(1, dr):.0%}; same text as {ref} in {same} of {len(results)} prompts")
+    return (
+        f"SUMMARY {arm}: x{statistics.geometric_mean(rs):.2f} geometric mean vs {ref} "
+        f"(best x{max(rs):.2f}, worst x{min(rs):.2f}); acceptance {acc}/{dr} = "
+        f"{acc / max(1, dr):.0%}; same text as {ref} in {same} of {len(results)} prompts"
+    )
 
 
 def describe(m: Model) -> str:
     amx = "AMX weights" if m.amx_weights else "no AMX weights"
-    flash = next((x.split("=", 1)[1].strip() for x in m.load_info.log
-                  if "flash_attn " in x and "=" in x), "?")
+    flash = next(
+        (x.split("=", 1)[1].strip() for x in m.load_info.log if "flash_attn " in x and "=" in x),
+        "?",
+    )
     return f"{amx}, flash attention {flash}"
 
 
@@ -279,28 +330,38 @@ def server_main(args: argparse.Namespace, path: Path) -> int:
     (docs/benchmarks.md, "Local server")."""
     prompts = [(n, p) for n, p in PROMPTS if args.only is None or n in args.only.split(",")]
     results: dict[str, dict[str, list[dict[str, Any]]]] = {n: {} for n, _ in prompts}
-    for arm_name, spec in (("server plain", None),
-                           ("server lookup", SpeculativeSettings("lookup",
-                                                                 draft_max=args.draft_max))):
-        params = LoadParams(n_ctx=args.ctx, n_threads=args.threads, state_cache_mb=0,
-                            speculative=spec)
+    for arm_name, spec in (
+        ("server plain", None),
+        ("server lookup", SpeculativeSettings("lookup", draft_max=args.draft_max)),
+    ):
+        params = LoadParams(
+            n_ctx=args.ctx, n_threads=args.threads, state_cache_mb=0, speculative=spec
+        )
         with Model(path, params) as m:  # n_seq_max 1: its loop has one slot
             for name, prompt in prompts:
                 run_server_once(m, prompt, 8)  # warm-up
-                results[name][arm_name] = [run_server_once(m, prompt, args.max_tokens)
-                                           for _ in range(args.runs)]
-                print(f"{name:13s} {arm_name} {median_tps(results[name][arm_name]):6.1f} t/s",
-                      flush=True)
-    out = [f"`{command_line()}`", "",
-           "| prompt | server plain t/s | server lookup t/s | speed-up | acceptance | "
-           "same text |", "|---|---:|---:|---:|---:|---:|"]
+                results[name][arm_name] = [
+                    run_server_once(m, prompt, args.max_tokens) for _ in range(args.runs)
+                ]
+                print(
+                    f"{name:13s} {arm_name} {median_tps(results[name][arm_name]):6.1f} t/s",
+                    flush=True,
+                )
+    out = [
+        f"`{command_line()}`",
+        "",
+        "| prompt | server plain t/s | server lookup t/s | speed-up | acceptance | same text |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for name, r in results.items():
         acc, dr = acceptance(r["server lookup"])
-        out.append(f"| {name} | {median_tps(r['server plain']):.1f} | "
-                   f"{median_tps(r['server lookup']):.1f} | "
-                   f"{median_tps(r['server lookup']) / median_tps(r['server plain']):.2f} | "
-                   f"{acc}/{dr} = {acc / max(1, dr):.0%} | "
-                   f"{'yes' if _same(r, 'server lookup', 'server plain') else 'no'} |")
+        out.append(
+            f"| {name} | {median_tps(r['server plain']):.1f} | "
+            f"{median_tps(r['server lookup']):.1f} | "
+            f"{median_tps(r['server lookup']) / median_tps(r['server plain']):.2f} | "
+            f"{acc}/{dr} = {acc / max(1, dr):.0%} | "
+            f"{'yes' if _same(r, 'server lookup', 'server plain') else 'no'} |"
+        )
     out += ["", summary(results, "server lookup", "server plain")]
     text = "\n".join(out)
     print()
@@ -317,18 +378,29 @@ def main() -> int:
     ap.add_argument("--draft", default=None, help="also measure this draft model")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=160)
-    ap.add_argument("--draft-max", type=int, default=None,
-                    help="cap on drafted tokens a step (default: the engine's)")
+    ap.add_argument(
+        "--draft-max",
+        type=int,
+        default=None,
+        help="cap on drafted tokens a step (default: the engine's)",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=2048)
     ap.add_argument("--only", default=None, help="comma-separated prompt names")
     ap.add_argument("--json", type=Path, default=None, help="write the raw results here")
     ap.add_argument("--write", action="store_true", help="update the table in docs/speculative.md")
-    ap.add_argument("--server", action="store_true",
-                    help="instead: plain and lookup as the HTTP server makes requests")
-    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                    help="cpu: this process's CPU time instead of the wall clock; with "
-                         "--threads 1 a fair measure on a machine other jobs keep busy")
+    ap.add_argument(
+        "--server",
+        action="store_true",
+        help="instead: plain and lookup as the HTTP server makes requests",
+    )
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: this process's CPU time instead of the wall clock; with "
+        "--threads 1 a fair measure on a machine other jobs keep busy",
+    )
     args = ap.parse_args()
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
@@ -348,15 +420,21 @@ def main() -> int:
         "app lookup": (params(speculative=lookup), [("lookup", None)]),
     }
     if args.draft:
-        configs["app draft"] = (params(speculative=SpeculativeSettings(
-            "draft", draft_model=str(lib.resolve(args.draft)), draft_max=args.draft_max)),
-            [("draft", None)])
-    configs["exact"] = (params(extra_buffers=False, flash_attn="on", speculative=lookup),
-                        [("plain exact", "off"), ("lookup exact", None)])
+        configs["app draft"] = (
+            params(
+                speculative=SpeculativeSettings(
+                    "draft", draft_model=str(lib.resolve(args.draft)), draft_max=args.draft_max
+                )
+            ),
+            [("draft", None)],
+        )
+    configs["exact"] = (
+        params(extra_buffers=False, flash_attn="on", speculative=lookup),
+        [("plain exact", "off"), ("lookup exact", None)],
+    )
     arms = [a for _, config_arms in configs.values() for a, _ in config_arms]
     spec_arms = [a for a in arms if "exact" not in a and a != "plain"]
-    prompts = [(n, p) for n, p in PROMPTS
-               if args.only is None or n in args.only.split(",")]
+    prompts = [(n, p) for n, p in PROMPTS if args.only is None or n in args.only.split(",")]
     described: dict[str, str] = {}
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for name, prompt in prompts:
@@ -370,19 +448,22 @@ def main() -> int:
                     run_once(m, prompt, 8, spec)  # warm-up
                 for _ in range(args.runs):
                     for arm_name, spec in config_arms:
-                        results[name][arm_name].append(
-                            run_once(m, prompt, args.max_tokens, spec))
+                        results[name][arm_name].append(run_once(m, prompt, args.max_tokens, spec))
         r = results[name]
         line = f"{name:13s} plain {median_tps(r['plain']):6.1f} t/s"
         refs = {a: "plain" for a in spec_arms} | {"lookup exact": "plain exact"}
         for a, ref in refs.items():
             acc, dr = acceptance(r[a])
-            line += (f" | {a} {median_tps(r[a]):6.1f} t/s "
-                     f"x{median_tps(r[a]) / median_tps(r[ref]):.2f} acc {acc / max(1, dr):.0%}")
+            line += (
+                f" | {a} {median_tps(r[a]):6.1f} t/s "
+                f"x{median_tps(r[a]) / median_tps(r[ref]):.2f} acc {acc / max(1, dr):.0%}"
+            )
         print(line, flush=True)
 
-    settings = (f"app: plain {described['app plain']}; lookup {described['app lookup']}. "
-                f"exact: {described['exact']}.")
+    settings = (
+        f"app: plain {described['app plain']}; lookup {described['app lookup']}. "
+        f"exact: {described['exact']}."
+    )
     text = table(results, spec_arms, command_line(), settings)
     print()
     text = f"{text}\n\n{machine_line()}"  # which CPU: kernels differ

@@ -39,29 +39,49 @@ ASK = [{"role": "user", "content": "List twelve famous ships with a note on each
 # Long enough that both replies run to max_tokens: the rates compare like with like.
 SHIPS = {
     "type": "object",
-    "properties": {"ships": {"type": "array", "minItems": 12, "maxItems": 12, "items": {
-        "type": "object",
-        "properties": {"name": {"type": "string", "maxLength": 24},
-                       "year": {"type": "integer"},
-                       "note": {"type": "string", "maxLength": 80}},
-        "required": ["name", "year", "note"], "additionalProperties": False}}},
-    "required": ["ships"], "additionalProperties": False,
+    "properties": {
+        "ships": {
+            "type": "array",
+            "minItems": 12,
+            "maxItems": 12,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "maxLength": 24},
+                    "year": {"type": "integer"},
+                    "note": {"type": "string", "maxLength": 80},
+                },
+                "required": ["name", "year", "note"],
+                "additionalProperties": False,
+            },
+        }
+    },
+    "required": ["ships"],
+    "additionalProperties": False,
 }
 
 
 def thirty_properties() -> dict[str, Any]:
-    kinds = [{"type": "string", "maxLength": 40}, {"type": "integer"}, {"type": "boolean"},
-             {"type": "number"}, {"enum": ["red", "green", "blue"]},
-             {"type": "array", "items": {"type": "string"}, "maxItems": 4}]
+    kinds = [
+        {"type": "string", "maxLength": 40},
+        {"type": "integer"},
+        {"type": "boolean"},
+        {"type": "number"},
+        {"enum": ["red", "green", "blue"]},
+        {"type": "array", "items": {"type": "string"}, "maxItems": 4},
+    ]
     props = {f"field_{i}": kinds[i % len(kinds)] for i in range(30)}
-    return {"type": "object", "properties": props, "required": list(props)[:20],
-            "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": props,
+        "required": list(props)[:20],
+        "additionalProperties": False,
+    }
 
 
 def host_rate(model: Model, grammar: str | None, n_tokens: int) -> tuple[float, int]:
     model.reset_cache()
-    gen = model.generate(ASK, SamplingParams(temperature=0, max_tokens=n_tokens,
-                                             grammar=grammar))
+    gen = model.generate(ASK, SamplingParams(temperature=0, max_tokens=n_tokens, grammar=grammar))
     gen.consume()
     return gen.stats.gen_tps_wall, gen.stats.gen_tokens
 
@@ -77,8 +97,13 @@ def speed(model: Model, n_tokens: int, pairs: int) -> dict[str, Any]:
         bound.append(b)
         lengths.append((na, nb))
     ratios = [b / a for a, b in zip(free, bound, strict=True)]
-    return {"free_tps": statistics.median(free), "schema_tps": statistics.median(bound),
-            "ratio": statistics.median(ratios), "pairs": ratios, "tokens": lengths}
+    return {
+        "free_tps": statistics.median(free),
+        "schema_tps": statistics.median(bound),
+        "ratio": statistics.median(ratios),
+        "pairs": ratios,
+        "tokens": lengths,
+    }
 
 
 def c_loop(model: Model, prompt: list[int], n_tokens: int, engine: str) -> float:
@@ -92,8 +117,9 @@ def c_loop(model: Model, prompt: list[int], n_tokens: int, engine: str) -> float
         from llama_cpp.llama_grammar import json_schema_to_gbnf
 
         gbnf = json_schema_to_gbnf(json.dumps(SHIPS))
-        C.llama_sampler_chain_add(chain, C.llama_sampler_init_grammar(
-            model.vocab_ptr, gbnf.encode(), b"root"))
+        C.llama_sampler_chain_add(
+            chain, C.llama_sampler_init_grammar(model.vocab_ptr, gbnf.encode(), b"root")
+        )
     elif engine == "llguidance":
         mask = model.grammar_mask(constraints.json_schema(SHIPS))
     C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
@@ -127,11 +153,15 @@ def engines(model: Model, n_tokens: int, pairs: int) -> dict[str, Any]:
         for name in out:
             # On the model's decode thread: a second thread calling llama_decode brings a
             # second OpenMP team onto the 2 cores (engine.host.runtime._on_passing_thread).
-            out[name].append(model.loop.call_idle(
-                lambda name=name: c_loop(model, prompt, n_tokens, name)))  # type: ignore[misc]
+            out[name].append(
+                model.loop.call_idle(lambda name=name: c_loop(model, prompt, n_tokens, name))
+            )  # type: ignore[misc]
     med = {k: statistics.median(v) for k, v in out.items()}
-    return {"tps": med, "llguidance_ratio": med["llguidance"] / med["none"],
-            "llama_cpp_ratio": med["llama.cpp"] / med["none"]}
+    return {
+        "tps": med,
+        "llguidance_ratio": med["llguidance"] / med["none"],
+        "llama_cpp_ratio": med["llama.cpp"] / med["none"],
+    }
 
 
 def compile_times(model: Model, repeats: int = 20) -> dict[str, float]:
@@ -148,14 +178,16 @@ def compile_times(model: Model, repeats: int = 20) -> dict[str, float]:
         model.grammar_mask(constraints.json_schema(schema))
         llg.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        smp = C.llama_sampler_init_grammar(model.vocab_ptr,
-                                           json_schema_to_gbnf(json.dumps(schema)).encode(),
-                                           b"root")
+        smp = C.llama_sampler_init_grammar(
+            model.vocab_ptr, json_schema_to_gbnf(json.dumps(schema)).encode(), b"root"
+        )
         lcpp.append(time.perf_counter() - t0)
         C.llama_sampler_free(smp)
-    return {"llguidance_ms": 1000 * statistics.median(llg),
-            "llama_cpp_ms": 1000 * statistics.median(lcpp),
-            "first_use_ms": 1000 * first}
+    return {
+        "llguidance_ms": 1000 * statistics.median(llg),
+        "llama_cpp_ms": 1000 * statistics.median(lcpp),
+        "first_use_ms": 1000 * first,
+    }
 
 
 def main() -> int:
@@ -173,16 +205,22 @@ def main() -> int:
     finally:
         model.close()
     print(machine_line())
-    print(f"speed: schema {sp['schema_tps']:.1f} vs free {sp['free_tps']:.1f} tok/s, ratio "
-          f"{sp['ratio']:.3f} (pairs: {', '.join(f'{r:.3f}' for r in sp['pairs'])}; "
-          f"tokens {sp['tokens']})")
+    print(
+        f"speed: schema {sp['schema_tps']:.1f} vs free {sp['free_tps']:.1f} tok/s, ratio "
+        f"{sp['ratio']:.3f} (pairs: {', '.join(f'{r:.3f}' for r in sp['pairs'])}; "
+        f"tokens {sp['tokens']})"
+    )
     t = en["tps"]
-    print(f"engines (C-API loop): none {t['none']:.1f}, llguidance {t['llguidance']:.1f} "
-          f"({en['llguidance_ratio']:.3f}), llama.cpp grammar {t['llama.cpp']:.1f} "
-          f"({en['llama_cpp_ratio']:.3f}) tok/s")
-    print(f"compile, 30 properties: llguidance {comp['llguidance_ms']:.2f} ms, llama.cpp "
-          f"{comp['llama_cpp_ms']:.2f} ms (median of 20); the vocabulary view on first use "
-          f"{comp['first_use_ms']:.0f} ms")
+    print(
+        f"engines (C-API loop): none {t['none']:.1f}, llguidance {t['llguidance']:.1f} "
+        f"({en['llguidance_ratio']:.3f}), llama.cpp grammar {t['llama.cpp']:.1f} "
+        f"({en['llama_cpp_ratio']:.3f}) tok/s"
+    )
+    print(
+        f"compile, 30 properties: llguidance {comp['llguidance_ms']:.2f} ms, llama.cpp "
+        f"{comp['llama_cpp_ms']:.2f} ms (median of 20); the vocabulary view on first use "
+        f"{comp['first_use_ms']:.0f} ms"
+    )
     return 0
 
 

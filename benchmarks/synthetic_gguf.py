@@ -55,8 +55,12 @@ PRESETS: dict[str, Shape] = {
     "tiny": Shape(2, 64, 128, 4, 2, 512, "q8_0", tied=True),
 }
 
-_TYPES = {"q4_0": GGMLQuantizationType.Q4_0, "q8_0": GGMLQuantizationType.Q8_0,
-          "f16": GGMLQuantizationType.F16, "f32": GGMLQuantizationType.F32}
+_TYPES = {
+    "q4_0": GGMLQuantizationType.Q4_0,
+    "q8_0": GGMLQuantizationType.Q8_0,
+    "f16": GGMLQuantizationType.F16,
+    "f32": GGMLQuantizationType.F32,
+}
 
 
 def _block_rows(rng: np.random.Generator, rows: int, cols: int, kind: str) -> np.ndarray:
@@ -64,10 +68,12 @@ def _block_rows(rng: np.random.Generator, rows: int, cols: int, kind: str) -> np
     matrix-vector product keeps the input's magnitude (no overflow through the layers)."""
     if kind == "f32":
         return (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(
-            np.float32)
+            np.float32
+        )
     if kind == "f16":
         return (rng.standard_normal((rows, cols), dtype=np.float32) / np.sqrt(cols)).astype(
-            np.float16)
+            np.float16
+        )
     if cols % 32:
         raise SystemExit(f"a {kind} row needs a multiple of 32 values, not {cols}")
     nb = cols // 32
@@ -189,8 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--source", type=Path, required=True)
     h.add_argument("--out", type=Path, required=True)
     m = sub.add_parser("model", help="write a model with random weights")
-    m.add_argument("--source", type=Path, required=True,
-                   help="a GGUF with the tokenizer to copy (a model or a header file)")
+    m.add_argument(
+        "--source",
+        type=Path,
+        required=True,
+        help="a GGUF with the tokenizer to copy (a model or a header file)",
+    )
     m.add_argument("--out", type=Path, required=True)
     m.add_argument("--preset", choices=sorted(PRESETS), default="smollm2")
     m.add_argument("--type", choices=sorted(_TYPES), default=None)
@@ -205,10 +215,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         t0 = time.perf_counter()
         shape = _shape_from_args(args)
-        size = write_model(args.source, args.out, shape, name=f"synthetic-{args.preset}",
-                           seed=args.seed)
-        print(f"{args.out}: {size / 2**30:.2f} GiB in {time.perf_counter() - t0:.1f} s "
-              f"({shape})")
+        size = write_model(
+            args.source, args.out, shape, name=f"synthetic-{args.preset}", seed=args.seed
+        )
+        print(f"{args.out}: {size / 2**30:.2f} GiB in {time.perf_counter() - t0:.1f} s ({shape})")
         return 0
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

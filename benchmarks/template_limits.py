@@ -42,14 +42,17 @@ def main() -> None:
         tracemalloc.stop()
         print(f"| {name} | {elapsed * 1000:.1f} ms | {peak / 1e6:.2f} MB | `{message}` |")
 
-    messages = [{"role": ("user", "assistant")[i % 2], "content": f"m{i} " * 20}
-                for i in range(1000)]
+    messages = [
+        {"role": ("user", "assistant")[i % 2], "content": f"m{i} " * 20} for i in range(1000)
+    ]
     plain = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     before = plain.from_string(GEMMA3)
     bounded = ChatTemplate(GEMMA3, bos_token="<s>")
     for label, render in (
-        ("plain sandbox", lambda: before.render(messages=messages, bos_token="<s>",
-                                                add_generation_prompt=True)),
+        (
+            "plain sandbox",
+            lambda: before.render(messages=messages, bos_token="<s>", add_generation_prompt=True),
+        ),
         ("bounded sandbox", lambda: bounded.render(messages)),
     ):
         best = min(_timed(render) for _ in range(5))

@@ -123,10 +123,17 @@ def main() -> int:
         print(rows[-1], flush=True)
         summaries.append(f"SUMMARY {name}: {c}")
     shown = [a for a in sys.argv[1:] if a != "--write"]
-    text = "\n".join([f"`{' '.join(['benchmarks/verify_cost.py', *shown])}`", "",
-                      "| configuration | " + " | ".join(f"{n} tok" for n in SIZES)
-                      + " | fit for n >= 2 |",
-                      "|---|" + "---:|" * len(SIZES) + "---|", *rows, "", *summaries])
+    text = "\n".join(
+        [
+            f"`{' '.join(['benchmarks/verify_cost.py', *shown])}`",
+            "",
+            "| configuration | " + " | ".join(f"{n} tok" for n in SIZES) + " | fit for n >= 2 |",
+            "|---|" + "---:|" * len(SIZES) + "---|",
+            *rows,
+            "",
+            *summaries,
+        ]
+    )
     print()
     text = f"{text}\n\n{machine_line()}"  # which CPU: kernels differ
     print(text)

@@ -15,8 +15,16 @@ from engine.native import llama_lib
 
 FlashAttn = Literal["on", "off", "auto"]
 GpuLayers = int | Literal["auto", "all"]
-KV_TYPES: dict[str, int] = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7,
-                            "q8_0": 8, "bf16": 30}
+KV_TYPES: dict[str, int] = {
+    "f32": 0,
+    "f16": 1,
+    "q4_0": 2,
+    "q4_1": 3,
+    "q5_0": 6,
+    "q5_1": 7,
+    "q8_0": 8,
+    "bf16": 30,
+}
 # llama_flash_attn_type values
 FLASH_TYPES: dict[str, int] = {"auto": -1, "off": 0, "on": 1}
 
@@ -117,8 +125,11 @@ class SamplingParams:
     @property
     def penalizes(self) -> bool:
         """Whether recent tokens change the logits (the penalties sampler is in the chain)."""
-        return (self.repeat_penalty != 1.0 or self.frequency_penalty != 0.0
-                or self.presence_penalty != 0.0)
+        return (
+            self.repeat_penalty != 1.0
+            or self.frequency_penalty != 0.0
+            or self.presence_penalty != 0.0
+        )
 
     @property
     def reproducible(self) -> bool:
@@ -158,8 +169,14 @@ class SpeculativeSettings:
             raise EngineError("the draft length must be between 1 and 64")
 
 
-def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = None,
-                       drafting: bool = False, batch_exact: bool = True) -> FlashAttn:
+def resolve_flash_attn(
+    requested: FlashAttn,
+    type_v: str,
+    *,
+    gpu: bool | None = None,
+    drafting: bool = False,
+    batch_exact: bool = True,
+) -> FlashAttn:
     """What 'auto' means here. A quantized V cache needs flash attention, and so does
     speculative decoding (`drafting`) where the weight kernels are batch-consistent
     (`batch_exact`: the weights' half of `cpu_kernels.batch_exactness`): only with it do
@@ -190,8 +207,10 @@ def use_extra_buffers(requested: bool | None) -> bool:
     if not llama_lib.amx_build() or llama_lib.amx_kernels_safe():
         return True if requested is None else requested
     if requested:
-        raise EngineError("this llama.cpp build's AMX kernels crash on multi-token batches; "
-                          "rebuild it with `make setup GPU=cpu` to use them")
+        raise EngineError(
+            "this llama.cpp build's AMX kernels crash on multi-token batches; "
+            "rebuild it with `make setup GPU=cpu` to use them"
+        )
     return False
 
 

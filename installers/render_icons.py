@@ -19,8 +19,18 @@ SVG = ICONS / "candlewick.svg"
 PNG_SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
 ICO_SIZES = (16, 24, 32, 48, 64, 128, 256)
 # ICNS entry types holding PNG data, by pixel size (Apple's icns element types).
-ICNS_TYPES = ((b"icp4", 16), (b"icp5", 32), (b"icp6", 64), (b"ic07", 128), (b"ic08", 256),
-              (b"ic09", 512), (b"ic11", 32), (b"ic12", 64), (b"ic13", 256), (b"ic14", 512))
+ICNS_TYPES = (
+    (b"icp4", 16),
+    (b"icp5", 32),
+    (b"icp6", 64),
+    (b"ic07", 128),
+    (b"ic08", 256),
+    (b"ic09", 512),
+    (b"ic11", 32),
+    (b"ic12", 64),
+    (b"ic13", 256),
+    (b"ic14", 512),
+)
 
 
 def png_name(size: int) -> str:
@@ -80,8 +90,10 @@ def render_all(svg: Path = SVG, out: Path = ICONS) -> list[Path]:
         p = out / png_name(s)
         p.write_bytes(data)
         written.append(p)
-    for name, data in (("candlewick.ico", ico_bytes({s: pngs[s] for s in ICO_SIZES})),
-                       ("candlewick.icns", icns_bytes(pngs))):
+    for name, data in (
+        ("candlewick.ico", ico_bytes({s: pngs[s] for s in ICO_SIZES})),
+        ("candlewick.icns", icns_bytes(pngs)),
+    ):
         p = out / name
         p.write_bytes(data)
         written.append(p)

@@ -41,8 +41,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--model", type=Path, default=None, help="default: the bundled SmolLM2")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per file")
-    ap.add_argument("--cli", action="store_true", help="through `candlewick run`, one process "
-                    "per file")
+    ap.add_argument(
+        "--cli", action="store_true", help="through `candlewick run`, one process per file"
+    )
     args = ap.parse_args()
     model = args.model
     if model is None:
@@ -62,12 +63,21 @@ def main() -> int:
             print(f"[{done}/{args.files}] {time.monotonic() - t0:.0f} s", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="fuzz-gguf-") as work:
-        results = run_corpus(model, args.seed, args.files, Path(work), timeout_s=args.timeout,
-                             cli=args.cli, on_result=progress)
+        results = run_corpus(
+            model,
+            args.seed,
+            args.files,
+            Path(work),
+            timeout_s=args.timeout,
+            cli=args.cli,
+            on_result=progress,
+        )
     counts = collections.Counter(r.outcome for r in results)
     multi = [r for r in results if r.outcome == "refused" and not is_one_line(r.message)]
-    print(f"\n{len(results)} files (seed {args.seed}) in {time.monotonic() - t0:.0f} s: "
-          + ", ".join(f"{k} {counts[k]}" for k in ("refused", "loaded", *BAD)))
+    print(
+        f"\n{len(results)} files (seed {args.seed}) in {time.monotonic() - t0:.0f} s: "
+        + ", ".join(f"{k} {counts[k]}" for k in ("refused", "loaded", *BAD))
+    )
     print(f"refusals longer than one line: {len(multi)}")
     reasons = collections.Counter(_reason(r.message) for r in results if r.outcome == "refused")
     print("\nmost common refusals:")

@@ -59,10 +59,26 @@ def start_server(work: Path) -> tuple[subprocess.Popen[bytes], str]:
     log = work / "serve.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--model", "default", "--port", "0",
-             "--parallel", "1", "--api-key-file", str(work / "key"), "--no-embeddings"],
-            cwd=ROOT, env=dict(os.environ, CANDLEWICK_HOME=str(work / "server-home")),
-            stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "serve",
+                "--model",
+                "default",
+                "--port",
+                "0",
+                "--parallel",
+                "1",
+                "--api-key-file",
+                str(work / "key"),
+                "--no-embeddings",
+            ],
+            cwd=ROOT,
+            env=dict(os.environ, CANDLEWICK_HOME=str(work / "server-home")),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     end = time.monotonic() + 180
     while time.monotonic() < end and proc.poll() is None:
         m = re.search(r"on (http://127\.0\.0\.1:\d+) \(", log.read_text(errors="replace"))
@@ -88,8 +104,9 @@ def main() -> int:
     proc, url = start_server(work)
     connections = ConnectionStore(work / "connections.json", SecretStore(MemoryKeyring()))
     connections.add(Connection("Office server", url, model="default"), KEY)
-    window = build_window(sampling=SamplingParams(temperature=0.0, max_tokens=120),
-                          connections=connections)
+    window = build_window(
+        sampling=SamplingParams(temperature=0.0, max_tokens=120), connections=connections
+    )
     window.resize(1440, 900)
     window.splitter.setSizes([430, 680, 330])
     window.show()

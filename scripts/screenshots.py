@@ -67,15 +67,20 @@ def save(widget: QWidget, path: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
-    ap.add_argument("--stream-tokens", type=int, default=60,
-                    help="take the mid-stream picture after this many tokens")
+    ap.add_argument(
+        "--stream-tokens",
+        type=int,
+        default=60,
+        help="take the mid-stream picture after this many tokens",
+    )
     args = ap.parse_args()
     os.environ["CANDLEWICK_HOME"] = tempfile.mkdtemp(prefix="candlewick-shots-")
     qapp = QApplication.instance() or QApplication([])  # noqa: F841 (kept alive)
     from app.main import build_window
 
-    window = build_window(sampling=SamplingParams(temperature=0.0, max_tokens=400),
-                          model_manager=True)
+    window = build_window(
+        sampling=SamplingParams(temperature=0.0, max_tokens=400), model_manager=True
+    )
     window.resize(1440, 900)
     window.splitter.setSizes([470, 640, 330])
     window.show()
@@ -96,8 +101,10 @@ def main() -> int:
         save(window.perf_panel, args.out / "performance-panel.png")
         if window.store is not None and window.conversation_list is not None:
             # A few earlier chats so the list looks like a used one.
-            for title, q, a in (("Trip to Lisbon", "Plan three days in Lisbon.", "Day 1: …"),
-                                ("Bread", "Why does dough need to rest?", "Gluten relaxes…")):
+            for title, q, a in (
+                ("Trip to Lisbon", "Plan three days in Lisbon.", "Day 1: …"),
+                ("Bread", "Why does dough need to rest?", "Gluten relaxes…"),
+            ):
                 c = window.store.create_conversation(title)
                 window.store.add_message(c.id, "user", q)
                 window.store.add_message(c.id, "assistant", a)

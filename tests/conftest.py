@@ -23,8 +23,9 @@ REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = REPO / ".artifacts"
 
 # The fixtures that give a real model (a path to one, or one loaded).
-MODEL_FIXTURES = frozenset({"smollm2_path", "gemma_path", "minilm_path", "exact_smollm2_path",
-                            "smollm2"})
+MODEL_FIXTURES = frozenset(
+    {"smollm2_path", "gemma_path", "minilm_path", "exact_smollm2_path", "smollm2"}
+)
 FAST_TIER = os.environ.get("CANDLEWICK_FAST_TIER") == "1"
 NO_MODEL = "the fast tier loads no model: mark this test or use tests/fakes.py"
 
@@ -128,8 +129,9 @@ def smollm2(smollm2_path: Path) -> Iterator[object]:
 
 
 @pytest.fixture(autouse=True)
-def candlewick_home(tmp_path_factory: pytest.TempPathFactory,
-                    monkeypatch: pytest.MonkeyPatch) -> Path:
+def candlewick_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Path:
     """Every test gets its own data/config/cache dirs; nothing touches the real profile."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("CANDLEWICK_HOME", str(home))
@@ -154,8 +156,11 @@ def no_leaked_threads() -> Iterator[None]:
 
     end = time.monotonic() + deadline
     while True:
-        leaked = [t for t in threading.enumerate()
-                  if t not in before and t.is_alive() and not t.name.startswith("pytest_timeout")]
+        leaked = [
+            t
+            for t in threading.enumerate()
+            if t not in before and t.is_alive() and not t.name.startswith("pytest_timeout")
+        ]
         if not leaked or time.monotonic() > end:
             break
         time.sleep(0.05)

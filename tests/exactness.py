@@ -23,8 +23,14 @@ def exact_load(**kw: Any) -> LoadParams:
     return LoadParams(**{"extra_buffers": False, "flash_attn": "on", **kw})
 
 
-def assert_same_greedy(exactness: Exactness, got: str | Sequence[int],
-                       want: str | Sequence[int], *, positions: int, batch: int) -> None:
+def assert_same_greedy(
+    exactness: Exactness,
+    got: str | Sequence[int],
+    want: str | Sequence[int],
+    *,
+    positions: int,
+    batch: int,
+) -> None:
     """`got` equals `want` where `exactness` covers sequences of `positions` cached tokens
     decoded in batches of up to `batch` tokens. Elsewhere kernels may round a batch and one
     token differently and greedy text may take another branch at a near-tie: both must then

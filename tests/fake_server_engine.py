@@ -65,8 +65,9 @@ class FakeModel:
     load_info = None
     memory_actual = None
 
-    def __init__(self, path: Path, *, n_slots: int = 2, n_ctx_seq: int = 512,
-                 template: str | None = None) -> None:
+    def __init__(
+        self, path: Path, *, n_slots: int = 2, n_ctx_seq: int = 512, template: str | None = None
+    ) -> None:
         self.path = path
         self.params = LoadParams(n_ctx=n_slots * n_ctx_seq, n_seq_max=n_slots)
         self.n_ctx = n_slots * n_ctx_seq
@@ -106,8 +107,9 @@ class FakeModel:
             raise EngineError(f"{self.path.name} has been unloaded")
         return self.scheduler
 
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True
-                 ) -> list[int]:
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         with self._lock:
             out = []
             for word in _TOKEN.findall(text):
@@ -165,10 +167,18 @@ class FakeLoop:
     def closed(self) -> bool:
         return self._stop
 
-    def submit(self, prompt: list[int], sampling: SamplingParams, on_event: EventCallback, *,
-               stream: bool = True, timeout_s: float | None = None,
-               cancel: threading.Event | None = None, interactive: bool = False,
-               **_: object) -> Request:
+    def submit(
+        self,
+        prompt: list[int],
+        sampling: SamplingParams,
+        on_event: EventCallback,
+        *,
+        stream: bool = True,
+        timeout_s: float | None = None,
+        cancel: threading.Event | None = None,
+        interactive: bool = False,
+        **_: object,
+    ) -> Request:
         """The real loop's checks before a request is queued, then the queue."""
         sampling.validate()
         if not prompt:
@@ -176,7 +186,8 @@ class FakeLoop:
         if len(prompt) >= self.n_ctx_seq:
             raise EngineError(
                 f"the prompt is {len(prompt)} tokens, the context holds {self.n_ctx_seq}; "
-                "shorten the conversation or load the model with a larger context")
+                "shorten the conversation or load the model with a larger context"
+            )
         with self._cond:
             if self._stop:
                 raise SchedulerClosed("the model is being unloaded")
@@ -184,9 +195,19 @@ class FakeLoop:
                 raise QueueFull(f"all {self.n_slots} slots are busy")
             self._next_id += 1
             deadline = time.perf_counter() + timeout_s if timeout_s else None
-            req = Request(self._next_id, list(prompt), sampling, on_event, stream=stream,
-                          deadline=deadline, wake=self._wake, cancel=cancel,
-                          interactive=interactive, spec=None, canonical=False)
+            req = Request(
+                self._next_id,
+                list(prompt),
+                sampling,
+                on_event,
+                stream=stream,
+                deadline=deadline,
+                wake=self._wake,
+                cancel=cancel,
+                interactive=interactive,
+                spec=None,
+                canonical=False,
+            )
             self._queue.append(req)
             self._cond.notify()
         return req
@@ -194,15 +215,27 @@ class FakeLoop:
     def snapshot(self) -> SchedulerSnapshot:
         with self._cond:
             busy = self._busy
-            slots = [{"id": i, "busy": i == 0 and busy is not None, "cached_tokens": 0,
-                      "request": busy.id if i == 0 and busy is not None else None,
-                      "interactive": False} for i in range(self.n_slots)]
+            slots = [
+                {
+                    "id": i,
+                    "busy": i == 0 and busy is not None,
+                    "cached_tokens": 0,
+                    "request": busy.id if i == 0 and busy is not None else None,
+                    "interactive": False,
+                }
+                for i in range(self.n_slots)
+            ]
             return SchedulerSnapshot(
-                n_slots=self.n_slots, busy_slots=int(busy is not None),
-                queue_depth=len(self._queue), kv_used=0,
-                kv_capacity=self.n_ctx_seq * self.n_slots, steps=self._generated,
-                tokens_generated=self._generated, tokens_prompt=self._prompt_tokens,
-                slots=slots)
+                n_slots=self.n_slots,
+                busy_slots=int(busy is not None),
+                queue_depth=len(self._queue),
+                kv_used=0,
+                kv_capacity=self.n_ctx_seq * self.n_slots,
+                steps=self._generated,
+                tokens_generated=self._generated,
+                tokens_prompt=self._prompt_tokens,
+                slots=slots,
+            )
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
         end = time.monotonic() + timeout
@@ -244,8 +277,7 @@ class FakeLoop:
         t0 = time.perf_counter()
         req._emit(Started(req.id, 0))
         self._prompt_tokens += len(req.prompt)
-        tokens = self.model.tokenize(self.model.next_reply(req.prompt, req.sampling,
-                                                           req.stream))
+        tokens = self.model.tokenize(self.model.next_reply(req.prompt, req.sampling, req.stream))
         stream = TextStream(req.sampling.stop)
         reason: StopReason = "stop"  # the reply's end stands for the end-of-generation token
         n = 0
@@ -293,8 +325,9 @@ def serve_fake(model: FakeModel, config: ServerConfig) -> Iterator[ServerThread]
     """The real server on a free port serving `model` as `config.model_id`, the way
     `candlewick serve` serves a model it loaded (`ServerState.set_loaded`)."""
     # The seam: the server takes the fake wherever it takes a `Model`.
-    loaded = ServedModel.build(cast(Model, model), config.model_id,
-                               max_queue=config.max_queue, embeddings=False)
+    loaded = ServedModel.build(
+        cast(Model, model), config.model_id, max_queue=config.max_queue, embeddings=False
+    )
     state = ServerState(config)
     state.set_loaded(loaded)
     try:

@@ -56,8 +56,13 @@ class FakeReply:
 class FakeGeneration:
     """What `Model.submit` returns, read by `EmbeddedReply`: iterate for the pieces."""
 
-    def __init__(self, script: FakeReply, prompt: list[int], sampling: SamplingParams,
-                 cancel: threading.Event | None) -> None:
+    def __init__(
+        self,
+        script: FakeReply,
+        prompt: list[int],
+        sampling: SamplingParams,
+        cancel: threading.Event | None,
+    ) -> None:
         n = script.prompt_tokens
         self.prompt = prompt if n is None else [0] * n
         self.sampling = sampling
@@ -102,20 +107,34 @@ class FakeModel:
         self.params = params
         self._models = models
         self.n_ctx_seq = params.n_ctx
-        self.gguf = GGUFFile(source_name=self.path.name, version=3,
-                             metadata={"general.architecture": "llama",
-                                       "general.name": models.name or self.path.stem,
-                                       "llama.block_count": 2,
-                                       "llama.context_length": params.n_ctx},
-                             tensors=[], data_offset=0, file_size=0)
+        self.gguf = GGUFFile(
+            source_name=self.path.name,
+            version=3,
+            metadata={
+                "general.architecture": "llama",
+                "general.name": models.name or self.path.stem,
+                "llama.block_count": 2,
+                "llama.context_length": params.n_ctx,
+            },
+            tensors=[],
+            data_offset=0,
+            file_size=0,
+        )
         self.template = ChatTemplate(models.template)
-        self.load_info = LoadInfo(path=str(self.path), load_s=0.0, n_ctx=params.n_ctx,
-                                  n_gpu_layers=0, n_layer=2, n_threads=1)
+        self.load_info = LoadInfo(
+            path=str(self.path),
+            load_s=0.0,
+            n_ctx=params.n_ctx,
+            n_gpu_layers=0,
+            n_layer=2,
+            n_threads=1,
+        )
         self.repeat_caveat = ""
         self.closed = False
 
-    def tokenize(self, text: str, *, add_special: bool = True,
-                 parse_special: bool = True) -> list[int]:
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         return list(text.encode())
 
     def special_token(self, text: str) -> int | None:
@@ -127,8 +146,14 @@ class FakeModel:
     def chat_prompt_tokens(self, text: str) -> list[int]:
         return self.tokenize(text)
 
-    def submit(self, prompt: list[int], sampling: SamplingParams | None = None, *,
-               cancel: threading.Event | None = None, **_: Any) -> FakeGeneration:
+    def submit(
+        self,
+        prompt: list[int],
+        sampling: SamplingParams | None = None,
+        *,
+        cancel: threading.Event | None = None,
+        **_: Any,
+    ) -> FakeGeneration:
         models = self._models
         script = models.next_replies.pop(0) if models.next_replies else models.reply
         models.prompts.append(prompt)
@@ -144,8 +169,14 @@ class FakeModels:
     model's name (default: the file's stem); `template`: its chat template's source (None:
     the ChatML fallback; one with think markers makes a reasoning model)."""
 
-    def __init__(self, reply: FakeReply | None = None, *, load_error: str | None = None,
-                 name: str = "", template: str | None = None) -> None:
+    def __init__(
+        self,
+        reply: FakeReply | None = None,
+        *,
+        load_error: str | None = None,
+        name: str = "",
+        template: str | None = None,
+    ) -> None:
         self.reply = reply or FakeReply()
         self.next_replies: list[FakeReply] = []
         self.load_error = load_error
@@ -164,9 +195,14 @@ class FakeModels:
             self._gate.set()
         self._gate = None
 
-    def __call__(self, path: Path, params: LoadParams, *,
-                 progress: Callable[[float], None] | None = None,
-                 cancel: threading.Event | None = None) -> Model:
+    def __call__(
+        self,
+        path: Path,
+        params: LoadParams,
+        *,
+        progress: Callable[[float], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Model:
         self.loads.append(Path(path))
         if progress is not None:
             progress(0.0)

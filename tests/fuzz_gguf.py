@@ -35,10 +35,17 @@ ROOT = Path(__file__).resolve().parent.parent
 # -- writing a GGUF from parts -------------------------------------------------------------
 
 _SCALAR_FMT = {
-    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
-    GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
-    GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
-    GGUFValueType.INT64: "<q", GGUFValueType.FLOAT64: "<d",
+    GGUFValueType.UINT8: "<B",
+    GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I",
+    GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f",
+    GGUFValueType.BOOL: "<?",
+    GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q",
+    GGUFValueType.FLOAT64: "<d",
 }
 
 
@@ -57,8 +64,9 @@ def _value(vtype: GGUFValueType, value: Any, item_type: GGUFValueType | None = N
     return struct.pack(_SCALAR_FMT[vtype], value)
 
 
-def encode_kv(key: str, vtype: GGUFValueType, value: Any,
-              item_type: GGUFValueType | None = None) -> bytes:
+def encode_kv(
+    key: str, vtype: GGUFValueType, value: Any, item_type: GGUFValueType | None = None
+) -> bytes:
     return _string(key) + struct.pack("<I", vtype) + _value(vtype, value, item_type)
 
 
@@ -70,9 +78,12 @@ class TensorEntry:
     offset: int  # inside the data section
 
     def encode(self) -> bytes:
-        return (_string(self.name) + struct.pack("<I", len(self.shape))
-                + b"".join(struct.pack("<Q", d & (2**64 - 1)) for d in self.shape)
-                + struct.pack("<IQ", self.ggml_type, self.offset & (2**64 - 1)))
+        return (
+            _string(self.name)
+            + struct.pack("<I", len(self.shape))
+            + b"".join(struct.pack("<Q", d & (2**64 - 1)) for d in self.shape)
+            + struct.pack("<IQ", self.ggml_type, self.offset & (2**64 - 1))
+        )
 
 
 @dataclass
@@ -88,9 +99,12 @@ class Layout:
     version: int = 3
 
     def header(self) -> bytes:
-        head = (b"GGUF" + struct.pack("<IQQ", self.version, len(self.tensors), len(self.kvs))
-                + b"".join(kv for _, kv in self.kvs)
-                + b"".join(t.encode() for t in self.tensors))
+        head = (
+            b"GGUF"
+            + struct.pack("<IQQ", self.version, len(self.tensors), len(self.kvs))
+            + b"".join(kv for _, kv in self.kvs)
+            + b"".join(t.encode() for t in self.tensors)
+        )
         return head + b"\0" * (-len(head) % self.alignment)
 
     def write(self, path: Path) -> None:
@@ -109,13 +123,21 @@ def read_layout(source: Path, r: GGUFReader | None = None) -> Layout:
         if f.name.startswith("GGUF."):  # the reader's pseudo-fields for the header itself
             continue
         end = f.offset + sum(int(p.nbytes) for p in f.parts)
-        kvs.append((f.name, bytes(mm[f.offset:end])))
-    tensors = [TensorEntry(t.name, [int(d) for d in t.shape], int(t.tensor_type),
-                           int(t.data_offset) - int(r.data_offset)) for t in r.tensors]
+        kvs.append((f.name, bytes(mm[f.offset : end])))
+    tensors = [
+        TensorEntry(
+            t.name,
+            [int(d) for d in t.shape],
+            int(t.tensor_type),
+            int(t.data_offset) - int(r.data_offset),
+        )
+        for t in r.tensors
+    ]
     return Layout(kvs, tensors, source, int(r.data_offset), int(r.alignment))
 
 
 # -- mutations -----------------------------------------------------------------------------
+
 
 @dataclass
 class Mutation:
@@ -145,20 +167,36 @@ def _fields(r: GGUFReader) -> list[_Field]:
     return out
 
 
-INT_TYPES = (GGUFValueType.UINT8, GGUFValueType.INT8, GGUFValueType.UINT16,
-             GGUFValueType.INT16, GGUFValueType.UINT32, GGUFValueType.INT32,
-             GGUFValueType.UINT64, GGUFValueType.INT64)
+INT_TYPES = (
+    GGUFValueType.UINT8,
+    GGUFValueType.INT8,
+    GGUFValueType.UINT16,
+    GGUFValueType.INT16,
+    GGUFValueType.UINT32,
+    GGUFValueType.INT32,
+    GGUFValueType.UINT64,
+    GGUFValueType.INT64,
+)
 # Values an integer key is set to, with the type that can hold each.
 INT_VALUES: tuple[tuple[int, GGUFValueType], ...] = (
-    (0, GGUFValueType.UINT32), (1, GGUFValueType.UINT32), (2, GGUFValueType.UINT32),
-    (7, GGUFValueType.UINT32), (1000, GGUFValueType.UINT32), (2**31 - 1, GGUFValueType.UINT32),
-    (2**32 - 1, GGUFValueType.UINT32), (2**63 + 5, GGUFValueType.UINT64),
-    (-1, GGUFValueType.INT32), (-(2**31), GGUFValueType.INT32),
+    (0, GGUFValueType.UINT32),
+    (1, GGUFValueType.UINT32),
+    (2, GGUFValueType.UINT32),
+    (7, GGUFValueType.UINT32),
+    (1000, GGUFValueType.UINT32),
+    (2**31 - 1, GGUFValueType.UINT32),
+    (2**32 - 1, GGUFValueType.UINT32),
+    (2**63 + 5, GGUFValueType.UINT64),
+    (-1, GGUFValueType.INT32),
+    (-(2**31), GGUFValueType.INT32),
 )
 WRONG_TYPES: tuple[tuple[GGUFValueType, Any, GGUFValueType | None], ...] = (
-    (GGUFValueType.STRING, "thirty", None), (GGUFValueType.FLOAT32, 30.5, None),
-    (GGUFValueType.BOOL, True, None), (GGUFValueType.INT64, 30, None),
-    (GGUFValueType.UINT8, 3, None), (GGUFValueType.ARRAY, [30, 30], GGUFValueType.UINT32),
+    (GGUFValueType.STRING, "thirty", None),
+    (GGUFValueType.FLOAT32, 30.5, None),
+    (GGUFValueType.BOOL, True, None),
+    (GGUFValueType.INT64, 30, None),
+    (GGUFValueType.UINT8, 3, None),
+    (GGUFValueType.ARRAY, [30, 30], GGUFValueType.UINT32),
     (GGUFValueType.ARRAY, ["a", "b"], GGUFValueType.STRING),
 )
 
@@ -176,16 +214,25 @@ class Corpus:
             self.header = f.read(self.layout.data_start)
 
     # each maker returns one Mutation chosen with `rng`
-    def _set(self, key: str, vtype: GGUFValueType, value: Any,
-             item_type: GGUFValueType | None = None, label: str | None = None) -> Mutation:
+    def _set(
+        self,
+        key: str,
+        vtype: GGUFValueType,
+        value: Any,
+        item_type: GGUFValueType | None = None,
+        label: str | None = None,
+    ) -> Mutation:
         base = self.layout
-        kvs = [(k, encode_kv(k, vtype, value, item_type) if k == key else rec)
-               for k, rec in base.kvs]
+        kvs = [
+            (k, encode_kv(k, vtype, value, item_type) if k == key else rec) for k, rec in base.kvs
+        ]
         if key not in self.fields:
             kvs.append((key, encode_kv(key, vtype, value, item_type)))
         shown = f"{value!r}" if vtype != GGUFValueType.ARRAY else f"array[{len(value)}]"
-        return self._layout(Layout(kvs, base.tensors, base.source, base.data_start,
-                                   base.alignment), label or f"{key} = {shown} ({vtype.name})")
+        return self._layout(
+            Layout(kvs, base.tensors, base.source, base.data_start, base.alignment),
+            label or f"{key} = {shown} ({vtype.name})",
+        )
 
     def _layout(self, layout: Layout, label: str) -> Mutation:
         return Mutation(label, layout.write)
@@ -202,14 +249,22 @@ class Corpus:
         return self._set(f.name, vtype, value, item)
 
     def truncate_array(self, rng: random.Random) -> Mutation:
-        arrays = [f for f in self.fields.values() if f.vtype == GGUFValueType.ARRAY
-                  and f.item_type is not None]
+        arrays = [
+            f
+            for f in self.fields.values()
+            if f.vtype == GGUFValueType.ARRAY and f.item_type is not None
+        ]
         f = rng.choice(arrays)
         keep = rng.choice((0, 1, f.length // 2, f.length - 1))
         items = self._array_items(f.name, keep)
         assert f.item_type is not None
-        return self._set(f.name, GGUFValueType.ARRAY, items, f.item_type,
-                         label=f"{f.name} truncated to {keep} of {f.length} items")
+        return self._set(
+            f.name,
+            GGUFValueType.ARRAY,
+            items,
+            f.item_type,
+            label=f"{f.name} truncated to {keep} of {f.length} items",
+        )
 
     def _array_items(self, key: str, keep: int) -> list[Any]:
         return list(self.reader.fields[key].contents())[:keep]
@@ -218,8 +273,10 @@ class Corpus:
         base = self.layout
         key = rng.choice([k for k, _ in base.kvs])
         kvs = [(k, rec) for k, rec in base.kvs if k != key]
-        return self._layout(Layout(kvs, base.tensors, base.source, base.data_start,
-                                   base.alignment), f"{key} removed")
+        return self._layout(
+            Layout(kvs, base.tensors, base.source, base.data_start, base.alignment),
+            f"{key} removed",
+        )
 
     def special_token(self, rng: random.Random) -> Mutation:
         n = self.fields["tokenizer.ggml.tokens"].length
@@ -244,40 +301,58 @@ class Corpus:
             shape.append(1)
         else:
             shape[d] = 0
-        return self._tensors(i, TensorEntry(t.name, shape, t.ggml_type, t.offset),
-                             f"tensor {t.name} shape {t.shape} -> {shape}")
+        return self._tensors(
+            i,
+            TensorEntry(t.name, shape, t.ggml_type, t.offset),
+            f"tensor {t.name} shape {t.shape} -> {shape}",
+        )
 
     def tensor_type(self, rng: random.Random) -> Mutation:
         i, t = self._pick_tensor(rng)
         new = rng.choice((0, 1, 2, 3, 8, 12, 14, 30, 39, 4, 200))
-        return self._tensors(i, TensorEntry(t.name, t.shape, new, t.offset),
-                             f"tensor {t.name} type {t.ggml_type} -> {new}")
+        return self._tensors(
+            i,
+            TensorEntry(t.name, t.shape, new, t.offset),
+            f"tensor {t.name} type {t.ggml_type} -> {new}",
+        )
 
     def tensor_offset(self, rng: random.Random) -> Mutation:
         i, t = self._pick_tensor(rng)
         new = rng.choice((0, t.offset + 32, t.offset + 1, 2**40, 2**64 - 32))
-        return self._tensors(i, TensorEntry(t.name, t.shape, t.ggml_type, new),
-                             f"tensor {t.name} offset {t.offset} -> {new}")
+        return self._tensors(
+            i,
+            TensorEntry(t.name, t.shape, t.ggml_type, new),
+            f"tensor {t.name} offset {t.offset} -> {new}",
+        )
 
     def tensor_rename(self, rng: random.Random) -> Mutation:
         i, t = self._pick_tensor(rng)
-        new = rng.choice(("blk.99.attn_q.weight", t.name + ".x", "output.weight",
-                          "blk.0.attn_q.weight", t.name.replace("blk.", "blk.3")))
-        return self._tensors(i, TensorEntry(new, t.shape, t.ggml_type, t.offset),
-                             f"tensor {t.name} renamed {new}")
+        new = rng.choice(
+            (
+                "blk.99.attn_q.weight",
+                t.name + ".x",
+                "output.weight",
+                "blk.0.attn_q.weight",
+                t.name.replace("blk.", "blk.3"),
+            )
+        )
+        return self._tensors(
+            i, TensorEntry(new, t.shape, t.ggml_type, t.offset), f"tensor {t.name} renamed {new}"
+        )
 
     def tensor_drop(self, rng: random.Random) -> Mutation:
         i, t = self._pick_tensor(rng)
         base = self.layout
-        tensors = base.tensors[:i] + base.tensors[i + 1:]
-        return self._layout(Layout(base.kvs, tensors, base.source, base.data_start,
-                                   base.alignment), f"tensor {t.name} removed")
+        tensors = base.tensors[:i] + base.tensors[i + 1 :]
+        return self._layout(
+            Layout(base.kvs, tensors, base.source, base.data_start, base.alignment),
+            f"tensor {t.name} removed",
+        )
 
     def extra_block(self, rng: random.Random) -> Mutation:
         """A copy of the last block's tensors as block N, their data appended."""
         base = self.layout
-        last = max(int(t.name.split(".")[1]) for t in base.tensors
-                   if t.name.startswith("blk."))
+        last = max(int(t.name.split(".")[1]) for t in base.tensors if t.name.startswith("blk."))
         end = self.source.stat().st_size - base.data_start
         extra, new = bytearray(), []
         with self.source.open("rb") as f:
@@ -287,18 +362,28 @@ class Corpus:
                 nxt = min((u.offset for u in base.tensors if u.offset > t.offset), default=end)
                 f.seek(base.data_start + t.offset)
                 extra += b"\0" * (-len(extra) % base.alignment)
-                new.append(TensorEntry(t.name.replace(f"blk.{last}.", f"blk.{last + 1}.", 1),
-                                       t.shape, t.ggml_type, end + len(extra)))
+                new.append(
+                    TensorEntry(
+                        t.name.replace(f"blk.{last}.", f"blk.{last + 1}.", 1),
+                        t.shape,
+                        t.ggml_type,
+                        end + len(extra),
+                    )
+                )
                 extra += f.read(nxt - t.offset)
         bump = rng.random() < 0.5
-        layout = Layout(base.kvs, base.tensors + new, base.source, base.data_start,
-                        base.alignment, bytes(extra))
+        layout = Layout(
+            base.kvs, base.tensors + new, base.source, base.data_start, base.alignment, bytes(extra)
+        )
         if bump:  # and block_count raised to match
             key = f"{self.arch}.block_count"
-            layout.kvs = [(k, encode_kv(k, GGUFValueType.UINT32, last + 2) if k == key else rec)
-                          for k, rec in layout.kvs]
-        return self._layout(layout, f"extra block {last + 1}"
-                            + (" and block_count raised" if bump else ""))
+            layout.kvs = [
+                (k, encode_kv(k, GGUFValueType.UINT32, last + 2) if k == key else rec)
+                for k, rec in layout.kvs
+            ]
+        return self._layout(
+            layout, f"extra block {last + 1}" + (" and block_count raised" if bump else "")
+        )
 
     def bit_flips(self, rng: random.Random) -> Mutation:
         n = rng.choice((1, 1, 2, 4, 8, 32))
@@ -325,13 +410,28 @@ class Corpus:
         base = self.layout
         tensors = list(base.tensors)
         tensors[i] = entry
-        return self._layout(Layout(base.kvs, tensors, base.source, base.data_start,
-                                   base.alignment), label)
+        return self._layout(
+            Layout(base.kvs, tensors, base.source, base.data_start, base.alignment), label
+        )
 
-    MAKERS = ("int_value", "int_value", "int_value", "wrong_type", "truncate_array",
-              "remove_key", "special_token", "tensor_shape", "tensor_type", "tensor_offset",
-              "tensor_rename", "tensor_drop", "extra_block", "bit_flips", "bit_flips",
-              "bit_flips")
+    MAKERS = (
+        "int_value",
+        "int_value",
+        "int_value",
+        "wrong_type",
+        "truncate_array",
+        "remove_key",
+        "special_token",
+        "tensor_shape",
+        "tensor_type",
+        "tensor_offset",
+        "tensor_rename",
+        "tensor_drop",
+        "extra_block",
+        "bit_flips",
+        "bit_flips",
+        "bit_flips",
+    )
 
     def generate(self, seed: int, count: int) -> Iterator[Mutation]:
         rng = random.Random(seed)
@@ -384,9 +484,15 @@ class LoaderPool:
 
     def _start(self) -> subprocess.Popen[str]:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
-        return subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                env=env, cwd=ROOT)
+        return subprocess.Popen(
+            [sys.executable, "-c", _WORKER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
 
     def load(self, path: Path, label: str) -> Result:
         if self._proc is None or self._proc.poll() is not None:
@@ -401,8 +507,9 @@ class LoaderPool:
             ready, _, _ = select.select([proc.stdout], [], [], max(0.0, left))
             if not ready:
                 self.close()
-                return Result(label, "hang", f"no answer in {self.timeout_s:.0f} s",
-                              time.monotonic() - t0)
+                return Result(
+                    label, "hang", f"no answer in {self.timeout_s:.0f} s", time.monotonic() - t0
+                )
             line = proc.stdout.readline()
             if not line:  # the child died
                 rc = proc.wait()
@@ -411,8 +518,7 @@ class LoaderPool:
                 return Result(label, "crash", how, time.monotonic() - t0)
             if line.startswith("FUZZ "):
                 out = json.loads(line[5:])
-                return Result(label, out["outcome"], out.get("message", ""),
-                              time.monotonic() - t0)
+                return Result(label, out["outcome"], out.get("message", ""), time.monotonic() - t0)
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -434,17 +540,37 @@ class CliLoader:
     timeout_s: float = 60.0
 
     def load(self, path: Path, label: str) -> Result:
-        env = {**os.environ, "CANDLEWICK_HOME": str(self.home),
-               "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
+        env = {
+            **os.environ,
+            "CANDLEWICK_HOME": str(self.home),
+            "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
+        }
         t0 = time.monotonic()
         try:
-            r = subprocess.run([sys.executable, "-m", "app.cli", "run", str(path), "Hi",
-                                "--max-tokens", "2", "--threads", "1"],
-                               capture_output=True, text=True, timeout=self.timeout_s, env=env,
-                               cwd=ROOT, check=False)
+            r = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "app.cli",
+                    "run",
+                    str(path),
+                    "Hi",
+                    "--max-tokens",
+                    "2",
+                    "--threads",
+                    "1",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+                env=env,
+                cwd=ROOT,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
-            return Result(label, "hang", f"no exit in {self.timeout_s:.0f} s",
-                          time.monotonic() - t0)
+            return Result(
+                label, "hang", f"no exit in {self.timeout_s:.0f} s", time.monotonic() - t0
+            )
         took = time.monotonic() - t0
         err = r.stderr.strip()
         if r.returncode < 0:
@@ -461,14 +587,22 @@ class CliLoader:
         pass
 
 
-def run_corpus(source: Path, seed: int, count: int, work: Path, *,
-               timeout_s: float = 60.0, cli: bool = False,
-               on_result: Callable[[Result], None] | None = None) -> list[Result]:
+def run_corpus(
+    source: Path,
+    seed: int,
+    count: int,
+    work: Path,
+    *,
+    timeout_s: float = 60.0,
+    cli: bool = False,
+    on_result: Callable[[Result], None] | None = None,
+) -> list[Result]:
     """Write each mutation to `work`, load it (in the loader child, or through the command
     line with `cli`), delete it; one Result each."""
     corpus = Corpus(source)
-    pool: LoaderPool | CliLoader = (CliLoader(work / "home", timeout_s) if cli
-                                    else LoaderPool(timeout_s))
+    pool: LoaderPool | CliLoader = (
+        CliLoader(work / "home", timeout_s) if cli else LoaderPool(timeout_s)
+    )
     results = []
     path = work / "fuzzed.gguf"
     try:

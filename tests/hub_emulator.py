@@ -62,7 +62,7 @@ class EmuFile:
 
     def read(self, offset: int, n: int) -> bytes:
         if self.data is not None:
-            return self.data[offset:offset + n]
+            return self.data[offset : offset + n]
         assert self.source is not None
         with open(self.source, "rb") as f:
             return os.pread(f.fileno(), n, offset)
@@ -81,8 +81,9 @@ class EmuRepo:
     tags: list[str] = field(default_factory=lambda: ["gguf"])
     license: str | None = "apache-2.0"
 
-    def add(self, path: str, data: bytes | None = None, source: Path | None = None,
-            lfs: bool = True) -> EmuFile:
+    def add(
+        self, path: str, data: bytes | None = None, source: Path | None = None, lfs: bool = True
+    ) -> EmuFile:
         f = EmuFile(path, data, source, lfs)
         self.files[path] = f
         return f
@@ -125,8 +126,9 @@ class HubEmulator:
         for name in ("hub-emulator", "hub-emulator-cdn"):
             server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
             server.daemon_threads = True
-            t = threading.Thread(target=server.serve_forever, name=name,
-                                 kwargs={"poll_interval": 0.05})
+            t = threading.Thread(
+                target=server.serve_forever, name=name, kwargs={"poll_interval": 0.05}
+            )
             self._servers.append(server)
             self._threads.append(t)
             t.start()
@@ -189,20 +191,34 @@ class _Handler(BaseHTTPRequestHandler):
             return True
         token = self._token()
         if token is None:
-            self._error(401, "GatedRepo", f"Access to model {repo.repo_id} is restricted. "
-                        "You must be authenticated to access it.")
+            self._error(
+                401,
+                "GatedRepo",
+                f"Access to model {repo.repo_id} is restricted. "
+                "You must be authenticated to access it.",
+            )
             return False
         if token not in repo.granted_tokens:
-            self._error(403, "GatedRepo", f"Access to model {repo.repo_id} is restricted and "
-                        "you are not in the authorized list.")
+            self._error(
+                403,
+                "GatedRepo",
+                f"Access to model {repo.repo_id} is restricted and "
+                "you are not in the authorized list.",
+            )
             return False
         return True
 
     def _record(self, **extra: Any) -> None:
         with self.emulator.lock:
-            self.emulator.requests.append({
-                "method": self.command, "path": self.path,
-                "range": self.headers.get("Range"), "auth": self._token() is not None, **extra})
+            self.emulator.requests.append(
+                {
+                    "method": self.command,
+                    "path": self.path,
+                    "range": self.headers.get("Range"),
+                    "auth": self._token() is not None,
+                    **extra,
+                }
+            )
 
     def do_HEAD(self) -> None:
         self.do_GET()
@@ -240,16 +256,32 @@ class _Handler(BaseHTTPRequestHandler):
         filters = query.get("filter") or []
         sort = (query.get("sort") or ["downloads"])[0]
         limit = int((query.get("limit") or ["1000"])[0])
-        found = [r for r in self.emulator.repos.values()
-                 if text in r.repo_id.lower() and all(f in r.tags for f in filters)]
+        found = [
+            r
+            for r in self.emulator.repos.values()
+            if text in r.repo_id.lower() and all(f in r.tags for f in filters)
+        ]
         key = {"likes": lambda r: r.likes, "lastModified": lambda r: r.last_modified}.get(
-            sort, lambda r: r.downloads)
+            sort, lambda r: r.downloads
+        )
         found.sort(key=key, reverse=True)  # type: ignore[arg-type]
-        self._json([{
-            "id": r.repo_id, "_id": r.repo_id, "modelId": r.repo_id, "likes": r.likes,
-            "downloads": r.downloads, "lastModified": r.last_modified, "gated": r.gated,
-            "private": False, "tags": r.tags, "library_name": "gguf",
-        } for r in found[:limit]])
+        self._json(
+            [
+                {
+                    "id": r.repo_id,
+                    "_id": r.repo_id,
+                    "modelId": r.repo_id,
+                    "likes": r.likes,
+                    "downloads": r.downloads,
+                    "lastModified": r.last_modified,
+                    "gated": r.gated,
+                    "private": False,
+                    "tags": r.tags,
+                    "library_name": "gguf",
+                }
+                for r in found[:limit]
+            ]
+        )
 
     def _repo(self, repo_id: str) -> EmuRepo | None:
         repo = self.emulator.repos.get(repo_id)
@@ -269,24 +301,43 @@ class _Handler(BaseHTTPRequestHandler):
                 s["lfs"] = {"sha256": f.sha256, "size": f.size, "pointerSize": 135}
             siblings.append(s)
         card = {"license": repo.license} if repo.license else {}
-        self._json({
-            "id": repo.repo_id, "_id": repo.repo_id, "modelId": repo.repo_id, "sha": repo.sha,
-            "gated": "manual" if repo.gated else False, "private": False,
-            "downloads": repo.downloads, "likes": repo.likes,
-            "lastModified": repo.last_modified, "tags": repo.tags, "cardData": card,
-            "siblings": siblings,
-        })
+        self._json(
+            {
+                "id": repo.repo_id,
+                "_id": repo.repo_id,
+                "modelId": repo.repo_id,
+                "sha": repo.sha,
+                "gated": "manual" if repo.gated else False,
+                "private": False,
+                "downloads": repo.downloads,
+                "likes": repo.likes,
+                "lastModified": repo.last_modified,
+                "tags": repo.tags,
+                "cardData": card,
+                "siblings": siblings,
+            }
+        )
 
     def _tree(self, repo_id: str) -> None:
         repo = self._repo(repo_id)
         if repo is None:
             return
-        self._json([
-            {"type": "file", "path": f.path, "size": f.size,
-             "oid": hashlib.sha1(f.path.encode()).hexdigest(),
-             **({"lfs": {"oid": f.sha256, "size": f.size, "pointerSize": 135}} if f.lfs else {})}
-            for f in repo.files.values()
-        ])
+        self._json(
+            [
+                {
+                    "type": "file",
+                    "path": f.path,
+                    "size": f.size,
+                    "oid": hashlib.sha1(f.path.encode()).hexdigest(),
+                    **(
+                        {"lfs": {"oid": f.sha256, "size": f.size, "pointerSize": 135}}
+                        if f.lfs
+                        else {}
+                    ),
+                }
+                for f in repo.files.values()
+            ]
+        )
 
     def _resolve(self, repo_id: str, filename: str) -> None:
         repo = self._repo(repo_id)
@@ -300,8 +351,9 @@ class _Handler(BaseHTTPRequestHandler):
             # Like the real Hub: LFS files redirect to a CDN; the HEAD answer carries the hash
             # and the size in X-Linked-* headers.
             self.send_response(302)
-            self.send_header("Location", f"{self.emulator.cdn_url}/cdn/{f.sha256}/{repo_id}/"
-                                         f"{quote(filename)}")
+            self.send_header(
+                "Location", f"{self.emulator.cdn_url}/cdn/{f.sha256}/{repo_id}/{quote(filename)}"
+            )
             self.send_header("X-Linked-Etag", f'"{f.sha256}"')
             self.send_header("X-Linked-Size", str(f.size))
             self.send_header("ETag", f'"{f.sha256}"')
@@ -368,7 +420,7 @@ class _Handler(BaseHTTPRequestHandler):
             chunk = f.read(pos, n)
             if corrupt and pos <= size // 2 < pos + n:
                 i = size // 2 - pos
-                chunk = chunk[:i] + bytes([chunk[i] ^ 0xFF]) + chunk[i + 1:]
+                chunk = chunk[:i] + bytes([chunk[i] ^ 0xFF]) + chunk[i + 1 :]
             self.wfile.write(chunk)
             pos += n
             if hold is not None and pos == hold:
@@ -393,8 +445,9 @@ def file_sha256(path: Path) -> str:
     return _SHA_CACHE[key]
 
 
-def tiny_gguf(path: Path, name: str = "tiny", n_embd: int = 64, *, shard: int = 0,
-              split_count: int = 0) -> Path:
+def tiny_gguf(
+    path: Path, name: str = "tiny", n_embd: int = 64, *, shard: int = 0, split_count: int = 0
+) -> Path:
     """A small, coherent llama GGUF (every tensor a llama block needs, zeros), for tests that
     move files around and do not need to run them. With `split_count`, part `shard` of a
     split model of one block per part (part 0 also holds the embedding and output norm)."""

@@ -88,9 +88,12 @@ def _write(model_dir: Path, out: Path) -> None:
         new_name = tensor_map.get_name(name, try_suffixes=(".weight", ".bias"))
         if new_name is None:
             raise ValueError(f"{hf_name}: no GGUF name for this tensor")
-        matrix = (data.ndim >= 2 and new_name.endswith(".weight")
-                  and not new_name.endswith("_norm.weight")
-                  and new_name.removesuffix(".weight") not in f32_names)
+        matrix = (
+            data.ndim >= 2
+            and new_name.endswith(".weight")
+            and not new_name.endswith("_norm.weight")
+            and new_name.removesuffix(".weight") not in f32_names
+        )
         w.add_tensor(new_name, data.astype(np.float16 if matrix else np.float32))
 
     w.write_header_to_file()
@@ -103,8 +106,9 @@ def _pooling_type(model_dir: Path) -> gguf.PoolingType:
     """The sentence-transformers pooling module's mode (`modules.json` names its folder)."""
     folder = "1_Pooling"
     if (modules := model_dir / "modules.json").is_file():
-        folder = next((m["path"] for m in _load_json(modules)
-                       if str(m["type"]).endswith("Pooling")), folder)
+        folder = next(
+            (m["path"] for m in _load_json(modules) if str(m["type"]).endswith("Pooling")), folder
+        )
     cfg: dict[str, Any] = _load_json(model_dir / folder / "config.json")
     if cfg.get("pooling_mode_mean_tokens"):
         return gguf.PoolingType.MEAN

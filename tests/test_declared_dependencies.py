@@ -120,8 +120,9 @@ def undeclared(folders: Iterable[str], declared: set[str]) -> list[str]:
         dists = sorted({canonical(d) for d in providers.get(module, [])})
         places = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3 else "")
         if not dists:
-            problems.append(f"module {module} (no installed distribution provides it), "
-                            f"imported in {places}")
+            problems.append(
+                f"module {module} (no installed distribution provides it), imported in {places}"
+            )
         elif not declared.intersection(dists):
             problems.append(f"{' or '.join(dists)} (module {module}), imported in {places}")
     return problems
@@ -157,17 +158,24 @@ def test_tests_and_tools_import_only_declared_or_dev_dependencies() -> None:
 
 def test_a_guarded_import_is_optional_and_an_unguarded_one_counts() -> None:
     visitor = _Imports()
-    visitor.visit(ast.parse(
-        "import json\n"
-        "try:\n    import pynvml\nexcept ImportError:\n    pynvml = None\n"
-        "try:\n    import yaml\nexcept KeyError:\n    pass\n"
-        "try:\n    pass\nexcept Exception:\n    import fallback_mod\n"
-        "from . import sibling\n"
-        "from huggingface_hub.errors import HfHubHTTPError\n"))
+    visitor.visit(
+        ast.parse(
+            "import json\n"
+            "try:\n    import pynvml\nexcept ImportError:\n    pynvml = None\n"
+            "try:\n    import yaml\nexcept KeyError:\n    pass\n"
+            "try:\n    pass\nexcept Exception:\n    import fallback_mod\n"
+            "from . import sibling\n"
+            "from huggingface_hub.errors import HfHubHTTPError\n"
+        )
+    )
     assert set(visitor.found) == {"json", "yaml", "fallback_mod", "huggingface_hub"}
 
 
 def test_requirement_names_are_compared_canonically() -> None:
-    assert requirement_names(["PySide6-Essentials>=6.8,!=6.12.0", "llama_cpp.python[server]",
-                              "jinja2 ; python_version >= '3.11'"]) == {
-        "pyside6-essentials", "llama-cpp-python", "jinja2"}
+    assert requirement_names(
+        [
+            "PySide6-Essentials>=6.8,!=6.12.0",
+            "llama_cpp.python[server]",
+            "jinja2 ; python_version >= '3.11'",
+        ]
+    ) == {"pyside6-essentials", "llama-cpp-python", "jinja2"}

@@ -31,8 +31,11 @@ def test_llama_cpp_embeds(minilm_path: Path) -> None:
 
     model = Llama(model_path=str(minilm_path), embedding=True, n_threads=2, verbose=False)
     try:
-        sentences = ["A man is eating food.", "A man is eating a piece of bread.",
-                     "The girl is carrying a baby."]
+        sentences = [
+            "A man is eating food.",
+            "A man is eating a piece of bread.",
+            "The girl is carrying a baby.",
+        ]
         vectors = np.array([model.embed(s) for s in sentences], dtype=np.float64)
         assert model.tokenize(b"hello") == [101, 7592, 102]  # [CLS] hello [SEP]
     finally:

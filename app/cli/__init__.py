@@ -23,8 +23,15 @@ from app.cli import (
 )
 from app.cli.common import USER_ERRORS, CliError
 
-COMMAND_MODULES = [run_cmd, models_cmd, estimate_cmd, chats_cmd, serve_cmd, bench_cmd,
-                   connections_cmd]
+COMMAND_MODULES = [
+    run_cmd,
+    models_cmd,
+    estimate_cmd,
+    chats_cmd,
+    serve_cmd,
+    bench_cmd,
+    connections_cmd,
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,9 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run large language models on your own machine.",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="log engine details to stderr")
-    parser.add_argument("--self-test", action="store_true",
-                        help="check this install without a display: load the bundled model, "
-                             "generate a few tokens, open and close the window; exit 0 if all work")
+    parser.add_argument(
+        "--self-test",
+        action="store_true",
+        help="check this install without a display: load the bundled model, "
+        "generate a few tokens, open and close the window; exit 0 if all work",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMAND_MODULES:
         module.register(sub)
@@ -77,8 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as e:  # a bug: say so in one line, details only with --verbose
         logging.getLogger("candlewick").debug("internal error", exc_info=True)
-        print(f"candlewick: internal error: {type(e).__name__}: {e} "
-              "(run with --verbose for details)", file=sys.stderr)
+        print(
+            f"candlewick: internal error: {type(e).__name__}: {e} (run with --verbose for details)",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -70,51 +70,104 @@ def positive_float(value: str) -> float:
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
-        "bench", help="benchmark a model or an OpenAI/Ollama-compatible server",
+        "bench",
+        help="benchmark a model or an OpenAI/Ollama-compatible server",
         description="Measure TTFT, prompt and generation speed, latency, throughput, failures "
-                    "and peak memory at several concurrency levels with a realistic workload.")
+        "and peak memory at several concurrency levels with a realistic workload.",
+    )
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--model", default=None,
-                     help="run the embedded engine on this model ('default', a library id or "
-                          "a .gguf path); the default when --url is not given")
-    src.add_argument("--url", default=None,
-                     help="benchmark a running server, e.g. http://127.0.0.1:8080")
+    src.add_argument(
+        "--model",
+        default=None,
+        help="run the embedded engine on this model ('default', a library id or "
+        "a .gguf path); the default when --url is not given",
+    )
+    src.add_argument(
+        "--url", default=None, help="benchmark a running server, e.g. http://127.0.0.1:8080"
+    )
     p.add_argument("--api", choices=APIS, default="openai", help="the server's API dialect")
     p.add_argument("--api-key", default=None, help="Bearer key for the server")
-    p.add_argument("--server-model", default=None,
-                   help="model name to request from the server (default: the first it lists)")
-    p.add_argument("--tokenizer", default=None,
-                   help="model whose tokenizer counts tokens when the server reports no usage "
-                        "(default: the server's model file when it is on this machine)")
-    p.add_argument("--server-pid", type=positive_int, default=None,
-                   help="process to sample for peak memory (default: found for local URLs)")
-    p.add_argument("--workload", default="chat",
-                   help=f"{', '.join(BUILTIN)} or a JSONL file of prompts (default chat)")
-    p.add_argument("--concurrency", type=concurrency_arg, default=[1, 2, 4],
-                   help="comma-separated concurrency levels (default 1,2,4)")
-    p.add_argument("--requests", type=positive_int, default=8,
-                   help="requests per concurrency level (default 8)")
-    p.add_argument("--max-tokens", type=positive_int, default=None,
-                   help="cap each prompt's output length (default: the workload's own)")
-    p.add_argument("--slo-ttft", type=positive_float, default=None,
-                   help="TTFT objective in seconds: report the largest concurrency meeting it")
-    p.add_argument("--timeout", type=positive_float, default=300.0,
-                   help="seconds one request may take before it counts as failed")
+    p.add_argument(
+        "--server-model",
+        default=None,
+        help="model name to request from the server (default: the first it lists)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="model whose tokenizer counts tokens when the server reports no usage "
+        "(default: the server's model file when it is on this machine)",
+    )
+    p.add_argument(
+        "--server-pid",
+        type=positive_int,
+        default=None,
+        help="process to sample for peak memory (default: found for local URLs)",
+    )
+    p.add_argument(
+        "--workload",
+        default="chat",
+        help=f"{', '.join(BUILTIN)} or a JSONL file of prompts (default chat)",
+    )
+    p.add_argument(
+        "--concurrency",
+        type=concurrency_arg,
+        default=[1, 2, 4],
+        help="comma-separated concurrency levels (default 1,2,4)",
+    )
+    p.add_argument(
+        "--requests",
+        type=positive_int,
+        default=8,
+        help="requests per concurrency level (default 8)",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=None,
+        help="cap each prompt's output length (default: the workload's own)",
+    )
+    p.add_argument(
+        "--slo-ttft",
+        type=positive_float,
+        default=None,
+        help="TTFT objective in seconds: report the largest concurrency meeting it",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=300.0,
+        help="seconds one request may take before it counts as failed",
+    )
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--warmup", type=int, default=1, help="untimed requests first (default 1)")
-    p.add_argument("--allow-prefix-cache", action="store_true",
-                   help="send prompts unchanged, letting the server reuse cached prefixes "
-                        "(default: each request gets a unique tag first)")
-    p.add_argument("--ctx", type=positive_int, default=None,
-                   help="embedded: context per request (default: fits the workload)")
+    p.add_argument(
+        "--allow-prefix-cache",
+        action="store_true",
+        help="send prompts unchanged, letting the server reuse cached prefixes "
+        "(default: each request gets a unique tag first)",
+    )
+    p.add_argument(
+        "--ctx",
+        type=positive_int,
+        default=None,
+        help="embedded: context per request (default: fits the workload)",
+    )
     p.add_argument("--gpu-layers", type=gpu_layers_arg, default="auto")
     p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument("--no-bandwidth", action="store_true",
-                   help="skip the memory bandwidth measurement (no roofline)")
-    p.add_argument("--bandwidth-mib", type=positive_int, default=512,
-                   help="buffer size for the bandwidth measurement (default 512 MiB; keep it "
-                        "well above the CPU caches)")
+    p.add_argument(
+        "--no-bandwidth",
+        action="store_true",
+        help="skip the memory bandwidth measurement (no roofline)",
+    )
+    p.add_argument(
+        "--bandwidth-mib",
+        type=positive_int,
+        default=512,
+        help="buffer size for the bandwidth measurement (default 512 MiB; keep it "
+        "well above the CPU caches)",
+    )
     p.add_argument("--out", type=Path, default=None, help="write the full result as JSON")
     p.add_argument("--plot", type=Path, default=None, help="write charts as PNG")
     p.add_argument("--json", action="store_true", help="print the JSON result, not the table")
@@ -124,8 +177,9 @@ def register(sub: Any) -> None:
     c = csub.add_parser("compare", help="print B/A ratios of two results")
     c.add_argument("a", type=Path, help="baseline result JSON (A)")
     c.add_argument("b", type=Path, help="result JSON to compare (B)")
-    c.add_argument("--json", dest="compare_json", action="store_true",
-                   help="print the ratios as JSON")
+    c.add_argument(
+        "--json", dest="compare_json", action="store_true", help="print the ratios as JSON"
+    )
     c.set_defaults(handler=run_compare)
 
 
@@ -152,9 +206,11 @@ class ProgressBar:
             else:
                 width = 24
                 filled = width * p.done // max(1, p.total)
-                line = (f"level {p.level_index + 1}/{p.levels}  concurrency {p.concurrency:>3}"
-                        f"  [{'#' * filled}{'.' * (width - filled)}] {p.done}/{p.total}"
-                        f"  failed {p.failed}")
+                line = (
+                    f"level {p.level_index + 1}/{p.levels}  concurrency {p.concurrency:>3}"
+                    f"  [{'#' * filled}{'.' * (width - filled)}] {p.done}/{p.total}"
+                    f"  failed {p.failed}"
+                )
             if self.tty:
                 self.stream.write("\r\033[K" + line)
                 if p.phase == "run" and p.done == p.total:
@@ -181,9 +237,10 @@ def _workload(arg: str) -> Workload:
 
 def _context_for(tokenizer: Tokenizer, workload: Workload, cap: int | None) -> int:
     """Smallest context (multiple of 256) that holds every prompt with its full answer."""
-    need = max(tokenizer.count_chat(p.messages) + (min(p.max_tokens, cap) if cap
-                                                   else p.max_tokens)
-               for p in workload.prompts)
+    need = max(
+        tokenizer.count_chat(p.messages) + (min(p.max_tokens, cap) if cap else p.max_tokens)
+        for p in workload.prompts
+    )
     return int(math.ceil((need + 32) / 256) * 256)  # + the unique tag of each request
 
 
@@ -193,11 +250,16 @@ def run(args: argparse.Namespace) -> int:
     if args.warmup < 0:
         raise CliError("--warmup must be 0 or more")
     workload = _workload(args.workload)
-    config = BenchConfig(concurrency=args.concurrency, requests=args.requests,
-                         max_tokens=args.max_tokens, slo_ttft_s=args.slo_ttft,
-                         warmup=args.warmup, measure_bandwidth=not args.no_bandwidth,
-                         bandwidth_bytes=args.bandwidth_mib << 20,
-                         unique_prompts=not args.allow_prefix_cache)
+    config = BenchConfig(
+        concurrency=args.concurrency,
+        requests=args.requests,
+        max_tokens=args.max_tokens,
+        slo_ttft_s=args.slo_ttft,
+        warmup=args.warmup,
+        measure_bandwidth=not args.no_bandwidth,
+        bandwidth_bytes=args.bandwidth_mib << 20,
+        unique_prompts=not args.allow_prefix_cache,
+    )
     config.validate()
     sampling = SamplingSetup(temperature=args.temperature, seed=args.seed)
     bar = ProgressBar(sys.stderr, not args.quiet and not args.json)
@@ -212,8 +274,15 @@ def run(args: argparse.Namespace) -> int:
         else:
             target, model_file = _embedded_target(args, workload, sampling, closers)
         try:
-            result = run_benchmark(target, workload, config, model_file=model_file,
-                                   progress=bar, cancel=cancel, command=command)
+            result = run_benchmark(
+                target,
+                workload,
+                config,
+                model_file=model_file,
+                progress=bar,
+                cancel=cancel,
+                command=command,
+            )
         except KeyboardInterrupt:
             cancel.set()
             raise
@@ -228,8 +297,9 @@ def run(args: argparse.Namespace) -> int:
     return _report(args, result)
 
 
-def _embedded_target(args: argparse.Namespace, workload: Workload, sampling: SamplingSetup,
-                     closers: list[Any]) -> tuple[Target, GGUFFile]:
+def _embedded_target(
+    args: argparse.Namespace, workload: Workload, sampling: SamplingSetup, closers: list[Any]
+) -> tuple[Target, GGUFFile]:
     path = library().resolve(args.model or "default")
     n_ctx = args.ctx
     if n_ctx is None:
@@ -240,8 +310,9 @@ def _embedded_target(args: argparse.Namespace, workload: Workload, sampling: Sam
             tok.close()
     slots = max(args.concurrency)
     # Concurrent requests share one context through the scheduler, each in its own sequence.
-    params = LoadParams(n_ctx=n_ctx * slots, n_seq_max=slots, n_gpu_layers=args.gpu_layers,
-                        n_threads=args.threads)
+    params = LoadParams(
+        n_ctx=n_ctx * slots, n_seq_max=slots, n_gpu_layers=args.gpu_layers, n_threads=args.threads
+    )
     model = Model(path, params, first_loads=first_loads())
     closers.append(model.close)
     if slots == 1:
@@ -249,11 +320,17 @@ def _embedded_target(args: argparse.Namespace, workload: Workload, sampling: Sam
     return SchedulerTarget(model, sampling), model.gguf
 
 
-def _http_target(args: argparse.Namespace, sampling: SamplingSetup, closers: list[Any]
-                 ) -> tuple[Target, GGUFFile | None]:
+def _http_target(
+    args: argparse.Namespace, sampling: SamplingSetup, closers: list[Any]
+) -> tuple[Target, GGUFFile | None]:
     try:
-        client = StreamingClient(args.url, api=args.api, api_key=args.api_key,
-                                 model=args.server_model, timeout_s=args.timeout)
+        client = StreamingClient(
+            args.url,
+            api=args.api,
+            api_key=args.api_key,
+            model=args.server_model,
+            timeout_s=args.timeout,
+        )
     except ClientError as e:
         raise CliError(str(e)) from None
     if client.model is None:
@@ -264,8 +341,12 @@ def _http_target(args: argparse.Namespace, sampling: SamplingSetup, closers: lis
         client.model = models[0] if models else None
     tokenizer: Tokenizer | None = None
     tok_ref = args.tokenizer
-    if tok_ref is None and client.model and client.model.endswith(".gguf") \
-            and Path(client.model).is_file():
+    if (
+        tok_ref is None
+        and client.model
+        and client.model.endswith(".gguf")
+        and Path(client.model).is_file()
+    ):
         tok_ref = client.model  # llama.cpp servers often name the model by its path
     if tok_ref is not None:
         tokenizer = Tokenizer(library().resolve(tok_ref))
@@ -293,8 +374,10 @@ def _report(args: argparse.Namespace, result: BenchResult) -> int:
     else:
         t = result.target
         what = t.get("url") or t.get("file")
-        print(f"{t.get('runtime', t['kind'])}: {what}  workload {result.workload.name}, "
-              f"{result.config.requests_per_level} requests per level")
+        print(
+            f"{t.get('runtime', t['kind'])}: {what}  workload {result.workload.name}, "
+            f"{result.config.requests_per_level} requests per level"
+        )
         print(format_table(result))
     levels = result.levels
     if levels and all(lv.succeeded == 0 for lv in levels):

@@ -40,8 +40,13 @@ def list_chats(args: argparse.Namespace) -> int:
     with open_store() as store:
         convs = store.conversations()
         rows = [
-            {"id": c.id, "title": c.title, "pinned": c.pinned, "updated_at": c.updated_at,
-             "messages": len(store.active_path(c.id))}
+            {
+                "id": c.id,
+                "title": c.title,
+                "pinned": c.pinned,
+                "updated_at": c.updated_at,
+                "messages": len(store.active_path(c.id)),
+            }
             for c in convs
         ]
     if args.json:

@@ -22,7 +22,13 @@ class CliError(Exception):
 
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
-    CliError, GGUFError, EngineError, LibraryError, ChatTemplateError, ChatStoreError, OSError,
+    CliError,
+    GGUFError,
+    EngineError,
+    LibraryError,
+    ChatTemplateError,
+    ChatStoreError,
+    OSError,
 )
 
 

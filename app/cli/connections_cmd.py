@@ -26,27 +26,53 @@ def register(sub: Any) -> None:
 
     add = cmds.add_parser("add", help="save a connection (replace one with --replace)")
     add.add_argument("name")
-    add.add_argument("url", help="the server root, e.g. http://gpu-box:8000 (a /v1 suffix is "
-                                 "fine)")
-    add.add_argument("--api", choices=APIS, default="openai",
-                     help="API dialect (vLLM, llama-server, LM Studio: openai)")
+    add.add_argument("url", help="the server root, e.g. http://gpu-box:8000 (a /v1 suffix is fine)")
+    add.add_argument(
+        "--api",
+        choices=APIS,
+        default="openai",
+        help="API dialect (vLLM, llama-server, LM Studio: openai)",
+    )
     add.add_argument("--model", default="", help="default model id (default: the server's first)")
     key = add.add_mutually_exclusive_group()
-    key.add_argument("--api-key", default=None,
-                     help="API key, kept in the system keyring (it also stays in your shell "
-                          "history: prefer --api-key-stdin)")
-    key.add_argument("--api-key-stdin", action="store_true",
-                     help="read the API key from the first line of standard input")
-    key.add_argument("--api-key-env", metavar="VAR", default=None,
-                     help="read the API key from this environment variable at each use "
-                          "(for machines without a keyring)")
-    add.add_argument("--no-verify-tls", action="store_true",
-                     help="accept any HTTPS certificate (self-signed test servers only)")
+    key.add_argument(
+        "--api-key",
+        default=None,
+        help="API key, kept in the system keyring (it also stays in your shell "
+        "history: prefer --api-key-stdin)",
+    )
+    key.add_argument(
+        "--api-key-stdin",
+        action="store_true",
+        help="read the API key from the first line of standard input",
+    )
+    key.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        default=None,
+        help="read the API key from this environment variable at each use "
+        "(for machines without a keyring)",
+    )
+    add.add_argument(
+        "--no-verify-tls",
+        action="store_true",
+        help="accept any HTTPS certificate (self-signed test servers only)",
+    )
     add.add_argument("--ca-file", default=None, help="PEM file of a private certificate authority")
-    add.add_argument("--connect-timeout", type=float, default=DEFAULT_CONNECT_TIMEOUT_S,
-                     metavar="S", help="seconds to wait for the connection")
-    add.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
-                     help="seconds the server may stay silent while answering")
+    add.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=DEFAULT_CONNECT_TIMEOUT_S,
+        metavar="S",
+        help="seconds to wait for the connection",
+    )
+    add.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help="seconds the server may stay silent while answering",
+    )
     add.add_argument("--replace", action="store_true", help="overwrite a connection of that name")
     add.set_defaults(handler=add_cmd)
 
@@ -103,12 +129,21 @@ def add_cmd(args: argparse.Namespace) -> int:
         if api_key is None:
             raise CliError("no API key on standard input")
     if api_key and not store.secrets.keyring_available:
-        raise CliError("no system keyring is available to keep the API key; save the "
-                       "connection with --api-key-env VAR and put the key in that variable")
-    conn = Connection(name=args.name, base_url=args.url, api=args.api, model=args.model,
-                      verify_tls=not args.no_verify_tls, ca_file=args.ca_file,
-                      connect_timeout_s=args.connect_timeout, timeout_s=args.timeout,
-                      key_env=args.api_key_env)
+        raise CliError(
+            "no system keyring is available to keep the API key; save the "
+            "connection with --api-key-env VAR and put the key in that variable"
+        )
+    conn = Connection(
+        name=args.name,
+        base_url=args.url,
+        api=args.api,
+        model=args.model,
+        verify_tls=not args.no_verify_tls,
+        ca_file=args.ca_file,
+        connect_timeout_s=args.connect_timeout,
+        timeout_s=args.timeout,
+        key_env=args.api_key_env,
+    )
     try:
         saved = store.add(conn, api_key, replace=args.replace)
     except ConnectionsError as e:
@@ -135,9 +170,15 @@ def test_cmd(args: argparse.Namespace) -> int:
     except ConnectionsError as e:
         raise CliError(str(e)) from None
     if args.json:
-        print_json({"ok": result.ok, "message": result.message, "models": list(result.models),
-                    "latency_s": result.latency_s,
-                    "error_kind": result.error.kind if result.error else None})
+        print_json(
+            {
+                "ok": result.ok,
+                "message": result.message,
+                "models": list(result.models),
+                "latency_s": result.latency_s,
+                "error_kind": result.error.kind if result.error else None,
+            }
+        )
         return 0 if result.ok else 1
     if not result.ok:
         raise CliError(result.message)

@@ -28,38 +28,69 @@ def _margin_arg(value: str) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
-        "estimate", help="estimate a model's memory before loading (or downloading) it",
+        "estimate",
+        help="estimate a model's memory before loading (or downloading) it",
         description="Estimate weights, KV cache, compute and output memory, per device, and "
-                    "whether the model fits. MODEL is a library id, a path, an http(s) URL or "
-                    "hf:owner/repo/file.gguf (only the file's header is fetched).")
+        "whether the model fits. MODEL is a library id, a path, an http(s) URL or "
+        "hf:owner/repo/file.gguf (only the file's header is fetched).",
+    )
     p.add_argument("model", metavar="MODEL")
     p.add_argument("--ctx", type=positive_int, default=4096, help="context length (4096)")
-    p.add_argument("--gpu-layers", type=gpu_layers_arg, default="auto",
-                   help="layers to offload: a number, 'auto' (as many as fit) or 'all'")
-    p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0"), default="f16",
-                   help="K and V cache type (quantized V needs flash attention)")
+    p.add_argument(
+        "--gpu-layers",
+        type=gpu_layers_arg,
+        default="auto",
+        help="layers to offload: a number, 'auto' (as many as fit) or 'all'",
+    )
+    p.add_argument(
+        "--kv-type",
+        choices=("f16", "q8_0", "q4_0"),
+        default="f16",
+        help="K and V cache type (quantized V needs flash attention)",
+    )
     p.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto")
     p.add_argument("--parallel", type=positive_int, default=1, help="parallel sequences")
     p.add_argument("--batch", type=positive_int, default=512, help="logical batch size")
     p.add_argument("--ubatch", type=positive_int, default=512, help="physical batch size")
-    p.add_argument("--simulate-gpu", type=_size_arg, action="append", metavar="SIZE",
-                   help="plan for an empty GPU of this size instead of the real devices "
-                        "(e.g. 8GiB; repeat for several GPUs)")
-    p.add_argument("--simulate-ram", type=_size_arg, metavar="SIZE",
-                   help="plan for this much free RAM")
-    p.add_argument("--margin", type=_margin_arg, metavar="SIZE",
-                   help="memory to keep free on each device (default: 5%%, 64 MiB-1 GiB)")
-    p.add_argument("--method", choices=("auto", "dry-run", "analytic"), default="auto",
-                   help="dry-run asks llama.cpp (local files); analytic uses the header only")
+    p.add_argument(
+        "--simulate-gpu",
+        type=_size_arg,
+        action="append",
+        metavar="SIZE",
+        help="plan for an empty GPU of this size instead of the real devices "
+        "(e.g. 8GiB; repeat for several GPUs)",
+    )
+    p.add_argument(
+        "--simulate-ram", type=_size_arg, metavar="SIZE", help="plan for this much free RAM"
+    )
+    p.add_argument(
+        "--margin",
+        type=_margin_arg,
+        metavar="SIZE",
+        help="memory to keep free on each device (default: 5%%, 64 MiB-1 GiB)",
+    )
+    p.add_argument(
+        "--method",
+        choices=("auto", "dry-run", "analytic"),
+        default="auto",
+        help="dry-run asks llama.cpp (local files); analytic uses the header only",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(handler=run_estimate)
 
 
 def run_estimate(args: argparse.Namespace) -> int:
     params = EstimateParams(
-        n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, type_k=args.kv_type, type_v=args.kv_type,
-        flash_attn=args.flash_attn, n_seq_max=args.parallel, n_batch=args.batch,
-        n_ubatch=args.ubatch, margin_bytes=args.margin)
+        n_ctx=args.ctx,
+        n_gpu_layers=args.gpu_layers,
+        type_k=args.kv_type,
+        type_v=args.kv_type,
+        flash_attn=args.flash_attn,
+        n_seq_max=args.parallel,
+        n_batch=args.batch,
+        n_ubatch=args.ubatch,
+        margin_bytes=args.margin,
+    )
     params.validate()
     if args.simulate_gpu or args.simulate_ram:
         hw = hardware.simulate(args.simulate_gpu or [], ram_bytes=args.simulate_ram)
@@ -71,8 +102,7 @@ def run_estimate(args: argparse.Namespace) -> int:
             raise CliError("a dry run needs the file on disk; remote files use --method analytic")
         head = read_remote_gguf(args.model)
         est = estimate(head.gguf, params, hardware=hw, method="analytic")
-        extra = {"source": head.url, "file_bytes": head.file_bytes,
-                 "bytes_read": head.bytes_read}
+        extra = {"source": head.url, "file_bytes": head.file_bytes, "bytes_read": head.bytes_read}
     else:
         path = library().resolve(args.model)
         est = estimate(path, params, hardware=hw, method=args.method)
@@ -98,15 +128,23 @@ def _print_table(est: MemoryEstimate, extra: dict[str, Any], hw: hardware.Hardwa
     kv = p.type_k if p.type_k == p.type_v else f"{p.type_k}/{p.type_v}"
     print(f"Model:    {est.model}")
     if "bytes_read" in extra:
-        print(f"Source:   {extra['source']} (read {_fmt(extra['bytes_read'])} of "
-              f"{_fmt(extra['file_bytes'])})")
-    print(f"Settings: context {est.n_ctx}, KV {kv}, flash attention {p.flash_attn}, "
-          f"{p.n_seq_max} sequence(s), batch {p.n_batch}/{p.n_ubatch}")
+        print(
+            f"Source:   {extra['source']} (read {_fmt(extra['bytes_read'])} of "
+            f"{_fmt(extra['file_bytes'])})"
+        )
+    print(
+        f"Settings: context {est.n_ctx}, KV {kv}, flash attention {p.flash_attn}, "
+        f"{p.n_seq_max} sequence(s), batch {p.n_batch}/{p.n_ubatch}"
+    )
     print(f"Method:   {est.method}")
     print()
-    rows = [("weights", est.weights_bytes), ("KV cache", est.kv_bytes),
-            ("compute", est.compute_bytes), ("output", est.output_bytes),
-            ("total", est.total_bytes)]
+    rows = [
+        ("weights", est.weights_bytes),
+        ("KV cache", est.kv_bytes),
+        ("compute", est.compute_bytes),
+        ("output", est.output_bytes),
+        ("total", est.total_bytes),
+    ]
     for label, n in rows:
         print(f"  {label:<10}{_fmt(n):>12}")
     if est.overhead_bytes:

@@ -55,25 +55,34 @@ def register(sub: Any) -> None:
 
     im = msub.add_parser("import", help="add a .gguf file to the library")
     im.add_argument("path", type=Path)
-    im.add_argument("--copy", action="store_true",
-                    help="copy the file into Candlewick's folder (default: link to it in place)")
+    im.add_argument(
+        "--copy",
+        action="store_true",
+        help="copy the file into Candlewick's folder (default: link to it in place)",
+    )
     im.set_defaults(handler=import_model)
 
-    tk = msub.add_parser("token", help="save the Hugging Face access token (read from stdin) "
-                         "in the system keyring, for gated/private repositories")
+    tk = msub.add_parser(
+        "token",
+        help="save the Hugging Face access token (read from stdin) "
+        "in the system keyring, for gated/private repositories",
+    )
     tk.add_argument("--clear", action="store_true", help="forget the saved token")
     tk.set_defaults(handler=token)
 
 
-def _hub_errors(handler: Callable[[argparse.Namespace], int]
-                ) -> Callable[[argparse.Namespace], int]:
+def _hub_errors(
+    handler: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
     """Hub errors are user errors: one line, exit 2."""
+
     @functools.wraps(handler)
     def wrapped(args: argparse.Namespace) -> int:
         try:
             return handler(args)
         except HubError as e:
             raise CliError(str(e)) from None
+
     return wrapped
 
 
@@ -102,8 +111,18 @@ def list_models(args: argparse.Namespace) -> int:
             rows.append((e.id, e.path.name, "-", "-", "-", "-", source, f"unusable: {e.error}"))
             continue
         f = e.facts
-        rows.append((e.id, e.name, f.architecture, f.params_label, f.quantization,
-                     human_bytes(f.file_bytes), source, str(f.context_length)))
+        rows.append(
+            (
+                e.id,
+                e.name,
+                f.architecture,
+                f.params_label,
+                f.quantization,
+                human_bytes(f.file_bytes),
+                source,
+                str(f.context_length),
+            )
+        )
     _table(rows)
     return 0
 
@@ -124,8 +143,15 @@ def search(args: argparse.Namespace) -> int:
         return 0
     rows = [("REPO", "DOWNLOADS", "LIKES", "UPDATED", "ACCESS")]
     for r in results:
-        rows.append((r.repo_id, str(r.downloads), str(r.likes), (r.last_modified or "-")[:10],
-                     "gated" if r.gated else "open"))
+        rows.append(
+            (
+                r.repo_id,
+                str(r.downloads),
+                str(r.likes),
+                (r.last_modified or "-")[:10],
+                "gated" if r.gated else "open",
+            )
+        )
     _table(rows)
     return 0
 
@@ -135,8 +161,10 @@ def files(args: argparse.Namespace) -> int:
     if args.json:
         print_json(details.to_dict())
         return 0
-    print(f"{details.repo_id}  license: {details.license or 'not stated'}"
-          + ("  (gated: needs access)" if details.gated else ""))
+    print(
+        f"{details.repo_id}  license: {details.license or 'not stated'}"
+        + ("  (gated: needs access)" if details.gated else "")
+    )
     if details.summary:
         print(details.summary)
     if not details.variants:
@@ -159,19 +187,25 @@ def download(args: argparse.Namespace) -> int:
         names = ", ".join(v.name for v in details.variants[:8]) or "none"
         raise CliError(f"{args.file} is not a GGUF file in {args.repo} (its GGUF files: {names})")
     if not variant.complete:
-        raise CliError(f"{variant.name} is missing shards on the Hub "
-                       f"({len(variant.files)} of {variant.shards_expected})")
+        raise CliError(
+            f"{variant.name} is missing shards on the Hub "
+            f"({len(variant.files)} of {variant.shards_expected})"
+        )
     manager = DownloadManager(library().downloads_state, hub, max_parallel=1)
     jobs: list[DownloadJob] = []
     try:
         for f in variant.files:
-            jobs.append(manager.add(details.repo_id, f.filename, sha256=f.sha256, size=f.size,
-                                    commit=details.commit))
+            jobs.append(
+                manager.add(
+                    details.repo_id, f.filename, sha256=f.sha256, size=f.size, commit=details.commit
+                )
+            )
         done = _follow(manager, [j.id for j in jobs], variant.size)
     except KeyboardInterrupt:
         manager.close()
-        print("\ncandlewick: download paused; run the same command again to resume",
-              file=sys.stderr)
+        print(
+            "\ncandlewick: download paused; run the same command again to resume", file=sys.stderr
+        )
         return 130
     finally:
         manager.close()
@@ -181,8 +215,10 @@ def download(args: argparse.Namespace) -> int:
         raise CliError(j.error or f"download of {j.filename} stopped ({j.status})")
     path = Path(done[0].path or "")
     ids = [e.id for e in library().entries() if e.path == path]
-    print(f"Downloaded and verified {variant.name} ({human_bytes(variant.size)}) -> {path}",
-          file=sys.stderr)
+    print(
+        f"Downloaded and verified {variant.name} ({human_bytes(variant.size)}) -> {path}",
+        file=sys.stderr,
+    )
     if ids:
         print(ids[0])
     return 0
@@ -202,16 +238,23 @@ def _follow(manager: DownloadManager, ids: list[str], total: int) -> list[Downlo
             got = sum(j.done_bytes for j in current)
             speed = sum(j.speed_bps for j in current)
             eta = f"  ETA {int((total - got) / speed)}s" if speed > 0 else ""
-            line = (f"downloading: {human_bytes(got)} / {human_bytes(total)} "
-                    f"({100 * got / max(total, 1):.0f}%)  {human_bytes(speed)}/s{eta}")
-            print(("\r" + line.ljust(70)) if tty else line, end="" if tty else "\n",
-                  file=sys.stderr, flush=True)
+            line = (
+                f"downloading: {human_bytes(got)} / {human_bytes(total)} "
+                f"({100 * got / max(total, 1):.0f}%)  {human_bytes(speed)}/s{eta}"
+            )
+            print(
+                ("\r" + line.ljust(70)) if tty else line,
+                end="" if tty else "\n",
+                file=sys.stderr,
+                flush=True,
+            )
             last = now
         manager.wait(pending, timeout=0.25)
     final = [j for j in (manager.get(i) for i in ids) if j is not None]
     got = sum(j.done_bytes for j in final)
-    line = (f"downloading: {human_bytes(got)} / {human_bytes(total)} "
-            f"({100 * got / max(total, 1):.0f}%)")
+    line = (
+        f"downloading: {human_bytes(got)} / {human_bytes(total)} ({100 * got / max(total, 1):.0f}%)"
+    )
     print(("\r" + line.ljust(70) + "\n") if tty else line, file=sys.stderr, flush=True)
     return final
 
@@ -221,10 +264,13 @@ def delete(args: argparse.Namespace) -> int:
     plan = lib.plan_delete(args.id)
     what = plan.entry.label or plan.entry.path.name
     if not args.yes and not sys.stdin.isatty():
-        raise CliError(f"not deleting '{plan.entry.id}' ({what}, frees "
-                       f"{human_bytes(plan.freed_bytes)}) without confirmation: add --yes")
-    print(f"Delete '{plan.entry.id}' ({what}): frees {human_bytes(plan.freed_bytes)}",
-          file=sys.stderr)
+        raise CliError(
+            f"not deleting '{plan.entry.id}' ({what}, frees "
+            f"{human_bytes(plan.freed_bytes)}) without confirmation: add --yes"
+        )
+    print(
+        f"Delete '{plan.entry.id}' ({what}): frees {human_bytes(plan.freed_bytes)}", file=sys.stderr
+    )
     for f in plan.files:
         print(f"  {f}", file=sys.stderr)
     if plan.warning:
@@ -254,8 +300,10 @@ def token(args: argparse.Namespace) -> int:
         return 0
     if not store.keyring_available:
         # A session-only token would vanish when this command exits: say so, store nothing.
-        raise CliError("no system keyring is available to keep the token; set the HF_TOKEN "
-                       "environment variable instead")
+        raise CliError(
+            "no system keyring is available to keep the token; set the HF_TOKEN "
+            "environment variable instead"
+        )
     if sys.stdin.isatty():
         import getpass
 

@@ -31,8 +31,9 @@ def register(sub: Any) -> None:
     p.add_argument("prompt", help="the user message")
     p.add_argument("--max-tokens", type=positive_int, default=512)
     d = SamplingParams()  # the app's defaults (and where they come from)
-    p.add_argument("--temperature", type=float, default=d.temperature,
-                   help="0 = greedy (deterministic)")
+    p.add_argument(
+        "--temperature", type=float, default=d.temperature, help="0 = greedy (deterministic)"
+    )
     p.add_argument("--top-p", type=float, default=d.top_p)
     p.add_argument("--top-k", type=int, default=d.top_k)
     p.add_argument("--min-p", type=float, default=d.min_p)
@@ -40,30 +41,60 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--ctx", type=positive_int, default=4096, help="context length in tokens")
-    p.add_argument("--gpu-layers", type=gpu_layers_arg, default="auto",
-                   help="layers to offload: N, 'auto' or 'all'")
+    p.add_argument(
+        "--gpu-layers",
+        type=gpu_layers_arg,
+        default="auto",
+        help="layers to offload: N, 'auto' or 'all'",
+    )
     p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--json", action="store_true", help="print one JSON object with the stats")
     spec = p.add_mutually_exclusive_group()
-    spec.add_argument("--draft", metavar="MODEL", default=None,
-                      help="speculative decoding with this smaller draft model (same tokenizer)")
-    spec.add_argument("--lookup", action="store_true",
-                      help="speculative decoding with prompt lookup (drafts copied from the "
-                           "prompt; fast when the answer quotes it)")
-    p.add_argument("--draft-max", type=positive_int, default=None,
-                   help="most tokens drafted per step (default 16 for --lookup, 5 for --draft)")
-    p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0"), default="f16",
-                   help="K/V cache type; q8_0 halves its memory, q4_0 quarters it "
-                        "(quantized V needs flash attention)")
-    p.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto",
-                   help="flash attention (auto: on where the backend supports it)")
-    p.add_argument("--force", action="store_true",
-                   help="load even when the memory estimate says the model does not fit")
-    p.add_argument("--connection", metavar="NAME", default=None,
-                   help="answer with a remote engine (a saved connection, see `candlewick "
-                        "connections`); MODEL is then the server's model id, or 'default' for "
-                        "the connection's own")
+    spec.add_argument(
+        "--draft",
+        metavar="MODEL",
+        default=None,
+        help="speculative decoding with this smaller draft model (same tokenizer)",
+    )
+    spec.add_argument(
+        "--lookup",
+        action="store_true",
+        help="speculative decoding with prompt lookup (drafts copied from the "
+        "prompt; fast when the answer quotes it)",
+    )
+    p.add_argument(
+        "--draft-max",
+        type=positive_int,
+        default=None,
+        help="most tokens drafted per step (default 16 for --lookup, 5 for --draft)",
+    )
+    p.add_argument(
+        "--kv-type",
+        choices=("f16", "q8_0", "q4_0"),
+        default="f16",
+        help="K/V cache type; q8_0 halves its memory, q4_0 quarters it "
+        "(quantized V needs flash attention)",
+    )
+    p.add_argument(
+        "--flash-attn",
+        choices=("on", "off", "auto"),
+        default="auto",
+        help="flash attention (auto: on where the backend supports it)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="load even when the memory estimate says the model does not fit",
+    )
+    p.add_argument(
+        "--connection",
+        metavar="NAME",
+        default=None,
+        help="answer with a remote engine (a saved connection, see `candlewick "
+        "connections`); MODEL is then the server's model id, or 'default' for "
+        "the connection's own",
+    )
     p.set_defaults(handler=run)
 
 
@@ -82,9 +113,15 @@ def run(args: argparse.Namespace) -> int:
         draft_max=args.draft_max,
     )
     settings.validate()
-    params = LoadParams(n_ctx=args.ctx, n_gpu_layers=args.gpu_layers, n_threads=args.threads,
-                        type_k=args.kv_type, type_v=args.kv_type, flash_attn=flash,
-                        speculative=settings)
+    params = LoadParams(
+        n_ctx=args.ctx,
+        n_gpu_layers=args.gpu_layers,
+        n_threads=args.threads,
+        type_k=args.kv_type,
+        type_v=args.kv_type,
+        flash_attn=flash,
+        speculative=settings,
+    )
     sampling = _sampling(args)
     messages = _messages(args)
     if not args.force:
@@ -96,23 +133,25 @@ def run(args: argparse.Namespace) -> int:
         _stream(gen, cancel, args.json)
         st = gen.stats
         if args.json:
-            print_json({
-                "text": gen.text,
-                "ttft_s": round(st.ttft_s, 4),
-                "prompt_tokens": st.prompt_tokens,
-                "prompt_tps": round(st.prompt_tps, 2),
-                "gen_tokens": st.gen_tokens,
-                "gen_tps": round(st.gen_tps, 2),
-                "stop_reason": st.stop_reason,
-                "total_s": round(st.total_s, 4),
-                "gen_tps_wall": round(st.gen_tps_wall, 2),
-                "model": str(path),
-                "speculative": settings.mode,
-                **spec_stats(st),
-                "kv_type": args.kv_type,
-                "flash_attn": args.flash_attn,
-                "kv_mib": round(model.memory_actual.kv_bytes / 2**20, 2),
-            })
+            print_json(
+                {
+                    "text": gen.text,
+                    "ttft_s": round(st.ttft_s, 4),
+                    "prompt_tokens": st.prompt_tokens,
+                    "prompt_tps": round(st.prompt_tps, 2),
+                    "gen_tokens": st.gen_tokens,
+                    "gen_tps": round(st.gen_tps, 2),
+                    "stop_reason": st.stop_reason,
+                    "total_s": round(st.total_s, 4),
+                    "gen_tps_wall": round(st.gen_tps_wall, 2),
+                    "model": str(path),
+                    "speculative": settings.mode,
+                    **spec_stats(st),
+                    "kv_type": args.kv_type,
+                    "flash_attn": args.flash_attn,
+                    "kv_mib": round(model.memory_actual.kv_bytes / 2**20, 2),
+                }
+            )
         else:
             sys.stdout.write("\n")
     return 130 if st.stop_reason == "cancelled" else 0
@@ -124,7 +163,8 @@ def run_remote(args: argparse.Namespace) -> int:
         raise CliError("speculative decoding is the server's business with --connection")
     try:
         engine = ConnectionStore().engine(
-            args.connection, model=None if args.model == "default" else args.model)
+            args.connection, model=None if args.model == "default" else args.model
+        )
     except ConnectionsError as e:
         raise CliError(str(e)) from None
     cancel = threading.Event()
@@ -137,19 +177,21 @@ def run_remote(args: argparse.Namespace) -> int:
         raise
     st = reply.stats
     if args.json:
-        print_json({
-            "text": reply.text,
-            "ttft_s": round(st.ttft_s, 4),
-            "prompt_tokens": reply.prompt_tokens,
-            "gen_tokens": st.gen_tokens,
-            "gen_tps": round(st.gen_tps, 2),
-            "stop_reason": st.stop_reason,
-            "total_s": round(st.total_s, 4),
-            "measured_on": st.measured_on,
-            "server_usage": list(st.server_usage),
-            "connection": args.connection,
-            "model": engine.model,
-        })
+        print_json(
+            {
+                "text": reply.text,
+                "ttft_s": round(st.ttft_s, 4),
+                "prompt_tokens": reply.prompt_tokens,
+                "gen_tokens": st.gen_tokens,
+                "gen_tps": round(st.gen_tps, 2),
+                "stop_reason": st.stop_reason,
+                "total_s": round(st.total_s, 4),
+                "measured_on": st.measured_on,
+                "server_usage": list(st.server_usage),
+                "connection": args.connection,
+                "model": engine.model,
+            }
+        )
     else:
         sys.stdout.write("\n")
     return 130 if st.stop_reason == "cancelled" else 0

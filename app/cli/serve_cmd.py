@@ -32,49 +32,101 @@ log = logging.getLogger("candlewick.serve")
 
 def register(sub: Any) -> None:
     p = sub.add_parser("serve", help="serve a model over an OpenAI/Ollama-compatible HTTP API")
-    p.add_argument("--model", default="default",
-                   help="'default', a library id or a path to a .gguf file")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1; others need an API key)")
+    p.add_argument(
+        "--model", default="default", help="'default', a library id or a path to a .gguf file"
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; others need an API key)",
+    )
     p.add_argument("--port", type=int, default=8080)
     key = p.add_mutually_exclusive_group()
     key.add_argument("--api-key", default=None, help="require this key (Bearer token)")
-    key.add_argument("--api-key-file", type=Path, default=None,
-                     help="read the key from this file (keeps it out of the process list)")
-    p.add_argument("--parallel", type=positive_int, default=4,
-                   help="requests decoded together (slots)")
-    p.add_argument("--ctx", type=positive_int, default=4096,
-                   help="context length of each slot, in tokens")
-    p.add_argument("--gpu-layers", type=gpu_layers_arg, default="auto",
-                   help="layers to offload: N, 'auto' or 'all'")
+    key.add_argument(
+        "--api-key-file",
+        type=Path,
+        default=None,
+        help="read the key from this file (keeps it out of the process list)",
+    )
+    p.add_argument(
+        "--parallel", type=positive_int, default=4, help="requests decoded together (slots)"
+    )
+    p.add_argument(
+        "--ctx", type=positive_int, default=4096, help="context length of each slot, in tokens"
+    )
+    p.add_argument(
+        "--gpu-layers",
+        type=gpu_layers_arg,
+        default="auto",
+        help="layers to offload: N, 'auto' or 'all'",
+    )
     p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument("--kv-type", choices=("f16", "q8_0", "q4_0"), default="f16",
-                   help="K/V cache type; q8_0 halves its memory, q4_0 quarters it "
-                        "(quantized V needs flash attention)")
-    p.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto",
-                   help="flash attention (auto: off on a CPU-only build, where its kernel "
-                        "slows down as the context fills; on with a quantized V cache)")
-    p.add_argument("--lookup", action="store_true",
-                   help="prompt-lookup speculative decoding while one request is in flight "
-                        "(drafts from the request's own prompt; pays when answers quote it)")
-    p.add_argument("--draft-max", type=positive_int, default=None,
-                   help="most tokens drafted a step with --lookup (default: chosen per match)")
-    p.add_argument("--cors-origin", action="append", default=[],
-                   help="allow browser pages from this origin (repeatable; closed by default)")
-    p.add_argument("--max-queue", type=int, default=64,
-                   help="requests waiting for a slot before new ones get 429")
-    p.add_argument("--max-tokens", type=positive_int, default=4096,
-                   help="the most tokens one request may generate")
-    p.add_argument("--timeout", type=float, default=600.0,
-                   help="seconds a request may take, waiting included")
-    p.add_argument("--no-embeddings", action="store_true",
-                   help="turn /v1/embeddings and /api/embed off")
-    p.add_argument("--keep-alive", type=duration_arg, default=DEFAULT_KEEP_S,
-                   help="how long a model loaded on demand stays once idle: seconds or a "
-                        "duration (5m, 1h); 0 unloads it when idle, -1 keeps it (default 5m)")
-    p.add_argument("--ram-budget", type=float, default=None, metavar="GIB",
-                   help="RAM the loaded models may take together, in GiB (default: what is "
-                        "free when a model loads)")
+    p.add_argument(
+        "--kv-type",
+        choices=("f16", "q8_0", "q4_0"),
+        default="f16",
+        help="K/V cache type; q8_0 halves its memory, q4_0 quarters it "
+        "(quantized V needs flash attention)",
+    )
+    p.add_argument(
+        "--flash-attn",
+        choices=("on", "off", "auto"),
+        default="auto",
+        help="flash attention (auto: off on a CPU-only build, where its kernel "
+        "slows down as the context fills; on with a quantized V cache)",
+    )
+    p.add_argument(
+        "--lookup",
+        action="store_true",
+        help="prompt-lookup speculative decoding while one request is in flight "
+        "(drafts from the request's own prompt; pays when answers quote it)",
+    )
+    p.add_argument(
+        "--draft-max",
+        type=positive_int,
+        default=None,
+        help="most tokens drafted a step with --lookup (default: chosen per match)",
+    )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        help="allow browser pages from this origin (repeatable; closed by default)",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=64,
+        help="requests waiting for a slot before new ones get 429",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=4096,
+        help="the most tokens one request may generate",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds a request may take, waiting included"
+    )
+    p.add_argument(
+        "--no-embeddings", action="store_true", help="turn /v1/embeddings and /api/embed off"
+    )
+    p.add_argument(
+        "--keep-alive",
+        type=duration_arg,
+        default=DEFAULT_KEEP_S,
+        help="how long a model loaded on demand stays once idle: seconds or a "
+        "duration (5m, 1h); 0 unloads it when idle, -1 keeps it (default 5m)",
+    )
+    p.add_argument(
+        "--ram-budget",
+        type=float,
+        default=None,
+        metavar="GIB",
+        help="RAM the loaded models may take together, in GiB (default: what is "
+        "free when a model loads)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -106,8 +158,11 @@ def catalog(params: LoadParams, extra: Path | None = None) -> Callable[[], list[
     lib = library()
 
     def specs() -> list[Loadable]:
-        out = [Loadable(e.id, e.path, params, aliases=(e.slug,), title=e.name)
-               for e in lib.entries() if e.error is None]
+        out = [
+            Loadable(e.id, e.path, params, aliases=(e.slug,), title=e.name)
+            for e in lib.entries()
+            if e.error is None
+        ]
         if extra is not None and not any(s.path.resolve() == extra.resolve() for s in out):
             out.append(Loadable(extra.stem, extra, params, title=extra.name))
         return out
@@ -121,9 +176,13 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise CliError("--timeout must be positive")
     config = ServerConfig(
-        host=args.host, port=args.port, api_key=_read_key(args),
-        cors_origins=tuple(args.cors_origin), max_queue=args.max_queue,
-        max_tokens_cap=args.max_tokens, default_max_tokens=min(512, args.max_tokens),
+        host=args.host,
+        port=args.port,
+        api_key=_read_key(args),
+        cors_origins=tuple(args.cors_origin),
+        max_queue=args.max_queue,
+        max_tokens_cap=args.max_tokens,
+        default_max_tokens=min(512, args.max_tokens),
         request_timeout_s=args.timeout,
     )
     config.validate()  # refuses an unsafe bind before loading anything
@@ -131,23 +190,32 @@ def run(args: argparse.Namespace) -> int:
     model_id = args.model if args.model != "default" else "default"
     if Path(args.model).suffix == ".gguf":
         model_id = Path(args.model).stem
-    config = dataclasses.replace(config, model_id=model_id,
-                                 embeddings=not args.no_embeddings)
-    params = LoadParams(n_ctx=args.ctx * args.parallel, n_seq_max=args.parallel,
-                        n_gpu_layers=args.gpu_layers, n_threads=args.threads,
-                        type_k=args.kv_type, type_v=args.kv_type, flash_attn=args.flash_attn,
-                        speculative=SpeculativeSettings("lookup", draft_max=args.draft_max)
-                        if args.lookup else None)
+    config = dataclasses.replace(config, model_id=model_id, embeddings=not args.no_embeddings)
+    params = LoadParams(
+        n_ctx=args.ctx * args.parallel,
+        n_seq_max=args.parallel,
+        n_gpu_layers=args.gpu_layers,
+        n_threads=args.threads,
+        type_k=args.kv_type,
+        type_v=args.kv_type,
+        flash_attn=args.flash_attn,
+        speculative=SpeculativeSettings("lookup", draft_max=args.draft_max)
+        if args.lookup
+        else None,
+    )
     params.validate()  # e.g. a quantized V cache with flash attention off: one line, exit 2
     if args.ram_budget is not None and args.ram_budget <= 0:
         raise CliError("--ram-budget must be positive")
-    budget = (MemoryBudget({"CPU": int(args.ram_budget * GiB)})
-              if args.ram_budget is not None else None)
+    budget = (
+        MemoryBudget({"CPU": int(args.ram_budget * GiB)}) if args.ram_budget is not None else None
+    )
     loads = first_loads()
-    host = ModelHost(catalog(params, path if Path(args.model).suffix == ".gguf" else None),
-                     budget, loader=lambda spec: Model(spec.path, spec.params,
-                                                       first_loads=loads),
-                     default_keep_s=args.keep_alive)
+    host = ModelHost(
+        catalog(params, path if Path(args.model).suffix == ".gguf" else None),
+        budget,
+        loader=lambda spec: Model(spec.path, spec.params, first_loads=loads),
+        default_keep_s=args.keep_alive,
+    )
     state = ServerState(config, host=host)
     state.starting = True
     sock = bind_socket(config.host, config.port)
@@ -159,11 +227,13 @@ def run(args: argparse.Namespace) -> int:
             host.acquire(model_id, keep_s=None).release()
             loaded = state.loaded
             assert loaded is not None
-            print(f"candlewick: serving {path.name} as '{model_id}' on "
-                  f"http://{_host(config.host)}:{port} ({args.parallel} slots"
-                  f"{', API key required' if config.api_key else ''}; "
-                  f"{_describe(loaded.settings())}); other library models load on demand",
-                  file=sys.stderr)
+            print(
+                f"candlewick: serving {path.name} as '{model_id}' on "
+                f"http://{_host(config.host)}:{port} ({args.parallel} slots"
+                f"{', API key required' if config.api_key else ''}; "
+                f"{_describe(loaded.settings())}); other library models load on demand",
+                file=sys.stderr,
+            )
         except Exception as e:  # reported on /health and in the terminal
             state.load_error = f"loading failed: {e}"
             print(f"candlewick: error: {state.load_error}", file=sys.stderr)
@@ -191,8 +261,10 @@ def _describe(settings: dict[str, Any]) -> str:
     if fa != settings["flash_attn_requested"]:
         fa = f"{fa} ({settings['flash_attn_requested']})"
     spec = "; prompt lookup" if settings.get("speculative") == "lookup" else ""
-    return (f"{settings['ctx_per_slot']} tokens per slot, KV cache {kv} "
-            f"{settings['kv_cache_mib']} MiB, flash attention {fa}{spec}")
+    return (
+        f"{settings['ctx_per_slot']} tokens per slot, KV cache {kv} "
+        f"{settings['kv_cache_mib']} MiB, flash attention {fa}{spec}"
+    )
 
 
 def _host(host: str) -> str:

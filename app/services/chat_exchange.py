@@ -96,10 +96,19 @@ _ENDING_NOTES = {
 
 
 # What the Markdown export says of a tool call's decision and of a result's status.
-_DECISION_NOTES = {"pending": "awaiting approval", "allowed": "allowed",
-                   "always": "always allowed", "denied": "denied by the user"}
-_RESULT_NOTES = {"running": "running", "error": "error", "denied": "denied by the user",
-                 "cancelled": "cancelled", "interrupted": "interrupted"}
+_DECISION_NOTES = {
+    "pending": "awaiting approval",
+    "allowed": "allowed",
+    "always": "always allowed",
+    "denied": "denied by the user",
+}
+_RESULT_NOTES = {
+    "running": "running",
+    "error": "error",
+    "denied": "denied by the user",
+    "cancelled": "cancelled",
+    "interrupted": "interrupted",
+}
 
 
 def _fenced(text: str, lang: str = "") -> str:
@@ -115,8 +124,7 @@ def _tool_call_markdown(call: dict[str, Any]) -> str:
     decision = _DECISION_NOTES.get(call.get("decision") or "pending", str(call.get("decision")))
     args = str(call.get("arguments") or "")
     try:
-        body = _fenced(json.dumps(json.loads(args or "{}"), indent=2, ensure_ascii=False),
-                       "json")
+        body = _fenced(json.dumps(json.loads(args or "{}"), indent=2, ensure_ascii=False), "json")
     except ValueError:  # the model wrote broken JSON: shown as it came
         body = _fenced(args)
     return f"**Tool call** `{call.get('name')}`{where} ({decision}):\n\n{body}"
@@ -145,8 +153,10 @@ def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
         system = str(settings.get("system_prompt") or "").strip()
         if system:
             # Every line quoted: a prompt of several paragraphs stays one block.
-            out.append("\n".join(f"> {line}".rstrip() for line in
-                                 f"System prompt: {system}".splitlines()) + "\n")
+            out.append(
+                "\n".join(f"> {line}".rstrip() for line in f"System prompt: {system}".splitlines())
+                + "\n"
+            )
         for m in c["messages"]:
             if m["role"] == "tool":
                 out.append(_tool_result_markdown(m))
@@ -158,8 +168,9 @@ def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
             note = f" ({_ENDING_NOTES.get(ended, ended)})" if ended else ""
             out.append(f"**{who}**{note}:\n")
             if m.get("thinking"):
-                out.append(f"<details><summary>Thinking</summary>\n\n{m['thinking']}\n\n"
-                           "</details>\n")
+                out.append(
+                    f"<details><summary>Thinking</summary>\n\n{m['thinking']}\n\n</details>\n"
+                )
             calls = m.get("tool_calls") or []
             if m["content"] or not calls:
                 out.append(f"{m['content']}\n")
@@ -167,8 +178,10 @@ def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
             st = m.get("stats") or {}
             line = [str(m["model"])] if m["role"] == "assistant" and m.get("model") else []
             if m["role"] == "assistant" and st.get("gen_tps"):
-                line.append(f"{st.get('gen_tokens', 0)} tokens, {st['gen_tps']:.1f} tok/s, "
-                            f"first token after {st.get('ttft_s', 0):.2f} s")
+                line.append(
+                    f"{st.get('gen_tokens', 0)} tokens, {st['gen_tps']:.1f} tok/s, "
+                    f"first token after {st.get('ttft_s', 0):.2f} s"
+                )
             if ended == "error" and st.get("error"):
                 line.append(" ".join(str(st["error"]).split()))
             if line:
@@ -185,8 +198,9 @@ def export_text(data: dict[str, Any], fmt: str) -> str:
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
 
 
-def write_export(store: ChatStore, path: Path | str, fmt: str,
-                 ids: Sequence[int] | None = None) -> int:
+def write_export(
+    store: ChatStore, path: Path | str, fmt: str, ids: Sequence[int] | None = None
+) -> int:
     """Export the conversations `ids` (all when None) to `path` as `fmt` ('md' or 'json'),
     atomically: a failed write leaves no half-written file under that name (and an older
     file there as it was). Returns how many chats were written; `OSError` as it came."""
@@ -220,8 +234,9 @@ def _timestamp(value: Any) -> float:
     return float(value or 0)  # 0: unknown, the store writes the time of the import
 
 
-def _read_conversation(c: dict[str, Any], index: int
-                       ) -> tuple[StoredConversation, list[StoredMessage]]:
+def _read_conversation(
+    c: dict[str, Any], index: int
+) -> tuple[StoredConversation, list[StoredMessage]]:
     """One exported conversation as records for `ChatStore.restore`: a message's id is its
     place in the list and its parent the place of the message it answers."""
     tree = c.get("tree") if isinstance(c.get("tree"), list) else None
@@ -231,8 +246,11 @@ def _read_conversation(c: dict[str, Any], index: int
     place: dict[Any, int] = {}  # a file's message id -> its place in `out`
     out: list[StoredMessage] = []
     for j, m in enumerate(msgs):
-        if not isinstance(m, dict) or not isinstance(m.get("content"), str) \
-                or m.get("role") not in ("system", "user", "assistant", "tool"):
+        if (
+            not isinstance(m, dict)
+            or not isinstance(m.get("content"), str)
+            or m.get("role") not in ("system", "user", "assistant", "tool")
+        ):
             raise ChatStoreError(
                 f"conversation #{index + 1}, message #{j + 1}: needs a role and text content"
             )
@@ -245,21 +263,34 @@ def _read_conversation(c: dict[str, Any], index: int
         except ChatStoreError as e:
             raise ChatStoreError(f"conversation #{index + 1}, message #{j + 1}: {e}") from None
         thinking, call_id, tool_name = m.get("thinking"), m.get("tool_call_id"), m.get("tool_name")
-        out.append(StoredMessage(
-            id=j, conversation_id=0, parent_id=parent, role=m["role"], content=m["content"],
-            created_at=_timestamp(m.get("created_at")), status=_imported_status(m),
-            model=m.get("model"), stats=m.get("stats") or {}, sampling=m.get("sampling") or {},
-            thinking=thinking if isinstance(thinking, str) else "", tool_calls=calls,
-            tool_call_id=call_id if isinstance(call_id, str) else None,
-            tool_name=tool_name if isinstance(tool_name, str) else None,
-        ))
+        out.append(
+            StoredMessage(
+                id=j,
+                conversation_id=0,
+                parent_id=parent,
+                role=m["role"],
+                content=m["content"],
+                created_at=_timestamp(m.get("created_at")),
+                status=_imported_status(m),
+                model=m.get("model"),
+                stats=m.get("stats") or {},
+                sampling=m.get("sampling") or {},
+                thinking=thinking if isinstance(thinking, str) else "",
+                tool_calls=calls,
+                tool_call_id=call_id if isinstance(call_id, str) else None,
+                tool_name=tool_name if isinstance(tool_name, str) else None,
+            )
+        )
         place[m.get("id", j)] = j
     last = len(out) - 1 if out else None
     leaf = place.get(c.get("active_leaf_id")) if tree is not None else last
     conv = StoredConversation(
-        id=index, title=str(c.get("title") or DEFAULT_TITLE),
-        created_at=_timestamp(c.get("created_at")), updated_at=_timestamp(c.get("updated_at")),
-        pinned=bool(c.get("pinned")), settings=c.get("settings") or {},
+        id=index,
+        title=str(c.get("title") or DEFAULT_TITLE),
+        created_at=_timestamp(c.get("created_at")),
+        updated_at=_timestamp(c.get("updated_at")),
+        pinned=bool(c.get("pinned")),
+        settings=c.get("settings") or {},
         active_leaf_id=leaf if leaf is not None else last,
     )
     return conv, out
@@ -269,6 +300,9 @@ def _imported_status(m: dict[str, Any]) -> str:
     status = m.get("status")
     if m.get("role") == "tool":
         # An export taken while a tool ran: nothing will finish that run any more.
-        return "interrupted" if status == "running" else (
-            status if status in TOOL_STATUSES else "complete")
+        return (
+            "interrupted"
+            if status == "running"
+            else (status if status in TOOL_STATUSES else "complete")
+        )
     return status if status in ("complete", "interrupted", "error") else "complete"

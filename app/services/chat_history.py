@@ -41,8 +41,9 @@ def _sent(m: StoredMessage) -> bool:
     return m.status not in ("error", "streaming") and bool(m.content or m.tool_calls)
 
 
-def history_messages(messages: Sequence[StoredMessage], *,
-                     system_prompt: str | None = None) -> list[dict[str, Any]]:
+def history_messages(
+    messages: Sequence[StoredMessage], *, system_prompt: str | None = None
+) -> list[dict[str, Any]]:
     """`messages` (a branch, root first: `ChatStore.active_path`, or a prefix of it) as the
     chat completion's `messages`; `system_prompt` first when given. Thinking is not sent."""
     out: list[dict[str, Any]] = []
@@ -57,10 +58,20 @@ def history_messages(messages: Sequence[StoredMessage], *,
         if m.role != "assistant" or not m.tool_calls:
             out.append({"role": m.role, "content": m.content})
             continue
-        out.append({"role": "assistant", "content": m.content, "tool_calls": [
-            {"id": c["id"], "type": "function",
-             "function": {"name": c["name"], "arguments": c["arguments"]}}
-            for c in m.tool_calls]})
+        out.append(
+            {
+                "role": "assistant",
+                "content": m.content,
+                "tool_calls": [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": c["arguments"]},
+                    }
+                    for c in m.tool_calls
+                ],
+            }
+        )
         results: dict[str, StoredMessage] = {}
         while i < len(messages) and messages[i].role == "tool":
             r = messages[i]
@@ -73,7 +84,12 @@ def history_messages(messages: Sequence[StoredMessage], *,
                 text = tool_result_text(got.status, got.content, got.stats)
             else:
                 text = DENIED if c.get("decision") == "denied" else CANCELLED
-            out.append({"role": "tool", "tool_call_id": c["id"],
-                        "name": got.tool_name if got is not None and got.tool_name
-                        else c["name"], "content": text})
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": c["id"],
+                    "name": got.tool_name if got is not None and got.tool_name else c["name"],
+                    "content": text,
+                }
+            )
     return out

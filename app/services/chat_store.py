@@ -91,8 +91,12 @@ class StoredMessage:
 
 
 # The stats' stop reasons that leave an answer short of what the model would have said.
-_ENDINGS = {"cancelled": "stopped", "length": "length", "context_full": "context_full",
-            "timeout": "timeout"}
+_ENDINGS = {
+    "cancelled": "stopped",
+    "length": "length",
+    "context_full": "context_full",
+    "timeout": "timeout",
+}
 
 
 @dataclass
@@ -221,19 +225,30 @@ def stored_tool_calls(calls: Any) -> list[dict[str, Any]]:
         raise ChatStoreError("tool calls must be a list")
     out: list[dict[str, Any]] = []
     for c in calls:
-        if not isinstance(c, dict) or not isinstance(c.get("id"), str) or not c["id"] \
-                or not isinstance(c.get("name"), str) or not c["name"]:
+        if (
+            not isinstance(c, dict)
+            or not isinstance(c.get("id"), str)
+            or not c["id"]
+            or not isinstance(c.get("name"), str)
+            or not c["name"]
+        ):
             raise ChatStoreError("a tool call needs an id and a name")
         args = c.get("arguments", "{}")
         decision = c.get("decision", "pending")
         if decision not in TOOL_DECISIONS:
             raise ChatStoreError(f"unknown tool call decision {decision!r}")
         server = c.get("server")
-        out.append({"id": c["id"], "name": c["name"],
-                    "arguments": args if isinstance(args, str)
-                    else json.dumps(args, ensure_ascii=False),
-                    "server": server if isinstance(server, str) else None,
-                    "decision": decision})
+        out.append(
+            {
+                "id": c["id"],
+                "name": c["name"],
+                "arguments": args
+                if isinstance(args, str)
+                else json.dumps(args, ensure_ascii=False),
+                "server": server if isinstance(server, str) else None,
+                "decision": decision,
+            }
+        )
     if len({c["id"] for c in out}) != len(out):
         raise ChatStoreError("two tool calls of one message have the same id")
     return out
@@ -327,8 +342,9 @@ class ChatStore:
 
     # -- conversations -----------------------------------------------------------------------
 
-    def create_conversation(self, title: str = DEFAULT_TITLE,
-                            settings: dict[str, Any] | None = None) -> StoredConversation:
+    def create_conversation(
+        self, title: str = DEFAULT_TITLE, settings: dict[str, Any] | None = None
+    ) -> StoredConversation:
         now = self._clock()
         with self._tx() as db:
             cur = db.execute(
@@ -386,14 +402,17 @@ class ChatStore:
         set back to its default, a schema cleared)."""
         self._update_conversation(conversation_id, settings=json.dumps(settings), touch=False)
 
-    def _update_conversation(self, conversation_id: int, *, touch: bool = False,
-                             **cols: Any) -> None:
+    def _update_conversation(
+        self, conversation_id: int, *, touch: bool = False, **cols: Any
+    ) -> None:
         if touch:
             cols["updated_at"] = self._clock()
         sets = ", ".join(f"{k} = ?" for k in cols)
         with self._tx() as db:
-            cur = db.execute(f"UPDATE conversations SET {sets} WHERE id = ? AND deleted_at IS NULL",
-                             (*cols.values(), conversation_id))
+            cur = db.execute(
+                f"UPDATE conversations SET {sets} WHERE id = ? AND deleted_at IS NULL",
+                (*cols.values(), conversation_id),
+            )
         if cur.rowcount == 0:
             raise ChatStoreError(f"no conversation with id {conversation_id}")
 
@@ -403,20 +422,24 @@ class ChatStore:
 
     def undo_delete(self, conversation_id: int) -> None:
         with self._tx() as db:
-            db.execute("UPDATE conversations SET deleted_at = NULL WHERE id = ?",
-                       (conversation_id,))
+            db.execute(
+                "UPDATE conversations SET deleted_at = NULL WHERE id = ?", (conversation_id,)
+            )
 
     def purge_deleted(self, older_than_s: float = 0.0) -> int:
         cutoff = self._clock() - older_than_s
         with self._tx() as db:
-            ids = [r[0] for r in db.execute(
-                "SELECT id FROM conversations WHERE deleted_at IS NOT NULL AND deleted_at <= ?",
-                (cutoff,))]
+            ids = [
+                r[0]
+                for r in db.execute(
+                    "SELECT id FROM conversations WHERE deleted_at IS NOT NULL AND deleted_at <= ?",
+                    (cutoff,),
+                )
+            ]
             for cid in ids:
                 db.execute("UPDATE conversations SET active_leaf_id = NULL WHERE id = ?", (cid,))
                 # Children first: parent_id references must never dangle.
-                db.execute("UPDATE messages SET parent_id = NULL WHERE conversation_id = ?",
-                           (cid,))
+                db.execute("UPDATE messages SET parent_id = NULL WHERE conversation_id = ?", (cid,))
                 db.execute("DELETE FROM messages WHERE conversation_id = ?", (cid,))
                 db.execute("DELETE FROM conversations WHERE id = ?", (cid,))
         return len(ids)
@@ -457,9 +480,21 @@ class ChatStore:
                 "INSERT INTO messages(conversation_id, parent_id, role, content, created_at, "
                 "status, model, stats, sampling, thinking, tool_calls, tool_call_id, tool_name) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, parent, role, content, now, status, model,
-                 json.dumps(stats or {}), json.dumps(sampling or {}), thinking,
-                 json.dumps(calls, ensure_ascii=False), tool_call_id, tool_name),
+                (
+                    conversation_id,
+                    parent,
+                    role,
+                    content,
+                    now,
+                    status,
+                    model,
+                    json.dumps(stats or {}),
+                    json.dumps(sampling or {}),
+                    thinking,
+                    json.dumps(calls, ensure_ascii=False),
+                    tool_call_id,
+                    tool_name,
+                ),
             )
             mid = int(cur.lastrowid or 0)
             db.execute(
@@ -467,8 +502,10 @@ class ChatStore:
                 (mid, now, conversation_id),
             )
             if role == "user" and conv.title == DEFAULT_TITLE and parent is None:
-                db.execute("UPDATE conversations SET title = ? WHERE id = ?",
-                           (auto_title(content), conversation_id))
+                db.execute(
+                    "UPDATE conversations SET title = ? WHERE id = ?",
+                    (auto_title(content), conversation_id),
+                )
         return self.message(mid)
 
     def message(self, message_id: int) -> StoredMessage:
@@ -477,10 +514,16 @@ class ChatStore:
             raise ChatStoreError(f"no message with id {message_id}")
         return _row_message(r)
 
-    def update_message(self, message_id: int, *, content: str | None = None,
-                       status: str | None = None, stats: dict[str, Any] | None = None,
-                       thinking: str | None = None,
-                       tool_calls: list[dict[str, Any]] | None = None) -> None:
+    def update_message(
+        self,
+        message_id: int,
+        *,
+        content: str | None = None,
+        status: str | None = None,
+        stats: dict[str, Any] | None = None,
+        thinking: str | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
+    ) -> None:
         cols: dict[str, Any] = {}
         if tool_calls is not None:
             cols["tool_calls"] = json.dumps(stored_tool_calls(tool_calls), ensure_ascii=False)
@@ -505,9 +548,16 @@ class ChatStore:
 
     # -- tool calls and results --------------------------------------------------------------
 
-    def add_tool_result(self, assistant_id: int, call_id: str, content: str = "", *,
-                        status: str = "complete", truncated: bool = False,
-                        stats: dict[str, Any] | None = None) -> StoredMessage:
+    def add_tool_result(
+        self,
+        assistant_id: int,
+        call_id: str,
+        content: str = "",
+        *,
+        status: str = "complete",
+        truncated: bool = False,
+        stats: dict[str, Any] | None = None,
+    ) -> StoredMessage:
         """Store the result of the call `call_id` of the assistant message `assistant_id`:
         below the results already stored for its other calls (so they form one line under
         it), as the new active leaf. Write it `status='running'` before the tool starts and
@@ -521,14 +571,22 @@ class ChatStore:
             raise ChatStoreError(f"message {assistant_id} has no tool call {call_id!r}")
         tail, answered = self._tool_results_below(a)
         if call_id in answered:
-            raise ChatStoreError(f"tool call {call_id!r} already has a result "
-                                 f"(message {answered[call_id]})")
+            raise ChatStoreError(
+                f"tool call {call_id!r} already has a result (message {answered[call_id]})"
+            )
         st = dict(stats or {})
         if truncated:
             st["truncated"] = True
-        return self.add_message(a.conversation_id, "tool", content, parent_id=tail,
-                                status=status, stats=st, tool_call_id=call_id,
-                                tool_name=call["name"])
+        return self.add_message(
+            a.conversation_id,
+            "tool",
+            content,
+            parent_id=tail,
+            status=status,
+            stats=st,
+            tool_call_id=call_id,
+            tool_name=call["name"],
+        )
 
     def _tool_results_below(self, a: StoredMessage) -> tuple[int, dict[str, int]]:
         """The last of the results chained below the assistant message `a` (or `a` itself),
@@ -538,16 +596,24 @@ class ChatStore:
         while True:
             r = self._db.execute(
                 "SELECT id, tool_call_id FROM messages WHERE parent_id = ? AND role = 'tool' "
-                "ORDER BY id DESC", (current,)).fetchall()
+                "ORDER BY id DESC",
+                (current,),
+            ).fetchall()
             # The newest child answering a call not yet seen (an older sibling is a branch).
             nxt = next((row for row in r if row[1] in ids and row[1] not in answered), None)
             if nxt is None:
                 return current, answered
             current = answered[nxt[1]] = int(nxt[0])
 
-    def update_tool_result(self, message_id: int, *, content: str | None = None,
-                           status: str | None = None, truncated: bool | None = None,
-                           stats: dict[str, Any] | None = None) -> None:
+    def update_tool_result(
+        self,
+        message_id: int,
+        *,
+        content: str | None = None,
+        status: str | None = None,
+        truncated: bool | None = None,
+        stats: dict[str, Any] | None = None,
+    ) -> None:
         """Rewrite a tool result as its tool ends; `stats` are merged into the stored ones
         (a running row's keys stay)."""
         m = self.message(message_id)
@@ -560,23 +626,25 @@ class ChatStore:
             st.pop("truncated", None)
             if truncated:
                 st["truncated"] = True
-        self.update_message(message_id, content=content, status=status,
-                            stats=st if st != m.stats else None)
+        self.update_message(
+            message_id, content=content, status=status, stats=st if st != m.stats else None
+        )
 
     def set_tool_decision(self, message_id: int, call_id: str, decision: str) -> StoredMessage:
         """Record the person's decision on one tool call of an assistant message."""
         if decision not in TOOL_DECISIONS:
             raise ChatStoreError(f"unknown tool call decision {decision!r}")
         with self._tx() as db:  # read and write in one transaction: no lost update
-            r = db.execute("SELECT tool_calls FROM messages WHERE id = ?",
-                           (message_id,)).fetchone()
+            r = db.execute("SELECT tool_calls FROM messages WHERE id = ?", (message_id,)).fetchone()
             calls = json.loads(r[0] or "[]") if r is not None else []
             call = next((c for c in calls if c.get("id") == call_id), None)
             if call is None:
                 raise ChatStoreError(f"message {message_id} has no tool call {call_id!r}")
             call["decision"] = decision
-            db.execute("UPDATE messages SET tool_calls = ? WHERE id = ?",
-                       (json.dumps(calls, ensure_ascii=False), message_id))
+            db.execute(
+                "UPDATE messages SET tool_calls = ? WHERE id = ?",
+                (json.dumps(calls, ensure_ascii=False), message_id),
+            )
         return self.message(message_id)
 
     def delete_message(self, message_id: int) -> None:
@@ -585,8 +653,12 @@ class ChatStore:
         doomed = [m.id]
         i = 0
         while i < len(doomed):
-            doomed += [r[0] for r in self._db.execute(
-                "SELECT id FROM messages WHERE parent_id = ?", (doomed[i],))]
+            doomed += [
+                r[0]
+                for r in self._db.execute(
+                    "SELECT id FROM messages WHERE parent_id = ?", (doomed[i],)
+                )
+            ]
             i += 1
         with self._tx() as db:
             for mid in reversed(doomed):
@@ -594,15 +666,20 @@ class ChatStore:
             conv = self.conversation(m.conversation_id)
             if conv.active_leaf_id in doomed or conv.active_leaf_id is None:
                 leaf = self._deepest_latest(m.parent_id) if m.parent_id else None
-                db.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
-                           (leaf, m.conversation_id))
+                db.execute(
+                    "UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
+                    (leaf, m.conversation_id),
+                )
 
-    def children(self, message_id: int | None, conversation_id: int | None = None
-                 ) -> list[StoredMessage]:
+    def children(
+        self, message_id: int | None, conversation_id: int | None = None
+    ) -> list[StoredMessage]:
         if message_id is None:
             rows = self._db.execute(
                 "SELECT * FROM messages WHERE parent_id IS NULL AND conversation_id = ? "
-                "ORDER BY id", (conversation_id,)).fetchall()
+                "ORDER BY id",
+                (conversation_id,),
+            ).fetchall()
         else:
             rows = self._db.execute(
                 "SELECT * FROM messages WHERE parent_id = ? ORDER BY id", (message_id,)
@@ -649,8 +726,10 @@ class ChatStore:
         m = self.message(message_id)
         leaf = self._deepest_latest(m.id)
         with self._tx() as db:
-            db.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
-                       (leaf, m.conversation_id))
+            db.execute(
+                "UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
+                (leaf, m.conversation_id),
+            )
         return self.active_path(m.conversation_id)
 
     def branch_position(self, message_id: int) -> tuple[int, int]:
@@ -667,21 +746,25 @@ class ChatStore:
         the UI shows for an interrupted message)."""
         rows = self._db.execute(
             "SELECT * FROM messages WHERE status = 'streaming' "
-            "OR (role = 'tool' AND status = 'running') ORDER BY id").fetchall()
+            "OR (role = 'tool' AND status = 'running') ORDER BY id"
+        ).fetchall()
         if rows:
             with self._tx() as db:
                 for r in rows:
                     m = _row_message(r)
                     if m.role == "tool":
                         m.stats.setdefault("error", TOOL_INTERRUPTED_NOTE)
-                    db.execute("UPDATE messages SET status = 'interrupted', stats = ? "
-                               "WHERE id = ?", (json.dumps(m.stats), m.id))
+                    db.execute(
+                        "UPDATE messages SET status = 'interrupted', stats = ? WHERE id = ?",
+                        (json.dumps(m.stats), m.id),
+                    )
         return [self.message(r["id"]) for r in rows]
 
     # -- search ------------------------------------------------------------------------------
 
-    def search(self, query: str, limit: int = 50
-               ) -> list[tuple[StoredConversation, StoredMessage, str]]:
+    def search(
+        self, query: str, limit: int = 50
+    ) -> list[tuple[StoredConversation, StoredMessage, str]]:
         """Full-text search over all messages: (conversation, message, snippet)."""
         terms = [t for t in query.replace('"', " ").split() if t]
         if not terms:
@@ -706,12 +789,16 @@ class ChatStore:
 
     def save_preset(self, name: str, settings: dict[str, Any]) -> None:
         with self._tx() as db:
-            db.execute("INSERT OR REPLACE INTO presets(name, settings) VALUES (?, ?)",
-                       (name, json.dumps(settings)))
+            db.execute(
+                "INSERT OR REPLACE INTO presets(name, settings) VALUES (?, ?)",
+                (name, json.dumps(settings)),
+            )
 
     def presets(self) -> dict[str, dict[str, Any]]:
-        return {r[0]: json.loads(r[1]) for r in
-                self._db.execute("SELECT name, settings FROM presets ORDER BY name")}
+        return {
+            r[0]: json.loads(r[1])
+            for r in self._db.execute("SELECT name, settings FROM presets ORDER BY name")
+        }
 
     def delete_preset(self, name: str) -> None:
         with self._tx() as db:
@@ -721,12 +808,14 @@ class ChatStore:
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         """Every message of a conversation, every branch, oldest first."""
-        rows = self._db.execute("SELECT * FROM messages WHERE conversation_id = ? ORDER BY id",
-                                (conversation_id,)).fetchall()
+        rows = self._db.execute(
+            "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+        ).fetchall()
         return [_row_message(r) for r in rows]
 
-    def restore(self, conversations: Sequence[tuple[StoredConversation, Sequence[StoredMessage]]]
-                ) -> list[int]:
+    def restore(
+        self, conversations: Sequence[tuple[StoredConversation, Sequence[StoredMessage]]]
+    ) -> list[int]:
         """Store whole conversations read from elsewhere (an import) in one transaction, under
         new ids; returns them. Ids in the records are the records' own: a message's
         `parent_id` names an earlier message of its list (an unknown one: a root), the
@@ -739,8 +828,13 @@ class ChatStore:
                 cur = db.execute(
                     "INSERT INTO conversations(title, created_at, updated_at, pinned, settings) "
                     "VALUES (?, ?, ?, ?, ?)",
-                    (conv.title, conv.created_at or now, conv.updated_at or now,
-                     int(conv.pinned), json.dumps(conv.settings)),
+                    (
+                        conv.title,
+                        conv.created_at or now,
+                        conv.updated_at or now,
+                        int(conv.pinned),
+                        json.dumps(conv.settings),
+                    ),
                 )
                 cid = int(cur.lastrowid or 0)
                 stored: dict[int, int] = {}
@@ -749,16 +843,28 @@ class ChatStore:
                         "INSERT INTO messages(conversation_id, parent_id, role, content, "
                         "created_at, status, model, stats, sampling, thinking, tool_calls, "
                         "tool_call_id, tool_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (cid, stored.get(m.parent_id) if m.parent_id is not None else None,
-                         m.role, m.content, m.created_at or now, m.status, m.model,
-                         json.dumps(m.stats), json.dumps(m.sampling), m.thinking,
-                         json.dumps(stored_tool_calls(m.tool_calls), ensure_ascii=False),
-                         m.tool_call_id, m.tool_name),
+                        (
+                            cid,
+                            stored.get(m.parent_id) if m.parent_id is not None else None,
+                            m.role,
+                            m.content,
+                            m.created_at or now,
+                            m.status,
+                            m.model,
+                            json.dumps(m.stats),
+                            json.dumps(m.sampling),
+                            m.thinking,
+                            json.dumps(stored_tool_calls(m.tool_calls), ensure_ascii=False),
+                            m.tool_call_id,
+                            m.tool_name,
+                        ),
                     )
                     stored[m.id] = int(cur.lastrowid or 0)
                 leaf = conv.active_leaf_id
-                db.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
-                           (stored.get(leaf) if leaf is not None else None, cid))
+                db.execute(
+                    "UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
+                    (stored.get(leaf) if leaf is not None else None, cid),
+                )
                 new_ids.append(cid)
         return new_ids
 
@@ -767,8 +873,14 @@ class StreamWriter:
     """Persists a streaming answer (its text and its thinking) at most every `interval_s`
     (and always at the end), so an app killed mid-answer loses at most about that much."""
 
-    def __init__(self, store: ChatStore, message_id: int, *, interval_s: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        store: ChatStore,
+        message_id: int,
+        *,
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self.message_id = message_id
         self.interval_s = interval_s
@@ -792,18 +904,31 @@ class StreamWriter:
     def flush(self) -> None:
         if self._text != self._saved or self._thinking != self._saved_thinking:
             self.store.update_message(
-                self.message_id, content=self._text,
-                thinking=self._thinking if self._thinking != self._saved_thinking else None)
+                self.message_id,
+                content=self._text,
+                thinking=self._thinking if self._thinking != self._saved_thinking else None,
+            )
             self._saved = self._text
             self._saved_thinking = self._thinking
         self._last = self._clock()
 
-    def finish(self, *, status: str = "complete", stats: dict[str, Any] | None = None,
-               tool_calls: list[dict[str, Any]] | None = None) -> None:
+    def finish(
+        self,
+        *,
+        status: str = "complete",
+        stats: dict[str, Any] | None = None,
+        tool_calls: list[dict[str, Any]] | None = None,
+    ) -> None:
         """The answer's last write; `tool_calls`: the calls the model ended with (stored
         'pending' unless they carry a decision), in the same write as its final text."""
-        self.store.update_message(self.message_id, content=self._text, status=status,
-                                  stats=stats, thinking=self._thinking, tool_calls=tool_calls)
+        self.store.update_message(
+            self.message_id,
+            content=self._text,
+            status=status,
+            stats=stats,
+            thinking=self._thinking,
+            tool_calls=tool_calls,
+        )
         self._saved = self._text
         self._saved_thinking = self._thinking
 

@@ -62,17 +62,17 @@ class Connection:
         if not name.strip():
             raise ConnectionsError("a connection needs a name")
         if name != name.strip() or len(name) > 64 or any(not c.isprintable() for c in name):
-            raise ConnectionsError(f"bad connection name {name!r}: up to 64 printable "
-                                   "characters, no leading or trailing spaces")
+            raise ConnectionsError(
+                f"bad connection name {name!r}: up to 64 printable "
+                "characters, no leading or trailing spaces"
+            )
         if self.api not in APIS:
             raise ConnectionsError(f"unknown API {self.api!r} (choose from {', '.join(APIS)})")
-        for label, v in (("connect timeout", self.connect_timeout_s),
-                         ("timeout", self.timeout_s)):
+        for label, v in (("connect timeout", self.connect_timeout_s), ("timeout", self.timeout_s)):
             if not isinstance(v, int | float) or isinstance(v, bool) or not 0 < v <= 86400:
                 raise ConnectionsError(f"{name}: {label} must be between 0 and 86400 seconds")
         if self.key_env is not None and not _ENV_NAME.match(self.key_env):
-            raise ConnectionsError(f"{name}: {self.key_env!r} is not an environment variable "
-                                   "name")
+            raise ConnectionsError(f"{name}: {self.key_env!r} is not an environment variable name")
         if self.ca_file and not Path(self.ca_file).is_file():
             raise ConnectionsError(f"{name}: CA file not found: {self.ca_file}")
         try:
@@ -109,8 +109,12 @@ class ConnectionStore:
     """The saved connections. `path`: the JSON file (default: the app's config folder);
     `secrets`: where API keys go (default: the system keyring)."""
 
-    def __init__(self, path: Path | None = None, secrets: SecretStore | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | None = None,
+        secrets: SecretStore | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self.path = path or AppPaths.default().config / FILE_NAME
         self.secrets = secrets or SecretStore()
         self._environ = environ if environ is not None else os.environ
@@ -127,10 +131,12 @@ class ConnectionStore:
         try:
             data = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise ConnectionsError(f"{self.path} is not valid JSON (line {e.lineno}, "
-                                   f"column {e.colno}): fix or remove it") from None
+            raise ConnectionsError(
+                f"{self.path} is not valid JSON (line {e.lineno}, "
+                f"column {e.colno}): fix or remove it"
+            ) from None
         if not isinstance(data, dict) or not isinstance(data.get("connections"), list):
-            raise ConnectionsError(f"{self.path}: expected {{\"connections\": [...]}}")
+            raise ConnectionsError(f'{self.path}: expected {{"connections": [...]}}')
         out: list[Connection] = []
         for item in data["connections"]:
             if not isinstance(item, dict):
@@ -170,15 +176,17 @@ class ConnectionStore:
             self.secrets.delete(_account(name))
             return SaveResult(False, "API key removed")
         if any(c.isspace() for c in key) or len(key) > 8192:
-            raise ConnectionsError("that does not look like an API key (it has spaces or is "
-                                   "too long)")
+            raise ConnectionsError(
+                "that does not look like an API key (it has spaces or is too long)"
+            )
         result = self.secrets.set(_account(name), key)
         return SaveResult(result.persisted, f"API key {result.message}")
 
     # -- writing -----------------------------------------------------------------------------
 
-    def add(self, conn: Connection, api_key: str | None = None, *,
-            replace: bool = False) -> SaveResult | None:
+    def add(
+        self, conn: Connection, api_key: str | None = None, *, replace: bool = False
+    ) -> SaveResult | None:
         """Save `conn` (and its key, if given). Returns where the key went, if one was given."""
         conn.validate()
         items = self.connections()
@@ -234,10 +242,16 @@ class ConnectionStore:
         connection's default model."""
         c = self.get(name)
         return RemoteEndpoint(
-            name=c.name, base_url=c.base_url, api=c.api,
-            model=c.model if model is None else model, api_key=self.api_key(name),
-            verify_tls=c.verify_tls, ca_file=c.ca_file, connect_timeout_s=c.connect_timeout_s,
-            timeout_s=c.timeout_s)
+            name=c.name,
+            base_url=c.base_url,
+            api=c.api,
+            model=c.model if model is None else model,
+            api_key=self.api_key(name),
+            verify_tls=c.verify_tls,
+            ca_file=c.ca_file,
+            connect_timeout_s=c.connect_timeout_s,
+            timeout_s=c.timeout_s,
+        )
 
     def engine(self, name: str, model: str | None = None) -> RemoteEngine:
         return RemoteEngine(self.endpoint(name, model))

@@ -51,8 +51,11 @@ class DiscoveryRoots:
         home = Path.home()
         lm = (home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models")
         ollama_env = os.environ.get("OLLAMA_MODELS")
-        ollama = (Path(ollama_env),) if ollama_env else (
-            home / ".ollama" / "models", Path("/usr/share/ollama/.ollama/models"))
+        ollama = (
+            (Path(ollama_env),)
+            if ollama_env
+            else (home / ".ollama" / "models", Path("/usr/share/ollama/.ollama/models"))
+        )
         return cls(hf_cache=hf_hub_cache(), lm_studio=lm, ollama=ollama)
 
 
@@ -74,10 +77,11 @@ def discover_hf_cache(cache: Path) -> list[DiscoveredModel]:
     if not cache.is_dir():
         return out
     for repo_dir in sorted(cache.glob("models--*")):
-        repo_id = repo_dir.name[len("models--"):].replace("--", "/")
+        repo_id = repo_dir.name[len("models--") :].replace("--", "/")
         seen: set[Path] = set()
-        snapshots = sorted((repo_dir / "snapshots").glob("*"),
-                           key=lambda p: _mtime(p), reverse=True)  # newest commit wins
+        snapshots = sorted(
+            (repo_dir / "snapshots").glob("*"), key=lambda p: _mtime(p), reverse=True
+        )  # newest commit wins
         for snap in snapshots:
             for f in sorted(snap.rglob("*.gguf")):
                 rel = f.relative_to(snap).as_posix()
@@ -125,8 +129,14 @@ def discover_ollama(root: Path) -> list[DiscoveredModel]:
             layers = data["layers"]
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not a manifest we understand; never guess
-        digest = next((layer.get("digest") for layer in layers if isinstance(layer, dict)
-                       and layer.get("mediaType") == OLLAMA_MODEL_MEDIA), None)
+        digest = next(
+            (
+                layer.get("digest")
+                for layer in layers
+                if isinstance(layer, dict) and layer.get("mediaType") == OLLAMA_MODEL_MEDIA
+            ),
+            None,
+        )
         if not isinstance(digest, str) or ":" not in digest:
             continue
         blob = root / "blobs" / digest.replace(":", "-")

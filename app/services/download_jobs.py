@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 QUEUED, DOWNLOADING, VERIFYING, PAUSED, FAILED, DONE = (
-    "queued", "downloading", "verifying", "paused", "failed", "done")
+    "queued",
+    "downloading",
+    "verifying",
+    "paused",
+    "failed",
+    "done",
+)
 ACTIVE = (QUEUED, DOWNLOADING, VERIFYING)
 SETTLED = (PAUSED, FAILED, DONE)
 
@@ -78,9 +84,13 @@ def read_jobs(state_file: Path) -> list[DownloadJob]:
 def write_jobs(state_file: Path, jobs: Iterable[DownloadJob]) -> None:
     """Replace `state_file` with `jobs` (speeds and estimates are not saved: they are stale
     on the next start). The caller keeps to one writer at a time."""
-    data = {"version": 1, "jobs": [
-        {k: v for k, v in j.to_dict().items() if k not in ("speed_bps", "eta_s", "id")}
-        for j in jobs]}
+    data = {
+        "version": 1,
+        "jobs": [
+            {k: v for k, v in j.to_dict().items() if k not in ("speed_bps", "eta_s", "id")}
+            for j in jobs
+        ],
+    }
     state_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = state_file.with_name(state_file.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1), "utf-8")
@@ -97,6 +107,17 @@ def completed_downloads(state_file: Path) -> list[DownloadJob]:
 
 
 __all__ = [
-    "ACTIVE", "DONE", "DOWNLOADING", "FAILED", "PAUSED", "QUEUED", "SETTLED", "UNREADABLE",
-    "VERIFYING", "DownloadJob", "completed_downloads", "read_jobs", "write_jobs",
+    "ACTIVE",
+    "DONE",
+    "DOWNLOADING",
+    "FAILED",
+    "PAUSED",
+    "QUEUED",
+    "SETTLED",
+    "UNREADABLE",
+    "VERIFYING",
+    "DownloadJob",
+    "completed_downloads",
+    "read_jobs",
+    "write_jobs",
 ]

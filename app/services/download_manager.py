@@ -69,11 +69,21 @@ class DownloadManager:
     `progress_interval` seconds): GUI code must hop to its own thread before touching widgets.
     """
 
-    def __init__(self, state_file: Path, hub: HubClient, *, cache_dir: Path | None = None,
-                 free_space: FreeSpace = free_disk_space, max_parallel: int = 2,
-                 on_change: Callable[[DownloadJob], None] | None = None,
-                 chunk_size: int = 1 << 20, max_retries: int = 5, retry_delay: float = 0.5,
-                 read_timeout: float = 20.0, progress_interval: float = 0.2) -> None:
+    def __init__(
+        self,
+        state_file: Path,
+        hub: HubClient,
+        *,
+        cache_dir: Path | None = None,
+        free_space: FreeSpace = free_disk_space,
+        max_parallel: int = 2,
+        on_change: Callable[[DownloadJob], None] | None = None,
+        chunk_size: int = 1 << 20,
+        max_retries: int = 5,
+        retry_delay: float = 0.5,
+        read_timeout: float = 20.0,
+        progress_interval: float = 0.2,
+    ) -> None:
         self.state_file = state_file
         self.hub = hub
         self._cache_dir = cache_dir
@@ -81,8 +91,12 @@ class DownloadManager:
         self.max_parallel = max_parallel
         self.on_change = on_change
         self.transfer_settings = TransferSettings(
-            chunk_size=chunk_size, max_retries=max_retries, retry_delay=retry_delay,
-            read_timeout=read_timeout, progress_interval=progress_interval)
+            chunk_size=chunk_size,
+            max_retries=max_retries,
+            retry_delay=retry_delay,
+            read_timeout=read_timeout,
+            progress_interval=progress_interval,
+        )
         self._lock = threading.RLock()
         self._settled = threading.Condition(self._lock)
         self._jobs: dict[str, DownloadJob] = {}
@@ -143,9 +157,16 @@ class DownloadManager:
             j = self._jobs.get(job_id)
             return j.copy() if j else None
 
-    def add(self, repo_id: str, filename: str, *, revision: str = "main",
-            sha256: str | None = None, size: int | None = None, commit: str | None = None
-            ) -> DownloadJob:
+    def add(
+        self,
+        repo_id: str,
+        filename: str,
+        *,
+        revision: str = "main",
+        sha256: str | None = None,
+        size: int | None = None,
+        commit: str | None = None,
+    ) -> DownloadJob:
         """Queue a file (a no-op for one already queued or running; a paused or failed one
         resumes from its partial bytes)."""
         if self._closed:
@@ -282,8 +303,12 @@ class DownloadManager:
                     break
                 if job.status == QUEUED and job.id not in self._threads:
                     stop = _Stop()
-                    t = threading.Thread(target=self._run, args=(job, stop),
-                                         name=f"download:{job.filename}", daemon=True)
+                    t = threading.Thread(
+                        target=self._run,
+                        args=(job, stop),
+                        name=f"download:{job.filename}",
+                        daemon=True,
+                    )
                     self._stops[job.id] = stop
                     self._threads[job.id] = t
                     job.status = DOWNLOADING
@@ -295,16 +320,24 @@ class DownloadManager:
             self.hub.check_online()
             self._prepare(job)
             self._notify(job)
-            transfer = VerifiedTransfer(self.hub, self._remote_blob(job), _JobReport(self, job),
-                                        stop, self.transfer_settings)
+            transfer = VerifiedTransfer(
+                self.hub,
+                self._remote_blob(job),
+                _JobReport(self, job),
+                stop,
+                self.transfer_settings,
+            )
             if transfer.run():
                 self._install(job)
         except HubError as e:
             self._fail(job, str(e))
         except OSError as e:
             if e.errno == errno.ENOSPC:
-                self._fail(job, f"the disk is full while downloading {job.filename}: free some "
-                                "space, then resume (the bytes so far are kept)")
+                self._fail(
+                    job,
+                    f"the disk is full while downloading {job.filename}: free some "
+                    "space, then resume (the bytes so far are kept)",
+                )
             else:
                 self._fail(job, f"cannot write {job.filename}: {e.strerror or e}")
         except Exception as e:  # a bug must not kill the queue silently
@@ -336,8 +369,9 @@ class DownloadManager:
         """Fill in the hash, size and commit from the Hub's file list when not known yet."""
         if job.sha256 and job.size is not None and job.commit:
             return
-        details = self.hub.repo_details(job.repo_id, revision=job.commit or job.revision,
-                                        with_fit=False)
+        details = self.hub.repo_details(
+            job.repo_id, revision=job.commit or job.revision, with_fit=False
+        )
         for v in details.variants:
             for f in v.files:
                 if f.filename == job.filename:
@@ -345,8 +379,10 @@ class DownloadManager:
                         job.sha256, job.size, job.commit = f.sha256, f.size, details.commit
                         job.blob_id = f.blob_id
                     return
-        raise HubNotFound(f"{job.filename} is not a GGUF file in {job.repo_id} "
-                          "(see `candlewick models files` for the list)")
+        raise HubNotFound(
+            f"{job.filename} is not a GGUF file in {job.repo_id} "
+            "(see `candlewick models files` for the list)"
+        )
 
     def _remote_blob(self, job: DownloadJob) -> RemoteBlob:
         blob = job.blob
@@ -354,29 +390,39 @@ class DownloadManager:
             raise DownloadError(f"the Hub gives no hash for {job.filename}: it cannot be verified")
         cache = self.cache_dir
         return RemoteBlob(
-            repo_id=job.repo_id, filename=job.filename, revision=job.commit or job.revision,
-            size=job.size, digest=blob, git_sha1=job.sha256 is None,
+            repo_id=job.repo_id,
+            filename=job.filename,
+            revision=job.commit or job.revision,
+            size=job.size,
+            digest=blob,
+            git_sha1=job.sha256 is None,
             part=incomplete_blob_path(cache, job.repo_id, blob),
-            final=blob_path(cache, job.repo_id, blob))
+            final=blob_path(cache, job.repo_id, blob),
+        )
 
     def _check_space(self, job: DownloadJob, need: int) -> None:
         target = repo_folder(self.cache_dir, job.repo_id)
         with self._lock:  # downloads already running will take their share of the space too
-            reserved = sum(max(0, (j.size or 0) - j.done_bytes) for j in self._jobs.values()
-                           if j.id in self._threads and j.id != job.id)
+            reserved = sum(
+                max(0, (j.size or 0) - j.done_bytes)
+                for j in self._jobs.values()
+                if j.id in self._threads and j.id != job.id
+            )
         free = max(0, self.free_space(target) - reserved)
         if need + DISK_MARGIN > free:
             raise DiskFull(
                 f"not enough disk space for {job.filename}: it needs {human_bytes(need)} more, "
                 f"{human_bytes(free)} free in {self.cache_dir} — free some space or set HF_HOME "
-                "to a bigger disk")
+                "to a bigger disk"
+            )
 
     def _install(self, job: DownloadJob) -> None:
         """Link the verified blob into its snapshot folder, like huggingface_hub does."""
         blob = job.blob
         assert blob is not None
-        link = link_into_snapshot(self.cache_dir, job.repo_id, blob,
-                                  job.commit or job.revision, job.filename)
+        link = link_into_snapshot(
+            self.cache_dir, job.repo_id, blob, job.commit or job.revision, job.filename
+        )
         if job.commit and job.revision != job.commit:
             write_ref(self.cache_dir, job.repo_id, job.revision, job.commit)
         with self._lock:

@@ -23,7 +23,8 @@ def hf_hub_cache() -> Path:
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"]).expanduser()
     home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
     return Path(home).expanduser() / "hub"
 
 
@@ -41,8 +42,7 @@ def incomplete_blob_path(cache: Path, repo_id: str, blob: str) -> Path:
     return repo_folder(cache, repo_id) / "blobs" / f"{blob}.incomplete"
 
 
-def link_into_snapshot(cache: Path, repo_id: str, blob: str, snapshot: str,
-                       filename: str) -> Path:
+def link_into_snapshot(cache: Path, repo_id: str, blob: str, snapshot: str, filename: str) -> Path:
     """Make `snapshots/<snapshot>/<filename>` point at the blob, as huggingface_hub does, and
     return that path: the file as every tool opens it."""
     target = blob_path(cache, repo_id, blob)
@@ -82,6 +82,11 @@ def remove_empty_dirs(folder: Path, *, stop_at: Path) -> None:
 
 
 __all__ = [
-    "blob_path", "hf_hub_cache", "incomplete_blob_path", "link_into_snapshot", "remove_empty_dirs",
-    "repo_folder", "write_ref",
+    "blob_path",
+    "hf_hub_cache",
+    "incomplete_blob_path",
+    "link_into_snapshot",
+    "remove_empty_dirs",
+    "repo_folder",
+    "write_ref",
 ]

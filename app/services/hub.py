@@ -36,8 +36,12 @@ TokenProvider = Callable[[], str | None]
 # (hub, repo_id, revision, variant) -> badge text such as "fits on GPU"; injected so listing
 # stays fast and testable without the memory estimator (`header_fit` is the real one).
 FitFunction = Callable[["HubClient", str, str, "ModelVariant"], str]
-FIT_BADGES = {"fits_gpu": "fits on GPU", "partial_offload": "partial",
-              "ram_only": "RAM only", "does_not_fit": "too big"}
+FIT_BADGES = {
+    "fits_gpu": "fits on GPU",
+    "partial_offload": "partial",
+    "ram_only": "RAM only",
+    "does_not_fit": "too big",
+}
 
 
 class HubError(Exception):
@@ -64,14 +68,19 @@ def hub_endpoint(explicit: str | None = None) -> str:
 def gated_message(repo_id: str, endpoint: str, *, had_token: bool) -> str:
     page = f"{endpoint}/{repo_id}"
     if had_token:
-        return (f"{repo_id} is gated and your Hub token has no access to it yet: open {page}, "
-                "accept the conditions with the same account, then try again")
-    return (f"{repo_id} is gated or private: open {page} and accept its conditions, then add a "
-            "Hub access token (model manager settings, or the HF_TOKEN environment variable)")
+        return (
+            f"{repo_id} is gated and your Hub token has no access to it yet: open {page}, "
+            "accept the conditions with the same account, then try again"
+        )
+    return (
+        f"{repo_id} is gated or private: open {page} and accept its conditions, then add a "
+        "Hub access token (model manager settings, or the HF_TOKEN environment variable)"
+    )
 
 
-def translate_error(e: BaseException, repo_id: str, endpoint: str, *, had_token: bool,
-                    filename: str | None = None) -> HubError:
+def translate_error(
+    e: BaseException, repo_id: str, endpoint: str, *, had_token: bool, filename: str | None = None
+) -> HubError:
     """Map huggingface_hub / httpx errors onto one-line HubErrors."""
     what = f"{repo_id}/{filename}" if filename else repo_id
     if isinstance(e, HubError):
@@ -197,8 +206,9 @@ def group_variants(files: Iterable[HubFile]) -> list[ModelVariant]:
         parts.sort(key=lambda p: p[0])
         name = f"{base}.gguf"
         kind = "projector" if "mmproj" in name.lower() else "model"
-        singles.append(ModelVariant(name, quantization_of(name), tuple(p[1] for p in parts),
-                                    total, kind))
+        singles.append(
+            ModelVariant(name, quantization_of(name), tuple(p[1] for p in parts), total, kind)
+        )
     singles.sort(key=lambda v: (v.kind != "model", v.size, v.name))
     return singles
 
@@ -216,8 +226,13 @@ class RepoSummary:
     tags: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"repo": self.repo_id, "downloads": self.downloads, "likes": self.likes,
-                "last_modified": self.last_modified, "gated": self.gated}
+        return {
+            "repo": self.repo_id,
+            "downloads": self.downloads,
+            "likes": self.likes,
+            "last_modified": self.last_modified,
+            "gated": self.gated,
+        }
 
 
 @dataclass
@@ -239,8 +254,11 @@ class RepoDetails:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "repo": self.repo_id, "commit": self.commit, "license": self.license,
-            "gated": self.gated, "summary": self.summary,
+            "repo": self.repo_id,
+            "commit": self.commit,
+            "license": self.license,
+            "gated": self.gated,
+            "summary": self.summary,
             "files": [v.to_dict(self.fits.get(v.name)) for v in self.variants],
         }
 
@@ -251,11 +269,11 @@ def card_summary(readme: str, limit: int = 400) -> str:
     text = readme
     if text.startswith("---"):
         end = text.find("\n---", 3)
-        text = text[end + 4:] if end != -1 else ""
+        text = text[end + 4 :] if end != -1 else ""
     paragraph: list[str] = []
     for raw in text.splitlines():
         line = raw.strip()
-        skip = (not line or line.startswith(("#", "|", "!", "<", ">", "```", "[!", "-" * 3)))
+        skip = not line or line.startswith(("#", "|", "!", "<", ">", "```", "[!", "-" * 3))
         if skip:
             if paragraph:
                 break
@@ -276,8 +294,14 @@ class HubClient:
     """Search and inspect GGUF repositories. `token` is a callable so a token saved later in the
     session (secrets.TokenStore.get) is used without rebuilding the client."""
 
-    def __init__(self, endpoint: str | None = None, *, token: TokenProvider | None = None,
-                 fit: FitFunction | None = None, timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        token: TokenProvider | None = None,
+        fit: FitFunction | None = None,
+        timeout: float = 15.0,
+    ) -> None:
         self._endpoint = endpoint
         self._token = token or (lambda: None)
         self.fit = fit
@@ -296,11 +320,15 @@ class HubClient:
         token = self._token()
         # token=False stops huggingface_hub from reading a token file behind our back when the
         # user has none: what we send is exactly what the user configured (or HF_TOKEN).
-        return HfApi(endpoint=self.endpoint, token=token or os.environ.get("HF_TOKEN") or False,
-                     library_name="candlewick"), token
+        return HfApi(
+            endpoint=self.endpoint,
+            token=token or os.environ.get("HF_TOKEN") or False,
+            library_name="candlewick",
+        ), token
 
-    def search(self, query: str, *, sort: SortKey = "downloads", limit: int = 30
-               ) -> list[RepoSummary]:
+    def search(
+        self, query: str, *, sort: SortKey = "downloads", limit: int = 30
+    ) -> list[RepoSummary]:
         """GGUF repositories matching `query`. One request, no retry loop: huggingface_hub's
         `list_models` retries a dead connection for ~25 s, far too long to learn we are
         offline; the answer is parsed with its own ModelInfo."""
@@ -310,51 +338,77 @@ class HubClient:
         if query:
             params["search"] = query
         try:
-            r = httpx2.get(f"{self.endpoint}/api/models", params=params, headers=self.headers(),
-                           timeout=self.timeout, follow_redirects=True)
+            r = httpx2.get(
+                f"{self.endpoint}/api/models",
+                params=params,
+                headers=self.headers(),
+                timeout=self.timeout,
+                follow_redirects=True,
+            )
             hf_raise_for_status(r)
             found = [ModelInfo(**item) for item in r.json()]  # type: ignore[no-untyped-call]
         except Exception as e:
-            raise translate_error(e, query or "search", self.endpoint,
-                                  had_token=bool(token)) from None
+            raise translate_error(
+                e, query or "search", self.endpoint, had_token=bool(token)
+            ) from None
         out = []
         for m in found[:limit]:
-            out.append(RepoSummary(
-                repo_id=m.id, downloads=int(m.downloads or 0), likes=int(m.likes or 0),
-                last_modified=m.last_modified.isoformat() if m.last_modified else None,
-                gated=bool(m.gated), tags=tuple(m.tags or ()),
-            ))
+            out.append(
+                RepoSummary(
+                    repo_id=m.id,
+                    downloads=int(m.downloads or 0),
+                    likes=int(m.likes or 0),
+                    last_modified=m.last_modified.isoformat() if m.last_modified else None,
+                    gated=bool(m.gated),
+                    tags=tuple(m.tags or ()),
+                )
+            )
         return out
 
-    def repo_details(self, repo_id: str, *, revision: str = "main", with_fit: bool = True
-                     ) -> RepoDetails:
+    def repo_details(
+        self, repo_id: str, *, revision: str = "main", with_fit: bool = True
+    ) -> RepoDetails:
         self.check_online()
         api, token = self._api()
         try:
-            info = api.model_info(repo_id, revision=revision, files_metadata=True,
-                                  timeout=self.timeout)
+            info = api.model_info(
+                repo_id, revision=revision, files_metadata=True, timeout=self.timeout
+            )
         except Exception as e:
             raise translate_error(e, repo_id, self.endpoint, had_token=bool(token)) from None
         files = []
         for s in info.siblings or []:
             size = s.lfs.size if s.lfs else (s.size or 0)
-            files.append(HubFile(s.rfilename, int(size), s.lfs.sha256 if s.lfs else None,
-                                 s.blob_id))
+            files.append(
+                HubFile(s.rfilename, int(size), s.lfs.sha256 if s.lfs else None, s.blob_id)
+            )
         card: dict[str, Any] = dict(info.card_data.to_dict()) if info.card_data else {}  # type: ignore[no-untyped-call]
-        readme = self._readme(repo_id, info.sha or revision, token) if any(
-            f.filename == "README.md" for f in files) else ""
-        license_ = card.get("license") or card_license(readme) or next(
-            (t.split(":", 1)[1] for t in (info.tags or []) if t.startswith("license:")), None)
+        readme = (
+            self._readme(repo_id, info.sha or revision, token)
+            if any(f.filename == "README.md" for f in files)
+            else ""
+        )
+        license_ = (
+            card.get("license")
+            or card_license(readme)
+            or next(
+                (t.split(":", 1)[1] for t in (info.tags or []) if t.startswith("license:")), None
+            )
+        )
         details = RepoDetails(
-            repo_id=info.id or repo_id, commit=info.sha, variants=group_variants(files),
-            summary=card_summary(readme), license=str(license_) if license_ else None,
+            repo_id=info.id or repo_id,
+            commit=info.sha,
+            variants=group_variants(files),
+            summary=card_summary(readme),
+            license=str(license_) if license_ else None,
             gated=bool(info.gated),
         )
         if with_fit and self.fit is not None:
             for v in details.variants:
                 if v.kind == "model":
-                    details.fits[v.name] = self.fit_badge(details.repo_id, v,
-                                                          details.commit or revision)
+                    details.fits[v.name] = self.fit_badge(
+                        details.repo_id, v, details.commit or revision
+                    )
         return details
 
     def fit_badge(self, repo_id: str, variant: ModelVariant, revision: str = "main") -> str:
@@ -369,8 +423,7 @@ class HubClient:
             return "unknown"
 
     def file_url(self, repo_id: str, filename: str, revision: str = "main") -> str:
-        return (f"{self.endpoint}/{repo_id}/resolve/{quote(revision, safe='')}/"
-                f"{quote(filename)}")
+        return f"{self.endpoint}/{repo_id}/resolve/{quote(revision, safe='')}/{quote(filename)}"
 
     def headers(self) -> dict[str, str]:
         token = self._token() or os.environ.get("HF_TOKEN")
@@ -378,8 +431,12 @@ class HubClient:
 
     def _readme(self, repo_id: str, revision: str, token: str | None) -> str:
         try:
-            r = httpx2.get(self.file_url(repo_id, "README.md", revision), headers=self.headers(),
-                           timeout=self.timeout, follow_redirects=True)
+            r = httpx2.get(
+                self.file_url(repo_id, "README.md", revision),
+                headers=self.headers(),
+                timeout=self.timeout,
+                follow_redirects=True,
+            )
         except httpx2.HTTPError:
             return ""
         if r.status_code != 200:
@@ -397,8 +454,15 @@ class RangeSource:
     Not engine.model.remote_gguf.HttpRangeSource: this one sends the user's Hub token, and httpx
     drops it when the Hub redirects to its CDN (another origin) where urllib would forward it."""
 
-    def __init__(self, client: httpx2.Client, url: str, headers: dict[str, str], size: int,
-                 block: int = 1 << 20, max_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        client: httpx2.Client,
+        url: str,
+        headers: dict[str, str],
+        size: int,
+        block: int = 1 << 20,
+        max_bytes: int = 64 << 20,
+    ) -> None:
         self._client, self._url, self._headers = client, url, headers
         self._size, self._block, self._budget = size, block, max_bytes
         self._blocks: dict[int, bytes] = {}
@@ -414,14 +478,15 @@ class RangeSource:
             end = min(start + self._block, self._size) - 1
             if (len(self._blocks) + 1) * self._block > self._budget:
                 raise HubError("the GGUF header is too large to read over the network")
-            r = self._client.get(self._url, headers={**self._headers,
-                                                     "Range": f"bytes={start}-{end}"})
+            r = self._client.get(
+                self._url, headers={**self._headers, "Range": f"bytes={start}-{end}"}
+            )
             if r.status_code in (401, 403):
                 raise HubAccessError("the file needs access to the repository")
             if r.status_code not in (200, 206):
                 raise HubError(f"HTTP {r.status_code} while reading the GGUF header")
             data = r.content
-            cached = data[start:end + 1] if r.status_code == 200 else data
+            cached = data[start : end + 1] if r.status_code == 200 else data
             self._blocks[index] = cached
         return cached
 
@@ -433,7 +498,7 @@ class RangeSource:
             i = pos // self._block
             block = self._get(i)
             lo = pos - i * self._block
-            take = block[lo:lo + (end - pos)]
+            take = block[lo : lo + (end - pos)]
             if not take:
                 break
             out += take
@@ -450,8 +515,7 @@ def remote_gguf(hub: HubClient, repo_id: str, revision: str, variant: ModelVaria
     parts = []
     with httpx2.Client(follow_redirects=True, timeout=hub.timeout) as client:
         for i, f in enumerate(variant.files):
-            src = RangeSource(client, hub.file_url(repo_id, f.filename, revision), headers,
-                              f.size)
+            src = RangeSource(client, hub.file_url(repo_id, f.filename, revision), headers, f.size)
             # Only the first shard of a split model carries the architecture.
             parts.append(parse_gguf(src, f.filename, check_architecture=i == 0))
     return merge_splits(parts) if len(parts) > 1 else parts[0]

@@ -78,8 +78,12 @@ class LibraryEntry:
         if f is None:
             return self.path.name
         if self.label and says_nothing(self.path.name):  # a blob: the tag or repo says more
-            return derive_name(self.path.name, {"general.name": f.name},
-                               quantization=f.quantization, origin=self.label)
+            return derive_name(
+                self.path.name,
+                {"general.name": f.name},
+                quantization=f.quantization,
+                origin=self.label,
+            )
         return f.display_name or f.name
 
     @property
@@ -174,8 +178,9 @@ def _other_links(link: Path, blob: Path) -> bool:
     root = _hf_repo_root(link)
     if root is None:
         return False
-    return any(p != link and p.is_symlink() and _real(p) == blob
-               for p in (root / "snapshots").rglob("*"))
+    return any(
+        p != link and p.is_symlink() and _real(p) == blob for p in (root / "snapshots").rglob("*")
+    )
 
 
 def _tidy_repo_folder(link: Path) -> None:
@@ -212,9 +217,14 @@ class DeletePlan:
 class ModelLibrary:
     """Lists and resolves local models. `models_dir` holds downloaded and imported files."""
 
-    def __init__(self, models_dir: Path, *, bundled: Path | bool | None = True,
-                 discovery: DiscoveryRoots | bool = True,
-                 free_space: FreeSpace = free_disk_space) -> None:
+    def __init__(
+        self,
+        models_dir: Path,
+        *,
+        bundled: Path | bool | None = True,
+        discovery: DiscoveryRoots | bool = True,
+        free_space: FreeSpace = free_disk_space,
+    ) -> None:
         self.models_dir = models_dir
         if discovery is True:
             discovery = DiscoveryRoots.default()
@@ -245,8 +255,9 @@ class ModelLibrary:
             return None, cached
         return cached, None
 
-    def _make(self, id_: str, path: Path, source: str, label: str | None = None,
-              linked: bool = False) -> LibraryEntry:
+    def _make(
+        self, id_: str, path: Path, source: str, label: str | None = None, linked: bool = False
+    ) -> LibraryEntry:
         facts, error = self._facts(path)
         return LibraryEntry(id_, path, source, facts, error, label, linked)
 
@@ -269,8 +280,9 @@ class ModelLibrary:
         seen: set[str] = set()
         paths: set[Path] = set()
 
-        def add(stem: str, path: Path, source: str, label: str | None = None,
-                linked: bool = False) -> None:
+        def add(
+            stem: str, path: Path, source: str, label: str | None = None, linked: bool = False
+        ) -> None:
             key = _real(path)
             if key in paths:
                 return  # one file, one entry (a download is also in the HF cache)
@@ -302,8 +314,11 @@ class ModelLibrary:
                 out.append(self._make(id_, p, "imported", linked=True))
         if self.discovery is not None:
             for d in discover(self.discovery):
-                stem = d.name.rsplit("/", 1)[-1].replace(":", "-") if d.source == OLLAMA \
+                stem = (
+                    d.name.rsplit("/", 1)[-1].replace(":", "-")
+                    if d.source == OLLAMA
                     else d.path.stem
+                )
                 add(stem, d.path, d.source, d.name)
         names = self._names()
         for e in out:
@@ -362,12 +377,15 @@ class ModelLibrary:
         if names:
             # A split model is loaded through its first part; every part must be there.
             if names[0] != src.name:
-                raise LibraryError(f"{src.name} is part of a split model: import its first "
-                                   f"part, {names[0]}")
+                raise LibraryError(
+                    f"{src.name} is part of a split model: import its first part, {names[0]}"
+                )
             missing = [n for n in names if not (src.parent / n).exists()]
             if missing:
-                raise LibraryError(f"{src.name} is a split model but {missing[0]} is missing "
-                                   f"next to it ({len(missing)} of {len(names)} parts missing)")
+                raise LibraryError(
+                    f"{src.name} is a split model but {missing[0]} is missing "
+                    f"next to it ({len(missing)} of {len(names)} parts missing)"
+                )
             sources = [src.parent / n for n in names]
         for e in self.entries():
             if _real(e.path) == _real(src):
@@ -388,7 +406,8 @@ class ModelLibrary:
             if size + DISK_MARGIN > free:
                 raise LibraryError(
                     f"not enough disk space to copy {src.name}: it needs {human_bytes(size)}, "
-                    f"{human_bytes(free)} free in {self.models_dir} (import it as a link instead)")
+                    f"{human_bytes(free)} free in {self.models_dir} (import it as a link instead)"
+                )
             folder = self.models_dir
             if len(sources) > 1:
                 # Parts keep their names (llama.cpp finds them by name) in their own folder.
@@ -436,15 +455,18 @@ class ModelLibrary:
         for confirmation before `delete`."""
         e = self.entry(id_)
         if e.source == "bundled":
-            raise LibraryError("the bundled default model ships with Candlewick and cannot be "
-                               "deleted")
+            raise LibraryError(
+                "the bundled default model ships with Candlewick and cannot be deleted"
+            )
         if e.source == OLLAMA:
             raise LibraryError(
                 f"'{e.id}' belongs to Ollama: remove it with `ollama rm {e.label}` so Ollama's "
-                "own records stay consistent (Candlewick only uses it in place)")
+                "own records stay consistent (Candlewick only uses it in place)"
+            )
         if e.linked:
-            return DeletePlan(e, [], 0, None, f"only the library entry is removed; the file "
-                              f"stays at {e.path}")
+            return DeletePlan(
+                e, [], 0, None, f"only the library entry is removed; the file stays at {e.path}"
+            )
         files: list[Path] = []
         freed = 0
         for f in [e.path, *_split_siblings(e.path)]:
@@ -459,8 +481,10 @@ class ModelLibrary:
                 freed += _size(f)
         warning = None
         if e.owner is not None:
-            warning = (f"this file belongs to {e.owner}, not to Candlewick: deleting it removes "
-                       f"it for {e.owner} and every tool that uses it")
+            warning = (
+                f"this file belongs to {e.owner}, not to Candlewick: deleting it removes "
+                f"it for {e.owner} and every tool that uses it"
+            )
         return DeletePlan(e, files, freed, e.owner, warning)
 
     def delete(self, id_: str, *, allow_foreign: bool = False) -> DeletePlan:
@@ -469,8 +493,9 @@ class ModelLibrary:
         plan = self.plan_delete(id_)
         e = plan.entry
         if plan.owner is not None and not allow_foreign:
-            raise LibraryError(f"'{e.id}' belongs to {plan.owner}; confirm deleting another "
-                               "tool's file explicitly")
+            raise LibraryError(
+                f"'{e.id}' belongs to {plan.owner}; confirm deleting another tool's file explicitly"
+            )
         if e.custom_name is not None:
             self.rename(e.id, "")
         if e.linked:
@@ -502,6 +527,4 @@ class ModelLibrary:
             return p
         if ref.endswith(".gguf") or "/" in ref or "\\" in ref:
             raise LibraryError(f"model file not found: {ref}")
-        raise LibraryError(
-            f"no model called '{ref}' in the library (see `candlewick models list`)"
-        )
+        raise LibraryError(f"no model called '{ref}' in the library (see `candlewick models list`)")

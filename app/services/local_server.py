@@ -52,16 +52,22 @@ class ServeSettings:
 
     def config(self) -> ServerConfig:
         """The server's config; `validate()` it to get the security rules' one-line refusals."""
-        return ServerConfig(host=self.host, port=self.port, api_key=self.api_key or None,
-                            model_id=self.model_id, max_queue=self.max_queue,
-                            default_max_tokens=min(512, self.ctx_per_slot))
+        return ServerConfig(
+            host=self.host,
+            port=self.port,
+            api_key=self.api_key or None,
+            model_id=self.model_id,
+            max_queue=self.max_queue,
+            default_max_tokens=min(512, self.ctx_per_slot),
+        )
 
     def load_params(self, base: LoadParams) -> LoadParams:
         """The chat's load settings with the context the server gives the loaded model: one
         sequence per slot plus the chat's, each as long as the longer of the two."""
         per_slot = max(self.ctx_per_slot, base.n_ctx // max(base.n_seq_max, 1))
-        return dataclasses.replace(base, n_ctx=per_slot * (self.parallel + 1),
-                                   n_seq_max=self.parallel + 1)
+        return dataclasses.replace(
+            base, n_ctx=per_slot * (self.parallel + 1), n_seq_max=self.parallel + 1
+        )
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -83,8 +89,9 @@ def local_url(host: str, port: int) -> str:
 
 
 class LocalServer:
-    def __init__(self, host: ModelHost, name: str, settings: ServeSettings, *,
-                 title: str = "") -> None:
+    def __init__(
+        self, host: ModelHost, name: str, settings: ServeSettings, *, title: str = ""
+    ) -> None:
         """Serve the app's host, starting with the model loaded there as `name` (the
         chat's); `title`: its name for people, in messages (default: `name`)."""
         self.model_host = host
@@ -143,15 +150,18 @@ class LocalServer:
         """The server's slots beside the chat's, each as long as the chat's, so the chat
         keeps all of its context."""
         loop = model.loop
-        loop.lease(LEASE, 1 + self.settings.parallel,
-                   max(loop.n_ctx_seq, self.settings.ctx_per_slot), reserved_slots=1)
+        loop.lease(
+            LEASE,
+            1 + self.settings.parallel,
+            max(loop.n_ctx_seq, self.settings.ctx_per_slot),
+            reserved_slots=1,
+        )
 
     def _serve_chat_model(self, name: str, model: Model, model_id: str = "") -> None:
         """Serve `model` (leased) as the default model, its answers saying `model_id`
         (default: `name`). Call with the lock held."""
         self._model, self.name = model, name
-        self._loaded = ServedModel.build(model, model_id or name,
-                                         max_queue=self.settings.max_queue)
+        self._loaded = ServedModel.build(model, model_id or name, max_queue=self.settings.max_queue)
         self.state.set_loaded(self._loaded)
 
     def _on_host_change(self, name: str, model: Model | None) -> None:

@@ -97,9 +97,14 @@ class McpHub:
     """The MCP sessions of the app. `servers`: the configured servers (see `configure`);
     `secrets`: where HTTP servers' bearer tokens are (default: the system keyring)."""
 
-    def __init__(self, servers: Iterable[McpServer] = (), *, secrets: SecretStore | None = None,
-                 max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
-                 start_timeout_s: float = DEFAULT_START_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        servers: Iterable[McpServer] = (),
+        *,
+        secrets: SecretStore | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    ) -> None:
         self._secrets = secrets or SecretStore()
         self.max_result_bytes = max_result_bytes
         self.start_timeout_s = start_timeout_s
@@ -136,19 +141,34 @@ class McpHub:
 
     # -- the blocking API ----------------------------------------------------------------------
 
-    def list_tools(self, server_name: str, *, refresh: bool = False,
-                   cancel: threading.Event | None = None,
-                   timeout_s: float = DEFAULT_START_TIMEOUT_S) -> list[ToolInfo]:
+    def list_tools(
+        self,
+        server_name: str,
+        *,
+        refresh: bool = False,
+        cancel: threading.Event | None = None,
+        timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    ) -> list[ToolInfo]:
         """The server's tools, starting it if needed. Cached per session unless `refresh`."""
         server, token = self._lookup(server_name)
-        return self._wait(self._list_tools(server, token, refresh), cancel=cancel,
-                          timeout_s=timeout_s, what=f"listing the tools of '{server_name}'")
+        return self._wait(
+            self._list_tools(server, token, refresh),
+            cancel=cancel,
+            timeout_s=timeout_s,
+            what=f"listing the tools of '{server_name}'",
+        )
 
-    def call_tool(self, server_name: str, tool: str, arguments: dict[str, Any] | None = None,
-                  *, on_progress: ProgressFn | None = None,
-                  cancel: threading.Event | None = None,
-                  timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
-                  max_result_bytes: int | None = None) -> ToolResult:
+    def call_tool(
+        self,
+        server_name: str,
+        tool: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        on_progress: ProgressFn | None = None,
+        cancel: threading.Event | None = None,
+        timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+        max_result_bytes: int | None = None,
+    ) -> ToolResult:
         """Run one tool and return its result (`is_error` when the tool itself failed).
 
         `on_progress(progress, total, message)` is called on this thread for each progress
@@ -156,12 +176,16 @@ class McpHub:
         `ToolTimeoutError` after `timeout_s`, `ToolServerError` when the server cannot be
         started or stops; the server is told to stop work on a cancelled or timed-out call."""
         server, token = self._lookup(server_name)
-        progress: queue.SimpleQueue[tuple[float, float | None, str | None]] = \
-            queue.SimpleQueue()
+        progress: queue.SimpleQueue[tuple[float, float | None, str | None]] = queue.SimpleQueue()
         started = time.monotonic()
-        raw = self._wait(self._call_tool(server, token, tool, arguments or {}, progress),
-                         cancel=cancel, timeout_s=timeout_s, progress=progress,
-                         on_progress=on_progress, what=f"'{tool}' on '{server_name}'")
+        raw = self._wait(
+            self._call_tool(server, token, tool, arguments or {}, progress),
+            cancel=cancel,
+            timeout_s=timeout_s,
+            progress=progress,
+            on_progress=on_progress,
+            what=f"'{tool}' on '{server_name}'",
+        )
         limit = self.max_result_bytes if max_result_bytes is None else max_result_bytes
         text, truncated = _truncate(_result_text(raw), limit)
         return ToolResult(text, bool(raw.is_error), truncated, time.monotonic() - started)
@@ -203,8 +227,11 @@ class McpHub:
         if not server.enabled:
             raise McpClientError(f"the MCP server '{name}' is turned off")
         # The keyring is read here, on the caller's thread, never on the loop's.
-        token = self._secrets.get(account(name)) \
-            if isinstance(server.transport, HttpTransport) else None
+        token = (
+            self._secrets.get(account(name))
+            if isinstance(server.transport, HttpTransport)
+            else None
+        )
         return server, token
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
@@ -213,16 +240,23 @@ class McpHub:
                 raise McpClientError("the MCP client was closed")
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=_run_loop, args=(loop,), name=THREAD_NAME,
-                                          daemon=True)
+                thread = threading.Thread(
+                    target=_run_loop, args=(loop,), name=THREAD_NAME, daemon=True
+                )
                 thread.start()
                 self._loop, self._thread = loop, thread
             return self._loop
 
-    def _wait(self, coro: Coroutine[Any, Any, _T], *, cancel: threading.Event | None,
-              timeout_s: float, what: str,
-              progress: queue.SimpleQueue[tuple[float, float | None, str | None]] | None = None,
-              on_progress: ProgressFn | None = None) -> _T:
+    def _wait(
+        self,
+        coro: Coroutine[Any, Any, _T],
+        *,
+        cancel: threading.Event | None,
+        timeout_s: float,
+        what: str,
+        progress: queue.SimpleQueue[tuple[float, float | None, str | None]] | None = None,
+        on_progress: ProgressFn | None = None,
+    ) -> _T:
         try:
             loop = self._ensure_loop()
         except BaseException:
@@ -253,8 +287,9 @@ class McpHub:
 
     # -- on the loop ---------------------------------------------------------------------------
 
-    async def _list_tools(self, server: McpServer, token: str | None,
-                          refresh: bool) -> list[ToolInfo]:
+    async def _list_tools(
+        self, server: McpServer, token: str | None, refresh: bool
+    ) -> list[ToolInfo]:
         conn = await self._connection(server, token)
         if conn.tools is not None and not refresh:
             return conn.tools
@@ -262,29 +297,35 @@ class McpHub:
         cursor: str | None = None
         for _ in range(100):  # a server that pages forever must not hang us
             listing = await self._request(conn, partial(_list_page, cursor=cursor))
-            tools += [ToolInfo(t.name, t.description or "", dict(t.input_schema))
-                      for t in listing.tools]
+            tools += [
+                ToolInfo(t.name, t.description or "", dict(t.input_schema)) for t in listing.tools
+            ]
             cursor = listing.next_cursor
             if not cursor:
                 break
         conn.tools = tools
         return tools
 
-    async def _call_tool(self, server: McpServer, token: str | None, tool: str,
-                         arguments: dict[str, Any],
-                         events: queue.SimpleQueue[tuple[float, float | None, str | None]]
-                         ) -> types.CallToolResult:
+    async def _call_tool(
+        self,
+        server: McpServer,
+        token: str | None,
+        tool: str,
+        arguments: dict[str, Any],
+        events: queue.SimpleQueue[tuple[float, float | None, str | None]],
+    ) -> types.CallToolResult:
         conn = await self._connection(server, token)
 
-        async def on_progress(progress: float, total: float | None, message: str | None
-                              ) -> None:
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             events.put((progress, total, message))
 
         return await self._request(
-            conn, lambda s: s.call_tool(tool, arguments, progress_callback=on_progress))
+            conn, lambda s: s.call_tool(tool, arguments, progress_callback=on_progress)
+        )
 
-    async def _request(self, conn: _Connection,
-                       call: Callable[[ClientSession], Coroutine[Any, Any, _T]]) -> _T:
+    async def _request(
+        self, conn: _Connection, call: Callable[[ClientSession], Coroutine[Any, Any, _T]]
+    ) -> _T:
         """Await one request; turn what went wrong into one line, and drop a session whose
         connection is gone so that the next use starts afresh."""
         name = conn.server.name
@@ -293,11 +334,16 @@ class McpHub:
         except MCPError as e:
             if e.code != CONNECTION_CLOSED and not conn.ended.is_set():
                 # The server answered with an error: the session itself is fine.
-                raise ToolServerError(conn.redact(f"MCP server '{name}' refused the request: "
-                                                  f"{e.message}")) from None
+                raise ToolServerError(
+                    conn.redact(f"MCP server '{name}' refused the request: {e.message}")
+                ) from None
             reason = conn.end_reason() or e.message
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, httpx2.HTTPError,
-                OSError) as e:
+        except (
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            httpx2.HTTPError,
+            OSError,
+        ) as e:
             reason = conn.end_reason() or _one_line(e)
         except Exception as e:  # a malformed result and the like: the session may be fine
             raise ToolServerError(conn.redact(f"MCP server '{name}': {_one_line(e)}")) from None
@@ -308,8 +354,9 @@ class McpHub:
         lock = self._conn_locks.setdefault(server.name, asyncio.Lock())
         async with lock:
             conn = self._conns.get(server.name)
-            if conn is not None and (conn.ended.is_set() or conn.server != server
-                                     or conn.token != token):
+            if conn is not None and (
+                conn.ended.is_set() or conn.server != server or conn.token != token
+            ):
                 await self._drop(server.name, conn)
                 conn = None
             if conn is None:
@@ -323,7 +370,8 @@ class McpHub:
                 raise
             except BaseException as e:
                 message = conn.redact(
-                    f"MCP server '{server.name}' could not start: {conn.start_error(e)}")
+                    f"MCP server '{server.name}' could not start: {conn.start_error(e)}"
+                )
                 await self._drop(server.name, conn)
                 raise ToolServerError(message) from None
             return conn
@@ -371,12 +419,14 @@ class _Connection:
         # Text that must never reach a message: env values and the token.
         t = server.transport
         values = list(t.env.values()) if isinstance(t, StdioTransport) else []
-        self._secrets = sorted((v for v in [*values, token or ""] if len(v) >= 4),
-                               key=len, reverse=True)
+        self._secrets = sorted(
+            (v for v in [*values, token or ""] if len(v) >= 4), key=len, reverse=True
+        )
 
     def launch(self) -> None:
         self._task = asyncio.get_running_loop().create_task(
-            self._run(), name=f"mcp:{self.server.name}")
+            self._run(), name=f"mcp:{self.server.name}"
+        )
 
     def live(self) -> ClientSession:
         if self.session is None or self.ended.is_set():
@@ -417,8 +467,9 @@ class _Connection:
             async with self._transport() as (read, write), anyio.create_task_group() as tg:
                 # The session reads through a relay, so that the end of the transport (the
                 # process exited) is seen here and the session is dropped at once.
-                relay_send, relay_receive = \
-                    anyio.create_memory_object_stream[SessionMessage | Exception](0)
+                relay_send, relay_receive = anyio.create_memory_object_stream[
+                    SessionMessage | Exception
+                ](0)
                 tg.start_soon(self._relay, read, relay_send)
                 async with ClientSession(relay_receive, write) as session:
                     with anyio.fail_after(self.start_timeout_s):
@@ -434,8 +485,9 @@ class _Connection:
                 self.ready.set_exception(leaf)
             else:
                 self._end_reason = self._end_reason or self._describe(leaf)
-                log.warning("MCP server '%s' session failed: %s", name,
-                            self.redact(self._describe(leaf)))
+                log.warning(
+                    "MCP server '%s' session failed: %s", name, self.redact(self._describe(leaf))
+                )
         finally:
             self.ended.set()
             self.session = None
@@ -460,8 +512,9 @@ class _Connection:
         if isinstance(t, StdioTransport):
             if t.cwd and not Path(t.cwd).is_dir():
                 raise _StartError(f"working folder not found: {t.cwd}")
-            params = StdioServerParameters(command=t.command, args=list(t.args),
-                                           env=dict(t.env) or None, cwd=t.cwd)
+            params = StdioServerParameters(
+                command=t.command, args=list(t.args), env=dict(t.env) or None, cwd=t.cwd
+            )
             # The server's stderr goes to a private file: its last line explains an exit. It
             # stays open until stop(), after the transport: the explanation comes later.
             self._stderr = tempfile.TemporaryFile(prefix="candlewick-mcp-")  # noqa: SIM115
@@ -470,8 +523,10 @@ class _Connection:
         else:
             headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
             client = httpx2.AsyncClient(
-                headers=headers, timeout=httpx2.Timeout(30.0, read=300.0),
-                event_hooks={"response": [self._note_status]})
+                headers=headers,
+                timeout=httpx2.Timeout(30.0, read=300.0),
+                event_hooks={"response": [self._note_status]},
+            )
             async with client, streamable_http_client(t.url, http_client=client) as streams:
                 yield streams
 
@@ -551,8 +606,10 @@ async def _list_page(session: ClientSession, cursor: str | None) -> types.ListTo
     return await session.list_tools(params=params)
 
 
-def _deliver(progress: queue.SimpleQueue[tuple[float, float | None, str | None]] | None,
-             on_progress: ProgressFn | None) -> None:
+def _deliver(
+    progress: queue.SimpleQueue[tuple[float, float | None, str | None]] | None,
+    on_progress: ProgressFn | None,
+) -> None:
     if progress is None:
         return
     while True:
@@ -622,6 +679,13 @@ def _truncate(text: str, limit: int) -> tuple[str, bool]:
 
 
 __all__ = [
-    "DEFAULT_MAX_RESULT_BYTES", "McpClientError", "McpHub", "ProgressFn", "ToolCancelledError",
-    "ToolInfo", "ToolResult", "ToolServerError", "ToolTimeoutError",
+    "DEFAULT_MAX_RESULT_BYTES",
+    "McpClientError",
+    "McpHub",
+    "ProgressFn",
+    "ToolCancelledError",
+    "ToolInfo",
+    "ToolResult",
+    "ToolServerError",
+    "ToolTimeoutError",
 ]

@@ -59,8 +59,10 @@ class StdioTransport:
     def __repr__(self) -> str:
         # A repr can land in a log or a traceback: no env values, no secret arguments.
         env = dict.fromkeys(self.env, MASK)
-        return (f"StdioTransport(command={self.command!r}, args={tuple(_mask_args(self.args))!r}"
-                f", env={env!r}, cwd={self.cwd!r})")
+        return (
+            f"StdioTransport(command={self.command!r}, args={tuple(_mask_args(self.args))!r}"
+            f", env={env!r}, cwd={self.cwd!r})"
+        )
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,7 @@ class McpServer:
                 raise McpConfigError(f"{self.name}: the command line contains a NUL character")
             bad = [k for k in t.env if not _ENV_NAME.match(k)]
             if bad:
-                raise McpConfigError(f"{self.name}: {bad[0]!r} is not an environment variable "
-                                     "name")
+                raise McpConfigError(f"{self.name}: {bad[0]!r} is not an environment variable name")
             if t.cwd is not None and not t.cwd.strip():
                 raise McpConfigError(f"{self.name}: the working folder is empty")
         else:
@@ -128,8 +129,7 @@ class McpServer:
 
     def to_json(self) -> dict[str, Any]:
         t = self.transport
-        data: dict[str, Any] = {"name": self.name, "enabled": self.enabled,
-                                "transport": t.kind}
+        data: dict[str, Any] = {"name": self.name, "enabled": self.enabled, "transport": t.kind}
         if isinstance(t, StdioTransport):
             data.update(command=t.command, args=list(t.args), env=dict(t.env))
             if t.cwd is not None:
@@ -156,12 +156,12 @@ class McpServer:
                 command=_text(obj.get("command"), name, "command"),
                 args=tuple(_text_list(obj.get("args", []), name, "args")),
                 env=_text_map(obj.get("env", {}), name, "env"),
-                cwd=None if obj.get("cwd") is None else _text(obj["cwd"], name, "cwd"))
+                cwd=None if obj.get("cwd") is None else _text(obj["cwd"], name, "cwd"),
+            )
         elif kind == "http":
             transport = HttpTransport(url=_text(obj.get("url"), name, "url"))
         else:
-            raise McpConfigError(f"{name}: transport must be \"stdio\" or \"http\", "
-                                 f"not {kind!r}")
+            raise McpConfigError(f'{name}: transport must be "stdio" or "http", not {kind!r}')
         enabled = obj.get("enabled", True)
         if not isinstance(enabled, bool):
             raise McpConfigError(f"{name}: enabled must be true or false")
@@ -210,8 +210,10 @@ class McpConfigStore:
             raise McpConfigError(str(e)) from None  # not ours to move aside
         except McpConfigError as e:
             kept = self._move_aside()
-            raise McpConfigError(f"{self.path.name} was not usable ({e}); it was moved to "
-                                 f"{kept.name} and no MCP servers are set up") from None
+            raise McpConfigError(
+                f"{self.path.name} was not usable ({e}); it was moved to "
+                f"{kept.name} and no MCP servers are set up"
+            ) from None
 
     def get(self, name: str) -> McpServer:
         for s in self.servers():
@@ -283,8 +285,9 @@ class McpConfigStore:
             self.secrets.delete(account(name))
             return SaveResult(False, "token removed")
         if any(c.isspace() for c in token) or len(token) > 8192:
-            raise McpConfigError("that does not look like a bearer token (it has spaces or is "
-                                 "too long)")
+            raise McpConfigError(
+                "that does not look like a bearer token (it has spaces or is too long)"
+            )
         saved = self.secrets.set(account(name), token)
         return SaveResult(saved.persisted, f"token {saved.message}")
 
@@ -299,8 +302,9 @@ class McpConfigStore:
             try:
                 source = json.loads(source)
             except json.JSONDecodeError as e:
-                raise McpConfigError(f"not valid JSON (line {e.lineno}, column {e.colno})"
-                                     ) from None
+                raise McpConfigError(
+                    f"not valid JSON (line {e.lineno}, column {e.colno})"
+                ) from None
         if not isinstance(source, Mapping):
             raise McpConfigError('expected {"mcpServers": {...}}')
         entries = source.get("mcpServers", source.get("servers"))
@@ -345,14 +349,15 @@ class McpConfigStore:
         except UnicodeDecodeError:
             raise McpConfigError("not UTF-8 text") from None
         except json.JSONDecodeError as e:
-            raise McpConfigError(f"not valid JSON at line {e.lineno}, column {e.colno}"
-                                 ) from None
+            raise McpConfigError(f"not valid JSON at line {e.lineno}, column {e.colno}") from None
         if not isinstance(data, dict) or not isinstance(data.get("servers"), list):
             raise McpConfigError('expected {"version": 1, "servers": [...]}')
         version = data.get("version")
         if isinstance(version, int) and version > FORMAT_VERSION:
-            raise _NewerFileError(f"{self.path} was written by a newer Candlewick (format "
-                             f"{version}); update Candlewick to use it")
+            raise _NewerFileError(
+                f"{self.path} was written by a newer Candlewick (format "
+                f"{version}); update Candlewick to use it"
+            )
         out: list[McpServer] = []
         for item in data["servers"]:
             if not isinstance(item, dict):
@@ -370,8 +375,9 @@ class McpConfigStore:
             try:
                 self._parse(raw)
             except McpConfigError as e:
-                raise McpConfigError(f"{self.path.name} is not usable, so it was not "
-                                     f"overwritten: {e}") from None
+                raise McpConfigError(
+                    f"{self.path.name} is not usable, so it was not overwritten: {e}"
+                ) from None
 
     def _move_aside(self) -> Path:
         for i in range(1, 1000):
@@ -382,8 +388,7 @@ class McpConfigStore:
         return kept
 
 
-def _from_mcp_servers_entry(name: str, entry: Any
-                            ) -> tuple[McpServer, str | None, list[str]]:
+def _from_mcp_servers_entry(name: str, entry: Any) -> tuple[McpServer, str | None, list[str]]:
     """One entry of an `mcpServers` map: the server, its bearer token, and notes on what was
     left out."""
     if not isinstance(entry, Mapping):
@@ -397,7 +402,8 @@ def _from_mcp_servers_entry(name: str, entry: Any
             command=_text(entry["command"], name, "command"),
             args=tuple(_text_list(entry.get("args", []), name, "args")),
             env=_text_map(entry.get("env") or {}, name, "env"),
-            cwd=None if entry.get("cwd") is None else _text(entry["cwd"], name, "cwd"))
+            cwd=None if entry.get("cwd") is None else _text(entry["cwd"], name, "cwd"),
+        )
     elif "url" in entry or "serverUrl" in entry:
         if kind == "sse":
             raise McpConfigError("SSE servers are not supported (only Streamable HTTP)")
@@ -406,12 +412,17 @@ def _from_mcp_servers_entry(name: str, entry: Any
         if not isinstance(headers, Mapping):
             raise McpConfigError("headers must be an object")
         for key, value in headers.items():
-            if str(key).lower() == "authorization" and isinstance(value, str) \
-                    and value.lower().startswith("bearer "):
-                token = value[len("bearer "):].strip() or None
+            if (
+                str(key).lower() == "authorization"
+                and isinstance(value, str)
+                and value.lower().startswith("bearer ")
+            ):
+                token = value[len("bearer ") :].strip() or None
             else:
-                notes.append(f"header {key!r} was not imported (only an Authorization: "
-                             "Bearer token is supported)")
+                notes.append(
+                    f"header {key!r} was not imported (only an Authorization: "
+                    "Bearer token is supported)"
+                )
     else:
         raise McpConfigError("the entry has neither a command nor a url")
     enabled = not bool(entry.get("disabled", False))
@@ -424,8 +435,10 @@ def _check_name(name: str) -> None:
     if not isinstance(name, str) or not name.strip():
         raise McpConfigError("an MCP server needs a name")
     if name != name.strip() or len(name) > _MAX_NAME or any(not c.isprintable() for c in name):
-        raise McpConfigError(f"bad server name {name!r}: up to {_MAX_NAME} printable "
-                             "characters, no leading or trailing spaces")
+        raise McpConfigError(
+            f"bad server name {name!r}: up to {_MAX_NAME} printable "
+            "characters, no leading or trailing spaces"
+        )
 
 
 def _mask_args(args: Iterable[str]) -> list[str]:
@@ -457,12 +470,21 @@ def _text_list(value: Any, name: str, key: str) -> list[str]:
 
 def _text_map(value: Any, name: str, key: str) -> dict[str, str]:
     if not isinstance(value, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
         raise McpConfigError(f"{name}: {key} must map names to text")
     return dict(value)
 
 
 __all__ = [
-    "FILE_NAME", "HttpTransport", "ImportReport", "McpConfigError", "McpConfigStore",
-    "McpServer", "StdioTransport", "Transport", "account", "check_url",
+    "FILE_NAME",
+    "HttpTransport",
+    "ImportReport",
+    "McpConfigError",
+    "McpConfigStore",
+    "McpServer",
+    "StdioTransport",
+    "Transport",
+    "account",
+    "check_url",
 ]

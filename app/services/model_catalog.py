@@ -22,9 +22,12 @@ ParamsFor = Callable[[LibraryEntry], LoadParams]
 CHAT_OWNER = "chat"  # who the chat's model belongs to in the app's host
 
 
-def library_catalog(library: ModelLibrary, params: ParamsFor, *,
-                    loaded: Callable[[], Sequence[HostedModel]] | None = None
-                    ) -> Callable[[], list[Loadable]]:
+def library_catalog(
+    library: ModelLibrary,
+    params: ParamsFor,
+    *,
+    loaded: Callable[[], Sequence[HostedModel]] | None = None,
+) -> Callable[[], list[Loadable]]:
     """Every readable library model as a `Loadable` (id, the slug API clients see as an
     alias, the library's name as title). `loaded`: the host's models; a file already loaded
     there (the chat's) is listed under that model's name, so a request naming its library id
@@ -47,8 +50,9 @@ def library_catalog(library: ModelLibrary, params: ParamsFor, *,
     return specs
 
 
-def server_params(parallel: int, ctx_per_slot: int,
-                  saved: Mapping[str, Any] | None = None) -> LoadParams:
+def server_params(
+    parallel: int, ctx_per_slot: int, saved: Mapping[str, Any] | None = None
+) -> LoadParams:
     """What a model loaded on demand gets: the Local server's slots (`parallel` sequences of
     `ctx_per_slot` tokens), placed as the library's saved settings for the file say (GPU
     layers, KV cache types, flash attention). The saved context length is the chat's and
@@ -59,8 +63,7 @@ def server_params(parallel: int, ctx_per_slot: int,
         return base
     changes: dict[str, Any] = {}
     gpu = saved.get("gpu_layers")
-    if gpu in ("auto", "all") or (isinstance(gpu, int) and not isinstance(gpu, bool)
-                                  and gpu >= 0):
+    if gpu in ("auto", "all") or (isinstance(gpu, int) and not isinstance(gpu, bool) and gpu >= 0):
         changes["n_gpu_layers"] = gpu
     for key in ("type_k", "type_v"):
         if saved.get(key) in KV_TYPES:

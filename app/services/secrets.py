@@ -62,8 +62,9 @@ class SecretStore:
             try:
                 self.backend.set_password(SERVICE, account, secret)
                 self._session.pop(account, None)
-                return SaveResult(True, "saved in the system keyring "
-                                        f"({type(self.backend).__name__})")
+                return SaveResult(
+                    True, f"saved in the system keyring ({type(self.backend).__name__})"
+                )
             except keyring.errors.KeyringError as e:
                 log.warning("keyring write failed: %s", type(e).__name__)
         self._session[account] = secret
@@ -97,8 +98,10 @@ class TokenStore:
     def describe_storage(self) -> str:
         if self.keyring_available:
             return f"saved in the system keyring ({type(self.backend).__name__})"
-        return ("no system keyring is available: the token is kept for this session only and "
-                "must be entered again next time")
+        return (
+            "no system keyring is available: the token is kept for this session only and "
+            "must be entered again next time"
+        )
 
     def get(self) -> str | None:
         return self._secrets.get(ACCOUNT)
@@ -109,13 +112,15 @@ class TokenStore:
             self.clear()
             return SaveResult(False, "Hub token removed")
         if any(c.isspace() for c in token) or len(token) > 1024:
-            raise ValueError("that does not look like a Hugging Face token (it has spaces or is "
-                             "too long)")
+            raise ValueError(
+                "that does not look like a Hugging Face token (it has spaces or is too long)"
+            )
         saved = self._secrets.set(ACCOUNT, token)
         if saved.persisted:
             return SaveResult(True, "Hub token " + saved.message)
-        return SaveResult(False, "no system keyring is available: the Hub token is kept for "
-                                 "this session only")
+        return SaveResult(
+            False, "no system keyring is available: the Hub token is kept for this session only"
+        )
 
     def clear(self) -> None:
         self._secrets.delete(ACCOUNT)

@@ -92,8 +92,14 @@ class VerifiedTransfer:
     and keeps the bytes so far for a later resume.
     """
 
-    def __init__(self, hub: HubClient, blob: RemoteBlob, observer: TransferObserver,
-                 stop: threading.Event, settings: TransferSettings) -> None:
+    def __init__(
+        self,
+        hub: HubClient,
+        blob: RemoteBlob,
+        observer: TransferObserver,
+        stop: threading.Event,
+        settings: TransferSettings,
+    ) -> None:
         self.hub = hub
         self.blob = blob
         self.observer = observer
@@ -105,8 +111,7 @@ class VerifiedTransfer:
         self._speed_bps = 0.0
 
     def _hasher_after(self, have: int) -> Hasher:
-        return resume_hasher(self.blob.part, have, git_sha1=self.blob.git_sha1,
-                             size=self.blob.size)
+        return resume_hasher(self.blob.part, have, git_sha1=self.blob.git_sha1, size=self.blob.size)
 
     def run(self) -> bool:
         """Download and verify; False when stopped before the last byte."""
@@ -115,8 +120,9 @@ class VerifiedTransfer:
             # Another tool (or an earlier run) placed this blob. huggingface_hub files bytes
             # under the advertised hash without checking them, so check before trusting it.
             self.observer.verifying()
-            found = resume_hasher(blob.final, blob.final.stat().st_size,
-                                  git_sha1=blob.git_sha1, size=blob.size)
+            found = resume_hasher(
+                blob.final, blob.final.stat().st_size, git_sha1=blob.git_sha1, size=blob.size
+            )
             if found.hexdigest() == blob.digest:
                 return True
             blob.final.unlink()
@@ -137,7 +143,8 @@ class VerifiedTransfer:
             raise ChecksumMismatch(
                 f"{blob.filename} from {blob.repo_id} is corrupt: its SHA-256 is {got[:16]}… "
                 f"but the Hub lists {blob.digest[:16]}…; the file was deleted and is not in "
-                "the library — download it again")
+                "the library — download it again"
+            )
         blob.part.replace(blob.final)
         return True
 
@@ -157,8 +164,12 @@ class VerifiedTransfer:
                     headers["Range"] = f"bytes={self._have}-"
                 before = self._have
                 try:
-                    self._stream(client, url, headers,
-                                 had_token="authorization" in {k.lower() for k in headers})
+                    self._stream(
+                        client,
+                        url,
+                        headers,
+                        had_token="authorization" in {k.lower() for k in headers},
+                    )
                 except (httpx2.TransportError, httpx2.StreamError) as e:
                     # Every byte written was hashed, so carry on from what is on disk.
                     failures = 0 if self._have > before else failures + 1
@@ -167,21 +178,27 @@ class VerifiedTransfer:
                             f"the connection to the Hub keeps failing ({type(e).__name__}); "
                             f"{human_bytes(self._have)} of {blob.filename} kept — resume later"
                         ) from None
-                    log.info("download %s interrupted at %d bytes (%s); resuming", blob.label,
-                             self._have, e)
+                    log.info(
+                        "download %s interrupted at %d bytes (%s); resuming",
+                        blob.label,
+                        self._have,
+                        e,
+                    )
                     self.stop.wait(settings.retry_delay * failures)
                     continue
                 if self.stop.is_set() and self._have < blob.size:
                     return False
         return True
 
-    def _stream(self, client: httpx2.Client, url: str, headers: dict[str, str], *,
-                had_token: bool) -> None:
+    def _stream(
+        self, client: httpx2.Client, url: str, headers: dict[str, str], *, had_token: bool
+    ) -> None:
         blob = self.blob
         with client.stream("GET", url, headers=headers) as r:
             if r.status_code in (401, 403):
-                raise HubAccessError(gated_message(blob.repo_id, self.hub.endpoint,
-                                                   had_token=had_token))
+                raise HubAccessError(
+                    gated_message(blob.repo_id, self.hub.endpoint, had_token=had_token)
+                )
             if r.status_code == 404:
                 raise HubNotFound(f"{blob.filename} is no longer in {blob.repo_id} on the Hub")
             if r.status_code == 416 or (r.status_code == 200 and self._have):
@@ -201,8 +218,10 @@ class VerifiedTransfer:
         self.observer.stream_ended(self._have)
         if self._have > blob.size:
             blob.part.unlink()
-            raise DownloadError(f"the Hub sent more bytes than the {human_bytes(blob.size)} it "
-                                f"lists for {blob.filename}; the partial file was deleted")
+            raise DownloadError(
+                f"the Hub sent more bytes than the {human_bytes(blob.size)} it "
+                f"lists for {blob.filename}; the partial file was deleted"
+            )
 
     def _receive(self, r: httpx2.Response, hasher: BackgroundHasher) -> None:
         interval = self.settings.progress_interval
@@ -219,8 +238,9 @@ class VerifiedTransfer:
                     elapsed = now - window_start
                     if elapsed >= 0.5:
                         rate = window_bytes / elapsed
-                        self._speed_bps = rate if not self._speed_bps else (
-                            0.5 * self._speed_bps + 0.5 * rate)
+                        self._speed_bps = (
+                            rate if not self._speed_bps else (0.5 * self._speed_bps + 0.5 * rate)
+                        )
                         window_start, window_bytes = now, 0
                     last_note = now
                     self.observer.progress(self._have, self._speed_bps)
@@ -229,6 +249,10 @@ class VerifiedTransfer:
 
 
 __all__ = [
-    "ChecksumMismatch", "DownloadError", "RemoteBlob", "TransferObserver", "TransferSettings",
+    "ChecksumMismatch",
+    "DownloadError",
+    "RemoteBlob",
+    "TransferObserver",
+    "TransferSettings",
     "VerifiedTransfer",
 ]

@@ -38,8 +38,7 @@ class _Call:
 class Background(QObject):
     _done = Signal(object, object, object)  # callback, result, exception
 
-    def __init__(self, parent: QObject | None = None, *,
-                 max_threads: int | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, *, max_threads: int | None = None) -> None:
         """`max_threads`: how many calls may run at once (None: no limit)."""
         super().__init__(parent)
         self._max = max_threads

@@ -55,34 +55,77 @@ def _slo(v: Any) -> str:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("Concurrent\nrequests", "requests in flight at once at this level",
-           lambda r: r.level.concurrency, str),
-    Column("OK / sent", "requests that succeeded / requests sent",
-           lambda r: r.level.succeeded, lambda _v: ""),  # text filled in by the model
-    Column("Failures\n(%)", "errors and timeouts / requests",
-           lambda r: 100.0 * r.level.failure_rate, _num(0)),
+    Column(
+        "Concurrent\nrequests",
+        "requests in flight at once at this level",
+        lambda r: r.level.concurrency,
+        str,
+    ),
+    Column(
+        "OK / sent",
+        "requests that succeeded / requests sent",
+        lambda r: r.level.succeeded,
+        lambda _v: "",
+    ),  # text filled in by the model
+    Column(
+        "Failures\n(%)",
+        "errors and timeouts / requests",
+        lambda r: 100.0 * r.level.failure_rate,
+        _num(0),
+    ),
     Column("TTFT p50\n(s)", "time to first token, median", lambda r: r.level.ttft_p50, _num(3)),
-    Column("TTFT p95\n(s)", "time to first token, 95th percentile",
-           lambda r: r.level.ttft_p95, _num(3)),
-    Column("Prompt\n(tokens/s)", "prompt tokens / TTFT, median over requests",
-           lambda r: r.level.prompt_tps_p50, _num(1)),
-    Column("Generation\n(tokens/s per request)",
-           "(completion tokens - 1) / (last token - first token), median over requests",
-           lambda r: r.level.gen_tps_p50, _num(1)),
-    Column("Latency p50\n(s)", "request sent to end of answer, median",
-           lambda r: r.level.latency_p50, _num(2)),
-    Column("Latency p95\n(s)", "request sent to end of answer, 95th percentile",
-           lambda r: r.level.latency_p95, _num(2)),
-    Column("Total\n(tokens/s)", "completion tokens of all requests / wall time of the level",
-           lambda r: r.level.total_throughput_tps, _num(1)),
-    Column("Peak RAM\n(MiB)", "resident memory of the whole app process, peak at this level",
-           lambda r: r.level.peak_ram_bytes, _mib),
-    Column("Peak VRAM\n(MiB)", "GPU memory of this process (NVIDIA only); - when unknown",
-           lambda r: r.level.peak_vram_bytes, _mib),
-    Column("Meets TTFT\nobjective", "TTFT p95 within the objective and no failures",
-           lambda r: r.level.meets_slo, _slo),
-    Column("Status", "done, cancelled part-way, or how many requests failed",
-           _status, str),
+    Column(
+        "TTFT p95\n(s)", "time to first token, 95th percentile", lambda r: r.level.ttft_p95, _num(3)
+    ),
+    Column(
+        "Prompt\n(tokens/s)",
+        "prompt tokens / TTFT, median over requests",
+        lambda r: r.level.prompt_tps_p50,
+        _num(1),
+    ),
+    Column(
+        "Generation\n(tokens/s per request)",
+        "(completion tokens - 1) / (last token - first token), median over requests",
+        lambda r: r.level.gen_tps_p50,
+        _num(1),
+    ),
+    Column(
+        "Latency p50\n(s)",
+        "request sent to end of answer, median",
+        lambda r: r.level.latency_p50,
+        _num(2),
+    ),
+    Column(
+        "Latency p95\n(s)",
+        "request sent to end of answer, 95th percentile",
+        lambda r: r.level.latency_p95,
+        _num(2),
+    ),
+    Column(
+        "Total\n(tokens/s)",
+        "completion tokens of all requests / wall time of the level",
+        lambda r: r.level.total_throughput_tps,
+        _num(1),
+    ),
+    Column(
+        "Peak RAM\n(MiB)",
+        "resident memory of the whole app process, peak at this level",
+        lambda r: r.level.peak_ram_bytes,
+        _mib,
+    ),
+    Column(
+        "Peak VRAM\n(MiB)",
+        "GPU memory of this process (NVIDIA only); - when unknown",
+        lambda r: r.level.peak_vram_bytes,
+        _mib,
+    ),
+    Column(
+        "Meets TTFT\nobjective",
+        "TTFT p95 within the objective and no failures",
+        lambda r: r.level.meets_slo,
+        _slo,
+    ),
+    Column("Status", "done, cancelled part-way, or how many requests failed", _status, str),
 )
 
 
@@ -93,8 +136,11 @@ class BenchTableModel(QAbstractTableModel):
 
     def set_result(self, result: BenchResult | None) -> None:
         """Show a result's levels; the level a cancel cut short is marked cancelled."""
-        rows = [LevelRow(lv, result.level_cancelled(lv.concurrency))
-                for lv in result.levels] if result is not None else []
+        rows = (
+            [LevelRow(lv, result.level_cancelled(lv.concurrency)) for lv in result.levels]
+            if result is not None
+            else []
+        )
         self.beginResetModel()
         self._levels = rows
         self.endResetModel()
@@ -109,8 +155,11 @@ class BenchTableModel(QAbstractTableModel):
         return 0 if parent.isValid() else len(COLUMNS)
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or not 0 <= index.row() < len(self._levels) \
-                or not 0 <= index.column() < len(COLUMNS):
+        if (
+            not index.isValid()
+            or not 0 <= index.row() < len(self._levels)
+            or not 0 <= index.column() < len(COLUMNS)
+        ):
             return None
         row = self._levels[index.row()]
         col = COLUMNS[index.column()]
@@ -124,13 +173,17 @@ class BenchTableModel(QAbstractTableModel):
             if index.column() == len(COLUMNS) - 1:
                 return int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.ToolTipRole and index.column() == len(COLUMNS) - 1 \
-                and row.level.error_samples:
+        if (
+            role == Qt.ItemDataRole.ToolTipRole
+            and index.column() == len(COLUMNS) - 1
+            and row.level.error_samples
+        ):
             return "\n".join(str(s) for s in row.level.error_samples)
         return None
 
-    def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
         if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(COLUMNS):
             return None
         if role == Qt.ItemDataRole.DisplayRole:

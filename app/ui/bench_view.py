@@ -50,19 +50,26 @@ from engine.bench.result import BenchError, BenchResult
 from engine.bench.workloads import BUILTIN, Workload, WorkloadError, load_workload
 
 MAX_LEVEL = 64  # each concurrent request is a sequence with its own context
-NO_MODEL_TIP = ("Load a model in the library first: the benchmark runs the model the chat "
-                "uses, with the same settings")
-CHAT_BUSY_TIP = ("Wait for the chat's reply to finish (or press Stop): both would share the "
-                 "processor and the numbers would be wrong")
-REMOTE_TIP = ("The chat uses a remote server: benchmark it with `candlewick bench --url`; "
-              "this view runs models loaded on this computer")
+NO_MODEL_TIP = (
+    "Load a model in the library first: the benchmark runs the model the chat "
+    "uses, with the same settings"
+)
+CHAT_BUSY_TIP = (
+    "Wait for the chat's reply to finish (or press Stop): both would share the "
+    "processor and the numbers would be wrong"
+)
+REMOTE_TIP = (
+    "The chat uses a remote server: benchmark it with `candlewick bench --url`; "
+    "this view runs models loaded on this computer"
+)
 INSTANCE_NOTE = (
     "Runs the chat's model file with its load settings (GPU layers, KV cache type, flash "
     "attention) in a second instance sized for the benchmark: one sequence per concurrent "
     "request and a context that fits the workload, freed when the run ends. The weights are "
     "memory-mapped from the same file, so their pages in RAM are shared with the chat's "
     "copy; layers offloaded to a GPU take GPU memory a second time. The chat waits while a "
-    "benchmark runs.")
+    "benchmark runs."
+)
 
 
 def _one_line(text: str) -> str:
@@ -86,8 +93,12 @@ def context_line(result: BenchResult) -> str:
     m: Mapping[str, Any] = result.machine
     t: Mapping[str, Any] = result.target
     gpus = m.get("gpus") or []
-    gpu = ", ".join(f"{g.get('name', '?')} ({human_bytes(g['total_bytes'])})"
-                    if g.get("total_bytes") else str(g.get("name", "?")) for g in gpus)
+    gpu = ", ".join(
+        f"{g.get('name', '?')} ({human_bytes(g['total_bytes'])})"
+        if g.get("total_bytes")
+        else str(g.get("name", "?"))
+        for g in gpus
+    )
     parts = [
         f"CPU {m.get('cpu', '?')}",
         f"{m.get('cores_physical', '?')} cores / {m.get('cores_logical', '?')} threads",
@@ -145,9 +156,12 @@ class BenchView(QWidget):
 
     running_changed = Signal(bool)
 
-    def __init__(self, host: BenchHost | None = None,
-                 loaded: Callable[[], LoadedModel | None] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        host: BenchHost | None = None,
+        loaded: Callable[[], LoadedModel | None] | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Benchmark — Candlewick")
         self.host = host or BenchHost(parent=self)
@@ -180,11 +194,15 @@ class BenchView(QWidget):
         self.workload.setAccessibleName("Workload")
         for name in BUILTIN:
             self.workload.addItem(name, name)
-        self.workload.setToolTip("chat: short questions · rag: long retrieved context · "
-                                 "code: programming tasks · or your own JSONL file")
+        self.workload.setToolTip(
+            "chat: short questions · rag: long retrieved context · "
+            "code: programming tasks · or your own JSONL file"
+        )
         self.file_button = QPushButton("JSONL file…")
-        self.file_button.setToolTip("Your own prompts: one JSON object a line with 'messages' "
-                                    "(or 'prompt') and 'max_tokens'")
+        self.file_button.setToolTip(
+            "Your own prompts: one JSON object a line with 'messages' "
+            "(or 'prompt') and 'max_tokens'"
+        )
         self.file_button.clicked.connect(self._ask_workload_file)
         wl = QHBoxLayout()
         wl.addWidget(self.workload, 1)
@@ -325,24 +343,37 @@ class BenchView(QWidget):
         can_run = info is not None and not remote and not self.chat_busy and not self.running
         self.run_button.setEnabled(can_run)
         self.run_button.setToolTip(
-            NO_MODEL_TIP if info is None and not self.running
-            else REMOTE_TIP if remote and not self.running
-            else CHAT_BUSY_TIP if self.chat_busy and not self.running
-            else "A benchmark is running" if self.running
-            else "Run the workload on the loaded model at each concurrency level")
+            NO_MODEL_TIP
+            if info is None and not self.running
+            else REMOTE_TIP
+            if remote and not self.running
+            else CHAT_BUSY_TIP
+            if self.chat_busy and not self.running
+            else "A benchmark is running"
+            if self.running
+            else "Run the workload on the loaded model at each concurrency level"
+        )
         self.cancel_button.setEnabled(self.running)
         have = self.result is not None and not self.running
         self.save_json_button.setEnabled(have)
         self.save_png_button.setEnabled(have and bool(self.png))
-        for w in (self.workload, self.file_button, self.levels, self.requests,
-                  self.max_tokens, self.slo, self.roofline):
+        for w in (
+            self.workload,
+            self.file_button,
+            self.levels,
+            self.requests,
+            self.max_tokens,
+            self.slo,
+            self.roofline,
+        ):
             w.setEnabled(not self.running)
         self.model_label.setText(
             f"<b>Model:</b> {html.escape(info.name)} (a remote server)"
             if remote and info is not None
             else f"<b>Model:</b> {html.escape(info.name)} ({html.escape(info.path.name)})"
             if info is not None
-            else "<b>No model loaded.</b> Load one in the library, then run the benchmark.")
+            else "<b>No model loaded.</b> Load one in the library, then run the benchmark."
+        )
         if self.result is None:
             self.context.setText("")
 
@@ -367,8 +398,9 @@ class BenchView(QWidget):
         return True
 
     def _ask_workload_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Benchmark workload", "",
-                                              "JSON Lines (*.jsonl *.json);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Benchmark workload", "", "JSON Lines (*.jsonl *.json);;All files (*)"
+        )
         if path:
             self.load_workload_file(Path(path))
 
@@ -378,12 +410,14 @@ class BenchView(QWidget):
     def config(self) -> BenchConfig:
         """The settings on screen; ValueError (one line) when they do not make sense."""
         slo = self.slo.value()
-        return BenchConfig(concurrency=parse_levels(self.levels.text(), limit=MAX_LEVEL),
-                           requests=self.requests.value(),
-                           max_tokens=self.max_tokens.value() or None,
-                           slo_ttft_s=slo if slo > 0 else None,
-                           measure_bandwidth=self.roofline.isChecked(),
-                           bandwidth_bytes=self.bandwidth_bytes)
+        return BenchConfig(
+            concurrency=parse_levels(self.levels.text(), limit=MAX_LEVEL),
+            requests=self.requests.value(),
+            max_tokens=self.max_tokens.value() or None,
+            slo_ttft_s=slo if slo > 0 else None,
+            measure_bandwidth=self.roofline.isChecked(),
+            bandwidth_bytes=self.bandwidth_bytes,
+        )
 
     # -- running ---------------------------------------------------------------------------
 
@@ -415,8 +449,10 @@ class BenchView(QWidget):
     def cancel(self) -> None:
         if self.running:
             self.host.cancel()
-            self.status.setText("Cancelling… (the request in progress stops at its next "
-                                "token; finished levels are kept)")
+            self.status.setText(
+                "Cancelling… (the request in progress stops at its next "
+                "token; finished levels are kept)"
+            )
 
     def shutdown(self) -> None:
         """Cancel a run, end the benchmark thread and close this window."""
@@ -458,7 +494,8 @@ class BenchView(QWidget):
         failed = f" · {p.failed} failed" if p.failed else ""
         self.status.setText(
             f"Level {p.level_index + 1} of {p.levels} · {p.concurrency} concurrent · "
-            f"request {min(p.done + 1, p.total)} of {p.total}{failed} · {eta}")
+            f"request {min(p.done + 1, p.total)} of {p.total}{failed} · {eta}"
+        )
 
     def _on_finished(self, outcome: BenchOutcome) -> None:
         result = outcome.result
@@ -476,8 +513,10 @@ class BenchView(QWidget):
         self.progress.setRange(0, 1)
         self.progress.setValue(1 if not result.cancelled else 0)
         if result.cancelled:
-            self.status.setText(f"Cancelled after {took:.0f} s: results of {len(levels)} of "
-                                f"{planned} levels kept (the interrupted level is marked)")
+            self.status.setText(
+                f"Cancelled after {took:.0f} s: results of {len(levels)} of "
+                f"{planned} levels kept (the interrupted level is marked)"
+            )
         else:
             self.status.setText(f"Done in {took:.0f} s.")
         self._set_running(False)
@@ -529,13 +568,15 @@ class BenchView(QWidget):
         return True
 
     def _ask_save_json(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save benchmark result",
-                                              "candlewick-bench.json", "JSON (*.json)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save benchmark result", "candlewick-bench.json", "JSON (*.json)"
+        )
         if path:
             self.save_json(Path(path))
 
     def _ask_save_png(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save benchmark charts",
-                                              "candlewick-bench.png", "PNG image (*.png)")
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save benchmark charts", "candlewick-bench.png", "PNG image (*.png)"
+        )
         if path:
             self.save_png(Path(path))

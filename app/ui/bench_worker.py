@@ -84,8 +84,9 @@ class BenchWorker(QObject):
                 raise LoadCancelled("cancelled")
             self.loading.emit(0.0)
             model = self.host.get(request.model)
-            result = run_loaded_benchmark(model, request.workload, request.config,
-                                          progress=on_progress, cancel=cancel)
+            result = run_loaded_benchmark(
+                model, request.workload, request.config, progress=on_progress, cancel=cancel
+            )
             if request.title:
                 target = result.target
                 target.setdefault("general_name", target.get("name"))
@@ -113,8 +114,7 @@ class BenchHost(ThreadHost[BenchWorker]):
 
     _run = Signal(object, object)
 
-    def __init__(self, worker: BenchWorker | None = None,
-                 parent: QObject | None = None) -> None:
+    def __init__(self, worker: BenchWorker | None = None, parent: QObject | None = None) -> None:
         super().__init__(worker or BenchWorker(), "candlewick-bench", parent)
         self._run.connect(self.worker.run, Qt.ConnectionType.QueuedConnection)
         self._cancel: threading.Event | None = None

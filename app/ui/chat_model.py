@@ -41,8 +41,9 @@ Index = QModelIndex | QPersistentModelIndex
 
 
 class ChatModel(QAbstractListModel):
-    def __init__(self, conversation: Conversation | None = None,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self, conversation: Conversation | None = None, parent: QObject | None = None
+    ) -> None:
         super().__init__(parent)
         self._conv = conversation or Conversation()
 
@@ -79,9 +80,13 @@ class ChatModel(QAbstractListModel):
 
     def roleNames(self) -> dict[int, QByteArray]:
         names = dict(super().roleNames())
-        for role, name in ((ROLE_ROLE, b"role"), (STATE_ROLE, b"state"),
-                           (STATS_ROLE, b"stats"), (ERROR_ROLE, b"error"),
-                           (THINKING_ROLE, b"thinking")):
+        for role, name in (
+            (ROLE_ROLE, b"role"),
+            (STATE_ROLE, b"state"),
+            (STATS_ROLE, b"stats"),
+            (ERROR_ROLE, b"error"),
+            (THINKING_ROLE, b"thinking"),
+        ):
             names[role] = QByteArray(name)
         return names
 
@@ -98,12 +103,20 @@ class ChatModel(QAbstractListModel):
     def clear(self) -> None:
         self.set_conversation(Conversation())
 
-    def append(self, role: Role, text: str, state: MessageState = "done", *,
-               answer_format: AnswerFormat = "markdown", model: str | None = None) -> int:
+    def append(
+        self,
+        role: Role,
+        text: str,
+        state: MessageState = "done",
+        *,
+        answer_format: AnswerFormat = "markdown",
+        model: str | None = None,
+    ) -> int:
         row = len(self._conv.messages)
         self.beginInsertRows(QModelIndex(), row, row)
-        self._conv.messages.append(Message(role, text, state, answer_format=answer_format,
-                                           model=model))
+        self._conv.messages.append(
+            Message(role, text, state, answer_format=answer_format, model=model)
+        )
         self.endInsertRows()
         return row
 
@@ -169,8 +182,9 @@ class ChatModel(QAbstractListModel):
         """A tool message answering `call` (running, or already denied/cancelled)."""
         row = len(self._conv.messages)
         self.beginInsertRows(QModelIndex(), row, row)
-        self._conv.messages.append(Message("tool", text, tool_call_id=call.id,
-                                           tool_name=call.name, tool_status=status))
+        self._conv.messages.append(
+            Message("tool", text, tool_call_id=call.id, tool_name=call.name, tool_status=status)
+        )
         self.endInsertRows()
         return row
 
@@ -178,8 +192,9 @@ class ChatModel(QAbstractListModel):
         self._conv.messages[row].progress = progress
         self._changed(row, [MESSAGE_ROLE])
 
-    def set_tool_result(self, row: int, status: ToolStatus, text: str, *,
-                        truncated: bool = False) -> None:
+    def set_tool_result(
+        self, row: int, status: ToolStatus, text: str, *, truncated: bool = False
+    ) -> None:
         m = self._conv.messages[row]
         m.tool_status, m.text, m.truncated, m.progress = status, text, truncated, None
         self._changed(row, [Qt.ItemDataRole.DisplayRole, MESSAGE_ROLE])

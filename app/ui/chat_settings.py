@@ -43,16 +43,23 @@ from engine.settings import SamplingParams
 STRUCTURED_KEY = "structured_output"  # where a chat's settings keep its JSON schema
 DEFAULT_TOOL_ROUNDS = 8  # tool rounds an answer may take unless the chat says otherwise
 
-POLICIES = [("drop_oldest", "Drop the oldest turns (keep the system prompt)"),
-            ("stop", "Stop and say so")]
+POLICIES = [
+    ("drop_oldest", "Drop the oldest turns (keep the system prompt)"),
+    ("stop", "Stop and say so"),
+]
 
 
 class ChatSettingsPanel(QWidget):
     changed = Signal(dict)
 
-    def __init__(self, store: ChatStore, defaults: SamplingParams | None = None,
-                 parent: QWidget | None = None, *,
-                 tool_servers: Callable[[], Sequence[str]] | None = None) -> None:
+    def __init__(
+        self,
+        store: ChatStore,
+        defaults: SamplingParams | None = None,
+        parent: QWidget | None = None,
+        *,
+        tool_servers: Callable[[], Sequence[str]] | None = None,
+    ) -> None:
         """`tool_servers`: the MCP servers turned on in the MCP servers dialog (each chat
         may turn some off for itself)."""
         super().__init__(parent)
@@ -87,9 +94,12 @@ class ChatSettingsPanel(QWidget):
         self.structured.setAccessibleName("Structured output")
         self.structured.setPlaceholderText(
             'A JSON schema the answers must follow, e.g. {"type": "object", "properties": '
-            '{"city": {"type": "string"}}, "required": ["city"]}. Empty: free text.')
-        self.structured.setToolTip("Answers are generated to match this JSON schema and "
-                                   "shown as JSON (a model on this computer only)")
+            '{"city": {"type": "string"}}, "required": ["city"]}. Empty: free text.'
+        )
+        self.structured.setToolTip(
+            "Answers are generated to match this JSON schema and "
+            "shown as JSON (a model on this computer only)"
+        )
         self.structured.setFont(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont))
         self.structured.setMaximumHeight(120)
         self.structured_error = QLabel()
@@ -104,31 +114,41 @@ class ChatSettingsPanel(QWidget):
         # unticked here; and how many tool rounds an answer may take.
         self.tools = QListWidget()
         self.tools.setAccessibleName("Tools")
-        self.tools.setToolTip("The MCP servers whose tools the model may call in this chat "
-                              "(Tools → MCP servers… adds them). Every call asks you first.")
+        self.tools.setToolTip(
+            "The MCP servers whose tools the model may call in this chat "
+            "(Tools → MCP servers… adds them). Every call asks you first."
+        )
         self.tools.setMaximumHeight(90)
         self.no_tools = QLabel("No MCP servers: add one in Tools → MCP servers…")
         self.no_tools.setWordWrap(True)
         self.no_tools.setEnabled(False)
         self.tool_rounds = self._int(1, 64, DEFAULT_TOOL_ROUNDS, "Tool rounds")
-        self.tool_rounds.setToolTip("Tool calls the model may make, round after round, "
-                                    "before its answer is stopped")
+        self.tool_rounds.setToolTip(
+            "Tool calls the model may make, round after round, before its answer is stopped"
+        )
         self._tools_off: list[str] = []
         self.presets = QComboBox()
         self.presets.setAccessibleName("Presets")
         self.apply_preset_button = QPushButton("Apply")
         self.save_preset_button = QPushButton("Save as…")
         self.apply_preset_button.clicked.connect(
-            lambda: self.apply_preset(self.presets.currentText()))
+            lambda: self.apply_preset(self.presets.currentText())
+        )
         self.save_preset_button.clicked.connect(self._ask_preset_name)
 
         form = QFormLayout()
         form.addRow("System prompt", self.system_prompt)
-        for label, w in (("Temperature", self.temperature), ("Top-p", self.top_p),
-                         ("", self.repeat_note), ("Top-k", self.top_k), ("Min-p", self.min_p),
-                         ("Repeat penalty", self.repeat_penalty),
-                         ("Max tokens", self.max_tokens), ("Seed", self.seed),
-                         ("Context full", self.policy)):
+        for label, w in (
+            ("Temperature", self.temperature),
+            ("Top-p", self.top_p),
+            ("", self.repeat_note),
+            ("Top-k", self.top_k),
+            ("Min-p", self.min_p),
+            ("Repeat penalty", self.repeat_penalty),
+            ("Max tokens", self.max_tokens),
+            ("Seed", self.seed),
+            ("Context full", self.policy),
+        ):
             form.addRow(label, w)
         structured = QVBoxLayout()
         structured.setSpacing(2)
@@ -181,8 +201,9 @@ class ChatSettingsPanel(QWidget):
             for name in self._tool_servers():
                 item = QListWidgetItem(name)
                 item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-                item.setCheckState(Qt.CheckState.Unchecked if name in self._tools_off
-                                   else Qt.CheckState.Checked)
+                item.setCheckState(
+                    Qt.CheckState.Unchecked if name in self._tools_off else Qt.CheckState.Checked
+                )
                 self.tools.addItem(item)
             has = self.tools.count() > 0
             self.tools.setVisible(has)
@@ -200,8 +221,7 @@ class ChatSettingsPanel(QWidget):
         self._tools_off = off
         self._emit()
 
-    def _double(self, lo: float, hi: float, step: float, value: float,
-                name: str) -> QDoubleSpinBox:
+    def _double(self, lo: float, hi: float, step: float, value: float, name: str) -> QDoubleSpinBox:
         w = QDoubleSpinBox()
         w.setRange(lo, hi)
         w.setSingleStep(step)
@@ -234,9 +254,11 @@ class ChatSettingsPanel(QWidget):
         if self._caveat:
             text = f"{what} may still give another answer here: {self._caveat}."
         else:
-            text = (f"{what}: Regenerate and Continue give the same text each time, also "
-                    "after a reload (a continued answer need not be what an uninterrupted "
-                    "one would have said).")
+            text = (
+                f"{what}: Regenerate and Continue give the same text each time, also "
+                "after a reload (a continued answer need not be what an uninterrupted "
+                "one would have said)."
+            )
         self.repeat_note.setText(text)
         self.repeat_note.setVisible(True)
 
@@ -278,8 +300,7 @@ class ChatSettingsPanel(QWidget):
             self.top_p.setValue(float(settings.get("top_p", d.top_p)))
             self.top_k.setValue(int(settings.get("top_k", d.top_k)))
             self.min_p.setValue(float(settings.get("min_p", d.min_p)))
-            self.repeat_penalty.setValue(float(settings.get("repeat_penalty",
-                                                            d.repeat_penalty)))
+            self.repeat_penalty.setValue(float(settings.get("repeat_penalty", d.repeat_penalty)))
             self.max_tokens.setValue(int(settings.get("max_tokens", d.max_tokens)))
             seed = settings.get("seed", d.seed)
             self.seed.setValue(-1 if seed is None else int(seed))
@@ -287,8 +308,9 @@ class ChatSettingsPanel(QWidget):
             self.policy.setCurrentIndex(max(i, 0))
             schema = settings.get(STRUCTURED_KEY)
             self._schema = schema if isinstance(schema, dict) else None
-            self.structured.setPlainText(json.dumps(self._schema, indent=2)
-                                         if self._schema is not None else "")
+            self.structured.setPlainText(
+                json.dumps(self._schema, indent=2) if self._schema is not None else ""
+            )
             self._show_schema_problem(None)
             off = settings.get("tools_off")
             self._tools_off = [str(n) for n in off] if isinstance(off, list) else []
@@ -316,8 +338,11 @@ class ChatSettingsPanel(QWidget):
 
     def _show_schema_problem(self, problem: str | None) -> None:
         if problem is not None:
-            kept = ("the chat keeps its previous schema" if self._schema is not None
-                    else "the chat keeps free text")
+            kept = (
+                "the chat keeps its previous schema"
+                if self._schema is not None
+                else "the chat keeps free text"
+            )
             self.structured_error.setText(f"Not saved: {problem} ({kept})")
         self.structured_error.setVisible(problem is not None)
 

@@ -137,8 +137,11 @@ def thinking_summary(message: Message) -> str:
 
 
 def format_stats(stats: GenerationStats) -> str:
-    parts = [f"TTFT {stats.ttft_s:.2f} s", f"{stats.gen_tps:.1f} tok/s",
-             f"{stats.gen_tokens} tokens"]
+    parts = [
+        f"TTFT {stats.ttft_s:.2f} s",
+        f"{stats.gen_tps:.1f} tok/s",
+        f"{stats.gen_tokens} tokens",
+    ]
     if stats.stop_reason == "cancelled":
         parts.append("stopped")
     elif stats.stop_reason == "length":
@@ -162,11 +165,15 @@ def stats_tooltip(stats: GenerationStats) -> str:
     if not measured_on_client(stats):
         return "Measured by the engine (llama.cpp counters)."
     usage = [USAGE_NAMES.get(u, u) for u in stats.server_usage]
-    source = (f"From the server's usage report: {' and '.join(usage)}."
-              if usage else "The server sent no usage report: answer tokens are the chunks "
-              "received.")
-    return ("Measured on this computer from the stream: time to first token and tokens/s "
-            f"from when the chunks arrived, so they include the network. {source}")
+    source = (
+        f"From the server's usage report: {' and '.join(usage)}."
+        if usage
+        else "The server sent no usage report: answer tokens are the chunks received."
+    )
+    return (
+        "Measured on this computer from the stream: time to first token and tokens/s "
+        f"from when the chunks arrived, so they include the network. {source}"
+    )
 
 
 class CodeBlock(QFrame):
@@ -202,8 +209,7 @@ class CodeBlock(QFrame):
         self.editor.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         lay.addWidget(self.editor)
         self._lang = lang
-        self.highlighter = CodeHighlighter(self.editor.document(), lang,
-                                           is_dark(self.palette()))
+        self.highlighter = CodeHighlighter(self.editor.document(), lang, is_dark(self.palette()))
         self.set_code(code, lang)
 
     @property
@@ -278,10 +284,10 @@ class MarkdownBody(QWidget):
                 else:
                     self._lay.addWidget(w)
                     self._widgets.append(w)
-        for w in self._widgets[len(segs):]:
+        for w in self._widgets[len(segs) :]:
             self._lay.removeWidget(w)
             w.deleteLater()
-        del self._widgets[len(segs):]
+        del self._widgets[len(segs) :]
         self._segments = segs
 
     def _make(self, seg: Segment) -> QWidget:
@@ -380,8 +386,7 @@ class ThinkingBlock(QFrame):
         self.toggle.setText(summary)
         self.toggle.setAccessibleDescription(summary)
         # Open while the model thinks and nothing of the answer has come; folded after.
-        thinking_now = (message.state == "streaming" and message.thought is None
-                        and not message.text)
+        thinking_now = message.state == "streaming" and message.thought is None and not message.text
         want = self._chosen if self._chosen is not None else thinking_now
         if want != self.expanded:
             self._syncing = True
@@ -398,8 +403,7 @@ class ThinkingBlock(QFrame):
         self._show(checked)
 
     def _show(self, expanded: bool) -> None:
-        self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded
-                                 else Qt.ArrowType.RightArrow)
+        self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
         self.toggle.setToolTip("Hide the thinking" if expanded else "Show the thinking")
         if expanded:
             # Folded, the text is not laid out as it streams; it is when the block opens.
@@ -409,7 +413,11 @@ class ThinkingBlock(QFrame):
 
 class MessageWidget(QFrame):
     ROLE_TITLES: ClassVar[dict[str, str]] = {
-        "user": "You", "assistant": "Assistant", "system": "System", "tool": "Tool"}
+        "user": "You",
+        "assistant": "Assistant",
+        "system": "System",
+        "tool": "Tool",
+    }
 
     # (action, self): prev/next (branch), edit, regenerate, continue, copy, delete
     action = Signal(str, object)
@@ -427,8 +435,9 @@ class MessageWidget(QFrame):
         super().__init__(parent)
         self.role = message.role
         self.setObjectName(f"message-{message.role}")
-        self.setFrameShape(QFrame.Shape.StyledPanel if message.role == "user"
-                           else QFrame.Shape.NoFrame)
+        self.setFrameShape(
+            QFrame.Shape.StyledPanel if message.role == "user" else QFrame.Shape.NoFrame
+        )
         lay = self._lay = QVBoxLayout(self)
         lay.setContentsMargins(10, 6, 10, 6)
         self.title = QLabel(f"<b>{self.ROLE_TITLES.get(message.role, message.role)}</b>")
@@ -460,18 +469,25 @@ class MessageWidget(QFrame):
         self.next_button = self._tool("\u203a", "Next version", "next")
         self.continue_button = self._tool("Continue", "Continue this answer", "continue")
         self.edit_button = self._tool("Edit", "Edit (as a new version)", "edit")
-        self.regenerate_button = self._tool("Regenerate", "Answer again (a new version)",
-                                            "regenerate")
+        self.regenerate_button = self._tool(
+            "Regenerate", "Answer again (a new version)", "regenerate"
+        )
         self.copy_message_button = self._tool("Copy", "Copy the message", "copy")
-        self.delete_button = self._tool("Delete", "Delete this message and what follows",
-                                        "delete")
+        self.delete_button = self._tool("Delete", "Delete this message and what follows", "delete")
         # The buttons in one widget: an edit in progress hides them all at once.
         self.tools = QWidget()
         tools = QHBoxLayout(self.tools)
         tools.setContentsMargins(0, 0, 0, 0)
         tools.setSpacing(0)
-        for b in (self.prev_button, self.next_button, self.continue_button, self.edit_button,
-                  self.regenerate_button, self.copy_message_button, self.delete_button):
+        for b in (
+            self.prev_button,
+            self.next_button,
+            self.continue_button,
+            self.edit_button,
+            self.regenerate_button,
+            self.copy_message_button,
+            self.delete_button,
+        ):
             if b is self.next_button:
                 tools.addWidget(self.branch_label)
             tools.addWidget(b)
@@ -545,9 +561,11 @@ class MessageWidget(QFrame):
             w.setVisible(count > 1)
         self.prev_button.setEnabled(index > 1)
         self.next_button.setEnabled(index < count)
-        self.continue_button.setVisible(message.role == "assistant"
-                                        and message.state in ("interrupted", "stopped")
-                                        and message.answer_format == "markdown")
+        self.continue_button.setVisible(
+            message.role == "assistant"
+            and message.state in ("interrupted", "stopped")
+            and message.answer_format == "markdown"
+        )
         self.thinking.sync(message)
         self._sync_tools(message)
         if message.role == "tool":
@@ -567,8 +585,11 @@ class MessageWidget(QFrame):
         if message.state == "interrupted":
             # A partial answer kept: after a crash, or cut off by the engine (a dropped
             # connection); the error line above says which.
-            self.footer.setText("interrupted: the answer above is partial" if message.error
-                                else "interrupted (the app closed while it was written)")
+            self.footer.setText(
+                "interrupted: the answer above is partial"
+                if message.error
+                else "interrupted (the app closed while it was written)"
+            )
         elif message.stats is not None:
             self.footer.setText(format_stats(message.stats))
             self.footer.setToolTip(stats_tooltip(message.stats))
@@ -577,7 +598,6 @@ class MessageWidget(QFrame):
         else:
             self.footer.clear()
         self.footer.setVisible(message.role == "assistant" and bool(self.footer.text()))
-
 
     def _sync_tools(self, message: Message) -> None:
         if self.result is not None:
@@ -592,8 +612,9 @@ class MessageWidget(QFrame):
                 block.sync(call)
         self.calls.setVisible(bool(message.tool_calls))
         if self.editor is None:  # an answer that is only calls has no text to show
-            self.body.setVisible(message.role != "tool" and
-                                 (bool(message.text) or not message.tool_calls))
+            self.body.setVisible(
+                message.role != "tool" and (bool(message.text) or not message.tool_calls)
+            )
 
 
 class ChatInput(QPlainTextEdit):
@@ -667,8 +688,13 @@ class ChatView(QWidget):
         self.input.submitted.connect(self._submit)
         self.send_button = QPushButton("Send")
         self.send_button.setAccessibleName("Send message")
-        self.send_button.clicked.connect(lambda: self.input.submitted.emit(
-            self.input.toPlainText().strip()) if self.input.toPlainText().strip() else None)
+        self.send_button.clicked.connect(
+            lambda: (
+                self.input.submitted.emit(self.input.toPlainText().strip())
+                if self.input.toPlainText().strip()
+                else None
+            )
+        )
         self.stop_button = QPushButton("Stop")
         self.stop_button.setAccessibleName("Stop generating")
         self.stop_button.setToolTip("Stop generating (Esc)")
@@ -800,8 +826,8 @@ class ChatView(QWidget):
 
     def set_context(self, used: int, n_ctx: int) -> None:
         self.context_label.setText(
-            f"Context: {used:,} / {n_ctx:,} tokens ({100 * used / n_ctx:.0f}%)" if n_ctx
-            else "")
+            f"Context: {used:,} / {n_ctx:,} tokens ({100 * used / n_ctx:.0f}%)" if n_ctx else ""
+        )
 
     def show_context_note(self, text: str) -> None:
         self.context_note.setText(text)
@@ -859,16 +885,21 @@ class ChatView(QWidget):
         self._list.insertWidget(row + 1, w)  # after the empty-state label
         self._widgets.insert(row, w)
 
-    def _on_inserted(self, _parent: QModelIndex | QPersistentModelIndex, first: int,
-                     last: int) -> None:
+    def _on_inserted(
+        self, _parent: QModelIndex | QPersistentModelIndex, first: int, last: int
+    ) -> None:
         for row in range(first, last + 1):
             self._insert(row)
         self.empty_label.setVisible(False)
         self._follow = True
         self._sync_header()
 
-    def _on_changed(self, top: QModelIndex | QPersistentModelIndex,
-                    bottom: QModelIndex | QPersistentModelIndex, _roles: object = None) -> None:
+    def _on_changed(
+        self,
+        top: QModelIndex | QPersistentModelIndex,
+        bottom: QModelIndex | QPersistentModelIndex,
+        _roles: object = None,
+    ) -> None:
         for row in range(top.row(), bottom.row() + 1):
             if 0 <= row < len(self._widgets):
                 self._widgets[row].sync(self.model.message(row))

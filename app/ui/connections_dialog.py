@@ -72,8 +72,9 @@ class ConnectionsDialog(QDialog):
         self.api = QComboBox()
         self.api.setAccessibleName("API")
         for api in APIS:
-            self.api.addItem({"openai": "OpenAI-compatible (/v1)",
-                              "ollama": "Ollama (/api)"}.get(api, api), api)
+            self.api.addItem(
+                {"openai": "OpenAI-compatible (/v1)", "ollama": "Ollama (/api)"}.get(api, api), api
+            )
         self.model = QComboBox()
         self.model.setEditable(True)
         self.model.setAccessibleName("Default model")
@@ -86,8 +87,9 @@ class ConnectionsDialog(QDialog):
         self.ca_file = self._line("CA file", "optional: a PEM file for a private CA")
         self.connect_timeout = self._seconds(DEFAULT_CONNECT_TIMEOUT_S, "Connect timeout")
         self.timeout = self._seconds(DEFAULT_TIMEOUT_S, "Timeout")
-        self.timeout.setToolTip("The longest the server may stay silent (before the first "
-                                "token and between tokens)")
+        self.timeout.setToolTip(
+            "The longest the server may stay silent (before the first token and between tokens)"
+        )
 
         self.save_button = QPushButton("Save")
         self.save_button.setAccessibleName("Save the connection")
@@ -103,7 +105,8 @@ class ConnectionsDialog(QDialog):
         self.models.setAccessibleName("Models on the server")
         self.models.setMaximumHeight(120)
         self.models.currentTextChanged.connect(
-            lambda text: self.model.setCurrentText(text) if text else None)
+            lambda text: self.model.setCurrentText(text) if text else None
+        )
 
         left = QVBoxLayout()
         left.addWidget(self.list, 1)
@@ -203,8 +206,7 @@ class ConnectionsDialog(QDialog):
         self.model.clear()
         self.model.setCurrentText(conn.model)
         self.api_key.clear()
-        self.api_key.setPlaceholderText("saved (leave empty to keep it)" if has_key
-                                        else "none")
+        self.api_key.setPlaceholderText("saved (leave empty to keep it)" if has_key else "none")
         self.verify_tls.setChecked(conn.verify_tls)
         self.ca_file.setText(conn.ca_file or "")
         self.connect_timeout.setValue(conn.connect_timeout_s)
@@ -231,10 +233,15 @@ class ConnectionsDialog(QDialog):
         """The connection as the form has it (not validated)."""
         api: Any = self.api.currentData()
         return Connection(
-            name=self.name.text().strip(), base_url=self.base_url.text().strip(), api=api,
-            model=self.model.currentText().strip(), verify_tls=self.verify_tls.isChecked(),
+            name=self.name.text().strip(),
+            base_url=self.base_url.text().strip(),
+            api=api,
+            model=self.model.currentText().strip(),
+            verify_tls=self.verify_tls.isChecked(),
             ca_file=self.ca_file.text().strip() or None,
-            connect_timeout_s=self.connect_timeout.value(), timeout_s=self.timeout.value())
+            connect_timeout_s=self.connect_timeout.value(),
+            timeout_s=self.timeout.value(),
+        )
 
     def save(self) -> bool:
         """Save the form (a new connection, or changes to the one selected); its key goes to
@@ -255,8 +262,9 @@ class ConnectionsDialog(QDialog):
             self.api_key.clear()
             self.api_key.setPlaceholderText("saved (leave empty to keep it)")
         self.refresh(select=conn.name)
-        self.show_status(True, f"Saved {conn.name}"
-                         + (f"; {result.message}" if result is not None else ""))
+        self.show_status(
+            True, f"Saved {conn.name}" + (f"; {result.message}" if result is not None else "")
+        )
         self.changed.emit()
         return True
 
@@ -281,10 +289,17 @@ class ConnectionsDialog(QDialog):
         """The form as an endpoint; the key typed, or else the saved one (read in the test's
         thread: a keyring may be slow)."""
         c = self.form_connection()
-        return RemoteEndpoint(name=c.name or "connection", base_url=c.base_url, api=c.api,
-                              model=c.model, api_key=self.api_key.text().strip() or None,
-                              verify_tls=c.verify_tls, ca_file=c.ca_file,
-                              connect_timeout_s=c.connect_timeout_s, timeout_s=c.timeout_s)
+        return RemoteEndpoint(
+            name=c.name or "connection",
+            base_url=c.base_url,
+            api=c.api,
+            model=c.model,
+            api_key=self.api_key.text().strip() or None,
+            verify_tls=c.verify_tls,
+            ca_file=c.ca_file,
+            connect_timeout_s=c.connect_timeout_s,
+            timeout_s=c.timeout_s,
+        )
 
     def test(self) -> None:
         """Check the connection as the form has it, off the GUI thread."""
@@ -306,8 +321,11 @@ class ConnectionsDialog(QDialog):
     def _tested(self, result: CheckResult | None, error: BaseException | None) -> None:
         self.test_button.setEnabled(True)
         if error is not None or result is None:
-            msg = (str(error) if isinstance(error, EngineError | ConnectionsError)
-                   else f"test failed: {type(error).__name__}: {error}")
+            msg = (
+                str(error)
+                if isinstance(error, EngineError | ConnectionsError)
+                else f"test failed: {type(error).__name__}: {error}"
+            )
             self.show_status(False, msg)
             self.tested.emit(False, msg)
             return

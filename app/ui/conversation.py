@@ -93,16 +93,32 @@ class Conversation:
         for m in self.messages:
             if m.role == "tool":
                 if m.tool_status != "running":
-                    out.append({"role": "tool", "tool_call_id": m.tool_call_id or "",
-                                "name": m.tool_name or "", "content": _result_text(m)})
+                    out.append(
+                        {
+                            "role": "tool",
+                            "tool_call_id": m.tool_call_id or "",
+                            "name": m.tool_name or "",
+                            "content": _result_text(m),
+                        }
+                    )
                 continue
             if m.state in ("error", "streaming"):
                 continue
             if m.role == "assistant" and m.tool_calls:
-                out.append({"role": "assistant", "content": m.text, "tool_calls": [
-                    {"id": c.id, "type": "function",
-                     "function": {"name": c.name, "arguments": c.arguments}}
-                    for c in m.tool_calls]})
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": m.text,
+                        "tool_calls": [
+                            {
+                                "id": c.id,
+                                "type": "function",
+                                "function": {"name": c.name, "arguments": c.arguments},
+                            }
+                            for c in m.tool_calls
+                        ],
+                    }
+                )
             elif m.text or m.role != "assistant":
                 out.append({"role": m.role, "content": m.text})
         return out

@@ -55,8 +55,13 @@ class ConversationList(QWidget):
     error = Signal(str)  # one line for the window's error banner (an export that failed)
     notice = Signal(str)  # status text ("Exported …")
 
-    def __init__(self, store: ChatStore, parent: QWidget | None = None, *,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: ChatStore,
+        parent: QWidget | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         super().__init__(parent)
         self.store = store
         self._clock = clock
@@ -175,8 +180,9 @@ class ConversationList(QWidget):
         except ChatStoreError as e:
             self.error.emit(str(e))
             return None
-        name, _ = QFileDialog.getSaveFileName(self, "Export chat", export_file_name(title, fmt),
-                                              EXPORT_FORMATS[fmt][1])
+        name, _ = QFileDialog.getSaveFileName(
+            self, "Export chat", export_file_name(title, fmt), EXPORT_FORMATS[fmt][1]
+        )
         if not name:
             return None
         path = Path(name)
@@ -189,8 +195,9 @@ class ConversationList(QWidget):
         return path
 
     def _ask_rename(self, cid: int) -> None:
-        title, ok = QInputDialog.getText(self, "Rename chat", "Title:",
-                                         text=self.store.conversation(cid).title)
+        title, ok = QInputDialog.getText(
+            self, "Rename chat", "Title:", text=self.store.conversation(cid).title
+        )
         if ok:
             self.rename(cid, title)
 

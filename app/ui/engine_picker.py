@@ -54,8 +54,10 @@ class EnginePicker(QWidget):
 
         self.combo = QComboBox()
         self.combo.setAccessibleName("Engine for this chat")
-        self.combo.setToolTip("Which engine answers in this chat: the local model selected "
-                              "in the library, or a model on a remote connection")
+        self.combo.setToolTip(
+            "Which engine answers in this chat: the local model selected "
+            "in the library, or a model on a remote connection"
+        )
         self.combo.setMinimumContentsLength(28)
         self.combo.activated.connect(self._on_activated)
         self.refresh_button = QToolButton()
@@ -90,8 +92,7 @@ class EnginePicker(QWidget):
         self._rebuild()
 
     def items(self) -> list[tuple[str, Binding]]:
-        return [(self.combo.itemText(i), self.combo.itemData(i))
-                for i in range(self.combo.count())]
+        return [(self.combo.itemText(i), self.combo.itemData(i)) for i in range(self.combo.count())]
 
     def choose(self, binding: Binding) -> bool:
         """Pick an engine as the user would (emits `chosen`); False if it is not listed."""
@@ -132,13 +133,17 @@ class EnginePicker(QWidget):
 
         self.background.run(work, done, name="candlewick-list-models")
 
-    def _fetched(self, gen: int, name: str, models: list[str] | None,
-                 error: BaseException | None) -> None:
+    def _fetched(
+        self, gen: int, name: str, models: list[str] | None, error: BaseException | None
+    ) -> None:
         if gen != self._generation:
             return
         if error is not None or models is None:
-            self._errors[name] = (str(error) if isinstance(error, EngineError | ValueError)
-                                  else f"{type(error).__name__}: {error}")
+            self._errors[name] = (
+                str(error)
+                if isinstance(error, EngineError | ValueError)
+                else f"{type(error).__name__}: {error}"
+            )
         else:
             self._models[name] = list(models)
         self._rebuild()
@@ -168,8 +173,9 @@ class EnginePicker(QWidget):
                     item.setEnabled(False)
                     item.setToolTip(err)
         current = self._binding
-        index = next((i for i in range(self.combo.count())
-                      if self.combo.itemData(i) == current), -1)
+        index = next(
+            (i for i in range(self.combo.count()) if self.combo.itemData(i) == current), -1
+        )
         if index < 0 and current is not None:
             # A chat bound to a connection (or model) that is gone: still show it.
             self.combo.addItem(describe(current) + " (not available)", dict(current))

@@ -44,10 +44,17 @@ class EstimateView:
 Estimator = Callable[[Path, LoadParams], EstimateView]
 
 # Hues readable on light and dark palettes; outlines and text come from the palette.
-SEGMENTS = (("weights", "Weights", "#4e79a7"), ("kv", "KV cache", "#f28e2b"),
-            ("compute", "Compute", "#59a14f"), ("output", "Output", "#b07aa1"))
-VERDICT_TEXT = {"fits": "Fits in memory", "partial": "Fits with partial GPU offload",
-                "no": "Won't fit"}
+SEGMENTS = (
+    ("weights", "Weights", "#4e79a7"),
+    ("kv", "KV cache", "#f28e2b"),
+    ("compute", "Compute", "#59a14f"),
+    ("output", "Output", "#b07aa1"),
+)
+VERDICT_TEXT = {
+    "fits": "Fits in memory",
+    "partial": "Fits with partial GPU offload",
+    "no": "Won't fit",
+}
 
 
 class MemoryBar(QWidget):
@@ -66,8 +73,9 @@ class MemoryBar(QWidget):
     def set_estimate(self, est: EstimateView | None) -> None:
         self.estimate = est
         if est is not None:
-            parts = ", ".join(f"{label} {human_bytes(getattr(est, key))}"
-                              for key, label, _ in SEGMENTS)
+            parts = ", ".join(
+                f"{label} {human_bytes(getattr(est, key))}" for key, label, _ in SEGMENTS
+            )
             self.setAccessibleDescription(parts)
         self.update()
 
@@ -86,8 +94,7 @@ class MemoryBar(QWidget):
         # Against free memory when that is comparable; a small model on a big machine would
         # otherwise be a sliver, so then the bar shows the split and the text the share.
         free = est.free_ram or 0
-        scale_max = (max(est.total, free) if free and free < 4 * est.total
-                     else est.total) * 1.02
+        scale_max = (max(est.total, free) if free and free < 4 * est.total else est.total) * 1.02
         x = r.left()
         p.setPen(Qt.PenStyle.NoPen)
         for key, _label, color in SEGMENTS:
@@ -130,9 +137,11 @@ class EstimateWidget(QWidget):
         self.legend.setText("")
         self.placement.setText("")
         self.actual.setText("")
-        self.verdict.setText("Select a model to see how much memory it needs."
-                             if self.estimator else
-                             "Memory estimate not available in this build.")
+        self.verdict.setText(
+            "Select a model to see how much memory it needs."
+            if self.estimator
+            else "Memory estimate not available in this build."
+        )
 
     def update_for(self, path: Path, params: LoadParams) -> EstimateView | None:
         """Recompute for a model file and load settings; shows and returns the estimate."""
@@ -153,18 +162,25 @@ class EstimateWidget(QWidget):
         self.current = est
         self.bar.set_estimate(est)
         # Each item on one line (non-breaking spaces): a narrow panel wraps between items.
-        self.legend.setText("&nbsp; ".join(
-            f"<span style='color:{color}'>■</span>&nbsp;"
-            + f"{label} {human_bytes(getattr(est, key))}".replace(" ", "&nbsp;")
-            for key, label, color in SEGMENTS))
-        free = (f" of {human_bytes(est.free_ram)} free "
-                f"({est.ram / est.free_ram:.0%})" if est.free_ram else "")
+        self.legend.setText(
+            "&nbsp; ".join(
+                f"<span style='color:{color}'>■</span>&nbsp;"
+                + f"{label} {human_bytes(getattr(est, key))}".replace(" ", "&nbsp;")
+                for key, label, color in SEGMENTS
+            )
+        )
+        free = (
+            f" of {human_bytes(est.free_ram)} free ({est.ram / est.free_ram:.0%})"
+            if est.free_ram
+            else ""
+        )
         vram = ""
         if est.vram or est.free_vram:
             vfree = f" of {human_bytes(est.free_vram)} free" if est.free_vram is not None else ""
             vram = f" · VRAM {human_bytes(est.vram)}{vfree} ({est.gpu_layers} layers)"
-        self.placement.setText(f"Total {human_bytes(est.total)} · RAM {human_bytes(est.ram)}"
-                               f"{free}{vram}")
+        self.placement.setText(
+            f"Total {human_bytes(est.total)} · RAM {human_bytes(est.ram)}{free}{vram}"
+        )
         head = VERDICT_TEXT.get(est.verdict, est.verdict)
         self.verdict.setText(f"<b>{head}</b>" + (f" — {est.reason}" if est.reason else ""))
         return est
@@ -173,5 +189,6 @@ class EstimateWidget(QWidget):
         if self.current is None:
             self.actual.setText(f"Loaded: actual {human_bytes(actual_bytes)}")
         else:
-            self.actual.setText(f"Estimated {human_bytes(self.current.total)}, "
-                                f"actual {human_bytes(actual_bytes)}")
+            self.actual.setText(
+                f"Estimated {human_bytes(self.current.total)}, actual {human_bytes(actual_bytes)}"
+            )

@@ -20,9 +20,14 @@ ENTRY_ROLE = Qt.ItemDataRole.UserRole + 1
 # Short headers: the name needs the room. Its quantization is part of it ("· Q4_1"), and in
 # the tooltip.
 COLUMNS = ("Name", "Arch", "Params", "Size", "Context")
-HEADER_TIPS = ("The model's name: yours (double-click or F2 to rename; empty: back to the "
-               "derived one), else made from its file name and metadata",
-               "Architecture", "Parameters", "File size", "Trained context")
+HEADER_TIPS = (
+    "The model's name: yours (double-click or F2 to rename; empty: back to the "
+    "derived one), else made from its file name and metadata",
+    "Architecture",
+    "Parameters",
+    "File size",
+    "Trained context",
+)
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -41,8 +46,7 @@ class LibraryModel(QAbstractTableModel):
 
     rename_requested = Signal(str, str)  # entry id, new name ('' = back to the derived one)
 
-    def __init__(self, entries: Sequence[LibraryEntry] = (),
-                 parent: QObject | None = None) -> None:
+    def __init__(self, entries: Sequence[LibraryEntry] = (), parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._entries = list(entries)
 
@@ -66,8 +70,9 @@ class LibraryModel(QAbstractTableModel):
     def columnCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(COLUMNS)
 
-    def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
         if orientation != Qt.Orientation.Horizontal or not 0 <= section < len(COLUMNS):
             return None
         if role == Qt.ItemDataRole.DisplayRole:
@@ -118,8 +123,12 @@ class LibraryModel(QAbstractTableModel):
         return None
 
     def setData(self, index: Index, value: Any, role: int = Qt.ItemDataRole.EditRole) -> bool:
-        if (role != Qt.ItemDataRole.EditRole or not index.isValid() or index.column() != 0
-                or not 0 <= index.row() < len(self._entries)):
+        if (
+            role != Qt.ItemDataRole.EditRole
+            or not index.isValid()
+            or index.column() != 0
+            or not 0 <= index.row() < len(self._entries)
+        ):
             return False
         e = self._entries[index.row()]
         name = " ".join(str(value or "").split())
@@ -132,7 +141,10 @@ class LibraryModel(QAbstractTableModel):
         if not index.isValid():
             return Qt.ItemFlag.NoItemFlags
         flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
-        if index.column() == 0 and 0 <= index.row() < len(self._entries) \
-                and self._entries[index.row()].error is None:
+        if (
+            index.column() == 0
+            and 0 <= index.row() < len(self._entries)
+            and self._entries[index.row()].error is None
+        ):
             flags |= Qt.ItemFlag.ItemIsEditable
         return flags

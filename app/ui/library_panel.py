@@ -54,14 +54,18 @@ from engine.settings import (
 CTX_STEP = 256
 DEFAULT_CTX = 4096
 SPEC_MODES: tuple[tuple[SpecMode, str], ...] = (
-    ("off", "Off"), ("lookup", "Prompt lookup"), ("draft", "Draft model"))
+    ("off", "Off"),
+    ("lookup", "Prompt lookup"),
+    ("draft", "Draft model"),
+)
 FLASH_NOTE = "Flash attention is on while drafting: exact output needs it."
 
 
 def inexact_note(reason: str) -> str:
     """What drafting gives where this model's kernels differ between a batch and one token."""
-    return (f"A drafted reply can take another branch where two words are nearly tied: "
-            f"{reason}.")
+    return f"A drafted reply can take another branch where two words are nearly tied: {reason}."
+
+
 SETTINGS_GROUP = "load_settings"
 
 
@@ -76,8 +80,14 @@ class LibraryPanel(QWidget):
     eject_requested = Signal()
     selection_changed = Signal(object)  # LibraryEntry | None
 
-    def __init__(self, model: LibraryModel, estimator: Estimator | None,
-                 parent: QWidget | None = None, *, settings: QSettings | None = None) -> None:
+    def __init__(
+        self,
+        model: LibraryModel,
+        estimator: Estimator | None,
+        parent: QWidget | None = None,
+        *,
+        settings: QSettings | None = None,
+    ) -> None:
         super().__init__(parent)
         self.model = model
         self.settings = settings
@@ -97,8 +107,10 @@ class LibraryPanel(QWidget):
         self.table.setWordWrap(False)
         self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         # Rename: F2, a double-click on the name, or the context menu; the window applies it.
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.EditKeyPressed
-                                   | QAbstractItemView.EditTrigger.DoubleClicked)
+        self.table.setEditTriggers(
+            QAbstractItemView.EditTrigger.EditKeyPressed
+            | QAbstractItemView.EditTrigger.DoubleClicked
+        )
         self.table.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.table.customContextMenuRequested.connect(self._context_menu)
         self.table.selectionModel().selectionChanged.connect(self._on_selection)
@@ -136,16 +148,19 @@ class LibraryPanel(QWidget):
         self.spec_mode.setToolTip(
             "Draft tokens cheaply and let the model check several at once. Output is the "
             "model's own. Prompt lookup copies from the conversation (fast when the answer "
-            "quotes it); a draft model is a smaller model with the same tokenizer.")
+            "quotes it); a draft model is a smaller model with the same tokenizer."
+        )
         self.draft_model = QComboBox()
         self.draft_model.setAccessibleName("Draft model")
         self.draft_max = QSpinBox()
         self.draft_max.setAccessibleName("Draft max")
         self.draft_max.setRange(0, 64)
         self.draft_max.setSpecialValueText("auto")
-        self.draft_max.setToolTip("Most tokens drafted per step (auto: "
-                                  f"{DEFAULT_DRAFT_MAX} for lookup, {DEFAULT_MODEL_DRAFT_MAX} "
-                                  "for a draft model)")
+        self.draft_max.setToolTip(
+            "Most tokens drafted per step (auto: "
+            f"{DEFAULT_DRAFT_MAX} for lookup, {DEFAULT_MODEL_DRAFT_MAX} "
+            "for a draft model)"
+        )
         self.spec_note = QLabel()
         self.spec_note.setWordWrap(True)
         self.spec_note.setAccessibleName("Speculative decoding note")
@@ -292,8 +307,11 @@ class LibraryPanel(QWidget):
         if mode == "off":
             return None
         draft = self.draft_model.currentData() if mode == "draft" else None
-        return SpeculativeSettings(mode=mode, draft_model=str(draft) if draft else None,
-                                   draft_max=self.draft_max.value() or None)
+        return SpeculativeSettings(
+            mode=mode,
+            draft_model=str(draft) if draft else None,
+            draft_max=self.draft_max.value() or None,
+        )
 
     def spec_problem(self) -> str | None:
         """Why the speculative settings cannot be used with the selected model (one line)."""
@@ -340,8 +358,9 @@ class LibraryPanel(QWidget):
         for row in range(self.model.rowCount()):
             e = self.model.entry(row)
             if e.error is None:
-                self.draft_model.addItem(e.name if e.name == e.path.name
-                                         else f"{e.name} ({e.path.name})", str(e.path))
+                self.draft_model.addItem(
+                    e.name if e.name == e.path.name else f"{e.name} ({e.path.name})", str(e.path)
+                )
         i = self.draft_model.findData(current) if current else -1
         self.draft_model.setCurrentIndex(max(i, 0) if self.draft_model.count() else -1)
         self.draft_model.blockSignals(False)
@@ -368,8 +387,9 @@ class LibraryPanel(QWidget):
         entry = self.selected_entry()
         if self.settings is None or entry is None or self._restoring:
             return
-        self.settings.setValue(f"{SETTINGS_GROUP}/{settings_key(entry.path)}",
-                               json.dumps(self._stored()))
+        self.settings.setValue(
+            f"{SETTINGS_GROUP}/{settings_key(entry.path)}", json.dumps(self._stored())
+        )
 
     def _restore_model_settings(self, entry: LibraryEntry | None) -> bool:
         if self.settings is None or entry is None:
@@ -467,15 +487,23 @@ class LibraryPanel(QWidget):
         self.draft_model.setEnabled(self.spec_mode.currentData() == "draft")
         self.draft_max.setEnabled(drafting)
         problem = self.spec_problem()
-        note = (FLASH_NOTE if self._drafting_exact.exact
-                else inexact_note(self._drafting_exact.reason)) if drafting else ""
+        note = (
+            (
+                FLASH_NOTE
+                if self._drafting_exact.exact
+                else inexact_note(self._drafting_exact.reason)
+            )
+            if drafting
+            else ""
+        )
         self.spec_note.setText(problem or note)
         self.spec_note.setVisible(bool(problem) or drafting)
         self._sync_buttons()
         self.ctx_label.setText(f"{self.context_length():,}")
         self.gpu_slider.setEnabled(not self.gpu_auto.isChecked())
-        self.gpu_label.setText("auto" if self.gpu_auto.isChecked()
-                               else str(self.gpu_slider.value()))
+        self.gpu_label.setText(
+            "auto" if self.gpu_auto.isChecked() else str(self.gpu_slider.value())
+        )
         entry = self.selected_entry()
         if entry is None:
             self.estimate.clear()
@@ -513,8 +541,9 @@ class LibraryPanel(QWidget):
             self.estimate.actual.setText("")
         else:
             self.progress.setValue(100)
-            self.status.setText(f"Loaded {info.name} · context {info.n_ctx:,} · "
-                                f"{info.load_s:.2f} s")
+            self.status.setText(
+                f"Loaded {info.name} · context {info.n_ctx:,} · {info.load_s:.2f} s"
+            )
             if info.actual_bytes:
                 self.estimate.show_actual(info.actual_total)
         self._sync_buttons()
@@ -528,8 +557,12 @@ class LibraryPanel(QWidget):
 
     def _sync_buttons(self) -> None:
         entry = self.selected_entry()
-        self.load_button.setEnabled(not self._loading and entry is not None
-                                    and entry.error is None and self.spec_problem() is None)
+        self.load_button.setEnabled(
+            not self._loading
+            and entry is not None
+            and entry.error is None
+            and self.spec_problem() is None
+        )
         self.cancel_button.setEnabled(self._loading)
         self.eject_button.setEnabled(not self._loading and self._loaded is not None)
         self.progress.setVisible(self._loading or self._loaded is not None)
@@ -537,9 +570,15 @@ class LibraryPanel(QWidget):
 
     def _show_reload_hint(self) -> None:
         info, entry = self._loaded, self.selected_entry()
-        stale = (not self._loading and info is not None and info.remote is None
-                 and info.params is not None and entry is not None and entry.path == info.path
-                 and self.load_params() != info.params)
+        stale = (
+            not self._loading
+            and info is not None
+            and info.remote is None
+            and info.params is not None
+            and entry is not None
+            and entry.path == info.path
+            and self.load_params() != info.params
+        )
         text = ""
         if stale and info is not None and info.params is not None:
             text = "Reload to apply: the model was loaded with other settings"

@@ -61,7 +61,7 @@ def used_by(h: HostedModel) -> str:
 
 
 def memory_text(memory: Mapping[str, int]) -> str:
-    """"RAM 212 MiB · VRAM 1.2 GiB": a single GPU is VRAM; several are named."""
+    """ "RAM 212 MiB · VRAM 1.2 GiB": a single GPU is VRAM; several are named."""
     gpus = [d for d, n in memory.items() if d != "CPU" and n > 0]
     parts = []
     if memory.get("CPU", 0) > 0:
@@ -119,8 +119,9 @@ class LoadedModelsModel(QAbstractTableModel):
         by_name = {h.name: h for h in models}
         self._rows = [by_name[h.name] for h in self._rows]
         if self._rows:
-            self.dataChanged.emit(self.index(0, 0),
-                                  self.index(len(self._rows) - 1, len(self.COLUMNS) - 1))
+            self.dataChanged.emit(
+                self.index(0, 0), self.index(len(self._rows) - 1, len(self.COLUMNS) - 1)
+            )
         kept = {h.name for h in self._rows}
         new = [h for h in models if h.name not in kept]
         if new:
@@ -140,8 +141,7 @@ class LoadedModelsModel(QAbstractTableModel):
 
     def text(self, row: int, col: int) -> str:
         h = self._rows[row]
-        cells = (self.title(h), h.state, used_by(h), memory_text(h.memory), unloads_in(h),
-                 "")
+        cells = (self.title(h), h.state, used_by(h), memory_text(h.memory), unloads_in(h), "")
         return cells[col]
 
     def rowCount(self, parent: Ctx = QModelIndex()) -> int:  # noqa: B008 (Qt's signature)
@@ -150,17 +150,20 @@ class LoadedModelsModel(QAbstractTableModel):
     def columnCount(self, parent: Ctx = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self.COLUMNS)
 
-    def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if (role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal
-                and 0 <= section < len(self.COLUMNS)):
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if (
+            role == Qt.ItemDataRole.DisplayRole
+            and orientation == Qt.Orientation.Horizontal
+            and 0 <= section < len(self.COLUMNS)
+        ):
             return self.COLUMNS[section]
         return None
 
     def flags(self, index: Ctx) -> Qt.ItemFlag:
         f = super().flags(index)
-        if (index.isValid() and index.column() == self.PINNED
-                and ejectable(self._rows[index.row()])):
+        if index.isValid() and index.column() == self.PINNED and ejectable(self._rows[index.row()]):
             f |= Qt.ItemFlag.ItemIsUserCheckable
         return f
 
@@ -179,8 +182,12 @@ class LoadedModelsModel(QAbstractTableModel):
         return None
 
     def setData(self, index: Ctx, value: Any, role: int = Qt.ItemDataRole.EditRole) -> bool:
-        if (role != Qt.ItemDataRole.CheckStateRole or not index.isValid()
-                or index.column() != self.PINNED or not ejectable(self._rows[index.row()])):
+        if (
+            role != Qt.ItemDataRole.CheckStateRole
+            or not index.isValid()
+            or index.column() != self.PINNED
+            or not ejectable(self._rows[index.row()])
+        ):
             return False
         checked = Qt.CheckState(value) == Qt.CheckState.Checked
         self.pin_requested.emit(self._rows[index.row()].name, checked)
@@ -194,8 +201,10 @@ class LoadedModelsModel(QAbstractTableModel):
         if col == 3 and h.state != "ready":
             return "Estimated: the load is still in progress"
         if col in (4, LoadedModelsModel.PINNED) and h.owner is not None:
-            return (f"The {OWNER_WORDS.get(h.owner, h.owner)}'s model stays loaded until it "
-                    "is unloaded there")
+            return (
+                f"The {OWNER_WORDS.get(h.owner, h.owner)}'s model stays loaded until it "
+                "is unloaded there"
+            )
         if col == 4 and h.state == "ready" and h.keep_s is not None and not h.pinned:
             return f"Unloaded {clock(h.keep_s)} after its last request"
         return None
@@ -208,9 +217,14 @@ class LoadedModelsView(QWidget):
 
     _host_changed = Signal()
 
-    def __init__(self, host: ModelHost, *, title: TitleFn | None = None,
-                 eject_chat: Callable[[], object] | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        host: ModelHost,
+        *,
+        title: TitleFn | None = None,
+        eject_chat: Callable[[], object] | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("Loaded models")
         self.host = host
@@ -294,11 +308,15 @@ class LoadedModelsView(QWidget):
         self.pin_button.setText("Unpin" if h is not None and h.pinned else "Pin")
         self.pin_button.setEnabled(h is not None and ejectable(h))
         chat = h is not None and h.owner == CHAT_OWNER and h.state == "ready"
-        self.eject_button.setEnabled(h is not None and (ejectable(h) or (
-            chat and self._eject_chat is not None)))
+        self.eject_button.setEnabled(
+            h is not None and (ejectable(h) or (chat and self._eject_chat is not None))
+        )
         if h is not None and h.owner is not None and not self.eject_button.isEnabled():
-            self.eject_button.setToolTip(CHAT_EJECT_TIP if h.owner == CHAT_OWNER else
-                                         f"Held by the {OWNER_WORDS.get(h.owner, h.owner)}")
+            self.eject_button.setToolTip(
+                CHAT_EJECT_TIP
+                if h.owner == CHAT_OWNER
+                else f"Held by the {OWNER_WORDS.get(h.owner, h.owner)}"
+            )
         elif chat:
             self.eject_button.setToolTip("Unload the chat's model, as the library's Eject does")
         else:
@@ -354,8 +372,9 @@ class LoadedModelsView(QWidget):
             return False
         title = self.model.title(h)
         self._ejecting[h.name] = title
-        self.status.setText(f"Unloading {title} when its requests end…" if h.in_flight
-                            else f"Unloading {title}…")
+        self.status.setText(
+            f"Unloading {title} when its requests end…" if h.in_flight else f"Unloading {title}…"
+        )
         self.refresh()
         return True
 
@@ -378,5 +397,4 @@ class LoadedModelsView(QWidget):
             unsubscribe()
 
 
-__all__ = ["LoadedModelsModel", "LoadedModelsView", "clock", "memory_text", "unloads_in",
-           "used_by"]
+__all__ = ["LoadedModelsModel", "LoadedModelsView", "clock", "memory_text", "unloads_in", "used_by"]

@@ -56,8 +56,10 @@ class ErrorBanner(QFrame):
         super().__init__(parent)
         self.setObjectName("errorBanner")
         self.setFrameShape(QFrame.Shape.StyledPanel)
-        self.setStyleSheet("#errorBanner { background: #fdecea; border: 1px solid #c62828; }"
-                           "#errorBanner QLabel { color: #8e0000; }")
+        self.setStyleSheet(
+            "#errorBanner { background: #fdecea; border: 1px solid #c62828; }"
+            "#errorBanner QLabel { color: #8e0000; }"
+        )
         self.label = QLabel()
         self.label.setWordWrap(True)
         self.label.setAccessibleName("Error message")
@@ -78,9 +80,15 @@ class ErrorBanner(QFrame):
 
 
 class MainWindow(QMainWindow):
-    def __init__(self, controller: ChatController, library: ModelLibrary,
-                 library_panel: LibraryPanel, settings: QSettings,
-                 gpu_probe: GpuProbe = no_gpus, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        controller: ChatController,
+        library: ModelLibrary,
+        library_panel: LibraryPanel,
+        settings: QSettings,
+        gpu_probe: GpuProbe = no_gpus,
+        parent: QWidget | None = None,
+    ) -> None:
         """`controller`: the chat's (its engine host, chat model, store and remote
         connections are the window's); `library_panel`: the library's table and load
         settings, whose selection the controller reads."""
@@ -110,8 +118,7 @@ class MainWindow(QMainWindow):
         self.store = store = controller.store
         # Without a store (embedding, some tests) the chat lives only in memory.
         self.conversation_list = ConversationList(store) if store else None
-        self.chat_settings = (ChatSettingsPanel(store, self.controller.sampling)
-                              if store else None)
+        self.chat_settings = ChatSettingsPanel(store, self.controller.sampling) if store else None
 
         self.side_tabs = SideTabs()
         self.side_tabs.setAccessibleName("Models")
@@ -121,7 +128,8 @@ class MainWindow(QMainWindow):
             self.side_tabs.add_page(self.chat_settings, "Chat settings")
         self.perf_area = scrolled(self.perf_panel)
         self.splitter = PanelSplitter(
-            lambda: (self.side_tabs.need(), content_width(self.perf_area)))
+            lambda: (self.side_tabs.need(), content_width(self.perf_area))
+        )
         self.splitter.setObjectName("mainSplitter")
         self.splitter.addWidget(self.side_tabs)
         if self.engine_picker is not None:
@@ -139,8 +147,10 @@ class MainWindow(QMainWindow):
         self.splitter.setStretchFactor(2, 0)
         self.splitter.setCollapsible(1, False)  # the side panels fold away, never the chat
         for i in (1, 2):
-            self.splitter.handle(i).setToolTip("Drag to resize; drag to the window's edge to "
-                                               "fold the panel away, and back to open it")
+            self.splitter.handle(i).setToolTip(
+                "Drag to resize; drag to the window's edge to "
+                "fold the panel away, and back to open it"
+            )
         self.splitter.setSizes([460, 640, 290])  # the library shows all its columns
         central = QWidget()
         lay = QVBoxLayout(central)
@@ -163,8 +173,9 @@ class MainWindow(QMainWindow):
         lp, pp, c = self.library_panel, self.perf_panel, self.controller
         lp.load_requested.connect(self._load)
         # Queued: the library is re-read after the name's editor has closed.
-        self.library_model.rename_requested.connect(self.rename_model,
-                                                    Qt.ConnectionType.QueuedConnection)
+        self.library_model.rename_requested.connect(
+            self.rename_model, Qt.ConnectionType.QueuedConnection
+        )
         lp.cancel_requested.connect(c.cancel_load)
         lp.eject_requested.connect(c.eject)
         w.progress.connect(lp.set_progress)
@@ -181,7 +192,8 @@ class MainWindow(QMainWindow):
         self.chat_view.stop_requested.connect(c.stop)
         c.send_state_changed.connect(self.chat_view.set_busy)
         c.loading_started.connect(
-            lambda key: lp.set_loading(True) if isinstance(key, Path) else None)
+            lambda key: lp.set_loading(True) if isinstance(key, Path) else None
+        )
         c.error.connect(self.show_error)
         c.notice.connect(lambda text: self.statusBar().showMessage(text, 5000))
         c.context_changed.connect(self.chat_view.set_context)
@@ -200,19 +212,24 @@ class MainWindow(QMainWindow):
             cs.changed.connect(c.set_chat_settings)
             cs.changed.connect(lambda _settings: self._show_system_prompt())
             c.engine_changed.connect(
-                lambda info: cs.set_engine_caveat(None if info is None else info.repeat_caveat))
+                lambda info: cs.set_engine_caveat(None if info is None else info.repeat_caveat)
+            )
         ep = self.engine_picker
         if ep is not None:
             ep.chosen.connect(self._on_engine_chosen)
             ep.manage_requested.connect(self.open_connections)
             lp.selection_changed.connect(
-                lambda entry: ep.set_local_name(entry.name if entry is not None else ""))
+                lambda entry: ep.set_local_name(entry.name if entry is not None else "")
+            )
             self._closers.append(ep.shutdown)
             ep.refresh()
 
     def _actions(self) -> None:
-        def action(text: str, keys: QKeySequence | QKeySequence.StandardKey | str,
-                   slot: Callable[[], object]) -> QAction:
+        def action(
+            text: str,
+            keys: QKeySequence | QKeySequence.StandardKey | str,
+            slot: Callable[[], object],
+        ) -> QAction:
             a = QAction(text, self)
             a.setShortcut(QKeySequence(keys))
             a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
@@ -220,8 +237,7 @@ class MainWindow(QMainWindow):
             self.addAction(a)
             return a
 
-        self.new_chat_action = action("New chat", QKeySequence.StandardKey.New,
-                                      self.new_chat)
+        self.new_chat_action = action("New chat", QKeySequence.StandardKey.New, self.new_chat)
         self.focus_input_action = action("Focus input", "Ctrl+L", self.focus_input)
         self.stop_action = action("Stop", "Esc", self.controller.stop)
         self.quit_action = action("Quit", QKeySequence.StandardKey.Quit, self.close)
@@ -236,17 +252,23 @@ class MainWindow(QMainWindow):
         menu.addSeparator()
         menu.addAction(self.quit_action)
 
-    def add_side_tab(self, title: str, widget: QWidget,
-                     shutdown: Callable[[], object] | None = None) -> None:
+    def add_side_tab(
+        self, title: str, widget: QWidget, shutdown: Callable[[], object] | None = None
+    ) -> None:
         """Another view of models (downloads, the hub) next to the library; `shutdown` runs
         when the window shuts down (before the engine thread ends)."""
         self.side_tabs.add_page(widget, title)
         if shutdown is not None:
             self._closers.append(shutdown)
 
-    def add_tool_window(self, title: str, widget: QWidget, shortcut: str,
-                        shutdown: Callable[[], object] | None = None,
-                        quit_warning: QuitWarning | None = None) -> QAction:
+    def add_tool_window(
+        self,
+        title: str,
+        widget: QWidget,
+        shortcut: str,
+        shutdown: Callable[[], object] | None = None,
+        quit_warning: QuitWarning | None = None,
+    ) -> QAction:
         """A view in a window of its own (the benchmark), opened from the Tools menu; it is
         this window's child, so it closes with it. `shutdown` runs at shutdown;
         `quit_warning` says what quitting would stop (the user is asked first)."""
@@ -298,8 +320,11 @@ class MainWindow(QMainWindow):
 
     def refresh_library(self) -> None:
         selected = self.library_panel.selected_entry()
-        keep = selected.id if selected else str(self.settings.value("library/selected",
-                                                                    DEFAULT_MODEL_ID))
+        keep = (
+            selected.id
+            if selected
+            else str(self.settings.value("library/selected", DEFAULT_MODEL_ID))
+        )
         self.library_model.set_entries(self.library.entries())
         if not self.library_panel.select(keep):
             self.library_panel.select(DEFAULT_MODEL_ID)
@@ -406,8 +431,9 @@ class MainWindow(QMainWindow):
         self._remember_conversation()
 
     def _show_system_prompt(self) -> None:
-        self.chat_view.set_system_prompt(str(self.controller.chat_settings.get("system_prompt")
-                                             or ""))
+        self.chat_view.set_system_prompt(
+            str(self.controller.chat_settings.get("system_prompt") or "")
+        )
 
     def _on_conversations_changed(self) -> None:
         self._remember_conversation()

@@ -82,8 +82,10 @@ def split_args(text: str, *, windows: bool = os.name == "nt") -> list[str]:
     separators, not escapes, so the non-POSIX splitter is used and only quotes are removed."""
     try:
         if windows:
-            return [a[1:-1] if len(a) >= 2 and a[0] == a[-1] == '"' else a
-                    for a in shlex.split(text, posix=False)]
+            return [
+                a[1:-1] if len(a) >= 2 and a[0] == a[-1] == '"' else a
+                for a in shlex.split(text, posix=False)
+            ]
         return shlex.split(text)
     except ValueError as e:
         raise McpConfigError(f"the arguments do not parse: {e}") from None
@@ -141,8 +143,10 @@ def describe_parameters(schema: Mapping[str, Any]) -> str:
         return "none"
     required = schema.get("required")
     needed = set(required) if isinstance(required, list) else set()
-    return ", ".join(f"{name}: {_type_name(spec)}" + (" (required)" if name in needed else "")
-                     for name, spec in props.items())
+    return ", ".join(
+        f"{name}: {_type_name(spec)}" + (" (required)" if name in needed else "")
+        for name, spec in props.items()
+    )
 
 
 def _one_line(text: str) -> str:
@@ -153,8 +157,9 @@ class _FormSecrets(SecretStore):
     """What a test's hub reads the token from: the one typed in the form, else the token saved
     for the server being edited (it may be renamed in the form, hence the mapping)."""
 
-    def __init__(self, store: McpConfigStore, name: str, typed: str | None,
-                 saved_name: str | None) -> None:
+    def __init__(
+        self, store: McpConfigStore, name: str, typed: str | None, saved_name: str | None
+    ) -> None:
         super().__init__()
         self._account = account(name)
         self._typed = typed
@@ -173,8 +178,12 @@ class McpServersDialog(QDialog):
     changed = Signal()  # a server was saved, removed, imported, enabled or disabled
     tested = Signal(bool, str)  # a test ended: ok, the line shown
 
-    def __init__(self, store: McpConfigStore, hub_factory: HubFactory | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        store: McpConfigStore,
+        hub_factory: HubFactory | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setWindowTitle("MCP servers")
         self.store = store
@@ -196,8 +205,9 @@ class McpServersDialog(QDialog):
         self.list.itemChanged.connect(self._on_item_changed)
         self.add_button = self._button("Add", "Add an MCP server", self.new_server)
         self.remove_button = self._button("Remove", "Remove the MCP server", self.remove_current)
-        self.import_button = self._button("Import…", "Import mcpServers JSON",
-                                          self.import_from_user)
+        self.import_button = self._button(
+            "Import…", "Import mcpServers JSON", self.import_from_user
+        )
 
         self.name = self._line("Name", "e.g. files")
         self.transport = QComboBox()
@@ -208,8 +218,9 @@ class McpServersDialog(QDialog):
 
         self.command = self._line("Command", "e.g. npx or /usr/bin/python3")
         self.arguments = self._line("Arguments", "e.g. -y @modelcontextprotocol/server-memory")
-        self.arguments.setToolTip("One line, split like a shell does: quote arguments that "
-                                  "contain spaces")
+        self.arguments.setToolTip(
+            "One line, split like a shell does: quote arguments that contain spaces"
+        )
         self.env = QPlainTextEdit()
         self.env.setAccessibleName("Environment")
         self.env.setPlaceholderText("NAME=VALUE, one a line (tick Show to edit)")
@@ -239,8 +250,7 @@ class McpServersDialog(QDialog):
         self.problems.hide()
         self.tools = QTableWidget(0, 4)
         self.tools.setAccessibleName("Tools on the server")
-        self.tools.setHorizontalHeaderLabels(["Always allow", "Tool", "Description",
-                                              "Parameters"])
+        self.tools.setHorizontalHeaderLabels(["Always allow", "Tool", "Description", "Parameters"])
         self.tools.verticalHeader().hide()
         self.tools.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.tools.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -268,8 +278,12 @@ class McpServersDialog(QDialog):
         form.addRow("Working folder", self.cwd)
         form.addRow("URL", self.url)
         form.addRow("Bearer token", self.token)
-        self._stdio_rows: list[QWidget | QHBoxLayout] = [self.command, self.arguments, env_row,
-                                                         self.cwd]
+        self._stdio_rows: list[QWidget | QHBoxLayout] = [
+            self.command,
+            self.arguments,
+            env_row,
+            self.cwd,
+        ]
         self._http_rows = [self.url, self.token]
         actions = QHBoxLayout()
         actions.addWidget(self.test_button)
@@ -345,8 +359,10 @@ class McpServersDialog(QDialog):
             return
         try:
             server = self.store.get(item.text())
-            has_token = isinstance(server.transport, HttpTransport) \
+            has_token = (
+                isinstance(server.transport, HttpTransport)
                 and self.store.token(server.name) is not None
+            )
         except McpConfigError as e:
             self.show_status(False, str(e))
             return
@@ -447,8 +463,11 @@ class McpServersDialog(QDialog):
         transport: Transport
         if self.transport.currentData() == "stdio":
             transport = StdioTransport(
-                command=self.command.text().strip(), args=tuple(split_args(self.arguments.text())),
-                env=self.form_env(), cwd=self.cwd.text().strip() or None)
+                command=self.command.text().strip(),
+                args=tuple(split_args(self.arguments.text())),
+                env=self.form_env(),
+                cwd=self.cwd.text().strip() or None,
+            )
         else:
             transport = HttpTransport(self.url.text().strip())
         return McpServer(self.name.text().strip(), transport, self._enabled, self._always_allow)
@@ -481,14 +500,14 @@ class McpServersDialog(QDialog):
             elif token:
                 result = self.store.set_token(server.name, token)
         except (McpConfigError, OSError) as e:
-            self.show_status(False, f"Saved {server.name}, but not its token: "
-                                    f"{_one_line(str(e))}")
+            self.show_status(False, f"Saved {server.name}, but not its token: {_one_line(str(e))}")
             return False
         if result is not None:  # saved: the field goes back to saying so, the token leaves it
             self.token.clear()
             self.token.setPlaceholderText(TOKEN_SAVED)
-        self.show_status(True, f"Saved {server.name}"
-                         + (f"; {result.message}" if result is not None else ""))
+        self.show_status(
+            True, f"Saved {server.name}" + (f"; {result.message}" if result is not None else "")
+        )
         return True
 
     def remove_current(self) -> None:
@@ -534,9 +553,11 @@ class McpServersDialog(QDialog):
         self.problems.setVisible(bool(report.problems))
         added = ", ".join(report.added) if report.added else "nothing"
         notes = len(report.problems)
-        self.show_status(bool(report.added), f"Imported {added}"
-                         + (f"; {notes} problem{'s' if notes != 1 else ''} (below)"
-                            if notes else ""))
+        self.show_status(
+            bool(report.added),
+            f"Imported {added}"
+            + (f"; {notes} problem{'s' if notes != 1 else ''} (below)" if notes else ""),
+        )
         return report
 
     def _ask_import_text(self) -> str | None:
@@ -544,10 +565,13 @@ class McpServersDialog(QDialog):
         box.setWindowTitle("Import MCP servers")
         text = QPlainTextEdit()
         text.setAccessibleName("mcpServers JSON")
-        text.setPlaceholderText('Paste a Claude Desktop or LM Studio config:\n'
-                                '{"mcpServers": {"name": {"command": "...", "args": []}}}')
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok
-                                   | QDialogButtonBox.StandardButton.Cancel)
+        text.setPlaceholderText(
+            "Paste a Claude Desktop or LM Studio config:\n"
+            '{"mcpServers": {"name": {"command": "...", "args": []}}}'
+        )
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+        )
         buttons.accepted.connect(box.accept)
         buttons.rejected.connect(box.reject)
         lay = QVBoxLayout(box)
@@ -586,17 +610,24 @@ class McpServersDialog(QDialog):
         self.test_button.setEnabled(False)
         self.tools.setRowCount(0)
         self.show_status(None, f"Testing {server.name}…")
-        self.background.run(list_tools, lambda result, error: self._tested(
-            generation, result, error), name="candlewick-mcp-test")
+        self.background.run(
+            list_tools,
+            lambda result, error: self._tested(generation, result, error),
+            name="candlewick-mcp-test",
+        )
 
-    def _tested(self, generation: int, tools: list[ToolInfo] | None,
-                error: BaseException | None) -> None:
+    def _tested(
+        self, generation: int, tools: list[ToolInfo] | None, error: BaseException | None
+    ) -> None:
         self.test_button.setEnabled(True)
         if generation != self._generation:
             return  # the form shows another server now
         if error is not None or tools is None:
-            msg = (str(error) if isinstance(error, McpClientError | McpConfigError)
-                   else f"test failed: {type(error).__name__}: {error}")
+            msg = (
+                str(error)
+                if isinstance(error, McpClientError | McpConfigError)
+                else f"test failed: {type(error).__name__}: {error}"
+            )
             self._test_failed(_one_line(msg))
             return
         self.show_tools(tools)
@@ -614,15 +645,19 @@ class McpServersDialog(QDialog):
         for row, tool in enumerate(tools):
             allow = QTableWidgetItem()
             allow.setData(Qt.ItemDataRole.UserRole, tool.name)
-            allow.setCheckState(Qt.CheckState.Checked if tool.name in self._always_allow
-                                else Qt.CheckState.Unchecked)
+            allow.setCheckState(
+                Qt.CheckState.Checked
+                if tool.name in self._always_allow
+                else Qt.CheckState.Unchecked
+            )
             self.tools.setItem(row, COL_ALLOW, allow)
             params = describe_parameters(tool.input_schema)
-            summary = tool.description.strip().splitlines()[0] if tool.description.strip() \
-                else ""
-            for col, text, tip in ((COL_NAME, tool.name, tool.name),
-                                   (COL_DESCRIPTION, summary, tool.description),
-                                   (COL_PARAMETERS, params, params)):
+            summary = tool.description.strip().splitlines()[0] if tool.description.strip() else ""
+            for col, text, tip in (
+                (COL_NAME, tool.name, tool.name),
+                (COL_DESCRIPTION, summary, tool.description),
+                (COL_PARAMETERS, params, params),
+            ):
                 cell = QTableWidgetItem(text)
                 cell.setToolTip(tip)
                 self.tools.setItem(row, col, cell)
@@ -637,7 +672,7 @@ class McpServersDialog(QDialog):
         return self.tool_names().index(name)
 
     def _update_allow_cells(self) -> None:
-        """"Always allow" is a setting of a saved server: greyed out until the server is."""
+        """ "Always allow" is a setting of a saved server: greyed out until the server is."""
         saved = self._editing is not None
         self.tools.blockSignals(True)
         for row in range(self.tools.rowCount()):
@@ -646,8 +681,9 @@ class McpServersDialog(QDialog):
                 continue
             flags = Qt.ItemFlag.ItemIsUserCheckable | Qt.ItemFlag.ItemIsSelectable
             cell.setFlags(flags | Qt.ItemFlag.ItemIsEnabled if saved else flags)
-            cell.setToolTip("Run this tool without asking each time" if saved
-                            else "Save the server first")
+            cell.setToolTip(
+                "Run this tool without asking each time" if saved else "Save the server first"
+            )
         self.tools.blockSignals(False)
 
     def _on_tool_changed(self, cell: QTableWidgetItem) -> None:
@@ -663,8 +699,7 @@ class McpServersDialog(QDialog):
             self.tools.blockSignals(False)
             self.show_status(False, _one_line(str(e)))
             return
-        self._always_allow = self._always_allow | {tool} if allowed \
-            else self._always_allow - {tool}
+        self._always_allow = self._always_allow | {tool} if allowed else self._always_allow - {tool}
         self.show_status(True, f"{tool} {'runs without asking' if allowed else 'asks first'}")
         self.changed.emit()
 
@@ -687,5 +722,12 @@ class McpServersDialog(QDialog):
         super().done(result)
 
 
-__all__ = ["HubFactory", "McpServersDialog", "describe_parameters", "format_env", "join_args",
-           "parse_env", "split_args"]
+__all__ = [
+    "HubFactory",
+    "McpServersDialog",
+    "describe_parameters",
+    "format_env",
+    "join_args",
+    "parse_env",
+    "split_args",
+]

@@ -18,8 +18,12 @@ from engine.memory import hardware
 from engine.model.gguf import GGUFFile, read_gguf
 from engine.settings import LoadParams
 
-_VERDICTS: dict[str, Verdict] = {"fits_gpu": "fits", "ram_only": "fits",
-                                 "partial_offload": "partial", "does_not_fit": "no"}
+_VERDICTS: dict[str, Verdict] = {
+    "fits_gpu": "fits",
+    "ram_only": "fits",
+    "partial_offload": "partial",
+    "does_not_fit": "no",
+}
 
 
 def to_view(est: memory.MemoryEstimate) -> EstimateView:
@@ -27,16 +31,23 @@ def to_view(est: memory.MemoryEstimate) -> EstimateView:
     gpus = [d for d in est.devices if d.name != memory.CPU]
     free_vram = sum(d.free_bytes or 0 for d in gpus) if gpus else None
     return EstimateView(
-        weights=est.weights_bytes, kv=est.kv_bytes, compute=est.compute_bytes,
-        output=est.output_bytes, ram=est.ram_bytes, vram=est.vram_bytes,
-        free_ram=cpu.free_bytes if cpu is not None else None, free_vram=free_vram,
-        gpu_layers=est.gpu_layers, verdict=_VERDICTS.get(est.verdict, "no"),
+        weights=est.weights_bytes,
+        kv=est.kv_bytes,
+        compute=est.compute_bytes,
+        output=est.output_bytes,
+        ram=est.ram_bytes,
+        vram=est.vram_bytes,
+        free_ram=cpu.free_bytes if cpu is not None else None,
+        free_vram=free_vram,
+        gpu_layers=est.gpu_layers,
+        verdict=_VERDICTS.get(est.verdict, "no"),
         reason=est.reason,
     )
 
 
-def engine_estimator(probe: Callable[[], hardware.Hardware] = hardware.detect
-                     ) -> Callable[[Path, LoadParams], EstimateView]:
+def engine_estimator(
+    probe: Callable[[], hardware.Hardware] = hardware.detect,
+) -> Callable[[Path, LoadParams], EstimateView]:
     hw_base = probe()
     headers: dict[tuple[str, int, int], GGUFFile] = {}
 
@@ -48,8 +59,9 @@ def engine_estimator(probe: Callable[[], hardware.Hardware] = hardware.detect
             gf = headers[key] = read_gguf(path)
         _total, avail = hardware.ram()
         hw = dataclasses.replace(hw_base, ram_available_bytes=avail)
-        est = memory.estimate(gf, memory.EstimateParams.from_load_params(params),
-                              hardware=hw, method="analytic")
+        est = memory.estimate(
+            gf, memory.EstimateParams.from_load_params(params), hardware=hw, method="analytic"
+        )
         return to_view(est)
 
     return estimate

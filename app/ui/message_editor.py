@@ -39,15 +39,19 @@ class EditBox(QPlainTextEdit):
         self._fit()
 
     def event(self, e: QEvent) -> bool:
-        if e.type() == QEvent.Type.ShortcutOverride and isinstance(e, QKeyEvent) \
-                and e.key() in _KEYS:
+        if (
+            e.type() == QEvent.Type.ShortcutOverride
+            and isinstance(e, QKeyEvent)
+            and e.key() in _KEYS
+        ):
             e.accept()  # the key comes here as a key press, not to a window shortcut
             return True
         return super().event(e)
 
     def keyPressEvent(self, e: QKeyEvent) -> None:
         if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
-                e.modifiers() & Qt.KeyboardModifier.ShiftModifier):
+            e.modifiers() & Qt.KeyboardModifier.ShiftModifier
+        ):
             self.save.emit()
         elif e.key() == Qt.Key.Key_Escape:
             self.cancel.emit()

@@ -79,9 +79,17 @@ class ModelManagerView(QWidget):
     library_changed = Signal()
     status_changed = Signal(str)
 
-    def __init__(self, hub: HubClient, downloads: DownloadManager, library: ModelLibrary,
-                 tokens: TokenStore, *, confirm: Confirm | None = None,
-                 pick_file: PickFile | None = None, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        hub: HubClient,
+        downloads: DownloadManager,
+        library: ModelLibrary,
+        tokens: TokenStore,
+        *,
+        confirm: Confirm | None = None,
+        pick_file: PickFile | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         super().__init__(parent)
         self.hub, self.downloads, self.library, self.tokens = hub, downloads, library, tokens
         self._confirm = confirm or self._ask
@@ -125,7 +133,8 @@ class ModelManagerView(QWidget):
         self.download_button.setEnabled(False)
         self.download_button.clicked.connect(self.download_selected)
         self.files.itemSelectionChanged.connect(
-            lambda: self.download_button.setEnabled(self._selected_variant() is not None))
+            lambda: self.download_button.setEnabled(self._selected_variant() is not None)
+        )
 
         search_row = QHBoxLayout()
         search_row.addWidget(self.query, 1)
@@ -165,8 +174,9 @@ class ModelManagerView(QWidget):
         row.addStretch(1)
         jobs_layout.addLayout(row)
 
-        self.local = _table(["Model", "Source", "Quantization", "Size", "File"], rows=2,
-                            stretch=(0, 4))  # the name and the file name share what is left
+        self.local = _table(
+            ["Model", "Source", "Quantization", "Size", "File"], rows=2, stretch=(0, 4)
+        )  # the name and the file name share what is left
         self.load_button = QPushButton("Load")
         self.delete_button = QPushButton("Delete…")
         self.import_button = QPushButton("Import .gguf…")
@@ -233,8 +243,7 @@ class ModelManagerView(QWidget):
         self.search_button.setEnabled(False)
         self._run(lambda: self.hub.search(text, sort=sort), self._show_results)
 
-    def _show_results(self, results: list[RepoSummary] | None, error: BaseException | None
-                      ) -> None:
+    def _show_results(self, results: list[RepoSummary] | None, error: BaseException | None) -> None:
         self.search_button.setEnabled(True)
         if error is not None:
             self._hub_error(error)
@@ -242,11 +251,18 @@ class ModelManagerView(QWidget):
         self._results = results or []
         self.results.setRowCount(0)
         for r in self._results:
-            _append(self.results, [r.repo_id + ("  (gated)" if r.gated else ""),
-                                   f"{r.downloads:,}", f"{r.likes:,}",
-                                   (r.last_modified or "")[:10]])
-        self.hub_status.setText(f"{len(self._results)} repositories" if self._results
-                                else "No GGUF repositories match.")
+            _append(
+                self.results,
+                [
+                    r.repo_id + ("  (gated)" if r.gated else ""),
+                    f"{r.downloads:,}",
+                    f"{r.likes:,}",
+                    (r.last_modified or "")[:10],
+                ],
+            )
+        self.hub_status.setText(
+            f"{len(self._results)} repositories" if self._results else "No GGUF repositories match."
+        )
 
     def _hub_error(self, error: BaseException) -> None:
         if isinstance(error, HubOffline):
@@ -287,21 +303,30 @@ class ModelManagerView(QWidget):
             name = v.name + (f"  ({len(v.files)} parts)" if len(v.files) > 1 else "")
             if not v.complete:
                 name += f"  — {v.shards_expected - len(v.files)} parts missing"
-            fit = "…" if v.kind == "model" and self.hub.fit else (
-                "vision projector" if v.kind != "model" else "")
-            _append(self.files, [name, v.quantization, human_bytes(v.size), fit],
-                    tips=[None, None, f"{v.size:,} bytes", None])
+            fit = (
+                "…"
+                if v.kind == "model" and self.hub.fit
+                else ("vision projector" if v.kind != "model" else "")
+            )
+            _append(
+                self.files,
+                [name, v.quantization, human_bytes(v.size), fit],
+                tips=[None, None, f"{v.size:,} bytes", None],
+            )
         if not details.variants:
             self.repo_info.setText(self.repo_info.text() + "<br>No GGUF files here.")
         if self.hub.fit is not None:
             repo, commit = details.repo_id, details.commit or "main"
             for row, v in enumerate(details.variants):
                 if v.kind == "model":
-                    self._run(functools.partial(self.hub.fit_badge, repo, v, commit),
-                              functools.partial(self._show_fit, details, row))
+                    self._run(
+                        functools.partial(self.hub.fit_badge, repo, v, commit),
+                        functools.partial(self._show_fit, details, row),
+                    )
 
-    def _show_fit(self, details: RepoDetails, row: int, badge: str | None,
-                  error: BaseException | None) -> None:
+    def _show_fit(
+        self, details: RepoDetails, row: int, badge: str | None, error: BaseException | None
+    ) -> None:
         if details is not self._details or row >= self.files.rowCount():
             return  # another repository is shown now
         text = badge if error is None and badge else "unknown"
@@ -325,8 +350,9 @@ class ModelManagerView(QWidget):
             return
         for f in v.files:
             try:
-                self.downloads.add(d.repo_id, f.filename, sha256=f.sha256, size=f.size,
-                                   commit=d.commit)
+                self.downloads.add(
+                    d.repo_id, f.filename, sha256=f.sha256, size=f.size, commit=d.commit
+                )
             except HubError as e:
                 self.hub_status.setText(str(e))
                 return
@@ -354,16 +380,22 @@ class ModelManagerView(QWidget):
         self.jobs.setRowCount(0)
         finished = False
         for j in jobs:
-            _append(self.jobs, [j.filename, _status_text(j), _progress_text(j), _speed_text(j)],
-                    tips=[f"{j.repo_id}/{j.filename}", j.error or j.note, None, None],
-                    data=j.id)
+            _append(
+                self.jobs,
+                [j.filename, _status_text(j), _progress_text(j), _speed_text(j)],
+                tips=[f"{j.repo_id}/{j.filename}", j.error or j.note, None, None],
+                data=j.id,
+            )
             if j.status == DONE and self._job_status.get(j.id) not in (None, DONE):
                 finished = True
         for row, j in enumerate(jobs):
             if j.id == selected:
                 self.jobs.selectRow(row)
-        failed_now = [j for j in jobs if j.status == FAILED
-                      and self._job_status.get(j.id) not in (None, FAILED)]
+        failed_now = [
+            j
+            for j in jobs
+            if j.status == FAILED and self._job_status.get(j.id) not in (None, FAILED)
+        ]
         self._job_status = {j.id: j.status for j in jobs}
         if failed_now and failed_now[-1].error:
             self.hub_status.setText(failed_now[-1].error)
@@ -386,11 +418,18 @@ class ModelManagerView(QWidget):
         for e in self._entries:
             f = e.facts
             source = "imported (link)" if e.linked else e.source
-            _append(self.local, [
-                e.id if f is None else f"{e.name}  [{e.id}]", source,
-                f.quantization if f else "unusable",
-                human_bytes(f.file_bytes) if f else "-", e.label or e.path.name],
-                tips=[str(e.path), e.owner, e.error, None, None], data=e.id)
+            _append(
+                self.local,
+                [
+                    e.id if f is None else f"{e.name}  [{e.id}]",
+                    source,
+                    f.quantization if f else "unusable",
+                    human_bytes(f.file_bytes) if f else "-",
+                    e.label or e.path.name,
+                ],
+                tips=[str(e.path), e.owner, e.error, None, None],
+                data=e.id,
+            )
 
     def _selected_entry(self) -> LibraryEntry | None:
         rows = {i.row() for i in self.local.selectedIndexes()}
@@ -490,8 +529,9 @@ class ModelManagerView(QWidget):
         return answer == QMessageBox.StandardButton.Yes
 
     def _pick(self) -> tuple[Path, Literal["link", "copy"]] | None:
-        name, _ = QFileDialog.getOpenFileName(self, "Import a GGUF model", "",
-                                              "GGUF models (*.gguf);;All files (*)")
+        name, _ = QFileDialog.getOpenFileName(
+            self, "Import a GGUF model", "", "GGUF models (*.gguf);;All files (*)"
+        )
         if not name:
             return None
         box = QMessageBox(self)
@@ -529,10 +569,15 @@ def _table(headers: list[str], rows: int = 3, stretch: tuple[int, ...] = (0,)) -
     header = t.horizontalHeader()
     header.setStretchLastSection(False)
     for col in range(len(headers)):
-        header.setSectionResizeMode(col, QHeaderView.ResizeMode.Stretch if col in stretch
-                                    else QHeaderView.ResizeMode.ResizeToContents)
-    t.setMinimumHeight(header.sizeHint().height() + rows * rows_header.defaultSectionSize()
-                       + 2 * t.frameWidth())
+        header.setSectionResizeMode(
+            col,
+            QHeaderView.ResizeMode.Stretch
+            if col in stretch
+            else QHeaderView.ResizeMode.ResizeToContents,
+        )
+    t.setMinimumHeight(
+        header.sizeHint().height() + rows * rows_header.defaultSectionSize() + 2 * t.frameWidth()
+    )
     return t
 
 
@@ -545,8 +590,13 @@ def _item(text: str, tip: str | None = None, data: str | None = None) -> QTableW
     return it
 
 
-def _append(table: QTableWidget, cells: list[str], *, tips: list[str | None] | None = None,
-            data: str | None = None) -> None:
+def _append(
+    table: QTableWidget,
+    cells: list[str],
+    *,
+    tips: list[str | None] | None = None,
+    data: str | None = None,
+) -> None:
     row = table.rowCount()
     table.insertRow(row)
     for col, text in enumerate(cells):
@@ -559,8 +609,14 @@ def _escape(text: str) -> str:
 
 
 def _status_text(j: DownloadJob) -> str:
-    return {DONE: "verified", FAILED: "failed", PAUSED: "paused", QUEUED: "queued",
-            DOWNLOADING: "downloading", VERIFYING: "verifying"}.get(j.status, j.status)
+    return {
+        DONE: "verified",
+        FAILED: "failed",
+        PAUSED: "paused",
+        QUEUED: "queued",
+        DOWNLOADING: "downloading",
+        VERIFYING: "verifying",
+    }.get(j.status, j.status)
 
 
 def _progress_text(j: DownloadJob) -> str:

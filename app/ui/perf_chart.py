@@ -31,8 +31,7 @@ MIN_SPAN_S = 30.0  # "since start" shows at least this much, so the first second
 # Tick steps that read well as m:ss (seconds).
 TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800)
 # Series colours for a light and a dark background (the light ones are the old chart's).
-COLORS = {False: {"tps": "#4e79a7", "ram": "#f28e2b"},
-          True: {"tps": "#8cb8ea", "ram": "#ffb25c"}}
+COLORS = {False: {"tps": "#4e79a7", "ram": "#f28e2b"}, True: {"tps": "#8cb8ea", "ram": "#ffb25c"}}
 
 
 @dataclass(frozen=True)
@@ -68,8 +67,9 @@ def time_step(span: float, max_ticks: int) -> float:
     return float(TIME_STEPS[-1])
 
 
-def x_range(mode: str, now: float, replies: list[Reply],
-            running_since: float | None) -> tuple[float, float]:
+def x_range(
+    mode: str, now: float, replies: list[Reply], running_since: float | None
+) -> tuple[float, float]:
     """The visible time range: [0, now] since start, or the last reply (the one running,
     else the last finished, with a margin); with no reply yet, since start."""
     if mode == LAST_REPLY and running_since is not None:
@@ -111,8 +111,10 @@ class PerfChart(QWidget):
         self.range_box.currentTextChanged.connect(lambda _t: self.redraw(self.now))
         self.view = pg.GraphicsLayoutWidget()
         self.view.setAccessibleName("Tokens per second and memory chart")
-        self.view.setToolTip("Dots: each reply's generation speed, as in its footer. Dashed: "
-                             "the reply in progress (rolling). Below: this process's RAM.")
+        self.view.setToolTip(
+            "Dots: each reply's generation speed, as in its footer. Dashed: "
+            "the reply in progress (rolling). Below: this process's RAM."
+        )
         self.view.setMinimumHeight(190)
         self.view.ci.setContentsMargins(2, 4, 8, 2)
         self.speed = self.view.addPlot(row=0, col=0, axisItems={"bottom": TimeAxis("bottom")})
@@ -182,8 +184,9 @@ class PerfChart(QWidget):
         self.redraws += 1
         lo, hi = x_range(self.mode, now, self.replies, self.running_since)
         r = self.replies
-        self.segments.setData(_xs(p for x in r for p in (x.first, x.end)),
-                              _xs(p for x in r for p in (x.tps, x.tps)))
+        self.segments.setData(
+            _xs(p for x in r for p in (x.first, x.end)), _xs(p for x in r for p in (x.tps, x.tps))
+        )
         self.marks.setData(_xs(x.end for x in r), _xs(x.tps for x in r))
         self.live_curve.setData(_xs(t for t, _ in self.live), _xs(v for _, v in self.live))
         unit, scale = ram_unit(max((b for _, b in self.ram), default=0.0))

@@ -96,8 +96,7 @@ def cpu_busy_text(share: CpuShare) -> str | None:
     """The panel's line when other processes use the CPU ('None' below the threshold)."""
     if share.other_cores < BUSY_OTHERS_CORES:
         return None
-    return (f"CPU busy: other processes use {share.other_cores * 100:.0f}% of "
-            f"{share.n_cores} cores")
+    return f"CPU busy: other processes use {share.other_cores * 100:.0f}% of {share.n_cores} cores"
 
 
 class CpuContention:
@@ -125,8 +124,11 @@ class CpuContention:
         own = max(own1 - own0, 0.0) / dt
         # The machine's busy time includes ours; what is left is everybody else's.
         others = max((all1 - all0) / dt - own, 0.0)
-        return CpuShare(own_cores=min(own, self.n_cores), other_cores=min(others, self.n_cores),
-                        n_cores=self.n_cores)
+        return CpuShare(
+            own_cores=min(own, self.n_cores),
+            other_cores=min(others, self.n_cores),
+            n_cores=self.n_cores,
+        )
 
 
 def psutil_cpu_probe() -> CpuProbe:

@@ -50,8 +50,11 @@ class Figure(QLabel):
     figures it will show from the start (not as "—"), and no longer text gets clipped."""
 
     def minimumSizeHint(self) -> QSize:
-        return super().minimumSizeHint().expandedTo(
-            QSize(self.fontMetrics().horizontalAdvance(VALUE_SAMPLE), 0))
+        return (
+            super()
+            .minimumSizeHint()
+            .expandedTo(QSize(self.fontMetrics().horizontalAdvance(VALUE_SAMPLE), 0))
+        )
 
 
 def measured_text(stats: GenerationStats) -> tuple[str, str]:
@@ -59,18 +62,30 @@ def measured_text(stats: GenerationStats) -> tuple[str, str]:
     this process, or, for a remote engine, this computer's clock on the arriving stream."""
     if stats.measured_on != "client":
         return "by the engine", "By the engine: llama.cpp's own counters, in this process."
-    usage = ("token counts from the server's usage report" if stats.server_usage
-             else "token counts are the chunks received (the server sent no usage report)")
-    return "here, from the stream", ("On this computer, from the stream: TTFT and tokens/s "
-                                     f"from when the chunks arrived (network included); "
-                                     f"{usage}.")
+    usage = (
+        "token counts from the server's usage report"
+        if stats.server_usage
+        else "token counts are the chunks received (the server sent no usage report)"
+    )
+    return "here, from the stream", (
+        "On this computer, from the stream: TTFT and tokens/s "
+        f"from when the chunks arrived (network included); "
+        f"{usage}."
+    )
 
 
 class PerfPanel(QWidget):
-    def __init__(self, gpu_probe: GpuProbe = no_gpus, tick_ms: int = TICK_MS,
-                 parent: QWidget | None = None, *, clock: Callable[[], float] = time.perf_counter,
-                 cpu_probe: CpuProbe | None = None, n_cores: int | None = None,
-                 ram_probe: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        gpu_probe: GpuProbe = no_gpus,
+        tick_ms: int = TICK_MS,
+        parent: QWidget | None = None,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+        cpu_probe: CpuProbe | None = None,
+        n_cores: int | None = None,
+        ram_probe: Callable[[], int] | None = None,
+    ) -> None:
         """`clock`: seconds (monotonic); `cpu_probe`: this process's and the machine's CPU
         seconds (default: psutil's); `n_cores`: logical cores (default: psutil's count);
         `ram_probe`: this process's resident bytes (default: psutil's)."""
@@ -113,13 +128,20 @@ class PerfPanel(QWidget):
         self.labels: dict[str, QLabel] = {}
         box = QGroupBox("Performance")
         form = QFormLayout(box)
-        for key, title in (("model", "Model"),
-                           ("ttft", "Time to first token"), ("pp", "Prompt processing"),
-                           ("tg", "Generation (now)"), ("tg_avg", "Generation (rolling)"),
-                           ("tg_last", "Generation (last reply)"),
-                           ("spec", "Speculative decoding"), ("ctx", "Context used"),
-                           ("ram", "Process RAM"), ("vram", "VRAM"), ("cpu", "CPU load"),
-                           ("source", "Measured")):
+        for key, title in (
+            ("model", "Model"),
+            ("ttft", "Time to first token"),
+            ("pp", "Prompt processing"),
+            ("tg", "Generation (now)"),
+            ("tg_avg", "Generation (rolling)"),
+            ("tg_last", "Generation (last reply)"),
+            ("spec", "Speculative decoding"),
+            ("ctx", "Context used"),
+            ("ram", "Process RAM"),
+            ("vram", "VRAM"),
+            ("cpu", "CPU load"),
+            ("source", "Measured"),
+        ):
             label = Figure("—")
             label.setAccessibleName(title)
             label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -133,8 +155,9 @@ class PerfPanel(QWidget):
         self.cpu_note.setAccessibleName("CPU busy")
         self.cpu_note.setWordWrap(True)
         self.cpu_note.setStyleSheet("color: #b26a00;")  # readable on light and dark
-        self.cpu_note.setToolTip("Other programs are using the processor: generation shares "
-                                 "it with them and slows down.")
+        self.cpu_note.setToolTip(
+            "Other programs are using the processor: generation shares it with them and slows down."
+        )
         self.cpu_note.hide()
         form.addRow(self.cpu_note)
         self.chart = PerfChart()
@@ -188,8 +211,9 @@ class PerfPanel(QWidget):
         first = end if self._t_first is None else self._t_first - self._t0
         start = self.chart.running_since
         start = first if start is None else start
-        self.chart.reply_ended(Reply(start, first, end, stats.gen_tps)
-                               if stats.gen_tps > 0 else None)
+        self.chart.reply_ended(
+            Reply(start, first, end, stats.gen_tps) if stats.gen_tps > 0 else None
+        )
         self.gen_tokens = stats.gen_tokens
         self.ttft_s = stats.ttft_s
         self.prompt_tps = stats.prompt_tps or None
@@ -209,8 +233,7 @@ class PerfPanel(QWidget):
             if stats.gen_tps and stats.stop_reason != "cancelled":
                 self.plain_tps[self.model_path] = stats.gen_tps
             return "—"
-        text = (f"{stats.draft_accepted}/{stats.draft_tokens} drafted tokens accepted "
-                f"({rate:.0%})")
+        text = f"{stats.draft_accepted}/{stats.draft_tokens} drafted tokens accepted ({rate:.0%})"
         plain = self.plain_tps.get(self.model_path)
         if plain and stats.gen_tps:
             text += f" · x{stats.gen_tps / plain:.2f} vs the last plain reply"
@@ -240,8 +263,7 @@ class PerfPanel(QWidget):
             self._last_n, self._last_t = self.gen_tokens, now
         self.ticks += 1
         rss = self.refresh_labels()
-        self.chart.sample(now - self._t0, float(rss), self.rolling_tps if self.generating
-                          else None)
+        self.chart.sample(now - self._t0, float(rss), self.rolling_tps if self.generating else None)
         self.chart.redraw(now - self._t0)
 
     @property
@@ -262,8 +284,11 @@ class PerfPanel(QWidget):
         lab["tg_last"].setText(f"{self.gen_tps:.1f} tok/s" if self.gen_tps else "—")
         lab["ram"].setText(human_bytes(rss))
         gpus = list(self._gpu_probe())
-        lab["vram"].setText("; ".join(f"{n}: {human_bytes(u)} / {human_bytes(t)}"
-                                      for n, u, t in gpus) if gpus else "no GPU in use")
+        lab["vram"].setText(
+            "; ".join(f"{n}: {human_bytes(u)} / {human_bytes(t)}" for n, u, t in gpus)
+            if gpus
+            else "no GPU in use"
+        )
         share = self.cpu.add(self._clock(), *self._cpu_probe())
         if share is not None:
             lab["cpu"].setText(f"{share.own_cores * 100:.0f}% of {share.n_cores} cores")

@@ -16,8 +16,9 @@ QuitQuestion = Callable[[QWidget, Sequence[str]], bool]
 
 
 def ask_with_message_box(parent: QWidget, warnings: Sequence[str]) -> bool:
-    box = QMessageBox(QMessageBox.Icon.Question, "Quit Candlewick?",
-                      "\n\n".join(warnings), parent=parent)
+    box = QMessageBox(
+        QMessageBox.Icon.Question, "Quit Candlewick?", "\n\n".join(warnings), parent=parent
+    )
     quit_button = box.addButton("Quit", QMessageBox.ButtonRole.AcceptRole)
     box.addButton(QMessageBox.StandardButton.Cancel)
     box.setDefaultButton(QMessageBox.StandardButton.Cancel)

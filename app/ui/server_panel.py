@@ -72,15 +72,17 @@ from engine.settings import LoadParams
 POLL_MS = 500
 DEFAULT_SIZE = QSize(960, 680)  # as a window: the settings and ~15 rows of the request log
 NO_MODEL_TIP = "Load a model in the library first: the server serves the chat's model"
-REMOTE_TIP = ("The chat uses a remote server: this panel serves models loaded on this "
-              "computer")
+REMOTE_TIP = "The chat uses a remote server: this panel serves models loaded on this computer"
 MEMORY_NOTE = (
     "The server answers from the model the chat has loaded: nothing is loaded again, and "
     "its weights (and any layers on a GPU) are shared. Starting it gives the model's context "
     "one sequence per slot plus the chat's own, which the chat keeps to itself; stopping it "
-    "gives the memory back. Chat and API requests are decoded together.")
-HOSTS = (("127.0.0.1", "127.0.0.1 — this computer only"),
-         ("0.0.0.0", "0.0.0.0 — all network interfaces (needs a key)"))
+    "gives the memory back. Chat and API requests are decoded together."
+)
+HOSTS = (
+    ("127.0.0.1", "127.0.0.1 — this computer only"),
+    ("0.0.0.0", "0.0.0.0 — all network interfaces (needs a key)"),
+)
 Ctx = QModelIndex | QPersistentModelIndex
 
 
@@ -95,7 +97,7 @@ class RequestLogModel(QAbstractTableModel):
         self._rows: list[RequestRecord] = []
 
     def add(self, records: Sequence[RequestRecord]) -> None:
-        records = list(records)[-self.max_rows:]
+        records = list(records)[-self.max_rows :]
         if not records:
             return
         drop = len(self._rows) + len(records) - self.max_rows
@@ -122,10 +124,14 @@ class RequestLogModel(QAbstractTableModel):
     def columnCount(self, parent: Ctx = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(self.COLUMNS)
 
-    def headerData(self, section: int, orientation: Qt.Orientation,
-                   role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if (role == Qt.ItemDataRole.DisplayRole and orientation == Qt.Orientation.Horizontal
-                and 0 <= section < len(self.COLUMNS)):
+    def headerData(
+        self, section: int, orientation: Qt.Orientation, role: int = Qt.ItemDataRole.DisplayRole
+    ) -> Any:
+        if (
+            role == Qt.ItemDataRole.DisplayRole
+            and orientation == Qt.Orientation.Horizontal
+            and 0 <= section < len(self.COLUMNS)
+        ):
             return self.COLUMNS[section]
         return None
 
@@ -164,10 +170,8 @@ def curl_example(url: str, model_id: str, with_key: bool) -> str:
     """A command that works as shown once CANDLEWICK_API_KEY holds the key (never the key
     itself, so the line can be shown and copied freely)."""
     auth = ' -H "Authorization: Bearer $CANDLEWICK_API_KEY"' if with_key else ""
-    body = json.dumps({"model": model_id, "messages": [{"role": "user",
-                                                          "content": "Hello!"}]})
-    return f"curl {url}/v1/chat/completions{auth} -H \"Content-Type: application/json\" " \
-           f"-d '{body}'"
+    body = json.dumps({"model": model_id, "messages": [{"role": "user", "content": "Hello!"}]})
+    return f"curl {url}/v1/chat/completions{auth} -H \"Content-Type: application/json\" -d '{body}'"
 
 
 def models_line(hosted: Sequence[HostedModel]) -> str:
@@ -201,10 +205,15 @@ class ServerPanel(QWidget):
 
     running_changed = Signal(bool)
 
-    def __init__(self, loaded: Callable[[], LoadedModel | None],
-                 secrets: SecretStore | None = None, estimator: Estimator | None = None,
-                 settings: QSettings | None = None, model_host: ModelHost | None = None,
-                 parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        loaded: Callable[[], LoadedModel | None],
+        secrets: SecretStore | None = None,
+        estimator: Estimator | None = None,
+        settings: QSettings | None = None,
+        model_host: ModelHost | None = None,
+        parent: QWidget | None = None,
+    ) -> None:
         """`settings`: where host, port, slots and context are remembered (not the key);
         `model_host`: where the chat's loaded model is found (the engine thread's)."""
         super().__init__(parent)
@@ -239,8 +248,10 @@ class ServerPanel(QWidget):
         self.host.setAccessibleName("Host")
         for value, label in HOSTS:
             self.host.addItem(label, value)
-        self.host.setToolTip("127.0.0.1: only programs on this computer can connect. "
-                             "0.0.0.0: other devices on the network can, with the key.")
+        self.host.setToolTip(
+            "127.0.0.1: only programs on this computer can connect. "
+            "0.0.0.0: other devices on the network can, with the key."
+        )
         self.port = QSpinBox()
         self.port.setRange(1, 65535)
         self.port.setValue(8080)
@@ -332,9 +343,11 @@ class ServerPanel(QWidget):
         self.models = QLabel("—")
         self.models.setWordWrap(True)
         self.models.setAccessibleName("Loaded models")
-        self.models.setToolTip("Every model the server can answer from now. Requests naming "
-                               "another library model load it on demand (Tools → Loaded "
-                               "models… to pin or eject one).")
+        self.models.setToolTip(
+            "Every model the server can answer from now. Requests naming "
+            "another library model load it on demand (Tools → Loaded "
+            "models… to pin or eject one)."
+        )
         live = QGroupBox("Server")
         ll = QFormLayout(live)
         ll.addRow("URL", url_row)
@@ -398,9 +411,13 @@ class ServerPanel(QWidget):
         st = self._store
         if st is None:
             return
-        for key, value in (("host", s.host), ("port", s.port), ("parallel", s.parallel),
-                           ("ctx", s.ctx_per_slot),
-                           ("require_key", "true" if s.api_key else "false")):
+        for key, value in (
+            ("host", s.host),
+            ("port", s.port),
+            ("parallel", s.parallel),
+            ("ctx", s.ctx_per_slot),
+            ("require_key", "true" if s.api_key else "false"),
+        ):
             st.setValue(f"server/{key}", value)
         st.sync()
 
@@ -427,8 +444,9 @@ class ServerPanel(QWidget):
             return
         info = self.loaded
         if self.phase == "stopped":
-            self.model_label.setText(model_line(info.name, self.settings().model_id)
-                                     if info else "No model loaded")
+            self.model_label.setText(
+                model_line(info.name, self.settings().model_id) if info else "No model loaded"
+            )
         elif self.server is not None:
             # The chat switched, ejected or renamed its model: the server goes on.
             self._serving_name = info.name if info is not None else ""
@@ -441,12 +459,12 @@ class ServerPanel(QWidget):
     def _sync_controls(self) -> None:
         stopped = self.phase == "stopped"
         problem = self._start_problem() if stopped else None
-        self.start_button.setText("Start server" if stopped else
-                                  "Cancel" if self.phase == "starting" else "Stop server")
+        self.start_button.setText(
+            "Start server" if stopped else "Cancel" if self.phase == "starting" else "Stop server"
+        )
         self.start_button.setEnabled(problem is None and self.phase != "stopping")
         self.start_button.setToolTip(problem or "")
-        for w in (self.host, self.port, self.parallel, self.ctx, self.require_key,
-                  self.new_key):
+        for w in (self.host, self.port, self.parallel, self.ctx, self.require_key, self.new_key):
             w.setEnabled(stopped)
         self.key_edit.setReadOnly(not stopped)
         self.key_edit.setEnabled(self.require_key.isChecked())
@@ -457,10 +475,13 @@ class ServerPanel(QWidget):
         i = self.host.findText(text)  # a listed choice, or an address typed in
         host = self.host.itemData(i) if i >= 0 else text
         return ServeSettings(
-            host=str(host), port=self.port.value(),
+            host=str(host),
+            port=self.port.value(),
             api_key=self.key_edit.text().strip() if self.require_key.isChecked() else None,
-            parallel=self.parallel.value(), ctx_per_slot=self.ctx.value(),
-            model_id=(info.model_id or model_slug(info.name)) if info else "default")
+            parallel=self.parallel.value(),
+            ctx_per_slot=self.ctx.value(),
+            model_id=(info.model_id or model_slug(info.name)) if info else "default",
+        )
 
     def _update_memory(self) -> None:
         info = self.loaded
@@ -475,9 +496,11 @@ class ServerPanel(QWidget):
             else:
                 kv = max(grown.kv - chat.kv, 0)
                 compute = max(grown.compute + grown.output - chat.compute - chat.output, 0)
-                text = (f"Extra memory for the server: about {human_bytes(kv + compute)} "
-                        f"(KV cache {human_bytes(kv)}, compute {human_bytes(compute)}); the "
-                        f"weights ({human_bytes(chat.weights)}) are shared. " + MEMORY_NOTE)
+                text = (
+                    f"Extra memory for the server: about {human_bytes(kv + compute)} "
+                    f"(KV cache {human_bytes(kv)}, compute {human_bytes(compute)}); the "
+                    f"weights ({human_bytes(chat.weights)}) are shared. " + MEMORY_NOTE
+                )
         self.memory.setText(text)
 
     # -- start / stop ----------------------------------------------------------------------
@@ -553,10 +576,15 @@ class ServerPanel(QWidget):
         self._set_phase("running")
         key = server.settings.api_key
         where = server.state.config.host
-        note = "" if is_loopback(where) else f" (listening on {where}: other devices can " \
-                                             "connect with the key)"
-        self._set_status(f"Serving {self._serving_name} at {server.url}{note}"
-                         + ("; key required" if key else "; no key required"))
+        note = (
+            ""
+            if is_loopback(where)
+            else f" (listening on {where}: other devices can connect with the key)"
+        )
+        self._set_status(
+            f"Serving {self._serving_name} at {server.url}{note}"
+            + ("; key required" if key else "; no key required")
+        )
         self.url.setText(server.url)
         self.curl.setText(curl_example(server.url, server.settings.model_id, bool(key)))
         self.curl.setCursorPosition(0)
@@ -568,16 +596,19 @@ class ServerPanel(QWidget):
     def _show_serving(self, server: LocalServer) -> None:
         info = self.loaded
         if info is None or not self._serving_name:
-            self.model_label.setText("The chat has no model loaded · requests name a library "
-                                     "model, loaded on demand")
+            self.model_label.setText(
+                "The chat has no model loaded · requests name a library model, loaded on demand"
+            )
         else:
             model_id = info.model_id or server.settings.model_id
             self.model_label.setText(
                 f"{model_line(self._serving_name, model_id)} · "
-                f"{server.settings.parallel} slots of {server.settings.ctx_per_slot:,} tokens")
+                f"{server.settings.parallel} slots of {server.settings.ctx_per_slot:,} tokens"
+            )
         if self.curl.text() and info is not None and info.model_id:
-            self.curl.setText(curl_example(server.url, info.model_id,
-                                           bool(server.settings.api_key)))
+            self.curl.setText(
+                curl_example(server.url, info.model_id, bool(server.settings.api_key))
+            )
             self.curl.setCursorPosition(0)
 
     def _show_models(self, server: LocalServer) -> None:
@@ -597,8 +628,9 @@ class ServerPanel(QWidget):
         self.slots.setText("—")
         self.kv.setValue(0)
         self.kv.setFormat("KV cache —")
-        self._set_status("Stopped" if error is None else f"Stopped: {_one_line(error)}",
-                         error=error is not None)
+        self._set_status(
+            "Stopped" if error is None else f"Stopped: {_one_line(error)}", error=error is not None
+        )
         self.refresh_model()
         self.running_changed.emit(False)
 
@@ -639,8 +671,10 @@ class ServerPanel(QWidget):
             self.kv.setValue(0)
             self.kv.setFormat("KV cache —")
             return
-        self.slots.setText(f"{snap.busy_slots} of {snap.n_slots} busy · {snap.queue_depth} "
-                           f"waiting · {server.request_log.total} requests served")
+        self.slots.setText(
+            f"{snap.busy_slots} of {snap.n_slots} busy · {snap.queue_depth} "
+            f"waiting · {server.request_log.total} requests served"
+        )
         ratio = snap.kv_used / snap.kv_capacity if snap.kv_capacity else 0.0
         self.kv.setValue(int(ratio * 1000))
         self.kv.setFormat(f"{snap.kv_used:,} of {snap.kv_capacity:,} cells ({ratio:.1%})")
@@ -656,8 +690,11 @@ class ServerPanel(QWidget):
         if self.isWindow() and not self.testAttribute(Qt.WidgetAttribute.WA_Resized):
             # Shown for the first time, at no size of its own: room for the request log.
             screen = self.screen().availableGeometry()
-            self.resize(self.sizeHint().expandedTo(DEFAULT_SIZE).boundedTo(
-                QSize(screen.width() * 9 // 10, screen.height() * 9 // 10)))
+            self.resize(
+                self.sizeHint()
+                .expandedTo(DEFAULT_SIZE)
+                .boundedTo(QSize(screen.width() * 9 // 10, screen.height() * 9 // 10))
+            )
         super().showEvent(e)
         self.ensure_key()
         self._update_timer()
@@ -671,8 +708,9 @@ class ServerPanel(QWidget):
     # -- helpers ---------------------------------------------------------------------------
 
     def _toggle_key(self, shown: bool) -> None:
-        self.key_edit.setEchoMode(QLineEdit.EchoMode.Normal if shown
-                                  else QLineEdit.EchoMode.Password)
+        self.key_edit.setEchoMode(
+            QLineEdit.EchoMode.Normal if shown else QLineEdit.EchoMode.Password
+        )
         self.show_key.setText("Hide" if shown else "Show")
 
     @staticmethod
@@ -685,8 +723,10 @@ class ServerPanel(QWidget):
         """What quitting the app would stop now ('' = nothing)."""
         server = self.server
         if self.phase == "running" and server is not None:
-            return (f"The Local server is serving {self._serving_name} at {server.url}. "
-                    "Quitting stops it, and programs using it lose their connection.")
+            return (
+                f"The Local server is serving {self._serving_name} at {server.url}. "
+                "Quitting stops it, and programs using it lose their connection."
+            )
         if self.phase == "starting":
             return "The Local server is starting. Quitting stops it."
         return ""

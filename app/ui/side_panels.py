@@ -54,8 +54,7 @@ class PanelSplitter(QSplitter):
     """Three panes: left side panel, chat, right side panel (see `fit`). `needs` tells the
     sides' content widths at the moment of a resize."""
 
-    def __init__(self, needs: Callable[[], tuple[int, int]],
-                 parent: QWidget | None = None) -> None:
+    def __init__(self, needs: Callable[[], tuple[int, int]], parent: QWidget | None = None) -> None:
         super().__init__(Qt.Orientation.Horizontal, parent)
         self._needs = needs
         self.want = (0, 0)

@@ -30,8 +30,12 @@ from PySide6.QtWidgets import (
 from app.ui.code_highlight import CodeHighlighter, is_dark
 from app.ui.conversation import Message, ToolCallView
 
-DECISION_WORDS = {"allowed": "Allowed once", "always": "Always allowed",
-                  "denied": "Denied", "cancelled": "Not answered (stopped)"}
+DECISION_WORDS = {
+    "allowed": "Allowed once",
+    "always": "Always allowed",
+    "denied": "Denied",
+    "cancelled": "Not answered (stopped)",
+}
 ERROR_STYLE = "color: #c62828;"  # readable on light and dark
 MAX_SHOWN_LINES = 14  # a result taller than this scrolls inside its block
 
@@ -78,8 +82,9 @@ class ToolCallBlock(QFrame):
         lay.addWidget(self.title)
         self.arguments = _plain_box(pretty_arguments(call.arguments))
         self.arguments.setAccessibleName("Arguments")
-        self._highlighter = CodeHighlighter(self.arguments.document(), "json",
-                                            is_dark(self.palette()))
+        self._highlighter = CodeHighlighter(
+            self.arguments.document(), "json", is_dark(self.palette())
+        )
         lay.addWidget(self.arguments)
         self.buttons = QWidget()
         row = QHBoxLayout(self.buttons)
@@ -87,8 +92,11 @@ class ToolCallBlock(QFrame):
         self.allow_button = QPushButton("Allow once")
         self.always_button = QPushButton("Always allow this tool")
         self.deny_button = QPushButton("Deny")
-        for b, decision in ((self.allow_button, "allowed"), (self.always_button, "always"),
-                            (self.deny_button, "denied")):
+        for b, decision in (
+            (self.allow_button, "allowed"),
+            (self.always_button, "always"),
+            (self.deny_button, "denied"),
+        ):
             b.setAccessibleName(b.text())
             b.clicked.connect(lambda _=False, d=decision: self.decided.emit(self.call_id, d))
             row.addWidget(b)
@@ -160,8 +168,13 @@ class ToolResultBlock(QFrame):
         name = message.tool_name or "tool"
         status = message.tool_status
         running = status == "running"
-        words = {"running": "running…", "complete": "result", "error": "failed",
-                 "denied": "denied", "cancelled": "cancelled"}[status]
+        words = {
+            "running": "running…",
+            "complete": "result",
+            "error": "failed",
+            "denied": "denied",
+            "cancelled": "cancelled",
+        }[status]
         self.toggle.setText(f"{name}: {words}")
         self.toggle.setVisible(not running)
         p = message.progress
@@ -173,8 +186,9 @@ class ToolResultBlock(QFrame):
                 self.progress.setValue(int(1000 * min(p.done / p.total, 1.0)))
             else:
                 self.progress.setRange(0, 0)  # busy: no total known
-            self.progress.setFormat(p.message if p is not None and p.message else
-                                    f"{name}: running…")
+            self.progress.setFormat(
+                p.message if p is not None and p.message else f"{name}: running…"
+            )
         notes = []
         if message.truncated:
             notes.append("The result was cut to the size limit before it reached the model.")
@@ -193,8 +207,7 @@ class ToolResultBlock(QFrame):
         return self.toggle.isChecked()
 
     def _show(self, expanded: bool) -> None:
-        self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded
-                                 else Qt.ArrowType.RightArrow)
+        self.toggle.setArrowType(Qt.ArrowType.DownArrow if expanded else Qt.ArrowType.RightArrow)
         self.text.setVisible(expanded and bool(self._shown))
 
 

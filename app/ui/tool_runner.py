@@ -49,8 +49,10 @@ class OfferedTool:
         # ones until it runs out of tokens. The tool's server takes nothing else anyway.
         if params.get("type") == "object" and "additionalProperties" not in params:
             params["additionalProperties"] = False
-        return {"type": "function", "function": {
-            "name": self.name, "description": self.description, "parameters": params}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": params},
+        }
 
 
 def offer(tools: Sequence[tuple[str, ToolInfo]]) -> list[OfferedTool]:
@@ -62,8 +64,9 @@ def offer(tools: Sequence[tuple[str, ToolInfo]]) -> list[OfferedTool]:
     out = []
     for server, t in tools:
         name = t.name if counts[t.name] == 1 else f"{server}_{t.name}"
-        out.append(OfferedTool(name, server, t.name, t.description or "",
-                               dict(t.input_schema or {})))
+        out.append(
+            OfferedTool(name, server, t.name, t.description or "", dict(t.input_schema or {}))
+        )
     return out
 
 
@@ -80,8 +83,9 @@ class ToolRunner(QObject):
     progress = Signal(int, float, object, object)
     done = Signal(int, str, str, bool)
 
-    def __init__(self, store: McpConfigStore, hub: McpHub | None = None,
-                 parent: QObject | None = None) -> None:
+    def __init__(
+        self, store: McpConfigStore, hub: McpHub | None = None, parent: QObject | None = None
+    ) -> None:
         super().__init__(parent)
         self.store = store
         self.hub = hub or McpHub(secrets=store.secrets)
@@ -114,8 +118,7 @@ class ToolRunner(QObject):
             return None
         return offer([(s.name, t) for s in chosen for t in self._tools[s.name]])
 
-    def prepare(self, settings: dict[str, Any],
-                then: Callable[[list[OfferedTool]], None]) -> None:
+    def prepare(self, settings: dict[str, Any], then: Callable[[list[OfferedTool]], None]) -> None:
         """List the chat's servers' tools (starting them) off the GUI thread, then call
         `then(tools)` on it; a server that fails is left out and named in `problems`."""
         chosen = chat_servers(settings, self.servers())
@@ -134,8 +137,7 @@ class ToolRunner(QObject):
             found, problems = result if error is None else ({}, [str(error)])
             self._tools.update(found)
             self.problems = problems
-            then(offer([(s.name, t) for s in chosen if s.name in found
-                        for t in found[s.name]]))
+            then(offer([(s.name, t) for s in chosen if s.name in found for t in found[s.name]]))
 
         self._bg.run(work, done, name="candlewick-tools-list")
 
@@ -168,9 +170,15 @@ class ToolRunner(QObject):
                 return "error", "the model's arguments are not a JSON object", False
             try:
                 result = hub.call_tool(
-                    tool.server, tool.tool, args, cancel=cancel, timeout_s=TOOL_TIMEOUT_S,
+                    tool.server,
+                    tool.tool,
+                    args,
+                    cancel=cancel,
+                    timeout_s=TOOL_TIMEOUT_S,
                     on_progress=lambda done, total, msg: self.progress.emit(
-                        token, float(done), total, msg))
+                        token, float(done), total, msg
+                    ),
+                )
             except ToolCancelledError:
                 return "cancelled", "", False
             except McpClientError as e:  # a server that died, a timeout: one line

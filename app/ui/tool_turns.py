@@ -31,8 +31,7 @@ class ToolTurns(QObject):
     continue_requested = Signal()  # every call of the answer is answered: ask the model again
     ended = Signal(str)  # the loop is over ('' or why it stopped: the round limit, Stop)
 
-    def __init__(self, runner: ToolRunner, chat: ChatModel, parent: QObject | None = None
-                 ) -> None:
+    def __init__(self, runner: ToolRunner, chat: ChatModel, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.runner = runner
         self.chat = chat
@@ -59,8 +58,7 @@ class ToolTurns(QObject):
         """The user asked something: the round count starts again."""
         self.rounds = 0
         rounds = settings.get("tool_rounds", DEFAULT_TOOL_ROUNDS)
-        self.max_rounds = rounds if isinstance(rounds, int) and rounds > 0 \
-            else DEFAULT_TOOL_ROUNDS
+        self.max_rounds = rounds if isinstance(rounds, int) and rounds > 0 else DEFAULT_TOOL_ROUNDS
 
     def offer(self, tools: list[OfferedTool]) -> list[dict[str, Any]]:
         """The tools of the next model step, as the engine takes them."""
@@ -70,10 +68,15 @@ class ToolTurns(QObject):
 
     def calls_made(self, calls: list[dict[str, Any]]) -> None:
         """The answer streaming now made these calls (before its `finished`)."""
-        self._calls = [ToolCallView(str(c["id"]), str(c["name"]), str(c["arguments"]),
-                                    server=self.offered[c["name"]].server
-                                    if c["name"] in self.offered else "")
-                       for c in calls]
+        self._calls = [
+            ToolCallView(
+                str(c["id"]),
+                str(c["name"]),
+                str(c["arguments"]),
+                server=self.offered[c["name"]].server if c["name"] in self.offered else "",
+            )
+            for c in calls
+        ]
 
     def answer_finished(self, row: int, store_id: int | None) -> bool:
         """The answer at `row` ended; True when it made calls and the loop takes over (the
@@ -82,8 +85,13 @@ class ToolTurns(QObject):
         if not calls:
             return False
         self.chat.set_tool_calls(row, calls)
-        self._store(lambda s: s.update_message(store_id, tool_calls=_stored(calls))
-                    if store_id is not None else None)
+        self._store(
+            lambda s: (
+                s.update_message(store_id, tool_calls=_stored(calls))
+                if store_id is not None
+                else None
+            )
+        )
         self.row = row
         self.rounds += 1
         self._stopping = False
@@ -92,8 +100,11 @@ class ToolTurns(QObject):
 
     def decide(self, row: int, call_id: str, decision: str) -> None:
         """The user's click on a call of the answer being answered."""
-        if row != self.row or self._token is not None or decision not in (
-                "allowed", "always", "denied"):
+        if (
+            row != self.row
+            or self._token is not None
+            or decision not in ("allowed", "always", "denied")
+        ):
             return
         call = self._pending_call()
         if call is None or call.id != call_id:
@@ -132,8 +143,9 @@ class ToolTurns(QObject):
     def _pending_call(self) -> ToolCallView | None:
         if self.row is None:
             return None
-        return next((c for c in self.chat.message(self.row).tool_calls
-                     if c.decision == "pending"), None)
+        return next(
+            (c for c in self.chat.message(self.row).tool_calls if c.decision == "pending"), None
+        )
 
     def _next(self) -> None:
         call = self._pending_call()
@@ -164,21 +176,29 @@ class ToolTurns(QObject):
 
     def _on_progress(self, token: int, done: float, total: object, message: object) -> None:
         if token == self._token and self._tool_row is not None:
-            self.chat.set_tool_progress(self._tool_row, ToolProgress(
-                done, float(total) if isinstance(total, int | float) else None,
-                str(message) if message else None))
+            self.chat.set_tool_progress(
+                self._tool_row,
+                ToolProgress(
+                    done,
+                    float(total) if isinstance(total, int | float) else None,
+                    str(message) if message else None,
+                ),
+            )
 
     def _on_done(self, token: int, status: str, text: str, truncated: bool) -> None:
         if token != self._token or self._tool_row is None:
             return
         row, self._token, self._tool_row = self._tool_row, None, None
-        final: ToolStatus = status if status in ("complete", "error", "cancelled") \
-            else "error"  # type: ignore[assignment]
+        final: ToolStatus = status if status in ("complete", "error", "cancelled") else "error"  # type: ignore[assignment]
         self.chat.set_tool_result(row, final, text, truncated=truncated)
         sid = self.chat.message(row).store_id
-        self._store(lambda s: s.update_tool_result(sid, content=text, status=final,
-                                                   truncated=truncated)
-                    if sid is not None else None)
+        self._store(
+            lambda s: (
+                s.update_tool_result(sid, content=text, status=final, truncated=truncated)
+                if sid is not None
+                else None
+            )
+        )
         if self._stopping:
             self._finish("Stopped: the tool was cancelled")
         else:
@@ -186,9 +206,11 @@ class ToolTurns(QObject):
 
     def _round_done(self) -> None:
         if self.rounds >= self.max_rounds:
-            self._finish(f"Stopped after {self.rounds} tool round"
-                         f"{'s' if self.rounds != 1 else ''} (the chat's limit; Tool rounds "
-                         "in the chat settings)")
+            self._finish(
+                f"Stopped after {self.rounds} tool round"
+                f"{'s' if self.rounds != 1 else ''} (the chat's limit; Tool rounds "
+                "in the chat settings)"
+            )
             return
         self.row = None
         self.continue_requested.emit()
@@ -237,8 +259,16 @@ class ToolTurns(QObject):
 
 
 def _stored(calls: list[ToolCallView]) -> list[dict[str, Any]]:
-    return [{"id": c.id, "name": c.name, "arguments": c.arguments, "server": c.server,
-             "decision": c.decision} for c in calls]
+    return [
+        {
+            "id": c.id,
+            "name": c.name,
+            "arguments": c.arguments,
+            "server": c.server,
+            "decision": c.decision,
+        }
+        for c in calls
+    ]
 
 
 __all__ = ["ToolTurns"]

@@ -48,9 +48,14 @@ TOKEN_INTERVAL_S = 1 / 60
 
 
 class ModelFactory(Protocol):
-    def __call__(self, path: Path, params: LoadParams, *,
-                 progress: Callable[[float], None] | None = ...,
-                 cancel: threading.Event | None = ...) -> Model: ...
+    def __call__(
+        self,
+        path: Path,
+        params: LoadParams,
+        *,
+        progress: Callable[[float], None] | None = ...,
+        cancel: threading.Event | None = ...,
+    ) -> Model: ...
 
 
 @dataclass(frozen=True)
@@ -110,8 +115,12 @@ def _actual(lines: Sequence[str]) -> dict[str, int]:
     """What llama.cpp reported allocating while it loaded: an independent check of the
     estimate shown before the load."""
     a = actual_from_log(lines)
-    out = {"weights": a.weights_bytes, "kv": a.kv_bytes, "compute": a.compute_bytes,
-           "output": a.output_bytes}
+    out = {
+        "weights": a.weights_bytes,
+        "kv": a.kv_bytes,
+        "compute": a.compute_bytes,
+        "output": a.output_bytes,
+    }
     return {k: v for k, v in out.items() if v}
 
 
@@ -122,18 +131,27 @@ def _embedding_only(path: Path) -> bool:
         return False
 
 
-def _default_factory(path: Path, params: LoadParams, *,
-                     progress: Callable[[float], None] | None = None,
-                     cancel: threading.Event | None = None) -> Model:
+def _default_factory(
+    path: Path,
+    params: LoadParams,
+    *,
+    progress: Callable[[float], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> Model:
     return Model(path, params, progress=progress, cancel=cancel)
 
 
 def probing_factory(first_loads: FirstLoads) -> ModelFactory:
     """Loads that try a file's first load in a child process (engine.native.load_probe): a file
     that makes llama.cpp abort is refused with a message instead of closing the window."""
-    def make(path: Path, params: LoadParams, *,
-             progress: Callable[[float], None] | None = None,
-             cancel: threading.Event | None = None) -> Model:
+
+    def make(
+        path: Path,
+        params: LoadParams,
+        *,
+        progress: Callable[[float], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Model:
         return Model(path, params, progress=progress, cancel=cancel, first_loads=first_loads)
 
     return make
@@ -162,9 +180,12 @@ class EngineWorker(QObject):
     unloaded = Signal()
     trimmed = Signal(int)  # old messages left out so the conversation fits the context
 
-    def __init__(self, model_factory: ModelFactory = _default_factory,
-                 token_interval_s: float = TOKEN_INTERVAL_S,
-                 host: ModelHost | None = None) -> None:
+    def __init__(
+        self,
+        model_factory: ModelFactory = _default_factory,
+        token_interval_s: float = TOKEN_INTERVAL_S,
+        host: ModelHost | None = None,
+    ) -> None:
         """`host`: where the loaded model is registered, by its name, for the other clients
         of the same loaded model (the Local server window)."""
         super().__init__()
@@ -181,8 +202,11 @@ class EngineWorker(QObject):
     @Slot(object, object, object)
     def load(self, path: Path, params: LoadParams, cancel: threading.Event) -> None:
         if _embedding_only(Path(path)):  # refused before the chat's model goes
-            self.failed.emit(0, f"{Path(path).name} is an embedding model: it cannot chat. "
-                                "The Local server gives its vectors at /v1/embeddings")
+            self.failed.emit(
+                0,
+                f"{Path(path).name} is an embedding model: it cannot chat. "
+                "The Local server gives its vectors at /v1/embeddings",
+            )
             return
         self.close_model()
         last = [-1.0]
@@ -214,8 +238,9 @@ class EngineWorker(QObject):
             return
         except Exception as e:  # a bug: the GUI must still hear that the load ended
             log.exception("load failed")
-            self.failed.emit(0, f"Could not load {Path(path).name}: internal error "
-                             f"({type(e).__name__}: {e})")
+            self.failed.emit(
+                0, f"Could not load {Path(path).name}: internal error ({type(e).__name__}: {e})"
+            )
             return
         if cancel.is_set():  # cancelled after llama.cpp's last progress callback
             model.close()
@@ -223,8 +248,7 @@ class EngineWorker(QObject):
             return
         self._adopt(Path(path), params, None, model)
 
-    def _adopt(self, path: Path, params: LoadParams, host_name: str | None,
-               model: Model) -> None:
+    def _adopt(self, path: Path, params: LoadParams, host_name: str | None, model: Model) -> None:
         """Chat with `model`: put it in the host (unless it is there as `host_name`) and
         tell the GUI."""
         facts = model_facts(model.gguf)
@@ -236,22 +260,25 @@ class EngineWorker(QObject):
             self.host.add_alias(host_name, model_id)
         self.engine = EmbeddedEngine(model, host_name or model_id)
         info = model.load_info
-        self.loaded.emit(LoadedModel(
-            path=path,
-            name=name,
-            model_id=model_id,
-            n_ctx=model.n_ctx_seq,  # what one conversation holds
-            n_layer=info.n_layer,
-            n_gpu_layers=info.n_gpu_layers,
-            load_s=info.load_s,
-            actual_bytes=_actual(info.log),
-            params=params,
-            repeat_caveat=model.repeat_caveat,
-        ))
+        self.loaded.emit(
+            LoadedModel(
+                path=path,
+                name=name,
+                model_id=model_id,
+                n_ctx=model.n_ctx_seq,  # what one conversation holds
+                n_layer=info.n_layer,
+                n_gpu_layers=info.n_gpu_layers,
+                load_s=info.load_s,
+                actual_bytes=_actual(info.log),
+                params=params,
+                repeat_caveat=model.repeat_caveat,
+            )
+        )
 
     @Slot(object, object, object)
-    def connect_remote(self, target: RemoteTarget, make: EngineMaker,
-                       cancel: threading.Event) -> None:
+    def connect_remote(
+        self, target: RemoteTarget, make: EngineMaker, cancel: threading.Event
+    ) -> None:
         """Use a remote endpoint: frees the local model (as loading another would) and
         answers `loaded` with the target. Whether the server is up shows on the first reply,
         in the chat, where its errors belong."""
@@ -264,23 +291,34 @@ class EngineWorker(QObject):
             return
         except Exception as e:  # a bug: the GUI must still hear that the switch ended
             log.exception("connect failed")
-            self.failed.emit(0, f"Could not use {target}: internal error "
-                             f"({type(e).__name__}: {e})")
+            self.failed.emit(0, f"Could not use {target}: internal error ({type(e).__name__}: {e})")
             return
         if cancel.is_set():
             engine.close()
             self.load_cancelled.emit()
             return
         self.engine = engine
-        self.loaded.emit(LoadedModel(path=Path(), name=engine.name, n_ctx=engine.n_ctx or 0,
-                                     n_layer=0, n_gpu_layers=0,
-                                     load_s=time.perf_counter() - t0, remote=target,
-                                     repeat_caveat="the server decides how it computes "
-                                                   "each answer"))
+        self.loaded.emit(
+            LoadedModel(
+                path=Path(),
+                name=engine.name,
+                n_ctx=engine.n_ctx or 0,
+                n_layer=0,
+                n_gpu_layers=0,
+                load_s=time.perf_counter() - t0,
+                remote=target,
+                repeat_caveat="the server decides how it computes each answer",
+            )
+        )
 
     @Slot(object, object, object, object)
-    def generate(self, messages: Sequence[Mapping[str, Any]], sampling: SamplingParams,
-                 cancel: threading.Event, options: Mapping[str, Any] | None = None) -> None:
+    def generate(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        sampling: SamplingParams,
+        cancel: threading.Event,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         """`options`: `policy` (a context policy: the conversation is fitted to the context,
         and `trimmed` says how many old messages were left out), `continue_text` (a cut-off
         answer to continue: the prompt ends with it instead of a fresh assistant turn) and
@@ -301,16 +339,23 @@ class EngineWorker(QObject):
             reply: ReplyStream
             if isinstance(engine, EmbeddedEngine):
                 reply = engine.reply(
-                    messages, sampling, cancel, continue_text=continue_text, policy=policy,
+                    messages,
+                    sampling,
+                    cancel,
+                    continue_text=continue_text,
+                    policy=policy,
                     thinking=bool(options.get("thinking", True)),
                     continue_thinking=str(options.get("continue_thinking") or ""),
-                    tools=tools, tool_choice=options.get("tool_choice") or "auto")
+                    tools=tools,
+                    tool_choice=options.get("tool_choice") or "auto",
+                )
             elif tools:
                 self.failed.emit(rid, "tools need a model loaded on this computer")
                 return
             else:
-                reply = engine.reply(messages, sampling, cancel, continue_text=continue_text,
-                                     policy=policy)
+                reply = engine.reply(
+                    messages, sampling, cancel, continue_text=continue_text, policy=policy
+                )
         except (EngineError, GGUFError, ValueError) as e:  # ValueError: ChatTemplateError
             self.failed.emit(rid, str(e))
             return
@@ -369,16 +414,21 @@ class EngineWorker(QObject):
             emit_pending()
             if not isinstance(e, EngineError):
                 log.exception("generation failed")
-            self.failed.emit(rid, str(e) if isinstance(e, EngineError)
-                             else f"Internal error: {type(e).__name__}: {e}")
+            self.failed.emit(
+                rid,
+                str(e)
+                if isinstance(e, EngineError)
+                else f"Internal error: {type(e).__name__}: {e}",
+            )
             return
         if reader is not None:
             pending.extend(reader.finish(reply.stats))
         emit_pending()
         calls = reply.tool_calls if isinstance(reply, EmbeddedReply) else []
         if calls:
-            self.tool_calls.emit(rid, [{"id": c.id, "name": c.name, "arguments": c.arguments}
-                                       for c in calls])
+            self.tool_calls.emit(
+                rid, [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
+            )
         self.finished.emit(rid, reply.stats)
 
     @Slot()
@@ -405,8 +455,7 @@ class EngineHost(ThreadHost[EngineWorker]):
     _generate = Signal(object, object, object, object)
     _unload = Signal()
 
-    def __init__(self, worker: EngineWorker | None = None,
-                 parent: QObject | None = None) -> None:
+    def __init__(self, worker: EngineWorker | None = None, parent: QObject | None = None) -> None:
         super().__init__(worker or EngineWorker(), "candlewick-engine", parent)
         q = Qt.ConnectionType.QueuedConnection
         self._load.connect(self.worker.load, q)
@@ -431,22 +480,38 @@ class EngineHost(ThreadHost[EngineWorker]):
         if self._load_cancel is not None:
             self._load_cancel.set()
 
-    def generate(self, messages: Sequence[Mapping[str, Any]],
-                 sampling: SamplingParams, *, policy: ContextPolicy | None = None,
-                 continue_text: str = "", continue_thinking: str = "",
-                 thinking: bool = True, tools: Sequence[Mapping[str, Any]] | None = None,
-                 tool_choice: str | Mapping[str, Any] = "auto") -> int:
+    def generate(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        sampling: SamplingParams,
+        *,
+        policy: ContextPolicy | None = None,
+        continue_text: str = "",
+        continue_thinking: str = "",
+        thinking: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] = "auto",
+    ) -> int:
         """Start a reply; returns its request id, which every signal about it carries.
         `thinking=False`: a reasoning model is asked not to think (structured output).
         `tools`: OpenAI function tools offered (a model loaded here); calls come as
         `tool_calls`."""
         self._gen_cancel = threading.Event()
         self._last_id += 1
-        self._generate.emit([dict(m) for m in messages], sampling, self._gen_cancel,
-                            {"policy": policy, "continue_text": continue_text,
-                             "continue_thinking": continue_thinking, "thinking": thinking,
-                             "tools": [dict(t) for t in tools or ()],
-                             "tool_choice": tool_choice, "request_id": self._last_id})
+        self._generate.emit(
+            [dict(m) for m in messages],
+            sampling,
+            self._gen_cancel,
+            {
+                "policy": policy,
+                "continue_text": continue_text,
+                "continue_thinking": continue_thinking,
+                "thinking": thinking,
+                "tools": [dict(t) for t in tools or ()],
+                "tool_choice": tool_choice,
+                "request_id": self._last_id,
+            },
+        )
         return self._last_id
 
     @Slot()

@@ -37,9 +37,11 @@ def context_per_request(path: Path, workload: Workload, max_tokens_cap: int | No
     counted with the model's own tokenizer (no weights loaded)."""
     tok = Tokenizer(path)
     try:
-        need = max(tok.count_chat(p.messages)
-                   + (min(p.max_tokens, max_tokens_cap) if max_tokens_cap else p.max_tokens)
-                   for p in workload.prompts)
+        need = max(
+            tok.count_chat(p.messages)
+            + (min(p.max_tokens, max_tokens_cap) if max_tokens_cap else p.max_tokens)
+            for p in workload.prompts
+        )
     finally:
         tok.close()
     return int(math.ceil((need + TAG_TOKENS) / 256) * 256)
@@ -49,7 +51,10 @@ LEASE = "benchmark"  # who holds the model's slots while it runs
 
 
 def run_loaded_benchmark(
-    model: Model, workload: Workload, config: BenchConfig, *,
+    model: Model,
+    workload: Workload,
+    config: BenchConfig,
+    *,
     progress: ProgressCallback | None = None,
     cancel: threading.Event | None = None,
     sampling: SamplingSetup | None = None,
@@ -65,10 +70,12 @@ def run_loaded_benchmark(
     loop = model.loop
     loop.lease(LEASE, slots, n_ctx)
     try:
-        target: Target = (EmbeddedTarget(model, sampling) if slots == 1
-                          else SchedulerTarget(model, sampling))
-        result = run_benchmark(target, workload, config, model_file=model.gguf,
-                               progress=progress, cancel=cancel)
+        target: Target = (
+            EmbeddedTarget(model, sampling) if slots == 1 else SchedulerTarget(model, sampling)
+        )
+        result = run_benchmark(
+            target, workload, config, model_file=model.gguf, progress=progress, cancel=cancel
+        )
         result.target["n_ctx_per_request"] = n_ctx
         return result
     finally:

@@ -81,10 +81,16 @@ class SamplingSetup:
 
 def _model_description(gf: GGUFFile, path: Path) -> dict[str, Any]:
     f = model_facts(gf)
-    return {"name": f.name, "file": path.name, "architecture": f.architecture,
-            "params": f.n_params, "quantization": f.quantization,
-            "weights_bytes": f.size_bytes, "file_bytes": f.file_bytes,
-            "context_length_trained": f.context_length}
+    return {
+        "name": f.name,
+        "file": path.name,
+        "architecture": f.architecture,
+        "params": f.n_params,
+        "quantization": f.quantization,
+        "weights_bytes": f.size_bytes,
+        "file_bytes": f.file_bytes,
+        "context_length_trained": f.context_length,
+    }
 
 
 class EmbeddedTarget:
@@ -100,37 +106,51 @@ class EmbeddedTarget:
         self.server_pid: int | None = os.getpid()
 
     def run(self, prompt: Prompt, max_tokens: int, cancel: threading.Event) -> RequestTrace:
-        sp = SamplingParams(temperature=self.sampling.temperature, seed=self.sampling.seed,
-                            max_tokens=max_tokens)
+        sp = SamplingParams(
+            temperature=self.sampling.temperature, seed=self.sampling.seed, max_tokens=max_tokens
+        )
         t0 = time.perf_counter()
         t_first: float | None = None
         try:
             self.model.reset_cache()
             # Not interactive: a benchmark's prompts are no conversation to snapshot.
-            gen = self.model.generate(list(prompt.messages), sp, cancel=cancel,
-                                      interactive=False)
+            gen = self.model.generate(list(prompt.messages), sp, cancel=cancel, interactive=False)
             for _piece in gen:
                 if t_first is None:
                     t_first = time.perf_counter()
         except EngineError as e:
-            return RequestTrace(index=0, t_start=t0, t_end=time.perf_counter(), error=str(e),
-                                token_source="engine")
+            return RequestTrace(
+                index=0, t_start=t0, t_end=time.perf_counter(), error=str(e), token_source="engine"
+            )
         t_end = time.perf_counter()
         st = gen.stats
         return RequestTrace(
-            index=0, t_start=t0, t_end=t_end, t_first=t_first,
-            prompt_tokens=st.prompt_tokens, completion_tokens=st.gen_tokens,
+            index=0,
+            t_start=t0,
+            t_end=t_end,
+            t_first=t_first,
+            prompt_tokens=st.prompt_tokens,
+            completion_tokens=st.gen_tokens,
             error="cancelled" if st.stop_reason == "cancelled" else None,
-            token_source="engine", finish_reason=st.stop_reason,
-            engine_prompt_tps=st.prompt_tps or None, engine_gen_tps=st.gen_tps or None,
+            token_source="engine",
+            finish_reason=st.stop_reason,
+            engine_prompt_tps=st.prompt_tps or None,
+            engine_gen_tps=st.gen_tps or None,
         )
 
     def describe(self) -> dict[str, Any]:
         m = self.model
         d = _model_description(m.gguf, m.path)
-        d.update({"kind": self.kind, "runtime": "candlewick (embedded)", "n_ctx": m.n_ctx,
-                  "n_threads": m.load_info.n_threads, "n_gpu_layers": m.load_info.n_gpu_layers,
-                  "mode": "sequential"})
+        d.update(
+            {
+                "kind": self.kind,
+                "runtime": "candlewick (embedded)",
+                "n_ctx": m.n_ctx,
+                "n_threads": m.load_info.n_threads,
+                "n_gpu_layers": m.load_info.n_gpu_layers,
+                "mode": "sequential",
+            }
+        )
         return d
 
 
@@ -148,8 +168,9 @@ class SchedulerTarget:
         self.server_pid: int | None = os.getpid()
 
     def run(self, prompt: Prompt, max_tokens: int, cancel: threading.Event) -> RequestTrace:
-        sp = SamplingParams(temperature=self.sampling.temperature, seed=self.sampling.seed,
-                            max_tokens=max_tokens)
+        sp = SamplingParams(
+            temperature=self.sampling.temperature, seed=self.sampling.seed, max_tokens=max_tokens
+        )
         done = threading.Event()
         first: list[float] = []
         finished: list[Finished] = []
@@ -166,8 +187,9 @@ class SchedulerTarget:
             tokens = self.model.chat_tokens(list(prompt.messages))
             req = self.scheduler.submit(tokens, sp, on_event)
         except EngineError as e:
-            return RequestTrace(index=0, t_start=t0, t_end=time.perf_counter(), error=str(e),
-                                token_source="engine")
+            return RequestTrace(
+                index=0, t_start=t0, t_end=time.perf_counter(), error=str(e), token_source="engine"
+            )
         while not done.wait(0.05):
             if cancel.is_set():
                 req.cancel()
@@ -175,31 +197,44 @@ class SchedulerTarget:
         st = finished[0].stats
         error = st.error or ("cancelled" if st.stop_reason == "cancelled" else None)
         return RequestTrace(
-            index=0, t_start=t0, t_end=t_end, t_first=first[0] if first else None,
-            prompt_tokens=st.prompt_tokens, completion_tokens=st.gen_tokens,
-            error=error, timed_out=st.stop_reason == "timeout", token_source="engine",
+            index=0,
+            t_start=t0,
+            t_end=t_end,
+            t_first=first[0] if first else None,
+            prompt_tokens=st.prompt_tokens,
+            completion_tokens=st.gen_tokens,
+            error=error,
+            timed_out=st.stop_reason == "timeout",
+            token_source="engine",
             finish_reason=st.stop_reason,
-            engine_prompt_tps=st.prompt_tps or None, engine_gen_tps=st.gen_tps or None,
+            engine_prompt_tps=st.prompt_tps or None,
+            engine_gen_tps=st.gen_tps or None,
         )
 
     def describe(self) -> dict[str, Any]:
         m = self.model
         d = _model_description(m.gguf, m.path)
-        d.update({"kind": self.kind, "runtime": "candlewick (embedded, continuous batching)",
-                  "n_ctx": m.n_ctx, "n_slots": self.max_concurrency,
-                  "n_threads": m.load_info.n_threads,
-                  "n_gpu_layers": m.load_info.n_gpu_layers, "mode": "scheduler"})
+        d.update(
+            {
+                "kind": self.kind,
+                "runtime": "candlewick (embedded, continuous batching)",
+                "n_ctx": m.n_ctx,
+                "n_slots": self.max_concurrency,
+                "n_threads": m.load_info.n_threads,
+                "n_gpu_layers": m.load_info.n_gpu_layers,
+                "mode": "scheduler",
+            }
+        )
         return d
-
-
 
 
 class Tokenizer:
     """A model's tokenizer alone (llama.cpp `vocab_only`): counts tokens for servers that do
     not report usage, without loading any weights."""
 
-    def __init__(self, path: str | os.PathLike[str], *,
-                 first_loads: FirstLoads | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, first_loads: FirstLoads | None = None
+    ) -> None:
         self.path = Path(path)
         self.gguf = read_gguf(self.path)
         if first_loads is not None:  # a vocabulary llama.cpp aborts on would end the process
@@ -216,9 +251,11 @@ class Tokenizer:
         self._vocab = C.llama_model_get_vocab(self._model)
         md = self.gguf.metadata
         tmpl = md.get("tokenizer.chat_template")
-        self.template = ChatTemplate(tmpl if isinstance(tmpl, str) else None,
-                                     bos_token=self._piece(C.llama_vocab_bos(self._vocab)),
-                                     eos_token=self._piece(C.llama_vocab_eos(self._vocab)))
+        self.template = ChatTemplate(
+            tmpl if isinstance(tmpl, str) else None,
+            bos_token=self._piece(C.llama_vocab_bos(self._vocab)),
+            eos_token=self._piece(C.llama_vocab_eos(self._vocab)),
+        )
 
     def _piece(self, token: int) -> str:
         if token < 0:
@@ -234,8 +271,7 @@ class Tokenizer:
         return abs(int(n))  # with no buffer llama.cpp returns minus the token count
 
     def count_chat(self, messages: Sequence[Mapping[str, Any]]) -> int:
-        return self.count(self.template.render(messages, add_generation_prompt=True),
-                          special=True)
+        return self.count(self.template.render(messages, add_generation_prompt=True), special=True)
 
     def close(self) -> None:
         if self._model:
@@ -255,17 +291,27 @@ class HttpTarget:
     kind = "url"
     max_concurrency: int | None = None
 
-    def __init__(self, client: StreamingClient, *, tokenizer: Tokenizer | None = None,
-                 server_pid: int | None = None, sampling: SamplingSetup | None = None) -> None:
+    def __init__(
+        self,
+        client: StreamingClient,
+        *,
+        tokenizer: Tokenizer | None = None,
+        server_pid: int | None = None,
+        sampling: SamplingSetup | None = None,
+    ) -> None:
         self.client = client
         self.tokenizer = tokenizer
         self.server_pid = server_pid
         self.sampling = sampling or SamplingSetup()
 
     def run(self, prompt: Prompt, max_tokens: int, cancel: threading.Event) -> RequestTrace:
-        r = self.client.chat(list(prompt.messages), max_tokens=max_tokens,
-                             temperature=self.sampling.temperature, seed=self.sampling.seed,
-                             cancel=cancel)
+        r = self.client.chat(
+            list(prompt.messages),
+            max_tokens=max_tokens,
+            temperature=self.sampling.temperature,
+            seed=self.sampling.seed,
+            cancel=cancel,
+        )
         prompt_tokens = r.prompt_tokens
         completion = r.completion_tokens
         source = "usage"
@@ -284,15 +330,28 @@ class HttpTarget:
                 if completion is None:
                     completion = r.n_chunks
         error = r.error or ("cancelled" if r.cancelled else None)
-        return RequestTrace(index=0, t_start=r.t_start, t_end=r.t_end, t_first=r.t_first,
-                            prompt_tokens=prompt_tokens, completion_tokens=completion,
-                            error=error, timed_out=r.timed_out, token_source=source,
-                            finish_reason=r.finish_reason)
+        return RequestTrace(
+            index=0,
+            t_start=r.t_start,
+            t_end=r.t_end,
+            t_first=r.t_first,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion,
+            error=error,
+            timed_out=r.timed_out,
+            token_source=source,
+            finish_reason=r.finish_reason,
+        )
 
     def describe(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"kind": self.kind, "runtime": f"{self.client.api} API server",
-                             "url": self.client.url, "api": self.client.api,
-                             "model_id": self.client.model, "server_pid": self.server_pid}
+        d: dict[str, Any] = {
+            "kind": self.kind,
+            "runtime": f"{self.client.api} API server",
+            "url": self.client.url,
+            "api": self.client.api,
+            "model_id": self.client.model,
+            "server_pid": self.server_pid,
+        }
         if self.tokenizer is not None:
             d.update(_model_description(self.tokenizer.gguf, self.tokenizer.path))
         return d
@@ -365,9 +424,15 @@ def _max_tokens(prompt: Prompt, cap: int | None) -> int:
     return min(prompt.max_tokens, cap) if cap else prompt.max_tokens
 
 
-def run_level(target: Target, prompts: Sequence[Prompt], concurrency: int, *,
-              max_tokens_cap: int | None, cancel: threading.Event,
-              on_done: Callable[[RequestTrace], None] | None = None) -> list[RequestTrace]:
+def run_level(
+    target: Target,
+    prompts: Sequence[Prompt],
+    concurrency: int,
+    *,
+    max_tokens_cap: int | None,
+    cancel: threading.Event,
+    on_done: Callable[[RequestTrace], None] | None = None,
+) -> list[RequestTrace]:
     """Send every prompt with at most `concurrency` in flight; traces in request order."""
     traces: list[RequestTrace | None] = [None] * len(prompts)
     counter = itertools.count()
@@ -384,8 +449,7 @@ def run_level(target: Target, prompts: Sequence[Prompt], concurrency: int, *,
                 tr = target.run(p, _max_tokens(p, max_tokens_cap), cancel)
             except Exception as e:  # a target bug must count as a failure, not end the run
                 now = time.perf_counter()
-                tr = RequestTrace(index=i, t_start=now, t_end=now,
-                                  error=f"{type(e).__name__}: {e}")
+                tr = RequestTrace(index=i, t_start=now, t_end=now, error=f"{type(e).__name__}: {e}")
             tr.index = i
             traces[i] = tr
             if on_done is not None:
@@ -421,19 +485,26 @@ def bytes_per_token(gf: GGUFFile) -> int:
     return total
 
 
-def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
-                  model_file: GGUFFile | None = None,
-                  progress: ProgressCallback | None = None,
-                  cancel: threading.Event | None = None,
-                  command: Sequence[str] | None = None) -> BenchResult:
+def run_benchmark(
+    target: Target,
+    workload: Workload,
+    config: BenchConfig,
+    *,
+    model_file: GGUFFile | None = None,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+    command: Sequence[str] | None = None,
+) -> BenchResult:
     """Run every concurrency level; a cancel keeps the levels already measured."""
     config.validate()
     cancel = cancel or threading.Event()
     limit = target.max_concurrency
     too_high = [c for c in config.concurrency if limit is not None and c > limit]
     if too_high:
-        raise BenchError(f"this target runs at most {limit} request(s) at a time; "
-                         f"concurrency {too_high[0]} is not supported here")
+        raise BenchError(
+            f"this target runs at most {limit} request(s) at a time; "
+            f"concurrency {too_high[0]} is not supported here"
+        )
     levels = sorted(set(config.concurrency))
     run_tag = config.run_tag or secrets.token_hex(3)
 
@@ -468,8 +539,14 @@ def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
         done: list[RequestTrace] = []
         lock = threading.Lock()
 
-        def on_done(tr: RequestTrace, c: int = c, li: int = li, total: int = len(prompts),
-                    done: list[RequestTrace] = done, lock: threading.Lock = lock) -> None:
+        def on_done(
+            tr: RequestTrace,
+            c: int = c,
+            li: int = li,
+            total: int = len(prompts),
+            done: list[RequestTrace] = done,
+            lock: threading.Lock = lock,
+        ) -> None:
             with lock:
                 done.append(tr)
                 n, failed = len(done), sum(1 for t in done if not t.ok)
@@ -480,17 +557,18 @@ def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
             progress(Progress(c, li, len(levels), 0, len(prompts), 0))
         sampler = PeakSampler(target.server_pid) if target.server_pid else None
         with sampler or contextlib.nullcontext():
-            traces = run_level(target, prompts, c, max_tokens_cap=config.max_tokens,
-                               cancel=cancel, on_done=on_done)
+            traces = run_level(
+                target, prompts, c, max_tokens_cap=config.max_tokens, cancel=cancel, on_done=on_done
+            )
         lv = level_metrics(c, traces, slo_ttft_s=config.slo_ttft_s)
         if sampler is not None:
             lv.peak_ram_bytes = sampler.peak.ram_bytes
             lv.peak_vram_bytes = sampler.peak.vram_bytes
         ok = [t for t in traces if t.ok]
         lv.engine_prompt_tps_p50 = percentile(
-            [t.engine_prompt_tps for t in ok if t.engine_prompt_tps], 50)
-        lv.engine_gen_tps_p50 = percentile(
-            [t.engine_gen_tps for t in ok if t.engine_gen_tps], 50)
+            [t.engine_prompt_tps for t in ok if t.engine_prompt_tps], 50
+        )
+        lv.engine_gen_tps_p50 = percentile([t.engine_gen_tps for t in ok if t.engine_gen_tps], 50)
         results.append(lv)
         traces_by_level[c] = traces
 
@@ -504,8 +582,9 @@ def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
         roofline = RooflineReport.of(
             Roofline(bw, bytes_per_token(model_file), achieved),
             note="bandwidth of system RAM; decode reads every weight once per token, so "
-                 "limit_tps = bandwidth / bytes_per_token. With layers on a GPU the GPU's "
-                 "bandwidth sets the limit instead.")
+            "limit_tps = bandwidth / bytes_per_token. With layers on a GPU the GPU's "
+            "bandwidth sets the limit instead.",
+        )
 
     return BenchResult(
         created=started.isoformat(timespec="seconds"),
@@ -514,11 +593,17 @@ def run_benchmark(target: Target, workload: Workload, config: BenchConfig, *,
         command=list(command) if command is not None else None,
         target=target.describe(),
         machine={**machine_context(), "load_avg_1m_before": load_before},
-        workload=WorkloadInfo(name=workload.name, source=workload.source,
-                              prompts=len(workload.prompts)),
-        config=RunSettings(concurrency=levels, requests_per_level=config.requests,
-                           max_tokens_cap=config.max_tokens, slo_ttft_s=config.slo_ttft_s,
-                           warmup=config.warmup, unique_prompts=config.unique_prompts),
+        workload=WorkloadInfo(
+            name=workload.name, source=workload.source, prompts=len(workload.prompts)
+        ),
+        config=RunSettings(
+            concurrency=levels,
+            requests_per_level=config.requests,
+            max_tokens_cap=config.max_tokens,
+            slo_ttft_s=config.slo_ttft_s,
+            warmup=config.warmup,
+            unique_prompts=config.unique_prompts,
+        ),
         levels=results,
         max_concurrency_meeting_slo=max_concurrency_meeting_slo(results),
         roofline=roofline,

@@ -18,8 +18,9 @@ from typing import Any
 MiB = 1 << 20
 
 
-def measure_read_bandwidth(size_bytes: int = 512 * MiB, *, threads: int | None = None,
-                           repeats: int = 5) -> float:
+def measure_read_bandwidth(
+    size_bytes: int = 512 * MiB, *, threads: int | None = None, repeats: int = 5
+) -> float:
     """Memory read bandwidth in bytes/s: the best of `repeats` passes that sum a buffer much
     larger than the CPU caches, on one thread and split over `threads` (default: all logical
     CPUs; numpy releases the GIL while it sums).
@@ -107,8 +108,7 @@ def _nvml_reader() -> Callable[[int], int | None]:
         import pynvml  # type: ignore[import-not-found]
 
         pynvml.nvmlInit()
-        handles = [pynvml.nvmlDeviceGetHandleByIndex(i)
-                   for i in range(pynvml.nvmlDeviceGetCount())]
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
     except Exception:
         return lambda _pid: None
 
@@ -136,8 +136,13 @@ def cpu_name() -> str:
                 return line.split(":", 1)[1].strip()
     if sys.platform == "darwin":
         with contextlib.suppress(Exception):
-            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
-                                 capture_output=True, text=True, timeout=5, check=False)
+            out = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+            )
             if out.stdout.strip():
                 return out.stdout.strip()
     return platform.processor() or platform.machine()

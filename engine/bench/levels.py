@@ -13,8 +13,10 @@ def parse_levels(text: str, *, limit: int = MAX_CONCURRENCY) -> list[int]:
     each once. `ValueError` with a one-line message otherwise."""
     parts = [p for p in re.split(r"[\s,;]+", text.strip()) if p]
     if not parts or not all(re.fullmatch(r"[0-9]+", p) for p in parts):
-        raise ValueError(f"Concurrency levels: {text.strip()!r} is not a comma-separated list "
-                         "of whole numbers, e.g. 1,2,4")
+        raise ValueError(
+            f"Concurrency levels: {text.strip()!r} is not a comma-separated list "
+            "of whole numbers, e.g. 1,2,4"
+        )
     levels = sorted({int(p) for p in parts})
     if levels[0] < 1:
         raise ValueError("Concurrency levels must be whole numbers of at least 1")

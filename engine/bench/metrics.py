@@ -145,8 +145,9 @@ class LevelMetrics:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def level_metrics(concurrency: int, traces: Sequence[RequestTrace], *,
-                  slo_ttft_s: float | None = None) -> LevelMetrics:
+def level_metrics(
+    concurrency: int, traces: Sequence[RequestTrace], *, slo_ttft_s: float | None = None
+) -> LevelMetrics:
     ok = [t for t in traces if t.ok]
     timeouts = sum(1 for t in traces if t.timed_out)
     errors = sum(1 for t in traces if not t.ok and not t.timed_out)

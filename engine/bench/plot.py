@@ -20,9 +20,11 @@ def plot_result(result: BenchResult, path: str | os.PathLike[str]) -> None:
     conc = [lv.concurrency for lv in levels]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), constrained_layout=True)
     target = result.target
-    title = (f"{target.get('name') or target.get('model_id') or target.get('url', '')} - "
-             f"{target.get('runtime') or target.get('url', '')} - "
-             f"workload {result.workload.name or '?'}")
+    title = (
+        f"{target.get('name') or target.get('model_id') or target.get('url', '')} - "
+        f"{target.get('runtime') or target.get('url', '')} - "
+        f"workload {result.workload.name or '?'}"
+    )
     fig.suptitle(title, fontsize=10)
 
     ax = axes[0]
@@ -30,8 +32,12 @@ def plot_result(result: BenchResult, path: str | os.PathLike[str]) -> None:
     ax.plot(conc, [lv.gen_tps_p50 or 0 for lv in levels], "s--", label="per request (p50)")
     rf = result.roofline
     if rf is not None and rf.limit_tps:
-        ax.axhline(rf.limit_tps, color="grey", linestyle=":",
-                   label=f"single-stream roofline {rf.limit_tps:.0f} t/s")
+        ax.axhline(
+            rf.limit_tps,
+            color="grey",
+            linestyle=":",
+            label=f"single-stream roofline {rf.limit_tps:.0f} t/s",
+        )
     ax.set(title="Generation throughput", xlabel="concurrent requests", ylabel="tokens/s")
     ax.set_xticks(conc)
     ax.set_ylim(bottom=0)
@@ -49,8 +55,10 @@ def plot_result(result: BenchResult, path: str | os.PathLike[str]) -> None:
     ax.legend(fontsize=8)
 
     ax = axes[2]
-    data = [[t.latency for t in result.traces.get(c, []) if t.error is None
-             and not t.timed_out] for c in conc]
+    data = [
+        [t.latency for t in result.traces.get(c, []) if t.error is None and not t.timed_out]
+        for c in conc
+    ]
     if any(data):
         ax.boxplot([d or [0.0] for d in data], tick_labels=[str(c) for c in conc])
     ax.set(title="End-to-end latency", xlabel="concurrent requests", ylabel="seconds")

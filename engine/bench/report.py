@@ -32,40 +32,68 @@ def summary_lines(result: BenchResult, *, plain: bool = False) -> list[str]:
     slo = result.config.slo_ttft_s
     if slo is not None:
         best = result.max_concurrency_meeting_slo
-        out.append(f"Most concurrent requests with TTFT p95 {at_most} {slo:g} s: "
-                   f"{best if best is not None else 'none of the levels'}")
+        out.append(
+            f"Most concurrent requests with TTFT p95 {at_most} {slo:g} s: "
+            f"{best if best is not None else 'none of the levels'}"
+        )
     rf = result.roofline
     if rf is not None:
-        achieved = (f"achieved {rf.achieved_tps:.1f} tokens/s, {rf.achieved_pct:.0f} % of "
-                    "the limit" if rf.achieved_tps is not None and rf.achieved_pct is not None
-                    else "no single-stream level to compare")
-        text = (f"Decode roofline: memory read {rf.bandwidth_gb_s:.1f} GB/s {divided} "
-                f"{rf.bytes_per_token / MiB:.1f} MiB of weights per token = "
-                f"{rf.limit_tps:.0f} tokens/s; {achieved}")
+        achieved = (
+            f"achieved {rf.achieved_tps:.1f} tokens/s, {rf.achieved_pct:.0f} % of the limit"
+            if rf.achieved_tps is not None and rf.achieved_pct is not None
+            else "no single-stream level to compare"
+        )
+        text = (
+            f"Decode roofline: memory read {rf.bandwidth_gb_s:.1f} GB/s {divided} "
+            f"{rf.bytes_per_token / MiB:.1f} MiB of weights per token = "
+            f"{rf.limit_tps:.0f} tokens/s; {achieved}"
+        )
         if result.target.get("n_gpu_layers"):
             text += " (layers on a GPU: its bandwidth sets the limit, not system RAM's)"
         out.append(text)
     return out
 
 
-TABLE_COLUMNS = ("conc", "ok/n", "fail%", "TTFT p50", "TTFT p95", "pp t/s", "gen t/s",
-                 "lat p50", "lat p95", "total t/s", "RAM MiB", "VRAM MiB")
+TABLE_COLUMNS = (
+    "conc",
+    "ok/n",
+    "fail%",
+    "TTFT p50",
+    "TTFT p95",
+    "pp t/s",
+    "gen t/s",
+    "lat p50",
+    "lat p95",
+    "total t/s",
+    "RAM MiB",
+    "VRAM MiB",
+)
 
 
 def format_table(result: BenchResult) -> str:
     """The terminal table (also valid Markdown), the summary and a sample of each failure."""
     rows = [list(TABLE_COLUMNS)]
     for lv in result.levels:
-        rows.append([
-            str(lv.concurrency), f"{lv.succeeded}/{lv.requests}",
-            f"{100 * lv.failure_rate:.0f}", _fmt(lv.ttft_p50, 3), _fmt(lv.ttft_p95, 3),
-            _fmt(lv.prompt_tps_p50, 1), _fmt(lv.gen_tps_p50, 1),
-            _fmt(lv.latency_p50), _fmt(lv.latency_p95),
-            _fmt(lv.total_throughput_tps, 1), _mib(lv.peak_ram_bytes), _mib(lv.peak_vram_bytes),
-        ])
+        rows.append(
+            [
+                str(lv.concurrency),
+                f"{lv.succeeded}/{lv.requests}",
+                f"{100 * lv.failure_rate:.0f}",
+                _fmt(lv.ttft_p50, 3),
+                _fmt(lv.ttft_p95, 3),
+                _fmt(lv.prompt_tps_p50, 1),
+                _fmt(lv.gen_tps_p50, 1),
+                _fmt(lv.latency_p50),
+                _fmt(lv.latency_p95),
+                _fmt(lv.total_throughput_tps, 1),
+                _mib(lv.peak_ram_bytes),
+                _mib(lv.peak_vram_bytes),
+            ]
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |"
-             for r in rows]
+    lines = [
+        "| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows
+    ]
     lines.insert(1, "|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
     out = "\n".join(lines)
     extra = summary_lines(result, plain=True)
@@ -76,10 +104,20 @@ def format_table(result: BenchResult) -> str:
 
 
 # Higher is better unless listed in LOWER_IS_BETTER.
-COMPARE_METRICS = ("ttft_p50", "ttft_p95", "prompt_tps_p50", "gen_tps_p50", "latency_p50",
-                   "latency_p95", "total_throughput_tps", "failure_rate", "peak_ram_bytes")
-LOWER_IS_BETTER = frozenset({"ttft_p50", "ttft_p95", "latency_p50", "latency_p95",
-                             "failure_rate", "peak_ram_bytes"})
+COMPARE_METRICS = (
+    "ttft_p50",
+    "ttft_p95",
+    "prompt_tps_p50",
+    "gen_tps_p50",
+    "latency_p50",
+    "latency_p95",
+    "total_throughput_tps",
+    "failure_rate",
+    "peak_ram_bytes",
+)
+LOWER_IS_BETTER = frozenset(
+    {"ttft_p50", "ttft_p95", "latency_p50", "latency_p95", "failure_rate", "peak_ram_bytes"}
+)
 
 
 def compare(a: BenchResult, b: BenchResult) -> list[dict[str, Any]]:
@@ -92,24 +130,46 @@ def compare(a: BenchResult, b: BenchResult) -> list[dict[str, Any]]:
             continue
         for m in COMPARE_METRICS:
             va, vb = getattr(lv_a, m), getattr(lv_b, m)
-            ratio = vb / va if isinstance(va, int | float) and isinstance(vb, int | float) \
-                and va else None
-            rows.append({"concurrency": lv_b.concurrency, "metric": m, "a": va, "b": vb,
-                         "ratio": ratio, "lower_is_better": m in LOWER_IS_BETTER})
+            ratio = (
+                vb / va
+                if isinstance(va, int | float) and isinstance(vb, int | float) and va
+                else None
+            )
+            rows.append(
+                {
+                    "concurrency": lv_b.concurrency,
+                    "metric": m,
+                    "a": va,
+                    "b": vb,
+                    "ratio": ratio,
+                    "lower_is_better": m in LOWER_IS_BETTER,
+                }
+            )
     if not rows:
         raise BenchError("the two results share no concurrency level")
     return rows
 
 
 def format_compare(rows: Sequence[Mapping[str, Any]], a_name: str, b_name: str) -> str:
-    lines = [f"B/A ratios (A = {a_name}, B = {b_name}); '(lower is better)' marks latencies",
-             f"{'conc':>4}  {'metric':<38} {'A':>12} {'B':>12} {'B/A':>8}"]
+    lines = [
+        f"B/A ratios (A = {a_name}, B = {b_name}); '(lower is better)' marks latencies",
+        f"{'conc':>4}  {'metric':<38} {'A':>12} {'B':>12} {'B/A':>8}",
+    ]
     for r in rows:
         label = r["metric"] + (" (lower is better)" if r["lower_is_better"] else "")
-        lines.append(f"{r['concurrency']:>4}  {label:<38} {_fmt(r['a'], 3):>12} "
-                     f"{_fmt(r['b'], 3):>12} {_fmt(r['ratio'], 2):>8}")
+        lines.append(
+            f"{r['concurrency']:>4}  {label:<38} {_fmt(r['a'], 3):>12} "
+            f"{_fmt(r['b'], 3):>12} {_fmt(r['ratio'], 2):>8}"
+        )
     return "\n".join(lines)
 
 
-__all__ = ["COMPARE_METRICS", "LOWER_IS_BETTER", "TABLE_COLUMNS", "compare", "format_compare",
-           "format_table", "summary_lines"]
+__all__ = [
+    "COMPARE_METRICS",
+    "LOWER_IS_BETTER",
+    "TABLE_COLUMNS",
+    "compare",
+    "format_compare",
+    "format_table",
+    "summary_lines",
+]

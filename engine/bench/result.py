@@ -115,8 +115,11 @@ class BenchResult:
     @classmethod
     def from_dict(cls, data: Any) -> BenchResult:
         """A result read back from its JSON; `BenchError` when it is not one."""
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA \
-                or not isinstance(data.get("levels"), list):
+        if (
+            not isinstance(data, dict)
+            or data.get("schema") != SCHEMA
+            or not isinstance(data.get("levels"), list)
+        ):
             raise BenchError("not a Candlewick benchmark result")
         try:
             rf = data.get("roofline")
@@ -132,12 +135,13 @@ class BenchResult:
                 levels=[LevelMetrics.from_dict(lv) for lv in data["levels"]],
                 max_concurrency_meeting_slo=data.get("max_concurrency_meeting_slo"),
                 roofline=RooflineReport(**_known(RooflineReport, rf)) if rf else None,
-                traces={int(c): [RequestTrace.from_dict(t) for t in ts]
-                        for c, ts in (data.get("traces") or {}).items()},
+                traces={
+                    int(c): [RequestTrace.from_dict(t) for t in ts]
+                    for c, ts in (data.get("traces") or {}).items()
+                },
             )
         except (TypeError, ValueError, AttributeError) as e:
             raise BenchError(f"not a Candlewick benchmark result ({e})") from None
 
 
-__all__ = ["SCHEMA", "BenchError", "BenchResult", "RooflineReport", "RunSettings",
-           "WorkloadInfo"]
+__all__ = ["SCHEMA", "BenchError", "BenchResult", "RooflineReport", "RunSettings", "WorkloadInfo"]

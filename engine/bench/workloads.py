@@ -49,16 +49,20 @@ def load_workload(name_or_path: str, *, builtin_dir: Path = BUILTIN_DIR) -> Work
         path = Path(name_or_path)
         name = path.stem
     if not path.is_file():
-        raise WorkloadError(f"no workload {name_or_path!r}: choose {', '.join(BUILTIN)} or "
-                            "give a .jsonl file")
+        raise WorkloadError(
+            f"no workload {name_or_path!r}: choose {', '.join(BUILTIN)} or give a .jsonl file"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise WorkloadError(f"{path.name} is not UTF-8 text") from None
     except OSError as e:
         raise WorkloadError(f"cannot read {path.name}: {e.strerror or e}") from None
-    prompts = [_parse_line(line, path.name, n)
-               for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    prompts = [
+        _parse_line(line, path.name, n)
+        for n, line in enumerate(text.splitlines(), 1)
+        if line.strip()
+    ]
     if not prompts:
         raise WorkloadError(f"{path.name} has no prompts")
     # Built-in sets are named by their place in the source tree, not this machine's path.
@@ -80,10 +84,14 @@ def _parse_line(line: str, fname: str, n: int) -> Prompt:
             raise WorkloadError(f"{where}: 'messages' must be a non-empty list")
         messages = []
         for m in raw:
-            if (not isinstance(m, dict) or m.get("role") not in _ROLES
-                    or not isinstance(m.get("content"), str)):
-                raise WorkloadError(f"{where}: each message needs a role "
-                                    "(system/user/assistant) and text content")
+            if (
+                not isinstance(m, dict)
+                or m.get("role") not in _ROLES
+                or not isinstance(m.get("content"), str)
+            ):
+                raise WorkloadError(
+                    f"{where}: each message needs a role (system/user/assistant) and text content"
+                )
             messages.append({"role": str(m["role"]), "content": str(m["content"])})
     elif isinstance(obj.get("prompt"), str) and obj["prompt"].strip():
         messages = [{"role": "user", "content": obj["prompt"]}]
@@ -92,5 +100,6 @@ def _parse_line(line: str, fname: str, n: int) -> Prompt:
     max_tokens = obj.get("max_tokens", DEFAULT_MAX_TOKENS)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise WorkloadError(f"{where}: 'max_tokens' must be a whole number of at least 1")
-    return Prompt(id=str(obj.get("id", f"{fname}:{n}")), messages=tuple(messages),
-                  max_tokens=max_tokens)
+    return Prompt(
+        id=str(obj.get("id", f"{fname}:{n}")), messages=tuple(messages), max_tokens=max_tokens
+    )

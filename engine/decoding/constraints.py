@@ -87,7 +87,8 @@ def json_schema(schema: Any, *, what: str = "the schema") -> str:
         # Compact separators, no free whitespace: a small model given the choice can emit
         # newlines until max_tokens; the answer is parsed, not read.
         grammar = llguidance.LLMatcher.grammar_from_json_schema(
-            text, defaults={"whitespace_flexible": False})
+            text, defaults={"whitespace_flexible": False}
+        )
     except ValueError as e:
         raise GrammarError(f"{what} is not valid: {_first_line(e)}") from None
     check(grammar, what)
@@ -121,8 +122,9 @@ def lark(text: str, *, what: str = "the grammar") -> str:
     return grammar
 
 
-def check(grammar: str, what: str = "the grammar",
-          tokenizer: llguidance.LLTokenizer | None = None) -> None:
+def check(
+    grammar: str, what: str = "the grammar", tokenizer: llguidance.LLTokenizer | None = None
+) -> None:
     error = llguidance.LLMatcher.validate_grammar(grammar, tokenizer, limits=limits())
     if error:
         raise GrammarError(f"{what} cannot be used: {_first_line(error)}")
@@ -133,8 +135,9 @@ def _first_line(e: object) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
-def tokenizer_for(C: Any, vocab: Any, n_vocab: int, eog_tokens: Iterable[int]
-                  ) -> llguidance.LLTokenizer:
+def tokenizer_for(
+    C: Any, vocab: Any, n_vocab: int, eog_tokens: Iterable[int]
+) -> llguidance.LLTokenizer:
     """llguidance's view of a llama.cpp vocabulary (about 0.3 s for 49k tokens: build once
     per model). Every end-of-generation token counts as the end of the answer.
 
@@ -151,14 +154,17 @@ def tokenizer_for(C: Any, vocab: Any, n_vocab: int, eog_tokens: Iterable[int]
         n = C.llama_token_to_piece(vocab, tok, buf, size, 0, True)
         piece = buf.raw[:n] if n > 0 else b""
         attr = int(C.llama_vocab_get_attr(vocab, tok))
-        if attr & special or (attr & user and piece.startswith(b"<")
-                              and piece.endswith(b">")):
+        if attr & special or (attr & user and piece.startswith(b"<") and piece.endswith(b">")):
             piece = b"\xff" + piece
         tokens.append(piece)
     tokenize = ctypes.cast(C._lib.llama_tokenize, ctypes.c_void_p).value
     return llguidance.LLTokenizer.from_llamacpp(  # type: ignore[attr-defined,no-any-return]
-        tokens=tokens, vocab_ptr=vocab, tokenize_fptr=tokenize, eos_token=list(eog_tokens),
-        slices=None)
+        tokens=tokens,
+        vocab_ptr=vocab,
+        tokenize_fptr=tokenize,
+        eos_token=list(eog_tokens),
+        slices=None,
+    )
 
 
 class TokenMask:
@@ -166,19 +172,18 @@ class TokenMask:
     tokens sampled. Lives on the decode thread once submitted."""
 
     def __init__(self, tokenizer: llguidance.LLTokenizer, grammar: str, n_vocab: int) -> None:
-        self._matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0,
-                                             limits=limits())
+        self._matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=limits())
         if self._matcher.is_error():
-            raise GrammarError(f"the grammar cannot be used: "
-                               f"{_first_line(self._matcher.get_error())}")
+            raise GrammarError(
+                f"the grammar cannot be used: {_first_line(self._matcher.get_error())}"
+            )
         self._n_vocab = n_vocab
         self._words: npt.NDArray[np.int32] = np.zeros((n_vocab + 31) // 32, dtype=np.int32)
 
     def apply(self, logits: npt.NDArray[np.float32]) -> None:
         """Set every token the grammar does not allow next to -inf, in place."""
         self._matcher.unsafe_compute_mask_ptr(self._words.ctypes.data, self._words.nbytes)
-        allowed = np.unpackbits(self._words.view(np.uint8), count=self._n_vocab,
-                                bitorder="little")
+        allowed = np.unpackbits(self._words.view(np.uint8), count=self._n_vocab, bitorder="little")
         np.putmask(logits, allowed == 0, -np.inf)
 
     def consume(self, token: int) -> bool:

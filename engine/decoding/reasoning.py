@@ -62,11 +62,11 @@ def split_reasoning(
         body = text.lstrip()
         if not body.startswith(markers.open):
             return "", text
-        text = body[len(markers.open):]
+        text = body[len(markers.open) :]
     end = text.find(markers.close)
     if end < 0:
         return text.strip(), ""
-    return text[:end].strip(), text[end + len(markers.close):].lstrip()
+    return text[:end].strip(), text[end + len(markers.close) :].lstrip()
 
 
 def _partial_suffix(text: str, marker: str) -> int:
@@ -139,7 +139,7 @@ class ReasoningSplitter:
         body = self._pending.lstrip()
         opener = self._markers.open
         if body.startswith(opener):
-            self._pending = body[len(opener):]
+            self._pending = body[len(opener) :]
             self._state = "think"
         elif not opener.startswith(body):  # can no longer become the open marker
             self._state = "content"
@@ -150,14 +150,14 @@ class ReasoningSplitter:
         end = self._pending.find(close)
         if end >= 0:
             self._reasoning(self._pending[:end].rstrip(), pieces)
-            self._pending = self._pending[end + len(close):]
+            self._pending = self._pending[end + len(close) :]
             self._state = "after"
             return
         # Hold a partial close marker and the whitespace before it: both may yet be dropped.
         keep = _partial_suffix(self._pending, close)
         ready = self._pending[: len(self._pending) - keep].rstrip()
         self._reasoning(ready, pieces)
-        self._pending = self._pending[len(ready):]
+        self._pending = self._pending[len(ready) :]
 
     def _reasoning(self, text: str, pieces: list[tuple[PieceKind, str]]) -> None:
         if not self._reasoning_started:

@@ -31,7 +31,7 @@ class TextStream:
             self._pending = ""
             return pending[:hit]
         keep = _held_suffix(pending, self._stops, self._hold)
-        self._pending = pending[len(pending) - keep:] if keep else ""
+        self._pending = pending[len(pending) - keep :] if keep else ""
         return pending[: len(pending) - keep]
 
     def flush(self) -> str:

@@ -113,8 +113,14 @@ def _lark_json(schema: Json) -> str:
     # small model given the choice writes newlines into the arguments until max_tokens. The
     # separators are the ones the tool formats' own examples use (`"a": 1, "b": 2`).
     if isinstance(schema, dict):
-        schema = {**schema, "x-guidance": {"whitespace_flexible": False,
-                                           "key_separator": ": ", "item_separator": ", "}}
+        schema = {
+            **schema,
+            "x-guidance": {
+                "whitespace_flexible": False,
+                "key_separator": ": ",
+                "item_separator": ", ",
+            },
+        }
     return "%json " + json.dumps(schema, ensure_ascii=False)
 
 
@@ -129,7 +135,8 @@ def _text(content: Any) -> str:
         return content
     if isinstance(content, list):
         return "\n".join(
-            str(p.get("text", "")) for p in content
+            str(p.get("text", ""))
+            for p in content
             if isinstance(p, Mapping) and p.get("type") == "text"
         )
     return str(content)
@@ -197,8 +204,9 @@ def _call(obj: Any, args_keys: tuple[str, ...] = ("arguments",)) -> ToolCall | N
     if arguments is None:
         return None
     call_id = obj.get("id")
-    return ToolCall(obj["name"], arguments, call_id if isinstance(call_id, str) and call_id
-                    else new_call_id())
+    return ToolCall(
+        obj["name"], arguments, call_id if isinstance(call_id, str) and call_id else new_call_id()
+    )
 
 
 def _calls(items: Any, args_keys: tuple[str, ...] = ("arguments",)) -> list[ToolCall] | None:
@@ -376,8 +384,10 @@ class HermesFormat(ToolFormat):
         self, schema: Json, parallel: bool, special_tokens: Mapping[str, int] | None
     ) -> str:
         start = "start: block" + (' ("\\n" block)*' if parallel else "")
-        block = (f'block: {_lark_literal(self.opener, special_tokens)} "\\n" call "\\n" '
-                 f"{_lark_literal(self.closer, special_tokens)}")
+        block = (
+            f'block: {_lark_literal(self.opener, special_tokens)} "\\n" call "\\n" '
+            f"{_lark_literal(self.closer, special_tokens)}"
+        )
         return f"{start}\n{block}\ncall: {_lark_json(schema)}\n"
 
     def _read(self, text: str, pos: int) -> tuple[list[ToolCall], int] | None:
@@ -505,7 +515,7 @@ class Llama3JsonFormat(ToolFormat):
             if decoded is None or call is None:
                 return None
             calls.append(call)
-            rest = text[decoded[1]:].lstrip()
+            rest = text[decoded[1] :].lstrip()
             if not rest.lstrip(";").strip():
                 return calls, len(text)
             if not rest.startswith(";"):
@@ -537,7 +547,7 @@ _STRING_BODY = re.compile(r'(?:[^"\\]|\\.)*')
 # An escape that more text could still change: `\u00`, or a high surrogate awaiting its pair
 # (after an even run of backslashes, which are escaped backslashes).
 _OPEN_ESCAPE = re.compile(
-    r'(?:^|[^\\])(?:\\\\)*(\\u[0-9a-fA-F]{0,3}|\\u[dD][89abAB][0-9a-fA-F]{2})$'
+    r"(?:^|[^\\])(?:\\\\)*(\\u[0-9a-fA-F]{0,3}|\\u[dD][89abAB][0-9a-fA-F]{2})$"
 )
 
 
@@ -556,7 +566,7 @@ class _StringReader:
             self.raw_end = start
         body = _STRING_BODY.match(answer, self.raw_end)
         end = body.end() if body else self.raw_end
-        raw = answer[self.raw_end:end]
+        raw = answer[self.raw_end : end]
         if not answer.startswith('"', end):  # the string goes on
             while open_escape := _OPEN_ESCAPE.search(raw):  # `\ud83c\u`: both must wait
                 raw = raw[: open_escape.start(1)]
@@ -625,12 +635,20 @@ class GenericFormat(ToolFormat):
         array: Json = {"type": "array", "items": _any_of(items), "minItems": 1}
         if not parallel:
             array["maxItems"] = 1
-        calls = {"type": "object", "properties": {"tool_calls": array},
-                 "required": ["tool_calls"], "additionalProperties": False}
+        calls = {
+            "type": "object",
+            "properties": {"tool_calls": array},
+            "required": ["tool_calls"],
+            "additionalProperties": False,
+        }
         if choice != "auto":
             return calls
-        response = {"type": "object", "properties": {"response": {"type": "string"}},
-                    "required": ["response"], "additionalProperties": False}
+        response = {
+            "type": "object",
+            "properties": {"response": {"type": "string"}},
+            "required": ["response"],
+            "additionalProperties": False,
+        }
         return {"anyOf": [calls, response]}
 
     def _grammar(
@@ -732,13 +750,13 @@ class ToolCallStream:
         visible = self._visible(self._text)
         if len(visible) <= len(self._shown) or not visible.startswith(self._shown):
             return ""
-        new, self._shown = visible[len(self._shown):], visible
+        new, self._shown = visible[len(self._shown) :], visible
         return new
 
     def finish(self) -> tuple[str, list[ToolCall]]:
         content, calls = self._format.parse(self._text)
         # `visible` promises a prefix of the content; should it fail, nothing is sent twice.
-        return content[_common_prefix(content, self._shown):], calls
+        return content[_common_prefix(content, self._shown) :], calls
 
 
 def _common_prefix(a: str, b: str) -> int:

@@ -108,9 +108,15 @@ class ChatEngine(Protocol):
         """Whether `reply(continue_text=...)` works (remote chat APIs cannot continue an
         assistant message portably)."""
 
-    def reply(self, messages: Messages, sampling: SamplingParams,
-              cancel: threading.Event | None = None, *, continue_text: str = "",
-              policy: ContextPolicy | None = None) -> ReplyStream:
+    def reply(
+        self,
+        messages: Messages,
+        sampling: SamplingParams,
+        cancel: threading.Event | None = None,
+        *,
+        continue_text: str = "",
+        policy: ContextPolicy | None = None,
+    ) -> ReplyStream:
         """Start an answer. `continue_text`: a cut-off answer to continue (the reply holds
         only the new text). `policy`: how to fit a conversation that outgrows the context
         (embedded engines; None = send as is)."""
@@ -127,8 +133,14 @@ class ThinkingReader:
     closed counts the whole reply). `prefix`: the raw text of an answer being continued,
     already shown: it only sets where the reader stands."""
 
-    def __init__(self, markers: ThinkMarkers | None, *, in_thinking: bool = False,
-                 prefix: str = "", clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        markers: ThinkMarkers | None,
+        *,
+        in_thinking: bool = False,
+        prefix: str = "",
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self._split = ReasoningSplitter(markers, in_thinking=in_thinking)
         self._clock = clock
         self._t0: float | None = None
@@ -156,8 +168,10 @@ class ThinkingReader:
         parts = self._split.flush()
         if stats is not None and self._thought:
             t0 = self._t0 if self._t0 is not None else self._clock()
-            stats.thinking_tokens, stats.thinking_s = (
-                self.closed or (stats.gen_tokens, self._clock() - t0))
+            stats.thinking_tokens, stats.thinking_s = self.closed or (
+                stats.gen_tokens,
+                self._clock() - t0,
+            )
         return parts
 
 
@@ -169,9 +183,16 @@ class EmbeddedReply:
     taken out, the thinking kept for `thinking_reader()`), and `tool_calls` holds the calls
     once it has ended."""
 
-    def __init__(self, gen: Generation, dropped: int = 0, *,
-                 markers: ThinkMarkers | None = None, in_thinking: bool = False,
-                 prefix: str = "", calls: ToolCallStream | None = None) -> None:
+    def __init__(
+        self,
+        gen: Generation,
+        dropped: int = 0,
+        *,
+        markers: ThinkMarkers | None = None,
+        in_thinking: bool = False,
+        prefix: str = "",
+        calls: ToolCallStream | None = None,
+    ) -> None:
         self.generation = gen
         self._dropped = dropped
         self.markers = markers
@@ -263,11 +284,19 @@ class EmbeddedEngine:
         """What one conversation may hold: a slot of the model's context."""
         return self.model.n_ctx_seq
 
-    def reply(self, messages: Messages, sampling: SamplingParams,
-              cancel: threading.Event | None = None, *, continue_text: str = "",
-              policy: ContextPolicy | None = None, thinking: bool = True,
-              continue_thinking: str = "", tools: Sequence[Mapping[str, Any]] | None = None,
-              tool_choice: ToolChoice | Mapping[str, Any] = "auto") -> EmbeddedReply:
+    def reply(
+        self,
+        messages: Messages,
+        sampling: SamplingParams,
+        cancel: threading.Event | None = None,
+        *,
+        continue_text: str = "",
+        policy: ContextPolicy | None = None,
+        thinking: bool = True,
+        continue_thinking: str = "",
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: ToolChoice | Mapping[str, Any] = "auto",
+    ) -> EmbeddedReply:
         """`thinking` (a reasoning model): whether it may think first. False asks it not to
         where its template has the switch (`enable_thinking`) and reads the whole reply as
         the answer: a grammar that shapes the answer from its first token (structured
@@ -285,30 +314,38 @@ class EmbeddedEngine:
             continue_thinking = ""
         cut = continue_thinking + continue_text
         # The continued text (its markers, when it has thinking, are a few more tokens).
-        more = (len(model.tokenize(cut, add_special=False)) + 8 * bool(continue_thinking)
-                if cut and policy is not None else 0)
+        more = (
+            len(model.tokenize(cut, add_special=False)) + 8 * bool(continue_thinking)
+            if cut and policy is not None
+            else 0
+        )
         choice = _tool_name(tool_choice)
         if not tools and choice not in ("auto", "none"):
             raise EngineError(f"tool_choice {choice!r} needs tools")
         # `thinking` alone decides the block (a grammar may be written to pass through it);
         # the plan sees the grammar only to refuse it beside tools.
         offered = bool(tools) and choice != "none"
-        plan = plan_chat(model, messages, tools=tools or (), choice=choice,
-                         grammar=sampling.grammar if offered else None, grammar_param="grammar",
-                         think=thinking if has_markers else None,
-                         separate_reasoning=thinking, policy=policy,
-                         reserve=min(sampling.max_tokens, model.n_ctx_seq // 2),
-                         more_tokens=more)
+        plan = plan_chat(
+            model,
+            messages,
+            tools=tools or (),
+            choice=choice,
+            grammar=sampling.grammar if offered else None,
+            grammar_param="grammar",
+            think=thinking if has_markers else None,
+            separate_reasoning=thinking,
+            policy=policy,
+            reserve=min(sampling.max_tokens, model.n_ctx_seq // 2),
+            more_tokens=more,
+        )
         markers = plan.markers
         in_thinking = plan.in_thinking and markers is not None
         raw_continue = continue_text
         if markers is not None and cut and (continue_thinking or in_thinking):
-            raw_continue = continued_text(markers, in_thinking, continue_thinking,
-                                          continue_text)
+            raw_continue = continued_text(markers, in_thinking, continue_thinking, continue_text)
         prompt = plan.prompt
         if raw_continue:
-            prompt = prompt + model.tokenize(raw_continue, add_special=False,
-                                             parse_special=False)
+            prompt = prompt + model.tokenize(raw_continue, add_special=False, parse_special=False)
         calls = None
         if plan.fmt is not None:
             calls = plan.fmt.stream()
@@ -317,8 +354,14 @@ class EmbeddedEngine:
             calls.push((plan.fmt.think.open if plan.in_thinking else "") + raw_continue)
             sampling = plan.sampling(sampling)  # the call grammar, control tokens as text
         gen = model.submit(prompt, sampling, cancel=cancel)
-        return EmbeddedReply(gen, plan.dropped, markers=markers, in_thinking=in_thinking,
-                             prefix=raw_continue if markers is not None else "", calls=calls)
+        return EmbeddedReply(
+            gen,
+            plan.dropped,
+            markers=markers,
+            in_thinking=in_thinking,
+            prefix=raw_continue if markers is not None else "",
+            calls=calls,
+        )
 
     def close(self) -> None:
         self._closed = True  # llama.cpp crashes on a freed model: refuse before reaching it

@@ -69,16 +69,26 @@ class ChatPlan:
     def sampling(self, sampling: SamplingParams) -> SamplingParams:
         """The request's sampling with what the reply needs: its grammar, and control tokens
         written out where a tool format's markers may be one."""
-        return replace(sampling, grammar=self.grammar,
-                       special_text=self.fmt is not None and self.fmt.native)
+        return replace(
+            sampling, grammar=self.grammar, special_text=self.fmt is not None and self.fmt.native
+        )
 
 
-def plan_chat(model: Model, messages: Messages, *,
-              tools: Sequence[Mapping[str, Any]] = (), choice: ToolChoice = "auto",
-              parallel: bool = True, grammar: str | None = None,
-              grammar_param: str = "grammar", think: bool | None = None,
-              separate_reasoning: bool = True, policy: ContextPolicy | None = None,
-              reserve: int = 0, more_tokens: int = 0) -> ChatPlan:
+def plan_chat(
+    model: Model,
+    messages: Messages,
+    *,
+    tools: Sequence[Mapping[str, Any]] = (),
+    choice: ToolChoice = "auto",
+    parallel: bool = True,
+    grammar: str | None = None,
+    grammar_param: str = "grammar",
+    think: bool | None = None,
+    separate_reasoning: bool = True,
+    policy: ContextPolicy | None = None,
+    reserve: int = 0,
+    more_tokens: int = 0,
+) -> ChatPlan:
     """`grammar`: the reply's own format (a compiled constraint: response_format, Ollama's
     format), if any; `grammar_param` names its field in errors. `think`: None leaves the
     template's default; True/False set `enable_thinking` where the template has the switch.
@@ -87,14 +97,19 @@ def plan_chat(model: Model, messages: Messages, *,
     source = model.template.source
     markers = thinking_markers(source)
     if think and markers is None:
-        raise PlanError("'think': this model does not think (its chat template has no "
-                        "thinking block)", param="think")
+        raise PlanError(
+            "'think': this model does not think (its chat template has no thinking block)",
+            param="think",
+        )
     offered = bool(tools) and choice != "none"
     has_history = any(m.get("tool_calls") or m.get("role") == "tool" for m in messages)
     fmt = tool_format_for(source) if offered or has_history else None
     if offered and grammar is not None:
-        raise PlanError(f"'{grammar_param}' cannot be combined with tools (the reply is "
-                        "either a call or text in that format)", param=grammar_param)
+        raise PlanError(
+            f"'{grammar_param}' cannot be combined with tools (the reply is "
+            "either a call or text in that format)",
+            param=grammar_param,
+        )
     extra: dict[str, Any] = {}
     if think is False or (grammar is not None and markers is not None):
         # Qwen3's switch; a grammar from the first token leaves no room for a thinking block.
@@ -115,8 +130,12 @@ def plan_chat(model: Model, messages: Messages, *,
     try:
         if policy is not None:
             fit = fit_messages(
-                messages, lambda ms: len(model.chat_prompt_tokens(render(ms))) + more_tokens,
-                model.n_ctx_seq, reserve=reserve, policy=policy)
+                messages,
+                lambda ms: len(model.chat_prompt_tokens(render(ms))) + more_tokens,
+                model.n_ctx_seq,
+                reserve=reserve,
+                policy=policy,
+            )
             messages, dropped = fit.messages, fit.dropped
         text = render(messages)
         prompt = model.chat_prompt_tokens(text)
@@ -125,15 +144,21 @@ def plan_chat(model: Model, messages: Messages, *,
     in_thinking = starts_thinking(text, markers)
     if offered and fmt is not None:
         try:
-            specials = {m: t for m in fmt.markers
-                        if (t := model.special_token(m)) is not None}
+            specials = {m: t for m in fmt.markers if (t := model.special_token(m)) is not None}
             tool_grammar = fmt.grammar(shown_tools, choice, parallel, special_tokens=specials)
             if tool_grammar is not None:
                 grammar = constraints.lark(tool_grammar, what="the tools' call grammar")
         except GrammarError as e:
             raise PlanError(f"'tools': {e}", param="tools") from None
-    return ChatPlan(prompt, grammar, fmt if offered else None,
-                    markers if separate_reasoning else None, in_thinking, text, dropped)
+    return ChatPlan(
+        prompt,
+        grammar,
+        fmt if offered else None,
+        markers if separate_reasoning else None,
+        in_thinking,
+        text,
+        dropped,
+    )
 
 
 @dataclass
@@ -203,5 +228,4 @@ def read_whole(plan: ChatPlan, text: str, stats: GenerationStats) -> ReplyResult
     return reader.finish(stats)[1]
 
 
-__all__ = ["ChatPlan", "Part", "PlanError", "ReplyReader", "ReplyResult", "plan_chat",
-           "read_whole"]
+__all__ = ["ChatPlan", "Part", "PlanError", "ReplyReader", "ReplyResult", "plan_chat", "read_whole"]

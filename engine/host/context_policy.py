@@ -58,7 +58,7 @@ def fit_messages(
             "or let Candlewick drop the oldest turns"
         )
     head = [m for m in msgs[:1] if m.get("role") == "system"]
-    body = msgs[len(head):]
+    body = msgs[len(head) :]
     # Dropping more turns never makes the prompt longer: binary-search the fewest to drop,
     # always keeping the last message (the question being asked).
     lo, hi = 1, len(body) - 1

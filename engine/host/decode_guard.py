@@ -21,23 +21,28 @@ class DecodeRefused(EngineError):
 
 def check_batch(n_tokens: int, n_batch: int) -> None:
     if n_tokens > n_batch:
-        raise DecodeRefused(f"a batch of {n_tokens} tokens is larger than the context's batch "
-                            f"size of {n_batch}")
+        raise DecodeRefused(
+            f"a batch of {n_tokens} tokens is larger than the context's batch size of {n_batch}"
+        )
 
 
 def check_room(pos: int, n_tokens: int, n_ctx: int) -> None:
     """`n_tokens` going in at position `pos` must fit in a sequence of `n_ctx` cells."""
     if pos + n_tokens > n_ctx:
-        raise DecodeRefused(f"the context is full: {n_tokens} tokens at position {pos} need "
-                            f"{pos + n_tokens} positions, the context holds {n_ctx}; start a "
-                            "new chat or load the model with a larger context")
+        raise DecodeRefused(
+            f"the context is full: {n_tokens} tokens at position {pos} need "
+            f"{pos + n_tokens} positions, the context holds {n_ctx}; start a "
+            "new chat or load the model with a larger context"
+        )
 
 
 def check_seq(seq: int, n_seq_max: int) -> None:
     if not 0 <= seq < n_seq_max:
-        raise DecodeRefused(f"sequence id {seq} is out of range: the context has {n_seq_max} "
-                            f"sequence{'s' if n_seq_max != 1 else ''} (ids 0 to "
-                            f"{n_seq_max - 1})")
+        raise DecodeRefused(
+            f"sequence id {seq} is out of range: the context has {n_seq_max} "
+            f"sequence{'s' if n_seq_max != 1 else ''} (ids 0 to "
+            f"{n_seq_max - 1})"
+        )
 
 
 def check_tokens(tokens: Sequence[int], n_vocab: int) -> None:
@@ -50,8 +55,10 @@ def check_tokens(tokens: Sequence[int], n_vocab: int) -> None:
 def decode_error(rc: int) -> str:
     """The one message for a failed `llama_decode`, whoever called it."""
     if rc == 1:
-        return ("the context is full (no free KV cache slot for this batch); start a new chat "
-                "or raise the context")
+        return (
+            "the context is full (no free KV cache slot for this batch); start a new chat "
+            "or raise the context"
+        )
     if rc == 2:
         return "decoding was aborted"
     return f"llama.cpp failed to decode (error {rc})"

@@ -31,18 +31,31 @@ class Generation:
     `cancel` (a `threading.Event`, settable from any thread) stops it before the next step.
     A failed decode raises EngineError from the iteration, after the text so far."""
 
-    def __init__(self, scheduler: Scheduler, prompt: list[int], sampling: SamplingParams,
-                 cancel: threading.Event | None = None, *, interactive: bool = True,
-                 spec: SpecMode | None = None) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        prompt: list[int],
+        sampling: SamplingParams,
+        cancel: threading.Event | None = None,
+        *,
+        interactive: bool = True,
+        spec: SpecMode | None = None,
+    ) -> None:
         self.prompt = prompt
         self.sampling = sampling
         self.cancel = cancel or threading.Event()
         self.text = ""
         self.done = False
         self._q: queue.SimpleQueue[Event] = queue.SimpleQueue()
-        self.request: Request = scheduler.submit(prompt, sampling, self._q.put, stream=True,
-                                                 cancel=self.cancel, interactive=interactive,
-                                                 spec=spec)
+        self.request: Request = scheduler.submit(
+            prompt,
+            sampling,
+            self._q.put,
+            stream=True,
+            cancel=self.cancel,
+            interactive=interactive,
+            spec=spec,
+        )
 
     @property
     def id(self) -> int:

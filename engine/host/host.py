@@ -99,8 +99,9 @@ def estimate_need(spec: Loadable) -> Need:
     est = estimate(spec.path, EstimateParams.from_load_params(spec.params))
     # The margin kept free on a device is the machine's, not each model's: the budget counts
     # what the model takes, and `fits` (free memory, margin included) decides without one.
-    return Need({d.name: d.bytes + d.overhead_bytes for d in est.devices},
-                None if est.fits else est.reason)
+    return Need(
+        {d.name: d.bytes + d.overhead_bytes for d in est.devices}, None if est.fits else est.reason
+    )
 
 
 def load_model(spec: Loadable) -> Model:
@@ -148,8 +149,12 @@ class _Entry:
 
     @property
     def evictable(self) -> bool:
-        return (self.owner is None and self.model is not None and self.in_flight == 0
-                and not self.pinned)
+        return (
+            self.owner is None
+            and self.model is not None
+            and self.in_flight == 0
+            and not self.pinned
+        )
 
 
 def _matches(name: str, own: str, aliases: Sequence[str], path: Path | None) -> bool:
@@ -201,12 +206,16 @@ class ModelHost:
     memory, as the estimate reads it); `estimator`/`loader`: how a load is planned and done
     (tests pass their own to simulate devices)."""
 
-    def __init__(self, catalog: Callable[[], Sequence[Loadable]] = tuple,
-                 budget: MemoryBudget | None = None, *,
-                 estimator: Callable[[Loadable], Need] = estimate_need,
-                 loader: Callable[[Loadable], Model] = load_model,
-                 default_keep_s: float | None = DEFAULT_KEEP_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        catalog: Callable[[], Sequence[Loadable]] = tuple,
+        budget: MemoryBudget | None = None,
+        *,
+        estimator: Callable[[Loadable], Need] = estimate_need,
+        loader: Callable[[Loadable], Model] = load_model,
+        default_keep_s: float | None = DEFAULT_KEEP_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._catalog = catalog
         self.budget = budget
         self._estimator = estimator
@@ -225,8 +234,9 @@ class ModelHost:
 
     # -- models clients load themselves ----------------------------------------------------
 
-    def add(self, name: str, model: Model, *, owner: str = "client",
-            aliases: Sequence[str] = ()) -> None:
+    def add(
+        self, name: str, model: Model, *, owner: str = "client", aliases: Sequence[str] = ()
+    ) -> None:
         """Make a model the caller loaded available as `name`. It stays the caller's: the
         host never unloads it; the caller `remove`s it (a file is loaded once: the same
         model may not be added under a second name)."""
@@ -238,9 +248,18 @@ class ModelHost:
                     raise EngineError(f"a model named {name!r} is already loaded")
             if any(e.model is model for e in self._entries):
                 return
-            entry = _Entry(name, model.path, tuple(aliases), name, model, owner=owner,
-                           keep_s=None, last_used=self._clock(), loaded_at=time.time(),
-                           memory=_actual_memory(model))
+            entry = _Entry(
+                name,
+                model.path,
+                tuple(aliases),
+                name,
+                model,
+                owner=owner,
+                keep_s=None,
+                last_used=self._clock(),
+                loaded_at=time.time(),
+                memory=_actual_memory(model),
+            )
             self._entries.append(entry)
             listeners = list(self._listeners)
         for fn in listeners:
@@ -258,19 +277,18 @@ class ModelHost:
                 return False
             if e.in_flight == 0 and e.served == 0:
                 return False
-            log.info("%s stays loaded for the clients using it (owner %s left)", e.name,
-                     e.owner)
+            log.info("%s stays loaded for the clients using it (owner %s left)", e.name, e.owner)
             e.owner = None
             e.keep_s = self.default_keep_s
             e.last_used = self._clock() if e.in_flight == 0 else e.last_used
-            e.expires_at = (None if e.keep_s is None or e.in_flight
-                            else e.last_used + e.keep_s)
+            e.expires_at = None if e.keep_s is None or e.in_flight else e.last_used + e.keep_s
             self._changed.notify_all()
         self._ensure_reaper()
         return True
 
-    def claim(self, path: Path, *, owner: str = "client",
-              params: LoadParams | None = None) -> tuple[str, Model] | None:
+    def claim(
+        self, path: Path, *, owner: str = "client", params: LoadParams | None = None
+    ) -> tuple[str, Model] | None:
         """A client is about to load `path`: if the host already has it loaded on demand,
         the client takes that model instead (a file is loaded once): it becomes the
         client's, kept until the client `remove`s it. Returns its name and the model, or
@@ -279,8 +297,9 @@ class ModelHost:
         context with more or longer sequences than `params` asks for serves as well. A
         model being loaded is waited for."""
         with self._changed:
-            e = next((x for x in self._entries if x.path is not None
-                      and _same_file(x.path, path)), None)
+            e = next(
+                (x for x in self._entries if x.path is not None and _same_file(x.path, path)), None
+            )
             if e is None or e.owner is not None:
                 return None
             e.in_flight += 1  # not unloaded while it loads or while this decides
@@ -297,8 +316,7 @@ class ModelHost:
             if e.evictable:
                 self._evict(e)
                 return None
-            log.info("%s is busy with other settings; the %s uses it as loaded", e.name,
-                     owner)
+            log.info("%s is busy with other settings; the %s uses it as loaded", e.name, owner)
         with self._changed:
             if e not in self._entries or e.owner is not None or e.model is None:
                 return None
@@ -402,8 +420,9 @@ class ModelHost:
                 return e.name
         return self.find(name).name
 
-    def acquire(self, name: str, *, keep_s: float | Unset | None = UNSET,
-                timeout_s: float | None = None) -> Lease:
+    def acquire(
+        self, name: str, *, keep_s: float | Unset | None = UNSET, timeout_s: float | None = None
+    ) -> Lease:
         """Hold the model `name`, loading it first if it is known but not loaded. Raises
         ModelNotFound, NoRoom, or the load's own error (for every request that waited)."""
         deadline = None if timeout_s is None else self._clock() + timeout_s
@@ -423,8 +442,7 @@ class ModelHost:
             raise
         return Lease(self, e)
 
-    def acquire_ready(self, name: str, *, keep_s: float | Unset | None = UNSET
-                      ) -> Lease | None:
+    def acquire_ready(self, name: str, *, keep_s: float | Unset | None = UNSET) -> Lease | None:
         """Hold the model `name` if it is loaded (never waits); None if it is not."""
         with self._changed:
             e = self._find(name)
@@ -459,12 +477,19 @@ class ModelHost:
             if e is not None:  # another request started it meanwhile
                 self._hold(e, keep_s)
                 return e
-            e = _Entry(spec.name, spec.path, spec.aliases, spec.title or spec.name,
-                       keep_s=self.default_keep_s if isinstance(keep_s, Unset) else keep_s,
-                       in_flight=1, served=1)
+            e = _Entry(
+                spec.name,
+                spec.path,
+                spec.aliases,
+                spec.title or spec.name,
+                keep_s=self.default_keep_s if isinstance(keep_s, Unset) else keep_s,
+                in_flight=1,
+                served=1,
+            )
             self._entries.append(e)
-        threading.Thread(target=self._load, args=(e, spec), name=f"candlewick-load-{spec.name}",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._load, args=(e, spec), name=f"candlewick-load-{spec.name}", daemon=True
+        ).start()
         return e
 
     def _wait_loaded(self, e: _Entry, deadline: float | None) -> None:
@@ -502,8 +527,11 @@ class ModelHost:
         except BaseException as err:
             log.info("could not load %s: %s", spec.name, err)
             with self._changed:
-                e.error = err if isinstance(err, EngineError) else EngineError(
-                    f"could not load {spec.title or spec.name}: {err}")
+                e.error = (
+                    err
+                    if isinstance(err, EngineError)
+                    else EngineError(f"could not load {spec.title or spec.name}: {err}")
+                )
                 with contextlib.suppress(ValueError):
                     self._entries.remove(e)
                 self._changed.notify_all()
@@ -521,8 +549,10 @@ class ModelHost:
                 idle = sorted((x for x in self._entries if x.evictable), key=lambda x: x.last_used)
                 victim = idle[0] if idle else None
             if victim is None:
-                raise NoRoom(f"loading {title} {short}; every loaded model is busy, pinned "
-                             "or held by a client")
+                raise NoRoom(
+                    f"loading {title} {short}; every loaded model is busy, pinned "
+                    "or held by a client"
+                )
             self._evict(victim)
 
     def _need(self, spec: Loadable) -> Need:
@@ -536,8 +566,11 @@ class ModelHost:
             return self._estimator(spec)
         key = (str(spec.path), st.st_size, st.st_mtime_ns, spec.params)
         cached = self._needs.get(key)
-        if cached is not None and self.budget is not None and all(
-                d in self.budget.devices for d in cached.devices):
+        if (
+            cached is not None
+            and self.budget is not None
+            and all(d in self.budget.devices for d in cached.devices)
+        ):
             return cached
         need = self._estimator(spec)
         self._needs[key] = need
@@ -550,8 +583,10 @@ class ModelHost:
                 want = need.devices.get(dev, 0)
                 used = sum(x.memory.get(dev, 0) for x in self._entries if x is not loading)
                 if want and used + want > limit:
-                    return (f"needs {_gib(want)} of {_device(dev)}; {_gib(max(limit - used, 0))} "
-                            f"free of the {_gib(limit)} budget")
+                    return (
+                        f"needs {_gib(want)} of {_device(dev)}; {_gib(max(limit - used, 0))} "
+                        f"free of the {_gib(limit)} budget"
+                    )
             if all(d in self.budget.devices for d in need.devices):
                 return None
         return None if need.short is None else f"does not fit: {need.short}"
@@ -619,13 +654,23 @@ class ModelHost:
     def hosted(self) -> list[HostedModel]:
         now = self._clock()
         with self._lock:
-            return [HostedModel(
-                e.name, e.path, "ready" if e.model is not None else "loading", e.owner,
-                e.pinned, e.in_flight, dict(e.memory), e.keep_s,
-                None if e.expires_at is None or not e.evictable else max(e.expires_at - now, 0),
-                e.loaded_at, now - e.last_used if e.model is not None else 0.0,
-                _leased_by(e.model))
-                for e in self._entries]
+            return [
+                HostedModel(
+                    e.name,
+                    e.path,
+                    "ready" if e.model is not None else "loading",
+                    e.owner,
+                    e.pinned,
+                    e.in_flight,
+                    dict(e.memory),
+                    e.keep_s,
+                    None if e.expires_at is None or not e.evictable else max(e.expires_at - now, 0),
+                    e.loaded_at,
+                    now - e.last_used if e.model is not None else 0.0,
+                    _leased_by(e.model),
+                )
+                for e in self._entries
+            ]
 
     def used(self) -> dict[str, int]:
         """Bytes per device the loaded (and loading) models take."""
@@ -642,8 +687,9 @@ class ModelHost:
         with self._lock:
             if self._reaper is not None or self._closed:
                 return
-            self._reaper = threading.Thread(target=self._reap, name="candlewick-model-ttl",
-                                            daemon=True)
+            self._reaper = threading.Thread(
+                target=self._reap, name="candlewick-model-ttl", daemon=True
+            )
             self._reaper.start()
 
     def _reap(self) -> None:
@@ -652,11 +698,17 @@ class ModelHost:
                 if self._closed:
                     return
                 now = self._clock()
-                due = [e for e in self._entries if e.evictable and e.expires_at is not None
-                       and e.expires_at <= now]
+                due = [
+                    e
+                    for e in self._entries
+                    if e.evictable and e.expires_at is not None and e.expires_at <= now
+                ]
                 if not due:
-                    waits = [e.expires_at - now for e in self._entries
-                             if e.evictable and e.expires_at is not None]
+                    waits = [
+                        e.expires_at - now
+                        for e in self._entries
+                        if e.evictable and e.expires_at is not None
+                    ]
                     self._changed.wait(min(waits) if waits else None)
                     continue
             for e in due:
@@ -687,8 +739,7 @@ def _leased_by(model: Model | None) -> str | None:
 def _serves(model: Model, params: LoadParams) -> bool:
     """Whether `model` is loaded as `params` asks, or with more room: the context's shape
     changes while a server leases its slots; every other setting must be the same."""
-    same_shape = dataclasses.replace(model.params, n_ctx=params.n_ctx,
-                                     n_seq_max=params.n_seq_max)
+    same_shape = dataclasses.replace(model.params, n_ctx=params.n_ctx, n_seq_max=params.n_seq_max)
     per_seq = params.n_ctx // max(params.n_seq_max, 1)
     return same_shape == params and model.n_ctx_seq >= per_seq
 

@@ -53,6 +53,7 @@ from engine.settings import (
 if TYPE_CHECKING:
     from engine.native.load_probe import FirstLoads
 
+
 @dataclass
 class LoadInfo:
     path: str
@@ -98,8 +99,15 @@ class Model:
         if self.embedding_only:
             train = int(self.gguf.arch_value("context_length", 0) or 0) or 512
             n = min(self.params.n_ctx or train, train)
-            self.params = replace(self.params, n_ctx=n, n_seq_max=1, n_batch=n, n_ubatch=n,
-                                  embeddings=True, speculative=None)
+            self.params = replace(
+                self.params,
+                n_ctx=n,
+                n_seq_max=1,
+                n_batch=n,
+                n_ubatch=n,
+                embeddings=True,
+                speculative=None,
+            )
         self._lib = C = llama_lib.lib()
         self._model: Any = None
         self._vocab: Any = None
@@ -112,23 +120,26 @@ class Model:
         # Snapshots of recent conversations' KV state, so switching back costs a memory copy.
         self.state_cache: PromptStateCache | None = (
             PromptStateCache(self.params.state_cache_mb << 20)
-            if self.params.state_cache_mb > 0 else None
+            if self.params.state_cache_mb > 0
+            else None
         )
         t0 = time.perf_counter()
         rss0 = hardware.process_rss()
 
         mp = C.llama_model_default_params()
         n_layer = int(self.gguf.arch_value("block_count", 0) or 0)
-        mp.n_gpu_layers = resolve_gpu_layers(self.params.n_gpu_layers, n_layer,
-                                             gguf=self.gguf, params=self.params)
+        mp.n_gpu_layers = resolve_gpu_layers(
+            self.params.n_gpu_layers, n_layer, gguf=self.gguf, params=self.params
+        )
         mp.load_mode = C.LLAMA_LOAD_MODE_MMAP if self.params.use_mmap else C.LLAMA_LOAD_MODE_NONE
         mp.use_extra_bufts = extra = use_extra_buffers(self.params.extra_buffers)
         cpu = cpu_kernels.detect()
         tied = cpu_kernels.tied_output(self.gguf.tensors)
         # The weights' half of batch invariance decides whether drafting wants flash attention;
         # `exactness` (below, once flash attention is settled) is the whole guarantee.
-        weights_exact = cpu_kernels.weights_exactness(self.gguf.tensors, cpu,
-                                                      extra_buffers=extra, tied_output=tied)
+        weights_exact = cpu_kernels.weights_exactness(
+            self.gguf.tensors, cpu, extra_buffers=extra, tied_output=tied
+        )
         # AMX kernels in use: the verification cost curve differs (engine.host.speculative).
         self.amx_weights = extra and cpu.amx_int8
 
@@ -142,9 +153,12 @@ class Model:
 
         cb = C.llama_progress_callback(on_progress)
         mp.progress_callback = cb
-        flash = resolve_flash_attn(self.params.flash_attn, self.params.type_v,
-                                   drafting=self.params.drafting,
-                                   batch_exact=weights_exact.exact)
+        flash = resolve_flash_attn(
+            self.params.flash_attn,
+            self.params.type_v,
+            drafting=self.params.drafting,
+            batch_exact=weights_exact.exact,
+        )
         n_threads = self.params.n_threads or default_threads()
         self._flash = flash
         self._n_threads = n_threads
@@ -154,27 +168,32 @@ class Model:
         with llama_lib.capture_log() as lines:
             if extra and llama_lib.amx_build():
                 self._model = _on_passing_thread(
-                    lambda: C.llama_model_load_from_file(str(self.path).encode(), mp))
+                    lambda: C.llama_model_load_from_file(str(self.path).encode(), mp)
+                )
             else:
                 self._model = C.llama_model_load_from_file(str(self.path).encode(), mp)
             if not self._model:
                 if cancel is not None and cancel.is_set():
                     raise LoadCancelled("loading was cancelled")
-                raise EngineError(f"llama.cpp could not load {self.path.name}: "
-                                  f"{llama_lib.last_error(lines)}")
+                raise EngineError(
+                    f"llama.cpp could not load {self.path.name}: {llama_lib.last_error(lines)}"
+                )
             self._vocab = C.llama_model_get_vocab(self._model)
             self._ctx = C.llama_init_from_model(self._model, cp)
             if not self._ctx:
                 self.close()
-                raise EngineError(f"llama.cpp could not create a context for {self.path.name}: "
-                                  f"{llama_lib.last_error(lines)}")
+                raise EngineError(
+                    f"llama.cpp could not create a context for {self.path.name}: "
+                    f"{llama_lib.last_error(lines)}"
+                )
         if first_loads is not None:
             first_loads.remember(self.path)
         self._limits()
         self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
         # What llama.cpp really allocated, for "estimated X, actual Y" (engine.memory).
         self.memory_actual = memory.actual_from_log(
-            lines, rss_growth_bytes=hardware.process_rss() - rss0 if rss0 else None)
+            lines, rss_growth_bytes=hardware.process_rss() - rss0 if rss0 else None
+        )
         self.load_info = LoadInfo(
             path=str(self.path),
             load_s=time.perf_counter() - t0,
@@ -189,17 +208,30 @@ class Model:
         # nothing else.
         self.flash_attn_on = _flash_enabled(lines, flash)
         self.exactness = cpu_kernels.batch_exactness(
-            self.gguf.tensors, cpu, extra_buffers=extra, flash_attn=self.flash_attn_on,
-            type_k=self.params.type_k, type_v=self.params.type_v, gpu_layers=mp.n_gpu_layers,
-            tied_output=tied)
+            self.gguf.tensors,
+            cpu,
+            extra_buffers=extra,
+            flash_attn=self.flash_attn_on,
+            type_k=self.params.type_k,
+            type_v=self.params.type_v,
+            gpu_layers=mp.n_gpu_layers,
+            tied_output=tied,
+        )
         # Which ways of cutting a prompt into batches keep its logits (engine.host.batch_plan).
         self.split_rule = cpu_kernels.split_rule(
-            self.gguf.tensors, cpu, extra_buffers=extra, flash_attn=self.flash_attn_on,
-            type_k=self.params.type_k, type_v=self.params.type_v, gpu_layers=mp.n_gpu_layers,
-            tied_output=tied)
+            self.gguf.tensors,
+            cpu,
+            extra_buffers=extra,
+            flash_attn=self.flash_attn_on,
+            type_k=self.params.type_k,
+            type_v=self.params.type_v,
+            gpu_layers=mp.n_gpu_layers,
+            tied_output=tied,
+        )
         self.template = ChatTemplate(
             self.gguf.metadata.get("tokenizer.chat_template")
-            if isinstance(self.gguf.metadata.get("tokenizer.chat_template"), str) else None,
+            if isinstance(self.gguf.metadata.get("tokenizer.chat_template"), str)
+            else None,
             bos_token=self.token_text(C.llama_vocab_bos(self._vocab)),
             eos_token=self.token_text(C.llama_vocab_eos(self._vocab)),
         )
@@ -216,9 +248,12 @@ class Model:
 
     def _load_draft(self, path: str) -> Model:
         """The draft model: a sequence per slot of this model's context, each as long."""
-        draft = Model(path, draft_params(self.params, n_ctx=self.n_ctx,
-                                         n_seq_max=int(self.params.n_seq_max)),
-                      first_loads=self.first_loads, decode_loop=False)
+        draft = Model(
+            path,
+            draft_params(self.params, n_ctx=self.n_ctx, n_seq_max=int(self.params.n_seq_max)),
+            first_loads=self.first_loads,
+            decode_loop=False,
+        )
         if draft.n_ctx_seq < self.n_ctx_seq:
             draft.close()
             raise EngineError(f"{Path(path).name} cannot hold this model's context as a draft")
@@ -266,20 +301,23 @@ class Model:
             ctx = C.llama_init_from_model(self._model, self._context_params(n_ctx, n_seq_max))
         if not ctx:
             why = llama_lib.last_error(lines)
-            self._ctx = C.llama_init_from_model(self._model,
-                                                self._context_params(old[0], old[1]))
+            self._ctx = C.llama_init_from_model(self._model, self._context_params(old[0], old[1]))
             if self._ctx:
                 self._limits()
-            raise EngineError(f"llama.cpp could not make room for {n_seq_max} sequences of "
-                              f"{n_ctx // max(n_seq_max, 1)} tokens: {why}")
+            raise EngineError(
+                f"llama.cpp could not make room for {n_seq_max} sequences of "
+                f"{n_ctx // max(n_seq_max, 1)} tokens: {why}"
+            )
         self._ctx = ctx
         self._limits()
         self.params = replace(self.params, n_ctx=n_ctx, n_seq_max=n_seq_max)
         new = memory.actual_from_log(lines)
-        self.memory_actual = replace(self.memory_actual, kv_bytes=new.kv_bytes,
-                                     compute_bytes=new.compute_bytes,
-                                     output_bytes=new.output_bytes or
-                                     self.memory_actual.output_bytes)
+        self.memory_actual = replace(
+            self.memory_actual,
+            kv_bytes=new.kv_bytes,
+            compute_bytes=new.compute_bytes,
+            output_bytes=new.output_bytes or self.memory_actual.output_bytes,
+        )
         if self.speculator is not None:
             self.speculator.recreate(n_seq_max, self.n_ctx_seq)
 
@@ -317,8 +355,10 @@ class Model:
         if self.load_info.n_gpu_layers > 0:
             return "GPU kernels do not promise the same sums from one run to the next"
         if self.params.drafting and not self.exactness.exact:
-            return ("speculative decoding can take another branch where two words are "
-                    f"nearly tied ({self.exactness.reason})")
+            return (
+                "speculative decoding can take another branch where two words are "
+                f"nearly tied ({self.exactness.reason})"
+            )
         return ""
 
     @property
@@ -352,8 +392,9 @@ class Model:
             raise EngineError(f"{self.path.name} has been unloaded")
         return self._vocab
 
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True
-                 ) -> list[int]:
+    def tokenize(
+        self, text: str, *, add_special: bool = True, parse_special: bool = True
+    ) -> list[int]:
         C = self._lib
         vocab = self._live_vocab()
         data = text.encode("utf-8")
@@ -404,10 +445,10 @@ class Model:
         with self._grammar_lock:
             if self._grammar_tokenizer is None:
                 vocab = self._live_vocab()
-                eog = [t for t in range(self.n_vocab)
-                       if self._lib.llama_vocab_is_eog(vocab, t)]
+                eog = [t for t in range(self.n_vocab) if self._lib.llama_vocab_is_eog(vocab, t)]
                 self._grammar_tokenizer = constraints.tokenizer_for(
-                    self._lib, vocab, self.n_vocab, eog)
+                    self._lib, vocab, self.n_vocab, eog
+                )
             tokenizer = self._grammar_tokenizer
         return TokenMask(tokenizer, grammar, self.n_vocab)
 
@@ -441,8 +482,9 @@ class Model:
     ) -> Generation:
         """Stream an assistant reply to a chat. Iterate the result for text pieces.
         `spec`: speculative decoding for this request (None: the model's setting)."""
-        return self.submit(self.chat_tokens(messages), sampling, cancel=cancel, spec=spec,
-                           interactive=interactive)
+        return self.submit(
+            self.chat_tokens(messages), sampling, cancel=cancel, spec=spec, interactive=interactive
+        )
 
     def complete(
         self,
@@ -454,15 +496,28 @@ class Model:
         interactive: bool = True,
     ) -> Generation:
         """Stream a raw continuation of `prompt` (no chat template)."""
-        return self.submit(self.tokenize(prompt), sampling, cancel=cancel, spec=spec,
-                           interactive=interactive)
+        return self.submit(
+            self.tokenize(prompt), sampling, cancel=cancel, spec=spec, interactive=interactive
+        )
 
-    def submit(self, prompt: list[int], sampling: SamplingParams | None = None, *,
-               cancel: threading.Event | None = None, spec: SpecMode | None = None,
-               interactive: bool = True) -> Generation:
+    def submit(
+        self,
+        prompt: list[int],
+        sampling: SamplingParams | None = None,
+        *,
+        cancel: threading.Event | None = None,
+        spec: SpecMode | None = None,
+        interactive: bool = True,
+    ) -> Generation:
         """Stream a reply to prompt token ids through the decode loop."""
-        return Generation(self.loop, prompt, sampling or SamplingParams(), cancel,
-                          interactive=interactive, spec=spec)
+        return Generation(
+            self.loop,
+            prompt,
+            sampling or SamplingParams(),
+            cancel,
+            interactive=interactive,
+            spec=spec,
+        )
 
     def reset_cache(self) -> None:
         """Drop every cached KV cell (waits for requests in flight)."""
@@ -472,9 +527,16 @@ class Model:
         C = self._lib
         chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
         if s.penalizes:
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_penalties(
-                self.n_vocab, s.repeat_last_n, s.repeat_penalty, s.frequency_penalty,
-                s.presence_penalty))
+            C.llama_sampler_chain_add(
+                chain,
+                C.llama_sampler_init_penalties(
+                    self.n_vocab,
+                    s.repeat_last_n,
+                    s.repeat_penalty,
+                    s.frequency_penalty,
+                    s.presence_penalty,
+                ),
+            )
         if s.temperature <= 0:
             C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
             return chain
@@ -498,11 +560,20 @@ def _native_load(path: Path, mp: Any, cp: Any) -> NativeLoad:
     no-alloc load with offload crashes on CUDA builds (engine.memory.dry_run), and what a
     broken file trips over (header, vocabulary, tensors, the graph) is the same there."""
     return NativeLoad(
-        path=str(path), n_gpu_layers=0, use_extra_bufts=bool(mp.use_extra_bufts),
-        n_ctx=int(cp.n_ctx), n_batch=int(cp.n_batch), n_ubatch=int(cp.n_ubatch),
-        n_seq_max=int(cp.n_seq_max), flash_attn_type=int(cp.flash_attn_type),
-        type_k=int(cp.type_k), type_v=int(cp.type_v), embeddings=bool(cp.embeddings),
-        swa_full=bool(cp.swa_full), kv_unified=bool(cp.kv_unified))
+        path=str(path),
+        n_gpu_layers=0,
+        use_extra_bufts=bool(mp.use_extra_bufts),
+        n_ctx=int(cp.n_ctx),
+        n_batch=int(cp.n_batch),
+        n_ubatch=int(cp.n_ubatch),
+        n_seq_max=int(cp.n_seq_max),
+        flash_attn_type=int(cp.flash_attn_type),
+        type_k=int(cp.type_k),
+        type_v=int(cp.type_v),
+        embeddings=bool(cp.embeddings),
+        swa_full=bool(cp.swa_full),
+        kv_unified=bool(cp.kv_unified),
+    )
 
 
 def _on_passing_thread(fn: Callable[[], Any]) -> Any:
@@ -530,14 +601,18 @@ def _on_passing_thread(fn: Callable[[], Any]) -> Any:
     return box[0]
 
 
-def drafting_exact(path: str | os.PathLike[str], extra_buffers: bool | None = None
-                   ) -> cpu_kernels.Exactness:
+def drafting_exact(
+    path: str | os.PathLike[str], extra_buffers: bool | None = None
+) -> cpu_kernels.Exactness:
     """Whether speculative decoding of this model file on this build can give exactly plain
     decoding's tokens once flash attention is on (the weights' half of batch invariance)."""
     tensors = read_gguf(Path(path)).tensors
-    return cpu_kernels.weights_exactness(tensors, cpu_kernels.detect(),
-                                         extra_buffers=use_extra_buffers(extra_buffers),
-                                         tied_output=cpu_kernels.tied_output(tensors))
+    return cpu_kernels.weights_exactness(
+        tensors,
+        cpu_kernels.detect(),
+        extra_buffers=use_extra_buffers(extra_buffers),
+        tied_output=cpu_kernels.tied_output(tensors),
+    )
 
 
 def _flash_enabled(lines: Sequence[str], resolved: FlashAttn) -> bool:
@@ -550,8 +625,13 @@ def _flash_enabled(lines: Sequence[str], resolved: FlashAttn) -> bool:
     return resolved == "on"
 
 
-def resolve_gpu_layers(requested: GpuLayers, n_layer: int, *, gguf: GGUFFile | None = None,
-                       params: LoadParams | None = None) -> int:
+def resolve_gpu_layers(
+    requested: GpuLayers,
+    n_layer: int,
+    *,
+    gguf: GGUFFile | None = None,
+    params: LoadParams | None = None,
+) -> int:
     """Turn 'all'/'auto'/N into the layer count llama.cpp gets.
 
     'all' offloads every repeating layer plus the output layer (n_layer + 1). 'auto' offloads
@@ -564,8 +644,9 @@ def resolve_gpu_layers(requested: GpuLayers, n_layer: int, *, gguf: GGUFFile | N
         if not llama_lib.supports_gpu_offload():
             return 0
         if gguf is not None and params is not None:
-            return memory.fit_gpu_layers(gguf, memory.EstimateParams.from_load_params(params),
-                                         hardware.detect())
+            return memory.fit_gpu_layers(
+                gguf, memory.EstimateParams.from_load_params(params), hardware.detect()
+            )
         return n_layer + 1 if n_layer else 999
     return int(requested)
 

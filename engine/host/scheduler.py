@@ -142,10 +142,21 @@ EventCallback = Callable[[Event], None]
 class Request:
     """One submitted generation. Thread-safe to cancel; events arrive via `on_event`."""
 
-    def __init__(self, rid: int, prompt: list[int], sampling: SamplingParams,
-                 on_event: EventCallback, *, stream: bool, deadline: float | None,
-                 wake: Callable[[], None], cancel: threading.Event | None,
-                 interactive: bool, spec: SpecMode | None, canonical: bool) -> None:
+    def __init__(
+        self,
+        rid: int,
+        prompt: list[int],
+        sampling: SamplingParams,
+        on_event: EventCallback,
+        *,
+        stream: bool,
+        deadline: float | None,
+        wake: Callable[[], None],
+        cancel: threading.Event | None,
+        interactive: bool,
+        spec: SpecMode | None,
+        canonical: bool,
+    ) -> None:
         self.id = rid
         self.prompt = prompt
         self.sampling = sampling
@@ -175,8 +186,7 @@ class Request:
 
     @property
     def cancelled(self) -> bool:
-        return self._cancel.is_set() or (self._external is not None
-                                         and self._external.is_set())
+        return self._cancel.is_set() or (self._external is not None and self._external.is_set())
 
     def _emit(self, ev: Event) -> None:
         try:
@@ -227,8 +237,22 @@ class _Slot:
 
 
 # What `_move` hands from one slot to another.
-_REQUEST_FIELDS = ("req", "pending", "plan", "rule", "next_token", "sampler", "stream", "n_gen",
-                   "t_first", "t_last", "drafter", "draft_max", "k", "exact_len")
+_REQUEST_FIELDS = (
+    "req",
+    "pending",
+    "plan",
+    "rule",
+    "next_token",
+    "sampler",
+    "stream",
+    "n_gen",
+    "t_first",
+    "t_last",
+    "drafter",
+    "draft_max",
+    "k",
+    "exact_len",
+)
 
 
 @dataclass
@@ -253,15 +277,24 @@ class SchedulerSnapshot:
 class Scheduler:
     """The one decode loop of `model`; its context must have `n_seq_max >= n_slots`."""
 
-    def __init__(self, model: Model, *, n_slots: int | None = None, max_queue: int = 64,
-                 n_batch: int | None = None, reserved_slots: int = 0) -> None:
+    def __init__(
+        self,
+        model: Model,
+        *,
+        n_slots: int | None = None,
+        max_queue: int = 64,
+        n_batch: int | None = None,
+        reserved_slots: int = 0,
+    ) -> None:
         self.model = model
         self._C = llama_lib.lib()
         if not model.ctx_ptr:
             raise EngineError("the model is not loaded")
         if getattr(model, "scheduler", None) is not None:
-            raise EngineError("a model has one decode loop (model.loop); a second one on the "
-                              "same context would corrupt it")
+            raise EngineError(
+                "a model has one decode loop (model.loop); a second one on the "
+                "same context would corrupt it"
+            )
         if max_queue < 0:
             raise EngineError("the queue size must be 0 or more")
         self.max_queue = max_queue
@@ -283,8 +316,7 @@ class Scheduler:
         self._lease: tuple[str, tuple[int, int, int]] | None = None
         self._batch: Any = None
         self._bind(n_slots, reserved_slots)
-        self._thread = threading.Thread(target=self._run, name="candlewick-decode",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="candlewick-decode", daemon=True)
         self._thread.start()
 
     def _bind(self, n_slots: int | None, reserved: int) -> None:
@@ -295,8 +327,9 @@ class Scheduler:
         n_seq_max = int(C.llama_n_seq_max(ctx))
         n = n_slots or n_seq_max
         if n > n_seq_max:
-            raise EngineError(f"{n} slots need a context with n_seq_max >= {n} "
-                              f"(it has {n_seq_max})")
+            raise EngineError(
+                f"{n} slots need a context with n_seq_max >= {n} (it has {n_seq_max})"
+            )
         if reserved < 0 or (reserved and reserved >= n):
             raise EngineError(f"{reserved} reserved slots leave none of {n} for other requests")
         self.n_slots = n
@@ -316,10 +349,19 @@ class Scheduler:
 
     # -- public API (any thread) -----------------------------------------------------------
 
-    def submit(self, prompt: list[int], sampling: SamplingParams, on_event: EventCallback, *,
-               stream: bool = True, timeout_s: float | None = None,
-               cancel: threading.Event | None = None, interactive: bool = False,
-               spec: SpecMode | None = None, canonical: bool | None = None) -> Request:
+    def submit(
+        self,
+        prompt: list[int],
+        sampling: SamplingParams,
+        on_event: EventCallback,
+        *,
+        stream: bool = True,
+        timeout_s: float | None = None,
+        cancel: threading.Event | None = None,
+        interactive: bool = False,
+        spec: SpecMode | None = None,
+        canonical: bool | None = None,
+    ) -> Request:
         """Queue a generation. Raises QueueFull when the wait queue is full, EngineError when
         the request can never run (empty prompt, longer than a slot's context, a draft model
         that is not loaded). `interactive`: a person waits on it (the chat): it goes first and
@@ -333,7 +375,8 @@ class Scheduler:
         if len(prompt) >= self.n_ctx_seq:
             raise EngineError(
                 f"the prompt is {len(prompt)} tokens, the context holds {self.n_ctx_seq}; "
-                "shorten the conversation or load the model with a larger context")
+                "shorten the conversation or load the model with a larger context"
+            )
         decode_guard.check_tokens(prompt, self.model.n_vocab)
         if spec == "draft" and self.model.speculator is None:
             raise EngineError("no draft model is loaded for this model")
@@ -345,13 +388,23 @@ class Scheduler:
                 raise SchedulerClosed("the model is being unloaded")
             free = sum(1 for s in self._slots if s.req is None)
             if not interactive and len(self._queue) >= self.max_queue + free:
-                raise QueueFull(f"all {self.n_slots} slots are busy and {len(self._queue)} "
-                                "requests are waiting")
+                raise QueueFull(
+                    f"all {self.n_slots} slots are busy and {len(self._queue)} requests are waiting"
+                )
             self._next_id += 1
-            req = Request(self._next_id, list(prompt), sampling, on_event, stream=stream,
-                          deadline=deadline, wake=self._wake, cancel=cancel,
-                          interactive=interactive, spec=spec,
-                          canonical=interactive if canonical is None else canonical)
+            req = Request(
+                self._next_id,
+                list(prompt),
+                sampling,
+                on_event,
+                stream=stream,
+                deadline=deadline,
+                wake=self._wake,
+                cancel=cancel,
+                interactive=interactive,
+                spec=spec,
+                canonical=interactive if canonical is None else canonical,
+            )
             req.mask = mask
             self._queue.append(req)
             self._cond.notify()
@@ -379,8 +432,13 @@ class Scheduler:
             self._cond.notify()
         return fut.result(timeout)
 
-    def configure(self, *, n_slots: int | None = None, max_queue: int | None = None,
-                  reserved_slots: int | None = None) -> None:
+    def configure(
+        self,
+        *,
+        n_slots: int | None = None,
+        max_queue: int | None = None,
+        reserved_slots: int | None = None,
+    ) -> None:
         """Serve with `n_slots` of the context's sequences (None: all of them), queue up to
         `max_queue` waiting requests, keep `reserved_slots` for interactive ones. Changing
         the slots drops every cached prefix (waits for requests in flight)."""
@@ -418,15 +476,15 @@ class Scheduler:
 
         self.call_idle(swap)
 
-    def lease(self, owner: str, n_slots: int, n_ctx_seq: int, *,
-              reserved_slots: int = 0) -> None:
+    def lease(self, owner: str, n_slots: int, n_ctx_seq: int, *, reserved_slots: int = 0) -> None:
         """Give `owner` (the local server, the benchmark) the loop's slots in this shape
         until `release(owner)` puts the previous one back. One owner at a time: another
         gets EngineError saying who has them."""
         with self._cond:
             if self._lease is not None:
-                raise EngineError(f"the {self._lease[0]} is using this model's slots; "
-                                  "stop it first")
+                raise EngineError(
+                    f"the {self._lease[0]} is using this model's slots; stop it first"
+                )
             shape = (self.n_slots, self.n_ctx_seq, self.reserved_slots)
             self._lease = (owner, shape)
         try:
@@ -454,9 +512,16 @@ class Scheduler:
 
     def snapshot(self) -> SchedulerSnapshot:
         with self._cond:
-            slots = [{"id": s.seq, "busy": s.req is not None, "cached_tokens": len(s.tokens),
-                      "request": s.req.id if s.req else None,
-                      "interactive": bool(s.req and s.req.interactive)} for s in self._slots]
+            slots = [
+                {
+                    "id": s.seq,
+                    "busy": s.req is not None,
+                    "cached_tokens": len(s.tokens),
+                    "request": s.req.id if s.req else None,
+                    "interactive": bool(s.req and s.req.interactive),
+                }
+                for s in self._slots
+            ]
             return SchedulerSnapshot(
                 n_slots=self.n_slots,
                 busy_slots=sum(1 for s in self._slots if s.req is not None),
@@ -480,8 +545,11 @@ class Scheduler:
 
         Independent of the scheduler's own bookkeeping: tests compare the two to prove that no
         cells leak. Taken between two steps, when each slot's cells are exactly its tokens."""
-        return self.call_soon(lambda: [
-            int(self._C.llama_memory_seq_pos_max(self._mem, s.seq)) + 1 for s in self._slots])
+        return self.call_soon(
+            lambda: [
+                int(self._C.llama_memory_seq_pos_max(self._mem, s.seq)) + 1 for s in self._slots
+            ]
+        )
 
     def slot_tokens(self) -> list[list[int]]:
         """What each slot's sequence holds, by the scheduler's bookkeeping (for tests)."""
@@ -531,8 +599,7 @@ class Scheduler:
         while True:
             task = None
             with self._cond:
-                while not self._stop and not self._queue and not self._tasks \
-                        and not self._busy():
+                while not self._stop and not self._queue and not self._tasks and not self._busy():
                     self._cond.wait()
                 if self._stop:
                     break
@@ -581,8 +648,7 @@ class Scheduler:
         order = sorted(self._queue, key=lambda r: not r.interactive)  # stable: FIFO within
         for req in order:
             if not req.interactive:
-                others = sum(1 for s in self._slots if s.req is not None
-                             and not s.req.interactive)
+                others = sum(1 for s in self._slots if s.req is not None and not s.req.interactive)
                 if others >= self.n_slots - self.reserved_slots:
                     break
             slot = self._choose_slot(req.prompt)
@@ -659,7 +725,7 @@ class Scheduler:
         slot.sampler = model.make_sampler(req.sampling)
         s = req.sampling
         if s.penalizes:
-            for t in prompt[-s.repeat_last_n:]:
+            for t in prompt[-s.repeat_last_n :]:
                 C.llama_sampler_accept(slot.sampler, t)
         slot.stream = TextStream(s.stop)
         slot.n_gen = 0
@@ -710,8 +776,12 @@ class Scheduler:
         """Snapshot slot `s`'s KV state into the model's state cache (if worth it)."""
         cache = self.model.state_cache
         key = tuple(s.tokens)
-        if cache is None or not s.conversation or len(key) < MIN_SNAPSHOT_TOKENS \
-                or cache.contains(key):
+        if (
+            cache is None
+            or not s.conversation
+            or len(key) < MIN_SNAPSHOT_TOKENS
+            or cache.contains(key)
+        ):
             return
         C = self._C
         size = int(C.llama_state_seq_get_size(self._ctx, s.seq))
@@ -761,8 +831,11 @@ class Scheduler:
             # Move the end of the shorter side, into the hole farthest from it (one move).
             left = holes[0] - first
             right = last - holes[-1]
-            mover, dst = ((self._slots[first], self._slots[holes[-1]]) if left <= right
-                          else (self._slots[last], self._slots[holes[0]]))
+            mover, dst = (
+                (self._slots[first], self._slots[holes[-1]])
+                if left <= right
+                else (self._slots[last], self._slots[holes[0]])
+            )
             r = mover.req
             assert r is not None
             if r.sampling.max_tokens - mover.n_gen < MIN_MOVE_TOKENS:
@@ -802,14 +875,17 @@ class Scheduler:
         is one canonical chunk alone (the generating slots then wait one step). A "grid"
         prompt goes in its planned batches, alone; a "multi" one in cuts of two or more
         tokens, beside the others."""
-        prefill = sorted((s for s in self._slots if s.req is not None and s.pending),
-                         key=lambda s: s.req.t_submit if s.req else 0.0)
+        prefill = sorted(
+            (s for s in self._slots if s.req is not None and s.pending),
+            key=lambda s: s.req.t_submit if s.req else 0.0,
+        )
         if prefill and prefill[0].plan:
             first = prefill[0]
             assert first.plan is not None
             return {first.seq: first.plan[0]}, True
         room = self.n_batch - sum(
-            1 for s in self._slots if s.req is not None and s.next_token is not None)
+            1 for s in self._slots if s.req is not None and s.next_token is not None
+        )
         out: dict[int, int] = {}
         for s in prefill:
             if room <= 0:
@@ -902,8 +978,11 @@ class Scheduler:
             if s.prefilling:
                 st.prompt_eval_ms += dt_ms
                 st.n_prompt_eval += s.n_in_batch
-                if not s.pending and s.req.canonical and (
-                        len(s.req.prompt) > 1 or self.model.split_rule != "multi"):
+                if (
+                    not s.pending
+                    and s.req.canonical
+                    and (len(s.req.prompt) > 1 or self.model.split_rule != "multi")
+                ):
                     s.exact_len = len(s.tokens)  # read the canonical way, all of it
             else:
                 st.eval_ms += dt_ms
@@ -943,8 +1022,7 @@ class Scheduler:
         assert s.drafter is not None
         limit = s.draft_max if s.drafter.sets_length else s.k
         # Room for the drafts: the batch, and the context with a free cell left after them.
-        return propose_drafts(s.drafter, self.model,
-                              min(limit, self.n_ctx_seq - 2 - len(s.tokens)))
+        return propose_drafts(s.drafter, self.model, min(limit, self.n_ctx_seq - 2 - len(s.tokens)))
 
     def _sample(self, s: _Slot) -> None:
         """Sample the slot's row(s): its next token, and with drafts, the model's token at
@@ -1061,8 +1139,7 @@ class Scheduler:
         st.total_s = time.perf_counter() - req.t_submit
         if s.t_first is None:
             st.ttft_s = st.total_s
-        if s.t_first is not None and s.t_last is not None and s.n_gen > 1 \
-                and s.t_last > s.t_first:
+        if s.t_first is not None and s.t_last is not None and s.n_gen > 1 and s.t_last > s.t_first:
             st.gen_tps_wall = (s.n_gen - 1) / (s.t_last - s.t_first)
         st.stop_reason = reason
         st.error = error

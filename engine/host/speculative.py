@@ -111,8 +111,13 @@ class PromptLookup:
 
     sets_length = True
 
-    def __init__(self, ngram_max: int = 32, ngram_min: int = 2, candidates: int = 8,
-                 cost: VerifyCost = COST_CPU) -> None:
+    def __init__(
+        self,
+        ngram_max: int = 32,
+        ngram_min: int = 2,
+        candidates: int = 8,
+        cost: VerifyCost = COST_CPU,
+    ) -> None:
         if not 1 <= ngram_min <= ngram_max:
             raise EngineError("prompt lookup needs 1 <= ngram_min <= ngram_max")
         self.cost = cost
@@ -145,8 +150,9 @@ class PromptLookup:
         return 0.67, 0.84
 
     @staticmethod
-    def draft_len(agreement: int, cost: VerifyCost = COST_CPU,
-                  limit: int = DEFAULT_DRAFT_MAX) -> int:
+    def draft_len(
+        agreement: int, cost: VerifyCost = COST_CPU, limit: int = DEFAULT_DRAFT_MAX
+    ) -> int:
         """How many of a match's tokens to draft (0: decode plainly): the length that gives
         the most expected tokens per unit of decode cost, if that beats a plain step."""
         first, keep = PromptLookup.survival(agreement)
@@ -182,8 +188,11 @@ class PromptLookup:
         ties: list[int] = []
         for p in reversed(found):  # most recent first: it wins ties
             agree = g
-            while (agree < self.ngram_max and p - 1 - agree >= 0
-                   and h[p - 1 - agree] == h[n_h - 1 - agree]):
+            while (
+                agree < self.ngram_max
+                and p - 1 - agree >= 0
+                and h[p - 1 - agree] == h[n_h - 1 - agree]
+            ):
                 agree += 1
             if agree > best:
                 best, start, ties = agree, p, []
@@ -203,8 +212,8 @@ class PromptLookup:
             while j < len(out) and p + j < n_h and h[p + j] == out[j]:
                 j += 1
             if j < len(out):
-                del out[max(j, 1):]
-        return out[:self.draft_len(best, self.cost, len(out))]
+                del out[max(j, 1) :]
+        return out[: self.draft_len(best, self.cost, len(out))]
 
     def end(self) -> None:
         pass
@@ -237,8 +246,10 @@ def vocab_mismatch(target: Model, draft: Model) -> str | None:
     ids = sorted({*range(0, min(n, 64)), *range(0, n, step), n - 1})
     for t in ids:
         if target.token_bytes(t, special=True) != draft.token_bytes(t, special=True):
-            return (f"token {t} is {draft.token_text(t)!r} in it but {target.token_text(t)!r} "
-                    "in the model")
+            return (
+                f"token {t} is {draft.token_text(t)!r} in it but {target.token_text(t)!r} "
+                "in the model"
+            )
     return None
 
 
@@ -373,8 +384,7 @@ class Speculator:
         d = self.draft
         cached = self.tokens(seq)
         n_common = min(common_prefix(cached, history), len(history) - 1)
-        if n_common < len(cached) and not C.llama_memory_seq_rm(d.memory_ptr, seq,
-                                                                 n_common, -1):
+        if n_common < len(cached) and not C.llama_memory_seq_rm(d.memory_ptr, seq, n_common, -1):
             C.llama_memory_seq_rm(d.memory_ptr, seq, -1, -1)  # e.g. sliding-window caches
             n_common = 0
         del cached[n_common:]

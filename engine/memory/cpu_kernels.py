@@ -74,19 +74,29 @@ class CpuFeatures:
             return vals.get(name, "0") not in ("0", "")
 
         return cls(
-            avx=on("avx"), avx2=on("avx2"), f16c=on("f16c"), avx512=on("avx512"),
-            avx512_vnni=on("avx512_vnni"), avx512_bf16=on("avx512_bf16"),
-            amx_int8=on("amx_int8"), neon=on("neon"), fp16_va=on("fp16_va"),
-            matmul_int8=on("matmul_int8"), dotprod=on("dotprod"), sve=on("sve"),
-            sve_cnt=int(vals.get("sve_cnt", "0")), llamafile=on("llamafile"),
+            avx=on("avx"),
+            avx2=on("avx2"),
+            f16c=on("f16c"),
+            avx512=on("avx512"),
+            avx512_vnni=on("avx512_vnni"),
+            avx512_bf16=on("avx512_bf16"),
+            amx_int8=on("amx_int8"),
+            neon=on("neon"),
+            fp16_va=on("fp16_va"),
+            matmul_int8=on("matmul_int8"),
+            dotprod=on("dotprod"),
+            sve=on("sve"),
+            sve_cnt=int(vals.get("sve_cnt", "0")),
+            llamafile=on("llamafile"),
             repack=on("repack"),
         )
 
     @property
     def summary(self) -> str:
         """'AVX2 AVX512 ... REPACK' for benchmark records."""
-        return " ".join(k.upper() for k, v in vars(self).items()
-                        if v is True or (k == "sve_cnt" and v))
+        return " ".join(
+            k.upper() for k, v in vars(self).items() if v is True or (k == "sve_cnt" and v)
+        )
 
 
 @functools.cache
@@ -116,8 +126,16 @@ def matmul_weight(t: TensorInfo, *, tied_output: bool = False) -> bool:
 # The weight types the AMX buffer takes, the K (row length) alignment each needs and the extra
 # bytes per block its packed layout adds (ggml_backend_amx_get_alloc_size). Output rows must
 # come in multiples of 32 (TILE_N * 2). 2-D MUL_MAT only.
-_AMX_TYPES = {"Q4_0": (32, 0), "Q4_1": (32, 0), "Q8_0": (32, 4), "Q4_K": (256, 4),
-              "Q5_K": (256, 4), "Q6_K": (256, 0), "IQ4_XS": (256, 2), "F16": (16, 0)}
+_AMX_TYPES = {
+    "Q4_0": (32, 0),
+    "Q4_1": (32, 0),
+    "Q8_0": (32, 4),
+    "Q4_K": (256, 4),
+    "Q5_K": (256, 4),
+    "Q6_K": (256, 0),
+    "IQ4_XS": (256, 2),
+    "F16": (16, 0),
+}
 _AMX_TENSOR_ALIGN = 64
 _TENSOR_ALIGN = 32  # ggml-impl.h TENSOR_ALIGNMENT: CPU_REPACK's alignment
 
@@ -132,6 +150,7 @@ def _amx_takes(t: TensorInfo) -> bool:
 
 # -- CPU_REPACK (ggml-cpu/repack.cpp ggml_repack_get_optimal_repack_type) ---------------------
 
+
 def _repack_takes(type_name: str, n_rows: int, f: CpuFeatures) -> bool:
     """The vendored rules, branch by branch (RISC-V and s390x left out: not targets here)."""
     arm_i8mm = f.neon and f.matmul_int8
@@ -139,7 +158,8 @@ def _repack_takes(type_name: str, n_rows: int, f: CpuFeatures) -> bool:
     rows8, rows4 = n_rows % 8 == 0, n_rows % 4 == 0
     if type_name == "Q4_0":
         return ((f.avx2 or (f.sve and f.matmul_int8 and f.sve_cnt == 32)) and rows8) or (
-            (arm_i8mm or arm_dot) and rows4)
+            (arm_i8mm or arm_dot) and rows4
+        )
     if type_name == "Q4_K":
         return (f.avx2 or arm_i8mm or arm_dot) and rows8
     if type_name == "Q2_K":
@@ -153,8 +173,7 @@ def _repack_takes(type_name: str, n_rows: int, f: CpuFeatures) -> bool:
     return False
 
 
-def extra_buffer(t: TensorInfo, f: CpuFeatures, *, tied_output: bool = False
-                 ) -> ExtraBuffer | None:
+def extra_buffer(t: TensorInfo, f: CpuFeatures, *, tied_output: bool = False) -> ExtraBuffer | None:
     """The extra buffer a CPU layer's weight goes into when extra buffers are on (AMX first,
     as ggml lists them), or None: it stays in the mapped file."""
     if not matmul_weight(t, tied_output=tied_output):
@@ -179,6 +198,7 @@ def copy_bytes(t: TensorInfo, buffer: ExtraBuffer) -> int:
 
 
 # -- batch invariance --------------------------------------------------------------------------
+
 
 def _sgemm_types(f: CpuFeatures) -> frozenset[str]:
     """Weight types llamafile's sgemm multiplies when two or more rows come (x86 and ARM NEON
@@ -216,12 +236,16 @@ class Exactness:
     def covers(self, positions: int, batch: int = 1) -> bool:
         """Whether the guarantee holds for a sequence of `positions` cached tokens and batches
         of up to `batch` tokens."""
-        return self.exact and (self.max_positions is None or positions < self.max_positions) \
+        return (
+            self.exact
+            and (self.max_positions is None or positions < self.max_positions)
             and (self.max_batch is None or batch < self.max_batch)
+        )
 
 
-def weights_exactness(tensors: Iterable[TensorInfo], f: CpuFeatures, *,
-                      extra_buffers: bool, tied_output: bool = False) -> Exactness:
+def weights_exactness(
+    tensors: Iterable[TensorInfo], f: CpuFeatures, *, extra_buffers: bool, tied_output: bool = False
+) -> Exactness:
     """The weights' half of `batch_exactness`: whether every matrix product by a weight takes
     the same kernel for one row and for many."""
     sgemm = _sgemm_types(f)
@@ -231,20 +255,35 @@ def weights_exactness(tensors: Iterable[TensorInfo], f: CpuFeatures, *,
             continue
         buf = extra_buffer(t, f, tied_output=tied) if extra_buffers else None
         if buf is not None:
-            return Exactness(False, f"{t.type_name} weights are repacked for {buf} kernels, "
-                             "which multiply one token and a batch differently")
+            return Exactness(
+                False,
+                f"{t.type_name} weights are repacked for {buf} kernels, "
+                "which multiply one token and a batch differently",
+            )
         if t.type_name in sgemm:
-            return Exactness(False, f"{t.type_name} weights are multiplied by llamafile's sgemm "
-                             "for a batch but by ggml's dot product for one token")
+            return Exactness(
+                False,
+                f"{t.type_name} weights are multiplied by llamafile's sgemm "
+                "for a batch but by ggml's dot product for one token",
+            )
         if f.neon and f.matmul_int8 and t.type_name in _ARM_TWO_ROW:
-            return Exactness(False, f"{t.type_name} weights use ARM's two-row int8 kernel in "
-                             "a batch")
+            return Exactness(
+                False, f"{t.type_name} weights use ARM's two-row int8 kernel in a batch"
+            )
     return Exactness(True, "")
 
 
-def batch_exactness(tensors: Iterable[TensorInfo], f: CpuFeatures, *, extra_buffers: bool,
-                    flash_attn: bool, type_k: str, type_v: str, gpu_layers: int,
-                    tied_output: bool = False) -> Exactness:
+def batch_exactness(
+    tensors: Iterable[TensorInfo],
+    f: CpuFeatures,
+    *,
+    extra_buffers: bool,
+    flash_attn: bool,
+    type_k: str,
+    type_v: str,
+    gpu_layers: int,
+    tied_output: bool = False,
+) -> Exactness:
     """The guarantee for a load with these settings (see the module doc)."""
     if gpu_layers > 0:
         return Exactness(False, "GPU kernels are chosen by batch size")
@@ -253,8 +292,11 @@ def batch_exactness(tensors: Iterable[TensorInfo], f: CpuFeatures, *, extra_buff
         return w
     if not flash_attn:
         if _sgemm_types(f) & {type_k.upper(), type_v.upper()}:
-            return Exactness(False, "without flash attention a batch's attention products use "
-                             "llamafile's sgemm, one token's ggml's dot product")
+            return Exactness(
+                False,
+                "without flash attention a batch's attention products use "
+                "llamafile's sgemm, one token's ggml's dot product",
+            )
         return Exactness(True, "")
     if type_k in ("f16", "f32") and type_k == type_v:
         return Exactness(True, "", max_positions=KV_VIEW_PAD, max_batch=FA_TILE_Q)
@@ -268,17 +310,32 @@ def batch_exactness(tensors: Iterable[TensorInfo], f: CpuFeatures, *, extra_buff
 SplitRule = Literal["any", "multi", "grid"]
 
 
-def split_rule(tensors: Iterable[TensorInfo], f: CpuFeatures, *, extra_buffers: bool,
-               flash_attn: bool, type_k: str, type_v: str, gpu_layers: int,
-               tied_output: bool = False) -> SplitRule:
+def split_rule(
+    tensors: Iterable[TensorInfo],
+    f: CpuFeatures,
+    *,
+    extra_buffers: bool,
+    flash_attn: bool,
+    type_k: str,
+    type_v: str,
+    gpu_layers: int,
+    tied_output: bool = False,
+) -> SplitRule:
     """Which splits of a prompt into batches give the same logits, for a load with these
     settings. Repacked weights (gemm in groups of rows, gemv for the rest), ARM's two-row
     kernel, flash attention's tiled and split-KV paths and GPU kernels depend on the batch's
     size, not only on whether it has one row: only the same batches are safe there."""
     tensors = list(tensors)
-    ex = batch_exactness(tensors, f, extra_buffers=extra_buffers, flash_attn=flash_attn,
-                         type_k=type_k, type_v=type_v, gpu_layers=gpu_layers,
-                         tied_output=tied_output)
+    ex = batch_exactness(
+        tensors,
+        f,
+        extra_buffers=extra_buffers,
+        flash_attn=flash_attn,
+        type_k=type_k,
+        type_v=type_v,
+        gpu_layers=gpu_layers,
+        tied_output=tied_output,
+    )
     if ex.exact and ex.max_positions is None and ex.max_batch is None:
         return "any"
     if gpu_layers > 0:

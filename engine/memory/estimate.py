@@ -104,18 +104,33 @@ class EstimateParams:
 
     @classmethod
     def from_load_params(cls, p: LoadParams, **overrides: Any) -> EstimateParams:
-        base = cls(n_ctx=p.n_ctx, n_gpu_layers=p.n_gpu_layers, type_k=p.type_k,
-                   type_v=p.type_v, flash_attn=p.flash_attn, n_seq_max=p.n_seq_max,
-                   n_batch=p.n_batch, n_ubatch=p.n_ubatch, embeddings=p.embeddings,
-                   extra_buffers=p.extra_buffers)
+        base = cls(
+            n_ctx=p.n_ctx,
+            n_gpu_layers=p.n_gpu_layers,
+            type_k=p.type_k,
+            type_v=p.type_v,
+            flash_attn=p.flash_attn,
+            n_seq_max=p.n_seq_max,
+            n_batch=p.n_batch,
+            n_ubatch=p.n_ubatch,
+            embeddings=p.embeddings,
+            extra_buffers=p.extra_buffers,
+        )
         return replace(base, **overrides)
 
     def to_load_params(self, **overrides: Any) -> LoadParams:
-        base = LoadParams(n_ctx=self.n_ctx, n_gpu_layers=self.n_gpu_layers, type_k=self.type_k,
-                          type_v=self.type_v, flash_attn=self.flash_attn,
-                          n_seq_max=self.n_seq_max, n_batch=self.n_batch,
-                          n_ubatch=self.n_ubatch, embeddings=self.embeddings,
-                          extra_buffers=self.extra_buffers)
+        base = LoadParams(
+            n_ctx=self.n_ctx,
+            n_gpu_layers=self.n_gpu_layers,
+            type_k=self.type_k,
+            type_v=self.type_v,
+            flash_attn=self.flash_attn,
+            n_seq_max=self.n_seq_max,
+            n_batch=self.n_batch,
+            n_ubatch=self.n_ubatch,
+            embeddings=self.embeddings,
+            extra_buffers=self.extra_buffers,
+        )
         return replace(base, **overrides)
 
     def validate(self) -> None:
@@ -207,21 +222,39 @@ class ModelSpec:
         if not has_output and tok_embd is not None:
             copy_output += copied(tok_embd, tied=True)
         tokens = gf.metadata.get("tokenizer.ggml.tokens")
-        n_vocab = (tok_embd.shape[1] if tok_embd is not None and len(tok_embd.shape) > 1
-                   else int(gf.arch_value("vocab_size", 0) or 0)
-                   or (len(tokens) if isinstance(tokens, list | ArraySummary) else 0))
-        recurrent = any(k.startswith(f"{gf.architecture}.{p}")
-                        for k in gf.metadata for p in ("ssm.", "rwkv.", "wkv."))
+        n_vocab = (
+            tok_embd.shape[1]
+            if tok_embd is not None and len(tok_embd.shape) > 1
+            else int(gf.arch_value("vocab_size", 0) or 0)
+            or (len(tokens) if isinstance(tokens, list | ArraySummary) else 0)
+        )
+        recurrent = any(
+            k.startswith(f"{gf.architecture}.{p}")
+            for k in gf.metadata
+            for p in ("ssm.", "rwkv.", "wkv.")
+        )
         name = gf.metadata.get("general.name") or gf.source_name
         return cls(
-            name=str(name), architecture=gf.architecture, n_layer=n_layer, n_embd=n_embd,
-            n_ff=n_ff, n_head=n_head, n_head_kv=tuple(heads_kv), head_dim_k=head_k,
-            head_dim_v=head_v, n_swa=int(gf.arch_value("attention.sliding_window", 0) or 0),
-            swa_layers=swa_layer_pattern(gf, n_layer), n_vocab=n_vocab,
+            name=str(name),
+            architecture=gf.architecture,
+            n_layer=n_layer,
+            n_embd=n_embd,
+            n_ff=n_ff,
+            n_head=n_head,
+            n_head_kv=tuple(heads_kv),
+            head_dim_k=head_k,
+            head_dim_v=head_v,
+            n_swa=int(gf.arch_value("attention.sliding_window", 0) or 0),
+            swa_layers=swa_layer_pattern(gf, n_layer),
+            n_vocab=n_vocab,
             n_ctx_train=int(gf.arch_value("context_length", 0) or 0),
-            layer_bytes=tuple(layer_bytes), input_bytes=input_bytes, output_bytes=output_bytes,
+            layer_bytes=tuple(layer_bytes),
+            input_bytes=input_bytes,
+            output_bytes=output_bytes,
             tied_output_bytes=0 if has_output or tok_embd is None else tok_embd.n_bytes,
-            recurrent=recurrent, copy_layer_bytes=tuple(copy_layers), copy_output_bytes=copy_output,
+            recurrent=recurrent,
+            copy_layer_bytes=tuple(copy_layers),
+            copy_output_bytes=copy_output,
             copy_buffers=tuple(sorted(buffers)),
         )
 
@@ -256,6 +289,7 @@ def _pad(n: int, to: int = CTX_PAD) -> int:
 
 # -- the analytic model ----------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Shape:
     """Context geometry after llama.cpp's own adjustments."""
@@ -284,14 +318,22 @@ def _shape(spec: ModelSpec, p: EstimateParams) -> _Shape:
 def kv_bytes_per_layer(spec: ModelSpec, p: EstimateParams) -> list[int]:
     s = _shape(spec, p)
     full = s.n_ctx_seq
-    swa = full if p.swa_full else _pad(min(full, spec.n_swa * (p.n_seq_max if p.kv_unified
-                                                                 else 1) + s.n_ubatch))
+    swa = (
+        full
+        if p.swa_full
+        else _pad(min(full, spec.n_swa * (p.n_seq_max if p.kv_unified else 1) + s.n_ubatch))
+    )
     out = []
     for il in range(spec.n_layer):
         cells = (swa if il < len(spec.swa_layers) and spec.swa_layers[il] else full) * s.n_stream
         n_kv = spec.n_head_kv[il]
-        out.append((row_size(p.type_k, spec.head_dim_k * n_kv)
-                    + row_size(p.type_v, spec.head_dim_v * n_kv)) * cells)
+        out.append(
+            (
+                row_size(p.type_k, spec.head_dim_k * n_kv)
+                + row_size(p.type_v, spec.head_dim_v * n_kv)
+            )
+            * cells
+        )
     return out
 
 
@@ -334,6 +376,7 @@ def _mask_bytes(spec: ModelSpec, p: EstimateParams) -> int:
 
 # -- layer placement -------------------------------------------------------------------------
 
+
 def layer_devices(n_layer: int, n_gpu_layers: int, gpus: Sequence[Device]) -> list[str]:
     """Device of each repeating layer and (last item) of the output layer, as llama.cpp assigns
     them: `i_gpu_start = max(n_layer + 1 - n_gpu_layers, 0)`; GPUs split by free memory."""
@@ -360,6 +403,7 @@ def layer_devices(n_layer: int, n_gpu_layers: int, gpus: Sequence[Device]) -> li
 
 
 # -- results ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class DeviceUse:
@@ -464,6 +508,7 @@ class MemoryEstimate:
 
 # -- the dry run -----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class DryRun:
     kv_bytes: int
@@ -509,33 +554,39 @@ def _native_load(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: 
     """The no-alloc load both dry runs make, from the estimate's settings."""
     p.validate()
     return NativeLoad(
-        path=str(path), n_gpu_layers=n_gpu_layers,
-        use_extra_bufts=use_extra_buffers(p.extra_buffers), n_ctx=p.n_ctx, n_batch=p.n_batch,
-        n_ubatch=p.n_ubatch, n_seq_max=p.n_seq_max,
+        path=str(path),
+        n_gpu_layers=n_gpu_layers,
+        use_extra_bufts=use_extra_buffers(p.extra_buffers),
+        n_ctx=p.n_ctx,
+        n_batch=p.n_batch,
+        n_ubatch=p.n_ubatch,
+        n_seq_max=p.n_seq_max,
         flash_attn_type=FLASH_TYPES[resolve_flash_attn(p.flash_attn, p.type_v)],
-        type_k=KV_TYPES[p.type_k], type_v=KV_TYPES[p.type_v], embeddings=p.embeddings,
-        swa_full=p.swa_full, kv_unified=p.kv_unified)
+        type_k=KV_TYPES[p.type_k],
+        type_v=KV_TYPES[p.type_v],
+        embeddings=p.embeddings,
+        swa_full=p.swa_full,
+        kv_unified=p.kv_unified,
+    )
 
 
-def _dry_run_result(path: str | os.PathLike[str], stage: str,
-                    lines: Sequence[str]) -> DryRun:
+def _dry_run_result(path: str | os.PathLike[str], stage: str, lines: Sequence[str]) -> DryRun:
     name = Path(path).name
     if stage == "model":
         raise EngineError(f"llama.cpp could not read {name}: {llama_lib.last_error(list(lines))}")
     if stage != "ok":
-        raise EngineError(f"llama.cpp could not size a context for {name}: "
-                          f"{llama_lib.last_error(list(lines))}")
+        raise EngineError(
+            f"llama.cpp could not size a context for {name}: {llama_lib.last_error(list(lines))}"
+        )
     return _sizes_from_log(tuple(lines))
 
 
-def _dry_run_in_child(path: str | os.PathLike[str], p: EstimateParams,
-                      n_gpu_layers: int) -> DryRun:
+def _dry_run_in_child(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: int) -> DryRun:
     res = run_in_child(_native_load(path, p, n_gpu_layers), doing="sizing")
     return _dry_run_result(path, res.stage, res.log)
 
 
-def _dry_run_here(path: str | os.PathLike[str], p: EstimateParams,
-                  n_gpu_layers: int = 0) -> DryRun:
+def _dry_run_here(path: str | os.PathLike[str], p: EstimateParams, n_gpu_layers: int = 0) -> DryRun:
     load = _native_load(path, p, n_gpu_layers)
     with _dry_run_lock, llama_lib.capture_log() as lines:
         stage = native_load.load_no_alloc(llama_lib.lib(), load)
@@ -573,14 +624,18 @@ def _load(source: Source) -> tuple[GGUFFile, Path | None]:
     names = split_names(path.name, split_count(gf))
     if names:
         # The first part holds the metadata; the others hold the rest of the tensor table.
-        gf = merge_splits([gf if n == path.name else read_gguf(path.with_name(n))
-                           for n in names])
+        gf = merge_splits([gf if n == path.name else read_gguf(path.with_name(n)) for n in names])
     return gf, path
 
 
-def estimate(source: Source, params: EstimateParams | None = None, *,
-             hardware: Hardware | None = None, method: Method | Literal["auto"] = "auto",
-             path: str | os.PathLike[str] | None = None) -> MemoryEstimate:
+def estimate(
+    source: Source,
+    params: EstimateParams | None = None,
+    *,
+    hardware: Hardware | None = None,
+    method: Method | Literal["auto"] = "auto",
+    path: str | os.PathLike[str] | None = None,
+) -> MemoryEstimate:
     """Estimate memory for a model (a path, or a parsed header) with these settings.
 
     `hardware` defaults to this machine (`engine.memory.hardware.detect()`); pass a simulated
@@ -595,8 +650,9 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
         file_path = Path(path)
     hw = hardware if hardware is not None else detect_hardware()
     # Plan with flash attention as the engine would resolve 'auto' on this hardware.
-    p = replace(p, flash_attn=resolve_flash_attn(p.flash_attn, p.type_v,
-                                                 gpu=bool(hw.offload_devices)))
+    p = replace(
+        p, flash_attn=resolve_flash_attn(p.flash_attn, p.type_v, gpu=bool(hw.offload_devices))
+    )
     spec = ModelSpec.from_gguf(gf, hw.cpu)
     notes: list[str] = []
     if method == "dry-run" and file_path is None:
@@ -605,8 +661,9 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
     # On a GPU build 'auto' is analytic: the dry run sizes the CPU graph and adds llama.cpp's
     # GPU op-offload buffer on top (twice the real compute buffer on an H200), while the
     # analytic model matched the CUDA buffers (docs/gpu.md); and it needs a child process.
-    if file_path is not None and (method == "dry-run" or (
-            method == "auto" and not llama_lib.supports_gpu_offload())):
+    if file_path is not None and (
+        method == "dry-run" or (method == "auto" and not llama_lib.supports_gpu_offload())
+    ):
         try:
             dry = dry_run(file_path, p)
         except EngineError as e:
@@ -615,26 +672,39 @@ def estimate(source: Source, params: EstimateParams | None = None, *,
             # e.g. an architecture newer than this llama.cpp: the header still tells a lot.
             notes.append(f"llama.cpp could not size this model ({e}); analytic estimate")
     if spec.n_ctx_train and p.n_ctx > spec.n_ctx_train:
-        notes.append(f"the context ({p.n_ctx}) is longer than the model was trained for "
-                     f"({spec.n_ctx_train}); quality may drop beyond that")
-    if split_count(gf) > 1 and len(gf.tensors) < int(gf.metadata.get("split.tensors.count",
-                                                                     0) or 0):
+        notes.append(
+            f"the context ({p.n_ctx}) is longer than the model was trained for "
+            f"({spec.n_ctx_train}); quality may drop beyond that"
+        )
+    if split_count(gf) > 1 and len(gf.tensors) < int(
+        gf.metadata.get("split.tensors.count", 0) or 0
+    ):
         notes.append("only part of a split model was read; weights are under-counted")
     if dry is None and spec.recurrent:
-        notes.append(f"{spec.architecture} keeps a recurrent state that the analytic model "
-                     "does not cover; download the file for an exact dry run")
+        notes.append(
+            f"{spec.architecture} keeps a recurrent state that the analytic model "
+            "does not cover; download the file for an exact dry run"
+        )
     est = _plan(spec, p, hw, dry, notes)
-    copies = extra_copies_bytes(spec, p, layer_devices(spec.n_layer, est.gpu_layers,
-                                                       hw.offload_devices))
+    copies = extra_copies_bytes(
+        spec, p, layer_devices(spec.n_layer, est.gpu_layers, hw.offload_devices)
+    )
     if copies:
-        est = replace(est, notes=(*est.notes, f"the weights include llama.cpp's "
-                                  f"{' and '.join(spec.copy_buffers)} copy of the CPU layers' "
-                                  f"matrices ({_gb(copies)}), next to the mapped file"))
+        est = replace(
+            est,
+            notes=(
+                *est.notes,
+                f"the weights include llama.cpp's "
+                f"{' and '.join(spec.copy_buffers)} copy of the CPU layers' "
+                f"matrices ({_gb(copies)}), next to the mapped file",
+            ),
+        )
     if not est.fits and est.max_ctx_fit is None:
         est = replace(est, max_ctx_fit=fit_context(spec, p, hw, dry))
         if est.max_ctx_fit:
-            est = replace(est, reason=est.reason + f"; a context of {est.max_ctx_fit} tokens "
-                          "would fit")
+            est = replace(
+                est, reason=est.reason + f"; a context of {est.max_ctx_fit} tokens would fit"
+            )
     return est
 
 
@@ -647,8 +717,9 @@ def extra_copies_bytes(spec: ModelSpec, p: EstimateParams, where: Sequence[str])
     return n + (spec.copy_output_bytes if where[-1] == CPU else 0)
 
 
-def _plan(spec: ModelSpec, p: EstimateParams, hw: Hardware, dry: DryRun | None,
-          notes: list[str]) -> MemoryEstimate:
+def _plan(
+    spec: ModelSpec, p: EstimateParams, hw: Hardware, dry: DryRun | None, notes: list[str]
+) -> MemoryEstimate:
     gpus = hw.offload_devices
     n_layers = spec.n_layer + 1
     kv_layers = kv_bytes_per_layer(spec, p)
@@ -689,14 +760,20 @@ def _plan(spec: ModelSpec, p: EstimateParams, hw: Hardware, dry: DryRun | None,
     devices = place(ngl)
     verdict, reason = _verdict(spec, p, hw, devices, ngl, n_layers)
     return MemoryEstimate(
-        model=spec.name, method="dry-run" if dry is not None else "analytic", params=p,
+        model=spec.name,
+        method="dry-run" if dry is not None else "analytic",
+        params=p,
         n_ctx=_shape(spec, p).n_ctx,
         weights_bytes=sum(d.weights_bytes for d in devices),
         kv_bytes=sum(d.kv_bytes for d in devices),
         compute_bytes=sum(d.compute_bytes for d in devices),
         output_bytes=sum(d.output_bytes for d in devices),
         overhead_bytes=sum(d.overhead_bytes for d in devices),
-        devices=devices, gpu_layers=ngl, n_layers=n_layers, verdict=verdict, reason=reason,
+        devices=devices,
+        gpu_layers=ngl,
+        n_layers=n_layers,
+        verdict=verdict,
+        reason=reason,
         notes=tuple(notes),
     )
 
@@ -706,9 +783,17 @@ def _same(exact: int, logged: int, n_values: int) -> bool:
     return abs(exact - logged) <= n_values * 0.005 * MiB + 1
 
 
-def _place(spec: ModelSpec, p: EstimateParams, hw: Hardware, gpus: Sequence[Device], ngl: int,
-           kv_layers: Sequence[int], out_phase: int, layer_phase: int,
-           output: int) -> tuple[DeviceUse, ...]:
+def _place(
+    spec: ModelSpec,
+    p: EstimateParams,
+    hw: Hardware,
+    gpus: Sequence[Device],
+    ngl: int,
+    kv_layers: Sequence[int],
+    out_phase: int,
+    layer_phase: int,
+    output: int,
+) -> tuple[DeviceUse, ...]:
     where = layer_devices(spec.n_layer, ngl, gpus)
     names = [CPU] + [g.name for g in gpus]
     w = dict.fromkeys(names, 0)
@@ -741,17 +826,41 @@ def _place(spec: ModelSpec, p: EstimateParams, hw: Hardware, gpus: Sequence[Devi
                 comp[name] = max(comp[name], layer_phase)
         comp[CPU] = max(comp[CPU], 2 * 4 * _shape(spec, p).n_ubatch * spec.n_embd + mask)
     out: list[DeviceUse] = []
-    cpu_margin = p.margin_bytes if p.margin_bytes is not None else default_margin(
-        hw.ram_total_bytes)
-    out.append(DeviceUse(CPU, "cpu", w[CPU], kv[CPU], comp[CPU], output, 0, layers[CPU],
-                         hw.ram_available_bytes, cpu_margin))
+    cpu_margin = (
+        p.margin_bytes if p.margin_bytes is not None else default_margin(hw.ram_total_bytes)
+    )
+    out.append(
+        DeviceUse(
+            CPU,
+            "cpu",
+            w[CPU],
+            kv[CPU],
+            comp[CPU],
+            output,
+            0,
+            layers[CPU],
+            hw.ram_available_bytes,
+            cpu_margin,
+        )
+    )
     for g in gpus:
         used = layers[g.name] > 0
-        margin = p.margin_bytes if p.margin_bytes is not None else default_margin(
-            g.total_bytes)
-        out.append(DeviceUse(g.name, g.kind, w[g.name], kv[g.name], comp[g.name], 0,
-                             GPU_RUNTIME_OVERHEAD if used else 0, layers[g.name],
-                             g.free_bytes, margin, g.simulated))
+        margin = p.margin_bytes if p.margin_bytes is not None else default_margin(g.total_bytes)
+        out.append(
+            DeviceUse(
+                g.name,
+                g.kind,
+                w[g.name],
+                kv[g.name],
+                comp[g.name],
+                0,
+                GPU_RUNTIME_OVERHEAD if used else 0,
+                layers[g.name],
+                g.free_bytes,
+                margin,
+                g.simulated,
+            )
+        )
     return tuple(out)
 
 
@@ -761,8 +870,14 @@ def _gb(n: float) -> str:
     return f"{n / MiB:.0f} MiB"
 
 
-def _verdict(spec: ModelSpec, p: EstimateParams, hw: Hardware, devices: Sequence[DeviceUse],
-             ngl: int, n_layers: int) -> tuple[Verdict, str]:
+def _verdict(
+    spec: ModelSpec,
+    p: EstimateParams,
+    hw: Hardware,
+    devices: Sequence[DeviceUse],
+    ngl: int,
+    n_layers: int,
+) -> tuple[Verdict, str]:
     for d in devices:
         if not d.fits:
             where = "RAM" if d.name == CPU else d.name
@@ -776,7 +891,8 @@ def _verdict(spec: ModelSpec, p: EstimateParams, hw: Hardware, devices: Sequence
         return "fits_gpu", f"all {n_layers} layers on {gpu_names} ({_gb(vram)} of GPU memory)"
     if ngl > 0:
         return "partial_offload", (
-            f"{ngl} of {n_layers} layers on {gpu_names}, the rest run from RAM (slower)")
+            f"{ngl} of {n_layers} layers on {gpu_names}, the rest run from RAM (slower)"
+        )
     cpu = devices[0]
     if hw.gpus and not hw.can_offload:
         why = "this llama.cpp build cannot offload to a GPU"
@@ -789,8 +905,7 @@ def _verdict(spec: ModelSpec, p: EstimateParams, hw: Hardware, devices: Sequence
     return "ram_only", f"{_gb(cpu.bytes)} in RAM ({why})"
 
 
-def fit_context(spec: ModelSpec, p: EstimateParams, hw: Hardware,
-                dry: DryRun | None = None) -> int:
+def fit_context(spec: ModelSpec, p: EstimateParams, hw: Hardware, dry: DryRun | None = None) -> int:
     """The largest context (a multiple of 256, up to the asked one) that fits; 0 if none.
 
     Uses the analytic model (a dry run per step would cost 0.4 s each); when a dry run of the
@@ -812,12 +927,18 @@ def fit_gpu_layers(source: Source, params: EstimateParams, hardware: Hardware) -
     """GPU layer count for `n_gpu_layers='auto'`: the most that fit in the devices' free memory
     minus the margin (analytic, so it adds no dry run to every load)."""
     gf, _ = _load(source)
-    est = _plan(ModelSpec.from_gguf(gf, hardware.cpu), replace(params, n_gpu_layers="auto"),
-                hardware, None, [])
+    est = _plan(
+        ModelSpec.from_gguf(gf, hardware.cpu),
+        replace(params, n_gpu_layers="auto"),
+        hardware,
+        None,
+        [],
+    )
     return est.gpu_layers
 
 
 # -- after a real load -----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ActualMemory:
@@ -852,8 +973,9 @@ def actual_from_log(lines: Iterable[str], rss_growth_bytes: int | None = None) -
         kinds[_KIND[b.group(2)]] += n
         dev = _device_of(b.group(1))
         devices[dev] = devices.get(dev, 0) + n
-    return ActualMemory(kinds["weights"], kinds["kv"], kinds["compute"], kinds["output"],
-                        devices, rss_growth_bytes)
+    return ActualMemory(
+        kinds["weights"], kinds["kv"], kinds["compute"], kinds["output"], devices, rss_growth_bytes
+    )
 
 
 def compare(est: MemoryEstimate, actual: ActualMemory) -> str:

@@ -105,8 +105,14 @@ def ggml_lib() -> ctypes.CDLL | None:
             loaded.ggml_backend_dev_count  # noqa: B018 - probe that the symbol resolves
             return loaded
     libdir = Path(C.__file__).parent / "lib"
-    names = ("libggml.so", "libggml.dylib", "ggml.dll", "libggml-base.so", "libggml-base.dylib",
-             "ggml-base.dll")
+    names = (
+        "libggml.so",
+        "libggml.dylib",
+        "ggml.dll",
+        "libggml-base.so",
+        "libggml-base.dylib",
+        "ggml-base.dll",
+    )
     for name in names:
         p = libdir / name
         if p.exists():
@@ -137,8 +143,11 @@ def llama_devices() -> list[Device]:
     g.ggml_backend_dev_type.restype = ctypes.c_int
     g.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
     g.ggml_backend_dev_memory.restype = None
-    g.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
-                                          ctypes.POINTER(ctypes.c_size_t)]
+    g.ggml_backend_dev_memory.argtypes = [
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_size_t),
+    ]
     kinds: dict[int, DeviceKind] = {_DEV_GPU: "gpu", _DEV_IGPU: "igpu"}
     out: list[Device] = []
     for i in range(int(g.ggml_backend_dev_count())):
@@ -148,17 +157,24 @@ def llama_devices() -> list[Device]:
             continue
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
         g.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-        out.append(Device(
-            name=(g.ggml_backend_dev_name(dev) or b"?").decode(errors="replace"),
-            description=(g.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
-            kind=kind, free_bytes=int(free.value), total_bytes=int(total.value),
-        ))
+        out.append(
+            Device(
+                name=(g.ggml_backend_dev_name(dev) or b"?").decode(errors="replace"),
+                description=(g.ggml_backend_dev_description(dev) or b"").decode(errors="replace"),
+                kind=kind,
+                free_bytes=int(free.value),
+                total_bytes=int(total.value),
+            )
+        )
     return out
 
 
 class _NvmlMemory(ctypes.Structure):
-    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
-                ("used", ctypes.c_ulonglong)]
+    _fields_ = [
+        ("total", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
 
 
 def nvml_devices() -> list[Device]:
@@ -184,8 +200,15 @@ def nvml_devices() -> list[Device]:
                 continue
             buf = ctypes.create_string_buffer(96)
             lib.nvmlDeviceGetName(handle, buf, len(buf))
-            out.append(Device(f"CUDA{i}", buf.value.decode(errors="replace"), "gpu",
-                              int(mem.free), int(mem.total)))
+            out.append(
+                Device(
+                    f"CUDA{i}",
+                    buf.value.decode(errors="replace"),
+                    "gpu",
+                    int(mem.free),
+                    int(mem.total),
+                )
+            )
     finally:
         lib.nvmlShutdown()
     return out
@@ -205,8 +228,10 @@ def detect() -> Hardware:
         if gpus:
             source = "nvml"
             if not can_offload:
-                notes.append("this llama.cpp build cannot offload to a GPU (a CPU-only build); "
-                             "install a CUDA build to use the GPU")
+                notes.append(
+                    "this llama.cpp build cannot offload to a GPU (a CPU-only build); "
+                    "install a CUDA build to use the GPU"
+                )
     return Hardware(total, avail, tuple(gpus), can_offload, source, tuple(notes))
 
 
@@ -228,8 +253,9 @@ def parse_size(text: str, *, allow_zero: bool = False) -> int:
     return n
 
 
-def simulate(gpu_sizes: Sequence[int], base: Hardware | None = None, *,
-             ram_bytes: int | None = None) -> Hardware:
+def simulate(
+    gpu_sizes: Sequence[int], base: Hardware | None = None, *, ram_bytes: int | None = None
+) -> Hardware:
     """`base` (default: this machine's RAM) with these GPUs instead of the real ones.
 
     Simulated GPUs are empty (free = total) and offload is assumed possible, which is what a
@@ -238,10 +264,16 @@ def simulate(gpu_sizes: Sequence[int], base: Hardware | None = None, *,
     if base is None:
         total, avail = ram()
         base = Hardware(total, avail)
-    gpus = tuple(Device(f"GPU{i}", f"simulated {size / GiB:.3g} GiB GPU", "gpu", size, size,
-                        simulated=True) for i, size in enumerate(gpu_sizes))
-    hw = replace(base, gpus=gpus, can_offload=bool(gpus) or base.can_offload,
-                 source="simulated" if gpus else base.source)
+    gpus = tuple(
+        Device(f"GPU{i}", f"simulated {size / GiB:.3g} GiB GPU", "gpu", size, size, simulated=True)
+        for i, size in enumerate(gpu_sizes)
+    )
+    hw = replace(
+        base,
+        gpus=gpus,
+        can_offload=bool(gpus) or base.can_offload,
+        source="simulated" if gpus else base.source,
+    )
     if ram_bytes is not None:
         hw = replace(hw, ram_total_bytes=ram_bytes, ram_available_bytes=ram_bytes)
     return hw

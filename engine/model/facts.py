@@ -79,9 +79,17 @@ def swa_layer_pattern(gf: GGUFFile, n_layer: int) -> tuple[bool, ...]:
     if isinstance(pattern, list):
         return tuple(bool(v) for v in pattern[:n_layer])
     arch = gf.architecture
-    period = int(pattern) if isinstance(pattern, int) and pattern > 0 else {
-        "gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4, "llama4": 4,
-    }.get(arch, 0)
+    period = (
+        int(pattern)
+        if isinstance(pattern, int) and pattern > 0
+        else {
+            "gemma2": 2,
+            "gemma3": 6,
+            "gemma3n": 5,
+            "cohere2": 4,
+            "llama4": 4,
+        }.get(arch, 0)
+    )
     if period <= 0:
         return tuple(True for _ in range(n_layer))
     # llama.cpp's `set_swa_pattern(n)`: layer il is SWA unless (il % n) == n - 1.
@@ -135,8 +143,7 @@ def model_facts(gf: GGUFFile) -> ModelFacts:
 def embedding_pooling(gf: GGUFFile) -> int:
     """The file's pooling type (0 when it has none, or an unknown value)."""
     value = gf.arch_value("pooling_type", 0)
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 4 \
-        else 0
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 4 else 0
 
 
 def _dominant_type(gf: GGUFFile) -> str:

@@ -369,8 +369,9 @@ def _parse(r: _Reader, name: str, size: int, check_architecture: bool) -> GGUFFi
             raise GGUFError(f"{name}: corrupt GGUF: tensor '{tname}' lies outside any real file")
         tensors.append(TensorInfo(tname, shape, ttype, offset, n_bytes))
 
-    gf = GGUFFile(name, version, metadata, tensors, data_offset, size, r.bytes_fetched,
-                  header_end=r.pos)
+    gf = GGUFFile(
+        name, version, metadata, tensors, data_offset, size, r.bytes_fetched, header_end=r.pos
+    )
     expected = gf.expected_size
     if expected > size:
         raise GGUFError(
@@ -462,8 +463,12 @@ def split_names(name: str, count: int) -> list[str] | None:
 def merge_splits(parts: Sequence[GGUFFile]) -> GGUFFile:
     """One header with the tensors of every part (weights are spread over the parts)."""
     first = parts[0]
-    return replace(first, tensors=[t for gf in parts for t in gf.tensors],
-                   file_size=sum(gf.file_size for gf in parts), _by_name={})
+    return replace(
+        first,
+        tensors=[t for gf in parts for t in gf.tensors],
+        file_size=sum(gf.file_size for gf in parts),
+        _by_name={},
+    )
 
 
 def split_count(gf: GGUFFile) -> int:

@@ -30,7 +30,8 @@ SEPARATOR = " · "  # between the model's words and its quantization
 # Q4_0_4_4, TQ1_0, BF16, F16, MXFP4, unsloth's UD-Q4_K_XL. It must stand as its own word.
 _QUANT = re.compile(
     r"(?i)(?:^|[-_. ])((?:UD-)?I?Q\d(?:_[A-Z0-9]+)*|TQ\d_\d|MXFP4(?:_MOE)?|BF16|FP16|FP32|F16|F32)"
-    r"(?=$|[-_. ])")
+    r"(?=$|[-_. ])"
+)
 _SPLIT = re.compile(r"(?i)-\d{5}-of-\d{5}$")
 # Word boundaries: dashes, underscores, spaces, and dots that are not inside a number (3.1).
 _WORD_SEP = re.compile(r"[-_\s]+|(?<!\d)\.|\.(?!\d)")
@@ -40,17 +41,70 @@ _HASH = re.compile(r"(?i)^(sha256[-:])?[0-9a-f]{16,}$")
 # checkpoints, long numbers, hashes.
 _RUN_MARK = re.compile(
     r"(?i)\b(ep(och)?\d+|mix\d+|lc\d+k?|step\d+|ckpt\d*|checkpoint\d*|run\d+|seed\d+|"
-    r"lr\d\S*|bs\d+|\d{6,}|[0-9a-f]{10,})\b")
+    r"lr\d\S*|bs\d+|\d{6,}|[0-9a-f]{10,})\b"
+)
 # Words that say nothing about which model it is.
-_GENERIC = frozenset({"model", "models", "ggml", "gguf", "weights", "merged", "output", "out",
-                      "final", "hf", "converted", "unnamed", "latest", "default", "sha256"})
+_GENERIC = frozenset(
+    {
+        "model",
+        "models",
+        "ggml",
+        "gguf",
+        "weights",
+        "merged",
+        "output",
+        "out",
+        "final",
+        "hf",
+        "converted",
+        "unnamed",
+        "latest",
+        "default",
+        "sha256",
+    }
+)
 # How people write these words (checked after the metadata's own spelling).
-_SPECIAL = {"it": "IT", "qat": "QAT", "moe": "MoE", "hf": "HF", "gpt": "GPT", "oss": "OSS",
-            "vl": "VL", "r1": "R1"}
-_FAMILIES = ("SmolLM", "DeepSeek", "TinyLlama", "CodeLlama", "OpenHermes", "StarCoder",
-             "InternLM", "MiniCPM", "ChatGLM", "OLMo", "OpenChat", "EXAONE", "GPT", "GLM",
-             "Qwen", "Llama", "Gemma", "Mistral", "Mixtral", "Phi", "Falcon", "Granite",
-             "Hermes", "Yi", "Command", "Nemotron", "Zephyr", "Vicuna", "Orca")
+_SPECIAL = {
+    "it": "IT",
+    "qat": "QAT",
+    "moe": "MoE",
+    "hf": "HF",
+    "gpt": "GPT",
+    "oss": "OSS",
+    "vl": "VL",
+    "r1": "R1",
+}
+_FAMILIES = (
+    "SmolLM",
+    "DeepSeek",
+    "TinyLlama",
+    "CodeLlama",
+    "OpenHermes",
+    "StarCoder",
+    "InternLM",
+    "MiniCPM",
+    "ChatGLM",
+    "OLMo",
+    "OpenChat",
+    "EXAONE",
+    "GPT",
+    "GLM",
+    "Qwen",
+    "Llama",
+    "Gemma",
+    "Mistral",
+    "Mixtral",
+    "Phi",
+    "Falcon",
+    "Granite",
+    "Hermes",
+    "Yi",
+    "Command",
+    "Nemotron",
+    "Zephyr",
+    "Vicuna",
+    "Orca",
+)
 
 
 def _words(text: str) -> list[str]:
@@ -63,7 +117,7 @@ def split_quantization(stem: str) -> tuple[str, str]:
     if not matches:
         return stem, ""
     m = matches[-1]  # the label is the last one ("Q4_K_M" in "Qwen2.5-7B-Instruct-Q4_K_M")
-    return (stem[:m.start()] + stem[m.end():]).strip("-_. "), m[1].upper()
+    return (stem[: m.start()] + stem[m.end() :]).strip("-_. "), m[1].upper()
 
 
 def file_stem(file_name: str) -> str:
@@ -111,7 +165,7 @@ def _cased(word: str, known: Mapping[str, str]) -> str:
         return known[low]
     for family in _FAMILIES:
         if low.startswith(family.lower()):
-            return family + low[len(family):]
+            return family + low[len(family) :]
     if word.isalpha():
         return word.capitalize()
     if re.fullmatch(r"[a-uw-z]\d+", low):  # r1, k2 (but v2 stays a version)
@@ -138,8 +192,13 @@ def _origin_words(origin: str) -> list[str]:
     return _words(file_stem(last))
 
 
-def derive_name(file_name: str, metadata: Mapping[str, Any] | None = None, *,
-                quantization: str | None = None, origin: str | None = None) -> str:
+def derive_name(
+    file_name: str,
+    metadata: Mapping[str, Any] | None = None,
+    *,
+    quantization: str | None = None,
+    origin: str | None = None,
+) -> str:
     """The one name the app shows for a model file (see the module's docstring).
 
     `metadata`: the GGUF's (only `general.*` is read); `quantization`: the file type's label

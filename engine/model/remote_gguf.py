@@ -30,12 +30,13 @@ def hf_url(ref: str, *, endpoint: str | None = None, revision: str = "main") -> 
     spec = ref.removeprefix("hf:").strip("/")
     parts = spec.split("/")
     if len(parts) < 3 or not all(parts) or not parts[-1].lower().endswith(".gguf"):
-        raise RemoteGGUFError(
-            f"'{ref}' is not a Hub file reference; write hf:owner/repo/file.gguf")
+        raise RemoteGGUFError(f"'{ref}' is not a Hub file reference; write hf:owner/repo/file.gguf")
     base = (endpoint or os.environ.get("HF_ENDPOINT") or HF_DEFAULT_ENDPOINT).rstrip("/")
     owner, repo, path = parts[0], parts[1], "/".join(parts[2:])
-    return (f"{base}/{urllib.parse.quote(owner)}/{urllib.parse.quote(repo)}/resolve/"
-            f"{urllib.parse.quote(revision)}/{urllib.parse.quote(path)}")
+    return (
+        f"{base}/{urllib.parse.quote(owner)}/{urllib.parse.quote(repo)}/resolve/"
+        f"{urllib.parse.quote(revision)}/{urllib.parse.quote(path)}"
+    )
 
 
 def is_remote(ref: str) -> bool:
@@ -45,8 +46,9 @@ def is_remote(ref: str) -> bool:
 class HttpRangeSource:
     """A remote file as a `ByteSource`: each read is one Range request."""
 
-    def __init__(self, url: str, *, timeout: float = 30.0,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, url: str, *, timeout: float = 30.0, headers: dict[str, str] | None = None
+    ) -> None:
         if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
             raise RemoteGGUFError(f"only http and https URLs can be read, not {url!r}")
         self.url = url
@@ -65,8 +67,9 @@ class HttpRangeSource:
         return urllib.parse.unquote(urllib.parse.urlsplit(self.url).path.rsplit("/", 1)[-1])
 
     def _get(self, start: int, end: int) -> tuple[int, str | None, bytes]:
-        req = urllib.request.Request(self.url, headers={**self.headers,
-                                                        "Range": f"bytes={start}-{end}"})
+        req = urllib.request.Request(
+            self.url, headers={**self.headers, "Range": f"bytes={start}-{end}"}
+        )
         self.requests += 1
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
@@ -78,17 +81,21 @@ class HttpRangeSource:
                 data = resp.read(end - start + 1)
         except urllib.error.HTTPError as e:
             if e.code == 416:
-                raise RemoteGGUFError(f"{self.name}: the server says the file is shorter than "
-                                      "its header claims") from None
+                raise RemoteGGUFError(
+                    f"{self.name}: the server says the file is shorter than its header claims"
+                ) from None
             if e.code in (401, 403):
-                raise RemoteGGUFError(f"{self.name}: access denied (HTTP {e.code}); the "
-                                      "repository may be gated or private") from None
+                raise RemoteGGUFError(
+                    f"{self.name}: access denied (HTTP {e.code}); the "
+                    "repository may be gated or private"
+                ) from None
             if e.code == 404:
                 raise RemoteGGUFError(f"{self.name}: not found (HTTP 404) at {self.url}") from None
             raise RemoteGGUFError(f"{self.name}: the server answered HTTP {e.code}") from None
         except TimeoutError:
-            raise RemoteGGUFError(f"{self.name}: the server did not answer within "
-                                  f"{self.timeout:g} s") from None
+            raise RemoteGGUFError(
+                f"{self.name}: the server did not answer within {self.timeout:g} s"
+            ) from None
         except urllib.error.URLError as e:
             host = urllib.parse.urlsplit(self.url).netloc
             raise RemoteGGUFError(f"cannot reach {host}: {e.reason}") from None
@@ -100,8 +107,10 @@ class HttpRangeSource:
     def _probe(self) -> int:
         status, content_range, _ = self._get(0, 0)
         if status != 206:
-            raise RemoteGGUFError(f"{self.name}: the server does not support range requests "
-                                  "(needed to read only the header)")
+            raise RemoteGGUFError(
+                f"{self.name}: the server does not support range requests "
+                "(needed to read only the header)"
+            )
         m = _CONTENT_RANGE.match(content_range or "")
         if not m or m.group(3) == "*":
             raise RemoteGGUFError(f"{self.name}: the server did not say how large the file is")
@@ -126,8 +135,9 @@ class RemoteHeader:
     requests: int
 
 
-def read_remote_gguf(ref: str, *, endpoint: str | None = None, timeout: float = 30.0,
-                     check_architecture: bool = True) -> RemoteHeader:
+def read_remote_gguf(
+    ref: str, *, endpoint: str | None = None, timeout: float = 30.0, check_architecture: bool = True
+) -> RemoteHeader:
     """Parse the header of `hf:owner/repo/file.gguf` or an http(s) URL, reading only it."""
     from engine.model.gguf import merge_splits, split_count, split_names
 
@@ -143,7 +153,10 @@ def read_remote_gguf(ref: str, *, endpoint: str | None = None, timeout: float = 
         for name in names[1:]:
             part = HttpRangeSource(base + urllib.parse.quote(name), timeout=timeout)
             parts.append(parse_gguf(part, name, check_architecture=False))
-            total, read, requests = (total + part.size, read + part.bytes_fetched,
-                                     requests + part.requests)
+            total, read, requests = (
+                total + part.size,
+                read + part.bytes_fetched,
+                requests + part.requests,
+            )
         gf = merge_splits(parts)
     return RemoteHeader(gf, url, total, read, requests)

@@ -35,8 +35,9 @@ _ARCH_BY_NAME = {name: arch for arch, name in MODEL_ARCH_NAMES.items()}
 # (or a fused QKV), attn_output, ffn_norm and, without experts, ffn_gate/up/down, all with the
 # llama shapes. Others differ (fused up+gate in phi3, MLA in deepseek2, ...) and get the
 # architecture-independent checks only.
-LLAMA_LAYOUT = frozenset({MODEL_ARCH.LLAMA, MODEL_ARCH.QWEN3, MODEL_ARCH.GEMMA2,
-                          MODEL_ARCH.GEMMA3, MODEL_ARCH.MISTRAL3})
+LLAMA_LAYOUT = frozenset(
+    {MODEL_ARCH.LLAMA, MODEL_ARCH.QWEN3, MODEL_ARCH.GEMMA2, MODEL_ARCH.GEMMA3, MODEL_ARCH.MISTRAL3}
+)
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -72,13 +73,16 @@ def _check(gf: GGUFFile, arch: MODEL_ARCH) -> None:
     complete = _tensor_table_complete(gf)
     if not 0 < n_layer <= MAX_LAYERS:
         if blocks:
-            raise _Problem(f"{k.name('block_count')} is {n_layer} but the file has tensors "
-                           f"for {blocks} blocks")
-        raise _Problem(f"{k.name('block_count')} is {n_layer} "
-                       f"(llama.cpp accepts 1 to {MAX_LAYERS})")
+            raise _Problem(
+                f"{k.name('block_count')} is {n_layer} but the file has tensors for {blocks} blocks"
+            )
+        raise _Problem(
+            f"{k.name('block_count')} is {n_layer} (llama.cpp accepts 1 to {MAX_LAYERS})"
+        )
     if complete and _uses_blocks(arch) and blocks != n_layer:
-        raise _Problem(f"{k.name('block_count')} is {n_layer} but the file has tensors "
-                       f"for {blocks} blocks")
+        raise _Problem(
+            f"{k.name('block_count')} is {n_layer} but the file has tensors for {blocks} blocks"
+        )
     k.uint("context_length", required=True)
     n_embd = k.uint("embedding_length", required=True)
     assert n_embd is not None
@@ -91,11 +95,15 @@ def _check(gf: GGUFFile, arch: MODEL_ARCH) -> None:
     head_v = k.uint("attention.value_length")
     for h, h_kv in zip(n_head, n_head_kv, strict=True):
         if h and head_k is None and n_embd % h:
-            raise _Problem(f"{k.name('attention.head_count')} is {h}, which does not divide "
-                           f"{k.name('embedding_length')} {n_embd}")
+            raise _Problem(
+                f"{k.name('attention.head_count')} is {h}, which does not divide "
+                f"{k.name('embedding_length')} {n_embd}"
+            )
         if h and h_kv and h % h_kv:
-            raise _Problem(f"{k.name('attention.head_count_kv')} is {h_kv}, which does not "
-                           f"divide {k.name('attention.head_count')} {h}")
+            raise _Problem(
+                f"{k.name('attention.head_count_kv')} is {h_kv}, which does not "
+                f"divide {k.name('attention.head_count')} {h}"
+            )
     for key in ("attention.key_length", "attention.value_length"):
         if k.uint(key) == 0:
             raise _Problem(f"{k.name(key)} is 0")
@@ -103,26 +111,37 @@ def _check(gf: GGUFFile, arch: MODEL_ARCH) -> None:
     n_expert = _check_experts(k, n_layer)
     nextn = k.uint("nextn_predict_layers", default=0) or 0
     if nextn > n_layer:
-        raise _Problem(f"{k.name('nextn_predict_layers')} is {nextn}, more than "
-                       f"{k.name('block_count')} {n_layer}")
+        raise _Problem(
+            f"{k.name('nextn_predict_layers')} is {nextn}, more than "
+            f"{k.name('block_count')} {n_layer}"
+        )
     scaling = md.get(k.name("rope.scaling.type"))
     if scaling is not None and scaling not in ROPE_SCALING_TYPES:
-        raise _Problem(f"{k.name('rope.scaling.type')} is {_show(scaling)} (llama.cpp knows "
-                       f"{', '.join(ROPE_SCALING_TYPES)})")
+        raise _Problem(
+            f"{k.name('rope.scaling.type')} is {_show(scaling)} (llama.cpp knows "
+            f"{', '.join(ROPE_SCALING_TYPES)})"
+        )
 
     n_vocab = _check_vocab(md)
     if not complete:
         return
     embd = gf.tensor("token_embd.weight")
-    if (n_vocab is not None and embd is not None and len(embd.shape) == 2
-            and embd.shape[1] != n_vocab):
-        raise _Problem(f"tensor 'token_embd.weight' has {embd.shape[1]} rows but "
-                       f"tokenizer.ggml.tokens has {n_vocab} tokens")
+    if (
+        n_vocab is not None
+        and embd is not None
+        and len(embd.shape) == 2
+        and embd.shape[1] != n_vocab
+    ):
+        raise _Problem(
+            f"tensor 'token_embd.weight' has {embd.shape[1]} rows but "
+            f"tokenizer.ggml.tokens has {n_vocab} tokens"
+        )
     if arch in LLAMA_LAYOUT:
         if not all(n_head) or not all(n_head_kv):
             key = "attention.head_count" if not all(n_head) else "attention.head_count_kv"
-            raise _Problem(f"{k.name(key)} is 0 (a {gf.architecture} model needs at least "
-                           f"one attention head)")
+            raise _Problem(
+                f"{k.name(key)} is 0 (a {gf.architecture} model needs at least one attention head)"
+            )
         if n_expert == 0 and not all(n_ff):
             raise _Problem(f"{k.name('feed_forward_length')} is 0")
         dims = _LlamaDims(k, n_embd, n_vocab, n_head, n_head_kv, head_k, head_v, n_ff)
@@ -133,22 +152,32 @@ def _check_experts(k: _Keys, n_layer: int) -> int:
     """The expert limits llama.cpp asserts; returns the expert count."""
     n_expert = k.uint("expert_count", default=0) or 0
     if n_expert > MAX_EXPERTS:
-        raise _Problem(f"{k.name('expert_count')} is {n_expert} "
-                       f"(llama.cpp supports at most {MAX_EXPERTS})")
+        raise _Problem(
+            f"{k.name('expert_count')} is {n_expert} (llama.cpp supports at most {MAX_EXPERTS})"
+        )
     used = max(k.per_layer("expert_used_count", n_layer, default=0))
     if used > n_expert:
-        raise _Problem(f"{k.name('expert_used_count')} is {used}, more than "
-                       f"{k.name('expert_count')} {n_expert}")
+        raise _Problem(
+            f"{k.name('expert_used_count')} is {used}, more than "
+            f"{k.name('expert_count')} {n_expert}"
+        )
     if n_expert and not used:
-        raise _Problem(f"{k.name('expert_used_count')} is 0 but "
-                       f"{k.name('expert_count')} is {n_expert}")
+        raise _Problem(
+            f"{k.name('expert_used_count')} is 0 but {k.name('expert_count')} is {n_expert}"
+        )
     groups = k.uint("expert_group_count", default=0) or 0
     group_used = k.uint("expert_group_used_count", default=0) or 0
-    if groups and (not n_expert or groups >= n_expert or n_expert % groups
-                   or (groups > 1 and not 0 < group_used < groups)):
-        raise _Problem(f"{k.name('expert_group_count')} is {groups}, which does not fit "
-                       f"{k.name('expert_count')} {n_expert} and "
-                       f"{k.name('expert_group_used_count')} {group_used}")
+    if groups and (
+        not n_expert
+        or groups >= n_expert
+        or n_expert % groups
+        or (groups > 1 and not 0 < group_used < groups)
+    ):
+        raise _Problem(
+            f"{k.name('expert_group_count')} is {groups}, which does not fit "
+            f"{k.name('expert_count')} {n_expert} and "
+            f"{k.name('expert_group_used_count')} {group_used}"
+        )
     return n_expert
 
 
@@ -174,8 +203,7 @@ def _check_vocab(md: dict[str, Any]) -> int | None:
         if not _is_number_array(arr):
             raise _Problem(f"{key} is {_show(arr)}, not a list of numbers")
         if len(arr) != n_vocab:
-            raise _Problem(f"{key} has {len(arr)} entries but tokenizer.ggml.tokens has "
-                           f"{n_vocab}")
+            raise _Problem(f"{key} has {len(arr)} entries but tokenizer.ggml.tokens has {n_vocab}")
     # Only BOS and EOS: llama.cpp falls back to its default for any other special id out of
     # range, and published files carry e.g. a padding id one past the vocabulary.
     for key in ("tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"):
@@ -192,9 +220,17 @@ def _check_vocab(md: dict[str, Any]) -> int | None:
 class _LlamaDims:
     """Expected tensor shapes of the llama layout, each dimension with the keys behind it."""
 
-    def __init__(self, k: _Keys, n_embd: int, n_vocab: int | None, n_head: list[int],
-                 n_head_kv: list[int], head_k: int | None, head_v: int | None,
-                 n_ff: list[int]) -> None:
+    def __init__(
+        self,
+        k: _Keys,
+        n_embd: int,
+        n_vocab: int | None,
+        n_head: list[int],
+        n_head_kv: list[int],
+        head_k: int | None,
+        head_v: int | None,
+        n_ff: list[int],
+    ) -> None:
         self.k = k
         self.n_embd = n_embd
         self.n_vocab = n_vocab
@@ -216,8 +252,10 @@ class _LlamaDims:
             return n * size, f"{self.k.name(key)} is {n} (x {self.k.name(length)} {size})"
         h = self.n_head[il]
         size = self.n_embd // h
-        return n * size, (f"{self.k.name(key)} is {n} (x head size {size} = {self.n_embd} / "
-                          f"{self.k.name('attention.head_count')} {h})")
+        return n * size, (
+            f"{self.k.name(key)} is {n} (x head size {size} = {self.n_embd} / "
+            f"{self.k.name('attention.head_count')} {h})"
+        )
 
     def ff(self, il: int) -> tuple[int, str]:
         return self.n_ff[il], f"{self.k.name('feed_forward_length')} is {self.n_ff[il]}"
@@ -286,8 +324,10 @@ def _check_shape(t: TensorInfo | None, expected: tuple[Dim, ...] | None) -> None
     wrong = [why for (v, why), got in zip(expected, t.shape, strict=False) if v != got]
     if len(t.shape) != len(want) or not wrong:
         raise _Problem(f"tensor '{t.name}' is {_dims(t.shape)} (expected {_dims(want)})")
-    raise _Problem(f"{' and '.join(dict.fromkeys(wrong))} but tensor '{t.name}' is "
-                   f"{_dims(t.shape)} (expected {_dims(want)})")
+    raise _Problem(
+        f"{' and '.join(dict.fromkeys(wrong))} but tensor '{t.name}' is "
+        f"{_dims(t.shape)} (expected {_dims(want)})"
+    )
 
 
 def _dims(shape: Iterable[int]) -> str:
@@ -338,8 +378,7 @@ class _Keys:
     def name(self, key: str) -> str:
         return f"{self.arch}.{key}"
 
-    def uint(self, key: str, *, required: bool = False, default: int | None = None
-             ) -> int | None:
+    def uint(self, key: str, *, required: bool = False, default: int | None = None) -> int | None:
         value = self.md.get(self.name(key))
         if value is None:
             if required:
@@ -355,16 +394,21 @@ class _Keys:
         """A key that is one number for all layers or an array with one per layer."""
         value = self.md.get(self.name(key))
         if isinstance(value, ArraySummary):  # more than 4096 entries: never one per layer
-            raise _Problem(f"{self.name(key)} has {len(value)} entries but "
-                           f"{self.name('block_count')} is {n_layer}")
+            raise _Problem(
+                f"{self.name(key)} has {len(value)} entries but "
+                f"{self.name('block_count')} is {n_layer}"
+            )
         if isinstance(value, list):
             if len(value) != n_layer:
-                raise _Problem(f"{self.name(key)} has {len(value)} entries but "
-                               f"{self.name('block_count')} is {n_layer}")
+                raise _Problem(
+                    f"{self.name(key)} has {len(value)} entries but "
+                    f"{self.name('block_count')} is {n_layer}"
+                )
             bad = [v for v in value if not _is_int(v) or v < 0]
             if bad:
-                raise _Problem(f"{self.name(key)} holds {_show(bad[0])}, "
-                               f"not a whole number of 0 or more")
+                raise _Problem(
+                    f"{self.name(key)} holds {_show(bad[0])}, not a whole number of 0 or more"
+                )
             return [int(v) for v in value]
         one = self.uint(key, default=default)
         return [] if one is None else [one] * n_layer

@@ -124,9 +124,7 @@ _END = object()
 
 
 _SCALARS = frozenset({int, float, bool, type(None)})
-_VIEWS: tuple[type, ...] = (
-    type({}.keys()), type({}.values()), type({}.items()), set, frozenset
-)
+_VIEWS: tuple[type, ...] = (type({}.keys()), type({}.values()), type({}.items()), set, frozenset)
 
 
 def _children(item: Any) -> Iterator[Any] | None:
@@ -216,8 +214,10 @@ def _check_add(left: Any, right: Any) -> None:
     elif isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
         _check_items(len(left) + len(right))
         _check_chars(_weight(left) + _weight(right))
-    elif isinstance(left, int) and isinstance(right, int) and (
-        max(_int_bits(left), _int_bits(right)) >= MAX_INT_BITS
+    elif (
+        isinstance(left, int)
+        and isinstance(right, int)
+        and (max(_int_bits(left), _int_bits(right)) >= MAX_INT_BITS)
     ):
         raise TemplateLimitError(f"tried to build a number of more than {MAX_INT_BITS} bits")
 
@@ -329,10 +329,24 @@ def _check_filter(name: str, bound: Mapping[str, Any]) -> None:
         _check_chars(_weight(text))
 
 
-_CHECKED_FILTERS = frozenset({
-    "center", "indent", "wordwrap", "format", "replace", "batch", "slice", "list", "string",
-    "pprint", "urlize", "striptags", "title", "wordcount",
-})
+_CHECKED_FILTERS = frozenset(
+    {
+        "center",
+        "indent",
+        "wordwrap",
+        "format",
+        "replace",
+        "batch",
+        "slice",
+        "list",
+        "string",
+        "pprint",
+        "urlize",
+        "striptags",
+        "title",
+        "wordcount",
+    }
+)
 
 
 def _guard_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:

@@ -42,9 +42,7 @@ def _strftime_now(fmt: str) -> str:
 class ChatTemplate:
     """A compiled chat template with the model's special tokens bound in."""
 
-    def __init__(
-        self, source: str | None, *, bos_token: str = "", eos_token: str = ""
-    ) -> None:
+    def __init__(self, source: str | None, *, bos_token: str = "", eos_token: str = "") -> None:
         self.is_fallback = not source
         self.source = source or CHATML_TEMPLATE
         env = BoundedSandbox(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False)
@@ -102,4 +100,3 @@ class ChatTemplate:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise ChatTemplateError(f"the model's chat template failed: {msg}") from None
         return "".join(parts)
-

@@ -159,8 +159,11 @@ def last_error(lines: list[str]) -> str:
             reason = line.strip()
             # "f: error loading model: g: error loading model hyperparameters: ..." names the
             # callers and says it twice: keep the innermost text
-            while (shorter := _LOG_SOURCE.sub("", reason, count=1)
-                   .removeprefix("error loading model: ").strip()) != reason:
+            while (
+                shorter := _LOG_SOURCE.sub("", reason, count=1)
+                .removeprefix("error loading model: ")
+                .strip()
+            ) != reason:
                 reason = shorter
             if not reason.lower().startswith(_GENERIC_FAILURES):
                 return reason

@@ -45,8 +45,9 @@ class ChildResult:
     log: tuple[str, ...]
 
 
-def run_in_child(load: NativeLoad, *, doing: str, timeout_s: float = PROBE_TIMEOUT_S
-                 ) -> ChildResult:
+def run_in_child(
+    load: NativeLoad, *, doing: str, timeout_s: float = PROBE_TIMEOUT_S
+) -> ChildResult:
     """Run `load` in a child process. `doing` names the work in a crash message ("sizing",
     "loading"). A refusal by llama.cpp is returned (stage and log); a crash, a hang or a
     child that cannot start raises EngineError."""
@@ -56,26 +57,39 @@ def run_in_child(load: NativeLoad, *, doing: str, timeout_s: float = PROBE_TIMEO
     # -S: site-packages come in through PYTHONPATH; skipping site saves ~15 ms a start.
     # GGML_NO_BACKTRACE: on an abort ggml would attach gdb for a backtrace (~1 s); the
     # assert line is what the message needs.
-    env = {"GGML_NO_BACKTRACE": "1", **os.environ,
-           "PYTHONPATH": os.pathsep.join(x for x in sys.path if x)}
+    env = {
+        "GGML_NO_BACKTRACE": "1",
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(x for x in sys.path if x),
+    }
     try:
-        r = subprocess.run([sys.executable, "-S", "-m", "engine.native.native_load"],
-                           input=load.to_json(), capture_output=True, text=True,
-                           timeout=timeout_s, env=env, check=False)
+        r = subprocess.run(
+            [sys.executable, "-S", "-m", "engine.native.native_load"],
+            input=load.to_json(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
-        raise EngineError(f"llama.cpp did not finish {doing} {name} within "
-                          f"{timeout_s:.0f} s") from None
+        raise EngineError(
+            f"llama.cpp did not finish {doing} {name} within {timeout_s:.0f} s"
+        ) from None
     except OSError as e:
         raise EngineError(f"could not start a child process to try {name}: {e}") from None
     if r.returncode != 0:
-        raise EngineError(f"llama.cpp crashed while {doing} {name} "
-                          f"({death(r.returncode)}): {last_words(r.stderr)}")
+        raise EngineError(
+            f"llama.cpp crashed while {doing} {name} "
+            f"({death(r.returncode)}): {last_words(r.stderr)}"
+        )
     try:
         out = json.loads(r.stdout.rsplit("\n", 2)[-2])
         return ChildResult(str(out["stage"]), tuple(str(x) for x in out["log"]))
     except (IndexError, ValueError, KeyError, TypeError):
-        raise EngineError(f"the child process that tried {name} gave no answer: "
-                          f"{last_words(r.stderr)}") from None
+        raise EngineError(
+            f"the child process that tried {name} gave no answer: {last_words(r.stderr)}"
+        ) from None
 
 
 def death(returncode: int) -> str:
@@ -103,8 +117,9 @@ def probe(load: NativeLoad) -> None:
     res = run_in_child(replace(load, tokenize=True), doing="loading")
     if res.stage != "ok":
         what = "load" if res.stage == "model" else "create a context for"
-        raise EngineError(f"llama.cpp could not {what} {Path(load.path).name}: "
-                          f"{_last_error(list(res.log))}")
+        raise EngineError(
+            f"llama.cpp could not {what} {Path(load.path).name}: {_last_error(list(res.log))}"
+        )
 
 
 class FirstLoads:

@@ -131,7 +131,7 @@ def _tokenize(C: Any, vocab: Any) -> None:
     buf = (C.llama_token * cap)()
     n = C.llama_tokenize(vocab, data, len(data), buf, cap, True, True)
     piece = ctypes.create_string_buffer(256)
-    for tok in buf[:max(n, 0)]:
+    for tok in buf[: max(n, 0)]:
         C.llama_token_to_piece(vocab, tok, piece, len(piece), 0, True)
     for special in (C.llama_vocab_bos(vocab), C.llama_vocab_eos(vocab)):
         if special >= 0:

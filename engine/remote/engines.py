@@ -86,10 +86,17 @@ class RemoteEndpoint:
 
     def client(self) -> StreamingClient:
         return StreamingClient(
-            self.base_url, api=self.api, api_key=self.api_key or None,
-            model=self.model or None, timeout_s=MAX_ANSWER_S,
-            connect_timeout_s=self.connect_timeout_s, idle_timeout_s=self.timeout_s,
-            verify_tls=self.verify_tls, ca_file=self.ca_file or None, user_agent="candlewick")
+            self.base_url,
+            api=self.api,
+            api_key=self.api_key or None,
+            model=self.model or None,
+            timeout_s=MAX_ANSWER_S,
+            connect_timeout_s=self.connect_timeout_s,
+            idle_timeout_s=self.timeout_s,
+            verify_tls=self.verify_tls,
+            ca_file=self.ca_file or None,
+            user_agent="candlewick",
+        )
 
 
 class RemoteError(EngineError):
@@ -98,8 +105,14 @@ class RemoteError(EngineError):
 
     kind: RemoteErrorKind = "http"
 
-    def __init__(self, message: str, *, partial: str = "", status: int | None = None,
-                 stats: GenerationStats | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        partial: str = "",
+        status: int | None = None,
+        stats: GenerationStats | None = None,
+    ) -> None:
         super().__init__(message)
         self.partial = partial
         self.status = status
@@ -151,8 +164,9 @@ def _partial_note(text: str) -> str:
     return f"; the partial answer ({len(text)} characters) is kept" if text else ""
 
 
-def error_from_result(ep: RemoteEndpoint, res: StreamResult,
-                      stats: GenerationStats | None = None) -> RemoteError:
+def error_from_result(
+    ep: RemoteEndpoint, res: StreamResult, stats: GenerationStats | None = None
+) -> RemoteError:
     """The `RemoteError` for a failed stream."""
     where = f"{ep.name} ({ep.base_url})"
     text = res.text
@@ -160,13 +174,16 @@ def error_from_result(ep: RemoteEndpoint, res: StreamResult,
     if res.timed_out and res.error_kind == "connect":
         return RemoteTimeoutError(
             f"cannot connect to {where}: no connection within {ep.connect_timeout_s:g} s "
-            "(timed out)", **kw)
+            "(timed out)",
+            **kw,
+        )
     if res.timed_out:
-        what = ("no answer" if res.t_first is None and res.status is None
-                else "the answer stalled")
+        what = "no answer" if res.t_first is None and res.status is None else "the answer stalled"
         return RemoteTimeoutError(
             f"{ep.name}: {what}: the server was silent for {ep.timeout_s:g} s "
-            f"(timed out){_partial_note(text)}", **kw)
+            f"(timed out){_partial_note(text)}",
+            **kw,
+        )
     kind = res.error_kind
     err = res.error or "unknown error"
     if kind == "connect":
@@ -175,7 +192,8 @@ def error_from_result(ep: RemoteEndpoint, res: StreamResult,
         return RemoteAuthError(f"{ep.name}: wrong or missing API key (HTTP {res.status})", **kw)
     if kind == "dropped":
         return RemoteDroppedError(
-            f"{ep.name}: the connection dropped mid-answer ({err}){_partial_note(text)}", **kw)
+            f"{ep.name}: the connection dropped mid-answer ({err}){_partial_note(text)}", **kw
+        )
     return RemoteHTTPError(f"{ep.name}: {err}{_partial_note(text)}", **kw)
 
 
@@ -184,11 +202,13 @@ def error_from_request(ep: RemoteEndpoint, e: RequestError) -> RemoteError:
     msg = str(e)
     detail = msg.split(": ", 1)[1] if ": " in msg else msg
     if e.kind == "connect":
-        return RemoteConnectionError(f"cannot connect to {ep.name} ({ep.base_url}): {detail}",
-                                     status=e.status)
+        return RemoteConnectionError(
+            f"cannot connect to {ep.name} ({ep.base_url}): {detail}", status=e.status
+        )
     if e.kind == "auth":
-        return RemoteAuthError(f"{ep.name}: wrong or missing API key (HTTP {e.status})",
-                               status=e.status)
+        return RemoteAuthError(
+            f"{ep.name}: wrong or missing API key (HTTP {e.status})", status=e.status
+        )
     if e.kind == "timeout":
         return RemoteTimeoutError(f"{ep.name}: {detail} (timed out)")
     if e.kind == "dropped":
@@ -227,8 +247,9 @@ class RemoteReply:
 
     dropped_messages = 0  # the server fits the conversation (or refuses it) itself
 
-    def __init__(self, endpoint: RemoteEndpoint, stream: ChatStream,
-                 cancel: threading.Event | None = None) -> None:
+    def __init__(
+        self, endpoint: RemoteEndpoint, stream: ChatStream, cancel: threading.Event | None = None
+    ) -> None:
         self.endpoint = endpoint
         self._stream = stream
         self._cancel = cancel
@@ -316,15 +337,19 @@ class RemoteEngine:
             return CheckResult(False, str(e), error=e)
         latency = time.perf_counter() - t0
         if not models:
-            return CheckResult(False, f"{self.endpoint.name}: the server lists no models",
-                               latency_s=latency)
+            return CheckResult(
+                False, f"{self.endpoint.name}: the server lists no models", latency_s=latency
+            )
         note = ""
         if self.endpoint.model and self.endpoint.model not in models:
             note = f"; {self.endpoint.model!r} is not among them"
         n = len(models)
         return CheckResult(
-            not note, f"{n} model{'s' if n != 1 else ''}, answered in "
-            f"{latency * 1000:.0f} ms{note}", tuple(models), latency)
+            not note,
+            f"{n} model{'s' if n != 1 else ''}, answered in {latency * 1000:.0f} ms{note}",
+            tuple(models),
+            latency,
+        )
 
     def _resolve_model(self) -> str:
         with self._lock:
@@ -335,9 +360,15 @@ class RemoteEngine:
                 self._model = models[0]
             return self._model
 
-    def reply(self, messages: Messages, sampling: SamplingParams,
-              cancel: threading.Event | None = None, *, continue_text: str = "",
-              policy: ContextPolicy | None = None) -> RemoteReply:
+    def reply(
+        self,
+        messages: Messages,
+        sampling: SamplingParams,
+        cancel: threading.Event | None = None,
+        *,
+        continue_text: str = "",
+        policy: ContextPolicy | None = None,
+    ) -> RemoteReply:
         """Start an answer (the request is sent when iteration starts). `policy` is ignored:
         the server owns its context."""
         del policy
@@ -345,13 +376,20 @@ class RemoteEngine:
             # The chat APIs have no portable way to say "continue this assistant message".
             raise RemoteHTTPError(
                 f"{self.endpoint.name}: continuing a cut-off answer works with a local model "
-                "only; ask again or regenerate instead")
+                "only; ask again or regenerate instead"
+            )
         sampling.validate()
         client = dataclasses.replace(self.endpoint, model=self._resolve_model()).client()
         msgs: Sequence[Mapping[str, Any]] = [dict(m) for m in messages]
-        stream = client.stream(msgs, max_tokens=sampling.max_tokens,
-                               temperature=sampling.temperature, seed=sampling.seed,
-                               top_p=sampling.top_p, stop=sampling.stop, cancel=cancel)
+        stream = client.stream(
+            msgs,
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            seed=sampling.seed,
+            top_p=sampling.top_p,
+            stop=sampling.stop,
+            cancel=cancel,
+        )
         return RemoteReply(self.endpoint, stream, cancel)
 
     def close(self) -> None:

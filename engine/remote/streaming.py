@@ -55,8 +55,9 @@ class RequestError(ClientError):
     """A non-streaming request (the model list) failed; `str()` is one line. `kind` is an
     `ErrorKind`, or "timeout"."""
 
-    def __init__(self, message: str, kind: ErrorKind | Literal["timeout"],
-                 status: int | None = None) -> None:
+    def __init__(
+        self, message: str, kind: ErrorKind | Literal["timeout"], status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.status = status
@@ -103,11 +104,20 @@ class StreamingClient:
     against the system's CAs, or `ca_file`; `verify_tls=False` turns the check off.
     """
 
-    def __init__(self, base_url: str, *, api: Api = "openai", api_key: str | None = None,
-                 model: str | None = None, timeout_s: float = 300.0,
-                 connect_timeout_s: float = 10.0, idle_timeout_s: float | None = None,
-                 verify_tls: bool = True, ca_file: str | None = None,
-                 user_agent: str = "candlewick-bench") -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api: Api = "openai",
+        api_key: str | None = None,
+        model: str | None = None,
+        timeout_s: float = 300.0,
+        connect_timeout_s: float = 10.0,
+        idle_timeout_s: float | None = None,
+        verify_tls: bool = True,
+        ca_file: str | None = None,
+        user_agent: str = "candlewick-bench",
+    ) -> None:
         if api not in APIS:
             raise ClientError(f"unknown API {api!r} (choose from {', '.join(APIS)})")
         parts = urlsplit(base_url.strip())
@@ -117,16 +127,20 @@ class StreamingClient:
             port = parts.port
         except ValueError:
             raise ClientError(f"bad port in URL: {base_url!r}") from None
-        if timeout_s <= 0 or connect_timeout_s <= 0 or (
-                idle_timeout_s is not None and idle_timeout_s <= 0):
+        if (
+            timeout_s <= 0
+            or connect_timeout_s <= 0
+            or (idle_timeout_s is not None and idle_timeout_s <= 0)
+        ):
             raise ClientError("timeouts must be greater than 0")
         self._ssl: ssl.SSLContext | None = None
         if parts.scheme == "https":
             try:
                 self._ssl = ssl.create_default_context(cafile=ca_file or None)
             except (OSError, ssl.SSLError) as e:
-                raise ClientError(f"cannot read the CA file {ca_file!r}: "
-                                  f"{getattr(e, 'strerror', None) or e}") from None
+                raise ClientError(
+                    f"cannot read the CA file {ca_file!r}: {getattr(e, 'strerror', None) or e}"
+                ) from None
             if not verify_tls:
                 self._ssl.check_hostname = False
                 self._ssl.verify_mode = ssl.CERT_NONE
@@ -157,16 +171,20 @@ class StreamingClient:
         return f"{base}{prefix}/{endpoint}"
 
     def _headers(self) -> dict[str, str]:
-        h = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json",
-             "User-Agent": self.user_agent}
+        h = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream, application/json",
+            "User-Agent": self.user_agent,
+        }
         if self.api_key:
             h["Authorization"] = f"Bearer {self.api_key}"
         return h
 
     def _connect(self, timeout: float) -> http.client.HTTPConnection:
         if self.scheme == "https":
-            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout,
-                                               context=self._ssl)
+            return http.client.HTTPSConnection(
+                self.host, self.port, timeout=timeout, context=self._ssl
+            )
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
     # -- models ----------------------------------------------------------------------------
@@ -184,9 +202,11 @@ class StreamingClient:
             resp = conn.getresponse()
             body = resp.read(_MAX_ERROR_BODY * 16)
             if resp.status != 200:
-                raise RequestError(f"{self.url}: HTTP {resp.status}: {_error_message(body)}",
-                                   "auth" if resp.status in (401, 403) else "http",
-                                   resp.status)
+                raise RequestError(
+                    f"{self.url}: HTTP {resp.status}: {_error_message(body)}",
+                    "auth" if resp.status in (401, 403) else "http",
+                    resp.status,
+                )
             data = json.loads(body)
         except RequestError:
             raise
@@ -197,14 +217,18 @@ class StreamingClient:
                 what = f"no answer within {self.idle_timeout_s or self.timeout_s:g} s"
             raise RequestError(f"{self.url}: {what}", "timeout") from None
         except (OSError, http.client.HTTPException) as e:
-            raise RequestError(f"{self.url}: {_describe_exception(e)}",
-                               _failure_kind(e, phase)) from None
+            raise RequestError(
+                f"{self.url}: {_describe_exception(e)}", _failure_kind(e, phase)
+            ) from None
         except ValueError:
             raise RequestError(f"{self.url}: the model list is not JSON", "protocol") from None
         finally:
             conn.close()
-        items = data.get("models" if self.api == "ollama" else "data") if isinstance(
-            data, dict) else None
+        items = (
+            data.get("models" if self.api == "ollama" else "data")
+            if isinstance(data, dict)
+            else None
+        )
         if not isinstance(items, list):
             raise RequestError(f"{self.url}: unexpected model list", "protocol")
         key = "name" if self.api == "ollama" else "id"
@@ -212,9 +236,16 @@ class StreamingClient:
 
     # -- chat ------------------------------------------------------------------------------
 
-    def request_body(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int,
-                     temperature: float, seed: int | None = None, top_p: float | None = None,
-                     stop: Sequence[str] = ()) -> dict[str, Any]:
+    def request_body(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        max_tokens: int,
+        temperature: float,
+        seed: int | None = None,
+        top_p: float | None = None,
+        stop: Sequence[str] = (),
+    ) -> dict[str, Any]:
         model = self.model or "default"
         if self.api == "ollama":
             options: dict[str, Any] = {"num_predict": max_tokens, "temperature": temperature}
@@ -224,11 +255,13 @@ class StreamingClient:
                 options["top_p"] = top_p
             if stop:
                 options["stop"] = list(stop)
-            return {"model": model, "messages": list(messages), "stream": True,
-                    "options": options}
+            return {"model": model, "messages": list(messages), "stream": True, "options": options}
         body: dict[str, Any] = {
-            "model": model, "messages": list(messages), "stream": True,
-            "max_tokens": max_tokens, "temperature": temperature,
+            "model": model,
+            "messages": list(messages),
+            "stream": True,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
             "stream_options": {"include_usage": True},
         }
         if seed is not None:
@@ -239,31 +272,51 @@ class StreamingClient:
             body["stop"] = list(stop)
         return body
 
-    def stream(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int = 256,
-               temperature: float = 0.0, seed: int | None = None, top_p: float | None = None,
-               stop: Sequence[str] = (), cancel: threading.Event | None = None) -> ChatStream:
+    def stream(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        top_p: float | None = None,
+        stop: Sequence[str] = (),
+        cancel: threading.Event | None = None,
+    ) -> ChatStream:
         """One streamed chat request as an iterator of text pieces. Nothing is sent until
         iteration starts; `ChatStream.result` fills in as it goes and is final once the
         iteration ends (never by an exception for server trouble: see `chat()`)."""
-        body = self.request_body(messages, max_tokens=max_tokens, temperature=temperature,
-                                 seed=seed, top_p=top_p, stop=stop)
+        body = self.request_body(
+            messages,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=seed,
+            top_p=top_p,
+            stop=stop,
+        )
         res = StreamResult(t_start=time.perf_counter())
         return ChatStream(res, self._run(res, json.dumps(body).encode(), cancel))
 
-    def chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int = 256,
-             temperature: float = 0.0, seed: int | None = None,
-             on_piece: PieceCallback | None = None,
-             cancel: threading.Event | None = None) -> StreamResult:
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        max_tokens: int = 256,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        on_piece: PieceCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> StreamResult:
         """Send one streamed chat request and time it. Never raises for server trouble."""
-        s = self.stream(messages, max_tokens=max_tokens, temperature=temperature, seed=seed,
-                        cancel=cancel)
+        s = self.stream(
+            messages, max_tokens=max_tokens, temperature=temperature, seed=seed, cancel=cancel
+        )
         for piece in s:
             if on_piece is not None:
                 on_piece(piece)
         return s.result
 
-    def _run(self, res: StreamResult, body: bytes, cancel: threading.Event | None
-             ) -> Iterator[str]:
+    def _run(self, res: StreamResult, body: bytes, cancel: threading.Event | None) -> Iterator[str]:
         path = self._path("chat" if self.api == "ollama" else "chat/completions")
         res.t_start = time.perf_counter()
         deadline = res.t_start + self.timeout_s
@@ -274,8 +327,12 @@ class StreamingClient:
         phase: Literal["connect", "response"] = "connect"
         if cancel is not None:
             # A stalled stream blocks in recv(); only shutting the socket down wakes it in time.
-            watcher = threading.Thread(target=_watch_cancel, args=(socks, cancel, finished),
-                                       name="stream-cancel", daemon=True)
+            watcher = threading.Thread(
+                target=_watch_cancel,
+                args=(socks, cancel, finished),
+                name="stream-cancel",
+                daemon=True,
+            )
             watcher.start()
         try:
             conn.request("POST", path, body=body, headers=self._headers())
@@ -293,8 +350,12 @@ class StreamingClient:
                 return
             parse = self._parse_ollama if self.api == "ollama" else self._parse_sse
             yield from parse(resp, conn, res, deadline, cancel)
-            if (res.error is None and not res.timed_out and not res.cancelled
-                    and res.finish_reason is None):
+            if (
+                res.error is None
+                and not res.timed_out
+                and not res.cancelled
+                and res.finish_reason is None
+            ):
                 res.error = "the stream ended before the answer was complete"
                 res.error_kind = "dropped"
         except TimeoutError:
@@ -330,9 +391,14 @@ class StreamingClient:
         res.text += text
         return True
 
-    def _lines(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
-               res: StreamResult, deadline: float, cancel: threading.Event | None
-               ) -> Iterator[str]:
+    def _lines(
+        self,
+        resp: http.client.HTTPResponse,
+        conn: http.client.HTTPConnection,
+        res: StreamResult,
+        deadline: float,
+        cancel: threading.Event | None,
+    ) -> Iterator[str]:
         while True:
             if cancel is not None and cancel.is_set():
                 res.cancelled = True
@@ -349,9 +415,14 @@ class StreamingClient:
     def _fail(self, res: StreamResult, message: str, kind: ErrorKind) -> None:
         res.error, res.error_kind = message, kind
 
-    def _parse_sse(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
-                   res: StreamResult, deadline: float, cancel: threading.Event | None
-                   ) -> Iterator[str]:
+    def _parse_sse(
+        self,
+        resp: http.client.HTTPResponse,
+        conn: http.client.HTTPConnection,
+        res: StreamResult,
+        deadline: float,
+        cancel: threading.Event | None,
+    ) -> Iterator[str]:
         event = ""
         for line in self._lines(resp, conn, res, deadline, cancel):
             if not line:
@@ -370,8 +441,9 @@ class StreamingClient:
                 # is an answer cut short (llama-cpp-python's server does this to a running
                 # request when another arrives, unless started with --interrupt_requests False).
                 if res.finish_reason is None and res.error is None:
-                    self._fail(res, "the server ended the answer early (no finish reason)",
-                               "dropped")
+                    self._fail(
+                        res, "the server ended the answer early (no finish reason)", "dropped"
+                    )
                 return
             try:
                 obj = json.loads(data)
@@ -399,9 +471,14 @@ class StreamingClient:
                 if choice.get("finish_reason"):
                     res.finish_reason = str(choice["finish_reason"])
 
-    def _parse_ollama(self, resp: http.client.HTTPResponse, conn: http.client.HTTPConnection,
-                      res: StreamResult, deadline: float, cancel: threading.Event | None
-                      ) -> Iterator[str]:
+    def _parse_ollama(
+        self,
+        resp: http.client.HTTPResponse,
+        conn: http.client.HTTPConnection,
+        res: StreamResult,
+        deadline: float,
+        cancel: threading.Event | None,
+    ) -> Iterator[str]:
         for line in self._lines(resp, conn, res, deadline, cancel):
             if not line.strip():
                 continue
@@ -448,17 +525,18 @@ class ChatStream:
 
 
 def _failure_kind(e: BaseException, phase: Literal["connect", "response"]) -> ErrorKind:
-    if phase == "connect" or isinstance(e, ConnectionRefusedError | socket.gaierror
-                                        | ssl.SSLError):
+    if phase == "connect" or isinstance(e, ConnectionRefusedError | socket.gaierror | ssl.SSLError):
         return "connect"
     if isinstance(e, http.client.HTTPException) and not isinstance(
-            e, http.client.RemoteDisconnected | http.client.IncompleteRead):
+        e, http.client.RemoteDisconnected | http.client.IncompleteRead
+    ):
         return "protocol"
     return "dropped"
 
 
-def _watch_cancel(socks: list[socket.socket], cancel: threading.Event,
-                  finished: threading.Event) -> None:
+def _watch_cancel(
+    socks: list[socket.socket], cancel: threading.Event, finished: threading.Event
+) -> None:
     while not finished.wait(0.1):
         if cancel.is_set() and socks:
             with contextlib.suppress(OSError):
@@ -494,8 +572,9 @@ def _describe_exception(e: BaseException) -> str:
         return "connection refused (is the server running?)"
     if isinstance(e, socket.gaierror):
         return "host not found"
-    if isinstance(e, http.client.RemoteDisconnected | ConnectionResetError
-                  | http.client.IncompleteRead):
+    if isinstance(
+        e, http.client.RemoteDisconnected | ConnectionResetError | http.client.IncompleteRead
+    ):
         return "the server closed the connection"
     if isinstance(e, ssl.SSLError):
         return f"TLS error: {e.reason or e}"

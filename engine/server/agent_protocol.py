@@ -65,12 +65,14 @@ class Refuse:
     why: str
     allowed: tuple[Any, ...] = ()
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
-                                     ) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
         return core_schema.no_info_before_validator_function(self._check, handler(source))
 
-    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
-                                     handler: GetJsonSchemaHandler) -> dict[str, Any]:
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
         return {"description": f"not supported: {self.why}"}
 
     def _check(self, v: Any) -> Any:
@@ -86,8 +88,9 @@ TopP = Annotated[float, _FINITE, Field(gt=0, le=1)]
 PositiveInt = Annotated[int, Field(ge=1)]
 Harmless = Annotated[str | None, Field(description="accepted; no effect on the answer")]
 # Prompt-cache markers: every slot reuses the longest cached prefix of a prompt by itself.
-CacheControl = Annotated[dict[str, Any] | None, Field(
-    description="accepted: prompt prefixes are cached automatically")]
+CacheControl = Annotated[
+    dict[str, Any] | None, Field(description="accepted: prompt prefixes are cached automatically")
+]
 
 
 def _unique_tools(names: list[str]) -> None:
@@ -119,22 +122,28 @@ def _by_type(tags: dict[str, str], default: str | None = None) -> Discriminator:
         kind = v.get("type", default) if isinstance(v, dict) else getattr(v, "type", None)
         return tags.get(kind) if isinstance(kind, str) else None
 
-    return Discriminator(tag, custom_error_type="agent",
-                         custom_error_message=f"must have a 'type' of {', '.join(tags)}")
+    return Discriminator(
+        tag,
+        custom_error_type="agent",
+        custom_error_message=f"must have a 'type' of {', '.join(tags)}",
+    )
 
 
 ResponsesPart = Annotated[
     Annotated[ResponsesTextPart, Tag("type=text")]
     | Annotated[ResponsesRefusalPart, Tag("type=refusal")],
-    _by_type({"input_text": "type=text", "output_text": "type=text",
-              "refusal": "type=refusal"})]
+    _by_type({"input_text": "type=text", "output_text": "type=text", "refusal": "type=refusal"}),
+]
 
 
 def _text_parts(v: Any) -> Any:
     if isinstance(v, list):
         for p in v:
-            if isinstance(p, dict) and p.get("type") in ("input_image", "input_file",
-                                                         "input_audio"):
+            if isinstance(p, dict) and p.get("type") in (
+                "input_image",
+                "input_file",
+                "input_audio",
+            ):
                 raise _refuse(f"{_TEXT_ONLY} (a part of type '{p['type']}')")
     return v
 
@@ -181,9 +190,13 @@ class ResponsesReasoningItem(_Model):
     type: Literal["reasoning"]
     summary: list[ResponsesSummaryText] = Field(default_factory=list)
     content: list[ResponsesReasoningText] | None = None
-    encrypted_content: Annotated[Any, Refuse("encrypted reasoning cannot be read here; send "
-                                             "the reasoning item as this server returned it")
-                                 ] = None
+    encrypted_content: Annotated[
+        Any,
+        Refuse(
+            "encrypted reasoning cannot be read here; send "
+            "the reasoning item as this server returned it"
+        ),
+    ] = None
 
     @property
     def text(self) -> str:
@@ -196,7 +209,8 @@ ResponsesItem = Annotated[
     | Annotated[ResponsesFunctionCallItem, Tag("type=function_call")]
     | Annotated[ResponsesFunctionCallOutputItem, Tag("type=function_call_output")]
     | Annotated[ResponsesReasoningItem, Tag("type=reasoning")],
-    _by_type({k: f"type={k}" for k in _ITEM_TYPES}, default="message")]
+    _by_type({k: f"type={k}" for k in _ITEM_TYPES}, default="message"),
+]
 
 
 def _items(v: Any) -> Any:
@@ -205,11 +219,16 @@ def _items(v: Any) -> Any:
     for i, item in enumerate(v if isinstance(v, list) else ()):
         kind = item.get("type") if isinstance(item, dict) else None
         if isinstance(kind, str) and kind not in _ITEM_TYPES:
-            why = ("items are not kept by id here; send the item itself"
-                   if kind == "item_reference" else "this server runs no built-in tools")
+            why = (
+                "items are not kept by id here; send the item itself"
+                if kind == "item_reference"
+                else "this server runs no built-in tools"
+            )
             raise PydanticCustomError(
-                "agent_whole", f"'input[{i}]': items of type '{kind}' are not supported "
-                f"({why}); it takes {', '.join(_ITEM_TYPES)}")
+                "agent_whole",
+                f"'input[{i}]': items of type '{kind}' are not supported "
+                f"({why}); it takes {', '.join(_ITEM_TYPES)}",
+            )
     return v
 
 
@@ -237,16 +256,19 @@ def _tools_of(kind_taken: str, refusal: str) -> Callable[[Any], Any]:
                 kind = t.get("type") if isinstance(t, dict) else None
                 if isinstance(kind, str) and kind != kind_taken:
                     raise PydanticCustomError("agent_whole", refusal.format(i=i, kind=kind))
-            _unique_tools([t["name"] for t in v if isinstance(t, dict)
-                           and isinstance(t.get("name"), str)])
+            _unique_tools(
+                [t["name"] for t in v if isinstance(t, dict) and isinstance(t.get("name"), str)]
+            )
         return v
 
     return check
 
 
 _responses_tools = _tools_of(
-    "function", "'tools[{i}]': tools of type '{kind}' are not supported (this server runs no "
-    "built-in tools); only function tools")
+    "function",
+    "'tools[{i}]': tools of type '{kind}' are not supported (this server runs no "
+    "built-in tools); only function tools",
+)
 
 
 class ResponsesNamedChoice(_Model):
@@ -258,15 +280,17 @@ class ResponsesTextFormat(_Model):
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = None
     description: str | None = None
-    schema_: dict[str, Any] | None = Field(None, alias="schema",
-                                           description="with type json_schema")
+    schema_: dict[str, Any] | None = Field(
+        None, alias="schema", description="with type json_schema"
+    )
     strict: bool | None = None
 
     @model_validator(mode="after")
     def _schema_given(self) -> ResponsesTextFormat:
         if self.type == "json_schema" and self.schema_ is None:
-            raise PydanticCustomError("agent_whole", "'text.format' of type json_schema needs "
-                                      "a 'schema'")
+            raise PydanticCustomError(
+                "agent_whole", "'text.format' of type json_schema needs a 'schema'"
+            )
         return self
 
 
@@ -277,28 +301,34 @@ class ResponsesText(_Model):
 
 def _effort(v: Any) -> Any:
     if isinstance(v, str) and v not in ("none", "minimal"):
-        raise _refuse("cannot be set here beyond 'none' or 'minimal' (the model is asked not "
-                      "to think); leave 'reasoning' out for the model's own thinking")
+        raise _refuse(
+            "cannot be set here beyond 'none' or 'minimal' (the model is asked not "
+            "to think); leave 'reasoning' out for the model's own thinking"
+        )
     return v
 
 
 class ResponsesReasoning(_Model):
-    effort: Annotated[Literal["none", "minimal"] | None, BeforeValidator(
-        _effort, json_schema_input_type=Literal["none", "minimal"] | None)] = None
-    summary: Annotated[Any, Refuse("the thinking is not summarised; it comes whole, as the "
-                                   "reasoning item's content")] = None
+    effort: Annotated[
+        Literal["none", "minimal"] | None,
+        BeforeValidator(_effort, json_schema_input_type=Literal["none", "minimal"] | None),
+    ] = None
+    summary: Annotated[
+        Any,
+        Refuse("the thinking is not summarised; it comes whole, as the reasoning item's content"),
+    ] = None
     generate_summary: Annotated[Any, Refuse("the thinking is not summarised")] = None
 
 
 class ResponsesStreamOptions(_Model):
-    include_obfuscation: Annotated[Any, Refuse("stream deltas are not padded", (False,))] \
-        = None
+    include_obfuscation: Annotated[Any, Refuse("stream deltas are not padded", (False,))] = None
 
 
 def _truncation(v: Any) -> Any:
     if v == "auto":
-        raise _refuse("cannot be 'auto': input is never dropped to fit; a prompt too long for "
-                      "a slot is a 400")
+        raise _refuse(
+            "cannot be 'auto': input is never dropped to fit; a prompt too long for a slot is a 400"
+        )
     return v
 
 
@@ -308,7 +338,8 @@ def _choice_in_tools(choice: Any, name: str | None, tools: list[Any] | None) -> 
         raise PydanticCustomError("agent_whole", "'tool_choice' needs 'tools'")
     if name is not None and name not in names:
         raise PydanticCustomError(
-            "agent_whole", f"'tool_choice' names '{name}', which is not in 'tools'")
+            "agent_whole", f"'tool_choice' names '{name}', which is not in 'tools'"
+        )
 
 
 class ResponsesRequest(_Model):
@@ -316,12 +347,15 @@ class ResponsesRequest(_Model):
     input: ResponsesInput
     instructions: str | None = None
     previous_response_id: str | None = None
-    tools: Annotated[Annotated[list[ResponsesFunctionTool], Field(max_length=MAX_TOOLS)]
-                     | None, BeforeValidator(_responses_tools)] = None
+    tools: Annotated[
+        Annotated[list[ResponsesFunctionTool], Field(max_length=MAX_TOOLS)] | None,
+        BeforeValidator(_responses_tools),
+    ] = None
     tool_choice: Literal["auto", "none", "required"] | ResponsesNamedChoice | None = None
     parallel_tool_calls: bool | None = None
-    max_output_tokens: Annotated[PositiveInt | None, Field(
-        description="capped at the server's limit")] = None
+    max_output_tokens: Annotated[
+        PositiveInt | None, Field(description="capped at the server's limit")
+    ] = None
     temperature: Temperature2 | None = None
     top_p: TopP | None = None
     text: ResponsesText | None = None
@@ -334,29 +368,41 @@ class ResponsesRequest(_Model):
     safety_identifier: Harmless = None
     prompt_cache_key: Harmless = None
     service_tier: Literal["auto", "default"] | None = None
-    max_tool_calls: Annotated[PositiveInt | None, Field(
-        description="limits built-in tools, of which this server has none")] = None
-    truncation: Annotated[Literal["disabled"] | None, BeforeValidator(
-        _truncation, json_schema_input_type=Literal["disabled"] | None)] = None
-    background: Annotated[Any, Refuse("the answer comes in the reply to this request",
-                                      (False,))] = None
-    include: Annotated[Any, Refuse("no extra output data is kept (encrypted reasoning, "
-                                   "logprobs, ...)", ([],))] = None
+    max_tool_calls: Annotated[
+        PositiveInt | None,
+        Field(description="limits built-in tools, of which this server has none"),
+    ] = None
+    truncation: Annotated[
+        Literal["disabled"] | None,
+        BeforeValidator(_truncation, json_schema_input_type=Literal["disabled"] | None),
+    ] = None
+    background: Annotated[
+        Any, Refuse("the answer comes in the reply to this request", (False,))
+    ] = None
+    include: Annotated[
+        Any, Refuse("no extra output data is kept (encrypted reasoning, logprobs, ...)", ([],))
+    ] = None
     top_logprobs: Annotated[Any, Refuse("log probabilities are not returned", (0,))] = None
-    conversation: Annotated[Any, Refuse("conversations are not kept; use "
-                                        "previous_response_id or send the whole "
-                                        "conversation")] = None
-    prompt: Annotated[Any, Refuse("stored prompt templates are not kept; send "
-                                  "'instructions' and 'input'")] = None
+    conversation: Annotated[
+        Any,
+        Refuse(
+            "conversations are not kept; use previous_response_id or send the whole conversation"
+        ),
+    ] = None
+    prompt: Annotated[
+        Any, Refuse("stored prompt templates are not kept; send 'instructions' and 'input'")
+    ] = None
     context_management: Annotated[Any, Refuse("the context is not compacted")] = None
 
     @field_validator("tool_choice")
     @classmethod
     def _choice_needs_tools(cls, v: Any, info: ValidationInfo) -> Any:
         if "tools" in info.data:  # else the tools were refused already
-            _choice_in_tools(None if v in (None, "none") else v,
-                             v.name if isinstance(v, ResponsesNamedChoice) else None,
-                             info.data["tools"])
+            _choice_in_tools(
+                None if v in (None, "none") else v,
+                v.name if isinstance(v, ResponsesNamedChoice) else None,
+                info.data["tools"],
+            )
         return v
 
 
@@ -415,8 +461,12 @@ class ResponseObject(_Model):
     error: ResponsesError | None
     incomplete_details: dict[str, str] | None
     model: str
-    output: list[Annotated[ResponsesOutputMessage | ResponsesOutputFunctionCall
-                           | ResponsesOutputReasoning, Field(discriminator="type")]]
+    output: list[
+        Annotated[
+            ResponsesOutputMessage | ResponsesOutputFunctionCall | ResponsesOutputReasoning,
+            Field(discriminator="type"),
+        ]
+    ]
     usage: ResponsesUsage | None
     instructions: str | None
     previous_response_id: str | None
@@ -472,23 +522,28 @@ AnthropicBlock = Annotated[
     | Annotated[AnthropicToolUseBlock, Tag("type=tool_use")]
     | Annotated[AnthropicToolResultBlock, Tag("type=tool_result")]
     | Annotated[AnthropicThinkingBlock, Tag("type=thinking")],
-    _by_type({k: f"type={k}" for k in _BLOCK_TYPES})]
-_BLOCK_WHY = {"image": _TEXT_ONLY, "document": _TEXT_ONLY,
-              "redacted_thinking": "cannot be read: its thinking is encrypted",
-              "search_result": "search results are not read here; send them as text"}
+    _by_type({k: f"type={k}" for k in _BLOCK_TYPES}),
+]
+_BLOCK_WHY = {
+    "image": _TEXT_ONLY,
+    "document": _TEXT_ONLY,
+    "redacted_thinking": "cannot be read: its thinking is encrypted",
+    "search_result": "search results are not read here; send them as text",
+}
 
 
 def _blocks(v: Any) -> Any:
     """Blocks of an unsupported type are refused saying why (images: text-only models)."""
     blocks = v if isinstance(v, list) else []
     for b in blocks:
-        inner = b.get("content") if isinstance(b, dict) and b.get("type") == "tool_result" \
-            else None
+        inner = b.get("content") if isinstance(b, dict) and b.get("type") == "tool_result" else None
         for x in [b, *(inner if isinstance(inner, list) else [])]:
             kind = x.get("type") if isinstance(x, dict) else None
             if isinstance(kind, str) and kind not in _BLOCK_TYPES:
-                raise _refuse(f"has a block of type '{kind}', which "
-                              + _BLOCK_WHY.get(kind, "is not supported here (no server tools)"))
+                raise _refuse(
+                    f"has a block of type '{kind}', which "
+                    + _BLOCK_WHY.get(kind, "is not supported here (no server tools)")
+                )
     return v
 
 
@@ -499,8 +554,7 @@ class AnthropicMessage(_Model):
 
 class AnthropicTool(_Model):
     type: Literal["custom"] | None = None
-    name: Annotated[str, Field(pattern=_ANTHROPIC_NAME,
-                               description="1-128 letters, digits, _ . -")]
+    name: Annotated[str, Field(pattern=_ANTHROPIC_NAME, description="1-128 letters, digits, _ . -")]
     description: str | None = None
     input_schema: dict[str, Any] = Field(description="a JSON schema object")
     strict: bool | None = None
@@ -508,8 +562,10 @@ class AnthropicTool(_Model):
 
 
 _anthropic_tools = _tools_of(
-    "custom", "'tools[{i}]': the server tool '{kind}' is not available here; only custom "
-    "tools (name, description, input_schema)")
+    "custom",
+    "'tools[{i}]': the server tool '{kind}' is not available here; only custom "
+    "tools (name, description, input_schema)",
+)
 
 
 class AnthropicToolChoice(_Model):
@@ -520,21 +576,24 @@ class AnthropicToolChoice(_Model):
     @model_validator(mode="after")
     def _named(self) -> AnthropicToolChoice:
         if self.type == "tool" and self.name is None:
-            raise PydanticCustomError("agent_whole", "'tool_choice' of type tool needs a "
-                                      "'name'")
+            raise PydanticCustomError("agent_whole", "'tool_choice' of type tool needs a 'name'")
         return self
 
 
 def _thinking_type(v: Any) -> Any:
     if v == "enabled":
-        raise _refuse("cannot be 'enabled': a thinking budget cannot be enforced here; use "
-                      "'adaptive' (the model thinks as it would) or 'disabled'")
+        raise _refuse(
+            "cannot be 'enabled': a thinking budget cannot be enforced here; use "
+            "'adaptive' (the model thinks as it would) or 'disabled'"
+        )
     return v
 
 
 class AnthropicThinking(_Model):
-    type: Annotated[Literal["adaptive", "disabled"], BeforeValidator(
-        _thinking_type, json_schema_input_type=Literal["adaptive", "disabled"])]
+    type: Annotated[
+        Literal["adaptive", "disabled"],
+        BeforeValidator(_thinking_type, json_schema_input_type=Literal["adaptive", "disabled"]),
+    ]
     display: Annotated[Any, Refuse("the thinking comes whole, as thinking blocks")] = None
 
 
@@ -566,30 +625,36 @@ class AnthropicCountTokensRequest(_Model):
     model: str | None = None
     messages: Annotated[list[AnthropicMessage], Field(min_length=1)]
     system: Annotated[str | list[AnthropicTextBlock] | None, BeforeValidator(_system)] = None
-    tools: Annotated[Annotated[list[AnthropicTool], Field(max_length=MAX_TOOLS)] | None,
-                     BeforeValidator(_anthropic_tools)] = None
+    tools: Annotated[
+        Annotated[list[AnthropicTool], Field(max_length=MAX_TOOLS)] | None,
+        BeforeValidator(_anthropic_tools),
+    ] = None
     tool_choice: AnthropicToolChoice | None = None
     thinking: AnthropicThinking | None = None
     output_config: AnthropicOutputConfig | None = None
-    mcp_servers: Annotated[Any, Refuse("this server connects to no MCP servers", ([],))] \
-        = None
+    mcp_servers: Annotated[Any, Refuse("this server connects to no MCP servers", ([],))] = None
     context_management: Annotated[Any, Refuse("the context is not edited")] = None
     container: Annotated[Any, Refuse("this server runs no code containers")] = None
 
     @field_validator("tool_choice")
     @classmethod
-    def _choice_needs_tools(cls, v: AnthropicToolChoice | None, info: ValidationInfo
-                            ) -> AnthropicToolChoice | None:
+    def _choice_needs_tools(
+        cls, v: AnthropicToolChoice | None, info: ValidationInfo
+    ) -> AnthropicToolChoice | None:
         if v is not None and "tools" in info.data:
-            _choice_in_tools(None if v.type == "none" else v,
-                             v.name if v.type == "tool" else None, info.data["tools"])
+            _choice_in_tools(
+                None if v.type == "none" else v,
+                v.name if v.type == "tool" else None,
+                info.data["tools"],
+            )
         return v
 
 
 class AnthropicMessagesRequest(AnthropicCountTokensRequest):
     max_tokens: Annotated[int, Field(ge=1, description="capped at the server's limit")]
-    stop_sequences: Annotated[list[Annotated[str, Field(min_length=1)]],
-                              Field(max_length=MAX_STOP)] | None = None
+    stop_sequences: (
+        Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_length=MAX_STOP)] | None
+    ) = None
     stream: bool | None = None
     temperature: Temperature1 | None = None
     top_p: TopP | None = None
@@ -629,10 +694,15 @@ class AnthropicReply(_Model):
     type: Literal["message"]
     role: Literal["assistant"]
     model: str
-    content: list[Annotated[AnthropicReplyText | AnthropicReplyThinking
-                            | AnthropicReplyToolUse, Field(discriminator="type")]]
-    stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use",
-                         "model_context_window_exceeded"]
+    content: list[
+        Annotated[
+            AnthropicReplyText | AnthropicReplyThinking | AnthropicReplyToolUse,
+            Field(discriminator="type"),
+        ]
+    ]
+    stop_reason: Literal[
+        "end_turn", "max_tokens", "stop_sequence", "tool_use", "model_context_window_exceeded"
+    ]
     stop_sequence: str | None
     usage: AnthropicUsage
 
@@ -666,8 +736,9 @@ def parse_request(model: type[T], body: dict[str, Any]) -> T:
         err = max(errs, key=lambda x: len(_where(x)))
         top = err["loc"][:1]
         message = _message(err)
-        kinds = dict.fromkeys(_TYPES[x["type"]] for x in errs
-                              if _where(x) == _where(err) and x["type"] in _TYPES)
+        kinds = dict.fromkeys(
+            _TYPES[x["type"]] for x in errs if _where(x) == _where(err) and x["type"] in _TYPES
+        )
         if len(kinds) > 1 and err["input"] is not None:
             message = f"{_quoted(err)} must be {' or '.join(kinds)}"
         raise ApiError(400, message, param=str(top[0]) if top else None) from None
@@ -683,8 +754,11 @@ _MEMBERS = frozenset({"str", "int", "float", "bool", "none", "dict", "list"})
 
 
 def _where(err: ErrorDetails) -> tuple[int | str, ...]:
-    return tuple(p for p in err["loc"] if isinstance(p, int) or (
-        re.fullmatch(r"\w+", p) and p not in _MEMBERS))
+    return tuple(
+        p
+        for p in err["loc"]
+        if isinstance(p, int) or (re.fullmatch(r"\w+", p) and p not in _MEMBERS)
+    )
 
 
 def _quoted(err: ErrorDetails) -> str:
@@ -694,10 +768,16 @@ def _quoted(err: ErrorDetails) -> str:
     return f"'{out}'" if out else "the body"
 
 
-_TYPES = {"string_type": "a string", "bool_type": "true or false",
-          "int_type": "a whole number", "float_type": "a number", "list_type": "a list",
-          "dict_type": "an object", "model_type": "an object",
-          "model_attributes_type": "an object"}
+_TYPES = {
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "int_type": "a whole number",
+    "float_type": "a number",
+    "list_type": "a list",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "model_attributes_type": "an object",
+}
 
 
 def _message(err: ErrorDetails) -> str:
@@ -709,8 +789,10 @@ def _message(err: ErrorDetails) -> str:
     if err["input"] is None and kind in _TYPES:
         return f"{where} is required"  # null stands for absent
     texts = {
-        "missing": "is required", "finite_number": "must be a number",
-        "too_short": "must not be empty", "string_too_short": "must not be empty",
+        "missing": "is required",
+        "finite_number": "must be a number",
+        "too_short": "must not be empty",
+        "string_too_short": "must not be empty",
         "greater_than_equal": f"must be at least {_fmt(ctx.get('ge'))}",
         "less_than_equal": f"must be at most {_fmt(ctx.get('le'))}",
         "greater_than": f"must be greater than {_fmt(ctx.get('gt'))}",
@@ -718,6 +800,9 @@ def _message(err: ErrorDetails) -> str:
         "string_pattern_mismatch": f"must match {ctx.get('pattern')}",
         "literal_error": f"must be one of {ctx.get('expected')}",
     }
-    text = f"must be {_TYPES[kind]}" if kind in _TYPES else texts.get(kind) or re.sub(
-        r"^Input should", "should", err["msg"].split("\n")[0])
+    text = (
+        f"must be {_TYPES[kind]}"
+        if kind in _TYPES
+        else texts.get(kind) or re.sub(r"^Input should", "should", err["msg"].split("\n")[0])
+    )
     return f"{where} {text}"

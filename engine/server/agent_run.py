@@ -54,16 +54,24 @@ class GenerationFailed(Exception):
 
 
 class Run:
-    def __init__(self, state: ServerState, loaded: ServedModel, plan: ChatPlan,
-                 sampling: SamplingParams, *, stream: bool) -> None:
+    def __init__(
+        self,
+        state: ServerState,
+        loaded: ServedModel,
+        plan: ChatPlan,
+        sampling: SamplingParams,
+        *,
+        stream: bool,
+    ) -> None:
         self._loaded = loaded
         self._stops = sampling.stop
         self.reader = ReplyReader(plan)
         self.done: Done | None = None
         # Thinking is timed from the pieces, so they come even when not streamed.
         sampling = plan.sampling(sampling)
-        self.gen = start(state, loaded, plan.prompt, sampling,
-                         stream=stream or plan.markers is not None)
+        self.gen = start(
+            state, loaded, plan.prompt, sampling, stream=stream or plan.markers is not None
+        )
         self._pieces = False
 
     async def whole(self, request: Request) -> Done:

@@ -39,8 +39,11 @@ from engine.server.errors import ApiError, anthropic_error_body
 from engine.server.parsing import read_json
 
 Json = dict[str, Any]
-_STOP_REASONS = {"stop": "end_turn", "stop_string": "stop_sequence",
-                 "context_full": "model_context_window_exceeded"}
+_STOP_REASONS = {
+    "stop": "end_turn",
+    "stop_string": "stop_sequence",
+    "context_full": "model_context_window_exceeded",
+}
 
 
 def _add(out: list[Json], msg: Json) -> None:
@@ -59,37 +62,56 @@ def _add(out: list[Json], msg: Json) -> None:
 def chat_messages(req: AnthropicCountTokensRequest) -> list[Json]:
     out: list[Json] = []
     if req.system:
-        system = req.system if isinstance(req.system, str) else "\n\n".join(
-            b.text for b in req.system)
+        system = (
+            req.system if isinstance(req.system, str) else "\n\n".join(b.text for b in req.system)
+        )
         out.append({"role": "system", "content": system})
     names: dict[str, str] = {}  # tool_use id -> tool name, for the results
     for i, m in enumerate(req.messages):
-        blocks = [AnthropicTextBlock(type="text", text=m.content)] if isinstance(
-            m.content, str) else m.content
-        allowed = (AnthropicTextBlock, AnthropicToolResultBlock) if m.role == "user" else (
-            AnthropicTextBlock, AnthropicToolUseBlock, AnthropicThinkingBlock)
+        blocks = (
+            [AnthropicTextBlock(type="text", text=m.content)]
+            if isinstance(m.content, str)
+            else m.content
+        )
+        allowed = (
+            (AnthropicTextBlock, AnthropicToolResultBlock)
+            if m.role == "user"
+            else (AnthropicTextBlock, AnthropicToolUseBlock, AnthropicThinkingBlock)
+        )
         texts: list[str] = []
         turn: Json = {"role": m.role}
         for b in blocks:
             if not isinstance(b, allowed):
-                raise ApiError(400, f"'messages[{i}]': a {m.role} message cannot hold "
-                               f"{b.type} blocks", param="messages")
+                raise ApiError(
+                    400,
+                    f"'messages[{i}]': a {m.role} message cannot hold {b.type} blocks",
+                    param="messages",
+                )
             if isinstance(b, AnthropicTextBlock):
                 texts.append(b.text)
             elif isinstance(b, AnthropicThinkingBlock):
                 turn["reasoning_content"] = turn.get("reasoning_content", "") + b.thinking
             elif isinstance(b, AnthropicToolUseBlock):
                 names[b.id] = b.name
-                turn.setdefault("tool_calls", []).append({
-                    "id": b.id, "type": "function",
-                    "function": {"name": b.name,
-                                 "arguments": json.dumps(b.input, ensure_ascii=False)}})
+                turn.setdefault("tool_calls", []).append(
+                    {
+                        "id": b.id,
+                        "type": "function",
+                        "function": {
+                            "name": b.name,
+                            "arguments": json.dumps(b.input, ensure_ascii=False),
+                        },
+                    }
+                )
             elif isinstance(b, AnthropicToolResultBlock):
                 if texts:  # text before a result is a turn of its own
                     _add(out, {"role": "user", "content": "\n".join(texts)})
                     texts = []
-                result: Json = {"role": "tool", "tool_call_id": b.tool_use_id,
-                                "content": f"Error: {b.text}" if b.is_error else b.text}
+                result: Json = {
+                    "role": "tool",
+                    "tool_call_id": b.tool_use_id,
+                    "content": f"Error: {b.text}" if b.is_error else b.text,
+                }
                 if b.tool_use_id in names:
                     result["name"] = names[b.tool_use_id]
                 out.append(result)
@@ -107,8 +129,7 @@ def _choice(req: AnthropicCountTokensRequest) -> tuple[ToolChoice, bool]:
     return choice, not c.disable_parallel_tool_use
 
 
-def _plan(loaded: ServedModel, req: AnthropicCountTokensRequest, messages: list[Json]
-          ) -> ChatPlan:
+def _plan(loaded: ServedModel, req: AnthropicCountTokensRequest, messages: list[Json]) -> ChatPlan:
     fmt = req.output_config.format if req.output_config else None
     grammar = None
     if fmt is not None:
@@ -118,13 +139,25 @@ def _plan(loaded: ServedModel, req: AnthropicCountTokensRequest, messages: list[
             raise ApiError(400, f"'output_config.format': {e}", param="output_config") from None
     choice, parallel = _choice(req)
     return plan_chat(
-        loaded, messages,
-        tools=[{"type": "function", "function": {
-            "name": t.name, "parameters": t.input_schema,
-            **({"description": t.description} if t.description else {})}}
-            for t in req.tools or []],
-        choice=choice, parallel=parallel, grammar=grammar, grammar_param="output_config",
-        think=False if req.thinking and req.thinking.type == "disabled" else None)
+        loaded,
+        messages,
+        tools=[
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "parameters": t.input_schema,
+                    **({"description": t.description} if t.description else {}),
+                },
+            }
+            for t in req.tools or []
+        ],
+        choice=choice,
+        parallel=parallel,
+        grammar=grammar,
+        grammar_param="output_config",
+        think=False if req.thinking and req.thinking.type == "disabled" else None,
+    )
 
 
 class MessageBuilder:
@@ -138,8 +171,9 @@ class MessageBuilder:
         self._text: list[str] = []
 
     def start(self) -> list[tuple[str, Json]]:
-        return [("message_start", {"type": "message_start",
-                                   "message": {**self.message, "content": []}})]
+        return [
+            ("message_start", {"type": "message_start", "message": {**self.message, "content": []}})
+        ]
 
     def push(self, parts: list[Part]) -> list[tuple[str, Json]]:
         out: list[tuple[str, Json]] = []
@@ -149,22 +183,40 @@ class MessageBuilder:
                 out += self._stop()
                 out += self._open(want)
             self._text.append(text)
-            delta = {"type": "thinking_delta", "thinking": text} if want == "thinking" else {
-                "type": "text_delta", "text": text}
-            out.append(("content_block_delta", {"type": "content_block_delta",
-                                                "index": self._index(), "delta": delta}))
+            delta = (
+                {"type": "thinking_delta", "thinking": text}
+                if want == "thinking"
+                else {"type": "text_delta", "text": text}
+            )
+            out.append(
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": self._index(), "delta": delta},
+                )
+            )
         return out
 
     def _index(self) -> int:
         return len(self.message["content"]) - 1
 
     def _open(self, kind: str) -> list[tuple[str, Json]]:
-        block: Json = {"type": "thinking", "thinking": "", "signature": ""} if kind == \
-            "thinking" else {"type": "text", "text": ""}
+        block: Json = (
+            {"type": "thinking", "thinking": "", "signature": ""}
+            if kind == "thinking"
+            else {"type": "text", "text": ""}
+        )
         self._block, self._text = block, []
         self.message["content"].append(block)
-        return [("content_block_start", {"type": "content_block_start", "index": self._index(),
-                                         "content_block": dict(block)})]
+        return [
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": self._index(),
+                    "content_block": dict(block),
+                },
+            )
+        ]
 
     def _stop(self) -> list[tuple[str, Json]]:
         if self._block is None:
@@ -181,30 +233,52 @@ class MessageBuilder:
             out += self._open("text") + self._stop()
         for call in calls:
             args = call_input(call)
-            block = {"type": "tool_use", "id": "toolu_" + call.id.removeprefix("call_"),
-                     "name": call.name, "input": {}}
+            block = {
+                "type": "tool_use",
+                "id": "toolu_" + call.id.removeprefix("call_"),
+                "name": call.name,
+                "input": {},
+            }
             content.append(block)
             i = self._index()
-            out += [("content_block_start", {"type": "content_block_start", "index": i,
-                                             "content_block": dict(block)}),
-                    ("content_block_delta", {"type": "content_block_delta", "index": i,
-                                             "delta": {"type": "input_json_delta",
-                                                       "partial_json": json.dumps(args)}}),
-                    ("content_block_stop", {"type": "content_block_stop", "index": i})]
+            out += [
+                (
+                    "content_block_start",
+                    {"type": "content_block_start", "index": i, "content_block": dict(block)},
+                ),
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": i,
+                        "delta": {"type": "input_json_delta", "partial_json": json.dumps(args)},
+                    },
+                ),
+                ("content_block_stop", {"type": "content_block_stop", "index": i}),
+            ]
             block["input"] = args
         reason = "tool_use" if calls else _STOP_REASONS.get(st.stop_reason, "max_tokens")
         # Anthropic counts cache reads apart: input + cache reads are the whole prompt.
-        usage = {"input_tokens": st.prompt_tokens - st.cached_tokens,
-                 "cache_read_input_tokens": st.cached_tokens,
-                 "cache_creation_input_tokens": 0, "output_tokens": st.gen_tokens}
+        usage = {
+            "input_tokens": st.prompt_tokens - st.cached_tokens,
+            "cache_read_input_tokens": st.cached_tokens,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": st.gen_tokens,
+        }
         stop_sequence = done.stop_sequence if reason == "stop_sequence" else None
         self.message.update(stop_reason=reason, stop_sequence=stop_sequence, usage=usage)
-        return [*out,
-                ("message_delta", {"type": "message_delta",
-                                   "delta": {"stop_reason": reason,
-                                             "stop_sequence": stop_sequence},
-                                   "usage": usage}),
-                ("message_stop", {"type": "message_stop"})]
+        return [
+            *out,
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": reason, "stop_sequence": stop_sequence},
+                    "usage": usage,
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
 
 
 class AnthropicRoutes:
@@ -212,8 +286,10 @@ class AnthropicRoutes:
         self.state = state
 
     def routes(self) -> list[Route]:
-        return [Route("/v1/messages", self.create, methods=["POST"]),
-                Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"])]
+        return [
+            Route("/v1/messages", self.create, methods=["POST"]),
+            Route("/v1/messages/count_tokens", self.count_tokens, methods=["POST"]),
+        ]
 
     async def count_tokens(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
@@ -228,25 +304,47 @@ class AnthropicRoutes:
         loaded = await self.state.acquire(req.model)
         messages = chat_messages(req)
         if messages[-1]["role"] == "assistant":
-            raise ApiError(400, "'messages': the last message must be the user's (text or "
-                           "tool results); continuing a prefilled assistant turn is not "
-                           "supported", param="messages")
+            raise ApiError(
+                400,
+                "'messages': the last message must be the user's (text or "
+                "tool results); continuing a prefilled assistant turn is not "
+                "supported",
+                param="messages",
+            )
         plan = _plan(loaded, req, messages)
-        sampling = sampling_from(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-                                 min_p=None, repeat_penalty=None, seed=None,
-                                 max_tokens=cap_tokens(self.state, req.max_tokens),
-                                 stop=tuple(req.stop_sequences or ()))
+        sampling = sampling_from(
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            min_p=None,
+            repeat_penalty=None,
+            seed=None,
+            max_tokens=cap_tokens(self.state, req.max_tokens),
+            stop=tuple(req.stop_sequences or ()),
+        )
         stream = bool(req.stream)
         run = Run(self.state, loaded, plan, sampling, stream=stream)
-        builder = MessageBuilder({
-            "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
-            "model": loaded.model_id, "content": [], "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {"input_tokens": len(plan.prompt), "output_tokens": 0}})
+        builder = MessageBuilder(
+            {
+                "id": f"msg_{uuid.uuid4().hex[:24]}",
+                "type": "message",
+                "role": "assistant",
+                "model": loaded.model_id,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": len(plan.prompt), "output_tokens": 0},
+            }
+        )
         if not stream:
             done = await run.whole(request)
-            builder.push([p for p in (("reasoning", done.reply.reasoning),
-                                      ("content", done.reply.content)) if p[1]])
+            builder.push(
+                [
+                    p
+                    for p in (("reasoning", done.reply.reasoning), ("content", done.reply.content))
+                    if p[1]
+                ]
+            )
             builder.finish(done)
             return JSONResponse(builder.message)
 
@@ -264,5 +362,4 @@ class AnthropicRoutes:
                 for name, data in builder.finish(run.done):
                     yield sse(name, data)
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers=SSE_HEADERS)
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)

@@ -59,12 +59,22 @@ class AuthMiddleware:
         return hmac.compare_digest(given, self._key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] != "http" or self._key is None or scope["path"] in PUBLIC_PATHS
-                or scope["method"] == "OPTIONS" or self._authorized(scope)):
+        if (
+            scope["type"] != "http"
+            or self._key is None
+            or scope["path"] in PUBLIC_PATHS
+            or scope["method"] == "OPTIONS"
+            or self._authorized(scope)
+        ):
             await self.app(scope, receive, send)
             return
-        resp = error_response(scope["path"], 401, "missing or invalid API key",
-                              code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+        resp = error_response(
+            scope["path"],
+            401,
+            "missing or invalid API key",
+            code="invalid_api_key",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
         await resp(scope, receive, send)
 
 
@@ -107,8 +117,9 @@ class MetricsMiddleware:
         record = None
         if log_ is not None:
             client = scope.get("client")
-            record = RequestRecord(scope["method"], scope["path"],
-                                   f"{client[0]}:{client[1]}" if client else "")
+            record = RequestRecord(
+                scope["method"], scope["path"], f"{client[0]}:{client[1]}" if client else ""
+            )
             current_record.set(record)  # this task's context only
         t0 = time.perf_counter()
 
@@ -138,36 +149,62 @@ def create_app(state: ServerState) -> ASGIApp:
     async def health(request: Request) -> Response:
         loaded = state.loaded
         hosted = state.host.hosted()
-        if state.load_error or state.starting or (
-                loaded is None and not hosted and not state.host.known()):
-            return JSONResponse({"status": "error" if state.load_error else "loading",
-                                 "error": state.load_error}, status_code=503)
+        if (
+            state.load_error
+            or state.starting
+            or (loaded is None and not hosted and not state.host.known())
+        ):
+            return JSONResponse(
+                {"status": "error" if state.load_error else "loading", "error": state.load_error},
+                status_code=503,
+            )
         body: dict[str, Any] = {
             "status": "ok",
-            "models": [{"name": h.name, "state": h.state, "pinned": h.pinned,
-                        "held_by": h.owner, "requests_in_flight": h.in_flight,
-                        "expires_in_s": h.expires_in_s, "memory_bytes": dict(h.memory)}
-                       for h in hosted],
+            "models": [
+                {
+                    "name": h.name,
+                    "state": h.state,
+                    "pinned": h.pinned,
+                    "held_by": h.owner,
+                    "requests_in_flight": h.in_flight,
+                    "expires_in_s": h.expires_in_s,
+                    "memory_bytes": dict(h.memory),
+                }
+                for h in hosted
+            ],
             "loading": [h.name for h in hosted if h.state == "loading"],
         }
         if loaded is not None:
             snap = loaded.scheduler.snapshot()
-            body.update({"model": loaded.model_id, "slots_total": snap.n_slots,
-                         "slots_busy": snap.busy_slots, "queue_depth": snap.queue_depth,
-                         "settings": loaded.settings()})
+            body.update(
+                {
+                    "model": loaded.model_id,
+                    "slots_total": snap.n_slots,
+                    "slots_busy": snap.busy_slots,
+                    "queue_depth": snap.queue_depth,
+                    "settings": loaded.settings(),
+                }
+            )
         return JSONResponse(body)
 
     async def metrics(request: Request) -> Response:
         loaded = state.loaded
         snap = loaded.scheduler.snapshot() if loaded else None
         served = {m.model_id: m for m in state.served()}
-        figures = [ModelFigures(h.name, h.state == "ready", h.in_flight, h.memory,
-                                served[h.name].scheduler.snapshot() if h.name in served
-                                else None)
-                   for h in state.host.hosted()]
-        return PlainTextResponse(state.metrics.render(snap, loaded is not None, figures,
-                                                      state.host.loads),
-                                 media_type="text/plain; version=0.0.4")
+        figures = [
+            ModelFigures(
+                h.name,
+                h.state == "ready",
+                h.in_flight,
+                h.memory,
+                served[h.name].scheduler.snapshot() if h.name in served else None,
+            )
+            for h in state.host.hosted()
+        ]
+        return PlainTextResponse(
+            state.metrics.render(snap, loaded is not None, figures, state.host.loads),
+            media_type="text/plain; version=0.0.4",
+        )
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(schema)
@@ -194,32 +231,53 @@ def create_app(state: ServerState) -> ASGIApp:
 
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
-        return error_response(request.url.path, exc.status, exc.message, param=exc.param,
-                              code=exc.code, headers=exc.headers)
+        return error_response(
+            request.url.path,
+            exc.status,
+            exc.message,
+            param=exc.param,
+            code=exc.code,
+            headers=exc.headers,
+        )
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        msg = {404: "no such route", 405: "method not allowed"}.get(exc.status_code,
-                                                                   str(exc.detail))
-        return error_response(request.url.path, exc.status_code, msg,
-                              headers=dict(exc.headers or {}))
+        msg = {404: "no such route", 405: "method not allowed"}.get(
+            exc.status_code, str(exc.detail)
+        )
+        return error_response(
+            request.url.path, exc.status_code, msg, headers=dict(exc.headers or {})
+        )
 
     async def on_error(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error in %s", request.url.path)
         return error_response(request.url.path, 500, f"internal error: {type(exc).__name__}")
 
-    handlers: dict[Any, Any] = {ApiError: on_api_error, HTTPException: on_http_error,
-                                Exception: on_error}
-    middleware = [Middleware(MetricsMiddleware, state=state, known=known),
-                  Middleware(LeaseMiddleware)]
+    handlers: dict[Any, Any] = {
+        ApiError: on_api_error,
+        HTTPException: on_http_error,
+        Exception: on_error,
+    }
+    middleware = [
+        Middleware(MetricsMiddleware, state=state, known=known),
+        Middleware(LeaseMiddleware),
+    ]
     if cfg.cors_origins:
         # Outside the key check, so browsers' preflight requests get their answer.
-        middleware.append(Middleware(
-            CORSMiddleware, allow_origins=list(cfg.cors_origins),
-            allow_methods=["GET", "POST", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type", "X-Api-Key", "Anthropic-Version",
-                           "Anthropic-Beta"],
-            max_age=600,
-        ))
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(cfg.cors_origins),
+                allow_methods=["GET", "POST", "OPTIONS"],
+                allow_headers=[
+                    "Authorization",
+                    "Content-Type",
+                    "X-Api-Key",
+                    "Anthropic-Version",
+                    "Anthropic-Beta",
+                ],
+                max_age=600,
+            )
+        )
     middleware.append(Middleware(AuthMiddleware, api_key=cfg.api_key))
     return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)

@@ -19,16 +19,31 @@ from engine.server.errors import ApiError
 from engine.server.protocol import ResponseFormat
 
 
-def plan_chat(loaded: ServedModel, messages: list[dict[str, Any]], *,
-              tools: list[dict[str, Any]], choice: ToolChoice, parallel: bool,
-              grammar: str | None, grammar_param: str, think: bool | None,
-              separate_reasoning: bool = True) -> ChatPlan:
+def plan_chat(
+    loaded: ServedModel,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]],
+    choice: ToolChoice,
+    parallel: bool,
+    grammar: str | None,
+    grammar_param: str,
+    think: bool | None,
+    separate_reasoning: bool = True,
+) -> ChatPlan:
     """`engine.host.chat_plan.plan_chat` for a served model; what it refuses is a 400."""
     try:
-        return chat_plan.plan_chat(loaded.model, messages, tools=tools, choice=choice,
-                                   parallel=parallel, grammar=grammar,
-                                   grammar_param=grammar_param, think=think,
-                                   separate_reasoning=separate_reasoning)
+        return chat_plan.plan_chat(
+            loaded.model,
+            messages,
+            tools=tools,
+            choice=choice,
+            parallel=parallel,
+            grammar=grammar,
+            grammar_param=grammar_param,
+            think=think,
+            separate_reasoning=separate_reasoning,
+        )
     except PlanError as e:
         raise ApiError(400, str(e), param=e.param) from None
 
@@ -40,8 +55,9 @@ def _compiled(make: Any, param: str) -> str:
         raise ApiError(400, f"'{param}': {e}", param=param) from None
 
 
-def openai_grammar(response_format: ResponseFormat | None, gbnf: str | None
-                   ) -> tuple[str | None, str]:
+def openai_grammar(
+    response_format: ResponseFormat | None, gbnf: str | None
+) -> tuple[str | None, str]:
     """The reply's format from `response_format` or llama-server's `grammar` (GBNF), and
     the field it came from. The request model has refused the two together."""
     if gbnf is not None:
@@ -51,8 +67,9 @@ def openai_grammar(response_format: ResponseFormat | None, gbnf: str | None
         return constraints.any_json_object(), "response_format"
     if kind == "json_schema" and response_format and response_format.json_schema:
         schema = response_format.json_schema.schema_
-        return _compiled(lambda: constraints.json_schema(schema, what="the schema"),
-                         "response_format"), "response_format"
+        return _compiled(
+            lambda: constraints.json_schema(schema, what="the schema"), "response_format"
+        ), "response_format"
     return None, "response_format"
 
 
@@ -65,5 +82,13 @@ def ollama_grammar(fmt: str | dict[str, Any] | None) -> str | None:
     return None
 
 
-__all__ = ["ChatPlan", "Part", "ReplyReader", "ReplyResult", "ollama_grammar", "openai_grammar",
-           "plan_chat", "read_whole"]
+__all__ = [
+    "ChatPlan",
+    "Part",
+    "ReplyReader",
+    "ReplyResult",
+    "ollama_grammar",
+    "openai_grammar",
+    "plan_chat",
+    "read_whole",
+]

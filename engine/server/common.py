@@ -24,14 +24,27 @@ def tokens_for(loaded: ServedModel, make: Callable[[], list[int]]) -> list[int]:
         raise ApiError(400, str(e)) from None
 
 
-def start(state: ServerState, loaded: ServedModel, prompt: list[int],
-          sampling: SamplingParams, *, stream: bool) -> AsyncGeneration:
+def start(
+    state: ServerState,
+    loaded: ServedModel,
+    prompt: list[int],
+    sampling: SamplingParams,
+    *,
+    stream: bool,
+) -> AsyncGeneration:
     try:
-        return AsyncGeneration(loaded, prompt, sampling, stream=stream,
-                          timeout_s=state.config.request_timeout_s, metrics=state.metrics)
+        return AsyncGeneration(
+            loaded,
+            prompt,
+            sampling,
+            stream=stream,
+            timeout_s=state.config.request_timeout_s,
+            metrics=state.metrics,
+        )
     except QueueFull as e:
-        raise ApiError(429, f"the server is busy: {e}; retry shortly",
-                       headers={"Retry-After": "1"}) from None
+        raise ApiError(
+            429, f"the server is busy: {e}; retry shortly", headers={"Retry-After": "1"}
+        ) from None
     except SchedulerClosed as e:
         raise ApiError(503, str(e)) from None
     except EngineError as e:
@@ -52,8 +65,7 @@ async def until_disconnect(request: Request) -> None:
             return
 
 
-async def events_until_disconnect(request: Request, gen: AsyncGeneration
-                                  ) -> AsyncIterator[Event]:
+async def events_until_disconnect(request: Request, gen: AsyncGeneration) -> AsyncIterator[Event]:
     """The generation's events; stops (and cancels the request) if the client disconnects.
 
     Used for non-streaming answers, where nothing is written until the end and a vanished
@@ -84,11 +96,19 @@ async def events_until_disconnect(request: Request, gen: AsyncGeneration
             gen.cancel()
 
 
-def sampling_from(temperature: float | None, top_p: float | None, top_k: int | None,
-                  min_p: float | None, repeat_penalty: float | None, seed: int | None,
-                  max_tokens: int, stop: tuple[str, ...], *,
-                  frequency_penalty: float | None = None,
-                  presence_penalty: float | None = None) -> SamplingParams:
+def sampling_from(
+    temperature: float | None,
+    top_p: float | None,
+    top_k: int | None,
+    min_p: float | None,
+    repeat_penalty: float | None,
+    seed: int | None,
+    max_tokens: int,
+    stop: tuple[str, ...],
+    *,
+    frequency_penalty: float | None = None,
+    presence_penalty: float | None = None,
+) -> SamplingParams:
     d: dict[str, Any] = {"max_tokens": max_tokens, "stop": stop, "seed": seed}
     if frequency_penalty is not None:
         d["frequency_penalty"] = frequency_penalty

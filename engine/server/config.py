@@ -49,8 +49,10 @@ class ServerConfig:
                 "could use the model; pass --api-key/--api-key-file or bind 127.0.0.1"
             )
         if "*" in self.cors_origins and not self.api_key:
-            raise ServerError("CORS origin '*' lets any web page use the server; "
-                              "set an API key or name the origins")
+            raise ServerError(
+                "CORS origin '*' lets any web page use the server; "
+                "set an API key or name the origins"
+            )
         if self.max_tokens_cap < 1 or self.default_max_tokens < 1:
             raise ServerError("token limits must be at least 1")
         if self.max_body_bytes < 1024:

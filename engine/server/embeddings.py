@@ -22,8 +22,9 @@ _POOLING_MEAN = 1
 
 
 class Embedder:
-    def __init__(self, model: Model, *, max_tokens: int = 512, n_threads: int | None = None
-                 ) -> None:
+    def __init__(
+        self, model: Model, *, max_tokens: int = 512, n_threads: int | None = None
+    ) -> None:
         self.model = model
         # An embedding model's own context holds what one input may be.
         self.max_tokens = model.n_ctx if model.embedding_only else max_tokens
@@ -58,8 +59,9 @@ class Embedder:
         if not tokens:
             raise EngineError("cannot embed an empty input")
         if len(tokens) > self.max_tokens:
-            raise EngineError(f"the input is {len(tokens)} tokens; embeddings take at most "
-                              f"{self.max_tokens}")
+            raise EngineError(
+                f"the input is {len(tokens)} tokens; embeddings take at most {self.max_tokens}"
+            )
         with self._lock:
             return self.model.loop.call_soon(lambda: self._embed(tokens))
 

@@ -51,16 +51,16 @@ class ServedModel:
     requests: weakref.WeakSet[Request] = field(default_factory=weakref.WeakSet)
 
     @classmethod
-    def build(cls, model: Model, model_id: str, *, max_queue: int = 64,
-              embeddings: bool = True) -> ServedModel:
+    def build(
+        cls, model: Model, model_id: str, *, max_queue: int = 64, embeddings: bool = True
+    ) -> ServedModel:
         sched = model.loop
         sched.max_queue = max_queue
         facts = None
         with contextlib.suppress(Exception):  # facts are informational only
             facts = model_facts(model.gguf)
         created = int(model.path.stat().st_mtime) if model.path.exists() else int(time.time())
-        return cls(model, sched, model_id, Embedder(model) if embeddings else None, facts,
-                   created)
+        return cls(model, sched, model_id, Embedder(model) if embeddings else None, facts, created)
 
     @property
     def digest(self) -> str:
@@ -102,15 +102,21 @@ class ServedModel:
 # The leases a request holds on models, released when its answer has been sent (streamed
 # answers included): set per request by the app's middleware.
 request_leases: contextvars.ContextVar[list[Lease] | None] = contextvars.ContextVar(
-    "request_leases", default=None)
+    "request_leases", default=None
+)
 
 
 class ServerState:
     """Shared by all routes: the config, and the models served, from `host` (which may load
     more on demand). `set_loaded` serves a model the caller loaded and keeps."""
 
-    def __init__(self, config: ServerConfig, metrics: Metrics | None = None,
-                 request_log: RequestLog | None = None, host: ModelHost | None = None) -> None:
+    def __init__(
+        self,
+        config: ServerConfig,
+        metrics: Metrics | None = None,
+        request_log: RequestLog | None = None,
+        host: ModelHost | None = None,
+    ) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
         self.request_log = request_log  # None: nobody watches individual requests
@@ -147,11 +153,16 @@ class ServerState:
                     self._served = {k: v for k, v in self._served.items() if v is not old}
         if loaded is None:
             return
-        name = next((h.name for h in self.host.hosted() if h.path == loaded.model.path
-                     and self._is(h.name, loaded)), None)
+        name = next(
+            (
+                h.name
+                for h in self.host.hosted()
+                if h.path == loaded.model.path and self._is(h.name, loaded)
+            ),
+            None,
+        )
         if name is None:
-            self.host.add(loaded.model_id, loaded.model, owner="server",
-                          aliases=[loaded.model_id])
+            self.host.add(loaded.model_id, loaded.model, owner="server", aliases=[loaded.model_id])
             name = loaded.model_id
             with self._lock:
                 self._added = True
@@ -200,8 +211,9 @@ class ServerState:
             loaded = self._served.get(name)
             if loaded is not None and loaded.model is model:
                 return loaded
-        built = ServedModel.build(model, name, max_queue=self.config.max_queue,
-                                  embeddings=self.config.embeddings)
+        built = ServedModel.build(
+            model, name, max_queue=self.config.max_queue, embeddings=self.config.embeddings
+        )
         with self._lock:
             loaded = self._served.get(name)
             if loaded is not None and loaded.model is model:
@@ -224,8 +236,9 @@ class ServerState:
         if loaded is not None and ours:
             loaded.close()  # one set_loaded gave stays its caller's
 
-    async def acquire(self, name: str | None, *, keep_s: float | Unset | None = UNSET,
-                      generate: bool = True) -> ServedModel:
+    async def acquire(
+        self, name: str | None, *, keep_s: float | Unset | None = UNSET, generate: bool = True
+    ) -> ServedModel:
         """The model a request names (None or '': the default), loaded on demand; held until
         the request's answer has been sent. An unknown name is a 404 listing the known ones;
         a load that cannot fit is a 503 with the reason. `generate`: the request wants text,
@@ -235,8 +248,9 @@ class ServerState:
         try:
             lease = self.host.acquire_ready(name, keep_s=keep_s)
             if lease is None:  # to be loaded (or being loaded): wait off the event loop
-                lease = await asyncio.to_thread(self.host.acquire, name, keep_s=keep_s,
-                                                timeout_s=self.config.request_timeout_s)
+                lease = await asyncio.to_thread(
+                    self.host.acquire, name, keep_s=keep_s, timeout_s=self.config.request_timeout_s
+                )
         except ModelNotFound as e:
             if not e.names:
                 raise self.unavailable() from None
@@ -247,9 +261,13 @@ class ServerState:
             raise ApiError(503, str(e), code="model_load_failed") from None
         if generate and lease.model.embedding_only:
             lease.release()
-            raise ApiError(400, f"model {lease.name!r} is an embedding model: it answers "
-                           "/v1/embeddings and /api/embed, not text generation",
-                           code="model_not_supported", param="model")
+            raise ApiError(
+                400,
+                f"model {lease.name!r} is an embedding model: it answers "
+                "/v1/embeddings and /api/embed, not text generation",
+                code="model_not_supported",
+                param="model",
+            )
         if leases is not None:
             leases.append(lease)
         else:  # outside a request (tests): hold it no longer than the call
@@ -260,8 +278,9 @@ class ServerState:
         """Why there is nothing to serve yet: the model is loading, or failed to."""
         if self.load_error:
             return ApiError(503, self.load_error)
-        return ApiError(503, "the model is still loading; retry shortly",
-                        headers={"Retry-After": "2"})
+        return ApiError(
+            503, "the model is still loading; retry shortly", headers={"Retry-After": "2"}
+        )
 
     def close(self) -> None:
         self._unsubscribe()
@@ -299,7 +318,8 @@ class _LoopInbox:
 
 
 _inboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopInbox] = (
-    weakref.WeakKeyDictionary())
+    weakref.WeakKeyDictionary()
+)
 _inboxes_lock = threading.Lock()
 
 
@@ -317,8 +337,16 @@ class AsyncGeneration:
     Leaving the iteration early (client gone, handler cancelled) cancels the request, which
     frees its slot and KV cells before the next decode step."""
 
-    def __init__(self, loaded: ServedModel, prompt: list[int], sampling: SamplingParams, *,
-                 stream: bool, timeout_s: float, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        loaded: ServedModel,
+        prompt: list[int],
+        sampling: SamplingParams,
+        *,
+        stream: bool,
+        timeout_s: float,
+        metrics: Metrics,
+    ) -> None:
         inbox = _inbox(asyncio.get_running_loop())
         self._q: asyncio.Queue[Event] = asyncio.Queue()
         self._metrics = metrics
@@ -328,8 +356,9 @@ class AsyncGeneration:
         def on_event(ev: Event) -> None:
             inbox.put(q, ev)
 
-        self.request: Request = loaded.scheduler.submit(prompt, sampling, on_event,
-                                                        stream=stream, timeout_s=timeout_s)
+        self.request: Request = loaded.scheduler.submit(
+            prompt, sampling, on_event, stream=stream, timeout_s=timeout_s
+        )
         loaded.requests.add(self.request)
 
     async def events(self) -> AsyncIterator[Event]:
@@ -341,9 +370,9 @@ class AsyncGeneration:
                     if self._record is not None:
                         self._record.add_tokens(st.prompt_tokens, st.gen_tokens)
                     if st.stop_reason not in ("cancelled", "error"):
-                        self._metrics.generation_done(st.prompt_tokens, st.cached_tokens,
-                                                      st.gen_tokens, st.ttft_s,
-                                                      st.total_s)
+                        self._metrics.generation_done(
+                            st.prompt_tokens, st.cached_tokens, st.gen_tokens, st.ttft_s, st.total_s
+                        )
                     yield ev
                     return
                 yield ev

@@ -7,21 +7,43 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          405: "invalid_request_error", 413: "invalid_request_error",
-          429: "rate_limit_error", 501: "not_implemented", 503: "service_unavailable",
-          504: "timeout"}
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    501: "not_implemented",
+    503: "service_unavailable",
+    504: "timeout",
+}
 
 
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                    403: "permission_error", 404: "not_found_error", 405: "invalid_request_error",
-                    413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
-                    503: "overloaded_error", 504: "timeout_error"}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, *, param: str | None = None,
-                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -30,24 +52,39 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
-def openai_error_body(status: int, message: str, param: str | None = None,
-                      code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": _TYPES.get(status, "server_error"),
-                      "param": param, "code": code}}
+def openai_error_body(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": message,
+            "type": _TYPES.get(status, "server_error"),
+            "param": param,
+            "code": code,
+        }
+    }
 
 
 def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
-    return {"type": "error",
-            "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
+    return {
+        "type": "error",
+        "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message},
+    }
 
 
 def is_anthropic_path(path: str) -> bool:
     return path == "/v1/messages" or path.startswith("/v1/messages/")
 
 
-def error_response(path: str, status: int, message: str, *, param: str | None = None,
-                   code: str | None = None, headers: dict[str, str] | None = None
-                   ) -> JSONResponse:
+def error_response(
+    path: str,
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
     """OpenAI shape everywhere except the Ollama routes (`/api/...`) and Anthropic's."""
     if path.startswith("/api/"):
         body: dict[str, Any] = {"error": message}

@@ -40,20 +40,38 @@ _SNAPSHOT: tuple[tuple[str, str, str, Callable[[SchedulerSnapshot], float]], ...
     ("gauge", "queue_depth", "Requests waiting for a slot.", lambda s: s.queue_depth),
     ("gauge", "slots_busy", "Slots generating or reading a prompt.", lambda s: s.busy_slots),
     ("gauge", "slots_total", "Parallel slots.", lambda s: s.n_slots),
-    ("gauge", "kv_cache_used_cells",
-     "KV cache cells in use (including idle slots' reusable prefixes).", lambda s: s.kv_used),
-    ("gauge", "kv_cache_capacity_cells", "KV cache cells in all slots.",
-     lambda s: s.kv_capacity),
-    ("gauge", "kv_cache_usage_ratio", "Used / capacity KV cache cells.",
-     lambda s: s.kv_used / s.kv_capacity if s.kv_capacity else 0.0),
+    (
+        "gauge",
+        "kv_cache_used_cells",
+        "KV cache cells in use (including idle slots' reusable prefixes).",
+        lambda s: s.kv_used,
+    ),
+    ("gauge", "kv_cache_capacity_cells", "KV cache cells in all slots.", lambda s: s.kv_capacity),
+    (
+        "gauge",
+        "kv_cache_usage_ratio",
+        "Used / capacity KV cache cells.",
+        lambda s: s.kv_used / s.kv_capacity if s.kv_capacity else 0.0,
+    ),
     ("counter", "decode_steps_total", "Batched llama_decode calls.", lambda s: s.steps),
-    ("counter", "kv_stream_copies_total",
-     "KV streams copied between slots (shared prefixes, closed holes).", lambda s: s.kv_copies),
-    ("counter", "draft_tokens_total",
-     "Prompt-lookup tokens drafted and verified (speculative decoding).",
-     lambda s: s.draft_tokens),
-    ("counter", "draft_accepted_total", "Drafted tokens the model agreed with.",
-     lambda s: s.draft_accepted),
+    (
+        "counter",
+        "kv_stream_copies_total",
+        "KV streams copied between slots (shared prefixes, closed holes).",
+        lambda s: s.kv_copies,
+    ),
+    (
+        "counter",
+        "draft_tokens_total",
+        "Prompt-lookup tokens drafted and verified (speculative decoding).",
+        lambda s: s.draft_tokens,
+    ),
+    (
+        "counter",
+        "draft_accepted_total",
+        "Drafted tokens the model agreed with.",
+        lambda s: s.draft_accepted,
+    ),
 )
 
 
@@ -73,8 +91,14 @@ class ModelFigures:
     snap: SchedulerSnapshot | None = None
 
 
-_PER_MODEL = ("model_ready", "model_requests_in_flight", "model_memory_bytes",
-              "model_slots_busy", "model_queue_depth", "model_loads")
+_PER_MODEL = (
+    "model_ready",
+    "model_requests_in_flight",
+    "model_memory_bytes",
+    "model_slots_busy",
+    "model_queue_depth",
+    "model_loads",
+)
 
 
 class _SnapshotCollector:
@@ -89,13 +113,16 @@ class _SnapshotCollector:
 
     def describe(self) -> list[Metric]:
         # Names only, so the registry refuses a clash with the counters.
-        return [_family("gauge", "ready", "", None),
-                *(_family(k, n, h, None) for k, n, h, _ in _SNAPSHOT),
-                *(GaugeMetricFamily(f"{_NS}_{n}", "") for n in _PER_MODEL)]
+        return [
+            _family("gauge", "ready", "", None),
+            *(_family(k, n, h, None) for k, n, h, _ in _SNAPSHOT),
+            *(GaugeMetricFamily(f"{_NS}_{n}", "") for n in _PER_MODEL),
+        ]
 
     def collect(self) -> Iterator[Metric]:
-        yield _family("gauge", "ready", "1 when the model is loaded and serving.",
-                      1 if self.ready else 0)
+        yield _family(
+            "gauge", "ready", "1 when the model is loaded and serving.", 1 if self.ready else 0
+        )
         snap = self.snap
         if snap is not None:  # no model: no slots to describe
             for kind, name, help_, value in _SNAPSHOT:
@@ -103,14 +130,16 @@ class _SnapshotCollector:
         yield from self._per_model()
 
     def _per_model(self) -> Iterator[Metric]:
-        def gauge(name: str, help_: str, labels: Sequence[str] = ("model",)
-                  ) -> GaugeMetricFamily:
+        def gauge(name: str, help_: str, labels: Sequence[str] = ("model",)) -> GaugeMetricFamily:
             return GaugeMetricFamily(f"{_NS}_{name}", help_, labels=list(labels))
 
         ready = gauge("model_ready", "1 when the model is loaded, 0 while it loads.")
         flight = gauge("model_requests_in_flight", "Requests holding the model.")
-        memory = gauge("model_memory_bytes", "Memory the model takes, per device "
-                       "(estimated while it loads, then as allocated).", ("model", "device"))
+        memory = gauge(
+            "model_memory_bytes",
+            "Memory the model takes, per device (estimated while it loads, then as allocated).",
+            ("model", "device"),
+        )
         busy = gauge("model_slots_busy", "The model's slots generating or reading a prompt.")
         queue = gauge("model_queue_depth", "Requests waiting for one of the model's slots.")
         for m in self.models:
@@ -122,8 +151,9 @@ class _SnapshotCollector:
                 busy.add_metric([m.name], m.snap.busy_slots)
                 queue.add_metric([m.name], m.snap.queue_depth)
         yield from (ready, flight, memory, busy, queue)
-        yield CounterMetricFamily(f"{_NS}_model_loads", "Models loaded on demand.",
-                                  value=self.loads)
+        yield CounterMetricFamily(
+            f"{_NS}_model_loads", "Models loaded on demand.", value=self.loads
+        )
 
 
 class _WithoutCreated:
@@ -144,22 +174,45 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self._requests = Counter("requests", "HTTP requests by route and status code.",
-                                 ("route", "status"), namespace=_NS, registry=r)
-        self._prompt_tokens = Counter("prompt_tokens", "Prompt tokens received.",
-                                      namespace=_NS, registry=r)
-        self._cached_tokens = Counter("prompt_tokens_cached",
-                                      "Prompt tokens reused from a slot's KV cache.",
-                                      namespace=_NS, registry=r)
-        self._completion_tokens = Counter("completion_tokens", "Tokens generated.",
-                                          namespace=_NS, registry=r)
-        self._rejected = Counter("requests_rejected", "Requests refused with 429 (queue full).",
-                                 namespace=_NS, registry=r)
-        self._ttft = Histogram("time_to_first_token_seconds",
-                               "Seconds from request arrival to the first generated text.",
-                               namespace=_NS, buckets=_TTFT_BUCKETS, registry=r)
-        self._latency = Histogram("request_duration_seconds", "Seconds per generation request.",
-                                  namespace=_NS, buckets=_LATENCY_BUCKETS, registry=r)
+        self._requests = Counter(
+            "requests",
+            "HTTP requests by route and status code.",
+            ("route", "status"),
+            namespace=_NS,
+            registry=r,
+        )
+        self._prompt_tokens = Counter(
+            "prompt_tokens", "Prompt tokens received.", namespace=_NS, registry=r
+        )
+        self._cached_tokens = Counter(
+            "prompt_tokens_cached",
+            "Prompt tokens reused from a slot's KV cache.",
+            namespace=_NS,
+            registry=r,
+        )
+        self._completion_tokens = Counter(
+            "completion_tokens", "Tokens generated.", namespace=_NS, registry=r
+        )
+        self._rejected = Counter(
+            "requests_rejected",
+            "Requests refused with 429 (queue full).",
+            namespace=_NS,
+            registry=r,
+        )
+        self._ttft = Histogram(
+            "time_to_first_token_seconds",
+            "Seconds from request arrival to the first generated text.",
+            namespace=_NS,
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self._latency = Histogram(
+            "request_duration_seconds",
+            "Seconds per generation request.",
+            namespace=_NS,
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
         self._snapshot = _SnapshotCollector()
         r.register(self._snapshot)
         self._exposed = _WithoutCreated(r)
@@ -171,16 +224,22 @@ class Metrics:
         if status == 429:
             self._rejected.inc()
 
-    def generation_done(self, prompt: int, cached: int, completion: int, ttft_s: float,
-                        total_s: float) -> None:
+    def generation_done(
+        self, prompt: int, cached: int, completion: int, ttft_s: float, total_s: float
+    ) -> None:
         self._prompt_tokens.inc(prompt)
         self._cached_tokens.inc(cached)
         self._completion_tokens.inc(completion)
         self._ttft.observe(ttft_s)
         self._latency.observe(total_s)
 
-    def render(self, snap: SchedulerSnapshot | None, ready: bool,
-               models: Sequence[ModelFigures] = (), loads: int = 0) -> str:
+    def render(
+        self,
+        snap: SchedulerSnapshot | None,
+        ready: bool,
+        models: Sequence[ModelFigures] = (),
+        loads: int = 0,
+    ) -> str:
         """The text exposition (format 0.0.4) with `snap`'s figures (the default model's;
         none without one) and each hosted model's."""
         c = self._snapshot

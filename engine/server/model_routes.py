@@ -21,10 +21,17 @@ def hosted_obj(state: ServerState, name: str) -> dict[str, Any]:
     h = next((h for h in state.host.hosted() if h.name == name), None)
     if h is None:
         return {"id": name, "loaded": False}
-    return {"id": h.name, "loaded": h.state == "ready", "state": h.state,
-            "pinned": h.pinned, "held_by": h.owner, "requests_in_flight": h.in_flight,
-            "keep_alive_s": h.keep_s, "expires_in_s": h.expires_in_s,
-            "memory_bytes": dict(h.memory)}
+    return {
+        "id": h.name,
+        "loaded": h.state == "ready",
+        "state": h.state,
+        "pinned": h.pinned,
+        "held_by": h.owner,
+        "requests_in_flight": h.in_flight,
+        "keep_alive_s": h.keep_s,
+        "expires_in_s": h.expires_in_s,
+        "memory_bytes": dict(h.memory),
+    }
 
 
 class ModelRoutes:
@@ -32,21 +39,25 @@ class ModelRoutes:
         self.state = state
 
     def routes(self) -> list[Route]:
-        return [Route("/v1/models/{model_id:path}/load", self.load, methods=["POST"]),
-                Route("/v1/models/{model_id:path}/unload", self.unload, methods=["POST"])]
+        return [
+            Route("/v1/models/{model_id:path}/load", self.load, methods=["POST"]),
+            Route("/v1/models/{model_id:path}/unload", self.unload, methods=["POST"]),
+        ]
 
     async def _body(self, request: Request) -> LoadModelRequest:
         raw = await request.body()
         if not raw.strip():
             return LoadModelRequest()
-        return parse_body(LoadModelRequest, await read_json(request,
-                                                       self.state.config.max_body_bytes))
+        return parse_body(
+            LoadModelRequest, await read_json(request, self.state.config.max_body_bytes)
+        )
 
     async def load(self, request: Request) -> Response:
         req = await self._body(request)
         keep = keep_seconds(req.keep_alive)
-        loaded = await self.state.acquire(request.path_params["model_id"], keep_s=keep,
-                                          generate=False)
+        loaded = await self.state.acquire(
+            request.path_params["model_id"], keep_s=keep, generate=False
+        )
         name = self.state.host.resolve(loaded.model_id)
         if req.pinned is not None:
             self.state.host.pin(name, req.pinned)

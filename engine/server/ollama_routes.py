@@ -91,8 +91,7 @@ def _arguments(call: ToolCall) -> Any:
         return {}
 
 
-def capabilities(template: str | None, embeds: bool, *, embedding_only: bool = False
-                 ) -> list[str]:
+def capabilities(template: str | None, embeds: bool, *, embedding_only: bool = False) -> list[str]:
     """As Ollama names them. Every text generator can call tools: one whose template has no
     tool support gets the generic format (engine.server.chat_reply). An embedding model
     only embeds."""
@@ -127,8 +126,11 @@ class OllamaRoutes:
     def _model_entry(self, loaded: ServedModel) -> dict[str, Any]:
         st = loaded.model.path.stat()
         return {
-            "name": loaded.model_id, "model": loaded.model_id,
-            "modified_at": _iso(st.st_mtime), "size": st.st_size, "digest": loaded.digest,
+            "name": loaded.model_id,
+            "model": loaded.model_id,
+            "modified_at": _iso(st.st_mtime),
+            "size": st.st_size,
+            "digest": loaded.digest,
             "details": details(loaded),
         }
 
@@ -140,10 +142,16 @@ class OllamaRoutes:
         for spec in self.state.host.known():
             if spec.path not in paths and spec.path.exists():
                 st = spec.path.stat()
-                entries.append({"name": spec.name, "model": spec.name,
-                                "modified_at": _iso(st.st_mtime), "size": st.st_size,
-                                "digest": file_digest(spec.path), "details": {
-                                    "format": "gguf"}})
+                entries.append(
+                    {
+                        "name": spec.name,
+                        "model": spec.name,
+                        "modified_at": _iso(st.st_mtime),
+                        "size": st.st_size,
+                        "digest": file_digest(spec.path),
+                        "details": {"format": "gguf"},
+                    }
+                )
         if not entries:
             raise self.state.unavailable()  # nothing to list yet: say why
         return JSONResponse({"models": entries})
@@ -161,16 +169,23 @@ class OllamaRoutes:
             vram = sum(n for dev, n in h.memory.items() if dev != "CPU")
             # Ollama writes a far-off date for a model that stays.
             until = now + h.expires_in_s if h.expires_in_s is not None else None
-            out.append({
-                "name": h.name, "model": h.name, "size": size, "size_vram": vram,
-                "digest": loaded.digest if loaded else "",
-                "details": details(loaded) if loaded else {"format": "gguf"},
-                "expires_at": _iso(until) if until is not None else _FOREVER,
-                "context_length": loaded.scheduler.n_ctx_seq if loaded else 0,
-                # Candlewick's own: why it stays or when it goes.
-                "pinned": h.pinned, "held_by": h.owner, "requests_in_flight": h.in_flight,
-                "keep_alive_s": h.keep_s,
-            })
+            out.append(
+                {
+                    "name": h.name,
+                    "model": h.name,
+                    "size": size,
+                    "size_vram": vram,
+                    "digest": loaded.digest if loaded else "",
+                    "details": details(loaded) if loaded else {"format": "gguf"},
+                    "expires_at": _iso(until) if until is not None else _FOREVER,
+                    "context_length": loaded.scheduler.n_ctx_seq if loaded else 0,
+                    # Candlewick's own: why it stays or when it goes.
+                    "pinned": h.pinned,
+                    "held_by": h.owner,
+                    "requests_in_flight": h.in_flight,
+                    "keep_alive_s": h.keep_s,
+                }
+            )
         return JSONResponse({"models": out})
 
     async def show(self, request: Request) -> Response:
@@ -203,28 +218,40 @@ class OllamaRoutes:
             embeds = self.state.config.embeddings
         info: dict[str, Any] = {"general.architecture": f.architecture if f else ""}
         if f:
-            info.update({"general.parameter_count": f.n_params,
-                         f"{f.architecture}.context_length": f.context_length,
-                         f"{f.architecture}.block_count": f.n_layer,
-                         f"{f.architecture}.embedding_length": f.n_embd})
-        return JSONResponse({
-            "modelfile": f"FROM {path.name}\n",
-            "parameters": "",
-            "template": template,
-            "details": facts_details(f),
-            "model_info": info,
-            "capabilities": capabilities(template, embeds,
-                                         embedding_only=bool(f and f.embedding_only)),
-            "modified_at": _iso(path.stat().st_mtime),
-        })
+            info.update(
+                {
+                    "general.parameter_count": f.n_params,
+                    f"{f.architecture}.context_length": f.context_length,
+                    f"{f.architecture}.block_count": f.n_layer,
+                    f"{f.architecture}.embedding_length": f.n_embd,
+                }
+            )
+        return JSONResponse(
+            {
+                "modelfile": f"FROM {path.name}\n",
+                "parameters": "",
+                "template": template,
+                "details": facts_details(f),
+                "model_info": info,
+                "capabilities": capabilities(
+                    template, embeds, embedding_only=bool(f and f.embedding_only)
+                ),
+                "modified_at": _iso(path.stat().st_mtime),
+            }
+        )
 
     def _sampling(self, options: OllamaOptions | None) -> SamplingParams:
         o = options or OllamaOptions()
         n = o.num_predict
         return sampling_from(
-            frequency_penalty=o.frequency_penalty, presence_penalty=o.presence_penalty,
-            temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, min_p=o.min_p,
-            repeat_penalty=o.repeat_penalty, seed=o.seed,
+            frequency_penalty=o.frequency_penalty,
+            presence_penalty=o.presence_penalty,
+            temperature=o.temperature,
+            top_p=o.top_p,
+            top_k=o.top_k,
+            min_p=o.min_p,
+            repeat_penalty=o.repeat_penalty,
+            seed=o.seed,
             # Ollama: num_predict -1 (or absent) means "until done"; the server cap applies.
             max_tokens=cap_tokens(self.state, n if n is not None and n > 0 else None),
             stop=o.stop,
@@ -236,12 +263,25 @@ class OllamaRoutes:
         loaded = await self.state.acquire(req.model, keep_s=keep_seconds(req.keep_alive))
         sampling = self._sampling(req.options)
         tools = req.chat_tools()
-        plan = plan_chat(loaded, req.chat_messages(), tools=tools,
-                         choice="auto" if tools else "none", parallel=True,
-                         grammar=ollama_grammar(req.format), grammar_param="format",
-                         think=req.think)
-        return await self._respond(request, loaded, plan, plan.sampling(sampling),
-                                   req.stream is not False, chat=True, think=req.think)
+        plan = plan_chat(
+            loaded,
+            req.chat_messages(),
+            tools=tools,
+            choice="auto" if tools else "none",
+            parallel=True,
+            grammar=ollama_grammar(req.format),
+            grammar_param="format",
+            think=req.think,
+        )
+        return await self._respond(
+            request,
+            loaded,
+            plan,
+            plan.sampling(sampling),
+            req.stream is not False,
+            chat=True,
+            think=req.think,
+        )
 
     async def generate(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
@@ -254,43 +294,73 @@ class OllamaRoutes:
         if not prompt_text:
             # Ollama answers an empty prompt by loading the model (keep_alive 0: unloading
             # it) and saying it is done.
-            return JSONResponse({"model": loaded.model_id, "created_at": _now(),
-                                 "response": "", "done": True,
-                                 "done_reason": "unload" if keep == 0 else "load"})
+            return JSONResponse(
+                {
+                    "model": loaded.model_id,
+                    "created_at": _now(),
+                    "response": "",
+                    "done": True,
+                    "done_reason": "unload" if keep == 0 else "load",
+                }
+            )
         if req.raw:
             if think:
-                raise ApiError(400, "'think' needs the chat template ('raw' is on)",
-                               param="think")
+                raise ApiError(400, "'think' needs the chat template ('raw' is on)", param="think")
             prompt = tokens_for(loaded, lambda: loaded.model.tokenize(prompt_text))
             plan = ChatPlan(prompt, grammar, None, None, False)
         else:
             msgs: list[dict[str, Any]] = (
-                [{"role": "system", "content": system}] if system else []) + [
-                {"role": "user", "content": prompt_text}]
-            plan = plan_chat(loaded, msgs, tools=[], choice="none", parallel=False,
-                             grammar=grammar, grammar_param="format", think=think)
-        return await self._respond(request, loaded, plan, plan.sampling(sampling),
-                                   req.stream is not False, chat=False, think=think)
+                [{"role": "system", "content": system}] if system else []
+            ) + [{"role": "user", "content": prompt_text}]
+            plan = plan_chat(
+                loaded,
+                msgs,
+                tools=[],
+                choice="none",
+                parallel=False,
+                grammar=grammar,
+                grammar_param="format",
+                think=think,
+            )
+        return await self._respond(
+            request,
+            loaded,
+            plan,
+            plan.sampling(sampling),
+            req.stream is not False,
+            chat=False,
+            think=think,
+        )
 
-    async def _respond(self, request: Request, loaded: ServedModel, plan: ChatPlan,
-                       sampling: SamplingParams, stream: bool, *, chat: bool,
-                       think: bool | None) -> Response:
-        gen = start(self.state, loaded, plan.prompt, sampling,
-                    stream=stream or plan.markers is not None)
+    async def _respond(
+        self,
+        request: Request,
+        loaded: ServedModel,
+        plan: ChatPlan,
+        sampling: SamplingParams,
+        stream: bool,
+        *,
+        chat: bool,
+        think: bool | None,
+    ) -> Response:
+        gen = start(
+            self.state, loaded, plan.prompt, sampling, stream=stream or plan.markers is not None
+        )
         reader = ReplyReader(plan)
         show_thinking = think is not False
 
-        def piece(text: str, thinking: str = "",
-                  calls: list[ToolCall] | None = None) -> dict[str, Any]:
+        def piece(
+            text: str, thinking: str = "", calls: list[ToolCall] | None = None
+        ) -> dict[str, Any]:
             d: dict[str, Any] = {"model": loaded.model_id, "created_at": _now()}
             if chat:
                 msg: dict[str, Any] = {"role": "assistant", "content": text}
                 if thinking and show_thinking:
                     msg["thinking"] = thinking
                 if calls:
-                    msg["tool_calls"] = [{"function": {"name": c.name,
-                                                       "arguments": _arguments(c)}}
-                                         for c in calls]
+                    msg["tool_calls"] = [
+                        {"function": {"name": c.name, "arguments": _arguments(c)}} for c in calls
+                    ]
                 d["message"] = msg
             else:
                 d["response"] = text
@@ -316,8 +386,13 @@ class OllamaRoutes:
                     if plan.markers is None:
                         reader.push(ev.text, ev.stats.gen_tokens)
                     _, reply = reader.finish(ev.stats)
-                    return JSONResponse({**piece(reply.content, reply.reasoning, reply.calls),
-                                         "done": True, **_done_fields(ev.stats)})
+                    return JSONResponse(
+                        {
+                            **piece(reply.content, reply.reasoning, reply.calls),
+                            "done": True,
+                            **_done_fields(ev.stats),
+                        }
+                    )
             raise ApiError(499, "client closed the request")
 
         async def lines() -> AsyncIterator[str]:
@@ -334,18 +409,19 @@ class OllamaRoutes:
                         yield line
                     if reply.calls:
                         yield json.dumps({**piece("", calls=reply.calls), "done": False}) + "\n"
-                    yield json.dumps({**piece(""), "done": True,
-                                      **_done_fields(ev.stats)}) + "\n"
+                    yield json.dumps({**piece(""), "done": True, **_done_fields(ev.stats)}) + "\n"
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
     async def embed(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         req = parse_body(OllamaEmbedRequest, body)
-        loaded = await self.state.acquire(req.model, keep_s=keep_seconds(req.keep_alive),
-                                          generate=False)
+        loaded = await self.state.acquire(
+            req.model, keep_s=keep_seconds(req.keep_alive), generate=False
+        )
         if loaded.embedder is None:
             raise ApiError(501, "embeddings are turned off on this server")
         vectors, n = await run_embeddings(loaded.embedder, req.input)
-        return JSONResponse({"model": loaded.model_id, "embeddings": vectors,
-                             "prompt_eval_count": n})
+        return JSONResponse(
+            {"model": loaded.model_id, "embeddings": vectors, "prompt_eval_count": n}
+        )

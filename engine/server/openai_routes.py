@@ -51,27 +51,44 @@ def finish_reason(st: GenerationStats, calls: list[ToolCall] | None = None) -> s
 
 
 def usage(st: GenerationStats) -> dict[str, Any]:
-    return {"prompt_tokens": st.prompt_tokens, "completion_tokens": st.gen_tokens,
-            "total_tokens": st.prompt_tokens + st.gen_tokens,
-            "prompt_tokens_details": {"cached_tokens": st.cached_tokens},
-            "completion_tokens_details": {"reasoning_tokens": st.thinking_tokens}}
+    return {
+        "prompt_tokens": st.prompt_tokens,
+        "completion_tokens": st.gen_tokens,
+        "total_tokens": st.prompt_tokens + st.gen_tokens,
+        "prompt_tokens_details": {"cached_tokens": st.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": st.thinking_tokens},
+    }
 
 
 def _call_obj(call: ToolCall) -> dict[str, Any]:
-    return {"id": call.id, "type": "function",
-            "function": {"name": call.name, "arguments": call.arguments}}
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
 
 
 def _model_obj(loaded: ServedModel) -> dict[str, Any]:
-    return {"id": loaded.model_id, "object": "model", "created": loaded.created,
-            "owned_by": "candlewick", "loaded": True, "meta": loaded.settings()}
+    return {
+        "id": loaded.model_id,
+        "object": "model",
+        "created": loaded.created,
+        "owned_by": "candlewick",
+        "loaded": True,
+        "meta": loaded.settings(),
+    }
 
 
 def _known_obj(spec: Loadable) -> dict[str, Any]:
     """A model of the catalog that is not loaded: a request for it loads it."""
     created = int(spec.path.stat().st_mtime) if spec.path.exists() else 0
-    return {"id": spec.name, "object": "model", "created": created, "owned_by": "candlewick",
-            "loaded": False}
+    return {
+        "id": spec.name,
+        "object": "model",
+        "created": created,
+        "owned_by": "candlewick",
+        "loaded": False,
+    }
 
 
 def models_list(state: ServerState) -> list[dict[str, Any]]:
@@ -127,10 +144,17 @@ class OpenAIRoutes:
         if max_tokens is None:
             max_tokens = req.max_tokens
         return sampling_from(
-            temperature=req.temperature, top_p=req.top_p, top_k=req.top_k, min_p=req.min_p,
-            repeat_penalty=req.repeat_penalty, seed=req.seed,
-            max_tokens=cap_tokens(self.state, max_tokens), stop=req.stop,
-            frequency_penalty=req.frequency_penalty, presence_penalty=req.presence_penalty)
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=req.top_k,
+            min_p=req.min_p,
+            repeat_penalty=req.repeat_penalty,
+            seed=req.seed,
+            max_tokens=cap_tokens(self.state, max_tokens),
+            stop=req.stop,
+            frequency_penalty=req.frequency_penalty,
+            presence_penalty=req.presence_penalty,
+        )
 
     async def chat(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
@@ -140,40 +164,66 @@ class OpenAIRoutes:
         stream = bool(req.stream)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         grammar, grammar_param = openai_grammar(req.response_format, req.grammar)
-        plan = plan_chat(loaded, req.chat_messages(), tools=req.chat_tools(),
-                         choice=req.chosen_tool(), parallel=req.parallel_tool_calls is not False,
-                         grammar=grammar, grammar_param=grammar_param, think=None,
-                         separate_reasoning=req.reasoning_format != "none")
+        plan = plan_chat(
+            loaded,
+            req.chat_messages(),
+            tools=req.chat_tools(),
+            choice=req.chosen_tool(),
+            parallel=req.parallel_tool_calls is not False,
+            grammar=grammar,
+            grammar_param=grammar_param,
+            think=None,
+            separate_reasoning=req.reasoning_format != "none",
+        )
         sampling = plan.sampling(sampling)
         # Thinking is timed from the pieces as they come, streamed to the client or not.
-        gen = start(self.state, loaded, plan.prompt, sampling,
-                    stream=stream or plan.markers is not None)
+        gen = start(
+            self.state, loaded, plan.prompt, sampling, stream=stream or plan.markers is not None
+        )
         cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
-        base = {"id": cid, "created": created, "model": loaded.model_id,
-                "system_fingerprint": "candlewick"}
+        base = {
+            "id": cid,
+            "created": created,
+            "model": loaded.model_id,
+            "system_fingerprint": "candlewick",
+        }
         reader = ReplyReader(plan)
         if not stream:
             done = await self._result(request, gen, reader)
             _, reply = reader.finish(done.stats)
-            message: dict[str, Any] = {"role": "assistant",
-                                       "content": reply.content or
-                                       (None if reply.calls else "")}
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": reply.content or (None if reply.calls else ""),
+            }
             if reply.reasoning:
                 message["reasoning_content"] = reply.reasoning
             if reply.calls:
                 message["tool_calls"] = [_call_obj(c) for c in reply.calls]
-            return JSONResponse({
-                **base, "object": "chat.completion",
-                "choices": [{"index": 0, "logprobs": None, "message": message,
-                             "finish_reason": finish_reason(done.stats, reply.calls)}],
-                "usage": usage(done.stats),
-            })
+            return JSONResponse(
+                {
+                    **base,
+                    "object": "chat.completion",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "logprobs": None,
+                            "message": message,
+                            "finish_reason": finish_reason(done.stats, reply.calls),
+                        }
+                    ],
+                    "usage": usage(done.stats),
+                }
+            )
 
         def chunk(delta: dict[str, Any], reason: str | None) -> dict[str, Any]:
-            return {**base, "object": "chat.completion.chunk",
-                    "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                 "finish_reason": reason}]}
+            return {
+                **base,
+                "object": "chat.completion.chunk",
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+                ],
+            }
 
         def deltas(parts: list[Part]) -> Iterator[str]:
             for kind, text in parts:
@@ -194,16 +244,20 @@ class OpenAIRoutes:
                     for line in deltas(tail):
                         yield line
                     for k, call in enumerate(reply.calls):
-                        yield _sse(chunk({"tool_calls": [{"index": k, **_call_obj(call)}]},
-                                         None))
+                        yield _sse(chunk({"tool_calls": [{"index": k, **_call_obj(call)}]}, None))
                     yield _sse(chunk({}, finish_reason(ev.stats, reply.calls)))
                     if include_usage:
-                        yield _sse({**base, "object": "chat.completion.chunk", "choices": [],
-                                    "usage": usage(ev.stats)})
+                        yield _sse(
+                            {
+                                **base,
+                                "object": "chat.completion.chunk",
+                                "choices": [],
+                                "usage": usage(ev.stats),
+                            }
+                        )
             yield "data: [DONE]\n\n"
 
-        return StreamingResponse(body_iter(), media_type="text/event-stream",
-                                 headers=_SSE_HEADERS)
+        return StreamingResponse(body_iter(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
     async def completions(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
@@ -215,39 +269,72 @@ class OpenAIRoutes:
         sampling = replace(self._sampling(req), grammar=grammar)
         prompt = tokens_for(loaded, lambda: loaded.model.tokenize(req.prompt))
         gen = start(self.state, loaded, prompt, sampling, stream=stream)
-        base = {"id": f"cmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
-                "model": loaded.model_id, "object": "text_completion",
-                "system_fingerprint": "candlewick"}
+        base = {
+            "id": f"cmpl-{uuid.uuid4().hex[:24]}",
+            "created": int(time.time()),
+            "model": loaded.model_id,
+            "object": "text_completion",
+            "system_fingerprint": "candlewick",
+        }
         if not stream:
             done = await self._result(request, gen)
-            return JSONResponse({
-                **base,
-                "choices": [{"index": 0, "text": done.text, "logprobs": None,
-                             "finish_reason": finish_reason(done.stats)}],
-                "usage": usage(done.stats),
-            })
+            return JSONResponse(
+                {
+                    **base,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": done.text,
+                            "logprobs": None,
+                            "finish_reason": finish_reason(done.stats),
+                        }
+                    ],
+                    "usage": usage(done.stats),
+                }
+            )
 
         async def body_iter() -> AsyncIterator[str]:
             async for ev in gen.events():
                 if isinstance(ev, Piece):
-                    yield _sse({**base, "choices": [{"index": 0, "text": ev.text,
-                                                     "logprobs": None,
-                                                     "finish_reason": None}]})
+                    yield _sse(
+                        {
+                            **base,
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "text": ev.text,
+                                    "logprobs": None,
+                                    "finish_reason": None,
+                                }
+                            ],
+                        }
+                    )
                 elif isinstance(ev, Finished):
                     if ev.stats.stop_reason == "error":
                         yield _sse(openai_error_body(500, ev.stats.error or "generation failed"))
                         return
-                    yield _sse({**base, "choices": [{"index": 0, "text": "", "logprobs": None,
-                                                     "finish_reason": finish_reason(ev.stats)}]})
+                    yield _sse(
+                        {
+                            **base,
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "text": "",
+                                    "logprobs": None,
+                                    "finish_reason": finish_reason(ev.stats),
+                                }
+                            ],
+                        }
+                    )
                     if include_usage:
                         yield _sse({**base, "choices": [], "usage": usage(ev.stats)})
             yield "data: [DONE]\n\n"
 
-        return StreamingResponse(body_iter(), media_type="text/event-stream",
-                                 headers=_SSE_HEADERS)
+        return StreamingResponse(body_iter(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
-    async def _result(self, request: Request, gen: AsyncGeneration,
-                      reader: ReplyReader | None = None) -> Finished:
+    async def _result(
+        self, request: Request, gen: AsyncGeneration, reader: ReplyReader | None = None
+    ) -> Finished:
         """The finished generation; a reader is fed its pieces (streamed internally for
         timing) or, when none came, its whole text."""
         pieces = False
@@ -272,14 +359,21 @@ class OpenAIRoutes:
         if embedder is None:
             raise ApiError(501, "embeddings are turned off on this server")
         vectors, n_tokens = await run_embeddings(embedder, req.input)
-        return JSONResponse({
-            "object": "list",
-            "data": [{"object": "embedding", "index": i,
-                      "embedding": _b64(v) if req.encoding_format == "base64" else v}
-                     for i, v in enumerate(vectors)],
-            "model": loaded.model_id,
-            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-        })
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "object": "embedding",
+                        "index": i,
+                        "embedding": _b64(v) if req.encoding_format == "base64" else v,
+                    }
+                    for i, v in enumerate(vectors)
+                ],
+                "model": loaded.model_id,
+                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+            }
+        )
 
 
 def _b64(vec: list[float]) -> str:
@@ -287,9 +381,9 @@ def _b64(vec: list[float]) -> str:
     return base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode("ascii")
 
 
-async def run_embeddings(embedder: Embedder, inputs: list[str]
-                         ) -> tuple[list[list[float]], int]:
+async def run_embeddings(embedder: Embedder, inputs: list[str]) -> tuple[list[list[float]], int]:
     """Embed on the embedder's own thread so generation streams keep flowing."""
+
     def work() -> tuple[list[list[float]], int]:
         out, total = [], 0
         for text in inputs:

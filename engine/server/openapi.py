@@ -20,12 +20,22 @@ from engine.server import protocol as p
 from engine.server.config import ServerConfig
 
 _REF = "#/components/schemas/{model}"
-JSON, SSE, NDJSON, TEXT = ("application/json", "text/event-stream", "application/x-ndjson",
-                           "text/plain")
-_ERROR_TEXT = {400: "Invalid request", 401: "Missing or invalid API key", 404: "Not found",
-               413: "Request body too large", 429: "Queue full; see Retry-After",
-               409: "Held by a client of the app", 501: "Not enabled on this server",
-               503: "Model loading, or no room to load it"}
+JSON, SSE, NDJSON, TEXT = (
+    "application/json",
+    "text/event-stream",
+    "application/x-ndjson",
+    "text/plain",
+)
+_ERROR_TEXT = {
+    400: "Invalid request",
+    401: "Missing or invalid API key",
+    404: "Not found",
+    413: "Request body too large",
+    429: "Queue full; see Retry-After",
+    409: "Held by a client of the app",
+    501: "Not enabled on this server",
+    503: "Model loading, or no room to load it",
+}
 
 # A media type's schema: a model, or None for plain text (Prometheus, NDJSON lines).
 Media = Mapping[str, type[BaseModel] | None]
@@ -57,90 +67,169 @@ class Operation:
 
     def models(self) -> list[type[BaseModel]]:
         media = [self.ok, *(m for _, m in self.answers.values())]
-        return [m for m in (self.body, self.error, *(x for d in media for x in d.values()))
-                if m is not None]
+        return [
+            m
+            for m in (self.body, self.error, *(x for d in media for x in d.values()))
+            if m is not None
+        ]
 
 
-_MODEL_ID = {"name": "model_id", "in": "path", "required": True,
-             "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]+$"}}
+_MODEL_ID = {
+    "name": "model_id",
+    "in": "path",
+    "required": True,
+    "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]+$"},
+}
 # Ollama streams one OllamaReply per line.
 _OLLAMA_REPLY: Media = {JSON: p.OllamaReply, NDJSON: None}
 
 PATHS: dict[str, Operation] = {
-    "/v1/models": Operation("get", "List the models (loaded: true for those in memory)",
-                            {JSON: p.ModelList}),
-    "/v1/models/{model_id}": Operation("get", "Describe a model", {JSON: p.ModelCard},
-                                       also=(404,), parameters=(_MODEL_ID,)),
+    "/v1/models": Operation(
+        "get", "List the models (loaded: true for those in memory)", {JSON: p.ModelList}
+    ),
+    "/v1/models/{model_id}": Operation(
+        "get", "Describe a model", {JSON: p.ModelCard}, also=(404,), parameters=(_MODEL_ID,)
+    ),
     "/v1/models/{model_id}/load": Operation(
-        "post", "Load a model now (optional body: keep_alive, pinned)",
-        {JSON: p.HostedModelState}, p.LoadModelRequest, body_required=False,
-        parameters=(_MODEL_ID,)),
+        "post",
+        "Load a model now (optional body: keep_alive, pinned)",
+        {JSON: p.HostedModelState},
+        p.LoadModelRequest,
+        body_required=False,
+        parameters=(_MODEL_ID,),
+    ),
     "/v1/models/{model_id}/unload": Operation(
-        "post", "Unload a model (202: when its requests in flight end)",
-        {JSON: p.HostedModelState}, errors=(401, 404, 409), parameters=(_MODEL_ID,),
-        answers={202: ("Unloading when idle", {JSON: p.HostedModelState})}),
+        "post",
+        "Unload a model (202: when its requests in flight end)",
+        {JSON: p.HostedModelState},
+        errors=(401, 404, 409),
+        parameters=(_MODEL_ID,),
+        answers={202: ("Unloading when idle", {JSON: p.HostedModelState})},
+    ),
     "/v1/chat/completions": Operation(
-        "post", "Chat completion (stream=true: server-sent events ending with data: [DONE])",
-        {JSON: p.ChatCompletion, SSE: p.ServerSentEvent}, p.ChatCompletionRequest),
-    "/v1/completions": Operation("post", "Text completion (no chat template)",
-                                 {JSON: p.TextCompletion, SSE: p.ServerSentEvent},
-                                 p.CompletionRequest),
-    "/v1/embeddings": Operation("post", "Embeddings (mean-pooled, L2-normalised)",
-                                {JSON: p.EmbeddingList}, p.EmbeddingRequest, also=(501,)),
-    "/api/version": Operation("get", "Server version", {JSON: p.OllamaVersion},
-                              error=p.OllamaError),
-    "/api/tags": Operation("get", "List the models (Ollama)", {JSON: p.OllamaTags},
-                           error=p.OllamaError),
-    "/api/ps": Operation("get", "The loaded models, their memory and expiry (Ollama)",
-                         {JSON: p.OllamaRunning}, error=p.OllamaError, errors=(401,)),
-    "/api/show": Operation("post", "Model details (Ollama)", {JSON: p.OllamaShowResponse},
-                           p.OllamaShowRequest, p.OllamaError),
-    "/api/chat": Operation("post", "Chat (Ollama; NDJSON stream unless stream=false)",
-                           _OLLAMA_REPLY, p.OllamaChatRequest, p.OllamaError),
-    "/api/generate": Operation("post", "Generate (Ollama; NDJSON stream unless stream=false)",
-                               _OLLAMA_REPLY, p.OllamaGenerateRequest, p.OllamaError),
-    "/api/embed": Operation("post", "Embeddings (Ollama)", {JSON: p.OllamaEmbedResponse},
-                            p.OllamaEmbedRequest, p.OllamaError, also=(501,)),
-    "/health": Operation("get", "Readiness (no key needed)", {JSON: p.Health}, errors=(),
-                         answers={503: ("Loading", {JSON: p.Health})}, secured=False,
-                         ok_text="Ready"),
+        "post",
+        "Chat completion (stream=true: server-sent events ending with data: [DONE])",
+        {JSON: p.ChatCompletion, SSE: p.ServerSentEvent},
+        p.ChatCompletionRequest,
+    ),
+    "/v1/completions": Operation(
+        "post",
+        "Text completion (no chat template)",
+        {JSON: p.TextCompletion, SSE: p.ServerSentEvent},
+        p.CompletionRequest,
+    ),
+    "/v1/embeddings": Operation(
+        "post",
+        "Embeddings (mean-pooled, L2-normalised)",
+        {JSON: p.EmbeddingList},
+        p.EmbeddingRequest,
+        also=(501,),
+    ),
+    "/api/version": Operation(
+        "get", "Server version", {JSON: p.OllamaVersion}, error=p.OllamaError
+    ),
+    "/api/tags": Operation(
+        "get", "List the models (Ollama)", {JSON: p.OllamaTags}, error=p.OllamaError
+    ),
+    "/api/ps": Operation(
+        "get",
+        "The loaded models, their memory and expiry (Ollama)",
+        {JSON: p.OllamaRunning},
+        error=p.OllamaError,
+        errors=(401,),
+    ),
+    "/api/show": Operation(
+        "post",
+        "Model details (Ollama)",
+        {JSON: p.OllamaShowResponse},
+        p.OllamaShowRequest,
+        p.OllamaError,
+    ),
+    "/api/chat": Operation(
+        "post",
+        "Chat (Ollama; NDJSON stream unless stream=false)",
+        _OLLAMA_REPLY,
+        p.OllamaChatRequest,
+        p.OllamaError,
+    ),
+    "/api/generate": Operation(
+        "post",
+        "Generate (Ollama; NDJSON stream unless stream=false)",
+        _OLLAMA_REPLY,
+        p.OllamaGenerateRequest,
+        p.OllamaError,
+    ),
+    "/api/embed": Operation(
+        "post",
+        "Embeddings (Ollama)",
+        {JSON: p.OllamaEmbedResponse},
+        p.OllamaEmbedRequest,
+        p.OllamaError,
+        also=(501,),
+    ),
+    "/health": Operation(
+        "get",
+        "Readiness (no key needed)",
+        {JSON: p.Health},
+        errors=(),
+        answers={503: ("Loading", {JSON: p.Health})},
+        secured=False,
+        ok_text="Ready",
+    ),
     "/metrics": Operation("get", "Prometheus metrics", {TEXT: None}, errors=(401,)),
 }
 
 # The agents' APIs (agent_protocol.py), documented with the rest.
 AGENT_PATHS: dict[str, Operation] = {
     "/v1/responses": Operation(
-        "post", "OpenAI Responses API (stream=true: its named server-sent events)",
-        {JSON: a.ResponseObject, SSE: p.ServerSentEvent}, a.ResponsesRequest),
+        "post",
+        "OpenAI Responses API (stream=true: its named server-sent events)",
+        {JSON: a.ResponseObject, SSE: p.ServerSentEvent},
+        a.ResponsesRequest,
+    ),
     "/v1/messages": Operation(
-        "post", "Anthropic Messages API (stream=true: its named server-sent events)",
-        {JSON: a.AnthropicReply, SSE: p.ServerSentEvent}, a.AnthropicMessagesRequest,
-        a.AnthropicError),
+        "post",
+        "Anthropic Messages API (stream=true: its named server-sent events)",
+        {JSON: a.AnthropicReply, SSE: p.ServerSentEvent},
+        a.AnthropicMessagesRequest,
+        a.AnthropicError,
+    ),
     "/v1/messages/count_tokens": Operation(
-        "post", "Anthropic token count of a prompt", {JSON: a.AnthropicTokenCount},
-        a.AnthropicCountTokensRequest, a.AnthropicError, errors=(400, 401, 404, 413, 503)),
+        "post",
+        "Anthropic token count of a prompt",
+        {JSON: a.AnthropicTokenCount},
+        a.AnthropicCountTokensRequest,
+        a.AnthropicError,
+        errors=(400, 401, 404, 413, 503),
+    ),
 }
 
 
 def _content(media: Media) -> dict[str, Any]:
-    return {kind: {"schema": {"$ref": _REF.format(model=m.__name__)} if m else
-                   {"type": "string"}} for kind, m in media.items()}
+    return {
+        kind: {"schema": {"$ref": _REF.format(model=m.__name__)} if m else {"type": "string"}}
+        for kind, m in media.items()
+    }
 
 
 def _operation(op: Operation, model_id: str) -> dict[str, Any]:
     err = _content({JSON: op.error})
     out: dict[str, Any] = {"summary": op.summary}
     if op.parameters:
-        out["parameters"] = [{**prm, "examples": {"default": {"value": model_id}}}
-                             if prm is _MODEL_ID else prm for prm in op.parameters]
+        out["parameters"] = [
+            {**prm, "examples": {"default": {"value": model_id}}} if prm is _MODEL_ID else prm
+            for prm in op.parameters
+        ]
     if op.body is not None:
-        out["requestBody"] = {"required": op.body_required,
-                              "content": _content({JSON: op.body})}
+        out["requestBody"] = {"required": op.body_required, "content": _content({JSON: op.body})}
     out["responses"] = {
         "200": {"description": op.ok_text, "content": _content(op.ok)},
-        **{str(c): {"description": text, "content": _content(media)}
-           for c, (text, media) in op.answers.items()},
-        **{str(c): {"description": _ERROR_TEXT[c], "content": err} for c in op.codes()}}
+        **{
+            str(c): {"description": text, "content": _content(media)}
+            for c, (text, media) in op.answers.items()
+        },
+        **{str(c): {"description": _ERROR_TEXT[c], "content": err} for c in op.codes()},
+    }
     if not op.secured:
         out["security"] = []
     return out
@@ -170,12 +259,14 @@ def _name_examples(schemas: dict[str, Any], model_id: str) -> None:
         model = schema.get("properties", {}).get("model")
         if isinstance(model, dict):
             model["examples"] = [model_id]
-            model.setdefault("description", "a model's id, alias or file name "
-                                            "(GET /v1/models lists them)")
+            model.setdefault(
+                "description", "a model's id, alias or file name (GET /v1/models lists them)"
+            )
 
 
-def openapi_schema(cfg: ServerConfig, paths: Mapping[str, Operation] | None = None
-                   ) -> dict[str, Any]:
+def openapi_schema(
+    cfg: ServerConfig, paths: Mapping[str, Operation] | None = None
+) -> dict[str, Any]:
     """The document of `paths` (all routes unless told)."""
     if paths is None:
         paths = {**PATHS, **AGENT_PATHS}
@@ -183,10 +274,12 @@ def openapi_schema(cfg: ServerConfig, paths: Mapping[str, Operation] | None = No
     _name_examples(components["schemas"], cfg.model_id)
     schema: dict[str, Any] = {
         "openapi": "3.1.0",
-        "info": {"title": "Candlewick local inference server", "version": "0.1.0",
-                 "description": "OpenAI-, Anthropic- and Ollama-compatible API on a local model."},
-        "paths": {path: {op.method: _operation(op, cfg.model_id)}
-                  for path, op in paths.items()},
+        "info": {
+            "title": "Candlewick local inference server",
+            "version": "0.1.0",
+            "description": "OpenAI-, Anthropic- and Ollama-compatible API on a local model.",
+        },
+        "paths": {path: {op.method: _operation(op, cfg.model_id)} for path, op in paths.items()},
         "components": components,
     }
     if cfg.api_key:

@@ -80,12 +80,14 @@ class Between:
     lo: float
     hi: float
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
-                                     ) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
         return core_schema.no_info_before_validator_function(self._check, handler(source))
 
-    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
-                                     handler: GetJsonSchemaHandler) -> dict[str, Any]:
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
         return {**handler(schema), "minimum": self.lo, "maximum": self.hi}
 
     def _check(self, v: Any) -> Any:
@@ -119,8 +121,12 @@ def _stop(v: Any) -> tuple[str, ...]:
 
 
 # Stop strings, as a tuple without empty ones.
-Stop = Annotated[tuple[str, ...], BeforeValidator(
-    _stop, json_schema_input_type=str | Annotated[list[str], Field(max_length=MAX_STOP)] | None)]
+Stop = Annotated[
+    tuple[str, ...],
+    BeforeValidator(
+        _stop, json_schema_input_type=str | Annotated[list[str], Field(max_length=MAX_STOP)] | None
+    ),
+]
 
 
 def _embed_input(v: Any) -> list[str]:
@@ -133,9 +139,14 @@ def _embed_input(v: Any) -> list[str]:
     return v
 
 
-EmbedInput = Annotated[list[str], BeforeValidator(
-    _embed_input, json_schema_input_type=NonEmpty | Annotated[
-        list[NonEmpty], Field(min_length=1, max_length=MAX_EMBED_INPUTS)])]
+EmbedInput = Annotated[
+    list[str],
+    BeforeValidator(
+        _embed_input,
+        json_schema_input_type=NonEmpty
+        | Annotated[list[NonEmpty], Field(min_length=1, max_length=MAX_EMBED_INPUTS)],
+    ),
+]
 
 
 class _Model(BaseModel):
@@ -155,9 +166,11 @@ def _content(v: Any) -> Any:
     if v is None or isinstance(v, str):
         return v
     if isinstance(v, list):
-        if not all(isinstance(p, dict) and p.get("type") == "text"
-                   and isinstance(p.get("text"), str) for p in v):
-            raise _refuse("takes only text parts ({\"type\": \"text\", \"text\": ...})")
+        if not all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in v
+        ):
+            raise _refuse('takes only text parts ({"type": "text", "text": ...})')
         return v
     raise _refuse("must be a string or a list of parts")
 
@@ -173,6 +186,7 @@ def _no_images(v: Any) -> Any:
 
 def _arguments(what: str) -> BeforeValidator:
     """A call's arguments: JSON text or an object (a refusal names the dialect's own form)."""
+
     def check(v: Any) -> Any:
         if isinstance(v, str | dict):
             return v
@@ -187,7 +201,8 @@ class FunctionDefinition(_Model):
     # null is refused, as the routes do; absent means a function without arguments.
     parameters: dict[str, Any] = Field(
         default_factory=lambda: {"type": "object", "properties": {}},
-        description="a JSON schema object")
+        description="a JSON schema object",
+    )
     strict: bool | None = None
 
 
@@ -221,8 +236,11 @@ def _tools(v: Any) -> Any:
     return v
 
 
-Tools = Annotated[Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None,
-                  BeforeValidator(_tools), Field(description="function tools of distinct names")]
+Tools = Annotated[
+    Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None,
+    BeforeValidator(_tools),
+    Field(description="function tools of distinct names"),
+]
 
 
 def _chat_tools(tools: Sequence[Tool] | None) -> list[dict[str, Any]]:
@@ -239,8 +257,10 @@ def _fields_by_role(schema: dict[str, Any], cls: type[Any]) -> None:
     if not by_role:
         return
     others = [r for r in props["role"]["enum"] if r not in by_role]
-    schema["anyOf"] = [{"properties": {"role": {"enum": others}}}, *(
-        {"properties": {"role": {"const": r}, **fields}} for r, fields in by_role.items())]
+    schema["anyOf"] = [
+        {"properties": {"role": {"enum": others}}},
+        *({"properties": {"role": {"const": r}, **fields}} for r, fields in by_role.items()),
+    ]
 
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -251,9 +271,11 @@ class _Message(_Model):
     role: Role
     content: Content = None
     # Only an empty list passes: images are refused by name rather than ignored.
-    images: Annotated[Annotated[list[str], Field(max_length=0)] | None,
-                      BeforeValidator(_no_images),
-                      Field(description="refused: this model reads text only")] = None
+    images: Annotated[
+        Annotated[list[str], Field(max_length=0)] | None,
+        BeforeValidator(_no_images),
+        Field(description="refused: this model reads text only"),
+    ] = None
 
     # (role, field): the routes read these fields only in messages of that role; elsewhere
     # they are ignored like any unknown key, whatever they hold.
@@ -266,7 +288,8 @@ class _Message(_Model):
             return data
         role = data.get("role")
         drop = {f for r, f in cls.ROLE_FIELDS if r != role} - {
-            f for r, f in cls.ROLE_FIELDS if r == role}
+            f for r, f in cls.ROLE_FIELDS if r == role
+        }
         return {k: v for k, v in data.items() if k not in drop}
 
     @property
@@ -278,21 +301,33 @@ class _Message(_Model):
     def as_chat(self, i: int) -> dict[str, Any]:
         """Message `i` OpenAI-shaped, whatever the dialect, as plan_chat and the tool formats
         read it: `developer` is `system` and the content one string."""
-        return {"role": "system" if self.role == "developer" else self.role,
-                "content": self.text}
+        return {"role": "system" if self.role == "developer" else self.role, "content": self.text}
 
 
-def _history(msg: dict[str, Any], i: int, calls: Sequence[ToolCall | OllamaToolCall] | None,
-             thought: str | None, call_id: str | None, name: str | None) -> dict[str, Any]:
+def _history(
+    msg: dict[str, Any],
+    i: int,
+    calls: Sequence[ToolCall | OllamaToolCall] | None,
+    thought: str | None,
+    call_id: str | None,
+    name: str | None,
+) -> dict[str, Any]:
     """`msg` with an assistant's calls (arguments as JSON text, numbered where they come
     without an id) and thinking, and a tool result's call id and function name."""
     if calls:
         msg["tool_calls"] = [
-            {"id": c.id or f"call_{i}_{j}", "type": "function",
-             "function": {"name": c.function.name, "arguments": c.function.arguments
-                          if isinstance(c.function.arguments, str)
-                          else json.dumps(c.function.arguments, ensure_ascii=False)}}
-            for j, c in enumerate(calls)]
+            {
+                "id": c.id or f"call_{i}_{j}",
+                "type": "function",
+                "function": {
+                    "name": c.function.name,
+                    "arguments": c.function.arguments
+                    if isinstance(c.function.arguments, str)
+                    else json.dumps(c.function.arguments, ensure_ascii=False),
+                },
+            }
+            for j, c in enumerate(calls)
+        ]
     if thought:
         msg["reasoning_content"] = thought
     if call_id is not None:
@@ -324,16 +359,26 @@ class ToolCall(_Model):
 
 
 class ChatMessage(_Message):
-    ROLE_FIELDS = (("assistant", "tool_calls"), ("assistant", "reasoning_content"),
-                   ("tool", "tool_call_id"), ("tool", "name"))
+    ROLE_FIELDS = (
+        ("assistant", "tool_calls"),
+        ("assistant", "reasoning_content"),
+        ("tool", "tool_call_id"),
+        ("tool", "name"),
+    )
     tool_calls: list[ToolCall] | None = None
     reasoning_content: str | None = None
     tool_call_id: str | None = None
     name: str | None = None
 
     def as_chat(self, i: int) -> dict[str, Any]:
-        return _history(super().as_chat(i), i, self.tool_calls, self.reasoning_content,
-                        self.tool_call_id, self.name)
+        return _history(
+            super().as_chat(i),
+            i,
+            self.tool_calls,
+            self.reasoning_content,
+            self.tool_call_id,
+            self.name,
+        )
 
 
 class StreamOptions(_Model):
@@ -360,7 +405,8 @@ class JsonSchemaFormat(_Model):
     name: str | None = None
     description: str | None = None
     schema_: Annotated[dict[str, Any] | bool, BeforeValidator(_schema_value)] = Field(
-        alias="schema")
+        alias="schema"
+    )
     strict: bool | None = None
 
 
@@ -369,8 +415,10 @@ def _json_schema_with_its_type(schema: dict[str, Any]) -> None:
     prop = schema["properties"].pop("json_schema")
     ref = next(x for x in prop["anyOf"] if "$ref" in x)
     schema["if"] = {"properties": {"type": {"const": "json_schema"}}}
-    schema["then"] = {"required": ["json_schema"],
-                      "properties": {"json_schema": {**ref, "description": prop["description"]}}}
+    schema["then"] = {
+        "required": ["json_schema"],
+        "properties": {"json_schema": {**ref, "description": prop["description"]}},
+    }
 
 
 class ResponseFormat(_Model):
@@ -391,8 +439,7 @@ class ResponseFormat(_Model):
     @model_validator(mode="after")
     def _schema_given(self) -> ResponseFormat:
         if self.type == "json_schema" and self.json_schema is None:
-            raise _refuse_whole("'response_format.json_schema' must be an object with a "
-                                "'schema'")
+            raise _refuse_whole("'response_format.json_schema' must be an object with a 'schema'")
         return self
 
 
@@ -434,15 +481,14 @@ def _no_bias(v: Any) -> Any:
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(h|m|s|ms|us|\u00b5s|ns)")
-_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6,
-           "ns": 1e-9}
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "ns": 1e-9}
 
 
 def duration_seconds(v: object) -> float:
     """Seconds from a number or a Go duration ("5m", "1h30m", "0", "-1"), as Ollama reads
     keep_alive; ValueError says what is wrong."""
     if isinstance(v, bool) or not isinstance(v, int | float | str):
-        raise ValueError("must be a number of seconds or a duration such as \"5m\"")
+        raise ValueError('must be a number of seconds or a duration such as "5m"')
     if isinstance(v, int | float):
         if not math.isfinite(v):
             raise ValueError("must be finite")
@@ -457,8 +503,9 @@ def duration_seconds(v: object) -> float:
     except ValueError:
         number = math.nan
     if not math.isfinite(number):
-        raise ValueError("must be a number of seconds or a duration such as \"5m\", \"1h\", "
-                         "\"0\" or \"-1\"")
+        raise ValueError(
+            'must be a number of seconds or a duration such as "5m", "1h", "0" or "-1"'
+        )
     return sign * number
 
 
@@ -472,12 +519,22 @@ def _keep_alive(v: Any) -> Any:
         raise _refuse(str(e)) from None
 
 
-KeepAlive = Annotated[float | None, BeforeValidator(
-    _keep_alive, json_schema_input_type=float | str | None), Field(
-    description="how long the model stays loaded after this request: seconds or a duration "
-                "(\"5m\"); 0 unloads it when idle, a negative value keeps it")]
-Ttl = Annotated[int, Field(ge=0, description="seconds the model stays loaded once idle, as LM "
-                           "Studio's ttl; 0 unloads it when idle")]
+KeepAlive = Annotated[
+    float | None,
+    BeforeValidator(_keep_alive, json_schema_input_type=float | str | None),
+    Field(
+        description="how long the model stays loaded after this request: seconds or a duration "
+        '("5m"); 0 unloads it when idle, a negative value keeps it'
+    ),
+]
+Ttl = Annotated[
+    int,
+    Field(
+        ge=0,
+        description="seconds the model stays loaded once idle, as LM "
+        "Studio's ttl; 0 unloads it when idle",
+    ),
+]
 
 
 def keep_seconds(v: float | None) -> float | Unset | None:
@@ -493,8 +550,9 @@ class _OpenAISampling(_Model):
     n: Annotated[Literal[1], BeforeValidator(_n, json_schema_input_type=Literal[1] | None)] = 1
     model: str | None = None
     ttl: Ttl | None = None
-    max_tokens: Annotated[int, Field(ge=1, description="capped at the server's limit")] | None \
-        = None
+    max_tokens: Annotated[int, Field(ge=1, description="capped at the server's limit")] | None = (
+        None
+    )
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     temperature: Temperature | None = None
     top_p: TopP | None = None
@@ -509,29 +567,40 @@ class _OpenAISampling(_Model):
     presence_penalty: Penalty | None = None
     # Sent by clients, not served: refused when they ask for something.
     logprobs: Annotated[Literal[False] | None, BeforeValidator(_unsupported_true)] = None
-    top_logprobs: Annotated[None, BeforeValidator(
-        _no_alternatives, json_schema_input_type=Literal[0] | None)] = None
-    logit_bias: Annotated[None, BeforeValidator(
-        _no_bias, json_schema_input_type=Annotated[
-            dict[str, float], Field(max_length=0)] | None)] = None
+    top_logprobs: Annotated[
+        None, BeforeValidator(_no_alternatives, json_schema_input_type=Literal[0] | None)
+    ] = None
+    logit_bias: Annotated[
+        None,
+        BeforeValidator(
+            _no_bias, json_schema_input_type=Annotated[dict[str, float], Field(max_length=0)] | None
+        ),
+    ] = None
 
 
 def _tool_choice(v: Any) -> Any:
     if v is None or v in ("auto", "none", "required"):
         return v
-    if (isinstance(v, dict) and v.get("type") == "function"
-            and isinstance(v.get("function"), dict)
-            and isinstance(v["function"].get("name"), str)):
+    if (
+        isinstance(v, dict)
+        and v.get("type") == "function"
+        and isinstance(v.get("function"), dict)
+        and isinstance(v["function"].get("name"), str)
+    ):
         return v
-    raise _refuse("must be 'auto', 'none', 'required' or "
-                  '{"type": "function", "function": {"name": ...}}')
+    raise _refuse(
+        "must be 'auto', 'none', 'required' or "
+        '{"type": "function", "function": {"name": ...}}'
+    )
 
 
 class _ToolFields(_Model):
     tools: Tools = None
-    tool_choice: Annotated[Literal["auto", "none", "required"] | NamedToolChoice | None,
-                           BeforeValidator(_tool_choice), Field(
-        description="but for none, needs tools; a named function must be one of them")] = None
+    tool_choice: Annotated[
+        Literal["auto", "none", "required"] | NamedToolChoice | None,
+        BeforeValidator(_tool_choice),
+        Field(description="but for none, needs tools; a named function must be one of them"),
+    ] = None
     parallel_tool_calls: bool | None = None
 
     def chat_tools(self) -> list[dict[str, Any]]:
@@ -553,16 +622,19 @@ class _ToolFields(_Model):
         if v != "none" and not names:
             raise _refuse_whole("'tool_choice' needs 'tools'")
         if isinstance(v, NamedToolChoice) and v.function.name not in names:
-            raise _refuse_whole(f"'tool_choice' names '{v.function.name}', which is not in "
-                                "'tools'")
+            raise _refuse_whole(f"'tool_choice' names '{v.function.name}', which is not in 'tools'")
         return v
 
 
 class _FormatFields(_Model):
     response_format: ResponseFormat | None = None
-    grammar: Annotated[str | None, Field(
-        description="a GBNF grammar the reply must follow (llama-server's extension); not "
-        "with a JSON response_format")] = None
+    grammar: Annotated[
+        str | None,
+        Field(
+            description="a GBNF grammar the reply must follow (llama-server's extension); not "
+            "with a JSON response_format"
+        ),
+    ] = None
 
     @field_validator("grammar")
     @classmethod
@@ -576,9 +648,13 @@ class _FormatFields(_Model):
 # pydantic lists the fields of the last base first: the bases are in reverse order of the
 # routes' checks, so the first problem reported is the one the routes found first.
 class ChatCompletionRequest(_FormatFields, _ToolFields, _OpenAISampling, _Messages):
-    reasoning_format: Annotated[Literal["auto", "deepseek", "none"] | None, Field(
-        description="none: thinking stays in the content; auto, deepseek: it comes apart, "
-        "in reasoning_content")] = None
+    reasoning_format: Annotated[
+        Literal["auto", "deepseek", "none"] | None,
+        Field(
+            description="none: thinking stays in the content; auto, deepseek: it comes apart, "
+            "in reasoning_content"
+        ),
+    ] = None
 
 
 def _prompt(v: Any) -> Any:
@@ -601,8 +677,14 @@ def _echo(v: Any) -> Any:
 
 class _Prompt(_Model):
     # One prompt per request: a list holding one string is taken as that string.
-    prompt: Annotated[str, BeforeValidator(_prompt, json_schema_input_type=NonEmpty | Annotated[
-        list[NonEmpty], Field(min_length=1, max_length=1)])]
+    prompt: Annotated[
+        str,
+        BeforeValidator(
+            _prompt,
+            json_schema_input_type=NonEmpty
+            | Annotated[list[NonEmpty], Field(min_length=1, max_length=1)],
+        ),
+    ]
 
 
 class CompletionRequest(_FormatFields, _OpenAISampling, _Prompt):
@@ -623,7 +705,8 @@ class OllamaFunctionCall(_Model):
     name: str
     # Ollama sends the arguments as an object; JSON text is taken too.
     arguments: Annotated[dict[str, Any] | str, _arguments("an object or a JSON string")] = Field(
-        default_factory=dict)
+        default_factory=dict
+    )
 
 
 class OllamaToolCall(_Model):
@@ -633,23 +716,29 @@ class OllamaToolCall(_Model):
 
 
 class OllamaMessage(_Message):
-    ROLE_FIELDS = (("assistant", "tool_calls"), ("assistant", "thinking"),
-                   ("tool", "tool_call_id"), ("tool", "tool_name"))
+    ROLE_FIELDS = (
+        ("assistant", "tool_calls"),
+        ("assistant", "thinking"),
+        ("tool", "tool_call_id"),
+        ("tool", "tool_name"),
+    )
     tool_calls: list[OllamaToolCall] | None = None
     thinking: str | None = None
     tool_call_id: str | None = None
     tool_name: str | None = None
 
     def as_chat(self, i: int) -> dict[str, Any]:
-        return _history(super().as_chat(i), i, self.tool_calls, self.thinking,
-                        self.tool_call_id, self.tool_name)
+        return _history(
+            super().as_chat(i), i, self.tool_calls, self.thinking, self.tool_call_id, self.tool_name
+        )
 
 
 class OllamaOptions(_Model):
     """The options the server honours; Ollama's others (num_ctx, mirostat...) are ignored."""
 
-    num_predict: Annotated[int | None, Field(
-        description="-1 or absent: until done (capped)")] = None
+    num_predict: Annotated[int | None, Field(description="-1 or absent: until done (capped)")] = (
+        None
+    )
     temperature: OllamaTemperature | None = None
     top_p: OllamaTopP | None = None
     top_k: Annotated[int, Field(ge=0)] | None = None
@@ -664,21 +753,30 @@ class OllamaOptions(_Model):
 def _format(v: Any) -> Any:
     if v is None or v in ("", "json") or isinstance(v, dict):
         return v
-    raise _refuse("must be \"json\" or a JSON schema object")
+    raise _refuse('must be "json" or a JSON schema object')
 
 
-OllamaFormat = Annotated[Literal["json", ""] | dict[str, Any] | None, BeforeValidator(_format),
-                         Field(description='"json", or a JSON schema the reply must match')]
-Think = Annotated[bool | None, Field(description="false: ask a thinking model not to think; "
-                                     "true: refused for a model that does not think")]
+OllamaFormat = Annotated[
+    Literal["json", ""] | dict[str, Any] | None,
+    BeforeValidator(_format),
+    Field(description='"json", or a JSON schema the reply must match'),
+]
+Think = Annotated[
+    bool | None,
+    Field(
+        description="false: ask a thinking model not to think; "
+        "true: refused for a model that does not think"
+    ),
+]
 
 
 class LoadModelRequest(_Model):
     """The optional body of /v1/models/{id}/load."""
 
     keep_alive: KeepAlive = None
-    pinned: Annotated[bool | None, Field(
-        description="true: never unloaded when idle or to make room")] = None
+    pinned: Annotated[
+        bool | None, Field(description="true: never unloaded when idle or to make room")
+    ] = None
 
 
 class _OllamaModel(_Model):
@@ -713,13 +811,20 @@ class OllamaGenerateRequest(_OllamaModel):
 
 class OllamaShowRequest(_Model):
     # One of the two must be a string (null stands for absent).
-    model_config = ConfigDict(json_schema_extra={"anyOf": [
-        {"required": [k], "properties": {k: {"type": "string"}}} for k in ("model", "name")]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": [k], "properties": {k: {"type": "string"}}} for k in ("model", "name")
+            ]
+        }
+    )
     model: str | None = None
     # Read only when `model` is absent, as the route does: the document leaves it untyped, or
     # it would promise to refuse {"model": "m", "name": 5}.
-    name: Annotated[str | None, WithJsonSchema(
-        {"description": "the older spelling of 'model', read without one"})] = None
+    name: Annotated[
+        str | None,
+        WithJsonSchema({"description": "the older spelling of 'model', read without one"}),
+    ] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -961,8 +1066,7 @@ def _message(err: ErrorDetails) -> str:
         "model_attributes_type": "must be an object",
     }.get(kind)
     if text is None:
-        text = _bounds(kind, ctx) or re.sub(r"^Input should", "should",
-                                             err["msg"].split("\n")[0])
+        text = _bounds(kind, ctx) or re.sub(r"^Input should", "should", err["msg"].split("\n")[0])
     return f"{where} {text}"
 
 
@@ -982,8 +1086,11 @@ def _bounds(kind: str, ctx: dict[str, Any]) -> str | None:
     if kind == "string_too_short":
         return "must not be empty"
     if kind == "too_short":
-        return "must not be empty" if ctx.get("min_length") == 1 else (
-            f"takes at least {ctx.get('min_length')} items")
+        return (
+            "must not be empty"
+            if ctx.get("min_length") == 1
+            else (f"takes at least {ctx.get('min_length')} items")
+        )
     if kind == "too_long":
         return f"takes at most {ctx.get('max_length')} items"
     return None

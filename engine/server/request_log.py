@@ -33,7 +33,8 @@ class RequestRecord:
 # The record of the request being handled: set by the middleware, read by the generation so
 # that token counts land in the right row (child tasks of a streamed answer share the object).
 current_record: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
-    "candlewick_request_record", default=None)
+    "candlewick_request_record", default=None
+)
 
 
 class RequestLog:

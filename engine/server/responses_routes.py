@@ -64,8 +64,11 @@ def chat_messages(items: str | list[ResponsesItem], convo: list[Json]) -> None:
             convo.append(msg)
         elif isinstance(item, ResponsesFunctionCallItem):
             names[item.call_id] = item.name
-            call = {"id": item.call_id, "type": "function",
-                    "function": {"name": item.name, "arguments": item.arguments}}
+            call = {
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name, "arguments": item.arguments},
+            }
             if convo and convo[-1]["role"] == "assistant":  # the same turn's calls
                 convo[-1].setdefault("tool_calls", []).append(call)
             else:
@@ -74,8 +77,11 @@ def chat_messages(items: str | list[ResponsesItem], convo: list[Json]) -> None:
                     msg["reasoning_content"], thought = thought, ""
                 convo.append(msg)
         elif isinstance(item, ResponsesFunctionCallOutputItem):
-            result: Json = {"role": "tool", "tool_call_id": item.call_id,
-                            "content": parts_text(item.output)}
+            result: Json = {
+                "role": "tool",
+                "tool_call_id": item.call_id,
+                "content": parts_text(item.output),
+            }
             if item.call_id in names:
                 result["name"] = names[item.call_id]
             convo.append(result)
@@ -106,13 +112,23 @@ def _plan(loaded: ServedModel, req: ResponsesRequest, convo: list[Json]) -> Chat
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
     effort = req.reasoning.effort if req.reasoning else None  # only none/minimal get here
     return plan_chat(
-        loaded, system + convo,
-        tools=[{"type": "function", "function": t.model_dump(
-            include={"name", "description", "parameters"}, exclude_none=True)}
-            for t in req.tools or []],
-        choice=_choice(req), parallel=req.parallel_tool_calls is not False,
-        grammar=_grammar(req.text), grammar_param="text",
-        think=False if effort is not None else None)
+        loaded,
+        system + convo,
+        tools=[
+            {
+                "type": "function",
+                "function": t.model_dump(
+                    include={"name", "description", "parameters"}, exclude_none=True
+                ),
+            }
+            for t in req.tools or []
+        ],
+        choice=_choice(req),
+        parallel=req.parallel_tool_calls is not False,
+        grammar=_grammar(req.text),
+        grammar_param="text",
+        think=False if effort is not None else None,
+    )
 
 
 class ResponseBuilder:
@@ -135,8 +151,10 @@ class ResponseBuilder:
         return {"item_id": self._item["id"], "output_index": len(self.response["output"]) - 1}
 
     def start(self) -> list[Json]:
-        return [self._ev(k, response={**self.response, "output": []})
-                for k in ("response.created", "response.in_progress")]
+        return [
+            self._ev(k, response={**self.response, "output": []})
+            for k in ("response.created", "response.in_progress")
+        ]
 
     def push(self, parts: list[Part]) -> list[Json]:
         out: list[Json] = []
@@ -146,27 +164,44 @@ class ResponseBuilder:
                 out += self._close("completed")
                 out += self._open(want)
             self._text.append(text)
-            delta = ("response.reasoning_text.delta" if want == "reasoning"
-                     else "response.output_text.delta")
+            delta = (
+                "response.reasoning_text.delta"
+                if want == "reasoning"
+                else "response.output_text.delta"
+            )
             extra: Json = {} if want == "reasoning" else {"logprobs": []}
             out.append(self._ev(delta, **self._where(), content_index=0, delta=text, **extra))
         return out
 
     def _open(self, kind: str) -> list[Json]:
         if kind == "reasoning":
-            self._item = {"type": "reasoning", "id": _id("rs"), "summary": [], "content": [],
-                          "status": "in_progress"}
+            self._item = {
+                "type": "reasoning",
+                "id": _id("rs"),
+                "summary": [],
+                "content": [],
+                "status": "in_progress",
+            }
             part: Json = {"type": "reasoning_text", "text": ""}
         else:
-            self._item = {"type": "message", "id": _id("msg"), "role": "assistant",
-                          "status": "in_progress", "content": []}
+            self._item = {
+                "type": "message",
+                "id": _id("msg"),
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
             part = {"type": "output_text", "text": "", "annotations": []}
         self.response["output"].append(self._item)
         self._text = []
-        return [self._ev("response.output_item.added", output_index=self._where()["output_index"],
-                         item=dict(self._item)),
-                self._ev("response.content_part.added", **self._where(), content_index=0,
-                         part=part)]
+        return [
+            self._ev(
+                "response.output_item.added",
+                output_index=self._where()["output_index"],
+                item=dict(self._item),
+            ),
+            self._ev("response.content_part.added", **self._where(), content_index=0, part=part),
+        ]
 
     def _close(self, status: str) -> list[Json]:
         item = self._item
@@ -179,14 +214,18 @@ class ResponseBuilder:
             done = self._ev("response.reasoning_text.done", **where, content_index=0, text=text)
         else:
             part = {"type": "output_text", "text": text, "annotations": []}
-            done = self._ev("response.output_text.done", **where, content_index=0, text=text,
-                            logprobs=[])
+            done = self._ev(
+                "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
+            )
         item["content"], item["status"] = [part], status
         self._item = None
-        return [done,
-                self._ev("response.content_part.done", **where, content_index=0, part=part),
-                self._ev("response.output_item.done", output_index=where["output_index"],
-                         item=dict(item))]
+        return [
+            done,
+            self._ev("response.content_part.done", **where, content_index=0, part=part),
+            self._ev(
+                "response.output_item.done", output_index=where["output_index"], item=dict(item)
+            ),
+        ]
 
     def finish(self, done: Done) -> list[Json]:
         st, calls = done.stats, done.reply.calls
@@ -197,35 +236,61 @@ class ResponseBuilder:
         if not calls and not any(i["type"] == "message" for i in output):
             out += self._open("message") + self._close(status)
         for call in calls:
-            item: Json = {"type": "function_call", "id": _id("fc"), "call_id": call.id,
-                          "name": call.name, "arguments": "", "status": "in_progress"}
+            item: Json = {
+                "type": "function_call",
+                "id": _id("fc"),
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": "",
+                "status": "in_progress",
+            }
             output.append(item)
             where = {"item_id": item["id"], "output_index": len(output) - 1}
-            out.append(self._ev("response.output_item.added",
-                                output_index=where["output_index"], item=dict(item)))
-            out.append(self._ev("response.function_call_arguments.delta", **where,
-                                delta=call.arguments))
-            out.append(self._ev("response.function_call_arguments.done", **where,
-                                name=call.name, arguments=call.arguments))
+            out.append(
+                self._ev(
+                    "response.output_item.added",
+                    output_index=where["output_index"],
+                    item=dict(item),
+                )
+            )
+            out.append(
+                self._ev("response.function_call_arguments.delta", **where, delta=call.arguments)
+            )
+            out.append(
+                self._ev(
+                    "response.function_call_arguments.done",
+                    **where,
+                    name=call.name,
+                    arguments=call.arguments,
+                )
+            )
             item.update(arguments=call.arguments, status="completed")
-            out.append(self._ev("response.output_item.done",
-                                output_index=where["output_index"], item=dict(item)))
+            out.append(
+                self._ev(
+                    "response.output_item.done", output_index=where["output_index"], item=dict(item)
+                )
+            )
         self.response.update(
-            status=status, completed_at=int(time.time()) if whole else None,
+            status=status,
+            completed_at=int(time.time()) if whole else None,
             incomplete_details=None if whole else {"reason": "max_output_tokens"},
-            usage={"input_tokens": st.prompt_tokens,
-                   "input_tokens_details": {"cached_tokens": st.cached_tokens},
-                   "output_tokens": st.gen_tokens,
-                   "output_tokens_details": {"reasoning_tokens": st.thinking_tokens},
-                   "total_tokens": st.prompt_tokens + st.gen_tokens})
+            usage={
+                "input_tokens": st.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": st.cached_tokens},
+                "output_tokens": st.gen_tokens,
+                "output_tokens_details": {"reasoning_tokens": st.thinking_tokens},
+                "total_tokens": st.prompt_tokens + st.gen_tokens,
+            },
+        )
         kind = "response.completed" if whole else "response.incomplete"
         return [*out, self._ev(kind, response=self.response)]
 
     def fail(self, message: str) -> list[Json]:
-        self.response.update(status="failed",
-                             error={"code": "server_error", "message": message})
-        return [self._ev("error", code="server_error", message=message, param=None),
-                self._ev("response.failed", response=self.response)]
+        self.response.update(status="failed", error={"code": "server_error", "message": message})
+        return [
+            self._ev("error", code="server_error", message=message, param=None),
+            self._ev("response.failed", response=self.response),
+        ]
 
 
 class ResponsesRoutes:
@@ -242,11 +307,15 @@ class ResponsesRoutes:
             return []
         history = self.store.get(rid)
         if history is None:
-            raise ApiError(400, f"previous response '{rid}' is not in this server's store: it "
-                           f"keeps the last {self.store.max_responses} responses in memory "
-                           "(not those made with store=false, none after a restart) and is "
-                           "stateless otherwise; send the whole conversation in 'input'",
-                           param="previous_response_id", code="previous_response_not_found")
+            raise ApiError(
+                400,
+                f"previous response '{rid}' is not in this server's store: it "
+                f"keeps the last {self.store.max_responses} responses in memory "
+                "(not those made with store=false, none after a restart) and is "
+                "stateless otherwise; send the whole conversation in 'input'",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
         return history
 
     async def create(self, request: Request) -> Response:
@@ -258,13 +327,21 @@ class ResponsesRoutes:
         if not convo:
             raise ApiError(400, "'input' is empty", param="input")
         plan = _plan(loaded, req, convo)
-        sampling = sampling_from(temperature=req.temperature, top_p=req.top_p, top_k=None,
-                                 min_p=None, repeat_penalty=None, seed=None, stop=(),
-                                 max_tokens=cap_tokens(self.state, req.max_output_tokens))
+        sampling = sampling_from(
+            temperature=req.temperature,
+            top_p=req.top_p,
+            top_k=None,
+            min_p=None,
+            repeat_penalty=None,
+            seed=None,
+            stop=(),
+            max_tokens=cap_tokens(self.state, req.max_output_tokens),
+        )
         stream = bool(req.stream)
         run = Run(self.state, loaded, plan, sampling, stream=stream)
-        builder = ResponseBuilder(self._response(req, loaded.model_id, sampling.temperature,
-                                                 sampling.top_p))
+        builder = ResponseBuilder(
+            self._response(req, loaded.model_id, sampling.temperature, sampling.top_p)
+        )
 
         def keep(done: Done) -> None:
             if req.store is False:
@@ -274,14 +351,25 @@ class ResponsesRoutes:
             if reply.reasoning:
                 turn["reasoning_content"] = reply.reasoning
             if reply.calls:
-                turn["tool_calls"] = [{"id": c.id, "type": "function", "function": {
-                    "name": c.name, "arguments": c.arguments}} for c in reply.calls]
+                turn["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    }
+                    for c in reply.calls
+                ]
             self.store.put(builder.response["id"], [*convo, turn])
 
         if not stream:
             done = await run.whole(request)
-            builder.push([p for p in (("reasoning", done.reply.reasoning),
-                                      ("content", done.reply.content)) if p[1]])
+            builder.push(
+                [
+                    p
+                    for p in (("reasoning", done.reply.reasoning), ("content", done.reply.content))
+                    if p[1]
+                ]
+            )
             builder.finish(done)
             keep(done)
             return JSONResponse(builder.response)
@@ -302,30 +390,43 @@ class ResponsesRoutes:
                     yield sse(ev["type"], ev)
                 keep(run.done)
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers=SSE_HEADERS)
+        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     @staticmethod
-    def _response(req: ResponsesRequest, model: str, temperature: float, top_p: float
-                  ) -> Json:
+    def _response(req: ResponsesRequest, model: str, temperature: float, top_p: float) -> Json:
         """The response object before the reply: the request's settings as they apply."""
         c = req.tool_choice
         fmt = req.text.format if req.text else None
         return {
-            "id": _id("resp"), "object": "response", "created_at": int(time.time()),
-            "status": "in_progress", "error": None, "incomplete_details": None,
-            "model": model, "output": [], "usage": None,
-            "instructions": req.instructions, "previous_response_id": req.previous_response_id,
+            "id": _id("resp"),
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "in_progress",
+            "error": None,
+            "incomplete_details": None,
+            "model": model,
+            "output": [],
+            "usage": None,
+            "instructions": req.instructions,
+            "previous_response_id": req.previous_response_id,
             "tools": [t.model_dump(by_alias=True) for t in req.tools or []],
-            "tool_choice": c.model_dump() if isinstance(c, ResponsesNamedChoice)
-            else _choice(req),
+            "tool_choice": c.model_dump() if isinstance(c, ResponsesNamedChoice) else _choice(req),
             "parallel_tool_calls": req.parallel_tool_calls is not False,
-            "temperature": temperature, "top_p": top_p,
+            "temperature": temperature,
+            "top_p": top_p,
             "max_output_tokens": req.max_output_tokens,
-            "text": {"format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt
-                     else {"type": "text"}},
-            "reasoning": {"effort": req.reasoning.effort if req.reasoning else None,
-                          "summary": None},
-            "truncation": "disabled", "store": req.store is not False, "background": False,
-            "metadata": req.metadata or {}, "user": req.user,
+            "text": {
+                "format": fmt.model_dump(by_alias=True, exclude_none=True)
+                if fmt
+                else {"type": "text"}
+            },
+            "reasoning": {
+                "effort": req.reasoning.effort if req.reasoning else None,
+                "summary": None,
+            },
+            "truncation": "disabled",
+            "store": req.store is not False,
+            "background": False,
+            "metadata": req.metadata or {},
+            "user": req.user,
         }

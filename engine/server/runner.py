@@ -18,9 +18,17 @@ def _uvicorn_config(state: ServerState, *, access_log: bool) -> uvicorn.Config:
     cfg = state.config
     cfg.validate()
     return uvicorn.Config(
-        create_app(state), host=cfg.host, port=cfg.port, log_config=None,
-        access_log=access_log, lifespan="off", ws="none", http="h11", loop="asyncio",
-        server_header=False, timeout_graceful_shutdown=5,
+        create_app(state),
+        host=cfg.host,
+        port=cfg.port,
+        log_config=None,
+        access_log=access_log,
+        lifespan="off",
+        ws="none",
+        http="h11",
+        loop="asyncio",
+        server_header=False,
+        timeout_graceful_shutdown=5,
     )
 
 
@@ -62,8 +70,10 @@ class ServerThread:
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > end:
                 self.stop()
-                raise ServerError(f"the server could not start on {self.state.config.host}:"
-                                  f"{self.state.config.port} ({self._error or 'timed out'})")
+                raise ServerError(
+                    f"the server could not start on {self.state.config.host}:"
+                    f"{self.state.config.port} ({self._error or 'timed out'})"
+                )
             time.sleep(0.01)
         return self
 
@@ -94,8 +104,9 @@ class ServerThread:
         self.stop()
 
 
-def serve_forever(state: ServerState, *, sock: socket.socket | None = None,
-                  access_log: bool = True) -> None:
+def serve_forever(
+    state: ServerState, *, sock: socket.socket | None = None, access_log: bool = True
+) -> None:
     """Serve on the calling thread until Ctrl+C / SIGTERM (uvicorn handles the signals)."""
     config = _uvicorn_config(state, access_log=access_log)
     if sock is None:

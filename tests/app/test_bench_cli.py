@@ -18,14 +18,24 @@ from tests.engine.clients.bench_servers import (
 )
 
 FAST = ["--requests", "2", "--max-tokens", "8", "--warmup", "0"]
-LEVEL_FIELDS = ("ttft_p50", "ttft_p95", "latency_p50", "latency_p95", "prompt_tps_p50",
-                "gen_tps_p50", "total_throughput_tps", "failure_rate", "peak_ram_bytes",
-                "requests_per_s")
+LEVEL_FIELDS = (
+    "ttft_p50",
+    "ttft_p95",
+    "latency_p50",
+    "latency_p95",
+    "prompt_tps_p50",
+    "gen_tps_p50",
+    "total_throughput_tps",
+    "failure_rate",
+    "peak_ram_bytes",
+    "requests_per_s",
+)
 
 
 def cli(*args: str, timeout: float = 280) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def assert_complete(result: dict[str, object], levels: list[int]) -> None:
@@ -41,8 +51,21 @@ def assert_complete(result: dict[str, object], levels: list[int]) -> None:
 
 def test_embedded_run_json(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    r = cli("bench", "--model", "default", "--concurrency", "1", "--bandwidth-mib", "64",
-            "--slo-ttft", "30", "--out", str(out), "--json", *FAST)
+    r = cli(
+        "bench",
+        "--model",
+        "default",
+        "--concurrency",
+        "1",
+        "--bandwidth-mib",
+        "64",
+        "--slo-ttft",
+        "30",
+        "--out",
+        str(out),
+        "--json",
+        *FAST,
+    )
     assert r.returncode == 0, r.stderr
     printed = json.loads(r.stdout)
     assert printed == json.loads(out.read_text())
@@ -69,13 +92,27 @@ def test_ctrl_c_stops_cleanly() -> None:
     import time
 
     with FaultServer("stall") as srv:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "bench", "--url", srv.url,
-                                 "--no-bandwidth", "--concurrency", "2", *FAST],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                # A shell that starts jobs in the background (no job control)
-                                # makes them ignore SIGINT, and children inherit that; Python
-                                # then never turns Ctrl+C into KeyboardInterrupt.
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "bench",
+                "--url",
+                srv.url,
+                "--no-bandwidth",
+                "--concurrency",
+                "2",
+                *FAST,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            # A shell that starts jobs in the background (no job control)
+            # makes them ignore SIGINT, and children inherit that; Python
+            # then never turns Ctrl+C into KeyboardInterrupt.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         while len(srv.requests) < 2 and proc.poll() is None:  # both requests in flight
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
@@ -92,8 +129,17 @@ def test_ctrl_c_stops_cleanly() -> None:
 
 def test_unreachable_url_is_reported_as_failures(tmp_path: Path) -> None:
     out = tmp_path / "dead.json"
-    r = cli("bench", "--url", f"http://127.0.0.1:{free_port()}", "--concurrency", "1,2",
-            "--no-bandwidth", "--out", str(out), *FAST)
+    r = cli(
+        "bench",
+        "--url",
+        f"http://127.0.0.1:{free_port()}",
+        "--concurrency",
+        "1,2",
+        "--no-bandwidth",
+        "--out",
+        str(out),
+        *FAST,
+    )
     assert r.returncode == 3
     assert "Traceback" not in r.stderr
     assert "0/2" in r.stdout and "connection refused" in r.stdout
@@ -110,15 +156,18 @@ def test_server_errors_are_reported_as_failures(tmp_path: Path) -> None:
     assert len(srv.requests) == 2
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--workload", "nope"], "no workload 'nope'"),
-    (["--url", "localhost:8080"], "not an http(s) URL"),
-    (["--model", "no-such-model"], "no model called 'no-such-model'"),
-    (["--concurrency", "0"], "levels must be whole numbers"),
-    (["--concurrency", "a,b"], "not a comma-separated list"),
-    (["--slo-ttft", "-1"], "must be greater than 0"),
-    (["--model", "default", "--url", "http://x"], "not allowed with argument"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--workload", "nope"], "no workload 'nope'"),
+        (["--url", "localhost:8080"], "not an http(s) URL"),
+        (["--model", "no-such-model"], "no model called 'no-such-model'"),
+        (["--concurrency", "0"], "levels must be whole numbers"),
+        (["--concurrency", "a,b"], "not a comma-separated list"),
+        (["--slo-ttft", "-1"], "must be greater than 0"),
+        (["--model", "default", "--url", "http://x"], "not allowed with argument"),
+    ],
+)
 def test_bad_input_is_one_line(args: list[str], message: str) -> None:
     r = cli("bench", *args)
     assert r.returncode == 2
@@ -140,34 +189,66 @@ def test_compare_bad_files(tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def llama_result(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path
-                 ) -> tuple[Path, int, subprocess.CompletedProcess[str]]:
+def llama_result(
+    tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path
+) -> tuple[Path, int, subprocess.CompletedProcess[str]]:
     tmp = tmp_path_factory.mktemp("bench-llama")
     out = tmp / "llama.json"
     # Queue concurrent requests instead of cutting running answers short (its default).
     with llama_cpp_server(smollm2_path, tmp / "llama.log", interrupt=False) as (url, pid):
-        r = cli("bench", "--url", url, "--concurrency", "1,2", "--bandwidth-mib", "64",
-                "--out", str(out), "--plot", str(tmp / "llama.png"), *FAST)
+        r = cli(
+            "bench",
+            "--url",
+            url,
+            "--concurrency",
+            "1,2",
+            "--bandwidth-mib",
+            "64",
+            "--out",
+            str(out),
+            "--plot",
+            str(tmp / "llama.png"),
+            *FAST,
+        )
     return out, pid, r
 
 
 @pytest.fixture(scope="module")
-def serve_result(tmp_path_factory: pytest.TempPathFactory
-                 ) -> tuple[Path, int, subprocess.CompletedProcess[str],
-                            subprocess.CompletedProcess[str]]:
+def serve_result(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, int, subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
     tmp = tmp_path_factory.mktemp("bench-serve")
     out = tmp / "candlewick.json"
     key = "bench-test-key-0123456789"
     with candlewick_serve(tmp / "serve.log", parallel=2, api_key=key) as (url, pid):
-        r = cli("bench", "--url", url, "--api-key", key, "--concurrency", "1,2",
-                "--no-bandwidth", "--out", str(out), *FAST)
-        r_key = cli("bench", "--url", url, "--api-key", "wrong", "--concurrency", "1",
-                    "--no-bandwidth", *FAST)
+        r = cli(
+            "bench",
+            "--url",
+            url,
+            "--api-key",
+            key,
+            "--concurrency",
+            "1,2",
+            "--no-bandwidth",
+            "--out",
+            str(out),
+            *FAST,
+        )
+        r_key = cli(
+            "bench",
+            "--url",
+            url,
+            "--api-key",
+            "wrong",
+            "--concurrency",
+            "1",
+            "--no-bandwidth",
+            *FAST,
+        )
     return out, pid, r, r_key
 
 
-def test_llama_cpp_server(llama_result: tuple[Path, int, subprocess.CompletedProcess[str]]
-                          ) -> None:
+def test_llama_cpp_server(llama_result: tuple[Path, int, subprocess.CompletedProcess[str]]) -> None:
     out, pid, r = llama_result
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(out.read_text())
@@ -180,8 +261,11 @@ def test_llama_cpp_server(llama_result: tuple[Path, int, subprocess.CompletedPro
     assert (out.parent / "llama.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_candlewick_serve(serve_result: tuple[Path, int, subprocess.CompletedProcess[str],
-                                              subprocess.CompletedProcess[str]]) -> None:
+def test_candlewick_serve(
+    serve_result: tuple[
+        Path, int, subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]
+    ],
+) -> None:
     out, pid, r, r_key = serve_result
     assert r.returncode == 0, r.stdout + r.stderr
     res = json.loads(out.read_text())
@@ -196,8 +280,9 @@ def test_candlewick_serve(serve_result: tuple[Path, int, subprocess.CompletedPro
 
 def test_compare_two_runtimes(
     llama_result: tuple[Path, int, subprocess.CompletedProcess[str]],
-    serve_result: tuple[Path, int, subprocess.CompletedProcess[str],
-                        subprocess.CompletedProcess[str]],
+    serve_result: tuple[
+        Path, int, subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]
+    ],
 ) -> None:
     a, b = llama_result[0], serve_result[0]
     ra, rb = json.loads(a.read_text()), json.loads(b.read_text())
@@ -206,7 +291,6 @@ def test_compare_two_runtimes(
     rows = json.loads(r.stdout)
     assert {row["concurrency"] for row in rows} == {1, 2}
     ttft = next(row for row in rows if row["metric"] == "ttft_p50" and row["concurrency"] == 1)
-    assert ttft["ratio"] == pytest.approx(rb["levels"][0]["ttft_p50"]
-                                          / ra["levels"][0]["ttft_p50"])
+    assert ttft["ratio"] == pytest.approx(rb["levels"][0]["ttft_p50"] / ra["levels"][0]["ttft_p50"])
     r = cli("bench", "compare", str(a), str(b))
     assert r.returncode == 0 and "B/A" in r.stdout and "ttft_p50" in r.stdout

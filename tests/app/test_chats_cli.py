@@ -12,8 +12,12 @@ from app.services.paths import AppPaths
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli", "chats", *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "chats", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _seed() -> int:
@@ -28,13 +32,16 @@ def test_list_export_import_round_trip(tmp_path: Path) -> None:
     cid = _seed()
     listed = json.loads(cli("list", "--json").stdout)
     assert [(c["id"], c["title"], c["messages"]) for c in listed] == [
-        (cid, "What is a lighthouse?", 2)]
+        (cid, "What is a lighthouse?", 2)
+    ]
     r = cli("export", str(cid), "--format", "json")
     assert r.returncode == 0, r.stderr
     [conv] = json.loads(r.stdout)
     assert conv["id"] == cid and conv["title"] == "What is a lighthouse?"
     assert [(m["role"], m["content"]) for m in conv["messages"]] == [
-        ("user", "What is a lighthouse?"), ("assistant", "A tower with a light.")]
+        ("user", "What is a lighthouse?"),
+        ("assistant", "A tower with a light."),
+    ]
     out = tmp_path / "all.json"
     assert cli("export", "--output", str(out)).returncode == 0
     assert cli("import", str(out)).stdout.strip() == "imported 1 conversation"

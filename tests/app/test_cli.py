@@ -13,17 +13,36 @@ import pytest
 def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "app.cli", *args],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
 def test_run_json_has_sane_stats() -> None:
-    r = cli("run", "default", "Name three primary colors.", "--json", "--temperature", "0",
-            "--max-tokens", "48", "--ctx", "1024")
+    r = cli(
+        "run",
+        "default",
+        "Name three primary colors.",
+        "--json",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "48",
+        "--ctx",
+        "1024",
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert set(out) >= {"text", "ttft_s", "prompt_tokens", "prompt_tps", "gen_tokens",
-                        "gen_tps", "stop_reason"}
+    assert set(out) >= {
+        "text",
+        "ttft_s",
+        "prompt_tokens",
+        "prompt_tps",
+        "gen_tokens",
+        "gen_tps",
+        "stop_reason",
+    }
     assert out["text"].strip()
     assert any(c in out["text"].lower() for c in ("red", "blue", "yellow"))
     assert out["prompt_tokens"] > 10
@@ -37,8 +56,19 @@ def test_run_json_has_sane_stats() -> None:
 
 
 def test_run_streams_plain_text() -> None:
-    r = cli("run", "default", "Say hello.", "--max-tokens", "8", "--seed", "7", "--ctx", "512",
-            "--system", "You are terse.")
+    r = cli(
+        "run",
+        "default",
+        "Say hello.",
+        "--max-tokens",
+        "8",
+        "--seed",
+        "7",
+        "--ctx",
+        "512",
+        "--system",
+        "You are terse.",
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip()
     assert r.stderr == ""

@@ -15,8 +15,9 @@ from engine.host.host import DEFAULT_KEEP_S
 from engine.settings import SamplingParams
 
 
-def command_paths(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
-                  ) -> list[tuple[str, ...]]:
+def command_paths(
+    parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
+) -> list[tuple[str, ...]]:
     """Every command of the tree, found by walking it (so a new one is tested too)."""
     out = [prefix]
     for action in parser._actions:
@@ -49,10 +50,28 @@ def refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 
 def test_the_tree_has_every_command() -> None:
     assert {" ".join(p) for p in COMMANDS} >= {
-        "", "run", "serve", "estimate", "bench", "bench compare", "chats list", "chats export",
-        "chats import", "models list", "models search", "models files", "models download",
-        "models delete", "models import", "models token", "connections list",
-        "connections add", "connections remove", "connections test", "connections models"}
+        "",
+        "run",
+        "serve",
+        "estimate",
+        "bench",
+        "bench compare",
+        "chats list",
+        "chats export",
+        "chats import",
+        "models list",
+        "models search",
+        "models files",
+        "models download",
+        "models delete",
+        "models import",
+        "models token",
+        "connections list",
+        "connections add",
+        "connections remove",
+        "connections test",
+        "connections models",
+    }
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "candlewick")
@@ -66,73 +85,152 @@ def test_help_exits_0(path: tuple[str, ...], capsys: pytest.CaptureFixture[str])
     assert "show this help message and exit" in out
 
 
-@pytest.mark.parametrize(("args", "error"), [
-    (["launch"], "candlewick: error: argument COMMAND: invalid choice: 'launch'"),
-    (["--nope"], "candlewick: error: unrecognized arguments: --nope"),
-    (["run"], "candlewick run: error: the following arguments are required: model, prompt"),
-    (["run", "default", "hi", "--max-tokens", "0"],
-     "candlewick run: error: argument --max-tokens: must be at least 1"),
-    (["run", "default", "hi", "--ctx", "4k"],
-     "candlewick run: error: argument --ctx: '4k' is not a whole number"),
-    (["run", "default", "hi", "--kv-type", "q2"],
-     "candlewick run: error: argument --kv-type: invalid choice: 'q2'"),
-    (["run", "default", "hi", "--temperature", "warm"],
-     "candlewick run: error: argument --temperature: invalid float value: 'warm'"),
-    (["run", "default", "hi", "--lookup", "--draft", "small.gguf"],
-     "candlewick run: error: argument --draft: not allowed with argument --lookup"),
-    (["serve", "--port", "http"], "candlewick serve: error: argument --port: invalid int value"),
-    (["serve", "--gpu-layers", "-1"],
-     "candlewick serve: error: argument --gpu-layers: must be 0 or more"),
-    (["serve", "--keep-alive", "soon"], "candlewick serve: error: argument --keep-alive: "),
-    (["serve", "--api-key", "k" * 12, "--api-key-file", "key.txt"],
-     "candlewick serve: error: argument --api-key-file: not allowed with argument --api-key"),
-    (["serve", "--flash-attn", "maybe"],
-     "candlewick serve: error: argument --flash-attn: invalid choice: 'maybe'"),
-    (["estimate"], "candlewick estimate: error: the following arguments are required: MODEL"),
-    (["estimate", "default", "--method", "guess"],
-     "candlewick estimate: error: argument --method: invalid choice: 'guess'"),
-    (["bench", "--timeout", "0"], "candlewick bench: error: argument --timeout: must be "
-                                  "greater than 0"),
-    (["bench", "--api", "grpc"], "candlewick bench: error: argument --api: invalid choice"),
-    (["bench", "compare", "a.json"],
-     "candlewick bench compare: error: the following arguments are required: b"),
-    (["chats"], "candlewick chats: error: the following arguments are required: SUBCOMMAND"),
-    (["chats", "export", "seven"],
-     "candlewick chats export: error: argument id: invalid int value: 'seven'"),
-    (["chats", "export", "--format", "pdf"],
-     "candlewick chats export: error: argument --format: invalid choice: 'pdf'"),
-    (["models"], "candlewick models: error: the following arguments are required: SUBCOMMAND"),
-    (["models", "search", "qwen", "--sort", "stars"],
-     "candlewick models search: error: argument --sort: invalid choice: 'stars'"),
-    (["models", "download", "owner/name"],
-     "candlewick models download: error: the following arguments are required: file"),
-    (["connections"],
-     "candlewick connections: error: the following arguments are required: ACTION"),
-    (["connections", "add", "box"],
-     "candlewick connections add: error: the following arguments are required: url"),
-    (["connections", "add", "box", "http://box", "--api-key", "k", "--api-key-stdin"],
-     "candlewick connections add: error: argument --api-key-stdin: not allowed with "
-     "argument --api-key"),
-    (["connections", "add", "box", "http://box", "--timeout", "long"],
-     "candlewick connections add: error: argument --timeout: invalid float value: 'long'"),
-])
-def test_bad_arguments_exit_2_with_one_error_line(args: list[str], error: str,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["launch"], "candlewick: error: argument COMMAND: invalid choice: 'launch'"),
+        (["--nope"], "candlewick: error: unrecognized arguments: --nope"),
+        (["run"], "candlewick run: error: the following arguments are required: model, prompt"),
+        (
+            ["run", "default", "hi", "--max-tokens", "0"],
+            "candlewick run: error: argument --max-tokens: must be at least 1",
+        ),
+        (
+            ["run", "default", "hi", "--ctx", "4k"],
+            "candlewick run: error: argument --ctx: '4k' is not a whole number",
+        ),
+        (
+            ["run", "default", "hi", "--kv-type", "q2"],
+            "candlewick run: error: argument --kv-type: invalid choice: 'q2'",
+        ),
+        (
+            ["run", "default", "hi", "--temperature", "warm"],
+            "candlewick run: error: argument --temperature: invalid float value: 'warm'",
+        ),
+        (
+            ["run", "default", "hi", "--lookup", "--draft", "small.gguf"],
+            "candlewick run: error: argument --draft: not allowed with argument --lookup",
+        ),
+        (
+            ["serve", "--port", "http"],
+            "candlewick serve: error: argument --port: invalid int value",
+        ),
+        (
+            ["serve", "--gpu-layers", "-1"],
+            "candlewick serve: error: argument --gpu-layers: must be 0 or more",
+        ),
+        (["serve", "--keep-alive", "soon"], "candlewick serve: error: argument --keep-alive: "),
+        (
+            ["serve", "--api-key", "k" * 12, "--api-key-file", "key.txt"],
+            "candlewick serve: error: argument --api-key-file: not allowed with argument --api-key",
+        ),
+        (
+            ["serve", "--flash-attn", "maybe"],
+            "candlewick serve: error: argument --flash-attn: invalid choice: 'maybe'",
+        ),
+        (["estimate"], "candlewick estimate: error: the following arguments are required: MODEL"),
+        (
+            ["estimate", "default", "--method", "guess"],
+            "candlewick estimate: error: argument --method: invalid choice: 'guess'",
+        ),
+        (
+            ["bench", "--timeout", "0"],
+            "candlewick bench: error: argument --timeout: must be greater than 0",
+        ),
+        (["bench", "--api", "grpc"], "candlewick bench: error: argument --api: invalid choice"),
+        (
+            ["bench", "compare", "a.json"],
+            "candlewick bench compare: error: the following arguments are required: b",
+        ),
+        (["chats"], "candlewick chats: error: the following arguments are required: SUBCOMMAND"),
+        (
+            ["chats", "export", "seven"],
+            "candlewick chats export: error: argument id: invalid int value: 'seven'",
+        ),
+        (
+            ["chats", "export", "--format", "pdf"],
+            "candlewick chats export: error: argument --format: invalid choice: 'pdf'",
+        ),
+        (["models"], "candlewick models: error: the following arguments are required: SUBCOMMAND"),
+        (
+            ["models", "search", "qwen", "--sort", "stars"],
+            "candlewick models search: error: argument --sort: invalid choice: 'stars'",
+        ),
+        (
+            ["models", "download", "owner/name"],
+            "candlewick models download: error: the following arguments are required: file",
+        ),
+        (
+            ["connections"],
+            "candlewick connections: error: the following arguments are required: ACTION",
+        ),
+        (
+            ["connections", "add", "box"],
+            "candlewick connections add: error: the following arguments are required: url",
+        ),
+        (
+            ["connections", "add", "box", "http://box", "--api-key", "k", "--api-key-stdin"],
+            "candlewick connections add: error: argument --api-key-stdin: not allowed with "
+            "argument --api-key",
+        ),
+        (
+            ["connections", "add", "box", "http://box", "--timeout", "long"],
+            "candlewick connections add: error: argument --timeout: invalid float value: 'long'",
+        ),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_error_line(
+    args: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert refused(capsys, *args).startswith(error)
 
 
 def test_run_options_land_in_the_namespace() -> None:
-    a = parse("run", "default", "Hi there", "--max-tokens", "64", "--temperature", "0",
-              "--top-k", "20", "--seed", "7", "--stop", "\n\n", "--stop", "END", "--ctx",
-              "2048", "--gpu-layers", "all", "--threads", "3", "--system", "Be brief.",
-              "--kv-type", "q8_0", "--flash-attn", "on", "--lookup", "--draft-max", "8",
-              "--json", "--force")
+    a = parse(
+        "run",
+        "default",
+        "Hi there",
+        "--max-tokens",
+        "64",
+        "--temperature",
+        "0",
+        "--top-k",
+        "20",
+        "--seed",
+        "7",
+        "--stop",
+        "\n\n",
+        "--stop",
+        "END",
+        "--ctx",
+        "2048",
+        "--gpu-layers",
+        "all",
+        "--threads",
+        "3",
+        "--system",
+        "Be brief.",
+        "--kv-type",
+        "q8_0",
+        "--flash-attn",
+        "on",
+        "--lookup",
+        "--draft-max",
+        "8",
+        "--json",
+        "--force",
+    )
     assert (a.command, a.model, a.prompt) == ("run", "default", "Hi there")
     assert (a.max_tokens, a.temperature, a.top_k, a.seed) == (64, 0.0, 20, 7)
     assert a.stop == ["\n\n", "END"]
     assert (a.ctx, a.gpu_layers, a.threads, a.system) == (2048, "all", 3, "Be brief.")
     assert (a.kv_type, a.flash_attn, a.lookup, a.draft, a.draft_max) == (
-        "q8_0", "on", True, None, 8)
+        "q8_0",
+        "on",
+        True,
+        None,
+        8,
+    )
     assert a.json and a.force and a.connection is None
     assert a.handler is run_cmd.run
 
@@ -141,7 +239,12 @@ def test_run_defaults_are_the_apps_sampling_defaults() -> None:
     a = parse("run", "model.gguf", "Hi")
     d = SamplingParams()
     assert (a.temperature, a.top_p, a.top_k, a.min_p, a.repeat_penalty) == (
-        d.temperature, d.top_p, d.top_k, d.min_p, d.repeat_penalty)
+        d.temperature,
+        d.top_p,
+        d.top_k,
+        d.min_p,
+        d.repeat_penalty,
+    )
     assert (a.max_tokens, a.ctx, a.gpu_layers, a.seed, a.stop) == (512, 4096, "auto", None, [])
     assert (a.kv_type, a.flash_attn, a.lookup, a.json) == ("f16", "auto", False, False)
     assert parse("run", "m", "Hi", "--gpu-layers", "12").gpu_layers == 12
@@ -151,14 +254,32 @@ def test_serve_options_and_defaults(tmp_path: Path) -> None:
     d = parse("serve")
     assert (d.model, d.host, d.port, d.parallel, d.ctx) == ("default", "127.0.0.1", 8080, 4, 4096)
     assert (d.api_key, d.api_key_file, d.cors_origin) == (None, None, [])
-    assert (d.max_queue, d.max_tokens, d.timeout, d.keep_alive) == (64, 4096, 600.0,
-                                                                     DEFAULT_KEEP_S)
+    assert (d.max_queue, d.max_tokens, d.timeout, d.keep_alive) == (64, 4096, 600.0, DEFAULT_KEEP_S)
     assert not d.no_embeddings and d.ram_budget is None and d.handler is serve_cmd.run
     key_file = tmp_path / "key.txt"
-    a = parse("serve", "--model", "qwen", "--host", "0.0.0.0", "--port", "0",
-              "--api-key-file", str(key_file), "--parallel", "8", "--cors-origin",
-              "http://a.example", "--cors-origin", "http://b.example", "--keep-alive", "1h30m",
-              "--ram-budget", "12.5", "--no-embeddings", "--lookup")
+    a = parse(
+        "serve",
+        "--model",
+        "qwen",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "0",
+        "--api-key-file",
+        str(key_file),
+        "--parallel",
+        "8",
+        "--cors-origin",
+        "http://a.example",
+        "--cors-origin",
+        "http://b.example",
+        "--keep-alive",
+        "1h30m",
+        "--ram-budget",
+        "12.5",
+        "--no-embeddings",
+        "--lookup",
+    )
     assert (a.model, a.host, a.port, a.parallel) == ("qwen", "0.0.0.0", 0, 8)
     assert a.api_key_file == key_file and a.api_key is None
     assert a.cors_origin == ["http://a.example", "http://b.example"]
@@ -169,41 +290,97 @@ def test_serve_options_and_defaults(tmp_path: Path) -> None:
 
 
 def test_bench_and_compare_namespaces() -> None:
-    a = parse("bench", "--url", "http://127.0.0.1:8080", "--api", "ollama",
-              "--concurrency", "1,4,16", "--requests", "3", "--slo-ttft", "0.5", "--json", "-q")
+    a = parse(
+        "bench",
+        "--url",
+        "http://127.0.0.1:8080",
+        "--api",
+        "ollama",
+        "--concurrency",
+        "1,4,16",
+        "--requests",
+        "3",
+        "--slo-ttft",
+        "0.5",
+        "--json",
+        "-q",
+    )
     assert (a.url, a.model, a.api) == ("http://127.0.0.1:8080", None, "ollama")
     assert (a.concurrency, a.requests, a.slo_ttft, a.json, a.quiet) == (
-        [1, 4, 16], 3, 0.5, True, True)
+        [1, 4, 16],
+        3,
+        0.5,
+        True,
+        True,
+    )
     assert a.bench_command is None
     d = parse("bench")
     assert (d.concurrency, d.requests, d.workload, d.timeout) == ([1, 2, 4], 8, "chat", 300.0)
     c = parse("bench", "compare", "a.json", "b.json", "--json")
     assert (c.bench_command, c.a, c.b, c.compare_json) == (
-        "compare", Path("a.json"), Path("b.json"), True)
+        "compare",
+        Path("a.json"),
+        Path("b.json"),
+        True,
+    )
     assert c.handler is not a.handler
 
 
 def test_estimate_models_chats_and_connections_namespaces() -> None:
-    e = parse("estimate", "hf:owner/repo/file.gguf", "--ctx", "8192", "--parallel", "2",
-              "--simulate-gpu", "8GiB", "--simulate-gpu", "24GiB", "--method", "analytic")
-    assert (e.model, e.ctx, e.parallel, e.method) == ("hf:owner/repo/file.gguf", 8192, 2,
-                                                      "analytic")
+    e = parse(
+        "estimate",
+        "hf:owner/repo/file.gguf",
+        "--ctx",
+        "8192",
+        "--parallel",
+        "2",
+        "--simulate-gpu",
+        "8GiB",
+        "--simulate-gpu",
+        "24GiB",
+        "--method",
+        "analytic",
+    )
+    assert (e.model, e.ctx, e.parallel, e.method) == (
+        "hf:owner/repo/file.gguf",
+        8192,
+        2,
+        "analytic",
+    )
     assert e.simulate_gpu == [8 << 30, 24 << 30]
     s = parse("models", "search", "qwen coder", "--sort", "likes", "--limit", "5")
     assert (s.models_command, s.query, s.sort, s.limit, s.json) == (
-        "search", "qwen coder", "likes", 5, False)
+        "search",
+        "qwen coder",
+        "likes",
+        5,
+        False,
+    )
     rm = parse("models", "delete", "smollm2", "-y")
     assert (rm.id, rm.yes) == ("smollm2", True)
     ex = parse("chats", "export", "12", "--format", "md", "-o", "out.md")
-    assert (ex.chats_command, ex.id, ex.format, ex.output) == ("export", 12, "md",
-                                                               Path("out.md"))
+    assert (ex.chats_command, ex.id, ex.format, ex.output) == ("export", 12, "md", Path("out.md"))
     assert parse("chats", "export").id is None  # all of them
-    add = parse("connections", "add", "box", "http://box:8000/v1", "--api", "ollama",
-                "--api-key-env", "BOX_KEY", "--timeout", "30", "--replace")
+    add = parse(
+        "connections",
+        "add",
+        "box",
+        "http://box:8000/v1",
+        "--api",
+        "ollama",
+        "--api-key-env",
+        "BOX_KEY",
+        "--timeout",
+        "30",
+        "--replace",
+    )
     assert (add.connections_command, add.name, add.url, add.api) == (
-        "add", "box", "http://box:8000/v1", "ollama")
-    assert (add.api_key, add.api_key_env, add.timeout, add.replace) == (None, "BOX_KEY", 30.0,
-                                                                        True)
+        "add",
+        "box",
+        "http://box:8000/v1",
+        "ollama",
+    )
+    assert (add.api_key, add.api_key_env, add.timeout, add.replace) == (None, "BOX_KEY", 30.0, True)
 
 
 def test_top_level_flags() -> None:

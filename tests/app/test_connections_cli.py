@@ -33,27 +33,47 @@ def keyring_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli", "connections", *args], input=stdin,
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "connections", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
 
 
 def test_add_test_models_remove(server: str, keyring_file: Path, candlewick_home: Path) -> None:
     r = cli("add", "local", server, "--api-key-stdin", stdin=KEY + "\n")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "saved connection 'local'; API key saved in the system keyring " \
-                               "(FileKeyring)"
+    assert (
+        r.stdout.strip() == "saved connection 'local'; API key saved in the system keyring "
+        "(FileKeyring)"
+    )
     listed = json.loads(cli("list", "--json").stdout)
-    assert listed == [{"name": "local", "base_url": server, "api": "openai", "model": "",
-                       "verify_tls": True, "ca_file": None, "connect_timeout_s": 10.0,
-                       "timeout_s": 120.0, "key_env": None, "api_key": "keyring"}]
+    assert listed == [
+        {
+            "name": "local",
+            "base_url": server,
+            "api": "openai",
+            "model": "",
+            "verify_tls": True,
+            "ca_file": None,
+            "connect_timeout_s": 10.0,
+            "timeout_s": 120.0,
+            "key_env": None,
+            "api_key": "keyring",
+        }
+    ]
     r = cli("test", "local")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("local: ok, 1 model, answered in ")
     assert cli("models", "local").stdout.split() == ["default"]
     # The key is in the keyring file only, never in the app's own folders.
     assert KEY in keyring_file.read_text()
-    assert not [p for p in candlewick_home.rglob("*") if p.is_file()
-                and KEY.encode() in p.read_bytes()]
+    assert not [
+        p for p in candlewick_home.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()
+    ]
     # The Ollama dialect of the same server, same key.
     r = cli("add", "local-ollama", server, "--api", "ollama", "--api-key", KEY)
     assert r.returncode == 0, r.stderr
@@ -75,15 +95,19 @@ def test_wrong_key_and_dead_server_are_one_line_errors(server: str, keyring_file
     assert cli("add", "dead", dead).returncode == 0
     r = cli("models", "dead")
     assert r.returncode == 2
-    assert r.stderr == (f"candlewick: error: cannot connect to dead ({dead}): connection "
-                        "refused (is the server running?)\n")
+    assert r.stderr == (
+        f"candlewick: error: cannot connect to dead ({dead}): connection "
+        "refused (is the server running?)\n"
+    )
 
 
 def test_bad_input_is_one_line(keyring_file: Path) -> None:
     for args, message in [
         (("add", "x", "not-a-url"), "x: not an http(s) URL: 'not-a-url'"),
-        (("add", "x", "http://h", "--timeout", "0"),
-         "x: timeout must be between 0 and 86400 seconds"),
+        (
+            ("add", "x", "http://h", "--timeout", "0"),
+            "x: timeout must be between 0 and 86400 seconds",
+        ),
         (("test", "nope"), "no connection named 'nope' (known: none saved yet)"),
         (("add", "x", "http://h", "--api-key-stdin"), "no API key on standard input"),
     ]:
@@ -96,7 +120,8 @@ def test_bad_input_is_one_line(keyring_file: Path) -> None:
 
 
 def test_without_a_keyring_keys_come_from_the_environment(
-        monkeypatch: pytest.MonkeyPatch, server: str) -> None:
+    monkeypatch: pytest.MonkeyPatch, server: str
+) -> None:
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
     r = cli("add", "k", server, "--api-key", KEY)
     assert r.returncode == 2 and "--api-key-env" in r.stderr
@@ -112,17 +137,38 @@ def test_without_a_keyring_keys_come_from_the_environment(
 
 def test_run_with_a_connection(server: str, keyring_file: Path) -> None:
     assert cli("add", "local", server, "--api-key", KEY).returncode == 0
-    r = subprocess.run([sys.executable, "-m", "app.cli", "run", "default", "Name three colours.",
-                        "--connection", "local", "--temperature", "0", "--max-tokens", "8",
-                        "--json"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "run",
+            "default",
+            "Name three colours.",
+            "--connection",
+            "local",
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "8",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["text"] and out["connection"] == "local" and out["model"] == "default"
-    assert out["measured_on"] == "client" and out["server_usage"] == ["prompt_tokens",
-                                                                      "gen_tokens"]
+    assert out["measured_on"] == "client" and out["server_usage"] == ["prompt_tokens", "gen_tokens"]
     assert out["gen_tokens"] == 8 and out["stop_reason"] == "length"
     assert 0 < out["ttft_s"] <= out["total_s"] and out["prompt_tokens"] > 0
-    r = subprocess.run([sys.executable, "-m", "app.cli", "run", "default", "hi",
-                        "--connection", "nope"], capture_output=True, text=True, timeout=120,
-                       cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-m", "app.cli", "run", "default", "hi", "--connection", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert r.returncode == 2 and "no connection named 'nope'" in r.stderr

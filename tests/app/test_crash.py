@@ -27,8 +27,9 @@ def boom() -> None:
 
 def test_uncaught_exception_is_logged_with_traceback_and_notified(file_logging: Path) -> None:
     seen: list[tuple[str, Path]] = []
-    handler = crash.CrashHandler(file_logging / crash.LOG_NAME,
-                                 lambda m, p: seen.append((m, p))).install()
+    handler = crash.CrashHandler(
+        file_logging / crash.LOG_NAME, lambda m, p: seen.append((m, p))
+    ).install()
     try:
         try:
             boom()
@@ -48,8 +49,9 @@ def test_uncaught_exception_is_logged_with_traceback_and_notified(file_logging: 
 
 def test_exception_in_a_thread_reaches_the_handler(file_logging: Path) -> None:
     seen: list[str] = []
-    handler = crash.CrashHandler(file_logging / crash.LOG_NAME,
-                                 lambda m, p: seen.append(m)).install()
+    handler = crash.CrashHandler(
+        file_logging / crash.LOG_NAME, lambda m, p: seen.append(m)
+    ).install()
     try:
         t = threading.Thread(target=boom, name="worker")
         t.start()
@@ -102,16 +104,18 @@ def test_file_gets_info_while_the_terminal_keeps_its_level(tmp_path: Path) -> No
 
 
 def test_stderr_notice_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    crash.stderr_notify(crash.crash_message(ValueError("bad"), tmp_path / "c.log"),
-                        tmp_path / "c.log")
+    crash.stderr_notify(
+        crash.crash_message(ValueError("bad"), tmp_path / "c.log"), tmp_path / "c.log"
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "ValueError: bad" in err and str(tmp_path / "c.log") in err
 
 
 @pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
-def test_dialog_opens_on_the_gui_thread_for_a_worker_crash(qtbot: object, qapp: object,
-                                                           file_logging: Path) -> None:
+def test_dialog_opens_on_the_gui_thread_for_a_worker_crash(
+    qtbot: object, qapp: object, file_logging: Path
+) -> None:
     from PySide6.QtWidgets import QMessageBox
 
     notify = crash.qt_notify()

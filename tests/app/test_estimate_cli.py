@@ -16,8 +16,17 @@ from app.cli import main
 from engine.host.runtime import Model
 from engine.settings import LoadParams
 
-JSON_KEYS = {"weights_bytes", "kv_bytes", "compute_bytes", "output_bytes", "total_bytes",
-             "devices", "gpu_layers", "verdict", "method"}
+JSON_KEYS = {
+    "weights_bytes",
+    "kv_bytes",
+    "compute_bytes",
+    "output_bytes",
+    "total_bytes",
+    "devices",
+    "gpu_layers",
+    "verdict",
+    "method",
+}
 
 
 def _run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
@@ -26,18 +35,22 @@ def _run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
     return out
 
 
-def test_json_contract_matches_a_real_load(capsys: pytest.CaptureFixture[str],
-                                           smollm2_path: Path) -> None:
+def test_json_contract_matches_a_real_load(
+    capsys: pytest.CaptureFixture[str], smollm2_path: Path
+) -> None:
     d = _run_json(capsys, "default", "--ctx", "2048", "--kv-type", "q8_0", "--gpu-layers", "0")
     assert set(d) >= JSON_KEYS
     assert d["method"] == "dry-run" and d["gpu_layers"] == 0
-    assert d["total_bytes"] == (d["weights_bytes"] + d["kv_bytes"] + d["compute_bytes"]
-                                + d["output_bytes"])
+    assert d["total_bytes"] == (
+        d["weights_bytes"] + d["kv_bytes"] + d["compute_bytes"] + d["output_bytes"]
+    )
     assert [dev["name"] for dev in d["devices"]] == ["CPU"]
     assert d["devices"][0]["bytes"] == d["total_bytes"]
     assert d["verdict"] in ("ram_only", "does_not_fit")
-    with Model(smollm2_path, LoadParams(n_ctx=2048, type_k="q8_0", type_v="q8_0",
-                                        n_gpu_layers=0, n_threads=2)) as m:
+    with Model(
+        smollm2_path,
+        LoadParams(n_ctx=2048, type_k="q8_0", type_v="q8_0", n_gpu_layers=0, n_threads=2),
+    ) as m:
         actual = m.memory_actual.total_bytes
     assert abs(d["total_bytes"] - actual) < 0.05 * actual
 
@@ -48,8 +61,18 @@ def test_simulated_gpus(capsys: pytest.CaptureFixture[str]) -> None:
     assert [dev["name"] for dev in big["devices"]] == ["CPU", "GPU0"]
     tiny = _run_json(capsys, "default", "--simulate-gpu", "0.2GiB", "--method", "analytic")
     assert tiny["verdict"] == "ram_only" and tiny["method"] == "analytic"
-    starved = _run_json(capsys, "default", "--ctx", "16384", "--simulate-ram", "300MiB",
-                        "--gpu-layers", "0", "--margin", "0")
+    starved = _run_json(
+        capsys,
+        "default",
+        "--ctx",
+        "16384",
+        "--simulate-ram",
+        "300MiB",
+        "--gpu-layers",
+        "0",
+        "--margin",
+        "0",
+    )
     assert starved["verdict"] == "does_not_fit" and 0 < starved["max_ctx_fit"] < 16384
 
 
@@ -94,8 +117,12 @@ def range_server(gemma_path: Path) -> Iterator[str]:
         thread.join()
 
 
-def test_hub_file_before_download(capsys: pytest.CaptureFixture[str], range_server: str,
-                                  monkeypatch: pytest.MonkeyPatch, gemma_path: Path) -> None:
+def test_hub_file_before_download(
+    capsys: pytest.CaptureFixture[str],
+    range_server: str,
+    monkeypatch: pytest.MonkeyPatch,
+    gemma_path: Path,
+) -> None:
     monkeypatch.setenv("HF_ENDPOINT", range_server)
     d = _run_json(capsys, "hf:google/gemma-3-270m-GGUF/gemma.gguf", "--ctx", "4096")
     assert d["method"] == "analytic"
@@ -105,15 +132,19 @@ def test_hub_file_before_download(capsys: pytest.CaptureFixture[str], range_serv
     assert d["total_bytes"] == local["total_bytes"]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["no-such-model"], "no model called"),
-    (["/nowhere/model.gguf"], "not found"),
-    (["default", "--kv-type", "q8_0", "--flash-attn", "off"], "flash attention"),
-    (["hf:owner/file.gguf"], "not a Hub file reference"),
-    (["http://127.0.0.1:9/x.gguf", "--method", "dry-run"], "dry run needs the file"),
-])
-def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], args: list[str],
-                               message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["no-such-model"], "no model called"),
+        (["/nowhere/model.gguf"], "not found"),
+        (["default", "--kv-type", "q8_0", "--flash-attn", "off"], "flash attention"),
+        (["hf:owner/file.gguf"], "not a Hub file reference"),
+        (["http://127.0.0.1:9/x.gguf", "--method", "dry-run"], "dry run needs the file"),
+    ],
+)
+def test_bad_input_is_one_line(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
     assert main(["estimate", *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
@@ -126,9 +157,14 @@ def test_not_a_gguf(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert "not a GGUF model" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args", [["default", "--ctx", "lots"],
-                                  ["default", "--simulate-gpu", "huge"],
-                                  ["default", "--gpu-layers", "-3"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["default", "--ctx", "lots"],
+        ["default", "--simulate-gpu", "huge"],
+        ["default", "--gpu-layers", "-3"],
+    ],
+)
 def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["estimate", *args])

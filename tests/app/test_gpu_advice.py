@@ -45,14 +45,16 @@ def test_unusable_amx_kernels_get_rebuild_advice(monkeypatch: pytest.MonkeyPatch
     assert gpu_advice.amx_advice() == ()
 
 
-@pytest.mark.parametrize(("vendor", "choice", "flag"), [
-    ("NVIDIA", "cuda", "-DGGML_CUDA=on"),
-    ("Apple", "metal", "-DGGML_METAL=on"),
-    ("AMD", "vulkan", "-DGGML_VULKAN=on"),
-    ("Intel", "vulkan", "-DGGML_VULKAN=on"),
-])
-def test_cpu_build_with_a_gpu_gets_the_matching_build(vendor: str, choice: str,
-                                                     flag: str) -> None:
+@pytest.mark.parametrize(
+    ("vendor", "choice", "flag"),
+    [
+        ("NVIDIA", "cuda", "-DGGML_CUDA=on"),
+        ("Apple", "metal", "-DGGML_METAL=on"),
+        ("AMD", "vulkan", "-DGGML_VULKAN=on"),
+        ("Intel", "vulkan", "-DGGML_VULKAN=on"),
+    ],
+)
+def test_cpu_build_with_a_gpu_gets_the_matching_build(vendor: str, choice: str, flag: str) -> None:
     lines = gpu_advice.advise(("CPU",), False, [SystemGpu(vendor, "a card")])
     text = "\n".join(lines)
     assert "CPU only" in lines[0]
@@ -68,8 +70,7 @@ def test_no_advice_when_build_matches() -> None:
 
 
 def test_bundle_advice_points_to_a_gpu_bundle_build() -> None:
-    text = "\n".join(gpu_advice.advise(("CPU",), False, [SystemGpu("NVIDIA", "x")],
-                                       frozen=True))
+    text = "\n".join(gpu_advice.advise(("CPU",), False, [SystemGpu("NVIDIA", "x")], frozen=True))
     assert "make setup GPU=cuda" in text and "make dist" in text
     assert "pip install" not in text
 
@@ -114,9 +115,22 @@ def test_make_setup_rejects_an_unknown_gpu(tmp_path: Path) -> None:
     llama_stamp.touch()
     stamp = tmp_path / "stamp"
     stamp.touch()
-    r = subprocess.run(["make", "-s", "-C", str(REPO), f"VENV={tmp_path}", f"STAMP={stamp}",
-                        f"LLAMA_STAMP={llama_stamp}", f"{tmp_path}/.candlewick-gpu-opencl"],
-                       capture_output=True, text=True, timeout=60, check=False)
+    r = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(REPO),
+            f"VENV={tmp_path}",
+            f"STAMP={stamp}",
+            f"LLAMA_STAMP={llama_stamp}",
+            f"{tmp_path}/.candlewick-gpu-opencl",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert r.returncode != 0
     assert "GPU must be one of: cpu cuda metal vulkan (got 'opencl')" in r.stdout
     assert not (tmp_path / ".candlewick-gpu-opencl").exists()

@@ -20,15 +20,15 @@ FILE = "SmolLM2-135M-Instruct-Q4_1.gguf"
 
 
 @pytest.fixture
-def hub(smollm2_path: Path, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> Iterator[HubEmulator]:
+def hub(
+    smollm2_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[HubEmulator]:
     with running_hub() as emu:
         r = emu.repo(REPO, downloads=1000, likes=5)
         r.add(FILE, source=smollm2_path)
         r.add("SmolLM2-135M-Instruct-Q8_0-00001-of-00002.gguf", data=b"x" * 700)
         r.add("SmolLM2-135M-Instruct-Q8_0-00002-of-00002.gguf", data=b"y" * 300)
-        r.add("README.md", data=b"---\nlicense: apache-2.0\n---\nA tiny chat model.\n",
-              lfs=False)
+        r.add("README.md", data=b"---\nlicense: apache-2.0\n---\nA tiny chat model.\n", lfs=False)
         emu.repo("other/corrupt-GGUF").add("c-Q4_1.gguf", source=smollm2_path)
         emu.corrupt.add(("other/corrupt-GGUF", "c-Q4_1.gguf"))
         emu.repo("google/gated-GGUF", gated=True).add("g-Q4_1.gguf", data=b"g" * 10)
@@ -38,8 +38,13 @@ def hub(smollm2_path: Path, tmp_path: Path,
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "app.cli", "models", *args],
-                          capture_output=True, text=True, timeout=240, input=stdin)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "models", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        input=stdin,
+    )
 
 
 def one_line_error(r: subprocess.CompletedProcess[str]) -> str:
@@ -76,12 +81,14 @@ def test_files_json_has_name_quant_size_fit(hub: HubEmulator, smollm2_path: Path
     assert q8["name"] == "SmolLM2-135M-Instruct-Q8_0.gguf" and q8["shards"] == 2
     assert q8["size_bytes"] == 1000 and q8["quantization"] == "Q8_0"
     table = cli("files", REPO, "--no-fit")
-    assert table.returncode == 0 and "Q4_1" in table.stdout and str(q4["size_bytes"]) in \
-        table.stdout
+    assert (
+        table.returncode == 0 and "Q4_1" in table.stdout and str(q4["size_bytes"]) in table.stdout
+    )
 
 
-def test_download_then_list_then_delete(hub: HubEmulator, tmp_path: Path,
-                                        smollm2_path: Path) -> None:
+def test_download_then_list_then_delete(
+    hub: HubEmulator, tmp_path: Path, smollm2_path: Path
+) -> None:
     r = cli("download", REPO, FILE)
     assert r.returncode == 0, r.stderr
     assert "downloading:" in r.stderr and "Downloaded and verified" in r.stderr
@@ -114,11 +121,13 @@ def test_download_sharded_model_by_any_shard(hub: HubEmulator, tmp_path: Path) -
     snap = next((tmp_path / "hf" / "hub").rglob("snapshots/*"))
     assert sorted(p.name for p in snap.iterdir()) == [
         "SmolLM2-135M-Instruct-Q8_0-00001-of-00002.gguf",
-        "SmolLM2-135M-Instruct-Q8_0-00002-of-00002.gguf"]
+        "SmolLM2-135M-Instruct-Q8_0-00002-of-00002.gguf",
+    ]
 
 
-def test_checksum_mismatch_exits_non_zero_and_lists_nothing(hub: HubEmulator,
-                                                            tmp_path: Path) -> None:
+def test_checksum_mismatch_exits_non_zero_and_lists_nothing(
+    hub: HubEmulator, tmp_path: Path
+) -> None:
     r = cli("download", "other/corrupt-GGUF", "c-Q4_1.gguf")
     msg = one_line_error(r)
     assert "corrupt" in msg and "SHA-256" in msg and "not in the library" in msg
@@ -127,8 +136,9 @@ def test_checksum_mismatch_exits_non_zero_and_lists_nothing(hub: HubEmulator,
     assert not [p for p in (tmp_path / "hf").rglob("*") if p.is_file()]
 
 
-def test_gated_unknown_and_offline_are_one_line(hub: HubEmulator,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gated_unknown_and_offline_are_one_line(
+    hub: HubEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gated = one_line_error(cli("download", "google/gated-GGUF", "g-Q4_1.gguf"))
     assert "gated" in gated and "accept" in gated and "HF_TOKEN" in gated
     assert "no repository called nobody/none" in one_line_error(cli("files", "nobody/none"))
@@ -169,11 +179,15 @@ def test_token_without_a_keyring_points_to_hf_token(monkeypatch: pytest.MonkeyPa
     assert "HF_TOKEN" in one_line_error(r)
 
 
-def test_killed_download_resumes_where_it_stopped(hub: HubEmulator, tmp_path: Path,
-                                                  smollm2_path: Path) -> None:
+def test_killed_download_resumes_where_it_stopped(
+    hub: HubEmulator, tmp_path: Path, smollm2_path: Path
+) -> None:
     hub.hold_at[(REPO, FILE)] = 12_000_000
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "models", "download", REPO, FILE],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli", "models", "download", REPO, FILE],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert hub.held.wait(120)
         part = next((tmp_path / "hf").rglob("*.incomplete"))

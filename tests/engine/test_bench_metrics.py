@@ -20,15 +20,30 @@ from engine.bench.report import compare, format_compare, format_table
 from engine.bench.result import SCHEMA, BenchError, BenchResult
 
 
-def trace(i: int, start: float, first: float | None, end: float, prompt: int = 100,
-          completion: int = 51, **kw: object) -> RequestTrace:
-    return RequestTrace(index=i, t_start=start, t_first=first, t_end=end, prompt_tokens=prompt,
-                        completion_tokens=completion, **kw)  # type: ignore[arg-type]
+def trace(
+    i: int,
+    start: float,
+    first: float | None,
+    end: float,
+    prompt: int = 100,
+    completion: int = 51,
+    **kw: object,
+) -> RequestTrace:
+    return RequestTrace(
+        index=i,
+        t_start=start,
+        t_first=first,
+        t_end=end,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("q", [0, 5, 25, 50, 90, 95, 99, 100])
-@pytest.mark.parametrize("values", [[3.0], [1.0, 2.0], [5.0, 1.0, 4.0, 2.0, 3.0],
-                                    [0.1 * i * i for i in range(17)]])
+@pytest.mark.parametrize(
+    "values", [[3.0], [1.0, 2.0], [5.0, 1.0, 4.0, 2.0, 3.0], [0.1 * i * i for i in range(17)]]
+)
 def test_percentile_matches_numpy_linear(values: list[float], q: float) -> None:
     assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
 
@@ -90,8 +105,11 @@ def test_level_metrics_over_a_recorded_trace() -> None:
 def test_slo_and_max_concurrency() -> None:
     fast = [trace(i, float(i), i + 0.2, i + 1.0) for i in range(4)]
     slow = [trace(i, float(i), i + 1.5, i + 3.0) for i in range(4)]
-    levels = [level_metrics(1, fast, slo_ttft_s=1.0), level_metrics(2, fast, slo_ttft_s=1.0),
-              level_metrics(4, slow, slo_ttft_s=1.0)]
+    levels = [
+        level_metrics(1, fast, slo_ttft_s=1.0),
+        level_metrics(2, fast, slo_ttft_s=1.0),
+        level_metrics(4, slow, slo_ttft_s=1.0),
+    ]
     assert [lv.meets_slo for lv in levels] == [True, True, False]
     assert max_concurrency_meeting_slo(levels) == 2
     assert max_concurrency_meeting_slo([level_metrics(1, slow, slo_ttft_s=1.0)]) is None
@@ -101,8 +119,19 @@ def test_slo_and_max_concurrency() -> None:
 
 
 def test_all_failed_level_has_no_rates() -> None:
-    lv = level_metrics(4, [trace(0, 0.0, None, 0.01, completion=0,
-                                 error="connection refused (is the server running?)")])
+    lv = level_metrics(
+        4,
+        [
+            trace(
+                0,
+                0.0,
+                None,
+                0.01,
+                completion=0,
+                error="connection refused (is the server running?)",
+            )
+        ],
+    )
     assert lv.failure_rate == 1.0
     assert lv.ttft_p50 is None and lv.gen_tps_p50 is None and lv.latency_p95 is None
     assert lv.total_throughput_tps == 0.0
@@ -137,14 +166,19 @@ def test_bytes_per_token_of_real_models(smollm2_path: object, gemma_path: object
 
 def _result(levels: list[dict[str, object]]) -> BenchResult:
     return BenchResult.from_dict(
-        {"schema": SCHEMA, "levels": levels, "config": {"slo_ttft_s": 1.0},
-         "max_concurrency_meeting_slo": 1, "target": {"kind": "url"}})
+        {
+            "schema": SCHEMA,
+            "levels": levels,
+            "config": {"slo_ttft_s": 1.0},
+            "max_concurrency_meeting_slo": 1,
+            "target": {"kind": "url"},
+        }
+    )
 
 
 def test_compare_ratios_and_table() -> None:
     a_lv = level_metrics(1, [trace(0, 0.0, 0.5, 2.0), trace(1, 2.0, 2.5, 4.0)], slo_ttft_s=1.0)
-    b_lv = level_metrics(1, [trace(0, 0.0, 0.25, 1.0), trace(1, 1.0, 1.25, 2.0)],
-                         slo_ttft_s=1.0)
+    b_lv = level_metrics(1, [trace(0, 0.0, 0.25, 1.0), trace(1, 1.0, 1.25, 2.0)], slo_ttft_s=1.0)
     a = _result([a_lv.to_dict()])
     b = _result([b_lv.to_dict(), level_metrics(8, []).to_dict()])
     rows = compare(a, b)

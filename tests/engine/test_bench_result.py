@@ -29,8 +29,12 @@ def test_a_result_file_reads_back_and_writes_the_same_json(path: Path) -> None:
 
 
 def test_not_a_result() -> None:
-    bad: list[object] = [{"hello": 1}, [], {"schema": "other/1", "levels": []},
-                         {"schema": "candlewick-bench/1", "levels": [{"concurrency": 1}]}]
+    bad: list[object] = [
+        {"hello": 1},
+        [],
+        {"schema": "other/1", "levels": []},
+        {"schema": "candlewick-bench/1", "levels": [{"concurrency": 1}]},
+    ]
     for data in bad:
         with pytest.raises(BenchError, match="not a Candlewick benchmark result"):
             BenchResult.from_dict(data)
@@ -38,10 +42,18 @@ def test_not_a_result() -> None:
 
 def test_one_summary_for_the_terminal_and_the_window() -> None:
     result = BenchResult(
-        config=RunSettings(slo_ttft_s=1.0), max_concurrency_meeting_slo=None,
-        roofline=RooflineReport(bandwidth_gb_s=10.0, bytes_per_token=100 << 20,
-                                limit_tps=95.4, achieved_tps=47.7, achieved_pct=50.0),
-        levels=[level_metrics(1, [])], target={"n_gpu_layers": 4})
+        config=RunSettings(slo_ttft_s=1.0),
+        max_concurrency_meeting_slo=None,
+        roofline=RooflineReport(
+            bandwidth_gb_s=10.0,
+            bytes_per_token=100 << 20,
+            limit_tps=95.4,
+            achieved_tps=47.7,
+            achieved_pct=50.0,
+        ),
+        levels=[level_metrics(1, [])],
+        target={"n_gpu_layers": 4},
+    )
     window = summary_lines(result)
     assert window[0] == "Most concurrent requests with TTFT p95 ≤ 1 s: none of the levels"
     assert window[1].startswith("Decode roofline: memory read 10.0 GB/s ÷ 100.0 MiB")
@@ -57,8 +69,12 @@ def test_one_parser_of_concurrency_levels() -> None:
     assert parse_levels("1,2,4") == [1, 2, 4]
     assert parse_levels(" 8; 2 ,2 ") == [2, 8]
     assert parse_levels(str(MAX_CONCURRENCY)) == [MAX_CONCURRENCY]
-    for text, message in (("a,b", "not a comma-separated list"), ("", "not a comma-separated"),
-                          ("-1", "not a comma-separated"), ("0,2", "at least 1"),
-                          ("2,9", "at most 8")):
+    for text, message in (
+        ("a,b", "not a comma-separated list"),
+        ("", "not a comma-separated"),
+        ("-1", "not a comma-separated"),
+        ("0,2", "at least 1"),
+        ("2,9", "at most 8"),
+    ):
         with pytest.raises(ValueError, match=message):
             parse_levels(text, limit=8)

@@ -38,9 +38,12 @@ def test_take_cycles_in_order() -> None:
 
 def test_user_jsonl(tmp_path: Path) -> None:
     f = tmp_path / "mine.jsonl"
-    f.write_text('{"prompt": "Hi there", "max_tokens": 12}\n\n'
-                 '{"id": "x", "messages": [{"role": "system", "content": "Be brief."}, '
-                 '{"role": "user", "content": "Why?"}]}\n', encoding="utf-8")
+    f.write_text(
+        '{"prompt": "Hi there", "max_tokens": 12}\n\n'
+        '{"id": "x", "messages": [{"role": "system", "content": "Be brief."}, '
+        '{"role": "user", "content": "Why?"}]}\n',
+        encoding="utf-8",
+    )
     w = load_workload(str(f))
     assert w.name == "mine"
     assert w.prompts[0].messages == ({"role": "user", "content": "Hi there"},)
@@ -48,16 +51,19 @@ def test_user_jsonl(tmp_path: Path) -> None:
     assert w.prompts[1].id == "x" and w.prompts[1].max_tokens == 256
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("", "has no prompts"),
-    ("not json\n", "line 1: not valid JSON"),
-    ('{"prompt": "ok"}\n[1, 2]\n', "line 2: expected a JSON object"),
-    ('{"messages": []}\n', "non-empty list"),
-    ('{"messages": [{"role": "wizard", "content": "x"}]}\n', "needs a role"),
-    ('{"prompt": "x", "max_tokens": 0}\n', "max_tokens"),
-    ('{"prompt": "x", "max_tokens": true}\n', "max_tokens"),
-    ('{"text": "x"}\n', "needs 'messages' or a non-empty 'prompt'"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "has no prompts"),
+        ("not json\n", "line 1: not valid JSON"),
+        ('{"prompt": "ok"}\n[1, 2]\n', "line 2: expected a JSON object"),
+        ('{"messages": []}\n', "non-empty list"),
+        ('{"messages": [{"role": "wizard", "content": "x"}]}\n', "needs a role"),
+        ('{"prompt": "x", "max_tokens": 0}\n', "max_tokens"),
+        ('{"prompt": "x", "max_tokens": true}\n', "max_tokens"),
+        ('{"text": "x"}\n', "needs 'messages' or a non-empty 'prompt'"),
+    ],
+)
 def test_bad_jsonl_is_one_clear_line(tmp_path: Path, content: str, message: str) -> None:
     f = tmp_path / "bad.jsonl"
     f.write_text(content, encoding="utf-8")

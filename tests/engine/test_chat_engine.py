@@ -60,7 +60,7 @@ def test_the_conversation_is_fitted_to_the_context(smollm2: Model) -> None:
     assert reply.dropped_messages > 0
     assert reply.prompt_tokens is not None
     assert reply.prompt_tokens <= smollm2.n_ctx - 600
-    kept = msgs[:1] + msgs[1 + reply.dropped_messages:]
+    kept = msgs[:1] + msgs[1 + reply.dropped_messages :]
     assert reply.prompt_tokens == len(smollm2.chat_tokens(kept))
     with pytest.raises(ContextFullError, match=r"the conversation is .* tokens"):
         engine.reply(msgs, sampling, policy="stop")
@@ -75,7 +75,8 @@ def test_continue_text_ends_the_prompt(smollm2: Model) -> None:
     smollm2.reset_cache()
     reply = engine.reply(QUESTION, GREEDY, continue_text=partial)
     expected = smollm2.chat_tokens(QUESTION) + smollm2.tokenize(
-        partial, add_special=False, parse_special=False)
+        partial, add_special=False, parse_special=False
+    )
     assert reply.prompt_tokens == len(expected)
     text = "".join(reply)
     assert text and not text.startswith(partial)  # only the new text comes back

@@ -20,15 +20,31 @@ from engine.host.stats import GenerationStats
 from engine.settings import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=80)
-ADD = {"type": "function", "function": {
-    "name": "add", "description": "Add two integers.",
-    "parameters": {"type": "object",
-                   "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                   "required": ["a", "b"], "additionalProperties": False}}}
-WEATHER = {"type": "function", "function": {
-    "name": "weather", "description": "The weather in a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                   "required": ["city"]}}}
+ADD = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+            "required": ["a", "b"],
+            "additionalProperties": False,
+        },
+    },
+}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "description": "The weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
 ASK = [{"role": "user", "content": "What is 2 plus 3? Use the add tool."}]
 FORCE_ADD = {"type": "function", "function": {"name": "add"}}
 
@@ -64,11 +80,21 @@ def test_required_calls_one_of_the_tools(smollm2: Model) -> None:
 
 def test_a_second_turn_reads_the_call_and_its_result(smollm2: Model) -> None:
     engine = EmbeddedEngine(smollm2)
-    history: list[dict[str, Any]] = [*ASK,
-               {"role": "assistant", "content": "", "tool_calls": [
-                   {"id": "call_1", "type": "function",
-                    "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]},
-               {"role": "tool", "tool_call_id": "call_1", "content": "5"}]
+    history: list[dict[str, Any]] = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "5"},
+    ]
     for choice in ("auto", "none"):
         smollm2.reset_cache()
         reply = engine.reply(history, GREEDY, tools=[ADD], tool_choice=choice)
@@ -147,25 +173,34 @@ def joined(parts: list[tuple[str, str]], kind: str) -> str:
     return "".join(t for k, t in parts if k == kind)
 
 
-CALL = ["<tool_call>", '\n{"name": "add", ', '"arguments": {"a": 2, "b": 3}}', "\n",
-        "</tool_call>"]
+CALL = ["<tool_call>", '\n{"name": "add", ', '"arguments": {"a": 2, "b": 3}}', "\n", "</tool_call>"]
 
 
 def test_thinking_is_kept_and_the_markup_taken_out() -> None:
-    reply = scripted(["<think>", "\nA draft: <tool_call>", " maybe.\n", "</think>", "\n\n",
-                      "Adding.", "\n", *CALL])
+    reply = scripted(
+        [
+            "<think>",
+            "\nA draft: <tool_call>",
+            " maybe.\n",
+            "</think>",
+            "\n\n",
+            "Adding.",
+            "\n",
+            *CALL,
+        ]
+    )
     parts = read(reply)
     # A marker inside the thinking is no call.
     assert joined(parts, "reasoning") == "A draft: <tool_call> maybe."
     assert joined(parts, "content") == "Adding."
     assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [
-        ("add", {"a": 2, "b": 3})]
+        ("add", {"a": 2, "b": 3})
+    ]
     assert reply.stats.thinking_tokens == 4
 
 
 def test_a_block_the_prompt_opened_holds_no_calls() -> None:
-    reply = scripted(["Let me <tool_call> think.", "</think>", "\n", *CALL],
-                     in_thinking=True)
+    reply = scripted(["Let me <tool_call> think.", "</think>", "\n", *CALL], in_thinking=True)
     parts = read(reply)
     assert joined(parts, "reasoning") == "Let me <tool_call> think."
     assert joined(parts, "content") == ""

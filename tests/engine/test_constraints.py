@@ -37,8 +37,7 @@ def model(smollm2_path: Path) -> Iterator[Model]:
 
 
 def reply(model: Model, grammar: str | None, **kw: object) -> tuple[str, str]:
-    sampling = SamplingParams(**{"temperature": 0, "max_tokens": 160, "grammar": grammar,
-                                 **kw})  # type: ignore[arg-type]
+    sampling = SamplingParams(**{"temperature": 0, "max_tokens": 160, "grammar": grammar, **kw})  # type: ignore[arg-type]
     gen = model.generate(ASK, sampling)
     text = gen.consume()
     return text, gen.stats.stop_reason
@@ -53,8 +52,7 @@ def test_unconstrained_reply_is_not_json(model: Model) -> None:
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_schema_reply_validates(model: Model, temperature: float) -> None:
-    text, reason = reply(model, constraints.json_schema(PERSON), temperature=temperature,
-                         seed=7)
+    text, reason = reply(model, constraints.json_schema(PERSON), temperature=temperature, seed=7)
     assert reason == "stop"  # finished by the grammar, not cut by max_tokens
     jsonschema.validate(json.loads(text), PERSON)
 
@@ -73,30 +71,44 @@ def test_gbnf_grammar(model: Model) -> None:
 
 
 def test_two_grammars_at_once_keep_their_own_state(model: Model) -> None:
-    a = model.generate(ASK, SamplingParams(temperature=0, max_tokens=160,
-                                           grammar=constraints.json_schema(PERSON)))
-    b = model.generate(ASK, SamplingParams(temperature=0, max_tokens=40,
-                                           grammar=constraints.gbnf('root ::= [0-9]{3}')))
+    a = model.generate(
+        ASK, SamplingParams(temperature=0, max_tokens=160, grammar=constraints.json_schema(PERSON))
+    )
+    b = model.generate(
+        ASK,
+        SamplingParams(temperature=0, max_tokens=40, grammar=constraints.gbnf("root ::= [0-9]{3}")),
+    )
     ta, tb = a.consume(), b.consume()
     jsonschema.validate(json.loads(ta), PERSON)
     assert re.fullmatch(r"[0-9]{3}", tb)
 
 
 def test_speculation_is_off_under_a_grammar(model: Model) -> None:
-    gen = model.generate(ASK, SamplingParams(temperature=0, max_tokens=160,
-                                             grammar=constraints.json_schema(PERSON)),
-                         spec="lookup")
+    gen = model.generate(
+        ASK,
+        SamplingParams(temperature=0, max_tokens=160, grammar=constraints.json_schema(PERSON)),
+        spec="lookup",
+    )
     text = gen.consume()
     jsonschema.validate(json.loads(text), PERSON)
     assert gen.stats.draft_tokens == 0
 
 
-@pytest.mark.parametrize(("schema", "named"), [
-    ({"type": "object", "not": {"required": ["x"]}}, "not"),
-    ({"type": "object", "properties": {"a": {"type": "string"}},
-      "dependentSchemas": {"a": {"required": ["b"]}}}, "dependentSchemas"),
-    ({"type": "array", "contains": {"type": "integer"}}, "contains"),
-])
+@pytest.mark.parametrize(
+    ("schema", "named"),
+    [
+        ({"type": "object", "not": {"required": ["x"]}}, "not"),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": "string"}},
+                "dependentSchemas": {"a": {"required": ["b"]}},
+            },
+            "dependentSchemas",
+        ),
+        ({"type": "array", "contains": {"type": "integer"}}, "contains"),
+    ],
+)
 def test_unsupported_keyword_is_named(schema: dict[str, object], named: str) -> None:
     with pytest.raises(GrammarError, match=named):
         constraints.json_schema(schema)
@@ -118,16 +130,33 @@ def test_hostile_schemas_are_bounded(model: Model) -> None:
     with pytest.raises(GrammarError, match="larger than"):
         constraints.json_schema({"enum": [f"value-{i}" for i in range(50_000)]})
     # Recursion through $ref is a grammar like any other: it compiles and decodes.
-    tree = {"$defs": {"node": {"type": "object", "properties": {
-        "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"},
-                                            "maxItems": 2}}, "required": ["v", "kids"],
-        "additionalProperties": False}}, "$ref": "#/$defs/node"}
+    tree = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "v": {"type": "integer"},
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2},
+                },
+                "required": ["v", "kids"],
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/$defs/node",
+    }
     text, _ = reply(model, constraints.json_schema(tree), max_tokens=120)
     if text.endswith("}"):
         jsonschema.validate(json.loads(text), tree)
     # A combinatorial schema hits llguidance's limits and is refused, not compiled for long.
-    props = {f"p{i}": {"anyOf": [{"type": "string", "pattern": f"^(a|b){{{i},}}x[0-9]{{40}}$"},
-                                 {"type": "integer"}]} for i in range(200)}
+    props = {
+        f"p{i}": {
+            "anyOf": [
+                {"type": "string", "pattern": f"^(a|b){{{i},}}x[0-9]{{40}}$"},
+                {"type": "integer"},
+            ]
+        }
+        for i in range(200)
+    }
     try:
         g = constraints.json_schema({"type": "object", "properties": props})
     except GrammarError as e:

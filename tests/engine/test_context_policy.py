@@ -35,14 +35,19 @@ def test_drop_oldest_keeps_system_and_latest(smollm2: Model) -> None:
     assert r.messages[1]["role"] == "user"  # the kept part starts at a turn boundary
     assert r.dropped > 0 and len(r.messages) == len(msgs) - r.dropped
     # The fewest turns were dropped: keeping one more message would not fit.
-    bigger = [msgs[0], *msgs[len(msgs) - len(r.messages) - 1:]]
+    bigger = [msgs[0], *msgs[len(msgs) - len(r.messages) - 1 :]]
     assert count(bigger) > 1024 - 200
 
 
 def test_stop_policy_says_why(smollm2: Model) -> None:
     with pytest.raises(ContextFullError, match=r"the context holds 1024 \(200 kept"):
-        fit_messages(_conversation(20), lambda m: len(smollm2.chat_tokens(m)), 1024,
-                     reserve=200, policy="stop")
+        fit_messages(
+            _conversation(20),
+            lambda m: len(smollm2.chat_tokens(m)),
+            1024,
+            reserve=200,
+            policy="stop",
+        )
 
 
 def test_single_huge_message_is_refused(smollm2: Model) -> None:

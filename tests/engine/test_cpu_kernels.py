@@ -23,19 +23,33 @@ from engine.settings import LoadParams
 from tests.exactness import exact_load
 
 # llama_print_system_info() as three kinds of machine print it.
-EPYC = ("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | "
-        "AVX512 = 1 | AVX512_VBMI = 1 | AVX512_VNNI = 1 | AVX512_BF16 = 1 | LLAMAFILE = 1 | "
-        "OPENMP = 1 | REPACK = 1 |")
-ZEN2 = ("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | "
-        "LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 |")
+EPYC = (
+    "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | "
+    "AVX512 = 1 | AVX512_VBMI = 1 | AVX512_VNNI = 1 | AVX512_BF16 = 1 | LLAMAFILE = 1 | "
+    "OPENMP = 1 | REPACK = 1 |"
+)
+ZEN2 = (
+    "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | "
+    "LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 |"
+)
 XEON_AMX = EPYC.replace("LLAMAFILE", "AMX_INT8 = 1 | LLAMAFILE")
-ARM = ("CPU : NEON = 1 | ARM_FMA = 1 | FP16_VA = 1 | MATMUL_INT8 = 1 | DOTPROD = 1 | "
-       "SVE = 1 | SVE_CNT = 16 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 |")
+ARM = (
+    "CPU : NEON = 1 | ARM_FMA = 1 | FP16_VA = 1 | MATMUL_INT8 = 1 | DOTPROD = 1 | "
+    "SVE = 1 | SVE_CNT = 16 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 |"
+)
 ARM_DOT = "CPU : NEON = 1 | ARM_FMA = 1 | DOTPROD = 1 | LLAMAFILE = 1 | REPACK = 1 |"
 PLAIN = "CPU : SSE3 = 1 | SSSE3 = 1 | OPENMP = 1 | REPACK = 1 |"  # no AVX: no repack, no sgemm
-F = {name: CpuFeatures.parse(text) for name, text in
-     {"epyc": EPYC, "zen2": ZEN2, "xeon": XEON_AMX, "arm": ARM, "arm_dot": ARM_DOT,
-      "plain": PLAIN}.items()}
+F = {
+    name: CpuFeatures.parse(text)
+    for name, text in {
+        "epyc": EPYC,
+        "zen2": ZEN2,
+        "xeon": XEON_AMX,
+        "arm": ARM,
+        "arm_dot": ARM_DOT,
+        "plain": PLAIN,
+    }.items()
+}
 MiB = 1 << 20
 
 
@@ -43,8 +57,7 @@ def tensor(name: str, type_name: str, k: int = 576, n: int = 1536) -> TensorInfo
     from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
     block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
-    return TensorInfo(name, (k, n), GGMLQuantizationType[type_name].value, 0,
-                      k // block * size * n)
+    return TensorInfo(name, (k, n), GGMLQuantizationType[type_name].value, 0, k // block * size * n)
 
 
 def test_features_parse_what_llama_cpp_prints() -> None:
@@ -57,39 +70,48 @@ def test_features_parse_what_llama_cpp_prints() -> None:
     assert cpu_kernels.detect() == CpuFeatures.parse(cpu_kernels.llama_lib.system_info())
 
 
-@pytest.mark.parametrize(("kind", "type_name", "rows", "expected"), [
-    ("epyc", "Q4_K", 1536, "CPU_REPACK"),  # Gemma-3's Q4_K layers on the EPYC
-    ("zen2", "Q4_K", 1536, "CPU_REPACK"),
-    ("epyc", "Q4_K", 1532, None),  # rows must come in eights
-    ("epyc", "Q4_1", 1536, None),  # SmolLM2: not repacked on x86
-    ("epyc", "Q4_0", 1536, "CPU_REPACK"),
-    ("epyc", "IQ4_NL", 1536, "CPU_REPACK"),
-    ("epyc", "Q2_K", 1536, "CPU_REPACK"),  # AVX-512 only
-    ("zen2", "Q2_K", 1536, None),
-    ("epyc", "Q6_K", 1536, None),
-    ("epyc", "Q8_0", 1536, None),
-    ("xeon", "Q4_1", 1536, "AMX"),  # AMX comes first where it takes the type
-    ("xeon", "Q4_K", 1536, "AMX"),
-    ("xeon", "Q5_0", 1536, None),
-    ("xeon", "IQ4_NL", 1536, "CPU_REPACK"),  # not an AMX type: the next buffer takes it
-    ("arm", "Q4_0", 1532, "CPU_REPACK"),  # NEON: rows in fours
-    ("arm", "Q6_K", 1536, "CPU_REPACK"),
-    ("arm", "Q8_0", 1536, "CPU_REPACK"),
-    ("arm_dot", "Q5_K", 1536, "CPU_REPACK"),
-    ("arm_dot", "Q4_1", 1536, None),
-    ("plain", "Q4_0", 1536, None),
-])
+@pytest.mark.parametrize(
+    ("kind", "type_name", "rows", "expected"),
+    [
+        ("epyc", "Q4_K", 1536, "CPU_REPACK"),  # Gemma-3's Q4_K layers on the EPYC
+        ("zen2", "Q4_K", 1536, "CPU_REPACK"),
+        ("epyc", "Q4_K", 1532, None),  # rows must come in eights
+        ("epyc", "Q4_1", 1536, None),  # SmolLM2: not repacked on x86
+        ("epyc", "Q4_0", 1536, "CPU_REPACK"),
+        ("epyc", "IQ4_NL", 1536, "CPU_REPACK"),
+        ("epyc", "Q2_K", 1536, "CPU_REPACK"),  # AVX-512 only
+        ("zen2", "Q2_K", 1536, None),
+        ("epyc", "Q6_K", 1536, None),
+        ("epyc", "Q8_0", 1536, None),
+        ("xeon", "Q4_1", 1536, "AMX"),  # AMX comes first where it takes the type
+        ("xeon", "Q4_K", 1536, "AMX"),
+        ("xeon", "Q5_0", 1536, None),
+        ("xeon", "IQ4_NL", 1536, "CPU_REPACK"),  # not an AMX type: the next buffer takes it
+        ("arm", "Q4_0", 1532, "CPU_REPACK"),  # NEON: rows in fours
+        ("arm", "Q6_K", 1536, "CPU_REPACK"),
+        ("arm", "Q8_0", 1536, "CPU_REPACK"),
+        ("arm_dot", "Q5_K", 1536, "CPU_REPACK"),
+        ("arm_dot", "Q4_1", 1536, None),
+        ("plain", "Q4_0", 1536, None),
+    ],
+)
 def test_extra_buffer_rules(kind: str, type_name: str, rows: int, expected: str | None) -> None:
-    t = tensor("blk.0.ffn_up.weight", type_name, 576 if type_name.endswith("_0") or type_name in
-               ("Q4_1", "IQ4_NL") else 768, rows)
+    t = tensor(
+        "blk.0.ffn_up.weight",
+        type_name,
+        576 if type_name.endswith("_0") or type_name in ("Q4_1", "IQ4_NL") else 768,
+        rows,
+    )
     assert cpu_kernels.extra_buffer(t, F[kind]) == expected
 
 
 def test_only_matrix_products_are_copied() -> None:
     f = F["epyc"]
     assert cpu_kernels.extra_buffer(tensor("token_embd.weight", "Q4_K", 768), f) is None
-    assert cpu_kernels.extra_buffer(tensor("token_embd.weight", "Q4_K", 768), f,
-                                    tied_output=True) == "CPU_REPACK"
+    assert (
+        cpu_kernels.extra_buffer(tensor("token_embd.weight", "Q4_K", 768), f, tied_output=True)
+        == "CPU_REPACK"
+    )
     assert cpu_kernels.extra_buffer(tensor("blk.0.attn_norm.weight", "Q4_K", 768), f) is None
     experts = TensorInfo("blk.0.ffn_up_exps.weight", (768, 1536, 8), "Q4_K", 0, 1)
     assert cpu_kernels.matmul_weight(experts)
@@ -99,8 +121,10 @@ def test_copies_counted_for_each_kind_of_cpu(smollm2_path: Path, gemma_path: Pat
     """The same files planned for three CPUs: AMX copies SmolLM2's layers (95.34 MiB, the size
     llama.cpp logged on an AMX Xeon), the EPYC copies only Gemma-3's Q4_K matrices."""
     smol, gemma = read_gguf(smollm2_path), read_gguf(gemma_path)
-    on = {k: (ModelSpec.from_gguf(smol, F[k]), ModelSpec.from_gguf(gemma, F[k]))
-          for k in ("epyc", "xeon", "arm", "plain")}
+    on = {
+        k: (ModelSpec.from_gguf(smol, F[k]), ModelSpec.from_gguf(gemma, F[k]))
+        for k in ("epyc", "xeon", "arm", "plain")
+    }
 
     def copies(spec: ModelSpec) -> int:
         return sum(spec.copy_layer_bytes) + spec.copy_output_bytes
@@ -126,14 +150,17 @@ def logged_extra(lines: list[str]) -> dict[str, int]:
 
 @pytest.mark.parametrize("which", ["smollm2", "gemma"])
 @pytest.mark.parametrize("extra", [True, False])
-def test_copies_match_what_llama_cpp_allocates_here(request: pytest.FixtureRequest,
-                                                    which: str, extra: bool) -> None:
+def test_copies_match_what_llama_cpp_allocates_here(
+    request: pytest.FixtureRequest, which: str, extra: bool
+) -> None:
     """Both sides of the switch on this machine: with extra buffers llama.cpp's logged
     CPU_REPACK / AMX buffers are the predicted copies; without them, none."""
     path = Path(request.getfixturevalue(f"{which}_path"))
     spec = ModelSpec.from_gguf(read_gguf(path))
-    with Model(path, LoadParams(n_ctx=256, n_gpu_layers=0, n_threads=1, extra_buffers=extra,
-                                state_cache_mb=0)) as m:
+    with Model(
+        path,
+        LoadParams(n_ctx=256, n_gpu_layers=0, n_threads=1, extra_buffers=extra, state_cache_mb=0),
+    ) as m:
         logged = logged_extra(m.load_info.log)
         actual = actual_from_log(m.load_info.log)
     predicted = sum(spec.copy_layer_bytes) + spec.copy_output_bytes
@@ -147,15 +174,21 @@ def test_copies_match_what_llama_cpp_allocates_here(request: pytest.FixtureReque
 
 # -- batch invariance ------------------------------------------------------------------------
 
-def test_exactness_rules_on_each_kind_of_cpu(smollm2_path: Path,
-                                             exact_smollm2_path: Path) -> None:
+
+def test_exactness_rules_on_each_kind_of_cpu(smollm2_path: Path, exact_smollm2_path: Path) -> None:
     smol = read_gguf(smollm2_path).tensors
     twin = read_gguf(exact_smollm2_path).tensors
 
     def exact(tensors: list[TensorInfo], kind: str, **kw: object) -> Exactness:
-        args: dict[str, object] = {"extra_buffers": False, "flash_attn": True,
-                                   "type_k": "f16", "type_v": "f16", "gpu_layers": 0,
-                                   "tied_output": True, **kw}
+        args: dict[str, object] = {
+            "extra_buffers": False,
+            "flash_attn": True,
+            "type_k": "f16",
+            "type_v": "f16",
+            "gpu_layers": 0,
+            "tied_output": True,
+            **kw,
+        }
         return batch_exactness(tensors, F[kind], **args)  # type: ignore[arg-type]
 
     # SmolLM2's Q8_0 output matrix takes llamafile's sgemm for several rows on x86.

@@ -24,8 +24,9 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=4)
 
 @pytest.fixture(scope="module")
 def small(smollm2_path: Path) -> Iterator[Model]:
-    m = Model(smollm2_path, LoadParams(n_ctx=512, n_batch=16, n_seq_max=2, n_threads=2,
-                                       state_cache_mb=0))
+    m = Model(
+        smollm2_path, LoadParams(n_ctx=512, n_batch=16, n_seq_max=2, n_threads=2, state_cache_mb=0)
+    )
     yield m
     m.close()
 
@@ -49,8 +50,10 @@ def test_a_prompt_past_the_context_is_refused(small: Model, decodes: list[int]) 
     with pytest.raises(EngineError) as exc:
         small.submit(list(range(100, 400)), GREEDY)
     # Two sequences share the 512 cells: each slot holds 256.
-    assert str(exc.value) == ("the prompt is 300 tokens, the context holds 256; shorten the "
-                              "conversation or load the model with a larger context")
+    assert str(exc.value) == (
+        "the prompt is 300 tokens, the context holds 256; shorten the "
+        "conversation or load the model with a larger context"
+    )
     assert decodes == []
 
 
@@ -58,8 +61,10 @@ def test_a_token_outside_the_vocabulary_is_refused(small: Model, decodes: list[i
     small.reset_cache()
     with pytest.raises(DecodeRefused) as exc:
         small.submit([1, 2, small.n_vocab + 5], GREEDY)
-    assert str(exc.value) == f"token id {small.n_vocab + 5} is outside the vocabulary " \
-                             f"(0 to {small.n_vocab - 1})"
+    assert (
+        str(exc.value) == f"token id {small.n_vocab + 5} is outside the vocabulary "
+        f"(0 to {small.n_vocab - 1})"
+    )
     assert decodes == []
 
 
@@ -80,8 +85,9 @@ class _GreedyDrafter:
     def rebind(self, seq: int) -> None: ...
 
 
-def test_a_draft_larger_than_the_batch_is_refused(small: Model, decodes: list[int],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_draft_larger_than_the_batch_is_refused(
+    small: Model, decodes: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
     small.reset_cache()
     monkeypatch.setattr(scheduler, "propose_drafts", lambda drafter, m, n: drafter.propose(n))
     monkeypatch.setattr(scheduler, "PromptLookup", lambda cost: _GreedyDrafter())
@@ -99,13 +105,15 @@ def test_the_scheduler_checks_each_slot_before_writing_the_batch(small: Model) -
     # the context does not have, and tokens past the end of the batch buffer.
     sched = small.loop
     assert sched._refusal(_Slot(2), 0, 1) == (
-        "sequence id 2 is out of range: the context has 2 sequences (ids 0 to 1)")
+        "sequence id 2 is out of range: the context has 2 sequences (ids 0 to 1)"
+    )
     assert sched._refusal(sched._slots[0], sched.n_batch - 1, 2) == (
-        "a batch of 17 tokens is larger than the context's batch size of 16")
+        "a batch of 17 tokens is larger than the context's batch size of 16"
+    )
     full = _Slot(1)
     full.tokens = [1] * (sched.n_ctx_seq - 1)
     assert sched._refusal(full, 0, 2) == (
         "the context is full: 2 tokens at position 255 need 257 positions, the context "
-        "holds 256; start a new chat or load the model with a larger context")
+        "holds 256; start a new chat or load the model with a larger context"
+    )
     assert sched._refusal(sched._slots[1], 0, 16) is None
-

@@ -38,10 +38,19 @@ def test_llama_devices_match_the_build() -> None:
         assert 0 <= d.free_bytes <= d.total_bytes
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("8GiB", 8 * GiB), ("8G", 8 * GiB), ("8gb", 8 * GiB), ("0.2 GiB", int(0.2 * GiB)),
-    ("512MiB", 512 * MiB), ("512M", 512 * MiB), ("24", 24 * GiB), ("1T", 1 << 40),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("8GiB", 8 * GiB),
+        ("8G", 8 * GiB),
+        ("8gb", 8 * GiB),
+        ("0.2 GiB", int(0.2 * GiB)),
+        ("512MiB", 512 * MiB),
+        ("512M", 512 * MiB),
+        ("24", 24 * GiB),
+        ("1T", 1 << 40),
+    ],
+)
 def test_parse_size(text: str, expected: int) -> None:
     assert hardware.parse_size(text) == expected
 
@@ -78,9 +87,17 @@ def test_devices_come_from_the_llama_cpp_actually_loaded(tmp_path: Path) -> None
     libdir = Path(llama_cpp.__file__).parent / "lib"
     other = tmp_path / "build"
     shutil.copytree(libdir, other, symlinks=True)
-    code = ("from engine.memory import hardware; g = hardware.ggml_lib(); print(g._name); "
-            "print(len(hardware.llama_devices()))")
+    code = (
+        "from engine.memory import hardware; g = hardware.ggml_lib(); print(g._name); "
+        "print(len(hardware.llama_devices()))"
+    )
     env = {**os.environ, "LLAMA_CPP_LIB_PATH": str(other)}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=60, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.split()
     assert Path(out[0]).parent == other

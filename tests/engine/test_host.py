@@ -36,8 +36,10 @@ def served(model: Model) -> Iterator[tuple[ServedModel, openai.OpenAI]]:
     loaded = ServedModel.build(model, "smollm2", max_queue=16)
     state = ServerState(ServerConfig(port=0, model_id="smollm2"))
     state.set_loaded(loaded)
-    with ServerThread(state) as srv, \
-            openai.OpenAI(base_url=srv.url + "/v1", api_key="none", timeout=120) as c:
+    with (
+        ServerThread(state) as srv,
+        openai.OpenAI(base_url=srv.url + "/v1", api_key="none", timeout=120) as c,
+    ):
         yield loaded, c
     loaded.close()
 
@@ -49,18 +51,27 @@ def idle_and_clean(m: Model) -> None:
 
 
 def test_chat_and_api_requests_interleave_on_one_model(
-        model: Model, served: tuple[ServedModel, openai.OpenAI]) -> None:
+    model: Model, served: tuple[ServedModel, openai.OpenAI]
+) -> None:
     _, client = served
     model.reset_cache()
     alone = model.generate(ASK, GREEDY).consume()  # the chat's answer with nothing else on
-    api_alone = client.chat.completions.create(model="smollm2", messages=ASK,  # type: ignore
-                                               max_tokens=24, temperature=0)
+    api_alone = client.chat.completions.create(
+        model="smollm2",
+        messages=ASK,  # type: ignore
+        max_tokens=24,
+        temperature=0,
+    )
     steps = model.loop.snapshot().steps
     answers: list[str] = []
 
     def api_call() -> None:
-        r = client.chat.completions.create(model="smollm2", messages=ASK,  # type: ignore
-                                           max_tokens=24, temperature=0)
+        r = client.chat.completions.create(
+            model="smollm2",
+            messages=ASK,  # type: ignore
+            max_tokens=24,
+            temperature=0,
+        )
         answers.append(r.choices[0].message.content or "")
 
     threads = [threading.Thread(target=api_call) for _ in range(2)]
@@ -86,14 +97,19 @@ def test_chat_and_api_requests_interleave_on_one_model(
 
 
 def test_cancelling_either_frees_its_cells(
-        model: Model, served: tuple[ServedModel, openai.OpenAI]) -> None:
+    model: Model, served: tuple[ServedModel, openai.OpenAI]
+) -> None:
     loaded, client = served
     model.reset_cache()
     story = [{"role": "user", "content": "Write a very long story about a dragon."}]
     long = SamplingParams(temperature=0, max_tokens=400)
     # An API stream, dropped after a few chunks...
-    stream = client.chat.completions.create(model="smollm2", messages=story,  # type: ignore
-                                            max_tokens=400, stream=True)
+    stream = client.chat.completions.create(
+        model="smollm2",
+        messages=story,  # type: ignore
+        max_tokens=400,
+        stream=True,
+    )
     cancel = threading.Event()
     gen = model.generate(story, long, cancel=cancel)
     it = iter(gen)
@@ -115,8 +131,8 @@ def test_cancelling_either_frees_its_cells(
 
 
 def test_every_decode_runs_on_the_one_loop_thread(
-        model: Model, served: tuple[ServedModel, openai.OpenAI],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    model: Model, served: tuple[ServedModel, openai.OpenAI], monkeypatch: pytest.MonkeyPatch
+) -> None:
     _, client = served
     C = llama_lib.lib()
     real = C.llama_decode
@@ -128,8 +144,11 @@ def test_every_decode_runs_on_the_one_loop_thread(
 
     monkeypatch.setattr(C, "llama_decode", recording)
     model.generate(ASK, GREEDY).consume()
-    client.chat.completions.create(model="smollm2", messages=ASK,  # type: ignore
-                                   max_tokens=8)
+    client.chat.completions.create(
+        model="smollm2",
+        messages=ASK,  # type: ignore
+        max_tokens=8,
+    )
     client.embeddings.create(model="smollm2", input="bread and butter")
     assert threads == {"candlewick-decode"}
 
@@ -146,18 +165,24 @@ def test_the_chat_never_waits_behind_queued_api_requests(model: Model) -> None:
             def on(ev: Event) -> None:
                 with lock:
                     events.append((who, ev))
+
             return on
 
         long = SamplingParams(temperature=0, max_tokens=120)
-        prompts = [model.chat_tokens([{"role": "user", "content": f"Story number {i}."}])
-                   for i in range(4)]
+        prompts = [
+            model.chat_tokens([{"role": "user", "content": f"Story number {i}."}]) for i in range(4)
+        ]
         api = [loop.submit(p, long, note(f"api{i}")) for i, p in enumerate(prompts)]
         time.sleep(0.3)
         snap = loop.snapshot()
         # Two slots for API requests, one kept for the chat: two wait.
         assert snap.busy_slots == 2 and snap.queue_depth == 2
-        chat = loop.submit(model.chat_tokens(ASK), SamplingParams(temperature=0, max_tokens=8),
-                           note("chat"), interactive=True)
+        chat = loop.submit(
+            model.chat_tokens(ASK),
+            SamplingParams(temperature=0, max_tokens=8),
+            note("chat"),
+            interactive=True,
+        )
         assert chat.done.wait(120)
         with lock:
             started = [who for who, ev in events if isinstance(ev, Started)]
@@ -181,8 +206,10 @@ def test_events_carry_their_request_id(model: Model) -> None:
         with lock:
             got.setdefault(ev.rid, []).append(ev)
 
-    reqs = [loop.submit(model.chat_tokens([{"role": "user", "content": q}]), GREEDY, on)
-            for q in ("Name a fruit.", "Name a color.")]
+    reqs = [
+        loop.submit(model.chat_tokens([{"role": "user", "content": q}]), GREEDY, on)
+        for q in ("Name a fruit.", "Name a color.")
+    ]
     for r in reqs:
         assert r.done.wait(60)
     assert set(got) == {r.id for r in reqs}
@@ -207,8 +234,7 @@ def test_the_host_refuses_a_model_it_has_not_loaded(model: Model) -> None:
     assert host.remove("smollm2") is model and host.names() == []
 
 
-def test_a_lease_resizes_the_loop_and_gives_the_chat_its_history_back(
-        smollm2_path: Path) -> None:
+def test_a_lease_resizes_the_loop_and_gives_the_chat_its_history_back(smollm2_path: Path) -> None:
     with Model(smollm2_path, LoadParams(n_ctx=1024, n_threads=2)) as m:
         loop = m.loop
         talk = [{"role": "user", "content": "Write a paragraph about Paris."}]
@@ -218,8 +244,11 @@ def test_a_lease_resizes_the_loop_and_gives_the_chat_its_history_back(
         first = m.generate(talk, sampling)
         answer = first.consume()
         assert len(first.prompt) + first.stats.gen_tokens > 64  # worth a snapshot
-        follow = [*talk, {"role": "assistant", "content": answer},
-                  {"role": "user", "content": "And of Rome?"}]
+        follow = [
+            *talk,
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": "And of Rome?"},
+        ]
         kv0 = m.memory_actual.kv_bytes
         loop.lease("server", 3, 1024, reserved_slots=1)
         assert (loop.n_slots, loop.n_ctx_seq, loop.reserved_slots) == (3, 1024, 1)

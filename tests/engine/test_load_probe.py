@@ -28,8 +28,10 @@ from engine.settings import LoadParams
 from tests.fuzz_gguf import ROOT, Corpus
 
 PARAMS = LoadParams(n_ctx=256, n_threads=1, state_cache_mb=0)
-ABORT_MESSAGE = re.compile(r"llama\.cpp crashed while loading m\.gguf \(SIGABRT\): "
-                           r"llama-model\.cpp:\d+: GGML_ASSERT\(!ml\.no_alloc\) failed")
+ABORT_MESSAGE = re.compile(
+    r"llama\.cpp crashed while loading m\.gguf \(SIGABRT\): "
+    r"llama-model\.cpp:\d+: GGML_ASSERT\(!ml\.no_alloc\) failed"
+)
 
 
 @pytest.fixture
@@ -42,13 +44,17 @@ def test_a_real_abort_in_the_child_is_one_line(smollm2_path: Path, tmp_path: Pat
     Corpus(smollm2_path)._set("llama.block_count", GGUFValueType.UINT32, 0).write(path)
     with pytest.raises(EngineError) as exc:
         probe(NativeLoad(str(path), n_ctx=256))
-    assert re.fullmatch(r"llama\.cpp crashed while loading m\.gguf \(SIGABRT\): "
-                        r"llama-model\.cpp:\d+: GGML_ASSERT\(hparams\.n_layer_all > 0 && "
-                        r"hparams\.n_layer_all <= LLAMA_MAX_LAYERS\) failed", str(exc.value))
+    assert re.fullmatch(
+        r"llama\.cpp crashed while loading m\.gguf \(SIGABRT\): "
+        r"llama-model\.cpp:\d+: GGML_ASSERT\(hparams\.n_layer_all > 0 && "
+        r"hparams\.n_layer_all <= LLAMA_MAX_LAYERS\) failed",
+        str(exc.value),
+    )
 
 
-def test_first_load_is_probed_then_remembered(copy: Path, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_first_load_is_probed_then_remembered(
+    copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     loads = FirstLoads(tmp_path / "cache")
     children: list[NativeLoad] = []
     real = load_probe.run_in_child
@@ -70,8 +76,9 @@ def test_first_load_is_probed_then_remembered(copy: Path, tmp_path: Path,
     assert len(children) == 2
 
 
-def test_an_abort_during_the_first_load_is_refused(copy: Path, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_abort_during_the_first_load_is_refused(
+    copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     loads = FirstLoads(tmp_path / "cache")
     monkeypatch.setenv(FAULT_ENV, "abort")
     with pytest.raises(EngineError) as exc:
@@ -89,11 +96,33 @@ def test_a_damaged_memory_file_only_costs_a_probe(copy: Path, tmp_path: Path) ->
 
 
 def test_cli_run_says_why_with_exit_code_2(copy: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
-           "CANDLEWICK_HOME": str(tmp_path / "home"), FAULT_ENV: "abort"}
-    r = subprocess.run([sys.executable, "-m", "app.cli", "run", str(copy), "hi",
-                        "--max-tokens", "1", "--threads", "1", "--ctx", "256"],
-                       capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]),
+        "CANDLEWICK_HOME": str(tmp_path / "home"),
+        FAULT_ENV: "abort",
+    }
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "run",
+            str(copy),
+            "hi",
+            "--max-tokens",
+            "1",
+            "--threads",
+            "1",
+            "--ctx",
+            "256",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
     assert r.returncode == 2, r.stderr
     line = r.stderr.removeprefix("candlewick: error: ").removesuffix("\n")
     assert ABORT_MESSAGE.fullmatch(line), r.stderr

@@ -49,13 +49,16 @@ CASES = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("model", "ctx", "kv", "fa"), CASES,
-                         ids=[f"{m}-{c}-{k}-fa_{f}" for m, c, k, f in CASES])
-def test_estimate_within_5_percent_of_a_real_load(request: pytest.FixtureRequest, model: str,
-                                                  ctx: int, kv: str, fa: str) -> None:
+@pytest.mark.parametrize(
+    ("model", "ctx", "kv", "fa"), CASES, ids=[f"{m}-{c}-{k}-fa_{f}" for m, c, k, f in CASES]
+)
+def test_estimate_within_5_percent_of_a_real_load(
+    request: pytest.FixtureRequest, model: str, ctx: int, kv: str, fa: str
+) -> None:
     path = _model_path(request, model)
-    params = EstimateParams(n_ctx=ctx, type_k=kv, type_v=kv, flash_attn=cast(FlashAttn, fa),
-                            n_gpu_layers=0)
+    params = EstimateParams(
+        n_ctx=ctx, type_k=kv, type_v=kv, flash_attn=cast(FlashAttn, fa), n_gpu_layers=0
+    )
     analytic = estimate(path, params, hardware=PLENTY, method="analytic")
     exact = estimate(path, params, hardware=PLENTY, method="dry-run")
     assert (analytic.method, exact.method) == ("analytic", "dry-run")
@@ -98,16 +101,17 @@ def test_parallel_sequences_and_padding(smollm2_path: Path) -> None:
         assert exact.kv_bytes == pytest.approx(analytic.kv_bytes, rel=0.001)
         assert exact.output_bytes == pytest.approx(analytic.output_bytes, rel=0.01)
         assert analytic.total_bytes == pytest.approx(exact.total_bytes, rel=TOLERANCE)
-    assert estimate(smollm2_path, EstimateParams(n_ctx=300), hardware=PLENTY,
-                    method="analytic").n_ctx == 512
+    assert (
+        estimate(smollm2_path, EstimateParams(n_ctx=300), hardware=PLENTY, method="analytic").n_ctx
+        == 512
+    )
 
 
 def test_memory_actual_and_the_ui_sentence(smollm2: Model) -> None:
     actual = smollm2.memory_actual
     assert actual.devices == {"CPU": actual.total_bytes}
     assert actual.rss_growth_bytes is not None and actual.rss_growth_bytes > 0
-    est = estimate(smollm2.path, EstimateParams.from_load_params(smollm2.params),
-                   hardware=PLENTY)
+    est = estimate(smollm2.path, EstimateParams.from_load_params(smollm2.params), hardware=PLENTY)
     text = compare(est, actual)
     assert text.startswith("estimated ") and ", actual " in text
     assert abs(est.total_bytes - actual.total_bytes) < TOLERANCE * actual.total_bytes
@@ -147,17 +151,22 @@ def test_does_not_fit_names_the_reason_and_a_context_that_fits(smollm2_path: Pat
     assert est.verdict == "does_not_fit" and not est.fits
     assert "RAM" in est.reason and "a context of" in est.reason
     assert est.max_ctx_fit is not None and 0 < est.max_ctx_fit < 16384
-    at = estimate(smollm2_path, EstimateParams(n_ctx=est.max_ctx_fit, n_gpu_layers=0,
-                                               margin_bytes=0), hardware=small,
-                  method="analytic")
-    above = estimate(smollm2_path, EstimateParams(n_ctx=est.max_ctx_fit + 256, n_gpu_layers=0,
-                                                  margin_bytes=0), hardware=small,
-                     method="analytic")
+    at = estimate(
+        smollm2_path,
+        EstimateParams(n_ctx=est.max_ctx_fit, n_gpu_layers=0, margin_bytes=0),
+        hardware=small,
+        method="analytic",
+    )
+    above = estimate(
+        smollm2_path,
+        EstimateParams(n_ctx=est.max_ctx_fit + 256, n_gpu_layers=0, margin_bytes=0),
+        hardware=small,
+        method="analytic",
+    )
     assert at.fits and not above.fits
     with pytest.raises(DoesNotFitError, match="RAM"):
         est.check()
     at.check()
-
 
 
 def _header_only(path: Path, arch: str, *extra: str) -> Path:
@@ -183,8 +192,11 @@ def _header_only(path: Path, arch: str, *extra: str) -> Path:
 def test_incoherent_model_is_refused_before_llama_cpp(tmp_path: Path) -> None:
     """A llama without its block tensors: one line naming what is missing, no dry run."""
     path = _header_only(tmp_path / "broken.gguf", "llama")
-    with pytest.raises(GGUFError, match=r"^broken\.gguf: llama\.block_count is 1 but the file "
-                                        r"has tensors for 0 blocks$"):
+    with pytest.raises(
+        GGUFError,
+        match=r"^broken\.gguf: llama\.block_count is 1 but the file "
+        r"has tensors for 0 blocks$",
+    ):
         estimate(path, EstimateParams(n_ctx=512), hardware=PLENTY)
 
 

@@ -33,17 +33,22 @@ def _refuse_in_process(*_: Any, **__: Any) -> memory.DryRun:
     raise AssertionError("a no-alloc dry run ran inside the process of a GPU build")
 
 
-def test_auto_estimate_is_analytic_on_a_gpu_build(smollm2_path: Path, gpu_build: None,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_estimate_is_analytic_on_a_gpu_build(
+    smollm2_path: Path, gpu_build: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(memory, "_dry_run_here", _refuse_in_process)
-    est = estimate(smollm2_path, EstimateParams(n_ctx=2048, n_gpu_layers="all"),
-                   hardware=simulate([24 * GiB], ram_bytes=RAM))
+    est = estimate(
+        smollm2_path,
+        EstimateParams(n_ctx=2048, n_gpu_layers="all"),
+        hardware=simulate([24 * GiB], ram_bytes=RAM),
+    )
     assert est.method == "analytic"
     assert est.verdict == "fits_gpu"
 
 
 def test_asked_for_dry_run_runs_in_a_child_on_a_gpu_build(
-        smollm2_path: Path, gpu_build: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    smollm2_path: Path, gpu_build: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # flash attention stated: 'auto' would resolve differently here (patched) and in the child
     p = EstimateParams(n_ctx=2048, flash_attn="off")
     here = memory._dry_run_here(smollm2_path, p)
@@ -56,21 +61,27 @@ def test_asked_for_dry_run_runs_in_a_child_on_a_gpu_build(
 
 
 def test_a_crashing_dry_run_is_an_error_not_a_dead_app(
-        smollm2_path: Path, gpu_build: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    smollm2_path: Path, gpu_build: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(FAULT_ENV, "abort")  # the child's load trips a llama.cpp assert
     with pytest.raises(EngineError, match=r"crashed while sizing .*SIGABRT"):
         memory.dry_run(smollm2_path, EstimateParams(n_ctx=2048))
     # 'auto' never gets there on a GPU build; a CPU-only build keeps its in-process dry run.
-    est = estimate(smollm2_path, EstimateParams(n_ctx=2048),
-                   hardware=simulate([8 * GiB], ram_bytes=RAM))
+    est = estimate(
+        smollm2_path, EstimateParams(n_ctx=2048), hardware=simulate([8 * GiB], ram_bytes=RAM)
+    )
     assert est.method == "analytic"
 
 
 def test_attention_mask_counts_on_host_and_gpu_at_long_context(smollm2_path: Path) -> None:
     hw = simulate([80 * GiB], ram_bytes=RAM)
     n_ctx, ub = 131072, 512
-    est = estimate(smollm2_path, EstimateParams(n_ctx=n_ctx, n_gpu_layers="all"),
-                   hardware=hw, method="analytic")
+    est = estimate(
+        smollm2_path,
+        EstimateParams(n_ctx=n_ctx, n_gpu_layers="all"),
+        hardware=hw,
+        method="analytic",
+    )
     mask = 2 * ub * n_ctx  # f16 with flash attention, which 'auto' turns on with a GPU
     cpu, gpu = est.device(CPU), est.device("GPU0")
     assert cpu is not None and gpu is not None
@@ -80,6 +91,7 @@ def test_attention_mask_counts_on_host_and_gpu_at_long_context(smollm2_path: Pat
     # an 8B model; 112 MiB of logits + 1024 MiB of mask).
     logits = 4 * (ub * 49152 + 2 * ub * 576)
     assert gpu.compute_bytes == logits + mask
-    short = estimate(smollm2_path, EstimateParams(n_ctx=4096, n_gpu_layers="all"),
-                     hardware=hw, method="analytic")
+    short = estimate(
+        smollm2_path, EstimateParams(n_ctx=4096, n_gpu_layers="all"), hardware=hw, method="analytic"
+    )
     assert est.compute_bytes - short.compute_bytes == 2 * (mask - 2 * ub * 4096)

@@ -67,11 +67,13 @@ def _handler(state: Served) -> type[BaseHTTPRequestHandler]:
 
 @pytest.fixture
 def server(gemma_path: Path, smollm2_path: Path) -> Iterator[tuple[str, Served]]:
-    state = Served({
-        "/models/gemma.gguf": gemma_path,
-        "/models/smollm2.gguf": smollm2_path,
-        "/unsloth/gemma-3-270m-GGUF/resolve/main/gemma-3-270m-Q4_K_M.gguf": gemma_path,
-    })
+    state = Served(
+        {
+            "/models/gemma.gguf": gemma_path,
+            "/models/smollm2.gguf": smollm2_path,
+            "/unsloth/gemma-3-270m-GGUF/resolve/main/gemma-3-270m-Q4_K_M.gguf": gemma_path,
+        }
+    )
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
     thread = threading.Thread(target=httpd.serve_forever, name="range-server")
     thread.start()
@@ -84,8 +86,9 @@ def server(gemma_path: Path, smollm2_path: Path) -> Iterator[tuple[str, Served]]
 
 
 @pytest.mark.parametrize("name", ["gemma", "smollm2"])
-def test_header_only_estimate_reads_under_5_percent(server: tuple[str, Served], name: str,
-                                                    request: pytest.FixtureRequest) -> None:
+def test_header_only_estimate_reads_under_5_percent(
+    server: tuple[str, Served], name: str, request: pytest.FixtureRequest
+) -> None:
     base, state = server
     local = Path(request.getfixturevalue(f"{name}_path"))
     head = read_remote_gguf(f"{base}/models/{name}.gguf")
@@ -103,8 +106,9 @@ def test_header_only_estimate_reads_under_5_percent(server: tuple[str, Served], 
     assert len(head.gguf.tensors) == len(read_gguf(local).tensors)
 
 
-def test_hub_reference_uses_the_endpoint(server: tuple[str, Served],
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hub_reference_uses_the_endpoint(
+    server: tuple[str, Served], monkeypatch: pytest.MonkeyPatch
+) -> None:
     base, state = server
     monkeypatch.setenv("HF_ENDPOINT", base)
     ref = "hf:unsloth/gemma-3-270m-GGUF/gemma-3-270m-Q4_K_M.gguf"
@@ -122,11 +126,14 @@ def test_server_without_range_support_is_refused(server: tuple[str, Served]) -> 
     assert state.bytes_sent == 0
 
 
-@pytest.mark.parametrize(("ref", "message"), [
-    ("/models/missing.gguf", "not found"),
-    ("hf:only-owner/file.gguf", "not a Hub file reference"),
-    ("ftp://example.org/x.gguf", "only http and https"),
-])
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        ("/models/missing.gguf", "not found"),
+        ("hf:only-owner/file.gguf", "not a Hub file reference"),
+        ("ftp://example.org/x.gguf", "only http and https"),
+    ],
+)
 def test_bad_remote_references(server: tuple[str, Served], ref: str, message: str) -> None:
     base, _ = server
     url = base + ref if ref.startswith("/") else ref
@@ -145,14 +152,27 @@ def write_split_model(folder: Path) -> tuple[Path, int]:
     import numpy as np
 
     # A coherent two-block llama (4 heads of 16, 2 KV heads): the estimate checks it.
-    shapes = {"attn_norm": (64,), "attn_q": (64, 64), "attn_k": (32, 64), "attn_v": (32, 64),
-              "attn_output": (64, 64), "ffn_norm": (64,), "ffn_gate": (128, 64),
-              "ffn_up": (128, 64), "ffn_down": (64, 128)}
+    shapes = {
+        "attn_norm": (64,),
+        "attn_q": (64, 64),
+        "attn_k": (32, 64),
+        "attn_v": (32, 64),
+        "attn_output": (64, 64),
+        "ffn_norm": (64,),
+        "ffn_gate": (128, 64),
+        "ffn_up": (128, 64),
+        "ffn_down": (64, 128),
+    }
     tensors: list[dict[str, Any]] = [
-        {"token_embd.weight": np.ones((100, 64), np.float32),
-         "output_norm.weight": np.ones(64, np.float32)},
-        {f"blk.{i}.{n}.weight": np.ones(shape, np.float32 if len(shape) == 1 else np.float16)
-         for i in range(2) for n, shape in shapes.items()},
+        {
+            "token_embd.weight": np.ones((100, 64), np.float32),
+            "output_norm.weight": np.ones(64, np.float32),
+        },
+        {
+            f"blk.{i}.{n}.weight": np.ones(shape, np.float32 if len(shape) == 1 else np.float16)
+            for i in range(2)
+            for n, shape in shapes.items()
+        },
     ]
     n_all = sum(len(t) for t in tensors)
     first = folder / "tiny-00001-of-00002.gguf"
@@ -181,9 +201,12 @@ def write_split_model(folder: Path) -> tuple[Path, int]:
 def test_split_gguf_counts_every_part(tmp_path: Path) -> None:
     first, total = write_split_model(tmp_path)
     # The file's bytes alone: no AMX copies (counted in tests/engine/test_memory_split.py).
-    est = estimate(first, EstimateParams(n_ctx=512, n_gpu_layers=0, extra_buffers=False),
-                   hardware=PLENTY,
-                   method="analytic")
+    est = estimate(
+        first,
+        EstimateParams(n_ctx=512, n_gpu_layers=0, extra_buffers=False),
+        hardware=PLENTY,
+        method="analytic",
+    )
     assert est.weights_bytes == total
     assert not est.notes
     # Only the first part on disk: the estimate says its weights are incomplete.
@@ -202,6 +225,7 @@ def test_split_gguf_over_http(server: tuple[str, Served], tmp_path: Path) -> Non
     head = read_remote_gguf(f"{base}/split/{first.name}")
     assert head.requests >= 4  # two parts: a size probe and the header of each
     assert head.file_bytes == sum(p.stat().st_size for p in tmp_path.glob("tiny-*.gguf"))
-    est = estimate(head.gguf, EstimateParams(n_ctx=512, n_gpu_layers=0, extra_buffers=False),
-                   hardware=PLENTY)
+    est = estimate(
+        head.gguf, EstimateParams(n_ctx=512, n_gpu_layers=0, extra_buffers=False), hardware=PLENTY
+    )
     assert est.weights_bytes == total and not est.notes

@@ -53,8 +53,9 @@ def specs(request: pytest.FixtureRequest) -> dict[str, Path]:
     return {m: Path(request.getfixturevalue(f"{m}_path")) for m in ("smollm2", "gemma")}
 
 
-def _plan(path: Path, gpus: list[float], cpu: CpuFeatures | None = None,
-          **kw: object) -> MemoryEstimate:
+def _plan(
+    path: Path, gpus: list[float], cpu: CpuFeatures | None = None, **kw: object
+) -> MemoryEstimate:
     """An analytic plan on simulated GPUs. Without extra-buffer copies unless asked: whether
     the CPU keeps them depends on the CPU and build, not on the plan under test; `cpu` plans
     for another CPU's rules."""
@@ -63,8 +64,16 @@ def _plan(path: Path, gpus: list[float], cpu: CpuFeatures | None = None,
     return estimate(path, EstimateParams(**kw), hardware=hw, method="analytic")  # type: ignore[arg-type]
 
 
-XEON_AMX = CpuFeatures(avx=True, avx2=True, f16c=True, avx512=True, avx512_vnni=True,
-                       amx_int8=True, llamafile=True, repack=True)
+XEON_AMX = CpuFeatures(
+    avx=True,
+    avx2=True,
+    f16c=True,
+    avx512=True,
+    avx512_vnni=True,
+    amx_int8=True,
+    llamafile=True,
+    repack=True,
+)
 
 
 def test_extra_copies_follow_the_cpu_layers(specs: dict[str, Path]) -> None:
@@ -79,8 +88,7 @@ def test_extra_copies_follow_the_cpu_layers(specs: dict[str, Path]) -> None:
     assert amx.weights_bytes - plain.weights_bytes == copies
     assert any("AMX copy" in n for n in amx.notes) and not any("AMX" in n for n in plain.notes)
     # 11 of 31 layers on a GPU (the output layer first): the CPU keeps copies of 20 layers.
-    split = _plan(specs["smollm2"], [24], XEON_AMX, n_ctx=512, n_gpu_layers=11,
-                  extra_buffers=None)
+    split = _plan(specs["smollm2"], [24], XEON_AMX, n_ctx=512, n_gpu_layers=11, extra_buffers=None)
     cpu = split.device(CPU)
     split_plain = _plan(specs["smollm2"], [24], XEON_AMX, n_ctx=512, n_gpu_layers=11)
     plain_cpu = split_plain.device(CPU)
@@ -88,8 +96,12 @@ def test_extra_copies_follow_the_cpu_layers(specs: dict[str, Path]) -> None:
     assert cpu.weights_bytes - plain_cpu.weights_bytes == sum(spec.copy_layer_bytes[:20])
     # The same file on an AVX2 machine: nothing to copy (Q4_1 is not repacked there).
     avx2 = replace(XEON_AMX, amx_int8=False, avx512=False, avx512_vnni=False)
-    assert _plan(specs["smollm2"], [], avx2, n_ctx=512, n_gpu_layers=0,
-                 extra_buffers=None).weights_bytes == plain.weights_bytes
+    assert (
+        _plan(
+            specs["smollm2"], [], avx2, n_ctx=512, n_gpu_layers=0, extra_buffers=None
+        ).weights_bytes
+        == plain.weights_bytes
+    )
     # Gemma-3 there: its Q4_K matrices get a CPU_REPACK copy.
     g_plain = _plan(specs["gemma"], [], avx2, n_ctx=512, n_gpu_layers=0)
     g = _plan(specs["gemma"], [], avx2, n_ctx=512, n_gpu_layers=0, extra_buffers=None)
@@ -100,8 +112,9 @@ def test_extra_copies_follow_the_cpu_layers(specs: dict[str, Path]) -> None:
 @pytest.mark.parametrize("model", ["smollm2", "gemma"])
 @pytest.mark.parametrize("ctx", [512, 4096, 16384])
 @pytest.mark.parametrize("gpu_gib", [0.2, 1, 24])
-def test_auto_fit_never_exceeds_free_memory_and_is_maximal(specs: dict[str, Path], model: str,
-                                                          ctx: int, gpu_gib: float) -> None:
+def test_auto_fit_never_exceeds_free_memory_and_is_maximal(
+    specs: dict[str, Path], model: str, ctx: int, gpu_gib: float
+) -> None:
     est = _plan(specs[model], [gpu_gib], n_ctx=ctx, n_gpu_layers="auto")
     gpu = est.device("GPU0")
     assert gpu is not None and gpu.free_bytes is not None
@@ -142,8 +155,7 @@ def test_gpu_split_of_each_component(specs: dict[str, Path]) -> None:
     assert cpu is not None and gpu is not None
     # The input embedding stays on the CPU; the tied output matrix is copied to the GPU.
     assert cpu.weights_bytes == spec.input_bytes
-    assert gpu.weights_bytes == sum(spec.layer_bytes) + spec.output_bytes + \
-        spec.tied_output_bytes
+    assert gpu.weights_bytes == sum(spec.layer_bytes) + spec.output_bytes + spec.tied_output_bytes
     assert spec.tied_output_bytes > 0  # SmolLM2 ties its output to the embedding
     assert cpu.kv_bytes == 0 and gpu.kv_bytes == est.kv_bytes
     assert gpu.compute_bytes > cpu.compute_bytes
@@ -168,13 +180,21 @@ def test_gpu_that_is_too_small_for_a_forced_layout(specs: dict[str, Path]) -> No
 
 
 def test_no_gpu_or_no_offload_build(specs: dict[str, Path]) -> None:
-    est = estimate(specs["smollm2"], EstimateParams(n_gpu_layers="all"),
-                   hardware=cpu_only(RAM), method="analytic")
+    est = estimate(
+        specs["smollm2"],
+        EstimateParams(n_gpu_layers="all"),
+        hardware=cpu_only(RAM),
+        method="analytic",
+    )
     assert est.gpu_layers == 0 and est.verdict == "ram_only" and "no GPU" in est.reason
     hw = simulate([8 * GiB], cpu_only(RAM))
     hw_no_offload = type(hw)(hw.ram_total_bytes, hw.ram_available_bytes, hw.gpus, False)
-    est = estimate(specs["smollm2"], EstimateParams(n_gpu_layers="all"),
-                   hardware=hw_no_offload, method="analytic")
+    est = estimate(
+        specs["smollm2"],
+        EstimateParams(n_gpu_layers="all"),
+        hardware=hw_no_offload,
+        method="analytic",
+    )
     assert est.gpu_layers == 0 and "cannot offload" in est.reason
 
 
@@ -191,8 +211,7 @@ def test_auto_layers_in_the_runtime(specs: dict[str, Path]) -> None:
 
 
 def test_margin_is_respected(specs: dict[str, Path]) -> None:
-    tight = _plan(specs["smollm2"], [1], n_ctx=4096, n_gpu_layers="auto",
-                  margin_bytes=700 * MiB)
+    tight = _plan(specs["smollm2"], [1], n_ctx=4096, n_gpu_layers="auto", margin_bytes=700 * MiB)
     loose = _plan(specs["smollm2"], [1], n_ctx=4096, n_gpu_layers="auto", margin_bytes=0)
     assert tight.gpu_layers < loose.gpu_layers
     gpu = tight.device("GPU0")

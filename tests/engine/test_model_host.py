@@ -37,13 +37,16 @@ TWO = SamplingParams(max_tokens=2, temperature=0)
 
 
 @pytest.fixture(scope="module")
-def specs(smollm2_path: Path, gemma_path: Path, tmp_path_factory: pytest.TempPathFactory
-          ) -> dict[str, Loadable]:
+def specs(
+    smollm2_path: Path, gemma_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Loadable]:
     copy = tmp_path_factory.mktemp("models") / "smol-copy.gguf"
     shutil.copyfile(smollm2_path, copy)
-    return {"smol": Loadable("smol", smollm2_path, PARAMS, aliases=("smollm2",)),
-            "copy": Loadable("copy", copy, PARAMS),
-            "gemma": Loadable("gemma", gemma_path, PARAMS, title="Gemma 3 270M")}
+    return {
+        "smol": Loadable("smol", smollm2_path, PARAMS, aliases=("smollm2",)),
+        "copy": Loadable("copy", copy, PARAMS),
+        "gemma": Loadable("gemma", gemma_path, PARAMS, title="Gemma 3 270M"),
+    }
 
 
 class Counting:
@@ -89,8 +92,9 @@ def loaded(host: ModelHost) -> list[str]:
     return sorted(h.name for h in host.hosted() if h.state == "ready")
 
 
-def test_a_model_is_loaded_on_demand_by_any_of_its_names(make_host: Callable[..., ModelHost],
-                                                         specs: dict[str, Loadable]) -> None:
+def test_a_model_is_loaded_on_demand_by_any_of_its_names(
+    make_host: Callable[..., ModelHost], specs: dict[str, Loadable]
+) -> None:
     host = make_host()
     assert loaded(host) == []
     for name in ("smol", "SMOLLM2", specs["smol"].path.name, specs["smol"].path.stem):
@@ -137,7 +141,8 @@ def test_eight_waiters_share_one_load(make_host: Callable[..., ModelHost]) -> No
 
 
 def test_an_idle_model_goes_after_its_keep_alive_and_never_while_in_use(
-        make_host: Callable[..., ModelHost]) -> None:
+    make_host: Callable[..., ModelHost],
+) -> None:
     host = make_host(default_keep_s=3.0)  # long enough that a busy machine reads the countdown
     lease = host.acquire("smol")
     time.sleep(3.5)  # longer than its keep-alive, but it is in use
@@ -175,7 +180,8 @@ def test_a_pinned_model_stays(make_host: Callable[..., ModelHost]) -> None:
 
 
 def test_the_least_recently_used_idle_model_makes_room(
-        make_host: Callable[..., ModelHost], specs: dict[str, Loadable]) -> None:
+    make_host: Callable[..., ModelHost], specs: dict[str, Loadable]
+) -> None:
     # Room for Gemma and one SmolLM2 (~970 MiB), not for all three (~1.2 GiB).
     host = make_host(budget_mib=1100)
     host.acquire("smol").release()
@@ -195,9 +201,12 @@ def test_no_room_is_a_refusal_with_the_reason(make_host: Callable[..., ModelHost
     with pytest.raises(NoRoom) as e:
         small.acquire("gemma")
     msg = str(e.value)
-    assert re.fullmatch(r"loading Gemma 3 270M needs \d{3} MiB of RAM; 500 MiB free of the "
-                        r"500 MiB budget; every loaded model is busy, pinned or held by a "
-                        r"client", msg), msg
+    assert re.fullmatch(
+        r"loading Gemma 3 270M needs \d{3} MiB of RAM; 500 MiB free of the "
+        r"500 MiB budget; every loaded model is busy, pinned or held by a "
+        r"client",
+        msg,
+    ), msg
     assert loaded(small) == [] and small.hosted() == []
 
     # Busy models are not evicted: the request is refused, they go on.
@@ -209,8 +218,9 @@ def test_no_room_is_a_refusal_with_the_reason(make_host: Callable[..., ModelHost
         assert smol.model.generate(HI, TWO).consume()
 
 
-def test_a_model_a_client_holds_is_never_evicted(make_host: Callable[..., ModelHost],
-                                                specs: dict[str, Loadable]) -> None:
+def test_a_model_a_client_holds_is_never_evicted(
+    make_host: Callable[..., ModelHost], specs: dict[str, Loadable]
+) -> None:
     host = make_host(budget_mib=1100)
     chat = Model(specs["gemma"].path, PARAMS)
     host.add("chat-model", chat, owner="chat")
@@ -223,8 +233,8 @@ def test_a_model_a_client_holds_is_never_evicted(make_host: Callable[..., ModelH
 
 
 def test_a_file_that_fails_to_load_fails_its_requests_only(
-        make_host: Callable[..., ModelHost], specs: dict[str, Loadable],
-        tmp_path: Path) -> None:
+    make_host: Callable[..., ModelHost], specs: dict[str, Loadable], tmp_path: Path
+) -> None:
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(specs["smol"].path.read_bytes()[: 4 << 20])  # cut short
     catalog = [*specs.values(), Loadable("broken", bad, PARAMS)]
@@ -260,7 +270,8 @@ def test_budgets_are_checked() -> None:
 
 
 def test_a_client_hands_over_a_model_other_clients_use(
-        make_host: Callable[..., ModelHost], specs: dict[str, Loadable]) -> None:
+    make_host: Callable[..., ModelHost], specs: dict[str, Loadable]
+) -> None:
     """The chat switching models: its old model stays for the API's requests (and goes after
     the keep-alive once they are done); one nobody else used is the client's to free."""
     host = make_host(default_keep_s=1.0)
@@ -292,7 +303,8 @@ def test_a_client_hands_over_a_model_other_clients_use(
 
 
 def test_a_client_takes_the_model_the_host_loaded_instead_of_a_copy(
-        make_host: Callable[..., ModelHost], specs: dict[str, Loadable]) -> None:
+    make_host: Callable[..., ModelHost], specs: dict[str, Loadable]
+) -> None:
     host = make_host(loader=(loader := Counting()))
     seen: list[tuple[str, bool]] = []
     host.on_change(lambda name, model: seen.append((name, model is not None)))
@@ -316,7 +328,8 @@ def test_a_client_takes_the_model_the_host_loaded_instead_of_a_copy(
 
 
 def test_a_client_load_makes_room_by_evicting_idle_models(
-        make_host: Callable[..., ModelHost], specs: dict[str, Loadable]) -> None:
+    make_host: Callable[..., ModelHost], specs: dict[str, Loadable]
+) -> None:
     host = make_host(budget_mib=1100)
     host.acquire("gemma").release()
     host.acquire("smol").release()
@@ -328,5 +341,7 @@ def test_a_client_load_makes_room_by_evicting_idle_models(
         short = small.make_room(specs["gemma"])
     assert short is not None and re.fullmatch(
         r"loading Gemma 3 270M needs \d{3} MiB of RAM; \d{3} MiB free of the 900 MiB budget; "
-        r"every loaded model is busy, pinned or held by a client", short), short
+        r"every loaded model is busy, pinned or held by a client",
+        short,
+    ), short
     assert loaded(small) == ["smol"]

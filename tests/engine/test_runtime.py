@@ -102,8 +102,11 @@ def test_follow_up_reuses_kv_cache(smollm2: Model) -> None:
     smollm2.reset_cache()
     first = smollm2.generate(QUESTION, GREEDY)
     answer = first.consume()
-    follow = [*QUESTION, {"role": "assistant", "content": answer},
-              {"role": "user", "content": "And three secondary colors?"}]
+    follow = [
+        *QUESTION,
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "And three secondary colors?"},
+    ]
     second = smollm2.generate(follow, GREEDY)
     second.consume()
     assert second.stats.cached_tokens >= len(first.prompt)
@@ -116,8 +119,9 @@ def test_max_tokens_and_stop_strings(smollm2: Model) -> None:
     g.consume()
     assert g.stats.stop_reason == "length" and g.stats.gen_tokens == 5
     smollm2.reset_cache()
-    g = smollm2.complete("1, 2, 3, 4, 5,", SamplingParams(temperature=0, max_tokens=40,
-                                                          stop=(" 9",)))
+    g = smollm2.complete(
+        "1, 2, 3, 4, 5,", SamplingParams(temperature=0, max_tokens=40, stop=(" 9",))
+    )
     text = g.consume()
     assert g.stats.stop_reason == "stop_string"
     assert " 9" not in text and text.strip().startswith("6")
@@ -125,10 +129,12 @@ def test_max_tokens_and_stop_strings(smollm2: Model) -> None:
 
 def test_utf8_pieces_never_split(smollm2: Model) -> None:
     smollm2.reset_cache()
-    pieces = list(smollm2.generate(
-        [{"role": "user", "content": "Repeat exactly: 日本語のテキスト 🎉🎉 café"}],
-        SamplingParams(temperature=0, max_tokens=48),
-    ))
+    pieces = list(
+        smollm2.generate(
+            [{"role": "user", "content": "Repeat exactly: 日本語のテキスト 🎉🎉 café"}],
+            SamplingParams(temperature=0, max_tokens=48),
+        )
+    )
     assert pieces
     for p in pieces:
         assert "\ufffd" not in p
@@ -139,8 +145,10 @@ def test_utf8_pieces_never_split(smollm2: Model) -> None:
 
 def test_prompt_longer_than_context(smollm2_path: Path) -> None:
     # llama.cpp rounds small contexts up to 256 tokens; the message names the real size.
-    with (Model(smollm2_path, LoadParams(n_ctx=64, n_threads=2)) as m,
-          pytest.raises(EngineError, match="context holds") as exc):
+    with (
+        Model(smollm2_path, LoadParams(n_ctx=64, n_threads=2)) as m,
+        pytest.raises(EngineError, match="context holds") as exc,
+    ):
         m.generate([{"role": "user", "content": "word " * 400}], GREEDY)
     assert f"context holds {m.n_ctx};" in str(exc.value)
 
@@ -148,8 +156,12 @@ def test_prompt_longer_than_context(smollm2_path: Path) -> None:
 def test_an_unloaded_model_refuses_work_instead_of_crashing(smollm2_path: Path) -> None:
     m = Model(smollm2_path, LoadParams(n_ctx=256, n_threads=1))
     m.close()
-    for call in (lambda: m.tokenize("hello"), lambda: m.token_bytes(1),
-                 lambda: m.generate(QUESTION, GREEDY), lambda: m.is_eog(2)):
+    for call in (
+        lambda: m.tokenize("hello"),
+        lambda: m.token_bytes(1),
+        lambda: m.generate(QUESTION, GREEDY),
+        lambda: m.is_eog(2),
+    ):
         with pytest.raises(EngineError, match="has been unloaded"):
             call()
 
@@ -197,8 +209,7 @@ def test_switching_back_to_a_conversation_restores_its_kv_state(smollm2: Model) 
     a1 = [{"role": "user", "content": story}]
 
     def follow_up(answer: str) -> list[dict[str, str]]:
-        return [*a1, {"role": "assistant", "content": answer},
-                {"role": "user", "content": "More?"}]
+        return [*a1, {"role": "assistant", "content": answer}, {"role": "user", "content": "More?"}]
 
     # Reference: the follow-up right after the first turn, the KV cache never left.
     cache, smollm2.state_cache = smollm2.state_cache, None

@@ -31,8 +31,7 @@ QUESTIONS = [
 # batch-invariant twin of SmolLM2, loaded where the engine can guarantee that (tests/exactness).
 @pytest.fixture(scope="module")
 def model(exact_smollm2_path: Path) -> Iterator[Model]:
-    m = Model(exact_smollm2_path, exact_load(n_ctx=1024 * N_SLOTS, n_seq_max=N_SLOTS,
-                                             n_threads=2))
+    m = Model(exact_smollm2_path, exact_load(n_ctx=1024 * N_SLOTS, n_seq_max=N_SLOTS, n_threads=2))
     yield m
     m.close()
 
@@ -83,8 +82,9 @@ class Collector:
             self.finished = ev
 
 
-def submit(sched: Scheduler, model: Model, question: str,
-           sampling: SamplingParams = GREEDY) -> tuple[Request, Collector]:
+def submit(
+    sched: Scheduler, model: Model, question: str, sampling: SamplingParams = GREEDY
+) -> tuple[Request, Collector]:
     col = Collector()
     req = sched.submit(model.chat_tokens([{"role": "user", "content": question}]), sampling, col)
     return req, col
@@ -104,8 +104,9 @@ def assert_no_leak(sched: Scheduler) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # takes minutes when other jobs share the 2 cores
-def test_concurrent_greedy_matches_sequential_and_runtime(sched: Scheduler, model: Model,
-                                                          single: Model) -> None:
+def test_concurrent_greedy_matches_sequential_and_runtime(
+    sched: Scheduler, model: Model, single: Model
+) -> None:
     assert model.exactness.exact, model.exactness.reason  # the twin is invariant on x86
     sequential = []
     for q in QUESTIONS:
@@ -153,11 +154,16 @@ def test_cancel_frees_slot_and_kv_cells(sched: Scheduler, model: Model) -> None:
 
 
 def test_request_joins_and_leaves_while_another_runs(sched: Scheduler, model: Model) -> None:
-    long_req, long_col = submit(sched, model, "Write a very long story about a dragon.",
-                                SamplingParams(temperature=0.0, max_tokens=300))
+    long_req, long_col = submit(
+        sched,
+        model,
+        "Write a very long story about a dragon.",
+        SamplingParams(temperature=0.0, max_tokens=300),
+    )
     assert long_col.first_piece.wait(60)
-    short_req, short_col = submit(sched, model, "Say hi.",
-                                  SamplingParams(temperature=0.0, max_tokens=3))
+    short_req, short_col = submit(
+        sched, model, "Say hi.", SamplingParams(temperature=0.0, max_tokens=3)
+    )
     wait(short_req)
     # The short request joined between steps and finished while the long one kept going.
     assert not long_req.done.is_set()
@@ -183,15 +189,23 @@ def test_prompt_prefix_is_reused(sched: Scheduler, model: Model) -> None:
 
 
 def test_stop_string_and_max_tokens(sched: Scheduler, model: Model) -> None:
-    req, col = submit(sched, model, "Count from one to ten, with digits, separated by commas.",
-                      SamplingParams(temperature=0.0, max_tokens=60))
+    req, col = submit(
+        sched,
+        model,
+        "Count from one to ten, with digits, separated by commas.",
+        SamplingParams(temperature=0.0, max_tokens=60),
+    )
     wait(req)
     assert col.finished is not None
     full = col.finished.text
     assert "3" in full
     stop_at = full.index("3")
-    req2, col2 = submit(sched, model, "Count from one to ten, with digits, separated by commas.",
-                        SamplingParams(temperature=0.0, max_tokens=60, stop=("3",)))
+    req2, col2 = submit(
+        sched,
+        model,
+        "Count from one to ten, with digits, separated by commas.",
+        SamplingParams(temperature=0.0, max_tokens=60, stop=("3",)),
+    )
     wait(req2)
     assert col2.finished is not None
     same_greedy(model, col2.finished.text, full[:stop_at])
@@ -227,8 +241,12 @@ def test_queue_full_is_refused(model: Model) -> None:
 
 def test_timeout_and_bad_requests(sched: Scheduler, model: Model) -> None:
     col = Collector()
-    req = sched.submit(model.chat_tokens([{"role": "user", "content": "Write a long story."}]),
-                       SamplingParams(temperature=0.0, max_tokens=2000), col, timeout_s=0.5)
+    req = sched.submit(
+        model.chat_tokens([{"role": "user", "content": "Write a long story."}]),
+        SamplingParams(temperature=0.0, max_tokens=2000),
+        col,
+        timeout_s=0.5,
+    )
     wait(req)
     assert col.finished is not None and col.finished.stats.stop_reason == "timeout"
     with pytest.raises(EngineError, match="empty"):
@@ -283,8 +301,7 @@ def consecutive(ids: list[int]) -> bool:
     return ids == list(range(ids[0], ids[0] + len(ids))) if ids else True
 
 
-def test_prefix_is_copied_to_a_slot_next_to_the_busy_ones(sched: Scheduler,
-                                                            model: Model) -> None:
+def test_prefix_is_copied_to_a_slot_next_to_the_busy_ones(sched: Scheduler, model: Model) -> None:
     """llama.cpp cuts a step at every break in the sequence ids, so a request goes next to the
     busy slots even when its prefix is cached elsewhere; the prefix is copied over and the
     answer is the same as when it was computed from scratch."""
@@ -293,8 +310,12 @@ def test_prefix_is_copied_to_a_slot_next_to_the_busy_ones(sched: Scheduler,
     wait(first)
     assert col1.finished is not None
     home = next(s["id"] for s in sched.snapshot().slots if s["cached_tokens"] > 0)
-    long_req, long_col = submit(sched, model, "Write a very long story about a dragon.",
-                                SamplingParams(temperature=0.0, max_tokens=300))
+    long_req, long_col = submit(
+        sched,
+        model,
+        "Write a very long story about a dragon.",
+        SamplingParams(temperature=0.0, max_tokens=300),
+    )
     assert long_col.first_piece.wait(60)
     # A new conversation takes an empty slot (the cached one is kept) but still skips the
     # system prompt it shares with the cached one.
@@ -318,8 +339,9 @@ def test_prefix_is_copied_to_a_slot_next_to_the_busy_ones(sched: Scheduler,
     assert_no_leak(sched)
 
 
-def test_a_hole_is_closed_and_the_moved_request_is_unchanged(sched: Scheduler,
-                                                             model: Model) -> None:
+def test_a_hole_is_closed_and_the_moved_request_is_unchanged(
+    sched: Scheduler, model: Model
+) -> None:
     """Cancelling the middle one of three busy slots leaves a hole; an end slot's request moves
     into it (its KV cells copied) and still produces exactly its greedy answer."""
     sp = SamplingParams(temperature=0.0, max_tokens=64)

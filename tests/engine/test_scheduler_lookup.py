@@ -16,8 +16,10 @@ from engine.settings import LoadParams, SamplingParams, SpeculativeSettings
 from tests.engine.test_scheduler import assert_no_leak, submit, wait
 from tests.exactness import assert_same_greedy, exact_load
 
-QUOTE = ("The quick brown fox jumps over the lazy dog. The early bird catches the worm. "
-         "Repeat both sentences exactly, then repeat them again.")
+QUOTE = (
+    "The quick brown fox jumps over the lazy dog. The early bird catches the worm. "
+    "Repeat both sentences exactly, then repeat them again."
+)
 # Drafts copy text the repeat penalty would discourage: these tests measure drafting alone.
 GREEDY = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=40)
 
@@ -25,13 +27,23 @@ GREEDY = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=40)
 def params(lookup: bool) -> LoadParams:
     # Where the engine can guarantee that one token and a batch get the same logits, drafted
     # output must equal plain output (tests/exactness.py, docs/speculative.md).
-    return exact_load(n_ctx=1024 * 2, n_seq_max=2, n_threads=2, state_cache_mb=0,
-                      speculative=SpeculativeSettings("lookup") if lookup else None)
+    return exact_load(
+        n_ctx=1024 * 2,
+        n_seq_max=2,
+        n_threads=2,
+        state_cache_mb=0,
+        speculative=SpeculativeSettings("lookup") if lookup else None,
+    )
 
 
 def same_as_plain(m: Model, got: str, want: str) -> None:
-    assert_same_greedy(m.exactness, got, want, positions=len(m.chat_tokens(
-        [{"role": "user", "content": QUOTE}])) + GREEDY.max_tokens, batch=GREEDY.max_tokens)
+    assert_same_greedy(
+        m.exactness,
+        got,
+        want,
+        positions=len(m.chat_tokens([{"role": "user", "content": QUOTE}])) + GREEDY.max_tokens,
+        batch=GREEDY.max_tokens,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -68,22 +80,29 @@ def test_lone_request_drafts_and_matches_plain(lookup_model: Model, plain_text: 
 
 
 @pytest.mark.parametrize("max_tokens", [3, 9, 17])
-def test_stopping_inside_accepted_drafts_leaves_no_cells(lookup_model: Model,
-                                                         plain_text: str,
-                                                         max_tokens: int) -> None:
+def test_stopping_inside_accepted_drafts_leaves_no_cells(
+    lookup_model: Model, plain_text: str, max_tokens: int
+) -> None:
     sched = lookup_model.loop
-    req, col = submit(sched, lookup_model, QUOTE,
-                      SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=max_tokens))
+    req, col = submit(
+        sched,
+        lookup_model,
+        QUOTE,
+        SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=max_tokens),
+    )
     wait(req)
     assert col.finished is not None
-    same_as_plain(lookup_model, col.finished.text, plain_text[:len(col.finished.text)])
+    same_as_plain(lookup_model, col.finished.text, plain_text[: len(col.finished.text)])
     # The answer may end before the limit (how long it is depends on the CPU's kernels).
     assert req.stats.gen_tokens == max_tokens or req.stats.stop_reason == "stop"
     assert_no_leak(sched)
     # The slot's cached prefix is usable by the next turn: the same request again.
-    again, col2 = submit(sched, lookup_model, QUOTE,
-                         SamplingParams(temperature=0, repeat_penalty=1.0,
-                                        max_tokens=max_tokens))
+    again, col2 = submit(
+        sched,
+        lookup_model,
+        QUOTE,
+        SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=max_tokens),
+    )
     wait(again)
     assert col2.finished is not None
     same_as_plain(lookup_model, col2.finished.text, col.finished.text)
@@ -95,8 +114,12 @@ def test_concurrent_requests_decode_plainly(lookup_model: Model, plain_text: str
     """Two requests at once: no drafting while both are in flight (the batch is shared)."""
     sched = lookup_model.loop
     a, col_a = submit(sched, lookup_model, QUOTE, GREEDY)
-    b, col_b = submit(sched, lookup_model, "Name three colors.",
-                      SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=40))
+    b, col_b = submit(
+        sched,
+        lookup_model,
+        "Name three colors.",
+        SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=40),
+    )
     wait(a)
     wait(b)
     assert col_a.finished is not None and col_b.finished is not None
@@ -132,8 +155,13 @@ def test_cells_match_the_slot_when_the_request_is_reported_done(smollm2_path: Pa
 
         def on_event(ev: Event) -> None:
             if isinstance(ev, Finished):  # on the scheduler's thread, as the request ends
-                seen.append((sched.kv_positions()[0], sched.snapshot().slots[0]["cached_tokens"],
-                             prompt_len[0] + ev.stats.gen_tokens))
+                seen.append(
+                    (
+                        sched.kv_positions()[0],
+                        sched.snapshot().slots[0]["cached_tokens"],
+                        prompt_len[0] + ev.stats.gen_tokens,
+                    )
+                )
 
         for max_tokens in range(3, 26, 3):
             sampling = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=max_tokens)

@@ -37,9 +37,13 @@ from tests.exactness import assert_same_greedy
 
 # Short prompts and answers (under 64 and 256 tokens): where `Model.exactness` covers them,
 # greedy output must match plain decoding token for token (tests/exactness.py).
-QUOTE = [{"role": "user", "content":
-          "The quick brown fox jumps over the lazy dog. The early bird catches the worm. "
-          "Repeat both sentences exactly, then repeat them again."}]
+QUOTE = [
+    {
+        "role": "user",
+        "content": "The quick brown fox jumps over the lazy dog. The early bird catches the worm. "
+        "Repeat both sentences exactly, then repeat them again.",
+    }
+]
 FREE = [{"role": "user", "content": "Write a short list of three fruits and their colors."}]
 # Drafts copy text the repeat penalty would discourage: these tests measure drafting alone.
 GREEDY = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=32)
@@ -52,13 +56,17 @@ def exact_params(**kw: Any) -> LoadParams:
 
 def self_drafting(path: Path, **kw: Any) -> LoadParams:
     """`path` drafting for itself: its drafts are always right, the strictest check."""
-    return exact_params(speculative=SpeculativeSettings(mode="draft", draft_model=str(path),
-                                                        draft_max=kw.pop("draft_max", 5)),
-                        **kw)
+    return exact_params(
+        speculative=SpeculativeSettings(
+            mode="draft", draft_model=str(path), draft_max=kw.pop("draft_max", 5)
+        ),
+        **kw,
+    )
 
 
-def same(m: Model, got: list[int], ref: list[int], *, positions: int = 255,
-         batch: int = 63) -> None:
+def same(
+    m: Model, got: list[int], ref: list[int], *, positions: int = 255, batch: int = 63
+) -> None:
     assert_same_greedy(m.exactness, got, ref, positions=positions, batch=batch)
 
 
@@ -76,9 +84,12 @@ def smollm2(exact_smollm2_path: Path) -> Iterator[Model]:
 @pytest.fixture(scope="module")
 def self_draft(exact_smollm2_path: Path) -> Iterator[Model]:
     """SmolLM2 loaded with itself as its draft model (the target loads the draft)."""
-    model = Model(exact_smollm2_path, self_drafting(exact_smollm2_path, n_ctx=1024,
-                                                    n_threads=1, state_cache_mb=0,
-                                                    flash_attn="on"))
+    model = Model(
+        exact_smollm2_path,
+        self_drafting(
+            exact_smollm2_path, n_ctx=1024, n_threads=1, state_cache_mb=0, flash_attn="on"
+        ),
+    )
     assert model.speculator is not None
     yield model
     model.close()
@@ -107,8 +118,10 @@ def assert_kv_clean(model: Model) -> None:
     C = llama_lib.lib()
 
     def draft_cells() -> list[tuple[int, int]]:
-        return [(int(C.llama_memory_seq_pos_max(spec.draft.memory_ptr, seq)) + 1,
-                 len(spec.tokens(seq))) for seq in range(loop.n_slots)]
+        return [
+            (int(C.llama_memory_seq_pos_max(spec.draft.memory_ptr, seq)) + 1, len(spec.tokens(seq)))
+            for seq in range(loop.n_slots)
+        ]
 
     for held, tracked in loop.call_soon(draft_cells):
         assert held == tracked
@@ -193,12 +206,16 @@ def test_follow_up_turn_reuses_cache(smollm2: Model) -> None:
     """A follow-up turn reuses the prompt and reply a speculative generation left in the cache."""
     smollm2.reset_cache()
     first = smollm2.generate(QUOTE, GREEDY, spec="lookup").consume()
-    turn2 = [*QUOTE, {"role": "assistant", "content": first},
-             {"role": "user", "content": "Now only the first sentence."}]
+    turn2 = [
+        *QUOTE,
+        {"role": "assistant", "content": first},
+        {"role": "user", "content": "Now only the first sentence."},
+    ]
     # Not "reproducible" sampling (engine.host.batch_plan), so the reply's cells are reused too;
     # top-k 1 keeps it greedy in effect.
-    gen = smollm2.generate(turn2, SamplingParams(temperature=0.7, top_k=1, max_tokens=20),
-                           spec="lookup")
+    gen = smollm2.generate(
+        turn2, SamplingParams(temperature=0.7, top_k=1, max_tokens=20), spec="lookup"
+    )
     assert gen.consume()
     # The KV cells it reused (and left) are exactly the ones the engine tracks.
     assert gen.stats.cached_tokens > len(smollm2.chat_tokens(QUOTE))
@@ -219,14 +236,16 @@ def test_early_stop_leaves_no_stray_cells(smollm2: Model, max_tokens: int) -> No
     prompt = smollm2.chat_tokens(QUOTE)
     held = cached(smollm2)
     assert held[: len(prompt)] == prompt
-    assert held[len(prompt):] == gen.tokens[: len(held) - len(prompt)]
+    assert held[len(prompt) :] == gen.tokens[: len(held) - len(prompt)]
 
 
 def test_stop_string_and_close_mid_draft(smollm2: Model) -> None:
     smollm2.reset_cache()
-    gen = smollm2.generate(QUOTE, SamplingParams(temperature=0, repeat_penalty=1.0,
-                                                 max_tokens=60, stop=("worm",)),
-                           spec="lookup")
+    gen = smollm2.generate(
+        QUOTE,
+        SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=60, stop=("worm",)),
+        spec="lookup",
+    )
     text = gen.consume()
     assert gen.stats.stop_reason == "stop_string"
     assert "worm" not in text
@@ -268,8 +287,9 @@ def cancel_after_pieces(model: Model, n_pieces: int, spec: SpecMode | None) -> G
             if len(pieces) == n_pieces:
                 cancel.set()
 
-    req = model.loop.submit(model.chat_tokens(QUOTE), GREEDY, on_event, cancel=cancel,
-                            interactive=True, spec=spec)
+    req = model.loop.submit(
+        model.chat_tokens(QUOTE), GREEDY, on_event, cancel=cancel, interactive=True, spec=spec
+    )
     assert req.done.wait(120)
     return req.stats
 
@@ -285,20 +305,23 @@ def test_cancel_leaves_no_stray_cells(smollm2: Model, self_draft: Model) -> None
         # A cancelled request's cells are freed at once (the client is gone).
         assert cached(model) == []
         # And the loop serves the next request.
-        nxt = model.generate(QUOTE, SamplingParams(temperature=0, repeat_penalty=1.0,
-                                                   max_tokens=8), spec=spec)
+        nxt = model.generate(
+            QUOTE, SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=8), spec=spec
+        )
         nxt.consume()
         assert nxt.stats.stop_reason in ("stop", "length")
         assert_kv_clean(model)
 
 
 def test_context_full(smollm2_path: Path) -> None:
-    with Model(smollm2_path, exact_params(n_ctx=256, n_threads=1, state_cache_mb=0,
-                                          flash_attn="on")) as small:
+    with Model(
+        smollm2_path, exact_params(n_ctx=256, n_threads=1, state_cache_mb=0, flash_attn="on")
+    ) as small:
         # A prompt that leaves ~12 free cells.
         text = "one two three four five six seven eight nine ten" + " one" * 180
-        while len(small.chat_tokens([{"role": "user", "content": text + " one"}])) \
-                < small.n_ctx - 12:
+        while (
+            len(small.chat_tokens([{"role": "user", "content": text + " one"}])) < small.n_ctx - 12
+        ):
             text += " one"
         messages = [{"role": "user", "content": text + "\nCount on, in words."}]
         s = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=200)
@@ -308,8 +331,7 @@ def test_context_full(smollm2_path: Path) -> None:
         gen.consume()
         assert gen.stats.stop_reason == "context_full"
         # A prompt of ~240 tokens is one big batch: past what the guarantee covers.
-        same(small, gen.tokens, ref, positions=small.n_ctx,
-             batch=len(small.chat_tokens(messages)))
+        same(small, gen.tokens, ref, positions=small.n_ctx, batch=len(small.chat_tokens(messages)))
         assert_kv_clean(small)
         assert len(cached(small)) <= small.n_ctx - 1
 
@@ -327,8 +349,9 @@ def test_seeded_sampling_matches_plain(smollm2: Model) -> None:
 
 def test_vocabulary_mismatch_refused(smollm2: Model, gemma_path: Path) -> None:
     # Gemma loaded the way a target loads its draft model, then offered as one.
-    gemma = Model(gemma_path, draft_params(smollm2.params, n_ctx=256, n_seq_max=1),
-                  decode_loop=False)
+    gemma = Model(
+        gemma_path, draft_params(smollm2.params, n_ctx=256, n_seq_max=1), decode_loop=False
+    )
     try:
         with pytest.raises(EngineError, match="262144 tokens, the model's has 49152"):
             check_vocab(smollm2, gemma)
@@ -389,7 +412,7 @@ def test_draft_length_follows_the_agreement() -> None:
     quote = list(range(100, 160))
     p = PromptLookup()
     p.begin([*quote, 7, *quote[:30]])
-    assert p.propose(64) == quote[30:30 + PromptLookup.draft_len(30)]
+    assert p.propose(64) == quote[30 : 30 + PromptLookup.draft_len(30)]
     assert p.last_match >= 16 and PromptLookup.draft_len(30) >= 8
 
 
@@ -430,15 +453,22 @@ def test_settings_validation(smollm2: Model) -> None:
     assert not smollm2.params.drafting and smollm2.speculator is None
     # A draft model that cannot be read fails the target's load (and leaves no loop behind).
     with pytest.raises((EngineError, GGUFError, OSError)):
-        Model(smollm2.path, exact_params(
-            n_ctx=256, n_threads=1, state_cache_mb=0,
-            speculative=SpeculativeSettings(mode="draft", draft_model="/nonexistent.gguf")))
+        Model(
+            smollm2.path,
+            exact_params(
+                n_ctx=256,
+                n_threads=1,
+                state_cache_mb=0,
+                speculative=SpeculativeSettings(mode="draft", draft_model="/nonexistent.gguf"),
+            ),
+        )
 
 
 def test_verification_batches_do_not_count_as_prompt_work(smollm2: Model) -> None:
     smollm2.reset_cache()
-    gen = smollm2.generate(QUOTE, SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=48),
-                           spec="lookup")
+    gen = smollm2.generate(
+        QUOTE, SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=48), spec="lookup"
+    )
     gen.consume()
     st = gen.stats
     assert st.draft_tokens > 0
@@ -454,8 +484,9 @@ def test_small_context_batch_limit(exact_smollm2_path: Path) -> None:
     longer than that (a draft model asked for 64 tokens a step, prompt lookup for its own
     lengths), and the cache never holds more than the context (this used to abort inside
     llama.cpp)."""
-    params = self_drafting(exact_smollm2_path, draft_max=64, n_ctx=64, n_threads=1,
-                           state_cache_mb=0, flash_attn="on")
+    params = self_drafting(
+        exact_smollm2_path, draft_max=64, n_ctx=64, n_threads=1, state_cache_mb=0, flash_attn="on"
+    )
     with Model(exact_smollm2_path, params) as small:
         assert small.n_batch == 64 < small.n_ctx
         text = "alpha beta gamma delta epsilon zeta eta theta iota kappa " * 8
@@ -485,8 +516,9 @@ def test_speculation_set_at_load(exact_smollm2_path: Path, smollm2: Model) -> No
     """LoadParams.speculative: every generation drafts without the caller asking, flash
     attention 'auto' turns on for it, and the text is plain decoding's."""
     ref = plain(smollm2, QUOTE, GREEDY)
-    params = exact_params(n_ctx=1024, n_threads=1, state_cache_mb=0,
-                          speculative=SpeculativeSettings(mode="lookup"))
+    params = exact_params(
+        n_ctx=1024, n_threads=1, state_cache_mb=0, speculative=SpeculativeSettings(mode="lookup")
+    )
     with Model(exact_smollm2_path, params) as m:
         assert m.params.drafting
         assert m.speculator is None  # prompt lookup needs no second model
@@ -510,14 +542,17 @@ def test_speculation_set_at_load(exact_smollm2_path: Path, smollm2: Model) -> No
         assert gen.stats.draft_tokens == 0
 
 
-@pytest.mark.skipif(not (llama_lib.amx_build() and llama_lib.amx_kernels_safe()),
-                    reason="this llama.cpp build has no usable AMX kernels")
+@pytest.mark.skipif(
+    not (llama_lib.amx_build() and llama_lib.amx_kernels_safe()),
+    reason="this llama.cpp build has no usable AMX kernels",
+)
 def test_drafting_with_amx_weights(smollm2_path: Path) -> None:
     """With AMX weights one-token and batch products round differently whatever flash
     attention does, so drafting keeps the faster default (off on a CPU) instead of forcing
     it on; drafts are still verified by the model and leave no stray cells."""
-    params = LoadParams(n_ctx=1024, n_threads=1, state_cache_mb=0,
-                        speculative=SpeculativeSettings(mode="lookup"))
+    params = LoadParams(
+        n_ctx=1024, n_threads=1, state_cache_mb=0, speculative=SpeculativeSettings(mode="lookup")
+    )
     with Model(smollm2_path, params) as m:
         assert not m.exactness.exact and flash_line(m) == "disabled"
         gen = m.generate(QUOTE, GREEDY)
@@ -526,11 +561,13 @@ def test_drafting_with_amx_weights(smollm2_path: Path) -> None:
         assert_kv_clean(m)
 
 
-def test_draft_with_other_vocabulary_refused_at_load(smollm2_path: Path,
-                                                     gemma_path: Path) -> None:
-    params = exact_params(n_ctx=256, n_threads=1, state_cache_mb=0,
-                          speculative=SpeculativeSettings(mode="draft",
-                                                          draft_model=str(gemma_path)))
+def test_draft_with_other_vocabulary_refused_at_load(smollm2_path: Path, gemma_path: Path) -> None:
+    params = exact_params(
+        n_ctx=256,
+        n_threads=1,
+        state_cache_mb=0,
+        speculative=SpeculativeSettings(mode="draft", draft_model=str(gemma_path)),
+    )
     with pytest.raises(EngineError, match=r"cannot be a draft model.*vocabulary") as err:
         Model(smollm2_path, params)
     assert "\n" not in str(err.value)

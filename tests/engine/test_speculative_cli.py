@@ -15,15 +15,33 @@ PROMPT = "Repeat exactly: The early bird catches the worm. The early bird catche
 
 
 def _run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    assert main(["run", "default", PROMPT, "--temperature", "0", "--max-tokens", "24",
-                 "--ctx", "512", "--threads", "2", "--json", *args]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "default",
+                PROMPT,
+                "--temperature",
+                "0",
+                "--max-tokens",
+                "24",
+                "--ctx",
+                "512",
+                "--threads",
+                "2",
+                "--json",
+                *args,
+            ]
+        )
+        == 0
+    )
     out: dict[str, Any] = json.loads(capsys.readouterr().out)
     return out
 
 
-def test_lookup_flag_same_text_and_stats(capsys: pytest.CaptureFixture[str],
-                                         smollm2_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_lookup_flag_same_text_and_stats(
+    capsys: pytest.CaptureFixture[str], smollm2_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Pinned to the build where drafting is exact: no AMX weights (tests/engine/test_amx.py).
     monkeypatch.setattr(llama_lib, "amx_kernels_safe", lambda: False)
     plain = _run_json(capsys)
@@ -36,8 +54,7 @@ def test_lookup_flag_same_text_and_stats(capsys: pytest.CaptureFixture[str],
     assert spec["acceptance_rate"] == round(spec["draft_accepted"] / spec["draft_tokens"], 4)
 
 
-def test_kv_type_shrinks_the_cache(capsys: pytest.CaptureFixture[str],
-                                   smollm2_path: Path) -> None:
+def test_kv_type_shrinks_the_cache(capsys: pytest.CaptureFixture[str], smollm2_path: Path) -> None:
     f16 = _run_json(capsys, "--kv-type", "f16")
     q8 = _run_json(capsys, "--kv-type", "q8_0", "--flash-attn", "on")
     assert q8["kv_type"] == "q8_0" and q8["flash_attn"] == "on"
@@ -46,8 +63,9 @@ def test_kv_type_shrinks_the_cache(capsys: pytest.CaptureFixture[str],
     assert q8["text"]
 
 
-def test_bad_combinations_are_one_line_errors(capsys: pytest.CaptureFixture[str],
-                                              gemma_path: Path) -> None:
+def test_bad_combinations_are_one_line_errors(
+    capsys: pytest.CaptureFixture[str], gemma_path: Path
+) -> None:
     assert main(["run", "default", "hi", "--kv-type", "q4_0", "--flash-attn", "off"]) == 2
     err = capsys.readouterr().err
     assert "quantized V cache needs flash attention" in err and "Traceback" not in err

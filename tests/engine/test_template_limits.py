@@ -39,14 +39,18 @@ HOSTILE: dict[str, tuple[str, str]] = {
         "{{ range(10**9)|join(',') }}",
         P + "tried to build a range() of 1,000,000,000 items (the limit is 100,000)",
     ),
-    "a recursive macro": ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
-                          P + "recursed too deeply"),
+    "a recursive macro": (
+        "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+        P + "recursed too deeply",
+    ),
     "a macro calling itself twice": (
         "{% macro f(n) %}{% if n %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(60) }}",
         STEPS,
     ),
-    "a recursive loop": ("{% for x in [1] recursive %}{{ loop([1]) }}{% endfor %}",
-                         P + "recursed too deeply"),
+    "a recursive loop": (
+        "{% for x in [1] recursive %}{{ loop([1]) }}{% endfor %}",
+        P + "recursed too deeply",
+    ),
     "'x' * 10**9": ("{{ 'x' * 10**9 }}", TOO_LONG),
     "|center(10**9)": ("{{ 'x'|center(1000000000) }}", TOO_LONG),
     ".ljust(10**9)": ("{{ 'x'.ljust(1000000000) }}", TOO_LONG),
@@ -100,13 +104,17 @@ HOSTILE: dict[str, tuple[str, str]] = {
     ),
     "().__class__.__mro__": ("{{ ().__class__.__mro__ }}", _unsafe("__class__", "tuple")),
     "cycler.__init__.__globals__": (
-        "{{ cycler.__init__.__globals__ }}", _unsafe("__init__", "type")),
+        "{{ cycler.__init__.__globals__ }}",
+        _unsafe("__init__", "type"),
+    ),
     "self._TemplateReference__context": (
         "{{ self._TemplateReference__context }}",
         _unsafe("_TemplateReference__context", "TemplateReference"),
     ),
     "a format field reaching __class__": (
-        "{{ '{0.__class__}'.format(1) }}", _unsafe("__class__", "int")),
+        "{{ '{0.__class__}'.format(1) }}",
+        _unsafe("__class__", "int"),
+    ),
     "lipsum(10**6)": ("{{ lipsum(10**6) }}", P + "failed: 'lipsum' is undefined"),
 }
 
@@ -216,21 +224,31 @@ TOOLS = [{"name": "a", "parameters": {"x": "é"}}, {"name": "b", "parameters": {
 TREE = [{"name": "r", "kids": [{"name": "c", "kids": []}]}]
 CONVERSATIONS: list[list[dict[str, Any]]] = [
     MSGS,
-    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
-     {"role": "assistant", "content": "<think>hm</think>\n\nHello!"},
-     {"role": "user", "content": " a\nb  " + "é" * 50}],
-    [{"role": "user", "content": "x" * 200_000}, {"role": "assistant", "content": "y"},
-     {"role": "user", "content": "z"}],
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "<think>hm</think>\n\nHello!"},
+        {"role": "user", "content": " a\nb  " + "é" * 50},
+    ],
+    [
+        {"role": "user", "content": "x" * 200_000},
+        {"role": "assistant", "content": "y"},
+        {"role": "user", "content": "z"},
+    ],
 ]
 
 
 def _plain_jinja(source: str, messages: list[dict[str, Any]], generation: bool) -> str:
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False,
-                                                             indent=indent)
+    env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False, indent=indent)
     return env.from_string(source).render(
-        messages=messages, add_generation_prompt=generation, bos_token="<s>",
-        eos_token="</s>", tools=TOOLS, tree=TREE)
+        messages=messages,
+        add_generation_prompt=generation,
+        bos_token="<s>",
+        eos_token="</s>",
+        tools=TOOLS,
+        tree=TREE,
+    )
 
 
 def _same_as_jinja(source: str) -> None:
@@ -238,8 +256,10 @@ def _same_as_jinja(source: str) -> None:
     for messages in CONVERSATIONS:
         for generation in (True, False):
             expected = _plain_jinja(source, messages, generation)
-            assert t.render(messages, add_generation_prompt=generation, tools=TOOLS,
-                            tree=TREE) == expected
+            assert (
+                t.render(messages, add_generation_prompt=generation, tools=TOOLS, tree=TREE)
+                == expected
+            )
 
 
 def test_smollm2_template_renders_as_jinja_does(smollm2_path: Path) -> None:
@@ -255,12 +275,14 @@ def test_gemma3_template_renders_as_jinja_does() -> None:
 def test_template_features_render_as_jinja_does() -> None:
     _same_as_jinja(FEATURES)
     assert "last of 4, 004|user|" in ChatTemplate(FEATURES).render(
-        CONVERSATIONS[1], tools=TOOLS, tree=TREE)
+        CONVERSATIONS[1], tools=TOOLS, tree=TREE
+    )
 
 
 def test_long_conversation_stays_inside_the_budgets() -> None:
-    messages = [{"role": ("user", "assistant")[i % 2], "content": f"turn {i} " * 20}
-                for i in range(5000)]
+    messages = [
+        {"role": ("user", "assistant")[i % 2], "content": f"turn {i} " * 20} for i in range(5000)
+    ]
     t0 = time.perf_counter()
     text = ChatTemplate(GEMMA3, bos_token="<s>").render(messages)
     assert time.perf_counter() - t0 < template_sandbox.MAX_SECONDS

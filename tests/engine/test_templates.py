@@ -16,9 +16,11 @@ def test_fallback_is_chatml() -> None:
 
 
 def test_special_tokens_and_generation_prompt() -> None:
-    t = ChatTemplate("{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}"
-                     "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}",
-                     bos_token="<s>")
+    t = ChatTemplate(
+        "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}"
+        "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}",
+        bos_token="<s>",
+    )
     assert t.render(MSGS) == "<s>[user]hi[assistant]"
     assert t.render(MSGS, add_generation_prompt=False) == "<s>[user]hi"
 

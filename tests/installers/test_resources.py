@@ -52,8 +52,9 @@ def test_ico_directory_points_at_pngs() -> None:
     sizes = []
     for i in range(count):
         w, h, _c, _r, _planes, _bpp, length, offset = struct.unpack(
-            "<BBBBHHII", data[6 + 16 * i: 22 + 16 * i])
-        blob = data[offset: offset + length]
+            "<BBBBHHII", data[6 + 16 * i : 22 + 16 * i]
+        )
+        blob = data[offset : offset + length]
         assert len(blob) == length
         assert png_size(blob) == (w or 256, h or 256)
         sizes.append(w or 256)
@@ -65,8 +66,8 @@ def test_icns_entries_are_well_formed() -> None:
     assert data[:4] == b"icns" and struct.unpack(">I", data[4:8])[0] == len(data)
     pos, kinds = 8, []
     while pos < len(data):
-        kind, length = data[pos: pos + 4], struct.unpack(">I", data[pos + 4: pos + 8])[0]
-        w, _ = png_size(data[pos + 8: pos + length])
+        kind, length = data[pos : pos + 4], struct.unpack(">I", data[pos + 4 : pos + 8])[0]
+        w, _ = png_size(data[pos + 8 : pos + length])
         assert w == dict(render_icons.ICNS_TYPES)[kind]
         kinds.append(kind)
         pos += length
@@ -94,9 +95,21 @@ def test_desktop_entry_follows_the_spec() -> None:
     assert entry["Icon"] == DESKTOP.name.removesuffix(".desktop")  # the app id names the icon
     assert entry["Categories"].endswith(";") and entry["Keywords"].endswith(";")
     assert entry["Terminal"] == "false"
-    main_categories = {"AudioVideo", "Audio", "Video", "Development", "Education", "Game",
-                       "Graphics", "Network", "Office", "Science", "Settings", "System",
-                       "Utility"}
+    main_categories = {
+        "AudioVideo",
+        "Audio",
+        "Video",
+        "Development",
+        "Education",
+        "Game",
+        "Graphics",
+        "Network",
+        "Office",
+        "Science",
+        "Settings",
+        "System",
+        "Utility",
+    }
     assert main_categories & set(entry["Categories"].split(";"))
 
 

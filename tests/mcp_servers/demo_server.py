@@ -116,8 +116,13 @@ def _run_http(port: int, token: str | None) -> None:
         if scope["type"] == "http" and token is not None:
             headers = dict(scope.get("headers") or [])
             if headers.get(b"authorization") != f"Bearer {token}".encode():
-                await send({"type": "http.response.start", "status": 401,
-                            "headers": [(b"content-type", b"text/plain")]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [(b"content-type", b"text/plain")],
+                    }
+                )
                 await send({"type": "http.response.body", "body": b"missing or wrong token"})
                 return
         await app(scope, receive, send)

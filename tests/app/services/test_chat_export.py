@@ -23,16 +23,23 @@ def store(tmp_path: Path) -> Iterator[ChatStore]:
 
 
 def answers(store: ChatStore) -> int:
-    c = store.create_conversation("Endings", settings={
-        "system_prompt": "You are a lighthouse keeper.\n\nAnswer in one sentence."})
-    for text, status, reason in (("Done.", "complete", "stop"),
-                                 ("I was saying", "complete", "cancelled"),
-                                 ("A long", "complete", "length"),
-                                 ("Half an", "interrupted", None),
-                                 ("", "error", None)):
+    c = store.create_conversation(
+        "Endings",
+        settings={"system_prompt": "You are a lighthouse keeper.\n\nAnswer in one sentence."},
+    )
+    for text, status, reason in (
+        ("Done.", "complete", "stop"),
+        ("I was saying", "complete", "cancelled"),
+        ("A long", "complete", "length"),
+        ("Half an", "interrupted", None),
+        ("", "error", None),
+    ):
         store.add_message(c.id, "user", f"Q: {text}")
-        stats = {"gen_tokens": 3, "gen_tps": 9.0, "stop_reason": reason} if reason else (
-            {"error": "the model file was deleted"} if status == "error" else {})
+        stats = (
+            {"gen_tokens": 3, "gen_tps": 9.0, "stop_reason": reason}
+            if reason
+            else ({"error": "the model file was deleted"} if status == "error" else {})
+        )
         store.add_message(c.id, "assistant", text, status=status, stats=stats)
     return c.id
 
@@ -42,7 +49,12 @@ def test_json_export_marks_how_each_answer_ended(store: ChatStore) -> None:
     (conv,) = export_all(store, [cid])["conversations"]
     assert conv["settings"]["system_prompt"].startswith("You are a lighthouse keeper.")
     assert [m["ended"] for m in conv["messages"] if m["role"] == "assistant"] == [
-        None, "stopped", "length", "interrupted", "error"]
+        None,
+        "stopped",
+        "length",
+        "interrupted",
+        "error",
+    ]
     assert {m["ended"] for m in conv["messages"] if m["role"] == "user"} == {None}
     assert [m["ended"] for m in conv["tree"]] == [m["ended"] for m in conv["messages"]]
 
@@ -60,13 +72,18 @@ def test_markdown_export_marks_how_each_answer_ended(store: ChatStore) -> None:
 
 
 def test_an_older_export_without_endings_still_marks_interrupted_answers() -> None:
-    md = export_markdown([{"title": "Old", "messages": [
-        {"role": "assistant", "content": "Half", "status": "interrupted"}]}])
+    md = export_markdown(
+        [
+            {
+                "title": "Old",
+                "messages": [{"role": "assistant", "content": "Half", "status": "interrupted"}],
+            }
+        ]
+    )
     assert "**Assistant** (interrupted):" in md
 
 
-def test_write_export_writes_exactly_the_chats_asked_for(store: ChatStore,
-                                                         tmp_path: Path) -> None:
+def test_write_export_writes_exactly_the_chats_asked_for(store: ChatStore, tmp_path: Path) -> None:
     wanted = answers(store)
     other = store.create_conversation("Another chat")
     store.add_message(other.id, "user", "Not this one")
@@ -94,7 +111,8 @@ def test_atomic_write_replaces_a_file_and_leaves_no_temporary(tmp_path: Path) ->
 
 
 def test_a_write_that_fails_midway_leaves_the_old_file_and_no_part(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = tmp_path / "chat.md"
     target.write_text("the export from yesterday", encoding="utf-8")
 

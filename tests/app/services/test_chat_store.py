@@ -29,9 +29,14 @@ def store(tmp_path: Path) -> ChatStore:
 
 def _exchange(store: ChatStore, cid: int, q: str, a: str) -> tuple[int, int]:
     u = store.add_message(cid, "user", q)
-    b = store.add_message(cid, "assistant", a, model="default",
-                          stats={"ttft_s": 0.1, "gen_tps": 80.0, "gen_tokens": 5},
-                          sampling={"temperature": 0.7})
+    b = store.add_message(
+        cid,
+        "assistant",
+        a,
+        model="default",
+        stats={"ttft_s": 0.1, "gen_tps": 80.0, "gen_tokens": 5},
+        sampling={"temperature": 0.7},
+    )
     return u.id, b.id
 
 
@@ -185,10 +190,12 @@ def test_export_import_round_trip_keeps_branches(store: ChatStore, tmp_path: Pat
         orig = exported["conversations"][0]
         for key in ("title", "pinned", "settings", "created_at", "updated_at"):
             assert again[key] == orig[key]
-        strip = [{k: v for k, v in m.items() if k not in ("id", "parent_id")}
-                 for m in orig["messages"]]
-        assert [{k: v for k, v in m.items() if k not in ("id", "parent_id")}
-                for m in again["messages"]] == strip
+        strip = [
+            {k: v for k, v in m.items() if k not in ("id", "parent_id")} for m in orig["messages"]
+        ]
+        assert [
+            {k: v for k, v in m.items() if k not in ("id", "parent_id")} for m in again["messages"]
+        ] == strip
         assert len(again["tree"]) == len(orig["tree"]) == 3
         # The other branch came along.
         first_answer = other.children(other.active_path(new_id)[0].id)
@@ -199,8 +206,13 @@ def test_export_import_round_trip_keeps_branches(store: ChatStore, tmp_path: Pat
 
 def test_import_rejects_garbage_atomically(store: ChatStore) -> None:
     with pytest.raises(ChatStoreError, match="message #1"):
-        import_data(store, [{"title": "ok", "messages": [{"role": "user", "content": "fine"}]},
-                            {"title": "bad", "messages": [{"role": "wizard"}]}])
+        import_data(
+            store,
+            [
+                {"title": "ok", "messages": [{"role": "user", "content": "fine"}]},
+                {"title": "bad", "messages": [{"role": "wizard"}]},
+            ],
+        )
     assert store.conversations() == []  # nothing half-imported
     with pytest.raises(ChatStoreError, match="not a Candlewick chat export"):
         import_data(store, {"hello": 1})

@@ -37,16 +37,17 @@ def test_migrates_a_version_2_database(tmp_path: Path) -> None:
         s.add_message(c.id, "user", "old question")
         s.add_message(c.id, "assistant", "old answer", stats={"gen_tokens": 2})
     db = sqlite3.connect(path)
-    db.executescript("ALTER TABLE messages DROP COLUMN tool_calls; "  # schema 4's
-                     "ALTER TABLE messages DROP COLUMN tool_call_id; "
-                     "ALTER TABLE messages DROP COLUMN tool_name; "
-                     "ALTER TABLE messages DROP COLUMN thinking; PRAGMA user_version = 2;")
+    db.executescript(
+        "ALTER TABLE messages DROP COLUMN tool_calls; "  # schema 4's
+        "ALTER TABLE messages DROP COLUMN tool_call_id; "
+        "ALTER TABLE messages DROP COLUMN tool_name; "
+        "ALTER TABLE messages DROP COLUMN thinking; PRAGMA user_version = 2;"
+    )
     db.close()
     with ChatStore(path) as s:
         assert s.schema_version == SCHEMA_VERSION
         user, answer = s.active_path(c.id)
-        assert (user.content, answer.content, answer.thinking) == (
-            "old question", "old answer", "")
+        assert (user.content, answer.content, answer.thinking) == ("old question", "old answer", "")
         assert answer.stats == {"gen_tokens": 2}
         new = s.add_message(c.id, "assistant", "Paris.", thinking="It is large.")
         assert s.message(new.id).thinking == "It is large."
@@ -73,8 +74,7 @@ def test_stream_writer_keeps_thinking_and_text_apart(store: ChatStore) -> None:
     assert [r.thinking for r in store.recover_interrupted()] == ["Paris is large."]
     w.finish(stats={"thinking_tokens": 7, "gen_tokens": 11})
     done = store.message(m.id)
-    assert (done.thinking, done.content, done.status) == ("Paris is large.", "Paris.",
-                                                          "complete")
+    assert (done.thinking, done.content, done.status) == ("Paris is large.", "Paris.", "complete")
     assert (w.thinking, w.text) == ("Paris is large.", "Paris.")
 
 
@@ -89,19 +89,27 @@ def test_thinking_is_not_searched(store: ChatStore) -> None:
 def test_export_import_and_markdown_carry_thinking(store: ChatStore) -> None:
     c = store.create_conversation()
     store.add_message(c.id, "user", "Capital of France?")
-    store.add_message(c.id, "assistant", "Paris.", thinking="It is large.",
-                      stats={"gen_tokens": 11, "thinking_tokens": 7, "thinking_s": 0.5})
+    store.add_message(
+        c.id,
+        "assistant",
+        "Paris.",
+        thinking="It is large.",
+        stats={"gen_tokens": 11, "thinking_tokens": 7, "thinking_s": 0.5},
+    )
     data = export_all(store)
     exported = data["conversations"][0]["messages"][1]
     assert (exported["thinking"], exported["content"]) == ("It is large.", "Paris.")
     (new_id,) = import_data(store, json.loads(json.dumps(data)))
     assert [m.thinking for m in store.active_path(new_id)] == ["", "It is large."]
     # An export from before thinking existed (no field) imports with none.
-    old = [{k: v for k, v in m.items() if k != "thinking"}
-           for m in data["conversations"][0]["tree"]]
+    old = [
+        {k: v for k, v in m.items() if k != "thinking"} for m in data["conversations"][0]["tree"]
+    ]
     (old_id,) = import_data(store, {"title": "old", "tree": old, "messages": []})
     assert [m.thinking for m in store.active_path(old_id)] == ["", ""]
     md = export_markdown(export_all(store, [c.id])["conversations"])
-    assert ("**Assistant**:\n\n<details><summary>Thinking</summary>\n\nIt is large.\n\n"
-            "</details>\n\nParis.\n") in md
+    assert (
+        "**Assistant**:\n\n<details><summary>Thinking</summary>\n\nIt is large.\n\n"
+        "</details>\n\nParis.\n"
+    ) in md
     assert "**You**:\n\nCapital of France?\n" in md

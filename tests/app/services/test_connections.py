@@ -50,8 +50,9 @@ def test_saved_in_the_config_folder_and_read_back(store: ConnectionStore) -> Non
     assert store.endpoint("gpu box", model="other").model == "other"
 
 
-def test_the_key_never_lands_in_the_apps_files(store: ConnectionStore, candlewick_home: Path,
-                                               keyring_file: Path) -> None:
+def test_the_key_never_lands_in_the_apps_files(
+    store: ConnectionStore, candlewick_home: Path, keyring_file: Path
+) -> None:
     store.add(Connection("a", "http://127.0.0.1:9"), KEY)
     store.add(Connection("b", "http://127.0.0.1:9", api="ollama"))
     store.set_api_key("b", KEY + "-b")
@@ -69,8 +70,10 @@ def test_the_key_never_lands_in_the_apps_files(store: ConnectionStore, candlewic
 
 
 def test_key_from_an_environment_variable() -> None:
-    store = ConnectionStore(secrets=SecretStore(fail.Keyring()),  # type: ignore[no-untyped-call]
-                            environ={"LAB_KEY": KEY})
+    store = ConnectionStore(
+        secrets=SecretStore(fail.Keyring()),  # type: ignore[no-untyped-call]
+        environ={"LAB_KEY": KEY},
+    )
     store.add(Connection("lab", "http://127.0.0.1:9", key_env="LAB_KEY"))
     assert store.api_key("lab") == KEY and store.endpoint("lab").api_key == KEY
     assert KEY not in store.path.read_text()
@@ -88,20 +91,24 @@ def test_without_a_keyring_the_key_lives_for_this_session_only() -> None:
     assert KEY not in store.path.read_text()
 
 
-@pytest.mark.parametrize(("conn", "message"), [
-    (Connection("", "http://h"), "needs a name"),
-    (Connection("a\nb", "http://h"), "bad connection name"),
-    (Connection(" pad", "http://h"), "bad connection name"),
-    (Connection("x", "gpu-box:8000"), "x: not an http"),
-    (Connection("x", "http://h:99999"), "bad port"),
-    (Connection("x", "http://h", api="grpc"), "unknown API"),  # type: ignore[arg-type]
-    (Connection("x", "http://h", timeout_s=0), "timeout must be between"),
-    (Connection("x", "http://h", connect_timeout_s=-1), "connect timeout must be"),
-    (Connection("x", "http://h", key_env="NOT A VAR"), "not an environment variable name"),
-    (Connection("x", "https://h", ca_file="/nonexistent/ca.pem"), "CA file not found"),
-])
-def test_bad_settings_are_one_line_errors(store: ConnectionStore, conn: Connection,
-                                          message: str) -> None:
+@pytest.mark.parametrize(
+    ("conn", "message"),
+    [
+        (Connection("", "http://h"), "needs a name"),
+        (Connection("a\nb", "http://h"), "bad connection name"),
+        (Connection(" pad", "http://h"), "bad connection name"),
+        (Connection("x", "gpu-box:8000"), "x: not an http"),
+        (Connection("x", "http://h:99999"), "bad port"),
+        (Connection("x", "http://h", api="grpc"), "unknown API"),  # type: ignore[arg-type]
+        (Connection("x", "http://h", timeout_s=0), "timeout must be between"),
+        (Connection("x", "http://h", connect_timeout_s=-1), "connect timeout must be"),
+        (Connection("x", "http://h", key_env="NOT A VAR"), "not an environment variable name"),
+        (Connection("x", "https://h", ca_file="/nonexistent/ca.pem"), "CA file not found"),
+    ],
+)
+def test_bad_settings_are_one_line_errors(
+    store: ConnectionStore, conn: Connection, message: str
+) -> None:
     with pytest.raises(ConnectionsError, match=message) as ei:
         store.add(conn)
     assert "\n" not in str(ei.value)
@@ -119,8 +126,11 @@ def test_names_are_unique_and_replace_is_explicit(store: ConnectionStore) -> Non
     store.add(Connection("Other", "http://127.0.0.1:3"))
     with pytest.raises(ConnectionsError, match="'lab' exists already"):
         store.update("Other", Connection("lab", "http://127.0.0.1:3"))
-    with pytest.raises(ConnectionsError, match=r"no connection named 'nope' \(known: Lab, "
-                                               r"Other\)"):
+    with pytest.raises(
+        ConnectionsError,
+        match=r"no connection named 'nope' \(known: Lab, "
+        r"Other\)",
+    ):
         store.remove("nope")
     with pytest.raises(ConnectionsError, match="does not look like an API key"):
         store.set_api_key("Lab", "two words")
@@ -129,8 +139,11 @@ def test_names_are_unique_and_replace_is_explicit(store: ConnectionStore) -> Non
 def test_a_damaged_file_is_reported_and_left_alone(store: ConnectionStore) -> None:
     store.path.parent.mkdir(parents=True, exist_ok=True)
     store.path.write_text('{"connections": [{"name": "a", "base_url": ')
-    with pytest.raises(ConnectionsError, match=r"is not valid JSON \(line 1, column \d+\): "
-                                               r"fix or remove it"):
+    with pytest.raises(
+        ConnectionsError,
+        match=r"is not valid JSON \(line 1, column \d+\): "
+        r"fix or remove it",
+    ):
         store.connections()
     with pytest.raises(ConnectionsError):
         store.add(Connection("b", "http://127.0.0.1:9"))
@@ -143,8 +156,9 @@ def test_a_damaged_file_is_reported_and_left_alone(store: ConnectionStore) -> No
         store.connections()
 
 
-def test_a_failed_save_keeps_the_old_file(store: ConnectionStore,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_save_keeps_the_old_file(
+    store: ConnectionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store.add(Connection("a", "http://127.0.0.1:9"))
     before = store.path.read_bytes()
 
@@ -167,7 +181,8 @@ def test_check_and_chat_through_a_saved_connection(store: ConnectionStore) -> No
         store.add(Connection("fault", srv.url, model="m1"), KEY, replace=True)
         result = store.check("fault")
         assert not result.ok and "'m1' is not among them" in result.message
-        reply = store.engine("fault").reply([{"role": "user", "content": "hi"}],
-                                            SamplingParams(max_tokens=5))
+        reply = store.engine("fault").reply(
+            [{"role": "user", "content": "hi"}], SamplingParams(max_tokens=5)
+        )
         assert "".join(reply) == "One two three"
         assert srv.requests[-1]["model"] == "m1" and srv.requests[-1]["max_tokens"] == 5

@@ -50,11 +50,21 @@ def make_ollama(root: Path, gguf: Path) -> Path:
     (root / "blobs" / "sha256-0000").write_text('{"template": "{{ .Prompt }}"}')
     manifest = root / "manifests" / "registry.ollama.ai" / "library" / "tinyllama" / "latest"
     manifest.parent.mkdir(parents=True)
-    manifest.write_text(json.dumps({"schemaVersion": 2, "layers": [
-        {"mediaType": "application/vnd.ollama.image.model", "digest": f"sha256:{digest}",
-         "size": gguf.stat().st_size},
-        {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:0000"},
-    ]}))
+    manifest.write_text(
+        json.dumps(
+            {
+                "schemaVersion": 2,
+                "layers": [
+                    {
+                        "mediaType": "application/vnd.ollama.image.model",
+                        "digest": f"sha256:{digest}",
+                        "size": gguf.stat().st_size,
+                    },
+                    {"mediaType": "application/vnd.ollama.image.template", "digest": "sha256:0000"},
+                ],
+            }
+        )
+    )
     junk = root / "manifests" / "registry.ollama.ai" / "library" / "broken" / "latest"
     junk.parent.mkdir(parents=True)
     junk.write_text("not json")
@@ -107,8 +117,7 @@ def test_library_offers_discovered_models_in_place(roots: DiscoveryRoots, tmp_pa
     assert d["owner"] == "the Hugging Face cache" and d["label"].startswith("Qwen/")
 
 
-def test_deleting_another_tools_file_needs_saying_so(roots: DiscoveryRoots,
-                                                     tmp_path: Path) -> None:
+def test_deleting_another_tools_file_needs_saying_so(roots: DiscoveryRoots, tmp_path: Path) -> None:
     lib = ModelLibrary(tmp_path / "models", bundled=False, discovery=roots)
     ids = {e.source: e.id for e in lib.entries()}
     with pytest.raises(LibraryError, match="ollama rm tinyllama:latest"):
@@ -131,7 +140,9 @@ def test_deleting_another_tools_file_needs_saying_so(roots: DiscoveryRoots,
     # part; a link that is no part of it stays.
     last = lib.plan_delete(left[0].id)
     assert [p.name for p in last.files][::2] == [
-        "qwen2-q8_0-00001-of-00002.gguf", "qwen2-q8_0-00002-of-00002.gguf"]
+        "qwen2-q8_0-00001-of-00002.gguf",
+        "qwen2-q8_0-00002-of-00002.gguf",
+    ]
     assert len(last.files) == 3 and last.freed_bytes > 0
     lib.delete(left[0].id, allow_foreign=True)
     assert roots.hf_cache is not None
@@ -161,8 +172,9 @@ def test_import_link_and_copy_then_delete(tmp_path: Path) -> None:
     assert lib.entries() == []
 
     copied = lib.import_file(src, mode="copy")
-    assert copied.path.parent == tmp_path / "models" and copied.path.read_bytes() == \
-        src.read_bytes()
+    assert (
+        copied.path.parent == tmp_path / "models" and copied.path.read_bytes() == src.read_bytes()
+    )
     assert not list((tmp_path / "models").glob("*.incomplete"))
     done = lib.delete(copied.id)
     assert done.freed_bytes == src.stat().st_size and not copied.path.exists()
@@ -170,8 +182,9 @@ def test_import_link_and_copy_then_delete(tmp_path: Path) -> None:
 
 
 def test_import_refuses_bad_files_and_full_disks(tmp_path: Path) -> None:
-    lib = ModelLibrary(tmp_path / "models", bundled=False, discovery=False,
-                       free_space=lambda p: 1000)
+    lib = ModelLibrary(
+        tmp_path / "models", bundled=False, discovery=False, free_space=lambda p: 1000
+    )
     bad = tmp_path / "notes.gguf"
     bad.write_text("hello, not a model")
     with pytest.raises(GGUFError):

@@ -49,9 +49,9 @@ def files_under(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
 
 
-def test_download_is_verified_into_the_standard_hf_cache(hub: HubEmulator, cache: Path,
-                                                         tmp_path: Path,
-                                                         smollm2_path: Path) -> None:
+def test_download_is_verified_into_the_standard_hf_cache(
+    hub: HubEmulator, cache: Path, tmp_path: Path, smollm2_path: Path
+) -> None:
     dm = manager(hub, tmp_path / "downloads.json")
     try:
         job = dm.wait(dm.add(REPO, FILE).id, 120)
@@ -71,9 +71,9 @@ def test_download_is_verified_into_the_standard_hf_cache(hub: HubEmulator, cache
     assert not list(cache.rglob("*.incomplete"))
 
 
-def test_dropped_connection_resumes_from_the_last_byte(hub: HubEmulator, cache: Path,
-                                                       tmp_path: Path,
-                                                       smollm2_path: Path) -> None:
+def test_dropped_connection_resumes_from_the_last_byte(
+    hub: HubEmulator, cache: Path, tmp_path: Path, smollm2_path: Path
+) -> None:
     hub.drop_after[KEY] = 30_000_000
     dm = manager(hub, tmp_path / "downloads.json", retry_delay=0.05)
     try:
@@ -84,14 +84,15 @@ def test_dropped_connection_resumes_from_the_last_byte(hub: HubEmulator, cache: 
     gets = [r for r in hub.file_requests(FILE) if r.get("cdn")]
     assert len(gets) == 2
     assert gets[0]["range"] is None
-    resumed_from = int(gets[1]["range"][len("bytes="):-1])
+    resumed_from = int(gets[1]["range"][len("bytes=") : -1])
     # Resumed near the drop (at most one read chunk was lost), not from zero.
     assert 29_000_000 <= resumed_from <= 30_000_000
     assert file_sha256(Path(job.path or "")) == file_sha256(smollm2_path)
 
 
-def test_download_survives_an_app_restart(hub: HubEmulator, cache: Path,
-                                          tmp_path: Path, smollm2_path: Path) -> None:
+def test_download_survives_an_app_restart(
+    hub: HubEmulator, cache: Path, tmp_path: Path, smollm2_path: Path
+) -> None:
     state = tmp_path / "downloads.json"
     hub.hold_at[KEY] = 20_000_000  # the transfer stalls mid-file
     dm = manager(hub, state)
@@ -123,8 +124,9 @@ def test_download_survives_an_app_restart(hub: HubEmulator, cache: Path,
     assert file_sha256(Path(done.path or "")) == file_sha256(smollm2_path)
 
 
-def test_interrupted_by_closing_is_paused_and_resumable(hub: HubEmulator, cache: Path,
-                                                        tmp_path: Path) -> None:
+def test_interrupted_by_closing_is_paused_and_resumable(
+    hub: HubEmulator, cache: Path, tmp_path: Path
+) -> None:
     state = tmp_path / "downloads.json"
     hub.hold_at[KEY] = 10_000_000  # the connection stalls; a read timeout notices the close
     dm = manager(hub, state, read_timeout=0.5)
@@ -147,8 +149,9 @@ def test_interrupted_by_closing_is_paused_and_resumable(hub: HubEmulator, cache:
         dm2.close()
 
 
-def test_corrupt_bytes_are_refused_and_never_listed(hub: HubEmulator, cache: Path,
-                                                    tmp_path: Path) -> None:
+def test_corrupt_bytes_are_refused_and_never_listed(
+    hub: HubEmulator, cache: Path, tmp_path: Path
+) -> None:
     hub.corrupt.add(KEY)
     models = tmp_path / "models"
     dm = manager(hub, models / "downloads.json")
@@ -184,8 +187,9 @@ def test_cancel_leaves_nothing_behind(hub: HubEmulator, cache: Path, tmp_path: P
     assert json.loads(state.read_text())["jobs"] == []
 
 
-def test_cancel_a_paused_download_deletes_its_bytes(hub: HubEmulator, cache: Path,
-                                                    tmp_path: Path) -> None:
+def test_cancel_a_paused_download_deletes_its_bytes(
+    hub: HubEmulator, cache: Path, tmp_path: Path
+) -> None:
     hub.hold_at[KEY] = 5_000_000
     dm = manager(hub, tmp_path / "downloads.json")
     try:
@@ -201,8 +205,9 @@ def test_cancel_a_paused_download_deletes_its_bytes(hub: HubEmulator, cache: Pat
     assert files_under(cache) == []
 
 
-def test_full_disk_is_refused_before_starting(hub: HubEmulator, cache: Path,
-                                              tmp_path: Path) -> None:
+def test_full_disk_is_refused_before_starting(
+    hub: HubEmulator, cache: Path, tmp_path: Path
+) -> None:
     dm = manager(hub, tmp_path / "downloads.json", free_space=lambda p: 50 * 1024 * 1024)
     try:
         job = dm.wait(dm.add(REPO, FILE).id, 60)
@@ -210,8 +215,10 @@ def test_full_disk_is_refused_before_starting(hub: HubEmulator, cache: Path,
         dm.close()
     assert job is not None and job.status == FAILED
     assert job.error is not None and "not enough disk space" in job.error
-    assert f"needs {human_bytes(job.size or 0)} more, {human_bytes(50 * 1024 * 1024)} free" \
+    assert (
+        f"needs {human_bytes(job.size or 0)} more, {human_bytes(50 * 1024 * 1024)} free"
         in job.error
+    )
     assert hub.file_requests(FILE) == []  # not a byte requested
     assert not list(cache.rglob("*.incomplete"))
 
@@ -223,17 +230,25 @@ def test_missing_file_and_repo_are_clear(hub: HubEmulator, cache: Path, tmp_path
         b = dm.wait(dm.add("nobody/nothing", "x.gguf").id, 60)
     finally:
         dm.close()
-    assert a is not None and a.status == FAILED and "nope-Q4_0.gguf is not a GGUF file" in (
-        a.error or "")
-    assert b is not None and b.status == FAILED and "no repository called nobody/nothing" in (
-        b.error or "")
+    assert (
+        a is not None
+        and a.status == FAILED
+        and "nope-Q4_0.gguf is not a GGUF file" in (a.error or "")
+    )
+    assert (
+        b is not None
+        and b.status == FAILED
+        and "no repository called nobody/nothing" in (b.error or "")
+    )
 
 
 def test_queue_runs_downloads_in_turn(hub: HubEmulator, cache: Path, tmp_path: Path) -> None:
     dm = manager(hub, tmp_path / "downloads.json", max_parallel=1)
     try:
-        jobs = [dm.add(REPO, f) for f in ("small-Q8_0.gguf", "big-00001-of-00002.gguf",
-                                          "big-00002-of-00002.gguf")]
+        jobs = [
+            dm.add(REPO, f)
+            for f in ("small-Q8_0.gguf", "big-00001-of-00002.gguf", "big-00002-of-00002.gguf")
+        ]
         results = [dm.wait(j.id, 60) for j in jobs]
     finally:
         dm.close()
@@ -243,21 +258,29 @@ def test_queue_runs_downloads_in_turn(hub: HubEmulator, cache: Path, tmp_path: P
 
 
 def test_gated_repo_needs_a_token_and_the_token_is_never_written(
-        smollm2_path: Path, cache: Path, tmp_path: Path, candlewick_home: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+    smollm2_path: Path,
+    cache: Path,
+    tmp_path: Path,
+    candlewick_home: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     secret = "hf_SeCrEtToKeN1234567890"
     caplog.set_level(logging.DEBUG)
     token: dict[str, str | None] = {"value": None}
     with running_hub() as emu:
         emu.repo("google/gated", gated=True, granted_tokens={secret}).add(
-            "g-Q4_1.gguf", source=smollm2_path)
-        dm = DownloadManager(candlewick_home / "data" / "downloads.json",
-                             HubClient(emu.url, token=lambda: token["value"]))
+            "g-Q4_1.gguf", source=smollm2_path
+        )
+        dm = DownloadManager(
+            candlewick_home / "data" / "downloads.json",
+            HubClient(emu.url, token=lambda: token["value"]),
+        )
         try:
             denied = dm.wait(dm.add("google/gated", "g-Q4_1.gguf").id, 60)
             assert denied is not None and denied.status == FAILED
             assert "gated" in (denied.error or "") and f"{emu.url}/google/gated" in (
-                denied.error or "")
+                denied.error or ""
+            )
             assert "accept" in (denied.error or "")
             token["value"] = "hf_wrong"
             dm.resume(denied.id)
@@ -280,9 +303,9 @@ def test_gated_repo_needs_a_token_and_the_token_is_never_written(
     assert secret not in caplog.text
 
 
-def test_huggingface_hub_alone_accepts_corrupt_bytes(hub: HubEmulator, cache: Path,
-                                                     tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_huggingface_hub_alone_accepts_corrupt_bytes(
+    hub: HubEmulator, cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Why Candlewick verifies: huggingface_hub stores bytes that differ from the LFS hash
     without a word, against the same emulator."""
     import tqdm
@@ -295,10 +318,13 @@ def test_huggingface_hub_alone_accepts_corrupt_bytes(hub: HubEmulator, cache: Pa
     assert file_sha256(path) != expected  # ...but the bytes are not those
 
 
-def test_blob_already_in_the_cache_is_checked_not_trusted(hub: HubEmulator, cache: Path,
-                                                          tmp_path: Path, smollm2_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch
-                                                          ) -> None:
+def test_blob_already_in_the_cache_is_checked_not_trusted(
+    hub: HubEmulator,
+    cache: Path,
+    tmp_path: Path,
+    smollm2_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import tqdm
 
     monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)
@@ -323,14 +349,19 @@ def test_blob_already_in_the_cache_is_checked_not_trusted(hub: HubEmulator, cach
         dm.close()
 
 
-def test_space_taken_by_running_downloads_counts(hub: HubEmulator, cache: Path,
-                                                 tmp_path: Path, smollm2_path: Path) -> None:
+def test_space_taken_by_running_downloads_counts(
+    hub: HubEmulator, cache: Path, tmp_path: Path, smollm2_path: Path
+) -> None:
     size = smollm2_path.stat().st_size
     hub.repos[REPO].add("copy-Q4_1.gguf", source=smollm2_path)
     hub.hold_at[KEY] = 1_000_000
     # Room for one model (plus the safety margin), not for two.
-    dm = manager(hub, tmp_path / "downloads.json", max_parallel=2,
-                 free_space=lambda p: size + 100 * 1024 * 1024)
+    dm = manager(
+        hub,
+        tmp_path / "downloads.json",
+        max_parallel=2,
+        free_space=lambda p: size + 100 * 1024 * 1024,
+    )
     try:
         first = dm.add(REPO, FILE)
         assert hub.held.wait(60)

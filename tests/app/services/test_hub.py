@@ -40,8 +40,13 @@ More text.
 @pytest.fixture
 def hub(smollm2_path: Path) -> Iterator[HubEmulator]:
     with running_hub() as emu:
-        r = emu.repo("bartowski/SmolLM2-135M-Instruct-GGUF", downloads=900, likes=10,
-                     last_modified="2026-03-01T00:00:00.000Z", license=None)
+        r = emu.repo(
+            "bartowski/SmolLM2-135M-Instruct-GGUF",
+            downloads=900,
+            likes=10,
+            last_modified="2026-03-01T00:00:00.000Z",
+            license=None,
+        )
         r.add("SmolLM2-135M-Instruct-Q4_1.gguf", source=smollm2_path)
         r.add("SmolLM2-135M-Instruct-Q8_0.gguf", data=b"q8" * 5000)
         r.add("SmolLM2-135M-Instruct-f16-00001-of-00002.gguf", data=b"a" * 3000)
@@ -50,9 +55,12 @@ def hub(smollm2_path: Path) -> Iterator[HubEmulator]:
         r.add("mmproj-SmolLM2-f16.gguf", data=b"p" * 10)
         r.add("README.md", data=README, lfs=False)
         r.add("config.json", data=b"{}", lfs=False)
-        emu.repo("unsloth/gemma-3-270m-it-GGUF", downloads=500, likes=50,
-                 last_modified="2026-05-01T00:00:00.000Z").add("gemma-3-270m-it-Q4_K_M.gguf",
-                                                                data=b"g" * 10)
+        emu.repo(
+            "unsloth/gemma-3-270m-it-GGUF",
+            downloads=500,
+            likes=50,
+            last_modified="2026-05-01T00:00:00.000Z",
+        ).add("gemma-3-270m-it-Q4_K_M.gguf", data=b"g" * 10)
         emu.repo("someone/smollm2-safetensors", downloads=10_000, tags=["safetensors"])
         yield emu
 
@@ -61,11 +69,15 @@ def test_search_finds_gguf_repos_sorted_as_asked(hub: HubEmulator) -> None:
     client = HubClient(hub.url)
     by_downloads = client.search("", sort="downloads")
     assert [r.repo_id for r in by_downloads] == [
-        "bartowski/SmolLM2-135M-Instruct-GGUF", "unsloth/gemma-3-270m-it-GGUF"]
-    assert next(r.repo_id for r in client.search("", sort="likes")) == \
-        "unsloth/gemma-3-270m-it-GGUF"
-    assert next(r.repo_id for r in client.search("", sort="updated")) == \
-        "unsloth/gemma-3-270m-it-GGUF"
+        "bartowski/SmolLM2-135M-Instruct-GGUF",
+        "unsloth/gemma-3-270m-it-GGUF",
+    ]
+    assert (
+        next(r.repo_id for r in client.search("", sort="likes")) == "unsloth/gemma-3-270m-it-GGUF"
+    )
+    assert (
+        next(r.repo_id for r in client.search("", sort="updated")) == "unsloth/gemma-3-270m-it-GGUF"
+    )
     smol = client.search("smollm2")
     # The safetensors-only repo matches the text but has no GGUF files: filtered out.
     assert [r.repo_id for r in smol] == ["bartowski/SmolLM2-135M-Instruct-GGUF"]
@@ -75,8 +87,9 @@ def test_search_finds_gguf_repos_sorted_as_asked(hub: HubEmulator) -> None:
     assert all("filter=gguf" in r["path"] for r in searches)
 
 
-def test_files_grouped_by_quantization_with_exact_sizes(hub: HubEmulator,
-                                                        smollm2_path: Path) -> None:
+def test_files_grouped_by_quantization_with_exact_sizes(
+    hub: HubEmulator, smollm2_path: Path
+) -> None:
     d = HubClient(hub.url).repo_details("bartowski/SmolLM2-135M-Instruct-GGUF")
     by_name = {v.name: v for v in d.variants}
     q4 = by_name["SmolLM2-135M-Instruct-Q4_1.gguf"]
@@ -97,18 +110,21 @@ def test_files_grouped_by_quantization_with_exact_sizes(hub: HubEmulator,
     assert d.variant("SmolLM2-135M-Instruct-f16-00002-of-00002.gguf") is f16
 
 
-@pytest.mark.parametrize(("name", "quant"), [
-    ("Llama-3.2-3B-Instruct-Q4_K_M.gguf", "Q4_K_M"),
-    ("qwen2.5-7b-instruct-q8_0-00001-of-00002.gguf", "Q8_0"),
-    ("gemma-3-27b-it-IQ2_XXS.gguf", "IQ2_XXS"),
-    ("Mistral-7B.Q5_K_S.gguf", "Q5_K_S"),
-    ("phi-4-BF16.gguf", "BF16"),
-    ("model-fp16.gguf", "F16"),
-    ("DeepSeek-R1-UD-IQ1_S/part.gguf", "IQ1_S"),
-    ("gpt-oss-20b-MXFP4.gguf", "MXFP4"),
-    ("Q4_0-model.gguf", "Q4_0"),
-    ("model.gguf", "unknown"),
-])
+@pytest.mark.parametrize(
+    ("name", "quant"),
+    [
+        ("Llama-3.2-3B-Instruct-Q4_K_M.gguf", "Q4_K_M"),
+        ("qwen2.5-7b-instruct-q8_0-00001-of-00002.gguf", "Q8_0"),
+        ("gemma-3-27b-it-IQ2_XXS.gguf", "IQ2_XXS"),
+        ("Mistral-7B.Q5_K_S.gguf", "Q5_K_S"),
+        ("phi-4-BF16.gguf", "BF16"),
+        ("model-fp16.gguf", "F16"),
+        ("DeepSeek-R1-UD-IQ1_S/part.gguf", "IQ1_S"),
+        ("gpt-oss-20b-MXFP4.gguf", "MXFP4"),
+        ("Q4_0-model.gguf", "Q4_0"),
+        ("model.gguf", "unknown"),
+    ],
+)
 def test_quantization_names(name: str, quant: str) -> None:
     assert quantization_of(name) == quant
 
@@ -121,8 +137,10 @@ def test_grouping_ignores_non_gguf_files() -> None:
 
 
 def test_card_summary_skips_markup() -> None:
-    assert card_summary("---\nlicense: x\n---\n<div>hi</div>\n\n| a | b |\n\nPlain *text*.\n") \
+    assert (
+        card_summary("---\nlicense: x\n---\n<div>hi</div>\n\n| a | b |\n\nPlain *text*.\n")
         == "Plain text."
+    )
     assert card_summary("x" * 1000, limit=20).endswith("…")
 
 
@@ -149,13 +167,12 @@ def test_gated_repo_lists_files_but_explains_access(smollm2_path: Path) -> None:
         r.add("gemma-Q4_1.gguf", source=smollm2_path)
         # Metadata is public on the real Hub, the bytes are not: the fit badge (a Range read of
         # the header) fails with a 401 and says "unknown" rather than breaking the listing.
-        d = HubClient(emu.url, fit=header_fit(cpu_only(8 * GiB))).repo_details(
-            "google/gemma-gated")
+        d = HubClient(emu.url, fit=header_fit(cpu_only(8 * GiB))).repo_details("google/gemma-gated")
         assert d.gated and d.fits["gemma-Q4_1.gguf"] == "unknown (needs access)"
-        with_token = HubClient(emu.url, token=lambda: "hf_granted",
-                               fit=header_fit(cpu_only(8 * GiB)))
-        assert with_token.repo_details("google/gemma-gated").fits["gemma-Q4_1.gguf"] == \
-            "RAM only"
+        with_token = HubClient(
+            emu.url, token=lambda: "hf_granted", fit=header_fit(cpu_only(8 * GiB))
+        )
+        assert with_token.repo_details("google/gemma-gated").fits["gemma-Q4_1.gguf"] == "RAM only"
 
 
 def test_fit_badge_reads_only_the_header(hub: HubEmulator, smollm2_path: Path) -> None:
@@ -166,12 +183,14 @@ def test_fit_badge_reads_only_the_header(hub: HubEmulator, smollm2_path: Path) -
     d = client.repo_details("bartowski/SmolLM2-135M-Instruct-GGUF")
     name = "SmolLM2-135M-Instruct-Q4_1.gguf"
     assert d.fits[name] == "RAM only"
-    local = estimate(read_gguf(smollm2_path), EstimateParams(), hardware=hw_cpu,
-                     method="analytic")
+    local = estimate(read_gguf(smollm2_path), EstimateParams(), hardware=hw_cpu, method="analytic")
     assert local.verdict == "ram_only"
     ranged = [r for r in hub.requests if r.get("file") == name and r["range"]]
-    fetched = sum(int(r["range"].split("-")[1]) - int(r["range"][6:].split("-")[0]) + 1
-                  for r in ranged if r.get("cdn"))
+    fetched = sum(
+        int(r["range"].split("-")[1]) - int(r["range"][6:].split("-")[0]) + 1
+        for r in ranged
+        if r.get("cdn")
+    )
     assert 0 < fetched < smollm2_path.stat().st_size // 10
     # A GPU with room for everything, and one far too small for this model and RAM.
     big = HubClient(hub.url, fit=header_fit(simulate([24 * GiB], hw_cpu)))

@@ -20,15 +20,19 @@ def test_derived_name_and_slug(tmp_path: Path, smollm2_path: Path) -> None:
     e = library(tmp_path, smollm2_path).entry(DEFAULT_MODEL_ID)
     assert e.facts is not None and e.facts.name == "Smollm2 135M 8k Lc100K Mix1 Ep2"
     assert (e.name, e.derived_name, e.custom_name) == (
-        "SmolLM2 135M Instruct · Q4_1", "SmolLM2 135M Instruct · Q4_1", None)
+        "SmolLM2 135M Instruct · Q4_1",
+        "SmolLM2 135M Instruct · Q4_1",
+        None,
+    )
     assert e.slug == "smollm2-135m-instruct-q4_1"
     d = e.to_dict()
-    assert (d["name"], d["general_name"]) == ("SmolLM2 135M Instruct · Q4_1",
-                                               "Smollm2 135M 8k Lc100K Mix1 Ep2")
+    assert (d["name"], d["general_name"]) == (
+        "SmolLM2 135M Instruct · Q4_1",
+        "Smollm2 135M 8k Lc100K Mix1 Ep2",
+    )
 
 
-def test_rename_survives_a_restart_and_empty_goes_back(tmp_path: Path,
-                                                       smollm2_path: Path) -> None:
+def test_rename_survives_a_restart_and_empty_goes_back(tmp_path: Path, smollm2_path: Path) -> None:
     models = tmp_path / "models"
     lib = library(models, smollm2_path)
     renamed = lib.rename(DEFAULT_MODEL_ID, "  My   little model ")
@@ -38,8 +42,7 @@ def test_rename_survives_a_restart_and_empty_goes_back(tmp_path: Path,
     assert stored == {str(smollm2_path.resolve()): "My little model"}
     # A new library (the next start) reads it back.
     again = library(models, smollm2_path).entry(DEFAULT_MODEL_ID)
-    assert (again.name, again.derived_name) == ("My little model",
-                                                "SmolLM2 135M Instruct · Q4_1")
+    assert (again.name, again.derived_name) == ("My little model", "SmolLM2 135M Instruct · Q4_1")
     # Empty (or the derived name itself): back to the derived name, nothing stored.
     assert lib.rename(DEFAULT_MODEL_ID, "   ").name == "SmolLM2 135M Instruct · Q4_1"
     assert json.loads((models / "names.json").read_text("utf-8")) == {}
@@ -58,8 +61,7 @@ def test_rename_refusals_and_a_broken_names_file(tmp_path: Path, smollm2_path: P
     assert lib.rename(DEFAULT_MODEL_ID, "Fine").name == "Fine"  # and it is written anew
 
 
-def test_each_file_its_own_name_and_delete_forgets_it(tmp_path: Path,
-                                                      smollm2_path: Path) -> None:
+def test_each_file_its_own_name_and_delete_forgets_it(tmp_path: Path, smollm2_path: Path) -> None:
     models = tmp_path / "models"
     models.mkdir()
     copy = models / "smollm2-135m-instruct-q4_1-copy.gguf"
@@ -69,7 +71,9 @@ def test_each_file_its_own_name_and_delete_forgets_it(tmp_path: Path,
     assert e.name == "SmolLM2 135M Instruct Copy · Q4_1"
     lib.rename(e.id, "Spare")
     names = {x.id: x.name for x in lib.entries()}
-    assert names == {DEFAULT_MODEL_ID: "SmolLM2 135M Instruct · Q4_1",
-                     "smollm2-135m-instruct-q4_1-copy": "Spare"}
+    assert names == {
+        DEFAULT_MODEL_ID: "SmolLM2 135M Instruct · Q4_1",
+        "smollm2-135m-instruct-q4_1-copy": "Spare",
+    }
     lib.delete(e.id)
     assert json.loads((models / "names.json").read_text("utf-8")) == {}

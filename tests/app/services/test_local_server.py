@@ -13,8 +13,9 @@ from engine.settings import LoadParams
 
 
 def test_load_params_keep_the_chats_settings_and_size_the_context() -> None:
-    chat = LoadParams(n_ctx=2048, n_gpu_layers=7, n_threads=3, type_k="q8_0",
-                      flash_attn="on", state_cache_mb=256)
+    chat = LoadParams(
+        n_ctx=2048, n_gpu_layers=7, n_threads=3, type_k="q8_0", flash_attn="on", state_cache_mb=256
+    )
     # Three server slots beside the chat's, each as long as the chat's 2,048 tokens.
     p = ServeSettings(parallel=3, ctx_per_slot=1024).load_params(chat)
     assert (p.n_ctx, p.n_seq_max, p.state_cache_mb) == (4 * 2048, 4, 256)

@@ -64,12 +64,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_http_server(token: str, port: int | None = None
-                      ) -> tuple[subprocess.Popen[bytes], str]:
+def start_http_server(token: str, port: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
     """The demo server over Streamable HTTP (on `port`, or a free one), once it accepts."""
     port = port or free_port()
-    proc = subprocess.Popen([sys.executable, str(DEMO), "--http", str(port), "--token", token],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(DEMO), "--http", str(port), "--token", token],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     end = time.monotonic() + 20
     while True:
         try:
@@ -125,8 +127,12 @@ def test_lists_tools_and_calls_one(hub: McpHub) -> None:
 
 
 def test_env_and_working_folder_reach_the_server(secrets: SecretStore, tmp_path: Path) -> None:
-    server = McpServer("demo", StdioTransport(sys.executable, (str(DEMO),),
-                                              env={"DEMO_VALUE": "hello"}, cwd=str(tmp_path)))
+    server = McpServer(
+        "demo",
+        StdioTransport(
+            sys.executable, (str(DEMO),), env={"DEMO_VALUE": "hello"}, cwd=str(tmp_path)
+        ),
+    )
     with McpHub([server], secrets=secrets) as hub:
         assert hub.call_tool("demo", "env_value", {"name": "DEMO_VALUE"}).text == "hello"
         assert Path(hub.call_tool("demo", "cwd").text) == tmp_path
@@ -134,12 +140,18 @@ def test_env_and_working_folder_reach_the_server(secrets: SecretStore, tmp_path:
 
 def test_progress_arrives_on_the_calling_thread(hub: McpHub) -> None:
     seen: list[tuple[float, float | None, str | None, int]] = []
-    result = hub.call_tool("demo", "slow", {"seconds": 0.3},
-                           on_progress=lambda p, t, m: seen.append((p, t, m,
-                                                                    threading.get_ident())))
+    result = hub.call_tool(
+        "demo",
+        "slow",
+        {"seconds": 0.3},
+        on_progress=lambda p, t, m: seen.append((p, t, m, threading.get_ident())),
+    )
     assert result.text == "slept 0.3 s"
     assert [(p, t, m) for p, t, m, _ in seen] == [
-        (0, 3, "step 1 of 3"), (1, 3, "step 2 of 3"), (2, 3, "step 3 of 3")]
+        (0, 3, "step 1 of 3"),
+        (1, 3, "step 2 of 3"),
+        (2, 3, "step 3 of 3"),
+    ]
     assert {ident for *_, ident in seen} == {threading.get_ident()}
 
 
@@ -177,8 +189,9 @@ def test_a_huge_result_is_truncated_with_a_note(hub: McpHub) -> None:
     result = hub.call_tool("demo", "huge", {"kb": 200})
     assert result.truncated and not result.is_error
     full = "0123456789abcde\n" * 64 * 200
-    assert result.text == (full[:64 * 1024]
-                           + "\n[result truncated: 200 KB, showing the first 64 KB]")
+    assert result.text == (
+        full[: 64 * 1024] + "\n[result truncated: 200 KB, showing the first 64 KB]"
+    )
     small = hub.call_tool("demo", "huge", {"kb": 4}, max_result_bytes=1024)
     assert small.truncated and small.text.endswith("showing the first 1 KB]")
     assert not hub.call_tool("demo", "huge", {"kb": 8}).truncated
@@ -218,29 +231,38 @@ def test_a_server_that_died_while_idle_is_restarted_on_next_use(hub: McpHub) -> 
 
 
 def test_a_missing_command_is_one_line(secrets: SecretStore, tmp_path: Path) -> None:
-    servers = [McpServer("ghost", StdioTransport("candlewick-no-such-command", ("--x",))),
-               McpServer("nowhere", StdioTransport(sys.executable, (str(DEMO),),
-                                                   cwd=str(tmp_path / "missing")))]
+    servers = [
+        McpServer("ghost", StdioTransport("candlewick-no-such-command", ("--x",))),
+        McpServer(
+            "nowhere", StdioTransport(sys.executable, (str(DEMO),), cwd=str(tmp_path / "missing"))
+        ),
+    ]
     with McpHub(servers, secrets=secrets) as hub:
         with pytest.raises(ToolServerError) as info:
             hub.list_tools("ghost")
-        assert one_line(info.value) == ("MCP server 'ghost' could not start: command not found: "
-                                        "candlewick-no-such-command")
+        assert one_line(info.value) == (
+            "MCP server 'ghost' could not start: command not found: candlewick-no-such-command"
+        )
         with pytest.raises(ToolServerError) as info:
             hub.call_tool("nowhere", "add", {"a": 1, "b": 2})
         assert "working folder not found" in one_line(info.value)
 
 
 def test_a_server_that_exits_at_start_shows_its_last_words_without_secrets(
-        secrets: SecretStore) -> None:
-    script = ("import os, sys; sys.stderr.write('starting\\nbad config, key=' + "
-              "os.environ['API_KEY'] + '\\n'); sys.exit(2)")
-    server = McpServer("broken", StdioTransport(sys.executable, ("-c", script),
-                                                env={"API_KEY": ENV_SECRET}))
+    secrets: SecretStore,
+) -> None:
+    script = (
+        "import os, sys; sys.stderr.write('starting\\nbad config, key=' + "
+        "os.environ['API_KEY'] + '\\n'); sys.exit(2)"
+    )
+    server = McpServer(
+        "broken", StdioTransport(sys.executable, ("-c", script), env={"API_KEY": ENV_SECRET})
+    )
     with McpHub([server], secrets=secrets) as hub, pytest.raises(ToolServerError) as info:
         hub.list_tools("broken")
-    assert one_line(info.value) == ("MCP server 'broken' could not start: the server process "
-                                    "exited (bad config, key=***)")
+    assert one_line(info.value) == (
+        "MCP server 'broken' could not start: the server process exited (bad config, key=***)"
+    )
 
 
 HANG = "import time; time.sleep(60)"  # a command that never speaks MCP
@@ -248,16 +270,18 @@ HANG = "import time; time.sleep(60)"  # a command that never speaks MCP
 
 def test_a_server_that_never_answers_times_out_at_start(secrets: SecretStore) -> None:
     server = McpServer("mute", StdioTransport(sys.executable, ("-c", HANG)))
-    with McpHub([server], secrets=secrets, start_timeout_s=0.5) as hub, \
-            pytest.raises(ToolServerError) as info:
+    with (
+        McpHub([server], secrets=secrets, start_timeout_s=0.5) as hub,
+        pytest.raises(ToolServerError) as info,
+    ):
         hub.list_tools("mute")
-    assert one_line(info.value) == ("MCP server 'mute' could not start: no answer to the MCP "
-                                    "handshake within 0.5 s")
+    assert one_line(info.value) == (
+        "MCP server 'mute' could not start: no answer to the MCP handshake within 0.5 s"
+    )
 
 
 def test_close_stops_a_start_that_was_cancelled(secrets: SecretStore) -> None:
-    hub = McpHub([McpServer("mute", StdioTransport(sys.executable, ("-c", HANG)))],
-                 secrets=secrets)
+    hub = McpHub([McpServer("mute", StdioTransport(sys.executable, ("-c", HANG)))], secrets=secrets)
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(ToolCancelledError):
@@ -321,21 +345,25 @@ def test_calls_from_two_threads_at_once(hub: McpHub) -> None:
 # -- Streamable HTTP -----------------------------------------------------------------------------
 
 
-def test_http_sends_the_bearer_token_from_the_keyring(http_url: str,
-                                                      secrets: SecretStore) -> None:
+def test_http_sends_the_bearer_token_from_the_keyring(http_url: str, secrets: SecretStore) -> None:
     secrets.set("mcp:web", TOKEN)
     with McpHub([McpServer("web", HttpTransport(http_url))], secrets=secrets) as hub:
         assert "add" in {t.name for t in hub.list_tools("web")}
         assert hub.call_tool("web", "add", {"a": 20, "b": 22}).text == "42"
         seen: list[float] = []
-        assert hub.call_tool("web", "slow", {"seconds": 0.2},
-                             on_progress=lambda p, t, m: seen.append(p)).text == "slept 0.2 s"
+        assert (
+            hub.call_tool(
+                "web", "slow", {"seconds": 0.2}, on_progress=lambda p, t, m: seen.append(p)
+            ).text
+            == "slept 0.2 s"
+        )
         assert seen == [0, 1]
         assert hub.call_tool("web", "huge", {"kb": 100}).truncated
 
 
-def test_http_with_a_wrong_token_is_one_line_without_the_token(http_url: str,
-                                                               secrets: SecretStore) -> None:
+def test_http_with_a_wrong_token_is_one_line_without_the_token(
+    http_url: str, secrets: SecretStore
+) -> None:
     secrets.set("mcp:web", "wrong-" + TOKEN)
     with McpHub([McpServer("web", HttpTransport(http_url))], secrets=secrets) as hub:
         with pytest.raises(ToolServerError) as info:
@@ -346,13 +374,20 @@ def test_http_with_a_wrong_token_is_one_line_without_the_token(http_url: str,
 
 def test_http_cancel_and_a_server_that_is_not_there(http_url: str, secrets: SecretStore) -> None:
     secrets.set("mcp:web", TOKEN)
-    servers = [McpServer("web", HttpTransport(http_url)),
-               McpServer("gone", HttpTransport(f"http://127.0.0.1:{free_port()}/mcp"))]
+    servers = [
+        McpServer("web", HttpTransport(http_url)),
+        McpServer("gone", HttpTransport(f"http://127.0.0.1:{free_port()}/mcp")),
+    ]
     with McpHub(servers, secrets=secrets) as hub:
         cancel = threading.Event()
         with pytest.raises(ToolCancelledError):
-            hub.call_tool("web", "slow", {"seconds": 30}, cancel=cancel,
-                          on_progress=lambda p, t, m: cancel.set())
+            hub.call_tool(
+                "web",
+                "slow",
+                {"seconds": 30},
+                cancel=cancel,
+                on_progress=lambda p, t, m: cancel.set(),
+            )
         assert hub.call_tool("web", "add", {"a": 1, "b": 1}).text == "2"
         with pytest.raises(ToolServerError) as info:
             hub.list_tools("gone")
@@ -379,13 +414,21 @@ def test_http_server_crash_then_back(secrets: SecretStore) -> None:
 # -- secrets in logs -----------------------------------------------------------------------------
 
 
-def test_logs_carry_no_env_values_or_tokens(http_url: str, secrets: SecretStore,
-                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_logs_carry_no_env_values_or_tokens(
+    http_url: str, secrets: SecretStore, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     secrets.set("mcp:web", TOKEN)
-    servers = [demo(API_KEY=ENV_SECRET), McpServer("web", HttpTransport(http_url)),
-               McpServer("bad", StdioTransport(sys.executable, ("-c", "raise SystemExit(1)"),
-                                               env={"API_KEY": ENV_SECRET}))]
+    servers = [
+        demo(API_KEY=ENV_SECRET),
+        McpServer("web", HttpTransport(http_url)),
+        McpServer(
+            "bad",
+            StdioTransport(
+                sys.executable, ("-c", "raise SystemExit(1)"), env={"API_KEY": ENV_SECRET}
+            ),
+        ),
+    ]
     with McpHub(servers, secrets=secrets) as hub:
         assert hub.call_tool("demo", "env_value", {"name": "API_KEY"}).text == ENV_SECRET
         hub.call_tool("web", "add", {"a": 1, "b": 1})

@@ -26,9 +26,13 @@ from tests.app.services.file_keyring import FileKeyring
 TOKEN = "tok-TOPSECRET-7731"
 ENV_SECRET = "env-TOPSECRET-1234"
 
-FILES = McpServer("files", StdioTransport("npx", ("-y", "@mcp/files", "/home/me"),
-                                          env={"API_KEY": ENV_SECRET}, cwd="/tmp"),
-                  always_allow=frozenset({"read_file"}))
+FILES = McpServer(
+    "files",
+    StdioTransport(
+        "npx", ("-y", "@mcp/files", "/home/me"), env={"API_KEY": ENV_SECRET}, cwd="/tmp"
+    ),
+    always_allow=frozenset({"read_file"}),
+)
 WEB = McpServer("web", HttpTransport("https://mcp.example.com/mcp"), enabled=False)
 
 
@@ -66,9 +70,15 @@ def test_round_trip_in_the_config_folder(store: McpConfigStore) -> None:
     data = json.loads(store.path.read_text())
     assert data["version"] == 1
     assert data["servers"][0] == {
-        "name": "files", "enabled": True, "transport": "stdio", "command": "npx",
-        "args": ["-y", "@mcp/files", "/home/me"], "env": {"API_KEY": ENV_SECRET},
-        "cwd": "/tmp", "always_allow": ["read_file"]}
+        "name": "files",
+        "enabled": True,
+        "transport": "stdio",
+        "command": "npx",
+        "args": ["-y", "@mcp/files", "/home/me"],
+        "env": {"API_KEY": ENV_SECRET},
+        "cwd": "/tmp",
+        "always_allow": ["read_file"],
+    }
     assert data["servers"][1]["url"] == "https://mcp.example.com/mcp"
     if os.name == "posix":
         assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
@@ -76,7 +86,8 @@ def test_round_trip_in_the_config_folder(store: McpConfigStore) -> None:
 
 
 def test_the_token_goes_to_the_keyring_and_moves_with_a_rename(
-        store: McpConfigStore, candlewick_home: Path, keyring_file: Path) -> None:
+    store: McpConfigStore, candlewick_home: Path, keyring_file: Path
+) -> None:
     store.add(WEB, token=TOKEN)
     assert files_containing(candlewick_home, "TOPSECRET") == []
     assert json.loads(keyring_file.read_text()) == {f"{SERVICE}/mcp:web": TOKEN}
@@ -99,18 +110,20 @@ def test_enable_and_always_allow_are_saved(store: McpConfigStore) -> None:
         store.get("nope")
 
 
-@pytest.mark.parametrize(("server", "message"), [
-    (McpServer("", StdioTransport("x")), "needs a name"),
-    (McpServer(" padded", StdioTransport("x")), "bad server name"),
-    (McpServer("x" * 65, StdioTransport("x")), "bad server name"),
-    (McpServer("s", StdioTransport("  ")), "the command is empty"),
-    (McpServer("s", StdioTransport("x", env={"NOT A NAME": "v"})), "environment variable"),
-    (McpServer("s", HttpTransport("ftp://example.com")), "not an http:// or https:// URL"),
-    (McpServer("s", HttpTransport("localhost:3000/mcp")), "not an http:// or https:// URL"),
-    (McpServer("s", HttpTransport("https://")), "not an http:// or https:// URL"),
-])
-def test_bad_settings_are_refused(store: McpConfigStore, server: McpServer,
-                                  message: str) -> None:
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        (McpServer("", StdioTransport("x")), "needs a name"),
+        (McpServer(" padded", StdioTransport("x")), "bad server name"),
+        (McpServer("x" * 65, StdioTransport("x")), "bad server name"),
+        (McpServer("s", StdioTransport("  ")), "the command is empty"),
+        (McpServer("s", StdioTransport("x", env={"NOT A NAME": "v"})), "environment variable"),
+        (McpServer("s", HttpTransport("ftp://example.com")), "not an http:// or https:// URL"),
+        (McpServer("s", HttpTransport("localhost:3000/mcp")), "not an http:// or https:// URL"),
+        (McpServer("s", HttpTransport("https://")), "not an http:// or https:// URL"),
+    ],
+)
+def test_bad_settings_are_refused(store: McpConfigStore, server: McpServer, message: str) -> None:
     with pytest.raises(McpConfigError, match=message) as info:
         store.add(server)
     one_line(info.value)
@@ -125,14 +138,17 @@ def test_names_are_unique_ignoring_case(store: McpConfigStore) -> None:
         store.save([FILES, McpServer("Files", StdioTransport("other"))])
 
 
-@pytest.mark.parametrize("content", [
-    b'{"version": 1, "servers": [{"name": "a", "transport": "stdio", "comm',  # half-written
-    b"not json at all",
-    b'{"version": 1, "servers": [{"name": "a", "transport": "sse", "url": "http://x"}]}',
-    b'{"version": 1, "servers": [{"name": "a", "transport": "stdio", "command": ""}]}',
-    b'{"version": 1, "servers": {"a": 1}}',
-    b"\xff\xfe garbage",
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"version": 1, "servers": [{"name": "a", "transport": "stdio", "comm',  # half-written
+        b"not json at all",
+        b'{"version": 1, "servers": [{"name": "a", "transport": "sse", "url": "http://x"}]}',
+        b'{"version": 1, "servers": [{"name": "a", "transport": "stdio", "command": ""}]}',
+        b'{"version": 1, "servers": {"a": 1}}',
+        b"\xff\xfe garbage",
+    ],
+)
 def test_a_malformed_file_is_reported_and_kept(store: McpConfigStore, content: bytes) -> None:
     store.path.parent.mkdir(parents=True, exist_ok=True)
     store.path.write_bytes(content)
@@ -165,18 +181,29 @@ def test_a_newer_file_is_left_alone_and_never_overwritten(store: McpConfigStore)
 
 def test_import_of_mcp_servers_json(store: McpConfigStore, candlewick_home: Path) -> None:
     store.add(McpServer("taken", StdioTransport("x")))
-    report = store.import_mcp_servers(json.dumps({"mcpServers": {
-        "files": {"command": "npx", "args": ["-y", "@mcp/files"],
-                  "env": {"API_KEY": ENV_SECRET}},
-        "remote": {"url": "https://mcp.example.com/mcp",
-                   "headers": {"Authorization": f"Bearer {TOKEN}", "X-Team": "blue"}},
-        "plain": {"type": "http", "url": "http://127.0.0.1:3000/mcp", "disabled": True},
-        "old": {"type": "sse", "url": "https://old.example.com/sse"},
-        "weird": {"args": ["x"]},
-        "taken": {"command": "y"},
-        "badurl": {"url": "file:///etc/passwd"},
-        "notobj": [1, 2],
-    }}))
+    report = store.import_mcp_servers(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "files": {
+                        "command": "npx",
+                        "args": ["-y", "@mcp/files"],
+                        "env": {"API_KEY": ENV_SECRET},
+                    },
+                    "remote": {
+                        "url": "https://mcp.example.com/mcp",
+                        "headers": {"Authorization": f"Bearer {TOKEN}", "X-Team": "blue"},
+                    },
+                    "plain": {"type": "http", "url": "http://127.0.0.1:3000/mcp", "disabled": True},
+                    "old": {"type": "sse", "url": "https://old.example.com/sse"},
+                    "weird": {"args": ["x"]},
+                    "taken": {"command": "y"},
+                    "badurl": {"url": "file:///etc/passwd"},
+                    "notobj": [1, 2],
+                }
+            }
+        )
+    )
     assert report.added == ["files", "remote", "plain"]
     assert report.problems == [
         "remote: header 'X-Team' was not imported (only an Authorization: Bearer token is "
@@ -188,8 +215,9 @@ def test_import_of_mcp_servers_json(store: McpConfigStore, candlewick_home: Path
         "notobj: not imported: the entry is not an object",
     ]
     servers = {s.name: s for s in store.servers()}
-    assert servers["files"].transport == StdioTransport("npx", ("-y", "@mcp/files"),
-                                                        env={"API_KEY": ENV_SECRET})
+    assert servers["files"].transport == StdioTransport(
+        "npx", ("-y", "@mcp/files"), env={"API_KEY": ENV_SECRET}
+    )
     assert servers["remote"].transport == HttpTransport("https://mcp.example.com/mcp")
     assert not servers["plain"].enabled
     assert store.token("remote") == TOKEN
@@ -205,17 +233,24 @@ def test_import_of_something_else_fails_in_one_line(store: McpConfigStore) -> No
 
 
 def test_describe_and_redacted_mask_the_secrets() -> None:
-    server = McpServer("tools", StdioTransport(
-        sys.executable, ("server.py", "--api-key", "ARG-SECRET", "--token=ARG-SECRET2", "-v"),
-        env={"API_KEY": ENV_SECRET}))
+    server = McpServer(
+        "tools",
+        StdioTransport(
+            sys.executable,
+            ("server.py", "--api-key", "ARG-SECRET", "--token=ARG-SECRET2", "-v"),
+            env={"API_KEY": ENV_SECRET},
+        ),
+    )
     line = server.describe()
-    assert line == (f"tools (stdio): {sys.executable} server.py --api-key *** --token=*** -v "
-                    "env API_KEY=***")
+    assert line == (
+        f"tools (stdio): {sys.executable} server.py --api-key *** --token=*** -v env API_KEY=***"
+    )
     redacted = json.dumps(server.redacted())
     for text in (line, redacted, repr(server)):
         assert "SECRET" not in text
     assert json.loads(redacted)["env"] == {"API_KEY": "***"}
-    assert WEB.describe(has_token=True) == ("web (http): https://mcp.example.com/mcp with bearer "
-                                            "token *** [disabled]")
+    assert WEB.describe(has_token=True) == (
+        "web (http): https://mcp.example.com/mcp with bearer token *** [disabled]"
+    )
     assert WEB.redacted(has_token=True)["token"] == "***"
     assert hash(server) == hash(server)  # usable in sets despite the env dict

@@ -48,10 +48,30 @@ def start_server(workdir: Path, *, key: str = API_KEY, ctx: int = 2048) -> Serve
     env = dict(os.environ, CANDLEWICK_HOME=str(workdir / "home"))
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--model", "default", "--port", "0",
-             "--parallel", "1", "--ctx", str(ctx), "--threads", "2",
-             "--api-key-file", str(key_file), "--no-embeddings"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "app.cli",
+                "serve",
+                "--model",
+                "default",
+                "--port",
+                "0",
+                "--parallel",
+                "1",
+                "--ctx",
+                str(ctx),
+                "--threads",
+                "2",
+                "--api-key-file",
+                str(key_file),
+                "--no-embeddings",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     served = Served(proc, "", log)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:
@@ -61,5 +81,7 @@ def start_server(workdir: Path, *, key: str = API_KEY, ctx: int = 2048) -> Serve
             return served
         time.sleep(0.05)  # a separate process: nothing to wait on but its output
     served.kill()
-    raise RuntimeError(f"candlewick serve did not start (exit {proc.poll()}): "
-                       f"{log.read_text(errors='replace')[-2000:]}")
+    raise RuntimeError(
+        f"candlewick serve did not start (exit {proc.poll()}): "
+        f"{log.read_text(errors='replace')[-2000:]}"
+    )

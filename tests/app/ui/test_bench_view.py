@@ -27,8 +27,9 @@ from engine.bench.result import BenchResult
 from engine.settings import LoadParams, SamplingParams
 
 # The offscreen platform plugin (no window manager) says these when a window is shown/raised.
-pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints",
-                                       "This plugin does not support raise")
+pytestmark = pytest.mark.qt_log_ignore(
+    "This plugin does not support propagateSizeHints", "This plugin does not support raise"
+)
 COL = {c.header.split("\n")[0]: i for i, c in enumerate(COLUMNS)}
 # Generous: on a 2-core machine shared with other jobs a tiny run can take minutes.
 RUN_TIMEOUT_MS = 600_000
@@ -60,8 +61,14 @@ def load(qtbot: QtBot, w: MainWindow, path: Path) -> BenchView:
     return view
 
 
-def small_run(view: BenchView, *, levels: str = "1,2", requests: int = 2,
-              max_tokens: int = 8, roofline: bool = True) -> None:
+def small_run(
+    view: BenchView,
+    *,
+    levels: str = "1,2",
+    requests: int = 2,
+    max_tokens: int = 8,
+    roofline: bool = True,
+) -> None:
     view.workload.setCurrentIndex(view.workload.findData("chat"))
     view.levels.setText(levels)
     view.requests.setValue(requests)
@@ -81,8 +88,12 @@ def text(view: BenchView, row: int, name: str) -> str:
 
 @pytest.mark.timeout(900)
 def test_run_fills_table_and_charts_and_saves_comparable_json(
-        window: MainWindow, qtbot: QtBot, smollm2_path: Path, tmp_path: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    window: MainWindow,
+    qtbot: QtBot,
+    smollm2_path: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     view = bench_view(window)
     assert not view.run_button.isEnabled()
     assert view.run_button.toolTip() == NO_MODEL_TIP
@@ -127,8 +138,7 @@ def test_run_fills_table_and_charts_and_saves_comparable_json(
         return not view.running
 
     qtbot.waitUntil(seen, timeout=RUN_TIMEOUT_MS)
-    assert any(s.startswith("Level 2 of 2 · 2 concurrent · request") for s in statuses), \
-        statuses
+    assert any(s.startswith("Level 2 of 2 · 2 concurrent · request") for s in statuses), statuses
     assert view.status.text().startswith("Done in"), view.status.text()
     assert not view.error_label.isVisible()
     assert window.chat_view.send_button.isEnabled()
@@ -186,13 +196,16 @@ def test_run_fills_table_and_charts_and_saves_comparable_json(
 
 @pytest.mark.timeout(900)
 def test_cancel_stops_within_a_request_and_keeps_partial_results(
-        window: MainWindow, qtbot: QtBot, smollm2_path: Path) -> None:
+    window: MainWindow, qtbot: QtBot, smollm2_path: Path
+) -> None:
     view = load(qtbot, window, smollm2_path)
     small_run(view, levels="1,2", requests=6, max_tokens=96, roofline=False)
     assert view.run()
     # Cancel once the first timed request has finished.
-    qtbot.waitUntil(lambda: view.status.text().startswith("Level 1 of 2")
-                    and view.progress.value() >= 1, timeout=RUN_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: view.status.text().startswith("Level 1 of 2") and view.progress.value() >= 1,
+        timeout=RUN_TIMEOUT_MS,
+    )
     done_at_cancel = view.progress.value()
     t_cancel = time.perf_counter()  # the traces' clock
     view.cancel()
@@ -221,8 +234,9 @@ def test_cancel_stops_within_a_request_and_keeps_partial_results(
     assert view.run_button.isEnabled()
 
 
-def test_cancel_while_loading_measures_nothing(window: MainWindow, qtbot: QtBot,
-                                              smollm2_path: Path) -> None:
+def test_cancel_while_loading_measures_nothing(
+    window: MainWindow, qtbot: QtBot, smollm2_path: Path
+) -> None:
     view = load(qtbot, window, smollm2_path)
     # Loading again: nothing to run until the new load is done.
     seen: list[bool] = []
@@ -234,8 +248,9 @@ def test_cancel_while_loading_measures_nothing(window: MainWindow, qtbot: QtBot,
 
     view.set_loaded = record  # type: ignore[method-assign]
     window.controller.load(smollm2_path, LoadParams(n_ctx=1024, n_threads=1))
-    qtbot.waitUntil(lambda: bool(seen) and seen[-1] and window.controller.loading is None,
-                    timeout=120_000)
+    qtbot.waitUntil(
+        lambda: bool(seen) and seen[-1] and window.controller.loading is None, timeout=120_000
+    )
     assert False in seen
     small_run(view, roofline=False)
     assert view.run()
@@ -247,8 +262,7 @@ def test_cancel_while_loading_measures_nothing(window: MainWindow, qtbot: QtBot,
     assert window.chat_view.send_button.isEnabled()
 
 
-def test_bad_workload_file_and_bad_levels_are_one_line(window: MainWindow,
-                                                       tmp_path: Path) -> None:
+def test_bad_workload_file_and_bad_levels_are_one_line(window: MainWindow, tmp_path: Path) -> None:
     view = bench_view(window)
     bad = tmp_path / "prompts.jsonl"
     bad.write_text('{"prompt": "fine"}\nthis is not json\n', encoding="utf-8")
@@ -284,22 +298,52 @@ def test_bad_workload_file_and_bad_levels_are_one_line(window: MainWindow,
 def test_results_table_model(qtmodeltester: ModelTester) -> None:
     """Formatting and marking on a hand-made result, checked with qtmodeltester."""
     lv: dict[str, Any] = {
-        "concurrency": 1, "requests": 3, "succeeded": 2, "failure_rate": 1 / 3,
-        "ttft_p50": 0.1234, "ttft_p95": 0.2, "prompt_tps_p50": 400.0, "gen_tps_p50": 99.94,
-        "latency_p50": 1.0, "latency_p95": 1.5, "total_throughput_tps": 90.0,
-        "peak_ram_bytes": 300 << 20, "peak_vram_bytes": None, "meets_slo": False,
-        "error_samples": ["cancelled"]}
+        "concurrency": 1,
+        "requests": 3,
+        "succeeded": 2,
+        "failure_rate": 1 / 3,
+        "ttft_p50": 0.1234,
+        "ttft_p95": 0.2,
+        "prompt_tps_p50": 400.0,
+        "gen_tps_p50": 99.94,
+        "latency_p50": 1.0,
+        "latency_p95": 1.5,
+        "total_throughput_tps": 90.0,
+        "peak_ram_bytes": 300 << 20,
+        "peak_vram_bytes": None,
+        "meets_slo": False,
+        "error_samples": ["cancelled"],
+    }
     # Metrics the table does not show.
-    unshown: dict[str, Any] = {"errors": 1, "timeouts": 0, "gen_tps_mean": None,
-                               "requests_per_s": 0.0, "wall_s": 0.0, "prompt_tokens": 0,
-                               "completion_tokens": 0}
+    unshown: dict[str, Any] = {
+        "errors": 1,
+        "timeouts": 0,
+        "gen_tps_mean": None,
+        "requests_per_s": 0.0,
+        "wall_s": 0.0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+    }
     model = BenchTableModel()
     assert model.rowCount() == 0
-    model.set_result(BenchResult(
-        levels=[LevelMetrics(**unshown, **lv),
-                LevelMetrics(**unshown, **{**lv, "concurrency": 2, "succeeded": 3,
-                                           "failure_rate": 0.0, "meets_slo": None})],
-        traces={1: [RequestTrace(0, 0.0, 1.0), RequestTrace(1, 0.0, 1.0, error="cancelled")]}))
+    model.set_result(
+        BenchResult(
+            levels=[
+                LevelMetrics(**unshown, **lv),
+                LevelMetrics(
+                    **unshown,
+                    **{
+                        **lv,
+                        "concurrency": 2,
+                        "succeeded": 3,
+                        "failure_rate": 0.0,
+                        "meets_slo": None,
+                    },
+                ),
+            ],
+            traces={1: [RequestTrace(0, 0.0, 1.0), RequestTrace(1, 0.0, 1.0, error="cancelled")]},
+        )
+    )
     qtmodeltester.check(model, force_py=True)  # and watches the reset below
     assert model.rowCount() == 2 and model.columnCount() == len(COLUMNS)
     assert model.rowCount(model.index(0, 0)) == 0

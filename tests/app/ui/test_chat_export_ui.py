@@ -31,11 +31,16 @@ def store(tmp_path: Path) -> Iterator[ChatStore]:
 
 
 def stopped_chat(store: ChatStore) -> int:
-    c = store.create_conversation("Lighthouse story",
-                                  settings={"system_prompt": "You write short stories."})
+    c = store.create_conversation(
+        "Lighthouse story", settings={"system_prompt": "You write short stories."}
+    )
     store.add_message(c.id, "user", "Write a 200-word story about a lighthouse.")
-    store.add_message(c.id, "assistant", "The keeper climbed the stairs and",
-                      stats={"gen_tokens": 7, "gen_tps": 20.0, "stop_reason": "cancelled"})
+    store.add_message(
+        c.id,
+        "assistant",
+        "The keeper climbed the stairs and",
+        stats={"gen_tokens": 7, "gen_tps": 20.0, "stop_reason": "cancelled"},
+    )
     other = store.create_conversation("Bread")
     store.add_message(other.id, "user", "Best bread recipe?")
     return c.id
@@ -64,9 +69,9 @@ def record(signal: Any) -> list[str]:
     return got
 
 
-def test_export_one_chat_from_the_context_menu(qtbot: QtBot, store: ChatStore,
-                                               tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_export_one_chat_from_the_context_menu(
+    qtbot: QtBot, store: ChatStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cid = stopped_chat(store)
     cl = ConversationList(store)
     qtbot.addWidget(cl)
@@ -90,14 +95,13 @@ def test_export_one_chat_from_the_context_menu(qtbot: QtBot, store: ChatStore,
     assert notices[1] == f"Exported “Lighthouse story” to {tmp_path / 'story.json'}"
 
 
-def test_a_cancelled_dialog_writes_nothing(qtbot: QtBot, store: ChatStore,
-                                          monkeypatch: pytest.MonkeyPatch,
-                                          tmp_path: Path) -> None:
+def test_a_cancelled_dialog_writes_nothing(
+    qtbot: QtBot, store: ChatStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     cid = stopped_chat(store)
     cl = ConversationList(store)
     qtbot.addWidget(cl)
-    monkeypatch.setattr(QFileDialog, "getSaveFileName",
-                        staticmethod(lambda *_args: ("", "")))
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(lambda *_args: ("", "")))
     notices, errors = record(cl.notice), record(cl.error)
     before = sorted(os.listdir(tmp_path))
     assert cl.export(cid, "md") is None
@@ -105,8 +109,8 @@ def test_a_cancelled_dialog_writes_nothing(qtbot: QtBot, store: ChatStore,
 
 
 def test_a_failed_export_is_one_line_and_leaves_no_partial_file(
-        qtbot: QtBot, store: ChatStore, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    qtbot: QtBot, store: ChatStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cid = stopped_chat(store)
     cl = ConversationList(store)
     qtbot.addWidget(cl)
@@ -137,8 +141,8 @@ def test_a_failed_export_is_one_line_and_leaves_no_partial_file(
 
 
 def test_the_chat_views_export_button_exports_the_chat_on_screen(
-        qtbot: QtBot, store: ChatStore, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    qtbot: QtBot, store: ChatStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cid = stopped_chat(store)
     cl = ConversationList(store)
     model = ChatModel()
@@ -148,8 +152,7 @@ def test_the_chat_views_export_button_exports_the_chat_on_screen(
     view.show()
     # A new chat, not yet stored, has nothing to export.
     assert not view.export_button.isVisible() and not view.header.isVisible()
-    model.set_conversation(Conversation([Message("user", "Write a 200-word story")],
-                                        store_id=cid))
+    model.set_conversation(Conversation([Message("user", "Write a 200-word story")], store_id=cid))
     assert view.export_button.isVisible()
     requests: list[tuple[int, str]] = []
     view.export_requested.connect(lambda c, fmt: requests.append((c, fmt)))

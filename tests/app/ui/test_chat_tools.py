@@ -30,9 +30,12 @@ from app.ui.tool_blocks import ToolCallBlock
 from engine.settings import LoadParams, SamplingParams
 from tests.app.ui.shots import save_shot, shots_dir
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints",
-                                        "This plugin does not support raise")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.qt_log_ignore(
+        "This plugin does not support propagateSizeHints", "This plugin does not support raise"
+    ),
+]
 DEMO = Path(__file__).resolve().parents[2] / "mcp_servers" / "demo_server.py"
 
 
@@ -43,7 +46,8 @@ def forced(name: str) -> dict[str, Any]:
 @pytest.fixture
 def window(qtbot: QtBot, smollm2_path: Path) -> Iterator[MainWindow]:
     McpConfigStore(AppPaths.default().config / "mcp_servers.json").save(
-        [McpServer("demo", StdioTransport(sys.executable, (str(DEMO),)))])
+        [McpServer("demo", StdioTransport(sys.executable, (str(DEMO),)))]
+    )
     w = build_window(sampling=SamplingParams(temperature=0.0, max_tokens=96))
     w.ask_quit = lambda _parent, _warnings: True
     w.show()
@@ -68,8 +72,7 @@ def window(qtbot: QtBot, smollm2_path: Path) -> Iterator[MainWindow]:
 
 def ask(qtbot: QtBot, w: MainWindow, text: str, tool: str) -> ToolCallBlock:
     """Send `text` with `tool` forced; the first call's block, waiting for the user."""
-    w.controller.set_chat_settings({**w.controller.chat_settings,
-                                    "tool_choice": forced(tool)})
+    w.controller.set_chat_settings({**w.controller.chat_settings, "tool_choice": forced(tool)})
     assert w.controller.send(text)
     qtbot.waitUntil(lambda: pending(w) is not None or not w.controller.busy, timeout=120_000)
     block = pending(w)
@@ -82,8 +85,10 @@ def transcript(w: MainWindow) -> str:
     lines = []
     for i in range(w.chat_model.rowCount()):
         m = w.chat_model.message(i)
-        lines.append(f"{i} {m.role} {m.state} {m.tool_status if m.role == 'tool' else ''} "
-                     f"{m.text[:80]!r} {[(c.name, c.decision) for c in m.tool_calls]}")
+        lines.append(
+            f"{i} {m.role} {m.state} {m.tool_status if m.role == 'tool' else ''} "
+            f"{m.text[:80]!r} {[(c.name, c.decision) for c in m.tool_calls]}"
+        )
     return "\n".join(lines)
 
 
@@ -97,6 +102,7 @@ def pending(w: MainWindow) -> ToolCallBlock | None:
 
 def settle(qtbot: QtBot, w: MainWindow) -> None:
     """Deny whatever else the model asks for, until the turn is over."""
+
     def done() -> bool:
         b = pending(w)
         if b is not None:
@@ -111,11 +117,13 @@ def tool_rows(w: MainWindow) -> list[int]:
 
 
 def test_allow_runs_the_tool_and_its_result_goes_back_to_the_model(
-        qtbot: QtBot, window: MainWindow, tmp_path: Path) -> None:
+    qtbot: QtBot, window: MainWindow, tmp_path: Path
+) -> None:
     w = window
     block = ask(qtbot, w, "What is 2 plus 3? Use the add tool.", "add")
-    answer_row = next(i for i in range(w.chat_model.rowCount())
-                      if w.chat_model.message(i).tool_calls)
+    answer_row = next(
+        i for i in range(w.chat_model.rowCount()) if w.chat_model.message(i).tool_calls
+    )
     call = w.chat_model.message(answer_row).tool_calls[0]
     args = json.loads(call.arguments)
     assert call.name == "add" and call.server == "demo" and set(args) == {"a", "b"}
@@ -123,9 +131,12 @@ def test_allow_runs_the_tool_and_its_result_goes_back_to_the_model(
     qtbot.wait(300)
     assert tool_rows(w) == [] and w.controller.busy  # nothing runs before the click
     block.allow_button.click()
-    qtbot.waitUntil(lambda: bool(tool_rows(w)) and
-                    w.chat_model.message(tool_rows(w)[0]).tool_status != "running",
-                    timeout=60_000)
+    qtbot.waitUntil(
+        lambda: (
+            bool(tool_rows(w)) and w.chat_model.message(tool_rows(w)[0]).tool_status != "running"
+        ),
+        timeout=60_000,
+    )
     result = w.chat_model.message(tool_rows(w)[0])
     assert (result.tool_status, result.text) == ("complete", str(args["a"] + args["b"]))
     assert block.decision.text() == "Allowed once"
@@ -139,12 +150,19 @@ def test_allow_runs_the_tool_and_its_result_goes_back_to_the_model(
     second = w.prompts[1]  # type: ignore[attr-defined]
     at = next(i for i, m in enumerate(second) if m.get("tool_calls"))
     calls = second[at]["tool_calls"]
-    assert calls[0] == {"id": call.id, "type": "function",
-                        "function": {"name": "add", "arguments": call.arguments}}
+    assert calls[0] == {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": "add", "arguments": call.arguments},
+    }
     # Each call answered right after it (a second call SmolLM2 made was denied by `settle`).
-    assert second[at + 1] == {"role": "tool", "tool_call_id": call.id, "name": "add",
-                              "content": result.text}
-    assert [m["role"] for m in second[at + 1:]] == ["tool"] * len(calls)
+    assert second[at + 1] == {
+        "role": "tool",
+        "tool_call_id": call.id,
+        "name": "add",
+        "content": result.text,
+    }
+    assert [m["role"] for m in second[at + 1 :]] == ["tool"] * len(calls)
 
     # Reopened from the store: the call with its decision and the result, as they were.
     cid = w.controller.conversation_id
@@ -185,7 +203,8 @@ def test_always_allow_is_remembered_for_the_tool(qtbot: QtBot, window: MainWindo
 
 
 def test_a_crashing_server_is_one_line_and_a_huge_result_is_cut(
-        qtbot: QtBot, window: MainWindow) -> None:
+    qtbot: QtBot, window: MainWindow
+) -> None:
     w = window
     ask(qtbot, w, "Crash.", "crash").allow_button.click()
     settle(qtbot, w)
@@ -213,8 +232,9 @@ def test_stop_cancels_a_hanging_tool(qtbot: QtBot, window: MainWindow) -> None:
     assert len(w.prompts) == 1  # type: ignore[attr-defined]  # Stop ends the turn
 
 
-def test_a_streamable_http_server_with_a_token(qtbot: QtBot, window: MainWindow,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_streamable_http_server_with_a_token(
+    qtbot: QtBot, window: MainWindow, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same loop over HTTP: the token from the keyring reaches the server (it refuses
     requests without it)."""
     import keyring
@@ -239,15 +259,21 @@ def test_a_streamable_http_server_with_a_token(qtbot: QtBot, window: MainWindow,
         block = ask(qtbot, w, "What is 4 plus 4?", "add")
         assert block.title.text() == "Tool call: add · remote"
         block.allow_button.click()
-        qtbot.waitUntil(lambda: bool(tool_rows(w)) and
-                        w.chat_model.message(tool_rows(w)[0]).tool_status != "running",
-                        timeout=60_000)
+        qtbot.waitUntil(
+            lambda: (
+                bool(tool_rows(w))
+                and w.chat_model.message(tool_rows(w)[0]).tool_status != "running"
+            ),
+            timeout=60_000,
+        )
         result = w.chat_model.message(tool_rows(w)[0])
-        args = json.loads(w.chat_model.message(tool_rows(w)[0] - 1).tool_calls[0].arguments
-                          if w.chat_model.message(tool_rows(w)[0] - 1).tool_calls else "{}")
+        args = json.loads(
+            w.chat_model.message(tool_rows(w)[0] - 1).tool_calls[0].arguments
+            if w.chat_model.message(tool_rows(w)[0] - 1).tool_calls
+            else "{}"
+        )
         assert result.tool_status == "complete", result.text
         assert not args or result.text == str(args["a"] + args["b"])
         settle(qtbot, w)
     finally:
         stop_process(proc)
-

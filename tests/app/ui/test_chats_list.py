@@ -31,9 +31,11 @@ def test_three_chats_with_the_same_title_are_told_apart(qtbot: QtBot, tmp_path: 
     clock = [ts("2026-11-10 10:00")]
     store = ChatStore(tmp_path / "chats.sqlite3", clock=lambda: clock[0])
     try:
-        endings = ["The keeper lit the lamp one last time.",
-                   "A storm came, and the light held.",
-                   "She sailed away at dawn " + "and never looked back " * 6]
+        endings = [
+            "The keeper lit the lamp one last time.",
+            "A storm came, and the light held.",
+            "She sailed away at dawn " + "and never looked back " * 6,
+        ]
         for hours, ending in enumerate(endings):
             clock[0] = ts("2026-11-10 10:00") + hours * 3600
             c = store.create_conversation("Write a 200-word story…")

@@ -25,10 +25,12 @@ def total(xs: list[int]) -> int:
 
 def dark_palette() -> QPalette:
     p = QPalette()
-    for role, colour in ((QPalette.ColorRole.Window, "#202124"),
-                         (QPalette.ColorRole.Base, "#1b1b1d"),
-                         (QPalette.ColorRole.Text, "#e8e8e8"),
-                         (QPalette.ColorRole.WindowText, "#e8e8e8")):
+    for role, colour in (
+        (QPalette.ColorRole.Window, "#202124"),
+        (QPalette.ColorRole.Base, "#1b1b1d"),
+        (QPalette.ColorRole.Text, "#e8e8e8"),
+        (QPalette.ColorRole.WindowText, "#e8e8e8"),
+    ):
         p.setColor(role, QColor(colour))
     return p
 

@@ -56,12 +56,13 @@ def send(qtbot: QtBot, w: MainWindow, text: str) -> None:
 
 def load(qtbot: QtBot, w: MainWindow, path: Path, n_ctx: int) -> None:
     w._load(path, LoadParams(n_ctx=n_ctx))
-    qtbot.waitUntil(lambda: w.controller.loaded is not None
-                    and w.controller.loaded.n_ctx == n_ctx, timeout=60_000)
+    qtbot.waitUntil(
+        lambda: w.controller.loaded is not None and w.controller.loaded.n_ctx == n_ctx,
+        timeout=60_000,
+    )
 
 
-def test_context_line_counts_the_answer_as_the_panel_does(window: MainWindow,
-                                                          qtbot: QtBot) -> None:
+def test_context_line_counts_the_answer_as_the_panel_does(window: MainWindow, qtbot: QtBot) -> None:
     panel = window.perf_panel
     probe = TokenProbe(lambda: (line(window)[0], panel.prompt_tokens + panel.gen_tokens))
     # Connected after the controller and the panel: runs once both have seen the tokens.
@@ -75,8 +76,9 @@ def test_context_line_counts_the_answer_as_the_panel_does(window: MainWindow,
     assert line(window)[0] == panel_used == reply.prompt_tokens + reply.gen_tokens
 
 
-def test_context_line_shows_the_size_of_a_reload(window: MainWindow, qtbot: QtBot,
-                                                 smollm2_path: Path) -> None:
+def test_context_line_shows_the_size_of_a_reload(
+    window: MainWindow, qtbot: QtBot, smollm2_path: Path
+) -> None:
     load(qtbot, window, smollm2_path, 2048)
     send(qtbot, window, "What is the capital of France?")
     used, size = line(window)

@@ -252,14 +252,15 @@ def test_new_chat_while_streaming_drops_the_late_signals(rig: Rig) -> None:
     assert c.busy and c.reply_row == row and not rig.errors
     rig.models.reply.release()
     rig.idle()
-    assert rig.texts() == [("user", "Second question", "done"),
-                           ("assistant", "New one", "done")]
+    assert rig.texts() == [("user", "Second question", "done"), ("assistant", "New one", "done")]
 
 
 def _chat_with_answer(rig: Rig, state: str = "done") -> None:
-    rig.chat.set_conversation(Conversation(messages=[
-        Message("user", "Name a fruit."),
-        Message("assistant", "An apple", state)]))  # type: ignore[arg-type]
+    rig.chat.set_conversation(
+        Conversation(
+            messages=[Message("user", "Name a fruit."), Message("assistant", "An apple", state)]
+        )
+    )  # type: ignore[arg-type]
 
 
 def test_regenerate_with_the_model_loaded(rig: Rig) -> None:
@@ -290,8 +291,10 @@ def test_edit_answers_the_new_question(rig: Rig) -> None:
     assert not rig.controller.edit(1, "not a question")  # an answer is not edited
     assert rig.controller.edit(0, "Name a vegetable.")
     rig.idle()
-    assert rig.texts() == [("user", "Name a vegetable.", "done"),
-                           ("assistant", "A carrot.", "done")]
+    assert rig.texts() == [
+        ("user", "Name a vegetable.", "done"),
+        ("assistant", "A carrot.", "done"),
+    ]
     assert rig.busy == [True, False]
 
 
@@ -364,9 +367,13 @@ def test_a_pause_while_busy_keeps_send_off_after_the_reply(rig: Rig) -> None:
 
 # -- the chat's tools ----------------------------------------------------------------------
 
-ADD = OfferedTool("add", "calc", "add", "Adds two numbers",
-                  {"type": "object", "properties": {"a": {"type": "integer"},
-                                                    "b": {"type": "integer"}}})
+ADD = OfferedTool(
+    "add",
+    "calc",
+    "add",
+    "Adds two numbers",
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+)
 
 
 class FakeToolRunner(ToolRunner):
@@ -383,8 +390,7 @@ class FakeToolRunner(ToolRunner):
     def cached(self, settings: dict[str, Any]) -> list[OfferedTool] | None:
         return self.tools if self.listed else None
 
-    def prepare(self, settings: dict[str, Any],
-                then: Callable[[list[OfferedTool]], None]) -> None:
+    def prepare(self, settings: dict[str, Any], then: Callable[[list[OfferedTool]], None]) -> None:
         self.waiting.append(then)
 
     def finish_listing(self) -> None:
@@ -442,7 +448,8 @@ def test_a_tool_call_waits_for_the_user_then_the_model_answers(rig: Rig) -> None
     runner.listed = True
     turns = rig.controller.use_tools(runner)
     rig.models.next_replies.append(
-        FakeReply(['{"tool_calls": [{"name": "add", ', '"arguments": {"a": 2, "b": 3}}]}']))
+        FakeReply(['{"tool_calls": [{"name": "add", ', '"arguments": {"a": 2, "b": 3}}]}'])
+    )
     rig.models.reply = FakeReply(['{"response": "It is 5."}'])
     c = rig.controller
     assert c.send("What is 2 + 3?")
@@ -454,6 +461,10 @@ def test_a_tool_call_waits_for_the_user_then_the_model_answers(rig: Rig) -> None
     rig.idle()
     assert runner.ran == [("add", '{"a": 2, "b": 3}')]
     assert [(r, s) for r, _, s in rig.texts()] == [
-        ("user", "done"), ("assistant", "done"), ("tool", "done"), ("assistant", "done")]
+        ("user", "done"),
+        ("assistant", "done"),
+        ("tool", "done"),
+        ("assistant", "done"),
+    ]
     assert rig.chat.message(2).text == "5" and rig.texts()[-1][1] == "It is 5."
     assert rig.busy[-1] is False and rig.send_state[-1] == (False, None)

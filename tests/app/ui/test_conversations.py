@@ -54,8 +54,7 @@ def record(signal: Any) -> list[Any]:
     return got
 
 
-def test_exchange_is_stored_with_stats_model_and_sampling(window: MainWindow,
-                                                          qtbot: QtBot) -> None:
+def test_exchange_is_stored_with_stats_model_and_sampling(window: MainWindow, qtbot: QtBot) -> None:
     send(qtbot, window, "What is the capital of France?")
     store = store_of(window)
     (conv,) = store.conversations()
@@ -81,30 +80,45 @@ def test_exchange_is_stored_with_stats_model_and_sampling(window: MainWindow,
 def test_signal_sequence_of_a_first_exchange(window: MainWindow, qtbot: QtBot) -> None:
     c = window.controller
     events: list[str] = []
-    for name in ("busy_changed", "conversations_changed", "context_changed", "context_note",
-                 "error"):
-        getattr(c, name).connect(lambda *args, n=name: events.append(
-            f"{n}{list(args)}" if n == "busy_changed" else n))
+    for name in (
+        "busy_changed",
+        "conversations_changed",
+        "context_changed",
+        "context_note",
+        "error",
+    ):
+        getattr(c, name).connect(
+            lambda *args, n=name: events.append(f"{n}{list(args)}" if n == "busy_changed" else n)
+        )
     send(qtbot, window, "Hi")
     squeezed = [e for i, e in enumerate(events) if i == 0 or events[i - 1] != e]
     # User message saved; the model loads (the context line shows its size); the answer row
     # saved as streaming; the prompt's size, then the answer's as it grows; the finished
     # answer saved; its final context use; idle.
-    assert squeezed == ["conversations_changed", "busy_changed[True]", "context_changed",
-                        "conversations_changed", "busy_changed[True]", "context_changed",
-                        "conversations_changed", "context_changed", "busy_changed[False]"]
+    assert squeezed == [
+        "conversations_changed",
+        "busy_changed[True]",
+        "context_changed",
+        "conversations_changed",
+        "busy_changed[True]",
+        "context_changed",
+        "conversations_changed",
+        "context_changed",
+        "busy_changed[False]",
+    ]
 
 
-def test_conversation_list_search_pin_rename_delete_undo(
-        window: MainWindow, qtbot: QtBot) -> None:
+def test_conversation_list_search_pin_rename_delete_undo(window: MainWindow, qtbot: QtBot) -> None:
     store = store_of(window)
     cl = window.conversation_list
     assert cl is not None
     window.side_tabs.setCurrentWidget(cl)
     ids = []
-    for question, answer in (("How do dragons cook?", "With fire, carefully."),
-                             ("Best bread recipe", "Flour, water, salt, yeast."),
-                             ("Why is the sky blue?", "Rayleigh scattering of sunlight.")):
+    for question, answer in (
+        ("How do dragons cook?", "With fire, carefully."),
+        ("Best bread recipe", "Flour, water, salt, yeast."),
+        ("Why is the sky blue?", "Rayleigh scattering of sunlight."),
+    ):
         c = store.create_conversation()
         store.add_message(c.id, "user", question)
         store.add_message(c.id, "assistant", answer)
@@ -128,12 +142,17 @@ def test_conversation_list_search_pin_rename_delete_undo(
 
     # Selecting one shows its active path in the chat.
     with qtbot.waitSignal(cl.conversation_selected) as blocker:
-        qtbot.mouseClick(cl.list.viewport(), Qt.MouseButton.LeftButton,
-                         pos=cl.list.visualItemRect(cl.list.item(1)).center())
+        qtbot.mouseClick(
+            cl.list.viewport(),
+            Qt.MouseButton.LeftButton,
+            pos=cl.list.visualItemRect(cl.list.item(1)).center(),
+        )
     assert blocker.args == [ids[2]]
     assert window.controller.conversation_id == ids[2]
     assert [window.chat_model.message(r).text for r in range(2)] == [
-        "Why is the sky blue?", "Rayleigh scattering of sunlight."]
+        "Why is the sky blue?",
+        "Rayleigh scattering of sunlight.",
+    ]
 
     # Deleting the open one clears the chat; Undo brings it back.
     with qtbot.waitSignal(cl.conversation_deleted) as deleted:
@@ -156,8 +175,7 @@ def test_regenerate_edit_and_branch_navigation(window: MainWindow, qtbot: QtBot)
     assert busy == [True, False]
     second = window.chat_model.message(1)
     assert second.store_id != first.store_id and second.branch == (2, 2)
-    assert [s.id for s in store.siblings(first.store_id or 0)] == [first.store_id,
-                                                                   second.store_id]
+    assert [s.id for s in store.siblings(first.store_id or 0)] == [first.store_id, second.store_id]
     w1 = window.chat_view.message_widgets[1]
     assert w1.branch_label.text() == "2/2" and w1.prev_button.isEnabled()
     assert not w1.next_button.isEnabled()
@@ -180,7 +198,9 @@ def test_regenerate_edit_and_branch_navigation(window: MainWindow, qtbot: QtBot)
     window.chat_view.message_widgets[0].prev_button.click()
     # Back on the first question: its newest answer (the regenerated one) is shown.
     assert [m.store_id for m in window.chat_model.conversation.messages] == [
-        store.message(first.store_id or 0).parent_id, second.store_id]
+        store.message(first.store_id or 0).parent_id,
+        second.store_id,
+    ]
 
     # Copy puts the message on the clipboard; Delete removes it and what follows.
     window.chat_view.message_widgets[1].copy_message_button.click()
@@ -194,8 +214,9 @@ def test_regenerate_edit_and_branch_navigation(window: MainWindow, qtbot: QtBot)
     assert window.chat_model.rowCount() == 1
 
 
-def test_chat_settings_are_applied_to_generation(window: MainWindow, qtbot: QtBot,
-                                                 smollm2: Model) -> None:
+def test_chat_settings_are_applied_to_generation(
+    window: MainWindow, qtbot: QtBot, smollm2: Model
+) -> None:
     panel = window.chat_settings
     assert panel is not None
     changes = record(panel.changed)
@@ -209,8 +230,12 @@ def test_chat_settings_are_applied_to_generation(window: MainWindow, qtbot: QtBo
     assert reply.stats is not None
     assert (reply.stats.gen_tokens, reply.stats.stop_reason) == (3, "length")
     # The prompt was exactly the system prompt plus the question, through the template.
-    expected = smollm2.chat_tokens([{"role": "system", "content": "You only answer in French."},
-                                    {"role": "user", "content": question}])
+    expected = smollm2.chat_tokens(
+        [
+            {"role": "system", "content": "You only answer in French."},
+            {"role": "user", "content": question},
+        ]
+    )
     assert reply.stats.prompt_tokens == len(expected)
     store = store_of(window)
     cid = window.controller.conversation_id
@@ -236,9 +261,9 @@ def long_history(store: ChatStore, turns: int) -> int:
     return c.id
 
 
-def test_context_overflow_drops_oldest_or_stops_and_says_so(window: MainWindow,
-                                                            qtbot: QtBot,
-                                                            smollm2_path: Path) -> None:
+def test_context_overflow_drops_oldest_or_stops_and_says_so(
+    window: MainWindow, qtbot: QtBot, smollm2_path: Path
+) -> None:
     loaded = record(window.engine.worker.loaded)
     window._load(smollm2_path, LoadParams(n_ctx=512))
     qtbot.waitUntil(lambda: bool(loaded), timeout=60_000)
@@ -283,22 +308,26 @@ def test_export_and_import_round_trip(window: MainWindow, qtbot: QtBot, tmp_path
     (b,) = store.conversations()
     assert ids == [b.id] and b.title == "Ping?" and b.settings == {"system_prompt": "Be brief."}
     assert [(m.role, m.content) for m in store.active_path(b.id)] == [
-        ("user", "Ping?"), ("assistant", "Pong.")]
+        ("user", "Ping?"),
+        ("assistant", "Pong."),
+    ]
     assert window.conversation_list is not None and window.conversation_list.ids() == [b.id]
 
     # A broken file: one readable line in the window, nothing imported.
     (tmp_path / "bad.json").write_text("{not json", encoding="utf-8")
     assert window.import_chats(tmp_path / "bad.json") == []
     assert window.banner.isVisible() and "bad.json is not JSON" in window.banner.label.text()
-    (tmp_path / "odd.json").write_text('{"conversations": [{"messages": [{"role": 1}]}]}',
-                                       encoding="utf-8")
+    (tmp_path / "odd.json").write_text(
+        '{"conversations": [{"messages": [{"role": 1}]}]}', encoding="utf-8"
+    )
     assert window.import_chats(tmp_path / "odd.json") == []
     assert "needs a role and text content" in window.banner.label.text()
     assert len(store.conversations()) == 1
 
 
-def test_regenerate_in_an_opened_chat_loads_the_model_first(window: MainWindow,
-                                                            qtbot: QtBot) -> None:
+def test_regenerate_in_an_opened_chat_loads_the_model_first(
+    window: MainWindow, qtbot: QtBot
+) -> None:
     store = store_of(window)
     c = store.create_conversation()
     store.add_message(c.id, "user", "Say hello.")

@@ -22,8 +22,10 @@ from app.main import build_window
 from app.services.chat_store import ChatStore, auto_title, default_store_path
 from engine.settings import SamplingParams
 
-pytestmark = [pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints"),
-              pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")]
+pytestmark = [
+    pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints"),
+    pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX"),
+]
 
 ROOT = Path(__file__).resolve().parents[3]
 QUESTION = "Write a long story about a dragon who learns to cook, with many chapters."
@@ -36,8 +38,9 @@ def streaming_answer(db: Path) -> tuple[int, str] | None:
         return None
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
     try:
-        row = con.execute("SELECT id, content FROM messages WHERE role = 'assistant' "
-                          "AND status = 'streaming'").fetchone()
+        row = con.execute(
+            "SELECT id, content FROM messages WHERE role = 'assistant' AND status = 'streaming'"
+        ).fetchone()
     except sqlite3.OperationalError:  # the schema is being created
         return None
     finally:
@@ -50,12 +53,17 @@ def killed_app(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     """Start the app with the autosend hook, wait until the answer has been saved twice
     (the first words, then a later flush), SIGKILL it; yields (home, text seen before)."""
     home = tmp_path / "home"
-    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", CANDLEWICK_HOME=str(home),
-               CANDLEWICK_AUTOSEND=QUESTION)
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        CANDLEWICK_HOME=str(home),
+        CANDLEWICK_AUTOSEND=QUESTION,
+    )
     db = default_store_path(home / "data")
     log = (tmp_path / "app.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli"], cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     seen: list[str] = []
     try:
         deadline = time.monotonic() + 200
@@ -68,8 +76,10 @@ def killed_app(tmp_path: Path) -> Iterator[tuple[Path, str]]:
             time.sleep(0.05)
         if len(seen) < 2:
             log.close()
-            pytest.fail(f"no streaming answer was saved (exit {proc.poll()}): "
-                        f"{(tmp_path / 'app.log').read_text(errors='replace')[-2000:]}")
+            pytest.fail(
+                f"no streaming answer was saved (exit {proc.poll()}): "
+                f"{(tmp_path / 'app.log').read_text(errors='replace')[-2000:]}"
+            )
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(timeout=30) == -signal.SIGKILL
     finally:
@@ -81,7 +91,8 @@ def killed_app(tmp_path: Path) -> Iterator[tuple[Path, str]]:
 
 
 def test_sigkill_mid_answer_loses_nothing_and_restart_offers_continue(
-        killed_app: tuple[Path, str], qtbot: QtBot, monkeypatch: pytest.MonkeyPatch) -> None:
+    killed_app: tuple[Path, str], qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home, seen = killed_app
     db = default_store_path(home / "data")
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)

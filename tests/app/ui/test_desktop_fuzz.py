@@ -22,8 +22,7 @@ SEED = 7  # another seed than the CLI corpus test's, so these are other files
 FILES = int(os.environ.get("CANDLEWICK_DESKTOP_FUZZ_FILES", "36"))
 
 
-def test_fuzzed_files_through_the_window(qtbot: QtBot, smollm2_path: Path,
-                                         tmp_path: Path) -> None:
+def test_fuzzed_files_through_the_window(qtbot: QtBot, smollm2_path: Path, tmp_path: Path) -> None:
     window = open_window(qtbot)
     outcomes: collections.Counter[str] = collections.Counter()
     try:
@@ -34,8 +33,7 @@ def test_fuzzed_files_through_the_window(qtbot: QtBot, smollm2_path: Path,
             mutation.write(path)
             log.clear()
             panel.load_requested.emit(path, panel.load_params())
-            qtbot.waitUntil(lambda: bool({"loaded", "failed"} & set(log.names)),
-                            timeout=30_000)
+            qtbot.waitUntil(lambda: bool({"loaded", "failed"} & set(log.names)), timeout=30_000)
             path.unlink()
             assert window.isVisible(), mutation.label
             if "loaded" in log.names:

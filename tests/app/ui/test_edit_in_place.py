@@ -41,7 +41,8 @@ def editor_of(view: ChatView, row: int) -> MessageEditor:
 
 
 def test_edit_in_place_saves_a_new_version_and_esc_changes_nothing(
-        window: MainWindow, qtbot: QtBot) -> None:
+    window: MainWindow, qtbot: QtBot
+) -> None:
     store = window.store
     assert store is not None
     c = store.create_conversation()
@@ -89,8 +90,7 @@ def test_edit_in_place_saves_a_new_version_and_esc_changes_nothing(
 
 @pytest.fixture
 def view(qtbot: QtBot) -> ChatView:
-    v = ChatView(ChatModel(Conversation([Message("user", "Hello"),
-                                         Message("assistant", "Hi!")])))
+    v = ChatView(ChatModel(Conversation([Message("user", "Hello"), Message("assistant", "Hi!")])))
     qtbot.addWidget(v)
     v.show()
     return v

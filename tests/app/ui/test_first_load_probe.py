@@ -20,8 +20,9 @@ from tests.app.ui.ui_signal_log import SignalLog
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 
 
-def test_an_abort_on_first_load_leaves_the_window_up(qtbot: QtBot, smollm2_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_abort_on_first_load_leaves_the_window_up(
+    qtbot: QtBot, smollm2_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     models = AppPaths.default().models
     models.mkdir(parents=True, exist_ok=True)
     path = Path(shutil.copyfile(smollm2_path, models / "aborts.gguf"))
@@ -33,9 +34,12 @@ def test_an_abort_on_first_load_leaves_the_window_up(qtbot: QtBot, smollm2_path:
         with qtbot.waitSignal(log.got_failed, timeout=60_000) as blocker:
             panel.load_requested.emit(path, panel.load_params())
         message = blocker.args[0]
-        assert re.fullmatch(r"Could not load aborts\.gguf: llama\.cpp crashed while loading "
-                            r"aborts\.gguf \(SIGABRT\): llama-model\.cpp:\d+: "
-                            r"GGML_ASSERT\(!ml\.no_alloc\) failed", message), message
+        assert re.fullmatch(
+            r"Could not load aborts\.gguf: llama\.cpp crashed while loading "
+            r"aborts\.gguf \(SIGABRT\): llama-model\.cpp:\d+: "
+            r"GGML_ASSERT\(!ml\.no_alloc\) failed",
+            message,
+        ), message
         assert window.isVisible() and window.banner.isVisible()
         assert window.banner.label.text() == message
         assert not FirstLoads(AppPaths.default().cache).known(path)

@@ -20,8 +20,9 @@ from app.ui.side_panels import CHAT_ENOUGH, fit
 from engine.server.request_log import RequestRecord
 from tests.app.ui.test_ui_window import close_window
 
-pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints",
-                                       "This plugin does not support raise")
+pytestmark = pytest.mark.qt_log_ignore(
+    "This plugin does not support propagateSizeHints", "This plugin does not support raise"
+)
 # At 1000 px the chat gets at least 55% (550 px: 75-80 characters of its text a line, a
 # comfortable measure); the library beside it keeps its own width, the performance panel
 # folds. Before, the chat got a third.
@@ -94,8 +95,7 @@ def test_fit_gives_way_to_the_chat() -> None:
     assert fit(980, (700, 0), need)[1] >= CHAT_SHARE * 1000
 
 
-def test_at_1000x700_the_chat_keeps_its_width_and_nothing_is_cut(
-        window: MainWindow) -> None:
+def test_at_1000x700_the_chat_keeps_its_width_and_nothing_is_cut(window: MainWindow) -> None:
     w = window
     at(w, 1000, 700)
     assert chat_width(w) >= CHAT_SHARE * w.width()
@@ -106,8 +106,17 @@ def test_at_1000x700_the_chat_keeps_its_width_and_nothing_is_cut(
     assert not area.horizontalScrollBar().isVisible()
     est = lp.estimate
     assert est.legend.text()  # the estimate of the default model is shown
-    for part in (lp.table, est.legend, est.placement, est.verdict, lp.load_button,
-                 lp.eject_button, lp.ctx_label, lp.gpu_auto, lp.draft_model):
+    for part in (
+        lp.table,
+        est.legend,
+        est.placement,
+        est.verdict,
+        lp.load_button,
+        lp.eject_button,
+        lp.ctx_label,
+        lp.gpu_auto,
+        lp.draft_model,
+    ):
         assert shown_in(part, area), part.accessibleName() or type(part).__name__
     for label in (est.legend, est.placement):
         assert label.height() >= label.heightForWidth(label.width())  # no line cut off
@@ -115,8 +124,9 @@ def test_at_1000x700_the_chat_keeps_its_width_and_nothing_is_cut(
     picker = w.engine_picker
     assert picker is not None
     assert picker.width() >= picker.minimumSizeHint().width()
-    right = picker.manage_button.mapTo(w.splitter.widget(1), picker.manage_button.rect()
-                                       .topRight()).x()
+    right = picker.manage_button.mapTo(
+        w.splitter.widget(1), picker.manage_button.rect().topRight()
+    ).x()
     assert right < chat_width(w)
 
 
@@ -140,11 +150,15 @@ def test_at_1000x700_the_download_tables_show_headers_and_rows(window: MainWindo
 def test_the_server_log_shows_status_and_rows(window: MainWindow, qtbot: QtBot) -> None:
     panel = window.findChild(ServerPanel)
     assert panel is not None
-    panel.log_model.add([RequestRecord("POST", "/v1/chat/completions", "127.0.0.1:50123",
-                                       200, 20, 30, 0.8) for _ in range(40)])
+    panel.log_model.add(
+        [
+            RequestRecord("POST", "/v1/chat/completions", "127.0.0.1:50123", 200, 20, 30, 0.8)
+            for _ in range(40)
+        ]
+    )
     sizes = []
     for size in (None, (960, 640)):  # its first size (on this 800 px screen), then a
-        if size is not None:          # window on a 1000x700 screen
+        if size is not None:  # window on a 1000x700 screen
             panel.resize(*size)
         panel.show()
         qtbot.waitExposed(panel)
@@ -172,8 +186,7 @@ def test_at_1600x1000_nothing_got_worse(window: MainWindow) -> None:
     perf = w.perf_area
     assert not perf.horizontalScrollBar().isVisible()
     assert not perf.verticalScrollBar().isVisible()
-    for part in (w.perf_panel.labels["cpu"], w.perf_panel.chart.range_box,
-                 w.perf_panel.chart.view):
+    for part in (w.perf_panel.labels["cpu"], w.perf_panel.chart.range_box, w.perf_panel.chart.view):
         assert shown_in(part, perf)
     header_fits(w.library_panel.table)
     view = w.findChild(ModelManagerView)
@@ -188,8 +201,7 @@ def test_at_1600x1000_nothing_got_worse(window: MainWindow) -> None:
         assert shown_in(table, area)
 
 
-def test_the_folded_panel_comes_back_in_a_wider_window_and_after_a_restart(
-        qtbot: QtBot) -> None:
+def test_the_folded_panel_comes_back_in_a_wider_window_and_after_a_restart(qtbot: QtBot) -> None:
     w = build_window(model_manager=True)
     try:
         w.show()
@@ -207,7 +219,10 @@ def test_the_folded_panel_comes_back_in_a_wider_window_and_after_a_restart(
         qtbot.waitExposed(w2)
         assert w2.splitter.sizes()[2] == 0
         at(w2, 1600, 1000)
-        assert w2.splitter.sizes() == [460, 1600 - 12 - 2 * w2.splitter.handleWidth()
-                                       - 460 - 290, 290]
+        assert w2.splitter.sizes() == [
+            460,
+            1600 - 12 - 2 * w2.splitter.handleWidth() - 460 - 290,
+            290,
+        ]
     finally:
         close_window(w2)

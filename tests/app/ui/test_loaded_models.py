@@ -34,8 +34,9 @@ from engine.host.runtime import Model
 from engine.settings import LoadParams, SamplingParams
 from tests.memory_keyring import MemoryKeyring
 
-pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints",
-                                       "This plugin does not support raise")
+pytestmark = pytest.mark.qt_log_ignore(
+    "This plugin does not support propagateSizeHints", "This plugin does not support raise"
+)
 
 PARAMS = LoadParams(n_ctx=512, n_threads=2)
 CHAT = "smollm2-the-chats"
@@ -56,8 +57,10 @@ def clock() -> Clock:
 
 @pytest.fixture
 def host(smollm2_path: Path, gemma_path: Path, clock: Clock) -> Iterator[ModelHost]:
-    catalog = [Loadable("smollm2", smollm2_path, PARAMS, aliases=("smol",), title="SmolLM2"),
-               Loadable("gemma", gemma_path, PARAMS, title="Gemma 3 270M")]
+    catalog = [
+        Loadable("smollm2", smollm2_path, PARAMS, aliases=("smol",), title="SmolLM2"),
+        Loadable("gemma", gemma_path, PARAMS, title="Gemma 3 270M"),
+    ]
     host = ModelHost(lambda: catalog, clock=clock)
     yield host
     host.close()
@@ -66,8 +69,11 @@ def host(smollm2_path: Path, gemma_path: Path, clock: Clock) -> Iterator[ModelHo
 @pytest.fixture
 def view(qtbot: QtBot, host: ModelHost) -> Iterator[tuple[LoadedModelsView, list[str]]]:
     ejected: list[str] = []
-    v = LoadedModelsView(host, title=lambda h: {"smollm2": "SmolLM2", "gemma": "Gemma"}.get(
-        h.name), eject_chat=lambda: ejected.append("chat"))
+    v = LoadedModelsView(
+        host,
+        title=lambda h: {"smollm2": "SmolLM2", "gemma": "Gemma"}.get(h.name),
+        eject_chat=lambda: ejected.append("chat"),
+    )
     qtbot.addWidget(v)
     v.show()
     yield v, ejected
@@ -102,8 +108,13 @@ def free_port() -> int:
 
 @pytest.mark.slow
 def test_on_demand_models_countdown_pin_and_eject(
-        qtbot: QtBot, qtmodeltester: object, host: ModelHost, clock: Clock,
-        view: tuple[LoadedModelsView, list[str]], smollm2_path: Path) -> None:
+    qtbot: QtBot,
+    qtmodeltester: object,
+    host: ModelHost,
+    clock: Clock,
+    view: tuple[LoadedModelsView, list[str]],
+    smollm2_path: Path,
+) -> None:
     v, ejected = view
     assert v.model.rowCount() == 0 and v.summary.text() == "No model loaded"
     # As two API requests would: load on demand, answer, let go.
@@ -202,15 +213,18 @@ def test_on_demand_models_countdown_pin_and_eject(
 
 @pytest.mark.slow
 def test_in_the_window_api_requests_load_library_models_beside_the_chats(
-        qtbot: QtBot, tmp_path: Path, smollm2_path: Path, gemma_path: Path) -> None:
+    qtbot: QtBot, tmp_path: Path, smollm2_path: Path, gemma_path: Path
+) -> None:
     """The app's host has the library as its catalog: with the Local server serving the
     chat's SmolLM2, a request naming Gemma loads it on demand into the same host; /api/ps
     and the Loaded models window (Tools menu) list both. Quitting closes the host."""
     models = tmp_path / "models"
     models.mkdir()
     (models / "gemma-3-270m.gguf").symlink_to(gemma_path)
-    w = build_window(library=ModelLibrary(models, bundled=smollm2_path, discovery=False),
-                     sampling=SamplingParams(temperature=0.0, max_tokens=4))
+    w = build_window(
+        library=ModelLibrary(models, bundled=smollm2_path, discovery=False),
+        sampling=SamplingParams(temperature=0.0, max_tokens=4),
+    )
     w.ask_quit = lambda _parent, _warnings: True
     try:
         panel = w.findChild(ServerPanel)
@@ -226,16 +240,23 @@ def test_in_the_window_api_requests_load_library_models_beside_the_chats(
         assert sig.args == [True], panel.status.text()
         url, key = panel.url.text(), panel.key_edit.text()
         auth = {"Authorization": f"Bearer {key}"}
-        r = httpx.post(url + "/api/generate", headers=auth, timeout=180, json={
-            "model": "gemma-3-270m", "prompt": "Hi", "stream": False,
-            "options": {"num_predict": 2, "temperature": 0}})
+        r = httpx.post(
+            url + "/api/generate",
+            headers=auth,
+            timeout=180,
+            json={
+                "model": "gemma-3-270m",
+                "prompt": "Hi",
+                "stream": False,
+                "options": {"num_predict": 2, "temperature": 0},
+            },
+        )
         assert r.status_code == 200, r.text
         ps = httpx.get(url + "/api/ps", headers=auth, timeout=60).json()
         chat = "smollm2-135m-instruct-q4_1"
         assert {"gemma-3-270m", chat} <= {m["name"] for m in ps["models"]}
         # Loaded with the server's slots as it was started: 2 of 512 tokens.
-        gemma = next(s for s in w.engine.worker.host.known()
-                     if s.path.name == "gemma-3-270m.gguf")
+        gemma = next(s for s in w.engine.worker.host.known() if s.path.name == "gemma-3-270m.gguf")
         assert (gemma.params.n_seq_max, gemma.params.n_ctx) == (2, 1024)
 
         next(a for a in w.actions() if a.text() == "Loaded models…").trigger()
@@ -251,7 +272,8 @@ def test_in_the_window_api_requests_load_library_models_beside_the_chats(
         assert cell(view, "gemma-3-270m", "Used by") == ON_DEMAND
         assert cell(view, "gemma-3-270m", "Unloads in") in ("5:00", "4:59", "4:58")
         assert cell(view, "gemma-3-270m", "Memory") == memory_text(
-            hosted(view.host, "gemma-3-270m").memory)
+            hosted(view.host, "gemma-3-270m").memory
+        )
         save_shot(view, tmp_path)
 
         assert view.eject("gemma-3-270m")
@@ -262,7 +284,8 @@ def test_in_the_window_api_requests_load_library_models_beside_the_chats(
         qtbot.waitUntil(lambda: view.model.rowCount() == 0, timeout=30_000)
         qtbot.waitUntil(lambda: w.controller.loaded is None, timeout=30_000)
         assert panel.phase == "running" and httpx.get(
-            url + "/api/ps", headers=auth, timeout=60).json() == {"models": []}
+            url + "/api/ps", headers=auth, timeout=60
+        ).json() == {"models": []}
     finally:
         w.close()
         w.shutdown()  # what quitting the app does: the host's threads end with it

@@ -44,8 +44,6 @@ CHECK = "\u2713 "
 CROSS = "\u2717 "
 
 
-
-
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
     """The demo server over Streamable HTTP, refusing requests without TOKEN."""
@@ -84,8 +82,9 @@ def hubs() -> Hubs:
 
 
 @pytest.fixture
-def open_dialog(qtbot: QtBot, store: McpConfigStore, hubs: Hubs
-                ) -> Iterator[Callable[[], McpServersDialog]]:
+def open_dialog(
+    qtbot: QtBot, store: McpConfigStore, hubs: Hubs
+) -> Iterator[Callable[[], McpServersDialog]]:
     """Opens dialogs on the store (shown, like the app does) and closes them at the end."""
     opened: list[McpServersDialog] = []
 
@@ -139,8 +138,7 @@ def click_allow(dialog: McpServersDialog, tool: str, on: bool) -> None:
     item.setCheckState(Qt.CheckState.Checked if on else Qt.CheckState.Unchecked)
 
 
-def fill_stdio(qtbot: QtBot, dialog: McpServersDialog, name: str, command: str,
-               args: str) -> None:
+def fill_stdio(qtbot: QtBot, dialog: McpServersDialog, name: str, command: str, args: str) -> None:
     dialog.new_server()
     qtbot.keyClicks(dialog.name, name)
     qtbot.keyClicks(dialog.command, command)
@@ -152,9 +150,14 @@ def fill_stdio(qtbot: QtBot, dialog: McpServersDialog, name: str, command: str,
 
 def test_arguments_split_like_a_shell() -> None:
     assert split_args('-y "my server" --flag=a\\ b', windows=False) == [
-        "-y", "my server", "--flag=a b"]
+        "-y",
+        "my server",
+        "--flag=a b",
+    ]
     assert split_args(r'C:\tools\srv.py "C:\My Files\x"', windows=True) == [
-        r"C:\tools\srv.py", r"C:\My Files\x"]
+        r"C:\tools\srv.py",
+        r"C:\My Files\x",
+    ]
     args = ["--name", "two words", "it's"]
     assert split_args(join_args(args, windows=False), windows=False) == args
     assert split_args(join_args(args[:2], windows=True), windows=True) == args[:2]
@@ -169,11 +172,19 @@ def test_environment_lines() -> None:
 
 
 def test_parameters_from_the_input_schema() -> None:
-    schema = {"type": "object", "required": ["path"], "properties": {
-        "path": {"type": "string"}, "limit": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
-        "tags": {"type": "array", "items": {"type": "string"}}, "mode": {"enum": ["a", "b"]}}}
-    assert describe_parameters(schema) == ("path: string (required), limit: integer | null, "
-                                           "tags: array of string, mode: enum")
+    schema = {
+        "type": "object",
+        "required": ["path"],
+        "properties": {
+            "path": {"type": "string"},
+            "limit": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "mode": {"enum": ["a", "b"]},
+        },
+    }
+    assert describe_parameters(schema) == (
+        "path: string (required), limit: integer | null, tags: array of string, mode: enum"
+    )
     assert describe_parameters({"type": "object"}) == "none"
 
 
@@ -181,8 +192,12 @@ def test_parameters_from_the_input_schema() -> None:
 
 
 def test_stdio_server_lists_its_tools_saves_and_allows(
-        qtbot: QtBot, open_dialog: Callable[[], McpServersDialog], store: McpConfigStore,
-        hubs: Hubs, tmp_path: Path) -> None:
+    qtbot: QtBot,
+    open_dialog: Callable[[], McpServersDialog],
+    store: McpConfigStore,
+    hubs: Hubs,
+    tmp_path: Path,
+) -> None:
     dialog = open_dialog()
     assert dialog.names() == [] and not dialog.remove_button.isEnabled()
     assert dialog.transport.currentData() == "stdio"
@@ -198,7 +213,7 @@ def test_stdio_server_lists_its_tools_saves_and_allows(
     assert cell(dialog, "read_note", COL_PARAMETERS) == "name: string (required)"
     assert cell(dialog, "slow", COL_PARAMETERS) == "seconds: number (required)"
     assert cell(dialog, "pid", COL_PARAMETERS) == "none"
-    (servers, hub), = hubs.built
+    ((servers, hub),) = hubs.built
     assert [s.name for s in servers] == ["demo"] and hub._closed
     # "Always allow" belongs to a saved server: greyed out until then.
     item = dialog.tools.item(dialog.tool_row("add"), COL_ALLOW)
@@ -222,7 +237,8 @@ def test_stdio_server_lists_its_tools_saves_and_allows(
     assert dialog.save()
     assert store.get("demo").always_allow == {"add"}
     assert store.get("demo").transport == StdioTransport(
-        sys.executable, (str(DEMO),), env={"DEMO_TOKEN": ENV_SECRET}, cwd=str(DEMO.parent))
+        sys.executable, (str(DEMO),), env={"DEMO_TOKEN": ENV_SECRET}, cwd=str(DEMO.parent)
+    )
 
     # The enabled checkbox in the list saves at once; a server turned off still tests.
     dialog.list.item(0).setCheckState(Qt.CheckState.Unchecked)
@@ -248,14 +264,17 @@ def test_stdio_server_lists_its_tools_saves_and_allows(
     assert again.status.text() == CHECK + "Removed demo" and again.name.text() == ""
 
 
-def test_failing_commands_show_one_line(qtbot: QtBot, open_dialog: Callable[[], McpServersDialog],
-                                        tmp_path: Path) -> None:
+def test_failing_commands_show_one_line(
+    qtbot: QtBot, open_dialog: Callable[[], McpServersDialog], tmp_path: Path
+) -> None:
     dialog = open_dialog()
     fill_stdio(qtbot, dialog, "missing", str(tmp_path / "no-such-command"), "")
     ok, line = run_test(qtbot, dialog)
     assert not ok
-    assert line == f"MCP server 'missing' could not start: command not found: " \
-                   f"{tmp_path / 'no-such-command'}"
+    assert (
+        line == f"MCP server 'missing' could not start: command not found: "
+        f"{tmp_path / 'no-such-command'}"
+    )
 
     # A server that exits at once: its last stderr line says why.
     fill_stdio(qtbot, dialog, "exits", sys.executable, "-c \"import sys; sys.exit('boom')\"")
@@ -275,9 +294,10 @@ def test_failing_commands_show_one_line(qtbot: QtBot, open_dialog: Callable[[], 
 
 
 def test_closing_during_a_test_of_a_silent_server(
-        qtbot: QtBot, open_dialog: Callable[[], McpServersDialog]) -> None:
+    qtbot: QtBot, open_dialog: Callable[[], McpServersDialog]
+) -> None:
     dialog = open_dialog()
-    fill_stdio(qtbot, dialog, "silent", sys.executable, "-c \"import time; time.sleep(60)\"")
+    fill_stdio(qtbot, dialog, "silent", sys.executable, '-c "import time; time.sleep(60)"')
     dialog.test_button.click()
     assert dialog.background.running == 1 and not dialog.test_button.isEnabled()
     started, running = time.monotonic(), dialog.background
@@ -291,9 +311,13 @@ def test_closing_during_a_test_of_a_silent_server(
 
 
 def test_http_server_token_goes_to_the_keyring(
-        qtbot: QtBot, open_dialog: Callable[[], McpServersDialog], store: McpConfigStore,
-        keyring_backend: MemoryKeyring, http_url: str, caplog: pytest.LogCaptureFixture
-        ) -> None:
+    qtbot: QtBot,
+    open_dialog: Callable[[], McpServersDialog],
+    store: McpConfigStore,
+    keyring_backend: MemoryKeyring,
+    http_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.DEBUG, logger="candlewick")
     dialog = open_dialog()
     assert dialog.token.echoMode() == dialog.token.EchoMode.Password
@@ -311,8 +335,7 @@ def test_http_server_token_goes_to_the_keyring(
     assert ok and "add" in dialog.tool_names()
 
     assert dialog.save()
-    assert dialog.status.text().startswith(CHECK + "Saved web; token saved in the system "
-                                                   "keyring")
+    assert dialog.status.text().startswith(CHECK + "Saved web; token saved in the system keyring")
     assert keyring_backend.store[(SERVICE, "mcp:web")] == TOKEN
     assert TOKEN not in store.path.read_text()
     assert store.get("web").transport == HttpTransport(http_url)
@@ -340,19 +363,29 @@ def test_http_server_token_goes_to_the_keyring(
 # -- import, masking, store errors --------------------------------------------------------------
 
 
-MIXED = {"mcpServers": {
-    "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"],
-              "env": {"API_KEY": ENV_SECRET}},
-    "remote": {"url": "https://mcp.example.com/mcp",
-               "headers": {"Authorization": f"Bearer {TOKEN}", "X-Team": "blue"}},
-    "legacy": {"type": "sse", "url": "https://old.example.com/sse"},
-    "broken": {"args": []},
-}}
+MIXED = {
+    "mcpServers": {
+        "files": {
+            "command": "npx",
+            "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"],
+            "env": {"API_KEY": ENV_SECRET},
+        },
+        "remote": {
+            "url": "https://mcp.example.com/mcp",
+            "headers": {"Authorization": f"Bearer {TOKEN}", "X-Team": "blue"},
+        },
+        "legacy": {"type": "sse", "url": "https://old.example.com/sse"},
+        "broken": {"args": []},
+    }
+}
 
 
 def test_import_shows_added_and_problems(
-        qtbot: QtBot, open_dialog: Callable[[], McpServersDialog], store: McpConfigStore,
-        keyring_backend: MemoryKeyring) -> None:
+    qtbot: QtBot,
+    open_dialog: Callable[[], McpServersDialog],
+    store: McpConfigStore,
+    keyring_backend: MemoryKeyring,
+) -> None:
     dialog = open_dialog()
     changes: list[None] = []
     dialog.changed.connect(lambda: changes.append(None))
@@ -386,10 +419,17 @@ def test_import_shows_added_and_problems(
     assert dialog.names() == ["files", "remote"]
 
 
-def test_environment_values_are_masked(qtbot: QtBot, open_dialog: Callable[[], McpServersDialog],
-                                       store: McpConfigStore) -> None:
-    store.add(McpServer("demo", StdioTransport(sys.executable, (str(DEMO),),
-                                               env={"DEMO_VALUE": ENV_SECRET, "EMPTY": ""})))
+def test_environment_values_are_masked(
+    qtbot: QtBot, open_dialog: Callable[[], McpServersDialog], store: McpConfigStore
+) -> None:
+    store.add(
+        McpServer(
+            "demo",
+            StdioTransport(
+                sys.executable, (str(DEMO),), env={"DEMO_VALUE": ENV_SECRET, "EMPTY": ""}
+            ),
+        )
+    )
     dialog = open_dialog()
     assert dialog.env.toPlainText() == f"DEMO_VALUE={ENV_MASK}\nEMPTY={ENV_MASK}"
     assert dialog.env.isReadOnly() and not dialog.show_env.isChecked()
@@ -428,8 +468,11 @@ def test_environment_values_are_masked(qtbot: QtBot, open_dialog: Callable[[], M
 
 
 def test_store_errors_show_one_line_and_keep_the_form(
-        qtbot: QtBot, open_dialog: Callable[[], McpServersDialog], store: McpConfigStore,
-        keyring_backend: MemoryKeyring) -> None:
+    qtbot: QtBot,
+    open_dialog: Callable[[], McpServersDialog],
+    store: McpConfigStore,
+    keyring_backend: MemoryKeyring,
+) -> None:
     store.add(McpServer("demo", StdioTransport(sys.executable, (str(DEMO),))))
     dialog = open_dialog()
     # A token refused: the server is saved, the token stays in the field to be fixed.
@@ -439,8 +482,10 @@ def test_store_errors_show_one_line_and_keep_the_form(
     dialog.url.setText("http://127.0.0.1:9/mcp")
     dialog.token.setText("two words")
     assert not dialog.save()
-    assert dialog.status.text() == (CROSS + "Saved web, but not its token: that does not "
-                                    "look like a bearer token (it has spaces or is too long)")
+    assert dialog.status.text() == (
+        CROSS + "Saved web, but not its token: that does not "
+        "look like a bearer token (it has spaces or is too long)"
+    )
     assert dialog.names() == ["demo", "web"] and dialog.token.text() == "two words"
     dialog.token.setText(TOKEN)
     assert dialog.save()
@@ -455,7 +500,10 @@ def test_store_errors_show_one_line_and_keep_the_form(
     assert not dialog.save()
     assert dialog.status.text() == CROSS + "an MCP server named 'demo' exists already"
     assert (dialog.name.text(), dialog.command.text(), dialog.arguments.text()) == (
-        "demo", "python3", "-m my_server")
+        "demo",
+        "python3",
+        "-m my_server",
+    )
 
     # A file from a newer Candlewick is never overwritten; the form keeps what was typed.
     newer = '{"version": 99, "servers": []}\n'
@@ -474,8 +522,9 @@ def test_store_errors_show_one_line_and_keep_the_form(
     assert fresh.names() == [] and "newer Candlewick" in fresh.status.text()
 
 
-@pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints",
-                           "This plugin does not support raise")
+@pytest.mark.qt_log_ignore(
+    "This plugin does not support propagateSizeHints", "This plugin does not support raise"
+)
 def test_the_tools_menu_opens_the_dialog_on_the_apps_config(qtbot: QtBot) -> None:
     from PySide6.QtCore import QEvent
 

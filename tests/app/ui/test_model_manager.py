@@ -43,11 +43,17 @@ class Setup:
         self.tokens = token_store or TokenStore(fail.Keyring())  # type: ignore[no-untyped-call]
         self.hub = HubClient(url, fit=header_fit(cpu_only(8 * GiB)), token=self.tokens.get)
         self.library = ModelLibrary(tmp / "models", discovery=False)
-        self.downloads = DownloadManager(self.library.downloads_state, self.hub,
-                                         cache_dir=tmp / "hf" / "hub", read_timeout=1.0)
-        self.view = ModelManagerView(self.hub, self.downloads, self.library, self.tokens,
-                                     confirm=self.confirm,
-                                     pick_file=lambda: self.pick)  # type: ignore[arg-type,return-value]
+        self.downloads = DownloadManager(
+            self.library.downloads_state, self.hub, cache_dir=tmp / "hf" / "hub", read_timeout=1.0
+        )
+        self.view = ModelManagerView(
+            self.hub,
+            self.downloads,
+            self.library,
+            self.tokens,
+            confirm=self.confirm,
+            pick_file=lambda: self.pick,
+        )  # type: ignore[arg-type,return-value]
 
     def confirm(self, title: str, text: str) -> bool:
         self.answers.append(text)
@@ -108,14 +114,16 @@ def test_search_files_download_library_load(qtbot: QtBot, ui: Setup, smollm2_pat
     assert isinstance(path, Path) and path.parent.parent.name == "snapshots"
     # The downloaded file really runs in the engine.
     with Model(path, LoadParams(n_ctx=256, n_threads=2)) as model:
-        gen = model.complete("The capital of France is",
-                             SamplingParams(temperature=0, max_tokens=4))
+        gen = model.complete(
+            "The capital of France is", SamplingParams(temperature=0, max_tokens=4)
+        )
         text = "".join(gen)
     assert text.strip() and gen.stats is not None and gen.stats.gen_tokens > 0
 
 
-def test_pause_resume_cancel_from_the_view(qtbot: QtBot, ui: Setup, hub: HubEmulator,
-                                           tmp_path: Path) -> None:
+def test_pause_resume_cancel_from_the_view(
+    qtbot: QtBot, ui: Setup, hub: HubEmulator, tmp_path: Path
+) -> None:
     hub.hold_at[(REPO, FILE)] = 8_000_000
     search_and_open(qtbot, ui)
     v = ui.view
@@ -135,8 +143,9 @@ def test_pause_resume_cancel_from_the_view(qtbot: QtBot, ui: Setup, hub: HubEmul
     assert not [p for p in (tmp_path / "hf").rglob("*") if p.is_file()]
 
 
-def test_corrupt_download_is_reported_and_not_listed(qtbot: QtBot, ui: Setup,
-                                                     hub: HubEmulator) -> None:
+def test_corrupt_download_is_reported_and_not_listed(
+    qtbot: QtBot, ui: Setup, hub: HubEmulator
+) -> None:
     hub.corrupt.add((REPO, FILE))
     search_and_open(qtbot, ui)
     v = ui.view
@@ -186,11 +195,13 @@ def test_import_and_delete_from_the_view(qtbot: QtBot, ui: Setup, tmp_path: Path
 
 
 def test_token_field_session_only_and_gated_download(
-        qtbot: QtBot, tmp_path: Path, smollm2_path: Path, candlewick_home: Path) -> None:
+    qtbot: QtBot, tmp_path: Path, smollm2_path: Path, candlewick_home: Path
+) -> None:
     secret = "hf_UiSecretToken987"
     with running_hub() as emu:
         emu.repo("google/gated-GGUF", gated=True, granted_tokens={secret}).add(
-            "g-Q4_1.gguf", data=b"GGUF" + b"\0" * 100)
+            "g-Q4_1.gguf", data=b"GGUF" + b"\0" * 100
+        )
         s = Setup(emu.url, candlewick_home / "data")
         qtbot.addWidget(s.view)
         try:
@@ -217,8 +228,7 @@ def test_token_field_session_only_and_gated_download(
             assert secret.encode() not in f.read_bytes(), f
 
 
-def test_downloads_list_survives_a_restart(qtbot: QtBot, hub: HubEmulator,
-                                           tmp_path: Path) -> None:
+def test_downloads_list_survives_a_restart(qtbot: QtBot, hub: HubEmulator, tmp_path: Path) -> None:
     hub.hold_at[(REPO, FILE)] = 6_000_000
     first = Setup(hub.url, tmp_path)
     qtbot.addWidget(first.view)

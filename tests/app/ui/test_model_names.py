@@ -122,7 +122,8 @@ def answer(qtbot: QtBot, w: MainWindow, text: str) -> str:
 
 @pytest.mark.slow
 def test_rename_shows_everywhere_and_survives_a_restart(
-        qtbot: QtBot, smollm2_path: Path, tmp_path: Path) -> None:
+    qtbot: QtBot, smollm2_path: Path, tmp_path: Path
+) -> None:
     w = open_window(qtbot)
     try:
         renamed_while_loaded(qtbot, w, smollm2_path, tmp_path)
@@ -153,8 +154,7 @@ def test_rename_shows_everywhere_and_survives_a_restart(
         close_window(again)
 
 
-def renamed_while_loaded(qtbot: QtBot, w: MainWindow, smollm2_path: Path,
-                         tmp_path: Path) -> None:
+def renamed_while_loaded(qtbot: QtBot, w: MainWindow, smollm2_path: Path, tmp_path: Path) -> None:
     w._load(smollm2_path, LoadParams(n_ctx=512, n_threads=1))
     qtbot.waitUntil(lambda: w.controller.loaded is not None, timeout=120_000)
     qtbot.waitUntil(lambda: shown_as_expected(w, DERIVED), timeout=5_000)
@@ -206,12 +206,16 @@ def test_benchmark_result_carries_the_shown_name(monkeypatch: pytest.MonkeyPatch
     workload = Workload(name="chat", prompts=(), source="test")
     worker.run(BenchRequest(SLUG, workload, BenchConfig(), title=NEW), threading.Event())
     assert len(got) == 1 and not isinstance(got[0], str), got
-    assert got[0].result.target == {"name": NEW, "file": "x.gguf",
-                                       "general_name": "Smollm2 135M 8k Lc100K Mix1 Ep2"}
+    assert got[0].result.target == {
+        "name": NEW,
+        "file": "x.gguf",
+        "general_name": "Smollm2 135M 8k Lc100K Mix1 Ep2",
+    }
 
 
-def test_library_model_with_names_passes_modeltester(qtmodeltester: Any, tmp_path: Path,
-                                                     smollm2_path: Path) -> None:
+def test_library_model_with_names_passes_modeltester(
+    qtmodeltester: Any, tmp_path: Path, smollm2_path: Path
+) -> None:
     from app.services.library import ModelLibrary
     from app.ui.library_model import LibraryModel
 

@@ -46,8 +46,15 @@ def idle(panel: PerfPanel, c: Clock, seconds: float) -> None:
         panel.tick()
 
 
-def reply(panel: PerfPanel, c: Clock, rid: int, tps: float, seconds: float,
-          ttft: float = 0.3, tick: bool = True) -> GenerationStats:
+def reply(
+    panel: PerfPanel,
+    c: Clock,
+    rid: int,
+    tps: float,
+    seconds: float,
+    ttft: float = 0.3,
+    tick: bool = True,
+) -> GenerationStats:
     """A reply whose tokens arrive at `tps` for `seconds`, the timer ticking in between
     (`tick`); ends with the engine's stats at that rate."""
     panel.on_started(rid, 20)

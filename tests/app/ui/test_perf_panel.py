@@ -44,8 +44,9 @@ def make_panel(qtbot: QtBot, m: Machine) -> PerfPanel:
     return panel
 
 
-def run_reply(panel: PerfPanel, m: Machine, rid: int, tps: float, seconds: float,
-              ttft: float = 0.5) -> None:
+def run_reply(
+    panel: PerfPanel, m: Machine, rid: int, tps: float, seconds: float, ttft: float = 0.5
+) -> None:
     """A reply whose tokens reach the GUI at `tps`, with the panel's timer ticking every
     400 ms in between (at its own moments, not the tokens')."""
     panel.on_started(rid, 20)
@@ -62,8 +63,9 @@ def run_reply(panel: PerfPanel, m: Machine, rid: int, tps: float, seconds: float
             m.advance(next_tick - m.t)
             panel.tick()
             next_tick += TICK
-    panel.on_finished(rid, GenerationStats(prompt_tokens=20, gen_tokens=n, gen_tps=tps,
-                                           ttft_s=ttft))
+    panel.on_finished(
+        rid, GenerationStats(prompt_tokens=20, gen_tokens=n, gen_tps=tps, ttft_s=ttft)
+    )
 
 
 def rolling(panel: PerfPanel) -> str:
@@ -139,9 +141,16 @@ def test_model_row_names_the_loaded_model(qtbot: QtBot) -> None:
     m = Machine()
     panel = make_panel(qtbot, m)
     assert panel.labels["model"].text() == "—"
-    panel.on_loaded(LoadedModel(path=Path("/m/SmolLM2-135M-Instruct.Q4_1.gguf"),
-                                name="SmolLM2 135M Instruct · Q4_1", n_ctx=2048, n_layer=30,
-                                n_gpu_layers=0, load_s=0.1))
+    panel.on_loaded(
+        LoadedModel(
+            path=Path("/m/SmolLM2-135M-Instruct.Q4_1.gguf"),
+            name="SmolLM2 135M Instruct · Q4_1",
+            n_ctx=2048,
+            n_layer=30,
+            n_gpu_layers=0,
+            load_s=0.1,
+        )
+    )
     assert panel.labels["model"].text() == "SmolLM2 135M Instruct · Q4_1"
     panel.on_unloaded()
     assert panel.labels["model"].text() == "—"

@@ -75,7 +75,9 @@ def test_the_app_reopens_on_the_last_conversation(qtbot: QtBot) -> None:
     try:
         assert again.controller.conversation_id == last.id
         assert [again.chat_model.message(r).text for r in range(2)] == [
-            "What is a lighthouse?", "A tower with a light."]
+            "What is a lighthouse?",
+            "A tower with a light.",
+        ]
         cl = again.conversation_list
         assert cl is not None and cl.list.currentItem().data(ID_ROLE) == last.id
     finally:

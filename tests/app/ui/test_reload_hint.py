@@ -27,8 +27,10 @@ def load_as_set(qtbot: QtBot, w: MainWindow, n_ctx: int) -> None:
     lp = w.library_panel
     lp.set_context_length(n_ctx)
     qtbot.mouseClick(lp.load_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: w.controller.loaded is not None
-                    and w.controller.loaded.n_ctx == n_ctx, timeout=60_000)
+    qtbot.waitUntil(
+        lambda: w.controller.loaded is not None and w.controller.loaded.n_ctx == n_ctx,
+        timeout=60_000,
+    )
 
 
 def test_changed_load_settings_say_reload_to_apply(window: MainWindow, qtbot: QtBot) -> None:

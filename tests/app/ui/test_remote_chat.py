@@ -45,8 +45,6 @@ NAME = "Local server"
 FOOTER = re.compile(r"TTFT \d+\.\d\d s · \d+\.\d tok/s · \d+ tokens( · [a-z ]+)*")
 
 
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     s = start_server(tmp_path_factory.mktemp("serve"))
@@ -64,8 +62,9 @@ def connections(tmp_path: Path, keyring_backend: MemoryKeyring) -> ConnectionSto
     return ConnectionStore(tmp_path / "connections.json", SecretStore(keyring_backend))
 
 
-def make_window(qtbot: QtBot, connections: ConnectionStore,
-                sampling: SamplingParams = GREEDY) -> MainWindow:
+def make_window(
+    qtbot: QtBot, connections: ConnectionStore, sampling: SamplingParams = GREEDY
+) -> MainWindow:
     w = build_window(sampling=sampling, connections=connections)
     w.resize(1360, 820)
     w.show()
@@ -119,8 +118,13 @@ def last_row(w: MainWindow) -> int:
 
 @pytest.mark.timeout(900)  # four replies and a model load on a shared machine
 def test_chat_through_a_remote_endpoint_like_the_embedded_engine(
-        window: MainWindow, qtbot: QtBot, served: Served, connections: ConnectionStore,
-        keyring_backend: MemoryKeyring, tmp_path: Path) -> None:
+    window: MainWindow,
+    qtbot: QtBot,
+    served: Served,
+    connections: ConnectionStore,
+    keyring_backend: MemoryKeyring,
+    tmp_path: Path,
+) -> None:
     w = window
     connections.add(Connection(NAME, served.url), API_KEY)
     # The key is in the keyring, not in the file.
@@ -183,8 +187,7 @@ def test_chat_through_a_remote_endpoint_like_the_embedded_engine(
         return [re.sub(r"[\d.]+", "N", f) for f in footer.split(" · ") if f != "measured here"]
 
     assert fields(local_footer)[:3] == fields(remote_footer)[:3]
-    qtbot.waitUntil(lambda: w.perf_panel.labels["source"].text() == "by the engine",
-                    timeout=5000)
+    qtbot.waitUntil(lambda: w.perf_panel.labels["source"].text() == "by the engine", timeout=5000)
 
     # Back in the remote chat: its engine is shown, and its next reply switches to it.
     w.open_conversation(cid)
@@ -204,14 +207,21 @@ def served_exactness() -> Exactness:
     path = bundled_default_model()
     assert path is not None
     tensors = read_gguf(path).tensors
-    return batch_exactness(tensors, cpu_kernels.detect(), extra_buffers=use_extra_buffers(None),
-                           flash_attn=resolve_flash_attn("auto", "f16") == "on", type_k="f16",
-                           type_v="f16", gpu_layers=0,
-                           tied_output=cpu_kernels.tied_output(tensors))
+    return batch_exactness(
+        tensors,
+        cpu_kernels.detect(),
+        extra_buffers=use_extra_buffers(None),
+        flash_attn=resolve_flash_attn("auto", "f16") == "on",
+        type_k="f16",
+        type_v="f16",
+        gpu_layers=0,
+        tied_output=cpu_kernels.tied_output(tensors),
+    )
 
 
-def test_worker_signals_are_the_same_for_a_remote_engine(qtbot: QtBot, served: Served,
-                                                         connections: ConnectionStore) -> None:
+def test_worker_signals_are_the_same_for_a_remote_engine(
+    qtbot: QtBot, served: Served, connections: ConnectionStore
+) -> None:
     """The engine thread over a remote engine: the same signal sequence as over a local
     model, and the coalesced text equal to a direct request's (greedy, one server slot)."""
     connections.add(Connection(NAME, served.url, model="default"), API_KEY)
@@ -224,7 +234,11 @@ def test_worker_signals_are_the_same_for_a_remote_engine(qtbot: QtBot, served: S
         info = got.args[0]
         assert isinstance(info, LoadedModel)
         assert (info.remote, info.key, info.name, info.n_ctx) == (
-            target, target, f"{NAME} · default", 0)
+            target,
+            target,
+            f"{NAME} · default",
+            0,
+        )
         log.clear()
         chat = [{"role": "user", "content": "Name three colours."}]
         sampling = SamplingParams(temperature=0.0, max_tokens=12)
@@ -248,8 +262,9 @@ def test_worker_signals_are_the_same_for_a_remote_engine(qtbot: QtBot, served: S
         host.shutdown()
 
 
-def test_ollama_dialect_chats_the_same(window: MainWindow, qtbot: QtBot, served: Served,
-                                       connections: ConnectionStore) -> None:
+def test_ollama_dialect_chats_the_same(
+    window: MainWindow, qtbot: QtBot, served: Served, connections: ConnectionStore
+) -> None:
     """candlewick serve also speaks Ollama's API (/api/tags, /api/chat, NDJSON)."""
     w = window
     connections.add(Connection("Ollama-style", served.url, api="ollama"), API_KEY)
@@ -264,16 +279,18 @@ def test_ollama_dialect_chats_the_same(window: MainWindow, qtbot: QtBot, served:
     assert FOOTER.fullmatch(footer) and footer.endswith("measured here")
 
 
-def test_wrong_key_is_reported_in_the_chat(window: MainWindow, qtbot: QtBot, served: Served,
-                                           connections: ConnectionStore) -> None:
+def test_wrong_key_is_reported_in_the_chat(
+    window: MainWindow, qtbot: QtBot, served: Served, connections: ConnectionStore
+) -> None:
     w = window
     connections.add(Connection(NAME, served.url, model="default"), "not-the-key")
     binding: Binding = {"connection": NAME, "model": "default"}
     picker = picker_of(w)
     picker.refresh()
     # Listing the models fails too: the list says why, and still offers the saved model.
-    qtbot.waitUntil(lambda: any("wrong or missing API key" in t for t, _ in picker.items()),
-                    timeout=60_000)
+    qtbot.waitUntil(
+        lambda: any("wrong or missing API key" in t for t, _ in picker.items()), timeout=60_000
+    )
     assert picker.choose(binding)
     send(qtbot, w, QUESTION)
     reply = w.chat_model.message(last_row(w))
@@ -305,7 +322,8 @@ def test_wrong_key_is_reported_in_the_chat(window: MainWindow, qtbot: QtBot, ser
 
 
 def test_refused_and_silent_servers_are_reported_in_the_chat(
-        window: MainWindow, qtbot: QtBot, connections: ConnectionStore) -> None:
+    window: MainWindow, qtbot: QtBot, connections: ConnectionStore
+) -> None:
     w = window
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
@@ -316,8 +334,15 @@ def test_refused_and_silent_servers_are_reported_in_the_chat(
     silent.listen(8)
     try:
         connections.add(Connection("Nowhere", f"http://127.0.0.1:{refused_port}", model="m"))
-        connections.add(Connection("Silent", f"http://127.0.0.1:{silent.getsockname()[1]}",
-                                   model="m", timeout_s=1.0, connect_timeout_s=1.0))
+        connections.add(
+            Connection(
+                "Silent",
+                f"http://127.0.0.1:{silent.getsockname()[1]}",
+                model="m",
+                timeout_s=1.0,
+                connect_timeout_s=1.0,
+            )
+        )
         picker = picker_of(w)
         picker.refresh()
         qtbot.waitUntil(lambda: picker.fetching == 0, timeout=30_000)
@@ -326,8 +351,9 @@ def test_refused_and_silent_servers_are_reported_in_the_chat(
         send(qtbot, w, "Hello?")
         reply = w.chat_model.message(last_row(w))
         assert reply.state == "error" and reply.error is not None
-        assert reply.error.startswith(f"cannot connect to Nowhere (http://127.0.0.1:"
-                                      f"{refused_port})")
+        assert reply.error.startswith(
+            f"cannot connect to Nowhere (http://127.0.0.1:{refused_port})"
+        )
         assert "\n" not in reply.error
 
         w.new_chat()
@@ -340,16 +366,19 @@ def test_refused_and_silent_servers_are_reported_in_the_chat(
         silent.close()
 
 
-def test_stop_ends_a_remote_reply_like_a_local_one(qtbot: QtBot, served: Served,
-                                                  connections: ConnectionStore) -> None:
+def test_stop_ends_a_remote_reply_like_a_local_one(
+    qtbot: QtBot, served: Served, connections: ConnectionStore
+) -> None:
     w = make_window(qtbot, connections, SamplingParams(temperature=0.0, max_tokens=1500))
     try:
         connections.add(Connection(NAME, served.url), API_KEY)
         assert picker_of(w).choose(listed_binding(qtbot, w, NAME))
         qtbot.keyClicks(w.chat_view.input, "Write a long story about a lighthouse keeper.")
         qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Return)
-        qtbot.waitUntil(lambda: w.chat_model.rowCount() == 2
-                        and len(w.chat_model.message(1).text) >= 10, timeout=300_000)
+        qtbot.waitUntil(
+            lambda: w.chat_model.rowCount() == 2 and len(w.chat_model.message(1).text) >= 10,
+            timeout=300_000,
+        )
         qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Escape)
         qtbot.waitUntil(lambda: not w.controller.busy, timeout=60_000)
         reply = w.chat_model.message(1)
@@ -372,12 +401,14 @@ def test_stop_ends_a_remote_reply_like_a_local_one(qtbot: QtBot, served: Served,
         close_window(w)
 
 
-def test_chat_bound_to_a_removed_connection_says_so(window: MainWindow, qtbot: QtBot,
-                                                     connections: ConnectionStore) -> None:
+def test_chat_bound_to_a_removed_connection_says_so(
+    window: MainWindow, qtbot: QtBot, connections: ConnectionStore
+) -> None:
     w = window
     assert w.store is not None
-    c = w.store.create_conversation("Old remote chat",
-                                    settings={"engine": {"connection": "Gone", "model": "m"}})
+    c = w.store.create_conversation(
+        "Old remote chat", settings={"engine": {"connection": "Gone", "model": "m"}}
+    )
     w.open_conversation(c.id)
     picker = picker_of(w)
     assert picker.binding() == {"connection": "Gone", "model": "m"}
@@ -385,8 +416,9 @@ def test_chat_bound_to_a_removed_connection_says_so(window: MainWindow, qtbot: Q
     send(qtbot, w, "Hello?")
     assert w.controller.loaded is None
     assert w.banner.isVisible()
-    assert w.banner.label.text() == ("Could not use Gone · m: no connection named 'Gone' "
-                                     "(known: none saved yet)")
+    assert w.banner.label.text() == (
+        "Could not use Gone · m: no connection named 'Gone' (known: none saved yet)"
+    )
     # Back to the local model for this chat: saved with it.
     assert picker.choose(None)
     assert "engine" not in w.controller.chat_settings
@@ -395,18 +427,23 @@ def test_chat_bound_to_a_removed_connection_says_so(window: MainWindow, qtbot: Q
 
 @pytest.mark.timeout(600)
 def test_partial_answer_is_kept_when_the_server_dies(
-        qtbot: QtBot, connections: ConnectionStore, tmp_path: Path) -> None:
+    qtbot: QtBot, connections: ConnectionStore, tmp_path: Path
+) -> None:
     served = start_server(tmp_path / "serve")
     w = make_window(qtbot, connections, SamplingParams(temperature=0.0, max_tokens=1500))
     try:
         connections.add(Connection(NAME, served.url), API_KEY)
         binding = listed_binding(qtbot, w, NAME)
         assert picker_of(w).choose(binding)
-        qtbot.keyClicks(w.chat_view.input, "Write a long story about a dragon who learns to "
-                                           "cook, with many chapters.")
+        qtbot.keyClicks(
+            w.chat_view.input,
+            "Write a long story about a dragon who learns to cook, with many chapters.",
+        )
         qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Return)
-        qtbot.waitUntil(lambda: w.chat_model.rowCount() == 2
-                        and len(w.chat_model.message(1).text) >= 40, timeout=300_000)
+        qtbot.waitUntil(
+            lambda: w.chat_model.rowCount() == 2 and len(w.chat_model.message(1).text) >= 40,
+            timeout=300_000,
+        )
         served.kill()
         qtbot.waitUntil(lambda: not w.controller.busy, timeout=60_000)
 
@@ -427,17 +464,20 @@ def test_partial_answer_is_kept_when_the_server_dies(
         w.new_chat()
         w.open_conversation(cid)
         again = w.chat_model.message(1)
-        assert (again.state, again.text, again.error) == ("interrupted", reply.text,
-                                                          reply.error)
+        assert (again.state, again.text, again.error) == ("interrupted", reply.text, reply.error)
     finally:
         close_window(w)
         served.kill()
 
 
-def test_connections_dialog_add_test_remove(window: MainWindow, qtbot: QtBot,
-                                            served: Served, connections: ConnectionStore,
-                                            keyring_backend: MemoryKeyring,
-                                            tmp_path: Path) -> None:
+def test_connections_dialog_add_test_remove(
+    window: MainWindow,
+    qtbot: QtBot,
+    served: Served,
+    connections: ConnectionStore,
+    keyring_backend: MemoryKeyring,
+    tmp_path: Path,
+) -> None:
     dialog = window.open_connections()
     assert isinstance(dialog, ConnectionsDialog)
     qtbot.waitExposed(dialog)
@@ -464,12 +504,20 @@ def test_connections_dialog_add_test_remove(window: MainWindow, qtbot: QtBot,
     assert dialog.api_key.text() == "" and "saved" in dialog.api_key.placeholderText()
     saved = connections.get(NAME)
     assert (saved.base_url, saved.api, saved.model, saved.verify_tls) == (
-        served.url, "openai", model, True)
+        served.url,
+        "openai",
+        model,
+        True,
+    )
     assert keyring_backend.store[(SERVICE, f"connection:{NAME}")] == API_KEY
     assert API_KEY not in connections.path.read_text()
     # The window's engine list follows.
-    qtbot.waitUntil(lambda: any(b == {"connection": NAME, "model": model}
-                                for _, b in picker_of(window).items()), timeout=60_000)
+    qtbot.waitUntil(
+        lambda: any(
+            b == {"connection": NAME, "model": model} for _, b in picker_of(window).items()
+        ),
+        timeout=60_000,
+    )
 
     # A wrong key typed in: the test says so in one line; the saved key is untouched.
     dialog.api_key.setText("wrong")

@@ -15,11 +15,26 @@ from engine.settings import SamplingParams
 from tests.app.ui.test_ui_window import close_window, open_window
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
-QUESTION = ("Here is a travel diary. " + " ".join(
-    f"On day {i} we walked to the {place} and ate {food}." for i, (place, food) in enumerate(
-        [("harbour", "fish"), ("old mill", "bread"), ("castle", "soup"), ("market", "figs"),
-         ("lake", "cheese"), ("forest", "berries"), ("bridge", "pie"), ("tower", "rice")] * 3))
-    + " Which day was the best, and why?")
+QUESTION = (
+    "Here is a travel diary. "
+    + " ".join(
+        f"On day {i} we walked to the {place} and ate {food}."
+        for i, (place, food) in enumerate(
+            [
+                ("harbour", "fish"),
+                ("old mill", "bread"),
+                ("castle", "soup"),
+                ("market", "figs"),
+                ("lake", "cheese"),
+                ("forest", "berries"),
+                ("bridge", "pie"),
+                ("tower", "rice"),
+            ]
+            * 3
+        )
+    )
+    + " Which day was the best, and why?"
+)
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 
 
@@ -34,8 +49,9 @@ def wait_idle(qtbot: QtBot, w: MainWindow) -> None:
     qtbot.waitUntil(lambda: not w.controller.busy, timeout=120_000)
 
 
-def test_regenerate_continue_and_reload_repeat_the_same_text(window: MainWindow,
-                                                             qtbot: QtBot) -> None:
+def test_regenerate_continue_and_reload_repeat_the_same_text(
+    window: MainWindow, qtbot: QtBot
+) -> None:
     c = window.controller
     assert c.send(QUESTION)
     wait_idle(qtbot, window)
@@ -79,8 +95,10 @@ def test_chat_settings_say_whether_temperature_0_repeats(window: MainWindow) -> 
     panel.set_engine_caveat("")  # a local model on the CPU
     assert not note.isHidden() and "give the same text each time" in note.text()
     panel.set_engine_caveat("the server decides how it computes each answer")
-    assert note.text() == ("Temperature 0 may still give another answer here: the server "
-                           "decides how it computes each answer.")
+    assert note.text() == (
+        "Temperature 0 may still give another answer here: the server "
+        "decides how it computes each answer."
+    )
     panel.temperature.setValue(0.8)  # random sampling: no promise to make
     assert note.isHidden()
     panel.seed.setValue(7)

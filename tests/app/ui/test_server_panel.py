@@ -39,8 +39,9 @@ from engine.server.request_log import RequestRecord
 from engine.settings import LoadParams, SamplingParams
 from tests.memory_keyring import MemoryKeyring
 
-pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints",
-                                       "This plugin does not support raise")
+pytestmark = pytest.mark.qt_log_ignore(
+    "This plugin does not support propagateSizeHints", "This plugin does not support raise"
+)
 
 
 def free_port() -> int:
@@ -65,8 +66,15 @@ CHAT_PARAMS = LoadParams(n_ctx=2048, n_threads=1)
 @pytest.fixture
 def chat_model(smollm2_path: Path) -> LoadedModel:
     """What the chat reports once it has loaded SmolLM2 (the panel serves that model)."""
-    return LoadedModel(path=smollm2_path, name="SmolLM2 135M Instruct", n_ctx=2048, n_layer=30,
-                       n_gpu_layers=0, load_s=0.1, params=CHAT_PARAMS)
+    return LoadedModel(
+        path=smollm2_path,
+        name="SmolLM2 135M Instruct",
+        n_ctx=2048,
+        n_layer=30,
+        n_gpu_layers=0,
+        load_s=0.1,
+        params=CHAT_PARAMS,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +100,12 @@ def model_host(loaded_smollm2: Model, chat_model: LoadedModel) -> Iterator[Model
 
 @pytest.fixture
 def panel(qtbot: QtBot, chat_model: LoadedModel, model_host: ModelHost) -> Iterator[ServerPanel]:
-    p = ServerPanel(lambda: chat_model, SecretStore(MemoryKeyring()),
-                    estimator=engine_estimator(), model_host=model_host)
+    p = ServerPanel(
+        lambda: chat_model,
+        SecretStore(MemoryKeyring()),
+        estimator=engine_estimator(),
+        model_host=model_host,
+    )
     qtbot.addWidget(p)
     p.port.setValue(free_port())
     p.parallel.setValue(2)
@@ -112,13 +124,16 @@ def start(qtbot: QtBot, panel: ServerPanel) -> None:
 
 
 def cells(model: RequestLogModel) -> list[list[str]]:
-    return [[str(model.index(r, c).data()) for c in range(model.columnCount())]
-            for r in range(model.rowCount())]
+    return [
+        [str(model.index(r, c).data()) for c in range(model.columnCount())]
+        for r in range(model.rowCount())
+    ]
 
 
 @pytest.mark.slow
-def test_serve_call_log_and_stop(qtbot: QtBot, qtmodeltester: object, panel: ServerPanel,
-                                 loaded_smollm2: Model, tmp_path: Path) -> None:
+def test_serve_call_log_and_stop(
+    qtbot: QtBot, qtmodeltester: object, panel: ServerPanel, loaded_smollm2: Model, tmp_path: Path
+) -> None:
     key = panel.key_edit.text()
     assert len(key) >= 40 and panel.key_edit.echoMode() == QLineEdit.EchoMode.Password
     assert panel.require_key.isChecked()
@@ -139,8 +154,11 @@ def test_serve_call_log_and_stop(qtbot: QtBot, qtmodeltester: object, panel: Ser
     # The model id the panel tells clients to send (its example curl line).
     model_id = re.search(r'"model": "([^"]+)"', panel.curl.text())[1]  # type: ignore[index]
     reply = client.chat.completions.create(
-        model=model_id, messages=[{"role": "user", "content": "Say hello."}], max_tokens=8,
-        temperature=0)
+        model=model_id,
+        messages=[{"role": "user", "content": "Say hello."}],
+        max_tokens=8,
+        temperature=0,
+    )
     assert reply.choices[0].message.content
     assert reply.usage is not None and 1 <= reply.usage.completion_tokens <= 8
     qtbot.waitUntil(lambda: panel.log_model.rowCount() >= 1, timeout=10_000)
@@ -148,14 +166,18 @@ def test_serve_call_log_and_stop(qtbot: QtBot, qtmodeltester: object, panel: Ser
     assert (row.method, row.path, row.status) == ("POST", "/v1/chat/completions", 200)
     assert row.prompt_tokens == reply.usage.prompt_tokens
     assert row.completion_tokens == reply.usage.completion_tokens
-    assert cells(panel.log_model)[0][5] == (f"{reply.usage.prompt_tokens} / "
-                                            f"{reply.usage.completion_tokens}")
+    assert cells(panel.log_model)[0][5] == (
+        f"{reply.usage.prompt_tokens} / {reply.usage.completion_tokens}"
+    )
 
     # A long streamed answer holds a slot: the panel shows it busy, then free again. The
     # loop's slots are the server's two and the one kept for the chat.
     stream = client.chat.completions.create(
-        model=model_id, messages=[{"role": "user", "content": "Write a long story."}],
-        max_tokens=400, stream=True)
+        model=model_id,
+        messages=[{"role": "user", "content": "Write a long story."}],
+        max_tokens=400,
+        stream=True,
+    )
     chunks = iter(stream)
     next(chunks)
     qtbot.waitUntil(lambda: panel.slots.text().startswith("1 of 3 busy"), timeout=30_000)
@@ -168,8 +190,7 @@ def test_serve_call_log_and_stop(qtbot: QtBot, qtmodeltester: object, panel: Ser
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()
     bad.close()
-    qtbot.waitUntil(lambda: any(r[4] == "401" for r in cells(panel.log_model)),
-                    timeout=10_000)
+    qtbot.waitUntil(lambda: any(r[4] == "401" for r in cells(panel.log_model)), timeout=10_000)
     log = cells(panel.log_model)
     assert log[-1][2:6] == ["GET", "/v1/models", "401", "—"]
     assert not any(key in c for r in log for c in r)
@@ -212,7 +233,8 @@ def test_network_bind_without_a_key_is_refused(panel: ServerPanel) -> None:
     assert panel.settings().host == "0.0.0.0" and panel.settings().api_key is None
     assert not panel.start()
     assert panel.status.text().startswith(
-        "Cannot start: refusing to listen on 0.0.0.0 without an API key")
+        "Cannot start: refusing to listen on 0.0.0.0 without an API key"
+    )
     assert panel.phase == "stopped" and panel.server is None
     # With the key it is allowed (checked without binding to the network here).
     panel.require_key.setChecked(True)
@@ -226,17 +248,20 @@ def test_a_taken_port_is_one_clear_line(panel: ServerPanel) -> None:
         port = taken.getsockname()[1]
         panel.port.setValue(port)
         assert not panel.start()
-    assert panel.status.text() == (f"Cannot start: cannot listen on 127.0.0.1:{port}: "
-                                   "Address already in use")
+    assert panel.status.text() == (
+        f"Cannot start: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
     assert panel.phase == "stopped"
 
 
 @pytest.mark.slow
-def test_cancel_while_loading_frees_everything(qtbot: QtBot, chat_model: LoadedModel,
-                                               model_host: ModelHost, tmp_path: Path) -> None:
+def test_cancel_while_loading_frees_everything(
+    qtbot: QtBot, chat_model: LoadedModel, model_host: ModelHost, tmp_path: Path
+) -> None:
     ini = QSettings(str(tmp_path / "window.ini"), QSettings.Format.IniFormat)
-    panel = ServerPanel(lambda: chat_model, SecretStore(MemoryKeyring()), settings=ini,
-                        model_host=model_host)
+    panel = ServerPanel(
+        lambda: chat_model, SecretStore(MemoryKeyring()), settings=ini, model_host=model_host
+    )
     qtbot.addWidget(panel)
     port = free_port()
     panel.port.setValue(port)
@@ -253,14 +278,18 @@ def test_cancel_while_loading_frees_everything(qtbot: QtBot, chat_model: LoadedM
     again = ServerPanel(lambda: chat_model, SecretStore(MemoryKeyring()), settings=ini)
     qtbot.addWidget(again)
     assert (again.port.value(), again.parallel.value(), again.settings().host) == (
-        port, 3, "127.0.0.1")
+        port,
+        3,
+        "127.0.0.1",
+    )
     assert again.require_key.isChecked()
     assert "cw-" not in (tmp_path / "window.ini").read_text()
 
 
 @pytest.mark.slow
-def test_quitting_while_serving_shuts_down(qtbot: QtBot, panel: ServerPanel,
-                                           loaded_smollm2: Model) -> None:
+def test_quitting_while_serving_shuts_down(
+    qtbot: QtBot, panel: ServerPanel, loaded_smollm2: Model
+) -> None:
     start(qtbot, panel)
     before = {t.name for t in threading.enumerate()}
     assert "candlewick-server" in before and "candlewick-decode" in before
@@ -276,7 +305,8 @@ def test_quitting_while_serving_shuts_down(qtbot: QtBot, panel: ServerPanel,
 
 @pytest.mark.slow
 def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
-        qtbot: QtBot, smollm2_path: Path) -> None:
+    qtbot: QtBot, smollm2_path: Path
+) -> None:
     w = build_window(sampling=SamplingParams(temperature=0.0, max_tokens=4))
     asked: list[str] = []
 
@@ -303,12 +333,16 @@ def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
         panel.port.setValue(free_port())
         panel.ctx.setValue(512)
         start(qtbot, panel)
-        r = httpx.get(panel.url.text() + "/v1/models", timeout=60,
-                      headers={"Authorization": f"Bearer {panel.key_edit.text()}"})
+        r = httpx.get(
+            panel.url.text() + "/v1/models",
+            timeout=60,
+            headers={"Authorization": f"Bearer {panel.key_edit.text()}"},
+        )
         assert r.status_code == 200
         assert "smollm2-135m-instruct-q4_1" in {m["id"] for m in r.json()["data"]}
         assert panel.model_label.text().startswith(
-            model_line(info.name, "smollm2-135m-instruct-q4_1") + " · ")
+            model_line(info.name, "smollm2-135m-instruct-q4_1") + " · "
+        )
         port = panel.port.value()
     finally:
         w.close()
@@ -319,7 +353,8 @@ def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
     assert "candlewick-server" not in {t.name for t in threading.enumerate()}
     # Quitting asked first, naming what it stops.
     assert len(asked) == 1 and asked[0].startswith(
-        "The Local server is serving SmolLM2 135M Instruct · Q4_1 at ")
+        "The Local server is serving SmolLM2 135M Instruct · Q4_1 at "
+    )
 
 
 def test_request_log_model_is_bounded(qtmodeltester: object) -> None:

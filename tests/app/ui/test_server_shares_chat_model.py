@@ -28,8 +28,9 @@ from tests.app.ui.test_server_panel import free_port, port_is_free, start
 from tests.app.ui.ui_signal_log import SignalLog
 from tests.memory_keyring import MemoryKeyring
 
-pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints",
-                                       "This plugin does not support raise")
+pytestmark = pytest.mark.qt_log_ignore(
+    "This plugin does not support propagateSizeHints", "This plugin does not support raise"
+)
 CHAT_CTX = 1024
 
 
@@ -78,7 +79,8 @@ def test_the_window_gives_the_panel_the_engine_threads_host(window: MainWindow) 
 
 @pytest.mark.slow
 def test_starting_loads_nothing_and_stopping_gives_the_context_back(
-        qtbot: QtBot, window: MainWindow, smollm2_path: Path, model_inits: list[Path]) -> None:
+    qtbot: QtBot, window: MainWindow, smollm2_path: Path, model_inits: list[Path]
+) -> None:
     panel = server_panel(qtbot, window, smollm2_path)
     model = window.engine.worker.model
     assert model is not None and model_inits == [smollm2_path]  # the chat's load
@@ -111,14 +113,16 @@ def test_starting_loads_nothing_and_stopping_gives_the_context_back(
 
 @pytest.mark.slow
 def test_an_api_request_and_a_chat_reply_run_together(
-        qtbot: QtBot, window: MainWindow, smollm2_path: Path) -> None:
+    qtbot: QtBot, window: MainWindow, smollm2_path: Path
+) -> None:
     panel = server_panel(qtbot, window, smollm2_path)
     start(qtbot, panel)
     model = window.engine.worker.model
     assert model is not None
     loop = model.loop
-    client = openai.OpenAI(base_url=panel.url.text() + "/v1", api_key=panel.key_edit.text(),
-                           max_retries=0, timeout=300)
+    client = openai.OpenAI(
+        base_url=panel.url.text() + "/v1", api_key=panel.key_edit.text(), max_retries=0, timeout=300
+    )
     api_text: list[str] = []
     hang_up = threading.Event()
     errors: list[BaseException] = []
@@ -128,7 +132,10 @@ def test_an_api_request_and_a_chat_reply_run_together(
             stream = client.chat.completions.create(
                 model=client.models.list().data[0].id,
                 messages=[{"role": "user", "content": "Write a long story."}],
-                max_tokens=1000, temperature=0, stream=True)
+                max_tokens=1000,
+                temperature=0,
+                stream=True,
+            )
             for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
                     api_text.append(chunk.choices[0].delta.content)
@@ -154,8 +161,7 @@ def test_an_api_request_and_a_chat_reply_run_together(
         reply = window.chat_model.message(1)
         assert reply.state == "done" and reply.text.strip() and reply.stats is done.args[0]
         streamed_before = len(api_text)
-        qtbot.waitUntil(lambda: len(api_text) > streamed_before or bool(errors),
-                        timeout=60_000)
+        qtbot.waitUntil(lambda: len(api_text) > streamed_before or bool(errors), timeout=60_000)
         assert not errors  # and the API's answer goes on after the chat's
     finally:
         hang_up.set()
@@ -166,7 +172,8 @@ def test_an_api_request_and_a_chat_reply_run_together(
 
 @pytest.mark.slow
 def test_ejecting_the_chats_model_leaves_the_server_running(
-        qtbot: QtBot, window: MainWindow, smollm2_path: Path) -> None:
+    qtbot: QtBot, window: MainWindow, smollm2_path: Path
+) -> None:
     panel = server_panel(qtbot, window, smollm2_path)
     start(qtbot, panel)
     server = panel.server
@@ -189,8 +196,8 @@ def test_ejecting_the_chats_model_leaves_the_server_running(
 
 @pytest.mark.slow
 def test_switching_the_chat_model_keeps_the_one_the_api_uses(
-        qtbot: QtBot, window: MainWindow, smollm2_path: Path, gemma_path: Path,
-        model_inits: list[Path]) -> None:
+    qtbot: QtBot, window: MainWindow, smollm2_path: Path, gemma_path: Path, model_inits: list[Path]
+) -> None:
     """The chat moves to Gemma while an API client streams from SmolLM2: SmolLM2 stays loaded
     for it (the host's now, with a keep-alive), the server keeps running and serves both,
     and the chat going back to SmolLM2 takes that model again instead of loading a copy."""
@@ -199,8 +206,9 @@ def test_switching_the_chat_model_keeps_the_one_the_api_uses(
     host = window.engine.worker.host
     smol_id = window.controller.loaded.host_key  # type: ignore[union-attr]
     smol = host.get(smol_id)
-    client = openai.OpenAI(base_url=panel.url.text() + "/v1", api_key=panel.key_edit.text(),
-                           max_retries=0, timeout=300)
+    client = openai.OpenAI(
+        base_url=panel.url.text() + "/v1", api_key=panel.key_edit.text(), max_retries=0, timeout=300
+    )
     pieces: list[str] = []
     hang_up = threading.Event()
     errors: list[BaseException] = []
@@ -208,8 +216,12 @@ def test_switching_the_chat_model_keeps_the_one_the_api_uses(
     def call_api() -> None:
         try:
             with client.chat.completions.create(
-                    model=smol_id, messages=[{"role": "user", "content": "Write a long story."}],
-                    max_tokens=400, temperature=0, stream=True) as stream:
+                model=smol_id,
+                messages=[{"role": "user", "content": "Write a long story."}],
+                max_tokens=400,
+                temperature=0,
+                stream=True,
+            ) as stream:
                 for chunk in stream:
                     if chunk.choices and chunk.choices[0].delta.content:
                         pieces.append(chunk.choices[0].delta.content)
@@ -225,8 +237,13 @@ def test_switching_the_chat_model_keeps_the_one_the_api_uses(
         assert not errors
         with qtbot.assertNotEmitted(panel.running_changed, wait=200):
             window.controller.load(gemma_path, LoadParams(n_ctx=CHAT_CTX, n_threads=1))
-            qtbot.waitUntil(lambda: window.controller.loaded is not None
-                            and window.controller.loaded.path == gemma_path, timeout=120_000)
+            qtbot.waitUntil(
+                lambda: (
+                    window.controller.loaded is not None
+                    and window.controller.loaded.path == gemma_path
+                ),
+                timeout=120_000,
+            )
         hosted = {h.name: h for h in host.hosted()}
         gemma_id = window.controller.loaded.host_key  # type: ignore[union-attr]
         assert set(hosted) == {smol_id, gemma_id}
@@ -237,11 +254,19 @@ def test_switching_the_chat_model_keeps_the_one_the_api_uses(
         before = len(pieces)
         qtbot.waitUntil(lambda: len(pieces) > before or bool(errors), timeout=60_000)
         assert not errors and panel.server is not None and panel.server.running
-        qtbot.waitUntil(lambda: f"{smol_id} (1 in flight)" in panel.models.text()
-                        and f"{gemma_id} (chat)" in panel.models.text(), timeout=10_000)
+        qtbot.waitUntil(
+            lambda: (
+                f"{smol_id} (1 in flight)" in panel.models.text()
+                and f"{gemma_id} (chat)" in panel.models.text()
+            ),
+            timeout=10_000,
+        )
         answer = client.chat.completions.create(
-            model=gemma_id, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
-            temperature=0)
+            model=gemma_id,
+            messages=[{"role": "user", "content": "Hi"}],
+            max_tokens=2,
+            temperature=0,
+        )
         assert answer.model == gemma_id and answer.choices[0].message.content is not None
         assert gemma_id in panel.model_label.text() or "Gemma" in panel.model_label.text()
     finally:
@@ -249,13 +274,19 @@ def test_switching_the_chat_model_keeps_the_one_the_api_uses(
         api.join(120)
         client.close()
     assert not api.is_alive() and not errors
-    qtbot.waitUntil(lambda: next(h for h in host.hosted() if h.name == smol_id)
-                    .expires_in_s is not None, timeout=10_000)  # idle: its keep-alive runs
+    qtbot.waitUntil(
+        lambda: next(h for h in host.hosted() if h.name == smol_id).expires_in_s is not None,
+        timeout=10_000,
+    )  # idle: its keep-alive runs
 
     # Back to SmolLM2: the chat takes the host's model; Gemma, used by one request, stays.
     window.controller.load(smollm2_path, LoadParams(n_ctx=CHAT_CTX, n_threads=1))
-    qtbot.waitUntil(lambda: window.controller.loaded is not None
-                    and window.controller.loaded.path == smollm2_path, timeout=120_000)
+    qtbot.waitUntil(
+        lambda: (
+            window.controller.loaded is not None and window.controller.loaded.path == smollm2_path
+        ),
+        timeout=120_000,
+    )
     assert window.engine.worker.model is smol
     assert model_inits == [smollm2_path, gemma_path]  # no second copy of SmolLM2
     assert host.owner_of(smol_id) == "chat" and host.owner_of(gemma_id) is None

@@ -26,8 +26,10 @@ from tests.app.ui.ui_signal_log import SignalLog
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 
-QUOTE = ("The quick brown fox jumps over the lazy dog. The early bird catches the worm. "
-         "Repeat both sentences exactly.")
+QUOTE = (
+    "The quick brown fox jumps over the lazy dog. The early bird catches the worm. "
+    "Repeat both sentences exactly."
+)
 
 
 def open_window(qtbot: QtBot) -> MainWindow:
@@ -106,8 +108,9 @@ def test_prompt_lookup_reply_shows_drafts(qtbot: QtBot, windows: list[MainWindow
     assert not lp.spec_note.isVisibleTo(lp)
 
 
-def test_amx_kernels_leave_flash_to_the_user(qtbot: QtBot, windows: list[MainWindow],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_amx_kernels_leave_flash_to_the_user(
+    qtbot: QtBot, windows: list[MainWindow], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With AMX weights flash attention cannot make drafts exact, so drafting does not force
     it (it would only cost speed); the note says what the user gets instead."""
     why = "Q4_1 weights are repacked for AMX kernels"
@@ -127,8 +130,9 @@ def test_amx_kernels_leave_flash_to_the_user(qtbot: QtBot, windows: list[MainWin
     assert not lp.spec_note.isVisibleTo(lp)
 
 
-def test_settings_remembered_per_model(qtbot: QtBot, windows: list[MainWindow],
-                                       gemma_path: Path) -> None:
+def test_settings_remembered_per_model(
+    qtbot: QtBot, windows: list[MainWindow], gemma_path: Path
+) -> None:
     ModelLibrary(AppPaths.default().models).import_file(gemma_path)
     w = open_window(qtbot)
     windows.append(w)
@@ -174,8 +178,9 @@ def test_settings_remembered_per_model(qtbot: QtBot, windows: list[MainWindow],
     check_gemma(lp2)
 
 
-def test_draft_model_with_other_vocabulary_refused(qtbot: QtBot, windows: list[MainWindow],
-                                                   gemma_path: Path) -> None:
+def test_draft_model_with_other_vocabulary_refused(
+    qtbot: QtBot, windows: list[MainWindow], gemma_path: Path
+) -> None:
     ModelLibrary(AppPaths.default().models).import_file(gemma_path)
     w = open_window(qtbot)
     windows.append(w)
@@ -207,8 +212,9 @@ def test_perf_panel_speed_up_against_last_plain_reply(qtbot: QtBot) -> None:
 
     panel = PerfPanel()
     qtbot.addWidget(panel)
-    info = LoadedModel(path=Path("/models/a.gguf"), name="a", n_ctx=512, n_layer=30,
-                       n_gpu_layers=0, load_s=0.1)
+    info = LoadedModel(
+        path=Path("/models/a.gguf"), name="a", n_ctx=512, n_layer=30, n_gpu_layers=0, load_s=0.1
+    )
     panel.on_loaded(info)
     spec = GenerationStats(gen_tokens=40, gen_tps=60.0, draft_tokens=20, draft_accepted=15)
     panel.on_finished(1, spec)
@@ -217,10 +223,14 @@ def test_perf_panel_speed_up_against_last_plain_reply(qtbot: QtBot) -> None:
     panel.on_finished(2, GenerationStats(gen_tokens=40, gen_tps=40.0))
     assert panel.labels["spec"].text() == "—"
     panel.on_finished(3, spec)
-    assert panel.labels["spec"].text() == ("15/20 drafted tokens accepted (75%) · x1.50 vs the "
-                                           "last plain reply")
+    assert panel.labels["spec"].text() == (
+        "15/20 drafted tokens accepted (75%) · x1.50 vs the last plain reply"
+    )
     # Another model has its own reference.
-    panel.on_loaded(LoadedModel(path=Path("/models/b.gguf"), name="b", n_ctx=512, n_layer=30,
-                                n_gpu_layers=0, load_s=0.1))
+    panel.on_loaded(
+        LoadedModel(
+            path=Path("/models/b.gguf"), name="b", n_ctx=512, n_layer=30, n_gpu_layers=0, load_s=0.1
+        )
+    )
     panel.on_finished(4, spec)
     assert "vs the last plain reply" not in panel.labels["spec"].text()

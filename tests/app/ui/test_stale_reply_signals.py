@@ -27,7 +27,8 @@ def window(qtbot: QtBot) -> Iterator[MainWindow]:
 
 
 def test_a_stale_request_id_does_not_land_in_the_current_message(
-        qtbot: QtBot, window: MainWindow) -> None:
+    qtbot: QtBot, window: MainWindow
+) -> None:
     log = SignalLog(window.engine.worker)
     with qtbot.waitSignal(log.got_finished, timeout=120_000):
         window.chat_view.input.submitted.emit("Say hello.")

@@ -45,8 +45,7 @@ THOUGHT_GBNF = 'root ::= "Paris is large." "</think>" "\\n\\nParis."'
 QUESTION = "What is the capital of France?"
 CITY = {
     "type": "object",
-    "properties": {"city": {"type": "string", "maxLength": 24},
-                   "population": {"type": "integer"}},
+    "properties": {"city": {"type": "string", "maxLength": 24}, "population": {"type": "integer"}},
     "required": ["city", "population"],
     "additionalProperties": False,
 }
@@ -90,9 +89,11 @@ def thinker(qtbot: QtBot, w: MainWindow, smollm2_path: Path) -> Model:
     qtbot.waitUntil(lambda: w.controller.loaded is not None, timeout=120_000)
     model = w.engine.worker.model
     assert model is not None
-    model.template = ChatTemplate(R1_TEMPLATE.read_text(encoding="utf-8"),
-                                  bos_token=model.template.bos_token,
-                                  eos_token=model.template.eos_token)
+    model.template = ChatTemplate(
+        R1_TEMPLATE.read_text(encoding="utf-8"),
+        bos_token=model.template.bos_token,
+        eos_token=model.template.eos_token,
+    )
     return model
 
 
@@ -118,10 +119,11 @@ def summary_figures(text: str) -> tuple[float, int]:
 
 
 def test_thinking_is_a_folding_block_with_its_own_figures(
-        qtbot: QtBot, windows: Windows,
-        smollm2_path: Path) -> None:
-    w = windows.open(SamplingParams(temperature=0.0, max_tokens=64,
-                               grammar=constraints.gbnf(THOUGHT_GBNF)))
+    qtbot: QtBot, windows: Windows, smollm2_path: Path
+) -> None:
+    w = windows.open(
+        SamplingParams(temperature=0.0, max_tokens=64, grammar=constraints.gbnf(THOUGHT_GBNF))
+    )
     model = thinker(qtbot, w, smollm2_path)
     # What the block looked like at every change of the answer while it streamed.
     seen: list[tuple[str, bool, str, bool, bool]] = []
@@ -130,8 +132,15 @@ def test_thinking_is_a_folding_block_with_its_own_figures(
         ws = w.chat_view.message_widgets
         if len(ws) == 2 and w.chat_model.rowCount() == 2:
             m = w.chat_model.message(1)
-            seen.append((m.thinking, m.thought is not None, m.text,
-                         ws[1].thinking.isVisibleTo(ws[1]), ws[1].thinking.expanded))
+            seen.append(
+                (
+                    m.thinking,
+                    m.thought is not None,
+                    m.text,
+                    ws[1].thinking.isVisibleTo(ws[1]),
+                    ws[1].thinking.expanded,
+                )
+            )
 
     w.chat_model.dataChanged.connect(look)  # after the view's own connection: it synced
     send(qtbot, w, QUESTION)
@@ -176,16 +185,21 @@ def test_thinking_is_a_folding_block_with_its_own_figures(
     store = store_of(w)
     (conv,) = store.conversations()
     _user, answer = store.active_path(conv.id)
-    assert (answer.thinking, answer.content, answer.status) == ("Paris is large.", "Paris.",
-                                                                "complete")
+    assert (answer.thinking, answer.content, answer.status) == (
+        "Paris is large.",
+        "Paris.",
+        "complete",
+    )
     assert answer.stats["thinking_tokens"] == stats.thinking_tokens
     assert answer.stats["thinking_s"] == stats.thinking_s
     assert "grammar" not in answer.sampling  # the compiled grammar is not stored
 
     # The next turn sends the earlier answer without its thinking.
     history = w.controller._messages_for_model()
-    assert history == [{"role": "user", "content": QUESTION},
-                       {"role": "assistant", "content": "Paris."}]
+    assert history == [
+        {"role": "user", "content": QUESTION},
+        {"role": "assistant", "content": "Paris."},
+    ]
     log = SignalLog(w.engine.worker)  # the engine's signals as the GUI thread gets them
     send(qtbot, w, "And of Italy?")
     sent = [*history, {"role": "user", "content": "And of Italy?"}]
@@ -207,7 +221,8 @@ def test_thinking_is_a_folding_block_with_its_own_figures(
     assert prose(block.body) == ["Paris is large."]
     # Without thinking, no block.
     assert not again.chat_view.message_widgets[0].thinking.isVisibleTo(
-        again.chat_view.message_widgets[0])
+        again.chat_view.message_widgets[0]
+    )
 
 
 def code_blocks(w: MessageWidget) -> list[CodeBlock]:
@@ -215,7 +230,8 @@ def code_blocks(w: MessageWidget) -> list[CodeBlock]:
 
 
 def test_structured_output_follows_the_schema_and_shows_pretty_json(
-        qtbot: QtBot, windows: Windows) -> None:
+    qtbot: QtBot, windows: Windows
+) -> None:
     w = windows.open(SamplingParams(temperature=0.0, max_tokens=64))
     panel = w.chat_settings
     assert panel is not None
@@ -283,7 +299,8 @@ def test_structured_output_follows_the_schema_and_shows_pretty_json(
 
 
 def test_a_schema_stored_before_the_check_fails_the_reply_in_one_line(
-        qtbot: QtBot, windows: Windows) -> None:
+    qtbot: QtBot, windows: Windows
+) -> None:
     """A chat imported with a schema the engine cannot enforce: the answer fails with the
     reason, nothing is generated unconstrained."""
     w = windows.open(SamplingParams(temperature=0.0, max_tokens=16))
@@ -303,11 +320,13 @@ def test_a_schema_stored_before_the_check_fails_the_reply_in_one_line(
 
 
 def test_an_answer_stopped_while_thinking_continues_its_thinking(
-        qtbot: QtBot, windows: Windows, smollm2_path: Path) -> None:
+    qtbot: QtBot, windows: Windows, smollm2_path: Path
+) -> None:
     """Stop while the model thinks, then Continue: the prompt ends inside the block with the
     thinking so far, and the new text goes on in the block (SmolLM2 does not close it)."""
     w = windows.open(SamplingParams(temperature=0.0, max_tokens=12))
     thinker(qtbot, w, smollm2_path)
+
     def stop(*_args: object) -> None:  # on the GUI thread, at the first thinking shown
         if w.chat_model.rowCount() == 2 and w.chat_model.message(1).thinking:
             w.controller.stop()
@@ -335,5 +354,4 @@ def test_an_answer_stopped_while_thinking_continues_its_thinking(
     if not m.text:  # still thinking at the length limit: both parts count
         assert m.stats.thinking_tokens == before + m.stats.gen_tokens
     stored = store_of(w).active_path(w.controller.conversation_id or 0)[1]
-    assert (stored.thinking, stored.content, stored.status) == (m.thinking, m.text,
-                                                                "complete")
+    assert (stored.thinking, stored.content, stored.status) == (m.thinking, m.text, "complete")

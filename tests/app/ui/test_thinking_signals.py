@@ -95,8 +95,7 @@ class Recorder(QObject):
         self.events.append(("failed", message))
 
 
-PIECES = ["<think>", "\n", "Let", " me", " see", ".", "\n", "</", "think", ">", "\n\n", "Hi",
-          "!"]
+PIECES = ["<think>", "\n", "Let", " me", " see", ".", "\n", "</", "think", ">", "\n\n", "Hi", "!"]
 
 
 def run(pieces: list[str], interval: float, in_thinking: bool = False) -> Recorder:
@@ -104,8 +103,9 @@ def run(pieces: list[str], interval: float, in_thinking: bool = False) -> Record
     worker.engine = ScriptedThinker(pieces, in_thinking)  # type: ignore[assignment]
     rec = Recorder(worker)
     # Called on this thread: the signals reach the recorder directly, in emission order.
-    worker.generate([{"role": "user", "content": "hi"}], SamplingParams(), threading.Event(),
-                    {"request_id": 1})
+    worker.generate(
+        [{"role": "user", "content": "hi"}], SamplingParams(), threading.Event(), {"request_id": 1}
+    )
     worker.engine = None
     return rec
 
@@ -114,10 +114,13 @@ def test_every_piece_at_once_thinking_then_the_close_then_the_answer() -> None:
     rec = run(PIECES, interval=0.0)
     assert rec.events == [
         ("started", 3),
-        ("reasoning", "Let", 3), ("reasoning", " me", 4), ("reasoning", " see", 5),
+        ("reasoning", "Let", 3),
+        ("reasoning", " me", 4),
+        ("reasoning", " see", 5),
         ("reasoning", ".", 6),
         ("thought", 10),  # after "</think>": 10 tokens generated
-        ("tokens", "Hi", 12), ("tokens", "!", 13),
+        ("tokens", "Hi", 12),
+        ("tokens", "!", 13),
         ("finished", 13, 10),
     ]
     assert rec.stats.thinking_s >= 0
@@ -153,14 +156,18 @@ def test_no_markers_no_split() -> None:
     assert rec.events[-1] == ("finished", 3, 0)
 
 
-@pytest.mark.parametrize(("in_thinking", "thinking", "answer", "raw"), [
-    (True, "It is large.", "", "It is large."),
-    (True, "It is large.", "Paris", "It is large.\n</think>\n\nParis"),
-    (False, "It is large.", "", "<think>\nIt is large."),
-    (True, "", "Paris", "\n</think>\n\nParis"),
-])
+@pytest.mark.parametrize(
+    ("in_thinking", "thinking", "answer", "raw"),
+    [
+        (True, "It is large.", "", "It is large."),
+        (True, "It is large.", "Paris", "It is large.\n</think>\n\nParis"),
+        (False, "It is large.", "", "<think>\nIt is large."),
+        (True, "", "Paris", "\n</think>\n\nParis"),
+    ],
+)
 def test_a_continued_answer_is_given_back_as_the_model_wrote_it(
-        in_thinking: bool, thinking: str, answer: str, raw: str) -> None:
+    in_thinking: bool, thinking: str, answer: str, raw: str
+) -> None:
     assert continued_text(ThinkMarkers(), in_thinking, thinking, answer) == raw
     # Read from there, the reader stands where the text stopped: inside the block or after.
     reader = ThinkingReader(ThinkMarkers(), in_thinking=in_thinking, prefix=raw)

@@ -19,7 +19,9 @@ def test_paragraphs_and_code_blocks() -> None:
 def test_unclosed_fence_is_code_to_the_end() -> None:
     # A reply still streaming: the code block is shown as code before its fence closes.
     assert split_markdown("See:\n\n```\nprint(1)") == [
-        Segment("text", "See:"), Segment("code", "print(1)", "")]
+        Segment("text", "See:"),
+        Segment("code", "print(1)", ""),
+    ]
 
 
 def test_loose_list_stays_one_block() -> None:
@@ -30,8 +32,7 @@ def test_loose_list_stays_one_block() -> None:
 
 
 def test_tilde_fence_and_nested_backticks() -> None:
-    assert split_markdown("~~~\n```\ninner\n```\n~~~") == [
-        Segment("code", "```\ninner\n```", "")]
+    assert split_markdown("~~~\n```\ninner\n```\n~~~") == [Segment("code", "```\ninner\n```", "")]
 
 
 def test_stats_footer_text() -> None:

@@ -80,8 +80,12 @@ def test_type_enter_loads_and_streams_answer(window: MainWindow, qtbot: QtBot) -
     snapshots: list[str] = []
     chat = window.chat_model
     chat.dataChanged.connect(
-        lambda top, _b, _r: snapshots.append(chat.message(top.row()).text)
-        if chat.message(top.row()).role == "assistant" else None)
+        lambda top, _b, _r: (
+            snapshots.append(chat.message(top.row()).text)
+            if chat.message(top.row()).role == "assistant"
+            else None
+        )
+    )
     with qtbot.waitSignal(log.got_finished, timeout=120_000) as blocker:
         send(qtbot, window, "What is the capital of France?")
         assert window.chat_view.input.toPlainText() == ""
@@ -261,8 +265,9 @@ def test_estimate_follows_settings(window: MainWindow) -> None:
     assert est.verdict.text()  # a verdict is always shown
 
 
-def test_corrupt_model_file_is_shown_not_crashed(window: MainWindow, qtbot: QtBot,
-                                                 smollm2_path: Path) -> None:
+def test_corrupt_model_file_is_shown_not_crashed(
+    window: MainWindow, qtbot: QtBot, smollm2_path: Path
+) -> None:
     models = AppPaths.default().models
     models.mkdir(parents=True, exist_ok=True)
     (models / "broken.gguf").write_bytes(b"GGUF" + b"\xff" * 60)
@@ -382,19 +387,27 @@ def test_candlewick_without_arguments_opens_the_window(qtbot: QtBot) -> None:
     seen: dict[str, object] = {}
 
     def inspect_and_close() -> None:
-        windows = [w for w in QApplication.topLevelWidgets()
-                   if isinstance(w, MainWindow) and w.isVisible()]
+        windows = [
+            w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()
+        ]
         if not windows:
             QTimer.singleShot(50, inspect_and_close)
             return
         w = windows[0]
         entry = w.library_panel.selected_entry()
-        seen.update(title=w.windowTitle(), selected=entry.id if entry else None,
-                    focus=w.focusWidget() is w.chat_view.input,
-                    tabs=[w.side_tabs.tabText(i) for i in range(w.side_tabs.count())])
+        seen.update(
+            title=w.windowTitle(),
+            selected=entry.id if entry else None,
+            focus=w.focusWidget() is w.chat_view.input,
+            tabs=[w.side_tabs.tabText(i) for i in range(w.side_tabs.count())],
+        )
         w.close()
 
     QTimer.singleShot(0, inspect_and_close)
     assert main([]) == 0
-    assert seen == {"title": "Candlewick", "selected": "default", "focus": True,
-                    "tabs": ["Library", "Chats", "Chat settings", "Download"]}
+    assert seen == {
+        "title": "Candlewick",
+        "selected": "default",
+        "focus": True,
+        "tabs": ["Library", "Chats", "Chat settings", "Download"],
+    }

@@ -42,8 +42,9 @@ def load(qtbot: QtBot, host: EngineHost, log: SignalLog, path: Path) -> LoadedMo
     return info
 
 
-def generate(qtbot: QtBot, host: EngineHost, log: SignalLog,
-             sampling: SamplingParams = GREEDY) -> GenerationStats:
+def generate(
+    qtbot: QtBot, host: EngineHost, log: SignalLog, sampling: SamplingParams = GREEDY
+) -> GenerationStats:
     with qtbot.waitSignal(log.got_finished, timeout=120_000) as blocker:
         rid = host.generate(CHAT, sampling)
     stats = blocker.args[0]
@@ -53,8 +54,9 @@ def generate(qtbot: QtBot, host: EngineHost, log: SignalLog,
     return stats
 
 
-def test_load_emits_progress_then_loaded(qtbot: QtBot, host: EngineHost,
-                                         smollm2_path: Path) -> None:
+def test_load_emits_progress_then_loaded(
+    qtbot: QtBot, host: EngineHost, smollm2_path: Path
+) -> None:
     log = SignalLog(host.worker)
     info = load(qtbot, host, log, smollm2_path)
     qtbot.wait(50)  # nothing else may follow `loaded`
@@ -68,7 +70,8 @@ def test_load_emits_progress_then_loaded(qtbot: QtBot, host: EngineHost,
 
 
 def test_reply_streams_in_order_and_matches_direct_generation(
-        qtbot: QtBot, host: EngineHost, smollm2_path: Path, smollm2: Model) -> None:
+    qtbot: QtBot, host: EngineHost, smollm2_path: Path, smollm2: Model
+) -> None:
     log = SignalLog(host.worker)
     load(qtbot, host, log, smollm2_path)
     log.clear()
@@ -115,8 +118,7 @@ def test_tokens_are_coalesced(qtbot: QtBot, smollm2_path: Path) -> None:
     assert texts[3600.0] == texts[0.0]
 
 
-def test_stop_cancels_before_next_token(qtbot: QtBot, host: EngineHost,
-                                        smollm2_path: Path) -> None:
+def test_stop_cancels_before_next_token(qtbot: QtBot, host: EngineHost, smollm2_path: Path) -> None:
     log = SignalLog(host.worker)
     load(qtbot, host, log, smollm2_path)
     log.clear()
@@ -141,13 +143,16 @@ def test_generate_without_model_fails_with_message(qtbot: QtBot, host: EngineHos
 
 
 @pytest.mark.parametrize("content", [b"not a gguf file at all" * 10, b"GGUF\x03\x00\x00\x00"])
-def test_corrupt_model_file_fails_with_message(qtbot: QtBot, host: EngineHost, tmp_path: Path,
-                                               content: bytes) -> None:
+def test_corrupt_model_file_fails_with_message(
+    qtbot: QtBot, host: EngineHost, tmp_path: Path, content: bytes
+) -> None:
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(content)
     log = SignalLog(host.worker)
-    with qtbot.assertNotEmitted(log.got_loaded), \
-            qtbot.waitSignal(log.got_failed, timeout=10_000) as blocker:
+    with (
+        qtbot.assertNotEmitted(log.got_loaded),
+        qtbot.waitSignal(log.got_failed, timeout=10_000) as blocker,
+    ):
         host.load(bad, PARAMS)
     message = blocker.args[0]
     assert message.startswith("Could not load broken.gguf: ")
@@ -156,8 +161,9 @@ def test_corrupt_model_file_fails_with_message(qtbot: QtBot, host: EngineHost, t
     assert log.request_ids("failed") == [0]  # not about a reply
 
 
-def test_truncated_real_model_fails_with_message(qtbot: QtBot, host: EngineHost,
-                                                 tmp_path: Path, smollm2_path: Path) -> None:
+def test_truncated_real_model_fails_with_message(
+    qtbot: QtBot, host: EngineHost, tmp_path: Path, smollm2_path: Path
+) -> None:
     bad = tmp_path / "cut.gguf"
     with smollm2_path.open("rb") as f:
         bad.write_bytes(f.read(smollm2_path.stat().st_size // 2))
@@ -193,14 +199,19 @@ def test_unload_then_generate_fails(qtbot: QtBot, host: EngineHost, smollm2_path
 
 @pytest.mark.slow
 def test_an_embedding_model_is_refused_by_the_chat_which_keeps_its_model(
-        qtbot: QtBot, host: EngineHost, smollm2_path: Path, minilm_path: Path) -> None:
+    qtbot: QtBot, host: EngineHost, smollm2_path: Path, minilm_path: Path
+) -> None:
     log = SignalLog(host.worker)
     load(qtbot, host, log, smollm2_path)
     chat_model = host.worker.model
-    with qtbot.assertNotEmitted(log.got_loaded), \
-            qtbot.waitSignal(log.got_failed, timeout=10_000) as blocker:
+    with (
+        qtbot.assertNotEmitted(log.got_loaded),
+        qtbot.waitSignal(log.got_failed, timeout=10_000) as blocker,
+    ):
         host.load(minilm_path, PARAMS)
-    assert blocker.args[0] == (f"{minilm_path.name} is an embedding model: it cannot chat. "
-                               "The Local server gives its vectors at /v1/embeddings")
+    assert blocker.args[0] == (
+        f"{minilm_path.name} is an embedding model: it cannot chat. "
+        "The Local server gives its vectors at /v1/embeddings"
+    )
     assert host.worker.model is chat_model and chat_model is not None  # nothing unloaded
     assert host.worker.host.names() == [host.worker.engine.name]  # type: ignore[union-attr]

@@ -63,24 +63,56 @@ def _process(cmd: list[str], port: int, ready_path: str, log: Path) -> Iterator[
 
 
 @contextlib.contextmanager
-def llama_cpp_server(model: Path, log: Path, *, n_ctx: int = 2048, interrupt: bool = True
-                     ) -> Iterator[tuple[str, int]]:
+def llama_cpp_server(
+    model: Path, log: Path, *, n_ctx: int = 2048, interrupt: bool = True
+) -> Iterator[tuple[str, int]]:
     """`interrupt=True` is the server's default: a new request cuts the running answer short."""
     port = free_port()
-    cmd = [sys.executable, str(REPO / "benchmarks" / "llama_cpp_server.py"), "--model",
-           str(model), "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
-           "--n_threads", "2", "--interrupt_requests", str(interrupt)]
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks" / "llama_cpp_server.py"),
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
+        "--n_threads",
+        "2",
+        "--interrupt_requests",
+        str(interrupt),
+    ]
     with _process(cmd, port, "/v1/models", log) as server:
         yield server
 
 
 @contextlib.contextmanager
-def candlewick_serve(log: Path, *, parallel: int = 2, ctx: int = 1024,
-                     api_key: str | None = None,
-                     extra: Sequence[str] = ()) -> Iterator[tuple[str, int]]:
+def candlewick_serve(
+    log: Path,
+    *,
+    parallel: int = 2,
+    ctx: int = 1024,
+    api_key: str | None = None,
+    extra: Sequence[str] = (),
+) -> Iterator[tuple[str, int]]:
     port = free_port()
-    cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--parallel",
-           str(parallel), "--ctx", str(ctx), "--threads", "2", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "app.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--parallel",
+        str(parallel),
+        "--ctx",
+        str(ctx),
+        "--threads",
+        "2",
+        *extra,
+    ]
     if api_key:
         cmd += ["--api-key", api_key]
     with _process(cmd, port, "/health", log) as server:
@@ -103,8 +135,9 @@ class FaultServer:
                 pass
 
             def do_GET(self) -> None:
-                body = json.dumps({"data": [{"id": "fault-model"}],
-                                   "models": [{"name": "fault-model"}]}).encode()
+                body = json.dumps(
+                    {"data": [{"id": "fault-model"}], "models": [{"name": "fault-model"}]}
+                ).encode()
                 self._send(200, body, "application/json")
 
             def do_POST(self) -> None:
@@ -150,19 +183,29 @@ class FaultServer:
         return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
     def _chunk(self, text: str) -> bytes:
-        return self._sse({"choices": [{"index": 0, "delta": {"content": text},
-                                       "finish_reason": None}]})
+        return self._sse(
+            {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+        )
 
     def _http500(self, h: Any) -> None:
-        h._send(500, json.dumps({"error": {"message": "model crashed", "type": "server"}})
-                .encode(), "application/json")
+        h._send(
+            500,
+            json.dumps({"error": {"message": "model crashed", "type": "server"}}).encode(),
+            "application/json",
+        )
 
     def _http503_text(self, h: Any) -> None:
         h._send(503, b"<html><body>Service   Unavailable</body></html>", "text/html")
 
     def _sse_error(self, h: Any) -> None:
-        h.stream("text/event-stream", [self._chunk("Hel"), b"event: error\n",
-                                       self._sse({"error": {"message": "out of memory"}})])
+        h.stream(
+            "text/event-stream",
+            [
+                self._chunk("Hel"),
+                b"event: error\n",
+                self._sse({"error": {"message": "out of memory"}}),
+            ],
+        )
 
     def _truncated(self, h: Any) -> None:
         h.stream("text/event-stream", [self._chunk("Hello"), self._chunk(" wor")])
@@ -184,21 +227,34 @@ class FaultServer:
         h.close_connection = True
 
     def _openai_usage(self, h: Any) -> None:
-        parts = [b": keep-alive\n\n", self._sse({"choices": [{"index": 0, "delta": {
-            "role": "assistant"}, "finish_reason": None}]})]
+        parts = [
+            b": keep-alive\n\n",
+            self._sse(
+                {"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]}
+            ),
+        ]
         parts += [self._chunk(t) for t in ("One", " two", " three")]
-        parts.append(self._sse({"choices": [{"index": 0, "delta": {},
-                                             "finish_reason": "stop"}]}))
-        parts.append(self._sse({"choices": [], "usage": {"prompt_tokens": 17,
-                                                         "completion_tokens": 3}}))
+        parts.append(self._sse({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+        parts.append(
+            self._sse({"choices": [], "usage": {"prompt_tokens": 17, "completion_tokens": 3}})
+        )
         parts.append(b"data: [DONE]\n\n")
         h.stream("text/event-stream", parts)
 
     def _ollama(self, h: Any) -> None:
-        lines = [{"message": {"role": "assistant", "content": t}, "done": False}
-                 for t in ("Un", " deux", " trois")]
-        lines.append({"message": {"role": "assistant", "content": ""}, "done": True,
-                      "done_reason": "stop", "prompt_eval_count": 21, "eval_count": 3})
+        lines = [
+            {"message": {"role": "assistant", "content": t}, "done": False}
+            for t in ("Un", " deux", " trois")
+        ]
+        lines.append(
+            {
+                "message": {"role": "assistant", "content": ""},
+                "done": True,
+                "done_reason": "stop",
+                "prompt_eval_count": 21,
+                "eval_count": 3,
+            }
+        )
         h.stream("application/x-ndjson", [json.dumps(x).encode() + b"\n" for x in lines])
 
     def _ollama_error(self, h: Any) -> None:

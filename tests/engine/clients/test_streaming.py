@@ -15,8 +15,9 @@ MSG = [{"role": "user", "content": "Name three colours."}]
 
 
 @pytest.fixture(scope="module")
-def llama_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory
-                 ) -> Iterator[tuple[str, int]]:
+def llama_server(
+    smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, int]]:
     log = tmp_path_factory.mktemp("llama-server") / "server.log"
     with llama_cpp_server(smollm2_path, log) as server:
         yield server
@@ -44,7 +45,8 @@ def test_real_server_cut_stream_is_a_failure(llama_server: tuple[str, int]) -> N
     url, _pid = llama_server
     # Far beyond the server's 2048-token context: it cannot answer.
     r = StreamingClient(url, timeout_s=120).chat(
-        [{"role": "user", "content": "word " * 3000}], max_tokens=4)
+        [{"role": "user", "content": "word " * 3000}], max_tokens=4
+    )
     assert not r.ok
     assert r.error
 
@@ -76,14 +78,17 @@ def test_unreachable_server() -> None:
         StreamingClient(f"http://127.0.0.1:{free_port()}").list_models()
 
 
-@pytest.mark.parametrize(("mode", "expected"), [
-    ("http500", "HTTP 500: model crashed"),
-    ("http503_text", "HTTP 503: <html><body>Service Unavailable</body></html>"),
-    ("sse_error", "server error: out of memory"),
-    ("truncated", "the stream ended before the answer was complete"),
-    ("interrupted", "the server ended the answer early (no finish reason)"),
-    ("garbage", "the server sent a malformed event"),
-])
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        ("http500", "HTTP 500: model crashed"),
+        ("http503_text", "HTTP 503: <html><body>Service Unavailable</body></html>"),
+        ("sse_error", "server error: out of memory"),
+        ("truncated", "the stream ended before the answer was complete"),
+        ("interrupted", "the server ended the answer early (no finish reason)"),
+        ("garbage", "the server sent a malformed event"),
+    ],
+)
 def test_server_errors_are_reported(mode: str, expected: str) -> None:
     with FaultServer(mode) as srv:
         r = StreamingClient(srv.url, timeout_s=10).chat(MSG)
@@ -139,12 +144,15 @@ def test_ollama_dialect() -> None:
     assert r.error == 'server error: model "x" not found'
 
 
-@pytest.mark.parametrize(("url", "message"), [
-    ("localhost:8080", "not an http"),
-    ("ftp://host/", "not an http"),
-    ("http://", "not an http"),
-    ("http://host:99999", "bad port"),
-])
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("localhost:8080", "not an http"),
+        ("ftp://host/", "not an http"),
+        ("http://", "not an http"),
+        ("http://host:99999", "bad port"),
+    ],
+)
 def test_bad_urls(url: str, message: str) -> None:
     with pytest.raises(ClientError, match=message):
         StreamingClient(url)

@@ -26,14 +26,17 @@ def source(name: str) -> str:
     return (TEMPLATES / name).read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize(("name", "markers"), [
-    ("Qwen-Qwen3-0.6B.jinja", THINK),
-    ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", THINK),
-    ("Qwen-Qwen2.5-7B-Instruct.jinja", None),
-    ("meta-llama-Llama-3.1-8B-Instruct.jinja", None),
-    ("mistralai-Mistral-Nemo-Instruct-2407.jinja", None),
-    ("HuggingFaceTB-SmolLM2-135M-Instruct.jinja", None),
-])
+@pytest.mark.parametrize(
+    ("name", "markers"),
+    [
+        ("Qwen-Qwen3-0.6B.jinja", THINK),
+        ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", THINK),
+        ("Qwen-Qwen2.5-7B-Instruct.jinja", None),
+        ("meta-llama-Llama-3.1-8B-Instruct.jinja", None),
+        ("mistralai-Mistral-Nemo-Instruct-2407.jinja", None),
+        ("HuggingFaceTB-SmolLM2-135M-Instruct.jinja", None),
+    ],
+)
 def test_markers_of_real_templates(name: str, markers: ThinkMarkers | None) -> None:
     assert thinking_markers(source(name)) == markers
 
@@ -52,8 +55,12 @@ ANSWERS: list[tuple[str, bool, str, str]] = [
     ("<think>\n\n</think>\n\nHello!", False, "", "Hello!"),  # Qwen3 with thinking off
     ("Hello! <think>not reasoning</think>", False, "", "Hello! <think>not reasoning</think>"),
     ("\n\nHello!", False, "", "\n\nHello!"),
-    ("<think>\nStill thinking when max_tokens hit  \n", False, "Still thinking when max_tokens hit",
-     ""),
+    (
+        "<think>\nStill thinking when max_tokens hit  \n",
+        False,
+        "Still thinking when max_tokens hit",
+        "",
+    ),
     ("<thi", False, "", "<thi"),
     ("Okay, 2 + 2 = 4.\n</think>\n\nIt is 4.", True, "Okay, 2 + 2 = 4.", "It is 4."),
     ("Thinking \n\n more\n</think>It is 4.\n", True, "Thinking \n\n more", "It is 4.\n"),
@@ -73,8 +80,10 @@ def test_split_reasoning(text: str, inside: bool, reasoning: str, content: str) 
 
 def joined(pieces: Sequence[tuple[str, str]]) -> tuple[str, str]:
     assert all(text for _, text in pieces)
-    return ("".join(t for k, t in pieces if k == "reasoning"),
-            "".join(t for k, t in pieces if k == "content"))
+    return (
+        "".join(t for k, t in pieces if k == "reasoning"),
+        "".join(t for k, t in pieces if k == "content"),
+    )
 
 
 @pytest.mark.parametrize(("text", "inside", "reasoning", "content"), ANSWERS, ids=IDS)
@@ -155,20 +164,31 @@ def test_qwen3_keeps_reasoning_only_after_the_last_question() -> None:
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "Hello!", "reasoning_content": "A greeting."},
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "reasoning_content": "I need the tool.",
-         "tool_calls": [{"type": "function", "function": {
-             "name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "I need the tool.",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                }
+            ],
+        },
         {"role": "tool", "content": "Sunny"},
     ]
     prompt = tmpl.render(history)
     # An earlier turn loses its reasoning; the tool-calling turn after the question keeps it.
     assert "<|im_start|>assistant\nHello!<|im_end|>" in prompt
     assert "A greeting." not in prompt
-    assert ("<|im_start|>assistant\n<think>\nI need the tool.\n</think>\n\n<tool_call>\n"
-            '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
-            ) in prompt
+    assert (
+        "<|im_start|>assistant\n<think>\nI need the tool.\n</think>\n\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>'
+    ) in prompt
     # Reasoning left in the content of an old turn is cut out by the template itself.
-    inline = [{"role": "user", "content": "Hi"},
-              {"role": "assistant", "content": "<think>\nA greeting.\n</think>\n\nHello!"},
-              {"role": "user", "content": "Bye"}]
+    inline = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "<think>\nA greeting.\n</think>\n\nHello!"},
+        {"role": "user", "content": "Bye"},
+    ]
     assert "A greeting." not in tmpl.render(inline)

@@ -67,11 +67,13 @@ HISTORY: list[dict[str, Any]] = [
     {
         "role": "assistant",
         "content": None,
-        "tool_calls": [{
-            "id": "call_8f2a41c0",
-            "type": "function",
-            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
-        }],
+        "tool_calls": [
+            {
+                "id": "call_8f2a41c0",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
     },
     {"role": "tool", "tool_call_id": "call_8f2a41c0", "content": RESULT},
 ]
@@ -81,23 +83,32 @@ def source(name: str) -> str:
     return (TEMPLATES / name).read_text(encoding="utf-8")
 
 
-def render(name: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] = TOOLS,
-           **extra: Any) -> str:
+def render(
+    name: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] = TOOLS, **extra: Any
+) -> str:
     fmt = tool_format_for(source(name))
     template = ChatTemplate(source(name), bos_token="<s>", eos_token="</s>")
-    return template.render(fmt.template_messages(messages, tools),
-                           **fmt.template_vars(tools), **extra)
+    return template.render(
+        fmt.template_messages(messages, tools), **fmt.template_vars(tools), **extra
+    )
 
 
 # --- choosing the family ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "family"), [
-    (QWEN25, "hermes"), (HERMES3, "hermes"), (QWEN3, "hermes"),
-    (LLAMA31, "llama3_json"), (LLAMA32, "llama3_json"),
-    (NEMO, "mistral"),
-    (R1, "generic"), (SMOLLM2, "generic"),
-])
+@pytest.mark.parametrize(
+    ("name", "family"),
+    [
+        (QWEN25, "hermes"),
+        (HERMES3, "hermes"),
+        (QWEN3, "hermes"),
+        (LLAMA31, "llama3_json"),
+        (LLAMA32, "llama3_json"),
+        (NEMO, "mistral"),
+        (R1, "generic"),
+        (SMOLLM2, "generic"),
+    ],
+)
 def test_family_of_real_templates(name: str, family: str) -> None:
     fmt = tool_format_for(source(name))
     assert fmt.name == family
@@ -112,8 +123,10 @@ def test_no_template_is_generic() -> None:
 def test_other_tool_call_tags_are_not_taken_for_hermes() -> None:
     qwen3_coder = "{% for tool in tools %}{% endfor %}<tool_call>\n<function=x>\n<parameter=y>"
     assert tool_format_for(qwen3_coder).name == "generic"
-    apriel = ('{{ tools }} within <tool_call></tool_call> XML tags: <tool_calls>'
-              '[{"name": <function-name-1>, "arguments": <args-dict-1>}]</tool_calls>')
+    apriel = (
+        "{{ tools }} within <tool_call></tool_call> XML tags: <tool_calls>"
+        '[{"name": <function-name-1>, "arguments": <args-dict-1>}]</tool_calls>'
+    )
     assert tool_format_for(apriel).name == "generic"
 
 
@@ -127,8 +140,10 @@ def test_hermes_qwen25_renders_tools_call_and_result() -> None:
     assert "<tools>" in system and '"name": "get_weather"' in system
     assert "Get the current weather in a city" in system
     # The call is rendered from the parsed arguments, not the JSON text quoted again.
-    assert ('<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": '
-            '{"city": "Paris"}}\n</tool_call><|im_end|>') in prompt
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": '
+        '{"city": "Paris"}}\n</tool_call><|im_end|>'
+    ) in prompt
     assert f"<|im_start|>user\n<tool_response>\n{RESULT}\n</tool_response><|im_end|>" in prompt
     assert prompt.endswith("<|im_start|>assistant\n")
 
@@ -137,8 +152,10 @@ def test_hermes3_renders_tool_role_turn() -> None:
     prompt = render(HERMES3, HISTORY)
     assert prompt.startswith("<s><|im_start|>system\nYou are a function calling AI model.")
     assert "get_weather(city: str) - Get the current weather in a city" in prompt
-    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' \
+    assert (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
         in prompt
+    )
     assert f"<|im_start|>tool\n<tool_response>\n{RESULT}\n</tool_response><|im_end|>" in prompt
 
 
@@ -154,18 +171,27 @@ def test_llama3_renders_tools_in_first_user_turn(name: str) -> None:
     user = prompt.split("<|start_header_id|>user<|end_header_id|>\n\n")[1].split("<|eot_id|>")[0]
     assert '"name": "get_weather"' in user and "Get the current weather in a city" in user
     assert user.endswith("What is the weather in Paris?")
-    assert ('<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "get_weather", '
-            '"parameters": {"city": "Paris"}}<|eot_id|>') in prompt
+    assert (
+        '<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "get_weather", '
+        '"parameters": {"city": "Paris"}}<|eot_id|>'
+    ) in prompt
     # The template JSON-encodes any text result (a string is iterable to Jinja).
     assert f'<|start_header_id|>ipython<|end_header_id|>\n\n"{RESULT}"<|eot_id|>' in prompt
 
 
 def test_llama3_parallel_calls_become_one_turn_each() -> None:
     call = HISTORY[2]["tool_calls"][0]
-    second = {"id": "call_2", "type": "function",
-              "function": {"name": "get_time", "arguments": '{"timezone": "CET"}'}}
-    history = [*HISTORY[:2], {"role": "assistant", "content": None, "tool_calls": [call, second]},
-               HISTORY[3], {"role": "tool", "tool_call_id": "call_2", "content": "10:00"}]
+    second = {
+        "id": "call_2",
+        "type": "function",
+        "function": {"name": "get_time", "arguments": '{"timezone": "CET"}'},
+    }
+    history = [
+        *HISTORY[:2],
+        {"role": "assistant", "content": None, "tool_calls": [call, second]},
+        HISTORY[3],
+        {"role": "tool", "tool_call_id": "call_2", "content": "10:00"},
+    ]
     prompt = render(LLAMA31, history)  # the template refuses two calls in one turn
     assert prompt.count('{"name": "get_weather", "parameters": {"city": "Paris"}}') == 1
     assert prompt.count('{"name": "get_time", "parameters": {"timezone": "CET"}}') == 1
@@ -185,8 +211,9 @@ def test_mistral_renders_tools_and_nine_character_ids() -> None:
     assert call["name"] == "get_weather" and call["arguments"] == {"city": "Paris"}
     assert len(call["id"]) == 9 and call["id"].isalnum()
     # The result is matched to its call by the same id; the template inserts the text bare.
-    assert f'[TOOL_RESULTS]{{"content": {RESULT}, "call_id": "{call["id"]}"}}[/TOOL_RESULTS]' \
-        in prompt
+    assert (
+        f'[TOOL_RESULTS]{{"content": {RESULT}, "call_id": "{call["id"]}"}}[/TOOL_RESULTS]' in prompt
+    )
     assert render(NEMO, HISTORY) == prompt  # ids derived, not drawn: the prompt cache holds
 
 
@@ -213,33 +240,50 @@ def test_generic_describes_tools_in_the_system_message(name: str) -> None:
     assert system["content"].startswith("You are a weather assistant.\n\n")
     assert '"name": "get_weather"' in system["content"] and "`tool_calls`" in system["content"]
     call_turn = json.loads(messages[2]["content"])
-    assert call_turn == {"tool_calls": [
-        {"name": "get_weather", "arguments": {"city": "Paris"}, "id": "call_8f2a41c0"}]}
+    assert call_turn == {
+        "tool_calls": [
+            {"name": "get_weather", "arguments": {"city": "Paris"}, "id": "call_8f2a41c0"}
+        ]
+    }
     assert "tool_calls" not in messages[2]
     result = json.loads(messages[3]["content"])
     assert messages[3]["role"] == "user"
-    assert result == {"tool_response": {
-        "tool": "get_weather", "content": RESULT, "tool_call_id": "call_8f2a41c0"}}
+    assert result == {
+        "tool_response": {"tool": "get_weather", "content": RESULT, "tool_call_id": "call_8f2a41c0"}
+    }
     prompt = render(name, HISTORY)
     assert "Get the current weather in a city" in prompt and RESULT in prompt
 
 
 def test_generic_smollm2_prompt() -> None:
     prompt = render(SMOLLM2, HISTORY)
-    assert prompt.startswith("<|im_start|>system\nYou are a weather assistant.\n\n"
-                             "You can call any of the following tools")
+    assert prompt.startswith(
+        "<|im_start|>system\nYou are a weather assistant.\n\n"
+        "You can call any of the following tools"
+    )
     assert '<|im_start|>assistant\n{\n  "tool_calls": [' in prompt
     assert '<|im_start|>user\n{\n  "tool_response": {' in prompt
     assert prompt.endswith("<|im_start|>assistant\n")
 
 
 def test_generic_adds_a_system_message_and_merges_results() -> None:
-    history = [HISTORY[1], {
-        "role": "assistant", "content": "",
-        "tool_calls": [HISTORY[2]["tool_calls"][0],
-                       {"id": "c2", "type": "function",
-                        "function": {"name": "get_time", "arguments": "{}"}}],
-    }, HISTORY[3], {"role": "tool", "tool_call_id": "c2", "content": "10:00"}]
+    history = [
+        HISTORY[1],
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                HISTORY[2]["tool_calls"][0],
+                {
+                    "id": "c2",
+                    "type": "function",
+                    "function": {"name": "get_time", "arguments": "{}"},
+                },
+            ],
+        },
+        HISTORY[3],
+        {"role": "tool", "tool_call_id": "c2", "content": "10:00"},
+    ]
     messages = GenericFormat().template_messages(history, TOOLS)
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
     assert messages[0]["content"].startswith("You can call any of the following tools")
@@ -247,9 +291,11 @@ def test_generic_adds_a_system_message_and_merges_results() -> None:
 
 
 def test_generic_puts_tools_in_the_user_turn_when_system_is_refused() -> None:
-    gemma_like = ("{% if messages[0]['role'] == 'system' %}"
-                  "{{ raise_exception('System role not supported') }}{% endif %}"
-                  "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
+    gemma_like = (
+        "{% if messages[0]['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}"
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+    )
     fmt = tool_format_for(gemma_like)
     assert isinstance(fmt, GenericFormat) and not fmt.system_role
     messages = fmt.template_messages(HISTORY[1:2], TOOLS)
@@ -278,81 +324,158 @@ def test_content_none_is_still_refused_without_tool_calls() -> None:
 # --- parsing answers -------------------------------------------------------------------------
 
 HERMES_ANSWERS: list[tuple[str, str, list[tuple[str, dict[str, Any]]]]] = [
-    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-     "", [("get_weather", {"city": "Paris"})]),
-    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
-     '<tool_call>\n{"name": "get_time", "arguments": {"timezone": "Europe/Paris"}}\n</tool_call>',
-     "", [("get_weather", {"city": "Paris"}), ("get_time", {"timezone": "Europe/Paris"})]),
-    ("I'll look that up for you.\n\n<tool_call>\n"
-     '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-     "I'll look that up for you.", [("get_weather", {"city": "Paris"})]),
-    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
-     "Anything else?", "Anything else?", [("get_weather", {"city": "Paris"})]),
-    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"\n</tool_call>',
-     '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"\n</tool_call>', []),
-    ('<tool_call>\n{"name": "get_weather"}\n</tool_call>',
-     '<tool_call>\n{"name": "get_weather"}\n</tool_call>', []),
-    ("<think>\nMaybe <tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"
-     "\n</think>\n\nThe weather is sunny.",
-     "<think>\nMaybe <tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"
-     "\n</think>\n\nThe weather is sunny.", []),
-    ("<think>\nI need the weather.\n</think>\n\n<tool_call>\n"
-     '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
-     "<think>\nI need the weather.\n</think>", [("get_weather", {"city": "Paris"})]),
-    ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}',  # close never came
-     "", [("get_weather", {"city": "Paris"})]),
+    (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+        "",
+        [("get_weather", {"city": "Paris"})],
+    ),
+    (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "get_time", "arguments": {"timezone": "Europe/Paris"}}\n'
+        "</tool_call>",
+        "",
+        [("get_weather", {"city": "Paris"}), ("get_time", {"timezone": "Europe/Paris"})],
+    ),
+    (
+        "I'll look that up for you.\n\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+        "I'll look that up for you.",
+        [("get_weather", {"city": "Paris"})],
+    ),
+    (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        "Anything else?",
+        "Anything else?",
+        [("get_weather", {"city": "Paris"})],
+    ),
+    (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"\n</tool_call>',
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"\n</tool_call>',
+        [],
+    ),
+    (
+        '<tool_call>\n{"name": "get_weather"}\n</tool_call>',
+        '<tool_call>\n{"name": "get_weather"}\n</tool_call>',
+        [],
+    ),
+    (
+        '<think>\nMaybe <tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+        "\n</think>\n\nThe weather is sunny.",
+        '<think>\nMaybe <tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+        "\n</think>\n\nThe weather is sunny.",
+        [],
+    ),
+    (
+        "<think>\nI need the weather.\n</think>\n\n<tool_call>\n"
+        '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+        "<think>\nI need the weather.\n</think>",
+        [("get_weather", {"city": "Paris"})],
+    ),
+    (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}',  # close never came
+        "",
+        [("get_weather", {"city": "Paris"})],
+    ),
     ("The tag <tool_ looks odd", "The tag <tool_ looks odd", []),
     ("Plain answer, no tools.  ", "Plain answer, no tools.  ", []),
 ]
 
 LLAMA3_ANSWERS: list[tuple[str, str, list[tuple[str, dict[str, Any]]]]] = [
-    ('{"name": "get_weather", "parameters": {"city": "Paris"}}',
-     "", [("get_weather", {"city": "Paris"})]),
-    ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}',
-     "", [("get_weather", {"city": "Paris"})]),
-    ('{"type": "function", "name": "get_weather", "parameters": {"city": "Paris"}}',
-     "", [("get_weather", {"city": "Paris"})]),
-    ('{"name": "get_weather", "parameters": {"city": "Paris"}}; '
-     '{"name": "get_time", "parameters": {"timezone": "CET"}}',
-     "", [("get_weather", {"city": "Paris"}), ("get_time", {"timezone": "CET"})]),
-    ('Let me check.<|python_tag|>{"name": "get_weather", "arguments": {"city": "Paris"}}',
-     "Let me check.", [("get_weather", {"city": "Paris"})]),
-    ('{"name": "get_weather", "parameters": {"city": "Paris"',
-     '{"name": "get_weather", "parameters": {"city": "Paris"', []),
+    (
+        '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+        "",
+        [("get_weather", {"city": "Paris"})],
+    ),
+    (
+        '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris"}}',
+        "",
+        [("get_weather", {"city": "Paris"})],
+    ),
+    (
+        '{"type": "function", "name": "get_weather", "parameters": {"city": "Paris"}}',
+        "",
+        [("get_weather", {"city": "Paris"})],
+    ),
+    (
+        '{"name": "get_weather", "parameters": {"city": "Paris"}}; '
+        '{"name": "get_time", "parameters": {"timezone": "CET"}}',
+        "",
+        [("get_weather", {"city": "Paris"}), ("get_time", {"timezone": "CET"})],
+    ),
+    (
+        'Let me check.<|python_tag|>{"name": "get_weather", "arguments": {"city": "Paris"}}',
+        "Let me check.",
+        [("get_weather", {"city": "Paris"})],
+    ),
+    (
+        '{"name": "get_weather", "parameters": {"city": "Paris"',
+        '{"name": "get_weather", "parameters": {"city": "Paris"',
+        [],
+    ),
     ('{"answer": 42}', '{"answer": 42}', []),
     ("It is sunny in Paris today.", "It is sunny in Paris today.", []),
-    ("<think>\nI should call it.\n</think>\n\n"
-     '{"name": "get_weather", "parameters": {"city": "Paris"}}',
-     "<think>\nI should call it.\n</think>", [("get_weather", {"city": "Paris"})]),
+    (
+        "<think>\nI should call it.\n</think>\n\n"
+        '{"name": "get_weather", "parameters": {"city": "Paris"}}',
+        "<think>\nI should call it.\n</think>",
+        [("get_weather", {"city": "Paris"})],
+    ),
 ]
 
 MISTRAL_ANSWERS: list[tuple[str, str, list[tuple[str, dict[str, Any]]]]] = [
-    ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "a1B2c3D4e"}]',
-     "", [("get_weather", {"city": "Paris"})]),
-    ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "a1B2c3D4e"}, '
-     '{"name": "get_time", "arguments": {"timezone": "CET"}, "id": "Zz9Yy8Xx7"}]',
-     "", [("get_weather", {"city": "Paris"}), ("get_time", {"timezone": "CET"})]),
-    ('Sure.[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]',
-     "Sure.", [("get_weather", {"city": "Paris"})]),
-    ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Par',
-     '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Par', []),
+    (
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "a1B2c3D4e"}]',
+        "",
+        [("get_weather", {"city": "Paris"})],
+    ),
+    (
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "a1B2c3D4e"}, '
+        '{"name": "get_time", "arguments": {"timezone": "CET"}, "id": "Zz9Yy8Xx7"}]',
+        "",
+        [("get_weather", {"city": "Paris"}), ("get_time", {"timezone": "CET"})],
+    ),
+    (
+        'Sure.[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+        "Sure.",
+        [("get_weather", {"city": "Paris"})],
+    ),
+    (
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Par',
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Par',
+        [],
+    ),
     ("It is sunny.", "It is sunny.", []),
 ]
 
 GENERIC_ANSWERS: list[tuple[str, str, list[tuple[str, dict[str, Any]]]]] = [
-    ('{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}',
-     "", [("get_weather", {"city": "Paris"})]),
-    ('{\n  "tool_calls": [\n    {"name": "get_weather", "arguments": {"city": "Paris"}},\n'
-     '    {"name": "get_time", "arguments": {"timezone": "CET"}}\n  ]\n}',
-     "", [("get_weather", {"city": "Paris"}), ("get_time", {"timezone": "CET"})]),
-    ('{"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}',
-     "", [("get_weather", {"city": "Paris"})]),
-    ('{"response": "It is sunny in Paris: \\"21 \\u00b0C\\"\\n\\ud83c\\udf1e"}',
-     'It is sunny in Paris: "21 °C"\n🌞', []),
+    (
+        '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}',
+        "",
+        [("get_weather", {"city": "Paris"})],
+    ),
+    (
+        '{\n  "tool_calls": [\n    {"name": "get_weather", "arguments": {"city": "Paris"}},\n'
+        '    {"name": "get_time", "arguments": {"timezone": "CET"}}\n  ]\n}',
+        "",
+        [("get_weather", {"city": "Paris"}), ("get_time", {"timezone": "CET"})],
+    ),
+    (
+        '{"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}',
+        "",
+        [("get_weather", {"city": "Paris"})],
+    ),
+    (
+        '{"response": "It is sunny in Paris: \\"21 \\u00b0C\\"\\n\\ud83c\\udf1e"}',
+        'It is sunny in Paris: "21 °C"\n🌞',
+        [],
+    ),
     ('{"response": "C:\\\\users\\\\ud83c"}', "C:\\users\\ud83c", []),  # escaped backslashes
     ('{"response": "Cut sho', "Cut sho", []),  # max_tokens hit mid-answer
-    ('{"tool_calls": [{"name": "get_weather", "arguments": {"city": ',
-     '{"tool_calls": [{"name": "get_weather", "arguments": {"city": ', []),
+    (
+        '{"tool_calls": [{"name": "get_weather", "arguments": {"city": ',
+        '{"tool_calls": [{"name": "get_weather", "arguments": {"city": ',
+        [],
+    ),
     ('{"answer": 42}', '{"answer": 42}', []),
     ("Plain text from an unconstrained model.", "Plain text from an unconstrained model.", []),
 ]
@@ -410,14 +533,15 @@ def test_stream_shows_text_before_a_call_early() -> None:
 def test_stream_shows_a_generic_response_as_it_comes() -> None:
     stream = GenericFormat().stream()
     assert stream.push('{"response": "Hel') == "Hel"
-    assert stream.push('lo \\u00') == "lo "
+    assert stream.push("lo \\u00") == "lo "
     assert stream.push('e9"}') == "é"
     assert stream.finish() == ("", [])
 
 
 def test_model_ids_are_kept_and_missing_ones_made() -> None:
     _, (call,) = MistralFormat().parse(
-        '[TOOL_CALLS][{"name": "get_weather", "arguments": {}, "id": "a1B2c3D4e"}]')
+        '[TOOL_CALLS][{"name": "get_weather", "arguments": {}, "id": "a1B2c3D4e"}]'
+    )
     assert call.id == "a1B2c3D4e"
     _, (first, second) = HermesFormat().parse(HERMES_ANSWERS[1][0])
     assert first.id.startswith("call_") and first.id != second.id
@@ -426,7 +550,8 @@ def test_model_ids_are_kept_and_missing_ones_made() -> None:
 def test_string_arguments_are_read_as_json() -> None:
     _, (call,) = HermesFormat().parse(
         '<tool_call>\n{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}'
-        "\n</tool_call>")
+        "\n</tool_call>"
+    )
     assert json.loads(call.arguments) == {"city": "Paris"}
 
 
@@ -480,7 +605,8 @@ def test_one_call_unless_parallel(fmt: ToolFormat) -> None:
     single = jsonschema.Draft202012Validator(fmt.call_schema(TOOLS, "required", parallel=False))
     assert not single.is_valid(two)
     assert jsonschema.Draft202012Validator(
-        fmt.call_schema(TOOLS, "required", parallel=True)).is_valid(two)
+        fmt.call_schema(TOOLS, "required", parallel=True)
+    ).is_valid(two)
 
 
 def test_generic_auto_allows_a_response() -> None:
@@ -494,8 +620,11 @@ def test_generic_auto_allows_a_response() -> None:
     assert GenericFormat().call_schema(TOOLS, "none", parallel=True) is None
 
 
-@pytest.mark.parametrize("fmt", [HermesFormat(), Llama3JsonFormat(), MistralFormat()],
-                         ids=["hermes", "llama3_json", "mistral"])
+@pytest.mark.parametrize(
+    "fmt",
+    [HermesFormat(), Llama3JsonFormat(), MistralFormat()],
+    ids=["hermes", "llama3_json", "mistral"],
+)
 def test_native_auto_forces_nothing(fmt: ToolFormat) -> None:
     assert fmt.grammar(TOOLS, "auto", parallel=True) is None
     assert fmt.grammar(TOOLS, "none", parallel=True) is None
@@ -525,8 +654,11 @@ class ByteTokenizer:
     def __init__(self) -> None:
         self.eos_token_id = 256
         self.bos_token_id = None
-        self.tokens = [bytes([i]) for i in range(256)] + [b"\xff<eos>"] + [
-            b"\xff" + s.encode() for s in self.SPECIAL]
+        self.tokens = (
+            [bytes([i]) for i in range(256)]
+            + [b"\xff<eos>"]
+            + [b"\xff" + s.encode() for s in self.SPECIAL]
+        )
         self.special_token_ids = list(range(256, 256 + 1 + len(self.SPECIAL)))
 
     def __call__(self, text: bytes) -> list[int]:
@@ -552,8 +684,10 @@ def test_grammar_compiles_and_accepts_a_call(
         grammar = fmt.grammar(TOOLS, choice, parallel)
         assert grammar is not None
         assert llg.LLMatcher.validate_grammar(llg.LLMatcher.grammar_from_lark(grammar)) == ""
-        assert llg.LLMatcher.validate_grammar(
-            llg.LLMatcher.grammar_from_lark(grammar), tokenizer) == ""
+        assert (
+            llg.LLMatcher.validate_grammar(llg.LLMatcher.grammar_from_lark(grammar), tokenizer)
+            == ""
+        )
         text = call_text(fmt, "get_weather", {"city": "Paris"})
         assert accepts(tokenizer, grammar, list(text.encode()))
         assert fmt.parse(text)[1]  # what the grammar lets through parses as a call
@@ -562,8 +696,10 @@ def test_grammar_compiles_and_accepts_a_call(
         wrong_type = call_text(fmt, "get_weather", {"city": 7})
         assert not accepts(tokenizer, grammar, list(wrong_type.encode()))
     two = call_text(fmt, "get_weather", {"city": "Paris"}, calls=2)
-    assert accepts(tokenizer, fmt.grammar(TOOLS, "required", parallel) or "",
-                   list(two.encode())) == parallel
+    assert (
+        accepts(tokenizer, fmt.grammar(TOOLS, "required", parallel) or "", list(two.encode()))
+        == parallel
+    )
 
 
 def test_generic_auto_grammar_accepts_a_response(tokenizer: llg.LLTokenizer) -> None:
@@ -573,9 +709,11 @@ def test_generic_auto_grammar_accepts_a_response(tokenizer: llg.LLTokenizer) -> 
     assert not accepts(tokenizer, grammar, list(b"It is sunny."))
 
 
-@pytest.mark.parametrize(("fmt", "marker"), [(HermesFormat(), "<tool_call>"),
-                                             (MistralFormat(), "[TOOL_CALLS]")],
-                         ids=["hermes", "mistral"])
+@pytest.mark.parametrize(
+    ("fmt", "marker"),
+    [(HermesFormat(), "<tool_call>"), (MistralFormat(), "[TOOL_CALLS]")],
+    ids=["hermes", "mistral"],
+)
 def test_markers_that_are_special_tokens_are_named_by_id(
     fmt: ToolFormat, marker: str, tokenizer: llg.LLTokenizer
 ) -> None:

@@ -28,8 +28,9 @@ def candlewick_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tupl
 
 
 @pytest.fixture(scope="session")
-def llama_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory
-                 ) -> Iterator[tuple[str, int]]:
+def llama_server(
+    smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, int]]:
     log = tmp_path_factory.mktemp("llama-cpp-server") / "server.log"
     # interrupt=False: a second request waits instead of cutting the running answer short.
     with llama_cpp_server(smollm2_path, log, interrupt=False) as server:
@@ -38,11 +39,15 @@ def llama_server(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture
 def candlewick_endpoint(candlewick_server: tuple[str, int]) -> RemoteEndpoint:
-    return RemoteEndpoint(name="local-serve", base_url=candlewick_server[0], api="openai",
-                          api_key=API_KEY, timeout_s=120)
+    return RemoteEndpoint(
+        name="local-serve",
+        base_url=candlewick_server[0],
+        api="openai",
+        api_key=API_KEY,
+        timeout_s=120,
+    )
 
 
 @pytest.fixture
 def llama_endpoint(llama_server: tuple[str, int]) -> RemoteEndpoint:
-    return RemoteEndpoint(name="llama-cpp", base_url=llama_server[0], api="openai",
-                          timeout_s=120)
+    return RemoteEndpoint(name="llama-cpp", base_url=llama_server[0], api="openai", timeout_s=120)

@@ -61,8 +61,10 @@ class SlowServer:
                     self.send_header("Content-Type", "text/event-stream")
                     self.send_header("Connection", "close")
                     self.end_headers()
-                    self.wfile.write(b'data: {"choices": [{"index": 0, "delta": '
-                                     b'{"content": "One, two"}, "finish_reason": null}]}\n\n')
+                    self.wfile.write(
+                        b'data: {"choices": [{"index": 0, "delta": '
+                        b'{"content": "One, two"}, "finish_reason": null}]}\n\n'
+                    )
                     self.wfile.flush()
                 outer.release.wait(30)
                 self.close_connection = True
@@ -124,8 +126,10 @@ def test_stalled_stream_times_out_and_keeps_the_partial_answer() -> None:
                 pieces.append(p)
     e = ei.value
     assert pieces == ["One, two"] and reply.text == "One, two" and e.partial == "One, two"
-    assert str(e) == ("test: the answer stalled: the server was silent for 0.5 s (timed out); "
-                      "the partial answer (8 characters) is kept")
+    assert str(e) == (
+        "test: the answer stalled: the server was silent for 0.5 s (timed out); "
+        "the partial answer (8 characters) is kept"
+    )
     assert e.stats is not None and e.stats.gen_tokens == 1 and e.stats.measured_on == "client"
 
 
@@ -165,14 +169,18 @@ def test_a_connection_that_never_completes_times_out() -> None:
         finally:
             for c in fillers:
                 c.close()
-    assert str(ei.value) == (f"cannot connect to test (http://127.0.0.1:{port}): no connection "
-                             "within 0.5 s (timed out)")
+    assert str(ei.value) == (
+        f"cannot connect to test (http://127.0.0.1:{port}): no connection within 0.5 s (timed out)"
+    )
 
 
 def test_refused_port_is_a_connection_error() -> None:
     e = engine(f"http://127.0.0.1:{free_port()}")
-    with pytest.raises(RemoteConnectionError, match=r"^cannot connect to test \(http://127"
-                       r".*\): connection refused \(is the server running\?\)$"):
+    with pytest.raises(
+        RemoteConnectionError,
+        match=r"^cannot connect to test \(http://127"
+        r".*\): connection refused \(is the server running\?\)$",
+    ):
         consume(e.reply(MSG, GREEDY))
     result = e.check()
     assert not result.ok and isinstance(result.error, RemoteConnectionError)
@@ -185,19 +193,35 @@ def test_unknown_host_is_a_connection_error() -> None:
         e.list_models()
 
 
-@pytest.mark.parametrize(("mode", "cls", "message", "partial"), [
-    ("http500", RemoteHTTPError, "test: HTTP 500: model crashed", ""),
-    ("sse_error", RemoteHTTPError, "test: server error: out of memory; the partial answer "
-                                   "(3 characters) is kept", "Hel"),
-    ("truncated", RemoteDroppedError, "test: the connection dropped mid-answer (the stream "
-     "ended before the answer was complete); the partial answer (9 characters) is kept",
-     "Hello wor"),
-    ("interrupted", RemoteDroppedError, "test: the connection dropped mid-answer (the server "
-     "ended the answer early (no finish reason)); the partial answer (3 characters) is kept",
-     "Hel"),
-])
-def test_server_failures_are_typed(mode: str, cls: type[RemoteError], message: str,
-                                   partial: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "cls", "message", "partial"),
+    [
+        ("http500", RemoteHTTPError, "test: HTTP 500: model crashed", ""),
+        (
+            "sse_error",
+            RemoteHTTPError,
+            "test: server error: out of memory; the partial answer (3 characters) is kept",
+            "Hel",
+        ),
+        (
+            "truncated",
+            RemoteDroppedError,
+            "test: the connection dropped mid-answer (the stream "
+            "ended before the answer was complete); the partial answer (9 characters) is kept",
+            "Hello wor",
+        ),
+        (
+            "interrupted",
+            RemoteDroppedError,
+            "test: the connection dropped mid-answer (the server "
+            "ended the answer early (no finish reason)); the partial answer (3 characters) is kept",
+            "Hel",
+        ),
+    ],
+)
+def test_server_failures_are_typed(
+    mode: str, cls: type[RemoteError], message: str, partial: str
+) -> None:
     with FaultServer(mode) as srv:
         reply = engine(srv.url).reply(MSG, GREEDY)
         with pytest.raises(cls) as ei:
@@ -213,8 +237,14 @@ def test_sampling_settings_reach_the_server() -> None:
         reply = engine(srv.url, api_key="sk-test").reply(MSG, s)
         assert consume(reply) == ["One", " two", " three"]
         body = srv.requests[0]
-    assert (body["temperature"], body["top_p"], body["seed"], body["max_tokens"],
-            body["stop"], body["model"]) == (0.4, 0.8, 7, 33, ["END"], "m1")
+    assert (
+        body["temperature"],
+        body["top_p"],
+        body["seed"],
+        body["max_tokens"],
+        body["stop"],
+        body["model"],
+    ) == (0.4, 0.8, 7, 33, ["END"], "m1")
     assert body["messages"] == MSG and body["stream"] is True
     st = reply.stats
     assert st.measured_on == "client" and st.server_usage == ("prompt_tokens", "gen_tokens")
@@ -225,8 +255,13 @@ def test_sampling_settings_reach_the_server() -> None:
         reply = engine(srv.url, api="ollama").reply(MSG, s)
         assert "".join(reply) == "Un deux trois"
         opts = srv.requests[0]["options"]
-    assert (opts["temperature"], opts["top_p"], opts["seed"], opts["num_predict"],
-            opts["stop"]) == (0.4, 0.8, 7, 33, ["END"])
+    assert (
+        opts["temperature"],
+        opts["top_p"],
+        opts["seed"],
+        opts["num_predict"],
+        opts["stop"],
+    ) == (0.4, 0.8, 7, 33, ["END"])
 
 
 def test_without_usage_tokens_are_counted_as_chunks() -> None:
@@ -265,13 +300,16 @@ def test_continuing_an_answer_is_refused_with_a_reason() -> None:
         engine("http://127.0.0.1:9").reply(MSG, GREEDY, continue_text="Once upon")
 
 
-@pytest.mark.parametrize(("kw", "message"), [
-    ({"base_url": "localhost:8080"}, "not an http"),
-    ({"api": "grpc"}, "unknown API"),
-    ({"timeout_s": 0}, "timeouts must be greater than 0"),
-    ({"name": " "}, "needs a name"),
-    ({"base_url": "https://h", "ca_file": "/nonexistent/ca.pem"}, "cannot read the CA file"),
-])
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"base_url": "localhost:8080"}, "not an http"),
+        ({"api": "grpc"}, "unknown API"),
+        ({"timeout_s": 0}, "timeouts must be greater than 0"),
+        ({"name": " "}, "needs a name"),
+        ({"base_url": "https://h", "ca_file": "/nonexistent/ca.pem"}, "cannot read the CA file"),
+    ],
+)
 def test_bad_settings_are_one_line_errors(kw: dict[str, Any], message: str) -> None:
     with pytest.raises(EngineError, match=message):
         engine("http://127.0.0.1:9", **kw)
@@ -291,9 +329,28 @@ def tls_server(tmp_path: Path) -> Iterator[tuple[FaultServer, Path]]:
     if shutil.which("openssl") is None:
         pytest.skip("needs the openssl command to make a certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     srv = FaultServer("openai_usage")
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)

@@ -24,8 +24,10 @@ from engine.settings import SamplingParams
 from tests.engine.clients.bench_servers import candlewick_serve
 from tests.engine.remote.conftest import API_KEY
 
-MSG = [{"role": "system", "content": "You are a helpful assistant."},
-       {"role": "user", "content": "Name three colours."}]
+MSG = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "Name three colours."},
+]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, seed=1)
 
 
@@ -45,8 +47,9 @@ def check_client_stats(st: GenerationStats, reply: ReplyStream, n_pieces: int) -
         assert st.gen_tps > 0 and st.gen_tps == st.gen_tps_wall
 
 
-def test_candlewick_serve_streams_a_chat(candlewick_endpoint: RemoteEndpoint,
-                                         smollm2: Model) -> None:
+def test_candlewick_serve_streams_a_chat(
+    candlewick_endpoint: RemoteEndpoint, smollm2: Model
+) -> None:
     engine = RemoteEngine(candlewick_endpoint)
     assert isinstance(engine, ChatEngine)
     check = engine.check()
@@ -68,8 +71,9 @@ def test_candlewick_serve_streams_a_chat(candlewick_endpoint: RemoteEndpoint,
     assert local.stats.gen_tokens == st.gen_tokens and local.stats.measured_on == "engine"
 
 
-def test_llama_cpp_server_streams_a_chat(llama_endpoint: RemoteEndpoint,
-                                         smollm2_path: Path) -> None:
+def test_llama_cpp_server_streams_a_chat(
+    llama_endpoint: RemoteEndpoint, smollm2_path: Path
+) -> None:
     engine = RemoteEngine(llama_endpoint)
     models = engine.list_models()
     assert len(models) == 1 and models[0].endswith(smollm2_path.name)
@@ -97,8 +101,13 @@ def test_max_tokens_and_cancel_on_a_real_server(llama_endpoint: RemoteEndpoint) 
 
 
 def test_ollama_dialect_against_candlewick_serve(candlewick_server: tuple[str, int]) -> None:
-    ep = RemoteEndpoint(name="serve-ollama", base_url=candlewick_server[0], api="ollama",
-                        api_key=API_KEY, timeout_s=120)
+    ep = RemoteEndpoint(
+        name="serve-ollama",
+        base_url=candlewick_server[0],
+        api="ollama",
+        api_key=API_KEY,
+        timeout_s=120,
+    )
     engine = RemoteEngine(ep)
     assert "default" in engine.list_models()
     reply = engine.reply(MSG, GREEDY)
@@ -110,22 +119,28 @@ def test_ollama_dialect_against_candlewick_serve(candlewick_server: tuple[str, i
 
 
 @pytest.mark.parametrize("key", ["wrong-key-000000", None])
-def test_wrong_or_missing_key_is_an_auth_error(candlewick_endpoint: RemoteEndpoint,
-                                               key: str | None) -> None:
-    ep = RemoteEndpoint(name="local-serve", base_url=candlewick_endpoint.base_url,
-                        model="default", api_key=key)
+def test_wrong_or_missing_key_is_an_auth_error(
+    candlewick_endpoint: RemoteEndpoint, key: str | None
+) -> None:
+    ep = RemoteEndpoint(
+        name="local-serve", base_url=candlewick_endpoint.base_url, model="default", api_key=key
+    )
     engine = RemoteEngine(ep)
     check = engine.check()
     assert not check.ok and isinstance(check.error, RemoteAuthError)
     assert check.message == "local-serve: wrong or missing API key (HTTP 401)"
-    with pytest.raises(RemoteAuthError, match=r"^local-serve: wrong or missing API key "
-                                              r"\(HTTP 401\)$") as ei:
+    with pytest.raises(
+        RemoteAuthError,
+        match=r"^local-serve: wrong or missing API key "
+        r"\(HTTP 401\)$",
+    ) as ei:
         list(engine.reply(MSG, GREEDY))
     assert ei.value.status == 401 and ei.value.partial == ""
     with pytest.raises(RemoteAuthError):
         RemoteEngine(ep.with_model("")).list_models()
-    ollama = RemoteEngine(RemoteEndpoint("o", ep.base_url, api="ollama", model="default",
-                                         api_key=key))
+    ollama = RemoteEngine(
+        RemoteEndpoint("o", ep.base_url, api="ollama", model="default", api_key=key)
+    )
     with pytest.raises(RemoteAuthError):
         list(ollama.reply(MSG, GREEDY))
 
@@ -134,8 +149,9 @@ def test_server_killed_mid_stream(tmp_path: Path) -> None:
     """The server process dies while answering: the reply ends with a 'dropped' error that
     keeps what arrived, and the next request finds nobody listening."""
     with candlewick_serve(tmp_path / "serve.log", parallel=1, ctx=1024) as (url, pid):
-        engine = RemoteEngine(RemoteEndpoint(name="doomed", base_url=url, model="default",
-                                             timeout_s=60))
+        engine = RemoteEngine(
+            RemoteEndpoint(name="doomed", base_url=url, model="default", timeout_s=60)
+        )
         story = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
         reply = engine.reply(story, SamplingParams(temperature=0.7, max_tokens=800, seed=3))
         received: list[str] = []

@@ -34,8 +34,7 @@ N_SLOTS = 4
 
 @pytest.fixture(scope="session")
 def served(smollm2_path: Path) -> Iterator[ServedModel]:
-    model = Model(smollm2_path, LoadParams(n_ctx=1024 * N_SLOTS, n_seq_max=N_SLOTS,
-                                           n_threads=2))
+    model = Model(smollm2_path, LoadParams(n_ctx=1024 * N_SLOTS, n_seq_max=N_SLOTS, n_threads=2))
     loaded = ServedModel.build(model, "smollm2", max_queue=32)
     yield loaded
     loaded.close()
@@ -43,9 +42,14 @@ def served(smollm2_path: Path) -> Iterator[ServedModel]:
 
 
 def make_config(**kw: object) -> ServerConfig:
-    base: dict[str, object] = {"port": 0, "api_key": API_KEY, "model_id": "smollm2",
-                               "max_tokens_cap": 64, "max_body_bytes": 64 * 1024,
-                               "cors_origins": ("http://app.example",)}
+    base: dict[str, object] = {
+        "port": 0,
+        "api_key": API_KEY,
+        "model_id": "smollm2",
+        "max_tokens_cap": 64,
+        "max_body_bytes": 64 * 1024,
+        "cors_origins": ("http://app.example",),
+    }
     base.update(kw)
     return ServerConfig(**base)  # type: ignore[arg-type]
 

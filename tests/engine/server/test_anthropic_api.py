@@ -30,17 +30,27 @@ from tests.engine.server.conftest import API_KEY, assert_no_leak, doc_valid, htt
 from tests.engine.server.test_structured_api import THINKING_CHATML
 
 WEATHER: dict[str, Any] = {
-    "name": "get_weather", "description": "The current weather in a city.",
-    "input_schema": {"type": "object",
-                     "properties": {"city": {"type": "string", "maxLength": 40},
-                                    "unit": {"enum": ["celsius", "fahrenheit"]}},
-                     "required": ["city", "unit"], "additionalProperties": False},
+    "name": "get_weather",
+    "description": "The current weather in a city.",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 40},
+            "unit": {"enum": ["celsius", "fahrenheit"]},
+        },
+        "required": ["city", "unit"],
+        "additionalProperties": False,
+    },
 }
 TIME: dict[str, Any] = {
-    "name": "get_time", "description": "The local time in a time zone.",
-    "input_schema": {"type": "object",
-                     "properties": {"zone": {"type": "string", "maxLength": 40}},
-                     "required": ["zone"], "additionalProperties": False},
+    "name": "get_time",
+    "description": "The local time in a time zone.",
+    "input_schema": {
+        "type": "object",
+        "properties": {"zone": {"type": "string", "maxLength": 40}},
+        "required": ["zone"],
+        "additionalProperties": False,
+    },
 }
 TOOLS = [WEATHER, TIME]
 ASK: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -60,8 +70,7 @@ def srv(served: ServedModel) -> Iterator[ServerThread]:
 @pytest.fixture
 def client(srv: ServerThread) -> Iterator[anthropic.Anthropic]:
     # api_key goes out as x-api-key, as Claude Code sends it.
-    with anthropic.Anthropic(base_url=srv.url, api_key=API_KEY, timeout=120,
-                             max_retries=0) as c:
+    with anthropic.Anthropic(base_url=srv.url, api_key=API_KEY, timeout=120, max_retries=0) as c:
         yield c
 
 
@@ -73,10 +82,12 @@ def schema_of(name: str) -> dict[str, Any]:
     return next(t["input_schema"] for t in TOOLS if t["name"] == name)  # type: ignore
 
 
-def test_text_answer_and_its_token_counts(srv: ServerThread, client: anthropic.Anthropic,
-                                          served: ServedModel) -> None:
-    m = client.messages.create(model="smollm2", max_tokens=12, messages=HELLO,
-                               system="You are terse.", extra_body=GREEDY)
+def test_text_answer_and_its_token_counts(
+    srv: ServerThread, client: anthropic.Anthropic, served: ServedModel
+) -> None:
+    m = client.messages.create(
+        model="smollm2", max_tokens=12, messages=HELLO, system="You are terse.", extra_body=GREEDY
+    )
     assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_")
     assert m.stop_reason in ("end_turn", "max_tokens")
     assert [b.type for b in m.content] == ["text"] and m.content[0].text  # type: ignore
@@ -91,42 +102,81 @@ def test_text_answer_and_its_token_counts(srv: ServerThread, client: anthropic.A
 
 
 def test_stream_events_come_in_order(client: anthropic.Anthropic, served: ServedModel) -> None:
-    with client.messages.stream(model="smollm2", max_tokens=10, messages=HELLO,
-                                extra_body=GREEDY) as stream:
+    with client.messages.stream(
+        model="smollm2", max_tokens=10, messages=HELLO, extra_body=GREEDY
+    ) as stream:
         events = list(stream)
         final = stream.get_final_message()
-    raw_kinds = [e.type for e in events if e.type in (
-        "message_start", "content_block_start", "content_block_delta", "content_block_stop",
-        "message_delta", "message_stop")]
+    raw_kinds = [
+        e.type
+        for e in events
+        if e.type
+        in (
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+        )
+    ]
     n = raw_kinds.count("content_block_delta")
     assert n >= 1
-    assert raw_kinds == ["message_start", "content_block_start",
-                         *["content_block_delta"] * n, "content_block_stop", "message_delta",
-                         "message_stop"]
-    text = "".join(e.delta.text for e in events  # type: ignore[union-attr]
-                   if e.type == "content_block_delta")
+    assert raw_kinds == [
+        "message_start",
+        "content_block_start",
+        *["content_block_delta"] * n,
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    text = "".join(
+        e.delta.text
+        for e in events  # type: ignore[union-attr]
+        if e.type == "content_block_delta"
+    )
     assert final.content[0].text == text  # type: ignore[union-attr]
     assert final.stop_reason in ("end_turn", "max_tokens") and final.usage.output_tokens <= 10
     assert_no_leak(served)
 
 
 def test_tool_use_then_tool_result(client: anthropic.Anthropic, served: ServedModel) -> None:
-    first = client.messages.create(model="smollm2", max_tokens=100, messages=ASK,
-                                   tools=TOOLS, tool_choice={"type": "any"},  # type: ignore
-                                   extra_body=GREEDY)
+    first = client.messages.create(
+        model="smollm2",
+        max_tokens=100,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice={"type": "any"},  # type: ignore
+        extra_body=GREEDY,
+    )
     assert first.stop_reason == "tool_use"
     uses = [b for b in first.content if b.type == "tool_use"]
     assert uses and len(uses) == len(first.content)
     for u in uses:
         assert u.id.startswith("toolu_")
         jsonschema.validate(u.input, schema_of(u.name))
-    history = [*ASK, {"role": "assistant", "content": first.content},
-               {"role": "user", "content": [
-                   {"type": "tool_result", "tool_use_id": u.id,
-                    "content": [{"type": "text", "text": '{"temperature": 21}'}]}
-                   for u in uses]}]
-    second = client.messages.create(model="smollm2", max_tokens=80, messages=history,  # type: ignore
-                                    tools=TOOLS, extra_body=GREEDY)  # type: ignore[arg-type]
+    history = [
+        *ASK,
+        {"role": "assistant", "content": first.content},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": u.id,
+                    "content": [{"type": "text", "text": '{"temperature": 21}'}],
+                }
+                for u in uses
+            ],
+        },
+    ]
+    second = client.messages.create(
+        model="smollm2",
+        max_tokens=80,
+        messages=history,  # type: ignore
+        tools=TOOLS,
+        extra_body=GREEDY,
+    )  # type: ignore[arg-type]
     # The generic format keeps every answer JSON: a reply, or another (valid) call.
     for b in second.content:
         if b.type == "tool_use":
@@ -135,15 +185,20 @@ def test_tool_use_then_tool_result(client: anthropic.Anthropic, served: ServedMo
             assert b.type == "text"
     assert second.stop_reason in ("end_turn", "tool_use", "max_tokens")
     assert second.usage.input_tokens + (second.usage.cache_read_input_tokens or 0) > (
-        first.usage.input_tokens + (first.usage.cache_read_input_tokens or 0))
+        first.usage.input_tokens + (first.usage.cache_read_input_tokens or 0)
+    )
     assert_no_leak(served)
 
 
 def test_streamed_tool_use(client: anthropic.Anthropic, served: ServedModel) -> None:
     with client.messages.stream(
-            model="smollm2", max_tokens=100, messages=ASK, tools=TOOLS,  # type: ignore[arg-type]
-            tool_choice={"type": "tool", "name": "get_time", "disable_parallel_tool_use": True},
-            extra_body=GREEDY) as stream:
+        model="smollm2",
+        max_tokens=100,
+        messages=ASK,
+        tools=TOOLS,  # type: ignore[arg-type]
+        tool_choice={"type": "tool", "name": "get_time", "disable_parallel_tool_use": True},
+        extra_body=GREEDY,
+    ) as stream:
         events = list(stream)
         final = stream.get_final_message()
     deltas = [e.delta for e in events if e.type == "content_block_delta"]  # type: ignore
@@ -157,86 +212,144 @@ def test_streamed_tool_use(client: anthropic.Anthropic, served: ServedModel) -> 
 
 
 def test_stop_sequences(client: anthropic.Anthropic) -> None:
-    m = client.messages.create(model="smollm2", max_tokens=30, messages=HELLO,
-                               stop_sequences=["zzz", " "], extra_body=GREEDY)
+    m = client.messages.create(
+        model="smollm2",
+        max_tokens=30,
+        messages=HELLO,
+        stop_sequences=["zzz", " "],
+        extra_body=GREEDY,
+    )
     assert m.stop_reason == "stop_sequence" and m.stop_sequence == " "
     assert " " not in m.content[0].text  # type: ignore[union-attr]
 
 
-PERSON = {"type": "object",
-          "properties": {"name": {"type": "string", "maxLength": 30},
-                         "age": {"type": "integer", "minimum": 0, "maximum": 150}},
-          "required": ["name", "age"], "additionalProperties": False}
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 30},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
 
 
 def test_output_format_json_schema(client: anthropic.Anthropic) -> None:
     m = client.messages.create(
-        model="smollm2", max_tokens=60, messages=[{"role": "user", "content": "Invent a person."}],
+        model="smollm2",
+        max_tokens=60,
+        messages=[{"role": "user", "content": "Invent a person."}],
         output_config={"format": {"type": "json_schema", "schema": PERSON}},
-        extra_body=GREEDY)
+        extra_body=GREEDY,
+    )
     assert m.stop_reason == "end_turn"
     jsonschema.validate(json.loads(m.content[0].text), PERSON)  # type: ignore[union-attr]
 
 
 def test_a_stream_left_early_frees_its_slot(srv: ServerThread, served: ServedModel) -> None:
-    body = {"max_tokens": 128, "stream": True,
-            "messages": [{"role": "user", "content": "Write a long story about a dragon."}]}
-    with httpx.stream("POST", srv.url + "/v1/messages", json=body, headers=KEY,
-                      timeout=120) as r:
+    body = {
+        "max_tokens": 128,
+        "stream": True,
+        "messages": [{"role": "user", "content": "Write a long story about a dragon."}],
+    }
+    with httpx.stream("POST", srv.url + "/v1/messages", json=body, headers=KEY, timeout=120) as r:
         seen = [line for _, line in zip(range(20), r.iter_lines(), strict=False)]
     assert "event: content_block_delta" in seen
     assert_no_leak(served)
 
 
-def test_key_rules_error_shape_and_metrics(srv: ServerThread,
-                                           client: anthropic.Anthropic) -> None:
+def test_key_rules_error_shape_and_metrics(srv: ServerThread, client: anthropic.Anthropic) -> None:
     r = http.post(srv.url + "/v1/messages", json={"max_tokens": 2, "messages": HELLO})
     assert r.status_code == 401
-    assert r.json() == {"type": "error", "error": {
-        "type": "authentication_error", "message": "missing or invalid API key"}}
-    bearer = http.post(srv.url + "/v1/messages", json={"max_tokens": 2, "messages": HELLO},
-                       headers={"Authorization": f"Bearer {API_KEY}"})
+    assert r.json() == {
+        "type": "error",
+        "error": {"type": "authentication_error", "message": "missing or invalid API key"},
+    }
+    bearer = http.post(
+        srv.url + "/v1/messages",
+        json={"max_tokens": 2, "messages": HELLO},
+        headers={"Authorization": f"Bearer {API_KEY}"},
+    )
     assert bearer.status_code == 200  # ANTHROPIC_AUTH_TOKEN's way
-    with anthropic.Anthropic(base_url=srv.url, api_key="wrong", max_retries=0) as wrong, \
-            pytest.raises(anthropic.AuthenticationError):
+    with (
+        anthropic.Anthropic(base_url=srv.url, api_key="wrong", max_retries=0) as wrong,
+        pytest.raises(anthropic.AuthenticationError),
+    ):
         wrong.messages.create(model="smollm2", max_tokens=2, messages=HELLO)
     with pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(model="smollm2", max_tokens=2, messages=[])
-    assert e.value.body == {"type": "error", "error": {
-        "type": "invalid_request_error", "message": "'messages' must not be empty"}}
+    assert e.value.body == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "'messages' must not be empty"},
+    }
     r = raw(srv, {}, "/v1/messages/batches")
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
     text = http.get(srv.url + "/metrics", headers=KEY).text
     for route in ("/v1/messages", "/v1/messages/count_tokens"):
-        m = re.search(rf'^candlewick_requests_total\{{route="{route}",status="200"\}} (\d+)',
-                      text, re.M)
+        m = re.search(
+            rf'^candlewick_requests_total\{{route="{route}",status="200"\}} (\d+)', text, re.M
+        )
         assert m and int(m[1]) >= 1, route
 
 
-@pytest.mark.parametrize(("body", "says"), [
-    ({"thinking": {"type": "enabled", "budget_tokens": 2048}}, "thinking budget"),
-    ({"messages": [{"role": "user", "content": [
-        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                     "data": "AA=="}}]}]}, "text only"),
-    ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server tool"),
-    ({"messages": [*HELLO, {"role": "assistant", "content": "Hel"}]}, "prefilled"),
-    ({"messages": [{"role": "assistant", "content": [
-        {"type": "tool_result", "tool_use_id": "t", "content": "x"}]}, *HELLO]},
-     "cannot hold tool_result"),
-    ({"mcp_servers": [{"type": "url", "url": "http://x", "name": "x"}]}, "MCP"),
-    ({"output_config": {"effort": "high"}}, "not supported"),
-    ({"container": "c1"}, "not supported"),
-    ({"thinking": {"type": "adaptive", "display": "omitted"}}, "not supported"),
-    ({"tool_choice": {"type": "any"}}, "needs 'tools'"),
-    ({"tools": [WEATHER], "output_config": {"format": {"type": "json_schema",
-                                                        "schema": PERSON}}},
-     "cannot be combined with tools"),
-    ({"temperature": 1.5}, "at most 1"),
-    ({"max_tokens": 0}, "at least 1"),
-    ({"stop_sequences": ["a"] * 17}, "at most 16"),
-])
-def test_what_cannot_be_honoured_is_refused_by_name(srv: ServerThread, body: dict[str, Any],
-                                                     says: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"thinking": {"type": "enabled", "budget_tokens": 2048}}, "thinking budget"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "image",
+                                "source": {
+                                    "type": "base64",
+                                    "media_type": "image/png",
+                                    "data": "AA==",
+                                },
+                            }
+                        ],
+                    }
+                ]
+            },
+            "text only",
+        ),
+        ({"tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "server tool"),
+        ({"messages": [*HELLO, {"role": "assistant", "content": "Hel"}]}, "prefilled"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x"}],
+                    },
+                    *HELLO,
+                ]
+            },
+            "cannot hold tool_result",
+        ),
+        ({"mcp_servers": [{"type": "url", "url": "http://x", "name": "x"}]}, "MCP"),
+        ({"output_config": {"effort": "high"}}, "not supported"),
+        ({"container": "c1"}, "not supported"),
+        ({"thinking": {"type": "adaptive", "display": "omitted"}}, "not supported"),
+        ({"tool_choice": {"type": "any"}}, "needs 'tools'"),
+        (
+            {
+                "tools": [WEATHER],
+                "output_config": {"format": {"type": "json_schema", "schema": PERSON}},
+            },
+            "cannot be combined with tools",
+        ),
+        ({"temperature": 1.5}, "at most 1"),
+        ({"max_tokens": 0}, "at least 1"),
+        ({"stop_sequences": ["a"] * 17}, "at most 16"),
+    ],
+)
+def test_what_cannot_be_honoured_is_refused_by_name(
+    srv: ServerThread, body: dict[str, Any], says: str
+) -> None:
     r = raw(srv, {"max_tokens": 2, "messages": HELLO, **body})
     assert r.status_code == 400, r.text
     err = r.json()
@@ -245,12 +358,23 @@ def test_what_cannot_be_honoured_is_refused_by_name(srv: ServerThread, body: dic
 
 
 def test_harmless_fields_are_taken(srv: ServerThread) -> None:
-    r = raw(srv, {"max_tokens": 2, "metadata": {"user_id": "u"}, "service_tier": "auto",
-                  "top_k": 5, "top_p": 0.9, "thinking": {"type": "disabled"},
-                  "cache_control": {"type": "ephemeral"},
-                  "system": [{"type": "text", "text": "Be brief.",
-                              "cache_control": {"type": "ephemeral"}}],
-                  "messages": HELLO, "some_future_field": 1})
+    r = raw(
+        srv,
+        {
+            "max_tokens": 2,
+            "metadata": {"user_id": "u"},
+            "service_tier": "auto",
+            "top_k": 5,
+            "top_p": 0.9,
+            "thinking": {"type": "disabled"},
+            "cache_control": {"type": "ephemeral"},
+            "system": [
+                {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
+            ],
+            "messages": HELLO,
+            "some_future_field": 1,
+        },
+    )
     assert r.status_code == 200, r.text
 
 
@@ -258,8 +382,9 @@ def test_harmless_fields_are_taken(srv: ServerThread) -> None:
 def thinker(smollm2_path: Path) -> Iterator[tuple[ServedModel, ServerThread]]:
     """SmolLM2 behind a thinking template: the prompt opens a thinking block."""
     model = Model(smollm2_path, LoadParams(n_ctx=1024, n_threads=2))
-    model.template = ChatTemplate(THINKING_CHATML, bos_token=model.template.bos_token,
-                                  eos_token=model.template.eos_token)
+    model.template = ChatTemplate(
+        THINKING_CHATML, bos_token=model.template.bos_token, eos_token=model.template.eos_token
+    )
     loaded = ServedModel.build(model, "thinker", max_queue=4, embeddings=False)
     state = ServerState(ServerConfig(port=0, model_id="thinker", max_tokens_cap=64))
     state.set_loaded(loaded)
@@ -269,25 +394,40 @@ def thinker(smollm2_path: Path) -> Iterator[tuple[ServedModel, ServerThread]]:
     model.close()
 
 
-def test_thinking_comes_out_as_thinking_blocks(
-        thinker: tuple[ServedModel, ServerThread]) -> None:
-    with anthropic.Anthropic(base_url=thinker[1].url, api_key="none", max_retries=0,
-                            timeout=120) as c:
+def test_thinking_comes_out_as_thinking_blocks(thinker: tuple[ServedModel, ServerThread]) -> None:
+    with anthropic.Anthropic(
+        base_url=thinker[1].url, api_key="none", max_retries=0, timeout=120
+    ) as c:
         ask = [{"role": "user", "content": "What is the capital of France?"}]
-        kw: dict[str, Any] = {"model": "thinker", "max_tokens": 24, "messages": ask,
-                              "thinking": {"type": "adaptive"}, "extra_body": GREEDY}
+        kw: dict[str, Any] = {
+            "model": "thinker",
+            "max_tokens": 24,
+            "messages": ask,
+            "thinking": {"type": "adaptive"},
+            "extra_body": GREEDY,
+        }
         m = c.messages.create(**kw)
         assert m.content[0].type == "thinking" and m.content[0].thinking
         with c.messages.stream(**kw) as stream:
             events = list(stream)
             final = stream.get_final_message()
-        thought = "".join(e.delta.thinking for e in events  # type: ignore[union-attr]
-                          if e.type == "content_block_delta" and e.delta.type == "thinking_delta")
+        thought = "".join(
+            e.delta.thinking
+            for e in events  # type: ignore[union-attr]
+            if e.type == "content_block_delta" and e.delta.type == "thinking_delta"
+        )
         assert thought and final.content[0].thinking == thought  # type: ignore[union-attr]
         # The thinking block goes back as the assistant turn's thinking.
-        again = c.messages.create(**{**kw, "messages": [
-            *ask, {"role": "assistant", "content": m.content},
-            {"role": "user", "content": "And?"}]})
+        again = c.messages.create(
+            **{
+                **kw,
+                "messages": [
+                    *ask,
+                    {"role": "assistant", "content": m.content},
+                    {"role": "user", "content": "And?"},
+                ],
+            }
+        )
         assert again.stop_reason in ("end_turn", "max_tokens")
         assert_no_leak(thinker[0])
 
@@ -296,27 +436,58 @@ def test_thinking_comes_out_as_thinking_blocks(
 
 
 def test_content_blocks_become_chat_turns() -> None:
-    req = parse_request(AnthropicMessagesRequest, {"max_tokens": 5, "system": "Be brief.",
-                                                   "messages": [
-        {"role": "user", "content": "Weather?"},
-        {"role": "user", "content": [{"type": "text", "text": "In Paris."}]},
-        {"role": "assistant", "content": [
-            {"type": "thinking", "thinking": "Call it.", "signature": ""},
-            {"type": "text", "text": "Checking."},
-            {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Paris"}},
-        ]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "t1", "content": "sunny"},
-            {"type": "tool_result", "tool_use_id": "t9", "content": "boom", "is_error": True},
-            {"type": "text", "text": "Thanks."},
-        ]},
-    ]})
+    req = parse_request(
+        AnthropicMessagesRequest,
+        {
+            "max_tokens": 5,
+            "system": "Be brief.",
+            "messages": [
+                {"role": "user", "content": "Weather?"},
+                {"role": "user", "content": [{"type": "text", "text": "In Paris."}]},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "Call it.", "signature": ""},
+                        {"type": "text", "text": "Checking."},
+                        {
+                            "type": "tool_use",
+                            "id": "t1",
+                            "name": "get_weather",
+                            "input": {"city": "Paris"},
+                        },
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t1", "content": "sunny"},
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "t9",
+                            "content": "boom",
+                            "is_error": True,
+                        },
+                        {"type": "text", "text": "Thanks."},
+                    ],
+                },
+            ],
+        },
+    )
     assert chat_messages(req) == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Weather?\n\nIn Paris."},
-        {"role": "assistant", "content": "Checking.", "reasoning_content": "Call it.",
-         "tool_calls": [{"id": "t1", "type": "function", "function": {
-             "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {
+            "role": "assistant",
+            "content": "Checking.",
+            "reasoning_content": "Call it.",
+            "tool_calls": [
+                {
+                    "id": "t1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "t1", "content": "sunny", "name": "get_weather"},
         {"role": "tool", "tool_call_id": "t9", "content": "Error: boom"},
         {"role": "user", "content": "Thanks."},
@@ -325,26 +496,57 @@ def test_content_blocks_become_chat_turns() -> None:
 
 TAKEN: list[dict[str, Any]] = [
     {"max_tokens": 1, "messages": HELLO},
-    {"max_tokens": 1, "messages": [*ASK, {"role": "assistant", "content": [
-        {"type": "thinking", "thinking": "t", "signature": "s"},
-        {"type": "text", "text": "x", "citations": None},
-        {"type": "tool_use", "id": "t1", "name": "get_time", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
-                                      "content": "x", "is_error": False,
-                                      "cache_control": {"type": "ephemeral"}}]}],
-     "tools": TOOLS, "tool_choice": {"type": "tool", "name": "get_time"}},
-    {"max_tokens": 1, "messages": HELLO, "system": [{"type": "text", "text": "s"}],
-     "thinking": {"type": "disabled"}, "stop_sequences": ["x"], "temperature": 0,
-     "top_k": 3, "top_p": 1, "metadata": {"user_id": "u"}, "service_tier": "standard_only",
-     "output_config": {"format": {"type": "json_schema", "schema": {}}}, "stream": False,
-     "mcp_servers": [], "unknown": 1},
+    {
+        "max_tokens": 1,
+        "messages": [
+            *ASK,
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "t", "signature": "s"},
+                    {"type": "text", "text": "x", "citations": None},
+                    {"type": "tool_use", "id": "t1", "name": "get_time", "input": {}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": "x",
+                        "is_error": False,
+                        "cache_control": {"type": "ephemeral"},
+                    }
+                ],
+            },
+        ],
+        "tools": TOOLS,
+        "tool_choice": {"type": "tool", "name": "get_time"},
+    },
+    {
+        "max_tokens": 1,
+        "messages": HELLO,
+        "system": [{"type": "text", "text": "s"}],
+        "thinking": {"type": "disabled"},
+        "stop_sequences": ["x"],
+        "temperature": 0,
+        "top_k": 3,
+        "top_p": 1,
+        "metadata": {"user_id": "u"},
+        "service_tier": "standard_only",
+        "output_config": {"format": {"type": "json_schema", "schema": {}}},
+        "stream": False,
+        "mcp_servers": [],
+        "unknown": 1,
+    },
 ]
 REFUSED: list[dict[str, Any]] = [
-    {"messages": HELLO}, {"max_tokens": 1, "messages": []},
+    {"messages": HELLO},
+    {"max_tokens": 1, "messages": []},
     {"max_tokens": 1, "messages": [{"role": "system", "content": "x"}]},
     {"max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "text"}]}]},
-    {"max_tokens": 1, "messages": HELLO, "thinking": {"type": "enabled",
-                                                      "budget_tokens": 1024}},
+    {"max_tokens": 1, "messages": HELLO, "thinking": {"type": "enabled", "budget_tokens": 1024}},
     {"max_tokens": 1, "messages": HELLO, "temperature": 2},
     {"max_tokens": 1, "messages": HELLO, "stop_sequences": [""]},
     {"max_tokens": 1, "messages": HELLO, "tools": [{"name": "x"}]},
@@ -366,8 +568,7 @@ def test_the_document_refuses_what_it_can_say(body: dict[str, Any]) -> None:
 
 
 def _done(reply: ReplyResult, reason: str = "stop", stop: str | None = None) -> Done:
-    st = GenerationStats(prompt_tokens=10, cached_tokens=4, gen_tokens=7,
-                         stop_reason=reason)  # type: ignore[arg-type]
+    st = GenerationStats(prompt_tokens=10, cached_tokens=4, gen_tokens=7, stop_reason=reason)  # type: ignore[arg-type]
     return Done(reply, st, stop)
 
 
@@ -378,25 +579,43 @@ def test_builder_thinking_then_text_then_tool_use() -> None:
     events += b.finish(_done(ReplyResult("Ok", "Hmm.", [call])))
     assert [(name, data.get("index")) for name, data in events] == [
         ("message_start", None),
-        ("content_block_start", 0), ("content_block_delta", 0), ("content_block_delta", 0),
+        ("content_block_start", 0),
+        ("content_block_delta", 0),
+        ("content_block_delta", 0),
         ("content_block_stop", 0),
-        ("content_block_start", 1), ("content_block_delta", 1), ("content_block_stop", 1),
-        ("content_block_start", 2), ("content_block_delta", 2), ("content_block_stop", 2),
-        ("message_delta", None), ("message_stop", None)]
+        ("content_block_start", 1),
+        ("content_block_delta", 1),
+        ("content_block_stop", 1),
+        ("content_block_start", 2),
+        ("content_block_delta", 2),
+        ("content_block_stop", 2),
+        ("message_delta", None),
+        ("message_stop", None),
+    ]
     assert events[2][1]["delta"] == {"type": "thinking_delta", "thinking": "Hm"}
     assert b.message["content"] == [
         {"type": "thinking", "thinking": "Hmm.", "signature": ""},
         {"type": "text", "text": "Ok"},
-        {"type": "tool_use", "id": "toolu_abc", "name": "get_time", "input": {"zone": "UTC"}}]
+        {"type": "tool_use", "id": "toolu_abc", "name": "get_time", "input": {"zone": "UTC"}},
+    ]
     assert b.message["stop_reason"] == "tool_use"
-    assert b.message["usage"] == {"input_tokens": 6, "cache_read_input_tokens": 4,
-                                  "cache_creation_input_tokens": 0, "output_tokens": 7}
+    assert b.message["usage"] == {
+        "input_tokens": 6,
+        "cache_read_input_tokens": 4,
+        "cache_creation_input_tokens": 0,
+        "output_tokens": 7,
+    }
 
 
-@pytest.mark.parametrize(("reason", "stop", "expected"), [
-    ("stop", None, "end_turn"), ("length", None, "max_tokens"),
-    ("stop_string", "###", "stop_sequence"), ("context_full", None,
-                                              "model_context_window_exceeded")])
+@pytest.mark.parametrize(
+    ("reason", "stop", "expected"),
+    [
+        ("stop", None, "end_turn"),
+        ("length", None, "max_tokens"),
+        ("stop_string", "###", "stop_sequence"),
+        ("context_full", None, "model_context_window_exceeded"),
+    ],
+)
 def test_builder_stop_reasons(reason: str, stop: str | None, expected: str) -> None:
     b = MessageBuilder({"id": "msg_1", "content": []})
     b.finish(_done(ReplyResult("", ""), reason, stop))

@@ -23,20 +23,25 @@ from tests.engine.server.conftest import API_KEY, http, make_config
 pytestmark = pytest.mark.slow
 PARAMS = LoadParams(n_ctx=1024, n_seq_max=2, n_threads=2)
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-FOOD = ["A man is eating food.", "A man is eating a piece of bread.",
-        "The girl is carrying a baby."]
+FOOD = [
+    "A man is eating food.",
+    "A man is eating a piece of bread.",
+    "The girl is carrying a baby.",
+]
 
 
 def cosine(a: list[float], b: list[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True)) / (
-        math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+        math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    )
 
 
 @pytest.fixture
 def server(smollm2_path: Path, minilm_path: Path) -> Iterator[tuple[ServerThread, ModelHost]]:
-    catalog = [Loadable("smollm2", smollm2_path, PARAMS, title="SmolLM2"),
-               Loadable("minilm", minilm_path, PARAMS, aliases=("all-minilm",),
-                        title="all-MiniLM-L6-v2")]
+    catalog = [
+        Loadable("smollm2", smollm2_path, PARAMS, title="SmolLM2"),
+        Loadable("minilm", minilm_path, PARAMS, aliases=("all-minilm",), title="all-MiniLM-L6-v2"),
+    ]
     host = ModelHost(lambda: catalog)
     state = ServerState(make_config(max_tokens_cap=16), host=host)
     srv = ServerThread(state).start()
@@ -63,13 +68,17 @@ def test_an_embedding_model_is_one_by_its_file(minilm_path: Path, smollm2_path: 
         assert not chat.embedding_only
 
 
-def test_embeddings_go_to_the_named_embedding_model(
-        server: tuple[ServerThread, ModelHost]) -> None:
+def test_embeddings_go_to_the_named_embedding_model(server: tuple[ServerThread, ModelHost]) -> None:
     srv, host = server
-    with openai.OpenAI(base_url=srv.url + "/v1", api_key=API_KEY, max_retries=0,
-                       timeout=300) as client:
-        chat = client.chat.completions.create(model="smollm2", max_tokens=2, temperature=0,
-                                              messages=[{"role": "user", "content": "Hi"}])
+    with openai.OpenAI(
+        base_url=srv.url + "/v1", api_key=API_KEY, max_retries=0, timeout=300
+    ) as client:
+        chat = client.chat.completions.create(
+            model="smollm2",
+            max_tokens=2,
+            temperature=0,
+            messages=[{"role": "user", "content": "Hi"}],
+        )
         assert chat.model == "smollm2"
         got = client.embeddings.create(model="all-minilm", input=FOOD)
         assert got.model == "minilm" and len(got.data) == 3
@@ -83,8 +92,9 @@ def test_embeddings_go_to_the_named_embedding_model(
         assert sorted(host.names()) == ["minilm", "smollm2"]
 
         with pytest.raises(openai.BadRequestError) as e:
-            client.chat.completions.create(model="minilm", max_tokens=2,
-                                           messages=[{"role": "user", "content": "Hi"}])
+            client.chat.completions.create(
+                model="minilm", max_tokens=2, messages=[{"role": "user", "content": "Hi"}]
+            )
         assert "'minilm' is an embedding model" in str(e.value)
         assert e.value.body["param"] == "model"  # type: ignore[index]
 

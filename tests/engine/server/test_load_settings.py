@@ -8,8 +8,9 @@ from engine.settings import resolve_flash_attn
 from tests.engine.server.conftest import N_SLOTS, http
 
 
-def test_health_and_models_show_the_load_settings(base_url: str, auth: dict[str, str],
-                                                  served: ServedModel) -> None:
+def test_health_and_models_show_the_load_settings(
+    base_url: str, auth: dict[str, str], served: ServedModel
+) -> None:
     health = http.get(base_url + "/health").json()
     settings = health["settings"]
     assert settings["slots"] == N_SLOTS
@@ -28,11 +29,11 @@ def test_health_and_models_show_the_load_settings(base_url: str, auth: dict[str,
     assert one["meta"] == settings
 
 
-def test_metrics_count_kv_stream_copies(base_url: str, auth: dict[str, str],
-                                        served: ServedModel) -> None:
+def test_metrics_count_kv_stream_copies(
+    base_url: str, auth: dict[str, str], served: ServedModel
+) -> None:
     text = http.get(base_url + "/metrics", headers=auth).text
-    line = next(x for x in text.splitlines()
-                if x.startswith("candlewick_kv_stream_copies_total "))
+    line = next(x for x in text.splitlines() if x.startswith("candlewick_kv_stream_copies_total "))
     assert int(line.split()[1]) == served.scheduler.snapshot().kv_copies
     # Prompt lookup is off here: the draft counters exist and stay at zero.
     assert "candlewick_draft_tokens_total 0" in text.splitlines()

@@ -7,14 +7,26 @@ from prometheus_client.parser import text_string_to_metric_families
 from engine.host.scheduler import SchedulerSnapshot
 from engine.server.metrics import Metrics
 
-SNAP = SchedulerSnapshot(n_slots=4, busy_slots=1, queue_depth=2, kv_used=1024,
-                         kv_capacity=4096, steps=7, tokens_generated=0, tokens_prompt=0,
-                         kv_copies=3, draft_tokens=12_345_678, draft_accepted=5)
+SNAP = SchedulerSnapshot(
+    n_slots=4,
+    busy_slots=1,
+    queue_depth=2,
+    kv_used=1024,
+    kv_capacity=4096,
+    steps=7,
+    tokens_generated=0,
+    tokens_prompt=0,
+    kv_copies=3,
+    draft_tokens=12_345_678,
+    draft_accepted=5,
+)
 
 
 def _families(text: str) -> dict[str, tuple[str, list[tuple[str, dict[str, str], float]]]]:
-    return {f.name: (f.type, [(s.name, s.labels, s.value) for s in f.samples])
-            for f in text_string_to_metric_families(text)}
+    return {
+        f.name: (f.type, [(s.name, s.labels, s.value) for s in f.samples])
+        for f in text_string_to_metric_families(text)
+    }
 
 
 def test_counts_histograms_and_the_snapshot() -> None:
@@ -25,9 +37,13 @@ def test_counts_histograms_and_the_snapshot() -> None:
     m.generation_done(prompt=10, cached=4, completion=5, ttft_s=0.3, total_s=1.5)
     text = m.render(SNAP, True)
     fam = _families(text)
-    assert fam["candlewick_requests"] == ("counter", [
-        ("candlewick_requests_total", {"route": "/v1/chat/completions", "status": "200"}, 2),
-        ("candlewick_requests_total", {"route": "/v1/chat/completions", "status": "429"}, 1)])
+    assert fam["candlewick_requests"] == (
+        "counter",
+        [
+            ("candlewick_requests_total", {"route": "/v1/chat/completions", "status": "200"}, 2),
+            ("candlewick_requests_total", {"route": "/v1/chat/completions", "status": "429"}, 1),
+        ],
+    )
     assert fam["candlewick_requests_rejected"][1][0][2] == 1
     assert fam["candlewick_prompt_tokens"][1][0][2] == 10
     assert fam["candlewick_prompt_tokens_cached"][1][0][2] == 4
@@ -38,15 +54,25 @@ def test_counts_histograms_and_the_snapshot() -> None:
     assert les == ["0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0", "10.0", "30.0", "+Inf"]
     assert fam["candlewick_request_duration_seconds"][0] == "histogram"
     assert fam["candlewick_kv_cache_usage_ratio"] == (
-        "gauge", [("candlewick_kv_cache_usage_ratio", {}, 0.25)])
-    for name, value in (("ready", 1), ("slots_total", 4), ("slots_busy", 1),
-                        ("queue_depth", 2), ("kv_cache_used_cells", 1024),
-                        ("kv_cache_capacity_cells", 4096)):
+        "gauge",
+        [("candlewick_kv_cache_usage_ratio", {}, 0.25)],
+    )
+    for name, value in (
+        ("ready", 1),
+        ("slots_total", 4),
+        ("slots_busy", 1),
+        ("queue_depth", 2),
+        ("kv_cache_used_cells", 1024),
+        ("kv_cache_capacity_cells", 4096),
+    ):
         assert fam[f"candlewick_{name}"] == ("gauge", [(f"candlewick_{name}", {}, value)])
-    for name, value in (("decode_steps", 7), ("kv_stream_copies", 3),
-                        ("draft_tokens", 12_345_678), ("draft_accepted", 5)):
-        assert fam[f"candlewick_{name}"] == (
-            "counter", [(f"candlewick_{name}_total", {}, value)])
+    for name, value in (
+        ("decode_steps", 7),
+        ("kv_stream_copies", 3),
+        ("draft_tokens", 12_345_678),
+        ("draft_accepted", 5),
+    ):
+        assert fam[f"candlewick_{name}"] == ("counter", [(f"candlewick_{name}_total", {}, value)])
     lines = text.splitlines()
     # Counts stay integers, as scripts read them with int(); no `_created` series.
     assert "candlewick_draft_tokens_total 12345678" in lines

@@ -32,8 +32,7 @@ def test_list_show_version(client: ollama.Client, server: ServerThread) -> None:
     assert v.json()["version"]
 
 
-def test_chat_streaming_matches_non_streaming(client: ollama.Client, served: ServedModel
-                                              ) -> None:
+def test_chat_streaming_matches_non_streaming(client: ollama.Client, served: ServedModel) -> None:
     whole = client.chat(model="smollm2", messages=MSG, options=OPTS, stream=False)
     assert whole.done and whole.message.content
     assert whole.eval_count and whole.prompt_eval_count
@@ -47,12 +46,20 @@ def test_chat_streaming_matches_non_streaming(client: ollama.Client, served: Ser
 def test_generate(client: ollama.Client) -> None:
     r = client.generate(model="smollm2", prompt="Name a planet.", options=OPTS)
     assert r.done and r.response
-    raw = client.generate(model="smollm2", prompt="1, 2, 3,", raw=True,
-                          options={"temperature": 0, "num_predict": 4})
+    raw = client.generate(
+        model="smollm2", prompt="1, 2, 3,", raw=True, options={"temperature": 0, "num_predict": 4}
+    )
     assert raw.eval_count == 4 and raw.done_reason == "length"
-    streamed = "".join(p.response for p in client.generate(
-        model="smollm2", prompt="1, 2, 3,", raw=True, stream=True,
-        options={"temperature": 0, "num_predict": 4}))
+    streamed = "".join(
+        p.response
+        for p in client.generate(
+            model="smollm2",
+            prompt="1, 2, 3,",
+            raw=True,
+            stream=True,
+            options={"temperature": 0, "num_predict": 4},
+        )
+    )
     assert streamed == raw.response
     # An empty prompt "loads the model", as in Ollama.
     assert client.generate(model="smollm2", prompt="").done
@@ -65,9 +72,15 @@ def test_embed(client: ollama.Client) -> None:
 
 def test_errors(client: ollama.Client, server: ServerThread) -> None:
     with pytest.raises(ollama.ResponseError) as e:
-        client.chat(model="smollm2", messages=[{"role": "user", "content": "x"}],
-                    options={"temperature": -3})
+        client.chat(
+            model="smollm2",
+            messages=[{"role": "user", "content": "x"}],
+            options={"temperature": -3},
+        )
     assert e.value.status_code == 400 and "temperature" in e.value.error
-    r = http.post(server.url + "/api/chat", headers={"Authorization": f"Bearer {API_KEY}"},
-                   json={"model": "smollm2", "messages": "hi"})
+    r = http.post(
+        server.url + "/api/chat",
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        json={"model": "smollm2", "messages": "hi"},
+    )
     assert r.status_code == 400 and isinstance(r.json()["error"], str)

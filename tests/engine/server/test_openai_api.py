@@ -29,21 +29,33 @@ def test_models(client: openai.OpenAI) -> None:
 
 
 def test_chat_non_streaming_and_streaming_agree(client: openai.OpenAI, served: object) -> None:
-    r = client.chat.completions.create(model="smollm2", messages=MSG,  # type: ignore[arg-type]
-                                       max_tokens=24, temperature=0)
+    r = client.chat.completions.create(
+        model="smollm2",
+        messages=MSG,  # type: ignore[arg-type]
+        max_tokens=24,
+        temperature=0,
+    )
     text = r.choices[0].message.content
     assert text
     assert r.choices[0].finish_reason in ("stop", "length")
     assert r.usage is not None and r.usage.completion_tokens > 0
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
 
-    chunks = list(client.chat.completions.create(
-        model="smollm2", messages=MSG, max_tokens=24, temperature=0,  # type: ignore[arg-type]
-        stream=True, stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="smollm2",
+            messages=MSG,
+            max_tokens=24,
+            temperature=0,  # type: ignore[arg-type]
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert streamed == text
-    finals = [c.choices[0].finish_reason for c in chunks if c.choices and
-              c.choices[0].finish_reason]
+    finals = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert finals == [r.choices[0].finish_reason]
     usage = [c.usage for c in chunks if c.usage]
     assert len(usage) == 1 and usage[0].completion_tokens == r.usage.completion_tokens
@@ -54,56 +66,89 @@ def test_chat_non_streaming_and_streaming_agree(client: openai.OpenAI, served: o
 
 
 def test_max_tokens_stop_and_seed(client: openai.OpenAI) -> None:
-    r = client.chat.completions.create(model="smollm2", messages=MSG,  # type: ignore[arg-type]
-                                       max_tokens=3, temperature=0)
+    r = client.chat.completions.create(
+        model="smollm2",
+        messages=MSG,  # type: ignore[arg-type]
+        max_tokens=3,
+        temperature=0,
+    )
     assert r.choices[0].finish_reason == "length"
     assert r.usage is not None and r.usage.completion_tokens == 3
     # A max_tokens above the server's cap is clamped, not refused.
-    big = client.completions.create(model="smollm2", prompt="Once upon a time",
-                                    max_tokens=100_000, temperature=0)
+    big = client.completions.create(
+        model="smollm2", prompt="Once upon a time", max_tokens=100_000, temperature=0
+    )
     assert big.usage is not None and big.usage.completion_tokens <= 64
 
-    full = client.completions.create(model="smollm2", prompt="1, 2, 3, 4,", max_tokens=12,
-                                     temperature=0).choices[0].text
+    full = (
+        client.completions.create(
+            model="smollm2", prompt="1, 2, 3, 4,", max_tokens=12, temperature=0
+        )
+        .choices[0]
+        .text
+    )
     assert "6" in full
-    cut = client.completions.create(model="smollm2", prompt="1, 2, 3, 4,", max_tokens=12,
-                                    temperature=0, stop=["6"])
-    assert cut.choices[0].text == full[:full.index("6")]
+    cut = client.completions.create(
+        model="smollm2", prompt="1, 2, 3, 4,", max_tokens=12, temperature=0, stop=["6"]
+    )
+    assert cut.choices[0].text == full[: full.index("6")]
     assert cut.choices[0].finish_reason == "stop"
 
     def sample(seed: int) -> str | None:
-        return client.chat.completions.create(
-            model="smollm2", messages=MSG, max_tokens=16,  # type: ignore[arg-type]
-            temperature=1.0, seed=seed).choices[0].message.content
+        return (
+            client.chat.completions.create(
+                model="smollm2",
+                messages=MSG,
+                max_tokens=16,  # type: ignore[arg-type]
+                temperature=1.0,
+                seed=seed,
+            )
+            .choices[0]
+            .message.content
+        )
 
     assert sample(7) == sample(7)
 
 
 def test_completions_streaming(client: openai.OpenAI) -> None:
-    full = client.completions.create(model="smollm2", prompt="The sky is", max_tokens=10,
-                                     temperature=0)
-    pieces = list(client.completions.create(model="smollm2", prompt="The sky is",
-                                            max_tokens=10, temperature=0, stream=True))
+    full = client.completions.create(
+        model="smollm2", prompt="The sky is", max_tokens=10, temperature=0
+    )
+    pieces = list(
+        client.completions.create(
+            model="smollm2", prompt="The sky is", max_tokens=10, temperature=0, stream=True
+        )
+    )
     assert "".join(p.choices[0].text for p in pieces) == full.choices[0].text
     assert pieces[-1].choices[0].finish_reason == full.choices[0].finish_reason
 
 
 def test_async_client_concurrent_streams(server: ServerThread, served: object) -> None:
     async def main() -> tuple[list[str], str]:
-        async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key=API_KEY,
-                                      max_retries=0) as ac:
+        async with openai.AsyncOpenAI(
+            base_url=server.url + "/v1", api_key=API_KEY, max_retries=0
+        ) as ac:
+
             async def one(q: str) -> str:
                 stream = await ac.chat.completions.create(
-                    model="smollm2", messages=[{"role": "user", "content": q}],
-                    max_tokens=16, temperature=0, stream=True)
-                return "".join([c.choices[0].delta.content or "" async for c in stream
-                                if c.choices])
+                    model="smollm2",
+                    messages=[{"role": "user", "content": q}],
+                    max_tokens=16,
+                    temperature=0,
+                    stream=True,
+                )
+                return "".join(
+                    [c.choices[0].delta.content or "" async for c in stream if c.choices]
+                )
 
             qs = ["Name a fruit.", "Name a color.", "Name an animal."]
             texts = await asyncio.gather(*(one(q) for q in qs))
             single = await ac.chat.completions.create(
-                model="smollm2", messages=[{"role": "user", "content": qs[0]}],
-                max_tokens=16, temperature=0)
+                model="smollm2",
+                messages=[{"role": "user", "content": qs[0]}],
+                max_tokens=16,
+                temperature=0,
+            )
             return list(texts), single.choices[0].message.content or ""
 
     texts, single = asyncio.run(main())
@@ -113,9 +158,14 @@ def test_async_client_concurrent_streams(server: ServerThread, served: object) -
 
 
 def test_embeddings(client: openai.OpenAI) -> None:
-    r = client.embeddings.create(model="smollm2", input=["The cat sat on the mat.",
-                                                         "A cat is sitting on a rug.",
-                                                         "Quarterly taxes are due in April."])
+    r = client.embeddings.create(
+        model="smollm2",
+        input=[
+            "The cat sat on the mat.",
+            "A cat is sitting on a rug.",
+            "Quarterly taxes are due in April.",
+        ],
+    )
     a, b, c = (d.embedding for d in r.data)
     assert len(a) == len(b) > 100
 
@@ -124,24 +174,32 @@ def test_embeddings(client: openai.OpenAI) -> None:
 
     assert abs(dot(a, a) - 1.0) < 1e-3
     assert dot(a, b) > dot(a, c)  # similar sentences are closer
-    floats = http.post(client.base_url.join("embeddings").__str__(),
-                        headers={"Authorization": f"Bearer {API_KEY}"},
-                        json={"input": "The cat sat on the mat.",
-                              "encoding_format": "float"}).json()
+    floats = http.post(
+        client.base_url.join("embeddings").__str__(),
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        json={"input": "The cat sat on the mat.", "encoding_format": "float"},
+    ).json()
     assert floats["data"][0]["embedding"] == pytest.approx(a, abs=1e-6)
 
 
-def test_errors_are_openai_shaped(client: openai.OpenAI, base_url: str,
-                                  auth: dict[str, str]) -> None:
+def test_errors_are_openai_shaped(
+    client: openai.OpenAI, base_url: str, auth: dict[str, str]
+) -> None:
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="smollm2", messages=MSG,  # type: ignore[arg-type]
-                                       n=2)
+        client.chat.completions.create(
+            model="smollm2",
+            messages=MSG,  # type: ignore[arg-type]
+            n=2,
+        )
     assert "n=1" in str(e.value)
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="smollm2", messages=[], max_tokens=2)
     with pytest.raises(openai.BadRequestError, match="temperature"):
-        client.chat.completions.create(model="smollm2", messages=MSG,  # type: ignore[arg-type]
-                                       temperature=-1)
+        client.chat.completions.create(
+            model="smollm2",
+            messages=MSG,  # type: ignore[arg-type]
+            temperature=-1,
+        )
     url = base_url + "/v1/chat/completions"
     cases = [
         (b"{not json", 400),

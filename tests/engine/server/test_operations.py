@@ -18,8 +18,12 @@ from engine.server import ServedModel, ServerState, ServerThread
 from tests.engine.server.conftest import API_KEY, assert_no_leak, http, make_config
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-LONG = {"messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
-        "max_tokens": 2000, "temperature": 0, "stream": True}
+LONG = {
+    "messages": [{"role": "user", "content": "Write a very long story about a dragon."}],
+    "max_tokens": 2000,
+    "temperature": 0,
+    "stream": True,
+}
 
 
 def metric(text: str, name: str, labels: str = "") -> float:
@@ -48,21 +52,30 @@ def test_health_while_loading_then_ready(served: ServedModel) -> None:
 
 def test_metrics_count_requests_and_tokens(base_url: str) -> None:
     before = http.get(base_url + "/metrics", headers=AUTH).text
-    r = http.post(base_url + "/v1/chat/completions", headers=AUTH, json={
-        "messages": [{"role": "user", "content": "Say something."}], "max_tokens": 5})
+    r = http.post(
+        base_url + "/v1/chat/completions",
+        headers=AUTH,
+        json={"messages": [{"role": "user", "content": "Say something."}], "max_tokens": 5},
+    )
     usage = r.json()["usage"]
     http.get(base_url + "/v1/models")  # a 401
     after = http.get(base_url + "/metrics", headers=AUTH)
     assert after.headers["content-type"].startswith("text/plain")
     a = after.text
     label = '{route="/v1/chat/completions",status="200"}'
-    assert metric(a, "requests_total", label) == (
-        metric(before, "requests_total", label) if label in before else 0) + 1
+    assert (
+        metric(a, "requests_total", label)
+        == (metric(before, "requests_total", label) if label in before else 0) + 1
+    )
     assert metric(a, "requests_total", '{route="/v1/models",status="401"}') >= 1
-    assert (metric(a, "completion_tokens_total") - metric(before, "completion_tokens_total")
-            == usage["completion_tokens"])
-    assert (metric(a, "prompt_tokens_total") - metric(before, "prompt_tokens_total")
-            == usage["prompt_tokens"])
+    assert (
+        metric(a, "completion_tokens_total") - metric(before, "completion_tokens_total")
+        == usage["completion_tokens"]
+    )
+    assert (
+        metric(a, "prompt_tokens_total") - metric(before, "prompt_tokens_total")
+        == usage["prompt_tokens"]
+    )
     assert metric(a, "time_to_first_token_seconds_count") >= 1
     assert metric(a, "request_duration_seconds_count") >= 1
     assert metric(a, "slots_total") == 4
@@ -74,9 +87,18 @@ def test_metrics_count_requests_and_tokens(base_url: str) -> None:
 def test_openapi_schema(base_url: str) -> None:
     s = http.get(base_url + "/openapi.json", headers=AUTH).json()
     assert s["openapi"].startswith("3.")
-    for path in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/models",
-                 "/api/chat", "/api/generate", "/api/tags", "/api/show", "/health",
-                 "/metrics"):
+    for path in (
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/v1/models",
+        "/api/chat",
+        "/api/generate",
+        "/api/tags",
+        "/api/show",
+        "/health",
+        "/metrics",
+    ):
         assert path in s["paths"], path
     assert s["security"] == [{"bearer": []}]
 
@@ -91,11 +113,14 @@ def _busy_slot(served: ServedModel) -> int:
     raise AssertionError("no slot became busy")
 
 
-def test_streaming_client_disconnect_frees_slot_and_kv(base_url: str, served: ServedModel
-                                                        ) -> None:
+def test_streaming_client_disconnect_frees_slot_and_kv(base_url: str, served: ServedModel) -> None:
     assert_no_leak(served)
-    with httpx.Client() as c, c.stream("POST", base_url + "/v1/chat/completions",
-                                       headers=AUTH, json={**LONG, "max_tokens": 60}) as r:
+    with (
+        httpx.Client() as c,
+        c.stream(
+            "POST", base_url + "/v1/chat/completions", headers=AUTH, json={**LONG, "max_tokens": 60}
+        ) as r,
+    ):
         lines = r.iter_lines()
         got = [next(lines) for _ in range(4)]  # role chunk + a few tokens
         assert all(x.startswith("data: ") or x == "" for x in got)
@@ -107,13 +132,16 @@ def test_streaming_client_disconnect_frees_slot_and_kv(base_url: str, served: Se
     assert served.scheduler.kv_positions()[slot] == 0
 
 
-def test_non_streaming_client_disconnect_frees_slot(server: ServerThread,
-                                                    served: ServedModel) -> None:
+def test_non_streaming_client_disconnect_frees_slot(
+    server: ServerThread, served: ServedModel
+) -> None:
     assert_no_leak(served)
     body = json.dumps({**LONG, "stream": False, "max_tokens": 60}).encode()
-    head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-            f"{API_KEY}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
-            "\r\n\r\n").encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        f"{API_KEY}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+        "\r\n\r\n"
+    ).encode()
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
         sock.sendall(head + body)
         slot = _busy_slot(served)
@@ -132,9 +160,15 @@ def test_queue_full_gives_429_with_retry_after(served: ServedModel) -> None:
         with ServerThread(state) as srv, httpx.Client(timeout=60) as c:
             streams = []
             for i in range(4):
-                cm = c.stream("POST", srv.url + "/v1/chat/completions", headers=AUTH,
-                              json={**LONG, "messages": [{"role": "user", "content":
-                                                          f"Story number {i}, please."}]})
+                cm = c.stream(
+                    "POST",
+                    srv.url + "/v1/chat/completions",
+                    headers=AUTH,
+                    json={
+                        **LONG,
+                        "messages": [{"role": "user", "content": f"Story number {i}, please."}],
+                    },
+                )
                 r = cm.__enter__()
                 lines = r.iter_lines()  # kept alive: dropping it would close the connection
                 next(lines)
@@ -147,8 +181,9 @@ def test_queue_full_gives_429_with_retry_after(served: ServedModel) -> None:
             assert r.status_code == 429
             assert r.headers["retry-after"] == "1"
             assert r.json()["error"]["type"] == "rate_limit_error"
-            r = c.post(srv.url + "/api/generate", headers=AUTH,
-                       json={"model": "smollm2", "prompt": "hi"})
+            r = c.post(
+                srv.url + "/api/generate", headers=AUTH, json={"model": "smollm2", "prompt": "hi"}
+            )
             assert r.status_code == 429 and isinstance(r.json()["error"], str)
             for cm, _ in streams:
                 cm.__exit__(None, None, None)
@@ -178,13 +213,20 @@ def test_bounded_load_with_disconnects(served: ServedModel) -> None:
 
     async def one(c: httpx.AsyncClient, i: int) -> None:
         nonlocal hung_up
-        body = {"messages": [{"role": "user", "content": f"Give me fact number {i}."}],
-                "max_tokens": answer_tokens, "stream": i % 2 == 0,
-                "stream_options": {"include_usage": True} if i % 2 == 0 else None}
+        body = {
+            "messages": [{"role": "user", "content": f"Give me fact number {i}."}],
+            "max_tokens": answer_tokens,
+            "stream": i % 2 == 0,
+            "stream_options": {"include_usage": True} if i % 2 == 0 else None,
+        }
         while time.monotonic() < give_up:
             if i % 8 == 0:
-                async with c.stream("POST", "/v1/chat/completions", headers=AUTH, json={
-                        **body, "stream": True, "max_tokens": hangup_tokens}) as r:
+                async with c.stream(
+                    "POST",
+                    "/v1/chat/completions",
+                    headers=AUTH,
+                    json={**body, "stream": True, "max_tokens": hangup_tokens},
+                ) as r:
                     statuses.append(r.status_code)
                     if r.status_code == 429:
                         await r.aread()
@@ -223,6 +265,7 @@ def test_bounded_load_with_disconnects(served: ServedModel) -> None:
         sem = asyncio.Semaphore(concurrency)
         limits = httpx.Limits(max_connections=concurrency)
         async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as c:
+
             async def guarded(i: int) -> None:
                 async with sem:
                     try:
@@ -264,10 +307,20 @@ def test_bounded_load_with_disconnects(served: ServedModel) -> None:
     assert_no_leak(served)
 
 
-WARNINGS = ("missing_auth", "missing_test_data", "base_url_mismatch", "validation_mismatch",
-            "missing_deserializer", "unused_openapi_auth", "unsupported_regex",
-            "method_not_allowed", "unmatched_filter", "unresolvable_reference",
-            "low_valid_rate", "rate_limited")
+WARNINGS = (
+    "missing_auth",
+    "missing_test_data",
+    "base_url_mismatch",
+    "validation_mismatch",
+    "missing_deserializer",
+    "unused_openapi_auth",
+    "unsupported_regex",
+    "method_not_allowed",
+    "unmatched_filter",
+    "unresolvable_reference",
+    "low_valid_rate",
+    "rate_limited",
+)
 
 
 @pytest.mark.slow
@@ -282,18 +335,42 @@ def test_schemathesis_finds_nothing(served: ServedModel, tmp_path: Path) -> None
     exe = Path(sys.executable).parent / "schemathesis"
     with ServerThread(state) as srv:
         r = subprocess.run(
-            [str(exe), "run", srv.url + "/openapi.json", "-H", f"Authorization: Bearer {API_KEY}",
-             "--checks", "all", "--exclude-checks", "positive_data_acceptance",
-             "--max-examples", "5", "--workers", "1", "--request-timeout", "300",
-             # Not a speed check (tests assert no wall-clock times): a grammar compile or
-             # an embedding on a busy 2-core machine can take longer than the default 10 s.
-             "--max-response-time", "300",
-             # A made-up model name is a correct 404 (no fallback to another model), so
-             # operations whose generated data names one are mostly refused: not a finding.
-             "--warnings", ",".join(w for w in WARNINGS if w not in (
-                 "missing_test_data", "validation_mismatch", "low_valid_rate")),
-             "--seed", "7"],
-            capture_output=True, text=True, timeout=850, cwd=tmp_path)
+            [
+                str(exe),
+                "run",
+                srv.url + "/openapi.json",
+                "-H",
+                f"Authorization: Bearer {API_KEY}",
+                "--checks",
+                "all",
+                "--exclude-checks",
+                "positive_data_acceptance",
+                "--max-examples",
+                "5",
+                "--workers",
+                "1",
+                "--request-timeout",
+                "300",
+                # Not a speed check (tests assert no wall-clock times): a grammar compile or
+                # an embedding on a busy 2-core machine can take longer than the default 10 s.
+                "--max-response-time",
+                "300",
+                # A made-up model name is a correct 404 (no fallback to another model), so
+                # operations whose generated data names one are mostly refused: not a finding.
+                "--warnings",
+                ",".join(
+                    w
+                    for w in WARNINGS
+                    if w not in ("missing_test_data", "validation_mismatch", "low_valid_rate")
+                ),
+                "--seed",
+                "7",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=850,
+            cwd=tmp_path,
+        )
     assert r.returncode == 0, r.stdout[-3000:]
     assert "No issues found" in r.stdout, r.stdout[-3000:]
     assert_no_leak(served)

@@ -38,36 +38,93 @@ OK: Literal[True] = True
 WHOLE = ""  # refused by a rule about the body as a whole: no param
 
 M = [{"role": "user", "content": "Hi"}]
-TOOL: dict[str, Any] = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
-HISTORY = [{"role": "user", "content": "Weather in Paris?"},
-           {"role": "assistant", "content": None, "reasoning_content": "Look it up.",
-            "tool_calls": [{"id": "c1", "type": "function",
-                            "function": {"name": "get_weather",
-                                         "arguments": '{"city": "Paris"}'}}]},
-           {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "Sunny"}]
-OLLAMA_HISTORY = [{"role": "user", "content": "Weather in Paris?"},
-                  {"role": "assistant", "content": "", "thinking": "Look it up.",
-                   "tool_calls": [{"function": {"name": "get_weather",
-                                                "arguments": {"city": "Paris"}}}]},
-                  {"role": "tool", "tool_name": "get_weather", "content": "Sunny"}]
+HISTORY = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": "Look it up.",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "Sunny"},
+]
+OLLAMA_HISTORY = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "thinking": "Look it up.",
+        "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+    },
+    {"role": "tool", "tool_name": "get_weather", "content": "Sunny"},
+]
 
 # (route, body, OK or the param of the refusal)
 Row = tuple[str, dict[str, Any], Literal[True] | str]
 ROWS: list[Row] = [
     # -- /v1/chat/completions: what it took before tools --
     ("chat", {"messages": M}, OK),
-    ("chat", {"messages": M, "model": "smollm2", "n": 1, "max_tokens": 5, "temperature": 0,
-              "top_p": 1, "top_k": 0, "min_p": 0, "repeat_penalty": 0.01, "seed": -(2**63),
-              "stop": ["a", ""], "stream": True, "stream_options": {"include_usage": True}},
-     OK),
-    ("chat", {"messages": M, "temperature": None, "top_p": None, "seed": 2**64 - 1,
-              "stop": None, "stream_options": None, "n": None, "unknown": {"x": 1}}, OK),
-    ("chat", {"messages": [{"role": "developer", "content": [{"type": "text", "text": "a"},
-                                                              {"type": "text", "text": "b"}]},
-                           {"role": "user", "content": None, "extra": 1}]}, OK),
+    (
+        "chat",
+        {
+            "messages": M,
+            "model": "smollm2",
+            "n": 1,
+            "max_tokens": 5,
+            "temperature": 0,
+            "top_p": 1,
+            "top_k": 0,
+            "min_p": 0,
+            "repeat_penalty": 0.01,
+            "seed": -(2**63),
+            "stop": ["a", ""],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        },
+        OK,
+    ),
+    (
+        "chat",
+        {
+            "messages": M,
+            "temperature": None,
+            "top_p": None,
+            "seed": 2**64 - 1,
+            "stop": None,
+            "stream_options": None,
+            "n": None,
+            "unknown": {"x": 1},
+        },
+        OK,
+    ),
+    (
+        "chat",
+        {
+            "messages": [
+                {
+                    "role": "developer",
+                    "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                },
+                {"role": "user", "content": None, "extra": 1},
+            ]
+        },
+        OK,
+    ),
     ("chat", {}, "messages"),
     ("chat", {"messages": []}, "messages"),
     ("chat", {"messages": "hi"}, "messages"),
@@ -76,8 +133,11 @@ ROWS: list[Row] = [
     ("chat", {"messages": [{"role": "wizard", "content": "x"}]}, "messages"),
     ("chat", {"messages": [{"role": "user", "content": 5}]}, "messages"),
     ("chat", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
-    ("chat", {"messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]},
-     "messages"),
+    (
+        "chat",
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": 1}]}]},
+        "messages",
+    ),
     ("chat", {"messages": M, "n": 2}, "n"),
     ("chat", {"messages": M, "n": True}, "n"),
     ("chat", {"messages": M, "n": 1.0}, "n"),
@@ -107,66 +167,123 @@ ROWS: list[Row] = [
     ("chat", {"messages": M, "stream_options": {"include_usage": "yes"}}, "stream_options"),
     # -- /v1/chat/completions: tools, formats, thinking --
     ("chat", {"messages": HISTORY, "tools": [TOOL]}, OK),
-    ("chat", {"messages": M, "tools": [TOOL], "tool_choice": "required",
-              "parallel_tool_calls": False}, OK),
-    ("chat", {"messages": M, "tools": [{"function": {"name": "f"}}], "tool_choice": {
-        "type": "function", "function": {"name": "f"}}}, OK),
+    (
+        "chat",
+        {"messages": M, "tools": [TOOL], "tool_choice": "required", "parallel_tool_calls": False},
+        OK,
+    ),
+    (
+        "chat",
+        {
+            "messages": M,
+            "tools": [{"function": {"name": "f"}}],
+            "tool_choice": {"type": "function", "function": {"name": "f"}},
+        },
+        OK,
+    ),
     ("chat", {"messages": M, "tools": [], "tool_choice": "none"}, OK),
     ("chat", {"messages": M, "tools": None, "tool_choice": None}, OK),
     ("chat", {"messages": M, "tools": TOOL}, "tools"),
     ("chat", {"messages": M, "tools": [TOOL] * 129}, "tools"),
     ("chat", {"messages": M, "tools": [5]}, "tools"),
-    ("chat", {"messages": M, "tools": [{"type": "retrieval", "function": {"name": "f"}}]},
-     "tools"),
+    ("chat", {"messages": M, "tools": [{"type": "retrieval", "function": {"name": "f"}}]}, "tools"),
     ("chat", {"messages": M, "tools": [{"type": "function"}]}, "tools"),
     ("chat", {"messages": M, "tools": [{"function": {"name": "a b"}}]}, "tools"),
     ("chat", {"messages": M, "tools": [{"function": {"name": "x" * 65}}]}, "tools"),
     ("chat", {"messages": M, "tools": [{"function": {"name": "f", "parameters": 5}}]}, "tools"),
-    ("chat", {"messages": M, "tools": [{"function": {"name": "f", "description": 5}}]},
-     "tools"),
+    ("chat", {"messages": M, "tools": [{"function": {"name": "f", "description": 5}}]}, "tools"),
     ("chat", {"messages": M, "tools": [TOOL, TOOL]}, "tools"),
     ("chat", {"messages": M, "tool_choice": "auto"}, "tool_choice"),
     ("chat", {"messages": M, "tool_choice": "required"}, "tool_choice"),
     ("chat", {"messages": M, "tools": [TOOL], "tool_choice": "sometimes"}, "tool_choice"),
     ("chat", {"messages": M, "tools": [TOOL], "tool_choice": 5}, "tool_choice"),
     ("chat", {"messages": M, "tools": [TOOL], "tool_choice": {"type": "function"}}, "tool_choice"),
-    ("chat", {"messages": M, "tools": [TOOL], "tool_choice": {
-        "type": "function", "function": {"name": "other"}}}, "tool_choice"),
+    (
+        "chat",
+        {
+            "messages": M,
+            "tools": [TOOL],
+            "tool_choice": {"type": "function", "function": {"name": "other"}},
+        },
+        "tool_choice",
+    ),
     ("chat", {"messages": M, "parallel_tool_calls": "no"}, "parallel_tool_calls"),
     ("chat", {"messages": M, "response_format": {"type": "text"}}, OK),
     ("chat", {"messages": M, "response_format": {"type": "json_object"}}, OK),
-    ("chat", {"messages": M, "response_format": {"type": "json_schema", "json_schema": {
-        "name": "a", "schema": SCHEMA, "strict": True}}}, OK),
-    ("chat", {"messages": M, "response_format": {"type": "json_schema",
-                                                 "json_schema": {"schema": True}}}, OK),
+    (
+        "chat",
+        {
+            "messages": M,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "a", "schema": SCHEMA, "strict": True},
+            },
+        },
+        OK,
+    ),
+    (
+        "chat",
+        {
+            "messages": M,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": True}},
+        },
+        OK,
+    ),
     ("chat", {"messages": M, "response_format": {"type": "text", "json_schema": 5}}, OK),
     ("chat", {"messages": M, "response_format": "json"}, "response_format"),
     ("chat", {"messages": M, "response_format": {}}, "response_format"),
     ("chat", {"messages": M, "response_format": {"type": "xml"}}, "response_format"),
     ("chat", {"messages": M, "response_format": {"type": "json_schema"}}, "response_format"),
-    ("chat", {"messages": M, "response_format": {"type": "json_schema",
-                                                 "json_schema": {"name": "a"}}}, "response_format"),
+    (
+        "chat",
+        {"messages": M, "response_format": {"type": "json_schema", "json_schema": {"name": "a"}}},
+        "response_format",
+    ),
     ("chat", {"messages": M, "grammar": 'root ::= "yes" | "no"'}, OK),
-    ("chat", {"messages": M, "grammar": 'root ::= "yes"', "response_format": {"type": "text"}},
-     OK),
+    ("chat", {"messages": M, "grammar": 'root ::= "yes"', "response_format": {"type": "text"}}, OK),
     ("chat", {"messages": M, "grammar": 5}, "grammar"),
-    ("chat", {"messages": M, "grammar": 'root ::= "a"',
-              "response_format": {"type": "json_object"}}, "grammar"),
+    (
+        "chat",
+        {"messages": M, "grammar": 'root ::= "a"', "response_format": {"type": "json_object"}},
+        "grammar",
+    ),
     ("chat", {"messages": M, "reasoning_format": "none"}, OK),
     ("chat", {"messages": M, "reasoning_format": "deepseek"}, OK),
     ("chat", {"messages": M, "reasoning_format": "sometimes"}, "reasoning_format"),
     ("chat", {"messages": M, "reasoning_format": 1}, "reasoning_format"),
     # History: tool fields are read only in the messages of the role they belong to.
-    ("chat", {"messages": [{"role": "user", "content": "x", "tool_calls": 5,
-                            "tool_call_id": 5}]}, OK),
-    ("chat", {"messages": [{"role": "assistant", "tool_calls": [
-        {"function": {"name": "f"}}, {"function": {"name": "g", "arguments": {"a": 1}}}]}]},
-     OK),
+    (
+        "chat",
+        {"messages": [{"role": "user", "content": "x", "tool_calls": 5, "tool_call_id": 5}]},
+        OK,
+    ),
+    (
+        "chat",
+        {
+            "messages": [
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"function": {"name": "f"}},
+                        {"function": {"name": "g", "arguments": {"a": 1}}},
+                    ],
+                }
+            ]
+        },
+        OK,
+    ),
     ("chat", {"messages": [{"role": "assistant", "tool_calls": 5}]}, "messages"),
     ("chat", {"messages": [{"role": "assistant", "tool_calls": [5]}]}, "messages"),
     ("chat", {"messages": [{"role": "assistant", "tool_calls": [{"function": {}}]}]}, "messages"),
-    ("chat", {"messages": [{"role": "assistant", "tool_calls": [
-        {"function": {"name": "f", "arguments": 5}}]}]}, "messages"),
+    (
+        "chat",
+        {
+            "messages": [
+                {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 5}}]}
+            ]
+        },
+        "messages",
+    ),
     ("chat", {"messages": [{"role": "user", "content": "x", "images": []}]}, OK),
     ("chat", {"messages": [{"role": "user", "content": "x", "images": ["aGk="]}]}, "messages"),
     # -- /v1/completions --
@@ -201,11 +318,37 @@ ROWS: list[Row] = [
     ("embeddings", {"input": "a", "model": 1}, "model"),
     # -- /api/chat --
     ("ollama_chat", {"model": "smollm2", "messages": M}, OK),
-    ("ollama_chat", {"model": "smollm2", "messages": M, "stream": False, "options": {
-        "num_predict": -1, "temperature": 100, "top_p": 1e-6, "top_k": 0, "min_p": 1,
-        "repeat_penalty": 10, "seed": 1, "stop": ["a"], "num_ctx": 99}}, OK),
-    ("ollama_chat", {"model": "smollm2", "messages": OLLAMA_HISTORY, "tools": [TOOL],
-                     "think": False, "options": None}, OK),
+    (
+        "ollama_chat",
+        {
+            "model": "smollm2",
+            "messages": M,
+            "stream": False,
+            "options": {
+                "num_predict": -1,
+                "temperature": 100,
+                "top_p": 1e-6,
+                "top_k": 0,
+                "min_p": 1,
+                "repeat_penalty": 10,
+                "seed": 1,
+                "stop": ["a"],
+                "num_ctx": 99,
+            },
+        },
+        OK,
+    ),
+    (
+        "ollama_chat",
+        {
+            "model": "smollm2",
+            "messages": OLLAMA_HISTORY,
+            "tools": [TOOL],
+            "think": False,
+            "options": None,
+        },
+        OK,
+    ),
     ("ollama_chat", {"model": "smollm2", "messages": M, "format": "json"}, OK),
     ("ollama_chat", {"model": "smollm2", "messages": M, "format": ""}, OK),
     ("ollama_chat", {"model": "smollm2", "messages": M, "format": SCHEMA, "think": None}, OK),
@@ -216,26 +359,54 @@ ROWS: list[Row] = [
     ("ollama_chat", {"model": "smollm2", "messages": [{"role": "bot"}]}, "messages"),
     ("ollama_chat", {"model": "smollm2", "messages": M, "stream": "no"}, "stream"),
     ("ollama_chat", {"model": "smollm2", "messages": M, "options": 5}, "options"),
-    ("ollama_chat", {"model": "smollm2", "messages": M, "options": {"temperature": 101}},
-     "options"),
+    (
+        "ollama_chat",
+        {"model": "smollm2", "messages": M, "options": {"temperature": 101}},
+        "options",
+    ),
     ("ollama_chat", {"model": "smollm2", "messages": M, "options": {"top_p": 0}}, "options"),
-    ("ollama_chat", {"model": "smollm2", "messages": M, "options": {"num_predict": 1.5}},
-     "options"),
+    (
+        "ollama_chat",
+        {"model": "smollm2", "messages": M, "options": {"num_predict": 1.5}},
+        "options",
+    ),
     ("ollama_chat", {"model": "smollm2", "messages": M, "options": {"stop": [1]}}, "options"),
     ("ollama_chat", {"model": "smollm2", "messages": M, "tools": {}}, "tools"),
     ("ollama_chat", {"model": "smollm2", "messages": M, "tools": [{"function": {}}]}, "tools"),
     ("ollama_chat", {"model": "smollm2", "messages": M, "think": "high"}, "think"),
     ("ollama_chat", {"model": "smollm2", "messages": M, "format": "xml"}, "format"),
     ("ollama_chat", {"model": "smollm2", "messages": M, "format": 5}, "format"),
-    ("ollama_chat", {"model": "smollm2", "messages": [{"role": "assistant", "tool_calls": [
-        {"function": {"name": "f", "arguments": 5}}]}]}, "messages"),
-    ("ollama_chat", {"model": "smollm2", "messages": [{"role": "user", "images": ["aGk="]}]},
-     "messages"),
+    (
+        "ollama_chat",
+        {
+            "model": "smollm2",
+            "messages": [
+                {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": 5}}]}
+            ],
+        },
+        "messages",
+    ),
+    (
+        "ollama_chat",
+        {"model": "smollm2", "messages": [{"role": "user", "images": ["aGk="]}]},
+        "messages",
+    ),
     # -- /api/generate --
     ("ollama_generate", {"model": "smollm2"}, OK),
-    ("ollama_generate", {"model": "smollm2", "prompt": "hi", "system": "be brief", "raw": True,
-                         "stream": False, "options": {"seed": 3}, "format": SCHEMA,
-                         "think": True}, OK),
+    (
+        "ollama_generate",
+        {
+            "model": "smollm2",
+            "prompt": "hi",
+            "system": "be brief",
+            "raw": True,
+            "stream": False,
+            "options": {"seed": 3},
+            "format": SCHEMA,
+            "think": True,
+        },
+        OK,
+    ),
     ("ollama_generate", {}, "model"),
     ("ollama_generate", {"model": "smollm2", "prompt": 5}, "prompt"),
     ("ollama_generate", {"model": "smollm2", "system": 5}, "system"),
@@ -283,50 +454,107 @@ def test_parse_body_decides(row: Row) -> None:
         assert param == (expected or None)
 
 
-@pytest.mark.parametrize(("model", "body", "message"), [
-    (p.ChatCompletionRequest, {"messages": M, "temperature": 3},
-     "'temperature' must be between 0 and 2"),
-    (p.ChatCompletionRequest, {"messages": M, "top_p": 0}, "'top_p' must be greater than 0"),
-    (p.ChatCompletionRequest, {"messages": M, "max_tokens": 0}, "'max_tokens' must be at least 1"),
-    (p.ChatCompletionRequest, {"messages": M, "top_k": 1.0}, "'top_k' must be a whole number"),
-    (p.ChatCompletionRequest, {"messages": M, "stream": 1}, "'stream' must be true or false"),
-    (p.ChatCompletionRequest, {"messages": M, "n": 2}, "only n=1 is supported"),
-    (p.ChatCompletionRequest, {"messages": M, "stop": [1]},
-     "'stop' must be a string or a list of strings"),
-    (p.ChatCompletionRequest, {"messages": []}, "'messages' must be a non-empty list"),
-    (p.ChatCompletionRequest, {"messages": [{"role": "user", "content": 5}]},
-     "'messages[0].content' must be a string or a list of parts"),
-    (p.ChatCompletionRequest, {"messages": M, "tool_choice": "auto"},
-     "'tool_choice' needs 'tools'"),
-    (p.ChatCompletionRequest, {"messages": M, "tools": [{"function": {"name": "f"}}] * 2},
-     "tools: the function name 'f' appears twice"),
-    (p.CompletionRequest, {"prompt": ""}, "'prompt' is empty"),
-    (p.CompletionRequest, {"prompt": "a", "echo": True}, "'echo' is not supported"),
-    (p.OllamaChatRequest, {"model": None, "messages": M}, "'model' is required"),
-    (p.OllamaChatRequest, {"model": "smollm2", "messages": M, "options": {"temperature": -1}},
-     "'options.temperature' must be between 0 and 100"),
-    (p.OllamaShowRequest, {}, "'model' is required"),
-    (p.EmbeddingRequest, {"input": ["a"] * 65}, "'input' takes at most 64 strings"),
-    (p.ChatCompletionRequest, {"messages": M, "tools": [{"function": {"name": "a b"}}]},
-     "'tools[0].function.name' must be 1-64 letters, digits, '_', '.' or '-'"),
-    (p.ChatCompletionRequest, {"messages": [{"role": "assistant", "tool_calls": [
-        {"function": {"name": "f", "arguments": 5}}]}]},
-     "'messages[0].tool_calls[0].function.arguments' must be a JSON string or an object"),
-    (p.OllamaChatRequest, {"model": "smollm2", "messages": [{"role": "assistant", "tool_calls": [
-        {"function": {"name": "f", "arguments": 5}}]}]},
-     "'messages[0].tool_calls[0].function.arguments' must be an object or a JSON string"),
-    (p.ChatCompletionRequest, {"messages": M, "response_format": {
-        "type": "json_schema", "json_schema": {"schema": 5}}},
-     "'response_format.json_schema.schema' must be a JSON schema (an object)"),
-    (p.ChatCompletionRequest, {"messages": [{"role": "user", "images": ["aGk="]}]},
-     "'messages[0].images' cannot be read: this model reads text only"),
-    (p.ChatCompletionRequest, {"messages": M, "grammar": 'root ::= "a"',
-                               "response_format": {"type": "json_object"}},
-     "'grammar' and a JSON 'response_format' exclude each other"),
-])
-def test_messages_are_one_line_in_the_hand_checks_style(model: type[BaseModel],
-                                                        body: dict[str, Any],
-                                                        message: str) -> None:
+@pytest.mark.parametrize(
+    ("model", "body", "message"),
+    [
+        (
+            p.ChatCompletionRequest,
+            {"messages": M, "temperature": 3},
+            "'temperature' must be between 0 and 2",
+        ),
+        (p.ChatCompletionRequest, {"messages": M, "top_p": 0}, "'top_p' must be greater than 0"),
+        (
+            p.ChatCompletionRequest,
+            {"messages": M, "max_tokens": 0},
+            "'max_tokens' must be at least 1",
+        ),
+        (p.ChatCompletionRequest, {"messages": M, "top_k": 1.0}, "'top_k' must be a whole number"),
+        (p.ChatCompletionRequest, {"messages": M, "stream": 1}, "'stream' must be true or false"),
+        (p.ChatCompletionRequest, {"messages": M, "n": 2}, "only n=1 is supported"),
+        (
+            p.ChatCompletionRequest,
+            {"messages": M, "stop": [1]},
+            "'stop' must be a string or a list of strings",
+        ),
+        (p.ChatCompletionRequest, {"messages": []}, "'messages' must be a non-empty list"),
+        (
+            p.ChatCompletionRequest,
+            {"messages": [{"role": "user", "content": 5}]},
+            "'messages[0].content' must be a string or a list of parts",
+        ),
+        (
+            p.ChatCompletionRequest,
+            {"messages": M, "tool_choice": "auto"},
+            "'tool_choice' needs 'tools'",
+        ),
+        (
+            p.ChatCompletionRequest,
+            {"messages": M, "tools": [{"function": {"name": "f"}}] * 2},
+            "tools: the function name 'f' appears twice",
+        ),
+        (p.CompletionRequest, {"prompt": ""}, "'prompt' is empty"),
+        (p.CompletionRequest, {"prompt": "a", "echo": True}, "'echo' is not supported"),
+        (p.OllamaChatRequest, {"model": None, "messages": M}, "'model' is required"),
+        (
+            p.OllamaChatRequest,
+            {"model": "smollm2", "messages": M, "options": {"temperature": -1}},
+            "'options.temperature' must be between 0 and 100",
+        ),
+        (p.OllamaShowRequest, {}, "'model' is required"),
+        (p.EmbeddingRequest, {"input": ["a"] * 65}, "'input' takes at most 64 strings"),
+        (
+            p.ChatCompletionRequest,
+            {"messages": M, "tools": [{"function": {"name": "a b"}}]},
+            "'tools[0].function.name' must be 1-64 letters, digits, '_', '.' or '-'",
+        ),
+        (
+            p.ChatCompletionRequest,
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "tool_calls": [{"function": {"name": "f", "arguments": 5}}],
+                    }
+                ]
+            },
+            "'messages[0].tool_calls[0].function.arguments' must be a JSON string or an object",
+        ),
+        (
+            p.OllamaChatRequest,
+            {
+                "model": "smollm2",
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "tool_calls": [{"function": {"name": "f", "arguments": 5}}],
+                    }
+                ],
+            },
+            "'messages[0].tool_calls[0].function.arguments' must be an object or a JSON string",
+        ),
+        (
+            p.ChatCompletionRequest,
+            {
+                "messages": M,
+                "response_format": {"type": "json_schema", "json_schema": {"schema": 5}},
+            },
+            "'response_format.json_schema.schema' must be a JSON schema (an object)",
+        ),
+        (
+            p.ChatCompletionRequest,
+            {"messages": [{"role": "user", "images": ["aGk="]}]},
+            "'messages[0].images' cannot be read: this model reads text only",
+        ),
+        (
+            p.ChatCompletionRequest,
+            {"messages": M, "grammar": 'root ::= "a"', "response_format": {"type": "json_object"}},
+            "'grammar' and a JSON 'response_format' exclude each other",
+        ),
+    ],
+)
+def test_messages_are_one_line_in_the_hand_checks_style(
+    model: type[BaseModel], body: dict[str, Any], message: str
+) -> None:
     """One line naming the field, with no pydantic wording (nor a union's branch names)."""
     with pytest.raises(ApiError) as e:
         p.parse_body(model, body)
@@ -334,25 +562,44 @@ def test_messages_are_one_line_in_the_hand_checks_style(model: type[BaseModel],
 
 
 def test_values_come_out_as_the_routes_use_them() -> None:
-    r = p.parse_body(p.ChatCompletionRequest, {
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
-                                                  {"type": "text", "text": "b"}]}],
-        "stop": ["x", ""], "temperature": 1})
+    r = p.parse_body(
+        p.ChatCompletionRequest,
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                }
+            ],
+            "stop": ["x", ""],
+            "temperature": 1,
+        },
+    )
     assert r.messages[0].text == "ab" and r.stop == ("x",) and r.temperature == 1.0
     assert r.n == 1 and r.tools is None and r.stream is None
     assert p.parse_body(p.ChatCompletionRequest, {"messages": M, "stop": ""}).stop == ()
     assert p.parse_body(p.CompletionRequest, {"prompt": ["once"]}).prompt == "once"
     assert p.parse_body(p.EmbeddingRequest, {"input": "a"}).input == ["a"]
-    rf = p.parse_body(p.ChatCompletionRequest, {"messages": M, "response_format": {
-        "type": "json_schema", "json_schema": {"schema": SCHEMA}}}).response_format
+    rf = p.parse_body(
+        p.ChatCompletionRequest,
+        {
+            "messages": M,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}},
+        },
+    ).response_format
     assert rf is not None and rf.json_schema is not None and rf.json_schema.schema_ == SCHEMA
-    tools = p.parse_body(p.OllamaChatRequest, {"model": "smollm2", "messages": M, "tools": [
-        {"function": {"name": "f"}}]}).tools
-    assert tools is not None and tools[0].function.parameters == {"type": "object",
-                                                                  "properties": {}}
+    tools = p.parse_body(
+        p.OllamaChatRequest,
+        {"model": "smollm2", "messages": M, "tools": [{"function": {"name": "f"}}]},
+    ).tools
+    assert tools is not None and tools[0].function.parameters == {
+        "type": "object",
+        "properties": {},
+    }
     # A field of another role is dropped, not checked.
-    msg = p.parse_body(p.ChatCompletionRequest, {"messages": [
-        {"role": "user", "content": "x", "tool_calls": 5}]}).messages[0]
+    msg = p.parse_body(
+        p.ChatCompletionRequest, {"messages": [{"role": "user", "content": "x", "tool_calls": 5}]}
+    ).messages[0]
     assert msg.tool_calls is None
 
 
@@ -362,81 +609,183 @@ def test_chat_messages_come_out_openai_shaped() -> None:
     result's call id and function name."""
     expected: list[dict[str, Any]] = [
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "", "reasoning_content": "Look it up.",
-         "tool_calls": [{"id": "c1", "type": "function", "function": {
-             "name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
-        {"role": "tool", "content": "Sunny", "tool_call_id": "c1", "name": "get_weather"}]
-    assert p.parse_body(p.ChatCompletionRequest, {"messages": HISTORY}).chat_messages() \
-        == expected
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "Look it up.",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "content": "Sunny", "tool_call_id": "c1", "name": "get_weather"},
+    ]
+    assert p.parse_body(p.ChatCompletionRequest, {"messages": HISTORY}).chat_messages() == expected
     ollama = p.parse_body(p.OllamaChatRequest, {"model": "smollm2", "messages": OLLAMA_HISTORY})
     expected[1]["tool_calls"][0]["id"] = "call_1_0"
     del expected[2]["tool_call_id"]
     assert ollama.chat_messages() == expected
-    mixed = p.parse_body(p.ChatCompletionRequest, {"messages": [
-        {"role": "developer", "content": [{"type": "text", "text": "a"},
-                                          {"type": "text", "text": "b"}]},
-        {"role": "user", "content": None, "name": "bob", "tool_calls": [5], "images": []},
-        {"role": "assistant", "reasoning_content": "", "tool_calls": [
-            {"id": "", "function": {"name": "f"}},
-            {"function": {"name": "g", "arguments": {"city": "Zürich"}}}]},
-        {"role": "tool", "content": "r", "tool_call_id": "", "name": ""}]})
+    mixed = p.parse_body(
+        p.ChatCompletionRequest,
+        {
+            "messages": [
+                {
+                    "role": "developer",
+                    "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                },
+                {"role": "user", "content": None, "name": "bob", "tool_calls": [5], "images": []},
+                {
+                    "role": "assistant",
+                    "reasoning_content": "",
+                    "tool_calls": [
+                        {"id": "", "function": {"name": "f"}},
+                        {"function": {"name": "g", "arguments": {"city": "Zürich"}}},
+                    ],
+                },
+                {"role": "tool", "content": "r", "tool_call_id": "", "name": ""},
+            ]
+        },
+    )
     assert mixed.chat_messages() == [
         {"role": "system", "content": "ab"},
         {"role": "user", "content": ""},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "call_2_0", "type": "function", "function": {"name": "f", "arguments": "{}"}},
-            {"id": "call_2_1", "type": "function",
-             "function": {"name": "g", "arguments": '{"city": "Zürich"}'}}]},
-        {"role": "tool", "content": "r", "tool_call_id": "", "name": ""}]
-    kept = p.parse_body(p.OllamaChatRequest, {"model": "smollm2", "messages": [
-        {"role": "assistant", "content": "x", "reasoning_content": "not Ollama's",
-         "tool_calls": [{"id": "k", "function": {"name": "f", "arguments": '{"a": 1}'}}]},
-        {"role": "tool", "content": "r", "tool_call_id": "k", "name": "not Ollama's"}]})
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "call_2_0",
+                    "type": "function",
+                    "function": {"name": "f", "arguments": "{}"},
+                },
+                {
+                    "id": "call_2_1",
+                    "type": "function",
+                    "function": {"name": "g", "arguments": '{"city": "Zürich"}'},
+                },
+            ],
+        },
+        {"role": "tool", "content": "r", "tool_call_id": "", "name": ""},
+    ]
+    kept = p.parse_body(
+        p.OllamaChatRequest,
+        {
+            "model": "smollm2",
+            "messages": [
+                {
+                    "role": "assistant",
+                    "content": "x",
+                    "reasoning_content": "not Ollama's",
+                    "tool_calls": [{"id": "k", "function": {"name": "f", "arguments": '{"a": 1}'}}],
+                },
+                {"role": "tool", "content": "r", "tool_call_id": "k", "name": "not Ollama's"},
+            ],
+        },
+    )
     assert kept.chat_messages() == [
-        {"role": "assistant", "content": "x", "tool_calls": [
-            {"id": "k", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]},
-        {"role": "tool", "content": "r", "tool_call_id": "k"}]
+        {
+            "role": "assistant",
+            "content": "x",
+            "tool_calls": [
+                {"id": "k", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
+            ],
+        },
+        {"role": "tool", "content": "r", "tool_call_id": "k"},
+    ]
 
 
-@pytest.mark.parametrize(("body", "tools", "choice"), [
-    ({"tools": [TOOL, {"function": {"name": "f", "description": "", "strict": True}}]},
-     [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
-                                        "parameters": TOOL["function"]["parameters"]}},
-      {"type": "function", "function": {"name": "f", "parameters": {
-          "type": "object", "properties": {}}}}], "auto"),
-    ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {
-        "name": "get_weather"}}}, None, "get_weather"),
-    ({"tools": [TOOL], "tool_choice": "required"}, None, "required"),
-    ({"tools": [TOOL], "tool_choice": "none"}, None, "none"),
-    ({"tools": []}, [], "none"),
-    ({}, [], "none"),
-])
+@pytest.mark.parametrize(
+    ("body", "tools", "choice"),
+    [
+        (
+            {"tools": [TOOL, {"function": {"name": "f", "description": "", "strict": True}}]},
+            [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "description": "Weather",
+                        "parameters": TOOL["function"]["parameters"],
+                    },
+                },
+                {
+                    "type": "function",
+                    "function": {"name": "f", "parameters": {"type": "object", "properties": {}}},
+                },
+            ],
+            "auto",
+        ),
+        (
+            {
+                "tools": [TOOL],
+                "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            },
+            None,
+            "get_weather",
+        ),
+        ({"tools": [TOOL], "tool_choice": "required"}, None, "required"),
+        ({"tools": [TOOL], "tool_choice": "none"}, None, "none"),
+        ({"tools": []}, [], "none"),
+        ({}, [], "none"),
+    ],
+)
 def test_tools_come_out_as_the_tool_formats_take_them(
-        body: dict[str, Any], tools: list[dict[str, Any]] | None, choice: str) -> None:
+    body: dict[str, Any], tools: list[dict[str, Any]] | None, choice: str
+) -> None:
     r = p.parse_body(p.ChatCompletionRequest, {"messages": M, **body})
     if tools is not None:
         assert r.chat_tools() == tools
     assert r.chosen_tool() == choice
-    ollama = p.parse_body(p.OllamaChatRequest, {"model": "smollm2", "messages": M,
-                                                "tools": body.get("tools")})
+    ollama = p.parse_body(
+        p.OllamaChatRequest, {"model": "smollm2", "messages": M, "tools": body.get("tools")}
+    )
     assert ollama.chat_tools() == r.chat_tools()
 
 
-@pytest.mark.parametrize(("model", "body"), [
-    (p.ChatCompletionRequest, {"messages": M, "tools": [
-        {"function": {"name": "f", "strict": "yes"}}]}),
-    (p.ChatCompletionRequest, {"messages": [{"role": "assistant", "reasoning_content": 5}]}),
-    (p.ChatCompletionRequest, {"messages": [{"role": "assistant", "tool_calls": [
-        {"id": 5, "function": {"name": "f"}}]}]}),
-    (p.ChatCompletionRequest, {"messages": [{"role": "assistant", "tool_calls": [
-        {"type": "retrieval", "function": {"name": "f"}}]}]}),
-    (p.ChatCompletionRequest, {"messages": [{"role": "tool", "tool_call_id": 5}]}),
-    (p.OllamaChatRequest, {"model": "smollm2", "messages": [{"role": "tool", "tool_name": 5}]}),
-    (p.OllamaChatRequest, {"model": "smollm2", "messages": [{"role": "assistant", "tool_calls": [
-        {"id": 5, "function": {"name": "f"}}]}]}),
-])
-def test_a_wrong_type_is_refused_not_ignored(model: type[BaseModel],
-                                             body: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("model", "body"),
+    [
+        (
+            p.ChatCompletionRequest,
+            {"messages": M, "tools": [{"function": {"name": "f", "strict": "yes"}}]},
+        ),
+        (p.ChatCompletionRequest, {"messages": [{"role": "assistant", "reasoning_content": 5}]}),
+        (
+            p.ChatCompletionRequest,
+            {
+                "messages": [
+                    {"role": "assistant", "tool_calls": [{"id": 5, "function": {"name": "f"}}]}
+                ]
+            },
+        ),
+        (
+            p.ChatCompletionRequest,
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "tool_calls": [{"type": "retrieval", "function": {"name": "f"}}],
+                    }
+                ]
+            },
+        ),
+        (p.ChatCompletionRequest, {"messages": [{"role": "tool", "tool_call_id": 5}]}),
+        (p.OllamaChatRequest, {"model": "smollm2", "messages": [{"role": "tool", "tool_name": 5}]}),
+        (
+            p.OllamaChatRequest,
+            {
+                "model": "smollm2",
+                "messages": [
+                    {"role": "assistant", "tool_calls": [{"id": 5, "function": {"name": "f"}}]}
+                ],
+            },
+        ),
+    ],
+)
+def test_a_wrong_type_is_refused_not_ignored(model: type[BaseModel], body: dict[str, Any]) -> None:
     """The routes' former hand checks ignored these fields when they held the wrong type; the
     models refuse them, as OpenAI and Ollama do."""
     with pytest.raises(ApiError) as e:
@@ -461,13 +810,26 @@ def test_openapi_is_built_from_the_models() -> None:
     assert doc["openapi"] == "3.1.0" and doc["security"] == [{"bearer": []}]
     assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     assert doc["paths"]["/health"]["get"]["security"] == []
-    for path in ("/v1/models", "/v1/models/{model_id}", "/v1/chat/completions",
-                 "/v1/completions", "/v1/embeddings", "/api/version", "/api/tags", "/api/show",
-                 "/api/chat", "/api/generate", "/api/embed", "/health", "/metrics"):
+    for path in (
+        "/v1/models",
+        "/v1/models/{model_id}",
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/embeddings",
+        "/api/version",
+        "/api/tags",
+        "/api/show",
+        "/api/chat",
+        "/api/generate",
+        "/api/embed",
+        "/health",
+        "/metrics",
+    ):
         assert path in doc["paths"], path
     body = doc["paths"]["/v1/chat/completions"]["post"]["requestBody"]["content"]
     assert body["application/json"]["schema"] == {
-        "$ref": "#/components/schemas/ChatCompletionRequest"}
+        "$ref": "#/components/schemas/ChatCompletionRequest"
+    }
     schemas = doc["components"]["schemas"]
     text = json.dumps(doc)
     for ref in {x.split('"')[0] for x in text.split('"$ref": "#/components/schemas/')[1:]}:
@@ -479,14 +841,19 @@ def test_openapi_is_built_from_the_models() -> None:
     open_doc = openapi_schema(ServerConfig(port=0))
     assert "security" not in open_doc and "securitySchemes" not in open_doc["components"]
     jsonschema.Draft202012Validator.check_schema(
-        {"$ref": "#/components/schemas/ChatCompletionRequest", **doc})
+        {"$ref": "#/components/schemas/ChatCompletionRequest", **doc}
+    )
 
 
 def _documented(schema: dict[str, Any]) -> set[str]:
     """The properties a schema names, in its own `properties` or in its branches'."""
     names = set(schema.get("properties", {}))
-    branches = [*schema.get("anyOf", []), *schema.get("allOf", []), *schema.get("oneOf", []),
-                *(schema[k] for k in ("then", "else") if k in schema)]
+    branches = [
+        *schema.get("anyOf", []),
+        *schema.get("allOf", []),
+        *schema.get("oneOf", []),
+        *(schema[k] for k in ("then", "else") if k in schema),
+    ]
     for sub in branches:
         names |= _documented(sub)
     return names
@@ -507,8 +874,16 @@ def test_the_document_shows_every_field_the_routes_read() -> None:
         assert fields <= _documented(schemas[model.__name__]), model.__name__
         for f in model.model_fields.values():
             todo += [m for m in _models_in(f.annotation) if m not in seen]
-    assert {p.ChatMessage, p.OllamaMessage, p.Tool, p.ResponseFormat, p.ToolCall,
-            p.OllamaToolCall, p.NamedToolChoice, p.OllamaOptions} <= seen
+    assert {
+        p.ChatMessage,
+        p.OllamaMessage,
+        p.Tool,
+        p.ResponseFormat,
+        p.ToolCall,
+        p.OllamaToolCall,
+        p.NamedToolChoice,
+        p.OllamaOptions,
+    } <= seen
 
 
 def _models_in(annotation: Any) -> list[type[BaseModel]]:
@@ -531,10 +906,18 @@ IN_WORDS = [
     ("chat", {"messages": M, "tools": [TOOL, TOOL]}),
     ("chat", {"messages": M, "tool_choice": "auto"}),
     ("chat", {"messages": M, "tool_choice": "required"}),
-    ("chat", {"messages": M, "tools": [TOOL], "tool_choice": {
-        "type": "function", "function": {"name": "other"}}}),
-    ("chat", {"messages": M, "grammar": 'root ::= "a"',
-              "response_format": {"type": "json_object"}}),
+    (
+        "chat",
+        {
+            "messages": M,
+            "tools": [TOOL],
+            "tool_choice": {"type": "function", "function": {"name": "other"}},
+        },
+    ),
+    (
+        "chat",
+        {"messages": M, "grammar": 'root ::= "a"', "response_format": {"type": "json_object"}},
+    ),
 ]
 
 
@@ -551,12 +934,19 @@ def test_the_document_refuses_what_the_server_refuses(row: Row) -> None:
     assert valid == (json.dumps([route, body]) in {json.dumps(list(x)) for x in IN_WORDS})
 
 
-@pytest.mark.parametrize(("value", "ok"), [
-    ({"type": "text"}, True), ({"type": "text", "json_schema": 5}, True),
-    ({"type": "json_object"}, True),
-    ({"type": "json_schema", "json_schema": {"schema": SCHEMA}}, True),
-    ({"type": "json_schema"}, False), ({"type": "json_schema", "json_schema": None}, False),
-    ({"type": "json_schema", "json_schema": {"name": "a"}}, False), ({"type": "x"}, False)])
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ({"type": "text"}, True),
+        ({"type": "text", "json_schema": 5}, True),
+        ({"type": "json_object"}, True),
+        ({"type": "json_schema", "json_schema": {"schema": SCHEMA}}, True),
+        ({"type": "json_schema"}, False),
+        ({"type": "json_schema", "json_schema": None}, False),
+        ({"type": "json_schema", "json_schema": {"name": "a"}}, False),
+        ({"type": "x"}, False),
+    ],
+)
 def test_response_format_document_and_model_agree(value: dict[str, Any], ok: bool) -> None:
     """Its document is hand-shaped (json_schema counts with its type only)."""
     doc = openapi_schema(ServerConfig(port=0))
@@ -564,19 +954,21 @@ def test_response_format_document_and_model_agree(value: dict[str, Any], ok: boo
     assert _outcome(lambda: p.parse_body(p.ResponseFormat, value))[0] == ok
 
 
-@pytest.mark.parametrize(("message", "ok"), [
-    ({"role": "user", "tool_calls": 5, "reasoning_content": 5, "tool_call_id": 5}, True),
-    ({"role": "assistant", "tool_call_id": 5, "name": 5}, True),
-    ({"role": "assistant", "tool_calls": 5}, False),
-    ({"role": "assistant", "reasoning_content": 5}, False),
-    ({"role": "tool", "tool_call_id": 5}, False),
-    ({"role": "tool", "name": 5}, False),
-    ({"role": "tool", "tool_calls": 5}, True),
-    ({"role": "user", "images": []}, True),
-    ({"role": "user", "images": ["aGk="]}, False),
-])
-def test_a_messages_fields_are_documented_with_its_role(message: dict[str, Any],
-                                                        ok: bool) -> None:
+@pytest.mark.parametrize(
+    ("message", "ok"),
+    [
+        ({"role": "user", "tool_calls": 5, "reasoning_content": 5, "tool_call_id": 5}, True),
+        ({"role": "assistant", "tool_call_id": 5, "name": 5}, True),
+        ({"role": "assistant", "tool_calls": 5}, False),
+        ({"role": "assistant", "reasoning_content": 5}, False),
+        ({"role": "tool", "tool_call_id": 5}, False),
+        ({"role": "tool", "name": 5}, False),
+        ({"role": "tool", "tool_calls": 5}, True),
+        ({"role": "user", "images": []}, True),
+        ({"role": "user", "images": ["aGk="]}, False),
+    ],
+)
+def test_a_messages_fields_are_documented_with_its_role(message: dict[str, Any], ok: bool) -> None:
     """A field of one role is ignored in the others' messages, whatever it holds."""
     doc = openapi_schema(ServerConfig(port=0))
     assert _validator(doc, "ChatMessage").is_valid(message) == ok
@@ -586,21 +978,57 @@ def test_a_messages_fields_are_documented_with_its_role(message: dict[str, Any],
 
 def test_the_document_describes_the_answers() -> None:
     doc = openapi_schema(ServerConfig(port=0))
-    _validator(doc, "ChatCompletion").validate({
-        "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "smollm2",
-        "system_fingerprint": "candlewick",
-        "choices": [{"index": 0, "logprobs": None, "finish_reason": "tool_calls",
-                     "message": {"role": "assistant", "content": None,
-                                 "tool_calls": [{"id": "c", "type": "function", "function": {
-                                     "name": "f", "arguments": "{}"}}]}}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3,
-                  "prompt_tokens_details": {"cached_tokens": 0},
-                  "completion_tokens_details": {"reasoning_tokens": 0}}})
+    _validator(doc, "ChatCompletion").validate(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "smollm2",
+            "system_fingerprint": "candlewick",
+            "choices": [
+                {
+                    "index": 0,
+                    "logprobs": None,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "c",
+                                "type": "function",
+                                "function": {"name": "f", "arguments": "{}"},
+                            }
+                        ],
+                    },
+                }
+            ],
+            "usage": {
+                "prompt_tokens": 1,
+                "completion_tokens": 2,
+                "total_tokens": 3,
+                "prompt_tokens_details": {"cached_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 0},
+            },
+        }
+    )
     _validator(doc, "OpenAIError").validate(
-        {"error": {"message": "m", "type": "invalid_request_error", "param": None,
-                   "code": None}})
+        {"error": {"message": "m", "type": "invalid_request_error", "param": None, "code": None}}
+    )
     _validator(doc, "OllamaReply").validate(
-        {"model": "smollm2", "created_at": "t", "done": True, "done_reason": "stop",
-         "message": {"role": "assistant", "content": "", "thinking": "hmm",
-                     "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}]},
-         "total_duration": 1, "load_duration": 0, "eval_count": 1})
+        {
+            "model": "smollm2",
+            "created_at": "t",
+            "done": True,
+            "done_reason": "stop",
+            "message": {
+                "role": "assistant",
+                "content": "",
+                "thinking": "hmm",
+                "tool_calls": [{"function": {"name": "f", "arguments": {"a": 1}}}],
+            },
+            "total_duration": 1,
+            "load_duration": 0,
+            "eval_count": 1,
+        }
+    )

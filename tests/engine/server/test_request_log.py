@@ -16,12 +16,23 @@ def test_requests_are_logged_with_tokens_and_without_the_key(served: ServedModel
     state = ServerState(make_config(), request_log=log)
     state.set_loaded(served)
     with ServerThread(state) as srv:
-        r = http.post(srv.url + "/v1/chat/completions", headers=AUTH, json={
-            "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 3})
+        r = http.post(
+            srv.url + "/v1/chat/completions",
+            headers=AUTH,
+            json={"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 3},
+        )
         usage = r.json()["usage"]
-        with httpx.stream("POST", srv.url + "/v1/chat/completions", headers=AUTH, timeout=120,
-                          json={"messages": [{"role": "user", "content": "Count."}],
-                                "max_tokens": 4, "stream": True}) as s:
+        with httpx.stream(
+            "POST",
+            srv.url + "/v1/chat/completions",
+            headers=AUTH,
+            timeout=120,
+            json={
+                "messages": [{"role": "user", "content": "Count."}],
+                "max_tokens": 4,
+                "stream": True,
+            },
+        ) as s:
             assert [x for x in s.iter_lines() if x][-1] == "data: [DONE]"
         http.get(srv.url + "/v1/models", headers={"Authorization": "Bearer wrong-key-123"})
         http.get(srv.url + f"/v1/models/{API_KEY}", headers=AUTH)

@@ -35,8 +35,10 @@ def test_no_key_wrong_key_right_key(base_url: str) -> None:
 
 
 def test_official_clients_get_401(base_url: str) -> None:
-    with openai.OpenAI(base_url=base_url + "/v1", api_key="not-the-key", max_retries=0) as c, \
-            pytest.raises(openai.AuthenticationError):
+    with (
+        openai.OpenAI(base_url=base_url + "/v1", api_key="not-the-key", max_retries=0) as c,
+        pytest.raises(openai.AuthenticationError),
+    ):
         c.models.list()
 
 
@@ -81,32 +83,48 @@ def test_bad_settings_are_refused() -> None:
 
 
 def test_cli_refuses_network_bind_without_key() -> None:
-    r = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--host", "0.0.0.0"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "without an API key" in r.stderr
     assert "Traceback" not in r.stderr
 
 
-def test_cli_reports_a_busy_port_and_a_bad_key_file(server: ServerThread,
-                                                     tmp_path: object) -> None:
-    r = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--port", str(server.port)],
-                       capture_output=True, text=True, timeout=120)
+def test_cli_reports_a_busy_port_and_a_bad_key_file(server: ServerThread, tmp_path: object) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--port", str(server.port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "cannot listen" in r.stderr and "Traceback" not in r.stderr
-    r = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--api-key-file",
-                        "/nonexistent/key"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--api-key-file", "/nonexistent/key"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "API key file" in r.stderr
 
 
-def test_cors_closed_by_default_open_for_configured_origin(served: ServedModel,
-                                                           base_url: str) -> None:
-    pre = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST",
-           "Access-Control-Request-Headers": "authorization,content-type"}
+def test_cors_closed_by_default_open_for_configured_origin(
+    served: ServedModel, base_url: str
+) -> None:
+    pre = {
+        "Origin": "http://app.example",
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type",
+    }
     r = http.options(base_url + "/v1/chat/completions", headers=pre)
     assert r.status_code == 200
     assert r.headers["access-control-allow-origin"] == "http://app.example"
-    r = http.options(base_url + "/v1/chat/completions",
-                      headers={**pre, "Origin": "http://evil.example"})
+    r = http.options(
+        base_url + "/v1/chat/completions", headers={**pre, "Origin": "http://evil.example"}
+    )
     assert "access-control-allow-origin" not in r.headers
 
     state = ServerState(make_config(cors_origins=()))

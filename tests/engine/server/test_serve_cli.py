@@ -20,9 +20,24 @@ def test_serve_answers_and_stops_cleanly(tmp_path: Path) -> None:
     key_file = tmp_path / "key"
     key_file.write_text("file-key-0123456789\n")
     with subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", "0", "--parallel", "2",
-         "--ctx", "512", "--api-key-file", str(key_file), "--no-embeddings"],
-        stderr=subprocess.PIPE, text=True) as proc:
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--port",
+            "0",
+            "--parallel",
+            "2",
+            "--ctx",
+            "512",
+            "--api-key-file",
+            str(key_file),
+            "--no-embeddings",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         rest, line, health = _drive(proc)
     assert proc.returncode == 0, rest
     assert "Traceback" not in rest
@@ -41,10 +56,28 @@ def test_serve_kv_type_and_flash_attention(tmp_path: Path) -> None:
     key_file = tmp_path / "key"
     key_file.write_text("file-key-0123456789\n")
     with subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--port", "0", "--parallel", "2",
-         "--ctx", "512", "--api-key-file", str(key_file), "--no-embeddings",
-         "--kv-type", "q8_0", "--flash-attn", "on"],
-        stderr=subprocess.PIPE, text=True) as proc:
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--port",
+            "0",
+            "--parallel",
+            "2",
+            "--ctx",
+            "512",
+            "--api-key-file",
+            str(key_file),
+            "--no-embeddings",
+            "--kv-type",
+            "q8_0",
+            "--flash-attn",
+            "on",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
         rest, line, health = _drive(proc)
     assert proc.returncode == 0, rest
     assert "KV cache q8_0" in line and "flash attention on" in line, line
@@ -59,8 +92,22 @@ def test_serve_kv_type_and_flash_attention(tmp_path: Path) -> None:
 
 def test_serve_refuses_quantized_v_without_flash_attention() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "app.cli", "serve", "--port", "0", "--kv-type", "q4_0",
-         "--flash-attn", "off"], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--port",
+            "0",
+            "--kv-type",
+            "q4_0",
+            "--flash-attn",
+            "off",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2
     assert "flash attention" in r.stderr
     assert "Traceback" not in r.stderr
@@ -76,17 +123,22 @@ def _drive(proc: subprocess.Popen[str]) -> tuple[str, str, dict[str, Any]]:
         url = m.group(1)
         health: dict[str, Any] = http.get(url + "/health").json()
         assert health["status"] == "ok"
-        models = http.get(url + "/v1/models",
-                          headers={"Authorization": "Bearer file-key-0123456789"}).json()
+        models = http.get(
+            url + "/v1/models", headers={"Authorization": "Bearer file-key-0123456789"}
+        ).json()
         health["models_meta"] = models["data"][0]["meta"]
         assert http.get(url + "/v1/models").status_code == 401
-        r = http.post(url + "/v1/chat/completions",
-                      headers={"Authorization": "Bearer file-key-0123456789"},
-                      json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3})
+        r = http.post(
+            url + "/v1/chat/completions",
+            headers={"Authorization": "Bearer file-key-0123456789"},
+            json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3},
+        )
         assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 1
-        r = http.post(url + "/v1/embeddings",
-                      headers={"Authorization": "Bearer file-key-0123456789"},
-                      json={"input": "hello"})
+        r = http.post(
+            url + "/v1/embeddings",
+            headers={"Authorization": "Bearer file-key-0123456789"},
+            json={"input": "hello"},
+        )
         assert r.status_code == 501
     finally:
         proc.send_signal(signal.SIGINT)

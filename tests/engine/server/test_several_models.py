@@ -42,15 +42,17 @@ class Slow:
 
 
 @pytest.fixture
-def serve(smollm2_path: Path, gemma_path: Path, tmp_path: Path
-          ) -> Iterator[Callable[..., ServerThread]]:
+def serve(
+    smollm2_path: Path, gemma_path: Path, tmp_path: Path
+) -> Iterator[Callable[..., ServerThread]]:
     started: list[tuple[ServerThread, ServerState, ModelHost]] = []
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(smollm2_path.read_bytes()[: 4 << 20])
-    catalog = [Loadable("smollm2", smollm2_path, PARAMS, title="SmolLM2"),
-               Loadable("gemma", gemma_path, PARAMS, aliases=("gemma3:270m",),
-                        title="Gemma 3 270M"),
-               Loadable("broken", broken, PARAMS)]
+    catalog = [
+        Loadable("smollm2", smollm2_path, PARAMS, title="SmolLM2"),
+        Loadable("gemma", gemma_path, PARAMS, aliases=("gemma3:270m",), title="Gemma 3 270M"),
+        Loadable("broken", broken, PARAMS),
+    ]
 
     def start(budget_mib: int | None = None, **kw: Any) -> ServerThread:
         budget = MemoryBudget({"CPU": budget_mib * MiB}) if budget_mib else None
@@ -68,8 +70,7 @@ def serve(smollm2_path: Path, gemma_path: Path, tmp_path: Path
 
 
 def oai(srv: ServerThread) -> openai.OpenAI:
-    return openai.OpenAI(base_url=srv.url + "/v1", api_key=API_KEY, max_retries=0,
-                         timeout=300)
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key=API_KEY, max_retries=0, timeout=300)
 
 
 def ps(srv: ServerThread) -> dict[str, dict[str, Any]]:
@@ -103,9 +104,9 @@ def test_two_models_answer_interleaved_requests(serve: Callable[..., ServerThrea
         try:
             with oai(srv) as c:
                 for _ in range(2):
-                    chunks = c.chat.completions.create(model=model, messages=HELLO,
-                                                       max_tokens=8, temperature=0,
-                                                       stream=True)
+                    chunks = c.chat.completions.create(
+                        model=model, messages=HELLO, max_tokens=8, temperature=0, stream=True
+                    )
                     text, names = "", set()
                     for ch in chunks:
                         names.add(ch.model)
@@ -132,14 +133,14 @@ def test_two_models_answer_interleaved_requests(serve: Callable[..., ServerThrea
     with ollama.Client(host=srv.url, headers=AUTH) as oc:
         r = oc.chat(model="gemma3:270m", messages=HELLO, options={"num_predict": 4})
         assert r.model == "gemma" and r.message.content
-        r2 = oc.generate(model="gemma-3-270m-q4_k_m.gguf", prompt="Hi", options={
-            "num_predict": 2})
+        r2 = oc.generate(model="gemma-3-270m-q4_k_m.gguf", prompt="Hi", options={"num_predict": 2})
         assert r2.model == "gemma"
     assert set(ps(srv)) == {"smollm2", "gemma"}  # nothing loaded twice
 
 
 def test_eight_simultaneous_requests_wait_for_one_load(
-        serve: Callable[..., ServerThread], caplog: pytest.LogCaptureFixture) -> None:
+    serve: Callable[..., ServerThread], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="candlewick.host")
     srv = serve(loader=Slow(1.0))
     results: list[str] = []
@@ -169,8 +170,7 @@ def test_eight_simultaneous_requests_wait_for_one_load(
     assert loads == ["loading gemma from gemma-3-270m-q4_k_m.gguf"]
     health = http.get(srv.url + "/health").json()
     assert health["loading"] == [] and [m["name"] for m in health["models"]] == ["gemma"]
-    assert 'candlewick_model_loads_total 1' in http.get(srv.url + "/metrics",
-                                                        headers=AUTH).text
+    assert "candlewick_model_loads_total 1" in http.get(srv.url + "/metrics", headers=AUTH).text
 
 
 def test_keep_alive_ttl_and_pin(serve: Callable[..., ServerThread]) -> None:
@@ -190,21 +190,26 @@ def test_keep_alive_ttl_and_pin(serve: Callable[..., ServerThread]) -> None:
         assert until(lambda: "smollm2" not in ps(srv), 10)
     # LM Studio's ttl on an OpenAI request: gone a second after it went idle.
     with oai(srv) as c:
-        c.chat.completions.create(model="smollm2", messages=HELLO, max_tokens=2,
-                                  extra_body={"ttl": 1})
+        c.chat.completions.create(
+            model="smollm2", messages=HELLO, max_tokens=2, extra_body={"ttl": 1}
+        )
         assert "smollm2" in ps(srv)
         assert until(lambda: "smollm2" not in ps(srv), 15)
     # Pinned: stays past its keep-alive; unloading it by hand frees it.
-    r = http.post(srv.url + "/v1/models/smollm2/load", headers=AUTH,
-                  json={"keep_alive": 0, "pinned": True})
+    r = http.post(
+        srv.url + "/v1/models/smollm2/load", headers=AUTH, json={"keep_alive": 0, "pinned": True}
+    )
     assert r.status_code == 200 and r.json()["pinned"] and r.json()["loaded"]
     time.sleep(1.0)
     assert ps(srv)["smollm2"]["pinned"]
     r = http.post(srv.url + "/v1/models/smollm2/unload", headers=AUTH)
     assert r.status_code == 200 and r.json() == {"id": "smollm2", "loaded": False}
     assert ps(srv) == {}
-    bad = http.post(srv.url + "/api/generate", headers=AUTH,
-                    json={"model": "smollm2", "prompt": "", "keep_alive": "soon"})
+    bad = http.post(
+        srv.url + "/api/generate",
+        headers=AUTH,
+        json={"model": "smollm2", "prompt": "", "keep_alive": "soon"},
+    )
     assert bad.status_code == 400 and "keep_alive" in bad.json()["error"]
 
 
@@ -220,8 +225,9 @@ def test_lru_eviction_and_503_when_nothing_can_go(serve: Callable[..., ServerThr
         assert listed(srv) == {"smollm2": False, "gemma": True, "broken": False}
 
         # Gemma busy (a stream held open): SmolLM2 cannot load, and the reason is given.
-        stream = c.chat.completions.create(model="gemma", messages=HELLO, max_tokens=16,
-                                           stream=True)
+        stream = c.chat.completions.create(
+            model="gemma", messages=HELLO, max_tokens=16, stream=True
+        )
         next(iter(stream))
         with pytest.raises(openai.InternalServerError) as e:
             c.chat.completions.create(model="smollm2", messages=HELLO, max_tokens=2)
@@ -240,17 +246,20 @@ def test_unknown_names_and_broken_files(serve: Callable[..., ServerThread]) -> N
         with pytest.raises(openai.NotFoundError) as e:
             c.chat.completions.create(model="llama3", messages=HELLO, max_tokens=2)
         assert e.value.body["message"] == (  # type: ignore[index]
-            "model 'llama3' not found; available: broken, gemma, smollm2")
+            "model 'llama3' not found; available: broken, gemma, smollm2"
+        )
         with pytest.raises(openai.InternalServerError) as e2:
             c.chat.completions.create(model="broken", messages=HELLO, max_tokens=2)
         assert e2.value.status_code == 503
         assert "broken" in e2.value.body["message"]  # type: ignore[index]
         assert "\n" not in e2.value.body["message"]  # type: ignore[index]
         # The host goes on serving the others.
-        assert c.chat.completions.create(model="smollm2", messages=HELLO,
-                                         max_tokens=2).choices[0].message.content
-    with ollama.Client(host=srv.url, headers=AUTH) as oc, \
-            pytest.raises(ollama.ResponseError) as e3:
+        assert (
+            c.chat.completions.create(model="smollm2", messages=HELLO, max_tokens=2)
+            .choices[0]
+            .message.content
+        )
+    with ollama.Client(host=srv.url, headers=AUTH) as oc, pytest.raises(ollama.ResponseError) as e3:
         oc.chat(model="llama3", messages=HELLO)
     assert e3.value.status_code == 404
     assert http.get(srv.url + "/v1/models/llama3", headers=AUTH).status_code == 404
@@ -265,4 +274,8 @@ def test_unknown_names_and_broken_files(serve: Callable[..., ServerThread]) -> N
         oc.generate(model="gemma", prompt="Hi", options={"num_predict": 1})
         loaded = oc.show("gemma")  # the same answer once it is loaded
         assert (loaded.template, loaded.details, loaded.modelinfo, loaded.capabilities) == (
-            shown.template, shown.details, shown.modelinfo, shown.capabilities)
+            shown.template,
+            shown.details,
+            shown.modelinfo,
+            shown.capabilities,
+        )

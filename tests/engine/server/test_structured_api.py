@@ -28,8 +28,10 @@ WEATHER = {
         "description": "The current weather in a city.",
         "parameters": {
             "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 40},
-                           "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "properties": {
+                "city": {"type": "string", "maxLength": 40},
+                "unit": {"enum": ["celsius", "fahrenheit"]},
+            },
             "required": ["city", "unit"],
             "additionalProperties": False,
         },
@@ -40,17 +42,25 @@ TIME = {
     "function": {
         "name": "get_time",
         "description": "The local time in a time zone.",
-        "parameters": {"type": "object", "properties": {"zone": {"type": "string",
-                                                                 "maxLength": 40}},
-                       "required": ["zone"], "additionalProperties": False},
+        "parameters": {
+            "type": "object",
+            "properties": {"zone": {"type": "string", "maxLength": 40}},
+            "required": ["zone"],
+            "additionalProperties": False,
+        },
     },
 }
 TOOLS = [WEATHER, TIME]
 ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
-PERSON = {"type": "object",
-          "properties": {"name": {"type": "string", "maxLength": 30},
-                         "age": {"type": "integer", "minimum": 0, "maximum": 150}},
-          "required": ["name", "age"], "additionalProperties": False}
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 30},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
 
 
 def schema_of(name: str) -> dict[str, Any]:
@@ -89,9 +99,15 @@ def check_call(name: str, arguments: str | dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
 def test_required_returns_a_valid_call(client: openai.OpenAI, temperature: float) -> None:
-    r = client.chat.completions.create(model="smollm2", messages=ASK,  # type: ignore[arg-type]
-                                       tools=TOOLS, tool_choice="required",  # type: ignore
-                                       temperature=temperature, seed=3, max_tokens=200)
+    r = client.chat.completions.create(
+        model="smollm2",
+        messages=ASK,  # type: ignore[arg-type]
+        tools=TOOLS,
+        tool_choice="required",  # type: ignore
+        temperature=temperature,
+        seed=3,
+        max_tokens=200,
+    )
     choice = r.choices[0]
     assert choice.finish_reason == "tool_calls"
     calls = choice.message.tool_calls
@@ -102,12 +118,19 @@ def test_required_returns_a_valid_call(client: openai.OpenAI, temperature: float
         check_call(c.function.name, c.function.arguments)
 
 
-def test_named_tool_streamed(client: openai.OpenAI,
-                             served: tuple[ServedModel, ServerThread]) -> None:
+def test_named_tool_streamed(
+    client: openai.OpenAI, served: tuple[ServedModel, ServerThread]
+) -> None:
     stream = client.chat.completions.create(
-        model="smollm2", messages=ASK, tools=TOOLS,  # type: ignore[arg-type]
+        model="smollm2",
+        messages=ASK,
+        tools=TOOLS,  # type: ignore[arg-type]
         tool_choice={"type": "function", "function": {"name": "get_time"}},
-        parallel_tool_calls=False, temperature=0, max_tokens=200, stream=True)
+        parallel_tool_calls=False,
+        temperature=0,
+        max_tokens=200,
+        stream=True,
+    )
     calls: dict[int, dict[str, str]] = {}
     reasons = []
     content = ""
@@ -132,16 +155,37 @@ def test_named_tool_streamed(client: openai.OpenAI,
 
 
 def test_tool_result_in_the_history_is_answered(
-        client: openai.OpenAI, served: tuple[ServedModel, ServerThread]) -> None:
-    history = [*ASK,
-               {"role": "assistant", "content": None, "tool_calls": [
-                   {"id": "call_1", "type": "function",
-                    "function": {"name": "get_weather",
-                                 "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
-               {"role": "tool", "tool_call_id": "call_1",
-                "content": '{"temperature": 21, "sky": "sunny"}'}]
-    r = client.chat.completions.create(model="smollm2", messages=history,  # type: ignore
-                                       tools=TOOLS, temperature=0, max_tokens=120)
+    client: openai.OpenAI, served: tuple[ServedModel, ServerThread]
+) -> None:
+    history = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "arguments": '{"city": "Paris", "unit": "celsius"}',
+                    },
+                }
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": '{"temperature": 21, "sky": "sunny"}',
+        },
+    ]
+    r = client.chat.completions.create(
+        model="smollm2",
+        messages=history,  # type: ignore
+        tools=TOOLS,
+        temperature=0,
+        max_tokens=120,
+    )
     choice = r.choices[0]
     # The generic format keeps every answer JSON: a reply, or another (valid) call.
     if choice.message.tool_calls:
@@ -152,74 +196,130 @@ def test_tool_result_in_the_history_is_answered(
     # The model saw the call and its result.
     from engine.server.chat_reply import plan_chat
     from engine.server.protocol import ChatCompletionRequest, parse_body
+
     loaded = served[0]
     messages = parse_body(ChatCompletionRequest, {"messages": history}).chat_messages()
-    plan = plan_chat(loaded, messages, tools=[], choice="none",
-                     parallel=True, grammar=None, grammar_param="response_format",
-                     think=None)
+    plan = plan_chat(
+        loaded,
+        messages,
+        tools=[],
+        choice="none",
+        parallel=True,
+        grammar=None,
+        grammar_param="response_format",
+        think=None,
+    )
     prompt = loaded.model.detokenize(plan.prompt)
     assert "sunny" in prompt and "get_weather" in prompt
 
 
 def test_tool_choice_none_and_bad_choices(client: openai.OpenAI) -> None:
-    r = client.chat.completions.create(model="smollm2", messages=ASK,  # type: ignore
-                                       tools=TOOLS, tool_choice="none", temperature=0,
-                                       max_tokens=16)
+    r = client.chat.completions.create(
+        model="smollm2",
+        messages=ASK,  # type: ignore
+        tools=TOOLS,
+        tool_choice="none",
+        temperature=0,
+        max_tokens=16,
+    )
     assert r.choices[0].message.tool_calls is None and r.choices[0].message.content
     with pytest.raises(openai.BadRequestError, match="not in 'tools'"):
         client.chat.completions.create(
-            model="smollm2", messages=ASK, tools=TOOLS,  # type: ignore[arg-type]
-            tool_choice={"type": "function", "function": {"name": "nope"}})
+            model="smollm2",
+            messages=ASK,
+            tools=TOOLS,  # type: ignore[arg-type]
+            tool_choice={"type": "function", "function": {"name": "nope"}},
+        )
     with pytest.raises(openai.BadRequestError, match="needs 'tools'"):
-        client.chat.completions.create(model="smollm2", messages=ASK,  # type: ignore
-                                       tool_choice="required")
-    bad = {"type": "function", "function": {"name": "f", "parameters": {
-        "type": "object", "not": {"required": ["a"]}}}}
+        client.chat.completions.create(
+            model="smollm2",
+            messages=ASK,  # type: ignore
+            tool_choice="required",
+        )
+    bad = {
+        "type": "function",
+        "function": {"name": "f", "parameters": {"type": "object", "not": {"required": ["a"]}}},
+    }
     with pytest.raises(openai.BadRequestError, match="not") as e:
-        client.chat.completions.create(model="smollm2", messages=ASK,  # type: ignore
-                                       tools=[bad], tool_choice="required")
+        client.chat.completions.create(
+            model="smollm2",
+            messages=ASK,  # type: ignore
+            tools=[bad],
+            tool_choice="required",
+        )
     assert e.value.body["param"] == "tools"  # type: ignore[index]
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_json_schema_answers_validate(client: openai.OpenAI, stream: bool) -> None:
-    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON,
-                                                  "strict": True}}
+    fmt = {
+        "type": "json_schema",
+        "json_schema": {"name": "person", "schema": PERSON, "strict": True},
+    }
     msgs = [{"role": "user", "content": "Invent a person."}]
     if stream:
-        text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
-            model="smollm2", messages=msgs, response_format=fmt,  # type: ignore[arg-type]
-            temperature=0, max_tokens=120, stream=True))
+        text = "".join(
+            c.choices[0].delta.content or ""
+            for c in client.chat.completions.create(
+                model="smollm2",
+                messages=msgs,
+                response_format=fmt,  # type: ignore[arg-type]
+                temperature=0,
+                max_tokens=120,
+                stream=True,
+            )
+        )
     else:
-        r = client.chat.completions.create(model="smollm2", messages=msgs,  # type: ignore
-                                           response_format=fmt, temperature=0,  # type: ignore
-                                           max_tokens=120)
+        r = client.chat.completions.create(
+            model="smollm2",
+            messages=msgs,  # type: ignore
+            response_format=fmt,
+            temperature=0,  # type: ignore
+            max_tokens=120,
+        )
         assert r.choices[0].finish_reason == "stop"
         text = r.choices[0].message.content or ""
     jsonschema.validate(json.loads(text), PERSON)
 
 
 def test_json_object_and_gbnf(client: openai.OpenAI) -> None:
-    r = client.chat.completions.create(model="smollm2", messages=ASK,  # type: ignore
-                                       response_format={"type": "json_object"},
-                                       temperature=0, max_tokens=120)
+    r = client.chat.completions.create(
+        model="smollm2",
+        messages=ASK,  # type: ignore
+        response_format={"type": "json_object"},
+        temperature=0,
+        max_tokens=120,
+    )
     assert isinstance(json.loads(r.choices[0].message.content or ""), dict)
-    r = client.chat.completions.create(model="smollm2", messages=ASK,  # type: ignore
-                                       temperature=0, max_tokens=8,
-                                       extra_body={"grammar": 'root ::= "sunny" | "rainy"'})
+    r = client.chat.completions.create(
+        model="smollm2",
+        messages=ASK,  # type: ignore
+        temperature=0,
+        max_tokens=8,
+        extra_body={"grammar": 'root ::= "sunny" | "rainy"'},
+    )
     assert r.choices[0].message.content in ("sunny", "rainy")
-    c = client.completions.create(model="smollm2", prompt="The sky is", max_tokens=8,
-                                  temperature=0,
-                                  extra_body={"grammar": 'root ::= " blue" | " grey"'})
+    c = client.completions.create(
+        model="smollm2",
+        prompt="The sky is",
+        max_tokens=8,
+        temperature=0,
+        extra_body={"grammar": 'root ::= " blue" | " grey"'},
+    )
     assert c.choices[0].text in (" blue", " grey")
 
 
 def test_unsupported_and_hostile_schemas_are_refused(client: openai.OpenAI) -> None:
     def ask(schema: Any) -> None:
         client.chat.completions.create(
-            model="smollm2", messages=ASK, max_tokens=8,  # type: ignore[arg-type]
-            response_format={"type": "json_schema",  # type: ignore[arg-type]
-                             "json_schema": {"name": "x", "schema": schema}})
+            model="smollm2",
+            messages=ASK,
+            max_tokens=8,  # type: ignore[arg-type]
+            response_format={
+                "type": "json_schema",  # type: ignore[arg-type]
+                "json_schema": {"name": "x", "schema": schema},
+            },
+        )
 
     with pytest.raises(openai.BadRequestError, match="not") as e:
         ask({"type": "object", "not": {"required": ["a"]}})
@@ -232,55 +332,96 @@ def test_unsupported_and_hostile_schemas_are_refused(client: openai.OpenAI) -> N
         ask(deep)
     # Deeper than any JSON parser should follow: refused as a body, before any schema work.
     n = 100_000
-    body = ('{"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], '
-            '"response_format": {"type": "json_schema", "json_schema": {"name": "x", '
-            '"schema": ' + '{"items": ' * n + "{}" + "}" * n + "}}}")
-    r = httpx.post(str(client.base_url) + "chat/completions", content=body, timeout=60,
-                   headers={"Content-Type": "application/json"})
+    body = (
+        '{"model": "smollm2", "messages": [{"role": "user", "content": "hi"}], '
+        '"response_format": {"type": "json_schema", "json_schema": {"name": "x", '
+        '"schema": ' + '{"items": ' * n + "{}" + "}" * n + "}}}"
+    )
+    r = httpx.post(
+        str(client.base_url) + "chat/completions",
+        content=body,
+        timeout=60,
+        headers={"Content-Type": "application/json"},
+    )
     assert r.status_code in (400, 413)
     with pytest.raises(openai.BadRequestError):
         ask({"enum": list(range(100_000))})
     assert time.perf_counter() - t0 < 60  # bounded, not a speed goal: a hang would time out
     with pytest.raises(openai.BadRequestError, match="exclude each other"):
         client.chat.completions.create(
-            model="smollm2", messages=ASK,  # type: ignore[arg-type]
-            response_format={"type": "json_object"}, extra_body={"grammar": 'root ::= "a"'})
+            model="smollm2",
+            messages=ASK,  # type: ignore[arg-type]
+            response_format={"type": "json_object"},
+            extra_body={"grammar": 'root ::= "a"'},
+        )
     with pytest.raises(openai.BadRequestError, match="cannot be combined with tools"):
         client.chat.completions.create(
-            model="smollm2", messages=ASK, tools=TOOLS,  # type: ignore[arg-type]
-            response_format={"type": "json_object"})
+            model="smollm2",
+            messages=ASK,
+            tools=TOOLS,  # type: ignore[arg-type]
+            response_format={"type": "json_object"},
+        )
 
 
-def test_ollama_tools_format_and_think(oclient: ollama.Client,
-                                      served: tuple[ServedModel, ServerThread]) -> None:
-    r = oclient.chat(model="smollm2", messages=ASK, tools=TOOLS, stream=False,
-                     options={"temperature": 0, "num_predict": 200})
+def test_ollama_tools_format_and_think(
+    oclient: ollama.Client, served: tuple[ServedModel, ServerThread]
+) -> None:
+    r = oclient.chat(
+        model="smollm2",
+        messages=ASK,
+        tools=TOOLS,
+        stream=False,
+        options={"temperature": 0, "num_predict": 200},
+    )
     calls = r.message.tool_calls or []
     if calls:
         # Against the schema as the ollama client sends it: its Tool model keeps `type`,
         # `properties` and `required`, and drops the rest (`additionalProperties: false`
         # among them, so other keys are valid there).
-        sent = {t["function"]["name"]: ollama.Tool.model_validate(t).model_dump(
-            exclude_none=True)["function"]["parameters"] for t in TOOLS}
+        sent = {
+            t["function"]["name"]: ollama.Tool.model_validate(t).model_dump(exclude_none=True)[
+                "function"
+            ]["parameters"]
+            for t in TOOLS
+        }
         for c in calls:
             jsonschema.validate(dict(c.function.arguments), sent[c.function.name])
     else:
         assert r.message.content
-    r = oclient.chat(model="smollm2", messages=[{"role": "user", "content": "Invent a person."}],
-                     format=PERSON, stream=False, options={"temperature": 0, "num_predict": 120})
+    r = oclient.chat(
+        model="smollm2",
+        messages=[{"role": "user", "content": "Invent a person."}],
+        format=PERSON,
+        stream=False,
+        options={"temperature": 0, "num_predict": 120},
+    )
     jsonschema.validate(json.loads(r.message.content or ""), PERSON)
-    text = "".join(p.message.content or "" for p in oclient.chat(
-        model="smollm2", messages=[{"role": "user", "content": "Invent a person."}],
-        format="json", stream=True, options={"temperature": 0, "num_predict": 120}))
+    text = "".join(
+        p.message.content or ""
+        for p in oclient.chat(
+            model="smollm2",
+            messages=[{"role": "user", "content": "Invent a person."}],
+            format="json",
+            stream=True,
+            options={"temperature": 0, "num_predict": 120},
+        )
+    )
     assert isinstance(json.loads(text), dict)
-    g = oclient.generate(model="smollm2", prompt="Invent a person.", format=PERSON,
-                         options={"temperature": 0, "num_predict": 120})
+    g = oclient.generate(
+        model="smollm2",
+        prompt="Invent a person.",
+        format=PERSON,
+        options={"temperature": 0, "num_predict": 120},
+    )
     jsonschema.validate(json.loads(g.response), PERSON)
     with pytest.raises(ollama.ResponseError, match="does not think"):
         oclient.chat(model="smollm2", messages=ASK, think=True, stream=False)
     # (the client itself refuses this one, so it goes raw)
-    r2 = httpx.post(served[1].url + "/api/chat", timeout=60, json={
-        "model": "smollm2", "messages": ASK, "format": "yaml", "stream": False})
+    r2 = httpx.post(
+        served[1].url + "/api/chat",
+        timeout=60,
+        json={"model": "smollm2", "messages": ASK, "format": "yaml", "stream": False},
+    )
     assert r2.status_code == 400 and "'format'" in r2.json()["error"]
 
 
@@ -291,15 +432,17 @@ THINKING_CHATML = (
     "{% if m['role'] == 'assistant' and '</think>' in c %}"
     "{% set c = c.split('</think>')[-1] %}{% endif %}"
     "{{ '<|im_start|>' + m['role'] + '\\n' + c + '<|im_end|>\\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}")
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n' }}{% endif %}"
+)
 
 
 @pytest.fixture(scope="module")
 def thinker(smollm2_path: Path) -> Iterator[ServerThread]:
     """SmolLM2 behind a thinking template: the prompt opens a thinking block."""
     model = Model(smollm2_path, LoadParams(n_ctx=1024, n_threads=2))
-    model.template = ChatTemplate(THINKING_CHATML, bos_token=model.template.bos_token,
-                                  eos_token=model.template.eos_token)
+    model.template = ChatTemplate(
+        THINKING_CHATML, bos_token=model.template.bos_token, eos_token=model.template.eos_token
+    )
     loaded = ServedModel.build(model, "thinker", max_queue=4, embeddings=False)
     state = ServerState(ServerConfig(port=0, model_id="thinker", max_tokens_cap=128))
     state.set_loaded(loaded)
@@ -316,13 +459,19 @@ THOUGHT = 'root ::= "Paris is large." "</think>" "\\n\\nParis."'
 @pytest.mark.parametrize("stream", [False, True])
 def test_reasoning_is_separated(thinker: ServerThread, stream: bool) -> None:
     with openai.OpenAI(base_url=thinker.url + "/v1", api_key="none", timeout=120) as c:
-        kw: dict[str, Any] = {"model": "thinker", "messages": ASK, "temperature": 0,
-                              "max_tokens": 64, "extra_body": {"grammar": THOUGHT}}
+        kw: dict[str, Any] = {
+            "model": "thinker",
+            "messages": ASK,
+            "temperature": 0,
+            "max_tokens": 64,
+            "extra_body": {"grammar": THOUGHT},
+        }
         if stream:
             reasoning = content = ""
             usage = None
-            for chunk in c.chat.completions.create(stream=True,
-                                                   stream_options={"include_usage": True}, **kw):
+            for chunk in c.chat.completions.create(
+                stream=True, stream_options={"include_usage": True}, **kw
+            ):
                 if chunk.usage:
                     usage = chunk.usage
                 if chunk.choices:
@@ -338,12 +487,17 @@ def test_reasoning_is_separated(thinker: ServerThread, stream: bool) -> None:
         assert content == "Paris."
         assert usage is not None and usage.completion_tokens_details is not None
         assert 0 < (usage.completion_tokens_details.reasoning_tokens or 0) < usage.completion_tokens
-        raw = c.chat.completions.create(**{**kw, "extra_body": {"grammar": THOUGHT,
-                                                                "reasoning_format": "none"}})
+        raw = c.chat.completions.create(
+            **{**kw, "extra_body": {"grammar": THOUGHT, "reasoning_format": "none"}}
+        )
         assert "</think>" in (raw.choices[0].message.content or "")
         with ollama.Client(host=thinker.url) as oc:
-            r2 = oc.chat(model="thinker", messages=ASK, stream=False,
-                         options={"temperature": 0, "num_predict": 64})
+            r2 = oc.chat(
+                model="thinker",
+                messages=ASK,
+                stream=False,
+                options={"temperature": 0, "num_predict": 64},
+            )
             assert r2.message.thinking  # SmolLM2 never closes the block: all of it is thinking
 
 
@@ -351,8 +505,13 @@ def test_penalties_honoured_and_logprobs_refused(client: openai.OpenAI) -> None:
     story = [{"role": "user", "content": "Write a long story about a cat and a cat."}]
 
     def text(**kw: Any) -> str:
-        r = client.chat.completions.create(model="smollm2", messages=story,  # type: ignore
-                                           temperature=0, max_tokens=48, **kw)
+        r = client.chat.completions.create(
+            model="smollm2",
+            messages=story,  # type: ignore
+            temperature=0,
+            max_tokens=48,
+            **kw,
+        )
         return r.choices[0].message.content or ""
 
     plain = text()

@@ -41,7 +41,7 @@ def ink_mask(img: QImage) -> np.ndarray:
 
 
 def ink_share(mask: np.ndarray, r: QRect) -> float:
-    box = mask[max(r.top(), 0): r.bottom() + 1, max(r.left(), 0): r.right() + 1]
+    box = mask[max(r.top(), 0) : r.bottom() + 1, max(r.left(), 0) : r.right() + 1]
     return float(box.mean()) if box.size else 0.0
 
 
@@ -59,13 +59,17 @@ def end_of_chat_problems(view: ChatView, shot: Path) -> list[str]:
     img.save(str(shot))
     problems = []
     if not 0 < tail_rect.bottom() < vp.height():
-        problems.append(f"the last text block ends at y={tail_rect.bottom()}, outside the "
-                        f"viewport (0..{vp.height()})")
+        problems.append(
+            f"the last text block ends at y={tail_rect.bottom()}, outside the "
+            f"viewport (0..{vp.height()})"
+        )
     if below > margin + 2:
         problems.append(f"{below} px of empty space below the last message (margin {margin})")
     visible = tail_rect.intersected(vp.rect())
     share = ink_share(ink_mask(img), visible)
     if share < MIN_INK_SHARE:
-        problems.append(f"the screen shows {share:.1%} ink where the last text block is "
-                        f"({visible.getRect()}): nothing painted there")
+        problems.append(
+            f"the screen shows {share:.1%} ink where the last text block is "
+            f"({visible.getRect()}): nothing painted there"
+        )
     return [f"{p} (screenshot {shot})" for p in problems]

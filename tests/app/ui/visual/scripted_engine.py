@@ -19,8 +19,10 @@ PIECE_S = 0.002  # ~500 pieces a second: several pieces per coalesced GUI update
 
 def story(paragraphs: int = 14) -> str:
     """A long Markdown answer: a title line, paragraphs, and a last line to look for."""
-    body = ("The keeper climbed the hundred steps at dusk, trimmed the wick, wound the "
-            "clockwork and watched the beam sweep over the rocks and the dark water. ") * 3
+    body = (
+        "The keeper climbed the hundred steps at dusk, trimmed the wick, wound the "
+        "clockwork and watched the beam sweep over the rocks and the dark water. "
+    ) * 3
     parts = [f"Paragraph {i + 1}. {body}" for i in range(paragraphs)]
     return "\n\n".join(["**The Lighthouse Keeper**", *parts, "The end."])
 
@@ -91,9 +93,15 @@ class ScriptedEngine:
     def can_continue(self) -> bool:
         return False
 
-    def reply(self, messages: Messages, sampling: SamplingParams,
-              cancel: threading.Event | None = None, *, continue_text: str = "",
-              policy: ContextPolicy | None = None) -> ScriptedReply:
+    def reply(
+        self,
+        messages: Messages,
+        sampling: SamplingParams,
+        cancel: threading.Event | None = None,
+        *,
+        continue_text: str = "",
+        policy: ContextPolicy | None = None,
+    ) -> ScriptedReply:
         return ScriptedReply(self._text, cancel)
 
     def close(self) -> None:

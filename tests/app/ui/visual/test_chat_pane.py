@@ -35,8 +35,10 @@ from tests.app.ui.visual.painted import (
 from tests.app.ui.visual.scripted_engine import ScriptedEngine, story
 
 pytestmark = pytest.mark.xserver
-PARAGRAPH = ("The river ran past the mill and the old stone bridge, under the willows and "
-             "along the fields, until it reached the grey sea at the end of the valley. ") * 3
+PARAGRAPH = (
+    "The river ran past the mill and the old stone bridge, under the willows and "
+    "along the fields, until it reached the grey sea at the end of the valley. "
+) * 3
 
 
 @pytest.fixture
@@ -86,12 +88,14 @@ def use_scripted_engine(qtbot: QtBot, w: MainWindow, text: str) -> None:
     target = RemoteTarget("scripted", "story")
     w.controller.set_engine({"connection": target.connection, "model": target.model})
     assert w.controller.use(RemoteChoice(target, make=lambda: ScriptedEngine(text)))
-    qtbot.waitUntil(lambda: w.controller.loaded is not None
-                    and w.controller.loaded.remote == target)
+    qtbot.waitUntil(
+        lambda: w.controller.loaded is not None and w.controller.loaded.remote == target
+    )
 
 
-def test_long_streamed_answer_ends_in_view(window: MainWindow, qtbot: QtBot,
-                                            tmp_path: Path) -> None:
+def test_long_streamed_answer_ends_in_view(
+    window: MainWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
     view = window.chat_view
     vp = view.scroll_area.viewport()
     # Long enough to be over twice the viewport's height in the 780 px chat column.
@@ -115,8 +119,9 @@ def test_long_streamed_answer_ends_in_view(window: MainWindow, qtbot: QtBot,
     assert not end_of_chat_problems(view, tmp_path / "finished.png")
 
 
-def test_long_chat_opened_from_the_chats_tab_ends_in_view(window: MainWindow, qtbot: QtBot,
-                                                           tmp_path: Path) -> None:
+def test_long_chat_opened_from_the_chats_tab_ends_in_view(
+    window: MainWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
     assert window.store is not None and window.conversation_list is not None
     cid = long_chat(window.store, "Rivers")
     chats = window.conversation_list
@@ -129,8 +134,9 @@ def test_long_chat_opened_from_the_chats_tab_ends_in_view(window: MainWindow, qt
     assert not end_of_chat_problems(window.chat_view, tmp_path / "opened.png")
 
 
-def test_search_hit_opens_with_its_end_in_view(window: MainWindow, qtbot: QtBot,
-                                               tmp_path: Path) -> None:
+def test_search_hit_opens_with_its_end_in_view(
+    window: MainWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
     assert window.store is not None and window.conversation_list is not None
     first = long_chat(window.store, "Rivers")
     hit = long_chat(window.store, "More rivers", word="heron")
@@ -156,27 +162,47 @@ THINKING = (
     "The user asks for the capital of France. France's capital is Paris; it has been the seat "
     "of government for centuries.\n\n"
     "I should answer in one sentence and put the city in bold, then offer a little context "
-    "about its size without going on too long.")
-CITY_SCHEMA = {"type": "object",
-               "properties": {"city": {"type": "string"}, "country": {"type": "string"},
-                              "population": {"type": "integer"}},
-               "required": ["city", "country", "population"], "additionalProperties": False}
+    "about its size without going on too long."
+)
+CITY_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "country": {"type": "string"},
+        "population": {"type": "integer"},
+    },
+    "required": ["city", "country", "population"],
+    "additionalProperties": False,
+}
 
 
 def thinking_chat(store: ChatStore) -> int:
     """A stored chat: an answer with a thinking block, then a structured (JSON) answer."""
     c = store.create_conversation("Thinking and JSON")
     store.add_message(c.id, "user", "What is the capital of France?")
-    store.add_message(c.id, "assistant", "The capital of France is **Paris**.",
-                      thinking=THINKING, model="DeepSeek-R1-Distill",
-                      stats={"ttft_s": 0.21, "gen_tps": 43.5, "gen_tokens": 152,
-                             "thinking_tokens": 140, "thinking_s": 3.2, "total_s": 3.7})
+    store.add_message(
+        c.id,
+        "assistant",
+        "The capital of France is **Paris**.",
+        thinking=THINKING,
+        model="DeepSeek-R1-Distill",
+        stats={
+            "ttft_s": 0.21,
+            "gen_tps": 43.5,
+            "gen_tokens": 152,
+            "thinking_tokens": 140,
+            "thinking_s": 3.2,
+            "total_s": 3.7,
+        },
+    )
     store.add_message(c.id, "user", "The same as JSON, with its population.")
-    store.add_message(c.id, "assistant",
-                      '{"city":"Paris","country":"France","population":2102650}',
-                      sampling={"temperature": 0.8, "json_schema": CITY_SCHEMA},
-                      stats={"ttft_s": 0.18, "gen_tps": 51.0, "gen_tokens": 21,
-                             "total_s": 0.6})
+    store.add_message(
+        c.id,
+        "assistant",
+        '{"city":"Paris","country":"France","population":2102650}',
+        sampling={"temperature": 0.8, "json_schema": CITY_SCHEMA},
+        stats={"ttft_s": 0.18, "gen_tps": 51.0, "gen_tokens": 21, "total_s": 0.6},
+    )
     return c.id
 
 
@@ -193,7 +219,8 @@ def ink_in(view_img_of: QWidget, w: QWidget) -> float:
 
 
 def test_thinking_block_folds_and_a_structured_answer_is_highlighted(
-        window: MainWindow, qtbot: QtBot, tmp_path: Path) -> None:
+    window: MainWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
     assert window.store is not None
     cid = thinking_chat(window.store)
     window.open_conversation(cid)
@@ -219,8 +246,9 @@ def test_thinking_block_folds_and_a_structured_answer_is_highlighted(
     assert answer.height() > folded_height + 2 * block.toggle.fontMetrics().height()
     paragraphs = block.body.widgets
     assert len(paragraphs) == 2
-    assert paragraphs[0].mapTo(answer, QPoint(0, 0)).y() < \
-        answer.body.mapTo(answer, QPoint(0, 0)).y()
+    assert (
+        paragraphs[0].mapTo(answer, QPoint(0, 0)).y() < answer.body.mapTo(answer, QPoint(0, 0)).y()
+    )
     view.scroll_area.ensureWidgetVisible(block, 0, 0)
     settle(qtbot)
     for p in paragraphs:
@@ -235,8 +263,9 @@ def test_thinking_block_folds_and_a_structured_answer_is_highlighted(
     # than text on a background).
     (code,) = structured.body.widgets
     assert isinstance(code, CodeBlock) and code.lang_label.text() == "json"
-    assert code.code == json.dumps({"city": "Paris", "country": "France",
-                                    "population": 2102650}, indent=2)
+    assert code.code == json.dumps(
+        {"city": "Paris", "country": "France", "population": 2102650}, indent=2
+    )
     view.scroll_area.ensureWidgetVisible(code, 0, 0)
     settle(qtbot)
     img = grab_screen(code.editor.viewport())

@@ -28,10 +28,24 @@ def test_chat_pane_on_a_real_x_server(xvfb: Xvfb, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("WAYLAND_DISPLAY", "PYTEST_ADDOPTS")}
     env.update(QT_QPA_PLATFORM="xcb", DISPLAY=xvfb.display)
     report = tmp_path / "scenarios.xml"
-    run = subprocess.run([sys.executable, "-m", "pytest", str(SCENARIOS), "-q",
-                          "-p", "no:cacheprovider", f"--junitxml={report}",
-                          f"--basetemp={tmp_path / 'child'}"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(SCENARIOS),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={report}",
+            f"--basetemp={tmp_path / 'child'}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     out = (run.stdout + run.stderr)[-6000:]
     assert run.returncode == 0, f"the X-server scenarios failed:\n{out}"
     suite = ET.parse(report).getroot().find("testsuite")

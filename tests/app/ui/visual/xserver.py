@@ -39,8 +39,12 @@ def start_xvfb() -> Iterator[Xvfb]:
     log = Path(tempfile.mkstemp(prefix="xvfb-", suffix=".log")[1])
     r, w = os.pipe()
     with log.open("wb") as out:
-        proc = subprocess.Popen([exe, "-displayfd", str(w), "-screen", "0", SCREEN,
-                                 "-nolisten", "tcp"], pass_fds=(w,), stdout=out, stderr=out)
+        proc = subprocess.Popen(
+            [exe, "-displayfd", str(w), "-screen", "0", SCREEN, "-nolisten", "tcp"],
+            pass_fds=(w,),
+            stdout=out,
+            stderr=out,
+        )
     os.close(w)
     try:
         ready, _, _ = select.select([r], [], [], 20)
