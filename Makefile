@@ -70,8 +70,12 @@ dist-check:
 run: setup
 	$(VENV)/bin/candlewick
 
+# Every Python file of the project: linted and formatted alike (`ruff format` fixes the layout).
+PY_PATHS := engine app tests benchmarks scripts installers
+
 test: setup
-	$(VENV)/bin/ruff check engine app tests benchmarks
+	$(VENV)/bin/ruff check $(PY_PATHS)
+	$(VENV)/bin/ruff format --check $(PY_PATHS)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
@@ -81,6 +85,8 @@ test: setup
 FAST_TIER := tests/app/services tests/engine/server tests/app/test_cli_parsing.py \
   tests/app/ui/test_controller_states.py
 test-fast: setup
+	$(VENV)/bin/ruff check $(PY_PATHS)
+	$(VENV)/bin/ruff format --check $(PY_PATHS)
 	CANDLEWICK_FAST_TIER=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q \
 	  -m "not model and not slow and not xserver" $(FAST_TIER)
 

@@ -28,7 +28,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from PySide6.QtCore import QObject, Signal
 
@@ -41,8 +41,10 @@ from app.ui.conversation import (
     Conversation,
     Message,
     MessageState,
+    Role,
     ToolCallView,
     ToolDecision,
+    ToolStatus,
 )
 from app.ui.engine_picker import binding_of
 from app.ui.tool_runner import OfferedTool, ToolRunner
@@ -76,7 +78,7 @@ ModelName = Callable[[Path], str | None]
 def _decision(value: object) -> ToolDecision:
     """A stored call's decision. One never answered (the app closed while it waited) shows
     as not answered: its loop is gone, and the model read it as cancelled."""
-    return value if value in ("allowed", "always", "denied") else "cancelled"  # type: ignore[return-value]
+    return value if value in ("allowed", "always", "denied") else "cancelled"
 
 
 def choice_key(choice: Choice) -> Path | RemoteTarget:
@@ -98,11 +100,18 @@ class ChatController(QObject):
     context_note = Signal(str)  # e.g. "2 old messages were left out to fit the context"
     engine_changed = Signal(object)  # the LoadedModel now in use, or None
 
-    def __init__(self, engine: EngineHost, chat: ChatModel, *,
-                 library: LibrarySelection | None = None,
-                 connections: ConnectionStore | None = None,
-                 sampling: SamplingParams | None = None, store: ChatStore | None = None,
-                 model_name: ModelName | None = None, parent: QObject | None = None) -> None:
+    def __init__(
+        self,
+        engine: EngineHost,
+        chat: ChatModel,
+        *,
+        library: LibrarySelection | None = None,
+        connections: ConnectionStore | None = None,
+        sampling: SamplingParams | None = None,
+        store: ChatStore | None = None,
+        model_name: ModelName | None = None,
+        parent: QObject | None = None,
+    ) -> None:
         """`library`: the library's selected model with its load settings, the engine of
         a chat bound to no remote one; `connections`: the saved remote engines a chat may be
         bound to; `model_name`: the library's name for a file, which a loaded model is shown
@@ -219,8 +228,9 @@ class ChatController(QObject):
         if binding is not None and conns is not None:
             name, model = binding["connection"], binding["model"]
             # Built in the engine thread: reading the key may wait on the keyring.
-            return RemoteChoice(RemoteTarget(name, model),
-                                make=lambda: conns.engine(name, model or None))
+            return RemoteChoice(
+                RemoteTarget(name, model), make=lambda: conns.engine(name, model or None)
+            )
         return self.library() if self.library is not None else None
 
     def load(self, path: Path, params: LoadParams) -> bool:
@@ -255,8 +265,7 @@ class ChatController(QObject):
             self.loaded = None
 
     def _needs_switch(self, choice: Choice | None) -> bool:
-        return choice is not None and (self.loaded is None
-                                       or self.loaded.key != choice_key(choice))
+        return choice is not None and (self.loaded is None or self.loaded.key != choice_key(choice))
 
     def cancel_load(self) -> None:
         if self.loading is not None:
@@ -356,9 +365,11 @@ class ChatController(QObject):
             return
         self._abandon()
         conv = self.store.conversation(conversation_id)
-        shown = Conversation(title=conv.title, store_id=conv.id,
-                             messages=[self._ui_message(m)
-                                       for m in self.store.active_path(conv.id)])
+        shown = Conversation(
+            title=conv.title,
+            store_id=conv.id,
+            messages=[self._ui_message(m) for m in self.store.active_path(conv.id)],
+        )
         self.chat_settings = dict(conv.settings)
         self.chat.set_conversation(shown)
         # Its last reply's prompt and answer are what the chat takes in the context.
@@ -367,38 +378,66 @@ class ChatController(QObject):
         self._busy_changed()
 
     def _ui_message(self, m: StoredMessage) -> Message:
-        states: dict[str, MessageState] = {"complete": "done", "interrupted": "interrupted",
-                                           "error": "error", "streaming": "interrupted"}
+        states: dict[str, MessageState] = {
+            "complete": "done",
+            "interrupted": "interrupted",
+            "error": "error",
+            "streaming": "interrupted",
+        }
         known = {f.name for f in dataclasses.fields(GenerationStats)}
-        stats = (GenerationStats(**{k: v for k, v in m.stats.items() if k in known})
-                 if m.role == "assistant" and "gen_tokens" in m.stats else None)
+        stats = (
+            GenerationStats(**{k: v for k, v in m.stats.items() if k in known})
+            if m.role == "assistant" and "gen_tokens" in m.stats
+            else None
+        )
         if stats is not None:  # JSON has no tuples
             stats.server_usage = tuple(stats.server_usage)
         state = states.get(m.status, "done")
         if state == "done" and stats is not None and stats.stop_reason == "cancelled":
             state = "stopped"
         role = m.role if m.role in ("system", "user", "assistant", "tool") else "user"
-        calls = [ToolCallView(str(c.get("id", "")), str(c.get("name", "")),
-                              str(c.get("arguments", "")), str(c.get("server") or ""),
-                              _decision(c.get("decision")))
-                 for c in m.tool_calls]
+        calls = [
+            ToolCallView(
+                str(c.get("id", "")),
+                str(c.get("name", "")),
+                str(c.get("arguments", "")),
+                str(c.get("server") or ""),
+                _decision(c.get("decision")),
+            )
+            for c in m.tool_calls
+        ]
         if m.role == "tool":  # a tool's result: its status is the stored one
-            status = m.status if m.status in ("running", "complete", "error", "denied",
-                                              "cancelled") else "cancelled"
-            return Message("tool", m.content, "done", store_id=m.id,
-                           tool_call_id=m.tool_call_id, tool_name=m.tool_name,
-                           tool_status=status, truncated=m.truncated)  # type: ignore[arg-type]
-        return Message(role, m.content, state, stats=stats,  # type: ignore[arg-type]
-                       tool_calls=calls,
-                       error=m.stats.get("error") if m.status in ("error", "interrupted")
-                       else None,
-                       store_id=m.id, branch=self.store.branch_position(m.id)
-                       if self.store else (1, 1),
-                       thinking=m.thinking,
-                       thought=(stats.thinking_tokens, stats.thinking_s)
-                       if stats is not None and stats.thinking_tokens else None,
-                       answer_format="json" if m.sampling.get("json_schema") is not None
-                       else "markdown", model=m.model if m.role == "assistant" else None)
+            status = (
+                m.status
+                if m.status in ("running", "complete", "error", "denied", "cancelled")
+                else "cancelled"
+            )
+            return Message(
+                "tool",
+                m.content,
+                "done",
+                store_id=m.id,
+                tool_call_id=m.tool_call_id,
+                tool_name=m.tool_name,
+                tool_status=cast(ToolStatus, status),
+                truncated=m.truncated,
+            )
+        return Message(
+            cast(Role, role),
+            m.content,
+            state,
+            stats=stats,
+            tool_calls=calls,
+            error=m.stats.get("error") if m.status in ("error", "interrupted") else None,
+            store_id=m.id,
+            branch=self.store.branch_position(m.id) if self.store else (1, 1),
+            thinking=m.thinking,
+            thought=(stats.thinking_tokens, stats.thinking_s)
+            if stats is not None and stats.thinking_tokens
+            else None,
+            answer_format="json" if m.sampling.get("json_schema") is not None else "markdown",
+            model=m.model if m.role == "assistant" else None,
+        )
 
     def _ensure_conversation(self) -> int | None:
         if self.store is None:
@@ -408,15 +447,22 @@ class ChatController(QObject):
             conv.store_id = self.store.create_conversation(settings=self.chat_settings).id
         return conv.store_id
 
-    def _store_message(self, row: int, *, parent: Parent, status: str = "complete",
-                       model: str | None = None, sampling: dict[str, Any] | None = None
-                       ) -> None:
+    def _store_message(
+        self,
+        row: int,
+        *,
+        parent: Parent,
+        status: str = "complete",
+        model: str | None = None,
+        sampling: dict[str, Any] | None = None,
+    ) -> None:
         cid = self._ensure_conversation()
         if cid is None or self.store is None:
             return
         m = self.chat.message(row)
-        stored = self.store.add_message(cid, m.role, m.text, parent_id=parent, status=status,
-                                        model=model, sampling=sampling)
+        stored = self.store.add_message(
+            cid, m.role, m.text, parent_id=parent, status=status, model=model, sampling=sampling
+        )
         m.store_id = stored.id
         m.branch = self.store.branch_position(stored.id)
         self.chat.refresh(row)
@@ -483,7 +529,6 @@ class ChatController(QObject):
         system = str(self.chat_settings.get("system_prompt") or "").strip()
         return ([{"role": "system", "content": system}] if system else []) + msgs
 
-
     # -- branches, edits, continue ---------------------------------------------------------
 
     def regenerate(self, row: int) -> bool:
@@ -513,20 +558,22 @@ class ChatController(QObject):
     def continue_reply(self, row: int) -> bool:
         """Generate more of a cut-off answer (interrupted or stopped), after its text."""
         m = self.chat.message(row)
-        if self._refused() or self.busy or m.role != "assistant" \
-                or row != self.chat.rowCount() - 1:
+        if self._refused() or self.busy or m.role != "assistant" or row != self.chat.rowCount() - 1:
             return False
         if m.answer_format == "json":
             # The grammar would start over at the top of the schema, not where the text
             # stopped.
-            self.error.emit("A structured answer cannot be continued: Regenerate it "
-                            "(or raise Max tokens first)")
+            self.error.emit(
+                "A structured answer cannot be continued: Regenerate it (or raise Max tokens first)"
+            )
             return False
         choice = self.chosen_engine()
         if isinstance(choice, RemoteChoice):
             # Chat APIs have no portable "continue this answer"; leave the answer as it is.
-            self.error.emit("Continue works with a local model only: choose This computer "
-                            "above the chat, or Regenerate to ask the server again")
+            self.error.emit(
+                "Continue works with a local model only: choose This computer "
+                "above the chat, or Regenerate to ask the server again"
+            )
             return False
         if choice is None and self.loaded is None:
             self.error.emit("Select a model in the library first")
@@ -541,8 +588,9 @@ class ChatController(QObject):
         # Free text: a structured answer is never continued (continue_reply), so the
         # chat's schema, if it has one now, is not this answer's.
         sampling = dataclasses.replace(self._free_sampling(), grammar=None)
-        reply.continued = (m.stats.thinking_tokens, m.stats.thinking_s) \
-            if m.stats is not None else None
+        reply.continued = (
+            (m.stats.thinking_tokens, m.stats.thinking_s) if m.stats is not None else None
+        )
         reply.row = row
         self.chat.set_state(row, "streaming")
         if self.store is not None and m.store_id is not None:
@@ -551,14 +599,20 @@ class ChatController(QObject):
             reply.writer.append(m.text)
             reply.writer.append_thinking(m.thinking)
         self._enter(reply, ReplyState.STREAMING)
-        reply.rid = self.engine.generate(messages, sampling, policy=self._policy(),
-                                         continue_text=m.text, continue_thinking=m.thinking)
+        reply.rid = self.engine.generate(
+            messages,
+            sampling,
+            policy=self._policy(),
+            continue_text=m.text,
+            continue_thinking=m.thinking,
+        )
 
     def _free_sampling(self) -> SamplingParams:
         """The chat's sampling without its structured-output grammar."""
         known = {f.name for f in dataclasses.fields(SamplingParams)} - {"stop", "grammar"}
-        return dataclasses.replace(self.sampling, **{
-            k: v for k, v in self.chat_settings.items() if k in known})
+        return dataclasses.replace(
+            self.sampling, **{k: v for k, v in self.chat_settings.items() if k in known}
+        )
 
     def switch_branch(self, row: int, step: int) -> bool:
         """Show the previous (-1) or next (+1) alternative of the message at `row`."""
@@ -595,12 +649,12 @@ class ChatController(QObject):
 
     def _truncate(self, row: int) -> None:
         conv = self.chat.conversation
-        self.chat.set_conversation(Conversation(conv.messages[:row], conv.title,
-                                                store_id=conv.store_id))
+        self.chat.set_conversation(
+            Conversation(conv.messages[:row], conv.title, store_id=conv.store_id)
+        )
 
     def _policy(self) -> Any:
         return "stop" if self.chat_settings.get("context_policy") == "stop" else "drop_oldest"
-
 
     # -- a new answer ----------------------------------------------------------------------
 
@@ -612,8 +666,12 @@ class ChatController(QObject):
         """The tools for `reply` ([] for none); None: being listed (it streams once they
         are). Only a model on this computer calls tools, and not under a schema."""
         turns = self.turns
-        if turns is None or self.structured_schema is not None or self.loaded is None \
-                or self.loaded.remote is not None:
+        if (
+            turns is None
+            or self.structured_schema is not None
+            or self.loaded is None
+            or self.loaded.remote is not None
+        ):
             return []
         tools = turns.runner.cached(self.chat_settings)
         if tools is not None:
@@ -631,8 +689,7 @@ class ChatController(QObject):
         turns.runner.prepare(self.chat_settings, ready)
         return None
 
-    def _stream_answer(self, reply: ActiveReply, *,
-                       tools: list[OfferedTool] | None = None) -> None:
+    def _stream_answer(self, reply: ActiveReply, *, tools: list[OfferedTool] | None = None) -> None:
         if tools is None:
             tools = self._chat_tools(reply)
             if tools is None:
@@ -644,17 +701,32 @@ class ChatController(QObject):
             sampling = self.sampling_for_chat()
         except GrammarError as e:  # a schema that was never checked here (an import)
             sampling, problem = self._free_sampling(), f"Structured output: {e}"
-        if problem is None and structured and self.loaded is not None \
-                and self.loaded.remote is not None:
-            problem = ("Structured output needs a model on this computer: a remote engine "
-                       "would not hold its answer to the schema")
+        if (
+            problem is None
+            and structured
+            and self.loaded is not None
+            and self.loaded.remote is not None
+        ):
+            problem = (
+                "Structured output needs a model on this computer: a remote engine "
+                "would not hold its answer to the schema"
+            )
         model = self.loaded.name if self.loaded else None
-        row = reply.row = self.chat.append("assistant", "", "streaming",
-                                           answer_format="json" if structured
-                                           else "markdown", model=model)
+        row = reply.row = self.chat.append(
+            "assistant",
+            "",
+            "streaming",
+            answer_format="json" if structured else "markdown",
+            model=model,
+        )
         try:
-            self._store_message(row, parent=reply.parent, status="streaming", model=model,
-                                sampling=self._stored_sampling(sampling))
+            self._store_message(
+                row,
+                parent=reply.parent,
+                status="streaming",
+                model=model,
+                sampling=self._stored_sampling(sampling),
+            )
         except ChatStoreError as e:
             self.error.emit(f"The answer will not be saved: {e}")
         m = self.chat.message(row)
@@ -669,12 +741,16 @@ class ChatController(QObject):
             functions = self.turns.offer(tools)
             # The chat's `tool_choice` ("required", or a tool by name) is for the first step
             # of a turn; the steps after a tool's result may answer.
-            choice = self.chat_settings.get("tool_choice") if self.turns.rounds == 0 \
-                else None
+            choice = self.chat_settings.get("tool_choice") if self.turns.rounds == 0 else None
         # A grammar shapes the answer from its first token: no room for a thinking block.
-        reply.rid = self.engine.generate(messages, sampling, policy=self._policy(),
-                                         thinking=not structured, tools=functions,
-                                         tool_choice=choice or "auto")
+        reply.rid = self.engine.generate(
+            messages,
+            sampling,
+            policy=self._policy(),
+            thinking=not structured,
+            tools=functions,
+            tool_choice=choice or "auto",
+        )
 
     # -- engine signals --------------------------------------------------------------------
 
@@ -699,8 +775,7 @@ class ChatController(QObject):
 
     def _waiting_for_model(self) -> ActiveReply | None:
         reply = self._reply
-        return reply if reply is not None and reply.state is ReplyState.WAITING_FOR_MODEL \
-            else None
+        return reply if reply is not None and reply.state is ReplyState.WAITING_FOR_MODEL else None
 
     def _on_loaded(self, info: LoadedModel) -> None:
         info = self._named(info)
@@ -743,7 +818,8 @@ class ChatController(QObject):
         if self._streaming():
             self.context_note.emit(
                 f"{dropped} old message{'s' if dropped != 1 else ''} left out: the "
-                "conversation no longer fits the context (policy: drop oldest)")
+                "conversation no longer fits the context (policy: drop oldest)"
+            )
 
     def _on_tokens(self, rid: int, text: str, n: int) -> None:
         if (reply := self._mine(rid)) is not None and reply.row is not None:
@@ -786,8 +862,11 @@ class ChatController(QObject):
         if reply.close("complete", stats.to_dict()):
             self.conversations_changed.emit()
         self._show_context(stats.prompt_tokens + stats.gen_tokens)
-        if self.turns is not None and stats.stop_reason != "cancelled" \
-                and self.turns.answer_finished(row, self.chat.message(row).store_id):
+        if (
+            self.turns is not None
+            and stats.stop_reason != "cancelled"
+            and self.turns.answer_finished(row, self.chat.message(row).store_id)
+        ):
             return  # the tool loop goes on; the chat stays busy
         self._busy_changed()
 
