@@ -183,16 +183,21 @@ class DownloadManager:
         self._pump()
         return self.get(job.id) or job
 
+    def _stop_running(self, job_id: str, reason: str) -> bool:
+        """Tell the transfer of a running job to stop for `reason` ("pause", "cancel"); its
+        worker settles the job when it does. False: the job is not running. Under the lock."""
+        stop = self._stops.get(job_id)
+        if stop is None:
+            return False
+        stop.reason = reason
+        stop.set()
+        return True
+
     def pause(self, job_id: str) -> None:
         with self._lock:
             job = self._jobs.get(job_id)
-            if job is None:
-                return
-            stop = self._stops.get(job_id)
-            if stop is not None:
-                stop.reason = "pause"
-                stop.set()  # the worker marks the job paused when it stops
-                return
+            if job is None or self._stop_running(job_id, "pause"):
+                return  # the worker marks a running job paused when it stops
             if job.status == QUEUED:
                 job.status = PAUSED
         self._save()
@@ -217,12 +222,7 @@ class DownloadManager:
         """Stop a download and delete its partial bytes; the job leaves the list."""
         with self._lock:
             job = self._jobs.get(job_id)
-            if job is None:
-                return
-            stop = self._stops.get(job_id)
-            if stop is not None:
-                stop.reason = "cancel"
-                stop.set()
+            if job is None or self._stop_running(job_id, "cancel"):
                 return
             self._discard(job)
         self._save()
