@@ -263,6 +263,37 @@ class RagStore:
             ).fetchall()
         return [_collection(r) for r in rows]
 
+    def set_roots(self, name: str, roots: Sequence[Path]) -> Collection:
+        """The collection's folders and files from now on; the next index adds what is new and
+        drops what is no longer under them."""
+        cid = self.collection(name).id
+        roots_json = json.dumps([str(Path(r).expanduser().resolve()) for r in roots])
+        with self._transaction(immediate=True) as db:
+            db.execute("UPDATE collections SET roots = ? WHERE id = ?", (roots_json, cid))
+        return self.collection(name)
+
+    def set_model(self, name: str, *, model_name: str, model_path: str, dim: int) -> Collection:
+        """Another embedding model for the collection: its vectors no longer compare with the
+        new model's, so its files are forgotten and the next index embeds them all again."""
+        cid = self.collection(name).id
+        with self._transaction(immediate=True) as db:
+            db.execute(
+                "UPDATE collections SET model_name = ?, model_path = ?, dim = ? WHERE id = ?",
+                (model_name, model_path, dim, cid),
+            )
+            db.execute("DELETE FROM files WHERE collection_id = ?", (cid,))
+        self._vectors.pop(cid, None)
+        return self.collection(name)
+
+    def last_indexed(self, name: str) -> float | None:
+        """When a file of the collection was last indexed (a Unix time), None before any."""
+        cid = self.collection(name).id
+        with self._lock:
+            row = self._db.execute(
+                "SELECT max(indexed_at) FROM files WHERE collection_id = ?", (cid,)
+            ).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
     def remove_collection(self, name: str) -> None:
         cid = self.collection(name).id
         with self._transaction(immediate=True) as db:

@@ -182,3 +182,24 @@ def test_reopening_keeps_everything(tmp_path: Path, store: RagStore) -> None:
     with RagStore(store.path) as again:
         assert again.counts("notes").chunks == 1
         assert len(again.fts("notes", '"persisted"', 3)) == 1
+
+
+def test_new_roots_keep_the_index_and_a_new_model_empties_it(
+    tmp_path: Path, store: RagStore
+) -> None:
+    assert store.last_indexed("notes") is None
+    put(store, tmp_path / "a.txt", ["alpha beta", "gamma"])
+    first = store.last_indexed("notes")
+    assert first is not None
+    col = store.set_roots("notes", [tmp_path / "docs", tmp_path / "more"])
+    assert col.roots == ((tmp_path / "docs").resolve(), (tmp_path / "more").resolve())
+    assert store.counts("notes").chunks == 2  # more folders: nothing to embed again
+    assert len(store.vectors("notes").chunk_ids) == 2
+    col = store.set_model("notes", model_name="other", model_path="other.gguf", dim=8)
+    assert (col.model_name, col.dim, col.roots[1]) == ("other", 8, (tmp_path / "more").resolve())
+    # Vectors of two models do not compare: everything is embedded again, by the next index.
+    assert (
+        store.counts("notes").chunks == 0 and store.file_state("notes", tmp_path / "a.txt") is None
+    )
+    assert len(store.vectors("notes").chunk_ids) == 0 and fts_rows(store) == 0
+    assert store.last_indexed("notes") is None
