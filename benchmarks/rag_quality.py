@@ -27,6 +27,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks.rag_search import model_path  # noqa: E402
+from engine.bench.hw import cpu_name  # noqa: E402
 from engine.host.runtime import Model  # noqa: E402
 from engine.rag.indexer import index_collection  # noqa: E402
 from engine.rag.search import Hit, hybrid, keyword, vector  # noqa: E402
@@ -34,7 +36,6 @@ from engine.rag.store import RagStore  # noqa: E402
 from engine.server.embeddings import Embedder  # noqa: E402
 from engine.settings import LoadParams  # noqa: E402
 
-DEFAULT_MODEL = REPO / ".artifacts" / "models" / "all-minilm-l6-v2-f16.gguf"
 DEFAULT_QUESTIONS = REPO / "benchmarks" / "data" / "rag_questions.json"
 COLLECTION = "reference"
 KINDS = ("keyword", "vector", "hybrid")
@@ -65,26 +66,6 @@ class Score:
     def mrr(self) -> float:
         rr = self.reciprocal_ranks
         return sum(rr) / len(rr) if rr else 0.0
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
-def model_path(arg: str | None) -> Path:
-    if arg:
-        return Path(arg)
-    if not DEFAULT_MODEL.exists():
-        from tests.minilm_gguf import convert
-
-        convert(DEFAULT_MODEL)
-    return DEFAULT_MODEL
 
 
 def load_questions(path: Path, known_topics: set[str]) -> list[Question]:
@@ -123,7 +104,7 @@ def main() -> None:
     ap.add_argument("--misses", action="store_true", help="list the questions hybrid missed")
     args = ap.parse_args()
     command = " ".join(shlex.quote(a) for a in [".venv/bin/python", *sys.argv])
-    print(f"CPU: {cpu_model()}")
+    print(f"CPU: {cpu_name()}")
     print(f"command: {command}")
 
     path = model_path(args.model)
@@ -134,7 +115,7 @@ def main() -> None:
             result = run(args, model, embedder)
         finally:
             embedder.close()
-    result = {"command": command, "cpu": cpu_model(), **result}
+    result = {"command": command, "cpu": cpu_name(), **result}
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")

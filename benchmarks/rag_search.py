@@ -26,6 +26,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from engine.bench.hw import cpu_name  # noqa: E402
 from engine.host.runtime import Model  # noqa: E402
 from engine.rag.chunking import Chunk, chunk  # noqa: E402
 from engine.rag.extract import Document, Section  # noqa: E402
@@ -37,16 +38,6 @@ from engine.settings import LoadParams  # noqa: E402
 
 DEFAULT_MODEL = REPO / ".artifacts" / "models" / "all-minilm-l6-v2-f16.gguf"
 CHUNKS_PER_FILE = 20
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def model_path(arg: str | None) -> Path:
@@ -95,7 +86,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
-    print(f"CPU: {cpu_model()}")
+    print(f"CPU: {cpu_name()}")
 
     path = model_path(args.model)
     params = LoadParams(n_ctx=512, **({"n_threads": args.threads} if args.threads else {}))
