@@ -1,7 +1,9 @@
-"""How fast the document index is: chunks embedded per second with all-MiniLM-L6-v2, and the
-latency of keyword, vector and hybrid search over a store of 10,000 chunks.
+"""How fast the document index is: chunks embedded per second with all-MiniLM-L6-v2 (one at a
+time and batched, `Embedder.embed_many`), and the latency of keyword, vector and hybrid search
+over a store of 10,000 chunks.
 
     .venv/bin/python benchmarks/rag_search.py [--chunks 10000] [--embed 100] [--queries 200]
+        [--rounds 3] [--batch-tokens N]
 
 The chunks are real text: the Python language reference topics (`pydoc_data.topics`), chunked
 with the model's tokenizer and repeated with variations (words swapped, sentences rotated)
@@ -84,6 +86,10 @@ def main() -> None:
     ap.add_argument("--chunks", type=int, default=10_000)
     ap.add_argument("--embed", type=int, default=100, help="chunks to embed for the rate")
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=3, help="embedding rounds (best is kept)")
+    ap.add_argument(
+        "--batch-tokens", type=int, default=None, help="tokens a batched decode (the context)"
+    )
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
     print(f"CPU: {cpu_name()}")
@@ -91,7 +97,7 @@ def main() -> None:
     path = model_path(args.model)
     params = LoadParams(n_ctx=512, **({"n_threads": args.threads} if args.threads else {}))
     with Model(path, params) as model:
-        embedder = Embedder(model)
+        embedder = Embedder(model, batch_tokens=args.batch_tokens)
         try:
             run(args, model, embedder)
         finally:
@@ -110,17 +116,31 @@ def run(args: argparse.Namespace, model: Model, embedder: Embedder) -> None:
         f"{time.perf_counter() - t0:.2f} s"
     )
 
-    sample = rng.sample(base, min(args.embed, len(base)))
-    embedder.embed("warm up")
-    t0 = time.perf_counter()
-    tokens = 0
-    for c in sample:
-        tokens += embedder.embed(c.text)[1]
-    took = time.perf_counter() - t0
+    sample = [c.text for c in rng.sample(base, min(args.embed, len(base)))]
+    queries = [" ".join(rng.sample(t.split(), min(8, len(t.split())))) for t in sample]
+    embedder.embed_many(["warm up", "the batched context too"])
     print(
-        f"embedding ({model.load_info.n_threads} threads): {len(sample) / took:.1f} chunks/s, "
-        f"{tokens / took:.0f} tokens/s (mean {tokens / len(sample):.0f} tokens a chunk)"
+        f"embedding ({model.load_info.n_threads} threads; batched: up to "
+        f"{embedder.batch_tokens} tokens and {embedder.max_sequences} inputs a decode):"
     )
+    for label, texts in (("chunks", sample), ("short queries", queries)):
+        # Alternated, best of the rounds: on a shared CPU the other work changes every second.
+        rates: dict[str, list[float]] = {"one at a time": [], "batched": []}
+        for _ in range(args.rounds):
+            for mode, rate in rates.items():
+                t0 = time.perf_counter()
+                if mode == "batched":
+                    tokens = sum(n for _, n in embedder.embed_many(texts))
+                else:
+                    tokens = sum(embedder.embed(t)[1] for t in texts)
+                rate.append(time.perf_counter() - t0)
+        for mode, took in rates.items():
+            best = min(took)
+            print(
+                f"  {label:13s} {mode:13s} {len(texts) / best:7.1f} texts/s, "
+                f"{tokens / best:6.0f} tokens/s (mean {tokens / len(texts):.0f} tokens, "
+                f"best of {args.rounds})"
+            )
 
     dim = len(embedder.embed("dimension")[0])
     texts = [c.text for c in base]
@@ -159,7 +179,7 @@ def run(args: argparse.Namespace, model: Model, embedder: Embedder) -> None:
             " ".join(rng.sample(t.split(), min(6, len(t.split()))))
             for t in rng.sample(texts, args.queries)
         ]
-        qvecs = [embedder.embed(q)[0] for q in questions]
+        qvecs = [v for v, _ in embedder.embed_many(questions)]
 
         t0 = time.perf_counter()
         store.vectors("bench")

@@ -12,17 +12,20 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.rag.chunking import chunk
+from engine.rag.chunking import Chunk, chunk
 from engine.rag.extract import ExtractError, extract
 from engine.rag.files import Found, Skipped, walk
 from engine.rag.store import NO_TEXT, FileState, RagStore, StoreError
 
 Embed = Callable[[list[str]], list[list[float]]]
+# One call of `embed` takes at most this many chunks and tokens: the embedder packs them into
+# as few decodes as it can, and a cancel waits for one call at most (a few seconds on a CPU).
 EMBED_BATCH = 32
+EMBED_BATCH_TOKENS = 2048
 
 
 @dataclass(frozen=True)
@@ -86,10 +89,15 @@ def index_collection(
     *,
     progress: Callable[[IndexProgress], None] | None = None,
     cancel: threading.Event | None = None,
+    pause: Callable[[], None] | None = None,
     max_tokens: int = 200,
     overlap_tokens: int = 32,
 ) -> IndexReport:
+    """`pause`, when given, is called before every embedding batch and may block (the desktop
+    holds indexing there while the chat answers: both on the same cores halve the chat)."""
     t0 = time.monotonic()
+    if pause is not None:
+        embed = _paused(embed, pause, cancel)
     report = IndexReport()
     col = store.collection(name)
     entries = list(walk(col.roots))
@@ -170,7 +178,7 @@ def _index_one(
         # A file indexed before keeps its chunks (mark_skipped only records the reason).
         return _skip(store, name, f, str(e))
     chunks = chunk(doc, count_tokens, max_tokens=max_tokens, overlap_tokens=overlap_tokens)
-    vectors = _embed_all(embed, [c.text for c in chunks], cancel)
+    vectors = _embed_all(embed, chunks, cancel)
     store.replace_file(name, f, sha, chunks, vectors)
     return len(chunks) if chunks else NO_TEXT
 
@@ -192,18 +200,44 @@ class _Cancelled(Exception):
     pass
 
 
-def _embed_all(
-    embed: Embed, texts: Sequence[str], cancel: threading.Event | None
-) -> list[list[float]]:
-    """The texts' vectors, in batches; a cancel between two batches abandons the file (a big
-    file would otherwise hold the cancel for as long as it takes to embed)."""
-    vectors: list[list[float]] = []
-    for i in range(0, len(texts), EMBED_BATCH):
+def _paused(embed: Embed, pause: Callable[[], None], cancel: threading.Event | None) -> Embed:
+    """`embed` that first waits on `pause`; a cancel during the wait abandons the file."""
+
+    def gated(texts: list[str]) -> list[list[float]]:
+        pause()
         if cancel is not None and cancel.is_set():
             raise _Cancelled
-        batch = list(texts[i : i + EMBED_BATCH])
+        return embed(texts)
+
+    return gated
+
+
+def _embed_all(
+    embed: Embed, chunks: Sequence[Chunk], cancel: threading.Event | None
+) -> list[list[float]]:
+    """The chunks' vectors, in batches; a cancel between two batches abandons the file (a big
+    file would otherwise hold the cancel for as long as it takes to embed)."""
+    vectors: list[list[float]] = []
+    for batch in _batches(chunks):
+        if cancel is not None and cancel.is_set():
+            raise _Cancelled
         got = embed(batch)
         if len(got) != len(batch):
             raise StoreError(f"the embedder returned {len(got)} vectors for {len(batch)} texts")
         vectors.extend(got)
     return vectors
+
+
+def _batches(chunks: Sequence[Chunk]) -> Iterator[list[str]]:
+    """Consecutive chunks' texts, at most EMBED_BATCH of them and EMBED_BATCH_TOKENS tokens
+    a batch (a chunk bigger than that alone)."""
+    batch: list[str] = []
+    tokens = 0
+    for c in chunks:
+        if batch and (len(batch) >= EMBED_BATCH or tokens + c.n_tokens > EMBED_BATCH_TOKENS):
+            yield batch
+            batch, tokens = [], 0
+        batch.append(c.text)
+        tokens += c.n_tokens
+    if batch:
+        yield batch

@@ -401,6 +401,17 @@ class RagStore:
             ).fetchall()
         return [Path(r[0]) for r in rows]
 
+    def skipped(self, name: str) -> list[tuple[Path, str]]:
+        """The files passed over and why, by path (what `counts().skipped` counts)."""
+        cid = self.collection(name).id
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT path, coalesce(skip_reason, '') FROM files WHERE collection_id = ? "
+                "AND status = 'skipped' ORDER BY path",
+                (cid,),
+            ).fetchall()
+        return [(Path(p), str(why)) for p, why in rows]
+
     def remove_missing(
         self, name: str, seen: Iterable[Path], *, keep_under: Iterable[Path] = ()
     ) -> list[Path]:

@@ -1,34 +1,55 @@
 """Sentence embeddings from a loaded model, decoded on the model's decode thread between two
 generation steps (`call_soon`): one thread drives llama.cpp, as in llama-server.
 
-An embedding model (a GGUF that says how it pools: BERT, nomic-bert, ...) is loaded with its
-one context in embeddings mode, and the vectors come from there, pooled as the file says. A
-text generator named for embeddings (as Ollama allows) gets a second context on the same
-weights, with embeddings on and mean pooling, so generation and embedding never share a KV
-cache."""
+An embedding model (a GGUF that says how it pools: BERT, nomic-bert, ...) gets a context of
+its own here in embeddings mode, pooled as the file says, that packs several inputs into one
+`llama_decode`, each its own sequence (as llama.cpp's `llama-embedding` does). Its attention is
+not causal, so all of a batch's tokens go in one ubatch and every token's scores are computed
+against the whole batch (masked across sequences): that cost grows with the square of the
+batch, so the budget is the model's context (512 tokens for MiniLM): that packs the short
+inputs (queries, small chunks) whose one-at-a-time decodes are mostly fixed cost, and costs
+long ones about what one at a time does (benchmarks/rag_search.py measures both). A text
+generator named for embeddings (as Ollama allows) gets a second context on the same weights,
+with embeddings on and mean pooling, so generation and embedding never share a KV cache."""
 
 from __future__ import annotations
 
-import math
+import ctypes
+import functools
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import numpy as np
 
 from engine.errors import EngineError
 from engine.host.runtime import Model
 from engine.native import llama_lib
 
 _POOLING_MEAN = 1
+# The most inputs one decode takes (short queries: many fit in the token budget).
+MAX_SEQUENCES = 64
 
 
 class Embedder:
     def __init__(
-        self, model: Model, *, max_tokens: int = 512, n_threads: int | None = None
+        self,
+        model: Model,
+        *,
+        max_tokens: int = 512,
+        n_threads: int | None = None,
+        batch_tokens: int | None = None,
     ) -> None:
         self.model = model
-        # An embedding model's own context holds what one input may be.
+        # What one input may be: an embedding model's trained context (its position table).
         self.max_tokens = model.n_ctx if model.embedding_only else max_tokens
+        # What one decode may take: at least one input of any allowed size.
+        self.batch_tokens = max(self.max_tokens, batch_tokens or self.max_tokens)
+        C = llama_lib.lib()
+        self.max_sequences = max(1, min(MAX_SEQUENCES, int(C.llama_max_parallel_sequences())))
         self._n_threads = n_threads or model.load_info.n_threads
+        self._n_embd = int(C.llama_model_n_embd(model.model_ptr))
         self._ctx: Any = None
         self._lock = threading.Lock()
         # One long-lived worker thread keeps embedding work off the event loop; started now so
@@ -37,16 +58,18 @@ class Embedder:
         self.executor.submit(lambda: None).result()
 
     def _context(self) -> Any:
-        if self.model.embedding_only:
-            return self.model.ctx_ptr  # the model's, freed with it
         if self._ctx is None:
             C = llama_lib.lib()
             cp = C.llama_context_default_params()
-            cp.n_ctx = cp.n_batch = cp.n_ubatch = self.max_tokens
-            cp.n_seq_max = 1
+            # Every token of a batch in one ubatch (a non-causal model needs its whole input
+            # there), one KV stream for all sequences so each may be as long as max_tokens.
+            cp.n_ctx = cp.n_batch = cp.n_ubatch = self.batch_tokens
+            cp.n_seq_max = self.max_sequences
+            cp.kv_unified = True
             cp.n_threads = cp.n_threads_batch = self._n_threads
             cp.embeddings = True
-            cp.pooling_type = _POOLING_MEAN
+            if not self.model.embedding_only:
+                cp.pooling_type = _POOLING_MEAN  # else unspecified: the model's own
             ctx = C.llama_init_from_model(self.model.model_ptr, cp)
             if not ctx:
                 raise EngineError("llama.cpp could not create an embeddings context")
@@ -55,41 +78,78 @@ class Embedder:
 
     def embed(self, text: str) -> tuple[list[float], int]:
         """The L2-normalised embedding of `text` and its token count."""
+        return self.embed_many([text])[0]
+
+    def embed_many(self, texts: Sequence[str]) -> list[tuple[list[float], int]]:
+        """Each text's L2-normalised embedding and token count, in order. Texts are packed
+        into as few decodes as the token budget allows; each decode is its own step on the
+        decode thread, so a long list does not hold generation up for its whole time."""
+        inputs = [self._tokens(t, i, len(texts)) for i, t in enumerate(texts)]
+        out: list[tuple[list[float], int]] = []
+        for group in self._groups(inputs):
+            with self._lock:
+                vectors = self.model.loop.call_soon(functools.partial(self._decode, group))
+            out.extend(zip(vectors, (len(t) for t in group), strict=True))
+        return out
+
+    def _tokens(self, text: str, i: int, n: int) -> list[int]:
+        which = f"input {i}" if n > 1 else "the input"
         tokens = self.model.tokenize(text, add_special=True, parse_special=False)
         if not tokens:
-            raise EngineError("cannot embed an empty input")
+            raise EngineError("cannot embed an empty input" + (f" ({which})" if n > 1 else ""))
         if len(tokens) > self.max_tokens:
             raise EngineError(
-                f"the input is {len(tokens)} tokens; embeddings take at most {self.max_tokens}"
+                f"{which} is {len(tokens)} tokens; embeddings take at most {self.max_tokens}"
             )
-        with self._lock:
-            return self.model.loop.call_soon(lambda: self._embed(tokens))
+        return tokens
 
-    def _embed(self, tokens: list[int]) -> tuple[list[float], int]:
+    def _groups(self, inputs: list[list[int]]) -> list[list[list[int]]]:
+        """Consecutive inputs, as many a group as fit the token budget and sequence count."""
+        groups: list[list[list[int]]] = []
+        size = 0
+        for tokens in inputs:
+            if (
+                not groups
+                or size + len(tokens) > self.batch_tokens
+                or len(groups[-1]) >= self.max_sequences
+            ):
+                groups.append([])
+                size = 0
+            groups[-1].append(tokens)
+            size += len(tokens)
+        return groups
+
+    def _decode(self, group: list[list[int]]) -> list[list[float]]:
         C = llama_lib.lib()
         ctx = self._context()
         C.llama_memory_clear(C.llama_get_memory(ctx), True)
-        batch = C.llama_batch_init(len(tokens), 0, 1)
+        total = sum(len(t) for t in group)
+        batch = C.llama_batch_init(total, 0, 1)
         try:
-            for i, t in enumerate(tokens):
-                batch.token[i] = t
-                batch.pos[i] = i
-                batch.n_seq_id[i] = 1
-                batch.seq_id[i][0] = 0
-                batch.logits[i] = 1
-            batch.n_tokens = len(tokens)
+            i = 0
+            for seq, tokens in enumerate(group):
+                for pos, t in enumerate(tokens):
+                    batch.token[i] = t
+                    batch.pos[i] = pos
+                    batch.n_seq_id[i] = 1
+                    batch.seq_id[i][0] = seq
+                    batch.logits[i] = 1
+                    i += 1
+            batch.n_tokens = total
             rc = C.llama_decode(ctx, batch)
             if rc != 0:
                 raise EngineError(f"llama.cpp failed to compute the embedding (error {rc})")
-            ptr = C.llama_get_embeddings_seq(ctx, 0)
-            if not ptr:
-                raise EngineError("this model gives no pooled embeddings")
-            n = int(C.llama_model_n_embd(self.model.model_ptr))
-            vec = [float(ptr[i]) for i in range(n)]
+            rows = np.empty((len(group), self._n_embd), dtype=np.float32)
+            for seq in range(len(group)):
+                ptr = C.llama_get_embeddings_seq(ctx, seq)
+                if not ptr:
+                    raise EngineError("this model gives no pooled embeddings")
+                ctypes.memmove(rows[seq].ctypes.data, ptr, rows.shape[1] * 4)
         finally:
             C.llama_batch_free(batch)
-        norm = math.sqrt(sum(v * v for v in vec)) or 1.0
-        return [v / norm for v in vec], len(tokens)
+        norms = np.linalg.norm(rows.astype(np.float64), axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        return [[float(v) for v in row] for row in rows / norms]
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)

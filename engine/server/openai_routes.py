@@ -385,12 +385,8 @@ async def run_embeddings(embedder: Embedder, inputs: list[str]) -> tuple[list[li
     """Embed on the embedder's own thread so generation streams keep flowing."""
 
     def work() -> tuple[list[list[float]], int]:
-        out, total = [], 0
-        for text in inputs:
-            vec, n = embedder.embed(text)
-            out.append(vec)
-            total += n
-        return out, total
+        got = embedder.embed_many(inputs)
+        return [vec for vec, _ in got], sum(n for _, n in got)
 
     try:
         return await asyncio.get_running_loop().run_in_executor(embedder.executor, work)

@@ -15,7 +15,12 @@ import pytest
 
 from engine.host.runtime import Model
 from engine.rag.files import Found, Skipped, walk
-from engine.rag.indexer import IndexProgress, index_collection
+from engine.rag.indexer import (
+    EMBED_BATCH,
+    EMBED_BATCH_TOKENS,
+    IndexProgress,
+    index_collection,
+)
 from engine.rag.search import hybrid
 from engine.rag.store import RagStore
 from engine.server.embeddings import Embedder
@@ -39,7 +44,7 @@ class MiniLM:
     def embed(self, texts: list[str]) -> list[list[float]]:
         self.calls += 1
         self.texts += len(texts)
-        return [self.embedder.embed(t)[0] for t in texts]
+        return [v for v, _ in self.embedder.embed_many(texts)]
 
     def count_tokens(self, text: str) -> int:
         return len(self.model.tokenize(text, add_special=True, parse_special=False))
@@ -244,6 +249,34 @@ def test_a_cancel_inside_a_big_file_leaves_it_as_it_was(tmp_path: Path) -> None:
         cancel.clear()
         done = index_collection(store, "ref", CountingEmbedder(), word_count)
         assert done.added == 1 and done.chunks > 32
+
+
+def test_a_big_file_is_embedded_in_batches_bounded_by_tokens(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "big.txt").write_text(" ".join(f"Sentence number {i} is here." for i in range(3000)))
+    sizes: list[tuple[int, int]] = []
+
+    class Sizes(CountingEmbedder):
+        def __call__(self, texts: list[str]) -> list[list[float]]:
+            sizes.append((len(texts), sum(word_count(t) for t in texts)))
+            return super().__call__(texts)
+
+    with new_store(tmp_path, docs, DIM) as store:
+        embed = Sizes()
+        report = index_collection(store, "ref", embed, word_count, max_tokens=100)
+        assert report.added == 1 and len(embed.texts) == report.chunks
+        assert all(n <= EMBED_BATCH and tokens <= EMBED_BATCH_TOKENS for n, tokens in sizes)
+        # Full batches: each but the last had no room for the next chunk (at most 100 tokens).
+        assert len(sizes) > 2
+        assert all(n == EMBED_BATCH or t > EMBED_BATCH_TOKENS - 100 for n, t in sizes[:-1])
+        ids = _chunk_ids(store)
+        stored = store.chunks(ids)
+        assert embed.texts == [stored[i].text for i in ids]  # in order, each once
+
+
+def _chunk_ids(store: RagStore) -> list[int]:
+    return [r[0] for r in store._db.execute("SELECT id FROM chunks ORDER BY id").fetchall()]
 
 
 def test_a_folder_that_cannot_be_read_keeps_its_files(

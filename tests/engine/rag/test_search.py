@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from engine.rag.search import fts_expression, hybrid, keyword, vector
+from engine.rag.search import (
+    KEYWORD_WEIGHT,
+    STOP_WORDS,
+    VECTOR_WEIGHT,
+    fts_expression,
+    hybrid,
+    keyword,
+    vector,
+)
 from engine.rag.store import RagStore
 from tests.engine.rag.helpers import DIM, bow_vector, found, make_chunks
 
@@ -121,12 +129,36 @@ def test_hybrid_fuses_ranks(store: RagStore) -> None:
     top = hits[0]
     assert top.text == "Espresso: nine bars of pressure."
     assert top.keyword_rank is not None and top.vector_rank == 1
-    assert top.score == pytest.approx(1 / (60 + top.keyword_rank) + 1 / 61)
+    assert top.score == pytest.approx(KEYWORD_WEIGHT / (60 + top.keyword_rank) + VECTOR_WEIGHT / 61)
     assert len(hits) == 3 and hits == sorted(hits, key=lambda h: -h.score)
     # With no keyword match the fusion is the vector list's order.
     only = hybrid(store, "home", "zzz", bow_vector("risotto rice"), 2)
     assert [h.vector_rank for h in only] == [1, 2]
     assert all(h.keyword_rank is None for h in only)
+
+
+def test_the_vector_list_outweighs_the_keyword_list(store: RagStore) -> None:
+    # Each list's first hit is not among the other's candidates: the weights decide.
+    query, meaning = "pressure", bow_vector("risotto rice patience")
+    assert [h.text for h in keyword(store, "home", query, 1)] == [
+        "Espresso: nine bars of pressure."
+    ]
+    top = hybrid(store, "home", query, meaning, 1)[0]
+    assert top.text == "A risotto needs arborio rice and patience." and top.keyword_rank is None
+    assert top.score == pytest.approx(VECTOR_WEIGHT / 61)
+    flipped = hybrid(store, "home", query, meaning, 1, keyword_weight=3.0, vector_weight=1.0)
+    assert flipped[0].text == "Espresso: nine bars of pressure."
+    assert flipped[0].score == pytest.approx(3.0 / 61)
+
+
+def test_keyword_search_ranks_on_the_content_words(store: RagStore) -> None:
+    # "the", "in", "how" are in most chunks; only "pasta" says what the question is about.
+    hits = keyword(store, "home", "How do I cook the pasta in the water?", 10)
+    assert hits[0].path.name == "cooking.txt"
+    assert fts_expression("how do I cook the pasta", content_only=True) == '"cook" OR "pasta"'
+    # Nothing but stop words: they are all there is to search with.
+    assert fts_expression("what is the", content_only=True) == '"what" OR "is" OR "the"'
+    assert STOP_WORDS.isdisjoint({"pasta", "nine", "slots", "nonlocal", "yield"})
 
 
 def test_an_empty_collection_finds_nothing(tmp_path: Path) -> None:

@@ -68,6 +68,44 @@ def test_an_embedding_model_is_one_by_its_file(minilm_path: Path, smollm2_path: 
         assert not chat.embedding_only
 
 
+def test_a_batch_embeds_as_one_input_at_a_time_does(minilm_path: Path) -> None:
+    # Inputs of every size, more of them than one decode takes (512 tokens), so the batch is
+    # several decodes of several sequences each.
+    texts = [FOOD[i % 3] * (1 + i % 7) for i in range(20)] + ["word " * 500, "short"]
+    with Model(minilm_path, LoadParams(n_ctx=512, n_threads=2)) as m:
+        e = Embedder(m)
+        try:
+            alone = [e.embed(t) for t in texts]
+            together = e.embed_many(texts)
+            assert [n for _, n in together] == [n for _, n in alone]
+            groups = e._groups([[0] * n for _, n in alone])
+            assert len(groups) > 2 and max(len(g) for g in groups) > 1  # several, packed
+            assert (
+                min(cosine(a, b) for (a, _), (b, _) in zip(alone, together, strict=True)) >= 0.999
+            )
+            # The vectors still mean something: the food sentences stay near and far.
+            vec = {t: v for t, (v, _) in zip(texts, together, strict=True)}
+            assert cosine(vec[FOOD[0]], vec[FOOD[1]]) > cosine(vec[FOOD[0]], vec[FOOD[2]])
+            assert e.embed_many([]) == []
+            with pytest.raises(Exception, match=r"input 1 is 601 tokens; .* at most 512"):
+                e.embed_many(["fine", "word " * 599])
+        finally:
+            e.close()
+
+
+def test_a_text_generator_batches_its_mean_pooled_embeddings_too(smollm2_path: Path) -> None:
+    # A causal model: the sequences share one KV cache in the batch, masked from each other.
+    with Model(smollm2_path, LoadParams(n_ctx=512, n_threads=2)) as m:
+        e = Embedder(m)
+        try:
+            alone = [e.embed(t)[0] for t in FOOD]
+            together = [v for v, _ in e.embed_many(FOOD)]
+            assert len(e._groups([[0] * 10] * 3)) == 1
+            assert min(cosine(a, b) for a, b in zip(alone, together, strict=True)) >= 0.999
+        finally:
+            e.close()
+
+
 def test_embeddings_go_to_the_named_embedding_model(server: tuple[ServerThread, ModelHost]) -> None:
     srv, host = server
     with openai.OpenAI(
