@@ -10,6 +10,7 @@ import dataclasses
 import json
 import logging
 import os
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,13 +23,16 @@ from PySide6.QtWidgets import QApplication
 from app.services.chat_store import ChatStore, ChatStoreError, default_store_path
 from app.services.connections import FILE_NAME as CONNECTIONS_FILE
 from app.services.connections import ConnectionStore
+from app.services.documents import index_path
 from app.services.library import LibraryEntry, ModelLibrary
 from app.services.local_server import ServeSettings
 from app.services.model_catalog import library_catalog, server_params
 from app.services.paths import AppPaths
 from app.ui.chat_model import ChatModel
 from app.ui.controller import ChatController, LibrarySelection, ModelName
+from app.ui.documents_panel import DocumentsPanel
 from app.ui.estimate import Estimator
+from app.ui.index_job import embedding_loader
 from app.ui.library_model import LibraryModel
 from app.ui.library_panel import LibraryPanel
 from app.ui.main_window import MainWindow
@@ -36,6 +40,7 @@ from app.ui.worker import EngineHost, EngineWorker, probing_factory
 from engine.host.host import ModelHost
 from engine.host.runtime import Model
 from engine.native.load_probe import FirstLoads
+from engine.rag.store import RagStore, StoreError
 from engine.settings import LoadParams, SamplingParams
 
 
@@ -238,6 +243,39 @@ def add_mcp_servers(window: MainWindow, paths: AppPaths) -> None:
     window.add_tool_window("MCP servers…", dialog, "Ctrl+Shift+T", shutdown)
 
 
+def documents_panel(
+    paths: AppPaths, library: ModelLibrary, first_loads: FirstLoads
+) -> tuple[DocumentsPanel | None, str | None]:
+    """The Documents tab over the documents index (the one `candlewick docs` uses), or None
+    and why it cannot be opened (the app still opens, without it)."""
+    try:
+        store = RagStore(index_path(paths))
+    except (StoreError, sqlite3.Error, OSError) as e:
+        return None, f"Your document collections cannot be opened: {e}"
+    return DocumentsPanel(store, library, embedding_loader(first_loads)), None
+
+
+def add_documents(window: MainWindow, paths: AppPaths, first_loads: FirstLoads) -> None:
+    """Chats grounded in document collections: the index's collections in Chat settings,
+    and their embedding models loaded once for the chat's searches."""
+    from app.services.documents import index_path, open_documents
+    from app.services.retrieval import Retriever
+
+    retriever = Retriever(lambda: open_documents(paths), first_loads=first_loads)
+    window.controller.use_documents(retriever)
+    if window.chat_settings is not None:
+        # Listing them never creates an index that is not there yet.
+        window.chat_settings.set_collections(
+            lambda: retriever.names() if index_path(paths).exists() else []
+        )
+
+    def close() -> None:
+        window.controller.close_documents()  # a search under way ends first
+        retriever.close()
+
+    window.add_closer(close)
+
+
 def library_selection(panel: LibraryPanel) -> LibrarySelection:
     """The model selected in the library with the panel's load settings (None: none is)."""
 
@@ -314,7 +352,15 @@ def build_window(
         store=store,
         model_name=library_names(library_model),
     )
-    window = MainWindow(controller, library, panel, settings, gpu_probe=gpu_probe())
+    documents, no_documents = documents_panel(paths, library, first_loads)
+    if documents is not None:
+        # Indexing holds while the chat answers: both on the same cores halve the chat.
+        controller.busy_changed.connect(documents.set_chat_busy)
+    window = MainWindow(
+        controller, library, panel, settings, gpu_probe=gpu_probe(), documents=documents
+    )
+    if documents is not None:
+        window.add_closer(documents.store.close)
     if own_host is not None:
         # After the engine thread (the chat's model is gone): the models loaded on demand
         # and the host's keep-alive thread.
@@ -327,14 +373,15 @@ def build_window(
             window.open_conversation(max(recent, key=lambda c: c.updated_at).id)
         else:
             window.reopen_last_conversation()
-    if problem:
-        window.show_error(problem)
+    if problem or no_documents:
+        window.show_error(problem or no_documents or "")
     if model_manager:
         add_model_manager(window, library)
     add_benchmark(window)
     add_server_panel(window)
     add_loaded_models(window)
     add_mcp_servers(window, paths)
+    add_documents(window, paths, first_loads)
     return window
 
 

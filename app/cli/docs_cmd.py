@@ -13,14 +13,14 @@ import argparse
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from app.cli.common import CliError, first_loads, library, positive_int, print_json
-from app.services.paths import AppPaths
+from app.services.documents import open_documents
 from engine.host.runtime import Model
 from engine.model.facts import model_facts
 from engine.model.gguf import read_gguf
@@ -30,7 +30,6 @@ from engine.rag.store import Collection, RagStore, StoreError
 from engine.server.embeddings import Embedder
 from engine.settings import LoadParams
 
-INDEX_FILE = "documents.sqlite3"
 MAX_SKIPS_SHOWN = 20
 # Chunks are at most 200 tokens (engine.rag.indexer); a context of 512 holds any of them.
 EMBED_CTX = 512
@@ -90,14 +89,8 @@ def register(sub: Any) -> None:
     rm.set_defaults(handler=remove)
 
 
-def index_path() -> Path:
-    return AppPaths.default().ensure().data / INDEX_FILE
-
-
-@contextmanager
-def open_store() -> Iterator[RagStore]:
-    with RagStore(index_path()) as store:
-        yield store
+def open_store() -> AbstractContextManager[RagStore]:
+    return open_documents()
 
 
 def _collection(store: RagStore, name: str) -> Collection:

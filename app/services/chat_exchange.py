@@ -1,10 +1,11 @@
 """Chat export and import files: what `candlewick chats export|import` and the window's
 Export and Import write and read.
 
-JSON is lossless (every branch, settings, stats, tool calls and results) and is what
-`import_data` reads back, along with a plain list of conversations that have `messages`;
-Markdown is for reading (each chat's active branch). The storage is `ChatStore`'s: this module
-only turns its conversations into files and files into conversations.
+JSON is lossless (every branch, settings, stats, tool calls and results, the passages a
+grounded answer was given) and is what `import_data` reads back, along with a plain list of
+conversations that have `messages`; Markdown is for reading (each chat's active branch; a
+grounded answer lists its Sources). The storage is `ChatStore`'s: this module only turns its
+conversations into files and files into conversations.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from app.services.chat_store import (
     ChatStoreError,
     StoredConversation,
     StoredMessage,
+    stored_grounding,
     stored_tool_calls,
 )
+from engine.rag.grounding import Grounding
 
 EXPORT_FORMAT = "candlewick-chats"
 EXPORT_VERSION = 1
@@ -49,6 +52,7 @@ def message_record(m: StoredMessage) -> dict[str, Any]:
         "tool_calls": m.tool_calls,
         "tool_call_id": m.tool_call_id,
         "tool_name": m.tool_name,
+        "grounding": m.grounding,
         # Derived from status and stats (an import ignores it): a reader of the JSON sees
         # a stopped or cut-off answer without knowing the stats' vocabulary.
         "ended": m.ended,
@@ -143,6 +147,22 @@ def _tool_result_markdown(m: dict[str, Any]) -> str:
     return head + (f"*{error}*\n" if error else "*(no output)*\n")
 
 
+def _sources_markdown(grounding: dict[str, Any]) -> str:
+    """A grounded answer's passages: "[1] guide.pdf, p. 4 (path)" and the passage quoted."""
+    try:
+        g = Grounding.from_dict(grounding)
+    except ValueError:  # an export edited by hand: its sources are left out
+        return ""
+    if not g.sources:
+        return ""
+    out = ["**Sources**:\n"]
+    for src in g.sources:
+        out.append(f"- {src.label} (`{src.path}`, characters {src.start} to {src.end})\n")
+        quoted = "\n".join(f"  > {line}".rstrip() for line in src.text.strip().splitlines())
+        out.append(f"{quoted}\n")
+    return "\n".join(out)
+
+
 def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
     """Readable Markdown of exported conversations (their active branches)."""
     out: list[str] = []
@@ -175,6 +195,10 @@ def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
             if m["content"] or not calls:
                 out.append(f"{m['content']}\n")
             out.extend(_tool_call_markdown(call) for call in calls)
+            if m.get("grounding"):
+                sources = _sources_markdown(m["grounding"])
+                if sources:
+                    out.append(sources)
             st = m.get("stats") or {}
             line = [str(m["model"])] if m["role"] == "assistant" and m.get("model") else []
             if m["role"] == "assistant" and st.get("gen_tps"):
@@ -260,6 +284,7 @@ def _read_conversation(
             parent = j - 1 if j else None
         try:
             calls = stored_tool_calls(m.get("tool_calls") or [])
+            grounding = stored_grounding(m.get("grounding"))
         except ChatStoreError as e:
             raise ChatStoreError(f"conversation #{index + 1}, message #{j + 1}: {e}") from None
         thinking, call_id, tool_name = m.get("thinking"), m.get("tool_call_id"), m.get("tool_name")
@@ -279,6 +304,7 @@ def _read_conversation(
                 tool_calls=calls,
                 tool_call_id=call_id if isinstance(call_id, str) else None,
                 tool_name=tool_name if isinstance(tool_name, str) else None,
+                grounding=grounding,
             )
         )
         place[m.get("id", j)] = j

@@ -13,6 +13,10 @@ after the other, so the active branch stays a single line. A result row is writt
 before the tool starts and rewritten when it ends; `recover_interrupted()` treats a leftover
 'running' result like a leftover 'streaming' answer.
 
+Documents (schema 5): an answer grounded in a chat's collections keeps the passages it was
+given (`grounding`: their numbers, files, pages, spans and text, and the token figures), so
+reopening, continuing and exporting it show what it was written from.
+
 The store is Qt-free and is handed to whoever needs it; it is used from one thread per
 `ChatStore` instance (open a second instance for another thread). Export and import files
 are `app.services.chat_exchange`'s.
@@ -29,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 4
+from engine.rag.grounding import Grounding
+
+SCHEMA_VERSION = 5
 DEFAULT_TITLE = "New chat"
 
 
@@ -69,6 +75,8 @@ class StoredMessage:
     # A tool result ('tool' role): the call it answers and the tool's name.
     tool_call_id: str | None = None
     tool_name: str | None = None
+    # An answer grounded in documents: `Grounding.to_dict()` ({} for none).
+    grounding: dict[str, Any] = field(default_factory=dict)
 
     @property
     def truncated(self) -> bool:
@@ -191,11 +199,19 @@ def _chain_flat_history(db: sqlite3.Connection) -> None:
         db.execute("UPDATE conversations SET active_leaf_id = ? WHERE id = ?", (leaf, cid))
 
 
+# Version 5: the passages an answer was grounded in, one JSON object (read whole, never
+# queried).
+_V5_SQL = """
+        ALTER TABLE messages ADD COLUMN grounding TEXT NOT NULL DEFAULT '{}';
+"""
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None] | None]] = [
     (_V1_SQL, None),
     (_V2_SQL, _chain_flat_history),
     (_V3_SQL, None),
     (_V4_SQL, None),
+    (_V5_SQL, None),
 ]
 
 
@@ -215,7 +231,19 @@ def _row_message(r: sqlite3.Row) -> StoredMessage:
         tool_calls=json.loads(r["tool_calls"] or "[]"),
         tool_call_id=r["tool_call_id"],
         tool_name=r["tool_name"],
+        grounding=json.loads(r["grounding"] or "{}"),
     )
+
+
+def stored_grounding(value: Any) -> dict[str, Any]:
+    """An answer's grounding in the stored shape ({} for none); ChatStoreError (one line)
+    for one that is not a grounding."""
+    if not value:
+        return {}
+    try:
+        return Grounding.from_dict(value).to_dict()
+    except ValueError as e:
+        raise ChatStoreError(f"bad sources: {e}") from None
 
 
 def stored_tool_calls(calls: Any) -> list[dict[str, Any]]:
@@ -461,11 +489,13 @@ class ChatStore:
         tool_calls: list[dict[str, Any]] | None = None,
         tool_call_id: str | None = None,
         tool_name: str | None = None,
+        grounding: dict[str, Any] | None = None,
     ) -> StoredMessage:
         """Append a message. `parent_id=True` (default) attaches it to the active leaf; an
         explicit parent creates a branch (a sibling of that parent's other children).
         A tool result is better added with `add_tool_result`, which finds its place."""
         calls = stored_tool_calls(tool_calls or [])
+        grounded = stored_grounding(grounding)
         conv = self.conversation(conversation_id)
         parent = conv.active_leaf_id if parent_id is True else parent_id
         if isinstance(parent, bool):
@@ -478,8 +508,8 @@ class ChatStore:
         with self._tx() as db:
             cur = db.execute(
                 "INSERT INTO messages(conversation_id, parent_id, role, content, created_at, "
-                "status, model, stats, sampling, thinking, tool_calls, tool_call_id, tool_name) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "status, model, stats, sampling, thinking, tool_calls, tool_call_id, tool_name, "
+                "grounding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     conversation_id,
                     parent,
@@ -494,6 +524,7 @@ class ChatStore:
                     json.dumps(calls, ensure_ascii=False),
                     tool_call_id,
                     tool_name,
+                    json.dumps(grounded, ensure_ascii=False),
                 ),
             )
             mid = int(cur.lastrowid or 0)
@@ -523,8 +554,11 @@ class ChatStore:
         stats: dict[str, Any] | None = None,
         thinking: str | None = None,
         tool_calls: list[dict[str, Any]] | None = None,
+        grounding: dict[str, Any] | None = None,
     ) -> None:
         cols: dict[str, Any] = {}
+        if grounding is not None:
+            cols["grounding"] = json.dumps(stored_grounding(grounding), ensure_ascii=False)
         if tool_calls is not None:
             cols["tool_calls"] = json.dumps(stored_tool_calls(tool_calls), ensure_ascii=False)
         if content is not None:
@@ -842,7 +876,8 @@ class ChatStore:
                     cur = db.execute(
                         "INSERT INTO messages(conversation_id, parent_id, role, content, "
                         "created_at, status, model, stats, sampling, thinking, tool_calls, "
-                        "tool_call_id, tool_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "tool_call_id, tool_name, grounding) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             cid,
                             stored.get(m.parent_id) if m.parent_id is not None else None,
@@ -857,6 +892,7 @@ class ChatStore:
                             json.dumps(stored_tool_calls(m.tool_calls), ensure_ascii=False),
                             m.tool_call_id,
                             m.tool_name,
+                            json.dumps(stored_grounding(m.grounding), ensure_ascii=False),
                         ),
                     )
                     stored[m.id] = int(cur.lastrowid or 0)

@@ -1,11 +1,13 @@
 """The one reply the chat is producing now, and where it is in its life.
 
 A reply is asked for (send, regenerate, edit, continue, the next step of a tool loop), may
-wait for the chosen engine to load and for the chat's tools to be listed, then streams until
-the engine says it finished or failed. The chat controller holds at most one; the engine's
+wait for the chosen engine to load, for the chat's collections to be searched (a chat with
+documents) and for the chat's tools to be listed, then streams until the engine says it
+finished or failed. The chat controller holds at most one; the engine's
 signals carry a request id, and one that is not this reply's belongs to an abandoned one.
 
-    ASKED -> (WAITING_FOR_MODEL) -> (WAITING_FOR_TOOLS) -> STREAMING -> ended (dropped)
+    ASKED -> (WAITING_FOR_MODEL) -> (RETRIEVING) -> (WAITING_FOR_TOOLS) -> STREAMING
+          -> ended (dropped)
 
 Qt-free: the controller applies what happens here to the item model and the view.
 """
@@ -18,6 +20,7 @@ from typing import Any
 
 from app.services.chat_store import StreamWriter
 from engine.host.stats import GenerationStats
+from engine.rag.grounding import Grounding
 
 # Where a new answer attaches in the store: a message id, True for the branch's last
 # message, None for a conversation's first message.
@@ -27,6 +30,7 @@ Parent = int | bool | None
 class ReplyState(enum.Enum):
     ASKED = "asked"  # just asked for: the controller is deciding what it waits for
     WAITING_FOR_MODEL = "waiting for the model"  # the chosen engine loads (or connects)
+    RETRIEVING = "searching the documents"  # the question is searched in the collections
     WAITING_FOR_TOOLS = "waiting for tools"  # the chat's tool servers start and list theirs
     STREAMING = "streaming"  # the engine generates it; `rid` says which request
 
@@ -45,6 +49,11 @@ class ActiveReply:
     prompt_tokens: int = 0
     # A continued answer's thinking figures before this part (tokens, seconds).
     continued: tuple[int, float] | None = None
+    # The passages its prompt holds, once retrieved (None: not grounded, or not yet), and
+    # why retrieval failed (the answer then fails with it: never quietly ungrounded).
+    grounding: Grounding | None = None
+    retrieved: bool = False
+    retrieval_error: str | None = None
 
     @property
     def streaming(self) -> bool:

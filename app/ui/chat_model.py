@@ -29,6 +29,7 @@ from app.ui.conversation import (
     ToolStatus,
 )
 from engine.host.stats import GenerationStats
+from engine.rag.grounding import Grounding
 
 ROLE_ROLE = Qt.ItemDataRole.UserRole + 1
 STATE_ROLE = Qt.ItemDataRole.UserRole + 2
@@ -111,11 +112,14 @@ class ChatModel(QAbstractListModel):
         *,
         answer_format: AnswerFormat = "markdown",
         model: str | None = None,
+        grounding: Grounding | None = None,
     ) -> int:
         row = len(self._conv.messages)
         self.beginInsertRows(QModelIndex(), row, row)
         self._conv.messages.append(
-            Message(role, text, state, answer_format=answer_format, model=model)
+            Message(
+                role, text, state, answer_format=answer_format, model=model, grounding=grounding
+            )
         )
         self.endInsertRows()
         return row
@@ -140,6 +144,11 @@ class ChatModel(QAbstractListModel):
         if stats.thinking_tokens:
             m.thought = (stats.thinking_tokens, stats.thinking_s)
         self._changed(row, [STATE_ROLE, STATS_ROLE, THINKING_ROLE])
+
+    def set_grounding(self, row: int, grounding: Grounding | None) -> None:
+        """The passages the answer at `row` was given (None: none)."""
+        self._conv.messages[row].grounding = grounding
+        self._changed(row, [MESSAGE_ROLE])
 
     def refresh(self, row: int) -> None:
         """The message at `row` changed outside the model (e.g. its branch position)."""

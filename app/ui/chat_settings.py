@@ -9,6 +9,11 @@ Structured output is a JSON schema the chat's answers must follow. It is checked
 entered (`engine.decoding.constraints.json_schema`, which names what it cannot enforce); a
 schema that does not pass shows why under the box, in one line, and is not kept: the chat
 goes on with the last schema that passed (or free text).
+
+Documents: the collections of the documents index this chat's answers are grounded in (a
+checkable list), how many passages are searched for and the share of the context they may
+take. A collection ticked in a chat and later removed from the index stays listed, marked,
+so it can be unticked.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QFontDatabase
+from PySide6.QtGui import QFontDatabase, QShowEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
@@ -41,6 +46,12 @@ from engine.decoding.constraints import GrammarError
 from engine.settings import SamplingParams
 
 STRUCTURED_KEY = "structured_output"  # where a chat's settings keep its JSON schema
+COLLECTIONS_KEY = "collections"  # the collections a chat's answers are grounded in
+DOCS_K_KEY = "docs_k"  # passages searched for
+DOCS_BUDGET_KEY = "docs_budget"  # the share of the context they may take, in percent
+DEFAULT_DOCS_K = 5
+DEFAULT_DOCS_BUDGET = 25
+NO_COLLECTIONS = "No collections yet — add one with `candlewick docs add` or in the Documents tab"
 DEFAULT_TOOL_ROUNDS = 8  # tool rounds an answer may take unless the chat says otherwise
 
 POLICIES = [
@@ -59,12 +70,15 @@ class ChatSettingsPanel(QWidget):
         parent: QWidget | None = None,
         *,
         tool_servers: Callable[[], Sequence[str]] | None = None,
+        collections: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         """`tool_servers`: the MCP servers turned on in the MCP servers dialog (each chat
-        may turn some off for itself)."""
+        may turn some off for itself); `collections`: the collections in the documents
+        index."""
         super().__init__(parent)
         self.store = store
         self._tool_servers = tool_servers or list
+        self._collection_names = collections or list
         self.defaults = defaults or SamplingParams()
         self._loading = False
         d = self.defaults
@@ -127,6 +141,27 @@ class ChatSettingsPanel(QWidget):
             "Tool calls the model may make, round after round, before its answer is stopped"
         )
         self._tools_off: list[str] = []
+        # Documents: the collections answers are grounded in (none ticked: no retrieval).
+        self.collections = QListWidget()
+        self.collections.setAccessibleName("Collections")
+        self.collections.setToolTip(
+            "The question is searched in the ticked collections before the model answers; "
+            "the passages found go in the prompt and are cited below the answer"
+        )
+        self.collections.setMaximumHeight(90)
+        self.no_collections = QLabel(NO_COLLECTIONS)
+        self.no_collections.setWordWrap(True)
+        self.no_collections.setEnabled(False)
+        self.no_collections.setTextFormat(Qt.TextFormat.PlainText)
+        self.docs_k = self._int(1, 50, DEFAULT_DOCS_K, "Passages")
+        self.docs_k.setToolTip("How many passages are searched for; those that fit go in")
+        self.docs_budget = self._int(1, 75, DEFAULT_DOCS_BUDGET, "Passage budget")
+        self.docs_budget.setSuffix(" % of the context")
+        self.docs_budget.setToolTip(
+            "The most the passages may take of the context (less when the conversation "
+            "and the answer need the room)"
+        )
+        self._collections_on: list[str] = []
         self.presets = QComboBox()
         self.presets.setAccessibleName("Presets")
         self.apply_preset_button = QPushButton("Apply")
@@ -161,6 +196,13 @@ class ChatSettingsPanel(QWidget):
         tools.addWidget(self.no_tools)
         form.addRow("Tools", tools)
         form.addRow("Tool rounds", self.tool_rounds)
+        docs = QVBoxLayout()
+        docs.setSpacing(2)
+        docs.addWidget(self.collections)
+        docs.addWidget(self.no_collections)
+        form.addRow("Documents", docs)
+        form.addRow("Passages", self.docs_k)
+        form.addRow("Passage budget", self.docs_budget)
         presets = QHBoxLayout()
         presets.addWidget(self.presets, 1)
         presets.addWidget(self.apply_preset_button)
@@ -178,12 +220,62 @@ class ChatSettingsPanel(QWidget):
         self.policy.currentIndexChanged.connect(self._emit)
         self.tool_rounds.valueChanged.connect(self._emit)
         self.tools.itemChanged.connect(self._on_tool_ticked)
+        self.collections.itemChanged.connect(self._on_collection_ticked)
+        self.docs_k.valueChanged.connect(self._emit)
+        self.docs_budget.valueChanged.connect(self._emit)
         self.structured.textChanged.connect(self._check_schema)
         self.temperature.valueChanged.connect(self._show_repeat_note)
         self.seed.valueChanged.connect(self._show_repeat_note)
         self.refresh_presets()
         self.refresh_tools()
+        self.refresh_collections()
         self._show_repeat_note()
+
+    # -- documents -------------------------------------------------------------------------
+
+    def set_collections(self, names: Callable[[], Sequence[str]]) -> None:
+        """Where the collections come from (the documents index)."""
+        self._collection_names = names
+        self.refresh_collections()
+
+    def refresh_collections(self) -> None:
+        """The index changed (or the chat did): list its collections, this chat's ticked; a
+        ticked one the index no longer has stays, marked, so it can be unticked."""
+        self._loading, was = True, self._loading
+        try:
+            self.collections.clear()
+            names = list(self._collection_names())
+            gone = [n for n in self._collections_on if n not in names]
+            for name in names + gone:
+                item = QListWidgetItem(name if name in names else f"{name} (removed)")
+                item.setData(Qt.ItemDataRole.UserRole, name)
+                item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+                item.setCheckState(
+                    Qt.CheckState.Checked
+                    if name in self._collections_on
+                    else Qt.CheckState.Unchecked
+                )
+                self.collections.addItem(item)
+            has = self.collections.count() > 0
+            self.collections.setVisible(has)
+            self.no_collections.setVisible(not has)
+        finally:
+            self._loading = was
+
+    def _on_collection_ticked(self, item: QListWidgetItem) -> None:
+        if self._loading:
+            return
+        name = str(item.data(Qt.ItemDataRole.UserRole))
+        on = [n for n in self._collections_on if n != name]
+        if item.checkState() == Qt.CheckState.Checked:
+            on.append(name)
+        self._collections_on = on
+        self._emit()
+
+    def showEvent(self, e: QShowEvent) -> None:
+        # Collections added meanwhile (the command line, the Documents tab) show up.
+        self.refresh_collections()
+        super().showEvent(e)
 
     # -- tools -----------------------------------------------------------------------------
 
@@ -288,6 +380,12 @@ class ChatSettingsPanel(QWidget):
             out["tools_off"] = sorted(self._tools_off)
         if self.tool_rounds.value() != DEFAULT_TOOL_ROUNDS:
             out["tool_rounds"] = self.tool_rounds.value()
+        if self._collections_on:
+            out[COLLECTIONS_KEY] = list(self._collections_on)
+        if self.docs_k.value() != DEFAULT_DOCS_K:
+            out[DOCS_K_KEY] = self.docs_k.value()
+        if self.docs_budget.value() != DEFAULT_DOCS_BUDGET:
+            out[DOCS_BUDGET_KEY] = self.docs_budget.value()
         return out
 
     def set_settings(self, settings: dict[str, Any]) -> None:
@@ -316,6 +414,12 @@ class ChatSettingsPanel(QWidget):
             self._tools_off = [str(n) for n in off] if isinstance(off, list) else []
             self.tool_rounds.setValue(int(settings.get("tool_rounds", DEFAULT_TOOL_ROUNDS)))
             self.refresh_tools()
+            self._collections_on = chat_collections(settings)
+            self.docs_k.setValue(_int_setting(settings.get(DOCS_K_KEY), DEFAULT_DOCS_K))
+            self.docs_budget.setValue(
+                _int_setting(settings.get(DOCS_BUDGET_KEY), DEFAULT_DOCS_BUDGET)
+            )
+            self.refresh_collections()
         finally:
             self._loading = False
 
@@ -376,6 +480,18 @@ class ChatSettingsPanel(QWidget):
         name, ok = QInputDialog.getText(self, "Save preset", "Preset name:")
         if ok:
             self.save_preset(name)
+
+
+def chat_collections(settings: dict[str, Any]) -> list[str]:
+    """The collections a chat's settings name (an imported chat may hold anything there)."""
+    names = settings.get(COLLECTIONS_KEY)
+    if not isinstance(names, list):
+        return []
+    return list(dict.fromkeys(n for n in names if isinstance(n, str) and n))
+
+
+def _int_setting(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def schema_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:

@@ -48,6 +48,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.chat_model import ChatModel
+from app.ui.citations import SourcesBlock
 from app.ui.code_highlight import CodeHighlighter, is_dark, style_inline_code
 from app.ui.conversation import Message
 from app.ui.message_editor import MessageEditor
@@ -508,6 +509,9 @@ class MessageWidget(QFrame):
             self.result.cancel_requested.connect(lambda: self.tool_cancelled.emit(self))
             lay.addWidget(self.result)
             self.body.hide()
+        # A grounded answer's sources (app/ui/citations.py), below its text.
+        self.sources = SourcesBlock()
+        lay.addWidget(self.sources)
         lay.addWidget(self.error_label)
         lay.addWidget(self.footer)
         self.editor: MessageEditor | None = None  # while the message is edited in place
@@ -567,6 +571,7 @@ class MessageWidget(QFrame):
             and message.answer_format == "markdown"
         )
         self.thinking.sync(message)
+        self.sources.sync(message)
         self._sync_tools(message)
         if message.role == "tool":
             self.text = message.text

@@ -19,6 +19,14 @@ schema's grammar, and its answers are shown as JSON.
 With MCP tools (`use_tools`), each reply is offered the chat's tools; an answer that calls
 some hands over to `ToolTurns` (app/ui/tool_turns.py), which asks the user, runs them and
 asks for the next step here, until the model answers without calls.
+
+With documents (`use_documents`), a chat whose settings name collections has its question
+searched in them before the model runs (`ReplyState.RETRIEVING`, on a background thread);
+the passages that fit the chat's budget go in the system message, numbered, and are stored
+with the answer, which shows them as its sources. A failed search fails the answer with the
+reason: it is never answered without its documents unnoticed. Continue gives a cut-off answer
+the passages it was written from (no new search); Regenerate searches again (the index may
+have changed since).
 """
 
 from __future__ import annotations
@@ -34,9 +42,16 @@ from PySide6.QtCore import QObject, Signal
 
 from app.services.chat_store import ChatStore, ChatStoreError, StoredMessage, StreamWriter
 from app.services.connections import ConnectionStore
+from app.services.retrieval import Retriever
 from app.ui.active_reply import ActiveReply, Parent, ReplyState
+from app.ui.background import Background
 from app.ui.chat_model import ChatModel
-from app.ui.chat_settings import STRUCTURED_KEY
+from app.ui.chat_settings import (
+    DOCS_BUDGET_KEY,
+    DOCS_K_KEY,
+    STRUCTURED_KEY,
+    chat_collections,
+)
 from app.ui.conversation import (
     Conversation,
     Message,
@@ -52,7 +67,17 @@ from app.ui.tool_turns import ToolTurns
 from app.ui.worker import EngineHost, EngineMaker, LoadedModel, RemoteTarget
 from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
+from engine.errors import EngineError
 from engine.host.stats import GenerationStats
+from engine.rag.grounding import (
+    DEFAULT_K,
+    DEFAULT_SHARE,
+    CountTokens,
+    Grounding,
+    approx_tokens,
+    budget_for,
+    ground,
+)
 from engine.settings import LoadParams, SamplingParams
 
 
@@ -79,6 +104,31 @@ def _decision(value: object) -> ToolDecision:
     """A stored call's decision. One never answered (the app closed while it waited) shows
     as not answered: its loop is gone, and the model read it as cancelled."""
     return value if value in ("allowed", "always", "denied") else "cancelled"
+
+
+# The context assumed for retrieval's budget when a remote engine does not tell its own.
+REMOTE_CTX_GUESS = 8192
+
+
+def _grounding(stored: dict[str, Any]) -> Grounding | None:
+    """A stored answer's passages (None: it was not grounded)."""
+    if not stored:
+        return None
+    try:
+        return Grounding.from_dict(stored)
+    except ValueError:  # written by hand into the database: shown without its sources
+        return None
+
+
+def _setting_int(value: object, default: int) -> int:
+    return (
+        value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+    )
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text or type(e).__name__
 
 
 def choice_key(choice: Choice) -> Path | RemoteTarget:
@@ -138,6 +188,10 @@ class ChatController(QObject):
         self.paused: str | None = None  # why sending is paused (a benchmark runs)
         self._send_state: tuple[bool, str | None] = (False, None)  # as last told
         self.turns: ToolTurns | None = None  # MCP tools in the chat (`use_tools`)
+        self.retriever: Retriever | None = None  # the chat's documents (`use_documents`)
+        self._searches: Background | None = None
+        # The passages of the turn's first step: the steps after a tool's result reuse them.
+        self._turn_grounding: Grounding | None = None
         w = engine.worker
         w.loaded.connect(self._on_loaded)
         w.load_cancelled.connect(self._on_load_cancelled)
@@ -159,6 +213,16 @@ class ChatController(QObject):
         turns.continue_requested.connect(lambda: self._run(ActiveReply()))
         turns.ended.connect(self._on_turns_ended)
         return turns
+
+    def use_documents(self, retriever: Retriever) -> None:
+        """Ground the answers of chats that name collections in their passages."""
+        self.retriever = retriever
+        self._searches = Background(self)
+
+    def close_documents(self) -> None:
+        """At shutdown, before the retriever's models are freed: wait for a search."""
+        if self._searches is not None:
+            self._searches.wait()
 
     # -- the reply and whether the user may send -------------------------------------------
 
@@ -437,6 +501,7 @@ class ChatController(QObject):
             else None,
             answer_format="json" if m.sampling.get("json_schema") is not None else "markdown",
             model=m.model if m.role == "assistant" else None,
+            grounding=_grounding(m.grounding) if m.role == "assistant" else None,
         )
 
     def _ensure_conversation(self) -> int | None:
@@ -461,7 +526,14 @@ class ChatController(QObject):
             return
         m = self.chat.message(row)
         stored = self.store.add_message(
-            cid, m.role, m.text, parent_id=parent, status=status, model=model, sampling=sampling
+            cid,
+            m.role,
+            m.text,
+            parent_id=parent,
+            status=status,
+            model=model,
+            sampling=sampling,
+            grounding=m.grounding.to_dict() if m.grounding is not None else None,
         )
         m.store_id = stored.id
         m.branch = self.store.branch_position(stored.id)
@@ -524,9 +596,16 @@ class ChatController(QObject):
             out["json_schema"] = self.structured_schema
         return out
 
-    def _messages_for_model(self, upto: int | None = None) -> list[dict[str, Any]]:
+    def _messages_for_model(
+        self, upto: int | None = None, grounding: Grounding | None = None
+    ) -> list[dict[str, Any]]:
+        """The history for the model; a grounded answer's passages go in the system message,
+        after the chat's own system prompt (one system message: many templates take no
+        second one)."""
         msgs = Conversation(self.chat.conversation.messages[:upto]).for_model()
         system = str(self.chat_settings.get("system_prompt") or "").strip()
+        if grounding is not None and grounding.text:
+            system = f"{system}\n\n{grounding.text}" if system else grounding.text
         return ([{"role": "system", "content": system}] if system else []) + msgs
 
     # -- branches, edits, continue ---------------------------------------------------------
@@ -584,7 +663,8 @@ class ChatController(QObject):
 
     def _stream_continuation(self, reply: ActiveReply, row: int) -> None:
         m = self.chat.message(row)
-        messages = self._messages_for_model(row)
+        # The passages it was written from, as stored: no new search.
+        messages = self._messages_for_model(row, m.grounding)
         # Free text: a structured answer is never continued (continue_reply), so the
         # chat's schema, if it has one now, is not this answer's.
         sampling = dataclasses.replace(self._free_sampling(), grammar=None)
@@ -659,6 +739,7 @@ class ChatController(QObject):
     # -- a new answer ----------------------------------------------------------------------
 
     def _new_turn(self) -> None:
+        self._turn_grounding = None
         if self.turns is not None:
             self.turns.new_turn(self.chat_settings)
 
@@ -689,14 +770,82 @@ class ChatController(QObject):
         turns.runner.prepare(self.chat_settings, ready)
         return None
 
+    # -- documents ---------------------------------------------------------------------------
+
+    def _retrieve(self, reply: ActiveReply) -> bool:
+        """Search the chat's collections for the question of `reply`; True: searching (it
+        streams when the passages are in), False: nothing to wait for."""
+        reply.retrieved = True
+        collections = chat_collections(self.chat_settings)
+        if not collections:
+            return False
+        if self.turns is not None and self.turns.rounds > 0:
+            reply.grounding = self._turn_grounding  # a tool loop's next step: same question
+            return False
+        retriever, searches = self.retriever, self._searches
+        if retriever is None or searches is None:
+            reply.retrieval_error = "Documents are not available in this window"
+            return False
+        question = next(
+            (m.text for m in reversed(self.chat.conversation.messages) if m.role == "user"), ""
+        )
+        k = _setting_int(self.chat_settings.get(DOCS_K_KEY), DEFAULT_K)
+        share = _setting_int(self.chat_settings.get(DOCS_BUDGET_KEY), round(DEFAULT_SHARE * 100))
+        loaded = self.loaded
+        n_ctx = (loaded.n_ctx if loaded is not None else 0) or REMOTE_CTX_GUESS
+        max_tokens = self._free_sampling().max_tokens
+        history = self._messages_for_model()
+        count = self._token_counter()
+        reply.retrieved = False
+        self._enter(reply, ReplyState.RETRIEVING)
+        self.notice.emit(f"Searching {', '.join(collections)}…")
+
+        def search() -> Grounding:
+            hits = retriever.search(collections, question, k)
+            used = count("\n".join(str(m.get("content") or "") for m in history))
+            budget = budget_for(n_ctx, max_tokens, used, share / 100)
+            return ground(hits, count, budget, collections=collections)
+
+        def found(result: Any, error: BaseException | None) -> None:
+            if self._reply is not reply or reply.state is not ReplyState.RETRIEVING:
+                return  # stopped or abandoned meanwhile
+            reply.retrieved = True
+            if error is not None:
+                reply.retrieval_error = f"Documents: {_one_line(error)}"
+            else:
+                reply.grounding = self._turn_grounding = cast(Grounding, result)
+                self.notice.emit(reply.grounding.summary)
+            self._stream_answer(reply)
+
+        searches.run(search, found, name="candlewick-retrieval")
+        return True
+
+    def _token_counter(self) -> CountTokens:
+        """Counts in the chat model's tokens (a model on this computer), else an estimate."""
+        loaded = self.loaded
+        if loaded is None or loaded.remote is not None:
+            return approx_tokens
+        host, key = self.engine.worker.host, loaded.host_key
+
+        def count(text: str) -> int:
+            try:
+                return len(host.get(key).tokenize(text, add_special=False, parse_special=False))
+            except EngineError:  # unloaded meanwhile: its answer fails anyway
+                return approx_tokens(text)
+
+        return count
+
     def _stream_answer(self, reply: ActiveReply, *, tools: list[OfferedTool] | None = None) -> None:
+        if not reply.retrieved and self._retrieve(reply):
+            return  # `found` in _retrieve streams it
         if tools is None:
-            tools = self._chat_tools(reply)
+            # An answer that fails for its documents starts no tool servers first.
+            tools = [] if reply.retrieval_error else self._chat_tools(reply)
             if tools is None:
                 return  # `ready` above streams it
-        messages = self._messages_for_model()
+        messages = self._messages_for_model(grounding=reply.grounding)
         structured = self.structured_schema is not None
-        problem = None
+        problem = reply.retrieval_error
         try:
             sampling = self.sampling_for_chat()
         except GrammarError as e:  # a schema that was never checked here (an import)
@@ -718,6 +867,7 @@ class ChatController(QObject):
             "streaming",
             answer_format="json" if structured else "markdown",
             model=model,
+            grounding=reply.grounding,
         )
         try:
             self._store_message(

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from app.services.chat_history import tool_result_text
 from engine.host.stats import GenerationStats
+from engine.rag.grounding import Grounding
 
 Role = Literal["system", "user", "assistant", "tool"]
 # streaming: tokens still arriving; done: finished normally; stopped: the user pressed Stop;
@@ -75,6 +76,9 @@ class Message:
     tool_status: ToolStatus = "complete"
     truncated: bool = False
     progress: ToolProgress | None = None  # while a tool runs
+    # The passages of the chat's collections an answer was given (None: not grounded). They
+    # go in that answer's prompt only: the history sent later holds the answer's text alone.
+    grounding: Grounding | None = None
 
 
 @dataclass

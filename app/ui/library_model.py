@@ -31,6 +31,28 @@ HEADER_TIPS = (
 
 Index = QModelIndex | QPersistentModelIndex
 
+# How the library marks a sentence-embedding model (its file says how it pools): it turns text
+# into vectors for the Documents tab and cannot chat, so it must not look like a chat model.
+EMBEDDING_TAG = "embedding"
+EMBEDDING_TIP = "An embedding model: it makes your documents searchable (the Documents tab)"
+
+
+def is_embedding(entry: LibraryEntry) -> bool:
+    return entry.facts is not None and entry.facts.embedding_only
+
+
+def tagged_name(entry: LibraryEntry) -> str:
+    """The name as the lists show it: an embedding model says so."""
+    return f"{entry.name} ({EMBEDDING_TAG})" if is_embedding(entry) else entry.name
+
+
+def not_for_chat(entry: LibraryEntry) -> str:
+    """Why an embedding model is not loaded as the chat's model, in one line."""
+    return (
+        f"{entry.name} is an embedding model: it is for your documents (the Documents tab), "
+        "not for chat"
+    )
+
 
 def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -100,6 +122,8 @@ class LibraryModel(QAbstractTableModel):
                 lines.append(f"Your name for {e.derived_name}")
             if e.facts is not None:
                 lines.append(f"Quantization {e.facts.quantization}")
+            if is_embedding(e):
+                lines.append(EMBEDDING_TIP)
             if e.id == DEFAULT_MODEL_ID:
                 lines.append("The bundled default model")
             return "\n".join([*lines, str(e.path)])
@@ -109,7 +133,7 @@ class LibraryModel(QAbstractTableModel):
             return None
         f = e.facts
         if col == 0:
-            return e.name if e.error is None else f"{e.path.name} — unreadable"
+            return tagged_name(e) if e.error is None else f"{e.path.name} — unreadable"
         if f is None:
             return "—"
         if col == 1:

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 
 from app.services.library import LibraryEntry
 from app.ui.estimate import EstimateWidget, Estimator
-from app.ui.library_model import LibraryModel
+from app.ui.library_model import LibraryModel, is_embedding, not_for_chat
 from app.ui.worker import LoadedModel
 from engine.errors import EngineError
 from engine.host.runtime import drafting_exact
@@ -214,6 +214,11 @@ class LibraryPanel(QWidget):
         self.reload_hint.setAccessibleName("Reload to apply")
         self.reload_hint.setStyleSheet("color: #b26a00;")  # readable on light and dark
         self.reload_hint.hide()
+        # An embedding model is selected: why Load is off.
+        self.kind_note = QLabel()
+        self.kind_note.setWordWrap(True)
+        self.kind_note.setAccessibleName("Not a chat model")
+        self.kind_note.hide()
         buttons = QHBoxLayout()
         buttons.addWidget(self.load_button)
         buttons.addWidget(self.cancel_button)
@@ -227,6 +232,7 @@ class LibraryPanel(QWidget):
         lay.addWidget(self.progress)
         lay.addWidget(self.status)
         lay.addWidget(self.reload_hint)
+        lay.addWidget(self.kind_note)
 
         self.load_button.clicked.connect(self._request_load)
         self.cancel_button.clicked.connect(self.cancel_requested)
@@ -357,7 +363,7 @@ class LibraryPanel(QWidget):
         self.draft_model.clear()
         for row in range(self.model.rowCount()):
             e = self.model.entry(row)
-            if e.error is None:
+            if e.error is None and not is_embedding(e):  # a draft model generates
                 self.draft_model.addItem(
                     e.name if e.name == e.path.name else f"{e.name} ({e.path.name})", str(e.path)
                 )
@@ -518,6 +524,10 @@ class LibraryPanel(QWidget):
 
     def _request_load(self) -> None:
         entry = self.selected_entry()
+        if entry is not None and is_embedding(entry):
+            self.kind_note.setText(not_for_chat(entry))
+            self.kind_note.show()
+            return
         if entry is not None and self.spec_problem() is None:
             self.save_model_settings()
             self.load_requested.emit(entry.path, self.load_params())
@@ -557,12 +567,16 @@ class LibraryPanel(QWidget):
 
     def _sync_buttons(self) -> None:
         entry = self.selected_entry()
+        embedding = entry is not None and is_embedding(entry)
         self.load_button.setEnabled(
             not self._loading
             and entry is not None
             and entry.error is None
+            and not embedding
             and self.spec_problem() is None
         )
+        self.kind_note.setText(not_for_chat(entry) if entry is not None and embedding else "")
+        self.kind_note.setVisible(embedding)
         self.cancel_button.setEnabled(self._loading)
         self.eject_button.setEnabled(not self._loading and self._loaded is not None)
         self.progress.setVisible(self._loading or self._loaded is not None)

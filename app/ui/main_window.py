@@ -33,6 +33,7 @@ from app.ui.chat_settings import ChatSettingsPanel
 from app.ui.chat_view import ChatView
 from app.ui.controller import ChatController
 from app.ui.conversation_list import ConversationList
+from app.ui.documents_panel import DocumentsPanel
 from app.ui.engine_picker import Binding, EnginePicker, binding_of
 from app.ui.library_panel import LibraryPanel
 from app.ui.perf_panel import GpuProbe, PerfPanel, no_gpus
@@ -88,10 +89,12 @@ class MainWindow(QMainWindow):
         settings: QSettings,
         gpu_probe: GpuProbe = no_gpus,
         parent: QWidget | None = None,
+        *,
+        documents: DocumentsPanel | None = None,
     ) -> None:
         """`controller`: the chat's (its engine host, chat model, store and remote
         connections are the window's); `library_panel`: the library's table and load
-        settings, whose selection the controller reads."""
+        settings, whose selection the controller reads; `documents`: the Documents tab."""
         super().__init__(parent)
         self.setWindowTitle(TITLE)
         self.controller = controller
@@ -126,6 +129,11 @@ class MainWindow(QMainWindow):
         if self.conversation_list is not None and self.chat_settings is not None:
             self.side_tabs.add_page(self.conversation_list, "Chats")
             self.side_tabs.add_page(self.chat_settings, "Chat settings")
+        # The collections of the user's documents (None: their index could not be opened).
+        self.documents = documents
+        if documents is not None:
+            self.side_tabs.add_page(documents, "Documents")
+            self._closers.append(documents.shutdown)  # cancels indexing; the next run resumes
         self.perf_area = scrolled(self.perf_panel)
         self.splitter = PanelSplitter(
             lambda: (self.side_tabs.need(), content_width(self.perf_area))

@@ -53,6 +53,7 @@ from app.services.hub import HubClient, HubError, HubOffline, ModelVariant, Repo
 from app.services.library import LibraryEntry, ModelLibrary
 from app.services.secrets import TokenStore
 from app.ui.background import Background, Done
+from app.ui.library_model import is_embedding, not_for_chat, tagged_name
 from engine.model.gguf import human_bytes
 
 log = logging.getLogger("candlewick.ui.models")
@@ -421,7 +422,7 @@ class ModelManagerView(QWidget):
             _append(
                 self.local,
                 [
-                    e.id if f is None else f"{e.name}  [{e.id}]",
+                    e.id if f is None else f"{tagged_name(e)}  [{e.id}]",
                     source,
                     f.quantization if f else "unusable",
                     human_bytes(f.file_bytes) if f else "-",
@@ -451,6 +452,9 @@ class ModelManagerView(QWidget):
             return
         if e.facts is None:
             self.library_status.setText(f"{e.id} cannot be loaded: {e.error}")
+            return
+        if is_embedding(e):
+            self.library_status.setText(not_for_chat(e))
             return
         self.load_requested.emit(e.path)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from app.cli.docs_cmd import index_path
+from app.services.documents import index_path
 from engine.rag.store import RagStore
 from tests.engine.rag.helpers import DIM, bow_vector, found, make_chunks, topic_files
 

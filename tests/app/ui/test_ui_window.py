@@ -409,5 +409,5 @@ def test_candlewick_without_arguments_opens_the_window(qtbot: QtBot) -> None:
         "title": "Candlewick",
         "selected": "default",
         "focus": True,
-        "tabs": ["Library", "Chats", "Chat settings", "Download"],
+        "tabs": ["Library", "Chats", "Chat settings", "Documents", "Download"],
     }
