@@ -43,6 +43,18 @@ from engine.native.load_probe import FirstLoads
 from engine.rag.store import RagStore, StoreError
 from engine.settings import LoadParams, SamplingParams
 
+# The GUI thread, the engine thread and the decode loop's thread share one interpreter lock,
+# and a thread that wants it waits until the holder has run for the switch interval (5 ms by
+# default). Back from llama_decode, the decode loop waited that long behind the GUI thread's
+# layout and painting before it could sample and start the next token, with llama.cpp's
+# threads idle. 0.5 ms bounds the wait; a plain decode loop is as fast either way
+# (docs/benchmarks.md, "GUI streaming").
+SWITCH_INTERVAL_S = 0.0005
+
+
+def share_the_interpreter() -> None:
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+
 
 def platform_problem() -> str | None:
     """Why Qt could not open a window here, as one line, or None.
@@ -406,6 +418,7 @@ def run_app(argv: Sequence[str] | None = None) -> int:
             Qt.HighDpiScaleFactorRoundingPolicy.PassThrough
         )
     app = existing or QApplication(list(argv or sys.argv))
+    share_the_interpreter()
     QApplication.setApplicationName("Candlewick")
     QApplication.setApplicationDisplayName("Candlewick")
     loop = qasync.QEventLoop(app)

@@ -52,6 +52,9 @@ from app.ui.citations import SourcesBlock
 from app.ui.code_highlight import CodeHighlighter, is_dark, style_inline_code
 from app.ui.conversation import Message
 from app.ui.message_editor import MessageEditor
+from app.ui.prose_label import ProseLabel
+from app.ui.scroll_guard import guard_layout_requests
+from app.ui.steady_label import SteadyLabel
 from app.ui.tool_blocks import ToolCallBlock, ToolResultBlock
 from engine.host.stats import GenerationStats
 
@@ -294,7 +297,7 @@ class MarkdownBody(QWidget):
     def _make(self, seg: Segment) -> QWidget:
         if seg.kind == "code":
             return CodeBlock(seg.text, seg.lang)
-        label = QLabel()
+        label = ProseLabel()
         if self._dim:
             label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
         label.setTextFormat(Qt.TextFormat.MarkdownText)
@@ -680,6 +683,7 @@ class ChatView(QWidget):
         self._list.setSpacing(8)
         self._list.addStretch(1)
         self.scroll_area.setWidget(self._inner)
+        self.layout_guard = guard_layout_requests(self.scroll_area)
         self.empty_label = QLabel("Select a model on the left, type a question and press Enter.")
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_label.setEnabled(False)
@@ -743,7 +747,7 @@ class ChatView(QWidget):
         head.addWidget(self.export_button, 0, Qt.AlignmentFlag.AlignTop)
         lay.addWidget(self.header)
         lay.addWidget(self.scroll_area, 1)
-        self.context_label = QLabel()
+        self.context_label = SteadyLabel()
         self.context_label.setAccessibleName("Context use")
         self.context_label.setEnabled(False)
         self.context_note = QLabel()

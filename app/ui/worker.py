@@ -43,8 +43,11 @@ from engine.settings import LoadParams, SamplingParams
 
 log = logging.getLogger("candlewick.ui")
 
-# Coalescing interval for token signals: at most ~60 GUI updates a second.
-TOKEN_INTERVAL_S = 1 / 60
+# Coalescing interval for token signals: at most ~30 GUI updates a second. Text that moves
+# 30 times a second reads as smooth, and each update is GUI-thread time that on 2 cores is
+# taken from llama.cpp's decode threads: at 100 tok/s, 60/s kept the window at 90% of raw
+# decode and 30/s at 92% (benchmarks/gui_stream.py, docs/benchmarks.md).
+TOKEN_INTERVAL_S = 1 / 30
 
 
 class ModelFactory(Protocol):

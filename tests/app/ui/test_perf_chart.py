@@ -11,7 +11,7 @@ from pytestqt.qtbot import QtBot
 
 from app.ui import perf_chart
 from app.ui.chat_view import format_stats
-from app.ui.perf_chart import LAST_REPLY, SINCE_START, time_step, time_text
+from app.ui.perf_chart import LAST_REPLY, SINCE_START, nice_ceiling, time_step, time_text
 from app.ui.perf_panel import TICK_MS, PerfPanel
 from engine.host.stats import GenerationStats
 
@@ -166,7 +166,10 @@ def test_time_range_last_reply_or_since_start(qtbot: QtBot) -> None:
     chart = panel.chart
     a, b = chart.replies
     assert chart.mode == SINCE_START  # the default: everything
-    assert chart.visible_x() == pytest.approx((0.0, c.t))
+    lo, hi = chart.visible_x()
+    # Everything since start, the right edge rounded up to a step of the time axis (a
+    # twentieth of the span or a little more, see time_step).
+    assert lo == 0.0 and c.t <= hi < c.t * 1.13
     chart.set_mode(LAST_REPLY)
     lo, hi = chart.visible_x()
     assert a.end < lo <= b.start and b.end <= hi < c.t
@@ -225,3 +228,35 @@ def test_colours_follow_the_palette(qtbot: QtBot) -> None:
     for axis in (chart.speed.getAxis("left"), chart.memory.getAxis("bottom")):
         assert axis.textPen().color().name() == "#e6e6e6"
     assert chart.marks.opts["symbolBrush"].color().name() != light_tps
+
+
+def test_nice_ceiling_rounds_up_to_few_values() -> None:
+    assert nice_ceiling(0.0) == 0.0
+    assert nice_ceiling(132.0) == 150.0
+    assert nice_ceiling(150.0) == 150.0
+    assert nice_ceiling(151.0) == 200.0
+    assert nice_ceiling(0.8) == 1.0
+    assert nice_ceiling(7.6) == 10.0
+    # Any value gets a ceiling under 1.7 times itself (3 -> 5 is the widest gap): the data
+    # still fill most of the plot.
+    for v in (0.013, 1.9, 26.0, 301.0, 4100.0, 99_999.0):
+        assert v <= nice_ceiling(v) < v * 1.7
+
+
+def test_a_tick_that_changes_no_range_leaves_the_axes_as_drawn(qtbot: QtBot) -> None:
+    """pyqtgraph redraws an axis whenever its range or label is set, to the same value too;
+    so a tick sets them only when they change."""
+    c = Clock()
+    panel = make_panel(qtbot, c)
+    reply(panel, c, 1, 20.0, 5.0)
+    idle(panel, c, 2.0)
+    changes: list[object] = []
+    for plot in (panel.chart.speed, panel.chart.memory):
+        plot.getViewBox().sigRangeChanged.connect(lambda *a: changes.append(a))
+        plot.getAxis("left").label.setHtml("marker")  # setLabel would write it again
+    idle(panel, c, 2 * TICK)  # same RAM, same replies, the right edge within its step
+    assert changes == []
+    assert panel.chart.memory.getAxis("left").label.toPlainText() == "marker"
+    reply(panel, c, 2, 90.0, 2.0)  # a faster reply: the speed axis must grow
+    assert changes, "the y range did not follow a reply above it"
+    assert panel.chart.speed.viewRange()[1][1] >= 90.0
