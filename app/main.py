@@ -24,6 +24,7 @@ from app.services.chat_store import ChatStore, ChatStoreError, default_store_pat
 from app.services.connections import FILE_NAME as CONNECTIONS_FILE
 from app.services.connections import ConnectionStore
 from app.services.documents import index_path
+from app.services.embedding_models import EmbeddingModels
 from app.services.library import LibraryEntry, ModelLibrary
 from app.services.local_server import ServeSettings
 from app.services.model_catalog import library_catalog, server_params
@@ -256,7 +257,7 @@ def add_mcp_servers(window: MainWindow, paths: AppPaths) -> None:
 
 
 def documents_panel(
-    paths: AppPaths, library: ModelLibrary, first_loads: FirstLoads
+    paths: AppPaths, library: ModelLibrary, models: EmbeddingModels
 ) -> tuple[DocumentsPanel | None, str | None]:
     """The Documents tab over the documents index (the one `candlewick docs` uses), or None
     and why it cannot be opened (the app still opens, without it)."""
@@ -264,16 +265,16 @@ def documents_panel(
         store = RagStore(index_path(paths))
     except (StoreError, sqlite3.Error, OSError) as e:
         return None, f"Your document collections cannot be opened: {e}"
-    return DocumentsPanel(store, library, embedding_loader(first_loads)), None
+    return DocumentsPanel(store, library, embedding_loader(models)), None
 
 
-def add_documents(window: MainWindow, paths: AppPaths, first_loads: FirstLoads) -> None:
+def add_documents(window: MainWindow, paths: AppPaths, models: EmbeddingModels) -> None:
     """Chats grounded in document collections: the index's collections in Chat settings,
-    and their embedding models loaded once for the chat's searches."""
+    searched with the embedding models the Documents tab shares."""
     from app.services.documents import index_path, open_documents
     from app.services.retrieval import Retriever
 
-    retriever = Retriever(lambda: open_documents(paths), first_loads=first_loads)
+    retriever = Retriever(lambda: open_documents(paths), models=models)
     window.controller.use_documents(retriever)
     if window.chat_settings is not None:
         # Listing them never creates an index that is not there yet.
@@ -284,6 +285,7 @@ def add_documents(window: MainWindow, paths: AppPaths, first_loads: FirstLoads) 
     def close() -> None:
         window.controller.close_documents()  # a search under way ends first
         retriever.close()
+        models.close()  # after the Documents tab's indexing too (a late closer)
 
     window.add_closer(close)
 
@@ -364,7 +366,8 @@ def build_window(
         store=store,
         model_name=library_names(library_model),
     )
-    documents, no_documents = documents_panel(paths, library, first_loads)
+    embedding_models = EmbeddingModels(first_loads=first_loads)
+    documents, no_documents = documents_panel(paths, library, embedding_models)
     if documents is not None:
         # Indexing holds while the chat answers: both on the same cores halve the chat.
         controller.busy_changed.connect(documents.set_chat_busy)
@@ -393,7 +396,7 @@ def build_window(
     add_server_panel(window)
     add_loaded_models(window)
     add_mcp_servers(window, paths)
-    add_documents(window, paths, first_loads)
+    add_documents(window, paths, embedding_models)
     return window
 
 

@@ -1,8 +1,8 @@
 """Searching a chat's collections for a question: the chat's side of the documents index.
 
 Each collection was embedded by its own model (the collection records its path); that model
-is loaded the first time a question needs it and kept, so a chat's second question costs a
-search, not a load. `close()` frees them (at shutdown).
+is loaded the first time a question needs it and kept (app.services.embedding_models, shared
+with the Documents tab's indexing), so a chat's second question costs a search, not a load.
 
 Calls may come from any thread, one at a time (a lock): the chat asks from a background
 thread, never from the GUI thread. Every failure a user can cause (a collection removed, its
@@ -18,18 +18,11 @@ from pathlib import Path
 from typing import Protocol
 
 from app.services.documents import open_documents
+from app.services.embedding_models import EmbeddingModels, LoadedEmbedding
 from engine.errors import EngineError
-from engine.host.runtime import Model
-from engine.model.facts import model_facts
-from engine.model.gguf import read_gguf
-from engine.native.load_probe import FirstLoads
 from engine.rag.search import Hit, hybrid
 from engine.rag.store import RagStore, StoreError
-from engine.server.embeddings import Embedder
-from engine.settings import LoadParams
 
-# Chunks are at most 200 tokens and a question is cut to fit: 512 holds either.
-EMBED_CTX = 512
 MAX_QUERY_CHARS = 1000  # a pasted page is searched by its start
 
 OpenIndex = Callable[[], AbstractContextManager[RagStore]]
@@ -51,31 +44,17 @@ class Embedding(Protocol):
 LoadEmbedding = Callable[[Path], Embedding]
 
 
-class _Embedding:
-    """A GGUF embedding model on this computer, with its own decode thread."""
+class _SharedEmbedding:
+    """A collection's model from the app's shared ones (freed by them, not by search)."""
 
-    def __init__(self, path: Path, n_threads: int | None, first_loads: FirstLoads | None) -> None:
-        facts = model_facts(read_gguf(path))
-        n_ctx = min(EMBED_CTX, facts.context_length or EMBED_CTX)
-        self.model = Model(
-            path, LoadParams(n_ctx=n_ctx, n_threads=n_threads), first_loads=first_loads
-        )
-        try:
-            self.embedder = Embedder(self.model)
-        except BaseException:
-            self.model.close()
-            raise
+    def __init__(self, model: LoadedEmbedding) -> None:
+        self.model = model
 
     def embed(self, text: str) -> list[float]:
-        # A question longer than the model's context is searched by as much as fits.
-        tokens = self.model.tokenize(text, add_special=True, parse_special=False)
-        if len(tokens) > self.embedder.max_tokens:
-            text = self.model.detokenize(tokens[: self.embedder.max_tokens - 2])
-        return self.embedder.embed(text)[0]
+        return self.model.embed_query(text)
 
     def close(self) -> None:
-        self.embedder.close()
-        self.model.close()
+        pass
 
 
 class Retriever:
@@ -85,15 +64,14 @@ class Retriever:
         self,
         index: OpenIndex = open_documents,
         *,
-        n_threads: int | None = None,
-        first_loads: FirstLoads | None = None,
+        models: EmbeddingModels | None = None,
         load: LoadEmbedding | None = None,
     ) -> None:
-        """`first_loads`: a file's first load is tried in a child process first (a file
-        that crashes llama.cpp fails the search, not the app); `load`: another way to load
-        a collection's model."""
+        """`models`: the app's embedding models, shared with the Documents tab (a new set
+        when None); `load`: another way to load a collection's model."""
         self._open = index
-        self._load: LoadEmbedding = load or (lambda path: _Embedding(path, n_threads, first_loads))
+        shared = models or EmbeddingModels()
+        self._load: LoadEmbedding = load or (lambda path: _SharedEmbedding(shared.get(path)))
         self._models: dict[Path, Embedding] = {}
         self._lock = threading.Lock()
         self._closed = False

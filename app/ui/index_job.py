@@ -1,8 +1,9 @@
 """Indexing a document collection off the GUI thread, one collection at a time, held while the
 chat answers.
 
-The work is `engine.rag.indexer.index_collection` on a `Background` thread: the collection's
-embedding model is loaded there, used and freed there. Progress, "paused" and the end come back
+The work is `engine.rag.indexer.index_collection` on a `Background` thread, with the
+collection's model from the app's shared embedding models (loaded there the first time, kept
+for the chat's searches too). Progress, "paused" and the end come back
 as queued signals. Cancelling stops between two embedding steps; the indexer commits each file
 on its own, so the next run resumes where this one stopped (quitting the window cancels).
 
@@ -22,25 +23,14 @@ from typing import Protocol
 
 from PySide6.QtCore import QObject, Signal, SignalInstance
 
+from app.services.embedding_models import EmbeddingModels
 from app.ui.background import Background
 from engine.errors import EngineError
-from engine.host.runtime import Model
 from engine.model.facts import model_facts
 from engine.model.gguf import GGUFError, read_gguf
-from engine.native.load_probe import FirstLoads
 from engine.rag.indexer import IndexProgress, IndexReport, index_collection
 from engine.rag.store import Collection, RagStore
-from engine.server.embeddings import Embedder
-from engine.settings import LoadParams
 
-# Chunks are at most 200 tokens (engine.rag.indexer); a context of 512 holds any of them.
-EMBED_CTX = 512
-# One thread for the embedding model. With two or more, its decode thread keeps an OpenMP team,
-# and with more OpenMP threads than cores libgomp stops spinning at its barriers: the chat's own
-# team then sleeps and wakes at every step, and the chat ran at ~half speed even while indexing
-# was held (2 cores: SmolLM2 ~50 vs ~90 tok/s). On 2 busy cores one thread also embedded as
-# fast as two (12-15 vs 2-6 chunks/s).
-EMBED_THREADS = 1
 # Progress reaches the panel at most this often (unchanged files pass by the hundred).
 PROGRESS_EVERY_S = 0.1
 GATE_POLL_S = 0.1
@@ -88,16 +78,11 @@ def embedding_choice(path: Path) -> EmbeddingChoice:
     return EmbeddingChoice(facts.display_name or facts.name, path.resolve(), facts.n_embd)
 
 
-class LoadedEmbedding:
-    """An embedding model loaded for one indexing run (on the thread that indexes)."""
+class CollectionEmbedding:
+    """A collection's model, from the app's shared embedding models, checked against what the
+    collection holds. Closing it is a no-op: the shared models are freed at shutdown."""
 
-    def __init__(
-        self,
-        col: Collection,
-        *,
-        first_loads: FirstLoads | None = None,
-        n_threads: int = EMBED_THREADS,
-    ) -> None:
+    def __init__(self, col: Collection, models: EmbeddingModels) -> None:
         path = Path(col.model_path)
         if not path.exists():
             raise DocumentsError(
@@ -105,37 +90,28 @@ class LoadedEmbedding:
                 "Change model"
             )
         choice = embedding_choice(path)
-        n_ctx = min(EMBED_CTX, model_facts(read_gguf(path)).context_length or EMBED_CTX)
-        params = LoadParams(n_ctx=n_ctx, n_threads=n_threads)
-        self.model = Model(path, params, first_loads=first_loads)
-        try:
-            self.embedder = Embedder(self.model)
-        except BaseException:
-            self.model.close()
-            raise
         if choice.dim != col.dim:
-            self.close()
             raise DocumentsError(
                 f"{path.name} gives vectors of {choice.dim} values but '{col.name}' holds "
                 f"{col.dim}: choose its model again with Change model"
             )
+        self.model = models.get(path)
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         # The indexer's batches fit one decode of the embedder: the chat's gate, asked before
         # each, holds a reply up for one decode at most.
-        return [v for v, _n in self.embedder.embed_many(texts)]
+        return self.model.embed_many(texts)
 
     def count_tokens(self, text: str) -> int:
-        return len(self.model.tokenize(text, add_special=True, parse_special=False))
+        return self.model.count_tokens(text)
 
     def close(self) -> None:
-        self.embedder.close()
-        self.model.close()
+        pass
 
 
-def embedding_loader(first_loads: FirstLoads | None = None) -> EmbeddingLoader:
+def embedding_loader(models: EmbeddingModels) -> EmbeddingLoader:
     def load(col: Collection) -> Embedding:
-        return LoadedEmbedding(col, first_loads=first_loads)
+        return CollectionEmbedding(col, models)
 
     return load
 

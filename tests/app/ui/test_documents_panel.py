@@ -15,6 +15,7 @@ from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from app.services.embedding_models import EmbeddingModels
 from app.services.library import ModelLibrary
 from app.ui.documents_panel import (
     EMPTY_TEXT,
@@ -41,10 +42,11 @@ class Setup:
         self.answers: list[str] = []
         self.say_yes = True
         self.folders: list[Path] = []
+        self.models = EmbeddingModels()
         self.panel = DocumentsPanel(
             self.store,
             self.library,
-            embedding_loader(),
+            embedding_loader(self.models),
             confirm=self.confirm,
             pick_folder=lambda: self.folders,
             pick_files=lambda: [],
@@ -56,6 +58,7 @@ class Setup:
 
     def close(self) -> None:
         self.panel.shutdown()
+        self.models.close()
         self.store.close()
 
 
