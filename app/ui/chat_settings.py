@@ -103,6 +103,15 @@ class ChatSettingsPanel(QWidget):
         self.policy.setAccessibleName("When the context is full")
         for key, text in POLICIES:
             self.policy.addItem(text, key)
+            self.policy.setItemData(self.policy.count() - 1, text, Qt.ItemDataRole.ToolTipRole)
+        # Its longest choice made the whole tab 447 px wide, wider than a 1000 px window gives
+        # it: the box shrinks to ~20 characters (cut with "…"; the list and tooltip are whole).
+        self.policy.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.policy.setMinimumContentsLength(20)
+        self.policy.setToolTip(self.policy.currentText())
+        self.policy.currentTextChanged.connect(self.policy.setToolTip)
         # Structured output: a JSON schema, checked as it is entered.
         self.structured = QPlainTextEdit()
         self.structured.setAccessibleName("Structured output")

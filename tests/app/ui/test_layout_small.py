@@ -226,3 +226,19 @@ def test_the_folded_panel_comes_back_in_a_wider_window_and_after_a_restart(qtbot
         ]
     finally:
         close_window(w2)
+
+
+@pytest.mark.parametrize("tab", ["chat_settings", "documents"])
+def test_at_1000x700_the_settings_and_documents_tabs_fit_without_scrolling_sideways(
+    window: MainWindow, tab: str
+) -> None:
+    w = window
+    page = getattr(w, tab)
+    assert page is not None
+    at(w, 1000, 700)
+    w.side_tabs.setCurrentWidget(page)
+    settle()
+    area = area_of(page)
+    assert not area.horizontalScrollBar().isVisible(), (
+        f"{tab} needs {page.minimumSizeHint().width()} px, has {area.viewport().width()}"
+    )
