@@ -2,6 +2,7 @@
 
     candlewick bench --model default --workload chat --concurrency 1,2,4
     candlewick bench --url http://127.0.0.1:8080 --workload rag --out a.json --plot a.png
+    candlewick bench --workload rag --collection notes --questions questions.txt -k 5
     candlewick bench compare a.json b.json
 
 Exit codes: 0 done, 2 bad input, 3 every request failed (the table still says why), 130
@@ -15,6 +16,7 @@ import json
 import math
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -39,11 +41,15 @@ from engine.bench.harness import (
     run_benchmark,
 )
 from engine.bench.levels import parse_levels
+from engine.bench.rag_workload import DEFAULT_BUDGET, grounded_workload, load_questions
 from engine.bench.report import compare, format_compare, format_table
-from engine.bench.result import BenchError, BenchResult
+from engine.bench.result import BenchError, BenchResult, RetrievalReport
 from engine.bench.workloads import BUILTIN, Workload, WorkloadError, load_workload
 from engine.host.runtime import Model
 from engine.model.gguf import GGUFFile
+from engine.rag.grounding import DEFAULT_K, CountTokens, approx_tokens
+from engine.rag.search import Hit, hybrid
+from engine.rag.store import StoreError
 from engine.remote.streaming import APIS, ClientError, StreamingClient
 from engine.settings import LoadParams
 
@@ -108,6 +114,30 @@ def register(sub: Any) -> None:
         "--workload",
         default="chat",
         help=f"{', '.join(BUILTIN)} or a JSONL file of prompts (default chat)",
+    )
+    rag = p.add_argument_group(
+        "rag on a collection",
+        "--workload rag with --collection: each question is searched in the collection "
+        "first (timed apart, not in TTFT) and asked with the passages found",
+    )
+    rag.add_argument("--collection", default=None, help="a collection of `candlewick docs`")
+    rag.add_argument(
+        "--questions",
+        type=Path,
+        default=None,
+        help='a .txt file (a question a line) or a JSON list of questions or of {"q": ...}',
+    )
+    rag.add_argument(
+        "-k",
+        type=positive_int,
+        default=DEFAULT_K,
+        help=f"passages searched for per question (default {DEFAULT_K})",
+    )
+    rag.add_argument(
+        "--rag-budget",
+        type=positive_int,
+        default=DEFAULT_BUDGET,
+        help=f"most tokens the passages may add to a prompt (default {DEFAULT_BUDGET})",
     )
     p.add_argument(
         "--concurrency",
@@ -249,7 +279,11 @@ def run(args: argparse.Namespace) -> int:
         return run_compare(args)
     if args.warmup < 0:
         raise CliError("--warmup must be 0 or more")
-    workload = _workload(args.workload)
+    retrieval: RetrievalReport | None = None
+    if args.collection is not None or args.questions is not None:
+        workload, retrieval = _rag_workload(args)
+    else:
+        workload = _workload(args.workload)
     config = BenchConfig(
         concurrency=args.concurrency,
         requests=args.requests,
@@ -294,7 +328,65 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for close in reversed(closers):
             close()
+    result.retrieval = retrieval
     return _report(args, result)
+
+
+def _rag_workload(args: argparse.Namespace) -> tuple[Workload, RetrievalReport]:
+    """The grounded prompts of `--questions` over `--collection`, retrieved now: the index
+    and the embedding model are closed before the benchmark loads the chat model."""
+    if args.workload != "rag":
+        raise CliError("--collection and --questions go with --workload rag")
+    if args.collection is None or args.questions is None:
+        raise CliError("--workload rag on a collection needs both --collection and --questions")
+    try:
+        questions = load_questions(args.questions)
+    except WorkloadError as e:
+        raise CliError(str(e)) from None
+    from app.services.documents import open_documents
+    from app.services.embedding_models import EmbeddingModels
+
+    with open_documents() as store:
+        try:
+            col = store.collection(args.collection)
+        except StoreError:
+            known = ", ".join(c.name for c in store.collections()) or "none yet"
+            raise CliError(
+                f"no collection named {args.collection!r} (collections: {known})"
+            ) from None
+        model_path = Path(col.model_path)
+        if not model_path.is_file():
+            raise CliError(f"the embedding model of '{col.name}' is gone: {model_path}")
+        count, close_count = _chat_token_counter(args)
+        models = EmbeddingModels(first_loads=first_loads())
+        try:
+            embedding = models.get(model_path)  # loaded before the timing starts
+
+            def retrieve(question: str) -> list[Hit]:
+                return hybrid(store, col.name, question, embedding.embed_query(question), args.k)
+
+            return grounded_workload(
+                questions,
+                retrieve,
+                count,
+                collection=col.name,
+                k=args.k,
+                budget=args.rag_budget,
+                source=f"collection {col.name}, questions {args.questions.name}",
+            )
+        finally:
+            models.close()
+            close_count()
+
+
+def _chat_token_counter(args: argparse.Namespace) -> tuple[CountTokens, Callable[[], None]]:
+    """The chat model's token count, to fit the passages to the budget as the chat would: its
+    tokenizer when the model is known here, else the cautious character estimate."""
+    ref = args.tokenizer if args.url else (args.model or "default")
+    if ref is None:
+        return approx_tokens, lambda: None
+    tok = Tokenizer(library().resolve(ref), first_loads=first_loads())
+    return tok.count, tok.close
 
 
 def _embedded_target(

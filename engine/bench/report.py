@@ -51,6 +51,14 @@ def summary_lines(result: BenchResult, *, plain: bool = False) -> list[str]:
         if result.target.get("n_gpu_layers"):
             text += " (layers on a GPU: its bandwidth sets the limit, not system RAM's)"
         out.append(text)
+    rt = result.retrieval
+    if rt is not None:
+        s = "s" if rt.questions != 1 else ""
+        out.append(
+            f"Retrieval (before each prompt, not in TTFT): p50 {rt.ms_p50:.0f} ms, "
+            f"p95 {rt.ms_p95:.0f} ms over {rt.questions} question{s} of '{rt.collection}'; "
+            f"adds {rt.mean_tokens:.0f} tokens ({rt.mean_passages:.1f} passages) a prompt"
+        )
     return out
 
 

@@ -69,6 +69,22 @@ class RooflineReport:
         return cls(**roofline.to_dict(), note=note)
 
 
+@dataclass(frozen=True)
+class RetrievalReport:
+    """The `rag` workload on a collection: the search done before each prompt is sent,
+    timed apart (it is not in TTFT), and what its passages added to the prompts."""
+
+    collection: str
+    questions: int
+    k: int  # passages searched for
+    ms_p50: float  # milliseconds per question: embedding it and searching
+    ms_p95: float
+    ms_max: float
+    mean_passages: float  # passages that fit the budget, per prompt
+    mean_tokens: float  # tokens the passages added, per prompt
+    budget: int = 0  # the most tokens a prompt's passages could take
+
+
 @dataclass
 class BenchResult:
     """One run: with the hardware and software context, so two results from different
@@ -86,13 +102,14 @@ class BenchResult:
     max_concurrency_meeting_slo: int | None = None
     roofline: RooflineReport | None = None
     traces: dict[int, list[RequestTrace]] = field(default_factory=dict)  # by concurrency
+    retrieval: RetrievalReport | None = None  # a `rag` workload on a collection
 
     def level_cancelled(self, concurrency: int) -> bool:
         """Whether a cancel cut the level short (one of its requests was cancelled)."""
         return any(t.error == "cancelled" for t in self.traces.get(concurrency, []))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "schema": SCHEMA,
             "created": self.created,
             "finished": self.finished,
@@ -107,6 +124,9 @@ class BenchResult:
             "roofline": asdict(self.roofline) if self.roofline is not None else None,
             "traces": {str(c): [t.to_dict() for t in ts] for c, ts in self.traces.items()},
         }
+        if self.retrieval is not None:  # left out otherwise: older files read back unchanged
+            out["retrieval"] = asdict(self.retrieval)
+        return out
 
     def to_json(self) -> str:
         """The file `--out` and Save JSON write."""
@@ -123,6 +143,7 @@ class BenchResult:
             raise BenchError("not a Candlewick benchmark result")
         try:
             rf = data.get("roofline")
+            rt = data.get("retrieval")  # absent in files from before it was measured
             return cls(
                 created=str(data.get("created") or ""),
                 finished=str(data.get("finished") or ""),
@@ -139,9 +160,18 @@ class BenchResult:
                     int(c): [RequestTrace.from_dict(t) for t in ts]
                     for c, ts in (data.get("traces") or {}).items()
                 },
+                retrieval=RetrievalReport(**_known(RetrievalReport, rt)) if rt else None,
             )
         except (TypeError, ValueError, AttributeError) as e:
             raise BenchError(f"not a Candlewick benchmark result ({e})") from None
 
 
-__all__ = ["SCHEMA", "BenchError", "BenchResult", "RooflineReport", "RunSettings", "WorkloadInfo"]
+__all__ = [
+    "SCHEMA",
+    "BenchError",
+    "BenchResult",
+    "RetrievalReport",
+    "RooflineReport",
+    "RunSettings",
+    "WorkloadInfo",
+]
