@@ -134,8 +134,8 @@ def run(args: argparse.Namespace, model: Model, embedder: Embedder) -> None:
                 else:
                     tokens = sum(embedder.embed(t)[1] for t in texts)
                 rate.append(time.perf_counter() - t0)
-        for mode, took in rates.items():
-            best = min(took)
+        for mode, times in rates.items():
+            best = min(times)
             print(
                 f"  {label:13s} {mode:13s} {len(texts) / best:7.1f} texts/s, "
                 f"{tokens / best:6.0f} tokens/s (mean {tokens / len(texts):.0f} tokens, "

@@ -3,8 +3,10 @@
     QT_QPA_PLATFORM=offscreen .venv/bin/python scripts/screenshots.py
 
 Takes pictures of the main window: the library with the memory estimate before loading,
-a reply while it is streaming, the performance panel after it, and the Chats tab. Uses a
-private, empty profile so nothing from your own settings shows up.
+a reply while it is streaming, the performance panel after it, and the Chats tab; then the
+window after the reply in the light and the dark colour scheme, at 1600x1000 and at 1000x700
+(`window-<scheme>-<width>x<height>.png`). Uses a private, empty profile so nothing from your
+own settings shows up.
 """
 
 from __future__ import annotations
@@ -22,11 +24,48 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from PySide6.QtCore import QEventLoop, QObject, QTimer, Slot  # noqa: E402
+from PySide6.QtGui import QColor, QPalette  # noqa: E402
 from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
 from engine.settings import SamplingParams  # noqa: E402
 
 QUESTION = "Write a Python function that reverses a string, and explain it briefly."
+SIZES = ((1600, 1000), (1000, 700))
+# A dark desktop's palette, as a dark platform theme hands it to Qt. The offscreen platform
+# has no theme, so asking for the dark colour scheme changes nothing there; the window
+# follows whatever palette it is given, so this is what a dark desktop shows.
+DARK = {
+    QPalette.ColorRole.Window: "#2b2b2e",
+    QPalette.ColorRole.WindowText: "#e6e6e6",
+    QPalette.ColorRole.Base: "#1e1e20",
+    QPalette.ColorRole.AlternateBase: "#2f2f33",
+    QPalette.ColorRole.Text: "#e6e6e6",
+    QPalette.ColorRole.PlaceholderText: "#8e8e93",
+    QPalette.ColorRole.Button: "#35353a",
+    QPalette.ColorRole.ButtonText: "#e6e6e6",
+    QPalette.ColorRole.BrightText: "#ff6b6b",
+    QPalette.ColorRole.Highlight: "#3d6fb4",
+    QPalette.ColorRole.HighlightedText: "#ffffff",
+    QPalette.ColorRole.ToolTipBase: "#35353a",
+    QPalette.ColorRole.ToolTipText: "#e6e6e6",
+    QPalette.ColorRole.Link: "#7fb2ff",
+    QPalette.ColorRole.Mid: "#4a4a50",
+    QPalette.ColorRole.Dark: "#1a1a1c",
+    QPalette.ColorRole.Light: "#4a4a50",
+}
+
+
+def dark_palette() -> QPalette:
+    p = QPalette()
+    for role, colour in DARK.items():
+        p.setColor(role, QColor(colour))
+    for role in (
+        QPalette.ColorRole.WindowText,
+        QPalette.ColorRole.Text,
+        QPalette.ColorRole.ButtonText,
+    ):
+        p.setColor(QPalette.ColorGroup.Disabled, role, QColor("#7a7a80"))
+    return p
 
 
 class TokenCounter(QObject):
@@ -81,8 +120,8 @@ def main() -> int:
     window = build_window(
         sampling=SamplingParams(temperature=0.0, max_tokens=400), model_manager=True
     )
-    window.resize(1440, 900)
-    window.splitter.setSizes([470, 640, 330])
+    window.resize(*SIZES[0])
+    window.splitter.setSizes([480, 760, 360])
     window.show()
     window.focus_input()
     counter = TokenCounter()
@@ -112,6 +151,16 @@ def main() -> int:
                 window.conversation_list.set_pinned(window.controller.conversation_id, True)
             window.side_tabs.setCurrentWidget(window.conversation_list)
             save(window, args.out / "conversations.png")
+        window.side_tabs.setCurrentWidget(window.library_panel)
+        light = QApplication.palette()
+        for name, palette in (("light", light), ("dark", dark_palette())):
+            QApplication.setPalette(palette)
+            for width, height in SIZES:
+                window.resize(width, height)
+                t_end = time.monotonic() + 1.0  # the layout settles, the panel ticks
+                spin_until(lambda t=t_end: time.monotonic() > t)  # type: ignore[misc]
+                save(window, args.out / f"window-{name}-{width}x{height}.png")
+        QApplication.setPalette(light)
     finally:
         window.close()
         window.shutdown()

@@ -21,18 +21,14 @@ from typing import Any
 
 from app.cli.common import CliError, first_loads, library, positive_int, print_json
 from app.services.documents import open_documents
-from engine.host.runtime import Model
+from app.services.embedding_models import LoadedEmbedding
 from engine.model.facts import model_facts
 from engine.model.gguf import read_gguf
 from engine.rag.indexer import IndexProgress, IndexReport, index_collection
 from engine.rag.search import Hit, hybrid, keyword, vector
 from engine.rag.store import Collection, RagStore, StoreError
-from engine.server.embeddings import Embedder
-from engine.settings import LoadParams
 
 MAX_SKIPS_SHOWN = 20
-# Chunks are at most 200 tokens (engine.rag.indexer); a context of 512 holds any of them.
-EMBED_CTX = 512
 
 
 def register(sub: Any) -> None:
@@ -160,7 +156,7 @@ def add(args: argparse.Namespace) -> int:
 
 class _Embedding:
     """A collection's embedding model, loaded once: embed and count tokens as the indexer
-    takes them."""
+    takes them (the window's loader, on every core: this process only indexes)."""
 
     def __init__(self, col: Collection) -> None:
         path = Path(col.model_path)
@@ -169,30 +165,22 @@ class _Embedding:
                 f"the embedding model of '{col.name}' is gone: {path} (add the collection "
                 "again with --embedding-model MODEL --reembed)"
             )
-        facts = model_facts(read_gguf(path))
-        n_ctx = min(EMBED_CTX, facts.context_length or EMBED_CTX)
-        self.model = Model(path, LoadParams(n_ctx=n_ctx), first_loads=first_loads())
-        try:
-            self.embedder = Embedder(self.model)
-            dim = len(self.embed(["dimension"])[0])
-        except BaseException:
-            self.model.close()
-            raise
-        if dim != col.dim:
+        self.loaded = LoadedEmbedding(path, n_threads=None, first_loads=first_loads())
+        if self.loaded.dim != col.dim:
             self.close()
             raise CliError(
-                f"{path.name} gives vectors of {dim} values but '{col.name}' holds {col.dim}"
+                f"{path.name} gives vectors of {self.loaded.dim} values but '{col.name}' holds "
+                f"{col.dim}"
             )
 
     def embed(self, texts: list[str]) -> list[list[float]]:
-        return [self.embedder.embed(t)[0] for t in texts]
+        return self.loaded.embed_many(texts)
 
     def count_tokens(self, text: str) -> int:
-        return len(self.model.tokenize(text, add_special=True, parse_special=False))
+        return self.loaded.count_tokens(text)
 
     def close(self) -> None:
-        self.embedder.close()
-        self.model.close()
+        self.loaded.close()
 
 
 class _Progress:
@@ -322,7 +310,7 @@ def search(args: argparse.Namespace) -> int:
         else:
             embedding = _Embedding(col)
             try:
-                q = embedding.embed([args.query])[0]
+                q = embedding.loaded.embed_query(args.query)  # a long one: its start
             finally:
                 embedding.close()
             if args.mode == "vector":

@@ -34,7 +34,10 @@ EMBED_THREADS = 1
 class LoadedEmbedding:
     """One embedding GGUF, loaded with its own context and decode thread."""
 
-    def __init__(self, path: Path, *, n_threads: int, first_loads: FirstLoads | None) -> None:
+    def __init__(
+        self, path: Path, *, n_threads: int | None, first_loads: FirstLoads | None
+    ) -> None:
+        """`n_threads` None: llama.cpp's default (every core; for a process that only indexes)."""
         self.path = path
         facts = model_facts(read_gguf(path))
         self.dim = facts.n_embd  # the length of its vectors
