@@ -130,13 +130,13 @@ def register(sub: Any) -> None:
     rag.add_argument(
         "-k",
         type=positive_int,
-        default=DEFAULT_K,
+        default=None,
         help=f"passages searched for per question (default {DEFAULT_K})",
     )
     rag.add_argument(
         "--rag-budget",
         type=positive_int,
-        default=DEFAULT_BUDGET,
+        default=None,
         help=f"most tokens the passages may add to a prompt (default {DEFAULT_BUDGET})",
     )
     p.add_argument(
@@ -282,6 +282,8 @@ def run(args: argparse.Namespace) -> int:
     retrieval: RetrievalReport | None = None
     if args.collection is not None or args.questions is not None:
         workload, retrieval = _rag_workload(args)
+    elif args.k is not None or args.rag_budget is not None:
+        raise CliError("-k and --rag-budget go with --workload rag --collection NAME")
     else:
         workload = _workload(args.workload)
     config = BenchConfig(
@@ -343,6 +345,7 @@ def _rag_workload(args: argparse.Namespace) -> tuple[Workload, RetrievalReport]:
         questions = load_questions(args.questions)
     except WorkloadError as e:
         raise CliError(str(e)) from None
+    k = args.k or DEFAULT_K
     from app.services.documents import open_documents
     from app.services.embedding_models import EmbeddingModels
 
@@ -363,15 +366,15 @@ def _rag_workload(args: argparse.Namespace) -> tuple[Workload, RetrievalReport]:
             embedding = models.get(model_path)  # loaded before the timing starts
 
             def retrieve(question: str) -> list[Hit]:
-                return hybrid(store, col.name, question, embedding.embed_query(question), args.k)
+                return hybrid(store, col.name, question, embedding.embed_query(question), k)
 
             return grounded_workload(
                 questions,
                 retrieve,
                 count,
                 collection=col.name,
-                k=args.k,
-                budget=args.rag_budget,
+                k=k,
+                budget=args.rag_budget or DEFAULT_BUDGET,
                 source=f"collection {col.name}, questions {args.questions.name}",
             )
         finally:

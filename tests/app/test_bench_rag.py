@@ -98,6 +98,9 @@ def test_bench_on_a_collection(
             ["--workload", "rag", "--collection", "nope", "--questions", "q.txt"],
             "no collection named 'nope' (collections: none yet)",
         ),
+        # Accepted only where they are used: never taken and ignored.
+        (["--workload", "rag", "-k", "3"], "-k and --rag-budget go with --workload rag"),
+        (["--workload", "chat", "--rag-budget", "500"], "-k and --rag-budget go with"),
     ],
 )
 def test_bad_input_is_one_line(
