@@ -35,11 +35,11 @@ from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QApplication
 
 from app.services.library import bundled_default_model
+from benchmarks.reply_rate import PROMPT, reply_rate
 from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
 from engine.settings import LoadParams, SamplingParams
 
-PROMPT = "Write a long story about a lighthouse keeper and a storm, in many paragraphs."
 PROBE_MS = 5
 
 
@@ -86,20 +86,6 @@ class Probe(QObject):
         self.first = self.last_tok = None
         self.stats = None
         self.signals = 0
-
-
-def raw_run(model: Model, sampling: SamplingParams) -> tuple[float, int]:
-    gen = model.generate([{"role": "user", "content": PROMPT}], sampling)
-    t_first: float | None = None
-    t_last = 0.0
-    n_first = 0
-    for _piece in gen:
-        t_last = time.perf_counter()
-        if t_first is None:
-            t_first, n_first = t_last, len(gen.tokens)
-    assert t_first is not None
-    n = len(gen.tokens) - n_first
-    return n / (t_last - t_first), len(gen.tokens)
 
 
 def main() -> int:
@@ -165,7 +151,7 @@ def main() -> int:
     # Load through the GUI (the factory hands over the loaded model), then one warm-up each.
     window.controller.load(path, params)
     wait_for(lambda: window.controller.loaded is not None)
-    raw_run(model, sampling)
+    reply_rate(model, sampling)
     window.controller.new_chat()
     window.controller.send(PROMPT)
     wait_for(lambda: probe.stats is not None)
@@ -201,7 +187,7 @@ def main() -> int:
         # GUI runs as the app sets it up (app.main.share_the_interpreter).
         sys.setswitchinterval(default_switch)
         model.reset_cache()
-        r, n_raw = raw_run(model, sampling)
+        r, n_raw = reply_rate(model, sampling)
         share_the_interpreter()
         raw.append(r)
         g, engine_tps, signal_rate, n1 = gui_run(timed=False)
@@ -218,7 +204,7 @@ def main() -> int:
         probe.gaps = []
         probe.recording, probe.last = True, 0.0
         probe.timer.start()
-        bg = threading.Thread(target=raw_run, args=(model, sampling), name="bench-raw")
+        bg = threading.Thread(target=reply_rate, args=(model, sampling), name="bench-raw")
         bg.start()
         while bg.is_alive():
             qapp.processEvents(QEventLoop.ProcessEventsFlag.WaitForMoreEvents, 50)

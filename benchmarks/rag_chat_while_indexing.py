@@ -37,13 +37,13 @@ from app.services.embedding_models import EmbeddingModels  # noqa: E402
 from app.services.library import bundled_default_model  # noqa: E402
 from app.ui.index_job import ChatGate  # noqa: E402
 from benchmarks.rag_search import model_path  # noqa: E402
+from benchmarks.reply_rate import reply_rate  # noqa: E402
 from engine.bench.hw import cpu_name  # noqa: E402
 from engine.host.runtime import Model  # noqa: E402
 from engine.rag.indexer import IndexProgress, index_collection  # noqa: E402
 from engine.rag.store import RagStore  # noqa: E402
 from engine.settings import LoadParams, SamplingParams  # noqa: E402
 
-PROMPT = "Write a long story about a lighthouse keeper and a storm, in many paragraphs."
 MODES = ("idle", "free", "held")
 
 
@@ -121,19 +121,9 @@ class Indexing:
         self.store.close()
 
 
-def reply_rate(model: Model, sampling: SamplingParams) -> float:
-    """Tokens/s between the first and the last token of one greedy reply."""
+def rate(model: Model, sampling: SamplingParams) -> float:
     model.reset_cache()
-    gen = model.generate([{"role": "user", "content": PROMPT}], sampling)
-    t_first: float | None = None
-    n_first = 0
-    t_last = 0.0
-    for _piece in gen:
-        t_last = time.perf_counter()
-        if t_first is None:
-            t_first, n_first = t_last, len(gen.tokens)
-    assert t_first is not None
-    return (len(gen.tokens) - n_first) / (t_last - t_first)
+    return reply_rate(model, sampling)[0]
 
 
 def main() -> int:
@@ -154,7 +144,7 @@ def main() -> int:
     rates: dict[str, list[float]] = {m: [] for m in MODES}
     chunk_rates: dict[str, list[float]] = {m: [] for m in MODES}
     try:
-        reply_rate(chat, sampling)  # warm-up
+        rate(chat, sampling)  # warm-up
         for _ in range(args.rounds):
             for mode in MODES:
                 if mode == "idle":
@@ -164,7 +154,7 @@ def main() -> int:
                 time.sleep(1.0)  # the indexer is under way (or has stopped) before the reply
                 c0, t0 = indexing.embedded(), time.perf_counter()
                 indexing.gate.set_busy(mode == "held")
-                rates[mode].append(reply_rate(chat, sampling))
+                rates[mode].append(rate(chat, sampling))
                 indexing.gate.set_busy(False)
                 time.sleep(1.0)  # held: what the indexer does between two replies counts too
                 chunk_rates[mode].append((indexing.embedded() - c0) / (time.perf_counter() - t0))

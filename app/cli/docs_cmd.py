@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -85,10 +84,6 @@ def register(sub: Any) -> None:
     rm.set_defaults(handler=remove)
 
 
-def open_store() -> AbstractContextManager[RagStore]:
-    return open_documents()
-
-
 def _collection(store: RagStore, name: str) -> Collection:
     try:
         return store.collection(name)
@@ -115,7 +110,7 @@ def add(args: argparse.Namespace) -> int:
             "(its file says no pooling; try all-MiniLM-L6-v2 or nomic-embed-text)"
         )
     model_name = facts.display_name or facts.name
-    with open_store() as store:
+    with open_documents() as store:
         existing = next((c for c in store.collections() if c.name == args.name), None)
         if existing is None:
             store.create_collection(
@@ -241,7 +236,7 @@ def _run_cancellable(work: Callable[[threading.Event], IndexReport]) -> IndexRep
 
 
 def index(args: argparse.Namespace) -> int:
-    with open_store() as store:
+    with open_documents() as store:
         col = _collection(store, args.name)
         embedding = _Embedding(col)
         progress = _Progress()
@@ -303,7 +298,7 @@ def _print_report(r: IndexReport) -> None:
 
 
 def search(args: argparse.Namespace) -> int:
-    with open_store() as store:
+    with open_documents() as store:
         col = _collection(store, args.name)
         if args.mode == "keyword":
             hits = keyword(store, col.name, args.query, args.k)
@@ -370,7 +365,7 @@ def excerpt(text: str, *, lines: int = 3, width: int = 96) -> list[str]:
 
 
 def list_collections(args: argparse.Namespace) -> int:
-    with open_store() as store:
+    with open_documents() as store:
         rows = [_collection_dict(store, c) for c in store.collections()]
     if args.json:
         print_json(rows)
@@ -405,7 +400,7 @@ def _collection_dict(store: RagStore, c: Collection) -> dict[str, Any]:
 
 
 def remove(args: argparse.Namespace) -> int:
-    with open_store() as store:
+    with open_documents() as store:
         col = _collection(store, args.name)
         store.remove_collection(col.name)
     print(f"Removed collection '{col.name}' and its index (your files are untouched).")

@@ -71,6 +71,8 @@ class Retriever:
         when None); `load`: another way to load a collection's model."""
         self._open = index
         shared = models or EmbeddingModels()
+        # Models it made itself are its to free; the app's shared ones are the app's.
+        self._owned = shared if models is None and load is None else None
         self._load: LoadEmbedding = load or (lambda path: _SharedEmbedding(shared.get(path)))
         self._models: dict[Path, Embedding] = {}
         self._lock = threading.Lock()
@@ -148,6 +150,8 @@ class Retriever:
             models, self._models = list(self._models.values()), {}
         for m in models:
             m.close()
+        if self._owned is not None:
+            self._owned.close()
 
 
 __all__ = ["Embedding", "LoadEmbedding", "RetrievalError", "Retriever"]

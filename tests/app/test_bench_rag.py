@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
+from tests.app.cli_errors import one_line_error
 from tests.engine.rag.helpers import topic_files
 
 FAST = ["--requests", "3", "--max-tokens", "8", "--warmup", "0", "--concurrency", "1"]
@@ -19,13 +20,6 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     rc = main(list(args))
     out, err = capsys.readouterr()
     return rc, out, err
-
-
-def one_line_error(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("candlewick: error: "), err
-    return lines[0]
 
 
 def test_bench_on_a_collection(

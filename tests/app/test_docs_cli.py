@@ -13,6 +13,7 @@ import pytest
 from app.cli import main
 from app.services.documents import index_path
 from engine.rag.store import RagStore
+from tests.app.cli_errors import one_line_error
 from tests.engine.rag.helpers import DIM, bow_vector, found, make_chunks, topic_files
 
 N_TOPICS = 6
@@ -24,13 +25,6 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     rc = main(["docs", *args])
     out, err = capsys.readouterr()
     return rc, out, err
-
-
-def one_line_error(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("candlewick: error: "), err
-    return lines[0]
 
 
 @pytest.mark.slow
