@@ -24,7 +24,7 @@ ARTIFACTS = REPO / ".artifacts"
 
 # The fixtures that give a real model (a path to one, or one loaded).
 MODEL_FIXTURES = frozenset(
-    {"smollm2_path", "gemma_path", "minilm_path", "exact_smollm2_path", "smollm2"}
+    {"smollm2_path", "gemma_path", "minilm_path", "reranker_path", "exact_smollm2_path", "smollm2"}
 )
 FAST_TIER = os.environ.get("CANDLEWICK_FAST_TIER") == "1"
 NO_MODEL = "the fast tier loads no model: mark this test or use tests/fakes.py"
@@ -97,6 +97,23 @@ def minilm_path() -> Path:
     target = ARTIFACTS / "models" / "all-minilm-l6-v2-f16.gguf"
     if not target.exists() or target.stat().st_mtime < get_model_zip_path().stat().st_mtime:
         convert(target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def reranker_path() -> Path:
+    """A structural test reranker (MiniLM's encoder and pooler, an untrained seeded head,
+    pooling RANK: tests/reranker_gguf.py) built from the same package (once, then reused)."""
+    _no_model_in_fast_tier()
+    from all_minilm_l6_v2 import get_model_zip_path  # type: ignore[import-untyped]
+
+    from tests import minilm_gguf, reranker_gguf
+    from tests.reranker_gguf import convert_reranker
+
+    target = ARTIFACTS / "models" / "minilm-rank-test-f16.gguf"
+    sources = (get_model_zip_path(), Path(minilm_gguf.__file__), Path(reranker_gguf.__file__))
+    if not target.exists() or target.stat().st_mtime < max(p.stat().st_mtime for p in sources):
+        convert_reranker(target)
     return target
 
 

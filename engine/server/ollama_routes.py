@@ -91,10 +91,14 @@ def _arguments(call: ToolCall) -> Any:
         return {}
 
 
-def capabilities(template: str | None, embeds: bool, *, embedding_only: bool = False) -> list[str]:
+def capabilities(
+    template: str | None, embeds: bool, *, embedding_only: bool = False, reranker: bool = False
+) -> list[str]:
     """As Ollama names them. Every text generator can call tools: one whose template has no
     tool support gets the generic format (engine.server.chat_reply). An embedding model
-    only embeds."""
+    only embeds; a reranker does neither (Ollama has no name for what it does)."""
+    if reranker:
+        return []
     if embedding_only:
         return ["embedding"] if embeds else []
     caps = ["completion", "tools"]
@@ -234,7 +238,10 @@ class OllamaRoutes:
                 "details": facts_details(f),
                 "model_info": info,
                 "capabilities": capabilities(
-                    template, embeds, embedding_only=bool(f and f.embedding_only)
+                    template,
+                    embeds,
+                    embedding_only=bool(f and f.embedding_only),
+                    reranker=bool(f and f.is_reranker),
                 ),
                 "modified_at": _iso(path.stat().st_mtime),
             }

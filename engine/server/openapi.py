@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from engine.server import agent_protocol as a
 from engine.server import protocol as p
 from engine.server.config import ServerConfig
+from engine.server.rerank_routes import RERANK_PATHS
 
 _REF = "#/components/schemas/{model}"
 JSON, SSE, NDJSON, TEXT = (
@@ -125,6 +126,17 @@ PATHS: dict[str, Operation] = {
         p.EmbeddingRequest,
         also=(501,),
     ),
+    **{
+        path: Operation(
+            "post",
+            "Rerank documents by relevance to a query (a reranker GGUF: pooling rank)"
+            + ("" if path == "/v1/rerank" else "; another name of /v1/rerank"),
+            {JSON: p.RerankList},
+            p.RerankRequest,
+            also=(501,),
+        )
+        for path in RERANK_PATHS
+    },
     "/api/version": Operation(
         "get", "Server version", {JSON: p.OllamaVersion}, error=p.OllamaError
     ),

@@ -48,6 +48,7 @@ T = TypeVar("T", bound=BaseModel)
 MAX_STOP = 16
 MAX_TOOLS = 128
 MAX_EMBED_INPUTS = 64
+MAX_RERANK_DOCUMENTS = 1000  # Cohere's limit; each is one pair to score
 _TOOL_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
 # Patterns refused in words rather than as a regular expression.
 _PATTERN_TEXT = {_TOOL_NAME: "must be 1-64 letters, digits, '_', '.' or '-'"}
@@ -698,6 +699,48 @@ class EmbeddingRequest(_Model):
     input: EmbedInput
 
 
+class RerankDocument(_Model):
+    """A document as Jina and Cohere also send it."""
+
+    text: str
+
+
+def _documents(v: Any) -> list[str]:
+    if not isinstance(v, list) or not v:
+        raise _refuse('must be a non-empty list of strings or {"text": ...} objects')
+    out = [x["text"] if isinstance(x, dict) and isinstance(x.get("text"), str) else x for x in v]
+    if not all(isinstance(x, str) for x in out):
+        raise _refuse('must be a non-empty list of strings or {"text": ...} objects')
+    if len(out) > MAX_RERANK_DOCUMENTS:
+        raise _refuse(f"takes at most {MAX_RERANK_DOCUMENTS} documents")
+    return out
+
+
+# The documents' texts, whichever way they were sent.
+RerankDocuments = Annotated[
+    list[str],
+    BeforeValidator(
+        _documents,
+        json_schema_input_type=Annotated[
+            list[str | RerankDocument], Field(min_length=1, max_length=MAX_RERANK_DOCUMENTS)
+        ],
+    ),
+]
+
+
+class RerankRequest(_Model):
+    """/v1/rerank, as llama-server, Jina and Cohere take it."""
+
+    model: str | None = None
+    ttl: Ttl | None = None
+    query: NonEmpty
+    documents: RerankDocuments
+    top_n: Annotated[int, Field(ge=1, description="the best N only (default: all)")] | None = None
+    return_documents: Annotated[
+        bool | None, Field(description='each result carries its "document": {"text": ...}')
+    ] = None
+
+
 # -- Ollama ---------------------------------------------------------------------------------
 
 
@@ -949,6 +992,21 @@ class EmbeddingList(_Model):
     data: list[Embedding]
     model: str
     usage: dict[str, int]
+
+
+class RerankResult(_Model):
+    index: int  # the document's place in the request
+    relevance_score: float  # the model's raw score: higher is more relevant
+    document: RerankDocument | None = None  # with return_documents
+
+
+class RerankList(_Model):
+    """Results sorted by score, best first, cut to top_n."""
+
+    model: str
+    object: Literal["list"]
+    usage: dict[str, int]
+    results: list[RerankResult]
 
 
 class OllamaVersion(_Model):
