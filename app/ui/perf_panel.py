@@ -4,7 +4,8 @@ take the CPU), and a chart of each reply's tokens/s and of RAM (`app.ui.perf_cha
 
 It listens to the engine's signals (cheap: a few attribute writes each) and samples the
 process on a timer (400 ms) while it is shown, so it never adds work per token; the chart is
-redrawn on that tick too. The rules for the rolling rate and for "CPU busy" are in
+redrawn on that tick too, but at most once a second while a reply streams (see
+STREAMING_REDRAW_S). The rules for the rolling rate and for "CPU busy" are in
 `app.ui.perf_meter` (no Qt); the clock, the CPU probe and the RAM probe are handed in, so
 tests feed their own samples.
 """
@@ -34,6 +35,12 @@ from engine.host.speculative import acceptance_rate
 from engine.host.stats import GenerationStats
 
 TICK_MS = 400
+# While a reply streams, the chart is redrawn at most this often (the figures above it still
+# follow every tick). A redraw and its paint cost the GUI thread ~1.3 ms even with the axes
+# cached, and on 2 cores that time is taken from llama.cpp's decode threads: with a redraw on
+# every tick the chart was about a third of the window's GUI-thread work during a reply
+# (2 EPYC cores, SmolLM2 at ~65 tok/s, per-thread CPU time).
+STREAMING_REDRAW_S = 1.0
 # The widest figure a row shows: the panel's width is set for it, not for the "—" at start.
 VALUE_SAMPLE = "100% of 16 cores"
 
@@ -263,8 +270,10 @@ class PerfPanel(QWidget):
             self._last_n, self._last_t = self.gen_tokens, now
         self.ticks += 1
         rss = self.refresh_labels()
-        self.chart.sample(now - self._t0, float(rss), self.rolling_tps if self.generating else None)
-        self.chart.redraw(now - self._t0)
+        t = now - self._t0
+        self.chart.sample(t, float(rss), self.rolling_tps if self.generating else None)
+        if not self.generating or t - self.chart.now >= STREAMING_REDRAW_S:
+            self.chart.redraw(t)
 
     @property
     def rolling_tps(self) -> float | None:

@@ -121,6 +121,28 @@ def test_the_chart_is_drawn_on_the_tick_not_per_token(qtbot: QtBot) -> None:
     assert panel.chart.redraws == before + 1
 
 
+def test_while_a_reply_streams_the_chart_is_redrawn_at_most_once_a_second(
+    qtbot: QtBot,
+) -> None:
+    """The figures follow every tick; the chart (the GUI thread's costliest paint) waits a
+    second between redraws while tokens arrive, and shows the finished reply at the next tick."""
+    c = Clock()
+    panel = make_panel(qtbot, c)
+    idle(panel, c, 1.0)
+    before, ticks = panel.chart.redraws, panel.ticks
+    reply(panel, c, 1, tps=100.0, seconds=10.0)
+    ticked = panel.ticks - ticks
+    drawn = panel.chart.redraws - before
+    assert ticked >= 24  # 10 s of 400 ms ticks
+    assert 8 <= drawn <= 11  # about one a second, not one a tick
+    assert panel.chart.reply_rates() == []  # the marker waits for the next tick
+    panel.tick()
+    assert panel.chart.redraws == before + drawn + 1
+    assert panel.chart.reply_rates() == [100.0]
+    idle(panel, c, 2.0)  # idle again: every tick redraws
+    assert panel.chart.redraws == before + drawn + 1 + 5
+
+
 def test_while_a_reply_runs_its_rolling_rate_is_dashed_then_replaced(qtbot: QtBot) -> None:
     c = Clock()
     panel = make_panel(qtbot, c)
@@ -130,8 +152,10 @@ def test_while_a_reply_runs_its_rolling_rate_is_dashed_then_replaced(qtbot: QtBo
         panel.on_tokens(1, "x", n)
         if n % 8 == 0:
             panel.tick()
+    # Each tick samples the rate; the chart draws them at most once a second while streaming.
+    assert len(panel.chart.live) >= 4 and all(19.0 <= v <= 21.0 for _, v in panel.chart.live)
     _xs, ys = panel.chart.live_curve.getData()
-    assert len(ys) >= 4 and all(19.0 <= y <= 21.0 for y in ys)
+    assert len(ys) >= 2 and all(19.0 <= y <= 21.0 for y in ys)
     panel.on_failed(1, "stopped")
     panel.tick()
     assert panel.chart.live == [] and panel.chart.reply_rates() == []
