@@ -34,7 +34,7 @@ from app.ui.controller import ChatController, LibrarySelection, ModelName
 from app.ui.documents_panel import DocumentsPanel
 from app.ui.estimate import Estimator
 from app.ui.index_job import embedding_loader
-from app.ui.library_model import LibraryModel
+from app.ui.library_model import LibraryModel, is_reranker
 from app.ui.library_panel import LibraryPanel
 from app.ui.main_window import MainWindow
 from app.ui.worker import EngineHost, EngineWorker, probing_factory
@@ -281,6 +281,7 @@ def add_documents(window: MainWindow, paths: AppPaths, models: EmbeddingModels) 
         window.chat_settings.set_collections(
             lambda: retriever.names() if index_path(paths).exists() else []
         )
+        window.chat_settings.set_rerankers(lambda: library_rerankers(window.library_model))
 
     def close() -> None:
         window.controller.close_documents()  # a search under way ends first
@@ -288,6 +289,12 @@ def add_documents(window: MainWindow, paths: AppPaths, models: EmbeddingModels) 
         models.close()  # after the Documents tab's indexing too (a late closer)
 
     window.add_closer(close)
+
+
+def library_rerankers(model: LibraryModel) -> list[tuple[str, Path]]:
+    """The library's rerankers as the chat settings offer them: (name, file)."""
+    entries = (model.entry(row) for row in range(model.rowCount()))
+    return [(e.name, e.path) for e in entries if e.error is None and is_reranker(e)]
 
 
 def library_selection(panel: LibraryPanel) -> LibrarySelection:

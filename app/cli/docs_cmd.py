@@ -21,6 +21,7 @@ from typing import Any
 from app.cli.common import CliError, first_loads, library, positive_int, print_json
 from app.services.documents import open_documents
 from app.services.embedding_models import LoadedEmbedding
+from app.services.retrieval import RERANK_CANDIDATES, check_reranker, reranked
 from engine.model.facts import model_facts
 from engine.model.gguf import read_gguf
 from engine.rag.indexer import IndexProgress, IndexReport, index_collection
@@ -72,6 +73,19 @@ def register(sub: Any) -> None:
         default="hybrid",
         help="keyword needs no model; vector and hybrid load the embedding model",
     )
+    s.add_argument(
+        "--rerank",
+        metavar="MODEL",
+        default=None,
+        help="re-sort the best candidates with a reranker: a library id or a path to a .gguf file",
+    )
+    s.add_argument(
+        "--candidates",
+        type=positive_int,
+        default=None,
+        help=f"how many found passages the reranker scores (default {RERANK_CANDIDATES}; "
+        "at least -k)",
+    )
     s.add_argument("--json", action="store_true")
     s.set_defaults(handler=search)
 
@@ -108,6 +122,11 @@ def add(args: argparse.Namespace) -> int:
         raise CliError(
             f"{args.embedding_model} is a text generator, not an embedding model "
             "(its file says no pooling; try all-MiniLM-L6-v2 or nomic-embed-text)"
+        )
+    if facts.is_reranker:
+        raise CliError(
+            f"{args.embedding_model} is a reranker, not an embedding model (use it with "
+            "`docs search --rerank`; try all-MiniLM-L6-v2 or nomic-embed-text)"
         )
     model_name = facts.display_name or facts.name
     with open_documents() as store:
@@ -298,10 +317,17 @@ def _print_report(r: IndexReport) -> None:
 
 
 def search(args: argparse.Namespace) -> int:
+    if args.candidates is not None and args.rerank is None:
+        raise CliError("--candidates goes with --rerank MODEL")
+    reranker = None
+    if args.rerank is not None:
+        reranker = library().resolve(args.rerank).resolve()
+        check_reranker(reranker)  # before the search: a wrong model fails at once
+    depth = max(args.k, args.candidates or RERANK_CANDIDATES) if reranker is not None else args.k
     with open_documents() as store:
         col = _collection(store, args.name)
         if args.mode == "keyword":
-            hits = keyword(store, col.name, args.query, args.k)
+            hits = keyword(store, col.name, args.query, depth)
         else:
             embedding = _Embedding(col)
             try:
@@ -309,24 +335,34 @@ def search(args: argparse.Namespace) -> int:
             finally:
                 embedding.close()
             if args.mode == "vector":
-                hits = vector(store, col.name, q, args.k)
+                hits = vector(store, col.name, q, depth)
             else:
-                hits = hybrid(store, col.name, args.query, q, args.k)
+                hits = hybrid(store, col.name, args.query, q, depth)
+    scored: list[tuple[float | None, Hit]] = [(None, h) for h in hits]
+    if reranker is not None:
+        loaded = LoadedEmbedding(reranker, n_threads=None, first_loads=first_loads())
+        try:
+            scored = list(reranked(loaded, args.query, hits)[: args.k])
+        finally:
+            loaded.close()
     if args.json:
-        print_json([hit_dict(h) for h in hits])
+        print_json([hit_dict(h, rerank_score=r) for r, h in scored])
         return 0
-    if not hits:
+    if not scored:
         print(f"Nothing in '{col.name}' matches that.")
         return 0
-    for n, h in enumerate(hits, 1):
-        print(f"{n}. {h.path}{_where(h)}  [{h.start}:{h.end}]  score {h.score:.4f}")
+    for n, (r, h) in enumerate(scored, 1):
+        rerank = f"  rerank {r:.4f}" if r is not None else ""
+        print(f"{n}. {h.path}{_where(h)}  [{h.start}:{h.end}]  score {h.score:.4f}{rerank}")
         for line in excerpt(h.text):
             print(f"   {line}")
     return 0
 
 
-def hit_dict(h: Hit) -> dict[str, Any]:
-    return {
+def hit_dict(h: Hit, *, rerank_score: float | None = None) -> dict[str, Any]:
+    """A hit as JSON; `score` is the search's own (fused, bm25 or cosine), and a reranked
+    search adds the reranker's raw `rerank_score`, by which the hits are then ordered."""
+    d: dict[str, Any] = {
         "path": str(h.path),
         "page": h.page,
         "heading": h.heading,
@@ -337,6 +373,9 @@ def hit_dict(h: Hit) -> dict[str, Any]:
         "vector_rank": h.vector_rank,
         "text": h.text,
     }
+    if rerank_score is not None:
+        d["rerank_score"] = rerank_score
+    return d
 
 
 def _where(h: Hit) -> str:

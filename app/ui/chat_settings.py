@@ -11,15 +11,17 @@ schema that does not pass shows why under the box, in one line, and is not kept:
 goes on with the last schema that passed (or free text).
 
 Documents: the collections of the documents index this chat's answers are grounded in (a
-checkable list), how many passages are searched for and the share of the context they may
-take. A collection ticked in a chat and later removed from the index stays listed, marked,
-so it can be unticked.
+checkable list), how many passages are searched for, the share of the context they may
+take, and a reranker from the library that re-sorts what the search found. A collection
+ticked in a chat and later removed from the index stays listed, marked, so it can be
+unticked; so does a reranker the library no longer has.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -41,6 +43,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.services.chat_store import ChatStore
+from app.services.retrieval import RERANK_CANDIDATES
 from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
 from engine.settings import SamplingParams
@@ -49,6 +52,7 @@ STRUCTURED_KEY = "structured_output"  # where a chat's settings keep its JSON sc
 COLLECTIONS_KEY = "collections"  # the collections a chat's answers are grounded in
 DOCS_K_KEY = "docs_k"  # passages searched for
 DOCS_BUDGET_KEY = "docs_budget"  # the share of the context they may take, in percent
+DOCS_RERANKER_KEY = "docs_reranker"  # the reranker's file path (absent: none)
 DEFAULT_DOCS_K = 5
 DEFAULT_DOCS_BUDGET = 25
 NO_COLLECTIONS = "No collections yet — add one with `candlewick docs add` or in the Documents tab"
@@ -71,14 +75,16 @@ class ChatSettingsPanel(QWidget):
         *,
         tool_servers: Callable[[], Sequence[str]] | None = None,
         collections: Callable[[], Sequence[str]] | None = None,
+        rerankers: Callable[[], Sequence[tuple[str, Path]]] | None = None,
     ) -> None:
         """`tool_servers`: the MCP servers turned on in the MCP servers dialog (each chat
         may turn some off for itself); `collections`: the collections in the documents
-        index."""
+        index; `rerankers`: the library's rerankers, (name, file)."""
         super().__init__(parent)
         self.store = store
         self._tool_servers = tool_servers or list
         self._collection_names = collections or list
+        self._reranker_models = rerankers or list
         self.defaults = defaults or SamplingParams()
         self._loading = False
         d = self.defaults
@@ -171,6 +177,18 @@ class ChatSettingsPanel(QWidget):
             "and the answer need the room)"
         )
         self._collections_on: list[str] = []
+        self.docs_reranker = QComboBox()
+        self.docs_reranker.setAccessibleName("Rerank with")
+        self.docs_reranker.setToolTip(
+            "A reranker re-sorts the passages found: it reads each of the best "
+            f"{RERANK_CANDIDATES} with the question and scores how well it answers it. It "
+            "costs time for every passage, before each answer"
+        )
+        self.docs_reranker.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+        )
+        self.docs_reranker.setMinimumContentsLength(20)
+        self._reranker: str | None = None  # the chat's reranker file
         self.presets = QComboBox()
         self.presets.setAccessibleName("Presets")
         self.apply_preset_button = QPushButton("Apply")
@@ -212,6 +230,7 @@ class ChatSettingsPanel(QWidget):
         form.addRow("Documents", docs)
         form.addRow("Passages", self.docs_k)
         form.addRow("Passage budget", self.docs_budget)
+        form.addRow("Rerank with", self.docs_reranker)
         presets = QHBoxLayout()
         presets.addWidget(self.presets, 1)
         presets.addWidget(self.apply_preset_button)
@@ -232,6 +251,7 @@ class ChatSettingsPanel(QWidget):
         self.collections.itemChanged.connect(self._on_collection_ticked)
         self.docs_k.valueChanged.connect(self._emit)
         self.docs_budget.valueChanged.connect(self._emit)
+        self.docs_reranker.currentIndexChanged.connect(self._on_reranker_chosen)
         self.structured.textChanged.connect(self._check_schema)
         self.temperature.valueChanged.connect(self._show_repeat_note)
         self.seed.valueChanged.connect(self._show_repeat_note)
@@ -268,8 +288,46 @@ class ChatSettingsPanel(QWidget):
             has = self.collections.count() > 0
             self.collections.setVisible(has)
             self.no_collections.setVisible(not has)
+            self.refresh_rerankers()
         finally:
             self._loading = was
+
+    def set_rerankers(self, models: Callable[[], Sequence[tuple[str, Path]]]) -> None:
+        """Where the rerankers come from (the library): (name, file) each."""
+        self._reranker_models = models
+        self.refresh_rerankers()
+
+    def refresh_rerankers(self) -> None:
+        """ "None" and the library's rerankers, this chat's chosen; one the library no
+        longer has stays, marked, so the chat can be given another. Off while no collection
+        is ticked: it re-sorts what their search finds."""
+        self._loading, was = True, self._loading
+        try:
+            self.docs_reranker.clear()
+            self.docs_reranker.addItem("None", None)
+            for name, path in self._reranker_models():
+                self.docs_reranker.addItem(name, str(path))
+                self.docs_reranker.setItemData(
+                    self.docs_reranker.count() - 1, str(path), Qt.ItemDataRole.ToolTipRole
+                )
+            if self._reranker is not None and self.docs_reranker.findData(self._reranker) < 0:
+                gone = f"{Path(self._reranker).name} (not in the library)"
+                self.docs_reranker.addItem(gone, self._reranker)
+            self.docs_reranker.setCurrentIndex(
+                max(0, self.docs_reranker.findData(self._reranker))
+                if self._reranker is not None
+                else 0
+            )
+            self.docs_reranker.setEnabled(bool(self._collections_on))
+        finally:
+            self._loading = was
+
+    def _on_reranker_chosen(self, _index: int) -> None:
+        if self._loading:
+            return
+        data = self.docs_reranker.currentData()
+        self._reranker = str(data) if data else None
+        self._emit()
 
     def _on_collection_ticked(self, item: QListWidgetItem) -> None:
         if self._loading:
@@ -279,6 +337,7 @@ class ChatSettingsPanel(QWidget):
         if item.checkState() == Qt.CheckState.Checked:
             on.append(name)
         self._collections_on = on
+        self.docs_reranker.setEnabled(bool(on))
         self._emit()
 
     def showEvent(self, e: QShowEvent) -> None:
@@ -395,6 +454,8 @@ class ChatSettingsPanel(QWidget):
             out[DOCS_K_KEY] = self.docs_k.value()
         if self.docs_budget.value() != DEFAULT_DOCS_BUDGET:
             out[DOCS_BUDGET_KEY] = self.docs_budget.value()
+        if self._reranker is not None:
+            out[DOCS_RERANKER_KEY] = self._reranker
         return out
 
     def set_settings(self, settings: dict[str, Any]) -> None:
@@ -424,6 +485,7 @@ class ChatSettingsPanel(QWidget):
             self.tool_rounds.setValue(int(settings.get("tool_rounds", DEFAULT_TOOL_ROUNDS)))
             self.refresh_tools()
             self._collections_on = chat_collections(settings)
+            self._reranker = chat_reranker(settings)
             self.docs_k.setValue(_int_setting(settings.get(DOCS_K_KEY), DEFAULT_DOCS_K))
             self.docs_budget.setValue(
                 _int_setting(settings.get(DOCS_BUDGET_KEY), DEFAULT_DOCS_BUDGET)
@@ -497,6 +559,12 @@ def chat_collections(settings: dict[str, Any]) -> list[str]:
     if not isinstance(names, list):
         return []
     return list(dict.fromkeys(n for n in names if isinstance(n, str) and n))
+
+
+def chat_reranker(settings: dict[str, Any]) -> str | None:
+    """The reranker file a chat's settings name (None: none, or not a path)."""
+    value = settings.get(DOCS_RERANKER_KEY)
+    return value if isinstance(value, str) and value else None
 
 
 def _int_setting(value: object, default: int) -> int:

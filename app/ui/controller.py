@@ -51,6 +51,7 @@ from app.ui.chat_settings import (
     DOCS_K_KEY,
     STRUCTURED_KEY,
     chat_collections,
+    chat_reranker,
 )
 from app.ui.conversation import (
     Conversation,
@@ -790,6 +791,7 @@ class ChatController(QObject):
             (m.text for m in reversed(self.chat.conversation.messages) if m.role == "user"), ""
         )
         k = _setting_int(self.chat_settings.get(DOCS_K_KEY), DEFAULT_K)
+        reranker = chat_reranker(self.chat_settings)
         share = _setting_int(self.chat_settings.get(DOCS_BUDGET_KEY), round(DEFAULT_SHARE * 100))
         loaded = self.loaded
         n_ctx = (loaded.n_ctx if loaded is not None else 0) or REMOTE_CTX_GUESS
@@ -801,7 +803,8 @@ class ChatController(QObject):
         self.notice.emit(f"Searching {', '.join(collections)}…")
 
         def search() -> Grounding:
-            hits = retriever.search(collections, question, k)
+            rerank = Path(reranker) if reranker is not None else None
+            hits = retriever.search(collections, question, k, reranker=rerank)
             used = count("\n".join(str(m.get("content") or "") for m in history))
             budget = budget_for(n_ctx, max_tokens, used, share / 100)
             return ground(hits, count, budget, collections=collections)

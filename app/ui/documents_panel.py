@@ -47,7 +47,7 @@ from app.ui.index_job import (
     IndexJob,
     embedding_choice,
 )
-from app.ui.library_model import is_embedding
+from app.ui.library_model import embeds
 from engine.rag.indexer import IndexProgress, IndexReport
 from engine.rag.store import Collection, RagStore, StoreError
 
@@ -430,7 +430,7 @@ class DocumentsPanel(QWidget):
     # -- collections -----------------------------------------------------------------------
 
     def embedding_models(self) -> list[LibraryEntry]:
-        return [e for e in self.library.entries() if e.error is None and is_embedding(e)]
+        return [e for e in self.library.entries() if e.error is None and embeds(e)]
 
     def new_collection(self) -> NewCollectionDialog:
         dialog = NewCollectionDialog(

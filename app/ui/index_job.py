@@ -75,6 +75,11 @@ def embedding_choice(path: Path) -> EmbeddingChoice:
             f"{facts.display_name or path.name} is a text generator, not an embedding model "
             "(try all-MiniLM-L6-v2 or nomic-embed-text)"
         )
+    if facts.is_reranker:
+        raise DocumentsError(
+            f"{facts.display_name or path.name} is a reranker, not an embedding model "
+            "(pick it in Chat settings → Rerank with)"
+        )
     return EmbeddingChoice(facts.display_name or facts.name, path.resolve(), facts.n_embd)
 
 

@@ -35,19 +35,43 @@ Index = QModelIndex | QPersistentModelIndex
 # into vectors for the Documents tab and cannot chat, so it must not look like a chat model.
 EMBEDDING_TAG = "embedding"
 EMBEDDING_TIP = "An embedding model: it makes your documents searchable (the Documents tab)"
+# A reranker pools too (by rank): it scores passages for a question, neither chats nor embeds.
+RERANKER_TAG = "reranker"
+RERANKER_TIP = (
+    "A reranker: it re-sorts the passages a chat's documents search finds "
+    "(Chat settings → Rerank with)"
+)
 
 
 def is_embedding(entry: LibraryEntry) -> bool:
+    """A model that pools instead of generating (an embedding model or a reranker): it cannot
+    chat nor draft. `embeds` says which of them can index a collection."""
     return entry.facts is not None and entry.facts.embedding_only
 
 
+def is_reranker(entry: LibraryEntry) -> bool:
+    return entry.facts is not None and entry.facts.is_reranker
+
+
+def embeds(entry: LibraryEntry) -> bool:
+    """A sentence-embedding model: one a collection can be indexed with."""
+    return is_embedding(entry) and not is_reranker(entry)
+
+
 def tagged_name(entry: LibraryEntry) -> str:
-    """The name as the lists show it: an embedding model says so."""
+    """The name as the lists show it: an embedding model or a reranker says so."""
+    if is_reranker(entry):
+        return f"{entry.name} ({RERANKER_TAG})"
     return f"{entry.name} ({EMBEDDING_TAG})" if is_embedding(entry) else entry.name
 
 
 def not_for_chat(entry: LibraryEntry) -> str:
-    """Why an embedding model is not loaded as the chat's model, in one line."""
+    """Why an embedding model or a reranker is not loaded as the chat's model, in one line."""
+    if is_reranker(entry):
+        return (
+            f"{entry.name} is a reranker: it cannot chat; it re-sorts the passages a chat's "
+            "documents search finds (Chat settings → Rerank with)"
+        )
     return (
         f"{entry.name} is an embedding model: it is for your documents (the Documents tab), "
         "not for chat"
@@ -122,7 +146,9 @@ class LibraryModel(QAbstractTableModel):
                 lines.append(f"Your name for {e.derived_name}")
             if e.facts is not None:
                 lines.append(f"Quantization {e.facts.quantization}")
-            if is_embedding(e):
+            if is_reranker(e):
+                lines.append(RERANKER_TIP)
+            elif is_embedding(e):
                 lines.append(EMBEDDING_TIP)
             if e.id == DEFAULT_MODEL_ID:
                 lines.append("The bundled default model")

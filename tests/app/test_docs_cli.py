@@ -12,6 +12,7 @@ import pytest
 
 from app.cli import main
 from app.services.documents import index_path
+from app.services.embedding_models import LoadedEmbedding
 from engine.rag.store import RagStore
 from tests.app.cli_errors import one_line_error
 from tests.engine.rag.helpers import DIM, bow_vector, found, make_chunks, topic_files
@@ -160,3 +161,70 @@ def test_keyword_search_needs_no_model(capsys: pytest.CaptureFixture[str]) -> No
     assert hit["path"] == "/docs/bread.txt" and hit["keyword_rank"] == 1
     rc, _, err = cli(capsys, "search", "hand", "flour")
     assert rc == 2 and "embedding model of 'hand' is gone" in one_line_error(err)
+
+
+LAMP_NOTES = {
+    "/notes/oil.txt": "The lamp burns whale oil every night in the tower.",
+    "/notes/keeper.txt": "A keeper trims the lamp and cleans its glass at dusk.",
+    "/notes/boat.txt": "Oil for the lamp comes by boat once a month.",
+    "/notes/storm.txt": "Storms break the glass of the lamp room in winter.",
+}
+
+
+def test_search_reranked_follows_the_rerankers_scores(
+    reranker_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with RagStore(index_path()) as store:
+        store.create_collection(
+            "notes", [Path("/notes")], model_name="bow", model_path="/nowhere.gguf", dim=DIM
+        )
+        for path, text in LAMP_NOTES.items():
+            store.replace_file(
+                "notes", found(Path(path)), "0" * 64, make_chunks([text]), [bow_vector(text)]
+            )
+    question = "what is done to the lamp"
+    rc, out, err = cli(capsys, "search", "notes", question, "--mode", "keyword", "--json")
+    assert rc == 0, err
+    plain = json.loads(out)
+    assert len(plain) == 4 and all("rerank_score" not in h for h in plain)
+
+    model = LoadedEmbedding(reranker_path, n_threads=2, first_loads=None)
+    try:
+        scores = model.rerank(question, [h["text"] for h in plain])
+        # Scored as the search scores them: the same texts in one batch (a batch of other
+        # texts may round a score differently in its last digits).
+        scores_of_two = model.rerank(question, [h["text"] for h in plain[:2]])
+    finally:
+        model.close()
+    expected = sorted(zip(scores, (h["path"] for h in plain), strict=True), reverse=True)[:3]
+    args = ("search", "notes", question, "--mode", "keyword", "-k", "3")
+    rc, out, err = cli(capsys, *args, "--rerank", str(reranker_path), "--json")
+    assert rc == 0, err
+    hits = json.loads(out)
+    assert [(h["rerank_score"], h["path"]) for h in hits] == expected
+    assert [h["path"] for h in hits] != [h["path"] for h in plain[:3]]  # re-sorted
+    by_path = {h["path"]: h for h in plain}
+    assert all(h["score"] == by_path[h["path"]]["score"] for h in hits)  # the search's own
+    # Two candidates: the best one of the keyword search's first two.
+    one = ("search", "notes", question, "--mode", "keyword", "-k", "1")
+    rc, out, _ = cli(capsys, *one, "--rerank", str(reranker_path), "--candidates", "2", "--json")
+    assert rc == 0
+    two = zip(scores_of_two, (h["path"] for h in plain[:2]), strict=True)
+    assert [(h["rerank_score"], h["path"]) for h in json.loads(out)] == [max(two)]
+    rc, out, _ = cli(capsys, *args, "--rerank", str(reranker_path))
+    assert rc == 0 and out.startswith(f"1. {expected[0][1]}  [0:")
+    assert f"rerank {expected[0][0]:.4f}" in out
+
+
+def test_rerank_refusals_are_one_line(
+    tmp_path: Path, minilm_path: Path, reranker_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fill_by_hand()
+    rc, _, err = cli(capsys, "search", "hand", "lamp", "--candidates", "5")
+    assert rc == 2 and "--candidates goes with --rerank MODEL" in one_line_error(err)
+    rc, _, err = cli(capsys, "search", "hand", "lamp", "--rerank", str(minilm_path))
+    assert rc == 2 and "is an embedding model, not a reranker" in one_line_error(err)
+    rc, _, err = cli(capsys, "search", "hand", "lamp", "--rerank", "no-such-model")
+    assert rc == 2 and "no model called 'no-such-model'" in one_line_error(err)
+    rc, _, err = cli(capsys, "add", "r", str(tmp_path), "--embedding-model", str(reranker_path))
+    assert rc == 2 and "is a reranker, not an embedding model" in one_line_error(err)

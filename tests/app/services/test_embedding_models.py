@@ -71,3 +71,42 @@ def test_the_chat_and_the_documents_tab_share_one_copy(minilm_path: Path, tmp_pa
     finally:
         models.close()
     assert models.loaded == []
+
+
+PASSAGES = [
+    "A lighthouse keeper trims the lamp's wick every evening.",
+    "Bread is baked from flour, water, salt and yeast.",
+    "The fog bell rings when fog rolls in from the sea.",
+]
+
+
+def test_a_reranker_scores_as_its_embedder_does_and_a_long_text_is_cut(
+    reranker_path: Path,
+) -> None:
+    model = LoadedEmbedding(reranker_path, n_threads=2, first_loads=None)
+    try:
+        assert model.is_reranker
+        question = "who looks after the lamp?"
+        expected = [score for score, _n in model.embedder.rerank(question, PASSAGES)]
+        assert model.rerank(question, PASSAGES) == expected
+        assert len(set(expected)) == 3  # three texts, three scores: not a constant
+        # A text whose pair is longer than the context fails the engine; here it is scored
+        # by as much of its start as fits, so what follows that start changes nothing.
+        long = " ".join(f"word{i}" for i in range(400))
+        with pytest.raises(EngineError, match="reranking takes at most"):
+            model.embedder.rerank(question, [long])
+        [cut] = model.rerank(question, [long])
+        assert model.rerank(question, [long + " and a different ending"]) == [cut]
+        assert model.rerank(question * 60, PASSAGES[:1])  # a long question: its start
+    finally:
+        model.close()
+
+
+def test_an_embedding_model_does_not_rerank(minilm_path: Path) -> None:
+    model = LoadedEmbedding(minilm_path, n_threads=2, first_loads=None)
+    try:
+        assert not model.is_reranker and model.dim == 384
+        with pytest.raises(EngineError, match="not a reranking model"):
+            model.rerank("a question", PASSAGES)
+    finally:
+        model.close()

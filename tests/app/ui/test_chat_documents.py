@@ -5,7 +5,8 @@ index tests (the real models' run is tests/app/ui/test_chat_documents_e2e.py).
 The question is searched before the model runs (RETRIEVING), the passages go in the system
 message numbered, and the answer carries them: shown as its sources, stored, restored on
 reopening. Continue reuses them, Regenerate searches again, Stop while searching ends the
-reply, and a search that fails fails the answer with one line.
+reply, and a search that fails fails the answer with one line. The chat's reranker (the test
+one, from Chat settings) re-sorts the passages.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import pytest
 from PySide6.QtCore import Qt, QUrl
 from pytestqt.qtbot import QtBot
 
+from app.main import library_rerankers
 from app.services.chat_store import ChatStore
+from app.services.embedding_models import LoadedEmbedding
+from app.services.library import ModelLibrary
 from app.services.retrieval import Retriever
 from app.ui.active_reply import ReplyState
 from app.ui.chat_model import ChatModel
@@ -26,6 +30,7 @@ from app.ui.chat_settings import ChatSettingsPanel
 from app.ui.chat_view import ChatView
 from app.ui.citations import SourcesBlock, source_tooltip, source_url
 from app.ui.controller import ChatController
+from app.ui.library_model import LibraryModel
 from app.ui.worker import EngineHost, EngineWorker
 from engine.rag.grounding import INSTRUCTIONS, Source
 from engine.rag.indexer import index_collection
@@ -270,3 +275,89 @@ def test_the_settings_list_the_collections_to_tick(qtbot: QtBot, tmp_path: Path)
         panel.set_settings({})
         assert panel.collections.isHidden() and not panel.no_collections.isHidden()
         assert "candlewick docs add" in panel.no_collections.text()
+
+
+def test_the_chat_s_reranker_re_sorts_its_passages(rig: Rig, reranker_path: Path) -> None:
+    """The controller passes the chat's reranker to the search: with one passage asked for,
+    the one the reranker scores best is the answer's source, not the search's first."""
+    c = rig.controller
+    question = "When does the bell ring?"
+    retriever = c.retriever
+    assert retriever is not None
+    found = retriever.search(["keeping"], question, 2)  # the fusion's order
+    assert [Path(h.path).name for h in found] == ["bell.txt", "lamp.txt"]
+    scorer = LoadedEmbedding(reranker_path, n_threads=2, first_loads=None)
+    try:
+        scores = scorer.rerank(question, [h.text for h in found])
+    finally:
+        scorer.close()
+    best = max(zip(scores, found, strict=True), key=lambda p: p[0])[1]
+    assert best is not found[0]  # so the test can tell whether the reranker ran
+
+    c.set_chat_settings({"collections": ["keeping"], "docs_k": 1})
+    rig.models.reply = FakeReply(["Every thirty seconds."])
+    assert c.send(question)
+    rig.idle()
+    g = rig.chat.message(1).grounding
+    assert g is not None and [s.name for s in g.sources] == ["bell.txt"]
+
+    c.set_chat_settings(
+        {"collections": ["keeping"], "docs_k": 1, "docs_reranker": str(reranker_path)}
+    )
+    rig.models.reply = FakeReply(["Every thirty seconds."])
+    assert c.send(question)
+    rig.idle()
+    g = rig.chat.message(3).grounding
+    assert g is not None and [s.path for s in g.sources] == [str(best.path)]
+
+
+def test_a_reranker_that_is_gone_fails_the_answer_in_one_line(rig: Rig, tmp_path: Path) -> None:
+    c = rig.controller
+    errors: list[str] = []
+    c.error.connect(errors.append)
+    gone = tmp_path / "deleted-reranker.gguf"
+    c.set_chat_settings({"collections": ["keeping"], "docs_reranker": str(gone)})
+    assert c.send("The lamp?")
+    rig.idle()
+    assert errors == [f"Documents: the reranker is gone: {gone}"]
+    assert rig.chat.message(1).state == "error" and rig.models.prompts == []
+
+
+def test_the_settings_offer_the_rerankers_per_chat(qtbot: QtBot, tmp_path: Path) -> None:
+    rerankers = [("MiniLM rank", Path("/models/rank.gguf")), ("BGE", Path("/models/bge.gguf"))]
+    with ChatStore(tmp_path / "c.sqlite3") as store:
+        panel = ChatSettingsPanel(
+            store, collections=lambda: ["keeping"], rerankers=lambda: rerankers
+        )
+        qtbot.addWidget(panel)
+        changes: list[dict[str, object]] = []
+        panel.changed.connect(changes.append)
+        combo = panel.docs_reranker
+        assert [combo.itemText(i) for i in range(combo.count())] == ["None", "MiniLM rank", "BGE"]
+        assert combo.currentText() == "None" and not combo.isEnabled()  # no collection yet
+        assert "costs time" in combo.toolTip()
+        panel.collections.item(0).setCheckState(Qt.CheckState.Checked)
+        assert combo.isEnabled()
+        combo.setCurrentIndex(2)
+        assert changes[-1] == {"collections": ["keeping"], "docs_reranker": "/models/bge.gguf"}
+        # Another chat: none; then back to the first, its own again.
+        panel.set_settings({"collections": ["keeping"]})
+        assert combo.currentText() == "None" and "docs_reranker" not in panel.settings()
+        panel.set_settings(changes[-1])
+        assert combo.currentText() == "BGE" and panel.settings() == changes[-1]
+        # One the library lost: listed, marked, chosen, so it can be changed.
+        panel.set_settings({"collections": ["keeping"], "docs_reranker": "/old/gone.gguf"})
+        assert combo.currentText() == "gone.gguf (not in the library)"
+        combo.setCurrentIndex(0)
+        assert changes[-1] == {"collections": ["keeping"]}
+        panel.collections.item(0).setCheckState(Qt.CheckState.Unchecked)
+        assert not combo.isEnabled()
+
+
+def test_the_window_offers_the_library_s_rerankers_only(
+    tmp_path: Path, minilm_path: Path, reranker_path: Path
+) -> None:
+    lib = ModelLibrary(tmp_path / "models", discovery=False)
+    lib.import_file(minilm_path)
+    rank = lib.import_file(reranker_path)
+    assert library_rerankers(LibraryModel(lib.entries())) == [(rank.name, rank.path)]

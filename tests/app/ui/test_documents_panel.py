@@ -158,6 +158,19 @@ def test_new_collection_dialog_lists_only_embedding_models(
     assert taken == "a collection named 'Reference' already exists"
 
 
+def test_a_reranker_is_not_offered_as_an_embedding_model(
+    with_minilm: Setup, tmp_path: Path, reranker_path: Path
+) -> None:
+    s = with_minilm
+    s.library.import_file(reranker_path)
+    [only] = s.panel.embedding_models()  # MiniLM; not the reranker, nor SmolLM2
+    assert only.facts is not None and only.facts.embedding_only and not only.facts.is_reranker
+    # Named directly, it is refused in one line.
+    problem = s.panel.create_collection("R", [tmp_path], reranker_path)
+    assert problem is not None and "is a reranker, not an embedding model" in problem
+    assert "\n" not in problem and s.store.collections() == []
+
+
 def test_new_collection_without_an_embedding_model_says_where_to_get_one(ui: Setup) -> None:
     dialog = ui.panel.new_collection()
     assert dialog.model.count() == 0

@@ -100,3 +100,28 @@ def test_model_manager_marks_it_and_says_it_is_for_documents(
     assert manager.select_library_entry(DEFAULT_MODEL_ID)
     manager.load_button.click()
     assert loads == [manager.library.entry(DEFAULT_MODEL_ID).path]
+
+
+def test_a_reranker_is_marked_refused_as_chat_model_and_never_a_draft(
+    qtbot: QtBot, tmp_path: Path, reranker_path: Path
+) -> None:
+    lib = ModelLibrary(tmp_path / "models", discovery=False)
+    rerank = lib.import_file(reranker_path)
+    model = LibraryModel(lib.entries())
+    panel = LibraryPanel(model, None)
+    qtbot.addWidget(panel)
+    assert name_cell(model, rerank.id, Qt.ItemDataRole.DisplayRole) == f"{rerank.name} (reranker)"
+    assert "Rerank with" in name_cell(model, rerank.id, Qt.ItemDataRole.ToolTipRole)
+    drafts = [panel.draft_model.itemData(i) for i in range(panel.draft_model.count())]
+    assert str(rerank.path) not in drafts and drafts
+
+    requested: list[object] = []
+    panel.load_requested.connect(lambda path, _params: requested.append(path))
+    assert panel.select(rerank.id)
+    assert not panel.load_button.isEnabled() and not panel.kind_note.isHidden()
+    assert panel.kind_note.text() == (
+        f"{rerank.name} is a reranker: it cannot chat; it re-sorts the passages a chat's "
+        "documents search finds (Chat settings → Rerank with)"
+    )
+    panel._request_load()
+    assert requested == []
