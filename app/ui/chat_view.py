@@ -23,7 +23,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from PySide6.QtCore import QEvent, QModelIndex, QPersistentModelIndex, Qt, QTimer, Signal
+from PySide6.QtCore import (
+    QEvent,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSize,
+    Qt,
+    QTimer,
+    Signal,
+)
 from PySide6.QtGui import (
     QFontDatabase,
     QGuiApplication,
@@ -52,7 +60,7 @@ from app.ui.citations import SourcesBlock
 from app.ui.code_highlight import CodeHighlighter, is_dark, style_inline_code
 from app.ui.conversation import Message
 from app.ui.message_editor import MessageEditor
-from app.ui.prose_label import ProseLabel
+from app.ui.prose_label import ProseLabel, hint_at_own_width
 from app.ui.scroll_guard import guard_layout_requests
 from app.ui.steady_label import SteadyLabel
 from app.ui.tool_blocks import ToolCallBlock, ToolResultBlock
@@ -270,6 +278,9 @@ class MarkdownBody(QWidget):
     @property
     def widgets(self) -> list[QWidget]:
         return list(self._widgets)
+
+    def sizeHint(self) -> QSize:
+        return hint_at_own_width(self) or super().sizeHint()
 
     def set_markdown(self, text: str) -> None:
         segs = split_markdown(text)
@@ -524,6 +535,9 @@ class MessageWidget(QFrame):
             b.setVisible(message.role != "tool")
         self.text = message.text
         self.sync(message)
+
+    def sizeHint(self) -> QSize:
+        return hint_at_own_width(self) or super().sizeHint()
 
     def start_editing(self) -> MessageEditor:
         """Show the message as an editable box (Save / Cancel) in place of its text."""

@@ -15,7 +15,8 @@ from PySide6.QtCore import QEvent, QObject
 from PySide6.QtWidgets import QLabel, QScrollArea, QVBoxLayout, QWidget
 from pytestqt.qtbot import QtBot
 
-from app.ui.chat_view import MarkdownBody
+from app.ui.chat_model import ChatModel
+from app.ui.chat_view import ChatView, MarkdownBody
 from app.ui.prose_label import ProseLabel
 from app.ui.scroll_guard import LayoutRequestGuard, guard_layout_requests, wanted_size
 from app.ui.steady_label import SteadyLabel
@@ -183,3 +184,37 @@ def test_the_guard_drops_only_requests_that_change_nothing(qtbot: QtBot) -> None
     qtbot.wait(20)
     assert guard.passed > before[0]
     assert area.verticalScrollBar().maximum() > 0
+
+
+def test_a_growing_paragraph_is_laid_out_only_at_the_width_it_is_shown(
+    qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Qt's size hint of a height-for-width widget lays its layout out at the hint's width:
+    each update laid the growing paragraph out at three widths (shown, hint, minimum)."""
+    laid_out: list[tuple[int, int]] = []  # (label id, width) each time Qt lays one out
+    ask = ProseLabel.heightForWidth
+
+    def spy(self: ProseLabel, width: int) -> int:
+        if width not in self._heights:
+            laid_out.append((id(self), width))
+        return ask(self, width)
+
+    monkeypatch.setattr(ProseLabel, "heightForWidth", spy)
+    model = ChatModel()
+    view = ChatView(model)
+    view.resize(760, 900)
+    qtbot.addWidget(view)
+    view.show()
+    qtbot.waitExposed(view)
+    model.append("user", "Tell me about the lighthouse keeper.")
+    row = model.append("assistant", "", "streaming")
+    qtbot.wait(20)
+    end = STORY.find("\n\n")
+    for stop in range(10, end, 11):
+        model.append_text(row, STORY[len(model.message(row).text) : stop])
+        qtbot.wait(1)
+    (label,) = view.message_widgets[row].body.widgets
+    assert isinstance(label, ProseLabel) and label.text() == STORY[: len(label.text())]
+    mine = [w for who, w in laid_out if who == id(label)]
+    assert len(mine) > 10  # it was laid out as it grew...
+    assert set(mine) == {label.width()}  # ...only at the width it is shown
