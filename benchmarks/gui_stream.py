@@ -1,7 +1,8 @@
 """Decode speed through the GUI path vs raw, and how long the GUI thread ever stalls.
 
 Both paths use the same loaded SmolLM2 (one `Model`, used by one thread at a time) and the same
-greedy request, alternating raw and GUI runs so machine noise hits both alike:
+greedy request, alternating raw and GUI runs so machine noise hits both alike (raw first in
+every other round, so a drift over the run favours neither):
 
 * raw: `Model.generate` iterated in a plain loop in this thread, nothing else running;
 * GUI: the real main window (offscreen Qt platform, so painting still happens) sends the same
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -59,6 +61,9 @@ class Probe(QObject):
         self.last_tok: tuple[float, int] | None = None
         self.stats: GenerationStats | None = None
         self.signals = 0
+        # The GUI thread's own CPU time from the first token to the finished signal, and that
+        # wall time: what it takes from llama.cpp's threads, hardly moved by other load.
+        self.cpu: tuple[float, float] | None = None
 
     @Slot()
     def tick(self) -> None:
@@ -75,17 +80,29 @@ class Probe(QObject):
             self.first = (now, n)
             self.recording = True
             self.last = now
+            self.cpu = (time.thread_time(), 0.0)
         self.last_tok = (now, n)
 
     @Slot(int, object)
     def on_finished(self, _rid: int, stats: GenerationStats) -> None:
         self.recording = False
         self.stats = stats
+        if self.cpu is not None and self.first is not None:
+            self.cpu = (time.thread_time() - self.cpu[0], time.perf_counter() - self.first[0])
 
     def reset(self) -> None:
         self.first = self.last_tok = None
         self.stats = None
         self.signals = 0
+        self.cpu = None
+
+
+def median_interval(xs: list[float], rounds: int = 2000) -> tuple[float, float]:
+    """A 95% bootstrap interval of the median of `xs` (percentiles of resampled medians;
+    seeded, so a run's figures can be read again from its printout)."""
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(rounds))
+    return meds[int(rounds * 0.025)], meds[int(rounds * 0.975) - 1]
 
 
 def main() -> int:
@@ -181,19 +198,33 @@ def main() -> int:
         (t0, n0), (t1, n1) = probe.first, probe.last_tok
         return (n1 - n0) / (t1 - t0), probe.stats.gen_tps_wall, probe.signals / (t1 - t0), n1
 
-    default_switch = sys.getswitchinterval()
-    for _ in range(args.runs):
+    gui_cpu: list[float] = []  # GUI-thread CPU, share of one core while the reply streamed
+
+    def raw_run() -> tuple[float, int]:
         # Each path with the interpreter as it runs there: raw with Python's defaults, the
         # GUI runs as the app sets it up (app.main.share_the_interpreter).
         sys.setswitchinterval(default_switch)
         model.reset_cache()
-        r, n_raw = reply_rate(model, sampling)
+        rate = reply_rate(model, sampling)
         share_the_interpreter()
+        return rate
+
+    default_switch = sys.getswitchinterval()
+    for i in range(args.runs):
+        # Raw first in even rounds, the GUI first in odd ones: a machine that speeds up or
+        # slows down over the run then favours neither path.
+        if i % 2:
+            g, engine_tps, signal_rate, n1 = gui_run(timed=False)
+            r, n_raw = raw_run()
+        else:
+            r, n_raw = raw_run()
+            g, engine_tps, signal_rate, n1 = gui_run(timed=False)
         raw.append(r)
-        g, engine_tps, signal_rate, n1 = gui_run(timed=False)
         gui.append(g)
         engine_side.append(engine_tps)
         signal_rates.append(signal_rate)
+        assert probe.cpu is not None
+        gui_cpu.append(probe.cpu[0] / probe.cpu[1])
         # The stalls: the same reply again, with the probe's timer running.
         gui_run(timed=True)
         all_gaps.extend(probe.gaps)
@@ -225,9 +256,10 @@ def main() -> int:
     base_ms = sorted(g * 1000 for g in base_gaps)
     base_p99 = base_ms[min(len(base_ms) - 1, int(len(base_ms) * 0.99))]
     med_raw, med_gui = statistics.median(raw), statistics.median(gui)
-    # Each GUI run is compared with the raw run just before it: noise from other processes
+    # Each GUI run is compared with the raw run beside it: noise from other processes
     # changes slowly, so adjacent pairs see nearly the same machine.
     ratios = [g / r for g, r in zip(gui, raw, strict=True)]
+    low, high = median_interval(ratios)
     print(
         "| runs | tokens | raw decode t/s (median) | GUI path t/s (median) | "
         "GUI/raw (median of pairs) | token signals/s | GUI-thread gap p50 / p99 / max (ms) |"
@@ -239,6 +271,11 @@ def main() -> int:
         f"{statistics.median(gaps_ms):.1f} / {p99:.1f} / {gaps_ms[-1]:.1f} |"
     )
     print(f"pair ratios: {[f'{x * 100:.0f}%' for x in ratios]}")
+    print(
+        f"median of pairs, 95% bootstrap interval: {low * 100:.1f}% .. {high * 100:.1f}%; "
+        f"GUI-thread CPU while a reply streams: {statistics.median(gui_cpu) * 100:.1f}% of "
+        f"one core (median; runs {[f'{x * 100:.1f}' for x in gui_cpu]})"
+    )
     print(
         f"reference, same decode in a plain thread with the GUI idle: GUI-thread gap p50 / "
         f"p99 / max {statistics.median(base_ms):.1f} / {base_p99:.1f} / {base_ms[-1]:.1f} ms"

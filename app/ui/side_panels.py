@@ -25,6 +25,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.ui.scroll_guard import guard_layout_requests
+
 # The chat's least width: this share of the panes, at most CHAT_ENOUGH px. In a 1000 px
 # window that is 550 px, 75-80 characters of the chat's text a line (a comfortable measure);
 # past 600 px more width helps the side panels more than the chat.
@@ -106,6 +108,10 @@ def scrolled(page: QWidget) -> QScrollArea:
     area.setFrameShape(QFrame.Shape.NoFrame)
     area.setWidgetResizable(True)
     area.setWidget(_Holder(page))
+    # A figure's new text asks for a layout that reaches the viewport, and the area answers
+    # it by re-placing and repainting the whole page (the performance chart too) on every
+    # tick; let through only the requests that change the page's size.
+    guard_layout_requests(area)
     return area
 
 

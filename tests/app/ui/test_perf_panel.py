@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from PySide6.QtCore import QEvent, QObject
 from pytestqt.qtbot import QtBot
 
 from app.ui.perf_panel import TICK_MS, PerfPanel
@@ -154,3 +156,47 @@ def test_model_row_names_the_loaded_model(qtbot: QtBot) -> None:
     assert panel.labels["model"].text() == "SmolLM2 135M Instruct · Q4_1"
     panel.on_unloaded()
     assert panel.labels["model"].text() == "—"
+
+
+class LayoutRequests(QObject):
+    def __init__(self) -> None:
+        super().__init__()
+        self.n = 0
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.LayoutRequest:
+            self.n += 1
+        return False
+
+
+# Offscreen, a top-level window's layout says this whenever it asks for a size.
+@pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
+def test_figures_that_change_every_tick_do_not_lay_the_panel_out(qtbot: QtBot) -> None:
+    """A plain label's new text laid the whole panel out and repainted it, the chart too,
+    on every tick of a streaming reply (~10 ms of GUI-thread CPU a tick on 2 cores)."""
+    m = Machine()
+    panel = make_panel(qtbot, m)
+    panel.show()
+    qtbot.waitExposed(panel)
+    run_reply(panel, m, 1, tps=50, seconds=2)  # every figure has had a value once
+    qtbot.wait(20)
+    box = panel.labels["tg"].parentWidget()
+    assert box is not None
+    requests = LayoutRequests()
+    box.installEventFilter(requests)
+    before = {key: label.text() for key, label in panel.labels.items()}
+    panel.on_started(2, 20)
+    for i in range(1, 30):
+        m.advance(TICK)
+        panel.on_tokens(2, "x", 7 * i)
+        panel.tick()
+        qtbot.wait(1)
+    changed = [k for k, label in panel.labels.items() if label.text() != before[k]]
+    assert {"ttft", "tg", "tg_avg"} <= set(changed)  # the figures moved...
+    assert requests.n == 0  # ...without a layout of the panel
+    # A value longer than any before still fits (the figure grows once).
+    wide = "123,456,789 / 1,048,576 tokens"
+    panel.labels["ctx"].setText(wide)
+    qtbot.wait(5)
+    ctx = panel.labels["ctx"]
+    assert ctx.width() >= ctx.fontMetrics().horizontalAdvance(wide)
