@@ -63,6 +63,7 @@ from app.ui.message_editor import MessageEditor
 from app.ui.prose_label import ProseLabel, hint_at_own_width
 from app.ui.scroll_guard import guard_layout_requests
 from app.ui.steady_label import SteadyLabel
+from app.ui.streaming_prose import StreamingProse
 from app.ui.tool_blocks import ToolCallBlock, ToolResultBlock
 from engine.host.stats import GenerationStats
 
@@ -282,15 +283,20 @@ class MarkdownBody(QWidget):
     def sizeHint(self) -> QSize:
         return hint_at_own_width(self) or super().sizeHint()
 
-    def set_markdown(self, text: str) -> None:
+    def set_markdown(self, text: str, *, streaming: bool = False) -> None:
+        """Show `text`. `streaming`: it is still being written, and its last paragraph is
+        drawn by a `StreamingProse` (laid out once per update) until it is finished."""
         segs = split_markdown(text)
         for i, seg in enumerate(segs):
-            if i < len(self._segments) and self._segments[i] == seg:
+            growing = streaming and i == len(segs) - 1 and seg.kind == "text"
+            kind = _widget_kind(seg, growing)
+            fits = i < len(self._widgets) and isinstance(self._widgets[i], kind)
+            if fits and self._segments[i] == seg:
                 continue  # unchanged: most of a streaming reply
-            if i < len(self._widgets) and self._segments[i].kind == seg.kind:
+            if fits:
                 self._update(self._widgets[i], seg)
             else:
-                w = self._make(seg)
+                w = self._make(seg, growing)
                 if i < len(self._widgets):
                     old = self._widgets[i]
                     self._lay.replaceWidget(old, w)
@@ -305,9 +311,15 @@ class MarkdownBody(QWidget):
         del self._widgets[len(segs) :]
         self._segments = segs
 
-    def _make(self, seg: Segment) -> QWidget:
+    def _make(self, seg: Segment, growing: bool = False) -> QWidget:
         if seg.kind == "code":
             return CodeBlock(seg.text, seg.lang)
+        if growing:
+            prose = StreamingProse()
+            if self._dim:
+                prose.setForegroundRole(QPalette.ColorRole.PlaceholderText)
+            prose.setText(seg.text)
+            return prose
         label = ProseLabel()
         if self._dim:
             label.setForegroundRole(QPalette.ColorRole.PlaceholderText)
@@ -326,6 +338,8 @@ class MarkdownBody(QWidget):
     def _update(self, w: QWidget, seg: Segment) -> None:
         if isinstance(w, CodeBlock):
             w.set_code(seg.text, seg.lang)
+        elif isinstance(w, StreamingProse):
+            w.setText(seg.text)
         elif isinstance(w, QLabel):
             _set_prose(w, seg.text)
 
@@ -335,6 +349,12 @@ class MarkdownBody(QWidget):
                 if isinstance(w, QLabel) and "`" in seg.text:
                     _set_prose(w, seg.text)
         super().changeEvent(e)
+
+
+def _widget_kind(seg: Segment, growing: bool) -> type[QWidget]:
+    if seg.kind == "code":
+        return CodeBlock
+    return StreamingProse if growing else ProseLabel
 
 
 def _set_prose(label: QLabel, text: str) -> None:
@@ -410,7 +430,7 @@ class ThinkingBlock(QFrame):
             finally:
                 self._syncing = False
         elif want:
-            self.body.set_markdown(self._text)  # open: the new text is laid out
+            self.body.set_markdown(self._text, streaming=thinking_now)  # open: laid out
 
     def _on_toggled(self, checked: bool) -> None:
         if not self._syncing:
@@ -598,7 +618,7 @@ class MessageWidget(QFrame):
             # Copy takes the JSON as shown (pretty-printed), without the fence.
             self.text = shown.removeprefix("```json\n").removesuffix("\n```")
         else:
-            self.body.set_markdown(message.text)
+            self.body.set_markdown(message.text, streaming=message.state == "streaming")
         shows_error = bool(message.error) and message.state in ("error", "interrupted")
         if shows_error and message.error:
             self.error_label.setText(message.error)

@@ -20,6 +20,8 @@ from app.ui.chat_view import ChatView, MarkdownBody
 from app.ui.prose_label import ProseLabel
 from app.ui.scroll_guard import LayoutRequestGuard, guard_layout_requests, wanted_size
 from app.ui.steady_label import SteadyLabel
+from app.ui.streaming_prose import StreamingProse
+from engine.host.stats import GenerationStats
 
 # Offscreen, a top-level window's layout says this whenever it asks for a size.
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
@@ -186,20 +188,13 @@ def test_the_guard_drops_only_requests_that_change_nothing(qtbot: QtBot) -> None
     assert area.verticalScrollBar().maximum() > 0
 
 
-def test_a_growing_paragraph_is_laid_out_only_at_the_width_it_is_shown(
-    qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
+def test_a_growing_paragraph_is_laid_out_once_per_update_at_the_width_it_is_shown(
+    qtbot: QtBot,
 ) -> None:
-    """Qt's size hint of a height-for-width widget lays its layout out at the hint's width:
-    each update laid the growing paragraph out at three widths (shown, hint, minimum)."""
-    laid_out: list[tuple[int, int]] = []  # (label id, width) each time Qt lays one out
-    ask = ProseLabel.heightForWidth
-
-    def spy(self: ProseLabel, width: int) -> int:
-        if width not in self._heights:
-            laid_out.append((id(self), width))
-        return ask(self, width)
-
-    monkeypatch.setattr(ProseLabel, "heightForWidth", spy)
+    """A word-wrapped label laid the paragraph being written out at three widths for each
+    update (shown, hint, minimum; its height query alone lays it out three times): the last
+    paragraph of a streaming answer is a `StreamingProse`, laid out once per new text, and
+    a `ProseLabel` (selectable, links) once the answer is done."""
     model = ChatModel()
     view = ChatView(model)
     view.resize(760, 900)
@@ -210,11 +205,48 @@ def test_a_growing_paragraph_is_laid_out_only_at_the_width_it_is_shown(
     row = model.append("assistant", "", "streaming")
     qtbot.wait(20)
     end = STORY.find("\n\n")
+    updates = 0
     for stop in range(10, end, 11):
         model.append_text(row, STORY[len(model.message(row).text) : stop])
         qtbot.wait(1)
-    (label,) = view.message_widgets[row].body.widgets
-    assert isinstance(label, ProseLabel) and label.text() == STORY[: len(label.text())]
-    mine = [w for who, w in laid_out if who == id(label)]
-    assert len(mine) > 10  # it was laid out as it grew...
-    assert set(mine) == {label.width()}  # ...only at the width it is shown
+        updates += 1
+    (growing,) = view.message_widgets[row].body.widgets
+    assert isinstance(growing, StreamingProse)
+    assert growing.text() == model.message(row).text
+    assert updates > 10
+    assert growing.layouts <= updates + 1  # once per update (the first at its width)
+    assert growing.heightForWidth(growing.width()) == growing.height()
+    # A new paragraph: the finished one becomes a label, the new one grows.
+    model.append_text(row, STORY[len(model.message(row).text) : end + 12])
+    qtbot.wait(5)
+    first, second = view.message_widgets[row].body.widgets
+    assert isinstance(first, ProseLabel) and isinstance(second, StreamingProse)
+    assert first.text() == STORY[:end]
+    model.finish(row, GenerationStats(gen_tokens=updates))
+    qtbot.wait(5)
+    assert all(isinstance(w, ProseLabel) for w in view.message_widgets[row].body.widgets)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The **keeper** wrote `lamp lit` in the log before the storm came over the rocks, "
+        "and *waited* for the ships. ",
+        "The keeper wrote in the [log](https://example.org) before the storm came over the "
+        "rocks, and waited for the ships. ",
+    ],
+)
+def test_a_streaming_paragraph_is_drawn_as_its_label_is(qtbot: QtBot, text: str) -> None:
+    """The same Markdown (bold, italics, inline code; a link), the same pixels: swapping the
+    growing paragraph for a label when it is done must not move or restyle the text."""
+    shots = []
+    for streaming in (True, False):
+        area, body = chat_like(qtbot)
+        body.set_markdown(text * 3, streaming=streaming)
+        qtbot.wait(20)
+        (w,) = body.widgets
+        assert isinstance(w, StreamingProse if streaming else ProseLabel)
+        shots.append((w.height(), area.viewport().grab().toImage()))
+    (h_streaming, streaming_shot), (h_label, label_shot) = shots
+    assert h_streaming == h_label
+    assert streaming_shot == label_shot
