@@ -37,6 +37,7 @@ from PySide6.QtCore import QEventLoop, QObject, Qt, QTimer, Slot
 from PySide6.QtWidgets import QApplication
 
 from app.services.library import bundled_default_model
+from benchmarks.doc_tables import machine_line
 from benchmarks.reply_rate import PROMPT, reply_rate
 from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
@@ -290,6 +291,7 @@ def main() -> int:
         f"load average at start {load0:.1f}, at end {os.getloadavg()[0]:.1f} "
         f"on {os.cpu_count()} CPUs"
     )
+    print(machine_line())
     return 0
 
 
