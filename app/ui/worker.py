@@ -35,7 +35,7 @@ from engine.host.context_policy import ContextPolicy
 from engine.host.host import Loadable, ModelHost
 from engine.host.runtime import Model
 from engine.memory.estimate import actual_from_log
-from engine.model.facts import embedding_pooling, model_facts
+from engine.model.facts import POOLING_RANK, embedding_pooling, model_facts
 from engine.model.gguf import GGUFError, read_gguf
 from engine.model.naming import model_slug
 from engine.native.load_probe import FirstLoads
@@ -127,11 +127,23 @@ def _actual(lines: Sequence[str]) -> dict[str, int]:
     return {k: v for k, v in out.items() if v}
 
 
-def _embedding_only(path: Path) -> bool:
+def _not_for_chat(path: Path) -> str | None:
+    """Why the chat refuses the file at `path` (an embedding model, a reranker), or None."""
     try:
-        return embedding_pooling(read_gguf(path)) > 0
+        pooling = embedding_pooling(read_gguf(path))
     except (GGUFError, OSError):  # the load says what is wrong with the file
-        return False
+        return None
+    if pooling == POOLING_RANK:
+        return (
+            f"{path.name} is a reranker: it cannot chat. "
+            "The Local server ranks documents with it at /v1/rerank"
+        )
+    if pooling > 0:
+        return (
+            f"{path.name} is an embedding model: it cannot chat. "
+            "The Local server gives its vectors at /v1/embeddings"
+        )
+    return None
 
 
 def _default_factory(
@@ -204,12 +216,9 @@ class EngineWorker(QObject):
 
     @Slot(object, object, object)
     def load(self, path: Path, params: LoadParams, cancel: threading.Event) -> None:
-        if _embedding_only(Path(path)):  # refused before the chat's model goes
-            self.failed.emit(
-                0,
-                f"{Path(path).name} is an embedding model: it cannot chat. "
-                "The Local server gives its vectors at /v1/embeddings",
-            )
+        refused = _not_for_chat(Path(path))
+        if refused is not None:  # refused before the chat's model goes
+            self.failed.emit(0, refused)
             return
         self.close_model()
         last = [-1.0]

@@ -215,3 +215,22 @@ def test_an_embedding_model_is_refused_by_the_chat_which_keeps_its_model(
     )
     assert host.worker.model is chat_model and chat_model is not None  # nothing unloaded
     assert host.worker.host.names() == [host.worker.engine.name]  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_a_reranker_is_refused_by_the_chat_as_a_reranker(
+    qtbot: QtBot, host: EngineHost, smollm2_path: Path, reranker_path: Path
+) -> None:
+    log = SignalLog(host.worker)
+    load(qtbot, host, log, smollm2_path)
+    chat_model = host.worker.model
+    with (
+        qtbot.assertNotEmitted(log.got_loaded),
+        qtbot.waitSignal(log.got_failed, timeout=10_000) as blocker,
+    ):
+        host.load(reranker_path, PARAMS)
+    assert blocker.args[0] == (
+        f"{reranker_path.name} is a reranker: it cannot chat. "
+        "The Local server ranks documents with it at /v1/rerank"
+    )
+    assert host.worker.model is chat_model
