@@ -78,7 +78,7 @@ class LoadedEmbedding:
         if len(q) > limit // 2:
             q = q[: limit // 2]
             query = self.model.detokenize(q)
-        room = limit - len(q) - self._pair_overhead() - PAIR_SLACK
+        room = limit - len(q) - self.embedder.pair_overhead() - PAIR_SLACK
         cut = []
         for text in texts:
             tokens = self._tokens(text)
@@ -87,16 +87,6 @@ class LoadedEmbedding:
 
     def _tokens(self, text: str) -> list[int]:
         return self.model.tokenize(text, add_special=False, parse_special=False)
-
-    def _pair_overhead(self) -> int:
-        """The tokens a pair takes besides its query's and document's: the file's "rerank"
-        template's own text, or the vocabulary's markers (as `Embedder.rerank` builds it)."""
-        template = self.model.named_template("rerank")
-        if template is not None:
-            empty = template.replace("{query}", "").replace("{document}", "")
-            return len(self.model.tokenize(empty, add_special=False, parse_special=True))
-        sp = self.model.special_tokens()
-        return int(sp.add_bos) + 2 * int(sp.add_eos) + int(sp.add_sep)
 
     def count_tokens(self, text: str) -> int:
         return len(self.model.tokenize(text, add_special=True, parse_special=False))

@@ -175,6 +175,16 @@ class Embedder:
             )
         return tokens
 
+    def pair_overhead(self) -> int:
+        """The tokens a rerank pair takes besides its query's and document's (the template's
+        own text, or the vocabulary's markers, as `_pair` builds it): what a caller that
+        cuts long documents to fit must leave room for."""
+        if self._rerank_template is not None:
+            empty = self._rerank_template.replace("{query}", "").replace("{document}", "")
+            return len(self.model.tokenize(empty, add_special=False, parse_special=True))
+        sp = self._specials
+        return int(sp.add_bos) + 2 * int(sp.add_eos) + int(sp.add_sep)
+
     def _groups(self, inputs: list[list[int]]) -> list[list[list[int]]]:
         """Consecutive inputs, as many a group as fit the token budget and sequence count."""
         groups: list[list[list[int]]] = []

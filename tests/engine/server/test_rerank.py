@@ -55,6 +55,15 @@ def test_packed_pairs_score_as_each_alone(reranker: Embedder) -> None:
     assert reranker.rerank(QUERY, []) == []
 
 
+def test_pair_overhead_is_what_a_pair_adds_to_its_texts(reranker: Embedder) -> None:
+    m = reranker.model
+    for doc in DOCS:
+        ((_, n),) = reranker.rerank(QUERY, [doc])
+        q = len(m.tokenize(QUERY, add_special=False, parse_special=False))
+        d = len(m.tokenize(doc, add_special=False, parse_special=False))
+        assert n - q - d == reranker.pair_overhead() == 3  # [CLS] q [SEP] d [SEP]
+
+
 def test_a_pair_too_long_is_named(reranker: Embedder) -> None:
     with pytest.raises(EngineError, match=r"^document 1 is \d+ tokens with the query; .* 512$"):
         reranker.rerank(QUERY, ["fine", "word " * 520])
