@@ -32,6 +32,11 @@ pytestmark = pytest.mark.qt_log_ignore(
     "This plugin does not support propagateSizeHints", "This plugin does not support raise"
 )
 CHAT_CTX = 1024
+LONG_STORY = {
+    "type": "object",
+    "properties": {"story": {"type": "string", "minLength": 3000}},
+    "required": ["story"],
+}
 
 
 @pytest.fixture
@@ -215,12 +220,19 @@ def test_switching_the_chat_model_keeps_the_one_the_api_uses(
 
     def call_api() -> None:
         try:
+            # A story that cannot end before ~700 tokens (a schema's minLength), so the
+            # stream is still in flight when the chat's new model is loaded: a free greedy
+            # story ended after ~300 tokens with some CPUs' kernels, before Gemma was loaded.
             with client.chat.completions.create(
                 model=smol_id,
-                messages=[{"role": "user", "content": "Write a long story."}],
-                max_tokens=400,
+                messages=[{"role": "user", "content": "Write a long story, as JSON."}],
+                max_tokens=900,
                 temperature=0,
                 stream=True,
+                response_format={
+                    "type": "json_schema",
+                    "json_schema": {"name": "story", "schema": LONG_STORY},
+                },
             ) as stream:
                 for chunk in stream:
                     if chunk.choices and chunk.choices[0].delta.content:
