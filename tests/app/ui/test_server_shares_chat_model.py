@@ -136,10 +136,15 @@ def test_an_api_request_and_a_chat_reply_run_together(
         try:
             stream = client.chat.completions.create(
                 model=client.models.list().data[0].id,
-                messages=[{"role": "user", "content": "Write a long story."}],
-                max_tokens=1000,
+                messages=[{"role": "user", "content": "Write a long story, as JSON."}],
+                max_tokens=900,
                 temperature=0,
                 stream=True,
+                # Cannot end before ~700 tokens: still streaming after the chat's reply.
+                response_format={
+                    "type": "json_schema",
+                    "json_schema": {"name": "story", "schema": LONG_STORY},
+                },
             )
             for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
