@@ -197,40 +197,46 @@ def test_unload_then_generate_fails(qtbot: QtBot, host: EngineHost, smollm2_path
     assert log.names == ["unloaded", "failed"]
 
 
-@pytest.mark.slow
-def test_an_embedding_model_is_refused_by_the_chat_which_keeps_its_model(
-    qtbot: QtBot, host: EngineHost, smollm2_path: Path, minilm_path: Path
+def refused_by_the_chat(
+    qtbot: QtBot, host: EngineHost, chat_path: Path, other: Path, message: str
 ) -> None:
+    """With `chat_path` loaded, loading `other` fails with `message` and unloads nothing."""
     log = SignalLog(host.worker)
-    load(qtbot, host, log, smollm2_path)
+    load(qtbot, host, log, chat_path)
     chat_model = host.worker.model
     with (
         qtbot.assertNotEmitted(log.got_loaded),
         qtbot.waitSignal(log.got_failed, timeout=10_000) as blocker,
     ):
-        host.load(minilm_path, PARAMS)
-    assert blocker.args[0] == (
-        f"{minilm_path.name} is an embedding model: it cannot chat. "
-        "The Local server gives its vectors at /v1/embeddings"
-    )
+        host.load(other, PARAMS)
+    assert blocker.args[0] == message
     assert host.worker.model is chat_model and chat_model is not None  # nothing unloaded
     assert host.worker.host.names() == [host.worker.engine.name]  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_an_embedding_model_is_refused_by_the_chat_which_keeps_its_model(
+    qtbot: QtBot, host: EngineHost, smollm2_path: Path, minilm_path: Path
+) -> None:
+    refused_by_the_chat(
+        qtbot,
+        host,
+        smollm2_path,
+        minilm_path,
+        f"{minilm_path.name} is an embedding model: it cannot chat. "
+        "The Local server gives its vectors at /v1/embeddings",
+    )
 
 
 @pytest.mark.slow
 def test_a_reranker_is_refused_by_the_chat_as_a_reranker(
     qtbot: QtBot, host: EngineHost, smollm2_path: Path, reranker_path: Path
 ) -> None:
-    log = SignalLog(host.worker)
-    load(qtbot, host, log, smollm2_path)
-    chat_model = host.worker.model
-    with (
-        qtbot.assertNotEmitted(log.got_loaded),
-        qtbot.waitSignal(log.got_failed, timeout=10_000) as blocker,
-    ):
-        host.load(reranker_path, PARAMS)
-    assert blocker.args[0] == (
+    refused_by_the_chat(
+        qtbot,
+        host,
+        smollm2_path,
+        reranker_path,
         f"{reranker_path.name} is a reranker: it cannot chat. "
-        "The Local server ranks documents with it at /v1/rerank"
+        "The Local server ranks documents with it at /v1/rerank",
     )
-    assert host.worker.model is chat_model
