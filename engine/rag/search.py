@@ -51,29 +51,59 @@ class Hit:
     vector_rank: int | None = None
 
 
-def fts_expression(query: str, *, content_only: bool = False) -> str | None:
-    """User text as a safe FTS5 expression: each word quoted (so no word is an operator or a
-    column filter), the words ORed. With `content_only`, stop words are left out unless the
-    text has nothing else. None when the text has no word at all."""
+def query_terms(query: str, *, content_only: bool = False, fallback: bool = True) -> list[str]:
+    """The distinct words of user text as the FTS5 tokenizer splits them. With `content_only`,
+    stop words are left out; then text of stop words only gives them back with `fallback`, and
+    nothing without."""
     terms: list[str] = []
     for word in _WORD.findall(query):
         w = word.replace("_", " ").strip()  # `\w` takes "_", the tokenizer does not
         if w and w not in terms:
             terms.append(w)
     if content_only:
-        terms = [t for t in terms if t.casefold() not in STOP_WORDS] or terms
+        content = [t for t in terms if t.casefold() not in STOP_WORDS]
+        terms = content or (terms if fallback else [])
+    return terms[:MAX_QUERY_TERMS]
+
+
+def _quoted(term: str) -> str:
+    """One term as an FTS5 string: never an operator or a column filter."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+def fts_expression(query: str, *, content_only: bool = False) -> str | None:
+    """User text as a safe FTS5 expression: each word quoted (so no word is an operator or a
+    column filter), the words ORed. With `content_only`, stop words are left out unless the
+    text has nothing else. None when the text has no word at all."""
+    terms = query_terms(query, content_only=content_only)
+    return " OR ".join(_quoted(t) for t in terms) if terms else None
+
+
+def informative(store: RagStore, terms: Sequence[str]) -> list[str]:
+    """The terms bm25 gives weight to: those in fewer than half of the index's chunks. FTS5
+    floors the idf of any other term at 1e-6, so a chunk that only such terms match scores
+    about 0: it matched nothing that tells it apart."""
     if not terms:
-        return None
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms[:MAX_QUERY_TERMS])
-
-
-def keyword(store: RagStore, name: str, query: str, k: int) -> list[Hit]:
-    """The best `k` chunks by bm25 over the query's content words: a question's "how do I"
-    would otherwise match almost every chunk and rank long ones first."""
-    expression = fts_expression(query, content_only=True)
-    if expression is None or k <= 0:
         return []
-    ranked = store.fts(name, expression, k)
+    total, counts = store.match_counts([_quoted(t) for t in terms])
+    return [t for t, n in zip(terms, counts, strict=True) if 2 * n < total]
+
+
+def keyword(
+    store: RagStore, name: str, query: str, k: int, *, evidence_only: bool = False
+) -> list[Hit]:
+    """The best `k` chunks by bm25 over the query's content words: a question's "how do I"
+    would otherwise match almost every chunk and rank long ones first. With `evidence_only`
+    (the list a fusion ranks), only chunks with an informative content word are hits: a
+    question of stop words, or of words in half the chunks or more, finds none."""
+    if k <= 0:
+        return []
+    terms = query_terms(query, content_only=True, fallback=not evidence_only)
+    if evidence_only:
+        terms = informative(store, terms)
+    if not terms:
+        return []
+    ranked = store.fts(name, " OR ".join(_quoted(t) for t in terms), k)
     chunks = store.chunks([cid for cid, _ in ranked])
     return [
         _hit(chunks[cid], -bm25, keyword_rank=rank)
@@ -114,12 +144,14 @@ def hybrid(
 ) -> list[Hit]:
     """Weighted reciprocal rank fusion: each chunk scores the sum of weight / (rrf_k + rank)
     over the lists it is in. Ranks, not raw scores, are fused: bm25 and cosine are on
-    unrelated scales."""
+    unrelated scales. So only hits with evidence are ranked: a rank is worth the same
+    whatever the score, and a keyword hit of uninformative words or a vector at 90 degrees
+    or more from the question would outrank a true match that only the other list has."""
     if k <= 0:
         return []
     depth = k * FUSION_DEPTH
-    by_keyword = keyword(store, name, query, depth)
-    by_vector = vector(store, name, query_vector, depth)
+    by_keyword = keyword(store, name, query, depth, evidence_only=True)
+    by_vector = [h for h in vector(store, name, query_vector, depth) if h.score > 0]
     fused: dict[int, Hit] = {}
     for h in by_keyword:
         fused[h.chunk_id] = replace(h, score=keyword_weight / (rrf_k + (h.keyword_rank or 0)))

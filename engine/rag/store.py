@@ -214,13 +214,36 @@ class RagStore:
                 self.store._db.execute("BEGIN IMMEDIATE")
             return self.store._db
 
-        def __exit__(self, exc_type: object, *rest: object) -> None:
+        def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+            db = self.store._db
             try:
-                if self.immediate:
-                    self.store._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+                if not self.immediate:
+                    return
+                try:
+                    if exc is None:
+                        db.execute("COMMIT")
+                finally:
+                    # After SQLITE_FULL or an I/O error SQLite may have rolled back already:
+                    # a second ROLLBACK would hide the real error.
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
                     self.store._changes += 1
+            except sqlite3.OperationalError as e:
+                raise StoreError(self.store._write_failed(e)) from None
             finally:
                 self.store._lock.release()
+            # A write that failed on a full disk, an I/O error, a locked file: one line, and
+            # the index as it was before the transaction.
+            if isinstance(exc, sqlite3.OperationalError):
+                raise StoreError(self.store._write_failed(exc)) from None
+
+    def _write_failed(self, e: sqlite3.OperationalError) -> str:
+        if getattr(e, "sqlite_errorname", "") == "SQLITE_FULL":
+            return (
+                f"the disk is full: the documents index ({self.path}) was not changed; "
+                "free some space and index again"
+            )
+        return f"the documents index ({self.path}) cannot be written: {e}"
 
     def _transaction(self, *, immediate: bool = False) -> RagStore._Tx:
         return RagStore._Tx(self, immediate)
@@ -478,6 +501,21 @@ class RagStore:
                 (expression, cid, k),
             ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
+
+    def match_counts(self, expressions: Sequence[str]) -> tuple[int, list[int]]:
+        """The FTS index's row count and how many rows match each FTS5 expression, over every
+        collection: the N and n of the idf that FTS5's bm25 computes."""
+        with self._lock:
+            total = int(self._db.execute("SELECT count(*) FROM chunks").fetchone()[0])
+            counts = [
+                int(
+                    self._db.execute(
+                        "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (e,)
+                    ).fetchone()[0]
+                )
+                for e in expressions
+            ]
+        return total, counts
 
     def vectors(self, name: str) -> VectorMatrix:
         """The collection's vectors as one matrix, loaded once and kept until this store or

@@ -132,9 +132,13 @@ def test_hybrid_fuses_ranks(store: RagStore) -> None:
     assert top.score == pytest.approx(KEYWORD_WEIGHT / (60 + top.keyword_rank) + VECTOR_WEIGHT / 61)
     assert len(hits) == 3 and hits == sorted(hits, key=lambda h: -h.score)
     # With no keyword match the fusion is the vector list's order.
-    only = hybrid(store, "home", "zzz", bow_vector("risotto rice"), 2)
+    only = hybrid(store, "home", "zzz", bow_vector("risotto rice water"), 2)
     assert [h.vector_rank for h in only] == [1, 2]
     assert all(h.keyword_rank is None for h in only)
+    # A chunk that shares no word with the question (cosine 0) is no hit.
+    assert [h.text for h in hybrid(store, "home", "zzz", bow_vector("risotto"), 5)] == [
+        "A risotto needs arborio rice and patience."
+    ]
 
 
 def test_the_vector_list_outweighs_the_keyword_list(store: RagStore) -> None:
@@ -171,3 +175,68 @@ def test_an_empty_collection_finds_nothing(tmp_path: Path) -> None:
 def _unit(v: list[float]) -> list[float]:
     n = sum(x * x for x in v) ** 0.5
     return [x / n for x in v]
+
+
+# Three short notes as a user keeps them: only the garden note is about the salad leaves, and
+# it shares no word with the question; the other two share words that half the index or more
+# has ("happened", "leaves"), on which bm25 gives them ~0.
+NOTES = {
+    "garden.txt": "Slugs got into the vegetable bed overnight and ate the lettuce to the stalks.",
+    "harbour.md": "The ferry leaves the harbour at seven. Nothing much happened on the quay.",
+    "station.txt": "The night train leaves at ten; what happened to the timetable, nobody knows.",
+}
+SALAD = "What happened to the salad leaves?"
+
+
+def _axis(i: int, tilt: float = 0.0) -> list[float]:
+    """A unit vector at cosine `tilt` from axis 0, in the plane of axes 0 and i."""
+    v = [0.0] * DIM
+    v[0], v[i] = tilt, (1.0 - tilt * tilt) ** 0.5
+    return v
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> Iterator[RagStore]:
+    # The question points along axis 0; the vectors are MiniLM's cosines from the issue.
+    vectors = {"garden.txt": 0.494, "harbour.md": 0.068, "station.txt": -0.05}
+    with RagStore(tmp_path / "notes.db") as s:
+        s.create_collection("notes", [tmp_path], model_name="m", model_path="p", dim=DIM)
+        for i, (name, text) in enumerate(NOTES.items(), 1):
+            s.replace_file(
+                "notes",
+                found(tmp_path / name),
+                name,
+                make_chunks([text]),
+                [_axis(i, vectors[name])],
+            )
+        yield s
+
+
+def test_a_keyword_hit_without_evidence_does_not_outrank_a_vector_match(notes: RagStore) -> None:
+    question = _axis(10, 1.0)
+    # Keyword search on its own still lists what the words match, at a score of about 0.
+    matched = keyword(notes, "notes", SALAD, 5)
+    assert {h.path.name for h in matched} == {"harbour.md", "station.txt"}
+    assert all(abs(h.score) < 1e-4 for h in matched)
+    # The fusion ranks only evidence: the meaning's first hit comes first, and the note at
+    # more than 90 degrees from the question is no hit at all.
+    hits = hybrid(notes, "notes", SALAD, question, 5)
+    assert [h.path.name for h in hits] == ["garden.txt", "harbour.md"]
+    assert all(h.keyword_rank is None for h in hits)
+    assert hits[0].score == pytest.approx(VECTOR_WEIGHT / 61)
+
+
+def test_an_informative_word_still_counts_in_the_fusion(notes: RagStore) -> None:
+    # "ferry" is in one note of three: bm25 weighs it, and the fusion lifts that note.
+    hits = hybrid(notes, "notes", "What happened to the ferry?", _axis(10, 1.0), 5)
+    assert hits[0].path.name == "harbour.md" and hits[0].keyword_rank == 1
+    assert keyword(notes, "notes", "ferry leaves", 5, evidence_only=True)[0].path.name == (
+        "harbour.md"
+    )
+
+
+def test_a_question_of_stop_words_has_no_keyword_evidence(notes: RagStore) -> None:
+    assert [h.path.name for h in keyword(notes, "notes", "what is the", 5)] != []
+    assert keyword(notes, "notes", "what is the", 5, evidence_only=True) == []
+    hits = hybrid(notes, "notes", "what is the", _axis(10, 1.0), 5)
+    assert [h.keyword_rank for h in hits] == [None, None]
