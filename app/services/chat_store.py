@@ -351,13 +351,29 @@ class ChatStore:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
+        """One write transaction. SQLite's operational failures (a full disk, an I/O error, a
+        locked file) become a one-line `ChatStoreError`; what was committed before stays."""
         try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                # After SQLITE_FULL or an I/O error SQLite may have rolled back already, and a
+                # second ROLLBACK would hide the real error behind "no transaction is active".
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as e:
+            raise ChatStoreError(self._write_failed(e)) from None
+
+    def _write_failed(self, e: sqlite3.OperationalError) -> str:
+        if getattr(e, "sqlite_errorname", "") == "SQLITE_FULL":
+            return (
+                f"the disk is full: the chat history ({self.path}) was not changed; "
+                "free some space and try again"
+            )
+        return f"the chat history ({self.path}) cannot be written: {e}"
 
     def close(self) -> None:
         self._db.close()

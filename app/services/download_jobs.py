@@ -4,11 +4,12 @@ list of downloads across restarts."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from app.services.atomic_write import write_text_atomic
 
 QUEUED, DOWNLOADING, VERIFYING, PAUSED, FAILED, DONE = (
     "queued",
@@ -92,9 +93,8 @@ def write_jobs(state_file: Path, jobs: Iterable[DownloadJob]) -> None:
         ],
     }
     state_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = state_file.with_name(state_file.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1), "utf-8")
-    os.replace(tmp, state_file)
+    # Whole or not at all: a full disk leaves the previous list and no partial file.
+    write_text_atomic(state_file, json.dumps(data, indent=1))
 
 
 def completed_downloads(state_file: Path) -> list[DownloadJob]:

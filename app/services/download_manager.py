@@ -130,7 +130,12 @@ class DownloadManager:
 
     def _save(self) -> None:
         with self._lock:  # one writer at a time: workers save concurrently
-            write_jobs(self.state_file, self._jobs.values())
+            try:
+                write_jobs(self.state_file, self._jobs.values())
+            except OSError as e:
+                # A full disk must not stop the queue or hide a job's failure: the list on
+                # disk stays the last one saved, and the next change saves it again.
+                log.warning("cannot save the download list %s: %s", self.state_file, e)
 
     # --- paths --------------------------------------------------------------------------------
 
