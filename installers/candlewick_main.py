@@ -1,10 +1,25 @@
-"""Entry point of the PyInstaller bundle: the same `candlewick` command as the pip install."""
+"""Entry point of the PyInstaller bundle: the same `candlewick` command as the pip install.
 
-import multiprocessing
+A bundle has no Python interpreter to start, so the first-load probe (engine.native.load_probe)
+starts this executable again with CHILD_ARG: that child is handled first, before Qt or the
+app is imported, so it costs little more than `python -m engine.native.native_load`.
+"""
+
 import sys
 
-from app.cli import main
+# Lean on purpose (ctypes and json): the child must not pay for the app's imports.
+from engine.native.native_load import CHILD_ARG
+from engine.native.native_load import main as native_load
 
 if __name__ == "__main__":
+    if sys.argv[1:] == [CHILD_ARG]:
+        native_load()
+        sys.exit(0)
+
+    import multiprocessing
+
     multiprocessing.freeze_support()  # a frozen app re-executes itself for child processes
+
+    from app.cli import main
+
     sys.exit(main())

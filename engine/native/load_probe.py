@@ -28,14 +28,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import engine
 from engine.errors import EngineError
 from engine.native.llama_lib import last_error as _last_error
-from engine.native.native_load import NativeLoad
+from engine.native.native_load import CHILD_ARG, STARTED, NativeLoad
 
 log = logging.getLogger("candlewick.engine")
 
 PROBE_TIMEOUT_S = 120.0
 FIRST_LOADS_FILE = "loaded-models.json"
+NO_START = "could not start the model-loading helper process"
 MAX_REMEMBERED = 500  # files; the oldest are forgotten (they are probed again, nothing worse)
 
 
@@ -52,24 +54,14 @@ def run_in_child(
     "loading"). A refusal by llama.cpp is returned (stage and log); a crash, a hang or a
     child that cannot start raises EngineError."""
     name = Path(load.path).name
-    if getattr(sys, "frozen", False):  # a bundled app has no interpreter to start
-        raise EngineError(f"cannot start a child process to try {name} in this build")
-    # -S: site-packages come in through PYTHONPATH; skipping site saves ~15 ms a start.
-    # GGML_NO_BACKTRACE: on an abort ggml would attach gdb for a backtrace (~1 s); the
-    # assert line is what the message needs.
-    env = {
-        "GGML_NO_BACKTRACE": "1",
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(x for x in sys.path if x),
-    }
     try:
         r = subprocess.run(
-            [sys.executable, "-S", "-m", "engine.native.native_load"],
+            child_command(),
             input=load.to_json(),
             capture_output=True,
             text=True,
             timeout=timeout_s,
-            env=env,
+            env=child_env(),
             check=False,
         )
     except subprocess.TimeoutExpired:
@@ -77,7 +69,9 @@ def run_in_child(
             f"llama.cpp did not finish {doing} {name} within {timeout_s:.0f} s"
         ) from None
     except OSError as e:
-        raise EngineError(f"could not start a child process to try {name}: {e}") from None
+        raise EngineError(f"{NO_START}: {e}") from None
+    if STARTED not in r.stdout.splitlines():  # died before it could run llama.cpp
+        raise EngineError(f"{NO_START} ({death(r.returncode)}): {last_words(r.stderr)}")
     if r.returncode != 0:
         raise EngineError(
             f"llama.cpp crashed while {doing} {name} "
@@ -90,6 +84,29 @@ def run_in_child(
         raise EngineError(
             f"the child process that tried {name} gave no answer: {last_words(r.stderr)}"
         ) from None
+
+
+def child_command() -> list[str]:
+    """How this process starts the child. A frozen app has no interpreter: it starts itself
+    with CHILD_ARG, which its entry point hands to native_load before importing anything
+    else. Otherwise: -S skips site (~15 ms a start; site-packages come in through PYTHONPATH)
+    and -P keeps the working folder off sys.path, so a folder there named like one of our
+    packages cannot shadow it."""
+    if getattr(sys, "frozen", False):
+        return [sys.executable, CHILD_ARG]
+    return [sys.executable, "-P", "-S", "-m", "engine.native.native_load"]
+
+
+def child_env() -> dict[str, str]:
+    """The child's environment. -S drops the import hook of an editable install, which is
+    the only way this process may find `engine`: the folder that holds the package goes first
+    on PYTHONPATH, then this process's own path. GGML_NO_BACKTRACE: on an abort ggml would
+    attach gdb for a backtrace (~1 s); the assert line is what the message needs."""
+    env = {"GGML_NO_BACKTRACE": "1", **os.environ}
+    if not getattr(sys, "frozen", False):  # a bundle's path is its own
+        root = str(Path(engine.__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([root, *(x for x in sys.path if x)]))
+    return env
 
 
 def death(returncode: int) -> str:
@@ -180,9 +197,6 @@ class FirstLoads:
     def probe_unless_known(self, load: NativeLoad) -> bool:
         """Probe a file that never loaded before; True if it was probed."""
         if self.known(Path(load.path)):
-            return False
-        if getattr(sys, "frozen", False):  # no interpreter to start: load unprotected
-            log.info("no child process in this build; %s loads without a probe", load.path)
             return False
         probe(load)
         return True

@@ -5,7 +5,10 @@ context with `no_alloc` (llama.cpp parses the header, loads the vocabulary, crea
 tensor and reserves the compute graph, which is where a broken file makes it assert),
 optionally tokenizes a sample text, and writes `{"stage": ..., "log": [...]}` as the last
 line of stdout. Every llama.cpp log line also goes to stderr as it comes, so when llama.cpp
-aborts the process, the parent reads the assert from the dead child's stderr.
+aborts the process, the parent reads the assert from the dead child's stderr. Before it calls
+llama.cpp it prints STARTED: a child that dies without it never got that far (a missing
+module, a library that did not load), which the parent reports as its own failure to start
+the child, not as llama.cpp crashing on the file.
 
 The child is kept lean so it costs little more than the in-process dry run: it imports the
 ctypes bindings without the `llama_cpp` package's `__init__` (which pulls in numpy and the
@@ -27,6 +30,9 @@ from typing import Any
 # mmap load mode trips one of its asserts), so tests can show what the parent makes of it.
 FAULT_ENV = "CANDLEWICK_PROBE_FAULT"
 SAMPLE_TEXT = "Hello, world! 123 <|im_start|> ünïcödé 🙂"
+# A frozen app (no interpreter to start) runs itself with this argument as the child.
+CHILD_ARG = "--native-load-child"
+STARTED = "candlewick-native-load: started"
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,8 @@ def _bindings() -> Any:
     return C
 
 
-def run(load: NativeLoad) -> dict[str, Any]:
-    C = _bindings()
+def run(load: NativeLoad, C: Any = None) -> dict[str, Any]:
+    C = C or _bindings()
     lines: list[str] = []
     pending = [""]
 
@@ -140,7 +146,10 @@ def _tokenize(C: Any, vocab: Any) -> None:
 
 def main() -> None:
     load = NativeLoad(**json.loads(sys.stdin.read()))
-    out = run(load)
+    C = _bindings()
+    sys.stdout.write(STARTED + "\n")
+    sys.stdout.flush()  # reaches the parent even if llama.cpp aborts the process next
+    out = run(load, C)
     sys.stdout.write("\n" + json.dumps(out) + "\n")
     sys.stdout.flush()
 

@@ -126,3 +126,52 @@ def test_cli_run_says_why_with_exit_code_2(copy: Path, tmp_path: Path) -> None:
     assert r.returncode == 2, r.stderr
     line = r.stderr.removeprefix("candlewick: error: ").removesuffix("\n")
     assert ABORT_MESSAGE.fullmatch(line), r.stderr
+
+
+def _without_repo_root(monkeypatch: pytest.MonkeyPatch, cwd: Path) -> None:
+    """This process as an editable install sees it outside the repository: the project is
+    importable (through the install's import hook, here: already imported), but neither
+    sys.path nor the working folder holds the repository."""
+    root = ROOT.resolve()
+    kept = [p for p in sys.path if p and Path(p).resolve() != root]
+    monkeypatch.setattr(sys, "path", kept)
+    monkeypatch.chdir(cwd)
+
+
+def test_the_child_starts_from_any_working_folder(
+    smollm2_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "engine").mkdir()  # a folder named like ours in the working folder is not taken
+    _without_repo_root(monkeypatch, tmp_path)
+    res = load_probe.run_in_child(NativeLoad(str(smollm2_path), n_ctx=256), doing="loading")
+    assert res.stage == "ok"
+
+
+def test_a_child_that_cannot_start_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A child that dies before llama.cpp ran is our failure, not a crash on the user's file."""
+    command = [sys.executable, "-P", "-S", "-m", "engine.native.not_there"]
+    monkeypatch.setattr(load_probe, "child_command", lambda: command)
+    with pytest.raises(EngineError) as exc:
+        load_probe.run_in_child(NativeLoad(str(tmp_path / "m.gguf")), doing="loading")
+    message = str(exc.value)
+    assert message.startswith("could not start the model-loading helper process (exit code 1): ")
+    assert message.endswith("No module named engine.native.not_there")
+
+    monkeypatch.setattr(load_probe, "child_command", lambda: [str(tmp_path / "missing")])
+    with pytest.raises(EngineError) as exc:
+        load_probe.run_in_child(NativeLoad(str(tmp_path / "m.gguf")), doing="loading")
+    assert str(exc.value).startswith(
+        "could not start the model-loading helper process: [Errno 2] No such file or directory"
+    )
+
+
+def test_a_child_that_dies_before_llama_cpp_runs_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """E.g. the bindings' library that does not load: reported as the child's start-up."""
+    monkeypatch.setenv("LLAMA_CPP_LIB_PATH", str(tmp_path / "nowhere"))
+    with pytest.raises(EngineError) as exc:
+        load_probe.run_in_child(NativeLoad(str(tmp_path / "m.gguf")), doing="loading")
+    assert str(exc.value).startswith(
+        "could not start the model-loading helper process (exit code 1): "
+    ), str(exc.value)
