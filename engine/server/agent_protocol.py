@@ -2,8 +2,9 @@
 pydantic models (the agent tools' APIs: Codex-style clients speak the first, Claude-Code-style
 clients the second).
 
-As on the other routes, keys a model does not know are ignored (clients send fields of newer
-API versions) and values are strict (true is not a number, "1" is not 1). Fields of these APIs
+As on the other routes, a key a model does not declare is refused by name, but for the few
+harmless ones official clients send (`body_model.IGNORED`), and values are strict (true is not
+a number, "1" is not 1). Fields of these APIs
 that the server cannot honour are declared here and refused by name when they ask for
 something (`background: true`, images, a thinking budget); the harmless ones (`metadata`,
 `user`, cache hints) are accepted. `parse_request` turns the first problem into a 400 naming
@@ -35,6 +36,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
 
+from engine.server.body_model import UNKNOWN, Body
 from engine.server.errors import ApiError
 
 T = TypeVar("T", bound=BaseModel)
@@ -46,8 +48,13 @@ _ANTHROPIC_NAME = r"^[A-Za-z0-9_.-]{1,128}$"  # Anthropic allows 128 (MCP tools'
 _TEXT_ONLY = "cannot be read: this model reads text only"
 
 
-class _Model(BaseModel):
-    # extra="ignore": unknown keys are dropped, never refused, as on the other routes.
+class _Model(Body):
+    """A request body or a part of one: a key it does not declare is refused (body_model)."""
+
+
+class _Reply(BaseModel):
+    """An answer's shape, for the document: clients take keys they do not know."""
+
     model_config = ConfigDict(extra="ignore", strict=True, protected_namespaces=())
 
 
@@ -409,13 +416,13 @@ class ResponsesRequest(_Model):
 # -- OpenAI Responses: the response (documented; the route builds it as a dict) -----------
 
 
-class ResponsesOutputText(_Model):
+class ResponsesOutputText(_Reply):
     type: Literal["output_text"]
     text: str
     annotations: list[Any]
 
 
-class ResponsesOutputMessage(_Model):
+class ResponsesOutputMessage(_Reply):
     type: Literal["message"]
     id: str
     role: Literal["assistant"]
@@ -423,7 +430,7 @@ class ResponsesOutputMessage(_Model):
     content: list[ResponsesOutputText]
 
 
-class ResponsesOutputFunctionCall(_Model):
+class ResponsesOutputFunctionCall(_Reply):
     type: Literal["function_call"]
     id: str
     call_id: str
@@ -432,7 +439,7 @@ class ResponsesOutputFunctionCall(_Model):
     status: Literal["in_progress", "completed", "incomplete"]
 
 
-class ResponsesOutputReasoning(_Model):
+class ResponsesOutputReasoning(_Reply):
     type: Literal["reasoning"]
     id: str
     summary: list[ResponsesSummaryText]
@@ -440,7 +447,7 @@ class ResponsesOutputReasoning(_Model):
     status: Literal["in_progress", "completed", "incomplete"]
 
 
-class ResponsesUsage(_Model):
+class ResponsesUsage(_Reply):
     input_tokens: int
     input_tokens_details: dict[str, int]
     output_tokens: int
@@ -448,12 +455,12 @@ class ResponsesUsage(_Model):
     total_tokens: int
 
 
-class ResponsesError(_Model):
+class ResponsesError(_Reply):
     code: str
     message: str
 
 
-class ResponseObject(_Model):
+class ResponseObject(_Reply):
     id: str
     object: Literal["response"]
     created_at: int
@@ -664,32 +671,32 @@ class AnthropicMessagesRequest(AnthropicCountTokensRequest):
     cache_control: CacheControl = None
 
 
-class AnthropicUsage(_Model):
+class AnthropicUsage(_Reply):
     input_tokens: int
     output_tokens: int
     cache_read_input_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
 
 
-class AnthropicReplyThinking(_Model):
+class AnthropicReplyThinking(_Reply):
     type: Literal["thinking"]
     thinking: str
     signature: str
 
 
-class AnthropicReplyToolUse(_Model):
+class AnthropicReplyToolUse(_Reply):
     type: Literal["tool_use"]
     id: str
     name: str
     input: dict[str, Any]
 
 
-class AnthropicReplyText(_Model):
+class AnthropicReplyText(_Reply):
     type: Literal["text"]
     text: str
 
 
-class AnthropicReply(_Model):
+class AnthropicReply(_Reply):
     id: str
     type: Literal["message"]
     role: Literal["assistant"]
@@ -707,16 +714,16 @@ class AnthropicReply(_Model):
     usage: AnthropicUsage
 
 
-class AnthropicTokenCount(_Model):
+class AnthropicTokenCount(_Reply):
     input_tokens: int
 
 
-class AnthropicErrorDetail(_Model):
+class AnthropicErrorDetail(_Reply):
     type: str
     message: str
 
 
-class AnthropicError(_Model):
+class AnthropicError(_Reply):
     type: Literal["error"]
     error: AnthropicErrorDetail
 
@@ -799,6 +806,7 @@ def _message(err: ErrorDetails) -> str:
         "too_long": f"takes at most {ctx.get('max_length')} items",
         "string_pattern_mismatch": f"must match {ctx.get('pattern')}",
         "literal_error": f"must be one of {ctx.get('expected')}",
+        "extra_forbidden": UNKNOWN,
     }
     text = (
         f"must be {_TYPES[kind]}"

@@ -6,9 +6,10 @@ turns the first problem into a one-line 400 naming the field (`'temperature' mus
 (`chat_messages`, `chat_tools`) whatever the dialect, as `chat_reply.plan_chat` and the tool
 formats take them. `openapi.py` documents the API from the same models.
 
-Every body model ignores keys it does not know, as the routes always have: clients send fields
-of newer API versions, or of other servers, and still get an answer. Models are strict, as the
-routes always were: JSON's true is not a number, 1.0 is not a whole number, "1" is not 1.
+A key a body model does not declare is a 400 naming it (`body_model.Body`), but for the few
+that official clients send and that change nothing (`body_model.IGNORED`, the one list). Models
+are strict, as the routes always were: JSON's true is not a number, 1.0 is not a whole number,
+"1" is not 1.
 
 The document must promise no refusal the server does not make: the fuzz test sends bodies the
 schema calls invalid and expects a 4xx. Rules across fields (a tool_choice needs its tools) are
@@ -41,6 +42,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
 
 from engine.decoding.tool_calls import ToolChoice
 from engine.host.host import UNSET, Unset
+from engine.server.body_model import UNKNOWN, Body
 from engine.server.errors import ApiError
 
 T = TypeVar("T", bound=BaseModel)
@@ -62,6 +64,31 @@ def _refuse(message: str) -> PydanticCustomError:
 def _refuse_whole(message: str) -> PydanticCustomError:
     """An error whose message is complete as it is (it names its field itself)."""
     return PydanticCustomError("candlewick_whole", message)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A field of the API that the server does not honour: absent, null or one of `allowed`
+    (values that ask for nothing) passes; anything else is refused saying why. Its document
+    takes any value: the refusal is in words."""
+
+    why: str
+    allowed: tuple[Any, ...] = ()
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_before_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        return {"description": f"not supported: {self.why}"}
+
+    def _check(self, v: Any) -> Any:
+        if v is None or any(v == a and type(v) is type(a) for a in self.allowed):
+            return None
+        raise _refuse(f"is not supported: {self.why}")
 
 
 def _is_number(v: Any) -> bool:
@@ -150,8 +177,13 @@ EmbedInput = Annotated[
 ]
 
 
-class _Model(BaseModel):
-    # extra="ignore": unknown keys are dropped, never refused (see the module docstring).
+class _Model(Body):
+    """A request body or a part of one: a key it does not declare is refused (body_model)."""
+
+
+class _Reply(BaseModel):
+    """An answer's shape, for the document: clients take keys they do not know."""
+
     model_config = ConfigDict(extra="ignore", strict=True, protected_namespaces=())
 
 
@@ -250,11 +282,13 @@ def _chat_tools(tools: Sequence[Tool] | None) -> list[dict[str, Any]]:
 
 def _fields_by_role(schema: dict[str, Any], cls: type[Any]) -> None:
     """The document says what the model reads: a field of one role is typed only in the
-    messages of that role (in the others it is ignored, whatever it holds)."""
+    messages of that role (in the others it is ignored, whatever it holds). Each stays named
+    untyped at the top, where the refusal of unknown keys looks."""
     props = schema["properties"]
     by_role: dict[str, dict[str, Any]] = {}
     for role, name in cls.ROLE_FIELDS:
         by_role.setdefault(role, {})[name] = props.pop(name)
+        props[name] = {"description": f"read in {role} messages only"}
     if not by_role:
         return
     others = [r for r in props["role"]["enum"] if r not in by_role]
@@ -279,7 +313,7 @@ class _Message(_Model):
     ] = None
 
     # (role, field): the routes read these fields only in messages of that role; elsewhere
-    # they are ignored like any unknown key, whatever they hold.
+    # they are dropped, whatever they hold (a client may send its whole message objects).
     ROLE_FIELDS: ClassVar[tuple[tuple[Role, str], ...]] = ()
 
     @model_validator(mode="before")
@@ -370,6 +404,9 @@ class ChatMessage(_Message):
     reasoning_content: str | None = None
     tool_call_id: str | None = None
     name: str | None = None
+    refusal: Annotated[Any, Refused("send a refusal as the content")] = None
+    audio: Annotated[Any, Refused("this model reads text only")] = None
+    function_call: Annotated[Any, Refused("the deprecated function call; send tool_calls")] = None
 
     def as_chat(self, i: int) -> dict[str, Any]:
         return _history(
@@ -414,6 +451,7 @@ class JsonSchemaFormat(_Model):
 def _json_schema_with_its_type(schema: dict[str, Any]) -> None:
     """The document says what the model checks: `json_schema` counts with its type only."""
     prop = schema["properties"].pop("json_schema")
+    schema["properties"]["json_schema"] = {"description": "read with type json_schema only"}
     ref = next(x for x in prop["anyOf"] if "$ref" in x)
     schema["if"] = {"properties": {"type": {"const": "json_schema"}}}
     schema["then"] = {
@@ -656,6 +694,18 @@ class ChatCompletionRequest(_FormatFields, _ToolFields, _OpenAISampling, _Messag
             "in reasoning_content"
         ),
     ] = None
+    # OpenAI's fields that the server does not honour.
+    reasoning_effort: Annotated[
+        Any, Refused("a thinking budget cannot be set; see reasoning_format")
+    ] = None
+    verbosity: Annotated[Any, Refused("the answer's length is the model's")] = None
+    modalities: Annotated[Any, Refused("the answer is text only", (["text"],))] = None
+    audio: Annotated[Any, Refused("the answer is text only")] = None
+    prediction: Annotated[Any, Refused("predicted outputs are not used")] = None
+    web_search_options: Annotated[Any, Refused("this server runs no web search")] = None
+    functions: Annotated[Any, Refused("the deprecated functions; send tools")] = None
+    function_call: Annotated[Any, Refused("the deprecated function_call; send tool_choice")] = None
+    store: Annotated[Any, Refused("completions are not kept", (False,))] = None
 
 
 def _prompt(v: Any) -> Any:
@@ -690,6 +740,8 @@ class _Prompt(_Model):
 
 class CompletionRequest(_FormatFields, _OpenAISampling, _Prompt):
     echo: Annotated[Literal[False] | None, BeforeValidator(_echo)] = None
+    suffix: Annotated[Any, Refused("no text is inserted before a suffix", ("",))] = None
+    best_of: Annotated[Any, Refused("one completion is generated", (1,))] = None
 
 
 class EmbeddingRequest(_Model):
@@ -697,6 +749,7 @@ class EmbeddingRequest(_Model):
     ttl: Ttl | None = None
     encoding_format: Literal["float", "base64"] | None = None
     input: EmbedInput
+    dimensions: Annotated[Any, Refused("vectors have the model's own length")] = None
 
 
 class RerankDocument(_Model):
@@ -708,6 +761,10 @@ class RerankDocument(_Model):
 def _documents(v: Any) -> list[str]:
     if not isinstance(v, list) or not v:
         raise _refuse('must be a non-empty list of strings or {"text": ...} objects')
+    for i, x in enumerate(v):
+        for key in x if isinstance(x, dict) else ():
+            if key != "text":
+                raise _refuse_whole(f"'documents[{i}].{key}' {UNKNOWN}")
     out = [x["text"] if isinstance(x, dict) and isinstance(x.get("text"), str) else x for x in v]
     if not all(isinstance(x, str) for x in out):
         raise _refuse('must be a non-empty list of strings or {"text": ...} objects')
@@ -776,8 +833,44 @@ class OllamaMessage(_Message):
         )
 
 
+# Ollama's options that the server does not apply, and why: each is refused by name.
+_LOAD_OPTION = "the model is loaded once, with the server's settings, for every request"
+_OLLAMA_NOT_APPLIED = {
+    **dict.fromkeys(
+        ("numa", "num_batch", "num_gpu", "main_gpu", "low_vram", "f16_kv", "logits_all"),
+        _LOAD_OPTION,
+    ),
+    **dict.fromkeys(
+        ("vocab_only", "use_mmap", "use_mlock", "embedding_only", "num_thread"), _LOAD_OPTION
+    ),
+    "num_ctx": "the context per request is the server's --ctx",
+    "num_keep": "a full context is an error here, never shifted",
+    "repeat_last_n": "the repeat penalty's window is the sampler's own",
+    "tfs_z": "no tail-free sampling",
+    "typical_p": "no locally typical sampling",
+    "mirostat": "no mirostat sampling",
+    "mirostat_tau": "no mirostat sampling",
+    "mirostat_eta": "no mirostat sampling",
+    "penalize_newline": "newlines are penalised like any token",
+}
+
+
 class OllamaOptions(_Model):
-    """The options the server honours; Ollama's others (num_ctx, mirostat...) are ignored."""
+    """The options the server honours; Ollama's others are refused by name."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "description": "not applied, refused: " + ", ".join(sorted(_OLLAMA_NOT_APPLIED))
+        }
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_applied(cls, data: Any) -> Any:
+        for key in data if isinstance(data, dict) else ():
+            if key in _OLLAMA_NOT_APPLIED:
+                raise _refuse_whole(f"'options.{key}' is not supported: {_OLLAMA_NOT_APPLIED[key]}")
+        return data
 
     num_predict: Annotated[int | None, Field(description="-1 or absent: until done (capped)")] = (
         None
@@ -827,13 +920,22 @@ class _OllamaModel(_Model):
     keep_alive: KeepAlive = None
 
 
-class OllamaChatRequest(_OllamaModel):
-    messages: Annotated[list[OllamaMessage], BeforeValidator(_messages), Field(min_length=1)]
+class _OllamaText(_OllamaModel):
+    """What /api/chat and /api/generate share."""
+
     options: OllamaOptions | None = None
     stream: bool | None = None
-    tools: Tools = None
     think: Think = None
     format: OllamaFormat = None
+    logprobs: Annotated[Literal[False] | None, BeforeValidator(_unsupported_true)] = None
+    top_logprobs: Annotated[
+        None, BeforeValidator(_no_alternatives, json_schema_input_type=Literal[0] | None)
+    ] = None
+
+
+class OllamaChatRequest(_OllamaText):
+    messages: Annotated[list[OllamaMessage], BeforeValidator(_messages), Field(min_length=1)]
+    tools: Tools = None
 
     def chat_messages(self) -> list[dict[str, Any]]:
         return [m.as_chat(i) for i, m in enumerate(self.messages)]
@@ -842,14 +944,17 @@ class OllamaChatRequest(_OllamaModel):
         return _chat_tools(self.tools)
 
 
-class OllamaGenerateRequest(_OllamaModel):
+class OllamaGenerateRequest(_OllamaText):
     prompt: str | None = None
     system: str | None = None
     raw: bool | None = None
-    stream: bool | None = None
-    options: OllamaOptions | None = None
-    think: Think = None
-    format: OllamaFormat = None
+    suffix: Annotated[Any, Refused("no text is inserted before a suffix", ("",))] = None
+    template: Annotated[Any, Refused("the model's own chat template is used", ("",))] = None
+    context: Annotated[Any, Refused("send the conversation to /api/chat", ([],))] = None
+    images: Annotated[Any, Refused("this model reads text only", ([],))] = None
+    width: Annotated[Any, Refused("this server makes no images")] = None
+    height: Annotated[Any, Refused("this server makes no images")] = None
+    steps: Annotated[Any, Refused("this server makes no images")] = None
 
 
 class OllamaShowRequest(_Model):
@@ -885,27 +990,32 @@ class OllamaShowRequest(_Model):
 
 class OllamaEmbedRequest(_OllamaModel):
     input: EmbedInput
+    truncate: Annotated[
+        Any, Refused("an input longer than the model's context is refused, not cut", (False,))
+    ] = None
+    dimensions: Annotated[Any, Refused("vectors have the model's own length")] = None
+    options: Annotated[Any, Refused("embeddings take no options", ({},))] = None
 
 
 # -- responses (documented in the OpenAPI schema; the routes build them as dicts) -----------
 
 
-class OpenAIErrorDetail(_Model):
+class OpenAIErrorDetail(_Reply):
     message: str
     type: str
     param: str | None
     code: str | None
 
 
-class OpenAIError(_Model):
+class OpenAIError(_Reply):
     error: OpenAIErrorDetail
 
 
-class OllamaError(_Model):
+class OllamaError(_Reply):
     error: str
 
 
-class Usage(_Model):
+class Usage(_Reply):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
@@ -916,26 +1026,26 @@ class Usage(_Model):
 FinishReason = Literal["stop", "length", "tool_calls"]
 
 
-class ReplyToolCall(_Model):
+class ReplyToolCall(_Reply):
     id: str
     type: Literal["function"]
     function: FunctionCall
 
 
-class ReplyMessage(_Model):
+class ReplyMessage(_Reply):
     role: str
     content: str | None  # null when the reply is tool calls only
     reasoning_content: str | None = None
     tool_calls: list[ReplyToolCall] | None = None
 
 
-class ChatChoice(_Model):
+class ChatChoice(_Reply):
     index: int
     message: ReplyMessage
     finish_reason: FinishReason
 
 
-class ChatCompletion(_Model):
+class ChatCompletion(_Reply):
     id: str
     object: Literal["chat.completion"]
     created: int
@@ -944,13 +1054,13 @@ class ChatCompletion(_Model):
     usage: Usage
 
 
-class TextChoice(_Model):
+class TextChoice(_Reply):
     index: int
     text: str
     finish_reason: FinishReason
 
 
-class TextCompletion(_Model):
+class TextCompletion(_Reply):
     id: str
     object: Literal["text_completion"]
     created: int
@@ -959,7 +1069,7 @@ class TextCompletion(_Model):
     usage: Usage
 
 
-class ServerSentEvent(_Model):
+class ServerSentEvent(_Reply):
     """One event of a stream: `data` is a JSON chunk, or `[DONE]` at the end."""
 
     data: str
@@ -967,7 +1077,7 @@ class ServerSentEvent(_Model):
     id: str | None = None
 
 
-class ModelCard(_Model):
+class ModelCard(_Reply):
     id: str
     object: Literal["model"]
     created: int
@@ -976,31 +1086,31 @@ class ModelCard(_Model):
     meta: dict[str, Any] | None = None
 
 
-class ModelList(_Model):
+class ModelList(_Reply):
     object: str
     data: list[ModelCard]
 
 
-class Embedding(_Model):
+class Embedding(_Reply):
     object: str
     index: int
     embedding: list[float] | str  # base64 of little-endian float32 with encoding_format
 
 
-class EmbeddingList(_Model):
+class EmbeddingList(_Reply):
     object: str
     data: list[Embedding]
     model: str
     usage: dict[str, int]
 
 
-class RerankResult(_Model):
+class RerankResult(_Reply):
     index: int  # the document's place in the request
     relevance_score: float  # the model's raw score: higher is more relevant
     document: RerankDocument | None = None  # with return_documents
 
 
-class RerankList(_Model):
+class RerankList(_Reply):
     """Results sorted by score, best first, cut to top_n."""
 
     model: str
@@ -1009,19 +1119,19 @@ class RerankList(_Model):
     results: list[RerankResult]
 
 
-class OllamaVersion(_Model):
+class OllamaVersion(_Reply):
     version: str
 
 
-class OllamaTags(_Model):
+class OllamaTags(_Reply):
     models: list[dict[str, Any]]
 
 
-class OllamaRunning(_Model):
+class OllamaRunning(_Reply):
     models: list[dict[str, Any]]
 
 
-class HostedModelState(_Model):
+class HostedModelState(_Reply):
     """A model as the host holds it: loaded or not, why it stays, when it goes."""
 
     id: str
@@ -1035,21 +1145,21 @@ class HostedModelState(_Model):
     memory_bytes: dict[str, int] | None = None
 
 
-class OllamaShowResponse(_Model):
+class OllamaShowResponse(_Reply):
     details: dict[str, Any]
     model_info: dict[str, Any]
     template: str | None = None
     modelfile: str | None = None
 
 
-class OllamaReplyMessage(_Model):
+class OllamaReplyMessage(_Reply):
     role: str | None = None
     content: str | None = None
     thinking: str | None = None
     tool_calls: list[OllamaToolCall] | None = None
 
 
-class OllamaReply(_Model):
+class OllamaReply(_Reply):
     """A whole answer, or the last line of a stream (`done: true`)."""
 
     model: str
@@ -1063,12 +1173,12 @@ class OllamaReply(_Model):
     prompt_eval_count: int | None = None
 
 
-class OllamaEmbedResponse(_Model):
+class OllamaEmbedResponse(_Reply):
     model: str | None = None
     embeddings: list[list[float]]
 
 
-class Health(_Model):
+class Health(_Reply):
     status: str
     error: str | None = None
     models: list[dict[str, Any]] | None = None
@@ -1088,7 +1198,16 @@ def parse_body(model: type[T], body: dict[str, Any]) -> T:
     try:
         return model.model_validate(body)
     except ValidationError as e:
-        err = e.errors(include_url=False)[0]
+        errs = e.errors(include_url=False)
+        # An unknown key inside a union's member says more than the other members' errors.
+        err = next(
+            (
+                x
+                for x in errs
+                if x["type"] == "extra_forbidden" and x["loc"][:1] == errs[0]["loc"][:1]
+            ),
+            errs[0],
+        )
         loc = err["loc"]
         raise ApiError(400, _message(err), param=str(loc[0]) if loc else None) from None
 
@@ -1096,6 +1215,8 @@ def parse_body(model: type[T], body: dict[str, Any]) -> T:
 def _path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
+        if isinstance(part, str) and not re.fullmatch(r"\w+", part):
+            continue  # a union member's name ("list[TextPart]"), not a key
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
@@ -1122,6 +1243,7 @@ def _message(err: ErrorDetails) -> str:
         "dict_type": "must be an object",
         "model_type": "must be an object",
         "model_attributes_type": "must be an object",
+        "extra_forbidden": UNKNOWN,
     }.get(kind)
     if text is None:
         text = _bounds(kind, ctx) or re.sub(r"^Input should", "should", err["msg"].split("\n")[0])

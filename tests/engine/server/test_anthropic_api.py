@@ -538,7 +538,7 @@ TAKEN: list[dict[str, Any]] = [
         "output_config": {"format": {"type": "json_schema", "schema": {}}},
         "stream": False,
         "mcp_servers": [],
-        "unknown": 1,
+        "inference_geo": "eu",
     },
 ]
 REFUSED: list[dict[str, Any]] = [
@@ -550,6 +550,8 @@ REFUSED: list[dict[str, Any]] = [
     {"max_tokens": 1, "messages": HELLO, "temperature": 2},
     {"max_tokens": 1, "messages": HELLO, "stop_sequences": [""]},
     {"max_tokens": 1, "messages": HELLO, "tools": [{"name": "x"}]},
+    {"max_tokens": 1, "messages": HELLO, "unknown": 1},
+    {"max_tokens": 1, "messages": [{"role": "user", "content": "x", "name": "bob"}]},
 ]
 
 

@@ -110,10 +110,10 @@ ROWS: list[Row] = [
             "stop": None,
             "stream_options": None,
             "n": None,
-            "unknown": {"x": 1},
         },
         OK,
     ),
+    ("chat", {"messages": M, "unknown": {"x": 1}}, "unknown"),
     (
         "chat",
         {
@@ -122,11 +122,12 @@ ROWS: list[Row] = [
                     "role": "developer",
                     "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
                 },
-                {"role": "user", "content": None, "extra": 1},
+                {"role": "user", "content": None},
             ]
         },
         OK,
     ),
+    ("chat", {"messages": [{"role": "user", "content": None, "extra": 1}]}, "messages"),
     ("chat", {}, "messages"),
     ("chat", {"messages": []}, "messages"),
     ("chat", {"messages": "hi"}, "messages"),
@@ -323,7 +324,8 @@ ROWS: list[Row] = [
     ("rerank", {"query": "q", "documents": ["a", {"text": "b"}, ""], "model": "smollm2"}, OK),
     ("rerank", {"query": "q", "documents": ["a"], "top_n": 1, "return_documents": True}, OK),
     ("rerank", {"query": "q", "documents": ["a"], "top_n": None, "ttl": 0}, OK),
-    ("rerank", {"query": "q", "documents": [{"text": "a", "title": "t"}]}, OK),
+    ("rerank", {"query": "q", "documents": [{"text": "a", "title": "t"}]}, "documents"),
+    ("rerank", {"query": "q", "documents": ["a"], "rank_fields": ["text"]}, "rank_fields"),
     ("rerank", {"documents": ["a"]}, "query"),
     ("rerank", {"query": "", "documents": ["a"]}, "query"),
     ("rerank", {"query": 1, "documents": ["a"]}, "query"),
@@ -354,11 +356,13 @@ ROWS: list[Row] = [
                 "repeat_penalty": 10,
                 "seed": 1,
                 "stop": ["a"],
-                "num_ctx": 99,
             },
         },
         OK,
     ),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "options": {"num_ctx": 99}}, "options"),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "options": {"mirostat": 0}}, "options"),
+    ("ollama_chat", {"model": "smollm2", "messages": M, "options": {"frob": 1}}, "options"),
     (
         "ollama_chat",
         {
@@ -699,10 +703,9 @@ def test_chat_messages_come_out_openai_shaped() -> None:
                 {
                     "role": "assistant",
                     "content": "x",
-                    "reasoning_content": "not Ollama's",
                     "tool_calls": [{"id": "k", "function": {"name": "f", "arguments": '{"a": 1}'}}],
                 },
-                {"role": "tool", "content": "r", "tool_call_id": "k", "name": "not Ollama's"},
+                {"role": "tool", "content": "r", "tool_call_id": "k"},
             ],
         },
     )

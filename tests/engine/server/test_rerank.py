@@ -153,12 +153,9 @@ def test_rerank_answers_in_llama_servers_shape(
     )
     assert len(r.json()["results"]) == len(DOCS)
 
-    # llama-server's other names for the route; a field of another server is ignored, as
-    # on every route.
+    # llama-server's other names for the route.
     for path in ("/v1/reranking", "/rerank", "/reranking"):
-        r = _post(
-            srv, path, {"model": "rerank", "query": QUERY, "documents": DOCS, "rank_fields": 1}
-        )
+        r = _post(srv, path, {"model": "rerank", "query": QUERY, "documents": DOCS})
         assert r.status_code == 200, (path, r.text)
         assert [x["index"] for x in r.json()["results"]] == [x["index"] for x in results]
 
@@ -181,6 +178,7 @@ def test_rerank_refuses_what_it_cannot_do(server: tuple[ServerThread, ModelHost]
     assert _refusal(srv, "/v1/rerank", {**ok, "documents": [1]})[0] == "documents"
     assert _refusal(srv, "/v1/rerank", {**ok, "documents": [{"txt": "a"}]})[0] == "documents"
     assert _refusal(srv, "/v1/rerank", {**ok, "top_n": 0})[0] == "top_n"
+    assert _refusal(srv, "/v1/rerank", {**ok, "rank_fields": ["text"]})[0] == "rank_fields"
     assert _refusal(srv, "/v1/rerank", {**ok, "return_documents": "yes"})[0] == "return_documents"
     param, msg = _refusal(srv, "/v1/rerank", {**ok, "documents": ["a", "word " * 600]})
     assert param == "documents" and msg.startswith("document 1 is ")

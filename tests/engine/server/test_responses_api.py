@@ -538,7 +538,7 @@ TAKEN: list[dict[str, Any]] = [
         "stream": True,
         "stream_options": {"include_obfuscation": False},
         "top_logprobs": 0,
-        "unknown": [1],
+        "prompt_cache_retention": "24h",
     },
 ]
 REFUSED: list[dict[str, Any]] = [
@@ -553,6 +553,8 @@ REFUSED: list[dict[str, Any]] = [
     {"input": "x", "truncation": "auto"},
     {"input": "x", "tools": [{"type": "function", "name": "bad name"}]},
     {"input": "x", "text": {"format": {"type": "yaml"}}},
+    {"input": "x", "unknown": [1]},
+    {"input": [{"role": "user", "content": [{"type": "input_text", "text": "x", "lang": "en"}]}]},
 ]
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from engine.server import ServerThread
 from tests.engine.server.conftest import API_KEY, http, make_config
-from tests.fake_server_engine import DEFAULT_REPLY, FakeModel, serve_fake
+from tests.fake_server_engine import FakeModel, serve_fake
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 REPLY = "Paris is the capital of France."  # six word-tokens for the fake
@@ -230,10 +230,11 @@ def test_bad_fields_are_400s_naming_the_field(
         )
     assert e.value.status_code == 400 and e.value.param == "logit_bias"
     assert fake.seen == []  # refused before the model saw anything
-    # A key the server does not know is ignored (clients send newer APIs' fields).
-    ok = http.post(url, headers=AUTH, json={"model": "fake", "messages": MSG, "frobnicate": True})
-    assert ok.status_code == 200
-    assert ok.json()["choices"][0]["message"]["content"] == DEFAULT_REPLY
+    # A key the server does not know is refused by name, not ignored.
+    r = http.post(url, headers=AUTH, json={"model": "fake", "messages": MSG, "frobnicate": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "frobnicate"
+    assert "'frobnicate' is not a field of this API" in r.json()["error"]["message"]
+    assert fake.seen == []
 
 
 def test_unknown_model_is_a_404_listing_the_known_ones(oai: openai.OpenAI, fake: FakeModel) -> None:

@@ -1,0 +1,88 @@
+"""The base of every request body's model (`protocol.py`, `agent_protocol.py`): values are
+strict, and a key the model does not declare is a 400 naming it, so that a misspelt or
+unsupported field is never silently dropped.
+
+The exception is `IGNORED`, the one list of keys that official clients send and that change
+nothing here: they are accepted, whatever they hold, and dropped. docs/server.md ("Unknown
+keys") gives the same list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, GetJsonSchemaHandler, model_validator
+from pydantic_core import core_schema
+
+# The refusal of a key a model does not declare, after the key's quoted path.
+UNKNOWN = "is not a field of this API: unknown keys are refused, not ignored"
+
+_ABUSE = "an end-user id for OpenAI's abuse monitoring"
+_CACHE = "prompt prefixes are cached per slot anyway"
+_ECHO = "bookkeeping of an earlier answer, sent back with it"
+
+# By model (its class name; a model also takes its bases' keys): key -> why it is harmless.
+# Keys that ask for something the server does not do are declared and refused instead.
+IGNORED: dict[str, dict[str, str]] = {
+    # OpenAI chat and completions (the models' shared base)
+    "_OpenAISampling": {
+        "user": _ABUSE,
+        "safety_identifier": _ABUSE,
+        "metadata": "tags for OpenAI's dashboard",
+        "prompt_cache_key": _CACHE,
+        "prompt_cache_retention": _CACHE,
+        "service_tier": "there is one tier here",
+    },
+    "ChatMessage": {"annotations": "an answer's citations, sent back with it"},
+    "EmbeddingRequest": {"user": _ABUSE},
+    # Ollama: its servers number the calls of an answer, and clients send them back so
+    "OllamaFunctionCall": {"index": _ECHO},
+    # OpenAI Responses: an earlier response's output items, sent back as they came
+    "ResponsesRequest": {"prompt_cache_retention": _CACHE, "prompt_cache_options": _CACHE},
+    "ResponsesMessageItem": {
+        "id": _ECHO,
+        "status": _ECHO,
+        "phase": "marks commentary and final answers of OpenAI's agents",
+    },
+    "ResponsesTextPart": {
+        "annotations": _ECHO,
+        "logprobs": _ECHO,
+        "prompt_cache_breakpoint": _CACHE,
+    },
+    "ResponsesFunctionCallItem": {"id": _ECHO, "status": _ECHO},
+    "ResponsesFunctionCallOutputItem": {"id": _ECHO, "status": _ECHO},
+    "ResponsesReasoningItem": {"id": _ECHO, "status": _ECHO},
+    # Anthropic Messages
+    "AnthropicMessagesRequest": {"inference_geo": "where the model runs: here"},
+    "AnthropicTextBlock": {"citations": _ECHO},
+    "AnthropicTool": {
+        "eager_input_streaming": "a tool's input is streamed whole, as one delta, anyway"
+    },
+}
+
+
+def ignored_keys(model: type[BaseModel]) -> dict[str, str]:
+    return {k: v for c in reversed(model.__mro__) for k, v in IGNORED.get(c.__name__, {}).items()}
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, protected_namespaces=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_ignored(cls, data: Any) -> Any:
+        keys = ignored_keys(cls)
+        if keys and isinstance(data, dict):
+            return {k: v for k, v in data.items() if k not in keys}
+        return data
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        # The document takes the ignored keys too, or it would promise a refusal.
+        out = handler(schema)
+        own = handler.resolve_ref_schema(out)
+        for key, why in ignored_keys(cls).items():
+            own.setdefault("properties", {})[key] = {"description": f"ignored: {why}"}
+        return out
