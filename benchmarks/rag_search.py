@@ -38,18 +38,16 @@ from engine.rag.store import RagStore  # noqa: E402
 from engine.server.embeddings import Embedder  # noqa: E402
 from engine.settings import LoadParams  # noqa: E402
 
-DEFAULT_MODEL = REPO / ".artifacts" / "models" / "all-minilm-l6-v2-f16.gguf"
+MODELS = REPO / ".artifacts" / "models"  # the tests' models: the default embedding model too
 CHUNKS_PER_FILE = 20
 
 
 def model_path(arg: str | None) -> Path:
     if arg:
         return Path(arg)
-    if not DEFAULT_MODEL.exists():
-        from tests.minilm_gguf import convert
+    from app.services.default_embedding import DefaultEmbedding
 
-        convert(DEFAULT_MODEL)
-    return DEFAULT_MODEL
+    return DefaultEmbedding(MODELS).ensure()
 
 
 def base_chunks(count_tokens: Callable[[str], int]) -> list[Chunk]:

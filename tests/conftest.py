@@ -90,14 +90,16 @@ def minilm_path() -> Path:
     """all-MiniLM-L6-v2 (a BERT sentence-embedding model, mean pooling) converted to GGUF from
     its PyPI package (once, then reused)."""
     _no_model_in_fast_tier()
-    from all_minilm_l6_v2 import get_model_zip_path  # type: ignore[import-untyped]
+    from app.services import bert_gguf
+    from app.services.default_embedding import DefaultEmbedding, package_zip
 
-    from tests.minilm_gguf import convert
-
-    target = ARTIFACTS / "models" / "all-minilm-l6-v2-f16.gguf"
-    if not target.exists() or target.stat().st_mtime < get_model_zip_path().stat().st_mtime:
-        convert(target)
-    return target
+    default = DefaultEmbedding(ARTIFACTS / "models")  # the product's default, made as it is
+    sources = (package_zip(), Path(bert_gguf.__file__))
+    if default.path.exists() and default.path.stat().st_mtime < max(
+        p.stat().st_mtime for p in sources
+    ):
+        default.path.unlink()  # made by an older converter or package
+    return default.ensure()
 
 
 @pytest.fixture(scope="session")
@@ -105,13 +107,13 @@ def reranker_path() -> Path:
     """A structural test reranker (MiniLM's encoder and pooler, an untrained seeded head,
     pooling RANK: tests/reranker_gguf.py) built from the same package (once, then reused)."""
     _no_model_in_fast_tier()
-    from all_minilm_l6_v2 import get_model_zip_path  # type: ignore[import-untyped]
-
-    from tests import minilm_gguf, reranker_gguf
+    from app.services import bert_gguf
+    from app.services.default_embedding import package_zip
+    from tests import reranker_gguf
     from tests.reranker_gguf import convert_reranker
 
     target = ARTIFACTS / "models" / "minilm-rank-test-f16.gguf"
-    sources = (get_model_zip_path(), Path(minilm_gguf.__file__), Path(reranker_gguf.__file__))
+    sources = (package_zip(), Path(bert_gguf.__file__), Path(reranker_gguf.__file__))
     if not target.exists() or target.stat().st_mtime < max(p.stat().st_mtime for p in sources):
         convert_reranker(target)
     return target

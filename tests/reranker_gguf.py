@@ -2,17 +2,19 @@
 pooling is llama.cpp's RANK, and a numpy forward pass of the same weights to check its scores.
 
 No trained reranker can be had without the network, so this one is assembled from the weights
-tests/minilm_gguf.py converts: the encoder, its BERT pooler (`pooler.dense.*`, which the
-embedding GGUF leaves out) as llama.cpp's `cls` tensor, and a fixed head `cls.output`: a seeded
-random vector (numpy default_rng(0), normal, scaled by 1/sqrt(384)) and a bias of 0, one output
-label. Its head is untrained: it proves the rank-pooling path end to end (pair tokens, pooling,
-the head, the score read back, the API); it does NOT rank documents well, and no test may read
-meaning into its order beyond agreeing with `Reference`.
+the default embedding model is made of (app.services.default_embedding): the encoder, its BERT
+pooler (`pooler.dense.*`, which the embedding GGUF leaves out) as llama.cpp's `cls` tensor, and
+a fixed head `cls.output`: a seeded random vector (numpy default_rng(0), normal, scaled by
+1/sqrt(384)) and a bias of 0, one output label. Its head is untrained: it proves the
+rank-pooling path end to end (pair tokens, pooling, the head, the score read back, the API); it does
+NOT rank documents well, and no test may read meaning into its order beyond agreeing with
+`Reference`.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,8 @@ import numpy as np
 import numpy.typing as npt
 from safetensors.numpy import load_file
 
-from tests.minilm_gguf import load_json, model_folder, write_atomically, write_gguf
+from app.services.bert_gguf import load_json, write_gguf
+from app.services.default_embedding import model_folder
 
 NAME = "MiniLM rank test (untrained head)"
 HEAD_SEED = 0
@@ -36,8 +39,13 @@ def head(n_embd: int) -> npt.NDArray[np.float32]:
 
 
 def convert_reranker(target: Path) -> Path:
-    """Write the reranker to `target` (atomically: the file appears whole or not at all)."""
-    return write_atomically(target, _write)
+    """Write the reranker to `target` (through a part file: it appears whole or not at all)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    with model_folder() as model_dir:
+        _write(model_dir, part)
+    os.replace(part, target)
+    return target
 
 
 def _write(model_dir: Path, out: Path) -> None:

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import CliError, first_loads, library, positive_int, print_json
+from app.services.default_embedding import MODEL_NAME, DefaultEmbedding
 from app.services.documents import open_documents
 from app.services.embedding_models import LoadedEmbedding
+from app.services.paths import AppPaths
 from app.services.retrieval import RERANK_CANDIDATES, check_reranker, reranked
 from engine.model.facts import model_facts
 from engine.model.gguf import read_gguf
@@ -47,9 +49,9 @@ def register(sub: Any) -> None:
     a.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     a.add_argument(
         "--embedding-model",
-        required=True,
         metavar="MODEL",
-        help="an embedding model: a library id or a path to a .gguf file",
+        help="an embedding model: a library id or a path to a .gguf file (default: the "
+        f"collection's own, or {MODEL_NAME}, made once from the installed package)",
     )
     a.add_argument(
         "--reembed",
@@ -116,21 +118,28 @@ def add(args: argparse.Namespace) -> int:
         if not path.exists():
             raise CliError(f"no such file or folder: {p}")
         roots.append(path.resolve())
-    model_path = library().resolve(args.embedding_model).resolve()
+    with open_documents() as store:
+        existing = next((c for c in store.collections() if c.name == args.name), None)
+    if args.embedding_model is not None:
+        model_path = library().resolve(args.embedding_model).resolve()
+    elif existing is not None:  # new folders keep the collection's model
+        model_path = _default_if_gone(Path(existing.model_path))
+    else:
+        model_path = default_embedding()
+    ref = args.embedding_model or model_path.name
     facts = model_facts(read_gguf(model_path))
     if not facts.embedding_only:
         raise CliError(
-            f"{args.embedding_model} is a text generator, not an embedding model "
+            f"{ref} is a text generator, not an embedding model "
             "(its file says no pooling; try all-MiniLM-L6-v2 or nomic-embed-text)"
         )
     if facts.is_reranker:
         raise CliError(
-            f"{args.embedding_model} is a reranker, not an embedding model (use it with "
+            f"{ref} is a reranker, not an embedding model (use it with "
             "`docs search --rerank`; try all-MiniLM-L6-v2 or nomic-embed-text)"
         )
     model_name = facts.display_name or facts.name
     with open_documents() as store:
-        existing = next((c for c in store.collections() if c.name == args.name), None)
         if existing is None:
             store.create_collection(
                 args.name,
@@ -165,6 +174,27 @@ def add(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_embedding() -> Path:
+    """The default embedding model's file, made from the installed package the first time
+    (a line on stderr says so: it takes a few seconds)."""
+
+    def tell() -> None:
+        print(
+            f"Making the default embedding model {MODEL_NAME} from the installed package (once)...",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return DefaultEmbedding(AppPaths.default().models).ensure(before_making=tell).resolve()
+
+
+def _default_if_gone(path: Path) -> Path:
+    """`path`; the default model made again if `path` is its file, deleted from the library."""
+    if not path.exists() and path == DefaultEmbedding(AppPaths.default().models).path.resolve():
+        return default_embedding()
+    return path
+
+
 # index
 
 
@@ -173,7 +203,7 @@ class _Embedding:
     takes them (the window's loader, on every core: this process only indexes)."""
 
     def __init__(self, col: Collection) -> None:
-        path = Path(col.model_path)
+        path = _default_if_gone(Path(col.model_path))
         if not path.exists():
             raise CliError(
                 f"the embedding model of '{col.name}' is gone: {path} (add the collection "
@@ -410,7 +440,7 @@ def list_collections(args: argparse.Namespace) -> int:
         print_json(rows)
         return 0
     if not rows:
-        print("No collections yet: `candlewick docs add NAME FOLDER --embedding-model MODEL`.")
+        print("No collections yet: `candlewick docs add NAME FOLDER`.")
         return 0
     for r in rows:
         last = r["last_indexed"]

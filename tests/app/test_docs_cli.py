@@ -11,11 +11,21 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
+from app.services.default_embedding import FILE_NAME
 from app.services.documents import index_path
 from app.services.embedding_models import LoadedEmbedding
+from app.services.paths import AppPaths
 from engine.rag.store import RagStore
 from tests.app.cli_errors import one_line_error
-from tests.engine.rag.helpers import DIM, bow_vector, found, make_chunks, topic_files
+from tests.engine.rag.helpers import (
+    DIM,
+    NOTES,
+    SALAD,
+    bow_vector,
+    found,
+    make_chunks,
+    topic_files,
+)
 
 N_TOPICS = 6
 # A file of a folder added later: the Python reference's words on `pass`, as a user's own note.
@@ -109,6 +119,40 @@ def test_add_index_search_reindex_list_remove(
     assert all(p.exists() for p in files.values())
     rc, out, _ = cli(capsys, "list")
     assert out.startswith("No collections yet")
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_without_a_model_the_default_is_made_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for name, text in NOTES.items():
+        (notes / name).write_text(text + "\n", encoding="utf-8")
+    made = AppPaths.default().models / FILE_NAME
+    rc, out, err = cli(capsys, "add", "notes", str(notes))
+    assert rc == 0, err
+    assert out.startswith("Created collection 'notes' (1 folder(s), model All MiniLM L6 v2")
+    assert "Making the default embedding model all-MiniLM-L6-v2" in err and made.is_file()
+    rc, out, err = cli(capsys, "index", "notes", "--json")
+    assert rc == 0 and json.loads(out)["added"] == 3, err
+    rc, out, _ = cli(capsys, "search", "notes", SALAD, "--json")
+    hits = json.loads(out)
+    assert rc == 0 and Path(hits[0]["path"]).name == "garden.txt"
+    assert hits[0]["keyword_rank"] is None  # no keyword hit of ~0 evidence outranks it
+
+    # Made once: a second collection and a folder added to the first use the file as it is.
+    mtime = made.stat().st_mtime_ns
+    more = tmp_path / "more"
+    more.mkdir()
+    rc, _, err = cli(capsys, "add", "other", str(more))
+    assert rc == 0 and "Making" not in err
+    rc, out, err = cli(capsys, "add", "notes", str(more))
+    assert rc == 0 and out.startswith("Updated collection 'notes' (2 folder(s))")
+    assert "Making" not in err and made.stat().st_mtime_ns == mtime
+    rc, out, _ = cli(capsys, "list", "--json")
+    assert {c["model_path"] for c in json.loads(out)} == {str(made.resolve())}
 
 
 def test_a_text_generator_is_not_an_embedding_model(

