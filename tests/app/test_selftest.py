@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 from app import selftest
+from engine.native import load_probe
+from engine.native.load_probe import FirstLoads
+from engine.native.native_load import NativeLoad
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,6 +40,8 @@ def test_self_test_command_passes_and_prints_one_line(tmp_path: Path, smollm2_pa
     m = re.search(r"generated (\d+) tokens", line)
     assert m is not None and 1 <= int(m.group(1)) <= selftest.TOKENS  # EOS may end it early
     assert "window opened and closed" in line and "offscreen" in line
+    assert "first load tried in a child process" in line
+    assert "broken files refused, chat store ok" in line
     assert "backend CPU only" in line or "backend GPU offload" in line
     # The throw-away app home is gone; nothing was written to the user's profile.
     assert not (tmp_path / ".config" / "candlewick").exists()
@@ -48,6 +53,41 @@ def test_generation_reports_real_tokens(smollm2_path: Path) -> None:
     assert 1 <= n <= 4
     assert tps > 0
     assert text.strip()
+
+
+def test_the_first_load_is_tried_in_a_child(
+    smollm2_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    children: list[NativeLoad] = []
+    real = load_probe.run_in_child
+
+    def counting(load: NativeLoad, **kw: object) -> load_probe.ChildResult:
+        children.append(load)
+        return real(load, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(load_probe, "run_in_child", counting)
+    loads = FirstLoads(tmp_path)
+    n, _, _ = selftest.generate(smollm2_path, tokens=2, first_loads=loads)
+    assert n >= 1 and [c.path for c in children] == [str(smollm2_path)]
+    with pytest.raises(selftest.SelfTestError, match="is not fresh"):
+        selftest.generate(smollm2_path, tokens=2, first_loads=loads)
+
+
+def test_broken_files_are_refused_in_one_line(smollm2_path: Path, tmp_path: Path) -> None:
+    truncated, aborted = selftest.refuse_broken_files(
+        smollm2_path, tmp_path, FirstLoads(tmp_path / "cache")
+    )
+    assert "truncated.gguf" in truncated and "\n" not in truncated
+    assert re.fullmatch(
+        r"llama\.cpp crashed while loading no-layers\.gguf \(SIGABRT\): "
+        r"llama-model\.cpp:\d+: GGML_ASSERT\(.*n_layer.*\) failed",
+        aborted,
+    ), aborted
+
+
+def test_the_chat_store_opens(tmp_path: Path) -> None:
+    assert selftest.open_chats(tmp_path) == "ok"
+    assert (tmp_path / "chats.sqlite3").is_file()
 
 
 @pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
