@@ -186,6 +186,9 @@ class ChatController(QObject):
         self.loaded: LoadedModel | None = None
         self.loading: Path | RemoteTarget | None = None  # the engine being switched to
         self._reply: ActiveReply | None = None
+        # Streaming replies the chat moved away from (New chat, another conversation), by
+        # request id: stopped in the engine, stored as Stop stores an answer once it ends.
+        self._abandoned: dict[int, ActiveReply] = {}
         self.paused: str | None = None  # why sending is paused (a benchmark runs)
         self._send_state: tuple[bool, str | None] = (False, None)  # as last told
         self.turns: ToolTurns | None = None  # MCP tools in the chat (`use_tools`)
@@ -383,11 +386,15 @@ class ChatController(QObject):
         if self.turns is not None:
             self.turns.abandon()
         reply = self._end()
-        if reply is not None:
-            if reply.streaming:
-                self.engine.stop()
-            # Keep what was written so far: the user moved on, the answer stays as it was.
-            reply.close()
+        if reply is None:
+            return
+        if reply.streaming and reply.rid is not None:
+            # Stopped as Stop stops it: the engine's `finished` (cancelled, with the figures
+            # so far) closes its stored message, off screen (`_on_finished`).
+            self.engine.stop()
+            self._abandoned[reply.rid] = reply
+        else:
+            reply.close()  # nothing streamed: no stored answer to settle
 
     def _switch_then_run(self, reply: ActiveReply, choice: Choice | None) -> None:
         """Switch to the chosen engine unless it is the one in use, then run `reply`:
@@ -415,6 +422,9 @@ class ChatController(QObject):
         using the store, so late queued signals cannot touch a closed database."""
         if self._reply is not None:
             self._reply.close()
+        for reply in self._abandoned.values():  # the engine ended before they did
+            reply.close("interrupted", {"error": "The app closed before the answer ended"})
+        self._abandoned.clear()
         if self.turns is not None:
             self.turns.abandon()
             self.turns.store = None
@@ -979,12 +989,16 @@ class ChatController(QObject):
             self.chat.append_text(reply.row, text)
             self._grown(reply, n)
             reply.write(text)
+        elif (gone := self._abandoned.get(rid)) is not None:
+            gone.write(text)  # stored, as its figures will count it
 
     def _on_reasoning(self, rid: int, text: str, n: int) -> None:
         if (reply := self._mine(rid)) is not None and reply.row is not None:
             self.chat.append_thinking(reply.row, text)
             self._grown(reply, n)
             reply.write(text, thinking=True)
+        elif (gone := self._abandoned.get(rid)) is not None:
+            gone.write(text, thinking=True)
 
     def _on_thought(self, rid: int, tokens: int, seconds: float) -> None:
         if (reply := self._mine(rid)) is not None and reply.row is not None:
@@ -1004,7 +1018,16 @@ class ChatController(QObject):
         self.conversations_changed.emit()
         self._busy_changed()
 
+    def _settle(self, reply: ActiveReply, status: str, stats: dict[str, Any]) -> None:
+        """Save how an abandoned reply ended in the store (it is no longer on screen)."""
+        if reply.close(status, stats):
+            self.conversations_changed.emit()
+
     def _on_finished(self, rid: int, stats: GenerationStats) -> None:
+        if (gone := self._abandoned.pop(rid, None)) is not None:
+            # As after Stop: complete, with the figures of a cancelled reply (shown stopped).
+            self._settle(gone, "complete", gone.final_stats(stats).to_dict())
+            return
         reply = self._mine(rid)
         if reply is None or reply.row is None:
             return
@@ -1024,6 +1047,9 @@ class ChatController(QObject):
         self._busy_changed()
 
     def _on_failed(self, rid: int, message: str) -> None:
+        if rid and (gone := self._abandoned.pop(rid, None)) is not None:
+            self._settle(gone, "interrupted", {"error": message})
+            return
         if rid:
             if self._mine(rid) is None:
                 return  # an abandoned reply ended with an error: nobody's business

@@ -18,6 +18,7 @@ import pytest
 from PySide6.QtCore import QTimer
 from pytestqt.qtbot import QtBot
 
+from app.services.chat_store import ChatStore
 from app.services.mcp_client import McpHub
 from app.services.mcp_config import McpConfigStore
 from app.ui.active_reply import ReplyState
@@ -253,6 +254,33 @@ def test_new_chat_while_streaming_drops_the_late_signals(rig: Rig) -> None:
     rig.models.reply.release()
     rig.idle()
     assert rig.texts() == [("user", "Second question", "done"), ("assistant", "New one", "done")]
+
+
+def test_new_chat_while_streaming_stores_the_answer_as_stop_does(rig: Rig, tmp_path: Path) -> None:
+    """The abandoned answer is stored as a stopped one, with the figures of its cancelled
+    reply; it was stored 'complete' with no figures, and reopened as a finished answer."""
+    c = rig.controller
+    c.store = store = ChatStore(tmp_path / "chats.sqlite3")
+    try:
+        rig.load()
+        rig.models.reply = FakeReply(["Old", " answer"], hold_after=1)
+        assert c.send("First question")
+        rig.until(lambda: bool(rig.log.request_ids("tokens")))
+        cid = c.conversation_id
+        assert cid is not None
+        c.new_chat()
+        assert not c.busy and rig.chat.rowCount() == 0
+        rig.until(lambda: bool(store.active_path(cid)[-1].stats))
+        stored = store.active_path(cid)[-1]
+        assert (stored.role, stored.content, stored.status) == ("assistant", "Old", "complete")
+        assert stored.stats["stop_reason"] == "cancelled" and stored.stats["gen_tokens"] == 1
+        c.open_conversation(cid)  # shown as after Stop
+        m = rig.chat.message(1)
+        assert (m.text, m.state) == ("Old", "stopped")
+        assert m.stats is not None and m.stats.stop_reason == "cancelled"
+    finally:
+        c.detach_store()
+        store.close()
 
 
 def _chat_with_answer(rig: Rig, state: str = "done") -> None:
