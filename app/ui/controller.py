@@ -150,6 +150,10 @@ class ChatController(QObject):
     context_changed = Signal(int, int)  # tokens in use by this conversation, context size
     context_note = Signal(str)  # e.g. "2 old messages were left out to fit the context"
     engine_changed = Signal(object)  # the LoadedModel now in use, or None
+    # The request id of the reply that streams now, before any engine signal about it; None
+    # when the chat let it go unfinished (New chat, another conversation). The performance
+    # panel follows it, so a late signal of an abandoned reply moves nothing there either.
+    streaming_reply = Signal(object)
 
     def __init__(
         self,
@@ -393,6 +397,7 @@ class ChatController(QObject):
             # so far) closes its stored message, off screen (`_on_finished`).
             self.engine.stop()
             self._abandoned[reply.rid] = reply
+            self.streaming_reply.emit(None)
         else:
             reply.close()  # nothing streamed: no stored answer to settle
 
@@ -697,6 +702,7 @@ class ChatController(QObject):
             continue_text=m.text,
             continue_thinking=m.thinking,
         )
+        self.streaming_reply.emit(reply.rid)
 
     def _free_sampling(self) -> SamplingParams:
         """The chat's sampling without its structured-output grammar."""
@@ -914,6 +920,7 @@ class ChatController(QObject):
             tools=functions,
             tool_choice=choice or "auto",
         )
+        self.streaming_reply.emit(reply.rid)
 
     # -- engine signals --------------------------------------------------------------------
 

@@ -190,6 +190,7 @@ class MainWindow(QMainWindow):
         w.loaded.connect(self._on_loaded)
         w.load_cancelled.connect(self._on_unloaded)  # the old model was freed first
         w.unloaded.connect(self._on_unloaded)
+        c.streaming_reply.connect(pp.follow)  # the chat's reply, no other, moves the panel
         w.started.connect(pp.on_started)
         w.tokens.connect(pp.on_tokens)
         w.reasoning.connect(pp.on_tokens)  # thinking tokens are generated tokens too

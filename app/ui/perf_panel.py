@@ -2,7 +2,9 @@
 rolling), context use, process RAM, VRAM per GPU, CPU load (and a line when other processes
 take the CPU), and a chart of each reply's tokens/s and of RAM (`app.ui.perf_chart`).
 
-It listens to the engine's signals (cheap: a few attribute writes each) and samples the
+It listens to the engine's signals (cheap: a few attribute writes each) about one reply, the
+chat's (`follow`: the controller names it as it starts streaming): a late signal of a reply
+the chat abandoned carries another request id and moves nothing. It samples the
 process on a timer (400 ms) while it is shown, so it never adds work per token; the chart is
 redrawn on that tick too, but at most once a second while a reply streams (see
 STREAMING_REDRAW_S). The rules for the rolling rate and for "CPU busy" are in
@@ -137,7 +139,7 @@ class PerfPanel(QWidget):
         self.gen_tps: float | None = None  # last finished reply, llama.cpp counters
         self.current_tps = 0.0
         self.rolling = RollingRate(ROLLING_S)
-        self._rid: int | None = None  # the reply the figures are about
+        self._rid: int | None = None  # the reply the figures are about (`follow`)
         self.ticks = 0
         self._t_start = 0.0
         self._t_first: float | None = None  # the reply's first token
@@ -201,8 +203,17 @@ class PerfPanel(QWidget):
         self.labels["model"].setText("—")
         self._show_ctx()
 
-    def on_started(self, rid: int, prompt_tokens: int) -> None:
+    def follow(self, rid: int | None) -> None:
+        """Show the figures of reply `rid` from now on, and of no other (None: of none, the
+        chat let its reply go). A reply in progress that is not `rid` ends here, without
+        figures: its own end may never be shown."""
+        if self.generating and rid != self._rid:
+            self._end_reply()
         self._rid = rid
+
+    def on_started(self, rid: int, prompt_tokens: int) -> None:
+        if rid != self._rid:
+            return
         self.generating = True
         self.prompt_tokens = prompt_tokens
         self.gen_tokens = 0
@@ -216,7 +227,9 @@ class PerfPanel(QWidget):
 
     def on_tokens(self, rid: int, _text: str, n_total: int) -> None:
         """Answer or thinking tokens (both are generated): `n_total` so far in the reply."""
-        if rid != self._rid:  # a reply the panel did not see start: its figures only
+        if rid != self._rid:
+            return
+        if not self.generating:  # its `started` was not seen: its figures from here
             self.on_started(rid, 0)
         now = self._clock()
         if self.ttft_s is None:
@@ -226,7 +239,9 @@ class PerfPanel(QWidget):
         self.gen_tokens = n_total
         self.rolling.add(now, n_total)
 
-    def on_finished(self, _rid: int, stats: GenerationStats) -> None:
+    def on_finished(self, rid: int, stats: GenerationStats) -> None:
+        if rid != self._rid:
+            return
         self.generating = False
         self.rolling.stop()
         # The chart's point is the footer's figure (drawn at the next tick).
@@ -262,7 +277,12 @@ class PerfPanel(QWidget):
             text += f" · x{stats.gen_tps / plain:.2f} vs the last plain reply"
         return text
 
-    def on_failed(self, _rid: int, _message: str) -> None:
+    def on_failed(self, rid: int, _message: str) -> None:
+        if rid == self._rid:
+            self._end_reply()
+
+    def _end_reply(self) -> None:
+        """The reply shown ended without its figures (it failed, or the chat let it go)."""
         self.generating = False
         self.rolling.stop()
         self.current_tps = 0.0

@@ -57,6 +57,7 @@ def reply(
 ) -> GenerationStats:
     """A reply whose tokens arrive at `tps` for `seconds`, the timer ticking in between
     (`tick`); ends with the engine's stats at that rate."""
+    panel.follow(rid)
     panel.on_started(rid, 20)
     c.t += ttft
     n, next_tick, end = 0, c.t + TICK, c.t + seconds
@@ -111,6 +112,7 @@ def test_the_chart_is_drawn_on_the_tick_not_per_token(qtbot: QtBot) -> None:
     c = Clock()
     panel = make_panel(qtbot, c)
     before = panel.chart.redraws
+    panel.follow(1)
     panel.on_started(1, 10)
     for n in range(1, 200):
         c.t += 0.005
@@ -146,6 +148,7 @@ def test_while_a_reply_streams_the_chart_is_redrawn_at_most_once_a_second(
 def test_while_a_reply_runs_its_rolling_rate_is_dashed_then_replaced(qtbot: QtBot) -> None:
     c = Clock()
     panel = make_panel(qtbot, c)
+    panel.follow(1)
     panel.on_started(1, 10)
     for n in range(1, 41):  # 20 tok/s for 2 s, ticking
         c.t += 0.05
@@ -199,6 +202,7 @@ def test_time_range_last_reply_or_since_start(qtbot: QtBot) -> None:
     assert a.end < lo <= b.start and b.end <= hi < c.t
     assert hi - lo < 10.0
     # A new reply: "Last reply" follows it while it runs.
+    panel.follow(3)
     panel.on_started(3, 10)
     c.t += 1.0
     panel.on_tokens(3, "x", 1)

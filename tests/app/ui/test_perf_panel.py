@@ -51,6 +51,7 @@ def run_reply(
 ) -> None:
     """A reply whose tokens reach the GUI at `tps`, with the panel's timer ticking every
     400 ms in between (at its own moments, not the tokens')."""
+    panel.follow(rid)
     panel.on_started(rid, 20)
     m.advance(ttft)
     n, next_token, next_tick = 0, m.t, m.t + TICK
@@ -85,6 +86,7 @@ def test_rolling_rate_is_the_last_reply_and_goes_blank_when_idle(qtbot: QtBot) -
     assert rolling(panel) == "—"
     assert panel.labels["tg"].text() == "idle"
     # A slow reply right after: during it and when it ends, its own speed.
+    panel.follow(2)
     panel.on_started(2, 30)
     panel.tick()
     assert rolling(panel) == "—"  # no token yet
@@ -102,6 +104,7 @@ def test_rolling_rate_is_the_last_reply_and_goes_blank_when_idle(qtbot: QtBot) -
 def test_a_reply_slowing_down_shows_the_new_speed_within_seconds(qtbot: QtBot) -> None:
     m = Machine()
     panel = make_panel(qtbot, m)
+    panel.follow(1)
     panel.on_started(1, 10)
     n = 0
     for _ in range(200):  # 10 s at 20 tok/s
@@ -185,6 +188,7 @@ def test_figures_that_change_every_tick_do_not_lay_the_panel_out(qtbot: QtBot) -
     requests = LayoutRequests()
     box.installEventFilter(requests)
     before = {key: label.text() for key, label in panel.labels.items()}
+    panel.follow(2)
     panel.on_started(2, 20)
     for i in range(1, 30):
         m.advance(TICK)
@@ -197,6 +201,34 @@ def test_figures_that_change_every_tick_do_not_lay_the_panel_out(qtbot: QtBot) -
     # A value longer than any before still fits (the figure grows once).
     wide = "123,456,789 / 1,048,576 tokens"
     panel.labels["ctx"].setText(wide)
-    qtbot.wait(5)
     ctx = panel.labels["ctx"]
-    assert ctx.width() >= ctx.fontMetrics().horizontalAdvance(wide)
+    # Its new size is applied by the layout, in an event of its own.
+    qtbot.waitUntil(lambda: ctx.width() >= ctx.fontMetrics().horizontalAdvance(wide))
+
+
+def test_only_the_reply_it_follows_moves_the_figures(qtbot: QtBot) -> None:
+    """The chat names the reply that streams (`follow`); the late signals of one it let go,
+    or of any other request id, move no figure and add nothing to the chart."""
+    m = Machine()
+    panel = make_panel(qtbot, m)
+    run_reply(panel, m, 1, tps=20.0, seconds=2.0)
+    # Reply 2 streams, then the chat lets it go (New chat): its figures end there.
+    panel.follow(2)
+    panel.on_started(2, 30)
+    m.advance(0.5)
+    panel.on_tokens(2, "x", 3)
+    panel.follow(None)
+    assert not panel.generating and panel.labels["tg"].text() == "idle"
+    figures = ("ttft", "pp", "tg", "tg_last", "spec", "ctx", "source")
+    shown = [panel.labels[key].text() for key in figures]
+    for rid in (2, 7):  # the abandoned reply's late end, and a request never followed
+        panel.on_started(rid, 99_999)
+        panel.on_tokens(rid, "x", 99_999)
+        stale = GenerationStats(prompt_tokens=99_999, gen_tokens=99_999, gen_tps=999.0)
+        panel.on_finished(rid, stale)
+        panel.on_failed(rid, "a stale failure")
+    m.advance(TICK)
+    panel.tick()
+    assert not panel.generating and panel.prompt_tokens == 30
+    assert [panel.labels[key].text() for key in figures] == shown
+    assert panel.chart.reply_rates() == [20.0]

@@ -217,11 +217,14 @@ def test_perf_panel_speed_up_against_last_plain_reply(qtbot: QtBot) -> None:
     )
     panel.on_loaded(info)
     spec = GenerationStats(gen_tokens=40, gen_tps=60.0, draft_tokens=20, draft_accepted=15)
+    panel.follow(1)
     panel.on_finished(1, spec)
     # No plain reply of this model yet: no speed-up to show.
     assert panel.labels["spec"].text() == "15/20 drafted tokens accepted (75%)"
+    panel.follow(2)
     panel.on_finished(2, GenerationStats(gen_tokens=40, gen_tps=40.0))
     assert panel.labels["spec"].text() == "—"
+    panel.follow(3)
     panel.on_finished(3, spec)
     assert panel.labels["spec"].text() == (
         "15/20 drafted tokens accepted (75%) · x1.50 vs the last plain reply"
@@ -232,5 +235,6 @@ def test_perf_panel_speed_up_against_last_plain_reply(qtbot: QtBot) -> None:
             path=Path("/models/b.gguf"), name="b", n_ctx=512, n_layer=30, n_gpu_layers=0, load_s=0.1
         )
     )
+    panel.follow(4)
     panel.on_finished(4, spec)
     assert "vs the last plain reply" not in panel.labels["spec"].text()

@@ -47,6 +47,11 @@ def test_a_stale_request_id_does_not_land_in_the_current_message(
     current = log.request_ids("tokens")[0]
     assert current != old
 
+    # The performance panel shows the current reply: the stale signals move it no more.
+    panel = window.perf_panel
+    qtbot.waitUntil(lambda: panel.generating and panel.gen_tokens > 0, timeout=30_000)
+    figures = (panel.prompt_tokens, panel.gen_tps, panel.chart.running_since)
+
     w = window.engine.worker
     w.started.emit(old, 99_999)
     w.tokens.emit(old, "STALE TEXT", 99_999)
@@ -57,6 +62,8 @@ def test_a_stale_request_id_does_not_land_in_the_current_message(
     assert "STALE" not in reply.text and reply.state == "streaming" and reply.stats is None
     assert window.controller.busy and window.controller.reply_row == row
     assert not window.banner.isVisible()  # the stale failure is nobody's business
+    assert panel.generating and panel.gen_tokens < 99_999
+    assert (panel.prompt_tokens, panel.gen_tps, panel.chart.running_since) == figures
     assert window.chat_model.message(1).text == first.text  # nor the old message's
 
     # The current reply goes on and ends as its own signals say.
