@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from app.cli import main
 from app.services.chat_store import ChatStore, default_store_path
 from app.services.paths import AppPaths
+from tests.app.cli_errors import one_line_error
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -71,3 +77,24 @@ def test_import_errors_are_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and "needs a role and text content" in r.stderr
     r = cli("export", "999")
     assert r.returncode == 2 and "no conversation with id 999" in r.stderr
+
+
+def test_an_export_that_fails_leaves_the_old_file_and_no_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A full disk (ENOSPC as the export is flushed): one line, exit 2, yesterday's export
+    as it was, and no `.part` file left beside it."""
+    _seed()
+    out = tmp_path / "exports"
+    out.mkdir()
+    target = out / "all.json"
+    target.write_text("the export from yesterday", encoding="utf-8")
+
+    def disk_full(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    assert main(["chats", "export", "--output", str(target)]) == 2
+    assert "No space left on device" in one_line_error(capsys.readouterr().err)
+    assert target.read_text(encoding="utf-8") == "the export from yesterday"
+    assert os.listdir(out) == ["all.json"]
