@@ -51,7 +51,8 @@ class TokenProbe(QObject):
 def send(qtbot: QtBot, w: MainWindow, text: str) -> None:
     qtbot.keyClicks(w.chat_view.input, text)
     qtbot.keyClick(w.chat_view.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: not w.controller.busy, timeout=120_000)
+    # The panel hears `finished` through its own queued event, after the controller's.
+    qtbot.waitUntil(lambda: not w.controller.busy and not w.perf_panel.generating, timeout=120_000)
 
 
 def load(qtbot: QtBot, w: MainWindow, path: Path, n_ctx: int) -> None:

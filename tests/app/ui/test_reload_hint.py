@@ -27,8 +27,15 @@ def load_as_set(qtbot: QtBot, w: MainWindow, n_ctx: int) -> None:
     lp = w.library_panel
     lp.set_context_length(n_ctx)
     qtbot.mouseClick(lp.load_button, Qt.MouseButton.LeftButton)
+    # The panel's own record of the load, which the hint compares with: the window sets it
+    # from the engine's `loaded` after the controller has taken it.
     qtbot.waitUntil(
-        lambda: w.controller.loaded is not None and w.controller.loaded.n_ctx == n_ctx,
+        lambda: (
+            w.controller.loaded is not None
+            and w.controller.loaded.n_ctx == n_ctx
+            and lp.loaded is not None
+            and lp.loaded.n_ctx == n_ctx
+        ),
         timeout=60_000,
     )
 

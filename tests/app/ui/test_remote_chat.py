@@ -454,7 +454,7 @@ def test_partial_answer_is_kept_when_the_server_dies(
         widget = w.chat_view.message_widgets[1]
         assert widget.error_label.isVisible() and widget.error_label.text() == reply.error
         assert widget.footer.text() == "interrupted: the answer above is partial"
-        assert not w.perf_panel.generating
+        qtbot.waitUntil(lambda: not w.perf_panel.generating, timeout=5_000)  # its own event
         # Saved as interrupted with all of the text that arrived, and shown so after reopening.
         assert w.store is not None and w.controller.conversation_id is not None
         cid = w.controller.conversation_id

@@ -148,8 +148,8 @@ def test_a_steady_label_changes_its_text_without_laying_out_its_window(qtbot: Qt
     # A longer text grows it (once), so nothing is cut.
     wide = "Context: 1,000,000 / 1,048,576 tokens (95%)"
     steady.setText(wide)
-    qtbot.wait(5)
-    assert steady.width() >= steady.fontMetrics().horizontalAdvance(wide)
+    # Its new size is applied by the layout, in an event of its own.
+    qtbot.waitUntil(lambda: steady.width() >= steady.fontMetrics().horizontalAdvance(wide))
     steady.clear()
     assert steady.text() == ""
 
@@ -160,14 +160,18 @@ def test_the_scroll_area_still_follows_content_that_grows(qtbot: QtBot) -> None:
     qtbot.wait(20)
     bar = area.verticalScrollBar()
     stream(qtbot, body, 40, step=60)
-    qtbot.wait(20)
     inner = area.widget()
     assert inner is not None
     # The whole story is far taller than the viewport: the content grew and can be scrolled
-    # to its end, and its size is the one QScrollArea would give it.
-    assert bar.maximum() > 0
-    assert inner.height() == bar.maximum() + area.viewport().height()
-    assert wanted_size(area) == inner.size()
+    # to its end, and its size is the one QScrollArea would give it (once the layout events
+    # the last update posted are through).
+    qtbot.waitUntil(
+        lambda: (
+            bar.maximum() > 0
+            and inner.height() == bar.maximum() + area.viewport().height()
+            and wanted_size(area) == inner.size()
+        )
+    )
 
 
 def test_the_guard_drops_only_requests_that_change_nothing(qtbot: QtBot) -> None:
@@ -179,13 +183,11 @@ def test_the_guard_drops_only_requests_that_change_nothing(qtbot: QtBot) -> None
     qtbot.wait(20)
     before = guard.passed, guard.dropped
     body.set_markdown("A first line, a little longer")  # same height: nothing to re-place
-    qtbot.wait(20)
-    assert guard.dropped > before[1]
+    qtbot.waitUntil(lambda: guard.dropped > before[1])
     area.resize(700, 120)
     body.set_markdown(STORY)  # taller than the viewport now: this one must pass
-    qtbot.wait(20)
-    assert guard.passed > before[0]
-    assert area.verticalScrollBar().maximum() > 0
+    qtbot.waitUntil(lambda: guard.passed > before[0])
+    qtbot.waitUntil(lambda: area.verticalScrollBar().maximum() > 0)
 
 
 def test_a_growing_paragraph_is_laid_out_once_per_update_at_the_width_it_is_shown(
@@ -215,7 +217,8 @@ def test_a_growing_paragraph_is_laid_out_once_per_update_at_the_width_it_is_show
     assert growing.text() == model.message(row).text
     assert updates > 10
     assert growing.layouts <= updates + 1  # once per update (the first at its width)
-    assert growing.heightForWidth(growing.width()) == growing.height()
+    # Its height follows its text once the layout event of the last update is through.
+    qtbot.waitUntil(lambda: growing.heightForWidth(growing.width()) == growing.height())
     # A new paragraph: the finished one becomes a label, the new one grows.
     model.append_text(row, STORY[len(model.message(row).text) : end + 12])
     qtbot.wait(5)
