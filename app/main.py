@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QApplication
 from app.services.chat_store import ChatStore, ChatStoreError, default_store_path
 from app.services.connections import FILE_NAME as CONNECTIONS_FILE
 from app.services.connections import ConnectionStore
+from app.services.default_embedding import DefaultEmbedding
 from app.services.documents import index_path
 from app.services.embedding_models import EmbeddingModels
 from app.services.library import LibraryEntry, ModelLibrary
@@ -265,7 +266,13 @@ def documents_panel(
         store = RagStore(index_path(paths))
     except (StoreError, sqlite3.Error, OSError) as e:
         return None, f"Your document collections cannot be opened: {e}"
-    return DocumentsPanel(store, library, embedding_loader(models)), None
+    panel = DocumentsPanel(
+        store,
+        library,
+        embedding_loader(models),
+        default_embedding=DefaultEmbedding(paths.models),
+    )
+    return panel, None
 
 
 def add_documents(window: MainWindow, paths: AppPaths, models: EmbeddingModels) -> None:

@@ -1,7 +1,8 @@
 """The Documents side tab: collections of the user's folders, indexed for search.
 
 It lists the collections of the documents index (the same file `candlewick docs` uses), creates
-them (name, folders and files, an embedding model of the library), adds folders, indexes one
+them (name, folders and files, an embedding model: the default one, made from the installed
+package the first time it indexes, or one of the library), adds folders, indexes one
 at a time with live progress and Cancel (`app.ui.index_job`: off the GUI thread, held while
 the chat answers), shows the files it skipped and why, changes a collection's model (which
 empties its index) and removes one (the index only, never the files).
@@ -39,10 +40,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.services.default_embedding import DIM, MODEL_NAME, DefaultEmbedding, DefaultEmbeddingError
 from app.services.library import LibraryEntry, ModelLibrary
 from app.ui.index_job import (
     ChatGate,
     DocumentsError,
+    Embedding,
+    EmbeddingChoice,
     EmbeddingLoader,
     IndexJob,
     embedding_choice,
@@ -67,6 +71,7 @@ NO_EMBEDDING_MODEL = (
     "GGUF) in the Download tab, or import a .gguf file."
 )
 PAUSED_TEXT = "Paused while the chat answers"
+DEFAULT_LABEL = f"{MODEL_NAME} (default)"
 ERROR_STYLE = "color: #b00020;"  # readable on light and dark
 
 
@@ -145,8 +150,10 @@ class NewCollectionDialog(QDialog):
         *,
         pick_folder: PickPaths,
         pick_files: PickPaths,
+        default: Path | None = None,
         parent: QWidget | None = None,
     ) -> None:
+        """`default`: the default embedding model's file (made or not yet), offered first."""
         super().__init__(parent)
         self.setWindowTitle("New collection")
         self._create = create
@@ -164,12 +171,16 @@ class NewCollectionDialog(QDialog):
         drop.clicked.connect(self._drop_selected)
         self.model = QComboBox()
         self.model.setAccessibleName("Embedding model")
+        if default is not None:
+            self.model.addItem(DEFAULT_LABEL, str(default))
         for e in models:
-            self.model.addItem(e.name, str(e.path))
-        self.message = QLabel(NO_EMBEDDING_MODEL if not models else "")
+            if default is None or e.path.resolve() != default.resolve():
+                self.model.addItem(e.name, str(e.path))
+        none = self.model.count() == 0
+        self.message = QLabel(NO_EMBEDDING_MODEL if none else "")
         self.message.setWordWrap(True)
         self.message.setStyleSheet(ERROR_STYLE)
-        self.message.setVisible(not models)
+        self.message.setVisible(none)
         self.buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
         )
@@ -255,12 +266,17 @@ class DocumentsPanel(QWidget):
         pick_folder: PickPaths | None = None,
         pick_files: PickPaths | None = None,
         pick_model: PickModel | None = None,
+        default_embedding: DefaultEmbedding | None = None,
     ) -> None:
+        """`default_embedding`: the model a new collection is offered first; a collection
+        created with it before its file exists has the file made when it is indexed (off
+        the GUI thread: it takes seconds)."""
         super().__init__(parent)
         self.store = store
         self.library = library
+        self.default_embedding = default_embedding
         self.gate = ChatGate()
-        self.job = IndexJob(store, load, self.gate, self)
+        self.job = IndexJob(store, self._loader(load), self.gate, self)
         self.confirm = confirm or _ask(self)
         self.pick_folder = pick_folder or _pick_folder(self)
         self.pick_files = pick_files or _pick_files(self)
@@ -433,11 +449,13 @@ class DocumentsPanel(QWidget):
         return [e for e in self.library.entries() if e.error is None and embeds(e)]
 
     def new_collection(self) -> NewCollectionDialog:
+        default = self.default_embedding
         dialog = NewCollectionDialog(
             self.embedding_models(),
             self.create_collection,
             pick_folder=self.pick_folder,
             pick_files=self.pick_files,
+            default=default.path if default is not None else None,
             parent=self,
         )
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -454,7 +472,7 @@ class DocumentsPanel(QWidget):
         if missing:
             return f"Not found: {missing[0]}"
         try:
-            choice = embedding_choice(model)
+            choice = self._choice(model)
             self.store.create_collection(
                 name,
                 [p.resolve() for p in roots],
@@ -467,6 +485,32 @@ class DocumentsPanel(QWidget):
         self.refresh(select=name)
         self._say(f"Created '{name}': Index reads its files.")
         return None
+
+    def _is_default(self, model: Path) -> bool:
+        d = self.default_embedding
+        return d is not None and model.resolve() == d.path.resolve()
+
+    def _choice(self, model: Path) -> EmbeddingChoice:
+        """What a collection records of `model`; the default model's, before its file is
+        made, from what the conversion writes."""
+        if self._is_default(model) and not model.exists():
+            return EmbeddingChoice(MODEL_NAME, model.resolve(), DIM)
+        return embedding_choice(model)
+
+    def _loader(self, load: EmbeddingLoader) -> EmbeddingLoader:
+        """`load`, after making the default model's file when a collection needs it (on the
+        indexing thread)."""
+
+        def load_made(col: Collection) -> Embedding:
+            d = self.default_embedding
+            if d is not None and self._is_default(Path(col.model_path)):
+                try:
+                    d.ensure()
+                except DefaultEmbeddingError as e:
+                    raise DocumentsError(str(e)) from None
+            return load(col)
+
+        return load_made
 
     def add_folder(self, folders: Sequence[Path] | None = None) -> None:
         """Add folders to the selected collection (asked for when None); the next Index
@@ -505,7 +549,7 @@ class DocumentsPanel(QWidget):
                 return False
             model = picked.path
         try:
-            choice = embedding_choice(model)
+            choice = self._choice(model)
         except DocumentsError as e:
             self._say(str(e), error=True)
             return False
@@ -560,6 +604,9 @@ class DocumentsPanel(QWidget):
         self.progress.setRange(0, 0)  # busy until the walk has counted the files
         self.progress.show()
         note = f" ({missing[0]} is not found: its files stay indexed)" if missing else ""
+        d = self.default_embedding
+        if d is not None and self._is_default(Path(col.model_path)) and not d.ready():
+            note += f" (first making {MODEL_NAME} from the installed package, once)"
         self._say(f"Indexing '{col.name}'…{note}")
         self._sync_buttons()
         return True

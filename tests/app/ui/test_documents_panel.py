@@ -7,6 +7,9 @@ chat's busy state."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,9 +18,12 @@ from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from app.services import default_embedding
+from app.services.default_embedding import DefaultEmbedding
 from app.services.embedding_models import EmbeddingModels
 from app.services.library import ModelLibrary
 from app.ui.documents_panel import (
+    DEFAULT_LABEL,
     EMPTY_TEXT,
     NO_EMBEDDING_MODEL,
     PAUSED_TEXT,
@@ -28,14 +34,14 @@ from app.ui.index_job import embedding_loader
 from engine.rag.indexer import IndexProgress, IndexReport
 from engine.rag.store import RagStore
 from tests.app.ui.shots import save_shot, shots_dir
-from tests.engine.rag.helpers import topic_files
+from tests.engine.rag.helpers import NOTES, topic_files
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 INDEX_TIMEOUT_MS = 240_000
 
 
 class Setup:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, default: DefaultEmbedding | None = None) -> None:
         self.tmp = tmp
         self.store = RagStore(tmp / "documents.sqlite3")
         self.library = ModelLibrary(tmp / "models", discovery=False)
@@ -50,6 +56,7 @@ class Setup:
             confirm=self.confirm,
             pick_folder=lambda: self.folders,
             pick_files=lambda: [],
+            default_embedding=default,
         )
 
     def confirm(self, _title: str, text: str) -> bool:
@@ -319,3 +326,70 @@ def test_window_has_the_documents_tab_wired_to_the_chat(qtbot: QtBot) -> None:
         w.shutdown()
         w.deleteLater()
         QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_a_new_collection_uses_the_default_model_made_when_it_indexes(
+    qtbot: QtBot, tmp_path: Path
+) -> None:
+    default = DefaultEmbedding(tmp_path / "models")  # the library's folder
+    s = Setup(tmp_path, default)
+    qtbot.addWidget(s.panel)
+    try:
+        p = s.panel
+        dialog = p.new_collection()
+        assert dialog.model.currentIndex() == 0 and dialog.model.currentText() == DEFAULT_LABEL
+        assert dialog.model.currentData() == str(default.path) and dialog.message.isHidden()
+        notes = tmp_path / "notes"
+        notes.mkdir()
+        for name, text in NOTES.items():
+            (notes / name).write_text(text, encoding="utf-8")
+        dialog.name.setText("Notes")
+        dialog.add_paths([notes])
+        dialog.try_create()  # recorded now; the file is made by the first Index, off this thread
+        assert not dialog.isVisible() and not default.path.exists()
+        [col] = s.store.collections()
+        assert (col.model_name, col.model_path, col.dim) == (
+            "all-MiniLM-L6-v2",
+            str(default.path.resolve()),
+            384,
+        )
+        with qtbot.waitSignal(p.job.finished, timeout=INDEX_TIMEOUT_MS) as got:
+            assert p.index_selected()
+            assert "(first making all-MiniLM-L6-v2 from the installed package" in p.status.text()
+        report = got.args[1]
+        assert report.added == 3 and default.ready()
+        # Listed by the library once, and offered once (as the default) from then on.
+        assert [e.path for e in p.embedding_models()] == [default.path]
+        again = p.new_collection()
+        assert [again.model.itemText(i) for i in range(again.model.count())] == [DEFAULT_LABEL]
+        again.reject()
+    finally:
+        s.close()
+
+
+def test_when_the_default_model_cannot_be_made_indexing_says_why(
+    qtbot: QtBot, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(default_embedding, "model_folder", lambda _zip: contextlib.nullcontext())
+
+    def full_disk(_folder: Path, _out: Path) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    default = DefaultEmbedding(tmp_path / "models", write=full_disk)
+    s = Setup(tmp_path, default)
+    qtbot.addWidget(s.panel)
+    try:
+        (tmp_path / "notes").mkdir()
+        assert s.panel.create_collection("Notes", [tmp_path / "notes"], default.path) is None
+        with qtbot.waitSignal(s.panel.job.failed, timeout=INDEX_TIMEOUT_MS):
+            assert s.panel.index_selected()
+        qtbot.waitUntil(lambda: s.panel.progress.isHidden())
+        assert s.panel.status.text() == (
+            "Could not index 'Notes': could not make the default embedding model in "
+            f"{tmp_path / 'models'}: No space left on device"
+        )
+        assert not default.path.exists()
+    finally:
+        s.close()
