@@ -1,5 +1,9 @@
 """Shared fixtures: the real models, a private app home, and a check for leaked threads.
 
+CANDLEWICK_SHUFFLE_SEED=N runs the collected tests in an order shuffled with that seed (the
+modules, then the tests within each module, so module fixtures are still set up once each);
+the seed is printed, so a failing order can be run again.
+
 The fast tier (`make test-fast`) is every test without the `model`, `slow` or `xserver`
 marker. A test that requests one of the model fixtures below, directly or through another
 fixture, is marked `model` at collection, so a new model test leaves the tier by itself. With
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import os
+import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +50,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         # `fixturenames` is the closure: fixtures that request a model fixture count too.
         if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.model)
+    seed = os.environ.get(SHUFFLE_ENV)
+    if seed:
+        shuffle(config, items, seed)
+
+
+SHUFFLE_ENV = "CANDLEWICK_SHUFFLE_SEED"
+
+
+def shuffle(config: pytest.Config, items: list[pytest.Item], seed: str) -> None:
+    """Shuffle `items` in place by module, then within each module, with `seed`: a test
+    that passes only after another one (state left behind, a signal that came first) shows."""
+    try:
+        rng = random.Random(int(seed))
+    except ValueError:
+        raise pytest.UsageError(f"{SHUFFLE_ENV} must be a whole number, not {seed!r}") from None
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(str(item.path), []).append(item)
+    groups = list(modules.values())
+    rng.shuffle(groups)
+    for group in groups:
+        rng.shuffle(group)
+    items[:] = [item for group in groups for item in group]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"tests shuffled: {SHUFFLE_ENV}={seed}")
 
 
 _model_guard = pytest.MonkeyPatch()
