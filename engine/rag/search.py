@@ -80,13 +80,15 @@ def fts_expression(query: str, *, content_only: bool = False) -> str | None:
 
 
 def informative(store: RagStore, terms: Sequence[str]) -> list[str]:
-    """The terms bm25 gives weight to: those in fewer than half of the index's chunks. FTS5
-    floors the idf of any other term at 1e-6, so a chunk that only such terms match scores
-    about 0: it matched nothing that tells it apart."""
+    """The terms that tell chunks apart: those in at most half of the index's chunks. FTS5
+    floors the idf of a term in more than half of them at 1e-6, so a chunk that only such
+    terms match scores about 0: it matched nothing that sets it apart. (At exactly half the
+    idf is 0 too, but the term still splits the chunks in two: in a two-chunk index, a word of
+    one of them is evidence.)"""
     if not terms:
         return []
     total, counts = store.match_counts([_quoted(t) for t in terms])
-    return [t for t, n in zip(terms, counts, strict=True) if 2 * n < total]
+    return [t for t, n in zip(terms, counts, strict=True) if 2 * n <= total]
 
 
 def keyword(
@@ -95,7 +97,7 @@ def keyword(
     """The best `k` chunks by bm25 over the query's content words: a question's "how do I"
     would otherwise match almost every chunk and rank long ones first. With `evidence_only`
     (the list a fusion ranks), only chunks with an informative content word are hits: a
-    question of stop words, or of words in half the chunks or more, finds none."""
+    question of stop words, or of words in more than half the chunks, finds none."""
     if k <= 0:
         return []
     terms = query_terms(query, content_only=True, fallback=not evidence_only)

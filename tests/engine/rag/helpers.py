@@ -20,7 +20,7 @@ from engine.rag.files import Found
 DIM = 64
 
 # Three short notes as a user keeps them: only the garden note is about the salad leaves, and
-# it shares no word with the question; the other two share words that half the index or more
+# it shares no word with the question; the other two share words that more than half the index
 # has ("happened", "leaves"), on which bm25 gives them ~0 (issue #35).
 NOTES = {
     "garden.txt": "Slugs got into the vegetable bed overnight and ate the lettuce to the stalks.",
