@@ -47,6 +47,10 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from engine.bench.hw import cpu_name  # noqa: E402
+
 HOST = "127.0.0.1"
 CHAT_ROUTE = "/v1/chat/completions"
 MiB = 1024 * 1024
@@ -292,6 +296,9 @@ class Report:
     seconds: float = 0.0
     kill: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    # The machine's 1-minute load average when the soak started and ended (a shared machine
+    # slows every figure down; the checks do not depend on it).
+    load: dict[str, float] = field(default_factory=dict)
 
     def by_class(self) -> dict[str, int]:
         return dict(sorted(Counter(o.status_class for o in self.outcomes).items()))
@@ -309,6 +316,8 @@ class Report:
             "slots_after": self.slots_after,
             "seconds": round(self.seconds, 1),
             "kill": self.kill,
+            "load_average": self.load,
+            "cpu": f"{cpu_name()}, {os.cpu_count()} cores",
             "failures": self.failures,
         }
 
@@ -390,6 +399,7 @@ async def soak(
 ) -> Report:
     """The mixed run against a started server (the RSS figures and checks in the report)."""
     report = Report()
+    report.load["start"] = round(os.getloadavg()[0], 1)
     t0 = time.monotonic()
     async with _client(serve.url, concurrency) as client:
         report.rss["start"] = serve.rss()
@@ -402,6 +412,7 @@ async def soak(
         report.rss["end"] = serve.rss()
         report.server_statuses = await server_statuses(client)
     report.seconds = time.monotonic() - t0
+    report.load["end"] = round(os.getloadavg()[0], 1)
     report.failures += check(report.outcomes)
     if report.slots_after["busy_slots"] or report.slots_after["queue_depth"]:
         report.failures.append(f"slots still busy after the run: {report.slots_after}")
@@ -535,6 +546,7 @@ def rss_failures(rss: dict[str, int], slack_mib: int) -> list[str]:
 def print_report(report: Report, args: argparse.Namespace) -> None:
     d = report.to_dict()
     print(f"requests: {d['requests']} at concurrency {args.concurrency}, {d['seconds']} s")
+    print(f"  on {d['cpu']}, load average {d['load_average']}")
     print(f"  by kind: {d['by_kind']}")
     print(f"  by status class (client): {d['by_status_class']}")
     print(f"  by status (server /metrics): {d['server_statuses']}")
