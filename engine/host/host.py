@@ -15,8 +15,9 @@ Several models can be loaded at once, within a memory budget per device:
   budget counts what llama.cpp really allocated.
 - A model the host loaded stays for its keep-alive time after its last request (default 5
   minutes; 0 = unload when idle, None = keep), unless pinned. A model with a request in flight
-  is never unloaded. A model a client added itself (the chat's) is that client's: the host
-  neither evicts nor frees it.
+  is never unloaded: `unload` refuses it (freeing it would pull the context and vocabulary
+  from under the request's threads), and `close` leaves it to its last request. A model a
+  client added itself (the chat's) is that client's: the host neither evicts nor frees it.
 """
 
 from __future__ import annotations
@@ -384,9 +385,23 @@ class ModelHost:
         return e.model
 
     def unload(self, name: str) -> None:
-        model = self.remove(name)
-        if model is not None:
-            model.close()
+        """Free `name` now. Refused with ModelBusy while requests hold it (`set_keep(name, 0)`
+        unloads it as soon as they end)."""
+        with self._changed:
+            e = self._find(name)
+            if e is None or e.model is None:
+                return
+            if e.in_flight:
+                n = e.in_flight
+                raise ModelBusy(
+                    f"{e.title} cannot be unloaded: {n} request{'s' if n != 1 else ''} in flight"
+                )
+            self._entries.remove(e)
+            listeners = list(self._listeners)
+            self._changed.notify_all()
+        for fn in listeners:
+            fn(e.name, None)
+        e.model.close()
 
     def on_change(self, fn: Callable[[str, Model | None], None]) -> Callable[[], None]:
         """Call `fn(name, model)` when a model is added, loaded or claimed by a client (see
@@ -522,8 +537,9 @@ class ModelHost:
             self._ensure_reaper()
             for fn in listeners:
                 fn(e.name, model)
-            if closed:
-                self.unload(e.name)
+            if closed:  # its waiters still hold it: then their last release unloads it
+                with contextlib.suppress(ModelBusy):
+                    self.unload(e.name)
         except BaseException as err:
             log.info("could not load %s: %s", spec.name, err)
             with self._changed:
@@ -613,6 +629,10 @@ class ModelHost:
                 e.last_used = self._clock()
                 e.expires_at = None if e.keep_s is None else e.last_used + e.keep_s
             self._changed.notify_all()
+            closing = self._closed and e.in_flight == 0 and e in self._entries
+        if closing:  # the host closed while this request ran: it was left for now
+            with contextlib.suppress(ModelBusy):
+                self.unload(e.name)
 
     # -- what a client may set -------------------------------------------------------------
 
@@ -724,7 +744,8 @@ class ModelHost:
         with self._load_lock:  # a load in progress finishes (and then sees it is closed)
             pass
         for name in self.names():
-            self.unload(name)
+            with contextlib.suppress(ModelBusy):  # unloaded when its last request ends
+                self.unload(name)
 
     def _find(self, name: str) -> _Entry | None:
         exact = next((e for e in self._entries if e.name == name), None)

@@ -21,6 +21,7 @@ from engine.host.host import (
     GiB,
     Loadable,
     MemoryBudget,
+    ModelBusy,
     ModelHost,
     ModelNotFound,
     NoRoom,
@@ -345,3 +346,29 @@ def test_a_client_load_makes_room_by_evicting_idle_models(
         short,
     ), short
     assert loaded(small) == ["smol"]
+
+
+def test_a_model_with_a_request_in_flight_is_not_unloaded(
+    make_host: Callable[..., ModelHost],
+) -> None:
+    host = make_host(default_keep_s=None)
+    lease = host.acquire("smol")
+    reply = lease.model.generate(HI, SamplingParams(max_tokens=8, temperature=0))
+    with pytest.raises(ModelBusy, match=r"^smol cannot be unloaded: 1 request in flight$"):
+        host.unload("smol")
+    reply.consume()
+    assert reply.stats.stop_reason in ("stop", "length")  # on the context still there
+    assert loaded(host) == ["smol"]
+    lease.release()
+    host.unload("smol")
+    assert loaded(host) == []
+
+    # Closing the host leaves a busy model to its last request, which unloads it.
+    lease = host.acquire("smol")
+    host.close()
+    assert loaded(host) == ["smol"]
+    late = lease.model.generate(HI, TWO)
+    late.consume()
+    assert late.stats.stop_reason in ("stop", "length")
+    lease.release()
+    assert loaded(host) == []
