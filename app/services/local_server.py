@@ -104,7 +104,8 @@ class LocalServer:
         # The app's host: the server finds the chat's model there, under its name, and
         # loads the library's other models into it on demand.
         self.state = ServerState(config, request_log=self.request_log, host=host)
-        self._lock = threading.Lock()
+        # Reentrant: serving the model can reach the host, whose listeners come back here.
+        self._lock = threading.RLock()
         self._closed = False
         self._thread: ServerThread | None = None
         self._model: Model | None = None  # the chat's model, with the server's slots
@@ -129,6 +130,9 @@ class LocalServer:
             if self._closed:
                 raise LoadCancelled("stopped before it started")
             self._thread = ServerThread(self.state)
+        # Listening before the model is looked up: a model that goes after the lookup is
+        # then either heard going or found gone below, never served closed.
+        unsubscribe = self.model_host.on_change(self._on_host_change)
         try:
             self._thread.start()
             self.port = self._thread.port
@@ -136,15 +140,29 @@ class LocalServer:
             model = self.model_host.get(self.name)
             self._lease(model)
         except BaseException:
+            unsubscribe()
             self.stop()
             raise
         with self._lock:
-            if not self._closed:
+            # The host says a model is gone before it frees it, and the listener waits for
+            # this lock: the model found here is still open.
+            still = self._is_loaded(model)
+            if not self._closed and still:
                 self._serve_chat_model(self.name, model, self.settings.model_id)
-                self._unsubscribe = self.model_host.on_change(self._on_host_change)
+                self._unsubscribe = unsubscribe
                 return self
+        unsubscribe()
         self._give_back(model)
+        if not still:
+            self.stop()
+            raise EngineError(f"{self.title} was unloaded while the server started")
         raise LoadCancelled("stopped while starting")
+
+    def _is_loaded(self, model: Model) -> bool:
+        try:
+            return self.model_host.get(self.name) is model
+        except EngineError:
+            return False
 
     def _lease(self, model: Model) -> None:
         """The server's slots beside the chat's, each as long as the chat's, so the chat
@@ -169,6 +187,8 @@ class LocalServer:
         on. A model the chat loads gets the server's slots and is the default one; the
         model it leaves stays served while API requests use it (the host decides when it
         goes), and requests name any library model, loaded on demand."""
+        if not self.running:  # starting: `start` checks its model itself
+            return
         if model is None:
             if name != self.name:
                 return
