@@ -45,8 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--self-test",
         action="store_true",
-        help="check this install without a display: load the bundled model, "
-        "generate a few tokens, open and close the window; exit 0 if all work",
+        help="check this install without a display: load the bundled model through the "
+        "first-load child process, generate a few tokens, refuse broken model files, open the "
+        "chat store, open and close the window; exit 0 if all work",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in COMMAND_MODULES:
