@@ -17,10 +17,16 @@ calls, whole (`parse`) or while they stream (`ToolCallStream`). A call that does
 stays in the content: the user sees what the model wrote rather than an error.
 
 Markers inside a `<think>` block are never calls: a reasoning model may draft one there.
+
+A forced call's grammar is bounded, so a model that repeats itself must still stop: at most
+one call without parallel calls, else at most `MAX_PARALLEL_CALLS`; a string argument whose
+schema sets no length takes at most `MAX_ARGUMENT_CHARS` characters. A forced answer that the
+token limit cut is still calls, never text (`cut_calls`): the last one marked incomplete.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -29,6 +35,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
+
+import pydantic_core
 
 from engine.decoding.reasoning import ThinkMarkers, thinking_markers
 from engine.errors import EngineError
@@ -39,6 +47,12 @@ Json: TypeAlias = dict[str, Any]
 EMPTY_PARAMETERS: Json = {"type": "object", "properties": {}}
 MISTRAL_ID = re.compile(r"[A-Za-z0-9]{9}")
 _DECODER = json.JSONDecoder(strict=False)  # models put raw newlines inside JSON strings
+# A forced call's bounds. Parallel calls: enough for a fan-out over a few items (the weather in
+# several cities), few enough that a model repeating one call ends within a usual max_tokens.
+MAX_PARALLEL_CALLS = 8
+# A string argument without a maxLength of its own: room for a paragraph or a short file, not
+# for a model looping inside the string until the token limit.
+MAX_ARGUMENT_CHARS = 2000
 
 
 class ToolCallError(EngineError):
@@ -50,6 +64,9 @@ class ToolCall:
     name: str
     arguments: str  # JSON text of an object (as OpenAI sends `function.arguments`)
     id: str  # "call_" + random hex if the model gave none
+    # False: the token limit cut the call; `arguments` holds the values written so far (the
+    # last one possibly cut), closed into an object.
+    complete: bool = True
 
 
 def new_call_id() -> str:
@@ -84,12 +101,51 @@ def _chosen(tools: Sequence[Mapping[str, Any]], choice: ToolChoice) -> list[Mapp
     return named[:1]
 
 
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_ONE = ("items", "additionalProperties", "not")
+_LENGTH_SET = ("maxLength", "enum", "const", "pattern", "format")
+
+
+def _bounded(schema: Any) -> Any:
+    """A copy of an arguments schema whose strings of unbounded length take at most
+    MAX_ARGUMENT_CHARS characters (strings with a length, pattern, format or set of values
+    keep theirs)."""
+    if not isinstance(schema, Mapping):
+        return schema
+    out: Json = dict(schema)
+    for key in _SCHEMA_MAPS:
+        if isinstance(out.get(key), Mapping):
+            out[key] = {k: _bounded(v) for k, v in out[key].items()}
+    for key in _SCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [_bounded(v) for v in out[key]]
+    for key in _SCHEMA_ONE:
+        if key in out:
+            value = out[key]
+            out[key] = [_bounded(v) for v in value] if isinstance(value, list) else _bounded(value)
+    kind = out.get("type")
+    is_string = kind == "string" or (isinstance(kind, list) and "string" in kind)
+    if is_string and not any(k in out for k in _LENGTH_SET):
+        out["maxLength"] = MAX_ARGUMENT_CHARS
+    return out
+
+
+def _max_calls(parallel: bool) -> int:
+    return MAX_PARALLEL_CALLS if parallel else 1
+
+
+def _more(item: str, parallel: bool) -> str:
+    """Lark for the calls after the first: up to MAX_PARALLEL_CALLS in all, or none."""
+    return f" ({item.strip()}){{0,{MAX_PARALLEL_CALLS - 1}}}" if parallel else ""
+
+
 def _call_object(fn: Mapping[str, Any], args_key: str, **extra: Json) -> Json:
     return {
         "type": "object",
         "properties": {
             "name": {"type": "string", "const": fn["name"]},
-            args_key: _parameters(fn),
+            args_key: _bounded(_parameters(fn)),
             **extra,
         },
         "required": ["name", args_key, *extra],
@@ -298,6 +354,47 @@ def _visible_before_marker(text: str, marker: str, think: ThinkMarkers) -> str:
     return text[:end].rstrip()
 
 
+def _partial(text: str, *, cut_strings: bool) -> Any:
+    """The JSON value `text` starts, as far as it got: open arrays and objects closed, a cut
+    string kept as written so far (`cut_strings`) or left out; None if nothing parses."""
+    try:
+        return pydantic_core.from_json(
+            text, allow_partial="trailing-strings" if cut_strings else True
+        )
+    except ValueError:
+        return None
+
+
+def _cut(text: str, items: Callable[[Any], Any], args_keys: tuple[str, ...]) -> list[ToolCall]:
+    """The calls in `text`, a JSON value the token limit cut (`items` finds its list of call
+    objects): each one whose name was written whole, the last marked incomplete."""
+    written, whole = (items(_partial(text, cut_strings=c)) for c in (True, False))
+    if not isinstance(written, list) or not isinstance(whole, list):
+        return []
+    calls: list[ToolCall] = []
+    for obj, firm in zip(written, whole, strict=False):  # firm: no cut strings, so a cut
+        name = firm.get("name") if isinstance(firm, dict) else None  # name is absent there
+        if not isinstance(obj, dict) or not isinstance(name, str) or not name:
+            break
+        key = next((k for k in args_keys if k in obj), None)
+        args = obj[key] if key is not None and isinstance(obj[key], dict) else {}
+        call_id = firm.get("id")
+        calls.append(
+            ToolCall(
+                name,
+                json.dumps(args, ensure_ascii=False),
+                call_id if isinstance(call_id, str) and call_id else new_call_id(),
+            )
+        )
+    if calls:
+        calls[-1] = dataclasses.replace(calls[-1], complete=False)
+    return calls
+
+
+def _as_list(value: Any) -> list[Any]:
+    return [value]
+
+
 # --- the families ----------------------------------------------------------------------------
 
 
@@ -371,6 +468,20 @@ class ToolFormat(ABC):
     def visible(self, text: str) -> str:
         """Of an unfinished answer, the content that `parse` of any continuation starts with."""
 
+    def cut_calls(self, text: str) -> list[ToolCall]:
+        """The calls of an answer decoded under the forced-call grammar and cut short (the
+        token limit, a stop string): the ones it finished, then the one it was writing,
+        marked incomplete, if its name is whole. Under that grammar nothing is content."""
+        content, calls = self.parse(text + self._closing)
+        if calls and not content.strip():  # it ended right after a whole call
+            return calls
+        return self._cut_calls(text)
+
+    _closing = ""  # what ends a forced answer after its last call
+
+    @abstractmethod
+    def _cut_calls(self, text: str) -> list[ToolCall]: ...
+
     def stream(self) -> ToolCallStream:
         return ToolCallStream(self)
 
@@ -383,7 +494,7 @@ class HermesFormat(ToolFormat):
     def _grammar(
         self, schema: Json, parallel: bool, special_tokens: Mapping[str, int] | None
     ) -> str:
-        start = "start: block" + (' ("\\n" block)*' if parallel else "")
+        start = "start: block" + _more(' "\\n" block', parallel)
         block = (
             f'block: {_lark_literal(self.opener, special_tokens)} "\\n" call "\\n" '
             f"{_lark_literal(self.closer, special_tokens)}"
@@ -406,6 +517,16 @@ class HermesFormat(ToolFormat):
 
     def visible(self, text: str) -> str:
         return _visible_before_marker(text, self.opener, self.think)
+
+    _closing = "\n" + closer
+
+    def _cut_calls(self, text: str) -> list[ToolCall]:
+        last = text.rfind(self.opener)
+        if last < 0:
+            return []
+        done = self.parse(text[:last])[1]
+        cut = _cut(text[last + len(self.opener) :].strip(), _as_list, ("arguments",))
+        return done + cut
 
 
 class MistralFormat(ToolFormat):
@@ -444,10 +565,12 @@ class MistralFormat(ToolFormat):
             return None
         call_id: Json = {"type": "string", "pattern": "^[a-zA-Z0-9]{9}$"}
         items = [_call_object(fn, "arguments", id=call_id) for fn in _chosen(tools, choice)]
-        schema: Json = {"type": "array", "items": _any_of(items), "minItems": 1}
-        if not parallel:
-            schema["maxItems"] = 1
-        return schema
+        return {
+            "type": "array",
+            "items": _any_of(items),
+            "minItems": 1,
+            "maxItems": _max_calls(parallel),
+        }
 
     def _grammar(
         self, schema: Json, parallel: bool, special_tokens: Mapping[str, int] | None
@@ -467,6 +590,14 @@ class MistralFormat(ToolFormat):
 
     def visible(self, text: str) -> str:
         return _visible_before_marker(text, self.marker, self.think)
+
+    _closing = "]"
+
+    def _cut_calls(self, text: str) -> list[ToolCall]:
+        at = text.find(self.marker)
+        if at < 0:
+            return []
+        return _cut(text[at + len(self.marker) :].strip(), lambda v: v, ("arguments",))
 
 
 def _mistral_id(call_id: str) -> str:
@@ -503,7 +634,7 @@ class Llama3JsonFormat(ToolFormat):
     def _grammar(
         self, schema: Json, parallel: bool, special_tokens: Mapping[str, int] | None
     ) -> str:
-        start = 'start: call ("; " call)*' if parallel else "start: call"
+        start = "start: call" + _more(' "; " call', parallel)
         return f"{start}\ncall: {_lark_json(schema)}\n"
 
     def _read(self, text: str, pos: int) -> tuple[list[ToolCall], int] | None:
@@ -539,6 +670,21 @@ class Llama3JsonFormat(ToolFormat):
         if not body or body.startswith("{"):  # the answer may yet be a call
             return text[:head].rstrip()
         return _visible_before_marker(text, self.tag, self.think)
+
+    def _cut_calls(self, text: str) -> list[ToolCall]:
+        """`;`-separated calls: the whole ones read as `parse` reads them, then the cut one."""
+        calls: list[ToolCall] = []
+        pos = 0
+        while (decoded := _decode_at(text, pos)) is not None:
+            call = _call(decoded[0], self._ARGS)
+            if call is None:
+                break
+            calls.append(call)
+            rest = text[decoded[1] :].lstrip()
+            if not rest.startswith(";"):
+                return calls
+            pos = len(text) - len(rest) + 1
+        return calls + _cut(text[pos:].strip(), _as_list, self._ARGS)
 
 
 # {"response": "... at the start of a generic answer, and a string's text so far.
@@ -632,9 +778,12 @@ class GenericFormat(ToolFormat):
         if choice == "none":
             return None
         items = [_call_object(fn, "arguments") for fn in _chosen(tools, choice)]
-        array: Json = {"type": "array", "items": _any_of(items), "minItems": 1}
-        if not parallel:
-            array["maxItems"] = 1
+        array: Json = {
+            "type": "array",
+            "items": _any_of(items),
+            "minItems": 1,
+            "maxItems": _max_calls(parallel),
+        }
         calls = {
             "type": "object",
             "properties": {"tool_calls": array},
@@ -687,6 +836,14 @@ class GenericFormat(ToolFormat):
         start = _RESPONSE_START.match(text, body_start)
         reply = reader.read(text, start.end()) if start else None
         return text[:head] + (reply or "")
+
+    _closing = "]}"
+
+    def _cut_calls(self, text: str) -> list[ToolCall]:
+        body = text[_leading_think(text, self.think) :].strip()
+        return _cut(
+            body, lambda v: v.get("tool_calls") if isinstance(v, dict) else None, ("arguments",)
+        )
 
     def stream(self) -> ToolCallStream:
         reader = _StringReader()  # one per answer: it remembers how far it decoded
@@ -753,8 +910,12 @@ class ToolCallStream:
         new, self._shown = visible[len(self._shown) :], visible
         return new
 
-    def finish(self) -> tuple[str, list[ToolCall]]:
+    def finish(self, *, forced: bool = False) -> tuple[str, list[ToolCall]]:
+        """`forced`: the answer was decoded under the forced-call grammar, so it is calls
+        only, even when it was cut short."""
         content, calls = self._format.parse(self._text)
+        if forced and (content.strip() or not calls):
+            content, calls = "", self._format.cut_calls(self._text)
         # `visible` promises a prefix of the content; should it fail, nothing is sent twice.
         return content[_common_prefix(content, self._shown) :], calls
 
@@ -798,6 +959,8 @@ def _refuses_system(src: str) -> bool:
 
 
 __all__ = [
+    "MAX_ARGUMENT_CHARS",
+    "MAX_PARALLEL_CALLS",
     "GenericFormat",
     "HermesFormat",
     "Llama3JsonFormat",

@@ -6,7 +6,9 @@ The model's own template renders the tools when it knows them (its family's form
 engine.decoding.tool_calls); otherwise the generic format describes them in a system message
 and a grammar makes every answer a JSON object of calls or of a response, as llama-server's
 generic handler does. A forced call (`required`, a named function) is always decoded under
-the grammar of the call, so its arguments are valid against the function's schema.
+the grammar of the call, so its arguments are valid against the function's schema, and its
+reply is calls only: cut short by the token limit, the call being written comes back marked
+incomplete, never as text. Without parallel calls, a reply is read for one call at most.
 
 Requests that cannot be planned raise `PlanError`, which names the request field at fault;
 the HTTP layer turns it into its 400 answer.
@@ -65,6 +67,8 @@ class ChatPlan:
     in_thinking: bool  # the prompt opened the thinking block (whatever `markers` says)
     text: str = ""  # the rendered prompt
     dropped: int = 0  # old messages left out to fit the context
+    forced: bool = False  # a call is forced (tool_choice required or a named function)
+    parallel: bool = True  # several calls may come at once
 
     def sampling(self, sampling: SamplingParams) -> SamplingParams:
         """The request's sampling with what the reply needs: its grammar, and control tokens
@@ -158,6 +162,8 @@ def plan_chat(
         in_thinking,
         text,
         dropped,
+        forced=offered and choice not in ("auto", "none"),
+        parallel=parallel,
     )
 
 
@@ -166,6 +172,12 @@ class ReplyResult:
     content: str
     reasoning: str
     calls: list[ToolCall] = field(default_factory=list)
+    forced: bool = False  # the reply could only be calls: no text, even when empty
+
+    @property
+    def cut_call(self) -> bool:
+        """The token limit (or a stop string) cut a call: the last one is incomplete."""
+        return any(not c.complete for c in self.calls)
 
 
 class ReplyReader:
@@ -176,6 +188,7 @@ class ReplyReader:
     def __init__(self, plan: ChatPlan) -> None:
         self._split = ReasoningSplitter(plan.markers, in_thinking=plan.in_thinking)
         self._calls: ToolCallStream | None = plan.fmt.stream() if plan.fmt else None
+        self._forced, self._parallel = plan.forced, plan.parallel
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._t0 = time.perf_counter()
@@ -212,14 +225,17 @@ class ReplyReader:
         tail = self._route(self._split.flush())
         calls: list[ToolCall] = []
         if self._calls is not None:
-            rest, calls = self._calls.finish()
+            rest, calls = self._calls.finish(forced=self._forced)
+            if not self._parallel:
+                calls = calls[:1]
             if rest:
                 self._content.append(rest)
                 tail.append(("content", rest))
         if stats is not None and self._thought:
             n, s = self._think_end or (stats.gen_tokens, time.perf_counter() - self._t0)
             stats.thinking_tokens, stats.thinking_s = n, s
-        return tail, ReplyResult("".join(self._content), "".join(self._reasoning), calls)
+        reply = ReplyResult("".join(self._content), "".join(self._reasoning), calls, self._forced)
+        return tail, reply
 
 
 def read_whole(plan: ChatPlan, text: str, stats: GenerationStats) -> ReplyResult:

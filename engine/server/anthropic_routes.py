@@ -229,7 +229,7 @@ class MessageBuilder:
         st, calls = done.stats, done.reply.calls
         out = self._stop()
         content = self.message["content"]
-        if not calls and not any(b["type"] == "text" for b in content):
+        if not calls and not done.reply.forced and not any(b["type"] == "text" for b in content):
             out += self._open("text") + self._stop()
         for call in calls:
             args = call_input(call)
@@ -257,7 +257,9 @@ class MessageBuilder:
                 ("content_block_stop", {"type": "content_block_stop", "index": i}),
             ]
             block["input"] = args
-        reason = "tool_use" if calls else _STOP_REASONS.get(st.stop_reason, "max_tokens")
+        # A tool_use block the token limit cut ends the message as max_tokens does.
+        whole_calls = bool(calls) and not done.reply.cut_call
+        reason = "tool_use" if whole_calls else _STOP_REASONS.get(st.stop_reason, "max_tokens")
         # Anthropic counts cache reads apart: input + cache reads are the whole prompt.
         usage = {
             "input_tokens": st.prompt_tokens - st.cached_tokens,

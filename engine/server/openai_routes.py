@@ -45,8 +45,11 @@ _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def finish_reason(st: GenerationStats, calls: list[ToolCall] | None = None) -> str:
-    if calls:
+    """A call the token limit cut is "length", with the partial call in `tool_calls`."""
+    if calls and all(c.complete for c in calls):
         return "tool_calls"
+    if calls:
+        return "length"
     return "stop" if st.stop_reason in ("stop", "stop_string") else "length"
 
 
@@ -194,7 +197,7 @@ class OpenAIRoutes:
             _, reply = reader.finish(done.stats)
             message: dict[str, Any] = {
                 "role": "assistant",
-                "content": reply.content or (None if reply.calls else ""),
+                "content": reply.content or (None if reply.calls or reply.forced else ""),
             }
             if reply.reasoning:
                 message["reasoning_content"] = reply.reasoning

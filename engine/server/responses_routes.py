@@ -229,11 +229,16 @@ class ResponseBuilder:
 
     def finish(self, done: Done) -> list[Json]:
         st, calls = done.stats, done.reply.calls
-        whole = bool(calls) or st.stop_reason in ("stop", "stop_string")
+        if calls:
+            whole = not done.reply.cut_call
+        else:  # a forced call's grammar ends only after a call: without one it was cut
+            whole = st.stop_reason in ("stop", "stop_string") and not done.reply.forced
         status = "completed" if whole else "incomplete"
         out = self._close(status)
         output = self.response["output"]
-        if not calls and not any(i["type"] == "message" for i in output):
+        # A forced call's reply is calls only: cut before one was named, it has no item.
+        no_message = not any(i["type"] == "message" for i in output)
+        if not calls and not done.reply.forced and no_message:
             out += self._open("message") + self._close(status)
         for call in calls:
             item: Json = {
@@ -264,7 +269,9 @@ class ResponseBuilder:
                     arguments=call.arguments,
                 )
             )
-            item.update(arguments=call.arguments, status="completed")
+            item.update(
+                arguments=call.arguments, status="completed" if call.complete else "incomplete"
+            )
             out.append(
                 self._ev(
                     "response.output_item.done", output_index=where["output_index"], item=dict(item)

@@ -12,6 +12,8 @@ import llguidance as llg
 import pytest
 
 from engine.decoding.tool_calls import (
+    MAX_ARGUMENT_CHARS,
+    MAX_PARALLEL_CALLS,
     GenericFormat,
     HermesFormat,
     Llama3JsonFormat,
@@ -731,3 +733,87 @@ def test_markers_that_are_special_tokens_are_named_by_id(
         i += len(hit) if hit else 1
     assert accepts(tokenizer, grammar, as_special)
     assert not accepts(tokenizer, grammar, tokens)  # spelled out, the marker is not the token
+
+
+# --- the bounds of a forced call, and a forced answer cut short --------------------------------
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FORMAT_IDS)
+def test_parallel_calls_are_bounded(fmt: ToolFormat, tokenizer: llg.LLTokenizer) -> None:
+    grammar = fmt.grammar(TOOLS, "required", parallel=True)
+    assert grammar is not None
+    for n, ok in ((MAX_PARALLEL_CALLS, True), (MAX_PARALLEL_CALLS + 1, False)):
+        text = call_text(fmt, "get_weather", {"city": "Paris"}, calls=n)
+        assert accepts(tokenizer, grammar, list(text.encode())) == ok
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FORMAT_IDS)
+def test_string_arguments_are_bounded(fmt: ToolFormat, tokenizer: llg.LLTokenizer) -> None:
+    grammar = fmt.grammar(TOOLS, "get_weather", parallel=False)
+    assert grammar is not None
+    for n, ok in ((MAX_ARGUMENT_CHARS, True), (MAX_ARGUMENT_CHARS + 1, False)):
+        text = call_text(fmt, "get_weather", {"city": "x" * n})
+        assert accepts(tokenizer, grammar, list(text.encode())) == ok
+
+
+def test_a_schemas_own_string_rules_are_kept() -> None:
+    params = {
+        "type": "object",
+        "properties": {
+            "short": {"type": "string", "maxLength": 5},
+            "kind": {"type": "string", "enum": ["a", "b"]},
+            "tags": {"type": "array", "items": {"type": ["string", "null"]}},
+            "any": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+        },
+    }
+    tool = [{"type": "function", "function": {"name": "f", "parameters": params}}]
+    schema = HermesFormat().call_schema(tool, "required", parallel=False)
+    assert schema is not None
+    props = schema["properties"]["arguments"]["properties"]
+    assert props["short"] == {"type": "string", "maxLength": 5}
+    assert props["kind"] == {"type": "string", "enum": ["a", "b"]}
+    assert props["tags"]["items"]["maxLength"] == MAX_ARGUMENT_CHARS
+    assert props["any"]["anyOf"][0]["maxLength"] == MAX_ARGUMENT_CHARS
+    assert "maxLength" not in params["properties"]["tags"]["items"]  # the tool is not changed
+
+
+CITY = "London, England"
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FORMAT_IDS)
+def test_a_forced_answer_cut_anywhere_is_calls_never_text(fmt: ToolFormat) -> None:
+    text = call_text(fmt, "get_weather", {"city": CITY}, calls=2)
+    for end in range(len(text) + 1):
+        stream = fmt.stream()
+        assert stream.push(text[:end]) == ""  # nothing of a forced call is shown as text
+        content, calls = stream.finish(forced=True)
+        assert content == "", end
+        assert len(calls) <= 2 and all(c.name == "get_weather" for c in calls)
+        assert all(c.complete for c in calls[:-1])
+        for c in calls:
+            args = json.loads(c.arguments)
+            assert args == {} or CITY.startswith(args["city"]), (end, c)
+            assert c.complete is False or args == {"city": CITY}
+    whole = fmt.stream()
+    whole.push(text)
+    assert [c.complete for c in whole.finish(forced=True)[1]] == [True, True]
+
+
+@pytest.mark.parametrize("fmt", FORMATS, ids=FORMAT_IDS)
+def test_a_cut_call_keeps_what_it_wrote(fmt: ToolFormat) -> None:
+    text = call_text(fmt, "get_weather", {"city": CITY}, calls=2)
+    cut = text[: text.rindex(CITY) + len("London, Eng")]
+    calls = fmt.cut_calls(cut)
+    assert [(c.name, json.loads(c.arguments), c.complete) for c in calls] == [
+        ("get_weather", {"city": CITY}, True),
+        ("get_weather", {"city": "London, Eng"}, False),
+    ]
+    # A name not yet whole is no call.
+    assert fmt.cut_calls(text[: text.index("get_wea") + 7]) == []
+
+
+def test_a_cut_answer_that_was_not_forced_stays_text() -> None:
+    stream = GenericFormat().stream()
+    cut = '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Lon'
+    stream.push(cut)
+    assert stream.finish() == (cut, [])
