@@ -25,10 +25,9 @@ def test_a_model_unloaded_while_the_server_starts_is_not_served(
 
     def lease_then_eject(self: LocalServer, m: Model) -> None:
         lease(self, m)
-        # The chat ejects its model between the server's lease and its serving it, as the
-        # engine thread does: out of the host, then freed.
+        # The chat ejects its model between the server's lease and its serving it: out of
+        # the host (its listeners told), to be freed by the engine thread at any moment.
         host.remove("smol")
-        m.close()
 
     monkeypatch.setattr(LocalServer, "_lease", lease_then_eject)
     server = LocalServer(host, "smol", ServeSettings(port=0, parallel=1, ctx_per_slot=512))
@@ -36,6 +35,7 @@ def test_a_model_unloaded_while_the_server_starts_is_not_served(
         with pytest.raises(EngineError, match=r"^smol was unloaded while the server started$"):
             server.start()
         assert not server.running and server.state.loaded is None
+        assert model.loop.leased_by is None  # the chat's context was given back
     finally:
         server.stop()
         host.close()
