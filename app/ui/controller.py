@@ -136,6 +136,9 @@ def choice_key(choice: Choice) -> Path | RemoteTarget:
     return choice.target if isinstance(choice, RemoteChoice) else Path(choice[0])
 
 
+APP_CLOSED = "The app closed before the answer ended"
+
+
 class ChatController(QObject):
     # Every step of a reply's life (loading, listing tools, streaming, done) says whether
     # the chat is busy: a reply is on its way or a tool loop runs.
@@ -425,10 +428,14 @@ class ChatController(QObject):
     def detach_store(self) -> None:
         """At shutdown (engine thread ended): save the answer on screen as it is, then stop
         using the store, so late queued signals cannot touch a closed database."""
+        closed = {"error": APP_CLOSED}
         if self._reply is not None:
-            self._reply.close()
+            if self._reply.streaming:  # cut by the quit: kept, marked so that Continue offers
+                self._reply.close("interrupted", closed)
+            else:
+                self._reply.close()
         for reply in self._abandoned.values():  # the engine ended before they did
-            reply.close("interrupted", {"error": "The app closed before the answer ended"})
+            reply.close("interrupted", closed)
         self._abandoned.clear()
         if self.turns is not None:
             self.turns.abandon()

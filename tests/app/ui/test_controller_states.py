@@ -283,6 +283,28 @@ def test_new_chat_while_streaming_stores_the_answer_as_stop_does(rig: Rig, tmp_p
         store.close()
 
 
+def test_quit_while_streaming_stores_the_answer_as_interrupted(rig: Rig, tmp_path: Path) -> None:
+    """An answer cut by quitting is kept with what was written, marked interrupted (Continue
+    offers to finish it); it was stored 'complete' with no figures."""
+    c = rig.controller
+    c.store = store = ChatStore(tmp_path / "chats.sqlite3")
+    try:
+        rig.load()
+        rig.models.reply = FakeReply(["Old", " answer"], hold_after=1)
+        assert c.send("First question")
+        rig.until(lambda: bool(rig.log.request_ids("tokens")))
+        rig.until(lambda: rig.chat.rowCount() == 2 and rig.chat.message(1).text == "Old")
+        cid = c.conversation_id
+        assert cid is not None
+        c.detach_store()  # what the window does at quit, the engine thread ended
+        stored = store.active_path(cid)[-1]
+        assert (stored.role, stored.content, stored.status) == ("assistant", "Old", "interrupted")
+        assert stored.stats["error"] == "The app closed before the answer ended"
+    finally:
+        c.detach_store()
+        store.close()
+
+
 def _chat_with_answer(rig: Rig, state: str = "done") -> None:
     rig.chat.set_conversation(
         Conversation(
