@@ -18,7 +18,7 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from app.services.chat_store import StreamWriter
+from app.services.chat_store import ChatStoreError, StreamWriter
 from engine.host.stats import GenerationStats
 from engine.rag.grounding import Grounding
 
@@ -54,6 +54,9 @@ class ActiveReply:
     grounding: Grounding | None = None
     retrieved: bool = False
     retrieval_error: str | None = None
+    # Why the store stopped taking this answer (a full disk): it streams on, unsaved, and the
+    # controller says so once (`take_store_error`).
+    store_error: str | None = None
 
     @property
     def streaming(self) -> bool:
@@ -68,13 +71,16 @@ class ActiveReply:
         then at most a second behind."""
         if self.writer is None:
             return
-        if thinking:
-            self.writer.append_thinking(text)
-        else:
-            self.writer.append(text)
-        if not self.first_flushed:
-            self.writer.flush()
-            self.first_flushed = True
+        try:
+            if thinking:
+                self.writer.append_thinking(text)
+            else:
+                self.writer.append(text)
+            if not self.first_flushed:
+                self.writer.flush()
+                self.first_flushed = True
+        except ChatStoreError as e:
+            self._store_failed(e)
 
     def thought(self, tokens: int, seconds: float) -> tuple[int, float]:
         """The thinking figures to show: a continued answer's earlier part counts too."""
@@ -94,8 +100,21 @@ class ActiveReply:
         writer, self.writer = self.writer, None
         if writer is None:
             return False
-        writer.finish(status=status, stats=stats)
+        try:
+            writer.finish(status=status, stats=stats)
+        except ChatStoreError as e:
+            self._store_failed(e)
+            return False
         return True
+
+    def _store_failed(self, error: ChatStoreError) -> None:
+        self.writer = None  # what is stored stays as last written; no half-saved end
+        self.store_error = str(error)
+
+    def take_store_error(self) -> str | None:
+        """The store's refusal, once: None when there is none or it was taken before."""
+        error, self.store_error = self.store_error, None
+        return error
 
 
 __all__ = ["ActiveReply", "Parent", "ReplyState"]

@@ -1003,16 +1003,20 @@ class ChatController(QObject):
             self.chat.append_text(reply.row, text)
             self._grown(reply, n)
             reply.write(text)
+            self._report_store(reply)
         elif (gone := self._abandoned.get(rid)) is not None:
             gone.write(text)  # stored, as its figures will count it
+            self._report_store(gone)
 
     def _on_reasoning(self, rid: int, text: str, n: int) -> None:
         if (reply := self._mine(rid)) is not None and reply.row is not None:
             self.chat.append_thinking(reply.row, text)
             self._grown(reply, n)
             reply.write(text, thinking=True)
+            self._report_store(reply)
         elif (gone := self._abandoned.get(rid)) is not None:
             gone.write(text, thinking=True)
+            self._report_store(gone)
 
     def _on_thought(self, rid: int, tokens: int, seconds: float) -> None:
         if (reply := self._mine(rid)) is not None and reply.row is not None:
@@ -1036,6 +1040,12 @@ class ChatController(QObject):
         """Save how an abandoned reply ended in the store (it is no longer on screen)."""
         if reply.close(status, stats):
             self.conversations_changed.emit()
+        self._report_store(reply)
+
+    def _report_store(self, reply: ActiveReply) -> None:
+        """Say once that the store refused the answer (a full disk): it is not saved."""
+        if (error := reply.take_store_error()) is not None:
+            self.error.emit(f"The answer is no longer being saved: {error}")
 
     def _on_finished(self, rid: int, stats: GenerationStats) -> None:
         if (gone := self._abandoned.pop(rid, None)) is not None:
@@ -1051,6 +1061,7 @@ class ChatController(QObject):
         self.chat.finish(row, stats)
         if reply.close("complete", stats.to_dict()):
             self.conversations_changed.emit()
+        self._report_store(reply)
         self._show_context(stats.prompt_tokens + stats.gen_tokens)
         if (
             self.turns is not None
@@ -1092,5 +1103,6 @@ class ChatController(QObject):
                     self.chat.fail(reply.row, message)
             if reply.close("interrupted" if partial else "error", {"error": message}):
                 self.conversations_changed.emit()
+            self._report_store(reply)
         self._busy_changed()
         self.error.emit(message)

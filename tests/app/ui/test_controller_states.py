@@ -305,6 +305,40 @@ def test_quit_while_streaming_stores_the_answer_as_interrupted(rig: Rig, tmp_pat
         store.close()
 
 
+def test_a_full_disk_while_an_answer_streams_is_one_line_and_keeps_what_was_saved(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """The store refuses the answer's last write (SQLite's SQLITE_FULL: the database may not
+    grow): the chat says so once, in one line, the answer finishes on screen, and the store
+    keeps it as last saved. The store's error escaped the engine's signal before."""
+    c = rig.controller
+    c.store = store = ChatStore(tmp_path / "chats.sqlite3")
+    try:
+        rig.load()
+        script = FakeReply(["Old", " answer " * 20_000], hold_after=1)
+        rig.models.reply = script
+        assert c.send("First question")
+        rig.until(lambda: rig.chat.rowCount() == 2 and rig.chat.message(1).text == "Old")
+        cid = c.conversation_id
+        assert cid is not None
+        rig.until(lambda: store.active_path(cid)[-1].content == "Old")  # its first flush
+        pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+        store._db.execute(f"PRAGMA max_page_count = {pages}")
+        script.release()
+        rig.until(lambda: not c.busy)
+        assert (
+            rig.chat.message(1).text.startswith("Old answer")
+            and rig.chat.message(1).state == "done"
+        )
+        assert len(rig.errors) == 1 and "\n" not in rig.errors[0], rig.errors
+        assert rig.errors[0].startswith("The answer is no longer being saved: the disk is full")
+        stored = store.active_path(cid)[-1]
+        assert (stored.content, stored.status) == ("Old", "streaming")  # reopens interrupted
+    finally:
+        c.detach_store()
+        store.close()
+
+
 def _chat_with_answer(rig: Rig, state: str = "done") -> None:
     rig.chat.set_conversation(
         Conversation(
