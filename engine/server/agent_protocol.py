@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -26,17 +25,15 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
-    GetCoreSchemaHandler,
-    GetJsonSchemaHandler,
     Tag,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
+from pydantic_core import ErrorDetails, PydanticCustomError
 
-from engine.server.body_model import UNKNOWN, Body
+from engine.server.body_model import UNKNOWN, Body, NotHonoured
 from engine.server.errors import ApiError
 
 T = TypeVar("T", bound=BaseModel)
@@ -63,29 +60,11 @@ def _refuse(message: str) -> PydanticCustomError:
     return PydanticCustomError("agent", message)
 
 
-@dataclass(frozen=True)
-class Refuse:
-    """A field of the API that the server cannot honour: absent, null or one of `allowed`
-    (values that ask for nothing) passes, anything else is refused saying `why`. Its schema
-    takes any value, so the document never promises a refusal by type."""
+class Refuse(NotHonoured):
+    """A field of the agent APIs (Responses, Messages) that the server cannot honour."""
 
-    why: str
-    allowed: tuple[Any, ...] = ()
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_before_validator_function(self._check, handler(source))
-
-    def __get_pydantic_json_schema__(
-        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> dict[str, Any]:
-        return {"description": f"not supported: {self.why}"}
-
-    def _check(self, v: Any) -> Any:
-        if v is None or any(v == a and type(v) is type(a) for a in self.allowed):
-            return v
-        raise _refuse(f"is not supported: {self.why}")
+    error_type = "agent"
+    keeps_allowed = True
 
 
 _FINITE = Field(allow_inf_nan=False)

@@ -9,10 +9,17 @@ keys") gives the same list.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, GetJsonSchemaHandler, model_validator
-from pydantic_core import core_schema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError, core_schema
 
 # The refusal of a key a model does not declare, after the key's quoted path.
 UNKNOWN = "is not a field of this API: unknown keys are refused, not ignored"
@@ -86,3 +93,31 @@ class Body(BaseModel):
         for key, why in ignored_keys(cls).items():
             own.setdefault("properties", {})[key] = {"description": f"ignored: {why}"}
         return out
+
+
+@dataclass(frozen=True)
+class NotHonoured:
+    """A field of the API that the server does not honour: absent, null or one of `allowed`
+    (values that ask for nothing) passes; anything else is refused saying `why`. Its document
+    takes any value: the refusal is in words. Each dialect's module names its own kind of
+    error (`error_type`, read by its error formatter) and whether an allowed value is kept."""
+
+    why: str
+    allowed: tuple[Any, ...] = ()
+    error_type: ClassVar[str] = "candlewick"
+    keeps_allowed: ClassVar[bool] = False
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_before_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        return {"description": f"not supported: {self.why}"}
+
+    def _check(self, v: Any) -> Any:
+        if v is None or any(v == a and type(v) is type(a) for a in self.allowed):
+            return v if self.keeps_allowed else None
+        raise PydanticCustomError(self.error_type, f"is not supported: {self.why}")

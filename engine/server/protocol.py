@@ -42,7 +42,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
 
 from engine.decoding.tool_calls import ToolChoice
 from engine.host.host import UNSET, Unset
-from engine.server.body_model import UNKNOWN, Body
+from engine.server.body_model import UNKNOWN, Body, NotHonoured
 from engine.server.errors import ApiError
 
 T = TypeVar("T", bound=BaseModel)
@@ -66,29 +66,8 @@ def _refuse_whole(message: str) -> PydanticCustomError:
     return PydanticCustomError("candlewick_whole", message)
 
 
-@dataclass(frozen=True)
-class Refused:
-    """A field of the API that the server does not honour: absent, null or one of `allowed`
-    (values that ask for nothing) passes; anything else is refused saying why. Its document
-    takes any value: the refusal is in words."""
-
-    why: str
-    allowed: tuple[Any, ...] = ()
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_before_validator_function(self._check, handler(source))
-
-    def __get_pydantic_json_schema__(
-        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
-    ) -> dict[str, Any]:
-        return {"description": f"not supported: {self.why}"}
-
-    def _check(self, v: Any) -> Any:
-        if v is None or any(v == a and type(v) is type(a) for a in self.allowed):
-            return None
-        raise _refuse(f"is not supported: {self.why}")
+class Refused(NotHonoured):
+    """A field of the OpenAI and Ollama APIs that the server does not honour."""
 
 
 def _is_number(v: Any) -> bool:
