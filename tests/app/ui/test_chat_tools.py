@@ -52,6 +52,10 @@ def window(qtbot: QtBot, smollm2_path: Path) -> Iterator[MainWindow]:
     w.ask_quit = lambda _parent, _warnings: True
     w.show()
     qtbot.waitExposed(w)
+    # Two tool rounds an answer: an always-allowed tool runs without asking, and the default
+    # eight rounds of a 135M model calling it again took over the per-test limit on a busy
+    # machine (at ~3 tok/s); two still show the loop going on after a result.
+    w.controller.set_chat_settings({**w.controller.chat_settings, "tool_rounds": 2})
     w.controller.load(smollm2_path, LoadParams(n_ctx=2048, n_threads=2))
     qtbot.waitUntil(lambda: w.controller.loaded is not None, timeout=120_000)
     prompts: list[list[dict[str, Any]]] = []
