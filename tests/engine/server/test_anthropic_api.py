@@ -284,6 +284,8 @@ def test_key_rules_error_shape_and_metrics(srv: ServerThread, client: anthropic.
     }
     r = raw(srv, {}, "/v1/messages/batches")
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
+    # Its own count, whatever ran before it (in a shuffled order this test may run first).
+    assert client.messages.count_tokens(model="smollm2", messages=HELLO).input_tokens > 0
     text = http.get(srv.url + "/metrics", headers=KEY).text
     for route in ("/v1/messages", "/v1/messages/count_tokens"):
         m = re.search(
