@@ -408,8 +408,8 @@ def sec_edge(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
 
 
 def sec_speed(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
+    from engine.host.requests import Event, Finished
     from engine.host.runtime import Model
-    from engine.host.scheduler import Event, Finished
     from engine.settings import LoadParams, SamplingParams
 
     path = Path(args.model)

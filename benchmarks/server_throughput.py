@@ -30,8 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from app.services.library import bundled_default_model  # noqa: E402
+from engine.host.requests import Event, Finished  # noqa: E402
 from engine.host.runtime import Model  # noqa: E402
-from engine.host.scheduler import Event, Finished  # noqa: E402
 from engine.native import llama_lib  # noqa: E402
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread  # noqa: E402
 from engine.settings import FlashAttn, LoadParams, SamplingParams  # noqa: E402

@@ -51,8 +51,8 @@ from doc_tables import machine_line, replace_between
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
+from engine.host.requests import Event, Piece
 from engine.host.runtime import Model
-from engine.host.scheduler import Event, Piece
 from engine.settings import LoadParams, SamplingParams, SpecMode, SpeculativeSettings
 
 REPO = Path(__file__).resolve().parent.parent

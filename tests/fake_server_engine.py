@@ -24,8 +24,7 @@ from typing import Any, cast
 
 from engine.decoding.textstream import TextStream
 from engine.errors import EngineError
-from engine.host.runtime import Model
-from engine.host.scheduler import (
+from engine.host.requests import (
     EventCallback,
     Finished,
     Piece,
@@ -35,6 +34,7 @@ from engine.host.scheduler import (
     SchedulerSnapshot,
     Started,
 )
+from engine.host.runtime import Model
 from engine.host.stats import GenerationStats, StopReason
 from engine.model.templates import ChatTemplate
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread

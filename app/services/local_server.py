@@ -23,8 +23,8 @@ from pathlib import Path
 from app.services.model_catalog import CHAT_OWNER
 from engine.errors import EngineError, LoadCancelled
 from engine.host.host import ModelHost
+from engine.host.requests import SchedulerSnapshot
 from engine.host.runtime import Model
-from engine.host.scheduler import SchedulerSnapshot
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.server.request_log import RequestLog
 from engine.server.runner import bind_socket

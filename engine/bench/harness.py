@@ -47,9 +47,9 @@ from engine.bench.result import (
 )
 from engine.bench.workloads import Prompt, Workload
 from engine.errors import EngineError
+from engine.host.requests import Event as SchedulerEvent
+from engine.host.requests import Finished, Piece
 from engine.host.runtime import Model
-from engine.host.scheduler import Event as SchedulerEvent
-from engine.host.scheduler import Finished, Piece
 from engine.model.facts import model_facts
 from engine.model.gguf import GGUFFile, read_gguf
 from engine.model.semantics import check_model

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from engine.errors import EngineError
-from engine.host.scheduler import Event, Failed, Finished, Piece, Request
+from engine.host.requests import Event, Failed, Finished, Piece, Request
 from engine.host.stats import GenerationStats
 from engine.settings import SamplingParams, SpecMode
 

@@ -13,7 +13,7 @@ from typing import Any
 from starlette.requests import Request
 
 from engine.decoding.tool_calls import ToolCall
-from engine.host.scheduler import Finished, Piece
+from engine.host.requests import Finished, Piece
 from engine.host.stats import GenerationStats
 from engine.server.chat_reply import ChatPlan, Part, ReplyReader, ReplyResult
 from engine.server.common import events_until_disconnect, start

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.requests import Request
 
 from engine.errors import EngineError
-from engine.host.scheduler import Event, QueueFull, SchedulerClosed
+from engine.host.requests import Event, QueueFull, SchedulerClosed
 from engine.model.templates import ChatTemplateError
 from engine.server.engine_state import AsyncGeneration, ServedModel, ServerState
 from engine.server.errors import ApiError

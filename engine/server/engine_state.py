@@ -17,8 +17,9 @@ from typing import Any
 
 from engine.errors import EngineError
 from engine.host.host import UNSET, Lease, ModelHost, ModelNotFound, NoRoom, Unset
+from engine.host.requests import Event, Finished, Request
 from engine.host.runtime import Model
-from engine.host.scheduler import Event, Finished, Request, Scheduler
+from engine.host.scheduler import Scheduler
 from engine.model.facts import POOLING_RANK, ModelFacts, embedding_pooling, model_facts
 from engine.server.config import ServerConfig
 from engine.server.embeddings import Embedder

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from engine.host.scheduler import SchedulerSnapshot
+from engine.host.requests import SchedulerSnapshot
 
 _NS = "candlewick"
 _TTFT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -21,7 +21,7 @@ from starlette.routing import Route
 from engine.decoding.reasoning import thinking_markers
 from engine.decoding.tool_calls import ToolCall
 from engine.host.host import ModelNotFound
-from engine.host.scheduler import Finished, Piece
+from engine.host.requests import Finished, Piece
 from engine.host.stats import GenerationStats
 from engine.model.facts import model_facts
 from engine.model.gguf import GGUFError, read_gguf

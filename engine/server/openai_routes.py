@@ -19,7 +19,7 @@ from starlette.routing import Route
 from engine.decoding.tool_calls import ToolCall
 from engine.errors import EngineError
 from engine.host.host import UNSET, Loadable, ModelNotFound, Unset
-from engine.host.scheduler import Finished, Piece
+from engine.host.requests import Finished, Piece
 from engine.host.stats import GenerationStats
 from engine.server.chat_reply import Part, ReplyReader, openai_grammar, plan_chat
 from engine.server.common import (

@@ -14,8 +14,8 @@ import pytest
 
 from engine.errors import EngineError
 from engine.host.host import ModelHost, ModelNotLoaded
+from engine.host.requests import Event, Finished, Piece, Started
 from engine.host.runtime import Model
-from engine.host.scheduler import Event, Finished, Piece, Started
 from engine.native import llama_lib
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.settings import LoadParams, SamplingParams

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from engine.errors import EngineError
+from engine.host.requests import Event, Finished, Piece, QueueFull, Request
 from engine.host.runtime import Model
-from engine.host.scheduler import Event, Finished, Piece, QueueFull, Request, Scheduler
+from engine.host.scheduler import Scheduler
 from engine.settings import SamplingParams
 from tests.exactness import assert_same_greedy, exact_load
 

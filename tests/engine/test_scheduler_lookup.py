@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from engine.host.requests import Event, Finished
 from engine.host.runtime import Model
-from engine.host.scheduler import Event, Finished
 from engine.settings import LoadParams, SamplingParams, SpeculativeSettings
 from tests.engine.test_scheduler import assert_no_leak, submit, wait
 from tests.exactness import assert_same_greedy, exact_load

@@ -16,8 +16,8 @@ import pytest
 
 from engine.errors import EngineError
 from engine.host.generation import Generation
+from engine.host.requests import Event, Piece
 from engine.host.runtime import Model
-from engine.host.scheduler import Event, Piece
 from engine.host.speculative import (
     COST_AMX,
     COST_CPU,

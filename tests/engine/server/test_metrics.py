@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.host.scheduler import SchedulerSnapshot
+from engine.host.requests import SchedulerSnapshot
 from engine.server.metrics import Metrics
 
 SNAP = SchedulerSnapshot(

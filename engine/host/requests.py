@@ -1,0 +1,155 @@
+"""What a client hands the decode loop and what it gets back: a `Request` and its events.
+
+Every client of a model's loop (the chat, the HTTP routes, the benchmark, `candlewick run`)
+imports these, and nothing here decodes, so they live apart from the loop
+(engine.host.scheduler): a module that reads events never depends on the loop's machinery.
+Events carry the request's id; `Failed` is a `Finished` whose stats say why.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.decoding.constraints import TokenMask
+from engine.errors import EngineError
+from engine.host.stats import GenerationStats
+from engine.settings import SamplingParams, SpecMode
+
+log = logging.getLogger("candlewick.scheduler")
+
+
+class QueueFull(EngineError):
+    """The scheduler's wait queue is full; the caller should retry later."""
+
+
+class SchedulerClosed(EngineError):
+    """The scheduler has been shut down."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """The request has a slot; `cached_tokens` of its prompt are reused from the KV cache."""
+
+    rid: int
+    cached_tokens: int
+
+
+@dataclass(frozen=True)
+class Piece:
+    rid: int
+    text: str
+    n_tokens: int  # tokens generated so far
+
+
+@dataclass(frozen=True)
+class Finished:
+    rid: int
+    text: str  # the whole reply
+    stats: GenerationStats
+
+
+@dataclass(frozen=True)
+class Failed(Finished):
+    """Finished with stop_reason "error": a decode failed; `stats.error` says why (one line)."""
+
+    @property
+    def message(self) -> str:
+        return self.stats.error or "generation failed"
+
+
+Event = Started | Piece | Finished
+EventCallback = Callable[[Event], None]
+
+
+class Request:
+    """One submitted generation. Thread-safe to cancel; events arrive via `on_event`."""
+
+    def __init__(
+        self,
+        rid: int,
+        prompt: list[int],
+        sampling: SamplingParams,
+        on_event: EventCallback,
+        *,
+        stream: bool,
+        deadline: float | None,
+        wake: Callable[[], None],
+        cancel: threading.Event | None,
+        interactive: bool,
+        spec: SpecMode | None,
+        canonical: bool,
+    ) -> None:
+        self.id = rid
+        self.prompt = prompt
+        self.sampling = sampling
+        self.stream = stream
+        self.deadline = deadline
+        self.interactive = interactive
+        self.spec = spec  # None: the model's own setting
+        # Read the prompt the canonical way (engine.host.batch_plan) so that the same prompt
+        # gives the same reply however the cache was left.
+        self.canonical = canonical and sampling.reproducible
+        self._on_event = on_event
+        self._wake = wake
+        self._cancel = threading.Event()
+        self._external = cancel  # the caller's stop flag, checked before every step
+        self.done = threading.Event()
+        self.t_submit = time.perf_counter()
+        self.stats = GenerationStats(prompt_tokens=len(prompt))
+        self.text = ""
+        self.tokens: list[int] = []  # generated token ids
+        # The grammar the reply must follow (built by submit, used on the decode thread).
+        self.mask: TokenMask | None = None
+
+    def cancel(self) -> None:
+        """Stop this request; its slot and KV cells are freed before the next step."""
+        self._cancel.set()
+        self._wake()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set() or (self._external is not None and self._external.is_set())
+
+    def _emit(self, ev: Event) -> None:
+        try:
+            self._on_event(ev)
+        except Exception:  # a broken consumer must not take the loop down
+            log.debug("event callback failed for request %d", self.id, exc_info=True)
+
+
+@dataclass
+class SchedulerSnapshot:
+    n_slots: int
+    busy_slots: int
+    queue_depth: int
+    kv_used: int  # KV cells held by all sequences (including idle slots' reusable prefixes)
+    kv_capacity: int
+    steps: int
+    tokens_generated: int
+    tokens_prompt: int
+    slots: list[dict[str, Any]] = field(default_factory=list)
+    kv_copies: int = 0  # KV streams copied between slots (shared prefixes, closed holes)
+    draft_tokens: int = 0  # drafted and verified, over all requests
+    draft_accepted: int = 0
+    reserved_slots: int = 0  # kept for interactive requests (the chat)
+    snapshots_saved: int = 0  # KV states saved to / restored from the model's state cache
+    snapshots_restored: int = 0
+
+
+__all__ = [
+    "Event",
+    "EventCallback",
+    "Failed",
+    "Finished",
+    "Piece",
+    "QueueFull",
+    "Request",
+    "SchedulerClosed",
+    "SchedulerSnapshot",
+    "Started",
+]
