@@ -23,7 +23,7 @@ from app.cli.common import CliError, first_loads, gpu_layers_arg, library, posit
 from engine.host.host import DEFAULT_KEEP_S, GiB, Loadable, MemoryBudget, ModelHost
 from engine.host.runtime import Model
 from engine.server import ServerConfig, ServerState, serve_forever
-from engine.server.protocol import duration_seconds
+from engine.server.protocol.base import duration_seconds
 from engine.server.runner import bind_socket
 from engine.settings import LoadParams, SpeculativeSettings
 

@@ -22,21 +22,21 @@ from starlette.routing import Route
 from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
 from engine.decoding.tool_calls import ToolChoice
-from engine.server.agent_protocol import (
-    AnthropicCountTokensRequest,
-    AnthropicMessagesRequest,
-    AnthropicTextBlock,
-    AnthropicThinkingBlock,
-    AnthropicToolResultBlock,
-    AnthropicToolUseBlock,
-    parse_request,
-)
 from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run, call_input, sse
 from engine.server.chat_reply import ChatPlan, Part, plan_chat
 from engine.server.common import cap_tokens, sampling_from
 from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError, anthropic_error_body
 from engine.server.parsing import read_json
+from engine.server.protocol.anthropic import (
+    AnthropicCountTokensRequest,
+    AnthropicMessagesRequest,
+    AnthropicTextBlock,
+    AnthropicThinkingBlock,
+    AnthropicToolResultBlock,
+    AnthropicToolUseBlock,
+)
+from engine.server.protocol.parse import parse_request
 
 Json = dict[str, Any]
 _STOP_REASONS = {

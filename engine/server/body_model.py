@@ -1,4 +1,4 @@
-"""The base of every request body's model (`protocol.py`, `agent_protocol.py`): values are
+"""The base of every request body's model (the `protocol` package): values are
 strict, and a key the model does not declare is a 400 naming it, so that a misspelt or
 unsupported field is never silently dropped.
 

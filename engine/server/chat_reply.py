@@ -16,7 +16,7 @@ from engine.host import chat_plan
 from engine.host.chat_plan import ChatPlan, Part, PlanError, ReplyReader, ReplyResult, read_whole
 from engine.server.engine_state import ServedModel
 from engine.server.errors import ApiError
-from engine.server.protocol import ResponseFormat
+from engine.server.protocol.openai import ResponseFormat
 
 
 def plan_chat(

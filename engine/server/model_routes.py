@@ -14,7 +14,9 @@ from engine.host.host import ModelBusy, ModelNotFound, ModelNotLoaded
 from engine.server.engine_state import ServerState
 from engine.server.errors import ApiError
 from engine.server.parsing import read_json
-from engine.server.protocol import LoadModelRequest, keep_seconds, parse_body
+from engine.server.protocol.base import keep_seconds
+from engine.server.protocol.hosting import LoadModelRequest
+from engine.server.protocol.parse import parse_body
 
 
 def hosted_obj(state: ServerState, name: str) -> dict[str, Any]:

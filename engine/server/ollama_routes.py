@@ -44,15 +44,15 @@ from engine.server.engine_state import (
 from engine.server.errors import ApiError
 from engine.server.openai_routes import run_embeddings
 from engine.server.parsing import read_json
-from engine.server.protocol import (
+from engine.server.protocol.base import keep_seconds
+from engine.server.protocol.ollama import (
     OllamaChatRequest,
     OllamaEmbedRequest,
     OllamaGenerateRequest,
     OllamaOptions,
     OllamaShowRequest,
-    keep_seconds,
-    parse_body,
 )
+from engine.server.protocol.parse import parse_body
 from engine.settings import SamplingParams
 
 VERSION = "0.1.0"

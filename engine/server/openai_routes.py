@@ -33,12 +33,9 @@ from engine.server.embeddings import Embedder
 from engine.server.engine_state import AsyncGeneration, ServedModel, ServerState
 from engine.server.errors import ApiError, openai_error_body
 from engine.server.parsing import read_json
-from engine.server.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    EmbeddingRequest,
-    parse_body,
-)
+from engine.server.protocol.embeddings import EmbeddingRequest
+from engine.server.protocol.openai import ChatCompletionRequest, CompletionRequest
+from engine.server.protocol.parse import parse_body
 from engine.settings import SamplingParams
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

@@ -2,9 +2,9 @@
 
 `PATHS` is the table of routes: each operation names its request model (the one its route
 hands to `parse_body`), its answers' models by media type and its error shape. The schemas
-come from those pydantic models (`protocol.py`), their shared parts hoisted into
-`components/schemas`; a new route is one more row. `AGENT_PATHS` are the agents' APIs, on
-the models of `agent_protocol.py`.
+come from those pydantic models (the `protocol` package), their shared parts hoisted into
+`components/schemas`; a new route is one more row. `AGENT_PATHS` are the agents' APIs
+(`protocol.responses`, `protocol.anthropic`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from engine.server import agent_protocol as a
-from engine.server import protocol as p
 from engine.server.config import ServerConfig
+from engine.server.protocol import anthropic, base, embeddings, hosting, ollama, openai, responses
 from engine.server.rerank_routes import RERANK_PATHS
 
 _REF = "#/components/schemas/{model}"
@@ -51,7 +50,7 @@ class Operation:
     summary: str
     ok: Media  # the 200 answer
     body: type[BaseModel] | None = None  # the request body (POST)
-    error: type[BaseModel] = p.OpenAIError  # the shape of every error answer
+    error: type[BaseModel] = openai.OpenAIError  # the shape of every error answer
     # Error statuses; None: what a route of its method may answer (`DEFAULT_ERRORS`).
     errors: tuple[int, ...] | None = None
     also: tuple[int, ...] = ()  # error statuses besides those
@@ -82,48 +81,48 @@ _MODEL_ID = {
     "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]+$"},
 }
 # Ollama streams one OllamaReply per line.
-_OLLAMA_REPLY: Media = {JSON: p.OllamaReply, NDJSON: None}
+_OLLAMA_REPLY: Media = {JSON: ollama.OllamaReply, NDJSON: None}
 
 PATHS: dict[str, Operation] = {
     "/v1/models": Operation(
-        "get", "List the models (loaded: true for those in memory)", {JSON: p.ModelList}
+        "get", "List the models (loaded: true for those in memory)", {JSON: hosting.ModelList}
     ),
     "/v1/models/{model_id}": Operation(
-        "get", "Describe a model", {JSON: p.ModelCard}, also=(404,), parameters=(_MODEL_ID,)
+        "get", "Describe a model", {JSON: hosting.ModelCard}, also=(404,), parameters=(_MODEL_ID,)
     ),
     "/v1/models/{model_id}/load": Operation(
         "post",
         "Load a model now (optional body: keep_alive, pinned)",
-        {JSON: p.HostedModelState},
-        p.LoadModelRequest,
+        {JSON: hosting.HostedModelState},
+        hosting.LoadModelRequest,
         body_required=False,
         parameters=(_MODEL_ID,),
     ),
     "/v1/models/{model_id}/unload": Operation(
         "post",
         "Unload a model (202: when its requests in flight end)",
-        {JSON: p.HostedModelState},
+        {JSON: hosting.HostedModelState},
         errors=(401, 404, 409),
         parameters=(_MODEL_ID,),
-        answers={202: ("Unloading when idle", {JSON: p.HostedModelState})},
+        answers={202: ("Unloading when idle", {JSON: hosting.HostedModelState})},
     ),
     "/v1/chat/completions": Operation(
         "post",
         "Chat completion (stream=true: server-sent events ending with data: [DONE])",
-        {JSON: p.ChatCompletion, SSE: p.ServerSentEvent},
-        p.ChatCompletionRequest,
+        {JSON: openai.ChatCompletion, SSE: base.ServerSentEvent},
+        openai.ChatCompletionRequest,
     ),
     "/v1/completions": Operation(
         "post",
         "Text completion (no chat template)",
-        {JSON: p.TextCompletion, SSE: p.ServerSentEvent},
-        p.CompletionRequest,
+        {JSON: openai.TextCompletion, SSE: base.ServerSentEvent},
+        openai.CompletionRequest,
     ),
     "/v1/embeddings": Operation(
         "post",
         "Embeddings (mean-pooled, L2-normalised)",
-        {JSON: p.EmbeddingList},
-        p.EmbeddingRequest,
+        {JSON: embeddings.EmbeddingList},
+        embeddings.EmbeddingRequest,
         also=(501,),
     ),
     **{
@@ -131,87 +130,87 @@ PATHS: dict[str, Operation] = {
             "post",
             "Rerank documents by relevance to a query (a reranker GGUF: pooling rank)"
             + ("" if path == "/v1/rerank" else "; another name of /v1/rerank"),
-            {JSON: p.RerankList},
-            p.RerankRequest,
+            {JSON: embeddings.RerankList},
+            embeddings.RerankRequest,
             also=(501,),
         )
         for path in RERANK_PATHS
     },
     "/api/version": Operation(
-        "get", "Server version", {JSON: p.OllamaVersion}, error=p.OllamaError
+        "get", "Server version", {JSON: ollama.OllamaVersion}, error=ollama.OllamaError
     ),
     "/api/tags": Operation(
-        "get", "List the models (Ollama)", {JSON: p.OllamaTags}, error=p.OllamaError
+        "get", "List the models (Ollama)", {JSON: ollama.OllamaTags}, error=ollama.OllamaError
     ),
     "/api/ps": Operation(
         "get",
         "The loaded models, their memory and expiry (Ollama)",
-        {JSON: p.OllamaRunning},
-        error=p.OllamaError,
+        {JSON: ollama.OllamaRunning},
+        error=ollama.OllamaError,
         errors=(401,),
     ),
     "/api/show": Operation(
         "post",
         "Model details (Ollama)",
-        {JSON: p.OllamaShowResponse},
-        p.OllamaShowRequest,
-        p.OllamaError,
+        {JSON: ollama.OllamaShowResponse},
+        ollama.OllamaShowRequest,
+        ollama.OllamaError,
     ),
     "/api/chat": Operation(
         "post",
         "Chat (Ollama; NDJSON stream unless stream=false)",
         _OLLAMA_REPLY,
-        p.OllamaChatRequest,
-        p.OllamaError,
+        ollama.OllamaChatRequest,
+        ollama.OllamaError,
     ),
     "/api/generate": Operation(
         "post",
         "Generate (Ollama; NDJSON stream unless stream=false)",
         _OLLAMA_REPLY,
-        p.OllamaGenerateRequest,
-        p.OllamaError,
+        ollama.OllamaGenerateRequest,
+        ollama.OllamaError,
     ),
     "/api/embed": Operation(
         "post",
         "Embeddings (Ollama)",
-        {JSON: p.OllamaEmbedResponse},
-        p.OllamaEmbedRequest,
-        p.OllamaError,
+        {JSON: ollama.OllamaEmbedResponse},
+        ollama.OllamaEmbedRequest,
+        ollama.OllamaError,
         also=(501,),
     ),
     "/health": Operation(
         "get",
         "Readiness (no key needed)",
-        {JSON: p.Health},
+        {JSON: hosting.Health},
         errors=(),
-        answers={503: ("Loading", {JSON: p.Health})},
+        answers={503: ("Loading", {JSON: hosting.Health})},
         secured=False,
         ok_text="Ready",
     ),
     "/metrics": Operation("get", "Prometheus metrics", {TEXT: None}, errors=(401,)),
 }
 
-# The agents' APIs (agent_protocol.py), documented with the rest.
+# The agents' APIs (protocol.responses, protocol.anthropic), documented with the rest.
 AGENT_PATHS: dict[str, Operation] = {
     "/v1/responses": Operation(
         "post",
         "OpenAI Responses API (stream=true: its named server-sent events)",
-        {JSON: a.ResponseObject, SSE: p.ServerSentEvent},
-        a.ResponsesRequest,
+        {JSON: responses.ResponseObject, SSE: base.ServerSentEvent},
+        responses.ResponsesRequest,
     ),
     "/v1/messages": Operation(
         "post",
         "Anthropic Messages API (stream=true: its named server-sent events)",
-        {JSON: a.AnthropicReply, SSE: p.ServerSentEvent},
-        a.AnthropicMessagesRequest,
-        a.AnthropicError,
+        {JSON: anthropic.AnthropicReply, SSE: base.ServerSentEvent},
+        anthropic.AnthropicMessagesRequest,
+        anthropic.AnthropicError,
     ),
     "/v1/messages/count_tokens": Operation(
         "post",
         "Anthropic token count of a prompt",
-        {JSON: a.AnthropicTokenCount},
-        a.AnthropicCountTokensRequest,
-        a.AnthropicError,
+        {JSON: anthropic.AnthropicTokenCount},
+        anthropic.AnthropicCountTokensRequest,
+        anthropic.AnthropicError,
         errors=(400, 401, 404, 413, 503),
     ),
 }

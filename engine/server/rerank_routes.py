@@ -21,7 +21,8 @@ from engine.server.embeddings import Embedder
 from engine.server.engine_state import ServerState
 from engine.server.errors import ApiError
 from engine.server.parsing import read_json
-from engine.server.protocol import RerankRequest, parse_body
+from engine.server.protocol.embeddings import RerankRequest
+from engine.server.protocol.parse import parse_body
 
 # The routes llama-server answers reranking on.
 RERANK_PATHS = ("/v1/rerank", "/v1/reranking", "/rerank", "/reranking")

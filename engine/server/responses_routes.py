@@ -22,7 +22,14 @@ from starlette.routing import Route
 from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
 from engine.decoding.tool_calls import ToolChoice
-from engine.server.agent_protocol import (
+from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run, sse
+from engine.server.chat_reply import ChatPlan, Part, plan_chat
+from engine.server.common import cap_tokens, sampling_from
+from engine.server.engine_state import ServedModel, ServerState
+from engine.server.errors import ApiError
+from engine.server.parsing import read_json
+from engine.server.protocol.parse import parse_request
+from engine.server.protocol.responses import (
     ResponsesFunctionCallItem,
     ResponsesFunctionCallOutputItem,
     ResponsesItem,
@@ -30,15 +37,8 @@ from engine.server.agent_protocol import (
     ResponsesNamedChoice,
     ResponsesRequest,
     ResponsesText,
-    parse_request,
     parts_text,
 )
-from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run, sse
-from engine.server.chat_reply import ChatPlan, Part, plan_chat
-from engine.server.common import cap_tokens, sampling_from
-from engine.server.engine_state import ServedModel, ServerState
-from engine.server.errors import ApiError
-from engine.server.parsing import read_json
 from engine.server.response_store import ResponseStore
 
 Json = dict[str, Any]

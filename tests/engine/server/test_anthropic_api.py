@@ -20,11 +20,12 @@ from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
 from engine.model.templates import ChatTemplate
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
-from engine.server.agent_protocol import AnthropicMessagesRequest, AnthropicReply, parse_request
 from engine.server.agent_run import Done
 from engine.server.anthropic_routes import MessageBuilder, chat_messages
 from engine.server.chat_reply import ReplyResult
 from engine.server.errors import ApiError
+from engine.server.protocol.anthropic import AnthropicMessagesRequest, AnthropicReply
+from engine.server.protocol.parse import parse_request
 from engine.settings import LoadParams
 from tests.engine.server.conftest import API_KEY, assert_no_leak, doc_valid, http, make_config
 from tests.engine.server.test_structured_api import THINKING_CHATML

@@ -21,20 +21,41 @@ from pydantic import BaseModel
 
 from engine.model.templates import VALID_ROLES
 from engine.server import ServerConfig
-from engine.server import protocol as p
 from engine.server.errors import ApiError
 from engine.server.openapi import PATHS, openapi_schema
+from engine.server.protocol.base import MAX_TOOLS
+from engine.server.protocol.embeddings import EmbeddingRequest, RerankRequest
+from engine.server.protocol.hosting import LoadModelRequest
+from engine.server.protocol.messages import Role, Tool
+from engine.server.protocol.ollama import (
+    OllamaChatRequest,
+    OllamaEmbedRequest,
+    OllamaGenerateRequest,
+    OllamaMessage,
+    OllamaOptions,
+    OllamaShowRequest,
+    OllamaToolCall,
+)
+from engine.server.protocol.openai import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    NamedToolChoice,
+    ResponseFormat,
+    ToolCall,
+)
+from engine.server.protocol.parse import parse_body
 
 ROUTES: dict[str, type[BaseModel]] = {
-    "chat": p.ChatCompletionRequest,
-    "completions": p.CompletionRequest,
-    "embeddings": p.EmbeddingRequest,
-    "rerank": p.RerankRequest,
-    "ollama_chat": p.OllamaChatRequest,
-    "ollama_generate": p.OllamaGenerateRequest,
-    "ollama_show": p.OllamaShowRequest,
-    "ollama_embed": p.OllamaEmbedRequest,
-    "load_model": p.LoadModelRequest,
+    "chat": ChatCompletionRequest,
+    "completions": CompletionRequest,
+    "embeddings": EmbeddingRequest,
+    "rerank": RerankRequest,
+    "ollama_chat": OllamaChatRequest,
+    "ollama_generate": OllamaGenerateRequest,
+    "ollama_show": OllamaShowRequest,
+    "ollama_embed": OllamaEmbedRequest,
+    "load_model": LoadModelRequest,
 }
 OK: Literal[True] = True
 WHOLE = ""  # refused by a rule about the body as a whole: no param
@@ -471,7 +492,7 @@ def _id(row: Row) -> str:
 @pytest.mark.parametrize("row", ROWS, ids=_id)
 def test_parse_body_decides(row: Row) -> None:
     route, body, expected = row
-    ok, param = _outcome(lambda: p.parse_body(ROUTES[route], json.loads(json.dumps(body))))
+    ok, param = _outcome(lambda: parse_body(ROUTES[route], json.loads(json.dumps(body))))
     if expected is OK:
         assert ok, f"refused ({param})"
     else:
@@ -483,57 +504,57 @@ def test_parse_body_decides(row: Row) -> None:
     ("model", "body", "message"),
     [
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {"messages": M, "temperature": 3},
             "'temperature' must be between 0 and 2",
         ),
-        (p.ChatCompletionRequest, {"messages": M, "top_p": 0}, "'top_p' must be greater than 0"),
+        (ChatCompletionRequest, {"messages": M, "top_p": 0}, "'top_p' must be greater than 0"),
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {"messages": M, "max_tokens": 0},
             "'max_tokens' must be at least 1",
         ),
-        (p.ChatCompletionRequest, {"messages": M, "top_k": 1.0}, "'top_k' must be a whole number"),
-        (p.ChatCompletionRequest, {"messages": M, "stream": 1}, "'stream' must be true or false"),
-        (p.ChatCompletionRequest, {"messages": M, "n": 2}, "only n=1 is supported"),
+        (ChatCompletionRequest, {"messages": M, "top_k": 1.0}, "'top_k' must be a whole number"),
+        (ChatCompletionRequest, {"messages": M, "stream": 1}, "'stream' must be true or false"),
+        (ChatCompletionRequest, {"messages": M, "n": 2}, "only n=1 is supported"),
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {"messages": M, "stop": [1]},
             "'stop' must be a string or a list of strings",
         ),
-        (p.ChatCompletionRequest, {"messages": []}, "'messages' must be a non-empty list"),
+        (ChatCompletionRequest, {"messages": []}, "'messages' must be a non-empty list"),
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {"messages": [{"role": "user", "content": 5}]},
             "'messages[0].content' must be a string or a list of parts",
         ),
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {"messages": M, "tool_choice": "auto"},
             "'tool_choice' needs 'tools'",
         ),
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {"messages": M, "tools": [{"function": {"name": "f"}}] * 2},
             "tools: the function name 'f' appears twice",
         ),
-        (p.CompletionRequest, {"prompt": ""}, "'prompt' is empty"),
-        (p.CompletionRequest, {"prompt": "a", "echo": True}, "'echo' is not supported"),
-        (p.OllamaChatRequest, {"model": None, "messages": M}, "'model' is required"),
+        (CompletionRequest, {"prompt": ""}, "'prompt' is empty"),
+        (CompletionRequest, {"prompt": "a", "echo": True}, "'echo' is not supported"),
+        (OllamaChatRequest, {"model": None, "messages": M}, "'model' is required"),
         (
-            p.OllamaChatRequest,
+            OllamaChatRequest,
             {"model": "smollm2", "messages": M, "options": {"temperature": -1}},
             "'options.temperature' must be between 0 and 100",
         ),
-        (p.OllamaShowRequest, {}, "'model' is required"),
-        (p.EmbeddingRequest, {"input": ["a"] * 65}, "'input' takes at most 64 strings"),
+        (OllamaShowRequest, {}, "'model' is required"),
+        (EmbeddingRequest, {"input": ["a"] * 65}, "'input' takes at most 64 strings"),
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {"messages": M, "tools": [{"function": {"name": "a b"}}]},
             "'tools[0].function.name' must be 1-64 letters, digits, '_', '.' or '-'",
         ),
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {
                 "messages": [
                     {
@@ -545,7 +566,7 @@ def test_parse_body_decides(row: Row) -> None:
             "'messages[0].tool_calls[0].function.arguments' must be a JSON string or an object",
         ),
         (
-            p.OllamaChatRequest,
+            OllamaChatRequest,
             {
                 "model": "smollm2",
                 "messages": [
@@ -558,7 +579,7 @@ def test_parse_body_decides(row: Row) -> None:
             "'messages[0].tool_calls[0].function.arguments' must be an object or a JSON string",
         ),
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {
                 "messages": M,
                 "response_format": {"type": "json_schema", "json_schema": {"schema": 5}},
@@ -566,12 +587,12 @@ def test_parse_body_decides(row: Row) -> None:
             "'response_format.json_schema.schema' must be a JSON schema (an object)",
         ),
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {"messages": [{"role": "user", "images": ["aGk="]}]},
             "'messages[0].images' cannot be read: this model reads text only",
         ),
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {"messages": M, "grammar": 'root ::= "a"', "response_format": {"type": "json_object"}},
             "'grammar' and a JSON 'response_format' exclude each other",
         ),
@@ -582,13 +603,13 @@ def test_messages_are_one_line_in_the_hand_checks_style(
 ) -> None:
     """One line naming the field, with no pydantic wording (nor a union's branch names)."""
     with pytest.raises(ApiError) as e:
-        p.parse_body(model, body)
+        parse_body(model, body)
     assert e.value.status == 400 and e.value.message == message
 
 
 def test_values_come_out_as_the_routes_use_them() -> None:
-    r = p.parse_body(
-        p.ChatCompletionRequest,
+    r = parse_body(
+        ChatCompletionRequest,
         {
             "messages": [
                 {
@@ -602,19 +623,19 @@ def test_values_come_out_as_the_routes_use_them() -> None:
     )
     assert r.messages[0].text == "ab" and r.stop == ("x",) and r.temperature == 1.0
     assert r.n == 1 and r.tools is None and r.stream is None
-    assert p.parse_body(p.ChatCompletionRequest, {"messages": M, "stop": ""}).stop == ()
-    assert p.parse_body(p.CompletionRequest, {"prompt": ["once"]}).prompt == "once"
-    assert p.parse_body(p.EmbeddingRequest, {"input": "a"}).input == ["a"]
-    rf = p.parse_body(
-        p.ChatCompletionRequest,
+    assert parse_body(ChatCompletionRequest, {"messages": M, "stop": ""}).stop == ()
+    assert parse_body(CompletionRequest, {"prompt": ["once"]}).prompt == "once"
+    assert parse_body(EmbeddingRequest, {"input": "a"}).input == ["a"]
+    rf = parse_body(
+        ChatCompletionRequest,
         {
             "messages": M,
             "response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}},
         },
     ).response_format
     assert rf is not None and rf.json_schema is not None and rf.json_schema.schema_ == SCHEMA
-    tools = p.parse_body(
-        p.OllamaChatRequest,
+    tools = parse_body(
+        OllamaChatRequest,
         {"model": "smollm2", "messages": M, "tools": [{"function": {"name": "f"}}]},
     ).tools
     assert tools is not None and tools[0].function.parameters == {
@@ -622,8 +643,8 @@ def test_values_come_out_as_the_routes_use_them() -> None:
         "properties": {},
     }
     # A field of another role is dropped, not checked.
-    msg = p.parse_body(
-        p.ChatCompletionRequest, {"messages": [{"role": "user", "content": "x", "tool_calls": 5}]}
+    msg = parse_body(
+        ChatCompletionRequest, {"messages": [{"role": "user", "content": "x", "tool_calls": 5}]}
     ).messages[0]
     assert msg.tool_calls is None
 
@@ -648,13 +669,13 @@ def test_chat_messages_come_out_openai_shaped() -> None:
         },
         {"role": "tool", "content": "Sunny", "tool_call_id": "c1", "name": "get_weather"},
     ]
-    assert p.parse_body(p.ChatCompletionRequest, {"messages": HISTORY}).chat_messages() == expected
-    ollama = p.parse_body(p.OllamaChatRequest, {"model": "smollm2", "messages": OLLAMA_HISTORY})
+    assert parse_body(ChatCompletionRequest, {"messages": HISTORY}).chat_messages() == expected
+    ollama = parse_body(OllamaChatRequest, {"model": "smollm2", "messages": OLLAMA_HISTORY})
     expected[1]["tool_calls"][0]["id"] = "call_1_0"
     del expected[2]["tool_call_id"]
     assert ollama.chat_messages() == expected
-    mixed = p.parse_body(
-        p.ChatCompletionRequest,
+    mixed = parse_body(
+        ChatCompletionRequest,
         {
             "messages": [
                 {
@@ -695,8 +716,8 @@ def test_chat_messages_come_out_openai_shaped() -> None:
         },
         {"role": "tool", "content": "r", "tool_call_id": "", "name": ""},
     ]
-    kept = p.parse_body(
-        p.OllamaChatRequest,
+    kept = parse_body(
+        OllamaChatRequest,
         {
             "model": "smollm2",
             "messages": [
@@ -759,12 +780,12 @@ def test_chat_messages_come_out_openai_shaped() -> None:
 def test_tools_come_out_as_the_tool_formats_take_them(
     body: dict[str, Any], tools: list[dict[str, Any]] | None, choice: str
 ) -> None:
-    r = p.parse_body(p.ChatCompletionRequest, {"messages": M, **body})
+    r = parse_body(ChatCompletionRequest, {"messages": M, **body})
     if tools is not None:
         assert r.chat_tools() == tools
     assert r.chosen_tool() == choice
-    ollama = p.parse_body(
-        p.OllamaChatRequest, {"model": "smollm2", "messages": M, "tools": body.get("tools")}
+    ollama = parse_body(
+        OllamaChatRequest, {"model": "smollm2", "messages": M, "tools": body.get("tools")}
     )
     assert ollama.chat_tools() == r.chat_tools()
 
@@ -773,12 +794,12 @@ def test_tools_come_out_as_the_tool_formats_take_them(
     ("model", "body"),
     [
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {"messages": M, "tools": [{"function": {"name": "f", "strict": "yes"}}]},
         ),
-        (p.ChatCompletionRequest, {"messages": [{"role": "assistant", "reasoning_content": 5}]}),
+        (ChatCompletionRequest, {"messages": [{"role": "assistant", "reasoning_content": 5}]}),
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {
                 "messages": [
                     {"role": "assistant", "tool_calls": [{"id": 5, "function": {"name": "f"}}]}
@@ -786,7 +807,7 @@ def test_tools_come_out_as_the_tool_formats_take_them(
             },
         ),
         (
-            p.ChatCompletionRequest,
+            ChatCompletionRequest,
             {
                 "messages": [
                     {
@@ -796,10 +817,10 @@ def test_tools_come_out_as_the_tool_formats_take_them(
                 ]
             },
         ),
-        (p.ChatCompletionRequest, {"messages": [{"role": "tool", "tool_call_id": 5}]}),
-        (p.OllamaChatRequest, {"model": "smollm2", "messages": [{"role": "tool", "tool_name": 5}]}),
+        (ChatCompletionRequest, {"messages": [{"role": "tool", "tool_call_id": 5}]}),
+        (OllamaChatRequest, {"model": "smollm2", "messages": [{"role": "tool", "tool_name": 5}]}),
         (
-            p.OllamaChatRequest,
+            OllamaChatRequest,
             {
                 "model": "smollm2",
                 "messages": [
@@ -813,15 +834,15 @@ def test_a_wrong_type_is_refused_not_ignored(model: type[BaseModel], body: dict[
     """The routes' former hand checks ignored these fields when they held the wrong type; the
     models refuse them, as OpenAI and Ollama do."""
     with pytest.raises(ApiError) as e:
-        p.parse_body(model, body)
+        parse_body(model, body)
     assert e.value.status == 400
 
 
 def test_the_roles_are_the_templates_roles() -> None:
     """`developer` reaches the template as `system`; every other role is the template's."""
-    assert set(get_args(p.Role)) == VALID_ROLES | {"developer"}
-    for model in (p.ChatMessage, p.OllamaMessage):
-        assert get_args(model.model_fields["role"].annotation) == get_args(p.Role)
+    assert set(get_args(Role)) == VALID_ROLES | {"developer"}
+    for model in (ChatMessage, OllamaMessage):
+        assert get_args(model.model_fields["role"].annotation) == get_args(Role)
 
 
 def _validator(doc: dict[str, Any], name: str) -> jsonschema.Draft202012Validator:
@@ -872,7 +893,7 @@ def test_openapi_is_built_from_the_models() -> None:
     assert "$defs" not in text
     chat = schemas["ChatCompletionRequest"]["properties"]
     assert chat["temperature"]["anyOf"][0] == {"type": "number", "minimum": 0, "maximum": 2}
-    assert chat["tools"]["anyOf"][0]["maxItems"] == p.MAX_TOOLS
+    assert chat["tools"]["anyOf"][0]["maxItems"] == MAX_TOOLS
     open_doc = openapi_schema(ServerConfig(port=0))
     assert "security" not in open_doc and "securitySchemes" not in open_doc["components"]
     jsonschema.Draft202012Validator.check_schema(
@@ -910,14 +931,14 @@ def test_the_document_shows_every_field_the_routes_read() -> None:
         for f in model.model_fields.values():
             todo += [m for m in _models_in(f.annotation) if m not in seen]
     assert {
-        p.ChatMessage,
-        p.OllamaMessage,
-        p.Tool,
-        p.ResponseFormat,
-        p.ToolCall,
-        p.OllamaToolCall,
-        p.NamedToolChoice,
-        p.OllamaOptions,
+        ChatMessage,
+        OllamaMessage,
+        Tool,
+        ResponseFormat,
+        ToolCall,
+        OllamaToolCall,
+        NamedToolChoice,
+        OllamaOptions,
     } <= seen
 
 
@@ -985,7 +1006,7 @@ def test_response_format_document_and_model_agree(value: dict[str, Any], ok: boo
     """Its document is hand-shaped (json_schema counts with its type only)."""
     doc = openapi_schema(ServerConfig(port=0))
     assert _validator(doc, "ResponseFormat").is_valid(value) == ok
-    assert _outcome(lambda: p.parse_body(p.ResponseFormat, value))[0] == ok
+    assert _outcome(lambda: parse_body(ResponseFormat, value))[0] == ok
 
 
 @pytest.mark.parametrize(
@@ -1007,7 +1028,7 @@ def test_a_messages_fields_are_documented_with_its_role(message: dict[str, Any],
     doc = openapi_schema(ServerConfig(port=0))
     assert _validator(doc, "ChatMessage").is_valid(message) == ok
     body = {"messages": [message]}
-    assert _outcome(lambda: p.parse_body(p.ChatCompletionRequest, body))[0] == ok
+    assert _outcome(lambda: parse_body(ChatCompletionRequest, body))[0] == ok
 
 
 def test_the_document_describes_the_answers() -> None:

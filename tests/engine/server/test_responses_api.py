@@ -20,10 +20,11 @@ from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
 from engine.model.templates import ChatTemplate
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
-from engine.server.agent_protocol import ResponseObject, ResponsesRequest, parse_request
 from engine.server.agent_run import Done
 from engine.server.chat_reply import ReplyResult
 from engine.server.errors import ApiError
+from engine.server.protocol.parse import parse_request
+from engine.server.protocol.responses import ResponseObject, ResponsesRequest
 from engine.server.response_store import ResponseStore
 from engine.server.responses_routes import ResponseBuilder, chat_messages
 from engine.settings import LoadParams

@@ -195,7 +195,8 @@ def test_tool_result_in_the_history_is_answered(
         assert choice.finish_reason == "stop" and choice.message.content
     # The model saw the call and its result.
     from engine.server.chat_reply import plan_chat
-    from engine.server.protocol import ChatCompletionRequest, parse_body
+    from engine.server.protocol.openai import ChatCompletionRequest
+    from engine.server.protocol.parse import parse_body
 
     loaded = served[0]
     messages = parse_body(ChatCompletionRequest, {"messages": history}).chat_messages()

@@ -12,13 +12,20 @@ import pytest
 from pydantic import BaseModel
 
 from engine.server import ServerConfig, ServerThread
-from engine.server import agent_protocol as a
-from engine.server import protocol as p
 from engine.server.body_model import IGNORED, UNKNOWN
 from engine.server.openapi import openapi_schema
+from engine.server.protocol import anthropic, embeddings, ollama, openai, responses
+from engine.server.protocol.anthropic import AnthropicMessagesRequest
+from engine.server.protocol.embeddings import EmbeddingRequest
+from engine.server.protocol.ollama import OllamaChatRequest
+from engine.server.protocol.openai import ChatCompletionRequest
+from engine.server.protocol.parse import parse_body, parse_request
+from engine.server.protocol.responses import ResponsesRequest
 from tests.engine.server.conftest import API_KEY, http, make_config
 from tests.fake_server_engine import FakeModel, serve_fake
 
+# The modules whose models the allow-list names.
+DIALECTS = (openai, embeddings, ollama, responses, anthropic)
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 M = [{"role": "user", "content": "Hi"}]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
@@ -140,20 +147,22 @@ def test_an_unknown_key_is_a_400_naming_it(
 
 
 def _known(name: str) -> type[BaseModel]:
-    return getattr(p, name, None) or getattr(a, name)
+    found = [getattr(m, name) for m in DIALECTS if hasattr(m, name)]
+    assert len(found) == 1, name
+    return found[0]  # type: ignore[no-any-return]
 
 
 # Where each model of the allow-list sits in a body: model name -> (request model, body with
 # the key put in that model's place).
 PLACES: dict[str, Callable[[str], tuple[type[BaseModel], dict[str, Any]]]] = {
-    "_OpenAISampling": lambda k: (p.ChatCompletionRequest, {"messages": M, k: "v"}),
+    "_OpenAISampling": lambda k: (ChatCompletionRequest, {"messages": M, k: "v"}),
     "ChatMessage": lambda k: (
-        p.ChatCompletionRequest,
+        ChatCompletionRequest,
         {"messages": [{"role": "assistant", "content": "x", k: []}, *M]},
     ),
-    "EmbeddingRequest": lambda k: (p.EmbeddingRequest, {"input": "a", k: "v"}),
+    "EmbeddingRequest": lambda k: (EmbeddingRequest, {"input": "a", k: "v"}),
     "OllamaFunctionCall": lambda k: (
-        p.OllamaChatRequest,
+        OllamaChatRequest,
         {
             "model": "m",
             "messages": [
@@ -162,13 +171,13 @@ PLACES: dict[str, Callable[[str], tuple[type[BaseModel], dict[str, Any]]]] = {
             ],
         },
     ),
-    "ResponsesRequest": lambda k: (a.ResponsesRequest, {"input": "x", k: "24h"}),
+    "ResponsesRequest": lambda k: (ResponsesRequest, {"input": "x", k: "24h"}),
     "ResponsesMessageItem": lambda k: (
-        a.ResponsesRequest,
+        ResponsesRequest,
         {"input": [{"type": "message", "role": "assistant", "content": "x", k: "v"}]},
     ),
     "ResponsesTextPart": lambda k: (
-        a.ResponsesRequest,
+        ResponsesRequest,
         {
             "input": [
                 {"role": "assistant", "content": [{"type": "output_text", "text": "x", k: []}]}
@@ -176,7 +185,7 @@ PLACES: dict[str, Callable[[str], tuple[type[BaseModel], dict[str, Any]]]] = {
         },
     ),
     "ResponsesFunctionCallItem": lambda k: (
-        a.ResponsesRequest,
+        ResponsesRequest,
         {
             "input": [
                 {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}", k: "v"}
@@ -184,33 +193,34 @@ PLACES: dict[str, Callable[[str], tuple[type[BaseModel], dict[str, Any]]]] = {
         },
     ),
     "ResponsesFunctionCallOutputItem": lambda k: (
-        a.ResponsesRequest,
+        ResponsesRequest,
         {"input": [{"type": "function_call_output", "call_id": "c", "output": "r", k: "v"}]},
     ),
     "ResponsesReasoningItem": lambda k: (
-        a.ResponsesRequest,
+        ResponsesRequest,
         {"input": [{"type": "reasoning", "summary": [], k: "v"}]},
     ),
     "AnthropicMessagesRequest": lambda k: (
-        a.AnthropicMessagesRequest,
+        AnthropicMessagesRequest,
         {"max_tokens": 1, "messages": M, k: "eu"},
     ),
     "AnthropicTextBlock": lambda k: (
-        a.AnthropicMessagesRequest,
+        AnthropicMessagesRequest,
         {
             "max_tokens": 1,
             "messages": [{"role": "user", "content": [{"type": "text", "text": "x", k: None}]}],
         },
     ),
     "AnthropicTool": lambda k: (
-        a.AnthropicMessagesRequest,
+        AnthropicMessagesRequest,
         {"max_tokens": 1, "messages": M, "tools": [{"name": "t", "input_schema": {}, k: True}]},
     ),
 }
 
 
 def _parse(model: type[BaseModel], body: dict[str, Any]) -> Any:
-    return (a.parse_request if model.__module__ == a.__name__ else p.parse_body)(model, body)
+    agent = model.__module__ in (responses.__name__, anthropic.__name__)
+    return (parse_request if agent else parse_body)(model, body)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,270 @@
+"""Ollama's /api routes: the request bodies and the answers."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+
+from engine.server.body_model import Body
+from engine.server.protocol.base import (
+    EmbedInput,
+    KeepAlive,
+    OllamaTemperature,
+    OllamaTopP,
+    Penalty,
+    Refused,
+    RepeatPenalty,
+    Reply,
+    Seed,
+    Stop,
+    UnitInterval,
+    no_alternatives,
+    refuse,
+    refuse_whole,
+    unsupported_true,
+)
+from engine.server.protocol.messages import (
+    Message,
+    Tools,
+    call_arguments,
+    check_messages,
+    tools_as_chat,
+    with_history,
+)
+
+
+class OllamaFunctionCall(Body):
+    name: str
+    # Ollama sends the arguments as an object; JSON text is taken too.
+    arguments: Annotated[dict[str, Any] | str, call_arguments("an object or a JSON string")] = (
+        Field(default_factory=dict)
+    )
+
+
+class OllamaToolCall(Body):
+    # Ollama's calls carry no id; one given is kept, so a tool result can name its call.
+    id: str | None = None
+    function: OllamaFunctionCall
+
+
+class OllamaMessage(Message):
+    ROLE_FIELDS = (
+        ("assistant", "tool_calls"),
+        ("assistant", "thinking"),
+        ("tool", "tool_call_id"),
+        ("tool", "tool_name"),
+    )
+    tool_calls: list[OllamaToolCall] | None = None
+    thinking: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+
+    def as_chat(self, i: int) -> dict[str, Any]:
+        return with_history(
+            super().as_chat(i), i, self.tool_calls, self.thinking, self.tool_call_id, self.tool_name
+        )
+
+
+# Ollama's options that the server does not apply, and why: each is refused by name.
+_LOAD_OPTION = "the model is loaded once, with the server's settings, for every request"
+_OLLAMA_NOT_APPLIED = {
+    **dict.fromkeys(
+        ("numa", "num_batch", "num_gpu", "main_gpu", "low_vram", "f16_kv", "logits_all"),
+        _LOAD_OPTION,
+    ),
+    **dict.fromkeys(
+        ("vocab_only", "use_mmap", "use_mlock", "embedding_only", "num_thread"), _LOAD_OPTION
+    ),
+    "num_ctx": "the context per request is the server's --ctx",
+    "num_keep": "a full context is an error here, never shifted",
+    "repeat_last_n": "the repeat penalty's window is the sampler's own",
+    "tfs_z": "no tail-free sampling",
+    "typical_p": "no locally typical sampling",
+    "mirostat": "no mirostat sampling",
+    "mirostat_tau": "no mirostat sampling",
+    "mirostat_eta": "no mirostat sampling",
+    "penalize_newline": "newlines are penalised like any token",
+}
+
+
+class OllamaOptions(Body):
+    """The options the server honours; Ollama's others are refused by name."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "description": "not applied, refused: " + ", ".join(sorted(_OLLAMA_NOT_APPLIED))
+        }
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_applied(cls, data: Any) -> Any:
+        for key in data if isinstance(data, dict) else ():
+            if key in _OLLAMA_NOT_APPLIED:
+                raise refuse_whole(f"'options.{key}' is not supported: {_OLLAMA_NOT_APPLIED[key]}")
+        return data
+
+    num_predict: Annotated[int | None, Field(description="-1 or absent: until done (capped)")] = (
+        None
+    )
+    temperature: OllamaTemperature | None = None
+    top_p: OllamaTopP | None = None
+    top_k: Annotated[int, Field(ge=0)] | None = None
+    min_p: UnitInterval | None = None
+    repeat_penalty: RepeatPenalty | None = None
+    seed: Seed | None = None
+    stop: Stop = ()
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
+
+
+def _format(v: Any) -> Any:
+    if v is None or v in ("", "json") or isinstance(v, dict):
+        return v
+    raise refuse('must be "json" or a JSON schema object')
+
+
+OllamaFormat = Annotated[
+    Literal["json", ""] | dict[str, Any] | None,
+    BeforeValidator(_format),
+    Field(description='"json", or a JSON schema the reply must match'),
+]
+Think = Annotated[
+    bool | None,
+    Field(
+        description="false: ask a thinking model not to think; "
+        "true: refused for a model that does not think"
+    ),
+]
+
+
+class _OllamaModel(Body):
+    model: str
+    keep_alive: KeepAlive = None
+
+
+class _OllamaText(_OllamaModel):
+    """What /api/chat and /api/generate share."""
+
+    options: OllamaOptions | None = None
+    stream: bool | None = None
+    think: Think = None
+    format: OllamaFormat = None
+    logprobs: Annotated[Literal[False] | None, BeforeValidator(unsupported_true)] = None
+    top_logprobs: Annotated[
+        None, BeforeValidator(no_alternatives, json_schema_input_type=Literal[0] | None)
+    ] = None
+
+
+class OllamaChatRequest(_OllamaText):
+    messages: Annotated[list[OllamaMessage], BeforeValidator(check_messages), Field(min_length=1)]
+    tools: Tools = None
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        return [m.as_chat(i) for i, m in enumerate(self.messages)]
+
+    def chat_tools(self) -> list[dict[str, Any]]:
+        return tools_as_chat(self.tools)
+
+
+class OllamaGenerateRequest(_OllamaText):
+    prompt: str | None = None
+    system: str | None = None
+    raw: bool | None = None
+    suffix: Annotated[Any, Refused("no text is inserted before a suffix", ("",))] = None
+    template: Annotated[Any, Refused("the model's own chat template is used", ("",))] = None
+    context: Annotated[Any, Refused("send the conversation to /api/chat", ([],))] = None
+    images: Annotated[Any, Refused("this model reads text only", ([],))] = None
+    width: Annotated[Any, Refused("this server makes no images")] = None
+    height: Annotated[Any, Refused("this server makes no images")] = None
+    steps: Annotated[Any, Refused("this server makes no images")] = None
+
+
+class OllamaShowRequest(Body):
+    # One of the two must be a string (null stands for absent).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": [k], "properties": {k: {"type": "string"}}} for k in ("model", "name")
+            ]
+        }
+    )
+    model: str | None = None
+    # Read only when `model` is absent, as the route does: the document leaves it untyped, or
+    # it would promise to refuse {"model": "m", "name": 5}.
+    name: Annotated[
+        str | None,
+        WithJsonSchema({"description": "the older spelling of 'model', read without one"}),
+    ] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_without_model(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("model"), str):
+            return {k: v for k, v in data.items() if k != "name"}
+        return data
+
+    @model_validator(mode="after")
+    def _named(self) -> OllamaShowRequest:
+        if self.model is None and self.name is None:
+            raise refuse_whole("'model' is required")
+        return self
+
+
+class OllamaEmbedRequest(_OllamaModel):
+    input: EmbedInput
+    truncate: Annotated[
+        Any, Refused("an input longer than the model's context is refused, not cut", (False,))
+    ] = None
+    dimensions: Annotated[Any, Refused("vectors have the model's own length")] = None
+    options: Annotated[Any, Refused("embeddings take no options", ({},))] = None
+
+
+class OllamaError(Reply):
+    error: str
+
+
+class OllamaVersion(Reply):
+    version: str
+
+
+class OllamaTags(Reply):
+    models: list[dict[str, Any]]
+
+
+class OllamaRunning(Reply):
+    models: list[dict[str, Any]]
+
+
+class OllamaShowResponse(Reply):
+    details: dict[str, Any]
+    model_info: dict[str, Any]
+    template: str | None = None
+    modelfile: str | None = None
+
+
+class OllamaReplyMessage(Reply):
+    role: str | None = None
+    content: str | None = None
+    thinking: str | None = None
+    tool_calls: list[OllamaToolCall] | None = None
+
+
+class OllamaReply(Reply):
+    """A whole answer, or the last line of a stream (`done: true`)."""
+
+    model: str
+    created_at: str
+    done: bool
+    response: str | None = None
+    message: OllamaReplyMessage | None = None
+    done_reason: str | None = None
+    total_duration: int | None = None
+    eval_count: int | None = None
+    prompt_eval_count: int | None = None
+
+
+class OllamaEmbedResponse(Reply):
+    model: str | None = None
+    embeddings: list[list[float]]

@@ -1,0 +1,354 @@
+"""OpenAI's Responses API (/v1/responses, spoken by Codex-style clients): the request body
+and the response object."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, Tag, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from engine.server.body_model import Body
+from engine.server.protocol.agent import (
+    TEXT_ONLY,
+    Harmless,
+    PositiveInt,
+    Refuse,
+    Temperature2,
+    TopP,
+    by_type,
+    choice_in_tools,
+    refuse,
+    tools_of,
+)
+from engine.server.protocol.base import MAX_TOOLS, TOOL_NAME, Reply
+
+
+class ResponsesTextPart(Body):
+    type: Literal["input_text", "output_text"]
+    text: str
+
+
+class ResponsesRefusalPart(Body):
+    type: Literal["refusal"]
+    refusal: str
+
+
+ResponsesPart = Annotated[
+    Annotated[ResponsesTextPart, Tag("type=text")]
+    | Annotated[ResponsesRefusalPart, Tag("type=refusal")],
+    by_type({"input_text": "type=text", "output_text": "type=text", "refusal": "type=refusal"}),
+]
+
+
+def _text_parts(v: Any) -> Any:
+    if isinstance(v, list):
+        for p in v:
+            if isinstance(p, dict) and p.get("type") in (
+                "input_image",
+                "input_file",
+                "input_audio",
+            ):
+                raise refuse(f"{TEXT_ONLY} (a part of type '{p['type']}')")
+    return v
+
+
+ResponsesContent = Annotated[str | list[ResponsesPart], BeforeValidator(_text_parts)]
+
+
+def parts_text(content: str | list[ResponsesTextPart | ResponsesRefusalPart]) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(p.text if isinstance(p, ResponsesTextPart) else p.refusal for p in content)
+
+
+class ResponsesMessageItem(Body):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: ResponsesContent
+
+
+class ResponsesFunctionCallItem(Body):
+    type: Literal["function_call"]
+    call_id: Annotated[str, Field(min_length=1)]
+    name: str
+    arguments: str
+
+
+class ResponsesFunctionCallOutputItem(Body):
+    type: Literal["function_call_output"]
+    call_id: Annotated[str, Field(min_length=1)]
+    output: ResponsesContent
+
+
+class ResponsesSummaryText(Body):
+    type: Literal["summary_text"]
+    text: str
+
+
+class ResponsesReasoningText(Body):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class ResponsesReasoningItem(Body):
+    type: Literal["reasoning"]
+    summary: list[ResponsesSummaryText] = Field(default_factory=list)
+    content: list[ResponsesReasoningText] | None = None
+    encrypted_content: Annotated[
+        Any,
+        Refuse(
+            "encrypted reasoning cannot be read here; send "
+            "the reasoning item as this server returned it"
+        ),
+    ] = None
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.content or self.summary)
+
+
+_ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+ResponsesItem = Annotated[
+    Annotated[ResponsesMessageItem, Tag("type=message")]
+    | Annotated[ResponsesFunctionCallItem, Tag("type=function_call")]
+    | Annotated[ResponsesFunctionCallOutputItem, Tag("type=function_call_output")]
+    | Annotated[ResponsesReasoningItem, Tag("type=reasoning")],
+    by_type({k: f"type={k}" for k in _ITEM_TYPES}, default="message"),
+]
+
+
+def _items(v: Any) -> Any:
+    """Items of the types this server cannot read are refused saying why. (An item without a
+    `type` is a message, its short form.)"""
+    for i, item in enumerate(v if isinstance(v, list) else ()):
+        kind = item.get("type") if isinstance(item, dict) else None
+        if isinstance(kind, str) and kind not in _ITEM_TYPES:
+            why = (
+                "items are not kept by id here; send the item itself"
+                if kind == "item_reference"
+                else "this server runs no built-in tools"
+            )
+            raise PydanticCustomError(
+                "agent_whole",
+                f"'input[{i}]': items of type '{kind}' are not supported "
+                f"({why}); it takes {', '.join(_ITEM_TYPES)}",
+            )
+    return v
+
+
+ResponsesInput = Annotated[str | list[ResponsesItem], BeforeValidator(_items)]
+
+
+class ResponsesFunctionTool(Body):
+    type: Literal["function"]
+    name: Annotated[str, Field(pattern=TOOL_NAME, description="1-64 letters, digits, _ . -")]
+    description: str | None = None
+    parameters: dict[str, Any] | None = Field(None, description="a JSON schema object")
+    strict: bool | None = None
+
+
+_responses_tools = tools_of(
+    "function",
+    "'tools[{i}]': tools of type '{kind}' are not supported (this server runs no "
+    "built-in tools); only function tools",
+)
+
+
+class ResponsesNamedChoice(Body):
+    type: Literal["function"]
+    name: str
+
+
+class ResponsesTextFormat(Body):
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = None
+    description: str | None = None
+    schema_: dict[str, Any] | None = Field(
+        None, alias="schema", description="with type json_schema"
+    )
+    strict: bool | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponsesTextFormat:
+        if self.type == "json_schema" and self.schema_ is None:
+            raise PydanticCustomError(
+                "agent_whole", "'text.format' of type json_schema needs a 'schema'"
+            )
+        return self
+
+
+class ResponsesText(Body):
+    format: ResponsesTextFormat | None = None
+    verbosity: Annotated[Any, Refuse("the answer's length is the model's")] = None
+
+
+def _effort(v: Any) -> Any:
+    if isinstance(v, str) and v not in ("none", "minimal"):
+        raise refuse(
+            "cannot be set here beyond 'none' or 'minimal' (the model is asked not "
+            "to think); leave 'reasoning' out for the model's own thinking"
+        )
+    return v
+
+
+class ResponsesReasoning(Body):
+    effort: Annotated[
+        Literal["none", "minimal"] | None,
+        BeforeValidator(_effort, json_schema_input_type=Literal["none", "minimal"] | None),
+    ] = None
+    summary: Annotated[
+        Any,
+        Refuse("the thinking is not summarised; it comes whole, as the reasoning item's content"),
+    ] = None
+    generate_summary: Annotated[Any, Refuse("the thinking is not summarised")] = None
+
+
+class ResponsesStreamOptions(Body):
+    include_obfuscation: Annotated[Any, Refuse("stream deltas are not padded", (False,))] = None
+
+
+def _truncation(v: Any) -> Any:
+    if v == "auto":
+        raise refuse(
+            "cannot be 'auto': input is never dropped to fit; a prompt too long for a slot is a 400"
+        )
+    return v
+
+
+class ResponsesRequest(Body):
+    model: str | None = None
+    input: ResponsesInput
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    tools: Annotated[
+        Annotated[list[ResponsesFunctionTool], Field(max_length=MAX_TOOLS)] | None,
+        BeforeValidator(_responses_tools),
+    ] = None
+    tool_choice: Literal["auto", "none", "required"] | ResponsesNamedChoice | None = None
+    parallel_tool_calls: bool | None = None
+    max_output_tokens: Annotated[
+        PositiveInt | None, Field(description="capped at the server's limit")
+    ] = None
+    temperature: Temperature2 | None = None
+    top_p: TopP | None = None
+    text: ResponsesText | None = None
+    reasoning: ResponsesReasoning | None = None
+    stream: bool | None = None
+    stream_options: ResponsesStreamOptions | None = None
+    store: bool | None = Field(None, description="false: not kept for previous_response_id")
+    metadata: dict[str, str] | None = None
+    user: Harmless = None
+    safety_identifier: Harmless = None
+    prompt_cache_key: Harmless = None
+    service_tier: Literal["auto", "default"] | None = None
+    max_tool_calls: Annotated[
+        PositiveInt | None,
+        Field(description="limits built-in tools, of which this server has none"),
+    ] = None
+    truncation: Annotated[
+        Literal["disabled"] | None,
+        BeforeValidator(_truncation, json_schema_input_type=Literal["disabled"] | None),
+    ] = None
+    background: Annotated[
+        Any, Refuse("the answer comes in the reply to this request", (False,))
+    ] = None
+    include: Annotated[
+        Any, Refuse("no extra output data is kept (encrypted reasoning, logprobs, ...)", ([],))
+    ] = None
+    top_logprobs: Annotated[Any, Refuse("log probabilities are not returned", (0,))] = None
+    conversation: Annotated[
+        Any,
+        Refuse(
+            "conversations are not kept; use previous_response_id or send the whole conversation"
+        ),
+    ] = None
+    prompt: Annotated[
+        Any, Refuse("stored prompt templates are not kept; send 'instructions' and 'input'")
+    ] = None
+    context_management: Annotated[Any, Refuse("the context is not compacted")] = None
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_needs_tools(cls, v: Any, info: ValidationInfo) -> Any:
+        if "tools" in info.data:  # else the tools were refused already
+            choice_in_tools(
+                None if v in (None, "none") else v,
+                v.name if isinstance(v, ResponsesNamedChoice) else None,
+                info.data["tools"],
+            )
+        return v
+
+
+# -- the response ---------------------------------------------------------------------------
+
+
+class ResponsesOutputText(Reply):
+    type: Literal["output_text"]
+    text: str
+    annotations: list[Any]
+
+
+class ResponsesOutputMessage(Reply):
+    type: Literal["message"]
+    id: str
+    role: Literal["assistant"]
+    status: Literal["in_progress", "completed", "incomplete"]
+    content: list[ResponsesOutputText]
+
+
+class ResponsesOutputFunctionCall(Reply):
+    type: Literal["function_call"]
+    id: str
+    call_id: str
+    name: str
+    arguments: str
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+class ResponsesOutputReasoning(Reply):
+    type: Literal["reasoning"]
+    id: str
+    summary: list[ResponsesSummaryText]
+    content: list[ResponsesReasoningText]
+    status: Literal["in_progress", "completed", "incomplete"]
+
+
+class ResponsesUsage(Reply):
+    input_tokens: int
+    input_tokens_details: dict[str, int]
+    output_tokens: int
+    output_tokens_details: dict[str, int]
+    total_tokens: int
+
+
+class ResponsesError(Reply):
+    code: str
+    message: str
+
+
+class ResponseObject(Reply):
+    id: str
+    object: Literal["response"]
+    created_at: int
+    status: Literal["in_progress", "completed", "incomplete", "failed"]
+    error: ResponsesError | None
+    incomplete_details: dict[str, str] | None
+    model: str
+    output: list[
+        Annotated[
+            ResponsesOutputMessage | ResponsesOutputFunctionCall | ResponsesOutputReasoning,
+            Field(discriminator="type"),
+        ]
+    ]
+    usage: ResponsesUsage | None
+    instructions: str | None
+    previous_response_id: str | None
+    tools: list[dict[str, Any]]
+    tool_choice: str | dict[str, Any]
+    parallel_tool_calls: bool
+    temperature: float
+    top_p: float
+    max_output_tokens: int | None
+    store: bool
+    metadata: dict[str, str]
