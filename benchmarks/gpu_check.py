@@ -209,13 +209,14 @@ def sec_hardware(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
 
 
 def _estimates(path: Path, hw: Any, **kw: Any) -> dict[str, Any]:
-    from engine.memory import estimate as memory
+    from engine.memory.estimate import estimate
+    from engine.memory.params import EstimateParams
 
     out: dict[str, Any] = {}
     for method in ("dry-run", "analytic"):
         try:
             t = time.perf_counter()
-            est = memory.estimate(path, memory.EstimateParams(**kw), hardware=hw, method=method)  # type: ignore[arg-type]
+            est = estimate(path, EstimateParams(**kw), hardware=hw, method=method)  # type: ignore[arg-type]
             d = est.to_dict()
             d["seconds"] = round(time.perf_counter() - t, 3)
             out[method] = d
@@ -373,8 +374,9 @@ def _mb(d: dict[str, int]) -> str:
 def sec_edge(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
     """A context so long that not every layer fits: 'auto' must pick a count that loads."""
     from engine.host.runtime import resolve_gpu_layers
-    from engine.memory import estimate as memory
     from engine.memory import hardware
+    from engine.memory.estimate import estimate
+    from engine.memory.params import EstimateParams
     from engine.model.gguf import read_gguf
     from engine.settings import LoadParams
 
@@ -386,9 +388,9 @@ def sec_edge(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
         p = LoadParams(n_ctx=n_ctx, n_gpu_layers="auto", state_cache_mb=0)
         t = time.perf_counter()
         ngl = resolve_gpu_layers("auto", n_layer, gguf=gf, params=p)
-        est = memory.estimate(
+        est = estimate(
             gf,
-            memory.EstimateParams.from_load_params(p),
+            EstimateParams.from_load_params(p),
             hardware=hardware.detect(),
             method="analytic",
         )
@@ -525,7 +527,8 @@ def sec_spec(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
 
 def sec_dryrun(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
     """llama.cpp's no-alloc sizing with layers on the GPU (the estimate dry-runs on the CPU)."""
-    from engine.memory import estimate as memory
+    from engine.memory.dry_run import dry_run
+    from engine.memory.params import EstimateParams
 
     path = Path(args.model)
     out = []
@@ -535,10 +538,10 @@ def sec_dryrun(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
         (8192, args.half_layers, "f16"),
         (4096, 0, "f16"),
     ):
-        p = memory.EstimateParams(n_ctx=n_ctx, type_k=tk, type_v=tk, flash_attn="auto")
+        p = EstimateParams(n_ctx=n_ctx, type_k=tk, type_v=tk, flash_attn="auto")
         used0 = nv.used()
         try:
-            d = memory.dry_run(path, p, n_gpu_layers=ngl)
+            d = dry_run(path, p, n_gpu_layers=ngl)
             r: dict[str, Any] = {
                 "n_ctx": n_ctx,
                 "ngl": ngl,

@@ -2,7 +2,7 @@
 
 For each configuration the model is loaded with that cache type and flash attention setting;
 the KV size is what llama.cpp itself reports allocating ("KV ... size" log lines, via
-engine.memory.actual_from_log), next to engine.memory's estimate for the same settings. Speed:
+engine.memory.actual), next to engine.memory's estimate for the same settings. Speed:
 prompt processing (a ~`--prompt-tokens` prompt, llama.cpp perf counters) and generation
 (greedy, wall clock between first and last token) with the same prompt, configurations
 alternating round by round; ratios are against f16 + flash attention off measured in the same
@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
 from engine.host.runtime import Model
-from engine.memory import estimate as memory
+from engine.memory.estimate import estimate
+from engine.memory.params import EstimateParams
 from engine.settings import LoadParams, SamplingParams
 
 CONFIGS: list[tuple[str, str]] = [("f16", "off"), ("f16", "on"), ("q8_0", "on"), ("q4_0", "on")]
@@ -58,7 +59,7 @@ def main() -> int:
             state_cache_mb=0,
         )  # type: ignore[arg-type]
         m = Model(path, p)
-        est = memory.estimate(m.gguf, memory.EstimateParams.from_load_params(p), method="analytic")
+        est = estimate(m.gguf, EstimateParams.from_load_params(p), method="analytic")
         kv[(kv_type, fa)] = (m.memory_actual.kv_bytes / 2**20, est.kv_bytes / 2**20)
         models[(kv_type, fa)] = m
     first = next(iter(models.values()))

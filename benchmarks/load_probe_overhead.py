@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
 from engine.host.runtime import Model
-from engine.memory.estimate import EstimateParams, estimate
+from engine.memory.estimate import estimate
+from engine.memory.params import EstimateParams
 from engine.native.load_probe import FirstLoads, probe
 from engine.native.native_load import NativeLoad
 from engine.settings import LoadParams

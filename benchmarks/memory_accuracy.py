@@ -52,8 +52,9 @@ def model_path(name: str) -> Path:
 def run_case(name: str, ctx: int, kv: str, fa: str) -> dict[str, float]:
     """One case, in this (fresh) process."""
     from engine.host.runtime import Model
-    from engine.memory.estimate import EstimateParams, estimate
+    from engine.memory.estimate import estimate
     from engine.memory.hardware import GiB, cpu_only, process_rss
+    from engine.memory.params import EstimateParams
 
     path = model_path(name)
     params = EstimateParams(

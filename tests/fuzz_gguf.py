@@ -445,8 +445,8 @@ class Corpus:
 _WORKER = r"""
 import json, sys, traceback
 from engine.model.gguf import GGUFError
-from engine.memory.estimate import EstimateParams
 from engine.memory.estimate import estimate
+from engine.memory.params import EstimateParams
 from engine.errors import EngineError
 from engine.settings import LoadParams
 from engine.host.runtime import Model

@@ -7,8 +7,10 @@ from typing import Any
 
 from app.cli.common import CliError, gpu_layers_arg, library, positive_int, print_json
 from engine.memory import hardware
-from engine.memory.estimate import EstimateParams, MemoryEstimate, estimate
+from engine.memory.estimate import estimate
 from engine.memory.hardware import GiB, MiB
+from engine.memory.params import EstimateParams
+from engine.memory.result import MemoryEstimate
 from engine.model.remote_gguf import is_remote, read_remote_gguf
 
 

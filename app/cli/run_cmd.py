@@ -21,7 +21,9 @@ from app.services.connections import ConnectionsError, ConnectionStore
 from engine.errors import EngineError
 from engine.host.runtime import Model
 from engine.host.speculative import spec_stats
-from engine.memory.estimate import DoesNotFitError, EstimateParams, estimate
+from engine.memory.estimate import estimate
+from engine.memory.params import EstimateParams
+from engine.memory.result import DoesNotFitError
 from engine.settings import FlashAttn, LoadParams, SamplingParams, SpeculativeSettings
 
 

@@ -524,7 +524,8 @@ def remote_gguf(hub: HubClient, repo_id: str, revision: str, variant: ModelVaria
 def header_fit(hardware: Any = None, params: Any = None) -> FitFunction:
     """A FitFunction using engine.memory's analytic estimate on the header read over HTTP.
     `hardware`/`params` default to this machine and the default load settings."""
-    from engine.memory.estimate import EstimateParams, estimate
+    from engine.memory.estimate import estimate
+    from engine.memory.params import EstimateParams
 
     state: dict[str, Any] = {"hw": hardware}
 

@@ -2,8 +2,8 @@
 
 The panel re-estimates on every slider step, so this uses the analytic method (GGUF header
 only, no llama.cpp call) over a header parsed once per file, and the hardware probed once
-with the free RAM refreshed each time. engine/memory/estimate.py's tests check the analytic numbers
-against real loads.
+with the free RAM refreshed each time. engine.memory's tests check the analytic numbers against
+real loads.
 """
 
 from __future__ import annotations
@@ -13,8 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.ui.estimate import EstimateView, Verdict
-from engine.memory import estimate as memory
 from engine.memory import hardware
+from engine.memory.estimate import estimate as estimate_memory
+from engine.memory.hardware import CPU
+from engine.memory.params import EstimateParams
+from engine.memory.result import MemoryEstimate
 from engine.model.gguf import GGUFFile, read_gguf
 from engine.settings import LoadParams
 
@@ -26,9 +29,9 @@ _VERDICTS: dict[str, Verdict] = {
 }
 
 
-def to_view(est: memory.MemoryEstimate) -> EstimateView:
-    cpu = est.device(memory.CPU)
-    gpus = [d for d in est.devices if d.name != memory.CPU]
+def to_view(est: MemoryEstimate) -> EstimateView:
+    cpu = est.device(CPU)
+    gpus = [d for d in est.devices if d.name != CPU]
     free_vram = sum(d.free_bytes or 0 for d in gpus) if gpus else None
     return EstimateView(
         weights=est.weights_bytes,
@@ -59,8 +62,8 @@ def engine_estimator(
             gf = headers[key] = read_gguf(path)
         _total, avail = hardware.ram()
         hw = dataclasses.replace(hw_base, ram_available_bytes=avail)
-        est = memory.estimate(
-            gf, memory.EstimateParams.from_load_params(params), hardware=hw, method="analytic"
+        est = estimate_memory(
+            gf, EstimateParams.from_load_params(params), hardware=hw, method="analytic"
         )
         return to_view(est)
 

@@ -34,7 +34,7 @@ from engine.host.chat_engine import ChatEngine, EmbeddedEngine, EmbeddedReply, R
 from engine.host.context_policy import ContextPolicy
 from engine.host.host import Loadable, ModelHost
 from engine.host.runtime import Model
-from engine.memory.estimate import actual_from_log
+from engine.memory.actual import actual_from_log
 from engine.model.facts import POOLING_RANK, embedding_pooling, model_facts
 from engine.model.gguf import GGUFError, read_gguf
 from engine.model.naming import model_slug

@@ -95,7 +95,8 @@ class Need:
 
 def estimate_need(spec: Loadable) -> Need:
     """The memory estimate of `engine.memory` for this file and these settings."""
-    from engine.memory.estimate import EstimateParams, estimate
+    from engine.memory.estimate import estimate
+    from engine.memory.params import EstimateParams
 
     est = estimate(spec.path, EstimateParams.from_load_params(spec.params))
     # The margin kept free on a device is the machine's, not each model's: the budget counts

@@ -30,7 +30,9 @@ from engine.host.prompt_cache import PromptStateCache
 from engine.host.scheduler import Scheduler
 from engine.host.speculative import Speculator, draft_params
 from engine.memory import cpu_kernels, hardware
-from engine.memory import estimate as memory
+from engine.memory.actual import actual_from_log
+from engine.memory.estimate import fit_gpu_layers
+from engine.memory.params import EstimateParams
 from engine.model.facts import embedding_pooling
 from engine.model.gguf import GGUFFile, read_gguf
 from engine.model.semantics import check_model
@@ -204,7 +206,7 @@ class Model:
         self._limits()
         self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
         # What llama.cpp really allocated, for "estimated X, actual Y" (engine.memory).
-        self.memory_actual = memory.actual_from_log(
+        self.memory_actual = actual_from_log(
             lines, rss_growth_bytes=hardware.process_rss() - rss0 if rss0 else None
         )
         self.load_info = LoadInfo(
@@ -324,7 +326,7 @@ class Model:
         self._ctx = ctx
         self._limits()
         self.params = replace(self.params, n_ctx=n_ctx, n_seq_max=n_seq_max)
-        new = memory.actual_from_log(lines)
+        new = actual_from_log(lines)
         self.memory_actual = replace(
             self.memory_actual,
             kv_bytes=new.kv_bytes,
@@ -676,9 +678,7 @@ def resolve_gpu_layers(
         if not llama_lib.supports_gpu_offload():
             return 0
         if gguf is not None and params is not None:
-            return memory.fit_gpu_layers(
-                gguf, memory.EstimateParams.from_load_params(params), hardware.detect()
-            )
+            return fit_gpu_layers(gguf, EstimateParams.from_load_params(params), hardware.detect())
         return n_layer + 1 if n_layer else 999
     return int(requested)
 

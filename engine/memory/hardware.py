@@ -29,6 +29,7 @@ _DEV_CPU, _DEV_GPU, _DEV_IGPU, _DEV_ACCEL = 0, 1, 2, 3
 
 GiB = 1 << 30
 MiB = 1 << 20
+CPU = "CPU"  # the name the estimate and llama.cpp's logs give the host's memory (RAM)
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ def run(load: NativeLoad, C: Any = None) -> dict[str, Any]:
 def load_no_alloc(C: Any, load: NativeLoad, *, fault: bool = False) -> str:
     """Create `load`'s model and context with `no_alloc` through the bindings `C` (the
     caller captures the log); 'model' or 'context' for the step llama.cpp refused, else 'ok'.
-    The in-process dry run (engine.memory.estimate) calls this too. `fault` mmaps, which
+    The in-process dry run (engine.memory.dry_run) calls this too. `fault` mmaps, which
     makes llama.cpp abort: only the child honours the test hook."""
     mp = C.llama_model_default_params()
     mp.n_gpu_layers = load.n_gpu_layers

@@ -16,8 +16,9 @@ import pytest
 
 from engine.host.runtime import Model
 from engine.memory import cpu_kernels
+from engine.memory.actual import actual_from_log
 from engine.memory.cpu_kernels import CpuFeatures, Exactness, batch_exactness, weights_exactness
-from engine.memory.estimate import ModelSpec, actual_from_log
+from engine.memory.model_spec import ModelSpec
 from engine.model.gguf import TensorInfo, read_gguf
 from engine.settings import LoadParams
 from tests.exactness import exact_load

@@ -179,7 +179,8 @@ def test_fuzzed_files_never_crash_the_loader(smollm2_path: Path, tmp_path: Path)
 def test_an_abort_in_the_sizing_child_becomes_one_line(corpus: Corpus, tmp_path: Path) -> None:
     # Straight to the child, past the validation: llama.cpp asserts block_count > 0.
     from engine.errors import EngineError
-    from engine.memory.estimate import EstimateParams, _dry_run_in_child
+    from engine.memory.dry_run import _dry_run_in_child
+    from engine.memory.params import EstimateParams
 
     path = _write(corpus, tmp_path, "llama.block_count", 0)
     with pytest.raises(EngineError) as exc:

@@ -13,17 +13,14 @@ import pytest
 
 from engine.errors import EngineError
 from engine.host.runtime import Model
-from engine.memory.estimate import (
-    DoesNotFitError,
-    EstimateParams,
-    ModelSpec,
-    actual_from_log,
-    compare,
-    dry_run,
-    estimate,
-    kv_bytes_per_layer,
-)
+from engine.memory.actual import actual_from_log, compare
+from engine.memory.analytic import kv_bytes_per_layer
+from engine.memory.dry_run import dry_run
+from engine.memory.estimate import estimate
 from engine.memory.hardware import GiB, MiB, cpu_only
+from engine.memory.model_spec import ModelSpec
+from engine.memory.params import EstimateParams
+from engine.memory.result import DoesNotFitError
 from engine.model.gguf import GGUFError, read_gguf
 from engine.settings import FlashAttn
 

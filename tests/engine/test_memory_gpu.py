@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from engine.errors import EngineError
-from engine.memory import estimate as memory
-from engine.memory.estimate import CPU, EstimateParams, estimate
-from engine.memory.hardware import GiB, MiB, simulate
+from engine.memory import dry_run as dry_runs
+from engine.memory.estimate import estimate
+from engine.memory.hardware import CPU, GiB, MiB, simulate
+from engine.memory.params import EstimateParams
 from engine.native import llama_lib
 from engine.native.native_load import FAULT_ENV
 
@@ -29,14 +30,14 @@ def gpu_build(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(llama_lib, "supports_gpu_offload", lambda: True)
 
 
-def _refuse_in_process(*_: Any, **__: Any) -> memory.DryRun:
+def _refuse_in_process(*_: Any, **__: Any) -> dry_runs.DryRun:
     raise AssertionError("a no-alloc dry run ran inside the process of a GPU build")
 
 
 def test_auto_estimate_is_analytic_on_a_gpu_build(
     smollm2_path: Path, gpu_build: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory, "_dry_run_here", _refuse_in_process)
+    monkeypatch.setattr(dry_runs, "_dry_run_here", _refuse_in_process)
     est = estimate(
         smollm2_path,
         EstimateParams(n_ctx=2048, n_gpu_layers="all"),
@@ -51,9 +52,9 @@ def test_asked_for_dry_run_runs_in_a_child_on_a_gpu_build(
 ) -> None:
     # flash attention stated: 'auto' would resolve differently here (patched) and in the child
     p = EstimateParams(n_ctx=2048, flash_attn="off")
-    here = memory._dry_run_here(smollm2_path, p)
-    monkeypatch.setattr(memory, "_dry_run_here", _refuse_in_process)
-    child = memory.dry_run(smollm2_path, p)
+    here = dry_runs._dry_run_here(smollm2_path, p)
+    monkeypatch.setattr(dry_runs, "_dry_run_here", _refuse_in_process)
+    child = dry_runs.dry_run(smollm2_path, p)
     assert child.kv_bytes == here.kv_bytes == 45 * MiB
     assert child.compute == here.compute and child.output == here.output
     est = estimate(smollm2_path, p, hardware=simulate([], ram_bytes=RAM), method="dry-run")
@@ -65,7 +66,7 @@ def test_a_crashing_dry_run_is_an_error_not_a_dead_app(
 ) -> None:
     monkeypatch.setenv(FAULT_ENV, "abort")  # the child's load trips a llama.cpp assert
     with pytest.raises(EngineError, match=r"crashed while sizing .*SIGABRT"):
-        memory.dry_run(smollm2_path, EstimateParams(n_ctx=2048))
+        dry_runs.dry_run(smollm2_path, EstimateParams(n_ctx=2048))
     # 'auto' never gets there on a GPU build; a CPU-only build keeps its in-process dry run.
     est = estimate(
         smollm2_path, EstimateParams(n_ctx=2048), hardware=simulate([8 * GiB], ram_bytes=RAM)

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from engine.memory.estimate import EstimateParams, estimate
+from engine.memory.estimate import estimate
 from engine.memory.hardware import GiB, cpu_only
+from engine.memory.params import EstimateParams
 from engine.model.gguf import GGUFError, read_gguf
 from engine.model.remote_gguf import HttpRangeSource, RemoteGGUFError, hf_url, read_remote_gguf
 

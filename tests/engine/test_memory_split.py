@@ -9,16 +9,12 @@ import pytest
 
 from engine.host.runtime import resolve_gpu_layers
 from engine.memory.cpu_kernels import CpuFeatures
-from engine.memory.estimate import (
-    CPU,
-    EstimateParams,
-    MemoryEstimate,
-    ModelSpec,
-    estimate,
-    fit_gpu_layers,
-    layer_devices,
-)
-from engine.memory.hardware import Device, GiB, MiB, cpu_only, simulate
+from engine.memory.estimate import estimate, fit_gpu_layers
+from engine.memory.hardware import CPU, Device, GiB, MiB, cpu_only, simulate
+from engine.memory.model_spec import ModelSpec
+from engine.memory.params import EstimateParams
+from engine.memory.placement import layer_devices
+from engine.memory.result import MemoryEstimate
 from engine.model.gguf import read_gguf
 from engine.native import llama_lib
 

@@ -18,8 +18,9 @@ from app.services.hub import (
     quantization_of,
     remote_gguf,
 )
-from engine.memory.estimate import EstimateParams, estimate
+from engine.memory.estimate import estimate
 from engine.memory.hardware import GiB, cpu_only, simulate
+from engine.memory.params import EstimateParams
 from engine.model.gguf import read_gguf
 from tests.hub_emulator import HubEmulator, running_hub, tiny_gguf
 
