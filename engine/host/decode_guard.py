@@ -5,7 +5,8 @@ overruns the buffer `llama_batch_init` allocated (the scheduler writes into one)
 past the context and sequence ids past `n_seq_max` reach asserts or an error code that names
 no cause. Each check here raises an EngineError with one line that says which limit and by
 how much, before llama.cpp sees the batch. They are integer comparisons, cheap enough for
-the per-step paths.
+the per-step paths. A decode llama.cpp itself refuses has one message too:
+`engine.native.backend.DecodeFailed`.
 """
 
 from __future__ import annotations
@@ -50,15 +51,3 @@ def check_tokens(tokens: Sequence[int], n_vocab: int) -> None:
     bad = next((t for t in tokens if not 0 <= t < n_vocab), None)
     if bad is not None:
         raise DecodeRefused(f"token id {bad} is outside the vocabulary (0 to {n_vocab - 1})")
-
-
-def decode_error(rc: int) -> str:
-    """The one message for a failed `llama_decode`, whoever called it."""
-    if rc == 1:
-        return (
-            "the context is full (no free KV cache slot for this batch); start a new chat "
-            "or raise the context"
-        )
-    if rc == 2:
-        return "decoding was aborted"
-    return f"llama.cpp failed to decode (error {rc})"

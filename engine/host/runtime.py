@@ -38,6 +38,7 @@ from engine.model.gguf import GGUFFile, read_gguf
 from engine.model.semantics import check_model
 from engine.model.templates import ChatTemplate
 from engine.native import llama_lib
+from engine.native.backend import LlamaBackend
 from engine.native.native_load import NativeLoad
 from engine.settings import (
     FLASH_TYPES,
@@ -127,6 +128,8 @@ class Model:
         self._model: Any = None
         self._vocab: Any = None
         self._ctx: Any = None
+        # The typed view every decode goes through (engine.native.backend); None unloaded.
+        self.backend: LlamaBackend | None = None
         self.scheduler: Scheduler | None = None
         self.speculator: Speculator | None = None
         self._piece_buf = ctypes.create_string_buffer(256)
@@ -302,6 +305,9 @@ class Model:
         # The most tokens one llama_decode may take: min(requested n_ctx, n_batch).
         self.n_batch = int(C.llama_n_batch(self._ctx))
         self._memory = C.llama_get_memory(self._ctx)
+        self.backend = LlamaBackend(
+            self._ctx, self._vocab, int(C.llama_vocab_n_tokens(self._vocab))
+        )
 
     def recreate_context(self, n_seq_max: int, n_ctx: int) -> None:
         """A new context with `n_seq_max` sequences over `n_ctx` cells on the same weights
@@ -312,6 +318,7 @@ class Model:
         old = (int(C.llama_n_ctx(self._ctx)), int(C.llama_n_seq_max(self._ctx)))
         C.llama_free(self._ctx)  # first: the old KV must not sit beside the new one
         self._ctx = None
+        self.backend = None
         with llama_lib.capture_log() as lines:
             ctx = C.llama_init_from_model(self._model, self._context_params(n_ctx, n_seq_max))
         if not ctx:
@@ -346,6 +353,7 @@ class Model:
             self.speculator = None
             spec.close()
         if self._ctx:
+            self.backend = None
             C.llama_free(self._ctx)
             self._ctx = None
         if self._model:
@@ -556,34 +564,6 @@ class Model:
     def reset_cache(self) -> None:
         """Drop every cached KV cell (waits for requests in flight)."""
         self.loop.clear_cache()
-
-    def make_sampler(self, s: SamplingParams) -> Any:
-        C = self._lib
-        chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
-        if s.penalizes:
-            C.llama_sampler_chain_add(
-                chain,
-                C.llama_sampler_init_penalties(
-                    self.n_vocab,
-                    s.repeat_last_n,
-                    s.repeat_penalty,
-                    s.frequency_penalty,
-                    s.presence_penalty,
-                ),
-            )
-        if s.temperature <= 0:
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
-            return chain
-        if s.top_k > 0:
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(s.top_k))
-        if s.top_p < 1.0:
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_p(s.top_p, 1))
-        if s.min_p > 0.0:
-            C.llama_sampler_chain_add(chain, C.llama_sampler_init_min_p(s.min_p, 1))
-        C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(s.temperature))
-        seed = s.seed if s.seed is not None else 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: random
-        C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(seed & 0xFFFFFFFF))
-        return chain
 
     def __repr__(self) -> str:
         return f"Model({self.path.name!r}, n_ctx={getattr(self, 'n_ctx', '?')})"

@@ -46,20 +46,18 @@ every drafted position would cost the others, so they decode plainly.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, TypeVar
-
-import numpy as np
+from typing import Any, TypeVar
 
 from engine.decoding.textstream import TextStream
 from engine.errors import EngineError
 from engine.host import batch_plan, decode_guard
+from engine.host.loop_model import LoopModel
 from engine.host.prompt_cache import common_prefix
 from engine.host.requests import (
     EventCallback,
@@ -82,11 +80,8 @@ from engine.host.speculative import (
 )
 from engine.host.stats import StopReason
 from engine.memory.cpu_kernels import SplitRule
-from engine.native import llama_lib
+from engine.native.backend import DecodeFailed, Sampler, TokenBatch
 from engine.settings import DEFAULT_DRAFT_MAX, SamplingParams, SpecMode
-
-if TYPE_CHECKING:
-    from engine.host.runtime import Model
 
 log = logging.getLogger("candlewick.scheduler")
 
@@ -121,7 +116,7 @@ class _Slot:
         self.plan: deque[int] | None = None  # canonical batch sizes for `pending` ("grid")
         self.rule: SplitRule = "any"  # how this request's prompt may be cut (batch_plan)
         self.next_token: int | None = None  # sampled, to be decoded in the next step
-        self.sampler: Any = None
+        self.sampler: Sampler | None = None
         self.stream: TextStream | None = None  # UTF-8 reassembly and stop strings
         self.n_gen = 0
         self.t_first: float | None = None
@@ -170,7 +165,7 @@ class Scheduler:
 
     def __init__(
         self,
-        model: Model,
+        model: LoopModel,
         *,
         n_slots: int | None = None,
         max_queue: int = 64,
@@ -178,8 +173,7 @@ class Scheduler:
         reserved_slots: int = 0,
     ) -> None:
         self.model = model
-        self._C = llama_lib.lib()
-        if not model.ctx_ptr:
+        if model.backend is None:
             raise EngineError("the model is not loaded")
         if getattr(model, "scheduler", None) is not None:
             raise EngineError(
@@ -203,19 +197,19 @@ class Scheduler:
         self._accepted = 0
         self._saved = 0
         self._restored = 0
-        self._piece = ctypes.create_string_buffer(256)
         self._lease: tuple[str, tuple[int, int, int]] | None = None
-        self._batch: Any = None
+        self._batch: TokenBatch | None = None
         self._bind(n_slots, reserved_slots)
         self._thread = threading.Thread(target=self._run, name="candlewick-decode", daemon=True)
         self._thread.start()
 
     def _bind(self, n_slots: int | None, reserved: int) -> None:
         """Take the model's (new) context: slots, batch buffer, limits."""
-        C = self._C
         model = self.model
-        ctx = model.ctx_ptr
-        n_seq_max = int(C.llama_n_seq_max(ctx))
+        backend = model.backend
+        if backend is None:
+            raise EngineError("the model is not loaded")
+        n_seq_max = backend.n_seq_max
         n = n_slots or n_seq_max
         if n > n_seq_max:
             raise EngineError(
@@ -225,15 +219,14 @@ class Scheduler:
             raise EngineError(f"{reserved} reserved slots leave none of {n} for other requests")
         self.n_slots = n
         self.reserved_slots = reserved
-        self.n_batch = min(self._n_batch_req or model.params.n_batch, int(C.llama_n_batch(ctx)))
-        self.n_ctx_seq = int(C.llama_n_ctx_seq(ctx))
+        self.n_batch = min(self._n_batch_req or model.params.n_batch, backend.n_batch)
+        self.n_ctx_seq = backend.n_ctx_seq
         self._n_seq_max = n_seq_max
-        self._ctx = ctx
-        self._mem = C.llama_get_memory(ctx)
+        self._be = backend
         self._slots = [_Slot(i) for i in range(n)]
         if self._batch is not None:
-            C.llama_batch_free(self._batch)
-        self._batch = C.llama_batch_init(self.n_batch, 0, 1)
+            self._batch.close()
+        self._batch = backend.batch(self.n_batch)
         kv_bytes = int(getattr(getattr(model, "memory_actual", None), "kv_bytes", 0) or 0)
         self._stream_bytes = kv_bytes // max(n_seq_max, 1)
         self._cost = verify_cost(model)
@@ -268,7 +261,7 @@ class Scheduler:
                 f"the prompt is {len(prompt)} tokens, the context holds {self.n_ctx_seq}; "
                 "shorten the conversation or load the model with a larger context"
             )
-        decode_guard.check_tokens(prompt, self.model.n_vocab)
+        decode_guard.check_tokens(prompt, self._be.n_vocab)
         if spec == "draft" and self.model.speculator is None:
             raise EngineError("no draft model is loaded for this model")
         # Compiled here, on the caller's thread: a large grammar must not stall the loop.
@@ -436,11 +429,7 @@ class Scheduler:
 
         Independent of the scheduler's own bookkeeping: tests compare the two to prove that no
         cells leak. Taken between two steps, when each slot's cells are exactly its tokens."""
-        return self.call_soon(
-            lambda: [
-                int(self._C.llama_memory_seq_pos_max(self._mem, s.seq)) + 1 for s in self._slots
-            ]
-        )
+        return self.call_soon(lambda: [self._be.pos_max(s.seq) + 1 for s in self._slots])
 
     def slot_tokens(self) -> list[list[int]]:
         """What each slot's sequence holds, by the scheduler's bookkeeping (for tests)."""
@@ -468,8 +457,9 @@ class Scheduler:
             self._cond.notify_all()
         if threading.current_thread() is not self._thread:
             self._thread.join()
-        self._C.llama_batch_free(self._batch)
-        self._batch = None
+        if self._batch is not None:
+            self._batch.close()
+            self._batch = None
 
     def __enter__(self) -> Scheduler:
         return self
@@ -569,7 +559,7 @@ class Scheduler:
         return choice
 
     def _start(self, slot: _Slot, req: Request, now: float) -> None:
-        C = self._C
+        be = self._be
         model = self.model
         prompt = req.prompt
         n_own = common_prefix(slot.tokens, prompt)
@@ -598,11 +588,9 @@ class Scheduler:
         reusable = n_own if rule == "any" else min(n_own, slot.exact_len)
         plan = batch_plan.plan(len(prompt), reusable, self.n_batch, rule)
         n_common = plan.start
-        if n_common < len(slot.tokens) and not C.llama_memory_seq_rm(
-            self._mem, slot.seq, n_common, -1
-        ):
+        if n_common < len(slot.tokens) and not be.seq_rm(slot.seq, n_common, -1):
             # Some caches (sliding-window layers) cannot drop part of a sequence.
-            C.llama_memory_seq_rm(self._mem, slot.seq, -1, -1)
+            be.seq_rm(slot.seq)
             plan = batch_plan.plan(len(prompt), 0, self.n_batch, rule)
             n_common = 0
         del slot.tokens[n_common:]
@@ -613,11 +601,11 @@ class Scheduler:
         slot.rule = rule
         slot.plan = deque(plan.sizes) if rule == "grid" else None
         slot.next_token = None
-        slot.sampler = model.make_sampler(req.sampling)
+        slot.sampler = sampler = be.sampler(req.sampling)
         s = req.sampling
         if s.penalizes:
             for t in prompt[-s.repeat_last_n :]:
-                C.llama_sampler_accept(slot.sampler, t)
+                be.sampler_accept(sampler, t)
         slot.stream = TextStream(s.stop)
         slot.n_gen = 0
         slot.t_first = slot.t_last = None
@@ -657,7 +645,7 @@ class Scheduler:
         """Make `dst`'s sequence a copy of `src`'s. Only whole sequences: across KV streams
         llama.cpp copies the full buffer (at the start of the next decode) and asserts on a
         partial range."""
-        self._C.llama_memory_seq_cp(self._mem, src.seq, dst.seq, -1, -1)
+        self._be.seq_cp(src.seq, dst.seq)
         dst.tokens = list(src.tokens)
         dst.exact_len = src.exact_len
         dst.conversation = src.conversation
@@ -674,22 +662,16 @@ class Scheduler:
             or cache.contains(key)
         ):
             return
-        C = self._C
-        size = int(C.llama_state_seq_get_size(self._ctx, s.seq))
-        if size <= 0 or size > cache.max_bytes:
-            return
-        buf = (ctypes.c_uint8 * size)()
-        written = int(C.llama_state_seq_get_data(self._ctx, buf, size, s.seq))
-        if written > 0:
-            cache.put(key, bytes(buf)[:written], exact=min(s.exact_len, len(key)))
+        state = self._be.state_get(s.seq, cache.max_bytes)
+        if state is not None:
+            cache.put(key, state, exact=min(s.exact_len, len(key)))
             self._saved += 1
 
     def _restore(self, s: _Slot, key: tuple[int, ...], state: bytes) -> bool:
-        C = self._C
-        C.llama_memory_seq_rm(self._mem, s.seq, -1, -1)
-        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        if int(C.llama_state_seq_set_data(self._ctx, buf, len(state), s.seq)) == 0:
-            C.llama_memory_seq_rm(self._mem, s.seq, -1, -1)
+        be = self._be
+        be.seq_rm(s.seq)
+        if not be.state_set(s.seq, state):
+            be.seq_rm(s.seq)
             s.tokens = []
             s.exact_len = 0
             return False
@@ -701,7 +683,7 @@ class Scheduler:
         return True
 
     def _clear_all(self) -> None:
-        self._C.llama_memory_clear(self._mem, True)
+        self._be.clear()
         for s in self._slots:
             s.tokens.clear()
             s.exact_len = 0
@@ -737,7 +719,7 @@ class Scheduler:
         """Hand `src`'s request, sampler and KV cells over to the free slot `dst`."""
         self._save(dst)
         self._copy_stream(src, dst)
-        self._C.llama_memory_seq_rm(self._mem, src.seq, -1, -1)
+        self._be.seq_rm(src.seq)
         for name in _REQUEST_FIELDS:
             setattr(dst, name, getattr(src, name))
         if dst.drafter is not None:
@@ -795,8 +777,9 @@ class Scheduler:
         return out, False
 
     def _step(self) -> None:
-        C = self._C
         b = self._batch
+        assert b is not None
+        put = b.put
         chunk_len, solo = self._chunks()
         drafting = None if solo else self._drafting_slot()
         # Written in sequence-id order: llama.cpp splits a batch at every break in the ids.
@@ -817,7 +800,7 @@ class Scheduler:
                     continue
                 s.batch_idx = n
                 for tok in (s.next_token, *s.drafts):
-                    self._put(b, n, tok, len(s.tokens), s.seq, True)
+                    put(n, tok, len(s.tokens), s.seq, True)
                     s.tokens.append(tok)
                     n += 1
                 s.n_in_batch = 1 + len(s.drafts)
@@ -839,7 +822,7 @@ class Scheduler:
             last = not s.pending
             pos = len(s.tokens)
             for j, tok in enumerate(chunk):
-                self._put(b, n, tok, pos + j, s.seq, last and j == k - 1)
+                put(n, tok, pos + j, s.seq, last and j == k - 1)
                 n += 1
             s.tokens.extend(chunk)
             s.n_in_batch = k
@@ -852,16 +835,17 @@ class Scheduler:
             return
         b.n_tokens = n
         t0 = time.perf_counter()
-        rc = C.llama_decode(self._ctx, b)
-        C.llama_synchronize(self._ctx)
-        dt_ms = (time.perf_counter() - t0) * 1000
-        self._steps += 1
-        if rc != 0:
+        try:
+            self._be.decode(b)
+        except DecodeFailed as e:
+            self._steps += 1
             # The batch was not applied: drop what each slot thought it added.
             for s in self._slots:
                 if s.req is not None:
-                    self._finish(s, "error", decode_guard.decode_error(rc))
+                    self._finish(s, "error", str(e))
             return
+        dt_ms = (time.perf_counter() - t0) * 1000
+        self._steps += 1
         for s in self._slots:
             if s.req is None or not s.n_in_batch:
                 continue
@@ -893,14 +877,6 @@ class Scheduler:
             return str(e)
         return None
 
-    @staticmethod
-    def _put(b: Any, i: int, tok: int, pos: int, seq: int, logits: bool) -> None:
-        b.token[i] = tok
-        b.pos[i] = pos
-        b.n_seq_id[i] = 1
-        b.seq_id[i][0] = seq
-        b.logits[i] = 1 if logits else 0
-
     def _drafting_slot(self) -> _Slot | None:
         """The one slot that drafts this step: only with one request in flight and no
         prompt being read (see the module doc)."""
@@ -913,23 +889,22 @@ class Scheduler:
         assert s.drafter is not None
         limit = s.draft_max if s.drafter.sets_length else s.k
         # Room for the drafts: the batch, and the context with a free cell left after them.
-        return propose_drafts(s.drafter, self.model, min(limit, self.n_ctx_seq - 2 - len(s.tokens)))
+        return propose_drafts(s.drafter, self._be, min(limit, self.n_ctx_seq - 2 - len(s.tokens)))
 
     def _sample(self, s: _Slot) -> None:
         """Sample the slot's row(s): its next token, and with drafts, the model's token at
         each drafted position while the drafts agree (the rest of their cells are dropped)."""
-        C = self._C
+        be = self._be
         req = s.req
-        assert req is not None
+        assert req is not None and s.sampler is not None
         drafts, s.drafts = s.drafts, []
         base = len(s.tokens) - len(drafts)  # cells through the token decoded before the drafts
         req.stats.draft_tokens += len(drafts)
         self._drafted += len(drafts)
         if req.mask is not None:  # (no drafts: _make_drafter)
-            logits = C.llama_get_logits_ith(self._ctx, s.batch_idx)
-            req.mask.apply(np.ctypeslib.as_array(logits, shape=(self.model.n_vocab,)))
+            req.mask.apply(be.logits(s.batch_idx))
         for i in range(len(drafts) + 1):
-            tok = int(C.llama_sampler_sample(s.sampler, self._ctx, s.batch_idx + i))
+            tok = be.sample(s.sampler, s.batch_idx + i)
             accepted = i < len(drafts) and tok == drafts[i]
             if accepted:
                 req.stats.draft_accepted += 1
@@ -946,17 +921,6 @@ class Scheduler:
                 s.next_token = tok
                 return
 
-    def _token_bytes(self, tok: int, special: bool = False) -> bytes:
-        # Its own buffer: other threads detokenize with the model's at the same time.
-        C = self._C
-        buf = self._piece
-        n = C.llama_token_to_piece(self.model.vocab_ptr, tok, buf, len(buf), 0, special)
-        if n >= 0:
-            return buf.raw[:n]
-        bigger = ctypes.create_string_buffer(-n)
-        n = C.llama_token_to_piece(self.model.vocab_ptr, tok, bigger, len(bigger), 0, special)
-        return bigger.raw[:n]
-
     def _emit_token(self, s: _Slot, tok: int, keep: int, pos: int) -> bool:
         """Hand out one generated token, which goes at position `pos`; False when the
         request finished with it. Finishing first drops the slot's cells from `keep` on: the
@@ -964,7 +928,7 @@ class Scheduler:
         slot's tokens."""
         req = s.req
         assert req is not None
-        if self.model.is_eog(tok):
+        if self._be.is_eog(tok):
             self._trim(s, keep)
             self._finish(s, "stop")
             return False
@@ -979,7 +943,7 @@ class Scheduler:
         if s.drafter is not None:
             s.drafter.accept(tok)
         assert s.stream is not None
-        self._out(s, s.stream.push(self._token_bytes(tok, req.sampling.special_text)))
+        self._out(s, s.stream.push(self._be.token_to_piece(tok, req.sampling.special_text)))
         reason: StopReason | None = None
         if s.stream.stopped:
             reason = "stop_string"
@@ -996,7 +960,7 @@ class Scheduler:
         return False
 
     def _trim(self, s: _Slot, keep: int) -> None:
-        trim_sequence(self._C, self._mem, s.seq, s.tokens, keep)
+        trim_sequence(self._be, s.seq, s.tokens, keep)
         s.exact_len = min(s.exact_len, len(s.tokens))
 
     def _out(self, s: _Slot, text: str) -> None:
@@ -1011,18 +975,18 @@ class Scheduler:
             req._emit(Piece(req.id, text, s.n_gen))
 
     def _finish(self, s: _Slot, reason: StopReason, error: str | None = None) -> None:
-        C = self._C
+        be = self._be
         req = s.req
         assert req is not None
         if reason not in ("stop_string", "cancelled", "error") and s.stream is not None:
             self._out(s, s.stream.flush())
         if reason in ("cancelled", "error") and 0 <= s.seq < self._n_seq_max:
             # The client is gone (or the cache is suspect): free the cells now.
-            C.llama_memory_seq_rm(self._mem, s.seq, -1, -1)
+            be.seq_rm(s.seq)
             s.tokens.clear()
             s.exact_len = 0
         if s.sampler is not None:
-            C.llama_sampler_free(s.sampler)
+            be.sampler_free(s.sampler)
         if s.drafter is not None:
             s.drafter.end()
         st = req.stats

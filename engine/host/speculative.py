@@ -33,19 +33,63 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 from engine.errors import EngineError
 from engine.host import decode_guard
 from engine.host.prompt_cache import common_prefix
 from engine.host.stats import GenerationStats
-from engine.native import llama_lib
+from engine.native.backend import ContextBackend, DecodeFailed, Sampler, TokenBatch
 from engine.settings import DEFAULT_DRAFT_MAX, LoadParams
 
-if TYPE_CHECKING:
-    from engine.host.runtime import Model
-
 DEFAULT_MODEL_DRAFT_MAX = 5
+
+
+class _Markers(Protocol):
+    @property
+    def bos(self) -> int: ...
+    @property
+    def eos(self) -> int: ...
+
+
+class VocabModel(Protocol):
+    """What the vocabulary check reads of a loaded model (`engine.host.runtime.Model`)."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def n_vocab(self) -> int: ...
+    def special_tokens(self) -> _Markers: ...
+    def token_bytes(self, token: int, *, special: bool = False) -> bytes: ...
+    def token_text(self, token: int) -> str: ...
+
+
+class DraftModel(VocabModel, Protocol):
+    """A draft model as the `Speculator` drives it: its context's backend and its limits."""
+
+    @property
+    def backend(self) -> ContextBackend | None: ...
+    @property
+    def n_batch(self) -> int: ...
+    @property
+    def n_ctx_seq(self) -> int: ...
+    def recreate_context(self, n_seq_max: int, n_ctx: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class _Placement(Protocol):
+    @property
+    def n_gpu_layers(self) -> int: ...
+
+
+class CostModel(Protocol):
+    """What picks a model's verification cost curve (`verify_cost`)."""
+
+    @property
+    def load_info(self) -> _Placement: ...
+    @property
+    def amx_weights(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -229,18 +273,16 @@ def vocab_size_mismatch(n_target: int, n_draft: int) -> str | None:
     return None
 
 
-def vocab_mismatch(target: Model, draft: Model) -> str | None:
+def vocab_mismatch(target: VocabModel, draft: VocabModel) -> str | None:
     """Why `draft` cannot draft for `target`, or None when their vocabularies agree."""
     nt, nd = target.n_vocab, draft.n_vocab
     why = vocab_size_mismatch(nt, nd)
     if why is not None:
         return why
-    C = llama_lib.lib()
-    for name in ("llama_vocab_bos", "llama_vocab_eos"):
-        a = int(getattr(C, name)(target.vocab_ptr))
-        b = int(getattr(C, name)(draft.vocab_ptr))
+    ts, ds = target.special_tokens(), draft.special_tokens()
+    for name, a, b in (("BOS", ts.bos, ds.bos), ("EOS", ts.eos, ds.eos)):
         if a != b:
-            return f"its {name[-3:].upper()} token is {b}, the model's is {a}"
+            return f"its {name} token is {b}, the model's is {a}"
     n = min(nt, nd)
     step = max(1, n // _VOCAB_SAMPLE)
     ids = sorted({*range(0, min(n, 64)), *range(0, n, step), n - 1})
@@ -253,7 +295,7 @@ def vocab_mismatch(target: Model, draft: Model) -> str | None:
     return None
 
 
-def check_vocab(target: Model, draft: Model) -> None:
+def check_vocab(target: VocabModel, draft: VocabModel) -> None:
     why = vocab_mismatch(target, draft)
     if why is not None:
         raise EngineError(
@@ -292,12 +334,12 @@ class DraftSeq:
         self._spec = spec
         self.seq = seq
         self._h: list[int] = []
-        self._chain: Any = None
+        # The greedy chain and the backend that made it (which frees it).
+        self._chain: tuple[ContextBackend, Sampler] | None = None
 
     def begin(self, tokens: Sequence[int]) -> None:
-        C = llama_lib.lib()
-        self._chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
-        C.llama_sampler_chain_add(self._chain, C.llama_sampler_init_greedy())
+        backend = self._spec.backend()
+        self._chain = (backend, backend.greedy_sampler())
         self._h = list(tokens)
 
     def accept(self, token: int) -> None:
@@ -315,13 +357,14 @@ class DraftSeq:
         if n <= 0 or len(self._h) + n >= d.n_ctx_seq:
             return []  # the conversation outgrew the draft's context: plain decoding
         spec.sync(self.seq, self._h)
-        C = llama_lib.lib()
-        ctx = d.ctx_ptr
+        backend = spec.backend()
+        assert self._chain is not None
+        chain = self._chain[1]
         cached = spec.tokens(self.seq)
         out: list[int] = []
         for j in range(n):
-            tok = int(C.llama_sampler_sample(self._chain, ctx, -1))
-            if tok >= spec.limit or C.llama_vocab_is_eog(d.vocab_ptr, tok):
+            tok = backend.sample(chain, -1)
+            if tok >= spec.limit or backend.is_eog(tok):
                 break
             out.append(tok)
             if j < n - 1:
@@ -331,22 +374,28 @@ class DraftSeq:
 
     def end(self) -> None:
         if self._chain is not None:
-            llama_lib.lib().llama_sampler_free(self._chain)
+            owner, chain = self._chain
             self._chain = None
+            owner.sampler_free(chain)
 
 
 class Speculator:
     """A loaded draft model serving the target's slots: sequence i of the draft follows slot
     i of the target. Driven from the target's decode thread only."""
 
-    def __init__(self, target: Model, draft: Model) -> None:
+    def __init__(self, target: VocabModel, draft: DraftModel) -> None:
         check_vocab(target, draft)
-        self.target = target
         self.draft = draft
         self.limit = target.n_vocab
         self._tokens: dict[int, list[int]] = {}
-        C = llama_lib.lib()
-        self._batch = C.llama_batch_init(draft.n_batch, 0, 1)
+        self._batch: TokenBatch | None = self.backend().batch(draft.n_batch)
+
+    def backend(self) -> ContextBackend:
+        """The draft's context now (it is recreated when the target's is)."""
+        backend = self.draft.backend
+        if backend is None:
+            raise EngineError(f"{self.draft.path.name} has been unloaded")
+        return backend
 
     def drafter(self, seq: int) -> DraftSeq:
         return DraftSeq(self, seq)
@@ -355,37 +404,36 @@ class Speculator:
         return self._tokens.setdefault(seq, [])
 
     def drop(self, seq: int) -> None:
-        llama_lib.lib().llama_memory_seq_rm(self.draft.memory_ptr, seq, -1, -1)
+        self.backend().seq_rm(seq)
         self._tokens.pop(seq, None)
 
     def clear(self) -> None:
-        llama_lib.lib().llama_memory_clear(self.draft.memory_ptr, True)
+        self.backend().clear()
         self._tokens.clear()
 
     def decode(self, seq: int, tokens: Sequence[int], pos: int) -> None:
         """Decode `tokens` at `pos...` into sequence `seq`, logits for the last one."""
-        C = llama_lib.lib()
         b = self._batch
+        if b is None:
+            raise EngineError(f"{self.draft.path.name} has been unloaded")
+        last = len(tokens) - 1
         for i, t in enumerate(tokens):
-            b.token[i] = t
-            b.pos[i] = pos + i
-            b.n_seq_id[i] = 1
-            b.seq_id[i][0] = seq
-            b.logits[i] = 1 if i == len(tokens) - 1 else 0
+            b.put(i, t, pos + i, seq, i == last)
         b.n_tokens = len(tokens)
-        rc = C.llama_decode(self.draft.ctx_ptr, b)
-        if rc != 0:
+        try:
+            self.backend().decode(b)
+        except DecodeFailed as e:
             self.drop(seq)
-            raise EngineError("draft model: " + decode_guard.decode_error(rc))
+            raise EngineError(f"draft model: {e}") from e
 
     def sync(self, seq: int, history: list[int]) -> None:
         """Bring sequence `seq` to history[:-1] + the last token decoded with logits."""
-        C = llama_lib.lib()
         d = self.draft
+        backend = self.backend()
         cached = self.tokens(seq)
         n_common = min(common_prefix(cached, history), len(history) - 1)
-        if n_common < len(cached) and not C.llama_memory_seq_rm(d.memory_ptr, seq, n_common, -1):
-            C.llama_memory_seq_rm(d.memory_ptr, seq, -1, -1)  # e.g. sliding-window caches
+        if n_common < len(cached) and not backend.seq_rm(seq, n_common, -1):
+            backend.seq_rm(seq)  # e.g. sliding-window caches
             n_common = 0
         del cached[n_common:]
         rest = history[n_common:]
@@ -402,35 +450,36 @@ class Speculator:
 
     def close(self) -> None:
         if self._batch is not None:
-            llama_lib.lib().llama_batch_free(self._batch)
+            self._batch.close()
             self._batch = None
         with contextlib.suppress(Exception):
             self.draft.close()
 
 
-def propose_drafts(drafter: Drafter, m: Model, room: int) -> list[int]:
+def propose_drafts(drafter: Drafter, backend: ContextBackend, room: int) -> list[int]:
     """Up to `room` drafted tokens, cut before the first that must never be decoded: an
     end-of-generation token, or an id outside the model's vocabulary."""
     drafts = drafter.propose(room) if room > 0 else []
+    n_vocab = backend.n_vocab
     for j, t in enumerate(drafts):
-        if not 0 <= t < m.n_vocab or m.is_eog(t):
+        if not 0 <= t < n_vocab or backend.is_eog(t):
             return drafts[:j]
     return drafts
 
 
-def trim_sequence(lib: Any, memory: Any, seq: int, tokens: list[int], keep: int) -> None:
+def trim_sequence(backend: ContextBackend, seq: int, tokens: list[int], keep: int) -> None:
     """Drop sequence `seq`'s KV cells from position `keep` on, and `tokens` (what the caller
     knows it holds) with them. A cache that cannot drop a tail (some recurrent and
     sliding-window layouts) loses the whole sequence rather than keep cells nobody knows of."""
     if len(tokens) <= keep:
         return
-    if not lib.llama_memory_seq_rm(memory, seq, keep, -1):
-        lib.llama_memory_seq_rm(memory, seq, -1, -1)
+    if not backend.seq_rm(seq, keep, -1):
+        backend.seq_rm(seq)
         keep = 0
     del tokens[keep:]
 
 
-def verify_cost(m: Model) -> VerifyCost:
+def verify_cost(m: CostModel) -> VerifyCost:
     """The verification cost curve of this model's kernels (COST_*)."""
     if m.load_info.n_gpu_layers > 0:
         return COST_GPU
@@ -459,11 +508,14 @@ __all__ = [
     "COST_CPU",
     "COST_GPU",
     "DEFAULT_MODEL_DRAFT_MAX",
+    "CostModel",
+    "DraftModel",
     "DraftSeq",
     "Drafter",
     "PromptLookup",
     "Speculator",
     "VerifyCost",
+    "VocabModel",
     "acceptance_rate",
     "check_vocab",
     "draft_params",

@@ -19,7 +19,6 @@ pair's relevance score (raw, as llama-server gives it)."""
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import threading
 from collections.abc import Iterator, Sequence
@@ -33,6 +32,7 @@ from engine.errors import EngineError
 from engine.host.runtime import Model
 from engine.model.facts import POOLING_RANK, embedding_pooling
 from engine.native import llama_lib
+from engine.native.backend import LlamaBackend
 
 _POOLING_MEAN = 1
 # The most inputs one decode takes (short queries: many fit in the token budget).
@@ -67,14 +67,15 @@ class Embedder:
         self._rerank_template = model.named_template("rerank") if self.is_reranker else None
         self._specials = model.special_tokens()
         self._ctx: Any = None
+        self._backend: LlamaBackend | None = None
         self._lock = threading.Lock()
         # One long-lived worker thread keeps embedding work off the event loop; started now so
         # its lifetime is the server's, not the first request's.
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="candlewick-embed")
         self.executor.submit(lambda: None).result()
 
-    def _context(self) -> Any:
-        if self._ctx is None:
+    def _context(self) -> LlamaBackend:
+        if self._backend is None:
             C = llama_lib.lib()
             cp = C.llama_context_default_params()
             # Every token of a batch in one ubatch (a non-causal model needs its whole input
@@ -90,7 +91,8 @@ class Embedder:
             if not ctx:
                 raise EngineError("llama.cpp could not create an embeddings context")
             self._ctx = ctx
-        return self._ctx
+            self._backend = LlamaBackend(ctx, self.model.vocab_ptr, self.model.n_vocab)
+        return self._backend
 
     def embed(self, text: str) -> tuple[list[float], int]:
         """The L2-normalised embedding of `text` and its token count."""
@@ -203,38 +205,32 @@ class Embedder:
 
     def _decode(self, group: list[list[int]]) -> npt.NDArray[np.float32]:
         """The pooled output of each sequence of the group: `_n_out` floats a row."""
-        C = llama_lib.lib()
-        ctx = self._context()
-        C.llama_memory_clear(C.llama_get_memory(ctx), True)
+        backend = self._context()
+        backend.clear()
         total = sum(len(t) for t in group)
-        batch = C.llama_batch_init(total, 0, 1)
+        batch = backend.batch(total)
         try:
             i = 0
             for seq, tokens in enumerate(group):
                 for pos, t in enumerate(tokens):
-                    batch.token[i] = t
-                    batch.pos[i] = pos
-                    batch.n_seq_id[i] = 1
-                    batch.seq_id[i][0] = seq
-                    batch.logits[i] = 1
+                    batch.put(i, t, pos, seq, True)
                     i += 1
             batch.n_tokens = total
-            rc = C.llama_decode(ctx, batch)
-            if rc != 0:
-                raise EngineError(f"llama.cpp failed to compute the embedding (error {rc})")
+            backend.decode(batch)  # DecodeFailed: the one decode-error text
             rows = np.empty((len(group), self._n_out), dtype=np.float32)
             for seq in range(len(group)):
-                ptr = C.llama_get_embeddings_seq(ctx, seq)
-                if not ptr:
+                row = backend.pooled(seq, self._n_out)
+                if row is None:
                     raise EngineError("this model gives no pooled embeddings")
-                ctypes.memmove(rows[seq].ctypes.data, ptr, rows.shape[1] * 4)
+                rows[seq] = row
         finally:
-            C.llama_batch_free(batch)
+            batch.close()
         return rows
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             if self._ctx is not None:
+                self._backend = None
                 llama_lib.lib().llama_free(self._ctx)
                 self._ctx = None

@@ -1,0 +1,413 @@
+"""One typed backend over a llama.cpp context: the only code that decodes.
+
+`ContextBackend` is what a decode loop sees of a context: a batch to fill (tokens or
+embeddings, positions, sequence ids, which rows want logits), `decode`/`encode`, logits and
+pooled embeddings out, sampler chains, KV operations and per-sequence state. `LlamaBackend`
+implements it on llama-cpp-python's ctypes bindings; nothing else in `engine/` calls
+`llama_decode`, `llama_encode` or `llama_batch_*`. A test backend with the same interface runs
+the real scheduler without a model.
+
+A backend is a view: it does not own the context (whoever created it frees it) and must be
+used from the one thread that drives that context. Binding functions are looked up on the
+module at every call, as before, so a test that wraps `llama_decode` still sees every decode.
+
+The hot path stays as tight as a hand-written loop: `TokenBatch.put` writes five ctypes fields
+through arrays looked up once per batch, and a failed decode raises `DecodeFailed` (no return
+code to check in the common case).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from typing import Any, NewType, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from engine.errors import EngineError
+from engine.native import llama_lib
+
+# A sampler chain, opaque to the loop: a llama.cpp pointer here, anything in a test backend.
+Sampler = NewType("Sampler", object)
+
+
+class DecodeFailed(EngineError):
+    """llama.cpp refused a batch; the message is the one text for it, whoever decoded."""
+
+    def __init__(self, rc: int) -> None:
+        super().__init__(decode_error(rc))
+        self.rc = rc
+
+
+def decode_error(rc: int) -> str:
+    """The one message for a failed `llama_decode`, whoever called it."""
+    if rc == 1:
+        return (
+            "the context is full (no free KV cache slot for this batch); start a new chat "
+            "or raise the context"
+        )
+    if rc == 2:
+        return "decoding was aborted"
+    return f"llama.cpp failed to decode (error {rc})"
+
+
+class SamplerSpec(Protocol):
+    """What a sampler chain is built from (`engine.settings.SamplingParams` is one)."""
+
+    @property
+    def penalizes(self) -> bool: ...
+    @property
+    def repeat_last_n(self) -> int: ...
+    @property
+    def repeat_penalty(self) -> float: ...
+    @property
+    def frequency_penalty(self) -> float: ...
+    @property
+    def presence_penalty(self) -> float: ...
+    @property
+    def temperature(self) -> float: ...
+    @property
+    def top_k(self) -> int: ...
+    @property
+    def top_p(self) -> float: ...
+    @property
+    def min_p(self) -> float: ...
+    @property
+    def seed(self) -> int | None: ...
+
+
+class TokenBatch(Protocol):
+    """Rows for one decode. `n_tokens`: how many rows the next decode reads."""
+
+    capacity: int
+    n_tokens: int
+
+    def put(self, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
+        """Row `i`: `token` at position `pos` of sequence `seq`; `logits`: keep its output."""
+
+    def put_embedding(
+        self, i: int, row: npt.NDArray[np.float32], pos: int, seq: int, logits: bool
+    ) -> None:
+        """Row `i` of an embeddings batch: `row` (n_embd floats) instead of a token."""
+
+    def close(self) -> None: ...
+
+
+class ContextBackend(Protocol):
+    """The interface a decode loop has to one context (see the module doc)."""
+
+    @property
+    def n_vocab(self) -> int: ...
+    @property
+    def n_batch(self) -> int:
+        """The most rows one decode may take."""
+
+    @property
+    def n_ctx_seq(self) -> int:
+        """The positions one sequence holds."""
+
+    @property
+    def n_seq_max(self) -> int: ...
+
+    # -- batches ----------------------------------------------------------------------------
+    def batch(self, capacity: int, n_embd: int = 0) -> TokenBatch:
+        """A batch of `capacity` rows: of tokens, or of `n_embd`-float embeddings."""
+
+    def decode(self, batch: TokenBatch) -> None:
+        """Run the batch (waits for it); raises DecodeFailed."""
+
+    def encode(self, batch: TokenBatch) -> None:
+        """Run an encoder over the batch; raises DecodeFailed."""
+
+    # -- outputs ----------------------------------------------------------------------------
+    def logits(self, row: int) -> npt.NDArray[np.float32]:
+        """The logits of batch row `row` (-1: the last), a writable view of n_vocab floats."""
+
+    def pooled(self, seq: int, n: int) -> npt.NDArray[np.float32] | None:
+        """A copy of sequence `seq`'s pooled output (`n` floats); None when not pooled."""
+
+    # -- sampling ---------------------------------------------------------------------------
+    def sampler(self, spec: SamplerSpec) -> Sampler: ...
+    def greedy_sampler(self) -> Sampler: ...
+    def sampler_accept(self, sampler: Sampler, token: int) -> None: ...
+    def sample(self, sampler: Sampler, row: int) -> int:
+        """Sample from batch row `row`'s logits and accept the token into the chain."""
+
+    def sampler_free(self, sampler: Sampler) -> None: ...
+
+    # -- vocabulary -------------------------------------------------------------------------
+    def is_eog(self, token: int) -> bool: ...
+    def token_to_piece(self, token: int, special: bool) -> bytes: ...
+
+    # -- KV cache ---------------------------------------------------------------------------
+    def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
+        """Drop `seq`'s cells in [p0, p1) (-1: open); False when the cache cannot."""
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None: ...
+    def seq_keep(self, seq: int) -> None: ...
+    def seq_shift(self, seq: int, p0: int, p1: int, delta: int) -> None: ...
+    def clear(self) -> None:
+        """Drop every cell of every sequence."""
+
+    def pos_max(self, seq: int) -> int:
+        """The highest position `seq` holds (-1: none)."""
+
+    def state_get(self, seq: int, max_bytes: int) -> bytes | None:
+        """Sequence `seq`'s KV state, or None when empty or larger than `max_bytes`."""
+
+    def state_set(self, seq: int, state: bytes) -> bool:
+        """Load a state `state_get` gave into `seq`; False when llama.cpp refuses it."""
+
+
+class LlamaBatch:
+    """A `llama_batch` from `llama_batch_init`, freed by `close` (or when collected)."""
+
+    __slots__ = (
+        "_embd",
+        "_logits",
+        "_n_embd",
+        "_n_seq_id",
+        "_pos",
+        "_raw",
+        "_seq_id",
+        "_token",
+        "capacity",
+    )
+
+    def __init__(self, capacity: int, n_embd: int = 0) -> None:
+        C = llama_lib.lib()
+        self.capacity = capacity
+        self._n_embd = n_embd
+        # The binding's structure and arrays (untyped ctypes objects, private to this class).
+        self._raw: Any = C.llama_batch_init(capacity, n_embd, 1)
+        b = self._raw
+        self._token: Any = b.token
+        self._embd = b.embd
+        self._pos = b.pos
+        self._n_seq_id = b.n_seq_id
+        self._seq_id = b.seq_id
+        self._logits = b.logits
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self._raw.n_tokens)
+
+    @n_tokens.setter
+    def n_tokens(self, n: int) -> None:
+        self._raw.n_tokens = n
+
+    @property
+    def raw(self) -> ctypes.Structure | None:
+        """The `llama_batch` itself (None once closed)."""
+        return self._raw  # type: ignore[no-any-return]
+
+    def put(self, i: int, token: int, pos: int, seq: int, logits: bool) -> None:
+        self._token[i] = token
+        self._pos[i] = pos
+        self._n_seq_id[i] = 1
+        self._seq_id[i][0] = seq
+        self._logits[i] = logits
+
+    def put_embedding(
+        self, i: int, row: npt.NDArray[np.float32], pos: int, seq: int, logits: bool
+    ) -> None:
+        n = self._n_embd
+        if row.shape != (n,):
+            raise EngineError(f"an embedding row has {row.size} floats, the batch takes {n}")
+        src = np.ascontiguousarray(row, dtype=np.float32)
+        ctypes.memmove(ctypes.addressof(self._embd.contents) + i * n * 4, src.ctypes.data, n * 4)
+        self._pos[i] = pos
+        self._n_seq_id[i] = 1
+        self._seq_id[i][0] = seq
+        self._logits[i] = logits
+
+    def close(self) -> None:
+        if self._raw is not None:
+            llama_lib.lib().llama_batch_free(self._raw)
+            self._raw = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+class LlamaBackend:
+    """`ContextBackend` on a llama.cpp context (`ctx`) and its model's vocabulary."""
+
+    def __init__(self, ctx: ctypes.c_void_p, vocab: ctypes.c_void_p, n_vocab: int) -> None:
+        if not ctx:
+            raise EngineError("the model is not loaded")
+        C = llama_lib.lib()
+        self._C = C
+        self._ctx = ctx
+        self._vocab = vocab
+        self._mem = C.llama_get_memory(ctx)
+        self._n_vocab = n_vocab
+        self._n_batch = int(C.llama_n_batch(ctx))
+        self._n_ctx_seq = int(C.llama_n_ctx_seq(ctx))
+        self._n_seq_max = int(C.llama_n_seq_max(ctx))
+        # Its own buffer: other threads detokenize with the model's at the same time.
+        self._piece = ctypes.create_string_buffer(256)
+
+    @property
+    def n_vocab(self) -> int:
+        return self._n_vocab
+
+    @property
+    def n_batch(self) -> int:
+        return self._n_batch
+
+    @property
+    def n_ctx_seq(self) -> int:
+        return self._n_ctx_seq
+
+    @property
+    def n_seq_max(self) -> int:
+        return self._n_seq_max
+
+    # -- batches ----------------------------------------------------------------------------
+
+    def batch(self, capacity: int, n_embd: int = 0) -> LlamaBatch:
+        return LlamaBatch(capacity, n_embd)
+
+    def decode(self, batch: TokenBatch) -> None:
+        C = self._C
+        rc = C.llama_decode(self._ctx, _raw(batch))
+        if rc != 0:
+            raise DecodeFailed(int(rc))
+        C.llama_synchronize(self._ctx)
+
+    def encode(self, batch: TokenBatch) -> None:
+        rc = self._C.llama_encode(self._ctx, _raw(batch))
+        if rc != 0:
+            raise DecodeFailed(int(rc))
+
+    # -- outputs ----------------------------------------------------------------------------
+
+    def logits(self, row: int) -> npt.NDArray[np.float32]:
+        ptr = self._C.llama_get_logits_ith(self._ctx, row)
+        if not ptr:
+            raise EngineError(f"batch row {row} has no logits")
+        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+
+    def pooled(self, seq: int, n: int) -> npt.NDArray[np.float32] | None:
+        ptr = self._C.llama_get_embeddings_seq(self._ctx, seq)
+        if not ptr:
+            return None
+        out = np.empty(n, dtype=np.float32)
+        ctypes.memmove(out.ctypes.data, ptr, n * 4)
+        return out
+
+    # -- sampling ---------------------------------------------------------------------------
+
+    def sampler(self, spec: SamplerSpec) -> Sampler:
+        C = self._C
+        chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+        s = spec
+        if s.penalizes:
+            C.llama_sampler_chain_add(
+                chain,
+                C.llama_sampler_init_penalties(
+                    self._n_vocab,
+                    s.repeat_last_n,
+                    s.repeat_penalty,
+                    s.frequency_penalty,
+                    s.presence_penalty,
+                ),
+            )
+        if s.temperature <= 0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
+            return Sampler(chain)
+        if s.top_k > 0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_k(s.top_k))
+        if s.top_p < 1.0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_top_p(s.top_p, 1))
+        if s.min_p > 0.0:
+            C.llama_sampler_chain_add(chain, C.llama_sampler_init_min_p(s.min_p, 1))
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_temp(s.temperature))
+        seed = s.seed if s.seed is not None else 0xFFFFFFFF  # LLAMA_DEFAULT_SEED: random
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+        return Sampler(chain)
+
+    def greedy_sampler(self) -> Sampler:
+        C = self._C
+        chain = C.llama_sampler_chain_init(C.llama_sampler_chain_default_params())
+        C.llama_sampler_chain_add(chain, C.llama_sampler_init_greedy())
+        return Sampler(chain)
+
+    def sampler_accept(self, sampler: Sampler, token: int) -> None:
+        self._C.llama_sampler_accept(sampler, token)
+
+    def sample(self, sampler: Sampler, row: int) -> int:
+        return int(self._C.llama_sampler_sample(sampler, self._ctx, row))
+
+    def sampler_free(self, sampler: Sampler) -> None:
+        self._C.llama_sampler_free(sampler)
+
+    # -- vocabulary -------------------------------------------------------------------------
+
+    def is_eog(self, token: int) -> bool:
+        return bool(self._C.llama_vocab_is_eog(self._vocab, token))
+
+    def token_to_piece(self, token: int, special: bool) -> bytes:
+        C = self._C
+        buf = self._piece
+        n = C.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, special)
+        if n >= 0:
+            return buf.raw[:n]
+        bigger = ctypes.create_string_buffer(-n)
+        n = C.llama_token_to_piece(self._vocab, token, bigger, len(bigger), 0, special)
+        return bigger.raw[:n]
+
+    # -- KV cache ---------------------------------------------------------------------------
+
+    def seq_rm(self, seq: int, p0: int = -1, p1: int = -1) -> bool:
+        return bool(self._C.llama_memory_seq_rm(self._mem, seq, p0, p1))
+
+    def seq_cp(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        self._C.llama_memory_seq_cp(self._mem, src, dst, p0, p1)
+
+    def seq_keep(self, seq: int) -> None:
+        self._C.llama_memory_seq_keep(self._mem, seq)
+
+    def seq_shift(self, seq: int, p0: int, p1: int, delta: int) -> None:
+        self._C.llama_memory_seq_add(self._mem, seq, p0, p1, delta)
+
+    def clear(self) -> None:
+        self._C.llama_memory_clear(self._mem, True)
+
+    def pos_max(self, seq: int) -> int:
+        return int(self._C.llama_memory_seq_pos_max(self._mem, seq))
+
+    def state_get(self, seq: int, max_bytes: int) -> bytes | None:
+        C = self._C
+        size = int(C.llama_state_seq_get_size(self._ctx, seq))
+        if size <= 0 or size > max_bytes:
+            return None
+        buf = (ctypes.c_uint8 * size)()
+        written = int(C.llama_state_seq_get_data(self._ctx, buf, size, seq))
+        return bytes(buf)[:written] if written > 0 else None
+
+    def state_set(self, seq: int, state: bytes) -> bool:
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        return int(self._C.llama_state_seq_set_data(self._ctx, buf, len(state), seq)) != 0
+
+
+def _raw(batch: TokenBatch) -> ctypes.Structure:
+    raw = batch.raw if isinstance(batch, LlamaBatch) else None
+    if raw is None:
+        raise EngineError("a llama.cpp context decodes only an open LlamaBatch")
+    return raw
+
+
+__all__ = [
+    "ContextBackend",
+    "DecodeFailed",
+    "LlamaBackend",
+    "LlamaBatch",
+    "Sampler",
+    "SamplerSpec",
+    "TokenBatch",
+    "decode_error",
+]
