@@ -30,7 +30,8 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.doc_tables import machine_line  # noqa: E402
 from benchmarks.host_clients import model_path  # noqa: E402
-from engine.host.host import Loadable, MemoryBudget, ModelHost, estimate_need  # noqa: E402
+from engine.host.budget import MemoryBudget  # noqa: E402
+from engine.host.host import Loadable, ModelHost, estimate_need  # noqa: E402
 from engine.server import ServerConfig, ServerState, ServerThread  # noqa: E402
 from engine.settings import LoadParams  # noqa: E402
 

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import CliError, first_loads, gpu_layers_arg, library, positive_int
-from engine.host.host import DEFAULT_KEEP_S, GiB, Loadable, MemoryBudget, ModelHost
+from engine.host.budget import MemoryBudget
+from engine.host.host import DEFAULT_KEEP_S, Loadable, ModelHost
 from engine.host.runtime import Model
+from engine.memory.hardware import GiB
 from engine.server import ServerConfig, ServerState, serve_forever
 from engine.server.protocol.base import duration_seconds
 from engine.server.runner import bind_socket

@@ -15,7 +15,8 @@ from typing import Any
 
 from app.services.library import LibraryEntry, ModelLibrary
 from engine.errors import EngineError
-from engine.host.host import HostedModel, Loadable
+from engine.host.host import Loadable
+from engine.host.host_entry import HostedModel
 from engine.settings import KV_TYPES, LoadParams
 
 ParamsFor = Callable[[LibraryEntry], LoadParams]

@@ -40,7 +40,8 @@ from PySide6.QtWidgets import (
 from app.services.model_catalog import CHAT_OWNER
 from app.ui.library_model import human_bytes
 from engine.errors import EngineError
-from engine.host.host import HostedModel, ModelHost
+from engine.host.host import ModelHost
+from engine.host.host_entry import HostedModel
 from engine.host.runtime import Model
 
 REFRESH_MS = 500

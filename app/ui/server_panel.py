@@ -63,7 +63,8 @@ from app.ui.library_model import human_bytes
 from app.ui.loaded_models import unloads_in
 from app.ui.worker import LoadedModel
 from engine.errors import EngineError, LoadCancelled
-from engine.host.host import HostedModel, ModelHost
+from engine.host.host import ModelHost
+from engine.host.host_entry import HostedModel
 from engine.model.naming import model_slug
 from engine.server import ServerError, is_loopback
 from engine.server.request_log import RequestRecord

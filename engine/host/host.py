@@ -27,16 +27,19 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.host.attachments import Attachments
+from engine.host.budget import MemoryBudget, Need, Planner, actual_memory, total_memory
+from engine.host.host_entry import Entry, HostedModel, Listener, Listeners, matches
+from engine.host.keep_alive import Reaper
 from engine.host.runtime import Model
 from engine.settings import LoadParams
 
 log = logging.getLogger("candlewick.host")
-GiB = 1 << 30
 DEFAULT_KEEP_S = 300.0  # how long a model loaded on demand stays idle (Ollama's default)
 
 
@@ -71,28 +74,6 @@ class Loadable:
     title: str = ""  # its name for people (messages); default: `name`
 
 
-@dataclass(frozen=True)
-class MemoryBudget:
-    """Bytes the host may use per device ("CPU" for RAM, "CUDA0", ...). A device not named
-    has no budget of its own: there the estimate's check against free memory decides."""
-
-    devices: Mapping[str, int]
-
-    def __post_init__(self) -> None:
-        for name, n in self.devices.items():
-            if n < 0:
-                raise EngineError(f"the memory budget for {name} must not be negative")
-
-
-@dataclass(frozen=True)
-class Need:
-    """What a load needs (bytes per device) and, when it does not fit the machine's free
-    memory as things are, why not."""
-
-    devices: Mapping[str, int]
-    short: str | None = None
-
-
 def estimate_need(spec: Loadable) -> Need:
     """The memory estimate of `engine.memory` for this file and these settings."""
     from engine.memory.estimate import estimate
@@ -110,65 +91,6 @@ def load_model(spec: Loadable) -> Model:
     return Model(spec.path, spec.params)
 
 
-@dataclass(frozen=True)
-class HostedModel:
-    """One model as the host sees it now (for `/api/ps`, `/health`, the Loaded models view)."""
-
-    name: str
-    path: Path | None
-    state: str  # loading | ready
-    owner: str | None  # the client that added it and frees it; None: the host loaded it
-    pinned: bool
-    in_flight: int
-    memory: Mapping[str, int]  # bytes per device: estimated while loading, then actual
-    keep_s: float | None
-    expires_in_s: float | None  # idle time left before it is unloaded; None: not counting
-    loaded_at: float  # time.time() when it finished loading (0 while loading)
-    last_used_s: float  # seconds since its last request ended (or it was loaded)
-    leased_by: str | None = None  # who holds its loop's slots now (the Local server, a benchmark)
-
-
-@dataclass(eq=False)
-class _Entry:
-    name: str
-    path: Path | None
-    aliases: tuple[str, ...] = ()
-    title: str = ""
-    model: Model | None = None
-    owner: str | None = None
-    pinned: bool = False
-    keep_s: float | None = DEFAULT_KEEP_S
-    in_flight: int = 0
-    served: int = 0  # leases taken since it was added or loaded (requests it answered)
-    last_used: float = 0.0
-    expires_at: float | None = None
-    loaded_at: float = 0.0
-    error: BaseException | None = None
-    memory: dict[str, int] = field(default_factory=dict)
-
-    def answers_to(self, name: str) -> bool:
-        return _matches(name, self.name, self.aliases, self.path)
-
-    @property
-    def evictable(self) -> bool:
-        return (
-            self.owner is None
-            and self.model is not None
-            and self.in_flight == 0
-            and not self.pinned
-        )
-
-
-def _matches(name: str, own: str, aliases: Sequence[str], path: Path | None) -> bool:
-    """A model answers to its id, its aliases and its file name (with or without .gguf),
-    in any case: clients are configured by hand."""
-    wanted = name.casefold()
-    names = [own, *aliases]
-    if path is not None:
-        names += [path.name, path.stem]
-    return any(n.casefold() == wanted for n in names)
-
-
 class Unset:
     """No value given (None means "keep forever")."""
 
@@ -180,7 +102,7 @@ class Lease:
     """A hold on a loaded model: while any lease is held the host does not unload it.
     `release()` (or leaving the `with`) is idempotent."""
 
-    def __init__(self, host: ModelHost, entry: _Entry) -> None:
+    def __init__(self, host: ModelHost, entry: Entry) -> None:
         self._host = host
         self._entry = entry
         self._released = False
@@ -219,7 +141,7 @@ class ModelHost:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._catalog = catalog
-        self.budget = budget
+        self._planner = Planner(budget)
         self._estimator = estimator
         self._loader = loader
         self.default_keep_s = default_keep_s
@@ -227,12 +149,13 @@ class ModelHost:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._load_lock = threading.Lock()  # one load at a time: each plans with the last's
-        self._needs: dict[tuple[str, int, int, LoadParams], Need] = {}
-        self._entries: list[_Entry] = []
-        self._listeners: list[Callable[[str, Model | None], None]] = []
-        self._reaper: threading.Thread | None = None
+        self._entries: list[Entry] = []
+        self._listeners = Listeners()
+        self._reaper: Reaper | None = None
         self._closed = False
         self.loads = 0  # loads done on demand (what tests and /metrics count)
+        # What clients keep about each model (the server's handles), gone with the model.
+        self.attachments = Attachments(self._lock, lambda: self._entries, self._loaded_entry)
 
     # -- models clients load themselves ----------------------------------------------------
 
@@ -250,7 +173,7 @@ class ModelHost:
                     raise EngineError(f"a model named {name!r} is already loaded")
             if any(e.model is model for e in self._entries):
                 return
-            entry = _Entry(
+            entry = Entry(
                 name,
                 model.path,
                 tuple(aliases),
@@ -260,12 +183,10 @@ class ModelHost:
                 keep_s=None,
                 last_used=self._clock(),
                 loaded_at=time.time(),
-                memory=_actual_memory(model),
+                memory=actual_memory(model),
             )
             self._entries.append(entry)
-            listeners = list(self._listeners)
-        for fn in listeners:
-            fn(name, model)
+        self._listeners.tell(name, model)
 
     def hand_over(self, name: str) -> bool:
         """The client that added `name` is done with it (the chat switches models). If
@@ -280,10 +201,9 @@ class ModelHost:
             if e.in_flight == 0 and e.served == 0:
                 return False
             log.info("%s stays loaded for the clients using it (owner %s left)", e.name, e.owner)
-            e.owner = None
-            e.keep_s = self.default_keep_s
-            e.last_used = self._clock() if e.in_flight == 0 else e.last_used
-            e.expires_at = None if e.keep_s is None or e.in_flight else e.last_used + e.keep_s
+            e.owner, e.keep_s, e.expires_at = None, self.default_keep_s, None
+            if e.in_flight == 0:
+                e.idle_from(self._clock())
             self._changed.notify_all()
         self._ensure_reaper()
         return True
@@ -306,7 +226,7 @@ class ModelHost:
                 return None
             e.in_flight += 1  # not unloaded while it loads or while this decides
         try:
-            self._wait_loaded(e, None)
+            e.wait_loaded(self._changed, None, self._clock)
         except EngineError:
             return None
         finally:
@@ -325,16 +245,15 @@ class ModelHost:
             e.owner, e.keep_s, e.expires_at = owner, None, None
             e.served = 0
             self._changed.notify_all()
-            listeners, model = list(self._listeners), e.model
-        for fn in listeners:  # it is a client's model now, as if just added
-            fn(e.name, model)
+            model = e.model
+        self._listeners.tell(e.name, model)  # it is a client's model now, as if just added
         return e.name, model
 
     def make_room(self, spec: Loadable) -> str | None:
         """Before a client loads `spec` itself: unload least recently used idle models the
         host loaded until the estimate fits. Returns why it still does not fit (the client
         decides whether to load anyway), or None."""
-        probe = _Entry(spec.name, spec.path)
+        probe = Entry(spec.name, spec.path)
         with self._load_lock:
             try:
                 self._make_room(spec, probe)
@@ -379,10 +298,9 @@ class ModelHost:
             if e is None or e.model is None:
                 return None
             self._entries.remove(e)
-            listeners = list(self._listeners)
             self._changed.notify_all()
-        for fn in listeners:
-            fn(e.name, None)
+        self._listeners.tell(e.name, None)
+        e.close_attached()
         return e.model
 
     def unload(self, name: str) -> None:
@@ -398,24 +316,16 @@ class ModelHost:
                     f"{e.title} cannot be unloaded: {n} request{'s' if n != 1 else ''} in flight"
                 )
             self._entries.remove(e)
-            listeners = list(self._listeners)
             self._changed.notify_all()
-        for fn in listeners:
-            fn(e.name, None)
+        self._listeners.tell(e.name, None)
+        e.close_attached()
         e.model.close()
 
-    def on_change(self, fn: Callable[[str, Model | None], None]) -> Callable[[], None]:
+    def on_change(self, fn: Listener) -> Callable[[], None]:
         """Call `fn(name, model)` when a model is added, loaded or claimed by a client (see
-        `owner_of`), `fn(name, None)` before
-        one goes (on the thread that adds or removes it). Returns the call that stops it."""
-        with self._lock:
-            self._listeners.append(fn)
-
-        def unsubscribe() -> None:
-            with self._lock, contextlib.suppress(ValueError):
-                self._listeners.remove(fn)
-
-        return unsubscribe
+        `owner_of`), `fn(name, None)` before one goes (on the thread that adds or removes
+        it). Returns the call that stops it."""
+        return self._listeners.subscribe(fn)
 
     # -- models loaded on demand -----------------------------------------------------------
 
@@ -450,7 +360,7 @@ class ModelHost:
             spec = self.find(name)
             e = self._start_load(spec, keep_s)
         try:
-            self._wait_loaded(e, deadline)
+            e.wait_loaded(self._changed, deadline, self._clock)
         except BaseException:
             with self._changed:
                 e.in_flight -= 1
@@ -467,7 +377,7 @@ class ModelHost:
             self._hold(e, keep_s)
         return Lease(self, e)
 
-    def _hold(self, e: _Entry, keep_s: float | Unset | None) -> None:
+    def _hold(self, e: Entry, keep_s: float | Unset | None) -> None:
         """One more request holds `e` (call with the lock held)."""
         e.in_flight += 1
         e.served += 1
@@ -479,7 +389,7 @@ class ModelHost:
         the names there are."""
         specs = list(self._catalog())
         for s in specs:
-            if _matches(name, s.name, s.aliases, s.path):
+            if matches(name, s.name, s.aliases, s.path):
                 return s
         with self._lock:
             loaded = [e.name for e in self._entries]
@@ -487,13 +397,13 @@ class ModelHost:
         listed = ", ".join(names) if names else "none"
         raise ModelNotFound(f"model {name!r} not found; available: {listed}", names)
 
-    def _start_load(self, spec: Loadable, keep_s: float | Unset | None) -> _Entry:
+    def _start_load(self, spec: Loadable, keep_s: float | Unset | None) -> Entry:
         with self._changed:
             e = self._find(spec.name)
             if e is not None:  # another request started it meanwhile
                 self._hold(e, keep_s)
                 return e
-            e = _Entry(
+            e = Entry(
                 spec.name,
                 spec.path,
                 spec.aliases,
@@ -508,17 +418,7 @@ class ModelHost:
         ).start()
         return e
 
-    def _wait_loaded(self, e: _Entry, deadline: float | None) -> None:
-        with self._changed:
-            while e.model is None and e.error is None:
-                left = None if deadline is None else deadline - self._clock()
-                if left is not None and left <= 0:
-                    raise EngineError(f"{e.title} is still loading; retry shortly")
-                self._changed.wait(left if left is not None else 1.0)
-            if e.error is not None:
-                raise e.error
-
-    def _load(self, e: _Entry, spec: Loadable) -> None:
+    def _load(self, e: Entry, spec: Loadable) -> None:
         try:
             with self._load_lock:
                 self._make_room(spec, e)
@@ -528,16 +428,14 @@ class ModelHost:
                 log.info("loaded %s in %.2f s", spec.name, time.perf_counter() - t0)
             with self._changed:
                 e.model = model
-                e.memory = _actual_memory(model) or e.memory
+                e.memory = actual_memory(model) or e.memory
                 e.loaded_at = time.time()
                 e.last_used = self._clock()
                 self.loads += 1
-                listeners = list(self._listeners)
                 self._changed.notify_all()
                 closed = self._closed
             self._ensure_reaper()
-            for fn in listeners:
-                fn(e.name, model)
+            self._listeners.tell(e.name, model)
             if closed:  # its waiters still hold it: then their last release unloads it
                 with contextlib.suppress(ModelBusy):
                     self.unload(e.name)
@@ -553,14 +451,16 @@ class ModelHost:
                     self._entries.remove(e)
                 self._changed.notify_all()
 
-    def _make_room(self, spec: Loadable, e: _Entry) -> None:
+    def _make_room(self, spec: Loadable, e: Entry) -> None:
         """Unload least recently used idle models until the load fits, or raise NoRoom."""
         title = spec.title or spec.name
         while True:
-            need = self._need(spec)
+            need = self._planner.need(spec.path, spec.params, lambda: self._estimator(spec))
             with self._lock:
                 e.memory = dict(need.devices)
-                short = self._shortfall(need, e)
+                short = self._planner.shortfall(
+                    need, (x.memory for x in self._entries if x is not e)
+                )
                 if short is None:
                     return
                 idle = sorted((x for x in self._entries if x.evictable), key=lambda x: x.last_used)
@@ -572,63 +472,25 @@ class ModelHost:
                 )
             self._evict(victim)
 
-    def _need(self, spec: Loadable) -> Need:
-        """The estimate for `spec`. Within a budget that covers every device it uses, only
-        its sizes count, and those are kept per file and settings: a swap back to a model
-        does not pay for its dry run again (a second for Gemma-3-270M). Without one, the
-        check against free memory is made afresh each time."""
-        try:
-            st = spec.path.stat()
-        except OSError:
-            return self._estimator(spec)
-        key = (str(spec.path), st.st_size, st.st_mtime_ns, spec.params)
-        cached = self._needs.get(key)
-        if (
-            cached is not None
-            and self.budget is not None
-            and all(d in self.budget.devices for d in cached.devices)
-        ):
-            return cached
-        need = self._estimator(spec)
-        self._needs[key] = need
-        return need
-
-    def _shortfall(self, need: Need, loading: _Entry) -> str | None:
-        """Why `need` does not fit now (None if it does). Call with the lock held."""
-        if self.budget is not None:
-            for dev, limit in self.budget.devices.items():
-                want = need.devices.get(dev, 0)
-                used = sum(x.memory.get(dev, 0) for x in self._entries if x is not loading)
-                if want and used + want > limit:
-                    return (
-                        f"needs {_gib(want)} of {_device(dev)}; {_gib(max(limit - used, 0))} "
-                        f"free of the {_gib(limit)} budget"
-                    )
-            if all(d in self.budget.devices for d in need.devices):
-                return None
-        return None if need.short is None else f"does not fit: {need.short}"
-
-    def _evict(self, victim: _Entry) -> None:
+    def _evict(self, victim: Entry) -> None:
         with self._changed:
             if not victim.evictable or victim not in self._entries:
                 return
             log.info("unloading %s (idle %.0f s)", victim.name, self._clock() - victim.last_used)
             self._entries.remove(victim)
-            listeners = list(self._listeners)
             self._changed.notify_all()
-        for fn in listeners:
-            fn(victim.name, None)
+        self._listeners.tell(victim.name, None)
+        victim.close_attached()
         assert victim.model is not None
         victim.model.close()
 
-    def _release(self, e: _Entry, keep_s: float | Unset | None) -> None:
+    def _release(self, e: Entry, keep_s: float | Unset | None) -> None:
         with self._changed:
             e.in_flight -= 1
             if not isinstance(keep_s, Unset) and e.owner is None:
                 e.keep_s = keep_s
             if e.in_flight == 0:
-                e.last_used = self._clock()
-                e.expires_at = None if e.keep_s is None else e.last_used + e.keep_s
+                e.idle_from(self._clock())
             self._changed.notify_all()
             closing = self._closed and e.in_flight == 0 and e in self._entries
         if closing:  # the host closed while this request ran: it was left for now
@@ -666,7 +528,7 @@ class ModelHost:
                 self._changed.wait(left)
         return True
 
-    def _loaded_entry(self, name: str) -> _Entry:
+    def _loaded_entry(self, name: str) -> Entry:
         e = self._find(name)
         if e is None or e.model is None:
             raise ModelNotLoaded(f"model {name!r} is not loaded")
@@ -675,65 +537,25 @@ class ModelHost:
     def hosted(self) -> list[HostedModel]:
         now = self._clock()
         with self._lock:
-            return [
-                HostedModel(
-                    e.name,
-                    e.path,
-                    "ready" if e.model is not None else "loading",
-                    e.owner,
-                    e.pinned,
-                    e.in_flight,
-                    dict(e.memory),
-                    e.keep_s,
-                    None if e.expires_at is None or not e.evictable else max(e.expires_at - now, 0),
-                    e.loaded_at,
-                    now - e.last_used if e.model is not None else 0.0,
-                    _leased_by(e.model),
-                )
-                for e in self._entries
-            ]
+            return [e.view(now) for e in self._entries]
 
     def used(self) -> dict[str, int]:
         """Bytes per device the loaded (and loading) models take."""
-        out: dict[str, int] = {}
         with self._lock:
-            for e in self._entries:
-                for dev, n in e.memory.items():
-                    out[dev] = out.get(dev, 0) + n
-        return out
+            return total_memory(e.memory for e in self._entries)
 
     # -- unloading idle models -------------------------------------------------------------
 
     def _ensure_reaper(self) -> None:
         with self._lock:
-            if self._reaper is not None or self._closed:
-                return
-            self._reaper = threading.Thread(
-                target=self._reap, name="candlewick-model-ttl", daemon=True
-            )
-            self._reaper.start()
-
-    def _reap(self) -> None:
-        while True:
-            with self._changed:
-                if self._closed:
-                    return
-                now = self._clock()
-                due = [
-                    e
-                    for e in self._entries
-                    if e.evictable and e.expires_at is not None and e.expires_at <= now
-                ]
-                if not due:
-                    waits = [
-                        e.expires_at - now
-                        for e in self._entries
-                        if e.evictable and e.expires_at is not None
-                    ]
-                    self._changed.wait(min(waits) if waits else None)
-                    continue
-            for e in due:
-                self._evict(e)
+            if self._reaper is None and not self._closed:
+                self._reaper = Reaper(
+                    self._changed,
+                    lambda: self._entries,
+                    self._evict,
+                    self._clock,
+                    lambda: self._closed,
+                )
 
     def close(self) -> None:
         with self._changed:
@@ -748,14 +570,9 @@ class ModelHost:
             with contextlib.suppress(ModelBusy):  # unloaded when its last request ends
                 self.unload(name)
 
-    def _find(self, name: str) -> _Entry | None:
+    def _find(self, name: str) -> Entry | None:
         exact = next((e for e in self._entries if e.name == name), None)
         return exact or next((e for e in self._entries if e.answers_to(name)), None)
-
-
-def _leased_by(model: Model | None) -> str | None:
-    sched = getattr(model, "scheduler", None)  # a model whose loop has ended has none
-    return sched.leased_by if sched is not None else None
 
 
 def _serves(model: Model, params: LoadParams) -> bool:
@@ -775,31 +592,15 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def _actual_memory(model: Model) -> dict[str, int]:
-    actual = getattr(model, "memory_actual", None)
-    return dict(actual.devices) if actual is not None else {}
-
-
-def _gib(n: int) -> str:
-    return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / (1 << 20):.0f} MiB"
-
-
-def _device(name: str) -> str:
-    return "RAM" if name == "CPU" else f"{name} memory"
-
-
 __all__ = [
     "DEFAULT_KEEP_S",
     "UNSET",
-    "HostedModel",
     "Lease",
     "Loadable",
-    "MemoryBudget",
     "ModelBusy",
     "ModelHost",
     "ModelNotFound",
     "ModelNotLoaded",
-    "Need",
     "NoRoom",
     "Unset",
     "estimate_need",

@@ -17,10 +17,9 @@ from pathlib import Path
 import pytest
 
 from engine.errors import EngineError
+from engine.host.budget import MemoryBudget
 from engine.host.host import (
-    GiB,
     Loadable,
-    MemoryBudget,
     ModelBusy,
     ModelHost,
     ModelNotFound,
@@ -28,6 +27,7 @@ from engine.host.host import (
     load_model,
 )
 from engine.host.runtime import Model
+from engine.memory.hardware import GiB
 from engine.settings import LoadParams, SamplingParams
 
 pytestmark = pytest.mark.slow

@@ -29,7 +29,8 @@ from app.ui.loaded_models import (
     memory_text,
 )
 from app.ui.server_panel import ServerPanel
-from engine.host.host import HostedModel, Loadable, ModelHost
+from engine.host.host import Loadable, ModelHost
+from engine.host.host_entry import HostedModel
 from engine.host.runtime import Model
 from engine.settings import LoadParams, SamplingParams
 from tests.memory_keyring import MemoryKeyring

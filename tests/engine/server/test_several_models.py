@@ -17,7 +17,8 @@ import ollama
 import openai
 import pytest
 
-from engine.host.host import Loadable, MemoryBudget, ModelHost, load_model
+from engine.host.budget import MemoryBudget
+from engine.host.host import Loadable, ModelHost, load_model
 from engine.host.runtime import Model
 from engine.server import ServerState, ServerThread
 from engine.settings import LoadParams

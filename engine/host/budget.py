@@ -1,0 +1,109 @@
+"""What the host may load: a memory budget per device, what a load needs (the estimate,
+kept per file and settings) and why a load does not fit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import EngineError
+from engine.host.runtime import Model
+from engine.memory.hardware import GiB, MiB
+from engine.settings import LoadParams
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """Bytes the host may use per device ("CPU" for RAM, "CUDA0", ...). A device not named
+    has no budget of its own: there the estimate's check against free memory decides."""
+
+    devices: Mapping[str, int]
+
+    def __post_init__(self) -> None:
+        for name, n in self.devices.items():
+            if n < 0:
+                raise EngineError(f"the memory budget for {name} must not be negative")
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a load needs (bytes per device) and, when it does not fit the machine's free
+    memory as things are, why not."""
+
+    devices: Mapping[str, int]
+    short: str | None = None
+
+
+class Planner:
+    """Plans loads within `budget` (None: the machine's free memory, as the estimate reads
+    it)."""
+
+    def __init__(self, budget: MemoryBudget | None) -> None:
+        self.budget = budget
+        self._needs: dict[tuple[str, int, int, LoadParams], Need] = {}
+
+    def need(self, path: Path, params: LoadParams, estimate: Callable[[], Need]) -> Need:
+        """What loading `path` with `params` needs (`estimate` runs the estimate). Within a
+        budget that covers every device it uses, only its sizes count, and those are kept per
+        file and settings: a swap back to a model does not pay for its dry run again (a
+        second for Gemma-3-270M). Without one, the check against free memory is made afresh
+        each time."""
+        try:
+            st = path.stat()
+        except OSError:
+            return estimate()
+        key = (str(path), st.st_size, st.st_mtime_ns, params)
+        cached = self._needs.get(key)
+        if (
+            cached is not None
+            and self.budget is not None
+            and all(d in self.budget.devices for d in cached.devices)
+        ):
+            return cached
+        need = estimate()
+        self._needs[key] = need
+        return need
+
+    def shortfall(self, need: Need, others: Iterable[Mapping[str, int]]) -> str | None:
+        """Why `need` does not fit beside `others` (the memory of the other models, per
+        device); None if it does."""
+        if self.budget is not None:
+            taken = list(others)
+            for dev, limit in self.budget.devices.items():
+                want = need.devices.get(dev, 0)
+                used = sum(m.get(dev, 0) for m in taken)
+                if want and used + want > limit:
+                    return (
+                        f"needs {_gib(want)} of {_device(dev)}; {_gib(max(limit - used, 0))} "
+                        f"free of the {_gib(limit)} budget"
+                    )
+            if all(d in self.budget.devices for d in need.devices):
+                return None
+        return None if need.short is None else f"does not fit: {need.short}"
+
+
+def actual_memory(model: Model) -> dict[str, int]:
+    """What llama.cpp really allocated for `model`, per device."""
+    actual = getattr(model, "memory_actual", None)
+    return dict(actual.devices) if actual is not None else {}
+
+
+def total_memory(memories: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    """Bytes per device, summed over models."""
+    out: dict[str, int] = {}
+    for memory in memories:
+        for dev, n in memory.items():
+            out[dev] = out.get(dev, 0) + n
+    return out
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:.1f} GiB" if n >= GiB else f"{n / MiB:.0f} MiB"
+
+
+def _device(name: str) -> str:
+    return "RAM" if name == "CPU" else f"{name} memory"
+
+
+__all__ = ["MemoryBudget", "Need", "Planner", "actual_memory", "total_memory"]
