@@ -13,7 +13,7 @@ import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from engine.errors import EngineError
 from engine.host.host import UNSET, Lease, ModelHost, ModelNotFound, NoRoom, Unset
@@ -107,9 +107,31 @@ request_leases: contextvars.ContextVar[list[Lease] | None] = contextvars.Context
 )
 
 
+SERVER_OWNER = "server"  # the host's owner of a model `set_loaded` put there
+
+
+@dataclass(eq=False)
+class _Served:
+    """What a state keeps about one model, on the host's entry (the host is the one
+    registry): its `ServedModel`, and whether the state closes it when the model goes or the
+    state closes (`ours`) or `set_loaded`'s caller does. `retired`: handles it built that a
+    given one replaced while requests may still read them, closed with this one."""
+
+    served: ServedModel
+    ours: bool
+    retired: list[ServedModel] = field(default_factory=list)
+
+    def close(self) -> None:
+        for loaded in self.retired:
+            loaded.close()
+        if self.ours:
+            self.served.close()
+
+
 class ServerState:
     """Shared by all routes: the config, and the models served, from `host` (which may load
-    more on demand). `set_loaded` serves a model the caller loaded and keeps."""
+    more on demand). `set_loaded` serves a model the caller loaded and keeps. What the state
+    keeps per model lives on the host's entry, so it goes when the host unloads the model."""
 
     def __init__(
         self,
@@ -126,12 +148,8 @@ class ServerState:
         # True while the model named at start loads: /health says "loading" until it is in.
         self.starting = False
         self.started = time.time()
-        self._lock = threading.Lock()
-        self._served: dict[str, ServedModel] = {}  # by the host's name for the model
-        self._given: ServedModel | None = None  # what set_loaded serves
-        self._built: list[ServedModel] = []  # what this state built, and closes
-        self._added = False  # set_loaded put its model in the host (and takes it out)
-        self._unsubscribe = self.host.on_change(self._on_host_change)
+        # One set_loaded at a time; reentrant: the host's listeners may call it back.
+        self._lock = threading.RLock()
 
     # -- the models ------------------------------------------------------------------------
 
@@ -139,56 +157,59 @@ class ServerState:
         """Serve `loaded` (the caller loaded it and frees it), or stop serving it (None).
         One replaced while its model is still in the host is the state's from then on."""
         with self._lock:
-            old, added = self._given, self._added
-            self._given, self._added = loaded, False
-        if old is not None:
-            if added:
-                self.host.remove(self._name_of(old))
-            elif self._is(self._name_of(old), old):
-                # Still in the host (the chat left it to the API's requests): served on,
-                # and closed by this state when the host unloads it.
-                with self._lock:
-                    self._built.append(old)
-            else:
-                with self._lock:
-                    self._served = {k: v for k, v in self._served.items() if v is not old}
-        if loaded is None:
-            return
+            old = self._given()
+            if old is not None:
+                name, was = old
+                if self.host.owner_of(name) == SERVER_OWNER:  # set_loaded put it there
+                    self.host.remove(name)
+                else:
+                    # Still in the host (the chat left it to the API's requests): served
+                    # on, and closed by this state when the host unloads it.
+                    was.ours = True
+            if loaded is not None:
+                self._give(loaded)
+
+    def _give(self, loaded: ServedModel) -> None:
         name = next(
             (
                 h.name
                 for h in self.host.hosted()
-                if h.path == loaded.model.path and self._is(h.name, loaded)
+                if h.path == loaded.model.path and self._is(h.name, loaded.model)
             ),
             None,
         )
         if name is None:
-            self.host.add(loaded.model_id, loaded.model, owner="server", aliases=[loaded.model_id])
+            self.host.add(
+                loaded.model_id, loaded.model, owner=SERVER_OWNER, aliases=[loaded.model_id]
+            )
             name = loaded.model_id
-            with self._lock:
-                self._added = True
         elif name != loaded.model_id:
             self.host.add_alias(name, loaded.model_id)
-        with self._lock:
-            self._served[name] = loaded
+        given = _Served(loaded, ours=False)
+        old = cast(_Served | None, self.host.attachments.set(name, self, given))
+        if old is not None:  # requests may still read what the state built: closed later
+            given.retired = [*old.retired, *([old.served] if old.ours else [])]
 
-    def _is(self, name: str, loaded: ServedModel) -> bool:
+    def _given(self) -> tuple[str, _Served] | None:
+        """The model `set_loaded` serves, by its name in the host."""
+        return next(((n, a) for n, a in self._kept() if not a.ours), None)
+
+    def _kept(self) -> list[tuple[str, _Served]]:
+        return [(n, cast(_Served, a)) for n, a in self.host.attachments.of(self)]
+
+    def _is(self, name: str, model: Model) -> bool:
         try:
-            return self.host.get(name) is loaded.model
+            return self.host.get(name) is model
         except EngineError:
             return False
-
-    def _name_of(self, loaded: ServedModel) -> str:
-        with self._lock:
-            return next((k for k, v in self._served.items() if v is loaded), loaded.model_id)
 
     @property
     def loaded(self) -> ServedModel | None:
         """The default model when it is loaded: the one `set_loaded` serves, else the one
         named in the config, else the only one loaded."""
-        with self._lock:
-            if self._given is not None:
-                return self._given
+        given = self._given()
+        if given is not None:
+            return given[1].served
         names = self.host.names()
         want = next((n for n in names if n == self.config.model_id), None)
         if want is None and len(names) == 1:
@@ -196,7 +217,7 @@ class ServerState:
         if want is None:
             return None
         with contextlib.suppress(EngineError):
-            return self._serve(want, self.host.get(want))
+            return self._serve(want)
         return None
 
     def served(self) -> list[ServedModel]:
@@ -204,38 +225,19 @@ class ServerState:
         out = []
         for name in self.host.names():
             with contextlib.suppress(EngineError):
-                out.append(self._serve(name, self.host.get(name)))
+                out.append(self._serve(name))
         return out
 
-    def _serve(self, name: str, model: Model) -> ServedModel:
-        with self._lock:
-            loaded = self._served.get(name)
-            if loaded is not None and loaded.model is model:
-                return loaded
-        built = ServedModel.build(
-            model, name, max_queue=self.config.max_queue, embeddings=self.config.embeddings
-        )
-        with self._lock:
-            loaded = self._served.get(name)
-            if loaded is not None and loaded.model is model:
-                built.close()
-                return loaded
-            self._served[name] = built
-            self._built.append(built)
-        return built
+    def _serve(self, name: str) -> ServedModel:
+        """The state's handle on the loaded model `name`, built the first time."""
 
-    def _on_host_change(self, name: str, model: Model | None) -> None:
-        if model is not None:
-            return
-        with self._lock:
-            loaded = self._served.pop(name, None)
-            if loaded is self._given:
-                self._given = None
-            ours = loaded is not None and any(b is loaded for b in self._built)
-            if ours:
-                self._built = [b for b in self._built if b is not loaded]
-        if loaded is not None and ours:
-            loaded.close()  # one set_loaded gave stays its caller's
+        def build(name: str, model: Model) -> _Served:
+            loaded = ServedModel.build(
+                model, name, max_queue=self.config.max_queue, embeddings=self.config.embeddings
+            )
+            return _Served(loaded, ours=True)
+
+        return self.host.attachments.get(name, self, build).served
 
     async def acquire(
         self, name: str | None, *, keep_s: float | Unset | None = UNSET, generate: bool = True
@@ -277,7 +279,7 @@ class ServerState:
             leases.append(lease)
         else:  # outside a request (tests): hold it no longer than the call
             lease.release()
-        return self._serve(lease.name, lease.model)
+        return self._serve(lease.name)
 
     def unavailable(self) -> ApiError:
         """Why there is nothing to serve yet: the model is loading, or failed to."""
@@ -288,11 +290,9 @@ class ServerState:
         )
 
     def close(self) -> None:
-        self._unsubscribe()
-        with self._lock:
-            built, self._built, self._served = self._built, [], {}
-        for loaded in built:
-            loaded.close()
+        """Close what the state built; one `set_loaded` gave stays its caller's."""
+        for kept in self.host.attachments.drop(self):
+            kept.close()
 
 
 class _LoopInbox:
