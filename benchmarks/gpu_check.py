@@ -211,12 +211,13 @@ def sec_hardware(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
 def _estimates(path: Path, hw: Any, **kw: Any) -> dict[str, Any]:
     from engine.memory.estimate import estimate
     from engine.memory.params import EstimateParams
+    from engine.settings import LoadParams
 
     out: dict[str, Any] = {}
     for method in ("dry-run", "analytic"):
         try:
             t = time.perf_counter()
-            est = estimate(path, EstimateParams(**kw), hardware=hw, method=method)  # type: ignore[arg-type]
+            est = estimate(path, EstimateParams(LoadParams(**kw)), hardware=hw, method=method)  # type: ignore[arg-type]
             d = est.to_dict()
             d["seconds"] = round(time.perf_counter() - t, 3)
             out[method] = d
@@ -390,7 +391,7 @@ def sec_edge(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
         ngl = resolve_gpu_layers("auto", n_layer, gguf=gf, params=p)
         est = estimate(
             gf,
-            EstimateParams.from_load_params(p),
+            EstimateParams(p),
             hardware=hardware.detect(),
             method="analytic",
         )
@@ -529,6 +530,7 @@ def sec_dryrun(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
     """llama.cpp's no-alloc sizing with layers on the GPU (the estimate dry-runs on the CPU)."""
     from engine.memory.dry_run import dry_run
     from engine.memory.params import EstimateParams
+    from engine.settings import LoadParams
 
     path = Path(args.model)
     out = []
@@ -538,7 +540,7 @@ def sec_dryrun(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
         (8192, args.half_layers, "f16"),
         (4096, 0, "f16"),
     ):
-        p = EstimateParams(n_ctx=n_ctx, type_k=tk, type_v=tk, flash_attn="auto")
+        p = EstimateParams(LoadParams(n_ctx=n_ctx, type_k=tk, type_v=tk, flash_attn="auto"))
         used0 = nv.used()
         try:
             d = dry_run(path, p, n_gpu_layers=ngl)

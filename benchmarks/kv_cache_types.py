@@ -59,7 +59,7 @@ def main() -> int:
             state_cache_mb=0,
         )  # type: ignore[arg-type]
         m = Model(path, p)
-        est = estimate(m.gguf, EstimateParams.from_load_params(p), method="analytic")
+        est = estimate(m.gguf, EstimateParams(p), method="analytic")
         kv[(kv_type, fa)] = (m.memory_actual.kv_bytes / 2**20, est.kv_bytes / 2**20)
         models[(kv_type, fa)] = m
     first = next(iter(models.values()))

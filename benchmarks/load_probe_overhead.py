@@ -52,7 +52,7 @@ def main() -> None:
         Model(path, params, first_loads=known).close()  # warm the page cache, remember it
         for i in range(args.rounds):
             t0 = time.perf_counter()
-            estimate(path, EstimateParams.from_load_params(params), method="dry-run")
+            estimate(path, EstimateParams(params), method="dry-run")
             t1 = time.perf_counter()
             Model(path, params, first_loads=FirstLoads(Path(tmp) / f"fresh{i}")).close()
             t2 = time.perf_counter()

@@ -17,6 +17,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -55,14 +56,17 @@ def run_case(name: str, ctx: int, kv: str, fa: str) -> dict[str, float]:
     from engine.memory.estimate import estimate
     from engine.memory.hardware import GiB, cpu_only, process_rss
     from engine.memory.params import EstimateParams
+    from engine.settings import LoadParams
 
     path = model_path(name)
     params = EstimateParams(
-        n_ctx=ctx,
-        type_k=kv,
-        type_v=kv,
-        flash_attn=fa,  # type: ignore[arg-type]
-        n_gpu_layers=0,
+        LoadParams(
+            n_ctx=ctx,
+            type_k=kv,
+            type_v=kv,
+            flash_attn=fa,  # type: ignore[arg-type]
+            n_gpu_layers=0,
+        )
     )
     hw = cpu_only(64 * GiB)
     estimate(path, params, hardware=hw, method="dry-run")  # warm the page cache and the library
@@ -72,7 +76,7 @@ def run_case(name: str, ctx: int, kv: str, fa: str) -> dict[str, float]:
     analytic = estimate(path, params, hardware=hw, method="analytic")
     rss0 = process_rss()
     t0 = time.perf_counter()
-    model = Model(path, params.to_load_params(n_threads=2))
+    model = Model(path, replace(params.load, n_threads=2))
     t_load = time.perf_counter() - t0
     actual = model.memory_actual
     toks = model.tokenize("The quick brown fox jumps over the lazy dog. " * 60)[:512]

@@ -453,7 +453,7 @@ from engine.host.runtime import Model
 for line in sys.stdin:
     path = line.rstrip("\n")
     try:
-        estimate(path, EstimateParams(n_ctx=256))
+        estimate(path, EstimateParams(LoadParams(n_ctx=256)))
         with Model(path, LoadParams(n_ctx=256, n_threads=1, n_batch=64, n_ubatch=64,
                                     state_cache_mb=0)):
             pass

@@ -12,6 +12,7 @@ from engine.memory.hardware import GiB, MiB
 from engine.memory.params import EstimateParams
 from engine.memory.result import MemoryEstimate
 from engine.model.remote_gguf import is_remote, read_remote_gguf
+from engine.settings import LoadParams
 
 
 def _size_arg(value: str) -> int:
@@ -82,7 +83,7 @@ def register(sub: Any) -> None:
 
 
 def run_estimate(args: argparse.Namespace) -> int:
-    params = EstimateParams(
+    load = LoadParams(
         n_ctx=args.ctx,
         n_gpu_layers=args.gpu_layers,
         type_k=args.kv_type,
@@ -91,8 +92,8 @@ def run_estimate(args: argparse.Namespace) -> int:
         n_seq_max=args.parallel,
         n_batch=args.batch,
         n_ubatch=args.ubatch,
-        margin_bytes=args.margin,
     )
+    params = EstimateParams(load, margin_bytes=args.margin)
     params.validate()
     if args.simulate_gpu or args.simulate_ram:
         hw = hardware.simulate(args.simulate_gpu or [], ram_bytes=args.simulate_ram)
@@ -126,7 +127,7 @@ def _fmt(n: int) -> str:
 
 
 def _print_table(est: MemoryEstimate, extra: dict[str, Any], hw: hardware.Hardware) -> None:
-    p = est.params
+    p = est.params.load
     kv = p.type_k if p.type_k == p.type_v else f"{p.type_k}/{p.type_v}"
     print(f"Model:    {est.model}")
     if "bytes_read" in extra:

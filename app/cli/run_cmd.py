@@ -235,6 +235,6 @@ def _stream(gen: Iterable[str], cancel: threading.Event, as_json: bool) -> None:
 def refuse_if_too_big(path: Path, params: LoadParams) -> None:
     """Check the analytic estimate (header only, milliseconds) against free memory first:
     a model that cannot fit is refused with the reason instead of being swapped to death."""
-    est = estimate(path, EstimateParams.from_load_params(params), method="analytic")
+    est = estimate(path, EstimateParams(params), method="analytic")
     if not est.fits:
         raise DoesNotFitError(f"{est.reason} (add --force to load anyway)")

@@ -62,9 +62,7 @@ def engine_estimator(
             gf = headers[key] = read_gguf(path)
         _total, avail = hardware.ram()
         hw = dataclasses.replace(hw_base, ram_available_bytes=avail)
-        est = estimate_memory(
-            gf, EstimateParams.from_load_params(params), hardware=hw, method="analytic"
-        )
+        est = estimate_memory(gf, EstimateParams(params), hardware=hw, method="analytic")
         return to_view(est)
 
     return estimate

@@ -79,7 +79,7 @@ def estimate_need(spec: Loadable) -> Need:
     from engine.memory.estimate import estimate
     from engine.memory.params import EstimateParams
 
-    est = estimate(spec.path, EstimateParams.from_load_params(spec.params))
+    est = estimate(spec.path, EstimateParams(spec.params))
     # The margin kept free on a device is the machine's, not each model's: the budget counts
     # what the model takes, and `fits` (free memory, margin included) decides without one.
     return Need(

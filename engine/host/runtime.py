@@ -658,7 +658,7 @@ def resolve_gpu_layers(
         if not llama_lib.supports_gpu_offload():
             return 0
         if gguf is not None and params is not None:
-            return fit_gpu_layers(gguf, EstimateParams.from_load_params(params), hardware.detect())
+            return fit_gpu_layers(gguf, EstimateParams(params), hardware.detect())
         return n_layer + 1 if n_layer else 999
     return int(requested)
 

@@ -35,15 +35,15 @@ class Shape:
 
 
 def shape(spec: ModelSpec, p: EstimateParams) -> Shape:
-    n_ctx = p.n_ctx if p.n_ctx > 0 else spec.n_ctx_train
-    n_batch = min(n_ctx, p.n_batch)  # causal attention: a batch never exceeds the context
-    n_ubatch = min(n_batch, p.n_ubatch)
+    n_ctx = p.load.n_ctx if p.load.n_ctx > 0 else spec.n_ctx_train
+    n_batch = min(n_ctx, p.load.n_batch)  # causal attention: a batch never exceeds the context
+    n_ubatch = min(n_batch, p.load.n_ubatch)
     n_ctx = pad(n_ctx)
     if p.kv_unified:
         n_ctx_seq, n_stream = n_ctx, 1
     else:
-        n_ctx_seq = pad(n_ctx // p.n_seq_max)
-        n_stream = p.n_seq_max
+        n_ctx_seq = pad(n_ctx // p.load.n_seq_max)
+        n_stream = p.load.n_seq_max
         n_ctx = n_ctx_seq * n_stream
     return Shape(n_ctx, n_ctx_seq, n_stream, n_ubatch, min(n_ubatch, n_batch))
 
@@ -54,7 +54,7 @@ def kv_bytes_per_layer(spec: ModelSpec, p: EstimateParams) -> list[int]:
     swa = (
         full
         if p.swa_full
-        else pad(min(full, spec.n_swa * (p.n_seq_max if p.kv_unified else 1) + s.n_ubatch))
+        else pad(min(full, spec.n_swa * (p.load.n_seq_max if p.kv_unified else 1) + s.n_ubatch))
     )
     out = []
     for il in range(spec.n_layer):
@@ -62,8 +62,8 @@ def kv_bytes_per_layer(spec: ModelSpec, p: EstimateParams) -> list[int]:
         n_kv = spec.n_head_kv[il]
         out.append(
             (
-                row_size(p.type_k, spec.head_dim_k * n_kv)
-                + row_size(p.type_v, spec.head_dim_v * n_kv)
+                row_size(p.load.type_k, spec.head_dim_k * n_kv)
+                + row_size(p.load.type_v, spec.head_dim_v * n_kv)
             )
             * cells
         )
@@ -72,14 +72,14 @@ def kv_bytes_per_layer(spec: ModelSpec, p: EstimateParams) -> list[int]:
 
 def output_buffer_bytes(spec: ModelSpec, p: EstimateParams) -> int:
     """Host buffer for the logits (and embeddings) of one output row per sequence."""
-    per_row = spec.n_vocab * 4 + (spec.n_embd * 4 if p.embeddings else 0)
-    return per_row * p.n_seq_max
+    per_row = spec.n_vocab * 4 + (spec.n_embd * 4 if p.load.embeddings else 0)
+    return per_row * p.load.n_seq_max
 
 
 def flash_attention_used(p: EstimateParams) -> bool:
     # `estimate()` has already resolved the engine's 'auto'; what is left as 'auto' is
     # llama.cpp's, which turns it on for CPU, CUDA, Metal and Vulkan with common head sizes.
-    return p.flash_attn != "off"
+    return p.load.flash_attn != "off"
 
 
 def compute_phases(spec: ModelSpec, p: EstimateParams) -> tuple[int, int]:

@@ -70,9 +70,8 @@ def estimate(
         file_path = Path(path)
     hw = hardware if hardware is not None else detect_hardware()
     # Plan with flash attention as the engine would resolve 'auto' on this hardware.
-    p = replace(
-        p, flash_attn=resolve_flash_attn(p.flash_attn, p.type_v, gpu=bool(hw.offload_devices))
-    )
+    flash = resolve_flash_attn(p.load.flash_attn, p.load.type_v, gpu=bool(hw.offload_devices))
+    p = p.with_load(flash_attn=flash)
     spec = ModelSpec.from_gguf(gf, hw.cpu)
     notes: list[str] = []
     if method == "dry-run" and file_path is None:
@@ -91,9 +90,9 @@ def estimate(
                 raise
             # e.g. an architecture newer than this llama.cpp: the header still tells a lot.
             notes.append(f"llama.cpp could not size this model ({e}); analytic estimate")
-    if spec.n_ctx_train and p.n_ctx > spec.n_ctx_train:
+    if spec.n_ctx_train and p.load.n_ctx > spec.n_ctx_train:
         notes.append(
-            f"the context ({p.n_ctx}) is longer than the model was trained for "
+            f"the context ({p.load.n_ctx}) is longer than the model was trained for "
             f"({spec.n_ctx_train}); quality may drop beyond that"
         )
     if split_count(gf) > 1 and len(gf.tensors) < int(
@@ -134,7 +133,7 @@ def fit_gpu_layers(source: Source, params: EstimateParams, hardware: Hardware) -
     gf, _ = _load(source)
     est = plan(
         ModelSpec.from_gguf(gf, hardware.cpu),
-        replace(params, n_gpu_layers="auto"),
+        params.with_load(n_gpu_layers="auto"),
         hardware,
         None,
         [],

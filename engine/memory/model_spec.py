@@ -133,7 +133,7 @@ def extra_copies(p: EstimateParams) -> bool:
     """Whether a load with these settings may copy CPU weights into llama.cpp's extra buffers
     (a load that asks for AMX kernels this build cannot run is refused, so plans none)."""
     try:
-        return use_extra_buffers(p.extra_buffers)
+        return use_extra_buffers(p.load.extra_buffers)
     except EngineError:
         return False
 

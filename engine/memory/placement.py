@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import replace
 
 from engine.memory.analytic import (
     CTX_PAD,
@@ -96,7 +95,7 @@ def plan(
     def place(ngl: int) -> tuple[DeviceUse, ...]:
         return _place(spec, p, hw, gpus, ngl, kv_layers, out_phase, layer_phase, output)
 
-    req = p.n_gpu_layers
+    req = p.load.n_gpu_layers
     if not gpus:
         ngl = 0
     elif req == "all":
@@ -244,7 +243,7 @@ def _verdict(
         why = "this llama.cpp build cannot offload to a GPU"
     elif not hw.gpus:
         why = "no GPU found"
-    elif p.n_gpu_layers == 0:
+    elif p.load.n_gpu_layers == 0:
         why = "GPU offload is turned off"
     else:
         why = "not even one layer fits in the GPU's free memory"
@@ -257,11 +256,11 @@ def fit_context(spec: ModelSpec, p: EstimateParams, hw: Hardware, dry: DryRun | 
     Uses the analytic model (a dry run per step would cost 0.4 s each); when a dry run of the
     asked settings exists its compute size is kept, which only shrinks with the context.
     """
-    hi = max(pad(p.n_ctx if p.n_ctx > 0 else spec.n_ctx_train) // CTX_PAD, 1)
+    hi = max(pad(p.load.n_ctx if p.load.n_ctx > 0 else spec.n_ctx_train) // CTX_PAD, 1)
     lo, best = 1, 0
     while lo <= hi:
         mid = (lo + hi) // 2
-        q = replace(p, n_ctx=mid * CTX_PAD)
+        q = p.with_load(n_ctx=mid * CTX_PAD)
         if plan(spec, q, hw, None, []).fits:
             best, lo = mid, mid + 1
         else:

@@ -96,7 +96,6 @@ class MemoryEstimate:
         return next((d for d in self.devices if d.name == name), None)
 
     def to_dict(self) -> dict[str, Any]:
-        p = asdict(self.params)
         return {
             "model": self.model,
             "method": self.method,
@@ -115,7 +114,7 @@ class MemoryEstimate:
             "reason": self.reason,
             "max_ctx_fit": self.max_ctx_fit,
             "notes": list(self.notes),
-            "params": p,
+            "params": self.params.to_dict(),
         }
 
     def check(self) -> None:

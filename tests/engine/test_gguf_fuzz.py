@@ -184,7 +184,7 @@ def test_an_abort_in_the_sizing_child_becomes_one_line(corpus: Corpus, tmp_path:
 
     path = _write(corpus, tmp_path, "llama.block_count", 0)
     with pytest.raises(EngineError) as exc:
-        _dry_run_in_child(path, EstimateParams(n_ctx=256), 0)
+        _dry_run_in_child(path, EstimateParams(LoadParams(n_ctx=256)), 0)
     msg = str(exc.value)
     assert "\n" not in msg
     assert msg.startswith("llama.cpp crashed while sizing m.gguf (SIGABRT): ")

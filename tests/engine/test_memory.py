@@ -6,6 +6,7 @@ llama.cpp logs; both the dry run and the analytic model must land within 5% of t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import cast
 
@@ -22,7 +23,7 @@ from engine.memory.model_spec import ModelSpec
 from engine.memory.params import EstimateParams
 from engine.memory.result import DoesNotFitError
 from engine.model.gguf import GGUFError, read_gguf
-from engine.settings import FlashAttn
+from engine.settings import FlashAttn, LoadParams
 
 TOLERANCE = 0.05
 PLENTY = cpu_only(64 * GiB)  # a fixed machine, so verdicts do not depend on the test host
@@ -54,13 +55,13 @@ def test_estimate_within_5_percent_of_a_real_load(
 ) -> None:
     path = _model_path(request, model)
     params = EstimateParams(
-        n_ctx=ctx, type_k=kv, type_v=kv, flash_attn=cast(FlashAttn, fa), n_gpu_layers=0
+        LoadParams(n_ctx=ctx, type_k=kv, type_v=kv, flash_attn=cast(FlashAttn, fa), n_gpu_layers=0)
     )
     analytic = estimate(path, params, hardware=PLENTY, method="analytic")
     exact = estimate(path, params, hardware=PLENTY, method="dry-run")
     assert (analytic.method, exact.method) == ("analytic", "dry-run")
 
-    with Model(path, params.to_load_params(n_threads=2)) as m:
+    with Model(path, replace(params.load, n_threads=2)) as m:
         actual = actual_from_log(m.load_info.log)
         assert m.memory_actual.total_bytes == actual.total_bytes
 
@@ -80,8 +81,8 @@ def test_gemma_sliding_window_layers(gemma_path: Path) -> None:
     """15 of Gemma-3-270M's 18 layers use a 512-token window; swa_full keeps them full size."""
     spec = ModelSpec.from_gguf(read_gguf(gemma_path))
     assert spec.n_layer == 18 and sum(spec.swa_layers) == 15 and spec.n_swa == 512
-    full = EstimateParams(n_ctx=16384)
-    small = EstimateParams(n_ctx=16384, swa_full=False)
+    full = EstimateParams(LoadParams(n_ctx=16384))
+    small = EstimateParams(LoadParams(n_ctx=16384), swa_full=False)
     kv_full, kv_small = kv_bytes_per_layer(spec, full), kv_bytes_per_layer(spec, small)
     swa, glob = spec.swa_layers.index(True), spec.swa_layers.index(False)
     assert kv_full[swa] == kv_full[glob]
@@ -92,14 +93,19 @@ def test_gemma_sliding_window_layers(gemma_path: Path) -> None:
 
 
 def test_parallel_sequences_and_padding(smollm2_path: Path) -> None:
-    for params in (EstimateParams(n_ctx=1000, n_seq_max=3), EstimateParams(n_ctx=300)):
+    for params in (
+        EstimateParams(LoadParams(n_ctx=1000, n_seq_max=3)),
+        EstimateParams(LoadParams(n_ctx=300)),
+    ):
         exact = estimate(smollm2_path, params, hardware=PLENTY, method="dry-run")
         analytic = estimate(smollm2_path, params, hardware=PLENTY, method="analytic")
         assert exact.kv_bytes == pytest.approx(analytic.kv_bytes, rel=0.001)
         assert exact.output_bytes == pytest.approx(analytic.output_bytes, rel=0.01)
         assert analytic.total_bytes == pytest.approx(exact.total_bytes, rel=TOLERANCE)
     assert (
-        estimate(smollm2_path, EstimateParams(n_ctx=300), hardware=PLENTY, method="analytic").n_ctx
+        estimate(
+            smollm2_path, EstimateParams(LoadParams(n_ctx=300)), hardware=PLENTY, method="analytic"
+        ).n_ctx
         == 512
     )
 
@@ -108,7 +114,7 @@ def test_memory_actual_and_the_ui_sentence(smollm2: Model) -> None:
     actual = smollm2.memory_actual
     assert actual.devices == {"CPU": actual.total_bytes}
     assert actual.rss_growth_bytes is not None and actual.rss_growth_bytes > 0
-    est = estimate(smollm2.path, EstimateParams.from_load_params(smollm2.params), hardware=PLENTY)
+    est = estimate(smollm2.path, EstimateParams(smollm2.params), hardware=PLENTY)
     text = compare(est, actual)
     assert text.startswith("estimated ") and ", actual " in text
     assert abs(est.total_bytes - actual.total_bytes) < TOLERANCE * actual.total_bytes
@@ -136,27 +142,31 @@ def test_actual_from_log_reads_every_buffer_kind() -> None:
 
 def test_bad_settings_are_one_line_errors(smollm2_path: Path) -> None:
     with pytest.raises(EngineError, match="flash attention"):
-        estimate(smollm2_path, EstimateParams(type_v="q8_0", flash_attn="off"), hardware=PLENTY)
+        estimate(
+            smollm2_path,
+            EstimateParams(LoadParams(type_v="q8_0", flash_attn="off")),
+            hardware=PLENTY,
+        )
     with pytest.raises(EngineError, match="too small"):
-        estimate(smollm2_path, EstimateParams(n_ctx=8), hardware=PLENTY)
+        estimate(smollm2_path, EstimateParams(LoadParams(n_ctx=8)), hardware=PLENTY)
 
 
 def test_does_not_fit_names_the_reason_and_a_context_that_fits(smollm2_path: Path) -> None:
     small = cpu_only(400 * MiB)
-    params = EstimateParams(n_ctx=16384, n_gpu_layers=0, margin_bytes=0)
+    params = EstimateParams(LoadParams(n_ctx=16384, n_gpu_layers=0), margin_bytes=0)
     est = estimate(smollm2_path, params, hardware=small, method="analytic")
     assert est.verdict == "does_not_fit" and not est.fits
     assert "RAM" in est.reason and "a context of" in est.reason
     assert est.max_ctx_fit is not None and 0 < est.max_ctx_fit < 16384
     at = estimate(
         smollm2_path,
-        EstimateParams(n_ctx=est.max_ctx_fit, n_gpu_layers=0, margin_bytes=0),
+        EstimateParams(LoadParams(n_ctx=est.max_ctx_fit, n_gpu_layers=0), margin_bytes=0),
         hardware=small,
         method="analytic",
     )
     above = estimate(
         smollm2_path,
-        EstimateParams(n_ctx=est.max_ctx_fit + 256, n_gpu_layers=0, margin_bytes=0),
+        EstimateParams(LoadParams(n_ctx=est.max_ctx_fit + 256, n_gpu_layers=0), margin_bytes=0),
         hardware=small,
         method="analytic",
     )
@@ -194,15 +204,15 @@ def test_incoherent_model_is_refused_before_llama_cpp(tmp_path: Path) -> None:
         match=r"^broken\.gguf: llama\.block_count is 1 but the file "
         r"has tensors for 0 blocks$",
     ):
-        estimate(path, EstimateParams(n_ctx=512), hardware=PLENTY)
+        estimate(path, EstimateParams(LoadParams(n_ctx=512)), hardware=PLENTY)
 
 
 def test_falls_back_to_analytic_when_llama_cpp_cannot_size(tmp_path: Path) -> None:
     """A header llama.cpp refuses that the semantic checks let through (a gpt2 block without
     most of its tensors: only the plain llama layout is checked tensor by tensor)."""
     path = _header_only(tmp_path / "partial.gguf", "gpt2", "blk.0.attn_qkv.weight")
-    est = estimate(path, EstimateParams(n_ctx=512), hardware=PLENTY)
+    est = estimate(path, EstimateParams(LoadParams(n_ctx=512)), hardware=PLENTY)
     assert est.method == "analytic" and "could not size" in est.notes[0]
     assert est.weights_bytes == 100 * 64 * 4 + 64 * 64 * 4
     with pytest.raises(EngineError, match="could not read"):
-        estimate(path, EstimateParams(n_ctx=512), hardware=PLENTY, method="dry-run")
+        estimate(path, EstimateParams(LoadParams(n_ctx=512)), hardware=PLENTY, method="dry-run")

@@ -20,6 +20,7 @@ from engine.memory.hardware import CPU, GiB, MiB, simulate
 from engine.memory.params import EstimateParams
 from engine.native import llama_lib
 from engine.native.native_load import FAULT_ENV
+from engine.settings import LoadParams
 
 RAM = 64 * GiB
 
@@ -40,7 +41,7 @@ def test_auto_estimate_is_analytic_on_a_gpu_build(
     monkeypatch.setattr(dry_runs, "_dry_run_here", _refuse_in_process)
     est = estimate(
         smollm2_path,
-        EstimateParams(n_ctx=2048, n_gpu_layers="all"),
+        EstimateParams(LoadParams(n_ctx=2048, n_gpu_layers="all")),
         hardware=simulate([24 * GiB], ram_bytes=RAM),
     )
     assert est.method == "analytic"
@@ -51,7 +52,7 @@ def test_asked_for_dry_run_runs_in_a_child_on_a_gpu_build(
     smollm2_path: Path, gpu_build: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # flash attention stated: 'auto' would resolve differently here (patched) and in the child
-    p = EstimateParams(n_ctx=2048, flash_attn="off")
+    p = EstimateParams(LoadParams(n_ctx=2048, flash_attn="off"))
     here = dry_runs._dry_run_here(smollm2_path, p)
     monkeypatch.setattr(dry_runs, "_dry_run_here", _refuse_in_process)
     child = dry_runs.dry_run(smollm2_path, p)
@@ -66,10 +67,12 @@ def test_a_crashing_dry_run_is_an_error_not_a_dead_app(
 ) -> None:
     monkeypatch.setenv(FAULT_ENV, "abort")  # the child's load trips a llama.cpp assert
     with pytest.raises(EngineError, match=r"crashed while sizing .*SIGABRT"):
-        dry_runs.dry_run(smollm2_path, EstimateParams(n_ctx=2048))
+        dry_runs.dry_run(smollm2_path, EstimateParams(LoadParams(n_ctx=2048)))
     # 'auto' never gets there on a GPU build; a CPU-only build keeps its in-process dry run.
     est = estimate(
-        smollm2_path, EstimateParams(n_ctx=2048), hardware=simulate([8 * GiB], ram_bytes=RAM)
+        smollm2_path,
+        EstimateParams(LoadParams(n_ctx=2048)),
+        hardware=simulate([8 * GiB], ram_bytes=RAM),
     )
     assert est.method == "analytic"
 
@@ -79,7 +82,7 @@ def test_attention_mask_counts_on_host_and_gpu_at_long_context(smollm2_path: Pat
     n_ctx, ub = 131072, 512
     est = estimate(
         smollm2_path,
-        EstimateParams(n_ctx=n_ctx, n_gpu_layers="all"),
+        EstimateParams(LoadParams(n_ctx=n_ctx, n_gpu_layers="all")),
         hardware=hw,
         method="analytic",
     )
@@ -93,6 +96,9 @@ def test_attention_mask_counts_on_host_and_gpu_at_long_context(smollm2_path: Pat
     logits = 4 * (ub * 49152 + 2 * ub * 576)
     assert gpu.compute_bytes == logits + mask
     short = estimate(
-        smollm2_path, EstimateParams(n_ctx=4096, n_gpu_layers="all"), hardware=hw, method="analytic"
+        smollm2_path,
+        EstimateParams(LoadParams(n_ctx=4096, n_gpu_layers="all")),
+        hardware=hw,
+        method="analytic",
     )
     assert est.compute_bytes - short.compute_bytes == 2 * (mask - 2 * ub * 4096)

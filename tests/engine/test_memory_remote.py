@@ -17,6 +17,7 @@ from engine.memory.hardware import GiB, cpu_only
 from engine.memory.params import EstimateParams
 from engine.model.gguf import GGUFError, read_gguf
 from engine.model.remote_gguf import HttpRangeSource, RemoteGGUFError, hf_url, read_remote_gguf
+from engine.settings import LoadParams
 
 PLENTY = cpu_only(64 * GiB)
 
@@ -98,7 +99,7 @@ def test_header_only_estimate_reads_under_5_percent(
     assert state.bytes_sent == head.bytes_read  # nothing read that the client did not count
     assert head.bytes_read < 0.05 * size, (head.bytes_read, size)
     # The header read remotely is the header on disk, so the estimate is the same.
-    params = EstimateParams(n_ctx=4096, n_gpu_layers=0)
+    params = EstimateParams(LoadParams(n_ctx=4096, n_gpu_layers=0))
     hw = cpu_only(64 * GiB)
     remote = estimate(head.gguf, params, hardware=hw)
     on_disk = estimate(local, params, hardware=hw, method="analytic")
@@ -204,7 +205,7 @@ def test_split_gguf_counts_every_part(tmp_path: Path) -> None:
     # The file's bytes alone: no AMX copies (counted in tests/engine/test_memory_split.py).
     est = estimate(
         first,
-        EstimateParams(n_ctx=512, n_gpu_layers=0, extra_buffers=False),
+        EstimateParams(LoadParams(n_ctx=512, n_gpu_layers=0, extra_buffers=False)),
         hardware=PLENTY,
         method="analytic",
     )
@@ -213,8 +214,8 @@ def test_split_gguf_counts_every_part(tmp_path: Path) -> None:
     # Only the first part on disk: the estimate says its weights are incomplete.
     (tmp_path / "tiny-00002-of-00002.gguf").rename(tmp_path / "elsewhere.gguf")
     with pytest.raises(GGUFError, match="not found"):
-        estimate(first, EstimateParams(n_ctx=512), hardware=PLENTY, method="analytic")
-    partial = estimate(read_gguf(first), EstimateParams(n_ctx=512), hardware=PLENTY)
+        estimate(first, EstimateParams(LoadParams(n_ctx=512)), hardware=PLENTY, method="analytic")
+    partial = estimate(read_gguf(first), EstimateParams(LoadParams(n_ctx=512)), hardware=PLENTY)
     assert partial.weights_bytes < total and "split model" in partial.notes[0]
 
 
@@ -227,6 +228,8 @@ def test_split_gguf_over_http(server: tuple[str, Served], tmp_path: Path) -> Non
     assert head.requests >= 4  # two parts: a size probe and the header of each
     assert head.file_bytes == sum(p.stat().st_size for p in tmp_path.glob("tiny-*.gguf"))
     est = estimate(
-        head.gguf, EstimateParams(n_ctx=512, n_gpu_layers=0, extra_buffers=False), hardware=PLENTY
+        head.gguf,
+        EstimateParams(LoadParams(n_ctx=512, n_gpu_layers=0, extra_buffers=False)),
+        hardware=PLENTY,
     )
     assert est.weights_bytes == total and not est.notes

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.host.runtime import resolve_gpu_layers
+from engine.host.model_build import resolve_gpu_layers
 from engine.memory.cpu_kernels import CpuFeatures
 from engine.memory.estimate import estimate, fit_gpu_layers
 from engine.memory.hardware import CPU, Device, GiB, MiB, cpu_only, simulate
@@ -17,6 +17,7 @@ from engine.memory.placement import layer_devices
 from engine.memory.result import MemoryEstimate
 from engine.model.gguf import read_gguf
 from engine.native import llama_lib
+from engine.settings import LoadParams
 
 RAM = 32 * GiB
 
@@ -57,7 +58,9 @@ def _plan(
     for another CPU's rules."""
     hw = replace(simulate([int(g * GiB) for g in gpus], cpu_only(RAM)), cpu=cpu)
     kw.setdefault("extra_buffers", False)
-    return estimate(path, EstimateParams(**kw), hardware=hw, method="analytic")  # type: ignore[arg-type]
+    margin = kw.pop("margin_bytes", None)
+    load = LoadParams(**kw)  # type: ignore[arg-type]
+    return estimate(path, EstimateParams(load, margin_bytes=margin), hardware=hw, method="analytic")  # type: ignore[arg-type]
 
 
 XEON_AMX = CpuFeatures(
@@ -178,7 +181,7 @@ def test_gpu_that_is_too_small_for_a_forced_layout(specs: dict[str, Path]) -> No
 def test_no_gpu_or_no_offload_build(specs: dict[str, Path]) -> None:
     est = estimate(
         specs["smollm2"],
-        EstimateParams(n_gpu_layers="all"),
+        EstimateParams(LoadParams(n_gpu_layers="all")),
         hardware=cpu_only(RAM),
         method="analytic",
     )
@@ -187,7 +190,7 @@ def test_no_gpu_or_no_offload_build(specs: dict[str, Path]) -> None:
     hw_no_offload = type(hw)(hw.ram_total_bytes, hw.ram_available_bytes, hw.gpus, False)
     est = estimate(
         specs["smollm2"],
-        EstimateParams(n_gpu_layers="all"),
+        EstimateParams(LoadParams(n_gpu_layers="all")),
         hardware=hw_no_offload,
         method="analytic",
     )
@@ -197,7 +200,7 @@ def test_no_gpu_or_no_offload_build(specs: dict[str, Path]) -> None:
 def test_auto_layers_in_the_runtime(specs: dict[str, Path]) -> None:
     gf = read_gguf(specs["smollm2"])
     hw = simulate([1 * GiB], cpu_only(RAM))
-    n = fit_gpu_layers(gf, EstimateParams(n_ctx=4096), hw)
+    n = fit_gpu_layers(gf, EstimateParams(LoadParams(n_ctx=4096)), hw)
     assert n == _plan(specs["smollm2"], [1], n_ctx=4096, n_gpu_layers="auto").gpu_layers
     # This CPU-only build cannot offload, so 'auto' loads nothing on a GPU here.
     if not llama_lib.supports_gpu_offload():
