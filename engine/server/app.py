@@ -29,6 +29,7 @@ from engine.server.model_routes import ModelRoutes
 from engine.server.ollama_routes import OllamaRoutes
 from engine.server.openai_routes import OpenAIRoutes
 from engine.server.openapi import openapi_schema
+from engine.server.protocol.hosting import Health
 from engine.server.request_log import RequestRecord, current_record
 from engine.server.rerank_routes import RerankRoutes
 from engine.server.responses_routes import ResponsesRoutes
@@ -155,13 +156,13 @@ def create_app(state: ServerState) -> ASGIApp:
             or state.starting
             or (loaded is None and not hosted and not state.host.known())
         ):
+            status = "error" if state.load_error else "loading"
             return JSONResponse(
-                {"status": "error" if state.load_error else "loading", "error": state.load_error},
-                status_code=503,
+                Health(status=status, error=state.load_error).wire(), status_code=503
             )
-        body: dict[str, Any] = {
-            "status": "ok",
-            "models": [
+        body = Health(
+            status="ok",
+            models=[
                 {
                     "name": h.name,
                     "state": h.state,
@@ -173,20 +174,16 @@ def create_app(state: ServerState) -> ASGIApp:
                 }
                 for h in hosted
             ],
-            "loading": [h.name for h in hosted if h.state == "loading"],
-        }
+            loading=[h.name for h in hosted if h.state == "loading"],
+        )
         if loaded is not None:
             snap = loaded.scheduler.snapshot()
-            body.update(
-                {
-                    "model": loaded.model_id,
-                    "slots_total": snap.n_slots,
-                    "slots_busy": snap.busy_slots,
-                    "queue_depth": snap.queue_depth,
-                    "settings": loaded.settings(),
-                }
-            )
-        return JSONResponse(body)
+            body.model = loaded.model_id
+            body.slots_total = snap.n_slots
+            body.slots_busy = snap.busy_slots
+            body.queue_depth = snap.queue_depth
+            body.settings = loaded.settings()
+        return JSONResponse(body.wire())
 
     async def metrics(request: Request) -> Response:
         loaded = state.loaded

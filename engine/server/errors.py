@@ -1,11 +1,16 @@
-"""Errors as each API shapes them: OpenAI's error object, Ollama's `{"error": "..."}` and
-Anthropic's `{"type": "error", "error": {"type", "message"}}` (on /v1/messages*)."""
+"""Errors as each API shapes them (each dialect's error model): OpenAI's error object,
+Ollama's `{"error": "..."}` and Anthropic's `{"type": "error", "error": {"type", "message"}}`
+(on /v1/messages*)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from starlette.responses import JSONResponse
+
+from engine.server.protocol.anthropic import AnthropicError, AnthropicErrorDetail
+from engine.server.protocol.ollama import OllamaError
+from engine.server.protocol.openai import OpenAIError, OpenAIErrorDetail
 
 _TYPES = {
     400: "invalid_request_error",
@@ -55,21 +60,15 @@ class ApiError(Exception):
 def openai_error_body(
     status: int, message: str, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
-    return {
-        "error": {
-            "message": message,
-            "type": _TYPES.get(status, "server_error"),
-            "param": param,
-            "code": code,
-        }
-    }
+    kind = _TYPES.get(status, "server_error")
+    detail = OpenAIErrorDetail(message=message, type=kind, param=param, code=code)
+    return OpenAIError(error=detail).wire()
 
 
 def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
-    return {
-        "type": "error",
-        "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message},
-    }
+    kind = _ANTHROPIC_TYPES.get(status, "api_error")
+    detail = AnthropicErrorDetail(type=kind, message=message)
+    return AnthropicError(type="error", error=detail).wire()
 
 
 def is_anthropic_path(path: str) -> bool:
@@ -87,7 +86,7 @@ def error_response(
 ) -> JSONResponse:
     """OpenAI shape everywhere except the Ollama routes (`/api/...`) and Anthropic's."""
     if path.startswith("/api/"):
-        body: dict[str, Any] = {"error": message}
+        body = OllamaError(error=message).wire()
     elif is_anthropic_path(path):
         body = anthropic_error_body(status, message)
     else:

@@ -15,25 +15,25 @@ from engine.server.engine_state import ServerState
 from engine.server.errors import ApiError
 from engine.server.parsing import read_json
 from engine.server.protocol.base import keep_seconds
-from engine.server.protocol.hosting import LoadModelRequest
+from engine.server.protocol.hosting import HostedModelState, LoadModelRequest
 from engine.server.protocol.parse import parse_body
 
 
 def hosted_obj(state: ServerState, name: str) -> dict[str, Any]:
     h = next((h for h in state.host.hosted() if h.name == name), None)
     if h is None:
-        return {"id": name, "loaded": False}
-    return {
-        "id": h.name,
-        "loaded": h.state == "ready",
-        "state": h.state,
-        "pinned": h.pinned,
-        "held_by": h.owner,
-        "requests_in_flight": h.in_flight,
-        "keep_alive_s": h.keep_s,
-        "expires_in_s": h.expires_in_s,
-        "memory_bytes": dict(h.memory),
-    }
+        return HostedModelState(id=name, loaded=False).wire()
+    return HostedModelState(
+        id=h.name,
+        loaded=h.state == "ready",
+        state=h.state,
+        pinned=h.pinned,
+        held_by=h.owner,
+        requests_in_flight=h.in_flight,
+        keep_alive_s=h.keep_s,
+        expires_in_s=h.expires_in_s,
+        memory_bytes=dict(h.memory),
+    ).wire()
 
 
 class ModelRoutes:
@@ -76,7 +76,7 @@ class ModelRoutes:
         except ModelNotFound as e:
             raise ApiError(404, str(e), code="model_not_found") from None
         except ModelNotLoaded:
-            return JSONResponse({"id": wanted, "loaded": False})
+            return JSONResponse(HostedModelState(id=wanted, loaded=False).wire())
         except ModelBusy as e:
             raise ApiError(409, str(e), code="model_held") from None
         gone = host.wait_unloaded(name, 5.0)

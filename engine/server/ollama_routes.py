@@ -44,13 +44,25 @@ from engine.server.engine_state import (
 from engine.server.errors import ApiError
 from engine.server.openai_routes import run_embeddings
 from engine.server.parsing import read_json
-from engine.server.protocol.base import keep_seconds
+from engine.server.protocol.base import HOLE, Template, keep_seconds
 from engine.server.protocol.ollama import (
     OllamaChatRequest,
     OllamaEmbedRequest,
+    OllamaEmbedResponse,
+    OllamaError,
     OllamaGenerateRequest,
+    OllamaModelEntry,
     OllamaOptions,
+    OllamaReply,
+    OllamaReplyCall,
+    OllamaReplyFunction,
+    OllamaReplyMessage,
+    OllamaRunning,
+    OllamaRunningEntry,
     OllamaShowRequest,
+    OllamaShowResponse,
+    OllamaTags,
+    OllamaVersion,
 )
 from engine.server.protocol.parse import parse_body
 from engine.settings import SamplingParams
@@ -69,18 +81,17 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
 
 
-def _done_fields(st: GenerationStats) -> dict[str, Any]:
+def _with_figures(reply: OllamaReply, st: GenerationStats) -> OllamaReply:
+    """The last line: why it ended and the figures, in nanoseconds."""
     ns = 1_000_000_000
-    gen_s = max(st.total_s - st.ttft_s, 0.0)
-    return {
-        "done_reason": "stop" if st.stop_reason in ("stop", "stop_string") else "length",
-        "total_duration": int(st.total_s * ns),
-        "load_duration": 0,
-        "prompt_eval_count": st.prompt_tokens,
-        "prompt_eval_duration": int(max(st.ttft_s - st.queue_s, 0.0) * ns),
-        "eval_count": st.gen_tokens,
-        "eval_duration": int(gen_s * ns),
-    }
+    reply.done_reason = "stop" if st.stop_reason in ("stop", "stop_string") else "length"
+    reply.total_duration = int(st.total_s * ns)
+    reply.load_duration = 0
+    reply.prompt_eval_count = st.prompt_tokens
+    reply.prompt_eval_duration = int(max(st.ttft_s - st.queue_s, 0.0) * ns)
+    reply.eval_count = st.gen_tokens
+    reply.eval_duration = int(max(st.total_s - st.ttft_s, 0.0) * ns)
+    return reply
 
 
 def _arguments(call: ToolCall) -> Any:
@@ -125,18 +136,18 @@ class OllamaRoutes:
         ]
 
     async def version(self, request: Request) -> Response:
-        return JSONResponse({"version": VERSION})
+        return JSONResponse(OllamaVersion(version=VERSION).wire())
 
-    def _model_entry(self, loaded: ServedModel) -> dict[str, Any]:
+    def _model_entry(self, loaded: ServedModel) -> OllamaModelEntry:
         st = loaded.model.path.stat()
-        return {
-            "name": loaded.model_id,
-            "model": loaded.model_id,
-            "modified_at": _iso(st.st_mtime),
-            "size": st.st_size,
-            "digest": loaded.digest,
-            "details": details(loaded),
-        }
+        return OllamaModelEntry(
+            name=loaded.model_id,
+            model=loaded.model_id,
+            modified_at=_iso(st.st_mtime),
+            size=st.st_size,
+            digest=loaded.digest,
+            details=details(loaded),
+        )
 
     async def tags(self, request: Request) -> Response:
         """Every model a request may name, loaded or not (Ollama's local models)."""
@@ -147,18 +158,18 @@ class OllamaRoutes:
             if spec.path not in paths and spec.path.exists():
                 st = spec.path.stat()
                 entries.append(
-                    {
-                        "name": spec.name,
-                        "model": spec.name,
-                        "modified_at": _iso(st.st_mtime),
-                        "size": st.st_size,
-                        "digest": file_digest(spec.path),
-                        "details": {"format": "gguf"},
-                    }
+                    OllamaModelEntry(
+                        name=spec.name,
+                        model=spec.name,
+                        modified_at=_iso(st.st_mtime),
+                        size=st.st_size,
+                        digest=file_digest(spec.path),
+                        details={"format": "gguf"},
+                    )
                 )
         if not entries:
             raise self.state.unavailable()  # nothing to list yet: say why
-        return JSONResponse({"models": entries})
+        return JSONResponse(OllamaTags(models=entries).wire())
 
     async def ps(self, request: Request) -> Response:
         """The loaded models: size in memory (and on GPUs), when each will be unloaded."""
@@ -174,23 +185,22 @@ class OllamaRoutes:
             # Ollama writes a far-off date for a model that stays.
             until = now + h.expires_in_s if h.expires_in_s is not None else None
             out.append(
-                {
-                    "name": h.name,
-                    "model": h.name,
-                    "size": size,
-                    "size_vram": vram,
-                    "digest": loaded.digest if loaded else "",
-                    "details": details(loaded) if loaded else {"format": "gguf"},
-                    "expires_at": _iso(until) if until is not None else _FOREVER,
-                    "context_length": loaded.scheduler.n_ctx_seq if loaded else 0,
-                    # Candlewick's own: why it stays or when it goes.
-                    "pinned": h.pinned,
-                    "held_by": h.owner,
-                    "requests_in_flight": h.in_flight,
-                    "keep_alive_s": h.keep_s,
-                }
+                OllamaRunningEntry(
+                    name=h.name,
+                    model=h.name,
+                    size=size,
+                    size_vram=vram,
+                    digest=loaded.digest if loaded else "",
+                    details=details(loaded) if loaded else {"format": "gguf"},
+                    expires_at=_iso(until) if until is not None else _FOREVER,
+                    context_length=loaded.scheduler.n_ctx_seq if loaded else 0,
+                    pinned=h.pinned,
+                    held_by=h.owner,
+                    requests_in_flight=h.in_flight,
+                    keep_alive_s=h.keep_s,
+                )
             )
-        return JSONResponse({"models": out})
+        return JSONResponse(OllamaRunning(models=out).wire())
 
     async def show(self, request: Request) -> Response:
         """A model's details, read from its file when it is not loaded: clients ask for
@@ -230,22 +240,21 @@ class OllamaRoutes:
                     f"{f.architecture}.embedding_length": f.n_embd,
                 }
             )
-        return JSONResponse(
-            {
-                "modelfile": f"FROM {path.name}\n",
-                "parameters": "",
-                "template": template,
-                "details": facts_details(f),
-                "model_info": info,
-                "capabilities": capabilities(
-                    template,
-                    embeds,
-                    embedding_only=bool(f and f.embedding_only),
-                    reranker=bool(f and f.is_reranker),
-                ),
-                "modified_at": _iso(path.stat().st_mtime),
-            }
+        answer = OllamaShowResponse(
+            modelfile=f"FROM {path.name}\n",
+            parameters="",
+            template=template,
+            details=facts_details(f),
+            model_info=info,
+            capabilities=capabilities(
+                template,
+                embeds,
+                embedding_only=bool(f and f.embedding_only),
+                reranker=bool(f and f.is_reranker),
+            ),
+            modified_at=_iso(path.stat().st_mtime),
         )
+        return JSONResponse(answer.wire())
 
     def _sampling(self, options: OllamaOptions | None) -> SamplingParams:
         o = options or OllamaOptions()
@@ -301,15 +310,14 @@ class OllamaRoutes:
         if not prompt_text:
             # Ollama answers an empty prompt by loading the model (keep_alive 0: unloading
             # it) and saying it is done.
-            return JSONResponse(
-                {
-                    "model": loaded.model_id,
-                    "created_at": _now(),
-                    "response": "",
-                    "done": True,
-                    "done_reason": "unload" if keep == 0 else "load",
-                }
+            answer = OllamaReply(
+                model=loaded.model_id,
+                created_at=_now(),
+                response="",
+                done=True,
+                done_reason="unload" if keep == 0 else "load",
             )
+            return JSONResponse(answer.wire())
         if req.raw:
             if think:
                 raise ApiError(400, "'think' needs the chat template ('raw' is on)", param="think")
@@ -357,31 +365,46 @@ class OllamaRoutes:
         show_thinking = think is not False
 
         def piece(
-            text: str, thinking: str = "", calls: list[ToolCall] | None = None
-        ) -> dict[str, Any]:
-            d: dict[str, Any] = {"model": loaded.model_id, "created_at": _now()}
+            text: str,
+            thinking: str = "",
+            calls: list[ToolCall] | None = None,
+            *,
+            done: bool = False,
+            created_at: str | None = None,
+        ) -> OllamaReply:
+            d = OllamaReply(model=loaded.model_id, created_at=created_at or _now(), done=done)
             if chat:
-                msg: dict[str, Any] = {"role": "assistant", "content": text}
+                msg = OllamaReplyMessage(role="assistant", content=text)
                 if thinking and show_thinking:
-                    msg["thinking"] = thinking
+                    msg.thinking = thinking
                 if calls:
-                    msg["tool_calls"] = [
-                        {"function": {"name": c.name, "arguments": _arguments(c)}} for c in calls
+                    msg.tool_calls = [
+                        OllamaReplyCall(
+                            function=OllamaReplyFunction(name=c.name, arguments=_arguments(c))
+                        )
+                        for c in calls
                     ]
-                d["message"] = msg
+                d.message = msg
             else:
-                d["response"] = text
+                d.response = text
                 if thinking and show_thinking:
-                    d["thinking"] = thinking
+                    d.thinking = thinking
             return d
+
+        def as_line(reply: OllamaReply) -> str:
+            return json.dumps(reply.wire()) + "\n"
+
+        # A line per token: its time and text filled into a line checked once.
+        said = Template(piece(HOLE, created_at=HOLE), json.dumps)
+        thought = Template(piece("", HOLE, created_at=HOLE), json.dumps)
 
         def lines_of(parts: list[Part]) -> Iterator[str]:
             for kind, text in parts:
                 if kind == "reasoning":
                     if show_thinking:
-                        yield json.dumps({**piece("", text), "done": False}) + "\n"
+                        yield thought.fill(_now(), text) + "\n"
                 else:
-                    yield json.dumps({**piece(text), "done": False}) + "\n"
+                    yield said.fill(_now(), text) + "\n"
 
         if not stream:
             async for ev in events_until_disconnect(request, gen):
@@ -393,13 +416,8 @@ class OllamaRoutes:
                     if plan.markers is None:
                         reader.push(ev.text, ev.stats.gen_tokens)
                     _, reply = reader.finish(ev.stats)
-                    return JSONResponse(
-                        {
-                            **piece(reply.content, reply.reasoning, reply.calls),
-                            "done": True,
-                            **_done_fields(ev.stats),
-                        }
-                    )
+                    whole = piece(reply.content, reply.reasoning, reply.calls, done=True)
+                    return JSONResponse(_with_figures(whole, ev.stats).wire())
             raise ApiError(499, "client closed the request")
 
         async def lines() -> AsyncIterator[str]:
@@ -409,14 +427,15 @@ class OllamaRoutes:
                         yield line
                 elif isinstance(ev, Finished):
                     if ev.stats.stop_reason == "error":
-                        yield json.dumps({"error": ev.stats.error or "generation failed"}) + "\n"
+                        failed = OllamaError(error=ev.stats.error or "generation failed")
+                        yield json.dumps(failed.wire()) + "\n"
                         return
                     tail, reply = reader.finish(ev.stats)
                     for line in lines_of(tail):
                         yield line
                     if reply.calls:
-                        yield json.dumps({**piece("", calls=reply.calls), "done": False}) + "\n"
-                    yield json.dumps({**piece(""), "done": True, **_done_fields(ev.stats)}) + "\n"
+                        yield as_line(piece("", calls=reply.calls))
+                    yield as_line(_with_figures(piece("", done=True), ev.stats))
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
@@ -429,6 +448,5 @@ class OllamaRoutes:
         if loaded.embedder is None:
             raise ApiError(501, "embeddings are turned off on this server")
         vectors, n = await run_embeddings(loaded.embedder, req.input)
-        return JSONResponse(
-            {"model": loaded.model_id, "embeddings": vectors, "prompt_eval_count": n}
-        )
+        answer = OllamaEmbedResponse(model=loaded.model_id, embeddings=vectors, prompt_eval_count=n)
+        return JSONResponse(answer.wire())

@@ -33,15 +33,36 @@ from engine.server.embeddings import Embedder
 from engine.server.engine_state import AsyncGeneration, ServedModel, ServerState
 from engine.server.errors import ApiError, openai_error_body
 from engine.server.parsing import read_json
-from engine.server.protocol.embeddings import EmbeddingRequest
-from engine.server.protocol.openai import ChatCompletionRequest, CompletionRequest
+from engine.server.protocol.base import HOLE, Reply, Template
+from engine.server.protocol.embeddings import Embedding, EmbeddingList, EmbeddingRequest
+from engine.server.protocol.hosting import ModelCard, ModelList
+from engine.server.protocol.openai import (
+    FINGERPRINT,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatDelta,
+    ChunkToolCall,
+    CompletionRequest,
+    FinishReason,
+    ReplyFunction,
+    ReplyMessage,
+    ReplyToolCall,
+    TextChoice,
+    TextChunkChoice,
+    TextCompletion,
+    TextCompletionChunk,
+    Usage,
+)
 from engine.server.protocol.parse import parse_body
 from engine.settings import SamplingParams
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def finish_reason(st: GenerationStats, calls: list[ToolCall] | None = None) -> str:
+def finish_reason(st: GenerationStats, calls: list[ToolCall] | None = None) -> FinishReason:
     """A call the token limit cut is "length", with the partial call in `tool_calls`."""
     if calls and all(c.complete for c in calls):
         return "tool_calls"
@@ -50,48 +71,44 @@ def finish_reason(st: GenerationStats, calls: list[ToolCall] | None = None) -> s
     return "stop" if st.stop_reason in ("stop", "stop_string") else "length"
 
 
-def usage(st: GenerationStats) -> dict[str, Any]:
-    return {
-        "prompt_tokens": st.prompt_tokens,
-        "completion_tokens": st.gen_tokens,
-        "total_tokens": st.prompt_tokens + st.gen_tokens,
-        "prompt_tokens_details": {"cached_tokens": st.cached_tokens},
-        "completion_tokens_details": {"reasoning_tokens": st.thinking_tokens},
-    }
+def usage(st: GenerationStats) -> Usage:
+    return Usage(
+        prompt_tokens=st.prompt_tokens,
+        completion_tokens=st.gen_tokens,
+        total_tokens=st.prompt_tokens + st.gen_tokens,
+        prompt_tokens_details={"cached_tokens": st.cached_tokens},
+        completion_tokens_details={"reasoning_tokens": st.thinking_tokens},
+    )
 
 
-def _call_obj(call: ToolCall) -> dict[str, Any]:
-    return {
-        "id": call.id,
-        "type": "function",
-        "function": {"name": call.name, "arguments": call.arguments},
-    }
+def _call(call: ToolCall) -> ReplyToolCall:
+    return ReplyToolCall(
+        id=call.id,
+        type="function",
+        function=ReplyFunction(name=call.name, arguments=call.arguments),
+    )
 
 
-def _model_obj(loaded: ServedModel) -> dict[str, Any]:
-    return {
-        "id": loaded.model_id,
-        "object": "model",
-        "created": loaded.created,
-        "owned_by": "candlewick",
-        "loaded": True,
-        "meta": loaded.settings(),
-    }
+def _model_obj(loaded: ServedModel) -> ModelCard:
+    return ModelCard(
+        id=loaded.model_id,
+        object="model",
+        created=loaded.created,
+        owned_by="candlewick",
+        loaded=True,
+        meta=loaded.settings(),
+    )
 
 
-def _known_obj(spec: Loadable) -> dict[str, Any]:
+def _known_obj(spec: Loadable) -> ModelCard:
     """A model of the catalog that is not loaded: a request for it loads it."""
     created = int(spec.path.stat().st_mtime) if spec.path.exists() else 0
-    return {
-        "id": spec.name,
-        "object": "model",
-        "created": created,
-        "owned_by": "candlewick",
-        "loaded": False,
-    }
+    return ModelCard(
+        id=spec.name, object="model", created=created, owned_by="candlewick", loaded=False
+    )
 
 
-def models_list(state: ServerState) -> list[dict[str, Any]]:
+def models_list(state: ServerState) -> list[ModelCard]:
     """Every model a request may name: the loaded ones (with their settings) and the
     catalog's others."""
     served = state.served()
@@ -105,8 +122,16 @@ def _ttl(ttl: int | None) -> float | Unset | None:
     return UNSET if ttl is None else float(ttl)
 
 
-def _sse(obj: Any) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def _sse(reply: Reply) -> str:
+    return f"data: {_dumps(reply.wire())}\n\n"
+
+
+def _error_event(message: str) -> str:
+    return f"data: {_dumps(openai_error_body(500, message))}\n\n"
 
 
 class OpenAIRoutes:
@@ -126,18 +151,18 @@ class OpenAIRoutes:
         data = models_list(self.state)
         if not data:
             raise self.state.unavailable()  # nothing to list yet: say why
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse(ModelList(object="list", data=data).wire())
 
     async def model(self, request: Request) -> Response:
         name = request.path_params["model_id"]
-        for obj in models_list(self.state):
-            if obj["id"] == name:
-                return JSONResponse(obj)
+        for card in models_list(self.state):
+            if card.id == name:
+                return JSONResponse(card.wire())
         try:
             name = self.state.host.resolve(name)
         except ModelNotFound as e:
             raise ApiError(404, str(e), code="model_not_found") from None
-        return JSONResponse(next(o for o in models_list(self.state) if o["id"] == name))
+        return JSONResponse(next(c for c in models_list(self.state) if c.id == name).wire())
 
     def _sampling(self, req: ChatCompletionRequest | CompletionRequest) -> SamplingParams:
         max_tokens = req.max_completion_tokens
@@ -180,81 +205,85 @@ class OpenAIRoutes:
         gen = start(
             self.state, loaded, plan.prompt, sampling, stream=stream or plan.markers is not None
         )
-        cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        created = int(time.time())
-        base = {
-            "id": cid,
-            "created": created,
-            "model": loaded.model_id,
-            "system_fingerprint": "candlewick",
-        }
+        cid, created, model = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), loaded.model_id
         reader = ReplyReader(plan)
         if not stream:
             done = await self._result(request, gen, reader)
             _, reply = reader.finish(done.stats)
-            message: dict[str, Any] = {
-                "role": "assistant",
-                "content": reply.content or (None if reply.calls or reply.forced else ""),
-            }
-            if reply.reasoning:
-                message["reasoning_content"] = reply.reasoning
-            if reply.calls:
-                message["tool_calls"] = [_call_obj(c) for c in reply.calls]
-            return JSONResponse(
-                {
-                    **base,
-                    "object": "chat.completion",
-                    "choices": [
-                        {
-                            "index": 0,
-                            "logprobs": None,
-                            "message": message,
-                            "finish_reason": finish_reason(done.stats, reply.calls),
-                        }
-                    ],
-                    "usage": usage(done.stats),
-                }
+            message = ReplyMessage(
+                role="assistant",
+                content=reply.content or (None if reply.calls or reply.forced else ""),
             )
+            if reply.reasoning:
+                message.reasoning_content = reply.reasoning
+            if reply.calls:
+                message.tool_calls = [_call(c) for c in reply.calls]
+            choice = ChatChoice(
+                index=0,
+                logprobs=None,
+                message=message,
+                finish_reason=finish_reason(done.stats, reply.calls),
+            )
+            answer = ChatCompletion(
+                id=cid,
+                created=created,
+                model=model,
+                system_fingerprint=FINGERPRINT,
+                object="chat.completion",
+                choices=[choice],
+                usage=usage(done.stats),
+            )
+            return JSONResponse(answer.wire())
 
-        def chunk(delta: dict[str, Any], reason: str | None) -> dict[str, Any]:
-            return {
-                **base,
-                "object": "chat.completion.chunk",
-                "choices": [
-                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
-                ],
-            }
+        def chunk(
+            delta: ChatDelta | None, reason: FinishReason | None = None, last: Usage | None = None
+        ) -> ChatCompletionChunk:
+            """A chunk of one choice, or (no delta) the last one, of the usage."""
+            one = (
+                []
+                if delta is None
+                else [ChatChunkChoice(index=0, delta=delta, logprobs=None, finish_reason=reason)]
+            )
+            out = ChatCompletionChunk(
+                id=cid,
+                created=created,
+                model=model,
+                system_fingerprint=FINGERPRINT,
+                object="chat.completion.chunk",
+                choices=one,
+            )
+            if last is not None:
+                out.usage = last
+            return out
+
+        # A piece of text or thinking per token: filled into a chunk checked once.
+        said = Template(chunk(ChatDelta(content=HOLE)), _dumps)
+        thought = Template(chunk(ChatDelta(reasoning_content=HOLE)), _dumps)
 
         def deltas(parts: list[Part]) -> Iterator[str]:
             for kind, text in parts:
-                key = "reasoning_content" if kind == "reasoning" else "content"
-                yield _sse(chunk({key: text}, None))
+                yield f"data: {(thought if kind == 'reasoning' else said).fill(text)}\n\n"
 
         async def body_iter() -> AsyncIterator[str]:
-            yield _sse(chunk({"role": "assistant", "content": ""}, None))
+            yield _sse(chunk(ChatDelta(role="assistant", content="")))
             async for ev in gen.events():
                 if isinstance(ev, Piece):
                     for line in deltas(reader.push(ev.text, ev.n_tokens)):
                         yield line
                 elif isinstance(ev, Finished):
                     if ev.stats.stop_reason == "error":
-                        yield _sse(openai_error_body(500, ev.stats.error or "generation failed"))
+                        yield _error_event(ev.stats.error or "generation failed")
                         return
                     tail, reply = reader.finish(ev.stats)
                     for line in deltas(tail):
                         yield line
                     for k, call in enumerate(reply.calls):
-                        yield _sse(chunk({"tool_calls": [{"index": k, **_call_obj(call)}]}, None))
-                    yield _sse(chunk({}, finish_reason(ev.stats, reply.calls)))
+                        c = _call(call)
+                        at = ChunkToolCall(index=k, id=c.id, type=c.type, function=c.function)
+                        yield _sse(chunk(ChatDelta(tool_calls=[at])))
+                    yield _sse(chunk(ChatDelta(), finish_reason(ev.stats, reply.calls)))
                     if include_usage:
-                        yield _sse(
-                            {
-                                **base,
-                                "object": "chat.completion.chunk",
-                                "choices": [],
-                                "usage": usage(ev.stats),
-                            }
-                        )
+                        yield _sse(chunk(None, last=usage(ev.stats)))
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(body_iter(), media_type="text/event-stream", headers=_SSE_HEADERS)
@@ -269,65 +298,57 @@ class OpenAIRoutes:
         sampling = replace(self._sampling(req), grammar=grammar)
         prompt = tokens_for(loaded, lambda: loaded.model.tokenize(req.prompt))
         gen = start(self.state, loaded, prompt, sampling, stream=stream)
-        base = {
-            "id": f"cmpl-{uuid.uuid4().hex[:24]}",
-            "created": int(time.time()),
-            "model": loaded.model_id,
-            "object": "text_completion",
-            "system_fingerprint": "candlewick",
-        }
+        cid, created, model = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time()), loaded.model_id
         if not stream:
             done = await self._result(request, gen)
-            return JSONResponse(
-                {
-                    **base,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "text": done.text,
-                            "logprobs": None,
-                            "finish_reason": finish_reason(done.stats),
-                        }
-                    ],
-                    "usage": usage(done.stats),
-                }
+            choice = TextChoice(
+                index=0, text=done.text, logprobs=None, finish_reason=finish_reason(done.stats)
             )
+            answer = TextCompletion(
+                id=cid,
+                created=created,
+                model=model,
+                object="text_completion",
+                system_fingerprint=FINGERPRINT,
+                choices=[choice],
+                usage=usage(done.stats),
+            )
+            return JSONResponse(answer.wire())
+
+        def chunk(
+            text: str | None, reason: FinishReason | None = None, last: Usage | None = None
+        ) -> TextCompletionChunk:
+            """A chunk of one choice, or (no text) the last one, of the usage."""
+            one = (
+                []
+                if text is None
+                else [TextChunkChoice(index=0, text=text, logprobs=None, finish_reason=reason)]
+            )
+            out = TextCompletionChunk(
+                id=cid,
+                created=created,
+                model=model,
+                object="text_completion",
+                system_fingerprint=FINGERPRINT,
+                choices=one,
+            )
+            if last is not None:
+                out.usage = last
+            return out
+
+        piece = Template(chunk(HOLE), _dumps)  # one per token: checked once
 
         async def body_iter() -> AsyncIterator[str]:
             async for ev in gen.events():
                 if isinstance(ev, Piece):
-                    yield _sse(
-                        {
-                            **base,
-                            "choices": [
-                                {
-                                    "index": 0,
-                                    "text": ev.text,
-                                    "logprobs": None,
-                                    "finish_reason": None,
-                                }
-                            ],
-                        }
-                    )
+                    yield f"data: {piece.fill(ev.text)}\n\n"
                 elif isinstance(ev, Finished):
                     if ev.stats.stop_reason == "error":
-                        yield _sse(openai_error_body(500, ev.stats.error or "generation failed"))
+                        yield _error_event(ev.stats.error or "generation failed")
                         return
-                    yield _sse(
-                        {
-                            **base,
-                            "choices": [
-                                {
-                                    "index": 0,
-                                    "text": "",
-                                    "logprobs": None,
-                                    "finish_reason": finish_reason(ev.stats),
-                                }
-                            ],
-                        }
-                    )
+                    yield _sse(chunk("", finish_reason(ev.stats)))
                     if include_usage:
-                        yield _sse({**base, "choices": [], "usage": usage(ev.stats)})
+                        yield _sse(chunk(None, last=usage(ev.stats)))
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(body_iter(), media_type="text/event-stream", headers=_SSE_HEADERS)
@@ -359,21 +380,20 @@ class OpenAIRoutes:
         if embedder is None:
             raise ApiError(501, "embeddings are turned off on this server")
         vectors, n_tokens = await run_embeddings(embedder, req.input)
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "object": "embedding",
-                        "index": i,
-                        "embedding": _b64(v) if req.encoding_format == "base64" else v,
-                    }
-                    for i, v in enumerate(vectors)
-                ],
-                "model": loaded.model_id,
-                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-            }
+        answer = EmbeddingList(
+            object="list",
+            data=[
+                Embedding(
+                    object="embedding",
+                    index=i,
+                    embedding=_b64(v) if req.encoding_format == "base64" else v,
+                )
+                for i, v in enumerate(vectors)
+            ],
+            model=loaded.model_id,
+            usage={"prompt_tokens": n_tokens, "total_tokens": n_tokens},
         )
+        return JSONResponse(answer.wire())
 
 
 def _b64(vec: list[float]) -> str:

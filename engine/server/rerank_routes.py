@@ -9,7 +9,6 @@ one's text as Jina and Cohere send it back. The pairs are scored by the model's 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -21,7 +20,12 @@ from engine.server.embeddings import Embedder
 from engine.server.engine_state import ServerState
 from engine.server.errors import ApiError
 from engine.server.parsing import read_json
-from engine.server.protocol.embeddings import RerankRequest
+from engine.server.protocol.embeddings import (
+    RerankDocument,
+    RerankList,
+    RerankRequest,
+    RerankResult,
+)
 from engine.server.protocol.parse import parse_body
 
 # The routes llama-server answers reranking on.
@@ -53,21 +57,20 @@ class RerankRoutes:
             )
         scores = await run_rerank(embedder, req.query, req.documents)
         ranked = sorted(range(len(scores)), key=lambda i: -scores[i][0])[: req.top_n]
-        results: list[dict[str, Any]] = []
+        results: list[RerankResult] = []
         for i in ranked:
-            result: dict[str, Any] = {"index": i, "relevance_score": scores[i][0]}
+            result = RerankResult(index=i, relevance_score=scores[i][0])
             if req.return_documents:
-                result["document"] = {"text": req.documents[i]}
+                result.document = RerankDocument(text=req.documents[i])
             results.append(result)
         n_tokens = sum(n for _, n in scores)
-        return JSONResponse(
-            {
-                "model": loaded.model_id,
-                "object": "list",
-                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-                "results": results,
-            }
+        answer = RerankList(
+            model=loaded.model_id,
+            object="list",
+            usage={"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+            results=results,
         )
+        return JSONResponse(answer.wire())
 
 
 async def run_rerank(

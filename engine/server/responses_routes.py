@@ -30,13 +30,16 @@ from engine.server.errors import ApiError
 from engine.server.parsing import read_json
 from engine.server.protocol.parse import parse_request
 from engine.server.protocol.responses import (
+    ResponseObject,
     ResponsesFunctionCallItem,
     ResponsesFunctionCallOutputItem,
     ResponsesItem,
     ResponsesMessageItem,
     ResponsesNamedChoice,
+    ResponsesReasoningSettings,
     ResponsesRequest,
     ResponsesText,
+    ResponsesTextSettings,
     parts_text,
 )
 from engine.server.response_store import ResponseStore
@@ -404,36 +407,33 @@ class ResponsesRoutes:
         """The response object before the reply: the request's settings as they apply."""
         c = req.tool_choice
         fmt = req.text.format if req.text else None
-        return {
-            "id": _id("resp"),
-            "object": "response",
-            "created_at": int(time.time()),
-            "status": "in_progress",
-            "error": None,
-            "incomplete_details": None,
-            "model": model,
-            "output": [],
-            "usage": None,
-            "instructions": req.instructions,
-            "previous_response_id": req.previous_response_id,
-            "tools": [t.model_dump(by_alias=True) for t in req.tools or []],
-            "tool_choice": c.model_dump() if isinstance(c, ResponsesNamedChoice) else _choice(req),
-            "parallel_tool_calls": req.parallel_tool_calls is not False,
-            "temperature": temperature,
-            "top_p": top_p,
-            "max_output_tokens": req.max_output_tokens,
-            "text": {
-                "format": fmt.model_dump(by_alias=True, exclude_none=True)
-                if fmt
-                else {"type": "text"}
-            },
-            "reasoning": {
-                "effort": req.reasoning.effort if req.reasoning else None,
-                "summary": None,
-            },
-            "truncation": "disabled",
-            "store": req.store is not False,
-            "background": False,
-            "metadata": req.metadata or {},
-            "user": req.user,
-        }
+        return ResponseObject(
+            id=_id("resp"),
+            object="response",
+            created_at=int(time.time()),
+            status="in_progress",
+            error=None,
+            incomplete_details=None,
+            model=model,
+            output=[],
+            usage=None,
+            instructions=req.instructions,
+            previous_response_id=req.previous_response_id,
+            tools=[t.model_dump(by_alias=True) for t in req.tools or []],
+            tool_choice=c.model_dump() if isinstance(c, ResponsesNamedChoice) else _choice(req),
+            parallel_tool_calls=req.parallel_tool_calls is not False,
+            temperature=temperature,
+            top_p=top_p,
+            max_output_tokens=req.max_output_tokens,
+            text=ResponsesTextSettings(
+                format=fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"}
+            ),
+            reasoning=ResponsesReasoningSettings(
+                effort=req.reasoning.effort if req.reasoning else None, summary=None
+            ),
+            truncation="disabled",
+            store=req.store is not False,
+            background=False,
+            metadata=req.metadata or {},
+            user=req.user,
+        ).wire()

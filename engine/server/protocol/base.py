@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -126,9 +127,42 @@ EmbedInput = Annotated[
 
 
 class Reply(BaseModel):
-    """An answer's shape, for the document: clients take keys they do not know."""
+    """An answer's shape: the routes build their answers as these models and send `wire()`,
+    so the document and the bytes cannot drift. Clients take keys they do not know.
+
+    A field without a default is always sent (null included, as `logprobs`); one with a
+    default is sent only when the route gives it, so optional keys stay absent, not null."""
 
     model_config = ConfigDict(extra="ignore", strict=True, protected_namespaces=())
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON object sent: the keys the route gave, in the model's order."""
+        return self.model_dump(exclude_unset=True, by_alias=True)
+
+
+# Where a streamed value goes in a `Template`: a string no answer holds (a NUL is escaped
+# in JSON, so a value that contains it never matches the marker's JSON).
+HOLE = "\x00hole\x00"
+
+
+class Template:
+    """A line of a stream checked once as its model, with `HOLE` in each place a value
+    goes; each line then puts the values' JSON between the fixed parts. A model validated
+    and dumped per token cost twice a dict literal's time on the event loop (measured);
+    this costs less than either and sends the same bytes as `dumps(reply.wire())`."""
+
+    def __init__(self, reply: Reply, dumps: Callable[[Any], str]) -> None:
+        self._dumps = dumps
+        self._parts = dumps(reply.wire()).split(dumps(HOLE))
+
+    def fill(self, *values: Any) -> str:
+        """The line with `values` in its holes, in the order they appear in the JSON."""
+        if len(values) != len(self._parts) - 1:
+            raise ValueError(f"the template has {len(self._parts) - 1} holes")
+        out = [self._parts[0]]
+        for v, part in zip(values, self._parts[1:], strict=True):
+            out += (self._dumps(v), part)
+        return "".join(out)
 
 
 def unsupported_true(v: Any) -> Any:

@@ -229,42 +229,89 @@ class OllamaVersion(Reply):
     version: str
 
 
+class OllamaModelEntry(Reply):
+    """A model of /api/tags: every model a request may name, loaded or not."""
+
+    name: str
+    model: str
+    modified_at: str
+    size: int
+    digest: str
+    details: dict[str, Any]
+
+
 class OllamaTags(Reply):
-    models: list[dict[str, Any]]
+    models: list[OllamaModelEntry]
+
+
+class OllamaRunningEntry(Reply):
+    """A loaded model of /api/ps: its size in memory and when it goes."""
+
+    name: str
+    model: str
+    size: int
+    size_vram: int
+    digest: str
+    details: dict[str, Any]
+    expires_at: str
+    context_length: int
+    # Candlewick's own: why it stays or when it goes.
+    pinned: bool
+    held_by: str | None
+    requests_in_flight: int
+    keep_alive_s: float | None
 
 
 class OllamaRunning(Reply):
-    models: list[dict[str, Any]]
+    models: list[OllamaRunningEntry]
 
 
 class OllamaShowResponse(Reply):
+    modelfile: str
+    parameters: str
+    template: str | None
     details: dict[str, Any]
     model_info: dict[str, Any]
-    template: str | None = None
-    modelfile: str | None = None
+    capabilities: list[str]
+    modified_at: str
+
+
+class OllamaReplyFunction(Reply):
+    name: str
+    arguments: Annotated[Any, Field(description="an object")]
+
+
+class OllamaReplyCall(Reply):
+    function: OllamaReplyFunction
 
 
 class OllamaReplyMessage(Reply):
-    role: str | None = None
-    content: str | None = None
+    role: Literal["assistant"]
+    content: str
     thinking: str | None = None
-    tool_calls: list[OllamaToolCall] | None = None
+    tool_calls: list[OllamaReplyCall] | None = None
 
 
 class OllamaReply(Reply):
-    """A whole answer, or the last line of a stream (`done: true`)."""
+    """A whole answer, or a line of a stream (the last one `done: true`, with the figures):
+    /api/generate's text is in `response`, /api/chat's in `message`."""
 
     model: str
     created_at: str
-    done: bool
     response: str | None = None
+    thinking: str | None = None
     message: OllamaReplyMessage | None = None
+    done: bool
     done_reason: str | None = None
     total_duration: int | None = None
-    eval_count: int | None = None
+    load_duration: int | None = None
     prompt_eval_count: int | None = None
+    prompt_eval_duration: int | None = None
+    eval_count: int | None = None
+    eval_duration: int | None = None
 
 
 class OllamaEmbedResponse(Reply):
-    model: str | None = None
+    model: str
     embeddings: list[list[float]]
+    prompt_eval_count: int

@@ -347,16 +347,22 @@ class Usage(Reply):
 
 
 FinishReason = Literal["stop", "length", "tool_calls"]
+FINGERPRINT = "candlewick"  # every answer's system_fingerprint
+
+
+class ReplyFunction(Reply):
+    name: str
+    arguments: str  # JSON text
 
 
 class ReplyToolCall(Reply):
     id: str
     type: Literal["function"]
-    function: FunctionCall
+    function: ReplyFunction
 
 
 class ReplyMessage(Reply):
-    role: str
+    role: Literal["assistant"]
     content: str | None  # null when the reply is tool calls only
     reasoning_content: str | None = None
     tool_calls: list[ReplyToolCall] | None = None
@@ -364,29 +370,89 @@ class ReplyMessage(Reply):
 
 class ChatChoice(Reply):
     index: int
+    logprobs: None  # always null: no log probabilities are returned
     message: ReplyMessage
     finish_reason: FinishReason
 
 
 class ChatCompletion(Reply):
     id: str
-    object: Literal["chat.completion"]
     created: int
     model: str
+    system_fingerprint: str
+    object: Literal["chat.completion"]
     choices: Annotated[list[ChatChoice], Field(min_length=1)]
     usage: Usage
+
+
+class ChunkToolCall(Reply):
+    index: int  # the call's place in the answer
+    id: str
+    type: Literal["function"]
+    function: ReplyFunction
+
+
+class ChatDelta(Reply):
+    """What a chunk adds to the answer: the role first, then text, thinking or calls."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ChunkToolCall] | None = None
+
+
+class ChatChunkChoice(Reply):
+    index: int
+    delta: ChatDelta
+    logprobs: None
+    finish_reason: FinishReason | None  # on the last chunk only
+
+
+class ChatCompletionChunk(Reply):
+    """One event of a streamed chat answer; with include_usage, a last one has no choices
+    and the usage."""
+
+    id: str
+    created: int
+    model: str
+    system_fingerprint: str
+    object: Literal["chat.completion.chunk"]
+    choices: list[ChatChunkChoice]
+    usage: Usage | None = None
 
 
 class TextChoice(Reply):
     index: int
     text: str
+    logprobs: None
     finish_reason: FinishReason
 
 
 class TextCompletion(Reply):
     id: str
-    object: Literal["text_completion"]
     created: int
     model: str
+    object: Literal["text_completion"]
+    system_fingerprint: str
     choices: Annotated[list[TextChoice], Field(min_length=1)]
     usage: Usage
+
+
+class TextChunkChoice(Reply):
+    index: int
+    text: str
+    logprobs: None
+    finish_reason: FinishReason | None  # on the last chunk only
+
+
+class TextCompletionChunk(Reply):
+    """One event of a streamed text completion; with include_usage, a last one has no
+    choices and the usage."""
+
+    id: str
+    created: int
+    model: str
+    object: Literal["text_completion"]
+    system_fingerprint: str
+    choices: list[TextChunkChoice]
+    usage: Usage | None = None

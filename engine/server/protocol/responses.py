@@ -327,6 +327,15 @@ class ResponsesError(Reply):
     message: str
 
 
+class ResponsesTextSettings(Reply):
+    format: dict[str, Any]  # the request's text.format, or {"type": "text"}
+
+
+class ResponsesReasoningSettings(Reply):
+    effort: str | None
+    summary: None  # the thinking is not summarised
+
+
 class ResponseObject(Reply):
     id: str
     object: Literal["response"]
@@ -350,5 +359,11 @@ class ResponseObject(Reply):
     temperature: float
     top_p: float
     max_output_tokens: int | None
+    text: ResponsesTextSettings
+    reasoning: ResponsesReasoningSettings
+    truncation: Literal["disabled"]
     store: bool
+    background: Literal[False]
     metadata: dict[str, str]
+    user: str | None
+    completed_at: int | None = None  # once it is complete

@@ -1,0 +1,218 @@
+"""Every route's answer is what the OpenAPI document says it is: real answers of the routes
+(over the fake model) are checked against the schema their route advertises, and streamed
+chunks against their models' schemas, with every object closed: a key the document does not
+name fails as a wrong type does. The routes build their answers from the protocol models, so
+this fails when a route sends a shape of its own."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import pytest
+from pydantic import BaseModel
+
+from engine.server import ServerConfig, ServerThread
+from engine.server.openapi import openapi_schema
+from engine.server.protocol.ollama import OllamaReply
+from engine.server.protocol.openai import ChatCompletionChunk, TextCompletionChunk
+from tests.engine.server.conftest import API_KEY, http, make_config
+from tests.fake_server_engine import FakeModel, serve_fake
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+REPLY = "Paris is the capital of France."
+M = [{"role": "user", "content": "What is the capital of France?"}]
+CALL = '{"tool_calls": [{"name": "f", "arguments": {"a": 1}}]}'
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+def _closed(schema: Any) -> Any:
+    """`schema` with every object that names its properties closed to others."""
+    if isinstance(schema, dict):
+        out = {k: _closed(v) for k, v in schema.items()}
+        if "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_closed(x) for x in schema]
+    return schema
+
+
+@functools.cache
+def _doc() -> dict[str, Any]:
+    return openapi_schema(ServerConfig(port=0))
+
+
+def _answer_schema(path: str, method: str, status: int) -> dict[str, Any]:
+    doc = _doc()
+    content = doc["paths"][path][method]["responses"][str(status)]["content"]
+    return {**content["application/json"]["schema"], "components": _closed(doc["components"])}
+
+
+def check(path: str, method: str, r: Any, *, route: str | None = None) -> dict[str, Any]:
+    """The answer `r` of `path` (its route's template: `route`), checked against the
+    schema the document gives its status; its JSON."""
+    body: dict[str, Any] = r.json()
+    schema = _answer_schema(route or path, method, r.status_code)
+    jsonschema.Draft202012Validator(schema).validate(body)
+    return body
+
+
+def check_chunk(model: type[BaseModel], chunk: dict[str, Any]) -> None:
+    schema = _closed(copy.deepcopy(model.model_json_schema()))
+    jsonschema.Draft202012Validator(schema).validate(chunk)
+
+
+def sse_chunks(text: str) -> list[dict[str, Any]]:
+    data = [x[len("data: ") :] for x in text.split("\n\n") if x.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    return [json.loads(x) for x in data[:-1]]
+
+
+@pytest.fixture(scope="module")
+def module_fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModel]:
+    path = tmp_path_factory.mktemp("models") / "fake-135m-q4.gguf"
+    path.write_bytes(b"GGUF" + bytes(252))
+    model = FakeModel(path, n_slots=2, n_ctx_seq=512)
+    yield model
+    model.close()
+
+
+@pytest.fixture(scope="module")
+def srv(module_fake: FakeModel) -> Iterator[ServerThread]:
+    with serve_fake(module_fake, make_config(model_id="fake")) as s:
+        yield s
+
+
+@pytest.fixture
+def fake(module_fake: FakeModel) -> Iterator[FakeModel]:
+    module_fake.reset()
+    yield module_fake
+    assert module_fake.loop.wait_idle(10)
+
+
+def post(srv: ServerThread, path: str, body: dict[str, Any]) -> Any:
+    return http.post(srv.url + path, headers=AUTH, json=body)
+
+
+def get(srv: ServerThread, path: str) -> Any:
+    return http.get(srv.url + path, headers=AUTH)
+
+
+def test_the_model_routes_and_health(srv: ServerThread, fake: FakeModel) -> None:
+    assert check("/v1/models", "get", get(srv, "/v1/models"))["data"][0]["id"] == "fake"
+    card = check("/v1/models/{model_id}", "get", get(srv, "/v1/models/fake"))
+    assert card["loaded"] is True
+    loaded = post(srv, "/v1/models/fake/load", {"keep_alive": -1})
+    assert check("/v1/models/{model_id}/load", "post", loaded)["id"] == "fake"
+    health = check("/health", "get", http.get(srv.url + "/health"))
+    assert health["status"] == "ok" and health["slots_total"] == 2
+
+
+def test_openai_answers(srv: ServerThread, fake: FakeModel) -> None:
+    fake.script(REPLY, REPLY, REPLY, REPLY)
+    chat = check("/v1/chat/completions", "post", post(srv, "/v1/chat/completions", {"messages": M}))
+    assert chat["choices"][0]["message"] == {"role": "assistant", "content": REPLY}
+    assert chat["choices"][0]["logprobs"] is None
+    text = check("/v1/completions", "post", post(srv, "/v1/completions", {"prompt": "Once"}))
+    assert text["choices"][0]["text"] == REPLY
+    stream = {"stream": True, "stream_options": {"include_usage": True}}
+    r = post(srv, "/v1/chat/completions", {"messages": M, **stream})
+    chunks = sse_chunks(r.text)
+    for c in chunks:
+        check_chunk(ChatCompletionChunk, c)
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[-2]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 6
+    said = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
+    assert said == REPLY
+    r = post(srv, "/v1/completions", {"prompt": "Once", **stream})
+    chunks = sse_chunks(r.text)
+    for c in chunks:
+        check_chunk(TextCompletionChunk, c)
+    assert "".join(c["choices"][0]["text"] for c in chunks[:-1]) == REPLY
+
+
+def test_openai_tool_calls(srv: ServerThread, fake: FakeModel) -> None:
+    fake.script(CALL, CALL)
+    body = {"messages": M, "tools": [TOOL]}
+    chat = check("/v1/chat/completions", "post", post(srv, "/v1/chat/completions", body))
+    message = chat["choices"][0]["message"]
+    assert message["content"] is None and message["tool_calls"][0]["function"]["name"] == "f"
+    r = post(srv, "/v1/chat/completions", {**body, "stream": True})
+    chunks = sse_chunks(r.text)
+    for c in chunks:
+        check_chunk(ChatCompletionChunk, c)
+    calls = [c for c in chunks if c["choices"][0]["delta"].get("tool_calls")]
+    assert calls[0]["choices"][0]["delta"]["tool_calls"][0]["index"] == 0
+
+
+def test_ollama_answers(srv: ServerThread, fake: FakeModel) -> None:
+    fake.script(REPLY, REPLY, REPLY, REPLY)
+    assert check("/api/version", "get", get(srv, "/api/version"))["version"]
+    assert check("/api/tags", "get", get(srv, "/api/tags"))["models"][0]["name"] == "fake"
+    assert check("/api/ps", "get", get(srv, "/api/ps"))["models"][0]["name"] == "fake"
+    show = check("/api/show", "post", post(srv, "/api/show", {"model": "fake"}))
+    assert "completion" in show["capabilities"]
+    whole = {"model": "fake", "stream": False}
+    chat = check("/api/chat", "post", post(srv, "/api/chat", {**whole, "messages": M}))
+    assert chat["message"]["content"] == REPLY and chat["done"] is True
+    gen = check("/api/generate", "post", post(srv, "/api/generate", {**whole, "prompt": "Hi"}))
+    assert gen["response"] == REPLY and gen["eval_count"] == 6
+    empty = check("/api/generate", "post", post(srv, "/api/generate", {"model": "fake"}))
+    assert empty["done_reason"] == "load"
+    for path, body in (("/api/chat", {"messages": M}), ("/api/generate", {"prompt": "Hi"})):
+        r = post(srv, path, {"model": "fake", **body})
+        lines = [json.loads(x) for x in r.text.splitlines()]
+        for line in lines:
+            check_chunk(OllamaReply, line)
+        assert lines[-1]["done"] is True and lines[-1]["done_reason"] == "stop"
+
+
+def test_agent_answers(srv: ServerThread, fake: FakeModel) -> None:
+    fake.script(REPLY, REPLY)
+    resp = check("/v1/responses", "post", post(srv, "/v1/responses", {"input": "Hi"}))
+    assert resp["status"] == "completed"
+    msg = {"max_tokens": 32, "messages": M}
+    reply = check("/v1/messages", "post", post(srv, "/v1/messages", msg))
+    assert reply["content"][0] == {"type": "text", "text": REPLY}
+    count = post(srv, "/v1/messages/count_tokens", {"messages": M})
+    assert check("/v1/messages/count_tokens", "post", count)["input_tokens"] > 0
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": []}),
+        ("/api/chat", {"model": "fake", "messages": []}),
+        ("/v1/messages", {"max_tokens": 1, "messages": []}),
+    ],
+)
+def test_each_dialects_errors(srv: ServerThread, path: str, body: dict[str, Any]) -> None:
+    r = post(srv, path, body)
+    assert r.status_code == 400
+    check(path, "post", r)
+
+
+def test_the_check_fails_on_a_shape_the_document_does_not_name(
+    srv: ServerThread, fake: FakeModel
+) -> None:
+    fake.script(REPLY, REPLY)
+    r = post(srv, "/v1/chat/completions", {"messages": M})
+    schema = _answer_schema("/v1/chat/completions", "post", 200)
+    good = r.json()
+    jsonschema.Draft202012Validator(schema).validate(good)
+    for bad in (
+        {**good, "extra": 1},
+        {**good, "created": "now"},
+        {**good, "choices": [{**good["choices"][0], "logprobs": {"content": []}}]},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.Draft202012Validator(schema).validate(bad)
+    chunk = {**sse_chunks(post(srv, "/v1/completions", {"prompt": "x", "stream": True}).text)[0]}
+    with pytest.raises(jsonschema.ValidationError):
+        check_chunk(TextCompletionChunk, {**chunk, "text": "at the top"})
