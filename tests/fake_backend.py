@@ -47,8 +47,9 @@ WORDS = (
 )
 _PIECE = re.compile(r"\s*\S+|\s+")
 
-# The logit of the token the model chooses; every other token gets 0. Greedy always takes
-# it; at temperature 1 over a vocabulary of ~40 it is drawn about 80% of the time.
+# The logit of the token the model chooses; every other piece gets 0 (ids no piece has yet,
+# -inf). Greedy always takes it; at temperature 1 over the default ~30 words it is drawn
+# about 80% of the time. A scripted model sets it high enough that any sampling follows it.
 CHOSEN_LOGIT = 5.0
 
 NextToken = Callable[[Sequence[int]], int]
@@ -198,8 +199,10 @@ class FakeBackend:
         vocab: FakeVocab | None = None,
         next_token: NextToken | None = None,
         n_embd: int = 8,
+        chosen_logit: float = CHOSEN_LOGIT,
     ) -> None:
         self.vocab = vocab or FakeVocab()
+        self.chosen_logit = chosen_logit
         self._n_vocab = self.vocab.capacity
         self._n_batch = n_batch
         self._n_ctx_seq = n_ctx_seq
@@ -292,13 +295,14 @@ class FakeBackend:
             if want:
                 outs.append(i)
         out = np.zeros((len(outs), self._n_vocab), dtype=np.float32)
+        out[:, len(self.vocab) :] = -np.inf
         for j, i in enumerate(outs):
             r = rows[i]
             assert r is not None
             _, pos, seq, _ = r
             cells = self.cells[seq] if keep else views[seq]
             history = [cells[p] for p in sorted(cells) if p <= pos]
-            out[j, self.next_token(history)] = CHOSEN_LOGIT
+            out[j, self.next_token(history)] = self.chosen_logit
         self._out, self._out_rows = out, outs
         # Pooled on demand (few callers want it): what each sequence of the batch holds.
         self._pool_src = {
@@ -449,10 +453,11 @@ def _pooled(tokens: list[int], n: int) -> npt.NDArray[np.float32]:
 
 
 @dataclass(frozen=True)
-class FakePlacement:
-    """Where the fake's layers run (`LoopModel.load_info`): on the CPU."""
+class FakeLoadInfo:
+    """How the fake was "loaded" (what `Model.load_info` tells the loop and the server)."""
 
     n_gpu_layers: int = 0
+    n_threads: int = 1
 
 
 class FakeLoopModel:
@@ -475,7 +480,9 @@ class FakeLoopModel:
         next_token: NextToken | None = None,
         state_cache_bytes: int = 0,
         stream_bytes: int = 0,
+        chosen_logit: float = CHOSEN_LOGIT,
     ) -> None:
+        self._chosen_logit = chosen_logit
         self.vocab = vocab or FakeVocab()
         self._next_token = next_token or hash_next(len(self.vocab))
         self.params = LoadParams(n_ctx=n_slots * n_ctx_seq, n_seq_max=n_slots, n_batch=n_batch)
@@ -483,7 +490,7 @@ class FakeLoopModel:
         self.split_rule: SplitRule = "any"
         self.state_cache = PromptStateCache(state_cache_bytes) if state_cache_bytes else None
         self.speculator: Speculator | None = None
-        self.load_info = FakePlacement()
+        self.load_info = FakeLoadInfo()
         self.amx_weights = False
         self.memory_actual = ActualMemory(
             weights_bytes=0,
@@ -503,6 +510,7 @@ class FakeLoopModel:
             n_batch=self.params.n_batch,
             vocab=self.vocab,
             next_token=self._next_token,
+            chosen_logit=self._chosen_logit,
         )
 
     @property
@@ -535,8 +543,8 @@ __all__ = [
     "EOG",
     "FakeBackend",
     "FakeBatch",
+    "FakeLoadInfo",
     "FakeLoopModel",
-    "FakePlacement",
     "FakeSampler",
     "FakeVocab",
     "NextToken",
