@@ -70,8 +70,7 @@ class ServedModel:
     def settings(self) -> dict[str, Any]:
         """What the model was loaded with (shown on /health, /v1/models and at startup)."""
         p = self.model.params
-        info = getattr(self.model, "load_info", None)
-        actual = getattr(self.model, "memory_actual", None)
+        info = self.model.load_info
         return {
             "slots": self.scheduler.n_slots,
             "ctx_per_slot": self.scheduler.n_ctx_seq,
@@ -81,9 +80,9 @@ class ServedModel:
             "flash_attn": "on" if self.model.flash_attn_on else "off",
             "speculative": p.speculative.mode if p.speculative is not None else "off",
             "flash_attn_requested": p.flash_attn,
-            "kv_cache_mib": round(actual.kv_bytes / 2**20, 2) if actual is not None else None,
-            "threads": info.n_threads if info is not None else None,
-            "gpu_layers": info.n_gpu_layers if info is not None else None,
+            "kv_cache_mib": round(self.model.memory_actual.kv_bytes / 2**20, 2),
+            "threads": info.n_threads,
+            "gpu_layers": info.n_gpu_layers,
         }
 
     def cancel_requests(self) -> None:
