@@ -20,14 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from app.cli.common import (
-    CliError,
-    first_loads,
-    gpu_layers_arg,
-    library,
-    positive_int,
-    print_json,
-)
+from app.cli.common import CliError, first_loads, library, positive_int, print_json
+from app.cli.load_options import add_load_options, load_params
 from engine.bench.harness import (
     BenchConfig,
     EmbeddedTarget,
@@ -179,14 +173,6 @@ def register(sub: Any) -> None:
         "(default: each request gets a unique tag first)",
     )
     p.add_argument(
-        "--ctx",
-        type=positive_int,
-        default=None,
-        help="embedded: context per request (default: fits the workload)",
-    )
-    p.add_argument("--gpu-layers", type=gpu_layers_arg, default="auto")
-    p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument(
         "--no-bandwidth",
         action="store_true",
         help="skip the memory bandwidth measurement (no roofline)",
@@ -202,6 +188,12 @@ def register(sub: Any) -> None:
     p.add_argument("--plot", type=Path, default=None, help="write charts as PNG")
     p.add_argument("--json", action="store_true", help="print the JSON result, not the table")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    add_load_options(
+        p,
+        ctx_help="context of each request, in tokens (default: fits the workload)",
+        ctx_default=None,
+        about="how the embedded engine loads the model (not with --url)",
+    )
     p.set_defaults(handler=run)
     csub = p.add_subparsers(dest="bench_command", metavar="{compare}")
     c = csub.add_parser("compare", help="print B/A ratios of two results")
@@ -392,6 +384,12 @@ def _chat_token_counter(args: argparse.Namespace) -> tuple[CountTokens, Callable
     return tok.count, tok.close
 
 
+def bench_load_params(args: argparse.Namespace, n_ctx: int) -> LoadParams:
+    """The load options for the embedded engine: concurrent requests share one context
+    through the scheduler, each in its own sequence of `n_ctx` tokens."""
+    return load_params(args, slots=max(args.concurrency), ctx=n_ctx)
+
+
 def _embedded_target(
     args: argparse.Namespace, workload: Workload, sampling: SamplingSetup, closers: list[Any]
 ) -> tuple[Target, GGUFFile]:
@@ -403,14 +401,10 @@ def _embedded_target(
             n_ctx = _context_for(tok, workload, args.max_tokens)
         finally:
             tok.close()
-    slots = max(args.concurrency)
-    # Concurrent requests share one context through the scheduler, each in its own sequence.
-    params = LoadParams(
-        n_ctx=n_ctx * slots, n_seq_max=slots, n_gpu_layers=args.gpu_layers, n_threads=args.threads
-    )
+    params = bench_load_params(args, n_ctx)
     model = Model(path, params, first_loads=first_loads())
     closers.append(model.close)
-    if slots == 1:
+    if params.n_seq_max == 1:
         return EmbeddedTarget(model, sampling), model.gguf
     return SchedulerTarget(model, sampling), model.gguf
 

@@ -14,7 +14,6 @@ from engine.errors import EngineError
 from engine.model.gguf import GGUFError
 from engine.model.templates import ChatTemplateError
 from engine.native.load_probe import FirstLoads
-from engine.settings import GpuLayers
 
 
 class CliError(Exception):
@@ -39,18 +38,6 @@ def library() -> ModelLibrary:
 def first_loads() -> FirstLoads:
     """A model file's first load is tried in a child process (engine.native.load_probe)."""
     return FirstLoads(AppPaths.default().cache)
-
-
-def gpu_layers_arg(value: str) -> GpuLayers:
-    if value in ("auto", "all"):
-        return value  # type: ignore[return-value]
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError("must be a number, 'auto' or 'all'") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return n
 
 
 def positive_int(value: str) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from app.cli.common import CliError, gpu_layers_arg, library, positive_int, print_json
+from app.cli.common import CliError, library, positive_int, print_json
+from app.cli.load_options import add_load_options, load_params
 from engine.memory import hardware
 from engine.memory.estimate import estimate
 from engine.memory.hardware import GiB, MiB
@@ -38,23 +39,12 @@ def register(sub: Any) -> None:
         "hf:owner/repo/file.gguf (only the file's header is fetched).",
     )
     p.add_argument("model", metavar="MODEL")
-    p.add_argument("--ctx", type=positive_int, default=4096, help="context length (4096)")
     p.add_argument(
-        "--gpu-layers",
-        type=gpu_layers_arg,
-        default="auto",
-        help="layers to offload: a number, 'auto' (as many as fit) or 'all'",
+        "--parallel",
+        type=positive_int,
+        default=1,
+        help="parallel sequences; they share --ctx (docs/memory.md)",
     )
-    p.add_argument(
-        "--kv-type",
-        choices=("f16", "q8_0", "q4_0"),
-        default="f16",
-        help="K and V cache type (quantized V needs flash attention)",
-    )
-    p.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto")
-    p.add_argument("--parallel", type=positive_int, default=1, help="parallel sequences")
-    p.add_argument("--batch", type=positive_int, default=512, help="logical batch size")
-    p.add_argument("--ubatch", type=positive_int, default=512, help="physical batch size")
     p.add_argument(
         "--simulate-gpu",
         type=_size_arg,
@@ -79,21 +69,20 @@ def register(sub: Any) -> None:
         help="dry-run asks llama.cpp (local files); analytic uses the header only",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_load_options(
+        p, ctx_help="context length in tokens (with --parallel: all the sequences' together)"
+    )
     p.set_defaults(handler=run_estimate)
 
 
+def estimate_load_params(args: argparse.Namespace) -> LoadParams:
+    """The load options; --parallel splits --ctx between the sequences (unlike serve's slots,
+    which get --ctx each), as llama.cpp's own n_seq_max does."""
+    return load_params(args, n_seq_max=args.parallel)
+
+
 def run_estimate(args: argparse.Namespace) -> int:
-    load = LoadParams(
-        n_ctx=args.ctx,
-        n_gpu_layers=args.gpu_layers,
-        type_k=args.kv_type,
-        type_v=args.kv_type,
-        flash_attn=args.flash_attn,
-        n_seq_max=args.parallel,
-        n_batch=args.batch,
-        n_ubatch=args.ubatch,
-    )
-    params = EstimateParams(load, margin_bytes=args.margin)
+    params = EstimateParams(estimate_load_params(args), margin_bytes=args.margin)
     params.validate()
     if args.simulate_gpu or args.simulate_ram:
         hw = hardware.simulate(args.simulate_gpu or [], ram_bytes=args.simulate_ram)

@@ -9,14 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from app.cli.common import (
-    CliError,
-    first_loads,
-    gpu_layers_arg,
-    library,
-    positive_int,
-    print_json,
-)
+from app.cli.common import CliError, first_loads, library, positive_int, print_json
+from app.cli.load_options import add_load_options, load_params
 from app.services.connections import ConnectionsError, ConnectionStore
 from engine.errors import EngineError
 from engine.host.runtime import Model
@@ -42,14 +36,6 @@ def register(sub: Any) -> None:
     p.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--ctx", type=positive_int, default=4096, help="context length in tokens")
-    p.add_argument(
-        "--gpu-layers",
-        type=gpu_layers_arg,
-        default="auto",
-        help="layers to offload: N, 'auto' or 'all'",
-    )
-    p.add_argument("--threads", type=positive_int, default=None)
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--json", action="store_true", help="print one JSON object with the stats")
     spec = p.add_mutually_exclusive_group()
@@ -72,19 +58,6 @@ def register(sub: Any) -> None:
         help="most tokens drafted per step (default 16 for --lookup, 5 for --draft)",
     )
     p.add_argument(
-        "--kv-type",
-        choices=("f16", "q8_0", "q4_0"),
-        default="f16",
-        help="K/V cache type; q8_0 halves its memory, q4_0 quarters it "
-        "(quantized V needs flash attention)",
-    )
-    p.add_argument(
-        "--flash-attn",
-        choices=("on", "off", "auto"),
-        default="auto",
-        help="flash attention (auto: on where the backend supports it)",
-    )
-    p.add_argument(
         "--force",
         action="store_true",
         help="load even when the memory estimate says the model does not fit",
@@ -97,6 +70,7 @@ def register(sub: Any) -> None:
         "connections`); MODEL is then the server's model id, or 'default' for "
         "the connection's own",
     )
+    add_load_options(p, about="how the model is loaded (not with --connection)")
     p.set_defaults(handler=run)
 
 
@@ -104,26 +78,8 @@ def run(args: argparse.Namespace) -> int:
     if args.connection:
         return run_remote(args)
     path = library().resolve(args.model)
-    # Speculation is exact only where batched and one-token kernels agree: with flash
-    # attention on (docs/speculative.md), so 'auto' means on when drafting.
-    flash: FlashAttn = args.flash_attn
-    if flash == "auto" and (args.draft or args.lookup):
-        flash = "on"
-    settings = SpeculativeSettings(
-        mode="draft" if args.draft else "lookup" if args.lookup else "off",
-        draft_model=str(library().resolve(args.draft)) if args.draft else None,
-        draft_max=args.draft_max,
-    )
-    settings.validate()
-    params = LoadParams(
-        n_ctx=args.ctx,
-        n_gpu_layers=args.gpu_layers,
-        n_threads=args.threads,
-        type_k=args.kv_type,
-        type_v=args.kv_type,
-        flash_attn=flash,
-        speculative=settings,
-    )
+    params = run_load_params(args)
+    settings = params.speculative or SpeculativeSettings()
     sampling = _sampling(args)
     messages = _messages(args)
     if not args.force:
@@ -157,6 +113,22 @@ def run(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write("\n")
     return 130 if st.stop_reason == "cancelled" else 0
+
+
+def run_load_params(args: argparse.Namespace) -> LoadParams:
+    """The load options, with speculative decoding when --draft or --lookup asks for it."""
+    # Speculation is exact only where batched and one-token kernels agree: with flash
+    # attention on (docs/speculative.md), so 'auto' means on when drafting.
+    flash: FlashAttn = args.flash_attn
+    if flash == "auto" and (args.draft or args.lookup):
+        flash = "on"
+    settings = SpeculativeSettings(
+        mode="draft" if args.draft else "lookup" if args.lookup else "off",
+        draft_model=str(library().resolve(args.draft)) if args.draft else None,
+        draft_max=args.draft_max,
+    )
+    settings.validate()
+    return load_params(args, flash_attn=flash, speculative=settings)
 
 
 def run_remote(args: argparse.Namespace) -> int:

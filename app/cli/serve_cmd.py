@@ -19,7 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.cli.common import CliError, first_loads, gpu_layers_arg, library, positive_int
+from app.cli.common import CliError, first_loads, library, positive_int
+from app.cli.load_options import add_load_options, load_params
 from engine.host.budget import MemoryBudget
 from engine.host.host import DEFAULT_KEEP_S, Loadable, ModelHost
 from engine.host.runtime import Model
@@ -53,30 +54,6 @@ def register(sub: Any) -> None:
     )
     p.add_argument(
         "--parallel", type=positive_int, default=4, help="requests decoded together (slots)"
-    )
-    p.add_argument(
-        "--ctx", type=positive_int, default=4096, help="context length of each slot, in tokens"
-    )
-    p.add_argument(
-        "--gpu-layers",
-        type=gpu_layers_arg,
-        default="auto",
-        help="layers to offload: N, 'auto' or 'all'",
-    )
-    p.add_argument("--threads", type=positive_int, default=None)
-    p.add_argument(
-        "--kv-type",
-        choices=("f16", "q8_0", "q4_0"),
-        default="f16",
-        help="K/V cache type; q8_0 halves its memory, q4_0 quarters it "
-        "(quantized V needs flash attention)",
-    )
-    p.add_argument(
-        "--flash-attn",
-        choices=("on", "off", "auto"),
-        default="auto",
-        help="flash attention (auto: off on a CPU-only build, where its kernel "
-        "slows down as the context fills; on with a quantized V cache)",
     )
     p.add_argument(
         "--lookup",
@@ -129,6 +106,7 @@ def register(sub: Any) -> None:
         help="RAM the loaded models may take together, in GiB (default: what is "
         "free when a model loads)",
     )
+    add_load_options(p, ctx_help="context length of each slot, in tokens")
     p.set_defaults(handler=run)
 
 
@@ -172,6 +150,12 @@ def catalog(params: LoadParams, extra: Path | None = None) -> Callable[[], list[
     return specs
 
 
+def serve_load_params(args: argparse.Namespace) -> LoadParams:
+    """The load options for --parallel slots of --ctx tokens each, with --lookup."""
+    lookup = SpeculativeSettings("lookup", draft_max=args.draft_max) if args.lookup else None
+    return load_params(args, slots=args.parallel, speculative=lookup)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.max_queue < 0:
         raise CliError("--max-queue must be 0 or more")
@@ -193,18 +177,7 @@ def run(args: argparse.Namespace) -> int:
     if Path(args.model).suffix == ".gguf":
         model_id = Path(args.model).stem
     config = dataclasses.replace(config, model_id=model_id, embeddings=not args.no_embeddings)
-    params = LoadParams(
-        n_ctx=args.ctx * args.parallel,
-        n_seq_max=args.parallel,
-        n_gpu_layers=args.gpu_layers,
-        n_threads=args.threads,
-        type_k=args.kv_type,
-        type_v=args.kv_type,
-        flash_attn=args.flash_attn,
-        speculative=SpeculativeSettings("lookup", draft_max=args.draft_max)
-        if args.lookup
-        else None,
-    )
+    params = serve_load_params(args)
     params.validate()  # e.g. a quantized V cache with flash attention off: one line, exit 2
     if args.ram_budget is not None and args.ram_budget <= 0:
         raise CliError("--ram-budget must be positive")

@@ -6,13 +6,14 @@ the handlers do with their arguments is tested in the other CLI test files."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from app.cli import build_parser, main, run_cmd, serve_cmd
+from app.cli import bench_cmd, build_parser, estimate_cmd, main, run_cmd, serve_cmd
 from engine.host.host import DEFAULT_KEEP_S
-from engine.settings import SamplingParams
+from engine.settings import LoadParams, SamplingParams
 
 
 def command_paths(
@@ -381,6 +382,91 @@ def test_estimate_models_chats_and_connections_namespaces() -> None:
         "ollama",
     )
     assert (add.api_key, add.api_key_env, add.timeout, add.replace) == (None, "BOX_KEY", 30.0, True)
+
+
+LOAD_COMMANDS = ("run", "serve", "estimate", "bench")
+LOAD_ARGS = (
+    *("--ctx", "2048", "--gpu-layers", "3", "--threads", "2", "--kv-type", "q8_0"),
+    *("--flash-attn", "on", "--batch", "256", "--ubatch", "128"),
+)
+
+
+def load_options(command: str) -> dict[str, argparse.Action]:
+    """The actions of a command's "load options" group, by option string."""
+    sub = next(
+        a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices[command]
+    group = next(g for g in sub._action_groups if g.title == "load options")
+    return {a.option_strings[0]: a for a in group._group_actions}
+
+
+def test_the_four_commands_declare_the_same_load_options() -> None:
+    """One declaration: the same options with the same types, choices and defaults; only what
+    --ctx means (per slot, per request, shared) is said per command, and bench sizes its own."""
+    first = load_options("run")
+    assert set(first) == {
+        "--ctx",
+        "--gpu-layers",
+        "--threads",
+        "--kv-type",
+        "--flash-attn",
+        "--batch",
+        "--ubatch",
+    }
+    for command in LOAD_COMMANDS[1:]:
+        actions = load_options(command)
+        assert set(actions) == set(first), command
+        for opt, a in actions.items():
+            b = first[opt]
+            assert (a.dest, a.type, a.choices) == (b.dest, b.type, b.choices), (command, opt)
+            if opt != "--ctx":
+                assert (a.default, a.help) == (b.default, b.help), (command, opt)
+    assert load_options("bench")["--ctx"].default is None
+
+
+def test_the_four_commands_make_the_same_load_params() -> None:
+    """The same load arguments give the same LoadParams in each command (one sequence each;
+    speculative decoding is each command's own)."""
+    made = {
+        "run": run_cmd.run_load_params(parse("run", "m", "Hi", *LOAD_ARGS)),
+        "serve": serve_cmd.serve_load_params(parse("serve", "--parallel", "1", *LOAD_ARGS)),
+        "estimate": estimate_cmd.estimate_load_params(parse("estimate", "m", *LOAD_ARGS)),
+        "bench": bench_cmd.bench_load_params(
+            parse("bench", "--concurrency", "1", *LOAD_ARGS), 2048
+        ),
+    }
+    expected = LoadParams(
+        n_ctx=2048,
+        n_gpu_layers=3,
+        n_threads=2,
+        type_k="q8_0",
+        type_v="q8_0",
+        flash_attn="on",
+        n_batch=256,
+        n_ubatch=128,
+    )
+    for command, params in made.items():
+        assert replace(params, speculative=None) == expected, command
+    # Without them, every command loads with the engine's defaults.
+    assert replace(run_cmd.run_load_params(parse("run", "m", "Hi")), speculative=None) == (
+        LoadParams()
+    )
+    assert estimate_cmd.estimate_load_params(parse("estimate", "m")) == LoadParams()
+
+
+def test_slots_share_out_the_context_as_each_command_documents() -> None:
+    # serve: --ctx per slot; bench: per concurrent request; estimate: --parallel shares --ctx.
+    serve = serve_cmd.serve_load_params(parse("serve", "--parallel", "4", "--ctx", "1024"))
+    assert (serve.n_ctx, serve.n_seq_max) == (4096, 4)
+    bench = bench_cmd.bench_load_params(parse("bench", "--concurrency", "1,2,4"), 1024)
+    assert (bench.n_ctx, bench.n_seq_max) == (4096, 4)
+    est = estimate_cmd.estimate_load_params(
+        parse("estimate", "m", "--parallel", "4", "--ctx", "1024")
+    )
+    assert (est.n_ctx, est.n_seq_max) == (1024, 4)
+    # Drafting turns 'auto' flash attention on in run (exact speculation needs it).
+    lookup = run_cmd.run_load_params(parse("run", "m", "Hi", "--lookup"))
+    assert lookup.flash_attn == "on" and lookup.drafting
 
 
 def test_top_level_flags() -> None:
