@@ -30,7 +30,7 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 from app.services.model_catalog import CHAT_OWNER
 from app.ui.thread_host import ThreadHost
 from engine.errors import EngineError, LoadCancelled
-from engine.host.chat_engine import ChatEngine, EmbeddedEngine, EmbeddedReply, ReplyStream
+from engine.host.chat_engine import ChatEngine, EmbeddedEngine, ReplyStream
 from engine.host.context_policy import ContextPolicy
 from engine.host.host import Loadable, ModelHost
 from engine.host.runtime import Model
@@ -379,8 +379,7 @@ class EngineWorker(QObject):
             self.trimmed.emit(reply.dropped_messages)
         # A remote server tells the prompt's size (if at all) only at the end.
         self.started.emit(rid, reply.prompt_tokens or 0)
-        # A reasoning model's text is read apart: thinking, then the answer.
-        reader = reply.thinking_reader() if isinstance(reply, EmbeddedReply) else None
+        # A reasoning model's reply is read apart: thinking, then the answer.
         pending: list[tuple[str, str]] = []  # (kind, text) in order, kinds merged on emit
 
         def emit_pending(closed: tuple[int, float] | None = None) -> None:
@@ -405,24 +404,19 @@ class EngineWorker(QObject):
         interval = self._interval
         closed_sent = False
         try:
-            for piece in reply:
-                if reader is None:
-                    pending.append(("content", piece))
-                else:
-                    pending.extend(reader.push(piece, reply.generated_tokens))
+            for parts in reply.parts():
+                pending.extend(parts)
                 now = time.perf_counter()
-                if reader is not None and reader.closed is not None and not closed_sent:
+                if reply.thought is not None and not closed_sent:
                     # The thinking ends here: its last words, then the block's figures, at
                     # once (the view folds it away as the answer starts).
-                    emit_pending(reader.closed)
+                    emit_pending(reply.thought)
                     closed_sent = True
                     last_emit = now
                 elif pending and now - last_emit >= interval:
                     emit_pending()
                     last_emit = now
         except Exception as e:  # EngineError (a remote one too), or a bug: the reply ended
-            if reader is not None:
-                pending.extend(reader.finish())
             emit_pending()
             if not isinstance(e, EngineError):
                 log.exception("generation failed")
@@ -433,10 +427,8 @@ class EngineWorker(QObject):
                 else f"Internal error: {type(e).__name__}: {e}",
             )
             return
-        if reader is not None:
-            pending.extend(reader.finish(reply.stats))
         emit_pending()
-        calls = reply.tool_calls if isinstance(reply, EmbeddedReply) else []
+        calls = reply.tool_calls
         if calls:
             self.tool_calls.emit(
                 rid, [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]

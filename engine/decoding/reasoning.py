@@ -69,6 +69,20 @@ def split_reasoning(
     return text[:end].strip(), text[end + len(markers.close) :].lstrip()
 
 
+def block_end(text: str, markers: ThinkMarkers, *, in_thinking: bool = False) -> int:
+    """Where the answer after a think block at the start of `text` begins: 0 without a block
+    (or while its open marker is not yet whole), `len(text)` while the block is open.
+    `in_thinking`: the prompt opened the block."""
+    start = 0
+    if not in_thinking:
+        body = text.lstrip()
+        if not body.startswith(markers.open):
+            return 0
+        start = len(text) - len(body) + len(markers.open)
+    closed = text.find(markers.close, start)
+    return len(text) if closed < 0 else closed + len(markers.close)
+
+
 def _partial_suffix(text: str, marker: str) -> int:
     """Length of the longest end of `text` that could grow into `marker`."""
     for k in range(min(len(marker) - 1, len(text)), 0, -1):

@@ -16,7 +16,9 @@ constraint that forces a call (a llguidance Lark grammar) and splits answers int
 calls, whole (`parse`) or while they stream (`ToolCallStream`). A call that does not parse
 stays in the content: the user sees what the model wrote rather than an error.
 
-Markers inside a `<think>` block are never calls: a reasoning model may draft one there.
+A reasoning model may draft a call in its think block: that is never a call. The reply reader
+(engine.decoding.reply_reader) finds the block; where it leaves the block in the text, it tells
+the format where the answer starts (`start`), and nothing before it is read for calls.
 
 A forced call's grammar is bounded, so a model that repeats itself must still stop: at most
 one call without parallel calls, else at most `MAX_PARALLEL_CALLS`; a string argument whose
@@ -38,7 +40,6 @@ from typing import Any, Literal, TypeAlias
 
 import pydantic_core
 
-from engine.decoding.reasoning import ThinkMarkers, thinking_markers
 from engine.errors import EngineError
 
 ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
@@ -283,30 +284,6 @@ def _decode_at(text: str, pos: int) -> tuple[Any, int] | None:
         return None
 
 
-def _find_outside_think(text: str, needle: str, pos: int, think: ThinkMarkers) -> int:
-    """First `needle` at or after `pos` that is not inside a think block; -1 if none."""
-    while True:
-        hit = text.find(needle, pos)
-        opened = text.find(think.open, pos)
-        if hit < 0 or opened < 0 or hit < opened:
-            return hit
-        closed = text.find(think.close, opened + len(think.open))
-        if closed < 0:
-            return -1
-        pos = closed + len(think.close)
-
-
-def _leading_think(text: str, think: ThinkMarkers) -> int:
-    """Where the text after a think block at the start ends (0 without one, the whole
-    length while it is open)."""
-    body = text.lstrip()
-    if not body.startswith(think.open):
-        return 0
-    start = len(text) - len(body)
-    closed = text.find(think.close, start + len(think.open))
-    return len(text) if closed < 0 else closed + len(think.close)
-
-
 def _join(pieces: list[str]) -> str:
     """Content around the calls: whitespace next to a removed call goes, pieces join by lines.
     One piece (no call found) is the answer unchanged."""
@@ -326,15 +303,17 @@ def _partial_suffix(text: str, marker: str) -> int:
 
 # A call read from `pos`: (the calls, where the call text ends), or None when it is no call.
 CallReader: TypeAlias = Callable[[str, int], tuple[list[ToolCall], int] | None]
+# Where the answer begins in an answer's text so far (after a think block left in it).
+Start: TypeAlias = Callable[[str], int]
 
 
 def _split_at_markers(
-    text: str, marker: str, read: CallReader, think: ThinkMarkers
+    text: str, marker: str, read: CallReader, start: int
 ) -> tuple[str, list[ToolCall]]:
     pieces: list[str] = []
     calls: list[ToolCall] = []
-    piece_start = pos = 0
-    while (hit := _find_outside_think(text, marker, pos, think)) >= 0:
+    piece_start, pos = 0, start
+    while (hit := text.find(marker, pos)) >= 0:
         found = read(text, hit + len(marker))
         if found is None:  # malformed: the marker stays in the content
             pos = hit + len(marker)
@@ -346,10 +325,10 @@ def _split_at_markers(
     return _join(pieces), calls
 
 
-def _visible_before_marker(text: str, marker: str, think: ThinkMarkers) -> str:
+def _visible_before_marker(text: str, marker: str, start: int) -> str:
     """Content that no continuation can take back: the text before the first marker, less a
     partial marker and the whitespace that would go if a call followed."""
-    hit = _find_outside_think(text, marker, 0, think)
+    hit = text.find(marker, start)
     end = hit if hit >= 0 else len(text) - _partial_suffix(text, marker)
     return text[:end].rstrip()
 
@@ -405,9 +384,6 @@ class ToolFormat(ABC):
     native: bool = True  # the model's template renders `tools` itself
     markers: tuple[str, ...] = ()  # text that opens or closes a call: often special tokens
 
-    def __init__(self, think: ThinkMarkers | None = None) -> None:
-        self.think = think or ThinkMarkers()
-
     def template_messages(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
     ) -> list[Json]:
@@ -460,30 +436,34 @@ class ToolFormat(ABC):
     ) -> str: ...
 
     @abstractmethod
-    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
+    def parse(self, text: str, start: int = 0) -> tuple[str, list[ToolCall]]:
         """Split a complete answer into (content, calls). A malformed call (bad JSON, unknown
-        shape) is never an exception: it stays in content and yields no call."""
+        shape) is never an exception: it stays in content and yields no call. `start`: where
+        the answer begins after a think block left in the text (kept as content, never read
+        for calls)."""
 
     @abstractmethod
-    def visible(self, text: str) -> str:
+    def visible(self, text: str, start: int = 0) -> str:
         """Of an unfinished answer, the content that `parse` of any continuation starts with."""
 
-    def cut_calls(self, text: str) -> list[ToolCall]:
+    def cut_calls(self, text: str, start: int = 0) -> list[ToolCall]:
         """The calls of an answer decoded under the forced-call grammar and cut short (the
         token limit, a stop string): the ones it finished, then the one it was writing,
         marked incomplete, if its name is whole. Under that grammar nothing is content."""
-        content, calls = self.parse(text + self._closing)
+        content, calls = self.parse(text + self._closing, start)
         if calls and not content.strip():  # it ended right after a whole call
             return calls
-        return self._cut_calls(text)
+        return self._cut_calls(text, start)
 
     _closing = ""  # what ends a forced answer after its last call
 
     @abstractmethod
-    def _cut_calls(self, text: str) -> list[ToolCall]: ...
+    def _cut_calls(self, text: str, start: int) -> list[ToolCall]: ...
 
-    def stream(self) -> ToolCallStream:
-        return ToolCallStream(self)
+    def stream(self, start: Start | None = None) -> ToolCallStream:
+        """`start`: where the answer begins in the text so far (after a think block left in
+        it); 0 when not given."""
+        return ToolCallStream(self, start=start)
 
 
 class HermesFormat(ToolFormat):
@@ -512,19 +492,19 @@ class HermesFormat(ToolFormat):
             return None
         return [call], len(text) if closed < 0 else closed + len(self.closer)
 
-    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
-        return _split_at_markers(text, self.opener, self._read, self.think)
+    def parse(self, text: str, start: int = 0) -> tuple[str, list[ToolCall]]:
+        return _split_at_markers(text, self.opener, self._read, start)
 
-    def visible(self, text: str) -> str:
-        return _visible_before_marker(text, self.opener, self.think)
+    def visible(self, text: str, start: int = 0) -> str:
+        return _visible_before_marker(text, self.opener, start)
 
     _closing = "\n" + closer
 
-    def _cut_calls(self, text: str) -> list[ToolCall]:
+    def _cut_calls(self, text: str, start: int) -> list[ToolCall]:
         last = text.rfind(self.opener)
         if last < 0:
             return []
-        done = self.parse(text[:last])[1]
+        done = self.parse(text[:last], min(start, last))[1]
         cut = _cut(text[last + len(self.opener) :].strip(), _as_list, ("arguments",))
         return done + cut
 
@@ -585,16 +565,16 @@ class MistralFormat(ToolFormat):
         calls = _calls(decoded[0])
         return None if calls is None else (calls, decoded[1])
 
-    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
-        return _split_at_markers(text, self.marker, self._read, self.think)
+    def parse(self, text: str, start: int = 0) -> tuple[str, list[ToolCall]]:
+        return _split_at_markers(text, self.marker, self._read, start)
 
-    def visible(self, text: str) -> str:
-        return _visible_before_marker(text, self.marker, self.think)
+    def visible(self, text: str, start: int = 0) -> str:
+        return _visible_before_marker(text, self.marker, start)
 
     _closing = "]"
 
-    def _cut_calls(self, text: str) -> list[ToolCall]:
-        at = text.find(self.marker)
+    def _cut_calls(self, text: str, start: int) -> list[ToolCall]:
+        at = text.find(self.marker, start)
         if at < 0:
             return []
         return _cut(text[at + len(self.marker) :].strip(), lambda v: v, ("arguments",))
@@ -653,28 +633,28 @@ class Llama3JsonFormat(ToolFormat):
                 return None
             pos = len(text) - len(rest) + 1
 
-    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
-        if _find_outside_think(text, self.tag, 0, self.think) >= 0:
-            return _split_at_markers(text, self.tag, self._read, self.think)
-        head = _leading_think(text, self.think)
+    def parse(self, text: str, start: int = 0) -> tuple[str, list[ToolCall]]:
+        if text.find(self.tag, start) >= 0:
+            return _split_at_markers(text, self.tag, self._read, start)
+        head = start
         if not text[head:].lstrip().startswith("{"):
             return text, []
         found = self._read(text, head)
         return (text, []) if found is None else (_join([text[:head], ""]), found[0])
 
-    def visible(self, text: str) -> str:
-        if _find_outside_think(text, self.tag, 0, self.think) >= 0:
-            return _visible_before_marker(text, self.tag, self.think)
-        head = _leading_think(text, self.think)
+    def visible(self, text: str, start: int = 0) -> str:
+        if text.find(self.tag, start) >= 0:
+            return _visible_before_marker(text, self.tag, start)
+        head = start
         body = text[head:].lstrip()
         if not body or body.startswith("{"):  # the answer may yet be a call
             return text[:head].rstrip()
-        return _visible_before_marker(text, self.tag, self.think)
+        return _visible_before_marker(text, self.tag, start)
 
-    def _cut_calls(self, text: str) -> list[ToolCall]:
+    def _cut_calls(self, text: str, start: int) -> list[ToolCall]:
         """`;`-separated calls: the whole ones read as `parse` reads them, then the cut one."""
         calls: list[ToolCall] = []
-        pos = 0
+        pos = start
         while (decoded := _decode_at(text, pos)) is not None:
             call = _call(decoded[0], self._ARGS)
             if call is None:
@@ -730,8 +710,7 @@ class GenericFormat(ToolFormat):
     name = "generic"
     native = False
 
-    def __init__(self, think: ThinkMarkers | None = None, *, system_role: bool = True) -> None:
-        super().__init__(think)
+    def __init__(self, *, system_role: bool = True) -> None:
         self.system_role = system_role  # False: the template refuses system messages
 
     def template_messages(
@@ -805,8 +784,8 @@ class GenericFormat(ToolFormat):
     ) -> str:
         return f"start: {_lark_json(schema)}\n"
 
-    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
-        head = _leading_think(text, self.think)
+    def parse(self, text: str, start: int = 0) -> tuple[str, list[ToolCall]]:
+        head = start
         body = text[head:].strip()
         try:
             obj = _DECODER.decode(body)
@@ -818,36 +797,36 @@ class GenericFormat(ToolFormat):
             if calls or said is not None:
                 reply = said if isinstance(said, str) or said is None else json.dumps(said)
                 return text[:head] + (reply or ""), calls
-        if (start := _RESPONSE_START.match(body)) is not None:  # cut short mid-response
-            reply = _StringReader().read(body, start.end())
+        if (opened := _RESPONSE_START.match(body)) is not None:  # cut short mid-response
+            reply = _StringReader().read(body, opened.end())
             if reply is not None:
                 return text[:head] + reply, []
         return text, []
 
-    def visible(self, text: str) -> str:
-        return self._visible(text, _StringReader())
+    def visible(self, text: str, start: int = 0) -> str:
+        return self._visible(text, start, _StringReader())
 
-    def _visible(self, text: str, reader: _StringReader) -> str:
-        head = _leading_think(text, self.think)
+    def _visible(self, text: str, start: int, reader: _StringReader) -> str:
+        head = start
         skipped = len(text) - head - len(text[head:].lstrip())
         body_start = head + skipped
         if body_start < len(text) and text[body_start] != "{":
             return text  # not JSON: plain text, all of it content
-        start = _RESPONSE_START.match(text, body_start)
-        reply = reader.read(text, start.end()) if start else None
+        opened = _RESPONSE_START.match(text, body_start)
+        reply = reader.read(text, opened.end()) if opened else None
         return text[:head] + (reply or "")
 
     _closing = "]}"
 
-    def _cut_calls(self, text: str) -> list[ToolCall]:
-        body = text[_leading_think(text, self.think) :].strip()
+    def _cut_calls(self, text: str, start: int) -> list[ToolCall]:
+        body = text[start:].strip()
         return _cut(
             body, lambda v: v.get("tool_calls") if isinstance(v, dict) else None, ("arguments",)
         )
 
-    def stream(self) -> ToolCallStream:
+    def stream(self, start: Start | None = None) -> ToolCallStream:
         reader = _StringReader()  # one per answer: it remembers how far it decoded
-        return ToolCallStream(self, lambda text: self._visible(text, reader))
+        return ToolCallStream(self, lambda text, at: self._visible(text, at, reader), start)
 
 
 def generic_tools_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
@@ -896,15 +875,21 @@ class ToolCallStream:
     possible start of a call; hold back a partial marker prefix); finish() returns
     (remaining_content, calls) at the end of the answer."""
 
-    def __init__(self, fmt: ToolFormat, visible: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self,
+        fmt: ToolFormat,
+        visible: Callable[[str, int], str] | None = None,
+        start: Start | None = None,
+    ) -> None:
         self._format = fmt
         self._visible = visible or fmt.visible  # a format may keep state across pushes
+        self._start = start or _no_block
         self._text = ""
         self._shown = ""
 
     def push(self, text: str) -> str:
         self._text += text
-        visible = self._visible(self._text)
+        visible = self._visible(self._text, self._start(self._text))
         if len(visible) <= len(self._shown) or not visible.startswith(self._shown):
             return ""
         new, self._shown = visible[len(self._shown) :], visible
@@ -913,11 +898,16 @@ class ToolCallStream:
     def finish(self, *, forced: bool = False) -> tuple[str, list[ToolCall]]:
         """`forced`: the answer was decoded under the forced-call grammar, so it is calls
         only, even when it was cut short."""
-        content, calls = self._format.parse(self._text)
+        start = self._start(self._text)
+        content, calls = self._format.parse(self._text, start)
         if forced and (content.strip() or not calls):
-            content, calls = "", self._format.cut_calls(self._text)
+            content, calls = "", self._format.cut_calls(self._text, start)
         # `visible` promises a prefix of the content; should it fail, nothing is sent twice.
         return content[_common_prefix(content, self._shown) :], calls
+
+
+def _no_block(text: str) -> int:
+    return 0
 
 
 def _common_prefix(a: str, b: str) -> int:
@@ -941,16 +931,15 @@ def tool_format_for(template_source: str | None) -> ToolFormat:
     tools/'<|python_tag|>' or '"parameters"' → llama3_json; '[TOOL_CALLS]' → mistral; a
     template that never references `tools` (or None) → generic)."""
     src = template_source or ""
-    think = thinking_markers(src)
     if not _USES_TOOLS.search(src) or any(m in src for m in _XML_CALLS):
-        return GenericFormat(think, system_role=not _refuses_system(src))
+        return GenericFormat(system_role=not _refuses_system(src))
     if "[TOOL_CALLS]" in src and "[ARGS]" not in src:  # [ARGS]: Mistral's later name[ARGS]{}
-        return MistralFormat(think)
+        return MistralFormat()
     if "<tool_call>" in src and "<tool_calls>" not in src and _HERMES_CALL.search(src):
-        return HermesFormat(think)
+        return HermesFormat()
     if _LLAMA3_HEADER in src and ("<|python_tag|>" in src or '"parameters"' in src):
-        return Llama3JsonFormat(think)
-    return GenericFormat(think, system_role=not _refuses_system(src))
+        return Llama3JsonFormat()
+    return GenericFormat(system_role=not _refuses_system(src))
 
 
 def _refuses_system(src: str) -> bool:

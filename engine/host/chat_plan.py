@@ -1,6 +1,6 @@
 """What a chat asks of the model, whoever asks (the desktop chat, the HTTP routes): the prompt
-rendered with its tools, the grammar the reply must follow, and the reading of the reply into
-thinking, content and tool calls (streamed or whole).
+rendered with its tools, the grammar the reply must follow, and the reader of its reply
+(engine.decoding.reply_reader: thinking, content and tool calls, streamed or whole).
 
 The model's own template renders the tools when it knows them (its family's format, from
 engine.decoding.tool_calls); otherwise the generic format describes them in a system message
@@ -16,34 +16,21 @@ the HTTP layer turns it into its 400 answer.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any
 
 from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
-from engine.decoding.reasoning import (
-    ReasoningSplitter,
-    ThinkMarkers,
-    starts_thinking,
-    thinking_markers,
-)
-from engine.decoding.tool_calls import (
-    ToolCall,
-    ToolCallStream,
-    ToolChoice,
-    ToolFormat,
-    tool_format_for,
-)
+from engine.decoding.reasoning import ThinkMarkers, starts_thinking, thinking_markers
+from engine.decoding.reply_reader import ReplyReader
+from engine.decoding.tool_calls import ToolChoice, ToolFormat, tool_format_for
 from engine.errors import EngineError
 from engine.host.context_policy import ContextPolicy, fit_messages
 from engine.host.runtime import Model
-from engine.host.stats import GenerationStats
 from engine.model.templates import ChatTemplateError
 from engine.settings import SamplingParams
 
-Part = tuple[Literal["reasoning", "content"], str]
 Messages = Sequence[Mapping[str, Any]]
 
 
@@ -69,12 +56,26 @@ class ChatPlan:
     dropped: int = 0  # old messages left out to fit the context
     forced: bool = False  # a call is forced (tool_choice required or a named function)
     parallel: bool = True  # several calls may come at once
+    think: ThinkMarkers | None = None  # the template's think markers, separated or not
 
     def sampling(self, sampling: SamplingParams) -> SamplingParams:
         """The request's sampling with what the reply needs: its grammar, and control tokens
         written out where a tool format's markers may be one."""
         return replace(
             sampling, grammar=self.grammar, special_text=self.fmt is not None and self.fmt.native
+        )
+
+    def reader(self, prefix: str = "") -> ReplyReader:
+        """The reader of this chat's reply. `prefix`: the raw text of an answer being
+        continued (already shown; the prompt ends with it)."""
+        return ReplyReader(
+            self.markers,
+            think=self.think,
+            in_thinking=self.in_thinking,
+            calls=self.fmt,
+            forced=self.forced,
+            parallel=self.parallel,
+            prefix=prefix,
         )
 
 
@@ -164,84 +165,8 @@ def plan_chat(
         dropped,
         forced=offered and choice not in ("auto", "none"),
         parallel=parallel,
+        think=markers,
     )
 
 
-@dataclass
-class ReplyResult:
-    content: str
-    reasoning: str
-    calls: list[ToolCall] = field(default_factory=list)
-    forced: bool = False  # the reply could only be calls: no text, even when empty
-
-    @property
-    def cut_call(self) -> bool:
-        """The token limit (or a stop string) cut a call: the last one is incomplete."""
-        return any(not c.complete for c in self.calls)
-
-
-class ReplyReader:
-    """Reads a reply piece by piece: thinking apart from the answer, tool calls out of it.
-    The same code reads a whole answer (one push, then finish), so streamed and not streamed
-    replies are split alike."""
-
-    def __init__(self, plan: ChatPlan) -> None:
-        self._split = ReasoningSplitter(plan.markers, in_thinking=plan.in_thinking)
-        self._calls: ToolCallStream | None = plan.fmt.stream() if plan.fmt else None
-        self._forced, self._parallel = plan.forced, plan.parallel
-        self._content: list[str] = []
-        self._reasoning: list[str] = []
-        self._t0 = time.perf_counter()
-        self._think_end: tuple[int, float] | None = None
-        self._thought = False
-        self._n = 0
-
-    def push(self, text: str, n_tokens: int = 0) -> list[Part]:
-        self._n = max(self._n, n_tokens)
-        was = self._split.thinking
-        out = self._route(self._split.push(text))
-        if was and not self._split.thinking and self._think_end is None:
-            self._think_end = (n_tokens, time.perf_counter() - self._t0)
-        return out
-
-    def _route(self, parts: Sequence[tuple[str, str]]) -> list[Part]:
-        out: list[Part] = []
-        for kind, text in parts:
-            if not text:
-                continue
-            if kind == "reasoning":
-                self._thought = True
-                self._reasoning.append(text)
-                out.append(("reasoning", text))
-                continue
-            shown = self._calls.push(text) if self._calls is not None else text
-            if shown:
-                self._content.append(shown)
-                out.append(("content", shown))
-        return out
-
-    def finish(self, stats: GenerationStats | None = None) -> tuple[list[Part], ReplyResult]:
-        """The parts still held back, and the whole reply."""
-        tail = self._route(self._split.flush())
-        calls: list[ToolCall] = []
-        if self._calls is not None:
-            rest, calls = self._calls.finish(forced=self._forced)
-            if not self._parallel:
-                calls = calls[:1]
-            if rest:
-                self._content.append(rest)
-                tail.append(("content", rest))
-        if stats is not None and self._thought:
-            n, s = self._think_end or (stats.gen_tokens, time.perf_counter() - self._t0)
-            stats.thinking_tokens, stats.thinking_s = n, s
-        reply = ReplyResult("".join(self._content), "".join(self._reasoning), calls, self._forced)
-        return tail, reply
-
-
-def read_whole(plan: ChatPlan, text: str, stats: GenerationStats) -> ReplyResult:
-    reader = ReplyReader(plan)
-    reader.push(text, stats.gen_tokens)
-    return reader.finish(stats)[1]
-
-
-__all__ = ["ChatPlan", "Part", "PlanError", "ReplyReader", "ReplyResult", "plan_chat", "read_whole"]
+__all__ = ["ChatPlan", "PlanError", "plan_chat"]

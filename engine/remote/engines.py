@@ -25,6 +25,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from engine.decoding.reply_reader import Part
+from engine.decoding.tool_calls import ToolCall
 from engine.errors import EngineError
 from engine.host.chat_engine import EngineKind, Messages
 from engine.host.context_policy import ContextPolicy
@@ -243,9 +245,11 @@ def client_stats(res: StreamResult, stop_reason: StopReason) -> GenerationStats:
 
 
 class RemoteReply:
-    """A `ReplyStream` over one streamed request."""
+    """A `ReplyStream` over one streamed request. The server's text is all answer: it is
+    asked for no tools, and its thinking (if any) arrives as text."""
 
     dropped_messages = 0  # the server fits the conversation (or refuses it) itself
+    thought: tuple[int, float] | None = None
 
     def __init__(
         self, endpoint: RemoteEndpoint, stream: ChatStream, cancel: threading.Event | None = None
@@ -254,6 +258,7 @@ class RemoteReply:
         self._stream = stream
         self._cancel = cancel
         self._stats: GenerationStats | None = None
+        self.tool_calls: list[ToolCall] = []
 
     @property
     def result(self) -> StreamResult:
@@ -277,6 +282,10 @@ class RemoteReply:
         if self._stats is not None:
             return self._stats
         return client_stats(self._stream.result, "stop")  # a running snapshot
+
+    def parts(self) -> Iterator[list[Part]]:
+        for piece in self:
+            yield [("content", piece)]
 
     def __iter__(self) -> Iterator[str]:
         if self._stats is not None:  # iterated to the end already

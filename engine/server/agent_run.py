@@ -12,10 +12,11 @@ from typing import Any
 
 from starlette.requests import Request
 
+from engine.decoding.reply_reader import Part, ReplyResult
 from engine.decoding.tool_calls import ToolCall
+from engine.host.chat_plan import ChatPlan
 from engine.host.requests import Finished, Piece
 from engine.host.stats import GenerationStats
-from engine.server.chat_reply import ChatPlan, Part, ReplyReader, ReplyResult
 from engine.server.common import events_until_disconnect, start
 from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
@@ -65,7 +66,7 @@ class Run:
     ) -> None:
         self._loaded = loaded
         self._stops = sampling.stop
-        self.reader = ReplyReader(plan)
+        self.reader = plan.reader()
         self.done: Done | None = None
         # Thinking is timed from the pieces, so they come even when not streamed.
         sampling = plan.sampling(sampling)

@@ -1,8 +1,8 @@
 """What a chat request asks of its reply, as the OpenAI, Ollama, Anthropic and Responses
-routes see it. The planning and reading live in engine.host.chat_plan (the desktop chat uses
-them too); here they take the served model and answer a bad request with a 400 naming the
-field. The reply formats that are protocol fields (`response_format`, Ollama's `format`)
-are compiled here.
+routes see it. The planning lives in engine.host.chat_plan and the reading in
+engine.decoding.reply_reader (the desktop chat uses both too); here the plan takes the served
+model and answers a bad request with a 400 naming the field. The reply formats that are
+protocol fields (`response_format`, Ollama's `format`) are compiled here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
 from engine.decoding.tool_calls import ToolChoice
 from engine.host import chat_plan
-from engine.host.chat_plan import ChatPlan, Part, PlanError, ReplyReader, ReplyResult, read_whole
+from engine.host.chat_plan import ChatPlan, PlanError
 from engine.server.engine_state import ServedModel
 from engine.server.errors import ApiError
 from engine.server.protocol.openai import ResponseFormat
@@ -82,13 +82,4 @@ def ollama_grammar(fmt: str | dict[str, Any] | None) -> str | None:
     return None
 
 
-__all__ = [
-    "ChatPlan",
-    "Part",
-    "ReplyReader",
-    "ReplyResult",
-    "ollama_grammar",
-    "openai_grammar",
-    "plan_chat",
-    "read_whole",
-]
+__all__ = ["ollama_grammar", "openai_grammar", "plan_chat"]

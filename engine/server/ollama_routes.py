@@ -19,14 +19,16 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from engine.decoding.reasoning import thinking_markers
+from engine.decoding.reply_reader import Part
 from engine.decoding.tool_calls import ToolCall
+from engine.host.chat_plan import ChatPlan
 from engine.host.host import ModelNotFound
 from engine.host.requests import Finished, Piece
 from engine.host.stats import GenerationStats
 from engine.model.facts import model_facts
 from engine.model.gguf import GGUFError, read_gguf
 from engine.model.templates import CHATML_TEMPLATE
-from engine.server.chat_reply import ChatPlan, Part, ReplyReader, ollama_grammar, plan_chat
+from engine.server.chat_reply import ollama_grammar, plan_chat
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,
@@ -361,7 +363,7 @@ class OllamaRoutes:
         gen = start(
             self.state, loaded, plan.prompt, sampling, stream=stream or plan.markers is not None
         )
-        reader = ReplyReader(plan)
+        reader = plan.reader()
         show_thinking = think is not False
 
         def piece(

@@ -16,12 +16,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from engine.decoding.reply_reader import Part, ReplyReader
 from engine.decoding.tool_calls import ToolCall
 from engine.errors import EngineError
 from engine.host.host import UNSET, Loadable, ModelNotFound, Unset
 from engine.host.requests import Finished, Piece
 from engine.host.stats import GenerationStats
-from engine.server.chat_reply import Part, ReplyReader, openai_grammar, plan_chat
+from engine.server.chat_reply import openai_grammar, plan_chat
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,
@@ -206,7 +207,7 @@ class OpenAIRoutes:
             self.state, loaded, plan.prompt, sampling, stream=stream or plan.markers is not None
         )
         cid, created, model = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), loaded.model_id
-        reader = ReplyReader(plan)
+        reader = plan.reader()
         if not stream:
             done = await self._result(request, gen, reader)
             _, reply = reader.finish(done.stats)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from engine.decoding.reasoning import ThinkMarkers
+from engine.decoding.reply_reader import ReplyReader
 from engine.decoding.tool_calls import HermesFormat
 from engine.errors import EngineError
 from engine.host.chat_engine import EmbeddedEngine, EmbeddedReply
@@ -152,20 +153,15 @@ class ScriptedGeneration:
 
 
 def scripted(pieces: list[str], *, in_thinking: bool = False) -> EmbeddedReply:
-    fmt = HermesFormat(ThinkMarkers())
-    calls = fmt.stream()
-    calls.push(fmt.think.open if in_thinking else "")  # as EmbeddedEngine.reply seeds it
+    reader = ReplyReader(ThinkMarkers(), in_thinking=in_thinking, calls=HermesFormat())
     gen: Any = ScriptedGeneration(pieces)
-    return EmbeddedReply(gen, markers=ThinkMarkers(), in_thinking=in_thinking, calls=calls)
+    return EmbeddedReply(gen, reader)
 
 
 def read(reply: EmbeddedReply) -> list[tuple[str, str]]:
-    reader = reply.thinking_reader()
-    assert reader is not None
     parts: list[tuple[str, str]] = []
-    for piece in reply:
-        parts.extend(reader.push(piece, reply.generated_tokens))
-    parts.extend(reader.finish(reply.stats))
+    for ready in reply.parts():
+        parts.extend(ready)
     return parts
 
 

@@ -15,7 +15,8 @@ from PySide6.QtCore import QObject, Slot
 
 from app.ui.worker import EngineWorker
 from engine.decoding.reasoning import ThinkMarkers
-from engine.host.chat_engine import EmbeddedReply, ThinkingReader, continued_text
+from engine.decoding.reply_reader import ReplyReader
+from engine.host.chat_engine import EmbeddedReply, continued_text
 from engine.host.stats import GenerationStats
 from engine.settings import SamplingParams
 
@@ -52,7 +53,7 @@ class ScriptedThinker:
 
     def reply(self, *_args: Any, **_kw: Any) -> EmbeddedReply:
         gen: Any = ScriptedGeneration(self.pieces)
-        return EmbeddedReply(gen, markers=ThinkMarkers(), in_thinking=self.in_thinking)
+        return EmbeddedReply(gen, ReplyReader(ThinkMarkers(), in_thinking=self.in_thinking))
 
     def close(self) -> None:
         pass
@@ -170,7 +171,7 @@ def test_a_continued_answer_is_given_back_as_the_model_wrote_it(
 ) -> None:
     assert continued_text(ThinkMarkers(), in_thinking, thinking, answer) == raw
     # Read from there, the reader stands where the text stopped: inside the block or after.
-    reader = ThinkingReader(ThinkMarkers(), in_thinking=in_thinking, prefix=raw)
+    reader = ReplyReader(ThinkMarkers(), in_thinking=in_thinking, prefix=raw)
     assert reader.thinking == (not answer)
-    more = reader.push(" More.", 1) + reader.finish()
+    more = reader.push(" More.", 1) + reader.finish()[0]
     assert more == [("reasoning" if not answer else "content", " More.")]
