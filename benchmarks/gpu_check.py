@@ -374,7 +374,7 @@ def _mb(d: dict[str, int]) -> str:
 
 def sec_edge(args: argparse.Namespace, nv: Nvml) -> dict[str, Any]:
     """A context so long that not every layer fits: 'auto' must pick a count that loads."""
-    from engine.host.runtime import resolve_gpu_layers
+    from engine.host.model_build import resolve_gpu_layers
     from engine.memory import hardware
     from engine.memory.estimate import estimate
     from engine.memory.params import EstimateParams

@@ -152,7 +152,7 @@ def engines(model: Model, n_tokens: int, pairs: int) -> dict[str, Any]:
     for _ in range(pairs):
         for name in out:
             # On the model's decode thread: a second thread calling llama_decode brings a
-            # second OpenMP team onto the 2 cores (engine.host.runtime._on_passing_thread).
+            # second OpenMP team onto the 2 cores (engine.host.model_build.on_passing_thread).
             out[name].append(
                 model.loop.call_idle(lambda name=name: c_loop(model, prompt, n_tokens, name))
             )  # type: ignore[misc]

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from engine.errors import EngineError, LoadCancelled
-from engine.host.runtime import LoadInfo, Model
+from engine.host.model_build import LoadInfo
+from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
 from engine.model.gguf import GGUFFile
 from engine.model.templates import ChatTemplate

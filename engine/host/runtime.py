@@ -16,59 +16,36 @@ import contextlib
 import ctypes
 import os
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.decoding import constraints
 from engine.decoding.constraints import TokenMask
-from engine.errors import EngineError, LoadCancelled
+from engine.errors import EngineError
+from engine.host import model_build
 from engine.host.generation import Generation
+from engine.host.model_build import ProgressCallback, resolve_params
 from engine.host.prompt_cache import PromptStateCache
 from engine.host.scheduler import Scheduler
 from engine.host.speculative import Speculator, draft_params
-from engine.memory import cpu_kernels, hardware
+from engine.memory import cpu_kernels
 from engine.memory.actual import actual_from_log
-from engine.memory.estimate import fit_gpu_layers
-from engine.memory.params import EstimateParams
-from engine.model.facts import embedding_pooling
 from engine.model.gguf import GGUFFile, read_gguf
 from engine.model.semantics import check_model
 from engine.model.templates import ChatTemplate
 from engine.native import llama_lib
 from engine.native.backend import LlamaBackend
-from engine.native.native_load import NativeLoad
 from engine.settings import (
-    FLASH_TYPES,
-    KV_TYPES,
-    FlashAttn,
-    GpuLayers,
     LoadParams,
     SamplingParams,
     SpecMode,
-    default_threads,
-    resolve_flash_attn,
     use_extra_buffers,
 )
 
 if TYPE_CHECKING:
     from engine.native.load_probe import FirstLoads
-
-
-@dataclass
-class LoadInfo:
-    path: str
-    load_s: float
-    n_ctx: int
-    n_gpu_layers: int
-    n_layer: int
-    n_threads: int
-    log: list[str] = field(default_factory=list)
-
-
-ProgressCallback = Callable[[float], None]
 
 
 @dataclass(frozen=True)
@@ -102,28 +79,11 @@ class Model:
     ) -> None:
         """`first_loads`: try a file that never loaded before in a child process first
         (engine.native.load_probe), so that an abort inside llama.cpp cannot end this process."""
-        self.params = params or LoadParams()
-        self.params.validate()
         self.first_loads = first_loads
         self.path = Path(path)
         self.gguf = gguf or read_gguf(self.path)
         check_model(self.gguf)  # an incoherent model can make llama.cpp abort the process
-        # A sentence-embedding model (its file says how it pools): its one context computes
-        # pooled vectors, the whole input in one batch (its attention is not causal), and
-        # nothing is ever generated from it (engine.server.embeddings uses it).
-        self.embedding_only = embedding_pooling(self.gguf) > 0
-        if self.embedding_only:
-            train = int(self.gguf.arch_value("context_length", 0) or 0) or 512
-            n = min(self.params.n_ctx or train, train)
-            self.params = replace(
-                self.params,
-                n_ctx=n,
-                n_seq_max=1,
-                n_batch=n,
-                n_ubatch=n,
-                embeddings=True,
-                speculative=None,
-            )
+        self.params, self.embedding_only = resolve_params(params or LoadParams(), self.gguf)
         self._lib = C = llama_lib.lib()
         self._model: Any = None
         self._vocab: Any = None
@@ -141,111 +101,24 @@ class Model:
             if self.params.state_cache_mb > 0
             else None
         )
-        t0 = time.perf_counter()
-        rss0 = hardware.process_rss()
-
-        mp = C.llama_model_default_params()
-        n_layer = int(self.gguf.arch_value("block_count", 0) or 0)
-        mp.n_gpu_layers = resolve_gpu_layers(
-            self.params.n_gpu_layers, n_layer, gguf=self.gguf, params=self.params
+        loaded = model_build.load(
+            self.path,
+            self.params,
+            self.gguf,
+            progress=progress,
+            cancel=cancel,
+            first_loads=first_loads,
         )
-        mp.load_mode = C.LLAMA_LOAD_MODE_MMAP if self.params.use_mmap else C.LLAMA_LOAD_MODE_NONE
-        mp.use_extra_bufts = extra = use_extra_buffers(self.params.extra_buffers)
-        cpu = cpu_kernels.detect()
-        tied = cpu_kernels.tied_output(self.gguf.tensors)
-        # The weights' half of batch invariance decides whether drafting wants flash attention;
-        # `exactness` (below, once flash attention is settled) is the whole guarantee.
-        weights_exact = cpu_kernels.weights_exactness(
-            self.gguf.tensors, cpu, extra_buffers=extra, tied_output=tied
-        )
-        # AMX kernels in use: the verification cost curve differs (engine.host.speculative).
-        self.amx_weights = extra and cpu.amx_int8
-
-        def on_progress(p: float, _user: Any) -> bool:
-            if cancel is not None and cancel.is_set():
-                return False
-            if progress is not None:
-                with contextlib.suppress(Exception):  # a UI callback must not abort the load
-                    progress(float(p))
-            return True
-
-        cb = C.llama_progress_callback(on_progress)
-        mp.progress_callback = cb
-        flash = resolve_flash_attn(
-            self.params.flash_attn,
-            self.params.type_v,
-            drafting=self.params.drafting,
-            batch_exact=weights_exact.exact,
-        )
-        n_threads = self.params.n_threads or default_threads()
-        self._flash = flash
-        self._n_threads = n_threads
-        cp = self._context_params(self.params.n_ctx, self.params.n_seq_max)
-        if first_loads is not None:
-            first_loads.probe_unless_known(_native_load(self.path, mp, cp))
-        with llama_lib.capture_log() as lines:
-            if extra and llama_lib.amx_build():
-                self._model = _on_passing_thread(
-                    lambda: C.llama_model_load_from_file(str(self.path).encode(), mp)
-                )
-            else:
-                self._model = C.llama_model_load_from_file(str(self.path).encode(), mp)
-            if not self._model:
-                if cancel is not None and cancel.is_set():
-                    raise LoadCancelled("loading was cancelled")
-                raise EngineError(
-                    f"llama.cpp could not load {self.path.name}: {llama_lib.last_error(lines)}"
-                )
-            self._vocab = C.llama_model_get_vocab(self._model)
-            self._ctx = C.llama_init_from_model(self._model, cp)
-            if not self._ctx:
-                self.close()
-                raise EngineError(
-                    f"llama.cpp could not create a context for {self.path.name}: "
-                    f"{llama_lib.last_error(lines)}"
-                )
-        if first_loads is not None:
-            first_loads.remember(self.path)
+        self._model, self._vocab, self._ctx = loaded.model_ptr, loaded.vocab, loaded.ctx
+        self._shape = loaded.shape
         self._limits()
         self.n_vocab = int(C.llama_vocab_n_tokens(self._vocab))
-        # What llama.cpp really allocated, for "estimated X, actual Y" (engine.memory).
-        self.memory_actual = actual_from_log(
-            lines, rss_growth_bytes=hardware.process_rss() - rss0 if rss0 else None
-        )
-        self.load_info = LoadInfo(
-            path=str(self.path),
-            load_s=time.perf_counter() - t0,
-            n_ctx=self.n_ctx,
-            n_gpu_layers=mp.n_gpu_layers,
-            n_layer=n_layer,
-            n_threads=n_threads,
-            log=list(lines),
-        )
-        # Whether greedy output is the same however tokens are batched, for these settings on
-        # this build and CPU (engine.memory.cpu_kernels); tests and speculation rely on
-        # nothing else.
-        self.flash_attn_on = _flash_enabled(lines, flash)
-        self.exactness = cpu_kernels.batch_exactness(
-            self.gguf.tensors,
-            cpu,
-            extra_buffers=extra,
-            flash_attn=self.flash_attn_on,
-            type_k=self.params.type_k,
-            type_v=self.params.type_v,
-            gpu_layers=mp.n_gpu_layers,
-            tied_output=tied,
-        )
-        # Which ways of cutting a prompt into batches keep its logits (engine.host.batch_plan).
-        self.split_rule = cpu_kernels.split_rule(
-            self.gguf.tensors,
-            cpu,
-            extra_buffers=extra,
-            flash_attn=self.flash_attn_on,
-            type_k=self.params.type_k,
-            type_v=self.params.type_v,
-            gpu_layers=mp.n_gpu_layers,
-            tied_output=tied,
-        )
+        self.memory_actual = loaded.memory_actual
+        self.load_info = loaded.load_info
+        self.amx_weights = loaded.amx_weights
+        self.flash_attn_on = loaded.flash_attn_on
+        self.exactness = loaded.exactness
+        self.split_rule = loaded.split_rule
         self.template = ChatTemplate(
             self.gguf.metadata.get("tokenizer.chat_template")
             if isinstance(self.gguf.metadata.get("tokenizer.chat_template"), str)
@@ -279,23 +152,6 @@ class Model:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def _context_params(self, n_ctx: int, n_seq_max: int) -> Any:
-        C = self._lib
-        p = self.params
-        cp = C.llama_context_default_params()
-        cp.n_ctx = n_ctx
-        cp.n_batch = p.n_batch
-        cp.n_ubatch = min(p.n_ubatch, p.n_batch)
-        cp.n_seq_max = n_seq_max
-        cp.n_threads = self._n_threads
-        cp.n_threads_batch = p.n_threads_batch or self._n_threads
-        cp.flash_attn_type = FLASH_TYPES[self._flash]
-        cp.type_k = KV_TYPES[p.type_k]
-        cp.type_v = KV_TYPES[p.type_v]
-        cp.embeddings = p.embeddings
-        cp.no_perf = False
-        return cp
-
     def _limits(self) -> None:
         C = self._lib
         self.n_ctx = int(C.llama_n_ctx(self._ctx))
@@ -320,10 +176,11 @@ class Model:
         self._ctx = None
         self.backend = None
         with llama_lib.capture_log() as lines:
-            ctx = C.llama_init_from_model(self._model, self._context_params(n_ctx, n_seq_max))
+            ctx = C.llama_init_from_model(self._model, self._shape.context_params(n_ctx, n_seq_max))
         if not ctx:
             why = llama_lib.last_error(lines)
-            self._ctx = C.llama_init_from_model(self._model, self._context_params(old[0], old[1]))
+            cp = self._shape.context_params(old[0], old[1])
+            self._ctx = C.llama_init_from_model(self._model, cp)
             if self._ctx:
                 self._limits()
             raise EngineError(
@@ -569,52 +426,6 @@ class Model:
         return f"Model({self.path.name!r}, n_ctx={getattr(self, 'n_ctx', '?')})"
 
 
-def _native_load(path: Path, mp: Any, cp: Any) -> NativeLoad:
-    """The probe's copy of a real load's settings. Layers stay on the CPU: this llama.cpp's
-    no-alloc load with offload crashes on CUDA builds (engine.memory.dry_run), and what a
-    broken file trips over (header, vocabulary, tensors, the graph) is the same there."""
-    return NativeLoad(
-        path=str(path),
-        n_gpu_layers=0,
-        use_extra_bufts=bool(mp.use_extra_bufts),
-        n_ctx=int(cp.n_ctx),
-        n_batch=int(cp.n_batch),
-        n_ubatch=int(cp.n_ubatch),
-        n_seq_max=int(cp.n_seq_max),
-        flash_attn_type=int(cp.flash_attn_type),
-        type_k=int(cp.type_k),
-        type_v=int(cp.type_v),
-        embeddings=bool(cp.embeddings),
-        swa_full=bool(cp.swa_full),
-        kv_unified=bool(cp.kv_unified),
-    )
-
-
-def _on_passing_thread(fn: Callable[[], Any]) -> Any:
-    """Run `fn` on a thread that ends when it returns.
-
-    Repacking weights for AMX runs on an OpenMP team that belongs to the calling thread and
-    lives as long as it does. If that thread is not the one that decodes (a server's
-    scheduler, the benchmark's), the process then has more OpenMP workers than cores, libgomp
-    stops letting idle workers spin, and decoding runs several times slower (SmolLM2 through
-    the scheduler: 24 t/s instead of 150). A loader thread that ends takes its team along.
-    """
-    box: list[Any] = []
-
-    def run() -> None:
-        try:
-            box.append(fn())
-        except BaseException as e:  # re-raised on the caller's thread
-            box.append(e)
-
-    t = threading.Thread(target=run, name="candlewick-load-weights")
-    t.start()
-    t.join()
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return box[0]
-
-
 def drafting_exact(
     path: str | os.PathLike[str], extra_buffers: bool | None = None
 ) -> cpu_kernels.Exactness:
@@ -629,44 +440,4 @@ def drafting_exact(
     )
 
 
-def _flash_enabled(lines: Sequence[str], resolved: FlashAttn) -> bool:
-    """What llama.cpp did with flash attention ('auto' is its own choice), from its log."""
-    for line in lines:
-        if "flash_attn" in line and "=" in line:
-            value = line.split("=", 1)[1].strip()
-            if value in ("enabled", "disabled"):
-                return value == "enabled"
-    return resolved == "on"
-
-
-def resolve_gpu_layers(
-    requested: GpuLayers,
-    n_layer: int,
-    *,
-    gguf: GGUFFile | None = None,
-    params: LoadParams | None = None,
-) -> int:
-    """Turn 'all'/'auto'/N into the layer count llama.cpp gets.
-
-    'all' offloads every repeating layer plus the output layer (n_layer + 1). 'auto' offloads
-    nothing on a build that cannot offload; otherwise, given the model header and settings, as
-    many layers as fit in the GPUs' free memory minus a margin (engine.memory), else all.
-    """
-    if requested == "all":
-        return n_layer + 1 if n_layer else 999
-    if requested == "auto":
-        if not llama_lib.supports_gpu_offload():
-            return 0
-        if gguf is not None and params is not None:
-            return fit_gpu_layers(gguf, EstimateParams(params), hardware.detect())
-        return n_layer + 1 if n_layer else 999
-    return int(requested)
-
-
-__all__ = [
-    "LoadInfo",
-    "Model",
-    "SpecialTokens",
-    "drafting_exact",
-    "resolve_gpu_layers",
-]
+__all__ = ["Model", "SpecialTokens", "drafting_exact"]

@@ -158,17 +158,17 @@ def test_amx_build_decodes_batches(smollm2_path: Path) -> None:
 
 
 def test_passing_thread_returns_and_raises() -> None:
-    """AMX loads run on a thread that ends (its OpenMP team goes with it, see runtime)."""
+    """AMX loads run on a thread that ends (its OpenMP team goes with it, see model_build)."""
     import threading
 
-    from engine.host.runtime import _on_passing_thread
+    from engine.host.model_build import on_passing_thread
 
     caller = threading.get_ident()
-    assert _on_passing_thread(threading.get_ident) != caller
-    assert _on_passing_thread(lambda: 42) == 42
+    assert on_passing_thread(threading.get_ident) != caller
+    assert on_passing_thread(lambda: 42) == 42
 
     def boom() -> None:
         raise EngineError("cannot load")
 
     with pytest.raises(EngineError, match="cannot load"):
-        _on_passing_thread(boom)
+        on_passing_thread(boom)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.host.runtime import resolve_gpu_layers
+from engine.host.model_build import resolve_gpu_layers
 from engine.memory.cpu_kernels import CpuFeatures
 from engine.memory.estimate import estimate, fit_gpu_layers
 from engine.memory.hardware import CPU, Device, GiB, MiB, cpu_only, simulate
