@@ -380,7 +380,8 @@ def build_window(
         store=store,
         model_name=library_names(library_model),
     )
-    embedding_models = EmbeddingModels(first_loads=first_loads)
+    # Loaded through the app's host: counted against its budget, listed with the others.
+    embedding_models = EmbeddingModels(host=worker.host, first_loads=first_loads)
     documents, no_documents = documents_panel(paths, library, embedding_models)
     if documents is not None:
         # Indexing holds while the chat answers: both on the same cores halve the chat.

@@ -2,18 +2,26 @@
 and the Documents tab's indexing (a collection searched while it is indexed uses one model).
 A reranker (a GGUF that pools RANK) is loaded the same way and scores a search's passages.
 
-A model is loaded the first time either needs it and kept until `close()` (at shutdown). Any
-thread may ask; the `Embedder` runs each decode on the model's own decode thread, so a search
-and an indexing step take turns there.
+They load through the app's `ModelHost`, as the chat's model does: a load first makes room
+within the host's memory budget (idle models the host loaded on demand go first), and each is
+in the host, counted against that budget and listed with the other models, held by the
+embeddings client (the host never evicts it). What this client keeps about a model (its
+`LoadedEmbedding`: the embedder beside it) lives on the host's entry, so the host stays the
+one registry. A model is loaded the first time either needs it and kept until `close()` (at
+shutdown). Any thread may ask; the `Embedder` runs each decode on the model's own decode
+thread, so a search and an indexing step take turns there.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
 
 from engine.errors import EngineError
+from engine.host.host import Loadable, ModelHost
 from engine.host.runtime import Model
 from engine.model.facts import model_facts
 from engine.model.gguf import read_gguf
@@ -21,6 +29,7 @@ from engine.native.load_probe import FirstLoads
 from engine.server.embeddings import Embedder
 from engine.settings import LoadParams
 
+log = logging.getLogger("candlewick.embeddings")
 # Chunks are at most 200 tokens (engine.rag.indexer) and a question is cut to fit: 512 holds
 # either.
 EMBED_CTX = 512
@@ -33,6 +42,7 @@ PAIR_SLACK = 4
 # SmolLM2 ~50 vs ~90 tok/s) even with no embedding running. On 2 busy cores one thread also
 # embedded as fast as two (12-15 vs 2-6 chunks/s).
 EMBED_THREADS = 1
+OWNER = "embeddings"  # the host's name for the client that holds these models
 
 
 class LoadedEmbedding:
@@ -103,16 +113,20 @@ class EmbeddingModels:
     def __init__(
         self,
         *,
+        host: ModelHost | None = None,
         first_loads: FirstLoads | None = None,
         n_threads: int = EMBED_THREADS,
         load: LoadModel | None = None,
     ) -> None:
-        """`first_loads`: a file's first load is tried in a child process first (a file
-        that crashes llama.cpp fails the search or the indexing, not the app)."""
+        """`host`: the app's model host (None: one of its own, closed with this);
+        `first_loads`: a file's first load is tried in a child process first (a file that
+        crashes llama.cpp fails the search or the indexing, not the app)."""
+        self._host = host if host is not None else ModelHost()
+        self._own_host = host is None
+        self._n_threads = n_threads
         self._load: LoadModel = load or (
             lambda path: LoadedEmbedding(path, n_threads=n_threads, first_loads=first_loads)
         )
-        self._models: dict[Path, LoadedEmbedding] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -124,21 +138,47 @@ class EmbeddingModels:
         with self._lock:  # two first uses of one file load it once
             if self._closed:
                 raise EngineError("the embedding models are closed (the app is shutting down)")
-            model = self._models.get(key)
-            if model is None:
-                model = self._models[key] = self._load(key)
+            model = next((m for m in self._kept() if m.path == key), None)
+            if model is not None:
+                return model
+            name = self._free_name(key)
+            short = self._host.make_room(
+                Loadable(name, key, LoadParams(n_ctx=EMBED_CTX, n_threads=self._n_threads))
+            )
+            if short is not None:  # llama.cpp's own checks decide, as for the chat's model
+                log.info("loading %s anyway: %s", key.name, short)
+            model = self._load(key)
+            try:
+                self._host.add(name, model.model, owner=OWNER)
+            except BaseException:
+                model.close()
+                raise
+            self._host.attachments.set(name, self, model)
             return model
+
+    def _kept(self) -> list[LoadedEmbedding]:
+        return [cast(LoadedEmbedding, m) for _name, m in self._host.attachments.of(self)]
+
+    def _free_name(self, path: Path) -> str:
+        """The file's stem, or with a number when another model has that name."""
+        taken = {h.name for h in self._host.hosted()}
+        name, n = path.stem, 2
+        while name in taken:
+            name, n = f"{path.stem}-{n}", n + 1
+        return name
 
     @property
     def loaded(self) -> list[Path]:
         with self._lock:
-            return list(self._models)
+            return [m.path for m in self._kept()]
 
     def close(self) -> None:
         """Free every model; a later `get` is refused. Whoever used them has stopped (the
         window closes this after its Documents tab and its chat's searches have ended)."""
         with self._lock:
             self._closed = True
-            models, self._models = list(self._models.values()), {}
-        for m in models:
-            m.close()
+            names = [name for name, _m in self._host.attachments.of(self)]
+        for name in names:
+            self._host.remove(name)  # closes what this kept: the embedder and the model
+        if self._own_host:
+            self._host.close()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
@@ -12,6 +14,7 @@ from app.services.embedding_models import EmbeddingModels, LoadedEmbedding
 from app.services.retrieval import Retriever
 from app.ui.index_job import embedding_loader
 from engine.errors import EngineError
+from engine.host.runtime import Model
 from engine.rag.store import RagStore
 
 
@@ -24,6 +27,8 @@ class Loads:
         self.paths.append(path)
         model = LoadedEmbedding.__new__(LoadedEmbedding)  # no llama.cpp: what get() hands out
         model.path = path
+        # What the host holds for it: a model of that file.
+        model.model = cast(Model, SimpleNamespace(path=path))
         model.close = lambda: self.closed.append(path)  # type: ignore[method-assign]
         return model
 
