@@ -115,7 +115,8 @@ class Request:
     def cancelled(self) -> bool:
         return self._cancel.is_set() or (self._external is not None and self._external.is_set())
 
-    def _emit(self, ev: Event) -> None:
+    def emit(self, ev: Event) -> None:
+        """Hand `ev` to the caller's callback (the decode thread calls this)."""
         try:
             self._on_event(ev)
         except Exception:  # a broken consumer must not take the loop down

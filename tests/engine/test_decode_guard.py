@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from engine.errors import EngineError
-from engine.host import scheduler
+from engine.host import batch_builder, scheduler
 from engine.host.decode_guard import DecodeRefused
 from engine.host.runtime import Model
-from engine.host.scheduler import _Slot
+from engine.host.slots import Slot
 from engine.native import llama_lib
 from engine.settings import LoadParams, SamplingParams
 
@@ -89,7 +89,7 @@ def test_a_draft_larger_than_the_batch_is_refused(
     small: Model, decodes: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     small.reset_cache()
-    monkeypatch.setattr(scheduler, "propose_drafts", lambda drafter, m, n: drafter.propose(n))
+    monkeypatch.setattr(batch_builder, "propose_drafts", lambda drafter, m, n: drafter.propose(n))
     monkeypatch.setattr(scheduler, "PromptLookup", lambda cost: _GreedyDrafter())
     gen = small.complete("Hello", GREEDY, spec="lookup")
     with pytest.raises(EngineError) as exc:
@@ -104,16 +104,17 @@ def test_the_scheduler_checks_each_slot_before_writing_the_batch(small: Model) -
     # Slots are made with ids below n_seq_max, so the checks are driven directly: a slot id
     # the context does not have, and tokens past the end of the batch buffer.
     sched = small.loop
-    assert sched._refusal(_Slot(2), 0, 1) == (
+    refusal = sched._builder.refusal
+    assert refusal(Slot(2), 0, 1) == (
         "sequence id 2 is out of range: the context has 2 sequences (ids 0 to 1)"
     )
-    assert sched._refusal(sched._slots[0], sched.n_batch - 1, 2) == (
+    assert refusal(sched._slots[0], sched.n_batch - 1, 2) == (
         "a batch of 17 tokens is larger than the context's batch size of 16"
     )
-    full = _Slot(1)
+    full = Slot(1)
     full.tokens = [1] * (sched.n_ctx_seq - 1)
-    assert sched._refusal(full, 0, 2) == (
+    assert refusal(full, 0, 2) == (
         "the context is full: 2 tokens at position 255 need 257 positions, the context "
         "holds 256; start a new chat or load the model with a larger context"
     )
-    assert sched._refusal(sched._slots[1], 0, 16) is None
+    assert refusal(sched._slots[1], 0, 16) is None

@@ -1,0 +1,206 @@
+"""Batch building: what one step of the decode loop decodes.
+
+Every step writes one batch: the next token of every generating slot (with its drafts when it
+is the one slot drafting), plus chunks of prompts still being read, in sequence-id order
+(llama.cpp splits a batch at every break in the ids). A reproducible prompt cut the canonical
+way (engine.host.batch_plan) goes in its planned chunks, alone. Each slot's rows are checked
+against the context's limits before they are written (engine.host.decode_guard), then one
+`decode` runs, its time is counted to each request it carried, and the `Finisher` samples the
+rows that want logits.
+
+Speculative decoding (engine.host.speculative) runs only while exactly one request is in
+flight and no prompt is being read: with more, the batch already keeps the hardware busy and
+every drafted position would cost the others.
+"""
+
+from __future__ import annotations
+
+import time
+
+from engine.host import decode_guard
+from engine.host.finishing import Finisher
+from engine.host.loop_model import LoopModel
+from engine.host.slots import LoopCounters, Slot
+from engine.host.speculative import propose_drafts
+from engine.native.backend import ContextBackend, DecodeFailed, TokenBatch
+
+
+class BatchBuilder:
+    """Builds and decodes the steps of one context's slots (the decode thread only)."""
+
+    def __init__(
+        self,
+        model: LoopModel,
+        backend: ContextBackend,
+        slots: list[Slot],
+        n_batch: int,
+        counters: LoopCounters,
+        finisher: Finisher,
+    ) -> None:
+        self.model = model
+        self.backend = backend
+        self.slots = slots
+        self.n_batch = n_batch
+        self.n_ctx_seq = backend.n_ctx_seq
+        self.counters = counters
+        self.finisher = finisher
+        self.batch: TokenBatch | None = backend.batch(n_batch)
+
+    def close(self) -> None:
+        if self.batch is not None:
+            self.batch.close()
+            self.batch = None
+
+    def chunks(self) -> tuple[dict[int, int], bool]:
+        """How many prompt tokens each prefilling slot reads this step, and whether the step
+        is one canonical chunk alone (the generating slots then wait one step). A "grid"
+        prompt goes in its planned batches, alone; a "multi" one in cuts of two or more
+        tokens, beside the others."""
+        prefill = sorted(
+            (s for s in self.slots if s.req is not None and s.pending),
+            key=lambda s: s.req.t_submit if s.req else 0.0,
+        )
+        if prefill and prefill[0].plan:
+            first = prefill[0]
+            assert first.plan is not None
+            return {first.seq: first.plan[0]}, True
+        room = self.n_batch - sum(
+            1 for s in self.slots if s.req is not None and s.next_token is not None
+        )
+        out: dict[int, int] = {}
+        for s in prefill:
+            if room <= 0:
+                break
+            if s.plan:
+                continue  # canonical chunks wait until they can go alone
+            k = min(room, len(s.pending))
+            if s.rule == "multi" and len(s.pending) > 1:
+                # Any cut of two or more tokens reads the same: never leave one alone.
+                if len(s.pending) - k == 1:
+                    k -= 1
+                if k < 2:
+                    continue
+            out[s.seq] = k
+            room -= k
+        return out, False
+
+    def step(self) -> None:
+        """Write, decode and sample one batch (nothing when no slot has work)."""
+        b = self.batch
+        assert b is not None
+        put = b.put
+        chunk_len, solo = self.chunks()
+        drafting = None if solo else self.drafting_slot()
+        # Written in sequence-id order: llama.cpp splits a batch at every break in the ids.
+        n = 0
+        rows: list[Slot] = []
+        for s in self.slots:
+            s.batch_idx = -1
+            s.n_in_batch = 0
+            if s.req is None:
+                continue
+            if s.next_token is not None:
+                if solo:
+                    continue
+                s.drafts = self.propose(s) if s is drafting else []
+                refused = self.refusal(s, n, 1 + len(s.drafts))
+                if refused:
+                    self.finisher.finish(s, "error", refused)
+                    continue
+                s.batch_idx = n
+                for tok in (s.next_token, *s.drafts):
+                    put(n, tok, len(s.tokens), s.seq, True)
+                    s.tokens.append(tok)
+                    n += 1
+                s.n_in_batch = 1 + len(s.drafts)
+                s.prefilling = False
+                s.next_token = None
+                rows.append(s)
+                continue
+            k = chunk_len.get(s.seq, 0)
+            if not k:
+                continue
+            refused = self.refusal(s, n, k)
+            if refused:
+                self.finisher.finish(s, "error", refused)
+                continue
+            chunk = s.pending[:k]
+            del s.pending[:k]
+            if s.plan:
+                s.plan.popleft()
+            last = not s.pending
+            pos = len(s.tokens)
+            for j, tok in enumerate(chunk):
+                put(n, tok, pos + j, s.seq, last and j == k - 1)
+                n += 1
+            s.tokens.extend(chunk)
+            s.n_in_batch = k
+            s.prefilling = True
+            self.counters.tok_prompt += k
+            if last:
+                s.batch_idx = n - 1
+                rows.append(s)
+        if n == 0:
+            return
+        b.n_tokens = n
+        t0 = time.perf_counter()
+        try:
+            self.backend.decode(b)
+        except DecodeFailed as e:
+            self.counters.steps += 1
+            # The batch was not applied: drop what each slot thought it added.
+            for s in self.slots:
+                if s.req is not None:
+                    self.finisher.finish(s, "error", str(e))
+            return
+        dt_ms = (time.perf_counter() - t0) * 1000
+        self.counters.steps += 1
+        for s in self.slots:
+            if s.req is None or not s.n_in_batch:
+                continue
+            st = s.req.stats
+            if s.prefilling:
+                st.prompt_eval_ms += dt_ms
+                st.n_prompt_eval += s.n_in_batch
+                if (
+                    not s.pending
+                    and s.req.canonical
+                    and (len(s.req.prompt) > 1 or self.model.split_rule != "multi")
+                ):
+                    s.exact_len = len(s.tokens)  # read the canonical way, all of it
+            else:
+                st.eval_ms += dt_ms
+                st.n_eval += s.n_in_batch
+        for s in rows:
+            self.finisher.sample(s)
+
+    def refusal(self, s: Slot, n: int, k: int) -> str | None:
+        """Why `k` more tokens of slot `s` after `n` in the batch must not be decoded: the
+        batch buffer holds n_batch tokens (llama.cpp does not check what is written into
+        it), a sequence holds n_ctx_seq positions, ids stop at n_seq_max."""
+        try:
+            decode_guard.check_batch(n + k, self.n_batch)
+            decode_guard.check_seq(s.seq, self.backend.n_seq_max)
+            decode_guard.check_room(len(s.tokens), k, self.n_ctx_seq)
+        except decode_guard.DecodeRefused as e:
+            return str(e)
+        return None
+
+    def drafting_slot(self) -> Slot | None:
+        """The one slot that drafts this step: only with one request in flight and no
+        prompt being read (see the module doc)."""
+        busy = [s for s in self.slots if s.req is not None]
+        if len(busy) != 1 or busy[0].next_token is None or busy[0].drafter is None:
+            return None
+        return busy[0]
+
+    def propose(self, s: Slot) -> list[int]:
+        assert s.drafter is not None
+        limit = s.draft_max if s.drafter.sets_length else s.k
+        # Room for the drafts: the batch, and the context with a free cell left after them.
+        return propose_drafts(
+            s.drafter, self.backend, min(limit, self.n_ctx_seq - 2 - len(s.tokens))
+        )
+
+
+__all__ = ["BatchBuilder"]

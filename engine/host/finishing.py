@@ -1,0 +1,177 @@
+"""Sampling, stop conditions and finishing: what happens to a slot after its rows decode.
+
+`Finisher.sample` draws each slot's next token from its own sampler chain (with a grammar's
+mask applied to the logits row first), verifies drafted tokens (engine.host.speculative: every
+token handed out is the model's own sample at that position), and hands text out through the
+slot's `TextStream` (UTF-8 reassembly, stop strings). A request ends on an end-of-generation
+token, a stop string, a finished grammar, its token limit or a full context; ending drops the
+cells it no longer owns first, so a request is reported done only once the cache holds exactly
+the slot's tokens. Everything goes through the `ContextBackend`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from engine.host.requests import Failed, Finished, Piece, Request
+from engine.host.slots import LoopCounters, Slot
+from engine.host.speculative import trim_sequence
+from engine.host.stats import StopReason
+from engine.native.backend import ContextBackend
+
+
+class Finisher:
+    """Samples, stops and finishes the slots of one context (the decode thread only)."""
+
+    def __init__(
+        self,
+        backend: ContextBackend,
+        n_ctx_seq: int,
+        counters: LoopCounters,
+        lock: threading.Condition,
+    ) -> None:
+        self.backend = backend
+        self.n_ctx_seq = n_ctx_seq
+        self.n_seq_max = backend.n_seq_max
+        self.counters = counters
+        self.lock = lock  # the scheduler's: a slot is freed under it
+
+    def reap(self, slots: list[Slot]) -> None:
+        """Finish cancelled and timed-out requests before building the next batch."""
+        now = time.perf_counter()
+        for s in slots:
+            r = s.req
+            if r is None:
+                continue
+            if r.cancelled:
+                self.finish(s, "cancelled")
+            elif r.deadline is not None and now > r.deadline:
+                self.finish(s, "timeout")
+
+    def sample(self, s: Slot) -> None:
+        """Sample the slot's row(s): its next token, and with drafts, the model's token at
+        each drafted position while the drafts agree (the rest of their cells are dropped)."""
+        be = self.backend
+        req = s.req
+        assert req is not None and s.sampler is not None
+        drafts, s.drafts = s.drafts, []
+        base = len(s.tokens) - len(drafts)  # cells through the token decoded before the drafts
+        req.stats.draft_tokens += len(drafts)
+        self.counters.drafted += len(drafts)
+        if req.mask is not None:  # (no drafts: Scheduler._make_drafter)
+            req.mask.apply(be.logits(s.batch_idx))
+        for i in range(len(drafts) + 1):
+            tok = be.sample(s.sampler, s.batch_idx + i)
+            accepted = i < len(drafts) and tok == drafts[i]
+            if accepted:
+                req.stats.draft_accepted += 1
+                self.counters.accepted += 1
+            else:
+                self.trim(s, base + i)  # the drafts after the model's own token are dead
+                if drafts and s.drafter is not None and not s.drafter.sets_length:
+                    # Grow after a fully accepted draft, else one more than was accepted.
+                    s.k = min(s.draft_max, s.k + 1) if i == len(drafts) else i + 1
+            # Finishing inside the accepted drafts leaves the later ones dead too.
+            if not self.emit_token(s, tok, keep=base + i + accepted, pos=base + i):
+                return
+            if not accepted:
+                s.next_token = tok
+                return
+
+    def emit_token(self, s: Slot, tok: int, keep: int, pos: int) -> bool:
+        """Hand out one generated token, which goes at position `pos`; False when the
+        request finished with it. Finishing first drops the slot's cells from `keep` on: the
+        request is reported done (and its slot free) only once the cache holds exactly the
+        slot's tokens."""
+        req = s.req
+        assert req is not None
+        if self.backend.is_eog(tok):
+            self.trim(s, keep)
+            self.finish(s, "stop")
+            return False
+        if req.mask is not None and not req.mask.consume(tok):
+            self.trim(s, keep)
+            self.finish(s, "error", f"the reply left its grammar: {req.mask.error}")
+            return False
+        s.n_gen += 1
+        self.counters.tok_gen += 1
+        req.tokens.append(tok)
+        s.t_last = time.perf_counter()
+        if s.drafter is not None:
+            s.drafter.accept(tok)
+        assert s.stream is not None
+        self.out(s, s.stream.push(self.backend.token_to_piece(tok, req.sampling.special_text)))
+        reason: StopReason | None = None
+        if s.stream.stopped:
+            reason = "stop_string"
+        elif req.mask is not None and req.mask.complete:
+            reason = "stop"  # the grammar allows nothing more: no need to wait for EOG
+        elif s.n_gen >= req.sampling.max_tokens:
+            reason = "length"
+        elif pos + 1 >= self.n_ctx_seq:  # (not len(tokens): they hold this step's drafts)
+            reason = "context_full"
+        if reason is None:
+            return True
+        self.trim(s, keep)
+        self.finish(s, reason)
+        return False
+
+    def trim(self, s: Slot, keep: int) -> None:
+        trim_sequence(self.backend, s.seq, s.tokens, keep)
+        s.exact_len = min(s.exact_len, len(s.tokens))
+
+    def out(self, s: Slot, text: str) -> None:
+        req = s.req
+        if not text or req is None:
+            return
+        if s.t_first is None:
+            s.t_first = time.perf_counter()
+            req.stats.ttft_s = s.t_first - req.t_submit
+        req.text += text
+        if req.stream:
+            req.emit(Piece(req.id, text, s.n_gen))
+
+    def finish(self, s: Slot, reason: StopReason, error: str | None = None) -> None:
+        be = self.backend
+        req = s.req
+        assert req is not None
+        if reason not in ("stop_string", "cancelled", "error") and s.stream is not None:
+            self.out(s, s.stream.flush())
+        if reason in ("cancelled", "error") and 0 <= s.seq < self.n_seq_max:
+            # The client is gone (or the cache is suspect): free the cells now.
+            be.seq_rm(s.seq)
+            s.tokens.clear()
+            s.exact_len = 0
+        if s.sampler is not None:
+            be.sampler_free(s.sampler)
+        if s.drafter is not None:
+            s.drafter.end()
+        st = req.stats
+        st.gen_tokens = s.n_gen
+        st.total_s = time.perf_counter() - req.t_submit
+        if s.t_first is None:
+            st.ttft_s = st.total_s
+        if s.t_first is not None and s.t_last is not None and s.n_gen > 1 and s.t_last > s.t_first:
+            st.gen_tps_wall = (s.n_gen - 1) / (s.t_last - s.t_first)
+        st.stop_reason = reason
+        st.error = error
+        st.finalize_rates()
+        with self.lock:
+            s.clear_request()
+            s.last_used = time.perf_counter()
+        req.emit((Failed if reason == "error" else Finished)(req.id, req.text, st))
+        req.done.set()
+
+
+def finish_unscheduled(req: Request, reason: StopReason) -> None:
+    """End a request that never had a slot (cancelled or timed out while queued, or the
+    loop closed under it)."""
+    st = req.stats
+    st.total_s = st.ttft_s = st.queue_s = time.perf_counter() - req.t_submit
+    st.stop_reason = reason
+    req.emit(Finished(req.id, "", st))
+    req.done.set()
+
+
+__all__ = ["Finisher", "finish_unscheduled"]
