@@ -1,4 +1,4 @@
-"""How a prompt is cut into `llama_decode` batches, so that the same prompt always gets the
+"""How a prompt is cut into decode batches, so that the same prompt always gets the
 same logits (temperature 0 regenerate, continue and reload give the same text).
 
 On CPU, llama.cpp computes a token's activations with different kernels alone and in a batch

@@ -1,7 +1,7 @@
-"""Checks made before every `llama_decode` the engine builds.
+"""Checks made before every batch the engine builds is decoded.
 
 llama.cpp trusts its caller about a batch: more tokens than the batch it was created for
-overruns the buffer `llama_batch_init` allocated (the scheduler writes into one), positions
+overruns the buffer the batch was allocated with (the scheduler writes into one), positions
 past the context and sequence ids past `n_seq_max` reach asserts or an error code that names
 no cause. Each check here raises an EngineError with one line that says which limit and by
 how much, before llama.cpp sees the batch. They are integer comparisons, cheap enough for

@@ -1,6 +1,6 @@
 """Speculative decoding: a cheap drafter proposes tokens, the model checks them in one batch.
 
-Each step decodes [last token, d1..dk] in one `llama_decode` with logits at every position,
+Each step decodes [last token, d1..dk] in one batch with logits at every position,
 then samples the model's own token at each position with the request's sampler chain and
 accepts drafts while they equal what the model sampled. The first mismatch is replaced by the
 model's token (a free extra token when every draft is accepted), and the KV cells of the

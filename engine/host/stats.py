@@ -33,7 +33,7 @@ class GenerationStats:
     total_s: float = 0.0
     stop_reason: StopReason = "stop"
     error: str | None = None  # stop_reason "error": what went wrong, one line
-    # Time in llama_decode calls that carried this request's tokens (a step shared with other
+    # Time in the decodes that carried this request's tokens (a step shared with other
     # requests counts whole: the speed this request saw) and how many of its tokens they held.
     prompt_eval_ms: float = 0.0
     eval_ms: float = 0.0

@@ -3,7 +3,7 @@ generation steps (`call_soon`): one thread drives llama.cpp, as in llama-server.
 
 An embedding model (a GGUF that says how it pools: BERT, nomic-bert, ...) gets a context of
 its own here in embeddings mode, pooled as the file says, that packs several inputs into one
-`llama_decode`, each its own sequence (as llama.cpp's `llama-embedding` does). Its attention is
+decode (through its `LlamaBackend`), each its own sequence (as llama.cpp's `llama-embedding` does). Its attention is
 not causal, so all of a batch's tokens go in one ubatch and every token's scores are computed
 against the whole batch (masked across sequences): that cost grows with the square of the
 batch, so the budget is the model's context (512 tokens for MiniLM): that packs the short
