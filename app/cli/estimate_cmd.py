@@ -70,7 +70,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     add_load_options(
-        p, ctx_help="context length in tokens (with --parallel: all the sequences' together)"
+        p,
+        ctx_help="context length in tokens (with --parallel: all the sequences' together)",
+        about="the load to estimate (--threads changes no memory)",
     )
     p.set_defaults(handler=run_estimate)
 
