@@ -21,11 +21,9 @@ from starlette.routing import Route
 
 from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
-from engine.decoding.reply_reader import Part
 from engine.decoding.tool_calls import ToolChoice
-from engine.host.chat_plan import ChatPlan
 from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run, call_input, sse
-from engine.server.chat_reply import plan_chat
+from engine.server.chat_reply import ChatPlan, Part, plan_chat
 from engine.server.common import cap_tokens, sampling_from
 from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError, anthropic_error_body
@@ -38,7 +36,7 @@ from engine.server.protocol.anthropic import (
     AnthropicToolResultBlock,
     AnthropicToolUseBlock,
 )
-from engine.server.protocol.parse import parse_request
+from engine.server.protocol.parse import parse_body
 
 Json = dict[str, Any]
 _STOP_REASONS = {
@@ -297,14 +295,14 @@ class AnthropicRoutes:
 
     async def count_tokens(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
-        req = parse_request(AnthropicCountTokensRequest, body)
+        req = parse_body(AnthropicCountTokensRequest, body)
         loaded = await self.state.acquire(req.model)
         plan = _plan(loaded, req, chat_messages(req))
         return JSONResponse({"input_tokens": len(plan.prompt)})
 
     async def create(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
-        req = parse_request(AnthropicMessagesRequest, body)
+        req = parse_body(AnthropicMessagesRequest, body)
         loaded = await self.state.acquire(req.model)
         messages = chat_messages(req)
         if messages[-1]["role"] == "assistant":

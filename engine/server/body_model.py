@@ -10,7 +10,7 @@ keys") gives the same list.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import (
     BaseModel,
@@ -23,6 +23,21 @@ from pydantic_core import PydanticCustomError, core_schema
 
 # The refusal of a key a model does not declare, after the key's quoted path.
 UNKNOWN = "is not a field of this API: unknown keys are refused, not ignored"
+
+# The two kinds of a refusal that a model's own check words (`parse.parse_body` reads them).
+REFUSED = "refused"
+REFUSED_WHOLE = "refused_whole"
+
+
+def refuse(message: str) -> PydanticCustomError:
+    """A refusal read after the field's quoted path: "'stop' <message>"."""
+    return PydanticCustomError(REFUSED, message)
+
+
+def refuse_whole(message: str) -> PydanticCustomError:
+    """A refusal complete as it is (it names its field itself)."""
+    return PydanticCustomError(REFUSED_WHOLE, message)
+
 
 _ABUSE = "an end-user id for OpenAI's abuse monitoring"
 _CACHE = "prompt prefixes are cached per slot anyway"
@@ -97,15 +112,13 @@ class Body(BaseModel):
 
 @dataclass(frozen=True)
 class NotHonoured:
-    """A field of the API that the server does not honour: absent, null or one of `allowed`
-    (values that ask for nothing) passes; anything else is refused saying `why`. Its document
-    takes any value: the refusal is in words. Each dialect's module names its own kind of
-    error (`error_type`, read by its error formatter) and whether an allowed value is kept."""
+    """A field of an API that the server does not honour, in every dialect: absent, null or
+    one of `allowed` (values that ask for nothing) passes, as it was sent; anything else is a
+    400 naming the field and saying `why`. Its document takes any value: the refusal is in
+    words."""
 
     why: str
     allowed: tuple[Any, ...] = ()
-    error_type: ClassVar[str] = "candlewick"
-    keeps_allowed: ClassVar[bool] = False
 
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
@@ -119,5 +132,5 @@ class NotHonoured:
 
     def _check(self, v: Any) -> Any:
         if v is None or any(v == a and type(v) is type(a) for a in self.allowed):
-            return v if self.keeps_allowed else None
-        raise PydanticCustomError(self.error_type, f"is not supported: {self.why}")
+            return v
+        raise refuse(f"is not supported: {self.why}")

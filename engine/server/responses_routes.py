@@ -21,16 +21,14 @@ from starlette.routing import Route
 
 from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
-from engine.decoding.reply_reader import Part
 from engine.decoding.tool_calls import ToolChoice
-from engine.host.chat_plan import ChatPlan
 from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run, sse
-from engine.server.chat_reply import plan_chat
+from engine.server.chat_reply import ChatPlan, Part, plan_chat
 from engine.server.common import cap_tokens, sampling_from
 from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
 from engine.server.parsing import read_json
-from engine.server.protocol.parse import parse_request
+from engine.server.protocol.parse import parse_body
 from engine.server.protocol.responses import (
     ResponseObject,
     ResponsesFunctionCallItem,
@@ -332,7 +330,7 @@ class ResponsesRoutes:
 
     async def create(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
-        req = parse_request(ResponsesRequest, body)
+        req = parse_body(ResponsesRequest, body)
         loaded = await self.state.acquire(req.model)
         convo = self._history(req)
         chat_messages(req.input, convo)

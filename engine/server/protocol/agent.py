@@ -7,24 +7,11 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import Discriminator, Field
-from pydantic_core import PydanticCustomError
 
-from engine.server.body_model import NotHonoured
+from engine.server.body_model import REFUSED, refuse, refuse_whole
 from engine.server.protocol.base import FINITE
 
 TEXT_ONLY = "cannot be read: this model reads text only"
-
-
-def refuse(message: str) -> PydanticCustomError:
-    """An error read as "'<field path>' <message>"."""
-    return PydanticCustomError("agent", message)
-
-
-class Refuse(NotHonoured):
-    """A field of the agent APIs (Responses, Messages) that the server cannot honour."""
-
-    error_type = "agent"
-    keeps_allowed = True
 
 
 Temperature2 = Annotated[float, FINITE, Field(ge=0, le=2)]
@@ -56,7 +43,7 @@ def by_type(tags: dict[str, str], default: str | None = None) -> Discriminator:
 
     return Discriminator(
         tag,
-        custom_error_type="agent",
+        custom_error_type=REFUSED,
         custom_error_message=f"must have a 'type' of {', '.join(tags)}",
     )
 
@@ -70,7 +57,7 @@ def tools_of(kind_taken: str, refusal: str) -> Callable[[Any], Any]:
             for i, t in enumerate(v):
                 kind = t.get("type") if isinstance(t, dict) else None
                 if isinstance(kind, str) and kind != kind_taken:
-                    raise PydanticCustomError("agent_whole", refusal.format(i=i, kind=kind))
+                    raise refuse_whole(refusal.format(i=i, kind=kind))
             _unique_tools(
                 [t["name"] for t in v if isinstance(t, dict) and isinstance(t.get("name"), str)]
             )
@@ -82,8 +69,6 @@ def tools_of(kind_taken: str, refusal: str) -> Callable[[Any], Any]:
 def choice_in_tools(choice: Any, name: str | None, tools: list[Any] | None) -> None:
     names = {t.name for t in tools or []}
     if choice is not None and not names:
-        raise PydanticCustomError("agent_whole", "'tool_choice' needs 'tools'")
+        raise refuse_whole("'tool_choice' needs 'tools'")
     if name is not None and name not in names:
-        raise PydanticCustomError(
-            "agent_whole", f"'tool_choice' names '{name}', which is not in 'tools'"
-        )
+        raise refuse_whole(f"'tool_choice' names '{name}', which is not in 'tools'")

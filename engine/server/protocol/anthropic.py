@@ -6,19 +6,16 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, Tag, ValidationInfo, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
-from engine.server.body_model import Body
+from engine.server.body_model import Body, NotHonoured, refuse, refuse_whole
 from engine.server.protocol.agent import (
     TEXT_ONLY,
     CacheControl,
     Harmless,
-    Refuse,
     Temperature1,
     TopP,
     by_type,
     choice_in_tools,
-    refuse,
     tools_of,
 )
 from engine.server.protocol.base import MAX_STOP, MAX_TOOLS, Reply
@@ -119,7 +116,7 @@ class AnthropicToolChoice(Body):
     @model_validator(mode="after")
     def _named(self) -> AnthropicToolChoice:
         if self.type == "tool" and self.name is None:
-            raise PydanticCustomError("agent_whole", "'tool_choice' of type tool needs a 'name'")
+            raise refuse_whole("'tool_choice' of type tool needs a 'name'")
         return self
 
 
@@ -137,7 +134,7 @@ class AnthropicThinking(Body):
         Literal["adaptive", "disabled"],
         BeforeValidator(_thinking_type, json_schema_input_type=Literal["adaptive", "disabled"]),
     ]
-    display: Annotated[Any, Refuse("the thinking comes whole, as thinking blocks")] = None
+    display: Annotated[Any, NotHonoured("the thinking comes whole, as thinking blocks")] = None
 
 
 class AnthropicJsonFormat(Body):
@@ -147,7 +144,7 @@ class AnthropicJsonFormat(Body):
 
 class AnthropicOutputConfig(Body):
     format: AnthropicJsonFormat | None = None
-    effort: Annotated[Any, Refuse("how hard the model works is not adjustable")] = None
+    effort: Annotated[Any, NotHonoured("how hard the model works is not adjustable")] = None
 
 
 class AnthropicMetadata(Body):
@@ -175,9 +172,9 @@ class AnthropicCountTokensRequest(Body):
     tool_choice: AnthropicToolChoice | None = None
     thinking: AnthropicThinking | None = None
     output_config: AnthropicOutputConfig | None = None
-    mcp_servers: Annotated[Any, Refuse("this server connects to no MCP servers", ([],))] = None
-    context_management: Annotated[Any, Refuse("the context is not edited")] = None
-    container: Annotated[Any, Refuse("this server runs no code containers")] = None
+    mcp_servers: Annotated[Any, NotHonoured("this server connects to no MCP servers", ([],))] = None
+    context_management: Annotated[Any, NotHonoured("the context is not edited")] = None
+    container: Annotated[Any, NotHonoured("this server runs no code containers")] = None
 
     @field_validator("tool_choice")
     @classmethod

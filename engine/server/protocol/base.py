@@ -17,10 +17,10 @@ from pydantic import (
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
 )
-from pydantic_core import PydanticCustomError, core_schema
+from pydantic_core import core_schema
 
 from engine.host.host import UNSET, Unset
-from engine.server.body_model import NotHonoured
+from engine.server.body_model import refuse
 
 MAX_STOP = 16
 MAX_TOOLS = 128
@@ -28,20 +28,6 @@ MAX_EMBED_INPUTS = 64
 TOOL_NAME = r"^[A-Za-z0-9_.-]{1,64}$"
 # Patterns refused in words rather than as a regular expression.
 PATTERN_TEXT = {TOOL_NAME: "must be 1-64 letters, digits, '_', '.' or '-'"}
-
-
-def refuse(message: str) -> PydanticCustomError:
-    """An error whose message follows the field's quoted path: "'stop' <message>"."""
-    return PydanticCustomError("candlewick", message)
-
-
-def refuse_whole(message: str) -> PydanticCustomError:
-    """An error whose message is complete as it is (it names its field itself)."""
-    return PydanticCustomError("candlewick_whole", message)
-
-
-class Refused(NotHonoured):
-    """A field of the OpenAI and Ollama APIs that the server does not honour."""
 
 
 def _is_number(v: Any) -> bool:

@@ -6,16 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
-from engine.server.body_model import UNKNOWN, Body
-from engine.server.protocol.base import (
-    EmbedInput,
-    NonEmpty,
-    Refused,
-    Reply,
-    Ttl,
-    refuse,
-    refuse_whole,
-)
+from engine.server.body_model import UNKNOWN, Body, NotHonoured, refuse, refuse_whole
+from engine.server.protocol.base import EmbedInput, NonEmpty, Reply, Ttl
 
 MAX_RERANK_DOCUMENTS = 1000  # Cohere's limit; each is one pair to score
 
@@ -25,7 +17,7 @@ class EmbeddingRequest(Body):
     ttl: Ttl | None = None
     encoding_format: Literal["float", "base64"] | None = None
     input: EmbedInput
-    dimensions: Annotated[Any, Refused("vectors have the model's own length")] = None
+    dimensions: Annotated[Any, NotHonoured("vectors have the model's own length")] = None
 
 
 class RerankDocument(Body):

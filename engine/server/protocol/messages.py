@@ -9,8 +9,8 @@ from typing import Annotated, Any, ClassVar, Literal, Protocol
 
 from pydantic import BeforeValidator, ConfigDict, Field, model_validator
 
-from engine.server.body_model import Body
-from engine.server.protocol.base import MAX_TOOLS, TOOL_NAME, refuse, refuse_whole
+from engine.server.body_model import Body, refuse, refuse_whole
+from engine.server.protocol.base import MAX_TOOLS, TOOL_NAME
 
 
 class TextPart(Body):

@@ -6,22 +6,19 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
-from engine.server.body_model import Body
+from engine.server.body_model import Body, NotHonoured, refuse, refuse_whole
 from engine.server.protocol.base import (
     EmbedInput,
     KeepAlive,
     OllamaTemperature,
     OllamaTopP,
     Penalty,
-    Refused,
     RepeatPenalty,
     Reply,
     Seed,
     Stop,
     UnitInterval,
     no_alternatives,
-    refuse,
-    refuse_whole,
     unsupported_true,
 )
 from engine.server.protocol.messages import (
@@ -172,13 +169,13 @@ class OllamaGenerateRequest(_OllamaText):
     prompt: str | None = None
     system: str | None = None
     raw: bool | None = None
-    suffix: Annotated[Any, Refused("no text is inserted before a suffix", ("",))] = None
-    template: Annotated[Any, Refused("the model's own chat template is used", ("",))] = None
-    context: Annotated[Any, Refused("send the conversation to /api/chat", ([],))] = None
-    images: Annotated[Any, Refused("this model reads text only", ([],))] = None
-    width: Annotated[Any, Refused("this server makes no images")] = None
-    height: Annotated[Any, Refused("this server makes no images")] = None
-    steps: Annotated[Any, Refused("this server makes no images")] = None
+    suffix: Annotated[Any, NotHonoured("no text is inserted before a suffix", ("",))] = None
+    template: Annotated[Any, NotHonoured("the model's own chat template is used", ("",))] = None
+    context: Annotated[Any, NotHonoured("send the conversation to /api/chat", ([],))] = None
+    images: Annotated[Any, NotHonoured("this model reads text only", ([],))] = None
+    width: Annotated[Any, NotHonoured("this server makes no images")] = None
+    height: Annotated[Any, NotHonoured("this server makes no images")] = None
+    steps: Annotated[Any, NotHonoured("this server makes no images")] = None
 
 
 class OllamaShowRequest(Body):
@@ -215,10 +212,10 @@ class OllamaShowRequest(Body):
 class OllamaEmbedRequest(_OllamaModel):
     input: EmbedInput
     truncate: Annotated[
-        Any, Refused("an input longer than the model's context is refused, not cut", (False,))
+        Any, NotHonoured("an input longer than the model's context is refused, not cut", (False,))
     ] = None
-    dimensions: Annotated[Any, Refused("vectors have the model's own length")] = None
-    options: Annotated[Any, Refused("embeddings take no options", ({},))] = None
+    dimensions: Annotated[Any, NotHonoured("vectors have the model's own length")] = None
+    options: Annotated[Any, NotHonoured("embeddings take no options", ({},))] = None
 
 
 class OllamaError(Reply):

@@ -14,11 +14,10 @@ from pydantic import (
 )
 
 from engine.decoding.tool_calls import ToolChoice
-from engine.server.body_model import Body
+from engine.server.body_model import Body, NotHonoured, refuse, refuse_whole
 from engine.server.protocol.base import (
     NonEmpty,
     Penalty,
-    Refused,
     RepeatPenalty,
     Reply,
     Seed,
@@ -28,8 +27,6 @@ from engine.server.protocol.base import (
     Ttl,
     UnitInterval,
     no_alternatives,
-    refuse,
-    refuse_whole,
     unsupported_true,
 )
 from engine.server.protocol.messages import (
@@ -65,9 +62,11 @@ class ChatMessage(Message):
     reasoning_content: str | None = None
     tool_call_id: str | None = None
     name: str | None = None
-    refusal: Annotated[Any, Refused("send a refusal as the content")] = None
-    audio: Annotated[Any, Refused("this model reads text only")] = None
-    function_call: Annotated[Any, Refused("the deprecated function call; send tool_calls")] = None
+    refusal: Annotated[Any, NotHonoured("send a refusal as the content")] = None
+    audio: Annotated[Any, NotHonoured("this model reads text only")] = None
+    function_call: Annotated[Any, NotHonoured("the deprecated function call; send tool_calls")] = (
+        None
+    )
 
     def as_chat(self, i: int) -> dict[str, Any]:
         return with_history(
@@ -279,16 +278,18 @@ class ChatCompletionRequest(_FormatFields, _ToolFields, _OpenAISampling, _Messag
     ] = None
     # OpenAI's fields that the server does not honour.
     reasoning_effort: Annotated[
-        Any, Refused("a thinking budget cannot be set; see reasoning_format")
+        Any, NotHonoured("a thinking budget cannot be set; see reasoning_format")
     ] = None
-    verbosity: Annotated[Any, Refused("the answer's length is the model's")] = None
-    modalities: Annotated[Any, Refused("the answer is text only", (["text"],))] = None
-    audio: Annotated[Any, Refused("the answer is text only")] = None
-    prediction: Annotated[Any, Refused("predicted outputs are not used")] = None
-    web_search_options: Annotated[Any, Refused("this server runs no web search")] = None
-    functions: Annotated[Any, Refused("the deprecated functions; send tools")] = None
-    function_call: Annotated[Any, Refused("the deprecated function_call; send tool_choice")] = None
-    store: Annotated[Any, Refused("completions are not kept", (False,))] = None
+    verbosity: Annotated[Any, NotHonoured("the answer's length is the model's")] = None
+    modalities: Annotated[Any, NotHonoured("the answer is text only", (["text"],))] = None
+    audio: Annotated[Any, NotHonoured("the answer is text only")] = None
+    prediction: Annotated[Any, NotHonoured("predicted outputs are not used")] = None
+    web_search_options: Annotated[Any, NotHonoured("this server runs no web search")] = None
+    functions: Annotated[Any, NotHonoured("the deprecated functions; send tools")] = None
+    function_call: Annotated[Any, NotHonoured("the deprecated function_call; send tool_choice")] = (
+        None
+    )
+    store: Annotated[Any, NotHonoured("completions are not kept", (False,))] = None
 
 
 def _prompt(v: Any) -> Any:
@@ -323,8 +324,8 @@ class _Prompt(Body):
 
 class CompletionRequest(_FormatFields, _OpenAISampling, _Prompt):
     echo: Annotated[Literal[False] | None, BeforeValidator(_echo)] = None
-    suffix: Annotated[Any, Refused("no text is inserted before a suffix", ("",))] = None
-    best_of: Annotated[Any, Refused("one completion is generated", (1,))] = None
+    suffix: Annotated[Any, NotHonoured("no text is inserted before a suffix", ("",))] = None
+    best_of: Annotated[Any, NotHonoured("one completion is generated", (1,))] = None
 
 
 class OpenAIErrorDetail(Reply):

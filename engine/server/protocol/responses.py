@@ -6,19 +6,16 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, Tag, ValidationInfo, field_validator, model_validator
-from pydantic_core import PydanticCustomError
 
-from engine.server.body_model import Body
+from engine.server.body_model import Body, NotHonoured, refuse, refuse_whole
 from engine.server.protocol.agent import (
     TEXT_ONLY,
     Harmless,
     PositiveInt,
-    Refuse,
     Temperature2,
     TopP,
     by_type,
     choice_in_tools,
-    refuse,
     tools_of,
 )
 from engine.server.protocol.base import MAX_TOOLS, TOOL_NAME, Reply
@@ -97,7 +94,7 @@ class ResponsesReasoningItem(Body):
     content: list[ResponsesReasoningText] | None = None
     encrypted_content: Annotated[
         Any,
-        Refuse(
+        NotHonoured(
             "encrypted reasoning cannot be read here; send "
             "the reasoning item as this server returned it"
         ),
@@ -129,8 +126,7 @@ def _items(v: Any) -> Any:
                 if kind == "item_reference"
                 else "this server runs no built-in tools"
             )
-            raise PydanticCustomError(
-                "agent_whole",
+            raise refuse_whole(
                 f"'input[{i}]': items of type '{kind}' are not supported "
                 f"({why}); it takes {', '.join(_ITEM_TYPES)}",
             )
@@ -172,15 +168,13 @@ class ResponsesTextFormat(Body):
     @model_validator(mode="after")
     def _schema_given(self) -> ResponsesTextFormat:
         if self.type == "json_schema" and self.schema_ is None:
-            raise PydanticCustomError(
-                "agent_whole", "'text.format' of type json_schema needs a 'schema'"
-            )
+            raise refuse_whole("'text.format' of type json_schema needs a 'schema'")
         return self
 
 
 class ResponsesText(Body):
     format: ResponsesTextFormat | None = None
-    verbosity: Annotated[Any, Refuse("the answer's length is the model's")] = None
+    verbosity: Annotated[Any, NotHonoured("the answer's length is the model's")] = None
 
 
 def _effort(v: Any) -> Any:
@@ -199,13 +193,17 @@ class ResponsesReasoning(Body):
     ] = None
     summary: Annotated[
         Any,
-        Refuse("the thinking is not summarised; it comes whole, as the reasoning item's content"),
+        NotHonoured(
+            "the thinking is not summarised; it comes whole, as the reasoning item's content"
+        ),
     ] = None
-    generate_summary: Annotated[Any, Refuse("the thinking is not summarised")] = None
+    generate_summary: Annotated[Any, NotHonoured("the thinking is not summarised")] = None
 
 
 class ResponsesStreamOptions(Body):
-    include_obfuscation: Annotated[Any, Refuse("stream deltas are not padded", (False,))] = None
+    include_obfuscation: Annotated[Any, NotHonoured("stream deltas are not padded", (False,))] = (
+        None
+    )
 
 
 def _truncation(v: Any) -> Any:
@@ -251,22 +249,22 @@ class ResponsesRequest(Body):
         BeforeValidator(_truncation, json_schema_input_type=Literal["disabled"] | None),
     ] = None
     background: Annotated[
-        Any, Refuse("the answer comes in the reply to this request", (False,))
+        Any, NotHonoured("the answer comes in the reply to this request", (False,))
     ] = None
     include: Annotated[
-        Any, Refuse("no extra output data is kept (encrypted reasoning, logprobs, ...)", ([],))
+        Any, NotHonoured("no extra output data is kept (encrypted reasoning, logprobs, ...)", ([],))
     ] = None
-    top_logprobs: Annotated[Any, Refuse("log probabilities are not returned", (0,))] = None
+    top_logprobs: Annotated[Any, NotHonoured("log probabilities are not returned", (0,))] = None
     conversation: Annotated[
         Any,
-        Refuse(
+        NotHonoured(
             "conversations are not kept; use previous_response_id or send the whole conversation"
         ),
     ] = None
     prompt: Annotated[
-        Any, Refuse("stored prompt templates are not kept; send 'instructions' and 'input'")
+        Any, NotHonoured("stored prompt templates are not kept; send 'instructions' and 'input'")
     ] = None
-    context_management: Annotated[Any, Refuse("the context is not compacted")] = None
+    context_management: Annotated[Any, NotHonoured("the context is not compacted")] = None
 
     @field_validator("tool_choice")
     @classmethod

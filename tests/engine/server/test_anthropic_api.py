@@ -15,7 +15,6 @@ import httpx
 import jsonschema
 import pytest
 
-from engine.decoding.reply_reader import ReplyResult
 from engine.decoding.tool_calls import ToolCall
 from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
@@ -23,9 +22,10 @@ from engine.model.templates import ChatTemplate
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.server.agent_run import Done
 from engine.server.anthropic_routes import MessageBuilder, chat_messages
+from engine.server.chat_reply import ReplyResult
 from engine.server.errors import ApiError
 from engine.server.protocol.anthropic import AnthropicMessagesRequest, AnthropicReply
-from engine.server.protocol.parse import parse_request
+from engine.server.protocol.parse import parse_body
 from engine.settings import LoadParams
 from tests.engine.server.conftest import API_KEY, assert_no_leak, doc_valid, http, make_config
 from tests.engine.server.test_structured_api import THINKING_CHATML
@@ -438,7 +438,7 @@ def test_thinking_comes_out_as_thinking_blocks(thinker: tuple[ServedModel, Serve
 
 
 def test_content_blocks_become_chat_turns() -> None:
-    req = parse_request(
+    req = parse_body(
         AnthropicMessagesRequest,
         {
             "max_tokens": 5,
@@ -560,14 +560,14 @@ REFUSED: list[dict[str, Any]] = [
 @pytest.mark.parametrize("body", TAKEN)
 def test_the_document_takes_what_the_server_takes(body: dict[str, Any]) -> None:
     """A schema stricter than the server fails the fuzz test's negative-data check."""
-    parse_request(AnthropicMessagesRequest, body)
+    parse_body(AnthropicMessagesRequest, body)
     assert doc_valid("AnthropicMessagesRequest", body)
 
 
 @pytest.mark.parametrize("body", REFUSED)
 def test_the_document_refuses_what_it_can_say(body: dict[str, Any]) -> None:
     with pytest.raises(ApiError):
-        parse_request(AnthropicMessagesRequest, body)
+        parse_body(AnthropicMessagesRequest, body)
     assert not doc_valid("AnthropicMessagesRequest", body)
 
 

@@ -15,15 +15,15 @@ import jsonschema
 import openai
 import pytest
 
-from engine.decoding.reply_reader import ReplyResult
 from engine.decoding.tool_calls import ToolCall
 from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
 from engine.model.templates import ChatTemplate
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.server.agent_run import Done
+from engine.server.chat_reply import ReplyResult
 from engine.server.errors import ApiError
-from engine.server.protocol.parse import parse_request
+from engine.server.protocol.parse import parse_body
 from engine.server.protocol.responses import ResponseObject, ResponsesRequest
 from engine.server.response_store import ResponseStore
 from engine.server.responses_routes import ResponseBuilder, chat_messages
@@ -430,7 +430,7 @@ def test_thinking_comes_out_as_a_reasoning_item(thinker: tuple[ServedModel, Serv
 
 
 def test_input_items_become_chat_turns() -> None:
-    req = parse_request(
+    req = parse_body(
         ResponsesRequest,
         {
             "input": [
@@ -561,14 +561,14 @@ REFUSED: list[dict[str, Any]] = [
 @pytest.mark.parametrize("body", TAKEN)
 def test_the_document_takes_what_the_server_takes(body: dict[str, Any]) -> None:
     """A schema stricter than the server fails the fuzz test's negative-data check."""
-    parse_request(ResponsesRequest, body)
+    parse_body(ResponsesRequest, body)
     assert doc_valid("ResponsesRequest", body)
 
 
 @pytest.mark.parametrize("body", REFUSED)
 def test_the_document_refuses_what_it_can_say(body: dict[str, Any]) -> None:
     with pytest.raises(ApiError):
-        parse_request(ResponsesRequest, body)
+        parse_body(ResponsesRequest, body)
     assert not doc_valid("ResponsesRequest", body)
 
 

@@ -19,7 +19,7 @@ from engine.server.protocol.anthropic import AnthropicMessagesRequest
 from engine.server.protocol.embeddings import EmbeddingRequest
 from engine.server.protocol.ollama import OllamaChatRequest
 from engine.server.protocol.openai import ChatCompletionRequest
-from engine.server.protocol.parse import parse_body, parse_request
+from engine.server.protocol.parse import parse_body
 from engine.server.protocol.responses import ResponsesRequest
 from tests.engine.server.conftest import API_KEY, http, make_config
 from tests.fake_server_engine import FakeModel, serve_fake
@@ -219,8 +219,7 @@ PLACES: dict[str, Callable[[str], tuple[type[BaseModel], dict[str, Any]]]] = {
 
 
 def _parse(model: type[BaseModel], body: dict[str, Any]) -> Any:
-    agent = model.__module__ in (responses.__name__, anthropic.__name__)
-    return (parse_request if agent else parse_body)(model, body)
+    return parse_body(model, body)
 
 
 @pytest.mark.parametrize(
