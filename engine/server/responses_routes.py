@@ -21,9 +21,11 @@ from starlette.routing import Route
 
 from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
+from engine.decoding.reply_reader import Part
 from engine.decoding.tool_calls import ToolChoice
+from engine.host.chat_plan import ChatPlan
 from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run, sse
-from engine.server.chat_reply import ChatPlan, Part, plan_chat
+from engine.server.chat_reply import plan_chat
 from engine.server.common import cap_tokens, sampling_from
 from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError

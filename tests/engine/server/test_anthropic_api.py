@@ -15,6 +15,7 @@ import httpx
 import jsonschema
 import pytest
 
+from engine.decoding.reply_reader import ReplyResult
 from engine.decoding.tool_calls import ToolCall
 from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
@@ -22,7 +23,6 @@ from engine.model.templates import ChatTemplate
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.server.agent_run import Done
 from engine.server.anthropic_routes import MessageBuilder, chat_messages
-from engine.server.chat_reply import ReplyResult
 from engine.server.errors import ApiError
 from engine.server.protocol.anthropic import AnthropicMessagesRequest, AnthropicReply
 from engine.server.protocol.parse import parse_body

@@ -15,13 +15,13 @@ import jsonschema
 import openai
 import pytest
 
+from engine.decoding.reply_reader import ReplyResult
 from engine.decoding.tool_calls import ToolCall
 from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
 from engine.model.templates import ChatTemplate
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.server.agent_run import Done
-from engine.server.chat_reply import ReplyResult
 from engine.server.errors import ApiError
 from engine.server.protocol.parse import parse_body
 from engine.server.protocol.responses import ResponseObject, ResponsesRequest
