@@ -13,6 +13,7 @@ from typing import Protocol
 from engine.decoding.constraints import TokenMask
 from engine.host.prompt_cache import PromptStateCache
 from engine.host.speculative import CostModel, Speculator
+from engine.memory.actual import ActualMemory
 from engine.memory.cpu_kernels import SplitRule
 from engine.native.backend import ContextBackend
 from engine.settings import LoadParams
@@ -25,7 +26,9 @@ class LoopModel(CostModel, Protocol):
     `params`: its load settings (`n_batch`, `speculative`). `split_rule`: how a reproducible
     prompt may be cut into batches (engine.host.batch_plan). `state_cache`: saved KV states of
     conversations (None: none kept). `speculator`: its draft model, if loaded.
-    `grammar_mask`: a fresh grammar state for one request, built on the caller's thread."""
+    `grammar_mask`: a fresh grammar state for one request, built on the caller's thread.
+    `memory_actual`: what its context allocated (a KV copy between slots is weighed by it).
+    `scheduler`: its loop once made (a second loop on the same context is refused)."""
 
     @property
     def backend(self) -> ContextBackend | None: ...
@@ -37,6 +40,10 @@ class LoopModel(CostModel, Protocol):
     def state_cache(self) -> PromptStateCache | None: ...
     @property
     def speculator(self) -> Speculator | None: ...
+    @property
+    def memory_actual(self) -> ActualMemory: ...
+    @property
+    def scheduler(self) -> object | None: ...
     def grammar_mask(self, grammar: str) -> TokenMask: ...
     def recreate_context(self, n_seq_max: int, n_ctx: int) -> None: ...
 

@@ -39,9 +39,10 @@ The seam. The loop sees the model only through `LoopModel` (engine.host.loop_mod
 context only through `ContextBackend` (engine.native.backend): it never imports `runtime`
 nor calls llama.cpp. So a test builds a real `Scheduler` without a model: an object with
 `backend` (a fake `ContextBackend`: batch, decode, sample, KV operations), `params`
-(`LoadParams`), `split_rule`, `state_cache`, `speculator` (None), `load_info.n_gpu_layers`,
-`amx_weights`, `grammar_mask` and `recreate_context` (which replaces `backend`), and no
-`scheduler` attribute set yet: `Scheduler(fake_model, n_slots=..., reserved_slots=...)`.
+(`LoadParams`), `split_rule`, `state_cache`, `speculator` (None), `memory_actual`,
+`load_info.n_gpu_layers`, `amx_weights`, `grammar_mask`, `recreate_context` (which replaces
+`backend`) and `scheduler` still None: `Scheduler(fake_model, n_slots=..., reserved_slots=...)`
+(tests/fake_backend.py is one).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class Scheduler:
         self.model = model
         if model.backend is None:
             raise EngineError("the model is not loaded")
-        if getattr(model, "scheduler", None) is not None:
+        if model.scheduler is not None:
             raise EngineError(
                 "a model has one decode loop (model.loop); a second one on the "
                 "same context would corrupt it"
@@ -139,11 +140,8 @@ class Scheduler:
         self.n_ctx_seq = backend.n_ctx_seq
         self._be = backend
         self._slots = [Slot(i) for i in range(n)]
-        # A test double need not report its memory: no KV size, no copy cost.
-        kv_bytes = int(getattr(getattr(model, "memory_actual", None), "kv_bytes", 0) or 0)
-        self._layout = KvLayout(
-            model, backend, self._slots, self._counts, kv_bytes // max(n_seq_max, 1)
-        )
+        stream_bytes = model.memory_actual.kv_bytes // max(n_seq_max, 1)
+        self._layout = KvLayout(model, backend, self._slots, self._counts, stream_bytes)
         self._fin = Finisher(backend, self.n_ctx_seq, self._counts, self._cond)
         if self._builder is not None:
             self._builder.close()
