@@ -80,15 +80,14 @@ test: setup
 	$(VENV)/bin/lint-imports
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
 
-# The fast tier: no model loaded (tests/conftest.py marks every test that uses one, and with
-# CANDLEWICK_FAST_TIER=1 fails a test that loads one anyway), nothing slow; under a minute.
-FAST_TIER := tests/app/services tests/engine/server tests/app/test_cli_parsing.py \
-  tests/app/ui/test_controller_states.py
+# The fast tier: every test the markers call fast, over the whole suite (no list of paths):
+# no model loaded (tests/conftest.py marks every test that uses one, and with
+# CANDLEWICK_FAST_TIER=1 fails a test that loads one anyway), nothing slow, no X server.
 test-fast: setup
 	$(VENV)/bin/ruff check $(PY_PATHS)
 	$(VENV)/bin/ruff format --check $(PY_PATHS)
 	CANDLEWICK_FAST_TIER=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q \
-	  -m "not model and not slow and not xserver" $(FAST_TIER)
+	  -m "not model and not slow and not xserver"
 
 bench: setup
 	$(PY) benchmarks/decode_overhead.py

@@ -4,11 +4,13 @@ CANDLEWICK_SHUFFLE_SEED=N runs the collected tests in an order shuffled with tha
 modules, then the tests within each module, so module fixtures are still set up once each);
 the seed is printed, so a failing order can be run again.
 
-The fast tier (`make test-fast`) is every test without the `model`, `slow` or `xserver`
-marker. A test that requests one of the model fixtures below, directly or through another
-fixture, is marked `model` at collection, so a new model test leaves the tier by itself. With
-CANDLEWICK_FAST_TIER=1 (set by `make test-fast`) those fixtures and `Model.__init__` raise,
-so a test that loads a model some other way fails loudly instead of slowing the tier down.
+The fast tier (`make test-fast`) is every test of the suite without the `model`, `slow` or
+`xserver` marker. A test that requests one of the model fixtures below, directly or through
+another fixture, is marked `model` at collection, so a new model test leaves the tier by
+itself. With CANDLEWICK_FAST_TIER=1 (set by `make test-fast`) those fixtures and
+`Model.__init__` raise, in this process and in every Python a test starts (fast_tier/
+sitecustomize.py), so a test that loads a model some other way fails loudly instead of
+slowing the tier down: mark it `model` by hand.
 """
 
 from __future__ import annotations
@@ -81,6 +83,11 @@ def shuffle(config: pytest.Config, items: list[pytest.Item], seed: str) -> None:
 _model_guard = pytest.MonkeyPatch()
 
 
+# Put first on a child Python's path in the fast tier: its sitecustomize refuses a model
+# load there too (a test that runs `candlewick run` or a server in a child process).
+CHILD_GUARD = Path(__file__).resolve().parent / "fast_tier"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if not FAST_TIER:
         return
@@ -90,6 +97,8 @@ def pytest_configure(config: pytest.Config) -> None:
         raise ModelInFastTier(NO_MODEL)
 
     _model_guard.setattr(Model, "__init__", refuse)
+    paths = [str(CHILD_GUARD), os.environ.get("PYTHONPATH", "")]
+    _model_guard.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -49,6 +49,7 @@ def assert_complete(result: dict[str, object], levels: list[int]) -> None:
     assert isinstance(machine, dict) and machine["cpu"] and machine["ram_bytes"]
 
 
+@pytest.mark.model
 def test_embedded_run_json(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     r = cli(
@@ -77,6 +78,7 @@ def test_embedded_run_json(tmp_path: Path) -> None:
     assert r.stderr == ""  # --json: no progress bar
 
 
+@pytest.mark.model
 def test_embedded_concurrency_runs_through_the_scheduler() -> None:
     r = cli("bench", "--concurrency", "1,2", "--no-bandwidth", "--threads", "1", *FAST)
     assert r.returncode == 0, r.stderr
@@ -216,6 +218,7 @@ def llama_result(
 @pytest.fixture(scope="module")
 def serve_result(
     tmp_path_factory: pytest.TempPathFactory,
+    smollm2_path: Path,  # what the child serves: its tests are marked `model`
 ) -> tuple[Path, int, subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
     tmp = tmp_path_factory.mktemp("bench-serve")
     out = tmp / "candlewick.json"

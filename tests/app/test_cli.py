@@ -19,6 +19,7 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.model
 def test_run_json_has_sane_stats() -> None:
     r = cli(
         "run",
@@ -55,6 +56,7 @@ def test_run_json_has_sane_stats() -> None:
     assert r.stderr == ""
 
 
+@pytest.mark.model
 def test_run_streams_plain_text() -> None:
     r = cli(
         "run",

@@ -18,7 +18,8 @@ KEY = "cli-test-key-98765"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iterator[str]:
+    """`candlewick serve` of the default model (`smollm2_path`: its tests are marked `model`)."""
     log = tmp_path_factory.mktemp("serve") / "server.log"
     with candlewick_serve(log, parallel=1, ctx=512, api_key=KEY) as (url, _pid):
         yield url

@@ -7,6 +7,8 @@ import json
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.engine.clients.bench_servers import candlewick_serve
 
 QUOTE = (
@@ -26,6 +28,7 @@ def _metric(text: str, name: str) -> int:
     return int(float(line.split()[1]))
 
 
+@pytest.mark.model
 def test_serve_lookup_drafts(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     with candlewick_serve(log, parallel=1, ctx=1024, extra=["--lookup"]) as (url, _pid):

@@ -151,6 +151,7 @@ def logged_extra(lines: list[str]) -> dict[str, int]:
 
 @pytest.mark.parametrize("which", ["smollm2", "gemma"])
 @pytest.mark.parametrize("extra", [True, False])
+@pytest.mark.model
 def test_copies_match_what_llama_cpp_allocates_here(
     request: pytest.FixtureRequest, which: str, extra: bool
 ) -> None:

@@ -46,8 +46,8 @@ def test_layer_placement_follows_llama_cpp() -> None:
 
 
 @pytest.fixture(scope="module")
-def specs(request: pytest.FixtureRequest) -> dict[str, Path]:
-    return {m: Path(request.getfixturevalue(f"{m}_path")) for m in ("smollm2", "gemma")}
+def specs(smollm2_path: Path, gemma_path: Path) -> dict[str, Path]:
+    return {"smollm2": smollm2_path, "gemma": gemma_path}
 
 
 def _plan(

@@ -195,6 +195,7 @@ def test_bad_parameters_are_refused(smollm2_path: Path) -> None:
         SamplingParams(temperature=-1).validate()
 
 
+@pytest.mark.model
 def test_corrupt_file_never_reaches_llama(tmp_path: Path) -> None:
     from engine.model.gguf import GGUFError
 

@@ -63,6 +63,7 @@ def load(qtbot: QtBot, w: MainWindow, path: Path, n_ctx: int) -> None:
     )
 
 
+@pytest.mark.model
 def test_context_line_counts_the_answer_as_the_panel_does(window: MainWindow, qtbot: QtBot) -> None:
     panel = window.perf_panel
     probe = TokenProbe(lambda: (line(window)[0], panel.prompt_tokens + panel.gen_tokens))
@@ -91,6 +92,7 @@ def test_context_line_shows_the_size_of_a_reload(
     assert window.chat_view.context_label.text() == ""  # no model, no size to show
 
 
+@pytest.mark.model
 def test_context_line_after_switching_chats(window: MainWindow, qtbot: QtBot) -> None:
     send(qtbot, window, "What is the capital of France?")
     first, first_line = window.controller.conversation_id, line(window)

@@ -54,6 +54,7 @@ def record(signal: Any) -> list[Any]:
     return got
 
 
+@pytest.mark.model
 def test_exchange_is_stored_with_stats_model_and_sampling(window: MainWindow, qtbot: QtBot) -> None:
     send(qtbot, window, "What is the capital of France?")
     store = store_of(window)
@@ -77,6 +78,7 @@ def test_exchange_is_stored_with_stats_model_and_sampling(window: MainWindow, qt
     assert window.chat_view.context_label.text().startswith(f"Context: {used:,} / ")
 
 
+@pytest.mark.model
 def test_signal_sequence_of_a_first_exchange(window: MainWindow, qtbot: QtBot) -> None:
     c = window.controller
     events: list[str] = []
@@ -164,6 +166,7 @@ def test_conversation_list_search_pin_rename_delete_undo(window: MainWindow, qtb
     assert cl.ids() == [ids[0], ids[2], ids[1]] and not cl.undo_bar.isVisible()
 
 
+@pytest.mark.model
 def test_regenerate_edit_and_branch_navigation(window: MainWindow, qtbot: QtBot) -> None:
     send(qtbot, window, "Name a fruit.")
     store = store_of(window)
@@ -325,6 +328,7 @@ def test_export_and_import_round_trip(window: MainWindow, qtbot: QtBot, tmp_path
     assert len(store.conversations()) == 1
 
 
+@pytest.mark.model
 def test_regenerate_in_an_opened_chat_loads_the_model_first(
     window: MainWindow, qtbot: QtBot
 ) -> None:

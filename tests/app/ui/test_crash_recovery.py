@@ -90,6 +90,7 @@ def killed_app(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     yield home, seen[-1]
 
 
+@pytest.mark.model
 def test_sigkill_mid_answer_loses_nothing_and_restart_offers_continue(
     killed_app: tuple[Path, str], qtbot: QtBot, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -40,6 +40,7 @@ def editor_of(view: ChatView, row: int) -> MessageEditor:
     return editor
 
 
+@pytest.mark.model
 def test_edit_in_place_saves_a_new_version_and_esc_changes_nothing(
     window: MainWindow, qtbot: QtBot
 ) -> None:

@@ -40,6 +40,7 @@ def load_as_set(qtbot: QtBot, w: MainWindow, n_ctx: int) -> None:
     )
 
 
+@pytest.mark.model
 def test_changed_load_settings_say_reload_to_apply(window: MainWindow, qtbot: QtBot) -> None:
     lp = window.library_panel
     assert not lp.reload_hint.isVisible()

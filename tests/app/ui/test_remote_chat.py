@@ -46,7 +46,8 @@ FOOTER = re.compile(r"TTFT \d+\.\d\d s · \d+\.\d tok/s · \d+ tokens( · [a-z ]
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(tmp_path_factory: pytest.TempPathFactory, smollm2_path: Path) -> Iterator[Served]:
+    """`candlewick serve` of the default model (`smollm2_path`: its tests are marked `model`)."""
     s = start_server(tmp_path_factory.mktemp("serve"))
     yield s
     s.stop()
@@ -426,6 +427,7 @@ def test_chat_bound_to_a_removed_connection_says_so(
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.model
 def test_partial_answer_is_kept_when_the_server_dies(
     qtbot: QtBot, connections: ConnectionStore, tmp_path: Path
 ) -> None:

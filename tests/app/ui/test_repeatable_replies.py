@@ -49,6 +49,7 @@ def wait_idle(qtbot: QtBot, w: MainWindow) -> None:
     qtbot.waitUntil(lambda: not w.controller.busy, timeout=120_000)
 
 
+@pytest.mark.model
 def test_regenerate_continue_and_reload_repeat_the_same_text(
     window: MainWindow, qtbot: QtBot
 ) -> None:

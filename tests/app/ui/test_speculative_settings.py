@@ -78,6 +78,7 @@ def entry_id(panel: LibraryPanel, path: Path) -> str:
     return entry_for(panel, path).id
 
 
+@pytest.mark.model
 def test_prompt_lookup_reply_shows_drafts(qtbot: QtBot, windows: list[MainWindow]) -> None:
     w = open_window(qtbot)
     windows.append(w)

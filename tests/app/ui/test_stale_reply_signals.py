@@ -26,6 +26,7 @@ def window(qtbot: QtBot) -> Iterator[MainWindow]:
     close_window(w)
 
 
+@pytest.mark.model
 def test_a_stale_request_id_does_not_land_in_the_current_message(
     qtbot: QtBot, window: MainWindow
 ) -> None:

@@ -229,6 +229,7 @@ def code_blocks(w: MessageWidget) -> list[CodeBlock]:
     return [x for x in w.body.widgets if isinstance(x, CodeBlock)]
 
 
+@pytest.mark.model
 def test_structured_output_follows_the_schema_and_shows_pretty_json(
     qtbot: QtBot, windows: Windows
 ) -> None:
@@ -298,6 +299,7 @@ def test_structured_output_follows_the_schema_and_shows_pretty_json(
     assert block.code == json.dumps(answer, indent=2)
 
 
+@pytest.mark.model
 def test_a_schema_stored_before_the_check_fails_the_reply_in_one_line(
     qtbot: QtBot, windows: Windows
 ) -> None:

@@ -75,6 +75,7 @@ def test_start_state(window: MainWindow, qtbot: QtBot) -> None:
     assert window.controller.loaded is None
 
 
+@pytest.mark.model
 def test_type_enter_loads_and_streams_answer(window: MainWindow, qtbot: QtBot) -> None:
     log = SignalLog(window.engine.worker)
     snapshots: list[str] = []
@@ -139,6 +140,7 @@ def test_type_enter_loads_and_streams_answer(window: MainWindow, qtbot: QtBot) -
     assert chat.rowCount() == 4
 
 
+@pytest.mark.model
 def test_load_button_then_cancel(window: MainWindow, qtbot: QtBot) -> None:
     panel = window.library_panel
     log = SignalLog(window.engine.worker)
@@ -167,6 +169,7 @@ def test_shift_enter_adds_a_line(window: MainWindow, qtbot: QtBot) -> None:
     assert window.chat_model.rowCount() == 0
 
 
+@pytest.mark.model
 def test_escape_stops_generation(qtbot: QtBot) -> None:
     w = open_window(qtbot, SamplingParams(temperature=0.0, max_tokens=1500))
     try:
@@ -200,6 +203,7 @@ def test_escape_stops_generation(qtbot: QtBot) -> None:
         close_window(w)
 
 
+@pytest.mark.model
 def test_new_chat_while_streaming_then_send(qtbot: QtBot) -> None:
     """Ctrl+N mid-reply abandons it; a question sent at once gets its own, complete reply
     (the abandoned reply's last tokens and end signal are still queued behind it)."""

@@ -21,7 +21,10 @@ API_KEY = "remote-test-key-0123"
 
 
 @pytest.fixture(scope="session")
-def candlewick_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+def candlewick_server(
+    tmp_path_factory: pytest.TempPathFactory,
+    smollm2_path: Path,  # what the child serves: its tests are marked `model`
+) -> Iterator[tuple[str, int]]:
     log = tmp_path_factory.mktemp("candlewick-serve") / "server.log"
     with candlewick_serve(log, parallel=2, ctx=2048, api_key=API_KEY) as server:
         yield server

@@ -145,6 +145,7 @@ def test_wrong_or_missing_key_is_an_auth_error(
         list(ollama.reply(MSG, GREEDY))
 
 
+@pytest.mark.model
 def test_server_killed_mid_stream(tmp_path: Path) -> None:
     """The server process dies while answering: the reply ends with a 'dropped' error that
     keeps what arrived, and the next request finds nobody listening."""

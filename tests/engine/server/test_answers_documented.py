@@ -1,8 +1,8 @@
 """Every route's answer is what the OpenAPI document says it is: real answers of the routes
-(over the fake model) are checked against the schema their route advertises, and streamed
-chunks against their models' schemas, with every object closed: a key the document does not
-name fails as a wrong type does. The routes build their answers from the protocol models, so
-this fails when a route sends a shape of its own."""
+(over the fake model; embeddings over SmolLM2) are checked against the schema their route
+advertises, and streamed chunks against their models' schemas, with every object closed: a
+key the document does not name fails as a wrong type does. The routes build their answers
+from the protocol models, so this fails when a route sends a shape of its own."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from engine.server import ServerConfig, ServerThread
 from engine.server.openapi import openapi_schema
 from engine.server.protocol.ollama import OllamaReply
 from engine.server.protocol.openai import ChatCompletionChunk, TextCompletionChunk
+from engine.server.protocol.responses import ResponseObject
 from tests.engine.server.conftest import API_KEY, http, make_config
 from tests.fake_server_engine import FakeModel, serve_fake
 
@@ -182,6 +183,31 @@ def test_agent_answers(srv: ServerThread, fake: FakeModel) -> None:
     assert reply["content"][0] == {"type": "text", "text": REPLY}
     count = post(srv, "/v1/messages/count_tokens", {"messages": M})
     assert check("/v1/messages/count_tokens", "post", count)["input_tokens"] > 0
+
+
+def test_a_streamed_response_ends_with_the_documented_object(
+    srv: ServerThread, fake: FakeModel
+) -> None:
+    fake.script(REPLY)
+    r = post(srv, "/v1/responses", {"input": "Hi", "stream": True})
+    events = [
+        json.loads(line[len("data: ") :])
+        for line in r.text.splitlines()
+        if line.startswith("data: ")
+    ]
+    done = [e for e in events if e["type"] == "response.completed"]
+    assert len(done) == 1
+    check_chunk(ResponseObject, done[0]["response"])
+
+
+def test_embedding_answers(server: ServerThread) -> None:
+    """Over SmolLM2: the fake model has no embeddings."""
+    for fmt in ("float", "base64"):
+        body = {"input": ["a", "b"], "encoding_format": fmt}
+        out = check("/v1/embeddings", "post", post(server, "/v1/embeddings", body))
+        assert [e["index"] for e in out["data"]] == [0, 1]
+    body = {"model": "smollm2", "input": "a"}
+    assert len(check("/api/embed", "post", post(server, "/api/embed", body))["embeddings"]) == 1
 
 
 @pytest.mark.parametrize(
