@@ -13,6 +13,7 @@ from app.cli.common import CliError, first_loads, library, positive_int, print_j
 from app.cli.load_options import add_load_options, load_params
 from app.services.connections import ConnectionsError, ConnectionStore
 from engine.errors import EngineError
+from engine.host.chat_engine import ChatRequest
 from engine.host.runtime import Model
 from engine.host.speculative import spec_stats
 from engine.memory.estimate import estimate
@@ -142,7 +143,7 @@ def run_remote(args: argparse.Namespace) -> int:
     except ConnectionsError as e:
         raise CliError(str(e)) from None
     cancel = threading.Event()
-    reply = engine.reply(_messages(args), _sampling(args), cancel)
+    reply = engine.reply(ChatRequest(_messages(args), _sampling(args)), cancel)
     try:
         _stream(reply, cancel, args.json)
     except EngineError:

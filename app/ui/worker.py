@@ -30,7 +30,7 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 from app.services.model_catalog import CHAT_OWNER
 from app.ui.thread_host import ThreadHost
 from engine.errors import EngineError, LoadCancelled
-from engine.host.chat_engine import ChatEngine, EmbeddedEngine, ReplyStream
+from engine.host.chat_engine import ChatEngine, ChatRequest, EmbeddedEngine
 from engine.host.context_policy import ContextPolicy
 from engine.host.host import Loadable, ModelHost
 from engine.host.runtime import Model
@@ -208,11 +208,12 @@ class EngineWorker(QObject):
         self._interval = token_interval_s
         self.host = host or ModelHost()
         self.engine: ChatEngine | None = None
+        self._model: Model | None = None  # the engine's, when it is a model loaded here
 
     @property
     def model(self) -> Model | None:
         """The model loaded in this process (None when none is, or the engine is remote)."""
-        return self.engine.model if isinstance(self.engine, EmbeddedEngine) else None
+        return self._model
 
     @Slot(object, object, object)
     def load(self, path: Path, params: LoadParams, cancel: threading.Event) -> None:
@@ -271,6 +272,7 @@ class EngineWorker(QObject):
         elif host_name != model_id:
             self.host.add_alias(host_name, model_id)
         self.engine = EmbeddedEngine(model, host_name or model_id)
+        self._model = model
         info = model.load_info
         self.loaded.emit(
             LoadedModel(
@@ -323,51 +325,18 @@ class EngineWorker(QObject):
             )
         )
 
-    @Slot(object, object, object, object)
-    def generate(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        sampling: SamplingParams,
-        cancel: threading.Event,
-        options: Mapping[str, Any] | None = None,
-    ) -> None:
-        """`options`: `policy` (a context policy: the conversation is fitted to the context,
-        and `trimmed` says how many old messages were left out), `continue_text` (a cut-off
-        answer to continue: the prompt ends with it instead of a fresh assistant turn) and
-        `continue_thinking` (its thinking), `thinking` (False: a reasoning model is asked
-        not to think, and its whole reply is the answer), and `tools` (OpenAI function
-        tools, for a model loaded here) with `tool_choice` (default "auto"): the calls come
-        as `tool_calls` before `finished`."""
-        options = options or {}
-        rid = int(options.get("request_id") or 0)
+    @Slot(object, object, int)
+    def generate(self, request: ChatRequest, cancel: threading.Event, rid: int = 0) -> None:
+        """Read the reply to `request` (engine.host.chat_engine.ChatRequest) as signals that
+        carry `rid`. With a context policy, `trimmed` says how many old messages were left
+        out; a reasoning model's thinking comes as `reasoning` and `thought`; the calls of
+        the tools offered come as `tool_calls` before `finished`."""
         engine = self.engine
         if engine is None:
             self.failed.emit(rid, "No model is loaded: select one in the library and press Load")
             return
-        policy: ContextPolicy | None = options.get("policy")
-        continue_text = str(options.get("continue_text") or "")
-        tools = options.get("tools") or None
         try:
-            reply: ReplyStream
-            if isinstance(engine, EmbeddedEngine):
-                reply = engine.reply(
-                    messages,
-                    sampling,
-                    cancel,
-                    continue_text=continue_text,
-                    policy=policy,
-                    thinking=bool(options.get("thinking", True)),
-                    continue_thinking=str(options.get("continue_thinking") or ""),
-                    tools=tools,
-                    tool_choice=options.get("tool_choice") or "auto",
-                )
-            elif tools:
-                self.failed.emit(rid, "tools need a model loaded on this computer")
-                return
-            else:
-                reply = engine.reply(
-                    messages, sampling, cancel, continue_text=continue_text, policy=policy
-                )
+            reply = engine.reply(request, cancel)
         except (EngineError, GGUFError, ValueError) as e:  # ValueError: ChatTemplateError
             self.failed.emit(rid, str(e))
             return
@@ -442,9 +411,10 @@ class EngineWorker(QObject):
 
     def close_model(self) -> None:
         engine, self.engine = self.engine, None
+        model, self._model = self._model, None
         if engine is None:
             return
-        if isinstance(engine, EmbeddedEngine):
+        if model is not None:
             if self.host.hand_over(engine.name):
                 return  # API requests use it: the host unloads it once they are done
             self.host.remove(engine.name)  # its other clients stop first
@@ -456,7 +426,7 @@ class EngineHost(ThreadHost[EngineWorker]):
 
     _load = Signal(object, object, object)
     _connect = Signal(object, object, object)
-    _generate = Signal(object, object, object, object)
+    _generate = Signal(object, object, int)
     _unload = Signal()
 
     def __init__(self, worker: EngineWorker | None = None, parent: QObject | None = None) -> None:
@@ -502,20 +472,17 @@ class EngineHost(ThreadHost[EngineWorker]):
         `tool_calls`."""
         self._gen_cancel = threading.Event()
         self._last_id += 1
-        self._generate.emit(
+        request = ChatRequest(  # copies: the GUI's lists may change while the engine reads
             [dict(m) for m in messages],
             sampling,
-            self._gen_cancel,
-            {
-                "policy": policy,
-                "continue_text": continue_text,
-                "continue_thinking": continue_thinking,
-                "thinking": thinking,
-                "tools": [dict(t) for t in tools or ()],
-                "tool_choice": tool_choice,
-                "request_id": self._last_id,
-            },
+            policy=policy,
+            continue_text=continue_text,
+            continue_thinking=continue_thinking,
+            thinking=thinking,
+            tools=[dict(t) for t in tools or ()],
+            tool_choice=tool_choice,
         )
+        self._generate.emit(request, self._gen_cancel, self._last_id)
         return self._last_id
 
     @Slot()

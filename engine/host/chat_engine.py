@@ -5,7 +5,7 @@ read a `ReplyStream`; they never need to know which kind of engine is behind it:
 
     engine.name, engine.kind ("embedded"|"remote"), engine.n_ctx (None: remote),
     engine.can_continue, engine.close()
-    engine.reply(messages, sampling, cancel, continue_text="", policy=None) -> ReplyStream
+    engine.reply(ChatRequest(messages, sampling, ...), cancel) -> ReplyStream
     for piece in stream: ...             # the answer's text pieces as they arrive
     for parts in stream.parts(): ...     # or the reply read: ("reasoning"|"content", text)
     stream.thought                       # (tokens, seconds) once the thinking block closed
@@ -30,17 +30,18 @@ writes a thinking block before its answer. An embedded reply is read by the one 
 apart from the answer, and the block is timed into `GenerationStats.thinking_tokens` and
 `thinking_s`.
 
-An embedded reply may offer tools (`reply(..., tools=[...], tool_choice=...)`): the prompt
-and the call grammar are planned as the HTTP server plans them (engine.host.chat_plan), the
-reply shows only the answer's text, and `tool_calls` holds the parsed calls once iteration
-has ended. Remote engines take no tools.
+A request (`ChatRequest`, one typed value: what the desktop's engine thread is handed) may
+offer tools (`tools=[...]`, `tool_choice=...`): the prompt and the call grammar are planned as
+the HTTP server plans them (engine.host.chat_plan), the reply shows only the answer's text,
+and `tool_calls` holds the parsed calls once iteration has ended. Remote engines refuse tools
+and read no thinking apart: their text is all answer.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from engine.decoding.reasoning import ThinkMarkers, thinking_markers
@@ -56,6 +57,28 @@ from engine.settings import SamplingParams
 
 EngineKind = Literal["embedded", "remote"]
 Messages = Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """What a chat asks of its engine. `policy`: how to fit a conversation that outgrows the
+    context (embedded engines; None = send as is). `continue_text`: a cut-off answer to
+    continue (the reply holds only the new text), `continue_thinking` its thinking.
+    `thinking` (a reasoning model): whether it may think first; False asks it not to where its
+    template has the switch and reads the whole reply as the answer (structured output: a
+    grammar from the first token leaves no room for a block). `tools`: OpenAI function tools
+    offered, `tool_choice` as OpenAI's: "auto", "none", "required", a function's name or
+    `{"type": "function", "function": {"name": ...}}`. `sampling.grammar` cannot be combined
+    with tools."""
+
+    messages: Messages
+    sampling: SamplingParams
+    policy: ContextPolicy | None = None
+    continue_text: str = ""
+    continue_thinking: str = ""
+    thinking: bool = True
+    tools: Sequence[Mapping[str, Any]] = ()
+    tool_choice: ToolChoice | Mapping[str, Any] = "auto"
 
 
 @runtime_checkable
@@ -118,21 +141,12 @@ class ChatEngine(Protocol):
 
     @property
     def can_continue(self) -> bool:
-        """Whether `reply(continue_text=...)` works (remote chat APIs cannot continue an
+        """Whether a request's `continue_text` works (remote chat APIs cannot continue an
         assistant message portably)."""
 
-    def reply(
-        self,
-        messages: Messages,
-        sampling: SamplingParams,
-        cancel: threading.Event | None = None,
-        *,
-        continue_text: str = "",
-        policy: ContextPolicy | None = None,
-    ) -> ReplyStream:
-        """Start an answer. `continue_text`: a cut-off answer to continue (the reply holds
-        only the new text). `policy`: how to fit a conversation that outgrows the context
-        (embedded engines; None = send as is)."""
+    def reply(self, request: ChatRequest, cancel: threading.Event | None = None) -> ReplyStream:
+        """Start an answer; `cancel` stops it before the next token. An engine that cannot
+        do what the request asks (tools, continuing) raises an `EngineError` saying so."""
 
     def close(self) -> None:
         """Free what the engine holds (the model, or nothing for a remote engine)."""
@@ -237,34 +251,18 @@ class EmbeddedEngine:
         """What one conversation may hold: a slot of the model's context."""
         return self.model.n_ctx_seq
 
-    def reply(
-        self,
-        messages: Messages,
-        sampling: SamplingParams,
-        cancel: threading.Event | None = None,
-        *,
-        continue_text: str = "",
-        policy: ContextPolicy | None = None,
-        thinking: bool = True,
-        continue_thinking: str = "",
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        tool_choice: ToolChoice | Mapping[str, Any] = "auto",
-    ) -> EmbeddedReply:
-        """`thinking` (a reasoning model): whether it may think first. False asks it not to
-        where its template has the switch (`enable_thinking`) and reads the whole reply as
-        the answer: a grammar that shapes the answer from its first token (structured
-        output) leaves no room for a block. `continue_thinking`: the thinking of the answer
-        being continued (`continue_text` is its answer text). `tools`: OpenAI function
-        tools offered to the model (`tool_choice` as OpenAI's: "auto", "none", "required"
-        or a function's name or `{"type": "function", "function": {"name": ...}}`); the
-        reply then yields only the text shown, and its `tool_calls` once it has ended.
-        `sampling.grammar` (structured output) cannot be combined with tools."""
+    def reply(self, request: ChatRequest, cancel: threading.Event | None = None) -> EmbeddedReply:
+        """The prompt as the server plans it (engine.host.chat_plan): fitted to a slot's
+        context with the request's policy, its tools in the family's format, a continued
+        answer at its end; the reply is read by the plan's reader. `thinking` alone decides
+        the block (a grammar may be written to pass through it)."""
         if self._closed:
             raise EngineError("the model has been unloaded; load it again")
         model = self.model
+        sampling, policy, thinking = request.sampling, request.policy, request.thinking
+        continue_text, tools = request.continue_text, request.tools
         has_markers = thinking_markers(model.template.source) is not None
-        if not thinking or not has_markers:
-            continue_thinking = ""
+        continue_thinking = request.continue_thinking if thinking and has_markers else ""
         cut = continue_thinking + continue_text
         # The continued text (its markers, when it has thinking, are a few more tokens).
         more = (
@@ -272,16 +270,15 @@ class EmbeddedEngine:
             if cut and policy is not None
             else 0
         )
-        choice = _tool_name(tool_choice)
+        choice = _tool_name(request.tool_choice)
         if not tools and choice not in ("auto", "none"):
             raise EngineError(f"tool_choice {choice!r} needs tools")
-        # `thinking` alone decides the block (a grammar may be written to pass through it);
-        # the plan sees the grammar only to refuse it beside tools.
+        # The plan sees the grammar only to refuse it beside tools.
         offered = bool(tools) and choice != "none"
         plan = plan_chat(
             model,
-            messages,
-            tools=tools or (),
+            request.messages,
+            tools=tools,
             choice=choice,
             grammar=sampling.grammar if offered else None,
             grammar_param="grammar",

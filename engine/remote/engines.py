@@ -28,8 +28,7 @@ from typing import Any, Literal
 from engine.decoding.reply_reader import Part
 from engine.decoding.tool_calls import ToolCall
 from engine.errors import EngineError
-from engine.host.chat_engine import EngineKind, Messages
-from engine.host.context_policy import ContextPolicy
+from engine.host.chat_engine import ChatRequest, EngineKind
 from engine.host.stats import GenerationStats, StopReason
 from engine.remote.streaming import (
     APIS,
@@ -40,7 +39,6 @@ from engine.remote.streaming import (
     StreamingClient,
     StreamResult,
 )
-from engine.settings import SamplingParams
 
 RemoteErrorKind = Literal["connect", "auth", "timeout", "dropped", "http"]
 
@@ -369,27 +367,22 @@ class RemoteEngine:
                 self._model = models[0]
             return self._model
 
-    def reply(
-        self,
-        messages: Messages,
-        sampling: SamplingParams,
-        cancel: threading.Event | None = None,
-        *,
-        continue_text: str = "",
-        policy: ContextPolicy | None = None,
-    ) -> RemoteReply:
-        """Start an answer (the request is sent when iteration starts). `policy` is ignored:
-        the server owns its context."""
-        del policy
-        if continue_text:
+    def reply(self, request: ChatRequest, cancel: threading.Event | None = None) -> RemoteReply:
+        """Start an answer (the request is sent when iteration starts). The request's
+        `policy` is ignored: the server owns its context; so is `thinking`: its text is all
+        answer. Tools and continuing an answer are refused."""
+        if request.tools:
+            raise EngineError("tools need a model loaded on this computer")
+        if request.continue_text:
             # The chat APIs have no portable way to say "continue this assistant message".
             raise RemoteHTTPError(
                 f"{self.endpoint.name}: continuing a cut-off answer works with a local model "
                 "only; ask again or regenerate instead"
             )
+        sampling = request.sampling
         sampling.validate()
         client = dataclasses.replace(self.endpoint, model=self._resolve_model()).client()
-        msgs: Sequence[Mapping[str, Any]] = [dict(m) for m in messages]
+        msgs: Sequence[Mapping[str, Any]] = [dict(m) for m in request.messages]
         stream = client.stream(
             msgs,
             max_tokens=sampling.max_tokens,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.errors import EngineError
-from engine.host.chat_engine import ChatEngine, EmbeddedEngine, ReplyStream
+from engine.host.chat_engine import ChatEngine, ChatRequest, EmbeddedEngine, ReplyStream
 from engine.host.context_policy import ContextFullError
 from engine.host.runtime import Model
 from engine.settings import LoadParams, SamplingParams
@@ -33,7 +33,7 @@ def test_interface(smollm2: Model) -> None:
     assert engine.n_ctx == smollm2.n_ctx == 2048
     assert engine.name == smollm2.gguf.metadata.get("general.name")
     smollm2.reset_cache()
-    reply = engine.reply(QUESTION, GREEDY)
+    reply = engine.reply(ChatRequest(QUESTION, GREEDY))
     assert isinstance(reply, ReplyStream)
     assert reply.prompt_tokens == len(smollm2.chat_tokens(QUESTION))
     counts: list[int] = []
@@ -56,24 +56,24 @@ def test_the_conversation_is_fitted_to_the_context(smollm2: Model) -> None:
     assert len(smollm2.chat_tokens(msgs)) > smollm2.n_ctx
     engine = EmbeddedEngine(smollm2)
     sampling = SamplingParams(temperature=0.0, max_tokens=600)
-    reply = engine.reply(msgs, sampling, policy="drop_oldest")
+    reply = engine.reply(ChatRequest(msgs, sampling, policy="drop_oldest"))
     assert reply.dropped_messages > 0
     assert reply.prompt_tokens is not None
     assert reply.prompt_tokens <= smollm2.n_ctx - 600
     kept = msgs[:1] + msgs[1 + reply.dropped_messages :]
     assert reply.prompt_tokens == len(smollm2.chat_tokens(kept))
     with pytest.raises(ContextFullError, match=r"the conversation is .* tokens"):
-        engine.reply(msgs, sampling, policy="stop")
+        engine.reply(ChatRequest(msgs, sampling, policy="stop"))
     # Without a policy the prompt goes as it is, and the model refuses it.
     with pytest.raises(EngineError, match="the context holds 2048"):
-        engine.reply(msgs, sampling)
+        engine.reply(ChatRequest(msgs, sampling))
 
 
 def test_continue_text_ends_the_prompt(smollm2: Model) -> None:
     engine = EmbeddedEngine(smollm2)
     partial = "Red, green"
     smollm2.reset_cache()
-    reply = engine.reply(QUESTION, GREEDY, continue_text=partial)
+    reply = engine.reply(ChatRequest(QUESTION, GREEDY, continue_text=partial))
     expected = smollm2.chat_tokens(QUESTION) + smollm2.tokenize(
         partial, add_special=False, parse_special=False
     )
@@ -88,10 +88,10 @@ def test_cancel_and_close(smollm2_path: Path) -> None:
     engine = EmbeddedEngine(model, name="tiny")
     assert engine.name == "tiny" and engine.n_ctx == 256
     cancel = threading.Event()
-    reply = engine.reply(QUESTION, SamplingParams(max_tokens=100), cancel)
+    reply = engine.reply(ChatRequest(QUESTION, SamplingParams(max_tokens=100)), cancel)
     for _ in reply:
         cancel.set()
     assert reply.stats.stop_reason == "cancelled"
     engine.close()
     with pytest.raises(EngineError, match="unloaded"):
-        engine.reply(QUESTION, GREEDY)
+        engine.reply(ChatRequest(QUESTION, GREEDY))

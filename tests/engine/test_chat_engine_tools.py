@@ -14,7 +14,7 @@ from engine.decoding.reasoning import ThinkMarkers
 from engine.decoding.reply_reader import ReplyReader
 from engine.decoding.tool_calls import HermesFormat
 from engine.errors import EngineError
-from engine.host.chat_engine import EmbeddedEngine, EmbeddedReply
+from engine.host.chat_engine import ChatRequest, EmbeddedEngine, EmbeddedReply
 from engine.host.chat_plan import PlanError
 from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
@@ -53,7 +53,7 @@ FORCE_ADD = {"type": "function", "function": {"name": "add"}}
 def test_a_forced_call_comes_back_parsed_and_hidden(smollm2: Model) -> None:
     engine = EmbeddedEngine(smollm2)
     smollm2.reset_cache()
-    reply = engine.reply(ASK, GREEDY, tools=[ADD, WEATHER], tool_choice=FORCE_ADD)
+    reply = engine.reply(ChatRequest(ASK, GREEDY, tools=[ADD, WEATHER], tool_choice=FORCE_ADD))
     shown = "".join(reply)
     assert reply.stats.stop_reason == "stop"
     assert reply.tool_calls  # parallel calls are allowed: each one is to `add`
@@ -72,7 +72,7 @@ def test_a_forced_call_comes_back_parsed_and_hidden(smollm2: Model) -> None:
 def test_required_calls_one_of_the_tools(smollm2: Model) -> None:
     engine = EmbeddedEngine(smollm2)
     smollm2.reset_cache()
-    reply = engine.reply(ASK, GREEDY, tools=[ADD, WEATHER], tool_choice="required")
+    reply = engine.reply(ChatRequest(ASK, GREEDY, tools=[ADD, WEATHER], tool_choice="required"))
     assert "".join(reply) == ""
     assert reply.tool_calls and {c.name for c in reply.tool_calls} <= {"add", "weather"}
     for c in reply.tool_calls:
@@ -98,7 +98,7 @@ def test_a_second_turn_reads_the_call_and_its_result(smollm2: Model) -> None:
     ]
     for choice in ("auto", "none"):
         smollm2.reset_cache()
-        reply = engine.reply(history, GREEDY, tools=[ADD], tool_choice=choice)
+        reply = engine.reply(ChatRequest(history, GREEDY, tools=[ADD], tool_choice=choice))
         shown = "".join(reply)
         prompt = smollm2.detokenize(reply.generation.prompt)
         assert "call_1" in prompt and '"add"' in prompt and "tool_response" in prompt
@@ -112,7 +112,7 @@ def test_a_second_turn_reads_the_call_and_its_result(smollm2: Model) -> None:
 def test_without_tools_nothing_changes(smollm2: Model) -> None:
     engine = EmbeddedEngine(smollm2)
     smollm2.reset_cache()
-    plain = engine.reply(ASK, GREEDY)
+    plain = engine.reply(ChatRequest(ASK, GREEDY))
     text = "".join(plain)
     smollm2.reset_cache()
     assert text == smollm2.generate(ASK, GREEDY).consume() == plain.text
@@ -123,11 +123,11 @@ def test_without_tools_nothing_changes(smollm2: Model) -> None:
 def test_bad_tool_requests_are_engine_errors(smollm2: Model) -> None:
     engine = EmbeddedEngine(smollm2)
     with pytest.raises(EngineError, match="not among the tools"):
-        engine.reply(ASK, GREEDY, tools=[ADD], tool_choice="nope")
+        engine.reply(ChatRequest(ASK, GREEDY, tools=[ADD], tool_choice="nope"))
     with pytest.raises(EngineError, match="needs tools"):
-        engine.reply(ASK, GREEDY, tool_choice="required")
+        engine.reply(ChatRequest(ASK, GREEDY, tool_choice="required"))
     with pytest.raises(PlanError, match="cannot be combined with tools") as e:
-        engine.reply(ASK, SamplingParams(grammar="%json {}"), tools=[ADD])
+        engine.reply(ChatRequest(ASK, SamplingParams(grammar="%json {}"), tools=[ADD]))
     assert e.value.param == "grammar"
 
 

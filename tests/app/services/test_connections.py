@@ -12,6 +12,7 @@ from keyring.backends import fail
 from app.services.connections import Connection, ConnectionsError, ConnectionStore
 from app.services.paths import AppPaths
 from app.services.secrets import SERVICE, SecretStore
+from engine.host.chat_engine import ChatRequest
 from engine.settings import SamplingParams
 from tests.app.services.file_keyring import FileKeyring
 from tests.engine.clients.bench_servers import FaultServer
@@ -182,7 +183,7 @@ def test_check_and_chat_through_a_saved_connection(store: ConnectionStore) -> No
         result = store.check("fault")
         assert not result.ok and "'m1' is not among them" in result.message
         reply = store.engine("fault").reply(
-            [{"role": "user", "content": "hi"}], SamplingParams(max_tokens=5)
+            ChatRequest([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=5))
         )
         assert "".join(reply) == "One two three"
         assert srv.requests[-1]["model"] == "m1" and srv.requests[-1]["max_tokens"] == 5

@@ -24,7 +24,7 @@ from app.ui.connections_dialog import ConnectionsDialog
 from app.ui.engine_picker import Binding, EnginePicker
 from app.ui.main_window import MainWindow
 from app.ui.worker import EngineHost, EngineWorker, LoadedModel, RemoteTarget
-from engine.host.chat_engine import EmbeddedEngine
+from engine.host.chat_engine import ChatRequest, EmbeddedEngine
 from engine.memory import cpu_kernels
 from engine.memory.cpu_kernels import Exactness, batch_exactness
 from engine.model.gguf import read_gguf
@@ -251,7 +251,7 @@ def test_worker_signals_are_the_same_for_a_remote_engine(
         counts = [n for _, n in log.values("tokens")]
         assert counts == sorted(counts) and counts[-1] <= stats.gen_tokens
         streamed = "".join(t for t, _ in log.values("tokens"))
-        reply = connections.engine(NAME).reply(chat, sampling)
+        reply = connections.engine(NAME).reply(ChatRequest(chat, sampling))
         direct = "".join(reply)
         # The second request reuses the first one's cached prompt (its last token decoded
         # alone): the same text only where the served model's kernels guarantee it.

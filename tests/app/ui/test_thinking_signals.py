@@ -16,7 +16,7 @@ from PySide6.QtCore import QObject, Slot
 from app.ui.worker import EngineWorker
 from engine.decoding.reasoning import ThinkMarkers
 from engine.decoding.reply_reader import ReplyReader
-from engine.host.chat_engine import EmbeddedReply, continued_text
+from engine.host.chat_engine import ChatRequest, EmbeddedReply, continued_text
 from engine.host.stats import GenerationStats
 from engine.settings import SamplingParams
 
@@ -105,7 +105,7 @@ def run(pieces: list[str], interval: float, in_thinking: bool = False) -> Record
     rec = Recorder(worker)
     # Called on this thread: the signals reach the recorder directly, in emission order.
     worker.generate(
-        [{"role": "user", "content": "hi"}], SamplingParams(), threading.Event(), {"request_id": 1}
+        ChatRequest([{"role": "user", "content": "hi"}], SamplingParams()), threading.Event(), 1
     )
     worker.engine = None
     return rec

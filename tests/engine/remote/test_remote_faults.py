@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from engine.errors import EngineError
-from engine.host.chat_engine import ChatEngine, ReplyStream
+from engine.host.chat_engine import ChatEngine, ChatRequest, ReplyStream
 from engine.remote.engines import (
     RemoteAuthError,
     RemoteConnectionError,
@@ -106,7 +106,7 @@ def test_the_remote_engine_is_a_chat_engine() -> None:
 
 def test_silent_server_times_out() -> None:
     with SlowServer("silent") as srv:
-        reply = engine(srv.url, timeout_s=0.5).reply(MSG, GREEDY)
+        reply = engine(srv.url, timeout_s=0.5).reply(ChatRequest(MSG, GREEDY))
         with pytest.raises(RemoteTimeoutError) as ei:
             consume(reply)
     e = ei.value
@@ -119,7 +119,7 @@ def test_silent_server_times_out() -> None:
 
 def test_stalled_stream_times_out_and_keeps_the_partial_answer() -> None:
     with SlowServer("trickle") as srv:
-        reply = engine(srv.url, timeout_s=0.5).reply(MSG, GREEDY)
+        reply = engine(srv.url, timeout_s=0.5).reply(ChatRequest(MSG, GREEDY))
         pieces: list[str] = []
         with pytest.raises(RemoteTimeoutError) as ei:
             for p in reply:
@@ -136,7 +136,7 @@ def test_stalled_stream_times_out_and_keeps_the_partial_answer() -> None:
 def test_cancel_ends_a_stalled_stream_without_an_error() -> None:
     cancel = threading.Event()
     with SlowServer("trickle") as srv:
-        reply = engine(srv.url, timeout_s=60).reply(MSG, GREEDY, cancel)
+        reply = engine(srv.url, timeout_s=60).reply(ChatRequest(MSG, GREEDY), cancel)
         pieces = []
         for p in reply:
             pieces.append(p)
@@ -163,7 +163,7 @@ def test_a_connection_that_never_completes_times_out() -> None:
                 fillers.append(c)
             e = engine(f"http://127.0.0.1:{port}", connect_timeout_s=0.5)
             with pytest.raises(RemoteTimeoutError) as ei:
-                consume(e.reply(MSG, GREEDY))
+                consume(e.reply(ChatRequest(MSG, GREEDY)))
             with pytest.raises(RemoteTimeoutError, match=r"no connection within 0\.5 s"):
                 e.list_models()
         finally:
@@ -181,7 +181,7 @@ def test_refused_port_is_a_connection_error() -> None:
         match=r"^cannot connect to test \(http://127"
         r".*\): connection refused \(is the server running\?\)$",
     ):
-        consume(e.reply(MSG, GREEDY))
+        consume(e.reply(ChatRequest(MSG, GREEDY)))
     result = e.check()
     assert not result.ok and isinstance(result.error, RemoteConnectionError)
     assert "connection refused" in result.message and result.models == ()
@@ -223,7 +223,7 @@ def test_server_failures_are_typed(
     mode: str, cls: type[RemoteError], message: str, partial: str
 ) -> None:
     with FaultServer(mode) as srv:
-        reply = engine(srv.url).reply(MSG, GREEDY)
+        reply = engine(srv.url).reply(ChatRequest(MSG, GREEDY))
         with pytest.raises(cls) as ei:
             consume(reply)
     assert str(ei.value) == message
@@ -234,7 +234,7 @@ def test_server_failures_are_typed(
 def test_sampling_settings_reach_the_server() -> None:
     s = SamplingParams(temperature=0.4, top_p=0.8, seed=7, max_tokens=33, stop=("END",))
     with FaultServer("openai_usage") as srv:
-        reply = engine(srv.url, api_key="sk-test").reply(MSG, s)
+        reply = engine(srv.url, api_key="sk-test").reply(ChatRequest(MSG, s))
         assert consume(reply) == ["One", " two", " three"]
         body = srv.requests[0]
     assert (
@@ -252,7 +252,7 @@ def test_sampling_settings_reach_the_server() -> None:
     assert reply.prompt_tokens == 17 and reply.generated_tokens == 3
     assert 0 < st.ttft_s <= st.total_s
     with FaultServer("ollama") as srv:
-        reply = engine(srv.url, api="ollama").reply(MSG, s)
+        reply = engine(srv.url, api="ollama").reply(ChatRequest(MSG, s))
         assert "".join(reply) == "Un deux trois"
         opts = srv.requests[0]["options"]
     assert (
@@ -267,12 +267,12 @@ def test_sampling_settings_reach_the_server() -> None:
 def test_without_usage_tokens_are_counted_as_chunks() -> None:
     with FaultServer("ollama") as srv:
         srv.mode = "ollama"
-        reply = engine(srv.url, api="ollama").reply(MSG, GREEDY)
+        reply = engine(srv.url, api="ollama").reply(ChatRequest(MSG, GREEDY))
         consume(reply)
     # The fault server's Ollama stream does report counts...
     assert reply.stats.server_usage == ("prompt_tokens", "gen_tokens")
     with FaultServer("truncated") as srv:
-        reply = engine(srv.url).reply(MSG, GREEDY)
+        reply = engine(srv.url).reply(ChatRequest(MSG, GREEDY))
         with pytest.raises(RemoteDroppedError) as ei:
             consume(reply)
     # ...this one does not: two chunks arrived, the prompt size is unknown.
@@ -285,7 +285,7 @@ def test_the_first_listed_model_is_used_when_none_is_set() -> None:
     with FaultServer("openai_usage") as srv:
         e = engine(srv.url, model="")
         assert e.name == "test"
-        consume(e.reply(MSG, GREEDY))
+        consume(e.reply(ChatRequest(MSG, GREEDY)))
         assert srv.requests[0]["model"] == "fault-model" and e.name == "test · fault-model"
         check = e.check()
     assert check.ok and check.models == ("fault-model",) and check.latency_s is not None
@@ -297,7 +297,7 @@ def test_the_first_listed_model_is_used_when_none_is_set() -> None:
 
 def test_continuing_an_answer_is_refused_with_a_reason() -> None:
     with pytest.raises(RemoteError, match="works with a local model only"):
-        engine("http://127.0.0.1:9").reply(MSG, GREEDY, continue_text="Once upon")
+        engine("http://127.0.0.1:9").reply(ChatRequest(MSG, GREEDY, continue_text="Once upon"))
 
 
 @pytest.mark.parametrize(
@@ -317,7 +317,7 @@ def test_bad_settings_are_one_line_errors(kw: dict[str, Any], message: str) -> N
 
 def test_bad_sampling_is_refused_before_sending() -> None:
     with pytest.raises(EngineError, match="max_tokens"):
-        engine("http://127.0.0.1:9").reply(MSG, SamplingParams(max_tokens=0))
+        engine("http://127.0.0.1:9").reply(ChatRequest(MSG, SamplingParams(max_tokens=0)))
 
 
 # -- TLS ---------------------------------------------------------------------------------------
@@ -366,7 +366,7 @@ def test_tls_is_verified_by_default(tls_server: tuple[FaultServer, Path]) -> Non
         engine(srv.url).list_models()
     # A private CA file, or verification turned off, lets the same server through.
     assert engine(srv.url, ca_file=str(cert)).list_models() == ["fault-model"]
-    reply = engine(srv.url, verify_tls=False).reply(MSG, GREEDY)
+    reply = engine(srv.url, verify_tls=False).reply(ChatRequest(MSG, GREEDY))
     assert "".join(reply) == "One two three"
 
 
@@ -381,5 +381,5 @@ def test_bench_and_remote_engine_share_one_client() -> None:
 def test_wrong_key_on_a_fault_server_is_not_an_auth_error() -> None:
     """Only 401/403 mean a bad key; other statuses are reported with the server's words."""
     with FaultServer("http503_text") as srv, pytest.raises(RemoteHTTPError) as ei:
-        consume(engine(srv.url).reply(MSG, GREEDY))
+        consume(engine(srv.url).reply(ChatRequest(MSG, GREEDY)))
     assert not isinstance(ei.value, RemoteAuthError) and ei.value.status == 503

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.host.chat_engine import ChatEngine, EmbeddedEngine, ReplyStream
+from engine.host.chat_engine import ChatEngine, ChatRequest, EmbeddedEngine, ReplyStream
 from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
 from engine.remote.engines import (
@@ -55,7 +55,7 @@ def test_candlewick_serve_streams_a_chat(
     check = engine.check()
     assert check.ok, check.message
     assert check.models == ("default",) and engine.list_models() == ["default"]
-    reply = engine.reply(MSG, GREEDY)
+    reply = engine.reply(ChatRequest(MSG, GREEDY))
     assert isinstance(reply, ReplyStream)
     pieces = list(reply)
     assert len(pieces) > 1 and "".join(pieces) == reply.text
@@ -65,7 +65,7 @@ def test_candlewick_serve_streams_a_chat(
     check_client_stats(st, reply, len(pieces))
     # The same greedy question through the embedded engine gives the same answer.
     smollm2.reset_cache()
-    local = EmbeddedEngine(smollm2).reply(MSG, GREEDY)
+    local = EmbeddedEngine(smollm2).reply(ChatRequest(MSG, GREEDY))
     assert "".join(local) == reply.text
     assert local.prompt_tokens == reply.prompt_tokens
     assert local.stats.gen_tokens == st.gen_tokens and local.stats.measured_on == "engine"
@@ -77,7 +77,7 @@ def test_llama_cpp_server_streams_a_chat(
     engine = RemoteEngine(llama_endpoint)
     models = engine.list_models()
     assert len(models) == 1 and models[0].endswith(smollm2_path.name)
-    reply = engine.reply(MSG, GREEDY)
+    reply = engine.reply(ChatRequest(MSG, GREEDY))
     pieces = list(reply)
     assert pieces and reply.text.strip()
     assert engine.model == models[0]  # no model set: the server's only one is used
@@ -86,12 +86,14 @@ def test_llama_cpp_server_streams_a_chat(
 
 def test_max_tokens_and_cancel_on_a_real_server(llama_endpoint: RemoteEndpoint) -> None:
     engine = RemoteEngine(llama_endpoint)
-    reply = engine.reply(MSG, SamplingParams(temperature=0.0, max_tokens=3))
+    reply = engine.reply(ChatRequest(MSG, SamplingParams(temperature=0.0, max_tokens=3)))
     list(reply)
     assert reply.stats.stop_reason == "length"
     cancel = threading.Event()
     story = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
-    reply = engine.reply(story, SamplingParams(temperature=0.7, max_tokens=400, seed=3), cancel)
+    reply = engine.reply(
+        ChatRequest(story, SamplingParams(temperature=0.7, max_tokens=400, seed=3)), cancel
+    )
     n = 0
     for _ in reply:
         n += 1
@@ -110,7 +112,7 @@ def test_ollama_dialect_against_candlewick_serve(candlewick_server: tuple[str, i
     )
     engine = RemoteEngine(ep)
     assert "default" in engine.list_models()
-    reply = engine.reply(MSG, GREEDY)
+    reply = engine.reply(ChatRequest(MSG, GREEDY))
     pieces = list(reply)
     assert pieces and "".join(pieces) == reply.text
     st = reply.stats
@@ -134,7 +136,7 @@ def test_wrong_or_missing_key_is_an_auth_error(
         match=r"^local-serve: wrong or missing API key "
         r"\(HTTP 401\)$",
     ) as ei:
-        list(engine.reply(MSG, GREEDY))
+        list(engine.reply(ChatRequest(MSG, GREEDY)))
     assert ei.value.status == 401 and ei.value.partial == ""
     with pytest.raises(RemoteAuthError):
         RemoteEngine(ep.with_model("")).list_models()
@@ -142,7 +144,7 @@ def test_wrong_or_missing_key_is_an_auth_error(
         RemoteEndpoint("o", ep.base_url, api="ollama", model="default", api_key=key)
     )
     with pytest.raises(RemoteAuthError):
-        list(ollama.reply(MSG, GREEDY))
+        list(ollama.reply(ChatRequest(MSG, GREEDY)))
 
 
 @pytest.mark.model
@@ -154,7 +156,9 @@ def test_server_killed_mid_stream(tmp_path: Path) -> None:
             RemoteEndpoint(name="doomed", base_url=url, model="default", timeout_s=60)
         )
         story = [{"role": "user", "content": "Write a long story about a lighthouse keeper."}]
-        reply = engine.reply(story, SamplingParams(temperature=0.7, max_tokens=800, seed=3))
+        reply = engine.reply(
+            ChatRequest(story, SamplingParams(temperature=0.7, max_tokens=800, seed=3))
+        )
         received: list[str] = []
         with pytest.raises(RemoteDroppedError) as ei:
             for piece in reply:
@@ -168,4 +172,4 @@ def test_server_killed_mid_stream(tmp_path: Path) -> None:
     assert e.stats is not None and e.stats.stop_reason == "error"
     assert e.stats.gen_tokens == len(received) and e.stats.server_usage == ()
     with pytest.raises(RemoteConnectionError, match="connection refused"):
-        list(engine.reply(story, GREEDY))
+        list(engine.reply(ChatRequest(story, GREEDY)))
