@@ -7,8 +7,9 @@ implements it on llama-cpp-python's ctypes bindings; nothing else in `engine/` c
 `llama_decode`, `llama_encode` or `llama_batch_*`. A test backend with the same interface runs
 the real scheduler without a model.
 
-A backend is a view: it does not own the context (whoever created it frees it) and must be
-used from the one thread that drives that context. Binding functions are looked up on the
+A backend is a view of a context its creator frees (a `Model`'s), or owns one it opened
+itself (`open_pooled`, an embeddings context; `close` frees it); either way it is used from
+the one thread that drives that context. Binding functions are looked up on the
 module at every call, as before, so a test that wraps `llama_decode` still sees every decode.
 
 The hot path stays as tight as a hand-written loop: `TokenBatch.put` writes five ctypes fields
@@ -30,6 +31,8 @@ from engine.native import llama_lib
 
 # A sampler chain, opaque to the loop: a llama.cpp pointer here, anything in a test backend.
 Sampler = NewType("Sampler", object)
+
+_POOLING_MEAN = 1  # llama_pooling_type
 
 
 class DecodeFailed(EngineError):
@@ -233,14 +236,18 @@ class LlamaBatch:
 
 
 class LlamaBackend:
-    """`ContextBackend` on a llama.cpp context (`ctx`) and its model's vocabulary."""
+    """`ContextBackend` on a llama.cpp context (`ctx`) and its model's vocabulary.
+    `owned`: `close` frees the context (else its creator does)."""
 
-    def __init__(self, ctx: ctypes.c_void_p, vocab: ctypes.c_void_p, n_vocab: int) -> None:
+    def __init__(
+        self, ctx: ctypes.c_void_p, vocab: ctypes.c_void_p, n_vocab: int, *, owned: bool = False
+    ) -> None:
         if not ctx:
             raise EngineError("the model is not loaded")
         C = llama_lib.lib()
         self._C = C
-        self._ctx = ctx
+        self._ctx: ctypes.c_void_p | None = ctx
+        self._owned = owned
         self._vocab = vocab
         self._mem = C.llama_get_memory(ctx)
         self._n_vocab = n_vocab
@@ -249,6 +256,45 @@ class LlamaBackend:
         self._n_seq_max = int(C.llama_n_seq_max(ctx))
         # Its own buffer: other threads detokenize with the model's at the same time.
         self._piece = ctypes.create_string_buffer(256)
+
+    @classmethod
+    def open_pooled(
+        cls,
+        model: ctypes.c_void_p,
+        vocab: ctypes.c_void_p,
+        n_vocab: int,
+        *,
+        n_tokens: int,
+        n_seq_max: int,
+        n_threads: int,
+        mean_pooling: bool,
+    ) -> LlamaBackend:
+        """A context of its own on `model`'s weights that gives pooled outputs (embeddings,
+        a reranker's scores): every token of a batch in one ubatch (a non-causal model needs
+        its whole input there) and one KV stream for all sequences, so each may be as long as
+        `n_tokens`. `mean_pooling`: pool by the mean (a text generator's weights), else as
+        the file says."""
+        C = llama_lib.lib()
+        cp = C.llama_context_default_params()
+        cp.n_ctx = cp.n_batch = cp.n_ubatch = n_tokens
+        cp.n_seq_max = n_seq_max
+        cp.kv_unified = True
+        cp.n_threads = cp.n_threads_batch = n_threads
+        cp.embeddings = True
+        if mean_pooling:
+            cp.pooling_type = _POOLING_MEAN  # else unspecified: the model's own
+        ctx = C.llama_init_from_model(model, cp)
+        if not ctx:
+            raise EngineError("llama.cpp could not create an embeddings context")
+        return cls(ctx, vocab, n_vocab, owned=True)
+
+    def close(self) -> None:
+        """Free the context if this backend opened it (idempotent); a view does nothing."""
+        if not self._owned:
+            return
+        ctx, self._ctx = self._ctx, None
+        if ctx:
+            self._C.llama_free(ctx)
 
     @property
     def n_vocab(self) -> int:
@@ -394,6 +440,18 @@ class LlamaBackend:
         return int(self._C.llama_state_seq_set_data(self._ctx, buf, len(state), seq)) != 0
 
 
+def max_parallel_sequences() -> int:
+    """The most sequences one llama.cpp context may hold (a build constant)."""
+    return int(llama_lib.lib().llama_max_parallel_sequences())
+
+
+def pooled_width(model: ctypes.c_void_p, *, rank: bool) -> int:
+    """How many floats one pooled sequence of `model` is: its embedding width, or with
+    `rank` the classifier head's outputs (a reranker)."""
+    C = llama_lib.lib()
+    return int(C.llama_model_n_cls_out(model) if rank else C.llama_model_n_embd(model))
+
+
 def _raw(batch: TokenBatch) -> ctypes.Structure:
     raw = batch.raw if isinstance(batch, LlamaBatch) else None
     if raw is None:
@@ -410,4 +468,6 @@ __all__ = [
     "SamplerSpec",
     "TokenBatch",
     "decode_error",
+    "max_parallel_sequences",
+    "pooled_width",
 ]

@@ -2,15 +2,16 @@
 generation steps (`call_soon`): one thread drives llama.cpp, as in llama-server.
 
 An embedding model (a GGUF that says how it pools: BERT, nomic-bert, ...) gets a context of
-its own here in embeddings mode, pooled as the file says, that packs several inputs into one
-decode (through its `LlamaBackend`), each its own sequence (as llama.cpp's `llama-embedding` does). Its attention is
-not causal, so all of a batch's tokens go in one ubatch and every token's scores are computed
-against the whole batch (masked across sequences): that cost grows with the square of the
-batch, so the budget is the model's context (512 tokens for MiniLM): that packs the short
-inputs (queries, small chunks) whose one-at-a-time decodes are mostly fixed cost, and costs
-long ones about what one at a time does (benchmarks/rag_search.py measures both). A text
-generator named for embeddings (as Ollama allows) gets a second context on the same weights,
-with embeddings on and mean pooling, so generation and embedding never share a KV cache.
+its own here in embeddings mode (`LlamaBackend.open_pooled`), pooled as the file says, that
+packs several inputs into one decode, each its own sequence (as llama.cpp's
+`llama-embedding` does). Its attention is not causal, so all of a batch's tokens go in one
+ubatch and every token's scores are computed against the whole batch (masked across
+sequences): that cost grows with the square of the batch, so the budget is the model's
+context (512 tokens for MiniLM): that packs the short inputs (queries, small chunks) whose
+one-at-a-time decodes are mostly fixed cost, and costs long ones about what one at a time
+does (benchmarks/rag_search.py measures both). A text generator named for embeddings (as
+Ollama allows) gets a second context on the same weights, with embeddings on and mean
+pooling, so generation and embedding never share a KV cache.
 
 A reranker (pooling RANK: a BERT with a classifier head, a Qwen3 reranker) goes the same way:
 each (query, document) pair is one sequence, built as llama-server's `format_prompt_rerank`
@@ -23,7 +24,6 @@ import functools
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,10 +31,8 @@ import numpy.typing as npt
 from engine.errors import EngineError
 from engine.host.runtime import Model
 from engine.model.facts import POOLING_RANK, embedding_pooling
-from engine.native import llama_lib
-from engine.native.backend import LlamaBackend
+from engine.native.backend import LlamaBackend, max_parallel_sequences, pooled_width
 
-_POOLING_MEAN = 1
 # The most inputs one decode takes (short queries: many fit in the token budget).
 MAX_SEQUENCES = 64
 
@@ -53,21 +51,15 @@ class Embedder:
         self.max_tokens = model.n_ctx if model.embedding_only else max_tokens
         # What one decode may take: at least one input of any allowed size.
         self.batch_tokens = max(self.max_tokens, batch_tokens or self.max_tokens)
-        C = llama_lib.lib()
-        self.max_sequences = max(1, min(MAX_SEQUENCES, int(C.llama_max_parallel_sequences())))
+        self.max_sequences = max(1, min(MAX_SEQUENCES, max_parallel_sequences()))
         self._n_threads = n_threads or model.load_info.n_threads
         self.is_reranker = model.embedding_only and embedding_pooling(model.gguf) == POOLING_RANK
         # What one pooled sequence is: a vector of n_embd, or a reranker's head outputs.
-        self._n_out = int(
-            C.llama_model_n_cls_out(model.model_ptr)
-            if self.is_reranker
-            else C.llama_model_n_embd(model.model_ptr)
-        )
+        self._n_out = pooled_width(model.model_ptr, rank=self.is_reranker)
         # How a (query, document) pair is written: the file's "rerank" prompt, else markers.
         self._rerank_template = model.named_template("rerank") if self.is_reranker else None
         self._specials = model.special_tokens()
-        self._ctx: Any = None
-        self._backend: LlamaBackend | None = None
+        self._backend: LlamaBackend | None = None  # its own context, opened on first use
         self._lock = threading.Lock()
         # One long-lived worker thread keeps embedding work off the event loop; started now so
         # its lifetime is the server's, not the first request's.
@@ -76,22 +68,16 @@ class Embedder:
 
     def _context(self) -> LlamaBackend:
         if self._backend is None:
-            C = llama_lib.lib()
-            cp = C.llama_context_default_params()
-            # Every token of a batch in one ubatch (a non-causal model needs its whole input
-            # there), one KV stream for all sequences so each may be as long as max_tokens.
-            cp.n_ctx = cp.n_batch = cp.n_ubatch = self.batch_tokens
-            cp.n_seq_max = self.max_sequences
-            cp.kv_unified = True
-            cp.n_threads = cp.n_threads_batch = self._n_threads
-            cp.embeddings = True
-            if not self.model.embedding_only:
-                cp.pooling_type = _POOLING_MEAN  # else unspecified: the model's own
-            ctx = C.llama_init_from_model(self.model.model_ptr, cp)
-            if not ctx:
-                raise EngineError("llama.cpp could not create an embeddings context")
-            self._ctx = ctx
-            self._backend = LlamaBackend(ctx, self.model.vocab_ptr, self.model.n_vocab)
+            m = self.model
+            self._backend = LlamaBackend.open_pooled(
+                m.model_ptr,
+                m.vocab_ptr,
+                m.n_vocab,
+                n_tokens=self.batch_tokens,
+                n_seq_max=self.max_sequences,
+                n_threads=self._n_threads,
+                mean_pooling=not m.embedding_only,
+            )
         return self._backend
 
     def embed(self, text: str) -> tuple[list[float], int]:
@@ -230,7 +216,6 @@ class Embedder:
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
         with self._lock:
-            if self._ctx is not None:
+            if self._backend is not None:
+                self._backend.close()
                 self._backend = None
-                llama_lib.lib().llama_free(self._ctx)
-                self._ctx = None
