@@ -143,10 +143,4 @@ def _after_block(think: ThinkMarkers | None, in_thinking: bool) -> Callable[[str
     return lambda text: block_end(text, markers, in_thinking=in_thinking)
 
 
-def read_whole(reader: ReplyReader, text: str, stats: ThinkingFigures) -> ReplyResult:
-    """A whole answer read as one piece."""
-    reader.push(text, stats.gen_tokens)
-    return reader.finish(stats)[1]
-
-
-__all__ = ["Part", "ReplyReader", "ReplyResult", "ThinkingFigures", "read_whole"]
+__all__ = ["Part", "ReplyReader", "ReplyResult", "ThinkingFigures"]
