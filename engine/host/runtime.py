@@ -158,7 +158,7 @@ class Model:
         # What one sequence (one slot of the decode loop) holds: n_ctx / n_seq_max unless the
         # KV cache is unified.
         self.n_ctx_seq = int(C.llama_n_ctx_seq(self._ctx))
-        # The most tokens one llama_decode may take: min(requested n_ctx, n_batch).
+        # The most tokens one decode may take: min(requested n_ctx, n_batch).
         self.n_batch = int(C.llama_n_batch(self._ctx))
         self._memory = C.llama_get_memory(self._ctx)
         self.backend = LlamaBackend(

@@ -53,7 +53,7 @@ _SNAPSHOT: tuple[tuple[str, str, str, Callable[[SchedulerSnapshot], float]], ...
         "Used / capacity KV cache cells.",
         lambda s: s.kv_used / s.kv_capacity if s.kv_capacity else 0.0,
     ),
-    ("counter", "decode_steps_total", "Batched llama_decode calls.", lambda s: s.steps),
+    ("counter", "decode_steps_total", "Decode steps (one batch each).", lambda s: s.steps),
     (
         "counter",
         "kv_stream_copies_total",
