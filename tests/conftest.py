@@ -197,6 +197,14 @@ def candlewick_home(
     return home
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What is imported by now (every test module, Qt, the engine) lives to the end: freeze it
+    out of the collector's sight, so the collection after each module (`no_leaked_sockets`)
+    scans only what the tests made, not ~400,000 objects (about a second a module)."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(scope="module", autouse=True)
 def no_leaked_sockets() -> Iterator[None]:
     """Collect garbage as each module ends, so a client a module forgot to close fails there
