@@ -24,6 +24,7 @@ def scenario_count() -> int:
 
 
 @pytest.mark.skipif(on_xserver(), reason="already on an X server: the scenarios run here")
+@pytest.mark.model
 def test_chat_pane_on_a_real_x_server(xvfb: Xvfb, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("WAYLAND_DISPLAY", "PYTEST_ADDOPTS")}
     env.update(QT_QPA_PLATFORM="xcb", DISPLAY=xvfb.display)
