@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from starlette.requests import Request
@@ -31,17 +31,35 @@ from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError, anthropic_error_body
 from engine.server.parsing import read_json
 from engine.server.protocol.anthropic import (
+    AnthropicBlockDelta,
+    AnthropicBlockStart,
+    AnthropicBlockStop,
     AnthropicCountTokensRequest,
+    AnthropicInputDelta,
+    AnthropicMessageDelta,
     AnthropicMessagesRequest,
+    AnthropicMessageStart,
+    AnthropicMessageStop,
+    AnthropicReply,
+    AnthropicReplyText,
+    AnthropicReplyThinking,
+    AnthropicReplyToolUse,
+    AnthropicStop,
     AnthropicTextBlock,
+    AnthropicTextDelta,
     AnthropicThinkingBlock,
+    AnthropicThinkingDelta,
+    AnthropicTokenCount,
     AnthropicToolResultBlock,
     AnthropicToolUseBlock,
+    AnthropicUsage,
+    StopReason,
 )
+from engine.server.protocol.base import HOLE, Template
 from engine.server.protocol.parse import parse_body
 
 Json = dict[str, Any]
-_STOP_REASONS = {
+_STOP_REASONS: dict[str, StopReason] = {
     "stop": "end_turn",
     "stop_string": "stop_sequence",
     "context_full": "model_context_window_exceeded",
@@ -162,126 +180,134 @@ def _plan(loaded: ServedModel, req: AnthropicCountTokensRequest, messages: list[
     )
 
 
+# A stream event: its name and its data's JSON text.
+Event = tuple[str, str]
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False)
+
+
+def _event(
+    ev: AnthropicMessageStart
+    | AnthropicBlockStart
+    | AnthropicBlockDelta
+    | AnthropicBlockStop
+    | AnthropicMessageDelta
+    | AnthropicMessageStop,
+) -> Event:
+    """An event named by its type, its data made now (the message goes on changing)."""
+    return ev.type, _dumps(ev.wire())
+
+
 class MessageBuilder:
     """The message and, as the reply comes, its stream events: a block opens when its kind of
     text starts and stops when another starts or the reply ends; tool_use blocks come at the
-    end, each with its whole input as one JSON delta."""
+    end, each with its whole input as one JSON delta. Events are the protocol's models, sent
+    as their wire form when made (the message goes on changing)."""
 
-    def __init__(self, message: Json) -> None:
+    def __init__(self, message: AnthropicReply) -> None:
         self.message = message
-        self._block: Json | None = None  # the thinking or text block being written
+        self._block: AnthropicReplyText | AnthropicReplyThinking | None = None  # being written
         self._text: list[str] = []
+        self._delta: Template | None = None  # the open block's delta event, checked once
 
-    def start(self) -> list[tuple[str, Json]]:
-        return [
-            ("message_start", {"type": "message_start", "message": {**self.message, "content": []}})
-        ]
+    def start(self) -> list[Event]:
+        opening = self.message.model_copy(update={"content": []})
+        return [_event(AnthropicMessageStart(type="message_start", message=opening))]
 
-    def push(self, parts: list[Part]) -> list[tuple[str, Json]]:
-        out: list[tuple[str, Json]] = []
+    def push(self, parts: list[Part]) -> list[Event]:
+        out: list[Event] = []
         for kind, text in parts:
             want = "thinking" if kind == "reasoning" else "text"
-            if self._block is None or self._block["type"] != want:
+            if self._block is None or self._block.type != want:
                 out += self._stop()
                 out += self._open(want)
             self._text.append(text)
-            delta = (
-                {"type": "thinking_delta", "thinking": text}
-                if want == "thinking"
-                else {"type": "text_delta", "text": text}
-            )
-            out.append(
-                (
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": self._index(), "delta": delta},
-                )
-            )
+            assert self._delta is not None
+            out.append(("content_block_delta", self._delta.fill(text)))  # per token
         return out
 
     def _index(self) -> int:
-        return len(self.message["content"]) - 1
+        return len(self.message.content) - 1
 
-    def _open(self, kind: str) -> list[tuple[str, Json]]:
-        block: Json = (
-            {"type": "thinking", "thinking": "", "signature": ""}
+    def _open(self, kind: str) -> list[Event]:
+        block: AnthropicReplyText | AnthropicReplyThinking = (
+            AnthropicReplyThinking(type="thinking", thinking="", signature="")
             if kind == "thinking"
-            else {"type": "text", "text": ""}
+            else AnthropicReplyText(type="text", text="")
         )
         self._block, self._text = block, []
-        self.message["content"].append(block)
-        return [
-            (
-                "content_block_start",
-                {
-                    "type": "content_block_start",
-                    "index": self._index(),
-                    "content_block": dict(block),
-                },
-            )
-        ]
+        self.message.content.append(block)
+        i = self._index()
+        delta: AnthropicTextDelta | AnthropicThinkingDelta = (
+            AnthropicThinkingDelta(type="thinking_delta", thinking=HOLE)
+            if kind == "thinking"
+            else AnthropicTextDelta(type="text_delta", text=HOLE)
+        )
+        event = AnthropicBlockDelta(type="content_block_delta", index=i, delta=delta)
+        self._delta = Template(event, _dumps)
+        started = AnthropicBlockStart(type="content_block_start", index=i, content_block=block)
+        return [_event(started)]
 
-    def _stop(self) -> list[tuple[str, Json]]:
+    def _stop(self) -> list[Event]:
         if self._block is None:
             return []
-        self._block[self._block["type"]] = "".join(self._text)
-        self._block = None
-        return [("content_block_stop", {"type": "content_block_stop", "index": self._index()})]
+        text = "".join(self._text)
+        if isinstance(self._block, AnthropicReplyThinking):
+            self._block.thinking = text
+        else:
+            self._block.text = text
+        self._block = self._delta = None
+        stop = AnthropicBlockStop(type="content_block_stop", index=self._index())
+        return [_event(stop)]
 
-    def finish(self, done: Done) -> list[tuple[str, Json]]:
+    def finish(self, done: Done) -> list[Event]:
         st, calls = done.stats, done.reply.calls
         out = self._stop()
-        content = self.message["content"]
-        if not calls and not done.reply.forced and not any(b["type"] == "text" for b in content):
+        content = self.message.content
+        text = any(isinstance(b, AnthropicReplyText) for b in content)
+        if not calls and not done.reply.forced and not text:
             out += self._open("text") + self._stop()
         for call in calls:
             args = call_input(call)
-            block = {
-                "type": "tool_use",
-                "id": "toolu_" + call.id.removeprefix("call_"),
-                "name": call.name,
-                "input": {},
-            }
+            block = AnthropicReplyToolUse(
+                type="tool_use",
+                id="toolu_" + call.id.removeprefix("call_"),
+                name=call.name,
+                input={},
+            )
             content.append(block)
             i = self._index()
+            partial = AnthropicInputDelta(type="input_json_delta", partial_json=json.dumps(args))
             out += [
-                (
-                    "content_block_start",
-                    {"type": "content_block_start", "index": i, "content_block": dict(block)},
+                _event(
+                    AnthropicBlockStart(type="content_block_start", index=i, content_block=block)
                 ),
-                (
-                    "content_block_delta",
-                    {
-                        "type": "content_block_delta",
-                        "index": i,
-                        "delta": {"type": "input_json_delta", "partial_json": json.dumps(args)},
-                    },
-                ),
-                ("content_block_stop", {"type": "content_block_stop", "index": i}),
+                _event(AnthropicBlockDelta(type="content_block_delta", index=i, delta=partial)),
+                _event(AnthropicBlockStop(type="content_block_stop", index=i)),
             ]
-            block["input"] = args
+            block.input = args
         # A tool_use block the token limit cut ends the message as max_tokens does.
         whole_calls = bool(calls) and not done.reply.cut_call
-        reason = "tool_use" if whole_calls else _STOP_REASONS.get(st.stop_reason, "max_tokens")
-        # Anthropic counts cache reads apart: input + cache reads are the whole prompt.
-        usage = {
-            "input_tokens": st.prompt_tokens - st.cached_tokens,
-            "cache_read_input_tokens": st.cached_tokens,
-            "cache_creation_input_tokens": 0,
-            "output_tokens": st.gen_tokens,
-        }
+        reason: StopReason = (
+            "tool_use" if whole_calls else _STOP_REASONS.get(st.stop_reason, "max_tokens")
+        )
+        usage = AnthropicUsage(
+            input_tokens=st.prompt_tokens - st.cached_tokens,
+            cache_read_input_tokens=st.cached_tokens,
+            cache_creation_input_tokens=0,
+            output_tokens=st.gen_tokens,
+        )
         stop_sequence = done.stop_sequence if reason == "stop_sequence" else None
-        self.message.update(stop_reason=reason, stop_sequence=stop_sequence, usage=usage)
+        self.message.stop_reason = reason
+        self.message.stop_sequence = stop_sequence
+        self.message.usage = usage
+        stop = AnthropicStop(stop_reason=reason, stop_sequence=stop_sequence)
         return [
             *out,
-            (
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": reason, "stop_sequence": stop_sequence},
-                    "usage": usage,
-                },
-            ),
-            ("message_stop", {"type": "message_stop"}),
+            _event(AnthropicMessageDelta(type="message_delta", delta=stop, usage=usage)),
+            _event(AnthropicMessageStop(type="message_stop")),
         ]
 
 
@@ -300,7 +326,7 @@ class AnthropicRoutes:
         req = parse_body(AnthropicCountTokensRequest, body)
         loaded = await self.state.acquire(req.model)
         plan = _plan(loaded, req, chat_messages(req))
-        return JSONResponse({"input_tokens": len(plan.prompt)})
+        return JSONResponse(AnthropicTokenCount(input_tokens=len(plan.prompt)).wire())
 
     async def create(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
@@ -329,16 +355,16 @@ class AnthropicRoutes:
         stream = bool(req.stream)
         run = Run(self.state, loaded, plan, sampling, stream=stream)
         builder = MessageBuilder(
-            {
-                "id": f"msg_{uuid.uuid4().hex[:24]}",
-                "type": "message",
-                "role": "assistant",
-                "model": loaded.model_id,
-                "content": [],
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": {"input_tokens": len(plan.prompt), "output_tokens": 0},
-            }
+            AnthropicReply(
+                id=f"msg_{uuid.uuid4().hex[:24]}",
+                type="message",
+                role="assistant",
+                model=loaded.model_id,
+                content=[],
+                stop_reason=None,
+                stop_sequence=None,
+                usage=AnthropicUsage(input_tokens=len(plan.prompt), output_tokens=0),
+            )
         )
         if not stream:
             done = await run.whole(request)
@@ -350,20 +376,24 @@ class AnthropicRoutes:
                 ]
             )
             builder.finish(done)
-            return JSONResponse(builder.message)
+            return JSONResponse(builder.message.wire())
+
+        def lines(events: list[Event]) -> Iterator[str]:
+            for name, data in events:
+                yield f"event: {name}\ndata: {data}\n\n"
 
         async def events() -> AsyncIterator[str]:
-            for name, data in builder.start():
-                yield sse(name, data)
+            for line in lines(builder.start()):
+                yield line
             try:
                 async for parts in run.parts():
-                    for name, data in builder.push(parts):
-                        yield sse(name, data)
+                    for line in lines(builder.push(parts)):
+                        yield line
             except GenerationFailed as e:
                 yield sse("error", anthropic_error_body(500, str(e)))
                 return
             if run.done is not None:
-                for name, data in builder.finish(run.done):
-                    yield sse(name, data)
+                for line in lines(builder.finish(run.done)):
+                    yield line
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)

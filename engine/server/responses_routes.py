@@ -10,10 +10,11 @@ whole answer are the same answer.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Literal
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -24,24 +25,40 @@ from engine.decoding.constraints import GrammarError
 from engine.decoding.reply_reader import Part
 from engine.decoding.tool_calls import ToolChoice
 from engine.host.chat_plan import ChatPlan
-from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run, sse
+from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run
 from engine.server.chat_reply import plan_chat
 from engine.server.common import cap_tokens, sampling_from
 from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
 from engine.server.parsing import read_json
+from engine.server.protocol.base import HOLE, Reply, Template
 from engine.server.protocol.parse import parse_body
 from engine.server.protocol.responses import (
     ResponseObject,
+    ResponsesArgumentsDelta,
+    ResponsesArgumentsDone,
+    ResponsesError,
+    ResponsesErrorEvent,
     ResponsesFunctionCallItem,
     ResponsesFunctionCallOutputItem,
     ResponsesItem,
+    ResponsesItemEvent,
     ResponsesMessageItem,
     ResponsesNamedChoice,
+    ResponsesOutputFunctionCall,
+    ResponsesOutputMessage,
+    ResponsesOutputReasoning,
+    ResponsesOutputText,
+    ResponsesPartEvent,
     ResponsesReasoningSettings,
+    ResponsesReasoningText,
     ResponsesRequest,
+    ResponsesStateEvent,
     ResponsesText,
+    ResponsesTextDelta,
+    ResponsesTextDone,
     ResponsesTextSettings,
+    ResponsesUsage,
     parts_text,
 )
 from engine.server.response_store import ResponseStore
@@ -136,172 +153,259 @@ def _plan(loaded: ServedModel, req: ResponsesRequest, convo: list[Json]) -> Chat
     )
 
 
+# A stream event: its name and its data's JSON text.
+Event = tuple[str, str]
+Status = Literal["completed", "incomplete"]
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False)
+
+
 class ResponseBuilder:
     """The response object and, as the reply comes, its stream events (sequence-numbered):
     an output item opens when its kind of text starts, closes when another starts or the
-    reply ends; function calls come at the end, each as one arguments delta."""
+    reply ends; function calls come at the end, each as one arguments delta. Events are the
+    protocol's models, sent as their wire form when made (the response goes on changing)."""
 
-    def __init__(self, response: Json) -> None:
+    def __init__(self, response: ResponseObject) -> None:
         self.response = response
         self._seq = 0
-        self._item: Json | None = None  # the reasoning or message item being written
+        self._item: ResponsesOutputReasoning | ResponsesOutputMessage | None = None
         self._text: list[str] = []
+        self._delta: Template | None = None  # the open item's delta event, checked once
 
-    def _ev(self, kind: str, **fields: Any) -> Json:
+    def _ev(self, event: Reply) -> Event:
+        """`event` (made with sequence_number 0) numbered next, as sent."""
+        data = event.wire()
+        data["sequence_number"] = self._next()
+        return str(data["type"]), _dumps(data)
+
+    def _next(self) -> int:
         self._seq += 1
-        return {"type": kind, "sequence_number": self._seq - 1, **fields}
+        return self._seq - 1
 
-    def _where(self) -> Json:
-        assert self._item is not None
-        return {"item_id": self._item["id"], "output_index": len(self.response["output"]) - 1}
+    def _index(self) -> int:
+        return len(self.response.output) - 1
 
-    def start(self) -> list[Json]:
+    def start(self) -> list[Event]:
+        opening = self.response.model_copy(update={"output": []})
         return [
-            self._ev(k, response={**self.response, "output": []})
+            self._ev(ResponsesStateEvent(type=k, sequence_number=0, response=opening))
             for k in ("response.created", "response.in_progress")
         ]
 
-    def push(self, parts: list[Part]) -> list[Json]:
-        out: list[Json] = []
+    def push(self, parts: list[Part]) -> list[Event]:
+        out: list[Event] = []
         for kind, text in parts:
             want = "reasoning" if kind == "reasoning" else "message"
-            if self._item is None or self._item["type"] != want:
+            if self._item is None or self._item.type != want:
                 out += self._close("completed")
                 out += self._open(want)
             self._text.append(text)
-            delta = (
+            assert self._delta is not None
+            name = (
                 "response.reasoning_text.delta"
                 if want == "reasoning"
-                else "response.output_text.delta"
+                else ("response.output_text.delta")
             )
-            extra: Json = {} if want == "reasoning" else {"logprobs": []}
-            out.append(self._ev(delta, **self._where(), content_index=0, delta=text, **extra))
+            out.append((name, self._delta.fill(self._next(), text)))  # per token
         return out
 
-    def _open(self, kind: str) -> list[Json]:
+    def _open(self, kind: str) -> list[Event]:
+        item: ResponsesOutputReasoning | ResponsesOutputMessage
+        part: ResponsesReasoningText | ResponsesOutputText
         if kind == "reasoning":
-            self._item = {
-                "type": "reasoning",
-                "id": _id("rs"),
-                "summary": [],
-                "content": [],
-                "status": "in_progress",
-            }
-            part: Json = {"type": "reasoning_text", "text": ""}
+            item = ResponsesOutputReasoning(
+                type="reasoning", id=_id("rs"), summary=[], content=[], status="in_progress"
+            )
+            part = ResponsesReasoningText(type="reasoning_text", text="")
         else:
-            self._item = {
-                "type": "message",
-                "id": _id("msg"),
-                "role": "assistant",
-                "status": "in_progress",
-                "content": [],
-            }
-            part = {"type": "output_text", "text": "", "annotations": []}
-        self.response["output"].append(self._item)
-        self._text = []
+            item = ResponsesOutputMessage(
+                type="message", id=_id("msg"), role="assistant", status="in_progress", content=[]
+            )
+            part = ResponsesOutputText(type="output_text", text="", annotations=[])
+        self.response.output.append(item)
+        self._item, self._text = item, []
+        i = self._index()
+        delta = ResponsesTextDelta(
+            type="response.reasoning_text.delta"
+            if kind == "reasoning"
+            else "response.output_text.delta",
+            sequence_number=0,
+            item_id=item.id,
+            output_index=i,
+            content_index=0,
+            delta=HOLE,
+        )
+        if kind != "reasoning":
+            delta.logprobs = []
+        self._delta = Template(delta, _dumps, keys=("sequence_number",))
         return [
             self._ev(
-                "response.output_item.added",
-                output_index=self._where()["output_index"],
-                item=dict(self._item),
+                ResponsesItemEvent(
+                    type="response.output_item.added", sequence_number=0, output_index=i, item=item
+                )
             ),
-            self._ev("response.content_part.added", **self._where(), content_index=0, part=part),
+            self._ev(
+                ResponsesPartEvent(
+                    type="response.content_part.added",
+                    sequence_number=0,
+                    item_id=item.id,
+                    output_index=i,
+                    content_index=0,
+                    part=part,
+                )
+            ),
         ]
 
-    def _close(self, status: str) -> list[Json]:
+    def _close(self, status: Status) -> list[Event]:
         item = self._item
         if item is None:
             return []
         text = "".join(self._text)
-        where = self._where()
-        if item["type"] == "reasoning":
-            part: Json = {"type": "reasoning_text", "text": text}
-            done = self._ev("response.reasoning_text.done", **where, content_index=0, text=text)
+        i = self._index()
+        part: ResponsesReasoningText | ResponsesOutputText
+        done = ResponsesTextDone(
+            type="response.output_text.done",
+            sequence_number=0,
+            item_id=item.id,
+            output_index=i,
+            content_index=0,
+            text=text,
+        )
+        if isinstance(item, ResponsesOutputReasoning):
+            part = ResponsesReasoningText(type="reasoning_text", text=text)
+            item.content = [part]
+            done.type = "response.reasoning_text.done"
         else:
-            part = {"type": "output_text", "text": text, "annotations": []}
-            done = self._ev(
-                "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
-            )
-        item["content"], item["status"] = [part], status
-        self._item = None
+            part = ResponsesOutputText(type="output_text", text=text, annotations=[])
+            item.content = [part]
+            done.logprobs = []
+        item.status = status
+        self._item = self._delta = None
         return [
-            done,
-            self._ev("response.content_part.done", **where, content_index=0, part=part),
+            self._ev(done),
             self._ev(
-                "response.output_item.done", output_index=where["output_index"], item=dict(item)
+                ResponsesPartEvent(
+                    type="response.content_part.done",
+                    sequence_number=0,
+                    item_id=item.id,
+                    output_index=i,
+                    content_index=0,
+                    part=part,
+                )
+            ),
+            self._ev(
+                ResponsesItemEvent(
+                    type="response.output_item.done", sequence_number=0, output_index=i, item=item
+                )
             ),
         ]
 
-    def finish(self, done: Done) -> list[Json]:
+    def finish(self, done: Done) -> list[Event]:
         st, calls = done.stats, done.reply.calls
         if calls:
             whole = not done.reply.cut_call
         else:  # a forced call's grammar ends only after a call: without one it was cut
             whole = st.stop_reason in ("stop", "stop_string") and not done.reply.forced
-        status = "completed" if whole else "incomplete"
+        status: Status = "completed" if whole else "incomplete"
         out = self._close(status)
-        output = self.response["output"]
+        output = self.response.output
         # A forced call's reply is calls only: cut before one was named, it has no item.
-        no_message = not any(i["type"] == "message" for i in output)
+        no_message = not any(i.type == "message" for i in output)
         if not calls and not done.reply.forced and no_message:
             out += self._open("message") + self._close(status)
         for call in calls:
-            item: Json = {
-                "type": "function_call",
-                "id": _id("fc"),
-                "call_id": call.id,
-                "name": call.name,
-                "arguments": "",
-                "status": "in_progress",
-            }
+            item = ResponsesOutputFunctionCall(
+                type="function_call",
+                id=_id("fc"),
+                call_id=call.id,
+                name=call.name,
+                arguments="",
+                status="in_progress",
+            )
             output.append(item)
-            where = {"item_id": item["id"], "output_index": len(output) - 1}
+            i = self._index()
             out.append(
                 self._ev(
-                    "response.output_item.added",
-                    output_index=where["output_index"],
-                    item=dict(item),
+                    ResponsesItemEvent(
+                        type="response.output_item.added",
+                        sequence_number=0,
+                        output_index=i,
+                        item=item,
+                    )
                 )
             )
             out.append(
-                self._ev("response.function_call_arguments.delta", **where, delta=call.arguments)
+                self._ev(
+                    ResponsesArgumentsDelta(
+                        type="response.function_call_arguments.delta",
+                        sequence_number=0,
+                        item_id=item.id,
+                        output_index=i,
+                        delta=call.arguments,
+                    )
+                )
             )
             out.append(
                 self._ev(
-                    "response.function_call_arguments.done",
-                    **where,
-                    name=call.name,
-                    arguments=call.arguments,
+                    ResponsesArgumentsDone(
+                        type="response.function_call_arguments.done",
+                        sequence_number=0,
+                        item_id=item.id,
+                        output_index=i,
+                        name=call.name,
+                        arguments=call.arguments,
+                    )
                 )
             )
-            item.update(
-                arguments=call.arguments, status="completed" if call.complete else "incomplete"
-            )
+            item.arguments = call.arguments
+            item.status = "completed" if call.complete else "incomplete"
             out.append(
                 self._ev(
-                    "response.output_item.done", output_index=where["output_index"], item=dict(item)
+                    ResponsesItemEvent(
+                        type="response.output_item.done",
+                        sequence_number=0,
+                        output_index=i,
+                        item=item,
+                    )
                 )
             )
-        self.response.update(
-            status=status,
-            completed_at=int(time.time()) if whole else None,
-            incomplete_details=None if whole else {"reason": "max_output_tokens"},
-            usage={
-                "input_tokens": st.prompt_tokens,
-                "input_tokens_details": {"cached_tokens": st.cached_tokens},
-                "output_tokens": st.gen_tokens,
-                "output_tokens_details": {"reasoning_tokens": st.thinking_tokens},
-                "total_tokens": st.prompt_tokens + st.gen_tokens,
-            },
+        r = self.response
+        r.status = status
+        r.completed_at = int(time.time()) if whole else None
+        r.incomplete_details = None if whole else {"reason": "max_output_tokens"}
+        r.usage = ResponsesUsage(
+            input_tokens=st.prompt_tokens,
+            input_tokens_details={"cached_tokens": st.cached_tokens},
+            output_tokens=st.gen_tokens,
+            output_tokens_details={"reasoning_tokens": st.thinking_tokens},
+            total_tokens=st.prompt_tokens + st.gen_tokens,
         )
-        kind = "response.completed" if whole else "response.incomplete"
-        return [*out, self._ev(kind, response=self.response)]
+        kind: Literal["response.completed", "response.incomplete"] = (
+            "response.completed" if whole else "response.incomplete"
+        )
+        return [*out, self._ev(ResponsesStateEvent(type=kind, sequence_number=0, response=r))]
 
-    def fail(self, message: str) -> list[Json]:
-        self.response.update(status="failed", error={"code": "server_error", "message": message})
+    def fail(self, message: str) -> list[Event]:
+        self.response.status = "failed"
+        self.response.error = ResponsesError(code="server_error", message=message)
         return [
-            self._ev("error", code="server_error", message=message, param=None),
-            self._ev("response.failed", response=self.response),
+            self._ev(
+                ResponsesErrorEvent(
+                    type="error",
+                    sequence_number=0,
+                    code="server_error",
+                    message=message,
+                    param=None,
+                )
+            ),
+            self._ev(
+                ResponsesStateEvent(
+                    type="response.failed", sequence_number=0, response=self.response
+                )
+            ),
         ]
 
 
@@ -371,7 +475,7 @@ class ResponsesRoutes:
                     }
                     for c in reply.calls
                 ]
-            self.store.put(builder.response["id"], [*convo, turn])
+            self.store.put(builder.response.id, [*convo, turn])
 
         if not stream:
             done = await run.whole(request)
@@ -384,28 +488,34 @@ class ResponsesRoutes:
             )
             builder.finish(done)
             keep(done)
-            return JSONResponse(builder.response)
+            return JSONResponse(builder.response.wire())
+
+        def lines(events: list[Event]) -> Iterator[str]:
+            for name, data in events:
+                yield f"event: {name}\ndata: {data}\n\n"
 
         async def events() -> AsyncIterator[str]:
-            for ev in builder.start():
-                yield sse(ev["type"], ev)
+            for line in lines(builder.start()):
+                yield line
             try:
                 async for parts in run.parts():
-                    for ev in builder.push(parts):
-                        yield sse(ev["type"], ev)
+                    for line in lines(builder.push(parts)):
+                        yield line
             except GenerationFailed as e:
-                for ev in builder.fail(str(e)):
-                    yield sse(ev["type"], ev)
+                for line in lines(builder.fail(str(e))):
+                    yield line
                 return
             if run.done is not None:
-                for ev in builder.finish(run.done):
-                    yield sse(ev["type"], ev)
+                for line in lines(builder.finish(run.done)):
+                    yield line
                 keep(run.done)
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
 
     @staticmethod
-    def _response(req: ResponsesRequest, model: str, temperature: float, top_p: float) -> Json:
+    def _response(
+        req: ResponsesRequest, model: str, temperature: float, top_p: float
+    ) -> ResponseObject:
         """The response object before the reply: the request's settings as they apply."""
         c = req.tool_choice
         fmt = req.text.format if req.text else None
@@ -438,4 +548,4 @@ class ResponsesRoutes:
             background=False,
             metadata=req.metadata or {},
             user=req.user,
-        ).wire()
+        )

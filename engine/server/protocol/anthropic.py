@@ -205,10 +205,13 @@ class AnthropicMessagesRequest(AnthropicCountTokensRequest):
 
 
 class AnthropicUsage(Reply):
+    """Anthropic counts cache reads apart: input + cache reads are the whole prompt (the
+    cache figures come with the last event and the whole answer)."""
+
     input_tokens: int
-    output_tokens: int
     cache_read_input_tokens: int | None = None
     cache_creation_input_tokens: int | None = None
+    output_tokens: int
 
 
 class AnthropicReplyThinking(Reply):
@@ -229,22 +232,84 @@ class AnthropicReplyText(Reply):
     text: str
 
 
+AnthropicReplyBlock = Annotated[
+    AnthropicReplyText | AnthropicReplyThinking | AnthropicReplyToolUse,
+    Field(discriminator="type"),
+]
+StopReason = Literal[
+    "end_turn", "max_tokens", "stop_sequence", "tool_use", "model_context_window_exceeded"
+]
+
+
 class AnthropicReply(Reply):
     id: str
     type: Literal["message"]
     role: Literal["assistant"]
     model: str
-    content: list[
-        Annotated[
-            AnthropicReplyText | AnthropicReplyThinking | AnthropicReplyToolUse,
-            Field(discriminator="type"),
-        ]
-    ]
-    stop_reason: Literal[
-        "end_turn", "max_tokens", "stop_sequence", "tool_use", "model_context_window_exceeded"
+    content: list[AnthropicReplyBlock]
+    stop_reason: Annotated[
+        StopReason | None, Field(description="null only in a stream's message_start")
     ]
     stop_sequence: str | None
     usage: AnthropicUsage
+
+
+# -- the stream's events (each sent as `event: <type>` with this `data`) ------------------
+
+
+class AnthropicMessageStart(Reply):
+    type: Literal["message_start"]
+    message: AnthropicReply  # without content yet
+
+
+class AnthropicBlockStart(Reply):
+    type: Literal["content_block_start"]
+    index: int
+    content_block: AnthropicReplyBlock  # empty: its text comes in deltas
+
+
+class AnthropicTextDelta(Reply):
+    type: Literal["text_delta"]
+    text: str
+
+
+class AnthropicThinkingDelta(Reply):
+    type: Literal["thinking_delta"]
+    thinking: str
+
+
+class AnthropicInputDelta(Reply):
+    type: Literal["input_json_delta"]
+    partial_json: str
+
+
+class AnthropicBlockDelta(Reply):
+    type: Literal["content_block_delta"]
+    index: int
+    delta: Annotated[
+        AnthropicTextDelta | AnthropicThinkingDelta | AnthropicInputDelta,
+        Field(discriminator="type"),
+    ]
+
+
+class AnthropicBlockStop(Reply):
+    type: Literal["content_block_stop"]
+    index: int
+
+
+class AnthropicStop(Reply):
+    stop_reason: StopReason
+    stop_sequence: str | None
+
+
+class AnthropicMessageDelta(Reply):
+    type: Literal["message_delta"]
+    delta: AnthropicStop
+    usage: AnthropicUsage
+
+
+class AnthropicMessageStop(Reply):
+    type: Literal["message_stop"]
 
 
 class AnthropicTokenCount(Reply):

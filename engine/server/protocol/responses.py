@@ -312,6 +312,13 @@ class ResponsesOutputReasoning(Reply):
     status: Literal["in_progress", "completed", "incomplete"]
 
 
+OutputItem = Annotated[
+    ResponsesOutputMessage | ResponsesOutputFunctionCall | ResponsesOutputReasoning,
+    Field(discriminator="type"),
+]
+OutputPart = Annotated[ResponsesOutputText | ResponsesReasoningText, Field(discriminator="type")]
+
+
 class ResponsesUsage(Reply):
     input_tokens: int
     input_tokens_details: dict[str, int]
@@ -342,12 +349,7 @@ class ResponseObject(Reply):
     error: ResponsesError | None
     incomplete_details: dict[str, str] | None
     model: str
-    output: list[
-        Annotated[
-            ResponsesOutputMessage | ResponsesOutputFunctionCall | ResponsesOutputReasoning,
-            Field(discriminator="type"),
-        ]
-    ]
+    output: list[OutputItem]
     usage: ResponsesUsage | None
     instructions: str | None
     previous_response_id: str | None
@@ -365,3 +367,79 @@ class ResponseObject(Reply):
     metadata: dict[str, str]
     user: str | None
     completed_at: int | None = None  # once it is complete
+
+
+# -- the stream's events (each sent as `event: <type>`, numbered by `sequence_number`) -------
+
+
+class ResponsesStateEvent(Reply):
+    type: Literal[
+        "response.created",
+        "response.in_progress",
+        "response.completed",
+        "response.incomplete",
+        "response.failed",
+    ]
+    sequence_number: int
+    response: ResponseObject
+
+
+class ResponsesItemEvent(Reply):
+    type: Literal["response.output_item.added", "response.output_item.done"]
+    sequence_number: int
+    output_index: int
+    item: OutputItem
+
+
+class ResponsesPartEvent(Reply):
+    type: Literal["response.content_part.added", "response.content_part.done"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    part: OutputPart
+
+
+class ResponsesTextDelta(Reply):
+    type: Literal["response.output_text.delta", "response.reasoning_text.delta"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    delta: str
+    logprobs: list[Any] | None = None  # output text only: always empty
+
+
+class ResponsesTextDone(Reply):
+    type: Literal["response.output_text.done", "response.reasoning_text.done"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    content_index: int
+    text: str
+    logprobs: list[Any] | None = None  # output text only: always empty
+
+
+class ResponsesArgumentsDelta(Reply):
+    type: Literal["response.function_call_arguments.delta"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class ResponsesArgumentsDone(Reply):
+    type: Literal["response.function_call_arguments.done"]
+    sequence_number: int
+    item_id: str
+    output_index: int
+    name: str
+    arguments: str
+
+
+class ResponsesErrorEvent(Reply):
+    type: Literal["error"]
+    sequence_number: int
+    code: str
+    message: str
+    param: None

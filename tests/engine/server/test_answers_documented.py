@@ -18,9 +18,10 @@ from pydantic import BaseModel
 
 from engine.server import ServerConfig, ServerThread
 from engine.server.openapi import openapi_schema
+from engine.server.protocol import anthropic as a
+from engine.server.protocol import responses as r
 from engine.server.protocol.ollama import OllamaReply
 from engine.server.protocol.openai import ChatCompletionChunk, TextCompletionChunk
-from engine.server.protocol.responses import ResponseObject
 from tests.engine.server.conftest import API_KEY, http, make_config
 from tests.fake_server_engine import FakeModel, serve_fake
 
@@ -185,19 +186,70 @@ def test_agent_answers(srv: ServerThread, fake: FakeModel) -> None:
     assert check("/v1/messages/count_tokens", "post", count)["input_tokens"] > 0
 
 
-def test_a_streamed_response_ends_with_the_documented_object(
-    srv: ServerThread, fake: FakeModel
-) -> None:
-    fake.script(REPLY)
-    r = post(srv, "/v1/responses", {"input": "Hi", "stream": True})
-    events = [
-        json.loads(line[len("data: ") :])
-        for line in r.text.splitlines()
-        if line.startswith("data: ")
-    ]
-    done = [e for e in events if e["type"] == "response.completed"]
-    assert len(done) == 1
-    check_chunk(ResponseObject, done[0]["response"])
+RESPONSES_EVENTS: dict[str, type[BaseModel]] = {
+    **dict.fromkeys(
+        ("response.created", "response.in_progress", "response.completed"),
+        r.ResponsesStateEvent,
+    ),
+    **dict.fromkeys(
+        ("response.output_item.added", "response.output_item.done"), r.ResponsesItemEvent
+    ),
+    **dict.fromkeys(
+        ("response.content_part.added", "response.content_part.done"), r.ResponsesPartEvent
+    ),
+    "response.output_text.delta": r.ResponsesTextDelta,
+    "response.output_text.done": r.ResponsesTextDone,
+    "response.function_call_arguments.delta": r.ResponsesArgumentsDelta,
+    "response.function_call_arguments.done": r.ResponsesArgumentsDone,
+}
+
+
+@pytest.mark.parametrize("reply", [REPLY, CALL])
+def test_each_responses_event_is_its_model(srv: ServerThread, fake: FakeModel, reply: str) -> None:
+    fake.script(reply)
+    body: dict[str, Any] = {"input": "Hi", "stream": True}
+    if reply == CALL:
+        body["tools"] = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
+        body["tool_choice"] = "required"
+    got = post(srv, "/v1/responses", body)
+    names = []
+    for block in got.text.strip().split("\n\n"):
+        name, data = (line.split(": ", 1)[1] for line in block.split("\n"))
+        event = json.loads(data)
+        assert event["type"] == name and event["sequence_number"] == len(names)
+        check_chunk(RESPONSES_EVENTS[name], event)
+        names.append(name)
+    assert names[-1] == "response.completed"
+    if reply == CALL:
+        assert "response.function_call_arguments.done" in names
+
+
+ANTHROPIC_EVENTS: dict[str, type[BaseModel]] = {
+    "message_start": a.AnthropicMessageStart,
+    "content_block_start": a.AnthropicBlockStart,
+    "content_block_delta": a.AnthropicBlockDelta,
+    "content_block_stop": a.AnthropicBlockStop,
+    "message_delta": a.AnthropicMessageDelta,
+    "message_stop": a.AnthropicMessageStop,
+}
+
+
+@pytest.mark.parametrize("reply", [REPLY, "<think>Hmm.</think>" + REPLY, CALL])
+def test_each_anthropic_event_is_its_model(srv: ServerThread, fake: FakeModel, reply: str) -> None:
+    fake.script(reply)
+    body = {"max_tokens": 64, "messages": M, "stream": True}
+    if reply == CALL:
+        body["tools"] = [{"name": "f", "input_schema": {"type": "object"}}]
+        body["tool_choice"] = {"type": "any"}
+    r = post(srv, "/v1/messages", body)
+    names = []
+    for block in r.text.strip().split("\n\n"):
+        name, data = (line.split(": ", 1)[1] for line in block.split("\n"))
+        event = json.loads(data)
+        assert event["type"] == name
+        check_chunk(ANTHROPIC_EVENTS[name], event)
+        names.append(name)
+    assert names[0] == "message_start" and names[-1] == "message_stop"
 
 
 def test_embedding_answers(server: ServerThread) -> None:

@@ -576,11 +576,22 @@ def _done(reply: ReplyResult, reason: str = "stop", stop: str | None = None) -> 
     return Done(reply, st, stop)
 
 
+def _builder() -> MessageBuilder:
+    return MessageBuilder(AnthropicReply.model_construct(id="msg_1", content=[]))
+
+
+def _read(events: list[tuple[str, str]]) -> list[tuple[str, dict[str, Any]]]:
+    """The builder's events as (name, data), its data read from the JSON sent."""
+    return [(name, json.loads(data)) for name, data in events]
+
+
 def test_builder_thinking_then_text_then_tool_use() -> None:
-    b = MessageBuilder({"id": "msg_1", "content": []})
-    events = b.start() + b.push([("reasoning", "Hm"), ("reasoning", "m."), ("content", "Ok")])
+    b = _builder()
+    events = _read(
+        b.start() + b.push([("reasoning", "Hm"), ("reasoning", "m."), ("content", "Ok")])
+    )
     call = ToolCall("get_time", '{"zone": "UTC"}', "call_abc")
-    events += b.finish(_done(ReplyResult("Ok", "Hmm.", [call])))
+    events += _read(b.finish(_done(ReplyResult("Ok", "Hmm.", [call]))))
     assert [(name, data.get("index")) for name, data in events] == [
         ("message_start", None),
         ("content_block_start", 0),
@@ -597,13 +608,13 @@ def test_builder_thinking_then_text_then_tool_use() -> None:
         ("message_stop", None),
     ]
     assert events[2][1]["delta"] == {"type": "thinking_delta", "thinking": "Hm"}
-    assert b.message["content"] == [
+    assert b.message.wire()["content"] == [
         {"type": "thinking", "thinking": "Hmm.", "signature": ""},
         {"type": "text", "text": "Ok"},
         {"type": "tool_use", "id": "toolu_abc", "name": "get_time", "input": {"zone": "UTC"}},
     ]
-    assert b.message["stop_reason"] == "tool_use"
-    assert b.message["usage"] == {
+    assert b.message.wire()["stop_reason"] == "tool_use"
+    assert b.message.wire()["usage"] == {
         "input_tokens": 6,
         "cache_read_input_tokens": 4,
         "cache_creation_input_tokens": 0,
@@ -621,7 +632,7 @@ def test_builder_thinking_then_text_then_tool_use() -> None:
     ],
 )
 def test_builder_stop_reasons(reason: str, stop: str | None, expected: str) -> None:
-    b = MessageBuilder({"id": "msg_1", "content": []})
+    b = _builder()
     b.finish(_done(ReplyResult("", ""), reason, stop))
-    assert b.message["stop_reason"] == expected and b.message["stop_sequence"] == stop
-    assert b.message["content"] == [{"type": "text", "text": ""}]
+    assert b.message.wire()["stop_reason"] == expected and b.message.wire()["stop_sequence"] == stop
+    assert b.message.wire()["content"] == [{"type": "text", "text": ""}]

@@ -578,12 +578,23 @@ def _done(reply: ReplyResult, reason: str = "stop") -> Done:
     return Done(reply, st, None)
 
 
+def _builder(rid: str) -> ResponseBuilder:
+    return ResponseBuilder(ResponseObject.model_construct(id=rid, output=[]))
+
+
+def _read(events: list[tuple[str, str]]) -> list[dict[str, Any]]:
+    """The builder's events' data, read from the JSON sent."""
+    return [json.loads(data) for _, data in events]
+
+
 def test_builder_reasoning_then_text_then_calls() -> None:
     """A thinking model's answer: a reasoning item, a message, function calls, in order."""
-    b = ResponseBuilder({"id": "resp_1", "output": []})
-    events = b.start() + b.push([("reasoning", "Hm"), ("reasoning", "m."), ("content", "Ok")])
+    b = _builder("resp_1")
+    events = _read(
+        b.start() + b.push([("reasoning", "Hm"), ("reasoning", "m."), ("content", "Ok")])
+    )
     call = ToolCall("get_time", '{"zone": "UTC"}', "call_1")
-    events += b.finish(_done(ReplyResult("Ok", "Hmm.", [call])))
+    events += _read(b.finish(_done(ReplyResult("Ok", "Hmm.", [call]))))
     assert [e["type"] for e in events] == [
         "response.created",
         "response.in_progress",
@@ -606,7 +617,7 @@ def test_builder_reasoning_then_text_then_calls() -> None:
         "response.output_item.done",
         "response.completed",
     ]
-    out = b.response["output"]
+    out = b.response.wire()["output"]
     assert [o["type"] for o in out] == ["reasoning", "message", "function_call"]
     assert out[0]["content"] == [{"type": "reasoning_text", "text": "Hmm."}]
     assert out[1]["content"][0]["text"] == "Ok"
@@ -616,22 +627,22 @@ def test_builder_reasoning_then_text_then_calls() -> None:
         1,
         2,
     ]
-    assert b.response["usage"]["output_tokens_details"] == {"reasoning_tokens": 3}
-    assert b.response["usage"]["input_tokens_details"] == {"cached_tokens": 4}
-    assert b.response["status"] == "completed"
+    assert b.response.wire()["usage"]["output_tokens_details"] == {"reasoning_tokens": 3}
+    assert b.response.wire()["usage"]["input_tokens_details"] == {"cached_tokens": 4}
+    assert b.response.wire()["status"] == "completed"
 
 
 def test_builder_cut_short_is_incomplete() -> None:
-    b = ResponseBuilder({"id": "resp_1", "output": []})
+    b = _builder("resp_1")
     b.push([("content", "Once upon")])
-    events = b.finish(_done(ReplyResult("Once upon", ""), "length"))
+    events = _read(b.finish(_done(ReplyResult("Once upon", ""), "length")))
     assert events[-1]["type"] == "response.incomplete"
-    assert b.response["incomplete_details"] == {"reason": "max_output_tokens"}
-    assert b.response["output"][0]["status"] == "incomplete"
-    b = ResponseBuilder({"id": "resp_2", "output": []})
-    failed = b.fail("the reply left its grammar")
+    assert b.response.wire()["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert b.response.wire()["output"][0]["status"] == "incomplete"
+    b = _builder("resp_2")
+    failed = _read(b.fail("the reply left its grammar"))
     assert [e["type"] for e in failed] == ["error", "response.failed"]
-    assert b.response["status"] == "failed"
+    assert b.response.wire()["status"] == "failed"
 
 
 def test_store_is_a_bounded_lru_of_copies() -> None:
