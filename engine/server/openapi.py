@@ -60,6 +60,8 @@ class Operation:
     body_required: bool = True
     parameters: tuple[dict[str, Any], ...] = ()
     ok_text: str = "OK"
+    # The models of a stream's events: each server-sent event's `data` is one of them.
+    events: tuple[type[BaseModel], ...] = ()
 
     def codes(self) -> tuple[int, ...]:
         base = DEFAULT_ERRORS[self.method] if self.errors is None else self.errors
@@ -69,7 +71,12 @@ class Operation:
         media = [self.ok, *(m for _, m in self.answers.values())]
         return [
             m
-            for m in (self.body, self.error, *(x for d in media for x in d.values()))
+            for m in (
+                self.body,
+                self.error,
+                *(x for d in media for x in d.values()),
+                *self.events,
+            )
             if m is not None
         ]
 
@@ -111,12 +118,14 @@ PATHS: dict[str, Operation] = {
         "Chat completion (stream=true: server-sent events ending with data: [DONE])",
         {JSON: openai.ChatCompletion, SSE: base.ServerSentEvent},
         openai.ChatCompletionRequest,
+        events=(openai.ChatCompletionChunk, openai.OpenAIError),
     ),
     "/v1/completions": Operation(
         "post",
         "Text completion (no chat template)",
         {JSON: openai.TextCompletion, SSE: base.ServerSentEvent},
         openai.CompletionRequest,
+        events=(openai.TextCompletionChunk, openai.OpenAIError),
     ),
     "/v1/embeddings": Operation(
         "post",
@@ -197,6 +206,16 @@ AGENT_PATHS: dict[str, Operation] = {
         "OpenAI Responses API (stream=true: its named server-sent events)",
         {JSON: responses.ResponseObject, SSE: base.ServerSentEvent},
         responses.ResponsesRequest,
+        events=(
+            responses.ResponsesStateEvent,
+            responses.ResponsesItemEvent,
+            responses.ResponsesPartEvent,
+            responses.ResponsesTextDelta,
+            responses.ResponsesTextDone,
+            responses.ResponsesArgumentsDelta,
+            responses.ResponsesArgumentsDone,
+            responses.ResponsesErrorEvent,
+        ),
     ),
     "/v1/messages": Operation(
         "post",
@@ -204,6 +223,15 @@ AGENT_PATHS: dict[str, Operation] = {
         {JSON: anthropic.AnthropicReply, SSE: base.ServerSentEvent},
         anthropic.AnthropicMessagesRequest,
         anthropic.AnthropicError,
+        events=(
+            anthropic.AnthropicMessageStart,
+            anthropic.AnthropicBlockStart,
+            anthropic.AnthropicBlockDelta,
+            anthropic.AnthropicBlockStop,
+            anthropic.AnthropicMessageDelta,
+            anthropic.AnthropicMessageStop,
+            anthropic.AnthropicError,
+        ),
     ),
     "/v1/messages/count_tokens": Operation(
         "post",
@@ -233,8 +261,14 @@ def _operation(op: Operation, model_id: str) -> dict[str, Any]:
         ]
     if op.body is not None:
         out["requestBody"] = {"required": op.body_required, "content": _content({JSON: op.body})}
+    ok = _content(op.ok)
+    if op.events and SSE in ok:
+        # Each event's data is JSON text, one of the stream's event models.
+        events = {"anyOf": [{"$ref": _REF.format(model=m.__name__)} for m in op.events]}
+        data = {"contentMediaType": JSON, "contentSchema": events}
+        ok[SSE]["schema"] = {**ok[SSE]["schema"], "properties": {"data": data}}
     out["responses"] = {
-        "200": {"description": op.ok_text, "content": _content(op.ok)},
+        "200": {"description": op.ok_text, "content": ok},
         **{
             str(c): {"description": text, "content": _content(media)}
             for c, (text, media) in op.answers.items()
