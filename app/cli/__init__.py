@@ -7,36 +7,41 @@ user can cause ends as one line on stderr and exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 from collections.abc import Sequence
 
-from app.cli import (
-    bench_cmd,
-    chats_cmd,
-    connections_cmd,
-    docs_cmd,
-    estimate_cmd,
-    models_cmd,
-    run_cmd,
-    serve_cmd,
-)
 from app.cli.common import USER_ERRORS, CliError
 
-COMMAND_MODULES = [
-    run_cmd,
-    models_cmd,
-    estimate_cmd,
-    chats_cmd,
-    docs_cmd,
-    serve_cmd,
-    bench_cmd,
-    connections_cmd,
-]
+# A command's module imports what its handlers need (the server, the hub, the bench, numpy):
+# about a second of start-up for all eight. A command line names one, so only its module is
+# imported; help and a mistyped command still see them all. (The bundle lists every app.cli
+# module as a hidden import, so importing by name works there too.)
+COMMANDS = {
+    "run": "run_cmd",
+    "models": "models_cmd",
+    "estimate": "estimate_cmd",
+    "chats": "chats_cmd",
+    "docs": "docs_cmd",
+    "serve": "serve_cmd",
+    "bench": "bench_cmd",
+    "connections": "connections_cmd",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command an argument list names, when it names a known one. The top-level options
+    take no value, so the first argument that is not an option is the command."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with `only` one command registered (see COMMANDS)."""
     parser = argparse.ArgumentParser(
         prog="candlewick",
         description="Run large language models on your own machine.",
@@ -50,14 +55,15 @@ def build_parser() -> argparse.ArgumentParser:
         "chat store, open and close the window; exit 0 if all work",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMAND_MODULES:
-        module.register(sub)
+    for name, module in COMMANDS.items():
+        if only is None or name == only:
+            importlib.import_module(f"app.cli.{module}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(chosen_command(args_list))
     args = parser.parse_args(args_list)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
