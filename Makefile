@@ -83,10 +83,12 @@ test: setup
 # The fast tier: every test the markers call fast, over the whole suite (no list of paths):
 # no model loaded (tests/conftest.py marks every test that uses one, and with
 # CANDLEWICK_FAST_TIER=1 fails a test that loads one anyway), nothing slow, no X server.
+# Spread over the cores (pytest-xdist): about 65 s of CPU, so one process alone would not
+# finish in a minute on two cores.
 test-fast: setup
 	$(VENV)/bin/ruff check $(PY_PATHS)
 	$(VENV)/bin/ruff format --check $(PY_PATHS)
-	CANDLEWICK_FAST_TIER=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q \
+	CANDLEWICK_FAST_TIER=1 QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -n auto \
 	  -m "not model and not slow and not xserver"
 
 bench: setup
