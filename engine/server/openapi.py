@@ -60,8 +60,10 @@ class Operation:
     body_required: bool = True
     parameters: tuple[dict[str, Any], ...] = ()
     ok_text: str = "OK"
-    # The models of a stream's events: each server-sent event's `data` is one of them.
+    # The models of a stream's events: each server-sent event's `data` is one of them, but
+    # for a last one that is not JSON (`done`: OpenAI's [DONE]).
     events: tuple[type[BaseModel], ...] = ()
+    done: str | None = None
 
     def codes(self) -> tuple[int, ...]:
         base = DEFAULT_ERRORS[self.method] if self.errors is None else self.errors
@@ -119,6 +121,7 @@ PATHS: dict[str, Operation] = {
         {JSON: openai.ChatCompletion, SSE: base.ServerSentEvent},
         openai.ChatCompletionRequest,
         events=(openai.ChatCompletionChunk, openai.OpenAIError),
+        done="[DONE]",
     ),
     "/v1/completions": Operation(
         "post",
@@ -126,6 +129,7 @@ PATHS: dict[str, Operation] = {
         {JSON: openai.TextCompletion, SSE: base.ServerSentEvent},
         openai.CompletionRequest,
         events=(openai.TextCompletionChunk, openai.OpenAIError),
+        done="[DONE]",
     ),
     "/v1/embeddings": Operation(
         "post",
@@ -265,7 +269,9 @@ def _operation(op: Operation, model_id: str) -> dict[str, Any]:
     if op.events and SSE in ok:
         # Each event's data is JSON text, one of the stream's event models.
         events = {"anyOf": [{"$ref": _REF.format(model=m.__name__)} for m in op.events]}
-        data = {"contentMediaType": JSON, "contentSchema": events}
+        data: dict[str, Any] = {"contentMediaType": JSON, "contentSchema": events}
+        if op.done is not None:
+            data = {"anyOf": [{"const": op.done}, data]}
         ok[SSE]["schema"] = {**ok[SSE]["schema"], "properties": {"data": data}}
     out["responses"] = {
         "200": {"description": op.ok_text, "content": ok},

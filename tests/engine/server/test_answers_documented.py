@@ -63,7 +63,9 @@ def check_event(path: str, event: dict[str, Any]) -> None:
     `path`'s server-sent events (one of the stream's event models)."""
     doc = _doc()
     sse = doc["paths"][path]["post"]["responses"]["200"]["content"]["text/event-stream"]
-    events = sse["schema"]["properties"]["data"]["contentSchema"]
+    data = sse["schema"]["properties"]["data"]
+    # OpenAI's streams end with a data that is not JSON ([DONE]): the JSON ones' branch.
+    events = next(x for x in data.get("anyOf", [data]) if "contentSchema" in x)["contentSchema"]
     schema = {**events, "components": _closed(doc["components"])}
     jsonschema.Draft202012Validator(schema).validate(event)
 
