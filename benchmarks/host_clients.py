@@ -412,9 +412,11 @@ def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> N
             raise SystemExit(f"the server exited with {proc.returncode}")
         try:
             r = httpx.get(url + "/health", timeout=2)
-            if r.status_code == 200 and "loading" not in r.text.lower():
+            # Both answer 200 {"status": "ok"} once the model is ready (llama-server says 503
+            # while loading); Candlewick's body also lists models "loading", so read the key.
+            if r.status_code == 200 and r.json().get("status") == "ok":
                 return
-        except httpx.HTTPError:
+        except (httpx.HTTPError, ValueError):  # not up yet, or not JSON yet
             pass
         time.sleep(0.25)
     raise SystemExit("the server did not come up")
