@@ -159,7 +159,8 @@ class FakeSampler:
     freed: bool = False
 
     def __post_init__(self) -> None:
-        self.rng = np.random.default_rng(self.seed)
+        # llama.cpp takes the seed as uint32 (a negative one wraps), as LlamaBackend passes it.
+        self.rng = np.random.default_rng(None if self.seed is None else self.seed & 0xFFFFFFFF)
 
     def choose(self, logits: npt.NDArray[np.float32]) -> int:
         z = logits.astype(np.float64)

@@ -85,3 +85,12 @@ def test_samplers_greedy_seeded_and_freed_once() -> None:
     assert draws[0] == draws[1]
     assert all(0 <= t < len(vocab) for t in draws[0])  # never an id without a piece
     assert be.is_eog(EOG) and be.token_to_piece(EOG, False) == b""
+
+
+def test_a_negative_seed_wraps_as_llama_cpps_uint32_does() -> None:
+    """The server passes a client's seed through; -1 must not kill the fake's loop thread."""
+    be = FakeBackend(n_seq_max=1, vocab=FakeVocab(), next_token=lambda h: 3)
+    fill(be, [(1, 0, 0, True)])
+    wrapped = be.sampler(SamplingParams(temperature=1.0, seed=-1))
+    same = be.sampler(SamplingParams(temperature=1.0, seed=0xFFFFFFFF))
+    assert [be.sample(wrapped, 0) for _ in range(10)] == [be.sample(same, 0) for _ in range(10)]
