@@ -43,7 +43,6 @@ from app.services.library import bundled_default_model  # noqa: E402
 from benchmarks.doc_tables import machine_line  # noqa: E402
 from benchmarks.server_throughput import run_level  # noqa: E402
 from engine.host.runtime import Model  # noqa: E402
-from engine.host.scheduler import Scheduler  # noqa: E402
 from engine.memory import hardware  # noqa: E402
 from engine.native import llama_lib  # noqa: E402
 from engine.settings import LoadParams, SamplingParams, default_threads  # noqa: E402
@@ -251,6 +250,15 @@ def _together(model: Model, url: str, n_tokens: int) -> tuple[float, float]:
     return chat[0], api[0]
 
 
+def _put(b: Any, i: int, tok: int, pos: int, seq: int, logits: bool) -> None:
+    """Row i of a raw llama_batch: the reference measures llama.cpp itself, not the backend."""
+    b.token[i] = tok
+    b.pos[i] = pos
+    b.n_seq_id[i] = 1
+    b.seq_id[i][0] = seq
+    b.logits[i] = 1 if logits else 0
+
+
 def raw_two_sequences(model: Model, steps: int = 60) -> float:
     """The ceiling: tokens/s of llama.cpp decoding 2 sequences a step over 1 sequence a step,
     straight on the C API on the model's context (run on its decode thread)."""
@@ -263,13 +271,13 @@ def raw_two_sequences(model: Model, steps: int = 60) -> float:
         C.llama_memory_clear(mem, True)
         for seq in range(n):
             for i in range(40):
-                Scheduler._put(b, i, 100 + i, i, seq, False)
+                _put(b, i, 100 + i, i, seq, False)
             b.n_tokens = 40
             C.llama_decode(ctx, b)
         t0 = time.perf_counter()
         for step in range(steps):
             for seq in range(n):
-                Scheduler._put(b, seq, 200, 40 + step, seq, True)
+                _put(b, seq, 200, 40 + step, seq, True)
             b.n_tokens = n
             C.llama_decode(ctx, b)
         C.llama_synchronize(ctx)
@@ -424,7 +432,8 @@ def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> N
 
 def _ttft(url: str, n: int) -> list[float]:
     out = []
-    body = {"model": "m", "messages": SHORT, "max_tokens": 4, "temperature": 0, "stream": True}
+    # No model named, as run_level: each server answers with the one it serves.
+    body = {"messages": SHORT, "max_tokens": 4, "temperature": 0, "stream": True}
     for i in range(n):
         # A new connection each time: llama-server closes one after a stream.
         with httpx.Client(timeout=120) as client:
@@ -432,6 +441,8 @@ def _ttft(url: str, n: int) -> list[float]:
             t0 = time.perf_counter()
             first: float | None = None
             with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
+                if r.status_code != 200:  # a refusal is no time to first token
+                    raise SystemExit(f"{url}: HTTP {r.status_code}: {r.read().decode()[:300]}")
                 for line in r.iter_lines():  # read to the end: the next request starts idle
                     if first is None and _has_text(line):
                         first = time.perf_counter() - t0
