@@ -9,10 +9,10 @@ import threading
 import time
 from collections.abc import Iterator
 
-from engine.host.chat_engine import EngineKind, Messages
-from engine.host.context_policy import ContextPolicy
+from engine.decoding.reply_reader import Part
+from engine.decoding.tool_calls import ToolCall
+from engine.host.chat_engine import ChatRequest, EngineKind
 from engine.host.stats import GenerationStats
-from engine.settings import SamplingParams
 
 PIECE_S = 0.002  # ~500 pieces a second: several pieces per coalesced GUI update
 
@@ -28,7 +28,12 @@ def story(paragraphs: int = 14) -> str:
 
 
 class ScriptedReply:
+    """A `ReplyStream` whose text is all answer: no thinking, no tool calls."""
+
+    thought: tuple[int, float] | None = None
+
     def __init__(self, text: str, cancel: threading.Event | None) -> None:
+        self.tool_calls: list[ToolCall] = []
         # Words with their following space, as a tokenizer would cut them.
         self._pieces = [w + " " for w in text.split(" ")]
         self._pieces[-1] = self._pieces[-1].rstrip(" ")
@@ -55,6 +60,10 @@ class ScriptedReply:
     @property
     def stats(self) -> GenerationStats:
         return self._stats
+
+    def parts(self) -> Iterator[list[Part]]:
+        for piece in self:
+            yield [("content", piece)]
 
     def __iter__(self) -> Iterator[str]:
         t0 = time.perf_counter()
@@ -93,15 +102,7 @@ class ScriptedEngine:
     def can_continue(self) -> bool:
         return False
 
-    def reply(
-        self,
-        messages: Messages,
-        sampling: SamplingParams,
-        cancel: threading.Event | None = None,
-        *,
-        continue_text: str = "",
-        policy: ContextPolicy | None = None,
-    ) -> ScriptedReply:
+    def reply(self, request: ChatRequest, cancel: threading.Event | None = None) -> ScriptedReply:
         return ScriptedReply(self._text, cancel)
 
     def close(self) -> None:
