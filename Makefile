@@ -80,6 +80,11 @@ test: setup
 	$(VENV)/bin/lint-imports
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
 
+# Python caches compiled modules (and pytest its rewritten test modules) in __pycache__; an
+# environment that turns that off makes every run compile the whole tree again (~7 s of each
+# worker's collection), so the test targets turn it back on.
+unexport PYTHONDONTWRITEBYTECODE
+
 # The fast tier: every test the markers call fast, over the whole suite (no list of paths):
 # no model loaded (tests/conftest.py marks every test that uses one, and with
 # CANDLEWICK_FAST_TIER=1 fails a test that loads one anyway), nothing slow, no X server.
