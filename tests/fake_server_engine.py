@@ -208,6 +208,18 @@ class FakeModel(FakeLoopModel):
 
 
 @contextlib.contextmanager
+def fake_model(folder: Path) -> Iterator[FakeModel]:
+    """A `FakeModel` over a stub file in `folder` (2 slots of 512 tokens), closed after."""
+    path = folder / "fake-135m-q4.gguf"
+    path.write_bytes(b"GGUF" + bytes(252))
+    model = FakeModel(path, n_slots=2, n_ctx_seq=512)
+    try:
+        yield model
+    finally:
+        model.close()
+
+
+@contextlib.contextmanager
 def serve_fake(model: FakeModel, config: ServerConfig) -> Iterator[ServerThread]:
     """The real server on a free port serving `model` as `config.model_id`, the way
     `candlewick serve` serves a model it loaded (`ServerState.set_loaded`)."""

@@ -17,7 +17,7 @@ import pytest
 from engine.server import ServerConfig, ServerThread
 from engine.server.openapi import openapi_schema
 from tests.engine.server.conftest import API_KEY, http, make_config
-from tests.fake_server_engine import FakeModel, serve_fake
+from tests.fake_server_engine import FakeModel, fake_model, serve_fake
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 REPLY = "Paris is the capital of France."
@@ -83,11 +83,8 @@ def sse_chunks(text: str) -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def module_fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModel]:
-    path = tmp_path_factory.mktemp("models") / "fake-135m-q4.gguf"
-    path.write_bytes(b"GGUF" + bytes(252))
-    model = FakeModel(path, n_slots=2, n_ctx_seq=512)
-    yield model
-    model.close()
+    with fake_model(tmp_path_factory.mktemp("models")) as model:
+        yield model
 
 
 @pytest.fixture(scope="module")

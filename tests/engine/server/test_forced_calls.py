@@ -17,7 +17,7 @@ import pytest
 from engine.decoding.tool_calls import MAX_PARALLEL_CALLS
 from engine.server import ServedModel, ServerThread
 from tests.engine.server.conftest import API_KEY, assert_no_leak, doc_valid, http, make_config
-from tests.fake_server_engine import FakeModel, serve_fake
+from tests.fake_server_engine import FakeModel, fake_model, serve_fake
 
 WEATHER: dict[str, Any] = {
     "type": "function",
@@ -95,12 +95,11 @@ def test_parallel_false_is_one_call(real: openai.OpenAI, served: ServedModel) ->
 
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeModel, ServerThread]]:
-    path = tmp_path_factory.mktemp("models") / "fake-135m-q4.gguf"
-    path.write_bytes(b"GGUF" + bytes(252))
-    model = FakeModel(path, n_slots=2, n_ctx_seq=512)
-    with serve_fake(model, make_config(model_id="fake")) as srv:
+    with (
+        fake_model(tmp_path_factory.mktemp("models")) as model,
+        serve_fake(model, make_config(model_id="fake")) as srv,
+    ):
         yield model, srv
-    model.close()
 
 
 @pytest.fixture

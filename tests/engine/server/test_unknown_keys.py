@@ -22,7 +22,7 @@ from engine.server.protocol.openai import ChatCompletionRequest
 from engine.server.protocol.parse import parse_body
 from engine.server.protocol.responses import ResponsesRequest
 from tests.engine.server.conftest import API_KEY, http, make_config
-from tests.fake_server_engine import FakeModel, serve_fake
+from tests.fake_server_engine import FakeModel, fake_model, serve_fake
 
 # The modules whose models the allow-list names.
 DIALECTS = (openai, embeddings, ollama, responses, anthropic)
@@ -33,11 +33,8 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "ob
 
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModel]:
-    path = tmp_path_factory.mktemp("models") / "fake-135m-q4.gguf"
-    path.write_bytes(b"GGUF" + bytes(252))
-    model = FakeModel(path, n_slots=2, n_ctx_seq=512)
-    yield model
-    model.close()
+    with fake_model(tmp_path_factory.mktemp("models")) as model:
+        yield model
 
 
 @pytest.fixture(scope="module")
