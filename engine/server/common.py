@@ -96,6 +96,12 @@ async def events_until_disconnect(request: Request, gen: AsyncGeneration) -> Asy
             gen.cancel()
 
 
+# A request that sets no repeat penalty gets none (OpenAI's API has none, llama-server's
+# default is 1.0); SamplingParams' 1.1 is the desktop chat's default, shown in its settings.
+API_REPEAT_PENALTY = 1.0
+OLLAMA_REPEAT_PENALTY = 1.1  # Ollama's api.DefaultOptions
+
+
 def sampling_from(
     temperature: float | None,
     top_p: float | None,
@@ -108,8 +114,17 @@ def sampling_from(
     *,
     frequency_penalty: float | None = None,
     presence_penalty: float | None = None,
+    default_repeat_penalty: float = API_REPEAT_PENALTY,
 ) -> SamplingParams:
-    d: dict[str, Any] = {"max_tokens": max_tokens, "stop": stop, "seed": seed}
+    """A request's sampling: what it sets, the API's defaults for the rest. A field left
+    out means what the dialect's own server does: OpenAI, Anthropic and llama-server apply no
+    repeat penalty; Ollama's default is 1.1 (its routes pass that)."""
+    d: dict[str, Any] = {
+        "max_tokens": max_tokens,
+        "stop": stop,
+        "seed": seed,
+        "repeat_penalty": default_repeat_penalty,
+    }
     if frequency_penalty is not None:
         d["frequency_penalty"] = frequency_penalty
     if presence_penalty is not None:

@@ -30,6 +30,7 @@ from engine.model.gguf import GGUFError, read_gguf
 from engine.model.templates import CHATML_TEMPLATE
 from engine.server.chat_reply import ollama_grammar, plan_chat
 from engine.server.common import (
+    OLLAMA_REPEAT_PENALTY,
     cap_tokens,
     events_until_disconnect,
     sampling_from,
@@ -273,6 +274,7 @@ class OllamaRoutes:
             # Ollama: num_predict -1 (or absent) means "until done"; the server cap applies.
             max_tokens=cap_tokens(self.state, n if n is not None and n > 0 else None),
             stop=o.stop,
+            default_repeat_penalty=OLLAMA_REPEAT_PENALTY,
         )
 
     async def chat(self, request: Request) -> Response:

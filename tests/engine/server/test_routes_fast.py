@@ -114,6 +114,9 @@ def test_chat_completion(oai: openai.OpenAI, fake: FakeModel) -> None:
     s = seen.sampling
     assert (s.max_tokens, s.temperature, s.top_p, s.seed) == (24, 0.2, 0.9, 7)
     assert seen.stream is False
+    # A field the request leaves out means what OpenAI and llama-server do: no repeat penalty
+    # (the desktop chat's 1.1 is not the API's), so the penalties sampler is not in the chain.
+    assert s.repeat_penalty == 1.0 and not s.penalizes
 
 
 def test_length_stop_strings_and_the_token_cap(oai: openai.OpenAI, fake: FakeModel) -> None:
@@ -268,6 +271,7 @@ def test_ollama_chat(oll: ollama.Client, fake: FakeModel) -> None:
     assert whole.eval_count == 6 and whole.prompt_eval_count == len(fake.tokenize(CHATML))
     assert fake.seen[-1].prompt == CHATML
     assert (fake.seen[-1].sampling.max_tokens, fake.seen[-1].sampling.seed) == (32, 3)
+    assert fake.seen[-1].sampling.repeat_penalty == 1.1  # Ollama's own default
     parts = list(oll.chat(model="fake", messages=MSG, stream=True))
     assert [p.done for p in parts] == [False] * 6 + [True]
     assert "".join(p.message.content or "" for p in parts) == REPLY
@@ -328,6 +332,7 @@ def test_anthropic_messages(fake_server: ServerThread, fake: FakeModel) -> None:
         assert [(b.type, getattr(b, "text", None)) for b in m.content] == [("text", REPLY)]
         assert m.usage.output_tokens == 6
         assert fake.seen[-1].prompt == CHATML
+        assert fake.seen[-1].sampling.repeat_penalty == 1.0
         with c.messages.stream(
             model="fake", max_tokens=2, messages=[{"role": "user", "content": "Hi"}]
         ) as s:
@@ -348,3 +353,4 @@ def test_responses_api(oai: openai.OpenAI, fake: FakeModel) -> None:
     assert r.status == "completed" and r.output_text == REPLY
     assert r.usage is not None and r.usage.output_tokens == 6
     assert fake.seen[-1].prompt == CHATML
+    assert fake.seen[-1].sampling.repeat_penalty == 1.0
