@@ -12,9 +12,21 @@ when the loop binds the context); there is no setting for it, so the model is lo
 `engine.host.scheduler.verify_cost` replaced by a curve under which every draft pays.
 
     .venv/bin/python benchmarks/verify_cost.py [--config app|exact|both] [--threads 2] [--write]
+    .venv/bin/python benchmarks/verify_cost.py --raw [--threads 1 --clock cpu]
+    .venv/bin/python benchmarks/verify_cost.py --breakdown [--only quote]
 
 app: the default load settings (AMX weights where the build's AMX kernels work); exact: no AMX
 weights, flash attention on.
+
+`--raw`: the kernels alone, outside the loop: n tokens decoded again and again at the same
+position (after 300 prompt tokens) with logits for every row (what verification asks for), for
+the last row only, and right after a one-token decode (llama.cpp rebuilds its graph when the
+batch's shape changes). `--clock cpu` with `--threads 1` counts the decode thread's CPU time,
+a fair figure on a machine other jobs keep busy.
+
+`--breakdown`: where one speculative request's time goes on the decode thread: the decodes by
+batch size, the sampler chain's calls, the KV removal of rejected drafts, the drafter's
+lookup, and handing each token out.
 """
 
 from __future__ import annotations
@@ -41,9 +53,11 @@ from app.services.paths import AppPaths
 from engine.host import scheduler
 from engine.host.runtime import Model
 from engine.host.speculative import VerifyCost
-from engine.settings import LoadParams
+from engine.settings import LoadParams, SpeculativeSettings
 
 SIZES = (1, 2, 3, 4, 6, 8, 12, 17)
+RAW_SIZES = (1, 2, 3, 4, 6, 8, 12)
+RAW_PROMPT = 300
 DOC = Path(__file__).resolve().parent.parent / "docs" / "speculative.md"
 START, END = "<!-- verify-cost-table:start -->", "<!-- verify-cost-table:end -->"
 
@@ -100,15 +114,131 @@ def fit(ratios: dict[int, list[float]]) -> VerifyCost:
     return VerifyCost(round(first, 2), round(step, 2))
 
 
+def raw_curve(model: Model, reps: int, clock: Any) -> dict[str, dict[int, float]]:
+    """Decode times by batch size at a fixed position, in units of one token (see the doc)."""
+
+    def work() -> dict[str, dict[int, list[float]]]:
+        be = model.backend
+        assert be is not None
+        b = be.batch(RAW_PROMPT + 32)
+        try:
+            be.clear()
+            for i in range(RAW_PROMPT):
+                b.put(i, 100 + i % 500, i, 0, False)
+            b.n_tokens = RAW_PROMPT
+            be.decode(b)
+
+            def dec(n: int, every_row: bool = True) -> float:
+                for j in range(n):
+                    b.put(j, 200 + j, RAW_PROMPT + j, 0, every_row or j == n - 1)
+                b.n_tokens = n
+                t = clock()
+                be.decode(b)
+                dt = float(clock() - t)
+                be.seq_rm(0, RAW_PROMPT, -1)
+                return dt
+
+            out: dict[str, dict[int, list[float]]] = {
+                k: defaultdict(list) for k in ("every row", "last row", "after 1 token")
+            }
+            for _ in range(reps):
+                for n in RAW_SIZES:
+                    dec(n)
+                    out["every row"][n].append(dec(n))  # the same shape again: graph reused
+                    dec(n, False)
+                    out["last row"][n].append(dec(n, False))
+                    dec(1)
+                    out["after 1 token"][n].append(dec(n))
+            return out
+        finally:
+            b.close()
+            be.clear()
+
+    times = model.loop.call_soon(work)
+    unit = statistics.median(times["every row"][1])
+    return {
+        k: {n: statistics.median(v) / unit for n, v in by_n.items()} for k, by_n in times.items()
+    } | {"unit ms": {1: unit * 1000}}
+
+
+def breakdown(model: Model, prompts: list[tuple[str, str]]) -> list[str]:
+    """Time spent per part of the speculative loop's steps, summed over `prompts`."""
+    from engine.host import batch_builder, finishing, speculative
+    from engine.native import backend
+
+    spent: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    by_n: dict[int, list[float]] = defaultdict(list)
+    patches = []
+
+    def timer(owner: Any, attr: str, key: str) -> None:
+        original = getattr(owner, attr)
+
+        def timed(*a: Any, **kw: Any) -> Any:
+            t = time.perf_counter()
+            r = original(*a, **kw)
+            dt = time.perf_counter() - t
+            spent[key] += dt
+            calls[key] += 1
+            if attr == "decode":
+                by_n[int(a[1].n_tokens)].append(dt)
+            return r
+
+        patches.append(mock.patch.object(owner, attr, timed))
+
+    timer(batch_builder.BatchBuilder, "step", "step (all of it)")
+    timer(backend.LlamaBackend, "decode", "decode")
+    timer(backend.LlamaBackend, "sample", "sampler chain (sample)")
+    timer(backend.LlamaBackend, "seq_rm", "KV removal (seq_rm)")
+    timer(speculative.PromptLookup, "propose", "lookup (propose)")
+    timer(finishing.Finisher, "emit_token", "hand out a token (emit_token)")
+    for _, prompt in prompts:
+        run_once(model, prompt, 8, "lookup")  # warm-up
+    for p in patches:
+        p.start()
+    try:
+        for name, prompt in prompts:
+            r = run_once(model, prompt, 160, "lookup")
+            print(f"{name}: {r['tokens']} tokens, {r['accepted']}/{r['drafted']} accepted")
+    finally:
+        for p in reversed(patches):
+            p.stop()
+    total = spent["step (all of it)"]
+    unit = statistics.median(by_n[1]) if by_n.get(1) else float("nan")
+    rows = ["| part | ms | share of the steps | calls | per call |", "|---|---:|---:|---:|---:|"]
+    for key in sorted(spent, key=lambda k: -spent[k]):
+        rows.append(
+            f"| {key} | {spent[key] * 1000:.1f} | {spent[key] / total:.1%} | {calls[key]} "
+            f"| {spent[key] / calls[key] * 1e6:.0f} us |"
+        )
+    rows += [
+        "",
+        "| decode of n tokens | " + " | ".join(str(n) for n in sorted(by_n) if n <= 17) + " |",
+        "|---|" + "---:|" * sum(1 for n in by_n if n <= 17),
+        "| calls | " + " | ".join(str(len(by_n[n])) for n in sorted(by_n) if n <= 17) + " |",
+        "| median, in one-token decodes | "
+        + " | ".join(f"{statistics.median(by_n[n]) / unit:.2f}" for n in sorted(by_n) if n <= 17)
+        + " |",
+    ]
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--model", default="default")
     ap.add_argument("--config", choices=("app", "exact", "both"), default="both")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--write", action="store_true", help="update the table in docs/speculative.md")
+    ap.add_argument("--raw", action="store_true", help="instead: the kernels' curve alone")
+    ap.add_argument("--reps", type=int, default=15, help="--raw: repetitions per size")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="--raw's clock")
+    ap.add_argument("--breakdown", action="store_true", help="instead: one lookup run's parts")
+    ap.add_argument("--only", default=None, help="--breakdown: comma-separated prompt names")
     args = ap.parse_args()
     path = ModelLibrary(AppPaths.default().models).resolve(args.model)
     base = LoadParams(n_ctx=2048, n_threads=args.threads, state_cache_mb=0)
+    if args.raw or args.breakdown:
+        return side_main(args, path, base)
     configs = {"app": base, "exact": replace(base, extra_buffers=False, flash_attn="on")}
     rows: list[str] = []
     summaries: list[str] = []
@@ -139,6 +269,27 @@ def main() -> int:
     print(text)
     if args.write:
         replace_between(DOC, START, END, text)
+    return 0
+
+
+def side_main(args: argparse.Namespace, path: Path, base: LoadParams) -> int:
+    """`--raw` and `--breakdown`, at the app's settings (plus lookup for the breakdown)."""
+    if args.raw:
+        clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+        with Model(path, base) as m:
+            curves = raw_curve(m, args.reps, clock)
+        unit = curves.pop("unit ms")[1]
+        print(f"one token: {unit:.2f} ms ({args.clock} clock, {args.threads} threads)")
+        print("| logits | " + " | ".join(f"{n} tok" for n in RAW_SIZES) + " |")
+        print("|---|" + "---:|" * len(RAW_SIZES))
+        for k, by_n in curves.items():
+            print(f"| {k} | " + " | ".join(f"{by_n[n]:.2f}" for n in RAW_SIZES) + " |")
+    else:
+        only = args.only.split(",") if args.only else None
+        prompts = [(n, p) for n, p in PROMPTS if only is None or n in only]
+        with Model(path, replace(base, speculative=SpeculativeSettings("lookup"))) as m:
+            print("\n".join(breakdown(m, prompts)))
+    print(machine_line())
     return 0
 
 
