@@ -9,7 +9,7 @@ from app.cli.common import CliError, library, positive_int, print_json
 from app.cli.load_options import add_load_options, load_params
 from engine.memory import hardware
 from engine.memory.estimate import estimate
-from engine.memory.hardware import GiB, MiB
+from engine.memory.hardware import CPU, GiB, MiB
 from engine.memory.params import EstimateParams
 from engine.memory.result import MemoryEstimate
 from engine.model.remote_gguf import is_remote, read_remote_gguf
@@ -141,8 +141,20 @@ def _print_table(est: MemoryEstimate, extra: dict[str, Any], hw: hardware.Hardwa
     ]
     for label, n in rows:
         print(f"  {label:<10}{_fmt(n):>12}")
-    if est.overhead_bytes:
-        print(f"  {'+ runtime':<10}{_fmt(est.overhead_bytes):>12}  (GPU driver context)")
+    # Outside llama.cpp's buffers, so not in "total"; the fit check and NEEDS count them.
+    gpus = [d for d in est.devices if d.name != CPU and d.overhead_bytes]
+    if gpus:
+        what = (
+            "GPU driver context"
+            if len(gpus) == 1
+            else f"GPU driver contexts, {_fmt(gpus[0].overhead_bytes)} on each GPU used"
+        )
+        print(f"  {'+ runtime':<10}{_fmt(est.gpu_runtime_bytes):>12}  ({what})")
+    if est.prompt_cache_bytes:
+        print(
+            f"  {'+ cache':<10}{_fmt(est.prompt_cache_bytes):>12}  "
+            "(prompt cache in RAM: saved prompts, up to this much; --cache-ram)"
+        )
     print()
     print(f"  {'DEVICE':<10}{'LAYERS':>7}{'NEEDS':>12}{'FREE':>12}")
     for d in est.devices:

@@ -32,6 +32,16 @@ def gpu_layers_arg(value: str) -> GpuLayers:
     return n
 
 
+def cache_ram_arg(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of MiB") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError("must be 0 (no prompt cache) or more")
+    return n
+
+
 def add_load_options(
     parser: argparse.ArgumentParser,
     *,
@@ -83,6 +93,15 @@ def add_load_options(
         default=d.n_ubatch,
         help=f"physical batch size: tokens computed together ({d.n_ubatch})",
     )
+    g.add_argument(
+        "--cache-ram",
+        type=cache_ram_arg,
+        default=d.state_cache_mb,
+        metavar="MiB",
+        help="MiB of RAM for saved prompt states, every client's: a request that shares a "
+        "longer prefix with one than any slot holds restores it instead of reading it again; "
+        f"least recently used go first (default {d.state_cache_mb}; 0 turns the cache off)",
+    )
 
 
 def load_params(
@@ -101,8 +120,9 @@ def load_params(
         type_k=args.kv_type,
         type_v=args.kv_type,
         flash_attn=args.flash_attn,
+        state_cache_mb=args.cache_ram,
     )
     return replace(params, **changes)
 
 
-__all__ = ["KV_CHOICES", "add_load_options", "gpu_layers_arg", "load_params"]
+__all__ = ["KV_CHOICES", "add_load_options", "cache_ram_arg", "gpu_layers_arg", "load_params"]

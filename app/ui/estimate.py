@@ -35,6 +35,9 @@ class EstimateView:
     gpu_layers: int
     verdict: Verdict
     reason: str
+    # RAM saved prompt states may grow to: not a llama.cpp buffer (not in `total`, nor in the
+    # actual figure it is compared with), but RAM the fit counts.
+    prompt_cache: int = 0
 
     @property
     def total(self) -> int:
@@ -169,8 +172,10 @@ class EstimateWidget(QWidget):
                 for key, label, color in SEGMENTS
             )
         )
+        cache = f" + prompt cache ≤ {human_bytes(est.prompt_cache)}" if est.prompt_cache else ""
         free = (
-            f" of {human_bytes(est.free_ram)} free ({est.ram / est.free_ram:.0%})"
+            f" of {human_bytes(est.free_ram)} free "
+            f"({(est.ram + est.prompt_cache) / est.free_ram:.0%})"
             if est.free_ram
             else ""
         )
@@ -179,7 +184,7 @@ class EstimateWidget(QWidget):
             vfree = f" of {human_bytes(est.free_vram)} free" if est.free_vram is not None else ""
             vram = f" · VRAM {human_bytes(est.vram)}{vfree} ({est.gpu_layers} layers)"
         self.placement.setText(
-            f"Total {human_bytes(est.total)} · RAM {human_bytes(est.ram)}{free}{vram}"
+            f"Total {human_bytes(est.total)} · RAM {human_bytes(est.ram)}{cache}{free}{vram}"
         )
         head = VERDICT_TEXT.get(est.verdict, est.verdict)
         self.verdict.setText(f"<b>{head}</b>" + (f" — {est.reason}" if est.reason else ""))

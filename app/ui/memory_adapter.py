@@ -45,6 +45,7 @@ def to_view(est: MemoryEstimate) -> EstimateView:
         gpu_layers=est.gpu_layers,
         verdict=_VERDICTS.get(est.verdict, "no"),
         reason=est.reason,
+        prompt_cache=est.prompt_cache_bytes,
     )
 
 

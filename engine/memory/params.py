@@ -33,6 +33,12 @@ class EstimateParams:
     kv_unified: bool = False
     margin_bytes: int | None = None  # kept free on every device; None = default_margin()
 
+    @property
+    def prompt_cache_bytes(self) -> int:
+        """RAM the loaded model's prompt cache may grow to (`LoadParams.state_cache_mb`): saved
+        KV states live in the process's memory, not in any llama.cpp buffer."""
+        return max(self.load.state_cache_mb, 0) << 20
+
     def with_load(self, **changes: Any) -> EstimateParams:
         """The same estimate with some load settings changed."""
         return replace(self, load=replace(self.load, **changes))
@@ -49,6 +55,7 @@ class EstimateParams:
             "swa_full": self.swa_full,
             "kv_unified": self.kv_unified,
             "extra_buffers": self.load.extra_buffers,
+            "state_cache_mb": self.load.state_cache_mb,
             "margin_bytes": self.margin_bytes,
         }
 

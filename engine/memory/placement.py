@@ -3,7 +3,9 @@
 Layers are split over devices as this llama.cpp does it: the output layer is offloaded first,
 the input embedding always stays on the CPU, GPUs share the offloaded layers in proportion to
 their free memory. `overhead_bytes` is extra the runtime needs outside llama.cpp's buffers (a
-GPU driver context) and only enters the fit check.
+GPU driver context on each GPU used; on the CPU, the prompt cache's budget in RAM) and only
+enters the fit check: `bytes` stays what llama.cpp allocates, the figure a real load is
+compared with.
 """
 
 from __future__ import annotations
@@ -188,7 +190,8 @@ def _place(
             kv[CPU],
             comp[CPU],
             output,
-            0,
+            # Saved prompt states may grow to their budget while the model is loaded.
+            p.prompt_cache_bytes,
             layers[CPU],
             hw.ram_available_bytes,
             cpu_margin,
@@ -226,9 +229,12 @@ def _verdict(
     for d in devices:
         if not d.fits:
             where = "RAM" if d.name == CPU else d.name
+            cache = p.prompt_cache_bytes if d.name == CPU else 0
+            with_cache = f"; with up to {gb(cache)} of prompt cache" if cache else ""
             return "does_not_fit", (
                 f"needs {gb(d.bytes + d.overhead_bytes)} of {where} but only "
-                f"{gb(d.free_bytes or 0)} is free (keeping {gb(d.margin_bytes)} spare)"
+                f"{gb(d.free_bytes or 0)} is free (keeping {gb(d.margin_bytes)} spare"
+                f"{with_cache})"
             )
     gpu_names = ", ".join(d.name for d in devices if d.name != CPU and d.layers)
     if ngl >= n_layers:

@@ -85,6 +85,17 @@ class MemoryEstimate:
         return self.verdict != "does_not_fit"
 
     @property
+    def prompt_cache_bytes(self) -> int:
+        """The RAM prompt cache's budget: part of the CPU's `overhead_bytes` (the fit check
+        counts it), never of `total_bytes` (llama.cpp does not allocate it)."""
+        return self.params.prompt_cache_bytes
+
+    @property
+    def gpu_runtime_bytes(self) -> int:
+        """The GPU driver contexts' share of `overhead_bytes` (every used GPU's)."""
+        return sum(d.overhead_bytes for d in self.devices if d.name != CPU)
+
+    @property
     def ram_bytes(self) -> int:
         return sum(d.bytes for d in self.devices if d.name == CPU)
 
@@ -105,6 +116,8 @@ class MemoryEstimate:
             "compute_bytes": self.compute_bytes,
             "output_bytes": self.output_bytes,
             "overhead_bytes": self.overhead_bytes,
+            "prompt_cache_bytes": self.prompt_cache_bytes,
+            "gpu_runtime_bytes": self.gpu_runtime_bytes,
             "total_bytes": self.total_bytes,
             "devices": [d.to_dict() for d in self.devices],
             "gpu_layers": self.gpu_layers,

@@ -387,7 +387,7 @@ def test_estimate_models_chats_and_connections_namespaces() -> None:
 LOAD_COMMANDS = ("run", "serve", "estimate", "bench")
 LOAD_ARGS = (
     *("--ctx", "2048", "--gpu-layers", "3", "--threads", "2", "--kv-type", "q8_0"),
-    *("--flash-attn", "on", "--batch", "256", "--ubatch", "128"),
+    *("--flash-attn", "on", "--batch", "256", "--ubatch", "128", "--cache-ram", "64"),
 )
 
 
@@ -412,6 +412,7 @@ def test_the_four_commands_declare_the_same_load_options() -> None:
         "--flash-attn",
         "--batch",
         "--ubatch",
+        "--cache-ram",
     }
     for command in LOAD_COMMANDS[1:]:
         actions = load_options(command)
@@ -444,6 +445,7 @@ def test_the_four_commands_make_the_same_load_params() -> None:
         flash_attn="on",
         n_batch=256,
         n_ubatch=128,
+        state_cache_mb=64,
     )
     for command, params in made.items():
         assert replace(params, speculative=None) == expected, command
@@ -452,6 +454,19 @@ def test_the_four_commands_make_the_same_load_params() -> None:
         LoadParams()
     )
     assert estimate_cmd.estimate_load_params(parse("estimate", "m")) == LoadParams()
+
+
+def test_cache_ram_sets_the_prompt_cache_budget() -> None:
+    """--cache-ram (llama-server's name) is the RAM prompt cache's budget in MiB; 0 turns it
+    off, a negative or fractional size is refused before anything loads."""
+    serve = serve_cmd.serve_load_params(parse("serve", "--cache-ram", "0"))
+    assert serve.state_cache_mb == 0
+    run = run_cmd.run_load_params(parse("run", "m", "Hi", "--cache-ram", "1024"))
+    assert run.state_cache_mb == 1024
+    for bad in ("-1", "1.5", "lots"):
+        with pytest.raises(SystemExit) as e:
+            parse("serve", "--cache-ram", bad)
+        assert e.value.code == 2
 
 
 def test_slots_share_out_the_context_as_each_command_documents() -> None:

@@ -72,8 +72,27 @@ def test_simulated_gpus(capsys: pytest.CaptureFixture[str]) -> None:
         "0",
         "--margin",
         "0",
+        "--cache-ram",
+        "0",
     )
     assert starved["verdict"] == "does_not_fit" and 0 < starved["max_ctx_fit"] < 16384
+    assert starved["prompt_cache_bytes"] == 0  # --cache-ram 0: nothing but the buffers
+
+
+def test_the_prompt_cache_is_named_and_counted(capsys: pytest.CaptureFixture[str]) -> None:
+    """The RAM prompt cache's budget is overhead the fit counts, shown apart from llama.cpp's
+    buffers (`total`) in the JSON and the table; --cache-ram sizes it."""
+    args = ("default", "--ctx", "1024", "--gpu-layers", "0", "--method", "analytic")
+    d = _run_json(capsys, *args, "--cache-ram", "100")
+    off = _run_json(capsys, *args, "--cache-ram", "0")
+    assert d["prompt_cache_bytes"] == d["overhead_bytes"] == 100 << 20
+    assert d["total_bytes"] == off["total_bytes"] and off["prompt_cache_bytes"] == 0
+    cpu = d["devices"][0]
+    assert cpu["required_bytes"] - cpu["margin_bytes"] == d["total_bytes"] + (100 << 20)
+    assert main(["estimate", *args]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\+ cache +256\.0 MiB +\(prompt cache in RAM", out), out
+    assert "GPU driver" not in out
 
 
 def test_human_table(capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,10 +18,10 @@ from engine.memory.actual import actual_from_log, compare
 from engine.memory.analytic import kv_bytes_per_layer
 from engine.memory.dry_run import dry_run
 from engine.memory.estimate import estimate
-from engine.memory.hardware import GiB, MiB, cpu_only
+from engine.memory.hardware import CPU, GiB, MiB, cpu_only
 from engine.memory.model_spec import ModelSpec
 from engine.memory.params import EstimateParams
-from engine.memory.result import DoesNotFitError
+from engine.memory.result import DoesNotFitError, MemoryEstimate
 from engine.model.gguf import GGUFError, read_gguf
 from engine.settings import FlashAttn, LoadParams
 
@@ -152,7 +152,7 @@ def test_bad_settings_are_one_line_errors(smollm2_path: Path) -> None:
 
 
 def test_does_not_fit_names_the_reason_and_a_context_that_fits(smollm2_path: Path) -> None:
-    small = cpu_only(400 * MiB)
+    small = cpu_only(400 * MiB + (LoadParams().state_cache_mb << 20))  # + the prompt cache
     params = EstimateParams(LoadParams(n_ctx=16384, n_gpu_layers=0), margin_bytes=0)
     est = estimate(smollm2_path, params, hardware=small, method="analytic")
     assert est.verdict == "does_not_fit" and not est.fits
@@ -194,6 +194,39 @@ def _header_only(path: Path, arch: str, *extra: str) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def test_the_prompt_cache_budget_is_ram_the_fit_counts_not_a_buffer(smollm2_path: Path) -> None:
+    """The RAM prompt cache may grow to its budget while the model is loaded: the CPU's
+    overhead (the fit check) counts it; the buffers llama.cpp allocates (`total_bytes`, what a
+    real load is compared with) do not."""
+
+    def plan(cache_mb: int, ram: int = 64 * GiB) -> MemoryEstimate:
+        load = LoadParams(n_ctx=1024, n_gpu_layers=0, state_cache_mb=cache_mb)
+        return estimate(
+            smollm2_path,
+            EstimateParams(load, margin_bytes=0),
+            hardware=cpu_only(ram),
+            method="analytic",
+        )
+
+    off, on = plan(0), plan(256)
+    cpu, cpu_off = on.device(CPU), off.device(CPU)
+    assert cpu is not None and cpu_off is not None
+    assert on.total_bytes == off.total_bytes and on.ram_bytes == off.ram_bytes
+    assert cpu.overhead_bytes == on.overhead_bytes == on.prompt_cache_bytes == 256 * MiB
+    assert cpu.required_bytes == cpu_off.required_bytes + 256 * MiB
+    assert off.prompt_cache_bytes == 0 and off.overhead_bytes == 0
+    d = on.to_dict()
+    assert (d["prompt_cache_bytes"], d["gpu_runtime_bytes"]) == (256 * MiB, 0)
+    assert d["total_bytes"] == off.total_bytes and d["params"]["state_cache_mb"] == 256
+    # RAM for the buffers and half the budget: fits without the cache or with half of it.
+    ram = off.total_bytes + 128 * MiB
+    assert plan(0, ram).fits and plan(128, ram).fits
+    tight = plan(256, ram)
+    assert not tight.fits
+    assert "of RAM but only" in tight.reason
+    assert tight.reason.endswith("spare; with up to 256 MiB of prompt cache)"), tight.reason
 
 
 def test_incoherent_model_is_refused_before_llama_cpp(tmp_path: Path) -> None:

@@ -159,7 +159,10 @@ def test_gpu_split_of_each_component(specs: dict[str, Path]) -> None:
     assert cpu.kv_bytes == 0 and gpu.kv_bytes == est.kv_bytes
     assert gpu.compute_bytes > cpu.compute_bytes
     assert cpu.output_bytes == est.output_bytes  # logits land in host memory
-    assert gpu.overhead_bytes > 0 and est.overhead_bytes == gpu.overhead_bytes
+    # Besides the GPU's driver context, only the prompt cache's budget, in RAM.
+    assert gpu.overhead_bytes > 0 and est.gpu_runtime_bytes == gpu.overhead_bytes
+    assert cpu.overhead_bytes == est.prompt_cache_bytes > 0
+    assert est.overhead_bytes == gpu.overhead_bytes + cpu.overhead_bytes
 
 
 def test_two_gpus_and_explicit_counts(specs: dict[str, Path]) -> None:
