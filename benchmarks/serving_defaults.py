@@ -440,6 +440,17 @@ def _cached(summary: dict[str, Any]) -> str:
     return f"{statistics.median(cached):.0f} of {singles[0]['prompt_tokens']}"
 
 
+def _inside(summary: dict[str, Any]) -> str:
+    """The single request's time inside the server, median ms: llama-server's prefill
+    (`timings.prompt_ms`), Candlewick's arrival to first text (/metrics)."""
+    cache = summary["cache"]
+    ms = [v for v in cache["single_server_ttft_ms"] if v is not None]
+    ms += [
+        s["timings"]["prompt_ms"] for s in cache["single"] if "prompt_ms" in s.get("timings", {})
+    ]
+    return f"{statistics.median(ms):.1f}" if ms else "not reported"
+
+
 def table(summary: dict[str, Any], slots: int, shown: str, versions: dict[str, str]) -> str:
     ours, theirs, ratios = summary[CANDLEWICK], summary[LLAMA_SERVER], summary["ratios"]
     rows = [
@@ -462,6 +473,10 @@ def table(summary: dict[str, Any], slots: int, shown: str, versions: dict[str, s
     lines.append(
         f"| the single request's prompt tokens read from cache (median) | {_cached(theirs)} | "
         f"{_cached(ours)} | |"
+    )
+    lines.append(
+        "| the single request inside the server, ms (llama-server: prefill, `timings.prompt_ms`;"
+        f" Candlewick: arrival to first text, /metrics) | {_inside(theirs)} | {_inside(ours)} | |"
     )
     lines += [
         "",

@@ -26,14 +26,20 @@ def reply(n: int, sent: float, first: float, done: float, tokens: int, **kw: obj
     return sd.Reply(n, sent, first, done, tokens, **base)
 
 
-def round_of(ttft_s: float, single_wall: float, burst_wall: float, cached: int) -> sd.Round:
-    """A round whose single request streams 96 tokens and whose burst of 2 streams 96 each."""
-    single = reply(0, 0.0, ttft_s, single_wall, 96, cached_tokens=cached)
+def round_of(
+    ttft_s: float, single_wall: float, burst_wall: float, cached: int, *, llama: bool = False
+) -> sd.Round:
+    """A round whose single request streams 96 tokens and whose burst of 2 streams 96 each.
+    The time inside the server: llama-server's prefill in `timings`, Candlewick's /metrics."""
+    timings = (
+        {"cache_n": cached, "prompt_n": 37 - cached, "prompt_ms": ttft_s * 250} if llama else None
+    )
+    single = reply(0, 0.0, ttft_s, single_wall, 96, cached_tokens=cached, timings=timings)
     burst = [
         reply(1, 10.0, 10.1, 10.0 + burst_wall / 2, 96),
         reply(2, 10.0, 10.1, 10.0 + burst_wall, 96),
     ]
-    return sd.Round(single, burst, server_ttft_s=ttft_s / 2)
+    return sd.Round(single, burst, server_ttft_s=None if llama else ttft_s / 2)
 
 
 # -- what each round sends ------------------------------------------------------------------
@@ -73,9 +79,9 @@ def summary() -> dict[str, Any]:
         round_of(0.070, 0.96, 2.4, 0),
     ]
     theirs = [
-        round_of(0.025, 0.8, 1.2, 36),
-        round_of(0.031, 0.8, 1.0, 36),
-        round_of(0.027, 1.0, 1.6, 36),
+        round_of(0.025, 0.8, 1.2, 36, llama=True),
+        round_of(0.031, 0.8, 1.0, 36, llama=True),
+        round_of(0.027, 1.0, 1.6, 36, llama=True),
     ]
     return sd.summarize({sd.CANDLEWICK: ours, sd.LLAMA_SERVER: theirs})
 
@@ -103,7 +109,8 @@ def test_cached_tokens_recorded_per_request(summary: dict[str, Any]) -> None:
     theirs = summary[sd.LLAMA_SERVER]["cache"]
     assert [s["cached"] for s in theirs["single"]] == [36, 36, 36]
     assert theirs["burst_cached"] == [[0, 0]] * 3
-    assert theirs["single_server_ttft_ms"] == [12.5, 15.5, 13.5]
+    assert theirs["single_server_ttft_ms"] == [None, None, None]
+    assert theirs["single"][0]["timings"] == {"cache_n": 36, "prompt_n": 1, "prompt_ms": 6.25}
 
 
 def test_table_names_each_figure_its_direction_and_the_command(summary: dict[str, Any]) -> None:
@@ -113,6 +120,7 @@ def test_table_names_each_figure_its_direction_and_the_command(summary: dict[str
     assert f"{ttft} 2.30 (2.00-2.59) |" in text
     assert "tokens/s, 8 concurrent (higher is better)" in text
     assert "| 36 of 37 | 0 of 37 |" in text
+    assert "Candlewick: arrival to first text, /metrics) | 6.8 | 31.0 | |" in text
     assert "Versions: candlewick 0.1.0, openai 1." in text
 
 
