@@ -4,7 +4,7 @@ one run (docs/benchmarks.md, "One engine, many clients").
     .venv/bin/python benchmarks/host_clients.py decode  [--tokens 128] [--pairs 5]
     .venv/bin/python benchmarks/host_clients.py share   [--tokens 128] [--rounds 3]
     .venv/bin/python benchmarks/host_clients.py memory  [--slots 4]
-    .venv/bin/python benchmarks/host_clients.py serving --llama-server PATH [--slots 8]
+    .venv/bin/python benchmarks/host_clients.py ttft    [--ttft-requests 20]
 
 decode   one request through the host (the decode loop, text, stop checks, events) vs the
          tightest C-API loop on the same context and thread (greedy sample + decode); and
@@ -15,17 +15,17 @@ share    the chat streaming while the local server answers one request over HTTP
          the file for the server, each decoding on its own thread) in a child process.
 memory   RSS and llama.cpp's buffers when the local server takes its slots (a lease on the
          loop: the context recreated on the same weights), against loading a second instance.
-serving  `candlewick serve` and llama-server (built from the vendored llama.cpp) side by side:
-         time to first token on a short prompt (streaming) and throughput of 1 and N
-         concurrent requests, same model, slots, context, threads and client; plus where the
-         host's time to first token goes (template, tokenizer, queue, prefill), in process.
+ttft     where a short request's time to first token goes inside the host, in process, no
+         HTTP (template, tokenizer, queue, prefill).
+
+`candlewick serve` against llama-server, as users of each meet them, is
+benchmarks/serving_defaults.py (which also runs `decode` with --engine).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -41,7 +41,6 @@ sys.path.insert(0, str(REPO))
 
 from app.services.library import bundled_default_model  # noqa: E402
 from benchmarks.doc_tables import machine_line  # noqa: E402
-from benchmarks.server_throughput import run_level  # noqa: E402
 from engine.host.runtime import Model  # noqa: E402
 from engine.memory import hardware  # noqa: E402
 from engine.native import llama_lib  # noqa: E402
@@ -191,6 +190,7 @@ def decode(args: argparse.Namespace) -> dict[str, Any]:
         out[f"defaults_{label}"] = ratio_line(
             f"product defaults vs llama.cpp defaults, {label} prompt", product, llama
         )
+        out.setdefault("defaults_pairs", {})[label] = {"product": product, "llama": llama}
     return out
 
 
@@ -410,64 +410,7 @@ def memory(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-# -- serving ------------------------------------------------------------------------------
-
-
-def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout: float = 300) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise SystemExit(f"the server exited with {proc.returncode}")
-        try:
-            r = httpx.get(url + "/health", timeout=2)
-            # Both answer 200 {"status": "ok"} once the model is ready (llama-server says 503
-            # while loading); Candlewick's body also lists models "loading", so read the key.
-            if r.status_code == 200 and r.json().get("status") == "ok":
-                return
-        except (httpx.HTTPError, ValueError):  # not up yet, or not JSON yet
-            pass
-        time.sleep(0.25)
-    raise SystemExit("the server did not come up")
-
-
-def _ttft(url: str, n: int) -> list[float]:
-    out = []
-    # No model named, as run_level: each server answers with the one it serves.
-    body = {"messages": SHORT, "max_tokens": 4, "temperature": 0, "stream": True}
-    for i in range(n):
-        # A new connection each time: llama-server closes one after a stream.
-        with httpx.Client(timeout=120) as client:
-            body["messages"] = [{"role": "user", "content": f"Say hello. ({i})"}]
-            t0 = time.perf_counter()
-            first: float | None = None
-            with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
-                if r.status_code != 200:  # a refusal is no time to first token
-                    raise SystemExit(f"{url}: HTTP {r.status_code}: {r.read().decode()[:300]}")
-                for line in r.iter_lines():  # read to the end: the next request starts idle
-                    if first is None and _has_text(line):
-                        first = time.perf_counter() - t0
-            if first is not None:
-                out.append(first)
-    return out
-
-
-def _measure_server(cmd: list[str], url: str, args: argparse.Namespace) -> dict[str, Any]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_up(url, proc)
-        _ttft(url, 3)  # warm-up
-        ttft = _ttft(url, args.ttft_requests)
-        one = [run_level(url, 1, args.max_tokens, r)[0] for r in range(args.rounds)]
-        many = [run_level(url, args.slots, args.max_tokens, r)[0] for r in range(args.rounds)]
-    finally:
-        proc.terminate()
-        proc.wait(30)
-    return {
-        "ttft_ms": round(statistics.median(ttft) * 1000, 1),
-        "tps_1": round(statistics.median(one), 1),
-        f"tps_{args.slots}": round(statistics.median(many), 1),
-        "scaling": round(statistics.median(many) / statistics.median(one), 3),
-    }
+# -- ttft ---------------------------------------------------------------------------------
 
 
 def ttft_breakdown(path: Path, n: int) -> dict[str, float]:
@@ -498,75 +441,21 @@ def ttft_breakdown(path: Path, n: int) -> dict[str, float]:
     }
 
 
-def serving(args: argparse.Namespace) -> dict[str, Any]:
-    path = model_path(args.model)
-    threads = str(args.threads)
-    ctx = str(args.ctx)
-    ours = _measure_server(
-        [
-            str(REPO / ".venv/bin/candlewick"),
-            "serve",
-            "--model",
-            str(path),
-            "--port",
-            str(args.port),
-            "--parallel",
-            str(args.slots),
-            "--ctx",
-            ctx,
-            "--threads",
-            threads,
-            "--no-embeddings",
-        ],
-        f"http://127.0.0.1:{args.port}",
-        args,
-    )
-    ref = _measure_server(
-        [
-            args.llama_server,
-            "-m",
-            str(path),
-            "--port",
-            str(args.port + 1),
-            "-np",
-            str(args.slots),
-            "-c",
-            str(args.ctx * args.slots),
-            "-t",
-            threads,
-            "-tb",
-            threads,
-            "--no-webui",
-        ],
-        f"http://127.0.0.1:{args.port + 1}",
-        args,
-    )
-    return {
-        "candlewick": ours,
-        "llama_server": ref,
-        "ttft_ratio": round(ours["ttft_ms"] / ref["ttft_ms"], 3),
-        "tps_1_ratio": round(ours["tps_1"] / ref["tps_1"], 3),
-        f"tps_{args.slots}_ratio": round(ours[f"tps_{args.slots}"] / ref[f"tps_{args.slots}"], 3),
-        "host_breakdown": ttft_breakdown(path, args.ttft_requests),
-    }
+def ttft(args: argparse.Namespace) -> dict[str, Any]:
+    return ttft_breakdown(model_path(args.model), args.ttft_requests)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
-        "what", choices=("decode", "share", "memory", "serving", "child-decode", "child-share")
+        "what", choices=("decode", "share", "memory", "ttft", "child-decode", "child-share")
     )
     ap.add_argument("--model", default=None)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--slots", type=int, default=8)
-    ap.add_argument("--ctx", type=int, default=1024, help="context per slot (serving)")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--ttft-requests", type=int, default=20)
-    ap.add_argument("--port", type=int, default=18431)
-    ap.add_argument("--llama-server", default=None)
     ap.add_argument("--mode", choices=("product", "llama"), default="product")
     ap.add_argument("--shared", action="store_true")
     ap.add_argument("--repeat", type=int, default=1)
@@ -578,11 +467,7 @@ def main() -> int:
         fn = share_once if args.shared else child_share_two_instances
         print(json.dumps(fn(model_path(args.model), args.tokens)))
         return 0
-    if args.what == "serving" and not args.llama_server:
-        raise SystemExit("serving needs --llama-server PATH (built from the vendored llama.cpp)")
-    result = {"decode": decode, "share": share, "memory": memory, "serving": serving}[args.what](
-        args
-    )
+    result = {"decode": decode, "share": share, "memory": memory, "ttft": ttft}[args.what](args)
     result["machine"] = machine_line()
     print(json.dumps(result, indent=1))
     return 0
