@@ -44,12 +44,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 from openai import AsyncOpenAI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -233,9 +234,18 @@ async def one_round(
 async def warm_up(client: AsyncOpenAI, ep: Endpoint, plan: Plan) -> None:
     """Not counted: the single prompt once (so every counted round finds it seen before)
     and a burst of prompts never measured."""
-    await ask(client, ep.model, SINGLE_N, 1, plan.max_tokens)
+    await ask(client, ep.model, SINGLE_N, seed(-1, 0), plan.max_tokens)
     ns = [WARM_UP_N + i for i in range(plan.slots)]
     await burst(client, ep.model, ns, -1, plan)
+
+
+@contextlib.asynccontextmanager
+async def refused(name: str) -> AsyncIterator[None]:
+    """A failed request stops the run with one line naming the server."""
+    try:
+        yield
+    except (openai.APIError, httpx.HTTPError) as e:
+        raise BenchError(f"{name}: a request failed: {type(e).__name__}: {e}") from e
 
 
 def client_for(ep: Endpoint) -> AsyncOpenAI:
@@ -251,10 +261,12 @@ async def measure(endpoints: Sequence[Endpoint], plan: Plan) -> dict[str, list[R
     async with httpx.AsyncClient(timeout=30) as http:
         try:
             for ep in endpoints:
-                await warm_up(clients[ep.name], ep, plan)
+                async with refused(ep.name):
+                    await warm_up(clients[ep.name], ep, plan)
             for r in range(plan.rounds):
                 for name in alternate(list(by_name), r):
-                    rnd = await one_round(clients[name], http, by_name[name], r, plan)
+                    async with refused(name):
+                        rnd = await one_round(clients[name], http, by_name[name], r, plan)
                     out[name].append(rnd)
                     print(
                         f"round {r + 1}/{plan.rounds} {name}: TTFT {rnd.ttft_ms:.1f} ms, "

@@ -228,3 +228,13 @@ def test_a_measurement_sends_what_the_issue_describes(
             assert len(rnd.burst) == 2
     summary = sd.summarize(by_server)
     assert summary["ratios"]["tps_1"]["per_round"]["min"] > 0
+
+
+def test_a_refused_request_stops_the_run_with_one_line(
+    fake_server: tuple[FakeModel, ServerThread],
+) -> None:
+    _, srv = fake_server
+    eps = [sd.Endpoint("candlewick", srv.url, "no-such-model")]
+    with pytest.raises(sd.BenchError, match=r"^candlewick: a request failed: NotFoundError: ") as e:
+        asyncio.run(sd.measure(eps, sd.Plan(rounds=1, slots=2, max_tokens=4)))
+    assert "\n" not in str(e.value)
