@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.host.prompt_cache import PromptStateCache
 from engine.host.runtime import Model
-from engine.memory.hardware import GiB, MiB
+from engine.memory.hardware import CPU, GiB, MiB
 from engine.settings import LoadParams
 
 
@@ -83,10 +84,37 @@ class Planner:
         return None if need.short is None else f"does not fit: {need.short}"
 
 
+# Two figures per loaded model, because its RAM prompt cache (saved KV states, outside
+# llama.cpp's buffers) grows and shrinks while it is loaded:
+# - `reserved_memory` is what the host PLANS with: the buffers plus the cache's whole budget,
+#   so a model loaded beside it cannot take RAM the cache will grow into (the estimate's fit
+#   check counts the same budget before the load);
+# - `actual_memory` is what is REPORTED ("bytes in memory": /api/ps `size`, /health,
+#   candlewick_model_memory_bytes, the Loaded models window): the buffers plus the cache's
+#   current bytes.
+
+
 def actual_memory(model: Model) -> dict[str, int]:
-    """What llama.cpp really allocated for `model`, per device."""
+    """What `model` takes now, per device: what llama.cpp really allocated, plus its prompt
+    cache's saved states in RAM ("CPU"). Empty when the allocation is unknown."""
+    return _with_cache(model, lambda cache: cache.bytes_used)
+
+
+def reserved_memory(model: Model) -> dict[str, int]:
+    """What the host counts `model` as taking, per device: what llama.cpp allocated, plus the
+    whole budget its prompt cache may grow to in RAM. Empty when the allocation is unknown."""
+    return _with_cache(model, lambda cache: cache.max_bytes)
+
+
+def _with_cache(model: Model, figure: Callable[[PromptStateCache], int]) -> dict[str, int]:
     actual = getattr(model, "memory_actual", None)
-    return dict(actual.devices) if actual is not None else {}
+    if actual is None:
+        return {}
+    out = dict(actual.devices)
+    cache: PromptStateCache | None = getattr(model, "state_cache", None)
+    if cache is not None:
+        out[CPU] = out.get(CPU, 0) + figure(cache)
+    return out
 
 
 def total_memory(memories: Iterable[Mapping[str, int]]) -> dict[str, int]:
@@ -103,7 +131,14 @@ def _gib(n: int) -> str:
 
 
 def _device(name: str) -> str:
-    return "RAM" if name == "CPU" else f"{name} memory"
+    return "RAM" if name == CPU else f"{name} memory"
 
 
-__all__ = ["MemoryBudget", "Need", "Planner", "actual_memory", "total_memory"]
+__all__ = [
+    "MemoryBudget",
+    "Need",
+    "Planner",
+    "actual_memory",
+    "reserved_memory",
+    "total_memory",
+]

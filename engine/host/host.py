@@ -12,7 +12,8 @@ Several models can be loaded at once, within a memory budget per device:
 - Before a load the memory estimate decides whether it fits; if not, the least recently used
   idle model the host loaded itself is unloaded first, and when nothing can go the request is
   refused with the reason (`NoRoom`), never by running out of memory. After a load the
-  budget counts what llama.cpp really allocated.
+  budget counts what llama.cpp really allocated, plus the whole RAM its prompt cache may grow
+  to; clients are shown what it takes now (`engine.host.budget`).
 - A model the host loaded stays for its keep-alive time after its last request (default 5
   minutes; 0 = unload when idle, None = keep), unless pinned. A model with a request in flight
   is never unloaded: `unload` refuses it (freeing it would pull the context and vocabulary
@@ -33,7 +34,14 @@ from pathlib import Path
 
 from engine.errors import EngineError
 from engine.host.attachments import Attachments
-from engine.host.budget import MemoryBudget, Need, Planner, actual_memory, total_memory
+from engine.host.budget import (
+    MemoryBudget,
+    Need,
+    Planner,
+    actual_memory,
+    reserved_memory,
+    total_memory,
+)
 from engine.host.host_entry import Entry, HostedModel, Listener, Listeners, matches
 from engine.host.keep_alive import Reaper
 from engine.host.runtime import Model
@@ -183,7 +191,7 @@ class ModelHost:
                 keep_s=None,
                 last_used=self._clock(),
                 loaded_at=time.time(),
-                memory=actual_memory(model),
+                memory=reserved_memory(model),
             )
             self._entries.append(entry)
         self._listeners.tell(name, model)
@@ -428,7 +436,7 @@ class ModelHost:
                 log.info("loaded %s in %.2f s", spec.name, time.perf_counter() - t0)
             with self._changed:
                 e.model = model
-                e.memory = actual_memory(model) or e.memory
+                e.memory = reserved_memory(model) or e.memory
                 e.loaded_at = time.time()
                 e.last_used = self._clock()
                 self.loads += 1
@@ -537,10 +545,11 @@ class ModelHost:
     def hosted(self) -> list[HostedModel]:
         now = self._clock()
         with self._lock:
-            return [e.view(now) for e in self._entries]
+            return [_in_use(e.view(now), e) for e in self._entries]
 
     def used(self) -> dict[str, int]:
-        """Bytes per device the loaded (and loading) models take."""
+        """Bytes per device the loaded (and loading) models are counted as taking when a load
+        is planned: their prompt caches' whole budgets included (`budget.reserved_memory`)."""
         with self._lock:
             return total_memory(e.memory for e in self._entries)
 
@@ -573,6 +582,13 @@ class ModelHost:
     def _find(self, name: str) -> Entry | None:
         exact = next((e for e in self._entries if e.name == name), None)
         return exact or next((e for e in self._entries if e.answers_to(name)), None)
+
+
+def _in_use(view: HostedModel, e: Entry) -> HostedModel:
+    """`view` with what its model takes now (`budget.actual_memory`: its prompt cache's
+    current bytes, not the budget the host plans with); while it loads, the estimate."""
+    now = actual_memory(e.model) if e.model is not None else {}
+    return dataclasses.replace(view, memory=now) if now else view
 
 
 def _serves(model: Model, params: LoadParams) -> bool:

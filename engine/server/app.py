@@ -200,7 +200,13 @@ def create_app(state: ServerState) -> ASGIApp:
             for h in state.host.hosted()
         ]
         return PlainTextResponse(
-            state.metrics.render(snap, loaded is not None, figures, state.host.loads),
+            state.metrics.render(
+                snap,
+                loaded is not None,
+                figures,
+                state.host.loads,
+                loaded.model.state_cache if loaded else None,
+            ),
             media_type="text/plain; version=0.0.4",
         )
 

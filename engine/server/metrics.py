@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from engine.host.prompt_cache import PromptStateCache
 from engine.host.requests import SchedulerSnapshot
 
 _NS = "candlewick"
@@ -75,6 +76,43 @@ _SNAPSHOT: tuple[tuple[str, str, str, Callable[[SchedulerSnapshot], float]], ...
 )
 
 
+# (kind, name, help, value): the default model's RAM prompt cache (engine.host.prompt_cache),
+# read at scrape time; all 0 when its cache is off.
+_CACHE: tuple[tuple[str, str, str, Callable[[PromptStateCache], float]], ...] = (
+    (
+        "gauge",
+        "prompt_cache_bytes",
+        "Bytes of saved prompt states in the RAM prompt cache.",
+        lambda c: c.bytes_used,
+    ),
+    (
+        "gauge",
+        "prompt_cache_budget_bytes",
+        "The RAM prompt cache's budget (--cache-ram); least recently used states go beyond it.",
+        lambda c: c.max_bytes,
+    ),
+    ("gauge", "prompt_cache_entries", "Saved prompt states in the RAM prompt cache.", len),
+    (
+        "counter",
+        "prompt_cache_saves_total",
+        "Prompt states saved from a slot about to be reused.",
+        lambda c: c.stats.saves,
+    ),
+    (
+        "counter",
+        "prompt_cache_restores_total",
+        "Saved prompt states taken back into a slot for a request sharing their prefix.",
+        lambda c: c.stats.restores,
+    ),
+    (
+        "counter",
+        "prompt_cache_evictions_total",
+        "Saved prompt states dropped, least recently used first, to stay within the budget.",
+        lambda c: c.stats.evictions,
+    ),
+)
+
+
 def _family(kind: str, name: str, help_: str, value: float | None) -> Metric:
     cls = GaugeMetricFamily if kind == "gauge" else CounterMetricFamily
     return cls(f"{_NS}_{name}", help_, value=value)
@@ -107,6 +145,7 @@ class _SnapshotCollector:
 
     def __init__(self) -> None:
         self.snap: SchedulerSnapshot | None = None
+        self.cache: PromptStateCache | None = None
         self.ready = False
         self.models: Sequence[ModelFigures] = ()
         self.loads = 0
@@ -115,7 +154,7 @@ class _SnapshotCollector:
         # Names only, so the registry refuses a clash with the counters.
         return [
             _family("gauge", "ready", "", None),
-            *(_family(k, n, h, None) for k, n, h, _ in _SNAPSHOT),
+            *(_family(k, n, h, None) for k, n, h, _ in (*_SNAPSHOT, *_CACHE)),
             *(GaugeMetricFamily(f"{_NS}_{n}", "") for n in _PER_MODEL),
         ]
 
@@ -127,6 +166,9 @@ class _SnapshotCollector:
         if snap is not None:  # no model: no slots to describe
             for kind, name, help_, value in _SNAPSHOT:
                 yield _family(kind, name, help_, value(snap))
+            cache = self.cache
+            for kind, name, help_, of in _CACHE:
+                yield _family(kind, name, help_, of(cache) if cache is not None else 0)
         yield from self._per_model()
 
     def _per_model(self) -> Iterator[Metric]:
@@ -137,7 +179,8 @@ class _SnapshotCollector:
         flight = gauge("model_requests_in_flight", "Requests holding the model.")
         memory = gauge(
             "model_memory_bytes",
-            "Memory the model takes, per device (estimated while it loads, then as allocated).",
+            "Memory the model takes, per device: estimated while it loads, then llama.cpp's "
+            "buffers as allocated plus, on CPU, its prompt cache's saved states.",
             ("model", "device"),
         )
         busy = gauge("model_slots_busy", "The model's slots generating or reading a prompt.")
@@ -239,14 +282,16 @@ class Metrics:
         ready: bool,
         models: Sequence[ModelFigures] = (),
         loads: int = 0,
+        cache: PromptStateCache | None = None,
     ) -> str:
-        """The text exposition (format 0.0.4) with `snap`'s figures (the default model's;
-        none without one) and each hosted model's."""
+        """The text exposition (format 0.0.4) with `snap`'s figures and `cache`'s (the
+        default model's loop and RAM prompt cache; none without a model) and each hosted
+        model's."""
         c = self._snapshot
         with self._scrape:
-            c.snap, c.ready, c.models, c.loads = snap, ready, models, loads
+            c.snap, c.cache, c.ready, c.models, c.loads = snap, cache, ready, models, loads
             try:
                 text = generate_latest(self._exposed)
             finally:
-                c.snap, c.ready, c.models, c.loads = None, False, (), 0
+                c.snap, c.cache, c.ready, c.models, c.loads = None, None, False, (), 0
         return _VALUE.sub(_integral, text).decode("utf-8")

@@ -31,7 +31,9 @@ from engine.memory.hardware import GiB
 from engine.settings import LoadParams, SamplingParams
 
 pytestmark = pytest.mark.slow
-PARAMS = LoadParams(n_ctx=512, n_threads=2)
+# No RAM prompt cache: the budgets below are sized from llama.cpp's buffers alone (the host
+# reserves a cache's whole budget besides them: tests/engine/test_host_memory_figures.py).
+PARAMS = LoadParams(n_ctx=512, n_threads=2, state_cache_mb=0)
 MiB = 1 << 20
 HI = [{"role": "user", "content": "Hi"}]
 TWO = SamplingParams(max_tokens=2, temperature=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from engine.host.prompt_cache import PromptStateCache
 from engine.host.requests import SchedulerSnapshot
 from engine.server.metrics import Metrics
 
@@ -79,6 +80,33 @@ def test_counts_histograms_and_the_snapshot() -> None:
     assert "candlewick_kv_stream_copies_total 3" in lines
     assert "candlewick_time_to_first_token_seconds_sum 0.3" in lines
     assert not [x for x in lines if "_created" in x]
+
+
+def test_the_prompt_cache_figures() -> None:
+    """The default model's RAM prompt cache: bytes and entries now, the budget, and its
+    saves, restores and evictions as counters; all 0 when the model has none."""
+    cache = PromptStateCache(1000)
+    cache.put((1, 2, 3), b"a" * 400)
+    cache.put((4, 5, 6), b"b" * 400)
+    cache.put((7, 8, 9), b"c" * 400)  # over the budget: the least recently used goes
+    assert cache.get((7, 8, 9)) is not None
+    fam = _families(Metrics().render(SNAP, True, cache=cache))
+    for name, value in (
+        ("prompt_cache_bytes", 800),
+        ("prompt_cache_budget_bytes", 1000),
+        ("prompt_cache_entries", 2),
+    ):
+        assert fam[f"candlewick_{name}"] == ("gauge", [(f"candlewick_{name}", {}, value)])
+    for name, value in (
+        ("prompt_cache_saves", 3),
+        ("prompt_cache_restores", 1),
+        ("prompt_cache_evictions", 1),
+    ):
+        assert fam[f"candlewick_{name}"] == ("counter", [(f"candlewick_{name}_total", {}, value)])
+    off = _families(Metrics().render(SNAP, True))
+    assert off["candlewick_prompt_cache_bytes"][1][0][2] == 0
+    assert off["candlewick_prompt_cache_saves"][1][0][2] == 0
+    assert "candlewick_prompt_cache_bytes" not in _families(Metrics().render(None, False))
 
 
 def test_without_a_model_only_readiness() -> None:

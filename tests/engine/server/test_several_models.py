@@ -25,7 +25,9 @@ from engine.settings import LoadParams
 from tests.engine.server.conftest import API_KEY, http, make_config
 
 pytestmark = pytest.mark.slow
-PARAMS = LoadParams(n_ctx=1024, n_seq_max=2, n_threads=2)
+# No RAM prompt cache: the budgets below are sized from llama.cpp's buffers alone (the host
+# reserves a cache's whole budget besides them: tests/engine/test_host_memory_figures.py).
+PARAMS = LoadParams(n_ctx=1024, n_seq_max=2, n_threads=2, state_cache_mb=0)
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 HELLO = [{"role": "user", "content": "Say hello."}]
 MiB = 1 << 20
