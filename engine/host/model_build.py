@@ -62,7 +62,14 @@ def resolve_params(params: LoadParams, gguf: GGUFFile) -> tuple[LoadParams, bool
     n = min(params.n_ctx or train, train)
     return (
         replace(
-            params, n_ctx=n, n_seq_max=1, n_batch=n, n_ubatch=n, embeddings=True, speculative=None
+            params,
+            n_ctx=n,
+            n_seq_max=1,
+            n_batch=n,
+            n_ubatch=n,
+            embeddings=True,
+            speculative=None,
+            state_cache_mb=0,  # no prompt to keep: nothing is generated from it
         ),
         True,
     )

@@ -28,6 +28,7 @@ from engine.memory.model_spec import ModelSpec
 from engine.memory.params import EstimateParams
 from engine.memory.placement import extra_copies_bytes, fit_context, layer_devices, plan
 from engine.memory.result import MemoryEstimate, Method, gb
+from engine.model.facts import embedding_pooling
 from engine.model.gguf import GGUFFile, merge_splits, read_gguf, split_count, split_names
 from engine.model.semantics import check_model
 from engine.native import llama_lib
@@ -72,6 +73,8 @@ def estimate(
     # Plan with flash attention as the engine would resolve 'auto' on this hardware.
     flash = resolve_flash_attn(p.load.flash_attn, p.load.type_v, gpu=bool(hw.offload_devices))
     p = p.with_load(flash_attn=flash)
+    if embedding_pooling(gf) > 0:
+        p = p.with_load(state_cache_mb=0)  # an embedding model keeps no prompts: none generate
     spec = ModelSpec.from_gguf(gf, hw.cpu)
     notes: list[str] = []
     if method == "dry-run" and file_path is None:

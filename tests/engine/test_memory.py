@@ -13,6 +13,7 @@ from typing import cast
 import pytest
 
 from engine.errors import EngineError
+from engine.host.model_build import resolve_params
 from engine.host.runtime import Model
 from engine.memory.actual import actual_from_log, compare
 from engine.memory.analytic import kv_bytes_per_layer
@@ -227,6 +228,16 @@ def test_the_prompt_cache_budget_is_ram_the_fit_counts_not_a_buffer(smollm2_path
     assert not tight.fits
     assert "of RAM but only" in tight.reason
     assert tight.reason.endswith("spare; with up to 256 MiB of prompt cache)"), tight.reason
+
+
+def test_an_embedding_model_has_no_prompt_cache(minilm_path: Path) -> None:
+    """Nothing is generated from a sentence-embedding model: it keeps no prompts, so neither
+    its load nor its estimate holds RAM for them."""
+    gf = read_gguf(minilm_path)
+    params, embedding_only = resolve_params(LoadParams(), gf)
+    assert embedding_only and params.state_cache_mb == 0
+    est = estimate(minilm_path, EstimateParams(), hardware=PLENTY, method="analytic")
+    assert est.prompt_cache_bytes == 0 and est.overhead_bytes == 0
 
 
 def test_incoherent_model_is_refused_before_llama_cpp(tmp_path: Path) -> None:
