@@ -2,7 +2,9 @@
 
 `Finisher.sample` draws each slot's next token from its own sampler chain (with a grammar's
 mask applied to the logits row first), verifies drafted tokens (engine.host.speculative: every
-token handed out is the model's own sample at that position), and hands text out through the
+token handed out is the model's own sample at that position; a greedy drafting slot picks its
+tokens with `engine.host.greedy_pick`, the chain's own argmax without its per-call cost), and
+hands text out through the
 slot's `TextStream` (UTF-8 reassembly, stop strings). A request ends on an end-of-generation
 token, a stop string, a finished grammar, its token limit or a full context; ending drops the
 cells it no longer owns first, so a request is reported done only once the cache holds exactly
@@ -14,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 
+from engine.host.greedy_pick import GreedyPicker, usable
 from engine.host.requests import Failed, Finished, Piece, Request
 from engine.host.slots import LoopCounters, Slot
 from engine.host.speculative import trim_sequence
@@ -36,6 +39,19 @@ class Finisher:
         self.n_seq_max = backend.n_seq_max
         self.counters = counters
         self.lock = lock  # the scheduler's: a slot is freed under it
+        self._pickers: dict[int, GreedyPicker] = {}  # by request id: greedy drafting slots
+
+    def picker(self, s: Slot) -> GreedyPicker | None:
+        """The greedy picker of a drafting slot whose chain it can stand in for, else None.
+        Made when first needed: its window is the chain's (the prompt's tail, then every
+        token handed out)."""
+        req = s.req
+        if req is None or s.drafter is None or not usable(req.sampling):
+            return None
+        p = self._pickers.get(req.id)
+        if p is None:
+            p = self._pickers[req.id] = GreedyPicker(req.sampling, [*req.prompt, *req.tokens])
+        return p
 
     def reap(self, slots: list[Slot]) -> None:
         """Finish cancelled and timed-out requests before building the next batch."""
@@ -61,8 +77,13 @@ class Finisher:
         self.counters.drafted += len(drafts)
         if req.mask is not None:  # (no drafts: Scheduler._make_drafter)
             req.mask.apply(be.logits(s.batch_idx))
+        pick = self.picker(s)
         for i in range(len(drafts) + 1):
-            tok = be.sample(s.sampler, s.batch_idx + i)
+            if pick is not None:
+                tok = pick.pick(be.logits(s.batch_idx + i))
+                be.sampler_accept(s.sampler, tok)  # the chain stays in step
+            else:
+                tok = be.sample(s.sampler, s.batch_idx + i)
             accepted = i < len(drafts) and tok == drafts[i]
             if accepted:
                 req.stats.draft_accepted += 1
@@ -147,6 +168,7 @@ class Finisher:
             be.sampler_free(s.sampler)
         if s.drafter is not None:
             s.drafter.end()
+        self._pickers.pop(req.id, None)
         st = req.stats
         st.gen_tokens = s.n_gen
         st.total_s = time.perf_counter() - req.t_submit

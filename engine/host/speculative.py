@@ -92,6 +92,13 @@ class CostModel(Protocol):
     def amx_weights(self) -> bool: ...
 
 
+class CostCurve(Protocol):
+    """What decoding n tokens in one batch costs, in one-token decodes (`VerifyCost`, or the
+    loop's measured curve, engine.host.draft_gain.MeasuredCost)."""
+
+    def __call__(self, n: int) -> float: ...
+
+
 @dataclass(frozen=True)
 class VerifyCost:
     """What decoding n tokens in one verification batch costs, in one-token decodes: `first`
@@ -160,11 +167,11 @@ class PromptLookup:
         ngram_max: int = 32,
         ngram_min: int = 2,
         candidates: int = 8,
-        cost: VerifyCost = COST_CPU,
+        cost: CostCurve = COST_CPU,
     ) -> None:
         if not 1 <= ngram_min <= ngram_max:
             raise EngineError("prompt lookup needs 1 <= ngram_min <= ngram_max")
-        self.cost = cost
+        self.cost = cost  # the loop swaps in its measured curve (engine.host.draft_gain)
         self.ngram_max = ngram_max  # agreement is measured up to this many tokens
         self.ngram_min = ngram_min
         self.candidates = candidates
@@ -195,7 +202,7 @@ class PromptLookup:
 
     @staticmethod
     def draft_len(
-        agreement: int, cost: VerifyCost = COST_CPU, limit: int = DEFAULT_DRAFT_MAX
+        agreement: int, cost: CostCurve = COST_CPU, limit: int = DEFAULT_DRAFT_MAX
     ) -> int:
         """How many of a match's tokens to draft (0: decode plainly): the length that gives
         the most expected tokens per unit of decode cost, if that beats a plain step."""
@@ -508,6 +515,7 @@ __all__ = [
     "COST_CPU",
     "COST_GPU",
     "DEFAULT_MODEL_DRAFT_MAX",
+    "CostCurve",
     "CostModel",
     "DraftModel",
     "DraftSeq",

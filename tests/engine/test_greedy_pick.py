@@ -1,0 +1,116 @@
+"""The greedy picker (engine.host.greedy_pick) against llama.cpp's own chain: the same token
+for the same row and window, on made-up rows and on SmolLM2's logits; and a greedy request
+with a repeat penalty drafts through it to plain decoding's tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.host.greedy_pick import GreedyPicker, usable
+from engine.host.runtime import Model
+from engine.settings import SamplingParams
+from tests.exactness import assert_same_greedy, exact_load
+
+CODE_EDIT = """def parse_config(path):
+    with open(path) as f:
+        data = json.load(f)
+    if "name" not in data:
+        raise ValueError("config needs a name")
+    data.setdefault("port", 8080)
+    data.setdefault("debug", False)
+    return data
+
+Rewrite this function with the default port changed to 9090. Show the whole function."""
+
+
+def row(*values: float) -> np.ndarray:
+    return np.array(values, dtype=np.float32)
+
+
+def test_window_slides_and_penalises_both_signs() -> None:
+    s = SamplingParams(temperature=0, repeat_penalty=2.0, repeat_last_n=2)
+    p = GreedyPicker(s, [7, 7, 0])  # the window holds the prompt's last two: 7, 0
+    assert p.pick(row(3.0, 2.0)) == 1  # 3 / 2 < 2
+    # Window now 0, 1. A negative logit is multiplied: -1 * 2 < -1.5.
+    assert p.pick(row(-2.0, -1.0, -1.5)) == 2
+    # Window 1, 2: token 0 left it and is not penalised any more.
+    assert p.pick(row(3.0, 2.0, 0.0)) == 0
+
+
+def test_no_penalty_is_the_first_largest() -> None:
+    for s in (
+        SamplingParams(temperature=0, repeat_penalty=1.0),
+        SamplingParams(temperature=0, repeat_penalty=1.5, repeat_last_n=0),
+    ):
+        p = GreedyPicker(s, [0, 1, 2])
+        assert p.pick(row(1.0, 5.0, 5.0)) == 1
+
+
+def test_what_it_stands_in_for() -> None:
+    assert usable(SamplingParams(temperature=0))
+    assert not usable(SamplingParams(temperature=0.7))
+    assert not usable(SamplingParams(temperature=0, frequency_penalty=0.5))
+    assert not usable(SamplingParams(temperature=0, presence_penalty=0.5))
+
+
+@pytest.fixture(scope="module")
+def smollm2(smollm2_path: Path) -> Iterator[Model]:
+    m = Model(smollm2_path, exact_load(n_ctx=512, n_threads=1, state_cache_mb=0))
+    yield m
+    m.close()
+
+
+def test_same_token_as_the_chain(smollm2: Model) -> None:
+    """Rows of real logits, windows holding each row's best tokens (so the penalty decides),
+    penalties above and below 1: the picker takes the chain's token every time."""
+    prompt = smollm2.tokenize("The quick brown fox jumps over the lazy dog because")
+
+    def check() -> int:
+        be = smollm2.backend
+        assert be is not None
+        be.clear()
+        b = be.batch(len(prompt))
+        try:
+            for i, t in enumerate(prompt):
+                b.put(i, t, i, 0, True)
+            b.n_tokens = len(prompt)
+            be.decode(b)
+            checked = 0
+            for r in range(len(prompt)):
+                top = [int(t) for t in np.argsort(-be.logits(r))[:6]]
+                for penalty, window in ((1.3, top[:3]), (0.7, top[2:5]), (1.1, top[::2])):
+                    s = SamplingParams(temperature=0, repeat_penalty=penalty, repeat_last_n=8)
+                    chain = be.sampler(s)
+                    history = [*prompt[:3], *window]
+                    for t in history:
+                        be.sampler_accept(chain, t)
+                    want = be.sample(chain, r)  # before the picker writes into the row
+                    got = GreedyPicker(s, history).pick(be.logits(r).copy())
+                    be.sampler_free(chain)
+                    assert got == want, (r, penalty, window)
+                    checked += 1
+            return checked
+        finally:
+            b.close()
+            be.clear()
+
+    assert smollm2.loop.call_soon(check) == 3 * len(prompt)
+
+
+def test_lookup_with_a_repeat_penalty_matches_plain(exact_smollm2_path: Path) -> None:
+    """A quoting reply with the app's repeat penalty: lookup drafts (picked, not sampled by
+    the chain) and hands out plain decoding's tokens."""
+    s = SamplingParams(temperature=0, max_tokens=48)
+    messages = [{"role": "user", "content": CODE_EDIT}]
+    with Model(exact_smollm2_path, exact_load(n_ctx=1024, n_threads=1)) as m:
+        ref = m.generate(messages, s, spec="off")
+        ref.consume()
+        m.reset_cache()
+        got = m.generate(messages, s, spec="lookup")
+        got.consume()
+        assert got.stats.draft_tokens > 0
+        assert_same_greedy(m.exactness, got.tokens, ref.tokens, positions=255, batch=63)
