@@ -113,7 +113,7 @@ class EmbeddedTarget:
         t_first: float | None = None
         try:
             self.model.reset_cache()
-            # Not interactive: a benchmark's prompts are no conversation to snapshot.
+            # Not interactive: a benchmark goes behind the chat, as an API client does.
             gen = self.model.generate(list(prompt.messages), sp, cancel=cancel, interactive=False)
             for _piece in gen:
                 if t_first is None:

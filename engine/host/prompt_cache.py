@@ -1,10 +1,10 @@
 """A bounded RAM cache of KV-cache snapshots, keyed by the tokens they hold.
 
-When the user switches to another conversation, the context's KV cache is about to be
-overwritten. Saving the sequence state first (llama.cpp's `llama_state_seq_get_data`) means
-that going back restores it with a memory copy instead of re-processing the whole history.
-Entries are found by longest common token prefix and evicted least-recently-used once the
-byte budget is exceeded.
+When a slot is about to be overwritten (the user switched conversations, or another client's
+request took the slot of an API client's prompt), saving the sequence state first (llama.cpp's
+`llama_state_seq_get_data`) means that coming back restores it with a memory copy instead of
+re-processing the whole history. Entries are found by longest common token prefix and evicted
+least-recently-used once the byte budget is exceeded.
 """
 
 from __future__ import annotations
@@ -70,6 +70,11 @@ class PromptStateCache:
 
     def contains(self, key: tuple[int, ...]) -> bool:
         return key in self._entries
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._exact.clear()
+        self._bytes = 0
 
     def put(self, key: tuple[int, ...], state: bytes, exact: int = 0) -> None:
         if len(state) > self.max_bytes:

@@ -260,7 +260,8 @@ class Scheduler:
         self.call_idle(rebind)
 
     def clear_cache(self) -> None:
-        """Drop every slot's KV cells (waits for requests in flight to end)."""
+        """Drop every slot's KV cells and the saved prompt states (waits for requests in
+        flight to end)."""
         self.call_idle(self._layout.clear_all)
 
     def resize(self, n_slots: int, n_ctx_seq: int, *, reserved_slots: int = 0) -> None:
@@ -472,7 +473,6 @@ class Scheduler:
         if not self._layout.cut(slot, plan.start):
             plan = batch_plan.plan(len(prompt), 0, self.n_batch, rule)
         n_common = plan.start
-        slot.conversation = req.interactive
         slot.req = req
         slot.pending = prompt[n_common:]
         slot.rule = rule

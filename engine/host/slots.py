@@ -2,10 +2,11 @@
 
 A slot is one sequence id of the context and the request it serves; `Slot.tokens` is exactly
 what that sequence holds between two steps. `KvLayout` decides where cells go: which free slot
-a request takes, when a prefix is copied from another slot or a saved conversation restored
-from the model's `PromptStateCache`, and how busy slots are kept on consecutive ids (a hole
-left by a finished request is closed by moving the slot at the far end into it). It works
-through the `ContextBackend` only, so it runs on a test backend too.
+a request takes, when a prefix is copied from another slot or a saved prompt restored from
+the model's `PromptStateCache` (every client's prompts, the chat's and the API's), and how busy
+slots are kept on consecutive ids (a hole left by a finished request is closed by moving the
+slot at the far end into it). It works through the `ContextBackend` only, so it runs on a
+test backend too.
 
 Why consecutive ids: with one KV stream per sequence (llama.cpp's default, `kv_unified =
 false`), llama.cpp cuts a batch into one micro-batch per run of consecutive sequence ids;
@@ -35,10 +36,15 @@ COPY_BYTES_PER_TOKEN = 4 << 20
 MIN_COPY_GAIN = 8
 # A request that will end within this many tokens is not worth moving to close a hole.
 MIN_MOVE_TOKENS = 16
-# Histories shorter than this are cheaper to read again than to snapshot; a snapshot is
-# restored only when it saves at least MIN_RESTORE_GAIN tokens over what the slots hold.
-MIN_SNAPSHOT_TOKENS = 64
-MIN_RESTORE_GAIN = 32
+# Every client's prompts are kept, not only the chat's: an API client's repeated system prompt
+# or agent preamble comes back after a burst of other requests took its slot (what
+# llama-server's RAM prompt cache does). Saving or restoring a sequence's state copies its
+# used cells only: SmolLM2, 145 tokens (3.3 MB) in ~0.8 ms, where reading one prompt token in
+# a batch costs ~3 ms on a 2-core EPYC. A few tokens are cheaper to read again than to keep
+# (a tiny history would only crowd the cache); a restore must gain a few tokens over what the
+# slots already hold.
+MIN_SNAPSHOT_TOKENS = 16
+MIN_RESTORE_GAIN = 4
 
 
 @dataclass
@@ -63,9 +69,6 @@ class Slot:
         self.tokens: list[int] = []  # exactly what sequence `seq` holds in the KV cache
         # How many of them were read the canonical way (engine.host.batch_plan).
         self.exact_len = 0
-        # Whether they are a person's conversation, worth a snapshot before they are
-        # overwritten (not a benchmark's or an API client's prompt).
-        self.conversation = False
         self.req: Request | None = None
         self.pending: list[int] = []  # prompt tokens not yet decoded
         self.plan: deque[int] | None = None  # canonical batch sizes for `pending` ("grid")
@@ -153,7 +156,7 @@ class KvLayout:
 
     def take_prefix(self, slot: Slot, req: Request) -> int:
         """Bring the longest cached prefix of `req`'s prompt into `slot` (a saved
-        conversation restored, or another slot's stream copied, when that gains enough), and
+        prompt restored, or another slot's stream copied, when that gains enough), and
         return how many of the prompt's tokens the slot now holds."""
         prompt = req.prompt
         n_own = common_prefix(slot.tokens, prompt)
@@ -164,8 +167,9 @@ class KvLayout:
                 src, n_src = other, n
         cache = self.model.state_cache
         found = cache.best(prompt) if cache is not None else None
-        if cache is not None and found is not None and found[1] > n_src + MIN_RESTORE_GAIN:
-            # A conversation left earlier: keep what this slot holds, bring that one back.
+        if cache is not None and found is not None and found[1] >= n_src + MIN_RESTORE_GAIN:
+            # A prompt or conversation seen earlier: keep what this slot holds, bring that
+            # one back.
             self.save(slot)
             state = cache.get(found[0])
             if state is not None and self.restore(slot, found[0], state):
@@ -201,19 +205,13 @@ class KvLayout:
         self.backend.seq_cp(src.seq, dst.seq)
         dst.tokens = list(src.tokens)
         dst.exact_len = src.exact_len
-        dst.conversation = src.conversation
         self.counters.copies += 1
 
     def save(self, s: Slot) -> None:
         """Snapshot slot `s`'s KV state into the model's state cache (if worth it)."""
         cache = self.model.state_cache
         key = tuple(s.tokens)
-        if (
-            cache is None
-            or not s.conversation
-            or len(key) < MIN_SNAPSHOT_TOKENS
-            or cache.contains(key)
-        ):
+        if cache is None or len(key) < MIN_SNAPSHOT_TOKENS or cache.contains(key):
             return
         state = self.backend.state_get(s.seq, cache.max_bytes)
         if state is not None:
@@ -229,14 +227,17 @@ class KvLayout:
             s.exact_len = 0
             return False
         s.tokens = list(key)
-        s.conversation = True
         cache = self.model.state_cache
         s.exact_len = cache.exact_prefix(key) if cache is not None else 0
         self.counters.restored += 1
         return True
 
     def clear_all(self) -> None:
+        """Drop every cell and every saved state: what follows starts from nothing."""
         self.backend.clear()
+        cache = self.model.state_cache
+        if cache is not None:
+            cache.clear()
         for s in self.slots:
             s.tokens.clear()
             s.exact_len = 0

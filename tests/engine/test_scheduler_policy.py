@@ -307,6 +307,51 @@ def test_a_prompt_prefix_is_reused_and_gives_the_same_reply(
     assert_no_leak(sched, model)
 
 
+def test_an_api_prompt_comes_back_from_the_state_cache_after_a_burst(
+    sched: Scheduler, model: FakeLoopModel
+) -> None:
+    """Not only the chat's conversations are kept: an API client's prompt whose slot a burst
+    of other requests took is saved first and restored when it comes again (llama-server's
+    RAM prompt cache), so only its last token is read again."""
+    prompt = [*SYSTEM, *range(200, 210)]
+    first, _ = submit(sched, prompt)  # not interactive: an API client's request
+    wait(first)
+    burst_prompts = [[*SYSTEM, 300 + i, 301 + i] for i in range(sched.n_slots)]
+    with held(sched):  # all admitted in one go: one of them must take the prompt's slot
+        burst = [submit(sched, p)[0] for p in burst_prompts]
+    for r in burst:
+        wait(r)
+    assert not any(t[: len(prompt)] == prompt for t in sched.slot_tokens())  # overwritten
+    assert sched.snapshot().snapshots_saved >= 1
+    again, col = submit(sched, prompt)
+    wait(again)
+    assert sched.snapshot().snapshots_restored == 1
+    assert col.events[0] == Started(again.id, len(prompt) - 1)
+    assert again.tokens == first.tokens == alone(prompt, GREEDY)
+    assert_no_leak(sched, model)
+
+
+def test_clearing_the_cache_drops_the_saved_prompts_too(
+    sched: Scheduler, model: FakeLoopModel
+) -> None:
+    """A benchmark that clears the cache before each request measures prompt reading, not a
+    restore from the state cache."""
+    prompt = [*SYSTEM, *range(200, 210)]
+    first, _ = submit(sched, prompt)
+    wait(first)
+    with held(sched):
+        burst = [submit(sched, [400 + i] * 20)[0] for i in range(sched.n_slots)]
+    for r in burst:
+        wait(r)
+    assert sched.snapshot().snapshots_saved >= 1
+    sched.clear_cache()
+    again, col = submit(sched, prompt)
+    wait(again)
+    assert sched.snapshot().snapshots_restored == 0
+    assert col.events[0] == Started(again.id, 0)
+    assert_no_leak(sched, model)
+
+
 def test_a_prefix_is_copied_to_a_slot_next_to_the_busy_ones(
     sched: Scheduler, model: FakeLoopModel
 ) -> None:
