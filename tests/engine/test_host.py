@@ -211,7 +211,7 @@ def test_events_carry_their_request_id(model: Model) -> None:
         for q in ("Name a fruit.", "Name a color.")
     ]
     for r in reqs:
-        assert r.done.wait(60)
+        assert r.done.wait(300)  # a state, not a speed: generous on a busy machine
     assert set(got) == {r.id for r in reqs}
     for r in reqs:
         evs = got[r.id]

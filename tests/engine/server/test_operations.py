@@ -103,8 +103,14 @@ def test_openapi_schema(base_url: str) -> None:
     assert s["security"] == [{"bearer": []}]
 
 
+# How long a test waits for a state before it fails: generous, since the suite must pass on
+# a 2-core machine whose cores other jobs keep busy (scripts/test_under_load.sh). Not a
+# speed check: a state that comes at all comes long before this.
+PATIENCE_S = 300
+
+
 def _busy_slot(served: ServedModel) -> int:
-    end = time.monotonic() + 60
+    end = time.monotonic() + PATIENCE_S
     while time.monotonic() < end:
         busy = [s["id"] for s in served.scheduler.snapshot().slots if s["busy"]]
         if busy:
@@ -116,7 +122,7 @@ def _busy_slot(served: ServedModel) -> int:
 def test_streaming_client_disconnect_frees_slot_and_kv(base_url: str, served: ServedModel) -> None:
     assert_no_leak(served)
     with (
-        httpx.Client() as c,
+        httpx.Client(timeout=PATIENCE_S) as c,
         c.stream(
             "POST", base_url + "/v1/chat/completions", headers=AUTH, json={**LONG, "max_tokens": 60}
         ) as r,
@@ -157,7 +163,7 @@ def test_queue_full_gives_429_with_retry_after(served: ServedModel) -> None:
     old = sched.max_queue
     sched.max_queue = 0  # nothing may wait: the 5th concurrent request is refused
     try:
-        with ServerThread(state) as srv, httpx.Client(timeout=60) as c:
+        with ServerThread(state) as srv, httpx.Client(timeout=PATIENCE_S) as c:
             streams = []
             for i in range(4):
                 cm = c.stream(
@@ -167,13 +173,16 @@ def test_queue_full_gives_429_with_retry_after(served: ServedModel) -> None:
                     json={
                         **LONG,
                         "messages": [{"role": "user", "content": f"Story number {i}, please."}],
+                        # No early end: a greedy story may stop by itself, and which one does
+                        # depends on how the steps' batches were cut (busy machine, kernels).
+                        "grammar": "root ::= [a-z ]{1500}",
                     },
                 )
                 r = cm.__enter__()
                 lines = r.iter_lines()  # kept alive: dropping it would close the connection
                 next(lines)
                 streams.append((cm, lines))
-            end = time.monotonic() + 60  # requests take a slot between decode steps
+            end = time.monotonic() + PATIENCE_S  # requests take a slot between decode steps
             while sched.snapshot().busy_slots < 4 and time.monotonic() < end:
                 time.sleep(0.01)
             assert sched.snapshot().busy_slots == 4
@@ -324,7 +333,7 @@ WARNINGS = (
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)  # minutes alone; over 14 beside busy loops and other jobs
 def test_schemathesis_finds_nothing(served: ServedModel, tmp_path: Path) -> None:
     """Fuzz every route from the server's own OpenAPI schema: no 5xx, no schema violation.
 
@@ -368,7 +377,7 @@ def test_schemathesis_finds_nothing(served: ServedModel, tmp_path: Path) -> None
             ],
             capture_output=True,
             text=True,
-            timeout=850,
+            timeout=1750,
             cwd=tmp_path,
         )
     assert r.returncode == 0, r.stdout[-3000:]
