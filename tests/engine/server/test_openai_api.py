@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from engine.server import ServerThread
-from tests.engine.server.conftest import API_KEY, assert_no_leak, http
+from tests.engine.server.conftest import API_KEY, N_SLOTS, assert_no_leak, http
 
 MSG = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -227,3 +227,47 @@ def test_errors_are_openai_shaped(
     assert r.status_code == 404 and r.json()["error"]["type"] == "not_found_error"
     r = http.put(url, headers=auth)
     assert r.status_code == 405 and "POST" in r.headers["allow"]
+
+
+def test_a_repeated_prompt_comes_back_from_the_ram_cache_after_a_burst(
+    server: ServerThread, served: object
+) -> None:
+    """An API client's prompt whose slot a burst of other requests took is read again only
+    from its last token: its KV state was saved in RAM before the slot was reused (what
+    llama-server's prompt cache does). That the restored cells give the reply they gave is
+    tested on the fake backend (test_scheduler_policy.py): here a batch and a single token may
+    take different CPU kernels, so greedy text may differ after a restore on some machines."""
+    repeated = [{"role": "user", "content": "[7] Write a long story about a lighthouse keeper."}]
+
+    async def main() -> tuple[list[int], list[str]]:
+        async with openai.AsyncOpenAI(
+            base_url=server.url + "/v1", api_key=API_KEY, max_retries=0
+        ) as ac:
+
+            async def one(messages: list[dict[str, str]]) -> tuple[int, int, str]:
+                r = await ac.chat.completions.create(
+                    model="smollm2",
+                    messages=messages,
+                    max_tokens=8,
+                    temperature=0,  # type: ignore[arg-type]
+                )
+                assert r.usage is not None and r.usage.prompt_tokens_details is not None
+                cached = r.usage.prompt_tokens_details.cached_tokens or 0
+                return r.usage.prompt_tokens, cached, r.choices[0].message.content or ""
+
+            cached, texts = [], []
+            for round_no in range(2):
+                n, c, text = await one(repeated)
+                cached.append(c)
+                texts.append(text)
+                burst = [
+                    [{"role": "user", "content": f"[{100 + 10 * round_no + i}] Name a city."}]
+                    for i in range(N_SLOTS)
+                ]
+                await asyncio.gather(*(one(m) for m in burst))  # every slot taken
+            return [n, *cached], texts
+
+    (n, first, again), texts = asyncio.run(main())
+    assert again == n - 1 > first
+    assert all(texts)
+    assert_no_leak(served)  # type: ignore[arg-type]
