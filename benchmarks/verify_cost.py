@@ -7,9 +7,9 @@ the model's decode loop makes, by its number of tokens; each prompt is also deco
 steps (llama.cpp rebuilds its graph) are included, which is what the drafter pays. The engine's
 cost curves (`engine.host.speculative.COST_*`) come from this.
 
-The decode loop sizes prompt-lookup drafts with the model's cost curve (`verify_cost`, taken
-when the loop binds the context); there is no setting for it, so the model is loaded with
-`engine.host.scheduler.verify_cost` replaced by a curve under which every draft pays.
+The decode loop sizes prompt-lookup drafts with the cost curve it measures (engine.host.
+draft_gain) and drafts only while drafting measures faster; there is no setting for either, so
+here the curve is replaced by one under which every draft pays and every draft is allowed.
 
     .venv/bin/python benchmarks/verify_cost.py [--config app|exact|both] [--threads 2] [--write]
     .venv/bin/python benchmarks/verify_cost.py --raw [--threads 1 --clock cpu]
@@ -32,10 +32,12 @@ lookup, and handing each token out.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +52,7 @@ from speculative import PROMPTS, run_once
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
-from engine.host import scheduler
+from engine.host import draft_gain, scheduler
 from engine.host.runtime import Model
 from engine.host.speculative import VerifyCost
 from engine.settings import LoadParams, SpeculativeSettings
@@ -66,11 +68,16 @@ START, END = "<!-- verify-cost-table:start -->", "<!-- verify-cost-table:end -->
 GREEDY_DRAFTS = VerifyCost(1e-3, 0.0)
 
 
-def load(path: Path, params: LoadParams) -> Model:
-    """`path` with a decode loop whose prompt lookup drafts every match as far as it goes
-    (up to DEFAULT_DRAFT_MAX, 16 tokens)."""
-    with mock.patch.object(scheduler, "verify_cost", lambda _model: GREEDY_DRAFTS):
-        return Model(path, params)
+@contextlib.contextmanager
+def greedy_drafting() -> Iterator[None]:
+    """Every prompt-lookup match drafted as far as it goes (up to DEFAULT_DRAFT_MAX, 16
+    tokens), whatever the loop measured."""
+    with (
+        mock.patch.object(scheduler, "verify_cost", lambda _model: GREEDY_DRAFTS),
+        mock.patch.object(draft_gain.MeasuredCost, "__call__", lambda _self, n: GREEDY_DRAFTS(n)),
+        mock.patch.object(draft_gain.DraftGain, "allow", lambda _self, _busy, _bucket: True),
+    ):
+        yield
 
 
 def measure(model: Model) -> dict[int, list[float]]:
@@ -245,7 +252,7 @@ def main() -> int:
     for name, params in configs.items():
         if args.config not in (name, "both"):
             continue
-        with load(path, params) as m:
+        with greedy_drafting(), Model(path, params) as m:
             ratios = measure(m)
         cells = [f"{statistics.median(ratios[n]):.2f}" if ratios.get(n) else "-" for n in SIZES]
         c = fit(ratios)

@@ -147,8 +147,11 @@ class LibraryPanel(QWidget):
             self.spec_mode.addItem(title, mode)
         self.spec_mode.setToolTip(
             "Draft tokens cheaply and let the model check several at once. Output is the "
-            "model's own. Prompt lookup copies from the conversation (fast when the answer "
-            "quotes it); a draft model is a smaller model with the same tokenizer."
+            "model's own. Whether checking several at once is faster depends on the model "
+            "and this computer: the model measures it as it answers, drafts only while it "
+            "pays, and the performance panel shows the measured gain. Prompt lookup copies "
+            "from the conversation (useful when the answer quotes it); a draft model is a "
+            "smaller model with the same tokenizer."
         )
         self.draft_model = QComboBox()
         self.draft_model.setAccessibleName("Draft model")

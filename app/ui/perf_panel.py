@@ -145,10 +145,6 @@ class PerfPanel(QWidget):
         self._t_first: float | None = None  # the reply's first token
         self._last_n = 0
         self._last_t = 0.0
-        self.model_path = ""
-        # Generation speed of each model's last reply without drafts: the reference for the
-        # speed-up shown after a speculative reply.
-        self.plain_tps: dict[str, float] = {}
 
         self.labels: dict[str, QLabel] = {}
         box = QGroupBox("Performance")
@@ -194,7 +190,6 @@ class PerfPanel(QWidget):
 
     def on_loaded(self, info: LoadedModel) -> None:
         self.n_ctx = info.n_ctx
-        self.model_path = str(info.path)
         self.labels["model"].setText(info.name)
         self._show_ctx()
 
@@ -264,17 +259,21 @@ class PerfPanel(QWidget):
         self.refresh_labels()
 
     def spec_text(self, stats: GenerationStats) -> str:
-        """Drafted / accepted / acceptance rate, and the speed-up against this model's last
-        reply without drafts when there was one; "—" for a plain reply (remembered)."""
+        """Drafted / accepted / acceptance rate, and the gain drafting measured on this model
+        and machine (engine.host.draft_gain), which decides whether it drafts at all; "—"
+        for a reply that could not draft."""
         rate = acceptance_rate(stats)
+        gain = stats.draft_gain
         if rate is None:
-            if stats.gen_tps and stats.stop_reason != "cancelled":
-                self.plain_tps[self.model_path] = stats.gen_tps
-            return "—"
-        text = f"{stats.draft_accepted}/{stats.draft_tokens} drafted tokens accepted ({rate:.0%})"
-        plain = self.plain_tps.get(self.model_path)
-        if plain and stats.gen_tps:
-            text += f" · x{stats.gen_tps / plain:.2f} vs the last plain reply"
+            if gain is None:
+                return "—"
+            text = "nothing drafted"  # the loop found drafting slower here, or no match
+        else:
+            text = (
+                f"{stats.draft_accepted}/{stats.draft_tokens} drafted tokens accepted ({rate:.0%})"
+            )
+        if gain is not None:
+            text += f" · measured gain x{gain:.2f} on this model"
         return text
 
     def on_failed(self, rid: int, _message: str) -> None:

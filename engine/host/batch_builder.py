@@ -10,7 +10,10 @@ rows that want logits.
 
 Speculative decoding (engine.host.speculative) runs only while exactly one request is in
 flight and no prompt is being read: with more, the batch already keeps the hardware busy and
-every drafted position would cost the others.
+every drafted position would cost the others. What drafting costs and buys is measured as the
+loop runs (engine.host.draft_gain): each lone step's decode by its size (prompt lookup sizes
+its drafts with that curve rather than with another CPU's), and the time per token of steps
+with drafts and without, by kind of draft; a kind is drafted only while it measures faster.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from __future__ import annotations
 import time
 
 from engine.host import decode_guard
+from engine.host.draft_gain import bucket, gains_for
 from engine.host.finishing import Finisher
 from engine.host.loop_model import LoopModel
 from engine.host.slots import LoopCounters, Slot
-from engine.host.speculative import propose_drafts
+from engine.host.speculative import PromptLookup, propose_drafts, verify_cost
 from engine.native.backend import ContextBackend, DecodeFailed, TokenBatch
 
 
@@ -45,6 +49,8 @@ class BatchBuilder:
         self.counters = counters
         self.finisher = finisher
         self.batch: TokenBatch | None = backend.batch(n_batch)
+        self.gain = gains_for(model, verify_cost(model))
+        self.clock = time.perf_counter  # what steps are timed with (a test's fake clock)
 
     def close(self) -> None:
         if self.batch is not None:
@@ -89,8 +95,11 @@ class BatchBuilder:
         b = self.batch
         assert b is not None
         put = b.put
+        t_step = self.clock()
+        produced = self.counters.tok_gen
         chunk_len, solo = self.chunks()
         drafting = None if solo else self.drafting_slot()
+        kind: int | None = None  # of the drafts this step verifies
         # Written in sequence-id order: llama.cpp splits a batch at every break in the ids.
         n = 0
         rows: list[Slot] = []
@@ -102,7 +111,10 @@ class BatchBuilder:
             if s.next_token is not None:
                 if solo:
                     continue
-                s.drafts = self.propose(s) if s is drafting else []
+                s.drafts = []
+                if s is drafting:
+                    s.drafts, k = self.propose(s, 1)
+                    kind = k if s.drafts else None
                 refused = self.refusal(s, n, 1 + len(s.drafts))
                 if refused:
                     self.finisher.finish(s, "error", refused)
@@ -143,7 +155,7 @@ class BatchBuilder:
         if n == 0:
             return
         b.n_tokens = n
-        t0 = time.perf_counter()
+        t0 = self.clock()
         try:
             self.backend.decode(b)
         except DecodeFailed as e:
@@ -153,8 +165,11 @@ class BatchBuilder:
                 if s.req is not None:
                     self.finisher.finish(s, "error", str(e))
             return
-        dt_ms = (time.perf_counter() - t0) * 1000
+        dt = self.clock() - t0
+        dt_ms = dt * 1000
         self.counters.steps += 1
+        if drafting is not None and len(rows) == 1:
+            self.gain.curve.observe(n, dt)  # a lone step: its size's cost
         for s in self.slots:
             if s.req is None or not s.n_in_batch:
                 continue
@@ -171,8 +186,13 @@ class BatchBuilder:
             else:
                 st.eval_ms += dt_ms
                 st.n_eval += s.n_in_batch
+        if drafting is not None and drafting.req is not None:
+            drafting.req.stats.draft_gain = self.gain.gain(1)
         for s in rows:
             self.finisher.sample(s)
+        if drafting is not None:
+            made = self.counters.tok_gen - produced
+            self.gain.observe(1, made, self.clock() - t_step, kind)
 
     def refusal(self, s: Slot, n: int, k: int) -> str | None:
         """Why `k` more tokens of slot `s` after `n` in the batch must not be decoded: the
@@ -194,13 +214,25 @@ class BatchBuilder:
             return None
         return busy[0]
 
-    def propose(self, s: Slot) -> list[int]:
-        assert s.drafter is not None
-        limit = s.draft_max if s.drafter.sets_length else s.k
+    def propose(self, s: Slot, busy: int) -> tuple[list[int], int]:
+        """Slot `s`'s drafts for a step of `busy` generating slots, and their kind; none
+        while drafts of that kind measure slower than plain steps (engine.host.draft_gain).
+        A draft model is asked first (its proposal costs decodes), a lookup after."""
+        drafter = s.drafter
+        assert drafter is not None
+        if isinstance(drafter, PromptLookup):
+            drafter.cost = self.gain.curve  # sizes its drafts with what this machine measured
+        elif not self.gain.allow(busy, 0):
+            return [], 0
+        limit = s.draft_max if drafter.sets_length else s.k
         # Room for the drafts: the batch, and the context with a free cell left after them.
-        return propose_drafts(
-            s.drafter, self.backend, min(limit, self.n_ctx_seq - 2 - len(s.tokens))
+        drafts = propose_drafts(
+            drafter, self.backend, min(limit, self.n_ctx_seq - 2 - len(s.tokens))
         )
+        kind = bucket(drafter)
+        if drafts and isinstance(drafter, PromptLookup) and not self.gain.allow(busy, kind):
+            return [], kind
+        return drafts, kind
 
 
 __all__ = ["BatchBuilder"]

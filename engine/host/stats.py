@@ -42,6 +42,10 @@ class GenerationStats:
     # Speculative decoding: tokens proposed by the drafter and how many the model accepted.
     draft_tokens: int = 0
     draft_accepted: int = 0
+    # What drafting measured on this model and machine when the request ended: tokens per
+    # second of drafting requests' steps over plain steps', at its concurrency level
+    # (engine.host.draft_gain; None: not drafting, or not measured yet).
+    draft_gain: float | None = None
     # Reasoning models: the tokens and wall-clock time spent inside the thinking block (set by
     # whoever separates it from the answer: the server's routes, the desktop chat).
     thinking_tokens: int = 0

@@ -13,6 +13,7 @@ import pytest
 from engine.host.greedy_pick import GreedyPicker, usable
 from engine.host.runtime import Model
 from engine.settings import SamplingParams
+from tests.engine.drafting import always_draft  # noqa: F401 (a fixture)
 from tests.exactness import assert_same_greedy, exact_load
 
 CODE_EDIT = """def parse_config(path):
@@ -101,6 +102,7 @@ def test_same_token_as_the_chain(smollm2: Model) -> None:
     assert smollm2.loop.call_soon(check) == 3 * len(prompt)
 
 
+@pytest.mark.usefixtures("always_draft")
 def test_lookup_with_a_repeat_penalty_matches_plain(exact_smollm2_path: Path) -> None:
     """A quoting reply with the app's repeat penalty: lookup drafts (picked, not sampled by
     the chain) and hands out plain decoding's tokens."""

@@ -13,8 +13,12 @@ import pytest
 from engine.host.requests import Event, Finished
 from engine.host.runtime import Model
 from engine.settings import LoadParams, SamplingParams, SpeculativeSettings
+from tests.engine.drafting import always_draft  # noqa: F401 (a fixture)
 from tests.engine.test_scheduler import assert_no_leak, submit, wait
 from tests.exactness import assert_same_greedy, exact_load
+
+# What drafts do, not whether this machine finds them worth it (tests/engine/drafting.py).
+pytestmark = pytest.mark.usefixtures("always_draft")
 
 QUOTE = (
     "The quick brown fox jumps over the lazy dog. The early bird catches the worm. "

@@ -33,7 +33,11 @@ from engine.host.stats import GenerationStats
 from engine.model.gguf import GGUFError
 from engine.native import llama_lib
 from engine.settings import LoadParams, SamplingParams, SpecMode, SpeculativeSettings
+from tests.engine.drafting import always_draft  # noqa: F401 (a fixture)
 from tests.exactness import assert_same_greedy
+
+# What drafts do, not whether this machine finds them worth it (tests/engine/drafting.py).
+pytestmark = pytest.mark.usefixtures("always_draft")
 
 # Short prompts and answers (under 64 and 256 tokens): where `Model.exactness` covers them,
 # greedy output must match plain decoding token for token (tests/exactness.py).

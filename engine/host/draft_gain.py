@@ -1,0 +1,175 @@
+"""What drafting buys on this model and machine, measured while the loop runs.
+
+Whether one batch that verifies k drafted tokens beats k + 1 one-token steps depends on the
+CPU's kernels for the weights' types, the threads and the other slots sharing the batch: a
+verified position cost ~0.55 of a decode on the 2-core EPYC, ~0.17 on an AMX Xeon
+(docs/speculative.md). So the loop measures it instead of assuming it:
+
+- the verification cost curve (`MeasuredCost`): each lone step's decode time by its size, over
+  a one-token decode's; prompt lookup sizes its drafts with it. The kernel table's curve
+  (`engine.host.speculative.VerifyCost`) stands in for a size until it has been seen.
+- the gain (`DraftGain`): per concurrency level (how many slots generate in the step) and kind
+  of draft (`bucket`: prompt lookup's match strength), the time per token produced by steps
+  with drafts and by steps without. A kind of draft is used while its steps produce tokens
+  faster than plain steps (exploit); every `explore_every`th chance goes the other way
+  (explore), so a change (a longer context, a busier machine) is seen. A step where the
+  drafter found nothing is a plain step: lookup that finds nothing costs only the lookup.
+
+Sums decay with every step observed, so the figures follow the machine. Everything here runs
+on the decode thread.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+from engine.host.speculative import CostCurve, Drafter, PromptLookup
+
+# Steps of a kind measured before its figure is trusted over exploring it.
+MIN_STEPS = 4
+EXPLORE_EVERY = 16
+DECAY = 0.97  # per observation: about the last 30 steps of each kind count
+
+
+@dataclass
+class Rate:
+    """Decayed sums of tokens produced and seconds spent, and how many steps were added."""
+
+    tokens: float = 0.0
+    seconds: float = 0.0
+    steps: int = 0
+
+    def add(self, tokens: float, seconds: float, decay: float = DECAY) -> None:
+        self.tokens = self.tokens * decay + tokens
+        self.seconds = self.seconds * decay + seconds
+        self.steps += 1
+
+    @property
+    def per_token(self) -> float | None:
+        return self.seconds / self.tokens if self.tokens > 0 and self.steps else None
+
+
+class MeasuredCost:
+    """A decode of n tokens in units of a one-token decode, from lone steps' decode times;
+    `prior` for a size seen fewer than MIN_STEPS times."""
+
+    def __init__(self, prior: CostCurve) -> None:
+        self.prior = prior
+        self._by_n: dict[int, Rate] = {}
+
+    def observe(self, n: int, seconds: float) -> None:
+        self._by_n.setdefault(n, Rate()).add(1, seconds)
+
+    def measured(self, n: int) -> float | None:
+        one, many = self._by_n.get(1), self._by_n.get(n)
+        if one is None or many is None or min(one.steps, many.steps) < MIN_STEPS:
+            return None
+        t1, tn = one.per_token, many.per_token
+        return None if not t1 or tn is None else tn / t1
+
+    def __call__(self, n: int) -> float:
+        if n <= 1:
+            return 1.0
+        got = self.measured(n)
+        return self.prior(n) if got is None else got
+
+
+@dataclass
+class Level:
+    """What one concurrency level measured: plain steps, drafted steps by kind, all steps."""
+
+    plain: Rate = field(default_factory=Rate)
+    drafted: dict[int, Rate] = field(default_factory=dict)
+    every: Rate = field(default_factory=Rate)
+    chances: dict[int, int] = field(default_factory=dict)
+
+
+class DraftGain:
+    """One loop's measurements (see the module doc). `allow` before drafting, `observe` after
+    every step of generating slots at least one of which may draft."""
+
+    def __init__(self, prior: CostCurve, *, explore_every: int = EXPLORE_EVERY) -> None:
+        self.curve = MeasuredCost(prior)
+        self.explore_every = explore_every
+        self._levels: dict[int, Level] = {}
+
+    def level(self, busy: int) -> Level:
+        return self._levels.setdefault(busy, Level())
+
+    def allow(self, busy: int, bucket: int) -> bool:
+        """Whether a draft of this kind goes into a step with `busy` generating slots."""
+        lv = self.level(busy)
+        n = lv.chances[bucket] = lv.chances.get(bucket, 0) + 1
+        drafted = lv.drafted.get(bucket)
+        if drafted is None or drafted.steps < MIN_STEPS:
+            return True  # not measured yet: try it
+        if lv.plain.steps < MIN_STEPS:
+            return n % 2 == 0  # every step drafted so far: measure plain ones too
+        p, d = lv.plain.per_token, drafted.per_token
+        wins = p is not None and d is not None and d < p
+        return wins != (n % self.explore_every == 0)
+
+    def observe(self, busy: int, produced: int, seconds: float, bucket: int | None) -> None:
+        """A step of `busy` generating slots gave `produced` tokens in `seconds`; `bucket`:
+        the kind of draft it verified, None for a step without drafts."""
+        if produced <= 0 or seconds <= 0:
+            return
+        lv = self.level(busy)
+        if bucket is None:
+            lv.plain.add(produced, seconds)
+        else:
+            lv.drafted.setdefault(bucket, Rate()).add(produced, seconds)
+        lv.every.add(produced, seconds)
+
+    def gain(self, busy: int = 1) -> float | None:
+        """Tokens per second of the drafting requests' steps over plain steps' at this
+        level: what drafting bought there (1.0: nothing; None: not measured)."""
+        lv = self._levels.get(busy)
+        if lv is None or lv.plain.steps < MIN_STEPS or not lv.drafted:
+            return None
+        p, e = lv.plain.per_token, lv.every.per_token
+        return None if p is None or not e else p / e
+
+    def gains(self) -> dict[int, float]:
+        """The measured gain per concurrency level (levels not measured left out)."""
+        out = {}
+        for busy in sorted(self._levels):
+            g = self.gain(busy)
+            if g is not None:
+                out[busy] = round(g, 3)
+        return out
+
+
+def bucket(drafter: Drafter) -> int:
+    """The kind of the drafter's last proposal: for prompt lookup, how strongly the match was
+    backed (a 2-token coincidence, 3-7, 8-15, 16 or more agreeing tokens); one kind else."""
+    if not isinstance(drafter, PromptLookup):
+        return 0
+    a = drafter.last_match
+    return 0 if a < 3 else 1 if a < 8 else 2 if a < 16 else 3
+
+
+_GAINS: weakref.WeakKeyDictionary[object, DraftGain] = weakref.WeakKeyDictionary()
+
+
+def gains_for(model: object, prior: CostCurve) -> DraftGain:
+    """The model's measurements: kept while the model is loaded, across its contexts (a
+    server's lease recreates the context on the same weights and threads)."""
+    g = _GAINS.get(model)
+    if g is None:
+        g = _GAINS[model] = DraftGain(prior)
+    return g
+
+
+__all__ = [
+    "DECAY",
+    "EXPLORE_EVERY",
+    "MIN_STEPS",
+    "DraftGain",
+    "Level",
+    "MeasuredCost",
+    "Rate",
+    "bucket",
+    "gains_for",
+]

@@ -1,0 +1,179 @@
+"""What drafting costs and buys, measured by the loop (engine.host.draft_gain): the cost curve
+prompt lookup sizes its drafts with, and the gain that decides whether drafts are made, on
+made-up timings and through the real loop on the fake backend."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from engine.host.draft_gain import EXPLORE_EVERY, MIN_STEPS, DraftGain, MeasuredCost
+from engine.host.requests import Finished
+from engine.host.speculative import COST_CPU, PromptLookup, VerifyCost
+from engine.host.stats import GenerationStats
+from engine.native.backend import TokenBatch
+from engine.settings import LoadParams, SamplingParams
+from tests.engine.test_greedy_pick import CODE_EDIT
+from tests.fake_backend import FakeLoopModel, FakeVocab, NextToken, hash_next
+
+
+def measured(times: dict[int, float], prior: VerifyCost = COST_CPU) -> MeasuredCost:
+    curve = MeasuredCost(prior)
+    for _ in range(MIN_STEPS):
+        for n, t in times.items():
+            curve.observe(n, t)
+    return curve
+
+
+def test_the_prior_stands_in_until_a_size_is_measured() -> None:
+    curve = MeasuredCost(COST_CPU)
+    for _ in range(MIN_STEPS - 1):
+        curve.observe(1, 0.010)
+        curve.observe(3, 0.025)
+    assert curve(3) == COST_CPU(3)  # seen too few times
+    curve.observe(1, 0.010)
+    curve.observe(3, 0.025)
+    assert curve(3) == pytest.approx(2.5)
+    assert curve(4) == COST_CPU(4)  # never seen
+    assert curve(1) == 1.0
+
+
+def test_lookup_drafts_what_this_machine_pays_for() -> None:
+    """The EPYC's curve (about 1.86 + 0.55 a token) makes a draft after a 2-token match a
+    loss: lookup drafts nothing there, and still drafts long after a strong match."""
+    epyc = measured({1: 0.010, **{n: 0.010 * (1.86 + 0.55 * (n - 2)) for n in range(2, 18)}})
+    assert PromptLookup.draft_len(2, COST_CPU) > 0  # what the Xeon's curve made it do
+    assert PromptLookup.draft_len(2, epyc) == 0
+    assert PromptLookup.draft_len(20, epyc) >= 8
+    cheap = measured({1: 0.010, **{n: 0.010 * (1.2 + 0.1 * (n - 2)) for n in range(2, 18)}})
+    assert PromptLookup.draft_len(2, cheap) > 0
+
+
+def gain_after(plain: list[float], drafted: list[float], tokens: int = 3) -> DraftGain:
+    """A level-1 gain fed plain steps of one token and drafted steps of `tokens` tokens."""
+    g = DraftGain(COST_CPU)
+    for t in plain:
+        g.observe(1, 1, t, None)
+    for t in drafted:
+        g.observe(1, tokens, t, 0)
+    return g
+
+
+def test_a_kind_of_draft_is_tried_then_kept_only_while_it_wins() -> None:
+    fresh = DraftGain(COST_CPU)
+    assert all(fresh.allow(1, 0) for _ in range(10))  # nothing measured: try it
+    assert fresh.gain(1) is None
+
+    losing = gain_after([0.010] * MIN_STEPS, [0.040] * MIN_STEPS)  # 13 ms a token vs 10
+    chances = [losing.allow(1, 0) for _ in range(4 * EXPLORE_EVERY)]
+    assert chances.count(True) == 4  # only to explore: every EXPLORE_EVERY-th chance
+    assert (losing.gain(1) or 1) < 1
+
+    winning = gain_after([0.010] * MIN_STEPS, [0.020] * MIN_STEPS)  # 6.7 ms a token
+    chances = [winning.allow(1, 0) for _ in range(4 * EXPLORE_EVERY)]
+    assert chances.count(False) == 4  # plain steps still measured now and then
+    assert (winning.gain(1) or 0) > 1
+    assert winning.gains() == {1: round(winning.gain(1) or 0, 3)}
+    # Levels and kinds are measured apart: a strong match is still tried where weak ones lose.
+    assert losing.allow(1, 3) and losing.allow(4, 0)
+
+
+def test_every_step_drafted_so_far_measures_plain_ones_too() -> None:
+    g = DraftGain(COST_CPU)
+    for _ in range(MIN_STEPS):
+        g.observe(1, 3, 0.02, 0)
+    assert [g.allow(1, 0) for _ in range(4)] == [False, True, False, True]
+
+
+# -- through the real loop on the fake backend, timed by a fake clock ---------------------
+
+VOCAB = FakeVocab()
+PERIOD = 25
+PROMPT = list(range(1, PERIOD + 1)) * 2
+
+
+def repeating(history: Sequence[int]) -> int:
+    """A model that goes on repeating the prompt's period: every lookup draft is right."""
+    return history[-PERIOD]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(
+    monkeypatch: pytest.MonkeyPatch, next_token: NextToken, per_row: float, tokens: int
+) -> GenerationStats:
+    """One greedy lookup request alone; a decode of n rows takes 1 + per_row * (n - 1)
+    seconds of the fake clock."""
+    m = FakeLoopModel(n_slots=1, n_ctx_seq=1024, vocab=VOCAB, next_token=next_token)
+    try:
+        sched = m.loop
+        clock = FakeClock()
+        be = m.backend
+        assert be is not None
+        decode = be.decode
+
+        def timed(b: TokenBatch) -> None:
+            clock.now += 1.0 + per_row * (b.n_tokens - 1)
+            decode(b)
+
+        monkeypatch.setattr(be, "decode", timed)
+        assert sched._builder is not None
+        sched._builder.clock = clock
+        done = threading.Event()
+        req = sched.submit(
+            PROMPT,
+            SamplingParams(temperature=0, max_tokens=tokens),
+            lambda ev: done.set() if isinstance(ev, Finished) else None,
+            spec="lookup",
+        )
+        assert done.wait(60)
+        return req.stats
+    finally:
+        m.close()
+
+
+def test_drafting_goes_on_where_it_measures_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    st = run(monkeypatch, repeating, per_row=0.1, tokens=200)
+    assert st.draft_accepted >= 150  # most tokens came out of drafts
+    assert st.draft_gain is not None and st.draft_gain > 2
+
+
+def test_drafting_stops_where_it_measures_slower(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drafts of a model that never copies (2-token coincidences in its own text), verified
+    where each row costs 0.6 of a decode: drafting is tried, then only explored; with the
+    gate held open the same reply drafts several times as much."""
+    model = hash_next(len(VOCAB))
+    gated = run(monkeypatch, model, per_row=0.6, tokens=400)
+    with monkeypatch.context() as mp:
+        mp.setattr(DraftGain, "allow", lambda _self, _busy, _kind: True)
+        open_gate = run(mp, model, per_row=0.6, tokens=400)
+    assert open_gate.draft_tokens > 0
+    assert gated.draft_tokens * 3 <= open_gate.draft_tokens
+    assert gated.draft_gain is not None and gated.draft_gain > 0.9
+
+
+def test_the_loop_measures_on_smollm2(smollm2_path: Path) -> None:
+    """A quoting reply at the app's settings: the loop times its lone steps by size and
+    reports a measured gain in the request's stats (its value is the machine's)."""
+    from engine.host.runtime import Model
+
+    s = SamplingParams(temperature=0, max_tokens=64)
+    with Model(smollm2_path, LoadParams(n_ctx=1024, n_threads=1, state_cache_mb=0)) as m:
+        gen = m.generate([{"role": "user", "content": CODE_EDIT}], s, spec="lookup")
+        gen.consume()
+        builder = m.loop._builder
+        assert builder is not None
+        g = builder.gain
+        assert g.curve.measured(1) == 1.0
+        if gen.stats.draft_tokens:
+            assert gen.stats.draft_gain is not None and gen.stats.draft_gain > 0
+            assert set(g.gains()) == {1}
