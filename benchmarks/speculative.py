@@ -29,6 +29,14 @@ Two configurations, each measured plain and with prompt lookup:
     .venv/bin/python benchmarks/speculative.py [--model default] [--runs 3] [--threads 2]
     .venv/bin/python benchmarks/speculative.py --write    # also update docs/speculative.md
     .venv/bin/python benchmarks/speculative.py --server --write   # through the scheduler
+    .venv/bin/python benchmarks/speculative.py --concurrency 1,4,8 [--write]
+
+`--concurrency`: several requests in flight at once through one loop (as the server makes
+them, greedy), the same requests with and without lookup, arms alternating round by round:
+every slot whose request drafts verifies its drafts in the step it shares with the others,
+and the loop drafts at a level only while that measures faster (engine.host.draft_gain).
+Throughput is completion tokens over the wall time from the first request in to the last
+out; "measured gain" is the loop's own figure at that level when the lookup rounds ended.
 
 The last lines start with SUMMARY.
 """
@@ -60,6 +68,8 @@ DOC = REPO / "docs" / "speculative.md"
 START, END = "<!-- speculative-table:start -->", "<!-- speculative-table:end -->"
 SERVER_START = "<!-- speculative-server-table:start -->"
 SERVER_END = "<!-- speculative-server-table:end -->"
+LEVELS_START = "<!-- speculative-concurrency-table:start -->"
+LEVELS_END = "<!-- speculative-concurrency-table:end -->"
 
 NOTES = """Meeting notes, platform team, 14 March
 
@@ -372,6 +382,95 @@ def server_main(args: argparse.Namespace, path: Path) -> int:
     return 0
 
 
+def run_round(
+    model: Model, level: int, spec: SpecMode, max_tokens: int, first: int
+) -> dict[str, Any]:
+    """`level` requests submitted at once (prompts `first`, `first` + 1, ... of PROMPTS) as the
+    server makes them; completion tokens over the wall time of the whole round."""
+    chats = [
+        model.chat_tokens([{"role": "user", "content": PROMPTS[(first + i) % len(PROMPTS)][1]}])
+        for i in range(level)
+    ]
+    model.reset_cache()
+    t0 = time.perf_counter()
+    reqs = [
+        model.loop.submit(
+            c, SamplingParams(temperature=0, max_tokens=max_tokens), lambda _ev: None, spec=spec
+        )
+        for c in chats
+    ]
+    for r in reqs:
+        if not r.done.wait(900):
+            raise SystemExit("a request did not finish")
+    wall = time.perf_counter() - t0
+    gains = [r.stats.draft_gain for r in reqs if r.stats.draft_gain is not None]
+    return {
+        "tps": sum(r.stats.gen_tokens for r in reqs) / wall,
+        "tokens": sum(r.stats.gen_tokens for r in reqs),
+        "texts": [r.text for r in reqs],
+        "drafted": sum(r.stats.draft_tokens for r in reqs),
+        "accepted": sum(r.stats.draft_accepted for r in reqs),
+        "gain": gains[-1] if gains else None,
+    }
+
+
+def concurrency_main(args: argparse.Namespace, path: Path) -> int:
+    """Plain vs lookup at each concurrency level, one model (one loop) with a slot per
+    request of the largest level; arms alternate round by round, which goes first too."""
+    from engine.bench.levels import parse_levels
+
+    levels = parse_levels(args.concurrency)
+    params = LoadParams(
+        n_ctx=args.ctx * max(levels),
+        n_seq_max=max(levels),
+        n_threads=args.threads,
+        state_cache_mb=0,
+        speculative=SpeculativeSettings("lookup", draft_max=args.draft_max),
+    )
+    rows: list[str] = []
+    ratios: list[float] = []
+    with Model(path, params) as m:
+        for level in levels:
+            res: dict[str, list[dict[str, Any]]] = {"plain": [], "lookup": []}
+            run_round(m, level, "off", 8, 0)  # warm-up
+            for i in range(args.runs):
+                order: list[tuple[str, SpecMode]] = [("plain", "off"), ("lookup", "lookup")]
+                for arm, spec in order if i % 2 == 0 else order[::-1]:
+                    res[arm].append(run_round(m, level, spec, args.max_tokens, i))
+            plain, lookup = median_tps(res["plain"]), median_tps(res["lookup"])
+            acc, dr = acceptance(res["lookup"])
+            gain = res["lookup"][-1]["gain"]
+            same = all(
+                a["texts"] == b["texts"] for a, b in zip(res["plain"], res["lookup"], strict=True)
+            )
+            ratios.append(lookup / plain)
+            rows.append(
+                f"| {level} | {plain:.1f} | {lookup:.1f} | {lookup / plain:.2f} | "
+                f"{acc}/{dr} = {acc / max(1, dr):.0%} | "
+                f"{'-' if gain is None else f'x{gain:.2f}'} | {'yes' if same else 'no'} |"
+            )
+            print(rows[-1], flush=True)
+    text = "\n".join(
+        [
+            f"`{command_line()}`",
+            "",
+            "| concurrent requests | plain t/s | lookup t/s | lookup / plain | acceptance "
+            "| measured gain | same text |",
+            "|---:|---:|---:|---:|---:|---:|---:|",
+            *rows,
+            "",
+            "SUMMARY concurrency: "
+            + ", ".join(f"{lv}: x{r:.2f}" for lv, r in zip(levels, ratios, strict=True)),
+        ]
+    )
+    text = f"{text}\n\n{machine_line()}"
+    print()
+    print(text)
+    if args.write:
+        replace_between(DOC, LEVELS_START, LEVELS_END, text)
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--model", default="default")
@@ -395,6 +494,17 @@ def main() -> int:
         help="instead: plain and lookup as the HTTP server makes requests",
     )
     ap.add_argument(
+        "--no-gate",
+        action="store_true",
+        help="every draft allowed: no measured-gain gate (drafts still sized by the "
+        "measured cost curve)",
+    )
+    ap.add_argument(
+        "--concurrency",
+        default=None,
+        help='instead: plain vs lookup with this many requests at once, e.g. "1,4,8"',
+    )
+    ap.add_argument(
         "--clock",
         choices=("wall", "cpu"),
         default="wall",
@@ -407,8 +517,17 @@ def main() -> int:
 
     lib = ModelLibrary(AppPaths.default().models)
     path = lib.resolve(args.model)
+    if args.no_gate:
+        from engine.host.draft_gain import DraftGain
+
+        def allow_all(_self: DraftGain, _busy: int, _bucket: int) -> bool:
+            return True
+
+        DraftGain.allow = allow_all  # type: ignore[method-assign, assignment]
     if args.server:
         return server_main(args, path)
+    if args.concurrency:
+        return concurrency_main(args, path)
 
     def params(**kw: Any) -> LoadParams:
         return LoadParams(n_ctx=args.ctx, n_threads=args.threads, state_cache_mb=0, **kw)

@@ -58,8 +58,8 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--lookup",
         action="store_true",
-        help="prompt-lookup speculative decoding while one request is in flight "
-        "(drafts from the request's own prompt; pays when answers quote it)",
+        help="prompt-lookup speculative decoding for every request in flight, while it "
+        "measures faster (drafts from the request's own prompt; pays when answers quote it)",
     )
     p.add_argument(
         "--draft-max",

@@ -1,19 +1,22 @@
 """Batch building: what one step of the decode loop decodes.
 
-Every step writes one batch: the next token of every generating slot (with its drafts when it
-is the one slot drafting), plus chunks of prompts still being read, in sequence-id order
+Every step writes one batch: the next token of every generating slot (with its drafts), plus
+chunks of prompts still being read, in sequence-id order
 (llama.cpp splits a batch at every break in the ids). A reproducible prompt cut the canonical
 way (engine.host.batch_plan) goes in its planned chunks, alone. Each slot's rows are checked
 against the context's limits before they are written (engine.host.decode_guard), then one
 `decode` runs, its time is counted to each request it carried, and the `Finisher` samples the
 rows that want logits.
 
-Speculative decoding (engine.host.speculative) runs only while exactly one request is in
-flight and no prompt is being read: with more, the batch already keeps the hardware busy and
-every drafted position would cost the others. What drafting costs and buys is measured as the
-loop runs (engine.host.draft_gain): each lone step's decode by its size (prompt lookup sizes
-its drafts with that curve rather than with another CPU's), and the time per token of steps
-with drafts and without, by kind of draft; a kind is drafted only while it measures faster.
+Speculative decoding (engine.host.speculative): in a step where no prompt is being read,
+every generating slot whose request drafts adds its drafts after its token, and the one decode
+verifies them all beside the other slots' tokens. Whether that pays depends on the machine
+and on how many slots share the step (with several, the batch already keeps the hardware
+busy and every drafted row costs the others), so it is measured as the loop runs
+(engine.host.draft_gain): each lone step's decode by its size (prompt lookup sizes its drafts
+with that curve rather than with another CPU's), and the time per token of steps with drafts
+and without, per number of generating slots and kind of draft; a kind is drafted at a level
+only while it measures faster there.
 """
 
 from __future__ import annotations
@@ -98,8 +101,14 @@ class BatchBuilder:
         t_step = self.clock()
         produced = self.counters.tok_gen
         chunk_len, solo = self.chunks()
-        drafting = None if solo else self.drafting_slot()
-        kind: int | None = None  # of the drafts this step verifies
+        gen = [s for s in self.slots if s.req is not None and s.next_token is not None]
+        busy = len(gen)  # generating slots: the level drafting is measured at
+        may_draft = self.may_draft(gen, solo)
+        # With other slots in the step, the step drafts or not as a whole (one kind): its
+        # time is what is measured. Alone, each proposal is judged by its kind (`propose`).
+        gate_open = may_draft and (busy == 1 or self.gain.allow(busy, 0))
+        room = self.n_batch - busy  # rows left for drafts once every slot has its token
+        kinds: list[int] = []  # of the drafts this step verifies
         # Written in sequence-id order: llama.cpp splits a batch at every break in the ids.
         n = 0
         rows: list[Slot] = []
@@ -112,9 +121,11 @@ class BatchBuilder:
                 if solo:
                     continue
                 s.drafts = []
-                if s is drafting:
-                    s.drafts, k = self.propose(s, 1)
-                    kind = k if s.drafts else None
+                if gate_open and s.drafter is not None and room > 0:
+                    s.drafts, kind = self.propose(s, busy, room)
+                    room -= len(s.drafts)
+                    if s.drafts:
+                        kinds.append(kind)
                 refused = self.refusal(s, n, 1 + len(s.drafts))
                 if refused:
                     self.finisher.finish(s, "error", refused)
@@ -168,7 +179,7 @@ class BatchBuilder:
         dt = self.clock() - t0
         dt_ms = dt * 1000
         self.counters.steps += 1
-        if drafting is not None and len(rows) == 1:
+        if may_draft and busy == 1:
             self.gain.curve.observe(n, dt)  # a lone step: its size's cost
         for s in self.slots:
             if s.req is None or not s.n_in_batch:
@@ -186,13 +197,16 @@ class BatchBuilder:
             else:
                 st.eval_ms += dt_ms
                 st.n_eval += s.n_in_batch
-        if drafting is not None and drafting.req is not None:
-            drafting.req.stats.draft_gain = self.gain.gain(1)
+        if may_draft:
+            figure = self.gain.gain(busy)
+            for s in rows:
+                if s.drafter is not None and s.req is not None:
+                    s.req.stats.draft_gain = figure
         for s in rows:
             self.finisher.sample(s)
-        if drafting is not None:
+        if may_draft:
             made = self.counters.tok_gen - produced
-            self.gain.observe(1, made, self.clock() - t_step, kind)
+            self.gain.observe(busy, made, self.clock() - t_step, max(kinds) if kinds else None)
 
     def refusal(self, s: Slot, n: int, k: int) -> str | None:
         """Why `k` more tokens of slot `s` after `n` in the batch must not be decoded: the
@@ -206,31 +220,32 @@ class BatchBuilder:
             return str(e)
         return None
 
-    def drafting_slot(self) -> Slot | None:
-        """The one slot that drafts this step: only with one request in flight and no
-        prompt being read (see the module doc)."""
-        busy = [s for s in self.slots if s.req is not None]
-        if len(busy) != 1 or busy[0].next_token is None or busy[0].drafter is None:
-            return None
-        return busy[0]
+    def may_draft(self, gen: list[Slot], solo: bool) -> bool:
+        """Whether slots may draft this step: only while no prompt is read (a prompt's
+        chunk fills the batch better) and one of the generating slots has a drafter."""
+        if solo or any(s.req is not None and s.pending for s in self.slots):
+            return False
+        return any(s.drafter is not None for s in gen)
 
-    def propose(self, s: Slot, busy: int) -> tuple[list[int], int]:
-        """Slot `s`'s drafts for a step of `busy` generating slots, and their kind; none
-        while drafts of that kind measure slower than plain steps (engine.host.draft_gain).
-        A draft model is asked first (its proposal costs decodes), a lookup after."""
+    def propose(self, s: Slot, busy: int, room: int) -> tuple[list[int], int]:
+        """Slot `s`'s drafts (at most `room`) for a step of `busy` generating slots, and
+        their kind. Alone, none while drafts of that kind measure slower than plain steps
+        (engine.host.draft_gain): a draft model is asked first (its proposal costs decodes),
+        a lookup after. With others, the step was judged already (`step`)."""
         drafter = s.drafter
         assert drafter is not None
+        alone = busy == 1
         if isinstance(drafter, PromptLookup):
             drafter.cost = self.gain.curve  # sizes its drafts with what this machine measured
-        elif not self.gain.allow(busy, 0):
+        elif alone and not self.gain.allow(busy, 0):
             return [], 0
         limit = s.draft_max if drafter.sets_length else s.k
         # Room for the drafts: the batch, and the context with a free cell left after them.
         drafts = propose_drafts(
-            drafter, self.backend, min(limit, self.n_ctx_seq - 2 - len(s.tokens))
+            drafter, self.backend, min(limit, room, self.n_ctx_seq - 2 - len(s.tokens))
         )
-        kind = bucket(drafter)
-        if drafts and isinstance(drafter, PromptLookup) and not self.gain.allow(busy, kind):
+        kind = bucket(drafter) if alone else 0
+        if drafts and alone and isinstance(drafter, PromptLookup) and not self.gain.allow(1, kind):
             return [], kind
         return drafts, kind
 

@@ -31,8 +31,8 @@ The loop by concern:
   leases and context changes, starting a request, cancellation and deadlines);
 - `engine.host.slots`: slots and their KV layout (prefix copies between slots, snapshots in
   the model's `PromptStateCache`, busy slots kept on consecutive ids);
-- `engine.host.batch_builder`: what one step decodes (and speculative drafting, while one
-  request is alone in flight);
+- `engine.host.batch_builder`: what one step decodes (and speculative drafting, for each
+  slot whose request asks, while it measures faster: engine.host.draft_gain);
 - `engine.host.finishing`: sampling, drafts verified, stop strings and finishing.
 
 The seam. The loop sees the model only through `LoopModel` (engine.host.loop_model) and its

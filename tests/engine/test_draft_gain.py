@@ -15,7 +15,7 @@ from engine.host.requests import Finished
 from engine.host.speculative import COST_CPU, PromptLookup, VerifyCost
 from engine.host.stats import GenerationStats
 from engine.native.backend import TokenBatch
-from engine.settings import LoadParams, SamplingParams
+from engine.settings import LoadParams, SamplingParams, SpecMode
 from tests.engine.test_greedy_pick import CODE_EDIT
 from tests.fake_backend import FakeLoopModel, FakeVocab, NextToken, hash_next
 
@@ -177,3 +177,73 @@ def test_the_loop_measures_on_smollm2(smollm2_path: Path) -> None:
         if gen.stats.draft_tokens:
             assert gen.stats.draft_gain is not None and gen.stats.draft_gain > 0
             assert set(g.gains()) == {1}
+
+
+def run_together(
+    monkeypatch: pytest.MonkeyPatch,
+    per_row: float,
+    n: int,
+    spec: SpecMode,
+    next_token: NextToken = repeating,
+    tokens: int = 120,
+) -> tuple[list[GenerationStats], list[str], DraftGain]:
+    """`n` greedy requests in flight together (each from its own offset in the period),
+    timed by the fake clock as in `run`."""
+    m = FakeLoopModel(n_slots=n, n_ctx_seq=1024, vocab=VOCAB, next_token=next_token)
+    try:
+        sched = m.loop
+        clock = FakeClock()
+        be = m.backend
+        assert be is not None
+        decode = be.decode
+
+        def timed(b: TokenBatch) -> None:
+            clock.now += 1.0 + per_row * (b.n_tokens - 1)
+            decode(b)
+
+        monkeypatch.setattr(be, "decode", timed)
+        builder = sched._builder
+        assert builder is not None
+        builder.clock = clock
+        reqs = []
+        for i in range(n):
+            reqs.append(
+                sched.submit(
+                    PROMPT[i:] + PROMPT[:i],
+                    SamplingParams(temperature=0, max_tokens=tokens),
+                    lambda _ev: None,
+                    spec=spec,
+                )
+            )
+        for r in reqs:
+            assert r.done.wait(60)
+        return [r.stats for r in reqs], [r.text for r in reqs], builder.gain
+    finally:
+        m.close()
+
+
+def test_several_slots_draft_in_one_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four requests at once where verification is cheap: every one of them drafts, their
+    drafts verified in the steps they share, and each hands out plain decoding's text; the
+    gain is measured at four generating slots."""
+    stats, texts, gain = run_together(monkeypatch, 0.05, 4, "lookup")
+    _, plain_texts, _ = run_together(monkeypatch, 0.05, 4, "off")
+    assert texts == plain_texts
+    assert all(st.draft_accepted > 0 for st in stats)
+    assert 4 in gain.gains() and gain.gains()[4] > 1
+
+
+def test_several_slots_stop_drafting_where_it_measures_slower(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four requests of a model that never copies, where every row costs 0.6 of a decode:
+    at four slots drafting is tried, measured slower, and then only explored."""
+    model = hash_next(len(VOCAB))
+    stats, _, gain = run_together(monkeypatch, 0.6, 4, "lookup", model, 500)
+    drafted = sum(st.draft_tokens for st in stats)
+    with monkeypatch.context() as mp:
+        mp.setattr(DraftGain, "allow", lambda _self, _busy, _kind: True)
+        mp.setattr(MeasuredCost, "measured", lambda _self, _n: None)
+        open_stats, _, _ = run_together(mp, 0.6, 4, "lookup", model, 500)
+    assert drafted * 3 <= sum(st.draft_tokens for st in open_stats)
+    assert (gain.gains().get(4) or 0) < 1.05
