@@ -137,6 +137,9 @@ class SchedulerSnapshot:
     kv_copies: int = 0  # KV streams copied between slots (shared prefixes, closed holes)
     draft_tokens: int = 0  # drafted and verified, over all requests
     draft_accepted: int = 0
+    # What drafting measured on this model and machine, per number of generating slots
+    # (engine.host.draft_gain; levels not measured yet left out).
+    draft_gain: dict[int, float] = field(default_factory=dict)
     reserved_slots: int = 0  # kept for interactive requests (the chat)
     snapshots_saved: int = 0  # KV states saved to / restored from the model's state cache
     snapshots_restored: int = 0

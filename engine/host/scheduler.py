@@ -316,6 +316,8 @@ class Scheduler:
 
     def snapshot(self) -> SchedulerSnapshot:
         c = self._counts
+        builder = self._builder
+        gains = builder.gain.gains() if builder is not None else {}
         with self._cond:
             slots = [
                 {
@@ -340,6 +342,7 @@ class Scheduler:
                 kv_copies=c.copies,
                 draft_tokens=c.drafted,
                 draft_accepted=c.accepted,
+                draft_gain=gains,
                 reserved_slots=self.reserved_slots,
                 snapshots_saved=c.saved,
                 snapshots_restored=c.restored,

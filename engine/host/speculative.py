@@ -503,10 +503,12 @@ def acceptance_rate(stats: GenerationStats) -> float | None:
 def spec_stats(stats: GenerationStats) -> dict[str, Any]:
     """The speculative figures for a performance panel or a JSON response."""
     rate = acceptance_rate(stats)
+    gain = stats.draft_gain
     return {
         "draft_tokens": stats.draft_tokens,
         "draft_accepted": stats.draft_accepted,
         "acceptance_rate": None if rate is None else round(rate, 4),
+        "draft_gain": None if gain is None else round(gain, 3),
     }
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from engine.host.draft_gain import EXPLORE_EVERY, MIN_STEPS, DraftGain, MeasuredCost
 from engine.host.requests import Finished
-from engine.host.speculative import COST_CPU, PromptLookup, VerifyCost
+from engine.host.speculative import COST_CPU, PromptLookup, VerifyCost, spec_stats
 from engine.host.stats import GenerationStats
 from engine.native.backend import TokenBatch
 from engine.settings import LoadParams, SamplingParams, SpecMode
@@ -247,3 +247,31 @@ def test_several_slots_stop_drafting_where_it_measures_slower(
         open_stats, _, _ = run_together(mp, 0.6, 4, "lookup", model, 500)
     assert drafted * 3 <= sum(st.draft_tokens for st in open_stats)
     assert (gain.gains().get(4) or 0) < 1.05
+
+
+def test_the_snapshot_and_the_stats_carry_the_gain(monkeypatch: pytest.MonkeyPatch) -> None:
+    m = FakeLoopModel(n_slots=1, n_ctx_seq=1024, vocab=VOCAB, next_token=repeating)
+    try:
+        sched = m.loop
+        assert sched.snapshot().draft_gain == {}
+        clock = FakeClock()
+        be = m.backend
+        assert be is not None
+        decode = be.decode
+
+        def timed(b: TokenBatch) -> None:
+            clock.now += 1.0 + 0.1 * (b.n_tokens - 1)
+            decode(b)
+
+        monkeypatch.setattr(be, "decode", timed)
+        assert sched._builder is not None
+        sched._builder.clock = clock
+        req = sched.submit(
+            PROMPT, SamplingParams(temperature=0, max_tokens=100), lambda _ev: None, spec="lookup"
+        )
+        assert req.done.wait(60)
+        gains = sched.snapshot().draft_gain
+        assert set(gains) == {1} and gains[1] > 1
+        assert spec_stats(req.stats)["draft_gain"] == round(req.stats.draft_gain or 0, 3)
+    finally:
+        m.close()
