@@ -66,6 +66,8 @@ class LoadParams:
     extra_buffers: bool | None = None
     # RAM budget for KV snapshots of recently left conversations (0 disables it).
     state_cache_mb: int = 256
+    # Decode on fewer threads while other programs hold the cores (engine.native.thread_tuner).
+    adapt_threads: bool = True
     # Speculative decoding for every generation of this model (a draft model is loaded and
     # checked with it); None or mode "off": plain decoding.
     speculative: SpeculativeSettings | None = None

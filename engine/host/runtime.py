@@ -162,7 +162,10 @@ class Model:
         self.n_batch = int(C.llama_n_batch(self._ctx))
         self._memory = C.llama_get_memory(self._ctx)
         self.backend = LlamaBackend(
-            self._ctx, self._vocab, int(C.llama_vocab_n_tokens(self._vocab))
+            self._ctx,
+            self._vocab,
+            int(C.llama_vocab_n_tokens(self._vocab)),
+            adapt_threads=self.params.adapt_threads,
         )
 
     def recreate_context(self, n_seq_max: int, n_ctx: int) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import time
 from typing import Any, NewType, Protocol
 
 import numpy as np
@@ -28,6 +29,7 @@ import numpy.typing as npt
 
 from engine.errors import EngineError
 from engine.native import llama_lib
+from engine.native.thread_tuner import ThreadTuner
 
 # A sampler chain, opaque to the loop: a llama.cpp pointer here, anything in a test backend.
 Sampler = NewType("Sampler", object)
@@ -240,7 +242,13 @@ class LlamaBackend:
     `owned`: `close` frees the context (else its creator does)."""
 
     def __init__(
-        self, ctx: ctypes.c_void_p, vocab: ctypes.c_void_p, n_vocab: int, *, owned: bool = False
+        self,
+        ctx: ctypes.c_void_p,
+        vocab: ctypes.c_void_p,
+        n_vocab: int,
+        *,
+        owned: bool = False,
+        adapt_threads: bool = False,
     ) -> None:
         if not ctx:
             raise EngineError("the model is not loaded")
@@ -256,6 +264,9 @@ class LlamaBackend:
         self._n_seq_max = int(C.llama_n_seq_max(ctx))
         # Its own buffer: other threads detokenize with the model's at the same time.
         self._piece = ctypes.create_string_buffer(256)
+        self._threads = int(C.llama_n_threads(ctx))
+        self._threads_batch = int(C.llama_n_threads_batch(ctx))
+        self.tuner: ThreadTuner | None = ThreadTuner(self._threads) if adapt_threads else None
 
     @classmethod
     def open_pooled(
@@ -319,10 +330,26 @@ class LlamaBackend:
 
     def decode(self, batch: TokenBatch) -> None:
         C = self._C
+        t0 = time.perf_counter()
         rc = C.llama_decode(self._ctx, _raw(batch))
         if rc != 0:
             raise DecodeFailed(int(rc))
         C.llama_synchronize(self._ctx)
+        tuner = self.tuner
+        if tuner is not None:
+            n = tuner.observe(batch.n_tokens, time.perf_counter() - t0)
+            if n is not None:
+                self._use_threads(n)
+
+    @property
+    def threads(self) -> int:
+        """The threads the next decode step runs on (fewer than asked while contended)."""
+        return self.tuner.current if self.tuner is not None else self._threads
+
+    def _use_threads(self, n: int) -> None:
+        # Prompt reading follows the decode count down, and is given its own count back.
+        batch = self._threads_batch if n >= self._threads else min(n, self._threads_batch)
+        self._C.llama_set_n_threads(self._ctx, n, batch)
 
     def encode(self, batch: TokenBatch) -> None:
         rc = self._C.llama_encode(self._ctx, _raw(batch))
