@@ -51,8 +51,10 @@ class Rate:
 
 
 class MeasuredCost:
-    """A decode of n tokens in units of a one-token decode, from lone steps' decode times;
-    `prior` for a size seen fewer than MIN_STEPS times."""
+    """A decode of n tokens in units of a one-token decode, from lone steps' decode times.
+    A size seen fewer than MIN_STEPS times is read off the line through the sizes that were
+    (their least-squares fit; with one, `prior` scaled to agree with it), or `prior` while
+    none was."""
 
     def __init__(self, prior: CostCurve) -> None:
         self.prior = prior
@@ -72,7 +74,18 @@ class MeasuredCost:
         if n <= 1:
             return 1.0
         got = self.measured(n)
-        return self.prior(n) if got is None else got
+        if got is not None:
+            return got
+        seen = [(m, c) for m in self._by_n if m > 1 and (c := self.measured(m)) is not None]
+        if not seen:
+            return self.prior(n)
+        if len(seen) == 1:
+            m, c = seen[0]
+            return self.prior(n) * c / self.prior(m)
+        mx = sum(m for m, _ in seen) / len(seen)
+        my = sum(c for _, c in seen) / len(seen)
+        slope = sum((m - mx) * (c - my) for m, c in seen) / sum((m - mx) ** 2 for m, _ in seen)
+        return max(1.0, my + slope * (n - mx))
 
 
 @dataclass
@@ -150,15 +163,27 @@ def bucket(drafter: Drafter) -> int:
     return 0 if a < 3 else 1 if a < 8 else 2 if a < 16 else 3
 
 
-_GAINS: weakref.WeakKeyDictionary[object, DraftGain] = weakref.WeakKeyDictionary()
+_BY_OBJECT: weakref.WeakKeyDictionary[object, DraftGain] = weakref.WeakKeyDictionary()
+_BY_FILE: dict[tuple[str, str], DraftGain] = {}
+_FILES_KEPT = 16
 
 
 def gains_for(model: object, prior: CostCurve) -> DraftGain:
-    """The model's measurements: kept while the model is loaded, across its contexts (a
-    server's lease recreates the context on the same weights and threads)."""
-    g = _GAINS.get(model)
-    if g is None:
-        g = _GAINS[model] = DraftGain(prior)
+    """The model's measurements. They belong to the weights, the load settings and this
+    machine, so they are kept across the model's contexts (a server's lease recreates the
+    context) and, for a model file, across loads of it with the same settings in this
+    process (the last `_FILES_KEPT` of them); a model without a file keeps its own."""
+    path = getattr(model, "path", None)
+    if path is None:
+        g = _BY_OBJECT.get(model)
+        if g is None:
+            g = _BY_OBJECT[model] = DraftGain(prior)
+        return g
+    key = (str(path), repr(getattr(model, "params", None)))
+    g = _BY_FILE.pop(key, None) or DraftGain(prior)
+    _BY_FILE[key] = g  # most recently used last
+    while len(_BY_FILE) > _FILES_KEPT:
+        del _BY_FILE[next(iter(_BY_FILE))]
     return g
 
 

@@ -37,8 +37,14 @@ def test_the_prior_stands_in_until_a_size_is_measured() -> None:
     curve.observe(1, 0.010)
     curve.observe(3, 0.025)
     assert curve(3) == pytest.approx(2.5)
-    assert curve(4) == COST_CPU(4)  # never seen
+    # A size never seen: the prior, scaled to agree with the one that was.
+    assert curve(4) == pytest.approx(COST_CPU(4) * 2.5 / COST_CPU(3))
     assert curve(1) == 1.0
+    for _ in range(MIN_STEPS):
+        curve.observe(5, 0.040)
+    # Two sizes seen (2.5 at 3, 4.0 at 5): the others are read off their line.
+    assert curve(4) == pytest.approx(3.25)
+    assert curve(9) == pytest.approx(7.0)
 
 
 def test_lookup_drafts_what_this_machine_pays_for() -> None:

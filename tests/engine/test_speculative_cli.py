@@ -10,6 +10,7 @@ import pytest
 
 from app.cli import main
 from engine.native import llama_lib
+from tests.engine.drafting import always_draft  # noqa: F401 (a fixture)
 
 PROMPT = "Repeat exactly: The early bird catches the worm. The early bird catches the worm."
 
@@ -39,6 +40,7 @@ def _run_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
     return out
 
 
+@pytest.mark.usefixtures("always_draft")  # what drafts do, not whether they pay here
 def test_lookup_flag_same_text_and_stats(
     capsys: pytest.CaptureFixture[str], smollm2_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,6 +24,7 @@ from engine.host.stats import GenerationStats
 from engine.memory.cpu_kernels import Exactness
 from engine.settings import SamplingParams
 from tests.app.ui.ui_signal_log import SignalLog
+from tests.engine.drafting import always_draft  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
 
@@ -80,6 +81,7 @@ def entry_id(panel: LibraryPanel, path: Path) -> str:
 
 
 @pytest.mark.model
+@pytest.mark.usefixtures("always_draft")  # what drafts do, not whether they pay here
 def test_prompt_lookup_reply_shows_drafts(qtbot: QtBot, windows: list[MainWindow]) -> None:
     w = open_window(qtbot)
     windows.append(w)
