@@ -65,6 +65,7 @@ from engine.settings import LoadParams, SamplingParams, SpecMode, SpeculativeSet
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "speculative.md"
+BENCH_DOC = REPO / "docs" / "benchmarks.md"  # the per-concurrency table
 START, END = "<!-- speculative-table:start -->", "<!-- speculative-table:end -->"
 SERVER_START = "<!-- speculative-server-table:start -->"
 SERVER_END = "<!-- speculative-server-table:end -->"
@@ -467,7 +468,7 @@ def concurrency_main(args: argparse.Namespace, path: Path) -> int:
     print()
     print(text)
     if args.write:
-        replace_between(DOC, LEVELS_START, LEVELS_END, text)
+        replace_between(BENCH_DOC, LEVELS_START, LEVELS_END, text)
     return 0
 
 
