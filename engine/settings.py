@@ -185,10 +185,12 @@ def resolve_flash_attn(
     llama.cpp's CPU kernels give a token the same logits alone and inside a verification batch
     (docs/speculative.md). Where the weights' kernels differ between one row and many, no
     setting gives that, so drafting keeps the faster default. With a GPU,
-    llama.cpp's own choice stands. On a CPU-only build it is off: this llama.cpp's CPU
-    flash-attention kernel slows down as the context fills (SmolLM2, 2 threads, 2,000 tokens of
-    history: decode 23 t/s with it, 44 t/s without; an 18-token follow-up takes 570 ms vs
-    131 ms), and a chat spends most of its time at long contexts. `gpu` says whether a GPU
+    llama.cpp's own choice stands. On a CPU-only build it is off, measured at ~100, ~2,000 and
+    ~7,600 tokens of history (benchmarks/flash_attn_default.py, SmolLM2, 2 threads, paired
+    medians on/off): it reads short prompts 1.03-1.08x faster and decodes 1.11x at ~100 tokens,
+    but decodes at 0.47x at ~2,000, reads a ~7,600-token history at 0.68x, and every follow-up
+    turn waits longer with it (0.71-0.92x; greedy 0.22-0.67x, as identical batches alone agree
+    then, so canonical reuse stops at the last n_batch boundary). `gpu` says whether a GPU
     takes part (None: whether this build can offload)."""
     if requested != "auto":
         return requested
