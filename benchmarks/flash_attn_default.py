@@ -18,7 +18,9 @@ flash attention is faster everywhere).
 
     .venv/bin/python benchmarks/flash_attn_default.py [--pairs 3] [--threads 2]
         [--histories 100,2000,7800] [--tokens 128] [--model PATH]
-        [--write docs/benchmarks.md]
+        [--write docs/benchmarks.md] > run1.json
+    .venv/bin/python benchmarks/flash_attn_default.py --merge run1.json run2.json
+        [--write docs/benchmarks.md]     # pool the pairs of several runs, measure nothing
 """
 
 from __future__ import annotations
@@ -178,14 +180,25 @@ def table(summary: dict[str, Any], args: argparse.Namespace, model: str) -> str:
             f"({r['min']:.2f}\u2013{r['max']:.2f})"
         )
 
+    files = [Path(f).name for f in (args.merge or ())]
+    run = (
+        f".venv/bin/python benchmarks/flash_attn_default.py --pairs {args.run_pairs} "
+        f"--threads {args.threads} --histories {args.histories} --tokens {args.tokens}"
+    )
+    commands = (
+        [f"{run} > {name}" for name in files]
+        + [f".venv/bin/python benchmarks/flash_attn_default.py --merge {' '.join(files)} "]
+        if files
+        else [f"{run} "]
+    )
+    commands[-1] += "--write docs/benchmarks.md"
+    pooled = f" pooled from {len(files)} runs" if len(files) > 1 else ""
     lines = [
-        f"```\n.venv/bin/python benchmarks/flash_attn_default.py --pairs {args.pairs} "
-        f"--threads {args.threads} --histories {args.histories} --tokens {args.tokens} "
-        f"--write docs/benchmarks.md\n```",
+        "```\n" + "\n".join(commands) + "\n```",
         "",
         f"{model}, {args.threads} threads, n_ctx {args.ctx}, a fresh process per run, "
-        f"{args.pairs} pairs alternating; medians, on / off; ratio: paired median on over off "
-        "(for the time to first token off over on: above 1, flash attention is faster), "
+        f"{args.pairs} pairs alternating{pooled}; medians, on / off; ratio: paired median on "
+        "over off (for the time to first token off over on: above 1, flash attention is faster), "
         "min\u2013max in brackets.",
         "",
         "| history (tokens) | prefill t/s | ratio | decode t/s | ratio "
@@ -217,14 +230,45 @@ def main() -> int:
     ap.add_argument("--ctx", type=int, default=8192, help="large enough for history + reply")
     ap.add_argument("--write", type=Path, default=None, help="replace the table in this doc")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "HISTORY"), help=argparse.SUPPRESS)
+    ap.add_argument("--merge", nargs="+", type=Path, help="pool earlier runs' JSON outputs")
     args = ap.parse_args()
-    path = Path(args.model) if args.model else bundled_default_model()
-    if path is None:
-        raise SystemExit("no model: pass --model or run `make setup`")
-    if args.child:
-        mode, n = args.child
-        print(json.dumps(child(path, mode, int(n), args.ctx, args.threads, args.tokens)))
-        return 0
+    if args.merge:
+        runs, meta = pooled(args.merge)
+        args.threads, args.ctx, args.run_pairs = meta["threads"], meta["n_ctx"], meta["pairs"]
+        args.histories = ",".join(str(n) for n in runs)
+        name, machine = meta["model"], meta["machine"]
+    else:
+        path = Path(args.model) if args.model else bundled_default_model()
+        if path is None:
+            raise SystemExit("no model: pass --model or run `make setup`")
+        if args.child:
+            mode, n = args.child
+            print(json.dumps(child(path, mode, int(n), args.ctx, args.threads, args.tokens)))
+            return 0
+        runs, name, machine, args.run_pairs = (
+            measure(args, path),
+            path.name,
+            machine_line(),
+            args.pairs,
+        )
+    args.pairs = len(next(iter(runs.values()))["on"])
+    summary = summarise(runs)
+    result = {
+        "model": name,
+        "threads": args.threads,
+        "n_ctx": args.ctx,
+        "pairs": args.pairs,
+        "runs": {str(n): v for n, v in runs.items()},
+        **summary,
+        "machine": machine,
+    }
+    print(json.dumps(result, indent=1))
+    if args.write:
+        replace_between(args.write, START, END, f"{table(summary, args, name)}\n\n{machine}")
+    return 0
+
+
+def measure(args: argparse.Namespace, path: Path) -> Runs:
     lengths = [int(x) for x in args.histories.split(",")]
     runs: Runs = {n: {m: [] for m in MODES} for n in lengths}
     step = 0
@@ -236,20 +280,23 @@ def main() -> int:
                 row = run_child(args, path, mode, n)
                 runs[n][mode].append(row)
                 print(f"{mode:>3} {n:>5}: {json.dumps(row)}", file=sys.stderr, flush=True)
-    summary = summarise(runs)
-    result = {
-        "model": path.name,
-        "threads": args.threads,
-        "n_ctx": args.ctx,
-        "pairs": args.pairs,
-        "runs": {str(n): v for n, v in runs.items()},
-        **summary,
-        "machine": machine_line(),
-    }
-    print(json.dumps(result, indent=1))
-    if args.write:
-        replace_between(args.write, START, END, table(summary, args, path.name))
-    return 0
+    return runs
+
+
+def pooled(files: list[Path]) -> tuple[Runs, dict[str, Any]]:
+    """The pairs of several runs (their JSON outputs) as one run's; the first run's settings
+    and machine line (runs that differ in model, threads or context are refused)."""
+    outputs = [json.loads(f.read_text("utf-8")) for f in files]
+    first = outputs[0]
+    runs: Runs = {}
+    for out in outputs:
+        for key in ("model", "threads", "n_ctx"):
+            if out[key] != first[key]:
+                raise SystemExit(f"the runs differ in {key}: {first[key]} vs {out[key]}")
+        for n, by_mode in out["runs"].items():
+            for m in MODES:
+                runs.setdefault(int(n), {k: [] for k in MODES})[m] += by_mode[m]
+    return runs, first
 
 
 if __name__ == "__main__":

@@ -5,8 +5,11 @@ the table written between its markers."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from benchmarks import flash_attn_default as fa
 from benchmarks.doc_tables import replace_between
@@ -61,7 +64,9 @@ def test_ratios_are_paired_and_above_one_when_flash_attention_is_better() -> Non
 def test_table_replaces_its_section(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
     doc.write_text(f"# Benchmarks\n\n{fa.START}\nold\n{fa.END}\n\nafter\n", "utf-8")
-    args = argparse.Namespace(pairs=2, threads=2, histories="100,2000", tokens=128, ctx=8192)
+    args = argparse.Namespace(
+        pairs=2, run_pairs=2, threads=2, histories="100,2000", tokens=128, ctx=8192, merge=None
+    )
     text = fa.table(fa.summarise(runs()), args, "SmolLM2-135M-Instruct.Q4_1.gguf")
     replace_between(doc, fa.START, fa.END, text)
     page = doc.read_text("utf-8")
@@ -71,3 +76,26 @@ def test_table_replaces_its_section(tmp_path: Path) -> None:
     assert "prefill: on, decode: mixed, follow-up: on, greedy follow-up: on." in page
     assert "| 60 / 120 (150 / 150) | **2.00** (2.00\u20132.00) |" in page
     assert "Measured on:" in page
+
+
+def test_runs_pool_their_pairs(tmp_path: Path) -> None:
+    files = []
+    for i in (1, 2):
+        out = {"model": "m.gguf", "threads": 2, "n_ctx": 8192, "pairs": 2, "machine": "x"}
+        out["runs"] = {str(n): v for n, v in runs().items()}
+        files.append(tmp_path / f"run{i}.json")
+        files[-1].write_text(json.dumps(out), "utf-8")
+    pooled, meta = fa.pooled(files)
+    assert list(pooled) == [100, 2000] and meta["pairs"] == 2
+    assert [len(pooled[n][m]) for n in pooled for m in fa.MODES] == [4, 4, 4, 4]
+    args = argparse.Namespace(
+        pairs=4, run_pairs=2, threads=2, histories="100,2000", tokens=128, ctx=8192, merge=files
+    )
+    text = fa.table(fa.summarise(pooled), args, "m.gguf")
+    assert "--tokens 128 > run1.json\n" in text
+    assert "--merge run1.json run2.json --write docs/benchmarks.md\n```" in text
+    assert "4 pairs alternating pooled from 2 runs" in text
+    other = json.loads(files[1].read_text("utf-8")) | {"threads": 1}
+    files[1].write_text(json.dumps(other), "utf-8")
+    with pytest.raises(SystemExit, match="threads"):
+        fa.pooled(files)
