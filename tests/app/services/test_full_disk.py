@@ -199,6 +199,12 @@ def test_a_full_disk_while_a_download_is_written(
     try:
         kept = dm.wait(dm.add(REPO, KEPT).id, 60)
         assert kept is not None and kept.status == DONE, kept
+        # The list is saved after the job is marked done (on the download thread): wait for
+        # the saved state, or the full disk below refuses that save and it reads "queued".
+        end = time.monotonic() + 60
+        while {j.filename: j.status for j in read_jobs(state)} != {KEPT: DONE}:
+            assert time.monotonic() < end, read_jobs(state)
+            time.sleep(0.01)
         kept_path = Path(kept.path or "")
         kept_bytes = kept_path.read_bytes()
 
