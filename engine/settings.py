@@ -187,11 +187,11 @@ def resolve_flash_attn(
     setting gives that, so drafting keeps the faster default. With a GPU,
     llama.cpp's own choice stands. On a CPU-only build it is off, measured at ~100, ~2,000 and
     ~7,600 tokens of history (benchmarks/flash_attn_default.py, SmolLM2, 2 threads, paired
-    medians on/off): it reads short prompts 1.03-1.08x faster and decodes 1.11x at ~100 tokens,
-    but decodes at 0.47x at ~2,000, reads a ~7,600-token history at 0.68x, and every follow-up
-    turn waits longer with it (0.71-0.92x; greedy 0.22-0.67x, as identical batches alone agree
-    then, so canonical reuse stops at the last n_batch boundary). `gpu` says whether a GPU
-    takes part (None: whether this build can offload)."""
+    medians on/off, 6 pairs): it reads short prompts 1.03-1.04x faster and decodes 1.11x at
+    ~100 tokens, but decodes at 0.52x at ~2,000, reads a ~7,600-token history at 0.89x, and
+    every follow-up turn is slower with it (0.67-0.90x; greedy 0.21-0.66x, as identical batches
+    alone agree then, so canonical reuse stops at the last n_batch boundary). `gpu` says
+    whether a GPU takes part (None: whether this build can offload)."""
     if requested != "auto":
         return requested
     if (drafting and batch_exact) or type_v not in ("f16", "f32", "bf16"):
