@@ -79,8 +79,11 @@ def llama_cpp_server(
         str(port),
         "--n_ctx",
         str(n_ctx),
+        # One thread: llama.cpp's threads spin at a barrier after every op, so on a loaded
+        # machine two of them crawl (docs/reliability.md); this reference server does not
+        # adapt its thread count as Candlewick's engine does.
         "--n_threads",
-        "2",
+        "1",
         "--interrupt_requests",
         str(interrupt),
     ]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -65,7 +66,10 @@ def test_candlewick_serve_streams_a_chat(
     check_client_stats(st, reply, len(pieces))
     # The same greedy question through the embedded engine gives the same answer.
     smollm2.reset_cache()
-    local = EmbeddedEngine(smollm2).reply(ChatRequest(MSG, GREEDY))
+    # A remote chat sends temperature, top-p, seed and the token limit; the server's defaults
+    # do the rest, and an OpenAI request that sets no repeat penalty gets none.
+    same = dataclasses.replace(GREEDY, repeat_penalty=1.0)
+    local = EmbeddedEngine(smollm2).reply(ChatRequest(MSG, same))
     assert "".join(local) == reply.text
     assert local.prompt_tokens == reply.prompt_tokens
     assert local.stats.gen_tokens == st.gen_tokens and local.stats.measured_on == "engine"
