@@ -296,9 +296,15 @@ class ServerCommand:
 
 
 def commands(
-    model: Path, llama_server: str, threads: int, slots: int, ctx: int
+    model: Path,
+    llama_server: str,
+    threads: int,
+    slots: int,
+    ctx: int,
+    extra: tuple[str, ...] = (),
 ) -> list[ServerCommand]:
-    """Each server with only the shape given: slots, context per slot, threads."""
+    """Each server with only the shape given: slots, context per slot, threads (and, for a
+    what-if run that is not the defaults' figure, `extra` arguments to `candlewick serve`)."""
     ours, theirs = free_port(), free_port()
     return [
         ServerCommand(
@@ -307,6 +313,7 @@ def commands(
                 str(REPO / ".venv" / "bin" / "candlewick"),
                 *("serve", "--model", str(model), "--parallel", str(slots)),
                 *("--ctx", str(ctx), "--threads", str(threads), "--port", str(ours)),
+                *extra,
             ],
             ours,
         ),
@@ -585,6 +592,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--engine", action="store_true", help="add the engine-only figures")
     ap.add_argument("--engine-pairs", type=int, default=5)
     ap.add_argument("--write", type=Path, default=None, help="replace the table in this page")
+    ap.add_argument(
+        "--candlewick-arg",
+        action="append",
+        default=[],
+        help="what-if: one more argument to candlewick serve (repeatable; not with --write)",
+    )
     return ap.parse_args(argv)
 
 
@@ -605,7 +618,16 @@ def run(argv: Sequence[str]) -> dict[str, Any]:
     if not Path(args.llama_server).is_file():
         raise BenchError(f"no llama-server at {args.llama_server} (build it as the docstring says)")
     plan = Plan(rounds=args.rounds, slots=args.slots, max_tokens=args.max_tokens)
-    cmds = commands(model, args.llama_server, args.threads, args.slots, args.ctx_per_slot)
+    if args.candlewick_arg and args.write:
+        raise SystemExit("--candlewick-arg is a what-if: it does not write the defaults' table")
+    cmds = commands(
+        model,
+        args.llama_server,
+        args.threads,
+        args.slots,
+        args.ctx_per_slot,
+        tuple(args.candlewick_arg),
+    )
     by_server = serve_and_measure(cmds, plan)
     summary = summarize(by_server)
     shown = shown_command(argv)
