@@ -185,13 +185,13 @@ def resolve_flash_attn(
     llama.cpp's CPU kernels give a token the same logits alone and inside a verification batch
     (docs/speculative.md). Where the weights' kernels differ between one row and many, no
     setting gives that, so drafting keeps the faster default. With a GPU,
-    llama.cpp's own choice stands. On a CPU-only build it is off, measured at ~100, ~2,000 and
-    ~7,600 tokens of history (benchmarks/flash_attn_default.py, SmolLM2, 2 threads, paired
-    medians on/off, 6 pairs): it reads short prompts 1.03-1.04x faster and decodes 1.11x at
-    ~100 tokens, but decodes at 0.52x at ~2,000, reads a ~7,600-token history at 0.89x, and
-    every follow-up turn is slower with it (0.67-0.90x; greedy 0.21-0.66x, as identical batches
-    alone agree then, so canonical reuse stops at the last n_batch boundary). `gpu` says
-    whether a GPU takes part (None: whether this build can offload)."""
+    llama.cpp's own choice stands. On a CPU-only build it is off (benchmarks/flash_attn_default.py,
+    SmolLM2, 2 threads, quiet EPYC, at ~100, ~2,000 and ~7,600 tokens of history): it reads
+    prompts 1.03-1.10x faster and decodes 1.00-1.07x, but a chat's follow-up turn at depth
+    takes 1.3-1.5x as long (a small batch over a long cache), and a greedy or seeded one reads
+    up to n_batch tokens again (identical batches alone agree then, so canonical reuse stops at
+    the last n_batch boundary). docs/benchmarks.md says what must change before it turns on.
+    `gpu` says whether a GPU takes part (None: whether this build can offload)."""
     if requested != "auto":
         return requested
     if (drafting and batch_exact) or type_v not in ("f16", "f32", "bf16"):
