@@ -114,6 +114,23 @@ class FakeClock:
         return self.now
 
 
+def fake_decode_time(monkeypatch: pytest.MonkeyPatch, m: FakeLoopModel, per_row: float) -> None:
+    """The loop's clock is a fake one that a decode of n rows moves by 1 + per_row * (n - 1)
+    seconds."""
+    clock = FakeClock()
+    be = m.backend
+    assert be is not None
+    decode = be.decode
+
+    def timed(b: TokenBatch) -> None:
+        clock.now += 1.0 + per_row * (b.n_tokens - 1)
+        decode(b)
+
+    monkeypatch.setattr(be, "decode", timed)
+    assert m.loop._builder is not None
+    m.loop._builder.clock = clock
+
+
 def run(
     monkeypatch: pytest.MonkeyPatch, next_token: NextToken, per_row: float, tokens: int
 ) -> GenerationStats:
@@ -122,18 +139,7 @@ def run(
     m = FakeLoopModel(n_slots=1, n_ctx_seq=1024, vocab=VOCAB, next_token=next_token)
     try:
         sched = m.loop
-        clock = FakeClock()
-        be = m.backend
-        assert be is not None
-        decode = be.decode
-
-        def timed(b: TokenBatch) -> None:
-            clock.now += 1.0 + per_row * (b.n_tokens - 1)
-            decode(b)
-
-        monkeypatch.setattr(be, "decode", timed)
-        assert sched._builder is not None
-        sched._builder.clock = clock
+        fake_decode_time(monkeypatch, m, per_row)
         done = threading.Event()
         req = sched.submit(
             PROMPT,
@@ -198,19 +204,9 @@ def run_together(
     m = FakeLoopModel(n_slots=n, n_ctx_seq=1024, vocab=VOCAB, next_token=next_token)
     try:
         sched = m.loop
-        clock = FakeClock()
-        be = m.backend
-        assert be is not None
-        decode = be.decode
-
-        def timed(b: TokenBatch) -> None:
-            clock.now += 1.0 + per_row * (b.n_tokens - 1)
-            decode(b)
-
-        monkeypatch.setattr(be, "decode", timed)
+        fake_decode_time(monkeypatch, m, per_row)
         builder = sched._builder
         assert builder is not None
-        builder.clock = clock
         reqs = []
         for i in range(n):
             reqs.append(
