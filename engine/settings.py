@@ -171,34 +171,23 @@ class SpeculativeSettings:
             raise EngineError("the draft length must be between 1 and 64")
 
 
-def resolve_flash_attn(
-    requested: FlashAttn,
-    type_v: str,
-    *,
-    gpu: bool | None = None,
-    drafting: bool = False,
-    batch_exact: bool = True,
-) -> FlashAttn:
-    """What 'auto' means here. A quantized V cache needs flash attention, and so does
-    speculative decoding (`drafting`) where the weight kernels are batch-consistent
-    (`batch_exact`: the weights' half of `cpu_kernels.batch_exactness`): only with it do
-    llama.cpp's CPU kernels give a token the same logits alone and inside a verification batch
-    (docs/speculative.md). Where the weights' kernels differ between one row and many, no
-    setting gives that, so drafting keeps the faster default. With a GPU,
-    llama.cpp's own choice stands. On a CPU-only build it is off (benchmarks/flash_attn_default.py,
-    SmolLM2, 2 threads, quiet EPYC, at ~100, ~2,000 and ~7,600 tokens of history): it reads
-    prompts 1.03-1.10x faster and decodes 1.00-1.07x, but a chat's follow-up turn at depth
-    takes 1.3-1.5x as long (a small batch over a long cache), and a greedy or seeded one reads
-    up to n_batch tokens again (identical batches alone agree then, so canonical reuse stops at
-    the last n_batch boundary). docs/benchmarks.md says what must change before it turns on.
-    `gpu` says whether a GPU takes part (None: whether this build can offload)."""
+def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = None) -> FlashAttn:
+    """What 'auto' means here. A quantized V cache needs flash attention. With a GPU,
+    llama.cpp's own choice stands. On a CPU-only build it is on (benchmarks/flash_attn_default.py
+    and benchmarks/serving_defaults.py, SmolLM2, 2 threads, quiet EPYC, docs/benchmarks.md): it
+    reads prompts 1.03-1.10x faster, decodes 1.00-1.07x at ~100 to ~7,600 tokens of history and
+    serves 1.2x the tokens/s; what it costs is a chat's follow-up turn at depth (a small batch
+    over a long cache goes row by row: 1.3-1.5x its time to first token). Reproducible prompts
+    keep their reuse: batches of 64+ tokens agree with it (cpu_kernels.split_rule, "tiled").
+    Speculative decoding wants it too (docs/speculative.md). `gpu` says whether a GPU takes
+    part (None: whether this build can offload)."""
     if requested != "auto":
         return requested
-    if (drafting and batch_exact) or type_v not in ("f16", "f32", "bf16"):
+    if type_v not in ("f16", "f32", "bf16"):
         return "on"
     if gpu is None:
         gpu = llama_lib.supports_gpu_offload()
-    return "auto" if gpu else "off"
+    return "auto" if gpu else "on"
 
 
 def use_extra_buffers(requested: bool | None) -> bool:

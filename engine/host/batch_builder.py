@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 
-from engine.host import decode_guard
+from engine.host import batch_plan, decode_guard
 from engine.host.draft_gain import bucket, gains_for
 from engine.host.finishing import Finisher
 from engine.host.loop_model import LoopModel
@@ -62,9 +62,10 @@ class BatchBuilder:
 
     def chunks(self) -> tuple[dict[int, int], bool]:
         """How many prompt tokens each prefilling slot reads this step, and whether the step
-        is one canonical chunk alone (the generating slots then wait one step). A "grid"
-        prompt goes in its planned batches, alone; a "multi" one in cuts of two or more
-        tokens, beside the others."""
+        is one canonical chunk alone (the generating slots then wait one step). A "grid" or
+        "tiled" prompt goes in its planned batches, alone (another slot's rows would change
+        its batch's size, and so its kernel); a "multi" one in cuts of two or more tokens,
+        beside the others."""
         prefill = sorted(
             (s for s in self.slots if s.req is not None and s.pending),
             key=lambda s: s.req.t_submit if s.req else 0.0,
@@ -191,7 +192,7 @@ class BatchBuilder:
                 if (
                     not s.pending
                     and s.req.canonical
-                    and (len(s.req.prompt) > 1 or self.model.split_rule != "multi")
+                    and batch_plan.counts_as_canonical(len(s.req.prompt), self.model.split_rule)
                 ):
                     s.exact_len = len(s.tokens)  # read the canonical way, all of it
             else:

@@ -16,6 +16,11 @@ What "the same batches" must mean depends on the kernels (`cpu_kernels.split_rul
 * "any": batching never changes the logits; everything cached is reused.
 * "multi": any batches of two or more tokens give the same logits; the cached prompt is reused
   and at least the last two prompt tokens are decoded again, never one alone.
+* "tiled": any batches of `FA_TILE_Q` (64) or more tokens give the same logits (CPU flash
+  attention's tiled kernel); the cached prompt is reused and at least the last 64 prompt
+  tokens are decoded again, in batches of 64 or more, each alone in its step. A prompt shorter
+  than that is read whole, alone (the row-by-row kernel), and is not counted as canonical:
+  a longer prompt reads those positions the tiled way.
 * "grid": only identical batches do: batches start at multiples of `n_batch` from position 0,
   and reuse stops at the last such boundary.
 """
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.memory.cpu_kernels import SplitRule
+from engine.memory.cpu_kernels import FA_TILE_Q, SplitRule
 
 
 @dataclass(frozen=True)
@@ -39,15 +44,33 @@ def plan(n_tokens: int, reusable: int, n_batch: int, rule: SplitRule) -> BatchPl
     if n_tokens < 1:
         raise ValueError("the prompt is empty")
     n_batch = max(1, n_batch)
+    if rule == "tiled" and n_batch < 2 * FA_TILE_Q:
+        rule = "grid"  # too small a batch to keep every cut at 64+ tokens; the same cuts agree
     start = max(0, min(reusable, n_tokens - 1))
-    if rule == "grid":
+    if rule == "tiled":
+        start = max(0, min(start, n_tokens - FA_TILE_Q)) if n_tokens >= FA_TILE_Q else 0
+    elif rule == "grid":
         start -= start % n_batch
     elif rule == "multi":
         start = max(0, min(start, n_tokens - 2))
     sizes = [min(n_batch, n_tokens - p) for p in range(start, n_tokens, n_batch)]
     if rule == "multi" and len(sizes) > 1 and sizes[-1] == 1 and n_batch > 2:
         sizes[-2:] = [sizes[-2] - 1, 2]  # no prompt token alone
+    if rule == "tiled" and len(sizes) > 1 and sizes[-1] < FA_TILE_Q:
+        short = FA_TILE_Q - sizes[-1]
+        sizes[-2:] = [sizes[-2] - short, FA_TILE_Q]  # every batch takes the tiled kernel
     return BatchPlan(start, tuple(sizes))
 
 
-__all__ = ["BatchPlan", "plan"]
+def counts_as_canonical(n_prompt: int, rule: SplitRule) -> bool:
+    """Whether a prompt of `n_prompt` tokens, read by `plan`, leaves positions that a longer
+    prompt may reuse: under "multi" a one-token prompt was read alone, under "tiled" a prompt
+    shorter than FA_TILE_Q row by row, unlike a longer prompt's tiled batches."""
+    if rule == "multi":
+        return n_prompt > 1
+    if rule == "tiled":
+        return n_prompt >= FA_TILE_Q
+    return True
+
+
+__all__ = ["BatchPlan", "counts_as_canonical", "plan"]

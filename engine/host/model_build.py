@@ -144,11 +144,6 @@ def load(
     mp.use_extra_bufts = extra = use_extra_buffers(params.extra_buffers)
     cpu = cpu_kernels.detect()
     tied = cpu_kernels.tied_output(gguf.tensors)
-    # The weights' half of batch invariance decides whether drafting wants flash attention;
-    # `exactness` (below, once flash attention is settled) is the whole guarantee.
-    weights_exact = cpu_kernels.weights_exactness(
-        gguf.tensors, cpu, extra_buffers=extra, tied_output=tied
-    )
 
     def on_progress(p: float, _user: Any) -> bool:
         if cancel is not None and cancel.is_set():
@@ -160,9 +155,7 @@ def load(
 
     cb = C.llama_progress_callback(on_progress)
     mp.progress_callback = cb
-    flash = resolve_flash_attn(
-        params.flash_attn, params.type_v, drafting=params.drafting, batch_exact=weights_exact.exact
-    )
+    flash = resolve_flash_attn(params.flash_attn, params.type_v)
     shape = ContextShape(params, params.n_threads or default_threads(), flash)
     cp = shape.context_params(params.n_ctx, params.n_seq_max)
     if first_loads is not None:

@@ -472,14 +472,17 @@ class Scheduler:
         n_own = self._layout.take_prefix(slot, req)
         rule = model.split_rule if req.canonical else "any"
         reusable = n_own if rule == "any" else min(n_own, slot.exact_len)
-        plan = batch_plan.plan(len(prompt), reusable, self.n_batch, rule)
+        # Planned in micro-batches: llama.cpp cuts a larger batch at n_ubatch, and those cuts
+        # are what the kernels see.
+        n_batch = min(self.n_batch, model.params.n_ubatch)
+        plan = batch_plan.plan(len(prompt), reusable, n_batch, rule)
         if not self._layout.cut(slot, plan.start):
-            plan = batch_plan.plan(len(prompt), 0, self.n_batch, rule)
+            plan = batch_plan.plan(len(prompt), 0, n_batch, rule)
         n_common = plan.start
         slot.req = req
         slot.pending = prompt[n_common:]
         slot.rule = rule
-        slot.plan = deque(plan.sizes) if rule == "grid" else None
+        slot.plan = deque(plan.sizes) if rule in ("grid", "tiled") else None
         slot.next_token = None
         slot.sampler = sampler = be.sampler(req.sampling)
         s = req.sampling

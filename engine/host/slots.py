@@ -71,7 +71,7 @@ class Slot:
         self.exact_len = 0
         self.req: Request | None = None
         self.pending: list[int] = []  # prompt tokens not yet decoded
-        self.plan: deque[int] | None = None  # canonical batch sizes for `pending` ("grid")
+        self.plan: deque[int] | None = None  # canonical batch sizes for `pending` ("grid", "tiled")
         self.rule: SplitRule = "any"  # how this request's prompt may be cut (batch_plan)
         self.next_token: int | None = None  # sampled, to be decoded in the next step
         self.sampler: Sampler | None = None

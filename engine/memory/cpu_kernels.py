@@ -306,8 +306,10 @@ def batch_exactness(
 # How a prompt may be split into batches without changing its logits (engine.host.batch_plan):
 # "any": however it is batched, even token by token; "multi": any split into batches of two or
 # more tokens (only llamafile's sgemm differs, and only between one row and many: its tiles
-# sum each element in the same order); "grid": only the same batches as before.
-SplitRule = Literal["any", "multi", "grid"]
+# sum each element in the same order); "tiled": any split into batches of FA_TILE_Q or more
+# tokens (flash attention's tiled kernel gives each query row the same sums whatever rows
+# share its batch); "grid": only the same batches as before.
+SplitRule = Literal["any", "multi", "tiled", "grid"]
 
 
 def split_rule(
@@ -323,8 +325,12 @@ def split_rule(
 ) -> SplitRule:
     """Which splits of a prompt into batches give the same logits, for a load with these
     settings. Repacked weights (gemm in groups of rows, gemv for the rest), ARM's two-row
-    kernel, flash attention's tiled and split-KV paths and GPU kernels depend on the batch's
-    size, not only on whether it has one row: only the same batches are safe there."""
+    kernel and GPU kernels depend on the batch's size, not only on whether it has one row:
+    only the same batches are safe there. CPU flash attention over an f16/f32 cache has three
+    paths (ggml-cpu/ops.cpp): one query over 512+ cells splits the cache across threads, 2-63
+    queries go row by row over every cell, 64+ take the tiled kernel; each row's sums depend
+    only on its path, the cache and the cells' order, so batches of FA_TILE_Q+ tokens agree
+    with each other (tests/engine/test_batch_plan.py checks the bits)."""
     tensors = list(tensors)
     ex = batch_exactness(
         tensors,
@@ -340,8 +346,6 @@ def split_rule(
         return "any"
     if gpu_layers > 0:
         return "grid"
-    if flash_attn and type_k in ("f16", "f32") and type_k == type_v:
-        return "grid"
     for t in tensors:
         tied = tied_output and t.name == "token_embd.weight"
         if not matmul_weight(t, tied_output=tied):
@@ -350,6 +354,8 @@ def split_rule(
             return "grid"
         if f.neon and f.matmul_int8 and t.type_name in _ARM_TWO_ROW:
             return "grid"
+    if flash_attn and type_k in ("f16", "f32") and type_k == type_v:
+        return "tiled"
     return "multi"
 
 

@@ -18,7 +18,7 @@ import pytest
 from engine.errors import EngineError
 from engine.host.runtime import Model
 from engine.native import llama_lib
-from engine.settings import LoadParams, SamplingParams, resolve_flash_attn, use_extra_buffers
+from engine.settings import LoadParams, SamplingParams, use_extra_buffers
 
 HEADER = Path(__file__).resolve().parents[2] / "installers" / "llama_cpp" / "amx_tilecfg.h"
 
@@ -128,14 +128,6 @@ def test_marker_lookup_matches_the_loaded_library() -> None:
     assert llama_lib.amx_kernels_safe() is exported
     if exported:
         assert ctypes.c_int.in_dll(loaded, llama_lib.AMX_MARKER).value == 1
-
-
-def test_flash_attention_for_drafting_follows_batch_consistency() -> None:
-    assert resolve_flash_attn("auto", "f16", gpu=False, drafting=True) == "on"
-    # With AMX weights flash attention cannot make drafts exact; the default stands.
-    assert resolve_flash_attn("auto", "f16", gpu=False, drafting=True, batch_exact=False) == "off"
-    assert resolve_flash_attn("auto", "q8_0", gpu=False, drafting=True, batch_exact=False) == "on"
-    assert resolve_flash_attn("off", "f16", gpu=False, drafting=True) == "off"
 
 
 @pytest.mark.skipif(

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.host.batch_plan import BatchPlan, plan
+from engine.host.batch_plan import BatchPlan, counts_as_canonical, plan
 from engine.host.runtime import Model
 from engine.memory.cpu_kernels import CpuFeatures, split_rule
-from engine.settings import LoadParams
+from engine.settings import LoadParams, SamplingParams
 from tests.engine.test_cpu_kernels import F, tensor
 
 
@@ -29,6 +29,25 @@ def test_plan_grid_starts_batches_at_multiples_of_n_batch() -> None:
     assert plan(300, 300, 64, "grid") == BatchPlan(256, (44,))
     assert plan(700, 650, 512, "grid") == BatchPlan(512, (188,))
     assert plan(129, 0, 64, "grid") == BatchPlan(0, (64, 64, 1))
+
+
+def test_plan_tiled_keeps_every_batch_at_64_tokens_or_more() -> None:
+    # Regenerating or a follow-up: the cache is reused, the last 64 tokens are read again.
+    assert plan(300, 300, 512, "tiled") == BatchPlan(236, (64,))
+    assert plan(300, 120, 512, "tiled") == BatchPlan(120, (180,))
+    # A tail shorter than 64 borrows from the batch before it.
+    assert plan(530, 0, 512, "tiled") == BatchPlan(0, (466, 64))
+    assert plan(1030, 0, 512, "tiled") == BatchPlan(0, (512, 454, 64))
+    # A short prompt is read whole, from the start, whatever was cached.
+    assert plan(50, 40, 512, "tiled") == BatchPlan(0, (50,))
+    # Batches too small to hold two tiles: the identical batches of "grid" instead.
+    assert plan(300, 300, 64, "tiled") == plan(300, 300, 64, "grid")
+
+
+def test_what_counts_as_canonical_under_each_rule() -> None:
+    assert not counts_as_canonical(1, "multi") and counts_as_canonical(2, "multi")
+    assert not counts_as_canonical(63, "tiled") and counts_as_canonical(64, "tiled")
+    assert counts_as_canonical(1, "grid") and counts_as_canonical(1, "any")
 
 
 def test_plan_any_reuses_everything_but_the_last_token() -> None:
@@ -68,7 +87,8 @@ def test_split_rule_for_each_kind_of_cpu() -> None:
     assert load(epyc, types=("Q4_K",)) == "grid"
     assert load(epyc, types=("Q4_K",), extra_buffers=False) == "multi"
     assert load(F["arm"], types=("Q4_1",)) == "grid"  # ARM's two-row int8 kernel
-    assert load(epyc, types=("Q4_1", "Q8_0"), flash_attn=True) == "grid"  # tiled / split KV
+    assert load(epyc, types=("Q4_1", "Q8_0"), flash_attn=True) == "tiled"
+    assert load(epyc, types=("Q4_K",), flash_attn=True) == "grid"  # the weights decide
     assert load(epyc, types=("Q4_1",), flash_attn=True, kv="q8_0") == "any"
     assert load(epyc, gpu_layers=10) == "grid"
 
@@ -95,7 +115,9 @@ def _evaluate(m: Model, tokens: list[int], sizes: list[int]) -> str:
 
 
 def test_splits_the_rule_allows_give_bit_identical_logits(smollm2_path: Path) -> None:
-    with Model(smollm2_path, LoadParams(n_ctx=1024, state_cache_mb=0)) as m:
+    # Without flash attention (with it: the test below).
+    params = LoadParams(n_ctx=1024, flash_attn="off", state_cache_mb=0)
+    with Model(smollm2_path, params) as m:
         tokens = m.tokenize("The lighthouse keeper wrote in his log every night. " * 30)[:300]
         n = len(tokens)
         canonical = _evaluate(m, tokens, [n])
@@ -105,3 +127,44 @@ def test_splits_the_rule_allows_give_bit_identical_logits(smollm2_path: Path) ->
         # does (all but the last two), and in small batches: all are the same bits.
         for sizes in ([200, n - 200], [n - 2, 2], [64, 64, 64, 64, n - 256]):
             assert _evaluate(m, tokens, sizes) == canonical, sizes
+
+
+def test_flash_attention_splits_of_64_or_more_give_bit_identical_logits(
+    smollm2_path: Path,
+) -> None:
+    # Past 512 cached cells too, where a single query would take the split-cache kernel.
+    with Model(smollm2_path, LoadParams(n_ctx=2048, flash_attn="on", state_cache_mb=0)) as m:
+        assert m.split_rule == "tiled"
+        tokens = m.tokenize("The lighthouse keeper wrote in his log every night. " * 120)[:1100]
+        canonical = _evaluate(m, tokens, list(plan(len(tokens), 0, 512, "tiled").sizes))
+        for sizes in ([500, 500, 100], [460, 512, 128], [300, 300, 300, 200]):
+            assert _evaluate(m, tokens, sizes) == canonical, sizes
+        # A batch below 64 takes the row-by-row kernel: other bits, which is why the plan
+        # never makes one.
+        assert _evaluate(m, tokens, [512, 512, 70, 6]) != canonical
+        short = tokens[:50]
+        whole = _evaluate(m, short, [50])
+        assert _evaluate(m, short, [25, 25]) == _evaluate(m, short, [48, 2]) == whole
+
+
+def test_a_greedy_follow_up_with_flash_attention_reuses_the_history_and_repeats(
+    smollm2_path: Path,
+) -> None:
+    greedy = SamplingParams(temperature=0, max_tokens=24)
+    notes = "The keeper trims the wick at dusk and winds the clockwork. " * 10
+    chat = [{"role": "user", "content": f"My notes: {notes}What does the keeper do?"}]
+    with Model(smollm2_path, LoadParams(n_ctx=2048, flash_attn="on", state_cache_mb=0)) as m:
+        first = m.generate(chat, greedy).consume()
+        follow = [
+            *chat,
+            {"role": "assistant", "content": first},
+            {"role": "user", "content": "And at dawn?"},
+        ]
+        n_follow = len(m.chat_tokens(follow))
+        reply = m.generate(follow, greedy)
+        text = reply.consume()
+        # The history stays cached; only the last 64 tokens (the reply, decoded one by one,
+        # and the new turn) are read again, where identical batches would re-read it all.
+        assert reply.stats.cached_tokens == n_follow - 64 > len(m.chat_tokens(chat)) // 2
+        m.reset_cache()
+        assert m.generate(follow, greedy).consume() == text
