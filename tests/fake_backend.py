@@ -209,6 +209,7 @@ class FakeBackend:
         self._n_ctx_seq = n_ctx_seq
         self._n_seq_max = n_seq_max
         self.n_embd = n_embd
+        self.fixed_thread_steps = 0  # decodes asked to run on the load's own thread count
         self.next_token = next_token or hash_next(len(self.vocab))
         self.cells: list[dict[int, int]] = [{} for _ in range(n_seq_max)]
         self._out = np.zeros((0, self._n_vocab), dtype=np.float32)
@@ -250,7 +251,9 @@ class FakeBackend:
     def batch(self, capacity: int, n_embd: int = 0) -> FakeBatch:
         return FakeBatch(capacity, n_embd)
 
-    def decode(self, batch: TokenBatch) -> None:
+    def decode(self, batch: TokenBatch, *, fixed_threads: bool = False) -> None:
+        if fixed_threads:
+            self.fixed_thread_steps += 1
         self._run(batch, keep=True)
 
     def encode(self, batch: TokenBatch) -> None:
@@ -489,6 +492,7 @@ class FakeLoopModel:
         self.params = LoadParams(n_ctx=n_slots * n_ctx_seq, n_seq_max=n_slots, n_batch=n_batch)
         self.backend: FakeBackend | None = self._backend(n_slots, n_ctx_seq)
         self.split_rule: SplitRule = "any"
+        self.flash_attn_on = False
         self.state_cache = PromptStateCache(state_cache_bytes) if state_cache_bytes else None
         self.speculator: Speculator | None = None
         self.load_info = FakeLoadInfo()

@@ -29,6 +29,7 @@ from engine.host.finishing import Finisher
 from engine.host.loop_model import LoopModel
 from engine.host.slots import LoopCounters, Slot
 from engine.host.speculative import PromptLookup, propose_drafts, verify_cost
+from engine.memory import cpu_kernels
 from engine.native.backend import ContextBackend, DecodeFailed, TokenBatch
 
 
@@ -93,6 +94,18 @@ class BatchBuilder:
             out[s.seq] = k
             room -= k
         return out, False
+
+    def splits_by_threads(self, rows: list[Slot]) -> bool:
+        """Whether a one-row step decodes a reproducible reply (engine.host.batch_plan) where
+        llama.cpp's CPU flash attention splits the cache across the threads: one query over
+        SPLIT_KV_CELLS+ cells (the cache is viewed in steps of KV_VIEW_PAD), whose sums then
+        depend on the thread count. Such a step runs on the load's own count."""
+        return self.model.flash_attn_on and any(
+            s.req is not None
+            and s.req.canonical
+            and len(s.tokens) > cpu_kernels.SPLIT_KV_CELLS - cpu_kernels.KV_VIEW_PAD
+            for s in rows
+        )
 
     def step(self) -> None:
         """Write, decode and sample one batch (nothing when no slot has work)."""
@@ -169,7 +182,7 @@ class BatchBuilder:
         b.n_tokens = n
         t0 = self.clock()
         try:
-            self.backend.decode(b)
+            self.backend.decode(b, fixed_threads=n == 1 and self.splits_by_threads(rows))
         except DecodeFailed as e:
             self.counters.steps += 1
             # The batch was not applied: drop what each slot thought it added.

@@ -28,6 +28,7 @@ class LoopModel(CostModel, Protocol):
     conversations (None: none kept). `speculator`: its draft model, if loaded.
     `grammar_mask`: a fresh grammar state for one request, built on the caller's thread.
     `memory_actual`: what its context allocated (a KV copy between slots is weighed by it).
+    `flash_attn_on`: whether its context uses flash attention.
     `scheduler`: its loop once made (a second loop on the same context is refused)."""
 
     @property
@@ -36,6 +37,8 @@ class LoopModel(CostModel, Protocol):
     def params(self) -> LoadParams: ...
     @property
     def split_rule(self) -> SplitRule: ...
+    @property
+    def flash_attn_on(self) -> bool: ...
     @property
     def state_cache(self) -> PromptStateCache | None: ...
     @property

@@ -119,8 +119,11 @@ class ContextBackend(Protocol):
     def batch(self, capacity: int, n_embd: int = 0) -> TokenBatch:
         """A batch of `capacity` rows: of tokens, or of `n_embd`-float embeddings."""
 
-    def decode(self, batch: TokenBatch) -> None:
-        """Run the batch (waits for it); raises DecodeFailed."""
+    def decode(self, batch: TokenBatch, *, fixed_threads: bool = False) -> None:
+        """Run the batch (waits for it); raises DecodeFailed. `fixed_threads`: on the
+        context's own thread count, whatever the thread tuner chose, and unmeasured (CPU
+        flash attention splits a lone query's cache by the thread count: a reproducible
+        reply must be decoded on the same count each time)."""
 
     def encode(self, batch: TokenBatch) -> None:
         """Run an encoder over the batch; raises DecodeFailed."""
@@ -328,15 +331,23 @@ class LlamaBackend:
     def batch(self, capacity: int, n_embd: int = 0) -> LlamaBatch:
         return LlamaBatch(capacity, n_embd)
 
-    def decode(self, batch: TokenBatch) -> None:
+    def decode(self, batch: TokenBatch, *, fixed_threads: bool = False) -> None:
         C = self._C
-        t0 = time.perf_counter()
-        rc = C.llama_decode(self._ctx, _raw(batch))
-        if rc != 0:
-            raise DecodeFailed(int(rc))
-        C.llama_synchronize(self._ctx)
         tuner = self.tuner
-        if tuner is not None:
+        pinned = fixed_threads and tuner is not None and tuner.current != self._threads
+        if pinned:
+            self._use_threads(self._threads)
+        t0 = time.perf_counter()
+        try:
+            rc = C.llama_decode(self._ctx, _raw(batch))
+            if rc != 0:
+                raise DecodeFailed(int(rc))
+            C.llama_synchronize(self._ctx)
+        finally:
+            if pinned:
+                assert tuner is not None
+                self._use_threads(tuner.current)
+        if tuner is not None and not fixed_threads:
             n = tuner.observe(batch.n_tokens, time.perf_counter() - t0)
             if n is not None:
                 self._use_threads(n)

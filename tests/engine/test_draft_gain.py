@@ -122,9 +122,9 @@ def fake_decode_time(monkeypatch: pytest.MonkeyPatch, m: FakeLoopModel, per_row:
     assert be is not None
     decode = be.decode
 
-    def timed(b: TokenBatch) -> None:
+    def timed(b: TokenBatch, *, fixed_threads: bool = False) -> None:
         clock.now += 1.0 + per_row * (b.n_tokens - 1)
-        decode(b)
+        decode(b, fixed_threads=fixed_threads)
 
     monkeypatch.setattr(be, "decode", timed)
     assert m.loop._builder is not None
@@ -261,9 +261,9 @@ def test_the_snapshot_and_the_stats_carry_the_gain(monkeypatch: pytest.MonkeyPat
         assert be is not None
         decode = be.decode
 
-        def timed(b: TokenBatch) -> None:
+        def timed(b: TokenBatch, *, fixed_threads: bool = False) -> None:
             clock.now += 1.0 + 0.1 * (b.n_tokens - 1)
-            decode(b)
+            decode(b, fixed_threads=fixed_threads)
 
         monkeypatch.setattr(be, "decode", timed)
         assert sched._builder is not None

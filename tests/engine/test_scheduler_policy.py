@@ -444,6 +444,31 @@ def test_seeded_sampling_is_reproducible(sched: Scheduler, model: FakeLoopModel)
     assert_no_leak(sched, model)
 
 
+def test_a_reproducible_reply_past_256_positions_decodes_on_the_loads_thread_count(
+    sched: Scheduler, model: FakeLoopModel
+) -> None:
+    # CPU flash attention splits one query's sums across the threads over 512+ cells (256+
+    # positions, the cache viewed in steps of 256): those steps of a reproducible reply must
+    # not run on whatever count the thread tuner chose, or Regenerate may change the text.
+    be = model.backend
+    assert be is not None
+    long_prompt = list(range(1, 241))  # the reply passes 256 positions at its 17th token
+    sp = SamplingParams(temperature=0.0, max_tokens=40)
+    model.flash_attn_on = False
+    wait(submit(sched, long_prompt, sp, canonical=True)[0])
+    assert be.fixed_thread_steps == 0
+    model.flash_attn_on = True
+    wait(submit(sched, long_prompt[:100], sp, canonical=True)[0])  # never that deep
+    wait(submit(sched, long_prompt, sp)[0])  # the API's: nothing promised
+    sampled = SamplingParams(temperature=0.8, max_tokens=40)
+    wait(submit(sched, long_prompt, sampled, canonical=True)[0])  # not reproducible
+    assert be.fixed_thread_steps == 0
+    wait(submit(sched, long_prompt, sp, canonical=True)[0])
+    # The steps from the 17th token on, not the ones before.
+    assert 20 <= be.fixed_thread_steps <= 24
+    assert_no_leak(sched, model)
+
+
 # -- stop and cancellation ----------------------------------------------------------------
 
 

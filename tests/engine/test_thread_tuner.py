@@ -5,6 +5,7 @@ given back); that the count changes nothing in a reply is checked on SmolLM2 at 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -125,14 +126,39 @@ def test_the_thread_count_changes_no_reply(smollm2_path: Path) -> None:
         be = m.backend
         assert be is not None and be.tuner is not None
 
-        class Flip:
-            current = 2
-
-            def observe(self, size: int, seconds: float) -> int:
-                self.current = 3 - self.current
-                return self.current
-
         be.tuner = Flip()  # type: ignore[assignment]
         texts.append(m.complete(prompt, sp).consume())
     assert len(texts[0]) > 100
     assert texts[0] == texts[1] == texts[2]
+
+
+class Flip:
+    """A tuner that changes the count at every measured step."""
+
+    current = 2
+
+    def observe(self, size: int, seconds: float) -> int:
+        self.current = 3 - self.current
+        return self.current
+
+
+@pytest.mark.model
+def test_flipping_threads_changes_no_reproducible_reply_with_flash_attention(
+    smollm2_path: Path,
+) -> None:
+    """With flash attention, one query over 512+ cache cells has its sums split across the
+    threads: a reproducible reply decodes those steps on the load's own count (unmeasured),
+    so a tuner that flips the count at every step it measures changes nothing."""
+    from engine.host.runtime import Model
+
+    prompt = "The keeper's log. " + "Ships passed the headland and the lamp was lit. " * 30
+    sp = SamplingParams(temperature=0, max_tokens=48)
+    params = LoadParams(n_ctx=1024, n_threads=2, flash_attn="on", state_cache_mb=0)
+    with Model(smollm2_path, replace(params, adapt_threads=False)) as m:
+        assert len(m.tokenize(prompt)) > 300
+        want = m.complete(prompt, sp).consume()
+    with Model(smollm2_path, params) as m:
+        be = m.backend
+        assert be is not None
+        be.tuner = Flip()  # type: ignore[assignment]
+        assert m.complete(prompt, sp).consume() == want
