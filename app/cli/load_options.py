@@ -77,9 +77,9 @@ def add_load_options(
         "--flash-attn",
         choices=get_args(FlashAttn),
         default=d.flash_attn,
-        help="flash attention (auto: on with a quantized V cache or speculative decoding, "
-        "see docs/speculative.md; llama.cpp's choice with a GPU; otherwise off, as its CPU "
-        "kernel slows down as the context fills)",
+        help="flash attention (auto: llama.cpp's choice with a GPU, otherwise on; a "
+        "quantized V cache needs it; off answers a follow-up at depth sooner, "
+        "see docs/benchmarks.md)",
     )
     g.add_argument(
         "--batch",
