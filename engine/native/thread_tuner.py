@@ -12,7 +12,9 @@ generation, not prompt reading) at the thread count in use. When steps of one si
 longer than the fastest seen at that count and size, it tries a lower count for a few steps
 and keeps it when it is clearly faster; from a lower count it tries the full count again now
 and then (less often each time that fails). The thread count changes only how work is split
-between threads, not which kernels run, so replies do not change.
+between threads, not which kernels run, with one exception: flash attention splits one query's
+cache across the threads from 512 cells on, so a reproducible reply decodes those steps on the
+load's own count (`ContextBackend.decode(fixed_threads=True)`, not measured here).
 """
 
 from __future__ import annotations
