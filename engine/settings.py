@@ -93,6 +93,8 @@ class LoadParams:
             raise EngineError("GPU layers must be 0 or more, 'auto' or 'all'")
         if self.n_batch < 1 or self.n_ubatch < 1 or self.n_seq_max < 1:
             raise EngineError("batch sizes and parallel sequences must be at least 1")
+        if self.state_cache_mb < 0:
+            raise EngineError("the prompt cache's RAM must be 0 MiB (off) or more")
         if self.speculative is not None:
             self.speculative.validate()
 
