@@ -256,18 +256,7 @@ def test_the_snapshot_and_the_stats_carry_the_gain(monkeypatch: pytest.MonkeyPat
     try:
         sched = m.loop
         assert sched.snapshot().draft_gain == {}
-        clock = FakeClock()
-        be = m.backend
-        assert be is not None
-        decode = be.decode
-
-        def timed(b: TokenBatch, *, fixed_threads: bool = False) -> None:
-            clock.now += 1.0 + 0.1 * (b.n_tokens - 1)
-            decode(b, fixed_threads=fixed_threads)
-
-        monkeypatch.setattr(be, "decode", timed)
-        assert sched._builder is not None
-        sched._builder.clock = clock
+        fake_decode_time(monkeypatch, m, 0.1)
         req = sched.submit(
             PROMPT, SamplingParams(temperature=0, max_tokens=100), lambda _ev: None, spec="lookup"
         )
