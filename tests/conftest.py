@@ -160,6 +160,34 @@ def reranker_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def vision_projector_path() -> Path:
+    """A small idefics3 vision projector with seeded random weights for SmolLM2's width
+    (tests/projector_gguf.py), built once and rebuilt when that module changes."""
+    _no_model_in_fast_tier()
+    from tests import projector_gguf
+
+    target = ARTIFACTS / "models" / "idefics3-test-mmproj-f16.gguf"
+    source = Path(projector_gguf.__file__)
+    if not target.exists() or target.stat().st_mtime < source.stat().st_mtime:
+        projector_gguf.write_vision_projector(target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def audio_projector_path() -> Path:
+    """A small ultravox audio projector with seeded random weights for SmolLM2's width
+    (tests/projector_gguf.py), built once and rebuilt when that module changes."""
+    _no_model_in_fast_tier()
+    from tests import projector_gguf
+
+    target = ARTIFACTS / "models" / "ultravox-test-mmproj-f16.gguf"
+    source = Path(projector_gguf.__file__)
+    if not target.exists() or target.stat().st_mtime < source.stat().st_mtime:
+        projector_gguf.write_audio_projector(target)
+    return target
+
+
+@pytest.fixture(scope="session")
 def exact_smollm2_path(smollm2_path: Path) -> Path:
     """SmolLM2 with its Q8_0 token embedding stored as Q4_1, like its layers: a model whose
     every matrix product takes the same kernel for one row and many on any CPU without ARM's
