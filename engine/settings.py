@@ -71,6 +71,8 @@ class LoadParams:
     # Speculative decoding for every generation of this model (a draft model is loaded and
     # checked with it); None or mode "off": plain decoding.
     speculative: SpeculativeSettings | None = None
+    # The multimodal projector (an mmproj GGUF) that lets this model read images or audio.
+    mmproj: str | None = None
 
     @property
     def drafting(self) -> bool:

@@ -210,6 +210,7 @@ class FakeBackend:
         self._n_seq_max = n_seq_max
         self.n_embd = n_embd
         self.fixed_thread_steps = 0  # decodes asked to run on the load's own thread count
+        self.non_causal_steps = 0  # decodes whose rows attend both ways (a projector's image)
         self.next_token = next_token or hash_next(len(self.vocab))
         self.cells: list[dict[int, int]] = [{} for _ in range(n_seq_max)]
         self._out = np.zeros((0, self._n_vocab), dtype=np.float32)
@@ -251,7 +252,11 @@ class FakeBackend:
     def batch(self, capacity: int, n_embd: int = 0) -> FakeBatch:
         return FakeBatch(capacity, n_embd)
 
-    def decode(self, batch: TokenBatch, *, fixed_threads: bool = False) -> None:
+    def decode(
+        self, batch: TokenBatch, *, fixed_threads: bool = False, causal: bool = True
+    ) -> None:
+        if not causal:
+            self.non_causal_steps += 1
         if fixed_threads:
             self.fixed_thread_steps += 1
         self._run(batch, keep=True)

@@ -27,6 +27,7 @@ from engine.host import batch_plan, decode_guard
 from engine.host.draft_gain import bucket, gains_for
 from engine.host.finishing import Finisher
 from engine.host.loop_model import LoopModel
+from engine.host.media_steps import MediaSteps
 from engine.host.slots import LoopCounters, Slot
 from engine.host.speculative import PromptLookup, propose_drafts, verify_cost
 from engine.memory import cpu_kernels
@@ -53,6 +54,7 @@ class BatchBuilder:
         self.counters = counters
         self.finisher = finisher
         self.batch: TokenBatch | None = backend.batch(n_batch)
+        self.media = MediaSteps(backend, n_batch, counters, finisher)
         self.gain = gains_for(model, verify_cost(model))
         self.clock = time.perf_counter  # what steps are timed with (a test's fake clock)
 
@@ -60,6 +62,7 @@ class BatchBuilder:
         if self.batch is not None:
             self.batch.close()
             self.batch = None
+        self.media.close()
 
     def chunks(self) -> tuple[dict[int, int], bool]:
         """How many prompt tokens each prefilling slot reads this step, and whether the step
@@ -75,6 +78,8 @@ class BatchBuilder:
             first = prefill[0]
             assert first.plan is not None
             return {first.seq: first.plan[0]}, True
+        if prefill and (n := self.media.rows_due(prefill[0])):
+            return {prefill[0].seq: n}, True  # a media chunk's rows go alone
         room = self.n_batch - sum(
             1 for s in self.slots if s.req is not None and s.next_token is not None
         )
@@ -82,9 +87,9 @@ class BatchBuilder:
         for s in prefill:
             if room <= 0:
                 break
-            if s.plan:
-                continue  # canonical chunks wait until they can go alone
-            k = min(room, len(s.pending))
+            if s.plan or self.media.rows_due(s):
+                continue  # canonical chunks and media wait until they can go alone
+            k = min(room, len(s.pending), self.media.text_due(s))
             if s.rule == "multi" and len(s.pending) > 1:
                 # Any cut of two or more tokens reads the same: never leave one alone.
                 if len(s.pending) - k == 1:
@@ -115,6 +120,14 @@ class BatchBuilder:
         t_step = self.clock()
         produced = self.counters.tok_gen
         chunk_len, solo = self.chunks()
+        if solo:
+            ((seq, k),) = chunk_len.items()
+            s = self.slots[seq]
+            if self.media.rows_due(s):
+                for other in self.slots:
+                    other.batch_idx, other.n_in_batch = -1, 0
+                self.media.step(s, k)
+                return
         gen = [s for s in self.slots if s.req is not None and s.next_token is not None]
         busy = len(gen)  # generating slots: the level drafting is measured at
         may_draft = self.may_draft(gen, solo)

@@ -183,6 +183,8 @@ class Finisher:
             s.clear_request()
             s.last_used = time.perf_counter()
         req.emit((Failed if reason == "error" else Finished)(req.id, req.text, st))
+        if req.media is not None:
+            req.media.close()
         req.done.set()
 
 
@@ -193,6 +195,8 @@ def finish_unscheduled(req: Request, reason: StopReason) -> None:
     st.total_s = st.ttft_s = st.queue_s = time.perf_counter() - req.t_submit
     st.stop_reason = reason
     req.emit(Finished(req.id, "", st))
+    if req.media is not None:
+        req.media.close()
     req.done.set()
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from engine.errors import EngineError
 from engine.host.requests import Event, Failed, Finished, Piece, Request
 from engine.host.stats import GenerationStats
+from engine.media.prompt import MediaPrompt
 from engine.settings import SamplingParams, SpecMode
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class Generation:
         *,
         interactive: bool = True,
         spec: SpecMode | None = None,
+        media: MediaPrompt | None = None,
     ) -> None:
         self.prompt = prompt
         self.sampling = sampling
@@ -55,6 +57,7 @@ class Generation:
             cancel=self.cancel,
             interactive=interactive,
             spec=spec,
+            media=media,
         )
 
     @property

@@ -18,6 +18,7 @@ from typing import Any
 from engine.decoding.constraints import TokenMask
 from engine.errors import EngineError
 from engine.host.stats import GenerationStats
+from engine.media.prompt import MediaPrompt
 from engine.settings import SamplingParams, SpecMode
 
 log = logging.getLogger("candlewick.scheduler")
@@ -105,6 +106,8 @@ class Request:
         self.tokens: list[int] = []  # generated token ids
         # The grammar the reply must follow (built by submit, used on the decode thread).
         self.mask: TokenMask | None = None
+        # Its images and audio: where `prompt` holds placeholders, the rows to decode.
+        self.media: MediaPrompt | None = None
 
     def cancel(self) -> None:
         """Stop this request; its slot and KV cells are freed before the next step."""

@@ -30,6 +30,7 @@ from engine.host.model_build import ProgressCallback, resolve_params
 from engine.host.prompt_cache import PromptStateCache
 from engine.host.scheduler import Scheduler
 from engine.host.speculative import Speculator, draft_params
+from engine.media.prompt import MediaPrompt, media_prompt
 from engine.memory import cpu_kernels
 from engine.memory.actual import actual_from_log
 from engine.model.gguf import GGUFFile, read_gguf
@@ -37,6 +38,7 @@ from engine.model.semantics import check_model
 from engine.model.templates import ChatTemplate
 from engine.native import llama_lib
 from engine.native.backend import LlamaBackend
+from engine.native.projector import Media, Projector
 from engine.settings import (
     LoadParams,
     SamplingParams,
@@ -126,7 +128,16 @@ class Model:
             bos_token=self.token_text(C.llama_vocab_bos(self._vocab)),
             eos_token=self.token_text(C.llama_vocab_eos(self._vocab)),
         )
+        # Images and audio, when a projector is loaded with the model (engine.media).
+        self.projector: Projector | None = None
         try:
+            if self.params.mmproj:
+                self.projector = Projector(
+                    self.params.mmproj,
+                    self._model,
+                    int(C.llama_model_n_embd_inp(self._model)),
+                    n_threads=int(C.llama_n_threads_batch(self._ctx)),
+                )
             spec = self.params.speculative
             if spec is not None and spec.mode == "draft":
                 assert spec.draft_model is not None
@@ -212,6 +223,10 @@ class Model:
         if spec is not None:
             self.speculator = None
             spec.close()
+        projector = getattr(self, "projector", None)
+        if projector is not None:
+            self.projector = None
+            projector.close()
         if self._ctx:
             self.backend = None
             C.llama_free(self._ctx)
@@ -366,10 +381,22 @@ class Model:
 
     def chat_prompt_tokens(self, text: str) -> list[int]:
         """Tokens of a rendered chat prompt (its special tokens parsed as such)."""
+        return self.tokenize(text, add_special=self._adds_bos(text), parse_special=True)
+
+    def _adds_bos(self, text: str) -> bool:
         # Templates usually write the BOS token themselves; don't add a second one.
         bos = self.template.bos_token
-        add_special = not (bos and text.startswith(bos))
-        return self.tokenize(text, add_special=add_special, parse_special=True)
+        return not (bos and text.startswith(bos))
+
+    def media_prompt(self, text: str, media: Sequence[Media]) -> MediaPrompt:
+        """A rendered prompt with one `marker()` per image or audio clip of `media`, split
+        by the projector into text and media chunks (engine.media.prompt)."""
+        if self.projector is None:
+            raise EngineError(
+                f"{self.path.name} reads text only: load it with its projector (mmproj) "
+                "to send images or audio"
+            )
+        return media_prompt(self.projector, text, media, add_special=self._adds_bos(text))
 
     # -- generation ------------------------------------------------------------------------
 
@@ -410,8 +437,10 @@ class Model:
         cancel: threading.Event | None = None,
         spec: SpecMode | None = None,
         interactive: bool = True,
+        media: MediaPrompt | None = None,
     ) -> Generation:
-        """Stream a reply to prompt token ids through the decode loop."""
+        """Stream a reply to prompt token ids through the decode loop (`media`: the
+        prompt's images and audio, its `tokens` the prompt)."""
         return Generation(
             self.loop,
             prompt,
@@ -419,6 +448,7 @@ class Model:
             cancel,
             interactive=interactive,
             spec=spec,
+            media=media,
         )
 
     def reset_cache(self) -> None:

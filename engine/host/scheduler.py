@@ -58,10 +58,11 @@ from typing import Any, TypeVar
 
 from engine.decoding.textstream import TextStream
 from engine.errors import EngineError
-from engine.host import batch_plan, decode_guard
+from engine.host import batch_plan
 from engine.host.batch_builder import BatchBuilder
 from engine.host.finishing import Finisher, finish_unscheduled
 from engine.host.loop_model import LoopModel
+from engine.host.media_steps import check_prompt
 from engine.host.requests import (
     EventCallback,
     QueueFull,
@@ -77,6 +78,7 @@ from engine.host.speculative import (
     PromptLookup,
     verify_cost,
 )
+from engine.media.prompt import MediaPrompt, is_placeholder
 from engine.settings import DEFAULT_DRAFT_MAX, SamplingParams, SpecMode
 
 log = logging.getLogger("candlewick.scheduler")
@@ -164,6 +166,7 @@ class Scheduler:
         interactive: bool = False,
         spec: SpecMode | None = None,
         canonical: bool | None = None,
+        media: MediaPrompt | None = None,
     ) -> Request:
         """Queue a generation. Raises QueueFull when the wait queue is full, EngineError when
         the request can never run (empty prompt, longer than a slot's context, a draft model
@@ -171,7 +174,8 @@ class Scheduler:
         may use the reserved slots. `spec`: speculative decoding for this request (None: the
         model's setting). `canonical` (default: `interactive`): a reproducible request reads
         its prompt the canonical way, so regenerating an answer gives the same text; the API
-        does not ask for it, as llama-server does not, and keeps every cached prefix."""
+        does not ask for it, as llama-server does not, and keeps every cached prefix.
+        `media`: the prompt's images and audio (`prompt` is its `tokens`)."""
         sampling.validate()
         if not prompt:
             raise EngineError("the prompt is empty")
@@ -180,7 +184,9 @@ class Scheduler:
                 f"the prompt is {len(prompt)} tokens, the context holds {self.n_ctx_seq}; "
                 "shorten the conversation or load the model with a larger context"
             )
-        decode_guard.check_tokens(prompt, self._be.n_vocab)
+        check_prompt(prompt, media, self._be.n_vocab, min(self.n_batch, self.model.params.n_ubatch))
+        if media is not None:  # read in any batches, never drafted
+            spec, canonical = "off", False
         if spec == "draft" and self.model.speculator is None:
             raise EngineError("no draft model is loaded for this model")
         # Compiled here, on the caller's thread: a large grammar must not stall the loop.
@@ -209,6 +215,9 @@ class Scheduler:
                 canonical=interactive if canonical is None else canonical,
             )
             req.mask = mask
+            req.media = media
+            if media is not None:
+                req.stats.media_tokens = media.media_tokens
             self._queue.append(req)
             self._cond.notify()
         return req
@@ -472,6 +481,7 @@ class Scheduler:
         n_own = self._layout.take_prefix(slot, req)
         rule = model.split_rule if req.canonical else "any"
         reusable = n_own if rule == "any" else min(n_own, slot.exact_len)
+        reusable = req.media.boundary(reusable) if req.media is not None else reusable
         # Planned in micro-batches: llama.cpp cuts a larger batch at n_ubatch, and those cuts
         # are what the kernels see.
         n_batch = min(self.n_batch, model.params.n_ubatch)
@@ -487,8 +497,8 @@ class Scheduler:
         slot.sampler = sampler = be.sampler(req.sampling)
         s = req.sampling
         if s.penalizes:
-            for t in prompt[-s.repeat_last_n :]:
-                be.sampler_accept(sampler, t)
+            for t in (t for t in prompt[-s.repeat_last_n :] if not is_placeholder(t)):
+                be.sampler_accept(sampler, t)  # (a media row is no word to penalize)
         slot.stream = TextStream(s.stop)
         slot.n_gen = 0
         slot.t_first = slot.t_last = None

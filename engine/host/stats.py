@@ -46,6 +46,11 @@ class GenerationStats:
     # second of drafting requests' steps over plain steps', at its concurrency level
     # (engine.host.draft_gain; None: not drafting, or not measured yet).
     draft_gain: float | None = None
+    # Images and audio: their rows in the prompt, how many chunks the projector encoded
+    # for this request (0 when their KV cells were reused) and the time that took.
+    media_tokens: int = 0
+    media_encoded: int = 0
+    media_encode_ms: float = 0.0
     # Reasoning models: the tokens and wall-clock time spent inside the thinking block (set by
     # whoever separates it from the answer: the server's routes, the desktop chat).
     thinking_tokens: int = 0

@@ -119,11 +119,14 @@ class ContextBackend(Protocol):
     def batch(self, capacity: int, n_embd: int = 0) -> TokenBatch:
         """A batch of `capacity` rows: of tokens, or of `n_embd`-float embeddings."""
 
-    def decode(self, batch: TokenBatch, *, fixed_threads: bool = False) -> None:
+    def decode(
+        self, batch: TokenBatch, *, fixed_threads: bool = False, causal: bool = True
+    ) -> None:
         """Run the batch (waits for it); raises DecodeFailed. `fixed_threads`: on the
         context's own thread count, whatever the thread tuner chose, and unmeasured (CPU
         flash attention splits a lone query's cache by the thread count: a reproducible
-        reply must be decoded on the same count each time)."""
+        reply must be decoded on the same count each time). `causal=False`: the batch's
+        rows attend to each other both ways (a projector's image that asks for it)."""
 
     def encode(self, batch: TokenBatch) -> None:
         """Run an encoder over the batch; raises DecodeFailed."""
@@ -331,7 +334,20 @@ class LlamaBackend:
     def batch(self, capacity: int, n_embd: int = 0) -> LlamaBatch:
         return LlamaBatch(capacity, n_embd)
 
-    def decode(self, batch: TokenBatch, *, fixed_threads: bool = False) -> None:
+    def decode(
+        self, batch: TokenBatch, *, fixed_threads: bool = False, causal: bool = True
+    ) -> None:
+        C = self._C
+        if not causal:
+            C.llama_set_causal_attn(self._ctx, False)
+            try:
+                self._decode(batch, fixed_threads)
+            finally:
+                C.llama_set_causal_attn(self._ctx, True)
+            return
+        self._decode(batch, fixed_threads)
+
+    def _decode(self, batch: TokenBatch, fixed_threads: bool) -> None:
         C = self._C
         tuner = self.tuner
         pinned = fixed_threads and tuner is not None and tuner.current != self._threads

@@ -52,6 +52,12 @@ def _on_log(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
             log.log(lvl, "%s", line)
 
 
+def log_callback() -> Any:
+    """The callback that routes a log into Python logging and the captures (libmtmd has
+    its own log setter and takes the same one)."""
+    return _on_log
+
+
 def lib() -> Any:
     """The low-level bindings module, with the backend initialised and logs routed."""
     global _initialised
