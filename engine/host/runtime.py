@@ -30,6 +30,7 @@ from engine.host.model_build import ProgressCallback, resolve_params
 from engine.host.prompt_cache import PromptStateCache
 from engine.host.scheduler import Scheduler
 from engine.host.speculative import Speculator, draft_params
+from engine.media.projector_file import check_projector
 from engine.media.prompt import MediaPrompt, media_prompt
 from engine.memory import cpu_kernels
 from engine.memory.actual import actual_from_log
@@ -132,6 +133,7 @@ class Model:
         self.projector: Projector | None = None
         try:
             if self.params.mmproj:
+                check_projector(self.params.mmproj)
                 self.projector = Projector(
                     self.params.mmproj,
                     self._model,
