@@ -94,6 +94,12 @@ def add_load_options(
         help=f"physical batch size: tokens computed together ({d.n_ubatch})",
     )
     g.add_argument(
+        "--mmproj",
+        metavar="PATH",
+        default=None,
+        help="the model's multimodal projector (an mmproj GGUF): lets it read images or audio",
+    )
+    g.add_argument(
         "--cache-ram",
         type=cache_ram_arg,
         default=d.state_cache_mb,
@@ -121,6 +127,7 @@ def load_params(
         type_v=args.kv_type,
         flash_attn=args.flash_attn,
         state_cache_mb=args.cache_ram,
+        mmproj=getattr(args, "mmproj", None),
     )
     return replace(params, **changes)
 

@@ -16,9 +16,12 @@ from engine.errors import EngineError
 from engine.host.chat_engine import ChatRequest
 from engine.host.runtime import Model
 from engine.host.speculative import spec_stats
+from engine.media.audio import decode_wav
+from engine.media.images import decode_image
 from engine.memory.estimate import estimate
 from engine.memory.params import EstimateParams
 from engine.memory.result import DoesNotFitError
+from engine.native.projector import Media, marker
 from engine.settings import FlashAttn, LoadParams, SamplingParams, SpeculativeSettings
 
 
@@ -39,6 +42,20 @@ def register(sub: Any) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--json", action="store_true", help="print one JSON object with the stats")
+    p.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="an image to ask about (repeatable; needs --mmproj with a vision projector)",
+    )
+    p.add_argument(
+        "--audio",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a WAV clip to ask about (repeatable; needs --mmproj with an audio projector)",
+    )
     spec = p.add_mutually_exclusive_group()
     spec.add_argument(
         "--draft",
@@ -83,12 +100,17 @@ def run(args: argparse.Namespace) -> int:
     settings = params.speculative or SpeculativeSettings()
     sampling = _sampling(args)
     messages = _messages(args)
+    if (args.image or args.audio) and not params.mmproj:
+        raise CliError("--image and --audio need the model's projector: add --mmproj PATH")
     if not args.force:
         refuse_if_too_big(path, params)
     cancel = threading.Event()
     # A host of one model and one request: the same decode loop the app and the server use.
     with Model(path, params, first_loads=first_loads()) as model:
-        gen = model.generate(messages, sampling, cancel=cancel)
+        media = _media(args, model)
+        if media:
+            messages[-1]["content"] = marker() * len(media) + "\n" + args.prompt
+        gen = model.generate(messages, sampling, cancel=cancel, media=media)
         _stream(gen, cancel, args.json)
         st = gen.stats
         if args.json:
@@ -191,6 +213,23 @@ def _messages(args: argparse.Namespace) -> list[dict[str, str]]:
         messages.append({"role": "system", "content": args.system})
     messages.append({"role": "user", "content": args.prompt})
     return messages
+
+
+def _media(args: argparse.Namespace, model: Model) -> list[Media]:
+    """The --image and --audio files, decoded (images first, in the order given)."""
+    out: list[Media] = [decode_image(_read(f), Path(f).name) for f in args.image]
+    if args.audio:
+        assert model.projector is not None
+        rate = model.projector.audio_rate
+        out += [decode_wav(_read(f), rate, Path(f).name) for f in args.audio]
+    return out
+
+
+def _read(name: str) -> bytes:
+    try:
+        return Path(name).read_bytes()
+    except OSError as e:
+        raise CliError(f"cannot read {name}: {e.strerror or e}") from None
 
 
 def _stream(gen: Iterable[str], cancel: threading.Event, as_json: bool) -> None:

@@ -28,7 +28,9 @@ from engine.decoding.tool_calls import ToolChoice, ToolFormat, tool_format_for
 from engine.errors import EngineError
 from engine.host.context_policy import ContextPolicy, fit_messages
 from engine.host.runtime import Model
+from engine.media.prompt import MediaPrompt
 from engine.model.templates import ChatTemplateError
+from engine.native.projector import Media
 from engine.settings import SamplingParams
 
 Messages = Sequence[Mapping[str, Any]]
@@ -57,6 +59,7 @@ class ChatPlan:
     forced: bool = False  # a call is forced (tool_choice required or a named function)
     parallel: bool = True  # several calls may come at once
     think: ThinkMarkers | None = None  # the template's think markers, separated or not
+    media: MediaPrompt | None = None  # its images and audio (`prompt` is its tokens)
 
     def sampling(self, sampling: SamplingParams) -> SamplingParams:
         """The request's sampling with what the reply needs: its grammar, and control tokens
@@ -93,12 +96,15 @@ def plan_chat(
     policy: ContextPolicy | None = None,
     reserve: int = 0,
     more_tokens: int = 0,
+    media: Sequence[Media] = (),
 ) -> ChatPlan:
     """`grammar`: the reply's own format (a compiled constraint: response_format, Ollama's
     format), if any; `grammar_param` names its field in errors. `think`: None leaves the
     template's default; True/False set `enable_thinking` where the template has the switch.
     `policy`: fit the conversation to a slot's context, keeping `reserve` tokens for the
-    answer and `more_tokens` for text the caller appends to the prompt."""
+    answer and `more_tokens` for text the caller appends to the prompt. `media`: images
+    and audio, one `marker()` each in the messages' text, in order; the conversation is
+    then not fitted (its media rows are counted only once the projector has split it)."""
     source = model.template.source
     markers = thinking_markers(source)
     if think and markers is None:
@@ -132,8 +138,13 @@ def plan_chat(
         return model.render_chat(msgs, **extra)
 
     dropped = 0
+    if media and model.projector is None:
+        raise PlanError(
+            f"{model.path.name} reads text only: it was loaded without a projector (mmproj)",
+            param="messages",
+        )
     try:
-        if policy is not None:
+        if policy is not None and not media:
             fit = fit_messages(
                 messages,
                 lambda ms: len(model.chat_prompt_tokens(render(ms))) + more_tokens,
@@ -143,9 +154,15 @@ def plan_chat(
             )
             messages, dropped = fit.messages, fit.dropped
         text = render(messages)
-        prompt = model.chat_prompt_tokens(text)
     except ChatTemplateError as e:
         raise PlanError(str(e)) from None
+    mp: MediaPrompt | None = None
+    if media:
+        try:
+            mp = model.media_prompt(text, media)
+        except EngineError as e:  # the projector's refusal: markers, a clip it cannot read
+            raise PlanError(str(e), param="messages") from None
+    prompt = mp.tokens if mp is not None else model.chat_prompt_tokens(text)
     in_thinking = starts_thinking(text, markers)
     if offered and fmt is not None:
         try:
@@ -166,6 +183,7 @@ def plan_chat(
         forced=offered and choice not in ("auto", "none"),
         parallel=parallel,
         think=markers,
+        media=mp,
     )
 
 

@@ -410,9 +410,16 @@ class Model:
         cancel: threading.Event | None = None,
         spec: SpecMode | None = None,
         interactive: bool = True,
+        media: Sequence[Media] = (),
     ) -> Generation:
         """Stream an assistant reply to a chat. Iterate the result for text pieces.
-        `spec`: speculative decoding for this request (None: the model's setting)."""
+        `spec`: speculative decoding for this request (None: the model's setting).
+        `media`: images and audio, one `marker()` each in the messages, in order."""
+        if media:
+            mp = self.media_prompt(self.render_chat(messages), media)
+            return self.submit(
+                mp.tokens, sampling, cancel=cancel, spec=spec, interactive=interactive, media=mp
+            )
         return self.submit(
             self.chat_tokens(messages), sampling, cancel=cancel, spec=spec, interactive=interactive
         )

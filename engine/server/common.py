@@ -11,6 +11,7 @@ from starlette.requests import Request
 
 from engine.errors import EngineError
 from engine.host.requests import Event, QueueFull, SchedulerClosed
+from engine.media.prompt import MediaPrompt
 from engine.model.templates import ChatTemplateError
 from engine.server.engine_state import AsyncGeneration, ServedModel, ServerState
 from engine.server.errors import ApiError
@@ -31,13 +32,16 @@ def start(
     sampling: SamplingParams,
     *,
     stream: bool,
+    media: MediaPrompt | None = None,
 ) -> AsyncGeneration:
+    """The request on the model's loop (`media`: the prompt's images and audio)."""
     try:
         return AsyncGeneration(
             loaded,
             prompt,
             sampling,
             stream=stream,
+            media=media,
             timeout_s=state.config.request_timeout_s,
             metrics=state.metrics,
         )

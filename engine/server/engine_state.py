@@ -20,6 +20,7 @@ from engine.host.host import UNSET, Lease, ModelHost, ModelNotFound, NoRoom, Uns
 from engine.host.requests import Event, Finished, Request
 from engine.host.runtime import Model
 from engine.host.scheduler import Scheduler
+from engine.media.prompt import MediaPrompt
 from engine.model.facts import POOLING_RANK, ModelFacts, embedding_pooling, model_facts
 from engine.server.config import ServerConfig
 from engine.server.embeddings import Embedder
@@ -350,6 +351,7 @@ class AsyncGeneration:
         stream: bool,
         timeout_s: float,
         metrics: Metrics,
+        media: MediaPrompt | None = None,
     ) -> None:
         inbox = _inbox(asyncio.get_running_loop())
         self._q: asyncio.Queue[Event] = asyncio.Queue()
@@ -360,9 +362,14 @@ class AsyncGeneration:
         def on_event(ev: Event) -> None:
             inbox.put(q, ev)
 
-        self.request: Request = loaded.scheduler.submit(
-            prompt, sampling, on_event, stream=stream, timeout_s=timeout_s
-        )
+        try:
+            self.request: Request = loaded.scheduler.submit(
+                prompt, sampling, on_event, stream=stream, timeout_s=timeout_s, media=media
+            )
+        except BaseException:
+            if media is not None:
+                media.close()  # never queued: nothing else frees its chunks
+            raise
         loaded.requests.add(self.request)
 
     async def events(self) -> AsyncIterator[Event]:
