@@ -53,6 +53,7 @@ from engine.host.context_policy import ContextPolicy
 from engine.host.generation import Generation
 from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
+from engine.native.projector import Media
 from engine.settings import SamplingParams
 
 EngineKind = Literal["embedded", "remote"]
@@ -69,7 +70,8 @@ class ChatRequest:
     grammar from the first token leaves no room for a block). `tools`: OpenAI function tools
     offered, `tool_choice` as OpenAI's: "auto", "none", "required", a function's name or
     `{"type": "function", "function": {"name": ...}}`. `sampling.grammar` cannot be combined
-    with tools."""
+    with tools. `media`: images and audio, one `marker()` each in the messages' text, in
+    order (an embedded engine loaded with a projector)."""
 
     messages: Messages
     sampling: SamplingParams
@@ -79,6 +81,7 @@ class ChatRequest:
     thinking: bool = True
     tools: Sequence[Mapping[str, Any]] = ()
     tool_choice: ToolChoice | Mapping[str, Any] = "auto"
+    media: Sequence[Media] = ()
 
 
 @runtime_checkable
@@ -287,6 +290,7 @@ class EmbeddedEngine:
             policy=policy,
             reserve=min(sampling.max_tokens, model.n_ctx_seq // 2),
             more_tokens=more,
+            media=request.media,
         )
         markers = plan.markers
         in_thinking = plan.in_thinking and markers is not None
@@ -302,7 +306,10 @@ class EmbeddedEngine:
         # that the token limit cut is shown as the text it is: the chat's tools would run it
         # with cut arguments.
         reader = replace(plan, forced=False).reader(raw_continue)
-        gen = model.submit(prompt, sampling, cancel=cancel)
+        media = plan.media
+        if media is not None:
+            media.tokens = prompt  # the continued text after its chunks
+        gen = model.submit(prompt, sampling, cancel=cancel, media=media)
         return EmbeddedReply(gen, reader, plan.dropped)
 
     def close(self) -> None:
