@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.services.hub import shard_info
+from app.services.projectors import is_projector_name
 
 HF_CACHE, LM_STUDIO, OLLAMA = "hf-cache", "lm-studio", "ollama"
 OWNER_NAMES = {HF_CACHE: "the Hugging Face cache", LM_STUDIO: "LM Studio", OLLAMA: "Ollama"}
@@ -87,6 +88,8 @@ def discover_hf_cache(cache: Path) -> list[DiscoveredModel]:
                 rel = f.relative_to(snap).as_posix()
                 if not _is_first_or_single(f.name) or not f.exists():  # dangling link
                     continue
+                if is_projector_name(f.name):
+                    continue  # paired with the model beside it (app/services/projectors.py)
                 target = f.resolve()
                 if target in seen:
                     continue
@@ -110,8 +113,8 @@ def discover_lm_studio(root: Path) -> list[DiscoveredModel]:
         if not f.is_file() or not _is_first_or_single(f.name):
             continue
         rel = f.relative_to(root).as_posix()
-        if "mmproj" in f.name.lower():
-            continue  # a vision projector, not a model on its own
+        if is_projector_name(f.name):
+            continue  # a projector: the library pairs it with the model beside it
         out.append(DiscoveredModel(f, LM_STUDIO, rel, _size(f)))
     return out
 

@@ -21,9 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from app.services.atomic_write import write_text_atomic
 from app.services.discovery import OLLAMA, OWNER_NAMES, DiscoveryRoots, discover
 from app.services.disk_space import DISK_MARGIN, FreeSpace, free_disk_space
 from app.services.download_jobs import completed_downloads
+from app.services.projectors import (
+    ProjectorInfo,
+    is_projector_name,
+    pair,
+    projector_beside,
+    projector_info,
+)
 from engine.model.facts import ModelFacts, model_facts
 from engine.model.gguf import GGUFError, human_bytes, read_gguf
 from engine.model.naming import derive_name, model_slug, says_nothing
@@ -64,6 +72,20 @@ class LibraryEntry:
     label: str | None = None  # what the file is called where it came from (repo/file, model:tag)
     linked: bool = False  # imported by reference: the file is not Candlewick's
     custom_name: str | None = None  # the user's name for it (ModelLibrary.rename)
+    # Its multimodal projector, found beside it (app/services/projectors.py): None for a
+    # text-only model.
+    projector: ProjectorInfo | None = None
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """What it reads besides text: ("vision",), ("audio",), both, or ()."""
+        return self.projector.capabilities if self.projector is not None else ()
+
+    @property
+    def mmproj(self) -> str | None:
+        """The projector file a load passes (`LoadParams.mmproj`): None without a usable one."""
+        p = self.projector
+        return str(p.path) if p is not None and p.error is None else None
 
     @property
     def owner(self) -> str | None:
@@ -111,6 +133,9 @@ class LibraryEntry:
             "name": self.name,
             "derived_name": self.derived_name,
             "custom_name": self.custom_name,
+            "projector": str(self.projector.path) if self.projector else None,
+            "projector_error": self.projector.error if self.projector else None,
+            "capabilities": list(self.capabilities),
         }
         if self.facts:
             f = self.facts
@@ -259,12 +284,34 @@ class ModelLibrary:
         self, id_: str, path: Path, source: str, label: str | None = None, linked: bool = False
     ) -> LibraryEntry:
         facts, error = self._facts(path)
-        return LibraryEntry(id_, path, source, facts, error, label, linked)
+        projector = None
+        if error is None and source != OLLAMA:
+            projector = pair(path)
+            given = self._linked_projectors().get(str(path)) if linked else None
+            if projector is None and given is not None:
+                projector = projector_info(given)
+        return LibraryEntry(id_, path, source, facts, error, label, linked, projector=projector)
 
     @property
     def downloads_state(self) -> Path:
         """Where the download manager records jobs; verified ones are listed from it."""
         return self.models_dir / "downloads.json"
+
+    @property
+    def _projectors_index(self) -> Path:
+        return self.models_dir / "linked-projectors.json"
+
+    def _linked_projectors(self) -> dict[str, Path]:
+        """The projectors found beside models imported by reference, when they were
+        imported: a link records the model's resolved file, which may not be beside its
+        projector (a link into the HF cache's blobs). Resolved model path -> projector."""
+        try:
+            data = json.loads(self._projectors_index.read_text("utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {str(k): Path(v) for k, v in data.items() if isinstance(v, str)}
 
     def _imported_links(self) -> dict[str, Path]:
         """Models imported by reference (not copied): id -> path, kept in a small JSON file."""
@@ -284,8 +331,9 @@ class ModelLibrary:
             stem: str, path: Path, source: str, label: str | None = None, linked: bool = False
         ) -> None:
             key = _real(path)
-            if key in paths:
-                return  # one file, one entry (a download is also in the HF cache)
+            if key in paths or is_projector_name(path.name):
+                return  # one file, one entry (a download is also in the HF cache); a
+                # projector is its model's (LibraryEntry.projector), not a model of its own
             paths.add(key)
             id_ = _slug(stem)
             while id_ in seen:
@@ -370,6 +418,11 @@ class ModelLibrary:
         src = Path(path).expanduser()
         if not src.exists():
             raise LibraryError(f"no such file: {src}")
+        if is_projector_name(src.name):
+            raise LibraryError(
+                f"{src.name} is a projector (mmproj), not a model: import the model beside it "
+                "and the projector comes with it"
+            )
         gf = read_gguf(src)  # raises GGUFError with a one-line reason
         check_model(gf)
         sources = [src]
@@ -387,6 +440,9 @@ class ModelLibrary:
                     f"next to it ({len(missing)} of {len(names)} parts missing)"
                 )
             sources = [src.parent / n for n in names]
+        projector = projector_beside(src)
+        if projector is not None:
+            sources.append(projector)  # a copy keeps its projector beside it
         for e in self.entries():
             if _real(e.path) == _real(src):
                 raise LibraryError(f"{src.name} is already in the library as '{e.id}'")
@@ -399,6 +455,13 @@ class ModelLibrary:
             while id_ in taken:
                 id_ += "-2"
             links[id_] = src.resolve()
+            if projector is not None:
+                found = self._linked_projectors()
+                found[str(src.resolve())] = projector.absolute()
+                write_text_atomic(
+                    self._projectors_index,
+                    json.dumps({k: str(v) for k, v in found.items()}, indent=1),
+                )
             self._write_links(links)
         else:
             size = sum(p.stat().st_size for p in sources)
@@ -410,7 +473,8 @@ class ModelLibrary:
                 )
             folder = self.models_dir
             if len(sources) > 1:
-                # Parts keep their names (llama.cpp finds them by name) in their own folder.
+                # Parts keep their names (llama.cpp finds them by name) in their own folder,
+                # and a projector is paired by being beside its model alone.
                 folder = self.models_dir / _slug(src.stem)
                 n = 2
                 while folder.exists():
@@ -435,6 +499,28 @@ class ModelLibrary:
             if _real(e.path) == _real(target):
                 return e
         raise LibraryError(f"{src.name} was imported but is not listed")  # pragma: no cover
+
+    def import_folder(
+        self, folder: Path, *, mode: Literal["link", "copy"] = "link"
+    ) -> list[LibraryEntry]:
+        """Import every model in `folder` (not its subfolders), each paired with the
+        projector beside it (a copy takes it along). Files already in the library are
+        skipped; LibraryError when the folder holds no model to import."""
+        src = Path(folder).expanduser()
+        if not src.is_dir():
+            raise LibraryError(f"no such folder: {src}")
+        known = {_real(e.path) for e in self.entries()}
+        models = [
+            p
+            for p in sorted(src.glob("*.gguf"))
+            if p.is_file()
+            and not is_projector_name(p.name)
+            and _is_first_or_single(p.name)
+            and _real(p) not in known
+        ]
+        if not models:
+            raise LibraryError(f"no model to import in {src} (a .gguf not yet in the library)")
+        return [self.import_file(p, mode=mode) for p in models]
 
     def _write_links(self, links: dict[str, Path]) -> None:
         index = self.models_dir / "linked.json"

@@ -3,7 +3,8 @@ demand when an API request names one (the Local server serves from the app's hos
 
 Qt-free. `library_catalog` is read on each lookup, so a download or import is seen at once;
 the load settings come from a function of the library entry (the caller decides: the Local
-server's slots, the library's saved settings for that file).
+server's slots, the library's saved settings for that file), with the entry's projector
+(`LibraryEntry.mmproj`) added, so a paired model reads images and audio by name too.
 """
 
 from __future__ import annotations
@@ -40,12 +41,16 @@ def library_catalog(
         for e in library.entries():
             if e.error is not None:
                 continue
+            given = params(e)
+            if e.mmproj is not None and given.mmproj is None:
+                # A paired model reads images and audio through the API too.
+                given = dataclasses.replace(given, mmproj=e.mmproj)
             name = by_path.get(_real(e.path))
             if name is None:
-                out.append(Loadable(e.id, e.path, params(e), aliases=(e.slug,), title=e.name))
+                out.append(Loadable(e.id, e.path, given, aliases=(e.slug,), title=e.name))
             else:
                 aliases = tuple(dict.fromkeys(a for a in (e.id, e.slug) if a != name))
-                out.append(Loadable(name, e.path, params(e), aliases=aliases, title=e.name))
+                out.append(Loadable(name, e.path, given, aliases=aliases, title=e.name))
         return out
 
     return specs

@@ -15,6 +15,7 @@ from PySide6.QtCore import (
 )
 
 from app.services.library import DEFAULT_MODEL_ID, LibraryEntry
+from app.services.projectors import ProjectorInfo
 
 ENTRY_ROLE = Qt.ItemDataRole.UserRole + 1
 # Short headers: the name needs the room. Its quantization is part of it ("· Q4_1"), and in
@@ -59,10 +60,20 @@ def embeds(entry: LibraryEntry) -> bool:
 
 
 def tagged_name(entry: LibraryEntry) -> str:
-    """The name as the lists show it: an embedding model or a reranker says so."""
+    """The name as the lists show it: an embedding model or a reranker says so, and a
+    model paired with a projector says what else it reads ("vision", "audio")."""
+    if entry.capabilities:
+        return f"{entry.name} ({', '.join(entry.capabilities)})"
     if is_reranker(entry):
         return f"{entry.name} ({RERANKER_TAG})"
     return f"{entry.name} ({EMBEDDING_TAG})" if is_embedding(entry) else entry.name
+
+
+def projector_tip(p: ProjectorInfo) -> str:
+    """The tooltip's line about a model's projector."""
+    if p.error is not None:
+        return f"Its projector {p.path.name} cannot be used: {p.error}"
+    return f"Reads {' and '.join(p.capabilities)} with its projector {p.path.name}"
 
 
 def not_for_chat(entry: LibraryEntry) -> str:
@@ -146,6 +157,8 @@ class LibraryModel(QAbstractTableModel):
                 lines.append(f"Your name for {e.derived_name}")
             if e.facts is not None:
                 lines.append(f"Quantization {e.facts.quantization}")
+            if e.projector is not None:
+                lines.append(projector_tip(e.projector))
             if is_reranker(e):
                 lines.append(RERANKER_TIP)
             elif is_embedding(e):

@@ -344,7 +344,10 @@ class LibraryPanel(QWidget):
     def load_params(self) -> LoadParams:
         spec = self.speculative()
         flash: FlashAttn = self.flash.currentText()  # type: ignore[assignment]
+        entry = self.selected_entry()
         return LoadParams(
+            # A model paired with a projector loads with it: it reads images or audio.
+            mmproj=entry.mmproj if entry is not None else None,
             n_ctx=self.context_length(),
             n_gpu_layers=self.gpu_layers(),
             type_k=self.type_k.currentText(),

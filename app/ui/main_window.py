@@ -35,6 +35,7 @@ from app.ui.controller import ChatController
 from app.ui.conversation_list import ConversationList
 from app.ui.documents_panel import DocumentsPanel
 from app.ui.engine_picker import Binding, EnginePicker, binding_of
+from app.ui.library_model import tagged_name
 from app.ui.library_panel import LibraryPanel
 from app.ui.perf_panel import GpuProbe, PerfPanel, no_gpus
 from app.ui.quit_guard import QuitQuestion, QuitWarning, ask_with_message_box, may_quit
@@ -228,7 +229,8 @@ class MainWindow(QMainWindow):
             ep.chosen.connect(self._on_engine_chosen)
             ep.manage_requested.connect(self.open_connections)
             lp.selection_changed.connect(
-                lambda entry: ep.set_local_name(entry.name if entry is not None else "")
+                # With what it reads besides text: "SmolVLM (vision)".
+                lambda entry: ep.set_local_name(tagged_name(entry) if entry is not None else "")
             )
             self._closers.append(ep.shutdown)
             ep.refresh()
