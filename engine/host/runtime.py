@@ -30,11 +30,11 @@ from engine.host.model_build import ProgressCallback, resolve_params
 from engine.host.prompt_cache import PromptStateCache
 from engine.host.scheduler import Scheduler
 from engine.host.speculative import Speculator, draft_params
-from engine.media.projector_file import check_projector
 from engine.media.prompt import MediaPrompt, media_prompt
 from engine.memory import cpu_kernels
 from engine.memory.actual import actual_from_log
 from engine.model.gguf import GGUFFile, read_gguf
+from engine.model.projector_file import check_projector
 from engine.model.semantics import check_model
 from engine.model.templates import ChatTemplate
 from engine.native import llama_lib
@@ -133,12 +133,23 @@ class Model:
         self.projector: Projector | None = None
         try:
             if self.params.mmproj:
-                check_projector(self.params.mmproj)
+                mmproj = check_projector(self.params.mmproj).path
+                if first_loads is not None:  # libmtmd aborts on some files: a child first
+                    first_loads.probe_projector_unless_known(self.path, mmproj)
                 self.projector = Projector(
                     self.params.mmproj,
                     self._model,
                     int(C.llama_model_n_embd_inp(self._model)),
                     n_threads=int(C.llama_n_threads_batch(self._ctx)),
+                )
+                if first_loads is not None:
+                    first_loads.remember(mmproj)
+                self.memory_actual = replace(
+                    self.memory_actual,
+                    weights_bytes=self.memory_actual.weights_bytes
+                    + self.projector.sizes.weights_bytes,
+                    compute_bytes=self.memory_actual.compute_bytes
+                    + self.projector.sizes.compute_bytes,
                 )
             spec = self.params.speculative
             if spec is not None and spec.mode == "draft":

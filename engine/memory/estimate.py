@@ -22,16 +22,19 @@ from typing import Literal
 
 from engine.errors import EngineError
 from engine.memory.dry_run import DryRun, dry_run
-from engine.memory.hardware import Hardware
+from engine.memory.hardware import Hardware, MiB
 from engine.memory.hardware import detect as detect_hardware
 from engine.memory.model_spec import ModelSpec
 from engine.memory.params import EstimateParams
 from engine.memory.placement import extra_copies_bytes, fit_context, layer_devices, plan
+from engine.memory.projector import projector_memory
 from engine.memory.result import MemoryEstimate, Method, gb
 from engine.model.facts import embedding_pooling
 from engine.model.gguf import GGUFFile, merge_splits, read_gguf, split_count, split_names
+from engine.model.projector_file import check_projector
 from engine.model.semantics import check_model
 from engine.native import llama_lib
+from engine.native.load_probe import ProjectorSizes
 from engine.settings import resolve_flash_attn
 
 Source = str | os.PathLike[str] | GGUFFile
@@ -107,7 +110,8 @@ def estimate(
             f"{spec.architecture} keeps a recurrent state that the analytic model "
             "does not cover; download the file for an exact dry run"
         )
-    est = plan(spec, p, hw, dry, notes)
+    projector = _projector(file_path, p, notes)
+    est = plan(spec, p, hw, dry, notes, projector)
     copies = extra_copies_bytes(
         spec, p, layer_devices(spec.n_layer, est.gpu_layers, hw.offload_devices)
     )
@@ -128,6 +132,24 @@ def estimate(
                 est, reason=est.reason + f"; a context of {est.max_ctx_fit} tokens would fit"
             )
     return est
+
+
+def _projector(
+    file_path: Path | None, p: EstimateParams, notes: list[str]
+) -> ProjectorSizes | None:
+    """The projector's RAM, when the load has one (sized in a child: engine.memory.projector)."""
+    if not p.load.mmproj:
+        return None
+    if file_path is None:
+        notes.append("the projector is not counted: the model file is not on this machine")
+        return None
+    sizes = projector_memory(file_path, check_projector(p.load.mmproj).path)
+    notes.append(
+        f"RAM includes the projector {Path(p.load.mmproj).name}: "
+        f"{sizes.weights_bytes / MiB:.1f} MiB of weights and "
+        f"{sizes.compute_bytes / MiB:.1f} MiB of compute buffer"
+    )
+    return sizes
 
 
 def fit_gpu_layers(source: Source, params: EstimateParams, hardware: Hardware) -> int:

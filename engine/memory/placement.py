@@ -27,6 +27,7 @@ from engine.memory.hardware import CPU, Device, Hardware, MiB
 from engine.memory.model_spec import ModelSpec, extra_copies
 from engine.memory.params import EstimateParams, default_margin
 from engine.memory.result import DeviceUse, MemoryEstimate, Verdict, gb
+from engine.native.load_probe import ProjectorSizes
 
 # GPU memory a process uses outside llama.cpp's buffers once it has loaded a model: cuBLAS
 # handles and workspace, the CUDA memory pool, graphs. Measured on an H200 (CUDA 13,
@@ -71,8 +72,15 @@ def extra_copies_bytes(spec: ModelSpec, p: EstimateParams, where: Sequence[str])
 
 
 def plan(
-    spec: ModelSpec, p: EstimateParams, hw: Hardware, dry: DryRun | None, notes: list[str]
+    spec: ModelSpec,
+    p: EstimateParams,
+    hw: Hardware,
+    dry: DryRun | None,
+    notes: list[str],
+    projector: ProjectorSizes | None = None,
 ) -> MemoryEstimate:
+    """Place the model's buffers on the devices for `p` (`projector`: a multimodal
+    projector's weights and compute buffer, which libmtmd keeps in RAM on a CPU build)."""
     gpus = hw.offload_devices
     n_layers = spec.n_layer + 1
     kv_layers = kv_bytes_per_layer(spec, p)
@@ -95,7 +103,7 @@ def plan(
             output = sum(dry.output.values())
 
     def place(ngl: int) -> tuple[DeviceUse, ...]:
-        return _place(spec, p, hw, gpus, ngl, kv_layers, out_phase, layer_phase, output)
+        return _place(spec, p, hw, gpus, ngl, kv_layers, out_phase, layer_phase, output, projector)
 
     req = p.load.n_gpu_layers
     if not gpus:
@@ -146,6 +154,7 @@ def _place(
     out_phase: int,
     layer_phase: int,
     output: int,
+    projector: ProjectorSizes | None = None,
 ) -> tuple[DeviceUse, ...]:
     where = layer_devices(spec.n_layer, ngl, gpus)
     names = [CPU] + [g.name for g in gpus]
@@ -178,6 +187,9 @@ def _place(
             if name != out_dev and layers[name]:
                 comp[name] = max(comp[name], layer_phase)
         comp[CPU] = max(comp[CPU], 2 * 4 * shape(spec, p).n_ubatch * spec.n_embd + mask)
+    if projector is not None:  # its own graph and buffers, beside llama.cpp's
+        w[CPU] += projector.weights_bytes
+        comp[CPU] += projector.compute_bytes
     out: list[DeviceUse] = []
     cpu_margin = (
         p.margin_bytes if p.margin_bytes is not None else default_margin(hw.ram_total_bytes)

@@ -53,7 +53,7 @@ def run_in_child(
     """Run `load` in a child process. `doing` names the work in a crash message ("sizing",
     "loading"). A refusal by llama.cpp is returned (stage and log); a crash, a hang or a
     child that cannot start raises EngineError."""
-    name = Path(load.path).name
+    name = Path(load.mmproj or load.path).name
     try:
         r = subprocess.run(
             child_command(),
@@ -139,6 +139,47 @@ def probe(load: NativeLoad) -> None:
         )
 
 
+@dataclass(frozen=True)
+class ProjectorSizes:
+    """What libmtmd allocated for a projector in the probe: its weights and the compute
+    buffer its warm-up reserved (llama.cpp's own log lines)."""
+
+    weights_bytes: int
+    compute_bytes: int
+
+
+_MODEL_SIZE = re.compile(r"model size:\s+([\d.]+) MiB")
+_COMPUTE = re.compile(r"compute buffer size\s*=\s*([\d.]+) MiB")
+
+
+def projector_sizes(lines: list[str] | tuple[str, ...]) -> ProjectorSizes:
+    """The sizes a projector's load logged (a vision and an audio encoder add up)."""
+    mib = 1 << 20
+    weights = sum(float(m.group(1)) for ln in lines if (m := _MODEL_SIZE.search(ln)))
+    compute = sum(
+        float(m.group(1))
+        for ln in lines
+        if "reserve_compute_meta" in ln and (m := _COMPUTE.search(ln))
+    )
+    return ProjectorSizes(round(weights * mib), round(compute * mib))
+
+
+def probe_projector(model: str | Path, mmproj: str | Path) -> ProjectorSizes:
+    """Load `mmproj` for `model` in a child (the model's weights are not read; the
+    projector's are, and it runs once); its sizes, or EngineError with libmtmd's reason or
+    the crash's."""
+    load = NativeLoad(path=str(model), n_ctx=256, n_batch=256, n_ubatch=256, mmproj=str(mmproj))
+    res = run_in_child(load, doing="loading the projector")
+    if res.stage == "projector":
+        raise EngineError(
+            f"{Path(mmproj).name} is not a projector for this model: {_last_error(list(res.log))}"
+        )
+    if res.stage != "ok":
+        why = _last_error(list(res.log))
+        raise EngineError(f"llama.cpp could not load {Path(model).name}: {why}")
+    return projector_sizes(res.log)
+
+
 class FirstLoads:
     """The files that loaded before, so only a new or changed file is probed first."""
 
@@ -193,6 +234,13 @@ class FirstLoads:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+    def probe_projector_unless_known(self, model: Path, mmproj: Path) -> bool:
+        """Probe a projector that never loaded before (for any model); True if probed."""
+        if self.known(mmproj):
+            return False
+        probe_projector(model, mmproj)
+        return True
 
     def probe_unless_known(self, load: NativeLoad) -> bool:
         """Probe a file that never loaded before; True if it was probed."""

@@ -53,6 +53,9 @@ class NativeLoad:
     swa_full: bool = True
     kv_unified: bool = False
     tokenize: bool = False  # also tokenize and detokenize SAMPLE_TEXT, as a chat would
+    # Also load this projector (an mmproj GGUF) for the model, and run it once on libmtmd's
+    # own warm-up input: its weights and compute buffer are then real, and logged.
+    mmproj: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -90,7 +93,37 @@ def run(load: NativeLoad, C: Any = None) -> dict[str, Any]:
     C.llama_backend_init()
     # Never mmap with no_alloc: llama.cpp aborts (which is what the fault hook wants).
     stage = load_no_alloc(C, load, fault=os.environ.get(FAULT_ENV) == "abort")
+    if stage == "ok" and load.mmproj:
+        stage = load_projector(C, load, on_log)
     return {"stage": stage, "log": lines}
+
+
+def load_projector(C: Any, load: NativeLoad, on_log: Any) -> str:
+    """Load `load.mmproj` for the model (its header and vocabulary only: libmtmd checks the
+    width and looks up marker tokens) and warm it up; 'projector' when libmtmd refuses."""
+    import llama_cpp.mtmd_cpp as M  # after _bindings: the package's __init__ stays unrun
+
+    M.mtmd_log_set(on_log, ctypes.c_void_p(0))
+    mp = C.llama_model_default_params()
+    mp.n_gpu_layers = 0
+    mp.no_alloc = True
+    mp.load_mode = C.LLAMA_LOAD_MODE_NONE
+    model = C.llama_model_load_from_file(load.path.encode(), mp)
+    if not model:
+        return "model"
+    try:
+        params = M.mtmd_context_params_default()
+        params.use_gpu = False
+        params.print_timings = False
+        params.n_threads = max(1, min(4, os.cpu_count() or 1))
+        params.warmup = True
+        ctx = M.mtmd_init_from_file(load.mmproj.encode(), model, params)
+        if not ctx:
+            return "projector"
+        M.mtmd_free(ctx)
+    finally:
+        C.llama_model_free(model)
+    return "ok"
 
 
 def load_no_alloc(C: Any, load: NativeLoad, *, fault: bool = False) -> str:

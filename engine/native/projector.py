@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from engine.errors import EngineError
 from engine.native import llama_lib
+from engine.native.load_probe import projector_sizes
 
 MediaKind = Literal["image", "audio"]
 
@@ -142,7 +143,7 @@ class Projector:
         params.use_gpu = False
         params.print_timings = False
         params.n_threads = n_threads
-        params.warmup = False
+        params.warmup = True  # reserves the compute buffer now, as llama-server does
         with llama_lib.capture_log() as lines:
             ctx = M.mtmd_init_from_file(str(self.path).encode(), model_ptr, params)
         if not ctx:
@@ -150,6 +151,8 @@ class Projector:
                 f"{self.path.name} is not a projector for this model: {llama_lib.last_error(lines)}"
             )
         self._ctx: Any = ctx
+        # What libmtmd allocated (weights, the warm-up's compute buffer), from its log.
+        self.sizes = projector_sizes(lines)
         self._lock = threading.Lock()
         self.n_embd = n_embd
         self.vision = bool(M.mtmd_support_vision(ctx))

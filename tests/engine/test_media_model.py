@@ -17,7 +17,7 @@ from engine.errors import EngineError
 from engine.host.runtime import Model
 from engine.media.audio import decode_wav
 from engine.media.images import decode_image
-from engine.media.projector_file import check_projector
+from engine.model.projector_file import check_projector
 from engine.native.projector import marker
 from engine.settings import LoadParams, SamplingParams
 from tests.projector_gguf import TOKENS_PER_IMAGE, test_image, test_tone, write_audio_projector

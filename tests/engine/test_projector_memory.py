@@ -1,0 +1,71 @@
+"""A projector's memory before load and its first-load protection: sized and tried in a
+child process (engine.native.load_probe.probe_projector), counted in the estimate, and
+checked against what the real load logged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from engine.errors import EngineError
+from engine.host.runtime import Model
+from engine.memory.estimate import estimate
+from engine.memory.params import EstimateParams
+from engine.native.load_probe import FirstLoads, probe_projector
+from engine.native.native_load import FAULT_ENV
+from engine.settings import LoadParams
+
+
+@pytest.mark.parametrize("which", ["vision", "audio"])
+def test_the_estimate_with_a_projector_is_what_llama_cpp_allocated(
+    smollm2_path: Path, vision_projector_path: Path, audio_projector_path: Path, which: str
+) -> None:
+    mmproj = vision_projector_path if which == "vision" else audio_projector_path
+    params = LoadParams(n_ctx=2048, n_threads=2, mmproj=str(mmproj))
+    est = estimate(smollm2_path, EstimateParams(load=params))
+    without = estimate(smollm2_path, EstimateParams(load=LoadParams(n_ctx=2048, n_threads=2)))
+    with Model(smollm2_path, params) as m:
+        assert m.projector is not None
+        sizes = m.projector.sizes
+        actual = m.memory_actual.total_bytes
+    assert sizes.weights_bytes > 0 and sizes.compute_bytes > 0
+    # The projector adds exactly what its load logged, and the whole is within 1% of the log.
+    assert est.total_bytes - without.total_bytes == sizes.weights_bytes + sizes.compute_bytes
+    assert abs(est.total_bytes - actual) <= 0.01 * actual
+    assert any(n.startswith(f"RAM includes the projector {mmproj.name}: ") for n in est.notes)
+
+
+def test_a_projector_for_another_width_is_refused_by_the_probe(
+    gemma_path: Path, vision_projector_path: Path
+) -> None:
+    with pytest.raises(EngineError) as e:
+        probe_projector(gemma_path, vision_projector_path)
+    assert str(e.value) == (
+        f"{vision_projector_path.name} is not a projector for this model: mismatch between "
+        "text model (n_embd = 640) and mmproj (n_embd = 576)"
+    )
+
+
+def test_a_crash_while_trying_a_projector_names_it_and_spares_this_process(
+    smollm2_path: Path, vision_projector_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(FAULT_ENV, "abort")  # the child's load aborts inside llama.cpp
+    with pytest.raises(EngineError) as e:
+        probe_projector(smollm2_path, vision_projector_path)
+    message = str(e.value)
+    assert message.startswith(
+        f"llama.cpp crashed while loading the projector {vision_projector_path.name} (SIGABRT)"
+    )
+    assert "\n" not in message
+
+
+def test_a_projector_is_tried_in_a_child_once(
+    smollm2_path: Path, vision_projector_path: Path, tmp_path: Path
+) -> None:
+    loads = FirstLoads(tmp_path)
+    params = LoadParams(n_ctx=512, n_threads=2, mmproj=str(vision_projector_path))
+    with Model(smollm2_path, params, first_loads=loads):
+        pass
+    assert loads.known(vision_projector_path)
+    assert not loads.probe_projector_unless_known(smollm2_path, vision_projector_path)
