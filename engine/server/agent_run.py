@@ -71,7 +71,12 @@ class Run:
         # Thinking is timed from the pieces, so they come even when not streamed.
         sampling = plan.sampling(sampling)
         self.gen = start(
-            state, loaded, plan.prompt, sampling, stream=stream or plan.markers is not None
+            state,
+            loaded,
+            plan.prompt,
+            sampling,
+            stream=stream or plan.markers is not None,
+            media=plan.media,
         )
         self._pieces = False
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -24,17 +24,20 @@ from engine.decoding.constraints import GrammarError
 from engine.decoding.reply_reader import Part
 from engine.decoding.tool_calls import ToolChoice
 from engine.host.chat_plan import ChatPlan
+from engine.native.projector import Media
 from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run, call_input, sse
 from engine.server.chat_reply import plan_chat
 from engine.server.common import cap_tokens, sampling_from
 from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError, anthropic_error_body
+from engine.server.media_parts import decode_media
 from engine.server.parsing import read_json
 from engine.server.protocol.anthropic import (
     AnthropicBlockDelta,
     AnthropicBlockStart,
     AnthropicBlockStop,
     AnthropicCountTokensRequest,
+    AnthropicImageBlock,
     AnthropicInputDelta,
     AnthropicMessageDelta,
     AnthropicMessagesRequest,
@@ -56,6 +59,7 @@ from engine.server.protocol.anthropic import (
     StopReason,
 )
 from engine.server.protocol.base import HOLE, Template
+from engine.server.protocol.media import MediaPart, media_text
 from engine.server.protocol.parse import parse_body
 
 Json = dict[str, Any]
@@ -79,7 +83,12 @@ def _add(out: list[Json], msg: Json) -> None:
         last.setdefault("tool_calls", []).extend(msg["tool_calls"])
 
 
-def chat_messages(req: AnthropicCountTokensRequest) -> list[Json]:
+def chat_messages(
+    req: AnthropicCountTokensRequest, media: list[MediaPart] | None = None
+) -> list[Json]:
+    """The conversation as chat messages; each image block is its marker in the text, and
+    its part is appended to `media` in the same order."""
+    media = [] if media is None else media
     out: list[Json] = []
     if req.system:
         system = (
@@ -94,13 +103,13 @@ def chat_messages(req: AnthropicCountTokensRequest) -> list[Json]:
             else m.content
         )
         allowed = (
-            (AnthropicTextBlock, AnthropicToolResultBlock)
+            (AnthropicTextBlock, AnthropicImageBlock, AnthropicToolResultBlock)
             if m.role == "user"
             else (AnthropicTextBlock, AnthropicToolUseBlock, AnthropicThinkingBlock)
         )
         texts: list[str] = []
         turn: Json = {"role": m.role}
-        for b in blocks:
+        for j, b in enumerate(blocks):
             if not isinstance(b, allowed):
                 raise ApiError(
                     400,
@@ -109,6 +118,9 @@ def chat_messages(req: AnthropicCountTokensRequest) -> list[Json]:
                 )
             if isinstance(b, AnthropicTextBlock):
                 texts.append(b.text)
+            elif isinstance(b, AnthropicImageBlock):
+                texts.append(media_text())
+                media.append(b.media(f"messages[{i}].content[{j}]"))
             elif isinstance(b, AnthropicThinkingBlock):
                 turn["reasoning_content"] = turn.get("reasoning_content", "") + b.thinking
             elif isinstance(b, AnthropicToolUseBlock):
@@ -149,7 +161,12 @@ def _choice(req: AnthropicCountTokensRequest) -> tuple[ToolChoice, bool]:
     return choice, not c.disable_parallel_tool_use
 
 
-def _plan(loaded: ServedModel, req: AnthropicCountTokensRequest, messages: list[Json]) -> ChatPlan:
+def _plan(
+    loaded: ServedModel,
+    req: AnthropicCountTokensRequest,
+    messages: list[Json],
+    media: Sequence[Media] = (),
+) -> ChatPlan:
     fmt = req.output_config.format if req.output_config else None
     grammar = None
     if fmt is not None:
@@ -177,6 +194,7 @@ def _plan(loaded: ServedModel, req: AnthropicCountTokensRequest, messages: list[
         grammar=grammar,
         grammar_param="output_config",
         think=False if req.thinking and req.thinking.type == "disabled" else None,
+        media=media,
     )
 
 
@@ -325,14 +343,17 @@ class AnthropicRoutes:
         body = await read_json(request, self.state.config.max_body_bytes)
         req = parse_body(AnthropicCountTokensRequest, body)
         loaded = await self.state.acquire(req.model)
-        plan = _plan(loaded, req, chat_messages(req))
+        parts: list[MediaPart] = []
+        messages = chat_messages(req, parts)
+        plan = _plan(loaded, req, messages, await decode_media(loaded, parts))
         return JSONResponse(AnthropicTokenCount(input_tokens=len(plan.prompt)).wire())
 
     async def create(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         req = parse_body(AnthropicMessagesRequest, body)
         loaded = await self.state.acquire(req.model)
-        messages = chat_messages(req)
+        parts: list[MediaPart] = []
+        messages = chat_messages(req, parts)
         if messages[-1]["role"] == "assistant":
             raise ApiError(
                 400,
@@ -341,7 +362,7 @@ class AnthropicRoutes:
                 "supported",
                 param="messages",
             )
-        plan = _plan(loaded, req, messages)
+        plan = _plan(loaded, req, messages, await decode_media(loaded, parts))
         sampling = sampling_from(
             temperature=req.temperature,
             top_p=req.top_p,

@@ -7,6 +7,7 @@ protocol fields (`response_format`, Ollama's `format`) are compiled here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from engine.decoding import constraints
@@ -14,6 +15,7 @@ from engine.decoding.constraints import GrammarError
 from engine.decoding.tool_calls import ToolChoice
 from engine.host import chat_plan
 from engine.host.chat_plan import ChatPlan, PlanError
+from engine.native.projector import Media
 from engine.server.engine_state import ServedModel
 from engine.server.errors import ApiError
 from engine.server.protocol.openai import ResponseFormat
@@ -30,8 +32,12 @@ def plan_chat(
     grammar_param: str,
     think: bool | None,
     separate_reasoning: bool = True,
+    media: Sequence[Media] = (),
+    media_param: str = "messages",
 ) -> ChatPlan:
-    """`engine.host.chat_plan.plan_chat` for a served model; what it refuses is a 400."""
+    """`engine.host.chat_plan.plan_chat` for a served model; what it refuses is a 400.
+    `media`: the messages' images and audio, one marker each in their text, in order
+    (`media_param`: the field that holds them)."""
     try:
         return chat_plan.plan_chat(
             loaded.model,
@@ -43,9 +49,11 @@ def plan_chat(
             grammar_param=grammar_param,
             think=think,
             separate_reasoning=separate_reasoning,
+            media=media,
         )
     except PlanError as e:
-        raise ApiError(400, str(e), param=e.param) from None
+        param = media_param if media and e.param == "messages" else e.param
+        raise ApiError(400, str(e), param=param) from None
 
 
 def _compiled(make: Any, param: str) -> str:

@@ -29,7 +29,7 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()
     model_id: str = "default"
     max_queue: int = 64  # requests waiting for a slot before new ones get 429
-    max_body_bytes: int = 1 << 20
+    max_body_bytes: int = 32 << 20  # 32 MiB, as Anthropic's API: room for images and audio
     max_tokens_cap: int = 4096  # no request generates more than this
     default_max_tokens: int = 512
     request_timeout_s: float = 600.0

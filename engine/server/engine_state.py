@@ -10,11 +10,12 @@ import hashlib
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from engine.decoding.reasoning import thinking_markers
 from engine.errors import EngineError
 from engine.host.host import UNSET, Lease, ModelHost, ModelNotFound, NoRoom, Unset
 from engine.host.requests import Event, Finished, Request
@@ -415,3 +416,47 @@ def facts_details(f: ModelFacts | None) -> dict[str, Any]:
         "parameter_size": f.params_label if f else "",
         "quantization_level": f.quantization if f else "",
     }
+
+
+def capabilities(
+    template: str | None,
+    embeds: bool,
+    *,
+    embedding_only: bool = False,
+    reranker: bool = False,
+    media: Sequence[str] = (),
+) -> list[str]:
+    """As Ollama names them. Every text generator can call tools: one whose template has no
+    tool support gets the generic format (engine.server.chat_reply). An embedding model
+    only embeds; a reranker does neither (Ollama has no name for what it does). `media`:
+    what its projector reads ("vision", "audio"; a model not loaded has none yet)."""
+    if reranker:
+        return []
+    if embedding_only:
+        return ["embedding"] if embeds else []
+    caps = ["completion", *media, "tools"]
+    if thinking_markers(template) is not None:
+        caps.append("thinking")
+    if embeds:
+        caps.append("embedding")
+    return caps
+
+
+def served_capabilities(loaded: ServedModel) -> list[str]:
+    """A loaded model's capabilities, its projector's included."""
+    f = loaded.facts
+    return capabilities(
+        loaded.model.template.source,
+        loaded.embedder is not None,
+        embedding_only=bool(f and f.embedding_only),
+        reranker=bool(f and f.is_reranker),
+        media=media_capabilities(loaded),
+    )
+
+
+def media_capabilities(loaded: ServedModel) -> list[str]:
+    """What the served model's projector reads, as Ollama names it: "vision", "audio"."""
+    proj = getattr(loaded.model, "projector", None)  # (a stand-in model may have none)
+    if proj is None:
+        return []
+    return [name for name, has in (("vision", proj.vision), ("audio", proj.audio)) if has]

@@ -18,7 +18,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from engine.decoding.reasoning import thinking_markers
 from engine.decoding.reply_reader import Part
 from engine.decoding.tool_calls import ToolCall
 from engine.host.chat_plan import ChatPlan
@@ -40,14 +39,18 @@ from engine.server.common import (
 from engine.server.engine_state import (
     ServedModel,
     ServerState,
+    capabilities,
     details,
     facts_details,
     file_digest,
+    media_capabilities,
 )
 from engine.server.errors import ApiError
+from engine.server.media_parts import decode_media
 from engine.server.openai_routes import run_embeddings
 from engine.server.parsing import read_json
 from engine.server.protocol.base import HOLE, Template, keep_seconds
+from engine.server.protocol.media import media_text
 from engine.server.protocol.ollama import (
     OllamaChatRequest,
     OllamaEmbedRequest,
@@ -66,6 +69,7 @@ from engine.server.protocol.ollama import (
     OllamaShowResponse,
     OllamaTags,
     OllamaVersion,
+    images_media,
 )
 from engine.server.protocol.parse import parse_body
 from engine.settings import SamplingParams
@@ -103,24 +107,6 @@ def _arguments(call: ToolCall) -> Any:
         return json.loads(call.arguments)
     except ValueError:
         return {}
-
-
-def capabilities(
-    template: str | None, embeds: bool, *, embedding_only: bool = False, reranker: bool = False
-) -> list[str]:
-    """As Ollama names them. Every text generator can call tools: one whose template has no
-    tool support gets the generic format (engine.server.chat_reply). An embedding model
-    only embeds; a reranker does neither (Ollama has no name for what it does)."""
-    if reranker:
-        return []
-    if embedding_only:
-        return ["embedding"] if embeds else []
-    caps = ["completion", "tools"]
-    if thinking_markers(template) is not None:
-        caps.append("thinking")
-    if embeds:
-        caps.append("embedding")
-    return caps
 
 
 class OllamaRoutes:
@@ -254,6 +240,7 @@ class OllamaRoutes:
                 embeds,
                 embedding_only=bool(f and f.embedding_only),
                 reranker=bool(f and f.is_reranker),
+                media=media_capabilities(loaded) if loaded is not None else (),
             ),
             modified_at=_iso(path.stat().st_mtime),
         )
@@ -283,6 +270,7 @@ class OllamaRoutes:
         loaded = await self.state.acquire(req.model, keep_s=keep_seconds(req.keep_alive))
         sampling = self._sampling(req.options)
         tools = req.chat_tools()
+        media = await decode_media(loaded, req.chat_media())
         plan = plan_chat(
             loaded,
             req.chat_messages(),
@@ -292,6 +280,7 @@ class OllamaRoutes:
             grammar=ollama_grammar(req.format),
             grammar_param="format",
             think=req.think,
+            media=media,
         )
         return await self._respond(
             request,
@@ -322,15 +311,21 @@ class OllamaRoutes:
                 done_reason="unload" if keep == 0 else "load",
             )
             return JSONResponse(answer.wire())
+        parts = images_media(req.images, "images")
         if req.raw:
             if think:
                 raise ApiError(400, "'think' needs the chat template ('raw' is on)", param="think")
+            if parts:
+                raise ApiError(400, "'images' need the chat template ('raw' is on)", param="images")
             prompt = tokens_for(loaded, lambda: loaded.model.tokenize(prompt_text))
             plan = ChatPlan(prompt, grammar, None, None, False)
         else:
+            media = await decode_media(loaded, parts)
+            # As Ollama places them: the images before the prompt.
+            user = (media_text() * len(parts) if parts else "") + prompt_text
             msgs: list[dict[str, Any]] = (
                 [{"role": "system", "content": system}] if system else []
-            ) + [{"role": "user", "content": prompt_text}]
+            ) + [{"role": "user", "content": user}]
             plan = plan_chat(
                 loaded,
                 msgs,
@@ -340,6 +335,8 @@ class OllamaRoutes:
                 grammar=grammar,
                 grammar_param="format",
                 think=think,
+                media=media,
+                media_param="images",
             )
         return await self._respond(
             request,
@@ -363,7 +360,12 @@ class OllamaRoutes:
         think: bool | None,
     ) -> Response:
         gen = start(
-            self.state, loaded, plan.prompt, sampling, stream=stream or plan.markers is not None
+            self.state,
+            loaded,
+            plan.prompt,
+            sampling,
+            stream=stream or plan.markers is not None,
+            media=plan.media,
         )
         reader = plan.reader()
         show_thinking = think is not False

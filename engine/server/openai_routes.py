@@ -31,8 +31,14 @@ from engine.server.common import (
     tokens_for,
 )
 from engine.server.embeddings import Embedder
-from engine.server.engine_state import AsyncGeneration, ServedModel, ServerState
+from engine.server.engine_state import (
+    AsyncGeneration,
+    ServedModel,
+    ServerState,
+    served_capabilities,
+)
 from engine.server.errors import ApiError, openai_error_body
+from engine.server.media_parts import decode_media
 from engine.server.parsing import read_json
 from engine.server.protocol.base import HOLE, Reply, Template
 from engine.server.protocol.embeddings import Embedding, EmbeddingList, EmbeddingRequest
@@ -97,6 +103,7 @@ def _model_obj(loaded: ServedModel) -> ModelCard:
         created=loaded.created,
         owned_by="candlewick",
         loaded=True,
+        capabilities=served_capabilities(loaded),
         meta=loaded.settings(),
     )
 
@@ -190,6 +197,7 @@ class OpenAIRoutes:
         stream = bool(req.stream)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         grammar, grammar_param = openai_grammar(req.response_format, req.grammar)
+        media = await decode_media(loaded, req.chat_media())
         plan = plan_chat(
             loaded,
             req.chat_messages(),
@@ -200,11 +208,17 @@ class OpenAIRoutes:
             grammar_param=grammar_param,
             think=None,
             separate_reasoning=req.reasoning_format != "none",
+            media=media,
         )
         sampling = plan.sampling(sampling)
         # Thinking is timed from the pieces as they come, streamed to the client or not.
         gen = start(
-            self.state, loaded, plan.prompt, sampling, stream=stream or plan.markers is not None
+            self.state,
+            loaded,
+            plan.prompt,
+            sampling,
+            stream=stream or plan.markers is not None,
+            media=plan.media,
         )
         cid, created, model = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), loaded.model_id
         reader = plan.reader()

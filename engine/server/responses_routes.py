@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Literal
 
 from starlette.requests import Request
@@ -25,13 +25,16 @@ from engine.decoding.constraints import GrammarError
 from engine.decoding.reply_reader import Part
 from engine.decoding.tool_calls import ToolChoice
 from engine.host.chat_plan import ChatPlan
+from engine.native.projector import Media
 from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run
 from engine.server.chat_reply import plan_chat
 from engine.server.common import cap_tokens, sampling_from
 from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
+from engine.server.media_parts import decode_media
 from engine.server.parsing import read_json
 from engine.server.protocol.base import HOLE, Reply, Template
+from engine.server.protocol.media import MediaPart
 from engine.server.protocol.parse import parse_body
 from engine.server.protocol.responses import (
     ResponseObject,
@@ -59,6 +62,7 @@ from engine.server.protocol.responses import (
     ResponsesTextDone,
     ResponsesTextSettings,
     ResponsesUsage,
+    parts_media,
     parts_text,
 )
 from engine.server.response_store import ResponseStore
@@ -70,17 +74,24 @@ def _id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
 
+MEDIA = "_media"  # a message's images, kept with it in the store (see `media_parts`)
+
+
 def chat_messages(items: str | list[ResponsesItem], convo: list[Json]) -> None:
-    """Append the input items to `convo` (chat messages) as the chat template takes them."""
+    """Append the input items to `convo` (chat messages) as the chat template takes them.
+    A message's images are their markers in its text and, under MEDIA, their parts (as
+    JSON, so that the store keeps them for `previous_response_id`)."""
     if isinstance(items, str):
         convo.append({"role": "user", "content": items})
         return
     names = {c["id"]: c["function"]["name"] for m in convo for c in m.get("tool_calls", ())}
     thought = ""  # reasoning items' text, for the assistant turn that follows them
-    for item in items:
+    for k, item in enumerate(items):
         if isinstance(item, ResponsesMessageItem):
             role = "system" if item.role == "developer" else item.role
             msg: Json = {"role": role, "content": parts_text(item.content)}
+            if parts := parts_media(item.content, f"input[{k}].content"):
+                msg[MEDIA] = [p.stored() for p in parts]
             if role == "assistant" and thought:
                 msg["reasoning_content"], thought = thought, ""
             convo.append(msg)
@@ -130,8 +141,16 @@ def _choice(req: ResponsesRequest) -> ToolChoice:
     return c or ("auto" if req.tools else "none")
 
 
-def _plan(loaded: ServedModel, req: ResponsesRequest, convo: list[Json]) -> ChatPlan:
+def media_parts(convo: list[Json]) -> list[MediaPart]:
+    """The images of the conversation, in the order of their markers."""
+    return [MediaPart.from_stored(p) for m in convo for p in m.get(MEDIA, ())]
+
+
+def _plan(
+    loaded: ServedModel, req: ResponsesRequest, convo: list[Json], media: Sequence[Media] = ()
+) -> ChatPlan:
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
+    convo = [{k: v for k, v in m.items() if k != MEDIA} for m in convo]
     effort = req.reasoning.effort if req.reasoning else None  # only none/minimal get here
     return plan_chat(
         loaded,
@@ -150,6 +169,8 @@ def _plan(loaded: ServedModel, req: ResponsesRequest, convo: list[Json]) -> Chat
         grammar=_grammar(req.text),
         grammar_param="text",
         think=False if effort is not None else None,
+        media=media,
+        media_param="input",
     )
 
 
@@ -442,7 +463,7 @@ class ResponsesRoutes:
         chat_messages(req.input, convo)
         if not convo:
             raise ApiError(400, "'input' is empty", param="input")
-        plan = _plan(loaded, req, convo)
+        plan = _plan(loaded, req, convo, await decode_media(loaded, media_parts(convo)))
         sampling = sampling_from(
             temperature=req.temperature,
             top_p=req.top_p,

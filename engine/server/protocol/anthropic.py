@@ -9,7 +9,6 @@ from pydantic import BeforeValidator, Field, Tag, ValidationInfo, field_validato
 
 from engine.server.body_model import Body, NotHonoured, refuse, refuse_whole
 from engine.server.protocol.agent import (
-    TEXT_ONLY,
     CacheControl,
     Harmless,
     Temperature1,
@@ -19,6 +18,7 @@ from engine.server.protocol.agent import (
     tools_of,
 )
 from engine.server.protocol.base import MAX_STOP, MAX_TOOLS, Reply
+from engine.server.protocol.media import AnthropicImageSource, MediaPart
 
 _ANTHROPIC_NAME = r"^[A-Za-z0-9_.-]{1,128}$"  # Anthropic allows 128 (MCP tools' long names)
 
@@ -56,29 +56,43 @@ class AnthropicThinkingBlock(Body):
     signature: str | None = None
 
 
-_BLOCK_TYPES = ("text", "tool_use", "tool_result", "thinking")
+class AnthropicImageBlock(Body):
+    type: Literal["image"]
+    source: AnthropicImageSource
+    cache_control: CacheControl = None
+
+    def media(self, where: str) -> MediaPart:
+        return MediaPart("image", where, self.source.data, field=".source.data")
+
+
+_BLOCK_TYPES = ("text", "image", "tool_use", "tool_result", "thinking")
 AnthropicBlock = Annotated[
     Annotated[AnthropicTextBlock, Tag("type=text")]
+    | Annotated[AnthropicImageBlock, Tag("type=image")]
     | Annotated[AnthropicToolUseBlock, Tag("type=tool_use")]
     | Annotated[AnthropicToolResultBlock, Tag("type=tool_result")]
     | Annotated[AnthropicThinkingBlock, Tag("type=thinking")],
     by_type({k: f"type={k}" for k in _BLOCK_TYPES}),
 ]
 _BLOCK_WHY = {
-    "image": TEXT_ONLY,
-    "document": TEXT_ONLY,
+    "document": "is not read here (no documents, PDF or other); send its text",
     "redacted_thinking": "cannot be read: its thinking is encrypted",
     "search_result": "search results are not read here; send them as text",
 }
 
 
 def _blocks(v: Any) -> Any:
-    """Blocks of an unsupported type are refused saying why (images: text-only models)."""
+    """Blocks of an unsupported type are refused saying why (a tool result holds text only)."""
     blocks = v if isinstance(v, list) else []
     for b in blocks:
         inner = b.get("content") if isinstance(b, dict) and b.get("type") == "tool_result" else None
         for x in [b, *(inner if isinstance(inner, list) else [])]:
             kind = x.get("type") if isinstance(x, dict) else None
+            if kind == "image" and x is not b:
+                raise refuse(
+                    "has an image in a tool result, which is not read here: send it in the "
+                    "user message's content, beside the result"
+                )
             if isinstance(kind, str) and kind not in _BLOCK_TYPES:
                 raise refuse(
                     f"has a block of type '{kind}', which "

@@ -25,6 +25,13 @@ class ModelCard(Reply):
     created: int
     owned_by: str
     loaded: bool | None = None
+    capabilities: Annotated[
+        list[str] | None,
+        Field(
+            description="a loaded model's, as Ollama names them: completion, vision, audio, "
+            "tools, thinking, embedding"
+        ),
+    ] = None
     meta: dict[str, Any] | None = None
 
 

@@ -7,10 +7,12 @@ import json
 from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Literal, Protocol
 
-from pydantic import BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, Tag, model_validator
 
 from engine.server.body_model import Body, refuse, refuse_whole
+from engine.server.protocol.agent import by_type
 from engine.server.protocol.base import MAX_TOOLS, TOOL_NAME
+from engine.server.protocol.media import ImageUrlPart, InputAudioPart, MediaPart, media_text
 
 
 class TextPart(Body):
@@ -18,26 +20,31 @@ class TextPart(Body):
     text: str
 
 
+_PART_TYPES = ("text", "image_url", "input_audio")
+
+
 def _content(v: Any) -> Any:
     if v is None or isinstance(v, str):
         return v
     if isinstance(v, list):
-        if not all(
-            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-            for p in v
-        ):
-            raise refuse('takes only text parts ({"type": "text", "text": ...})')
+        for p in v:
+            kind = p.get("type") if isinstance(p, dict) else None
+            if isinstance(kind, str) and kind not in _PART_TYPES:
+                raise refuse(
+                    f"has a part of type '{kind}', which is not supported here; "
+                    "it takes text, image_url (a data URL) and input_audio (WAV) parts"
+                )
         return v
     raise refuse("must be a string or a list of parts")
 
 
-Content = Annotated[str | list[TextPart] | None, BeforeValidator(_content)]
-
-
-def _no_images(v: Any) -> Any:
-    if v:
-        raise refuse("cannot be read: this model reads text only")
-    return v
+ContentPart = Annotated[
+    Annotated[TextPart, Tag("type=text")]
+    | Annotated[ImageUrlPart, Tag("type=image_url")]
+    | Annotated[InputAudioPart, Tag("type=input_audio")],
+    by_type({k: f"type={k}" for k in _PART_TYPES}),
+]
+Content = Annotated[str | list[ContentPart] | None, BeforeValidator(_content)]
 
 
 def call_arguments(what: str) -> BeforeValidator:
@@ -128,12 +135,6 @@ class Message(Body):
     model_config = ConfigDict(json_schema_extra=_fields_by_role)
     role: Role
     content: Content = None
-    # Only an empty list passes: images are refused by name rather than ignored.
-    images: Annotated[
-        Annotated[list[str], Field(max_length=0)] | None,
-        BeforeValidator(_no_images),
-        Field(description="refused: this model reads text only"),
-    ] = None
 
     # (role, field): the routes read these fields only in messages of that role; elsewhere
     # they are dropped, whatever they hold (a client may send its whole message objects).
@@ -152,9 +153,23 @@ class Message(Body):
 
     @property
     def text(self) -> str:
-        """The content as one string (text parts joined), as the chat template takes it."""
+        """The content as one string (text parts joined, each image or clip as its marker),
+        as the chat template takes it."""
         c = self.content
-        return c if isinstance(c, str) else "".join(p.text for p in c or ())
+        if isinstance(c, str):
+            return c
+        return "".join(p.text if isinstance(p, TextPart) else media_text() for p in c or ())
+
+    def media(self, i: int) -> list[MediaPart]:
+        """Message `i`'s images and audio, in the order of their markers in `as_chat`."""
+        c = self.content
+        if isinstance(c, str) or c is None:
+            return []
+        return [
+            p.media(f"messages[{i}].content[{j}]")
+            for j, p in enumerate(c)
+            if not isinstance(p, TextPart)
+        ]
 
     def as_chat(self, i: int) -> dict[str, Any]:
         """Message `i` OpenAI-shaped, whatever the dialect, as plan_chat and the tool formats

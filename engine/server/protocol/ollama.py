@@ -21,6 +21,7 @@ from engine.server.protocol.base import (
     no_alternatives,
     unsupported_true,
 )
+from engine.server.protocol.media import MediaPart, media_text
 from engine.server.protocol.messages import (
     Message,
     Tools,
@@ -45,6 +46,16 @@ class OllamaToolCall(Body):
     function: OllamaFunctionCall
 
 
+Images = Annotated[
+    list[str] | None,
+    Field(description="images, each a file (PNG, JPEG, WebP, GIF, BMP, TIFF) in base64"),
+]
+
+
+def images_media(images: list[str] | None, where: str) -> list[MediaPart]:
+    return [MediaPart("image", f"{where}[{k}]", b64) for k, b64 in enumerate(images or ())]
+
+
 class OllamaMessage(Message):
     ROLE_FIELDS = (
         ("assistant", "tool_calls"),
@@ -56,11 +67,19 @@ class OllamaMessage(Message):
     thinking: str | None = None
     tool_call_id: str | None = None
     tool_name: str | None = None
+    images: Images = None
 
     def as_chat(self, i: int) -> dict[str, Any]:
+        msg = super().as_chat(i)
+        if self.images:  # as Ollama places them: the message's images before its text
+            msg["content"] = media_text() * len(self.images) + msg["content"]
         return with_history(
-            super().as_chat(i), i, self.tool_calls, self.thinking, self.tool_call_id, self.tool_name
+            msg, i, self.tool_calls, self.thinking, self.tool_call_id, self.tool_name
         )
+
+    def media(self, i: int) -> list[MediaPart]:
+        own = images_media(self.images, f"messages[{i}].images")
+        return own + super().media(i)
 
 
 # Ollama's options that the server does not apply, and why: each is refused by name.
@@ -161,6 +180,10 @@ class OllamaChatRequest(_OllamaText):
     def chat_messages(self) -> list[dict[str, Any]]:
         return [m.as_chat(i) for i, m in enumerate(self.messages)]
 
+    def chat_media(self) -> list[MediaPart]:
+        """The images of the messages, in the order of their markers."""
+        return [p for i, m in enumerate(self.messages) for p in m.media(i)]
+
     def chat_tools(self) -> list[dict[str, Any]]:
         return tools_as_chat(self.tools)
 
@@ -172,7 +195,7 @@ class OllamaGenerateRequest(_OllamaText):
     suffix: Annotated[Any, NotHonoured("no text is inserted before a suffix", ("",))] = None
     template: Annotated[Any, NotHonoured("the model's own chat template is used", ("",))] = None
     context: Annotated[Any, NotHonoured("send the conversation to /api/chat", ([],))] = None
-    images: Annotated[Any, NotHonoured("this model reads text only", ([],))] = None
+    images: Images = None
     width: Annotated[Any, NotHonoured("this server makes no images")] = None
     height: Annotated[Any, NotHonoured("this server makes no images")] = None
     steps: Annotated[Any, NotHonoured("this server makes no images")] = None

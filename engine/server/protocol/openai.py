@@ -29,6 +29,7 @@ from engine.server.protocol.base import (
     no_alternatives,
     unsupported_true,
 )
+from engine.server.protocol.media import MediaPart
 from engine.server.protocol.messages import (
     Message,
     Tools,
@@ -51,6 +52,15 @@ class ToolCall(Body):
     function: FunctionCall
 
 
+def _no_images(v: Any) -> Any:
+    if v:
+        raise refuse(
+            "is Ollama's field, not this API's: send images as image_url content parts "
+            '({"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}})'
+        )
+    return v
+
+
 class ChatMessage(Message):
     ROLE_FIELDS = (
         ("assistant", "tool_calls"),
@@ -62,8 +72,16 @@ class ChatMessage(Message):
     reasoning_content: str | None = None
     tool_call_id: str | None = None
     name: str | None = None
+    # Only an empty list passes: Ollama's field is refused by name rather than ignored.
+    images: Annotated[
+        Annotated[list[str], Field(max_length=0)] | None,
+        BeforeValidator(_no_images),
+        Field(description="refused: Ollama's field; send image_url content parts"),
+    ] = None
     refusal: Annotated[Any, NotHonoured("send a refusal as the content")] = None
-    audio: Annotated[Any, NotHonoured("this model reads text only")] = None
+    audio: Annotated[
+        Any, NotHonoured("an earlier answer's audio: send audio as input_audio content parts")
+    ] = None
     function_call: Annotated[Any, NotHonoured("the deprecated function call; send tool_calls")] = (
         None
     )
@@ -157,6 +175,10 @@ class _Messages(Body):
 
     def chat_messages(self) -> list[dict[str, Any]]:
         return [m.as_chat(i) for i, m in enumerate(self.messages)]
+
+    def chat_media(self) -> list[MediaPart]:
+        """The images and audio of the messages, in the order of their markers."""
+        return [p for i, m in enumerate(self.messages) for p in m.media(i)]
 
 
 def _no_bias(v: Any) -> Any:

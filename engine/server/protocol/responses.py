@@ -9,7 +9,6 @@ from pydantic import BeforeValidator, Field, Tag, ValidationInfo, field_validato
 
 from engine.server.body_model import Body, NotHonoured, refuse, refuse_whole
 from engine.server.protocol.agent import (
-    TEXT_ONLY,
     Harmless,
     PositiveInt,
     Temperature2,
@@ -19,6 +18,7 @@ from engine.server.protocol.agent import (
     tools_of,
 )
 from engine.server.protocol.base import MAX_TOOLS, TOOL_NAME, Reply
+from engine.server.protocol.media import MediaPart, ResponsesImagePart, media_text
 
 
 class ResponsesTextPart(Body):
@@ -33,30 +33,66 @@ class ResponsesRefusalPart(Body):
 
 ResponsesPart = Annotated[
     Annotated[ResponsesTextPart, Tag("type=text")]
-    | Annotated[ResponsesRefusalPart, Tag("type=refusal")],
-    by_type({"input_text": "type=text", "output_text": "type=text", "refusal": "type=refusal"}),
+    | Annotated[ResponsesRefusalPart, Tag("type=refusal")]
+    | Annotated[ResponsesImagePart, Tag("type=image")],
+    by_type(
+        {
+            "input_text": "type=text",
+            "output_text": "type=text",
+            "refusal": "type=refusal",
+            "input_image": "type=image",
+        }
+    ),
 ]
+_NOT_READ = {
+    "input_file": "files are not read here; send their text",
+    "input_audio": "audio is read on /v1/chat/completions (input_audio parts), not here",
+}
 
 
-def _text_parts(v: Any) -> Any:
-    if isinstance(v, list):
-        for p in v:
-            if isinstance(p, dict) and p.get("type") in (
-                "input_image",
-                "input_file",
-                "input_audio",
-            ):
-                raise refuse(f"{TEXT_ONLY} (a part of type '{p['type']}')")
-    return v
+def _parts(images: bool) -> Any:
+    def check(v: Any) -> Any:
+        for p in v if isinstance(v, list) else ():
+            kind = p.get("type") if isinstance(p, dict) else None
+            if kind in _NOT_READ:
+                why = _NOT_READ[kind]
+                raise refuse(f"has a part of type '{kind}', which is not supported: {why}")
+            if kind == "input_image" and not images:
+                raise refuse(
+                    "has an image, which a function call's output cannot hold here: send it "
+                    "in a user message"
+                )
+        return v
+
+    return BeforeValidator(check)
 
 
-ResponsesContent = Annotated[str | list[ResponsesPart], BeforeValidator(_text_parts)]
+ResponsesContent = Annotated[str | list[ResponsesPart], _parts(images=True)]
+ResponsesOutput = Annotated[str | list[ResponsesPart], _parts(images=False)]
+Parts = str | list[ResponsesTextPart | ResponsesRefusalPart | ResponsesImagePart]
 
 
-def parts_text(content: str | list[ResponsesTextPart | ResponsesRefusalPart]) -> str:
+def parts_text(content: Parts) -> str:
+    """The parts as one string, each image as its marker."""
     if isinstance(content, str):
         return content
-    return "".join(p.text if isinstance(p, ResponsesTextPart) else p.refusal for p in content)
+    return "".join(
+        p.text
+        if isinstance(p, ResponsesTextPart)
+        else p.refusal
+        if isinstance(p, ResponsesRefusalPart)
+        else media_text()
+        for p in content
+    )
+
+
+def parts_media(content: Parts, where: str) -> list[MediaPart]:
+    """The images of the parts, in the order of their markers in `parts_text`."""
+    if isinstance(content, str):
+        return []
+    return [
+        p.media(f"{where}[{j}]") for j, p in enumerate(content) if isinstance(p, ResponsesImagePart)
+    ]
 
 
 class ResponsesMessageItem(Body):
@@ -75,7 +111,7 @@ class ResponsesFunctionCallItem(Body):
 class ResponsesFunctionCallOutputItem(Body):
     type: Literal["function_call_output"]
     call_id: Annotated[str, Field(min_length=1)]
-    output: ResponsesContent
+    output: ResponsesOutput
 
 
 class ResponsesSummaryText(Body):
