@@ -14,6 +14,11 @@ def write_text_atomic(path: Path | str, text: str, *, encoding: str = "utf-8") -
     it over `path` (`os.replace` is atomic within one file system). On any failure the
     temporary file is removed and the error (an `OSError` for a full disk, a missing folder,
     no permission) is raised as it came."""
+    write_bytes_atomic(path, text.encode(encoding))
+
+
+def write_bytes_atomic(path: Path | str, data: bytes) -> None:
+    """`write_text_atomic` for bytes."""
     target = Path(path)
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.part")
     # os.open with 0o666: the umask applies, so the export gets the permissions a plain
@@ -21,7 +26,7 @@ def write_text_atomic(path: Path | str, text: str, *, encoding: str = "utf-8") -
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(text.encode(encoding))
+            f.write(data)
             f.flush()
             # On the disk before the rename: a crash then leaves the old file or the new one.
             os.fsync(f.fileno())
@@ -32,4 +37,4 @@ def write_text_atomic(path: Path | str, text: str, *, encoding: str = "utf-8") -
         raise
 
 
-__all__ = ["write_text_atomic"]
+__all__ = ["write_bytes_atomic", "write_text_atomic"]

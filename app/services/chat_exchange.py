@@ -2,7 +2,8 @@
 Export and Import write and read.
 
 JSON is lossless (every branch, settings, stats, tool calls and results, the passages a
-grounded answer was given) and is what `import_data` reads back, along with a plain list of
+grounded answer was given, attached images and audio: each file once, in base64, under
+`attachments` by its SHA-256) and is what `import_data` reads back, along with a plain list of
 conversations that have `messages`; Markdown is for reading (each chat's active branch; a
 grounded answer lists its Sources). The storage is `ChatStore`'s: this module only turns its
 conversations into files and files into conversations.
@@ -10,6 +11,8 @@ conversations into files and files into conversations.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from collections.abc import Sequence
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app.services.atomic_write import write_text_atomic
+from app.services.attachments import Attachment, AttachmentError, attachments_of, sha256_of
 from app.services.chat_store import (
     DEFAULT_TITLE,
     TOOL_STATUSES,
@@ -53,6 +57,7 @@ def message_record(m: StoredMessage) -> dict[str, Any]:
         "tool_call_id": m.tool_call_id,
         "tool_name": m.tool_name,
         "grounding": m.grounding,
+        "attachments": [a.to_dict() for a in m.attachments],
         # Derived from status and stats (an import ignores it): a reader of the JSON sees
         # a stopped or cut-off answer without knowing the stats' vocabulary.
         "ended": m.ended,
@@ -82,7 +87,24 @@ def export_all(store: ChatStore, ids: Sequence[int] | None = None) -> dict[str, 
         "format": EXPORT_FORMAT,
         "version": EXPORT_VERSION,
         "conversations": [export_conversation(store, c.id) for c in convs],
+        "attachments": _files(store, convs),
     }
+
+
+def _files(store: ChatStore, convs: Sequence[StoredConversation]) -> dict[str, str]:
+    """The attached files of `convs`' messages, base64 by hash (a file gone from the disk
+    is left out: its message is imported without it)."""
+    out: dict[str, str] = {}
+    for c in convs:
+        for m in store.messages(c.id):
+            for a in m.attachments:
+                if a.sha256 in out:
+                    continue
+                try:
+                    out[a.sha256] = base64.b64encode(store.attachment_data(a)).decode("ascii")
+                except ChatStoreError:
+                    continue
+    return out
 
 
 # -- Markdown --------------------------------------------------------------------------------------
@@ -195,6 +217,8 @@ def export_markdown(conversations: Sequence[dict[str, Any]]) -> str:
             if m["content"] or not calls:
                 out.append(f"{m['content']}\n")
             out.extend(_tool_call_markdown(call) for call in calls)
+            for a in m.get("attachments") or []:
+                out.append(f"*Attached {a.get('kind', 'file')}: {a.get('name', '')}*\n")
             if m.get("grounding"):
                 sources = _sources_markdown(m["grounding"])
                 if sources:
@@ -251,7 +275,42 @@ def import_data(store: ChatStore, data: Any) -> list[int]:
         if not isinstance(c, dict):
             raise ChatStoreError(f"conversation #{i + 1} in the file is not an object")
         records.append(_read_conversation(c, i))
+    files = data.get("attachments") if isinstance(data, dict) else None
+    _keep_files(store, records, files if isinstance(files, dict) else {})
     return store.restore(records)
+
+
+def _keep_files(
+    store: ChatStore,
+    records: list[tuple[StoredConversation, list[StoredMessage]]],
+    files: dict[str, Any],
+) -> None:
+    """Write the attached files the messages refer to before the messages are stored (a
+    crash in between leaves files that the next start sweeps, never a message without its
+    file). A reference whose file is neither here already nor in the export (or whose bytes
+    there are not what its hash says) is dropped from its message."""
+    kept: dict[str, bool] = {}
+    for _, msgs in records:
+        for m in msgs:
+            for a in m.attachments:
+                if a.sha256 not in kept:
+                    kept[a.sha256] = _keep_file(store, a, files.get(a.sha256))
+            m.attachments = [a for a in m.attachments if kept[a.sha256]]
+
+
+def _keep_file(store: ChatStore, a: Attachment, encoded: Any) -> bool:
+    if store.files is not None and store.files.has(a.sha256):
+        return True  # the same bytes are here already (the hash names them)
+    if not isinstance(encoded, str):
+        return False
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        return False
+    if sha256_of(data) != a.sha256:
+        return False
+    store.save_attachment(data, a.name, a.kind)
+    return True
 
 
 def _timestamp(value: Any) -> float:
@@ -285,6 +344,9 @@ def _read_conversation(
         try:
             calls = stored_tool_calls(m.get("tool_calls") or [])
             grounding = stored_grounding(m.get("grounding"))
+            attached = attachments_of(m.get("attachments"))
+        except AttachmentError as e:
+            raise ChatStoreError(f"conversation #{index + 1}, message #{j + 1}: {e}") from None
         except ChatStoreError as e:
             raise ChatStoreError(f"conversation #{index + 1}, message #{j + 1}: {e}") from None
         thinking, call_id, tool_name = m.get("thinking"), m.get("tool_call_id"), m.get("tool_name")
@@ -305,6 +367,7 @@ def _read_conversation(
                 tool_call_id=call_id if isinstance(call_id, str) else None,
                 tool_name=tool_name if isinstance(tool_name, str) else None,
                 grounding=grounding,
+                attachments=attached,
             )
         )
         place[m.get("id", j)] = j

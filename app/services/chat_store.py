@@ -13,6 +13,12 @@ after the other, so the active branch stays a single line. A result row is writt
 before the tool starts and rewritten when it ends; `recover_interrupted()` treats a leftover
 'running' result like a leftover 'streaming' answer.
 
+Attachments (schema 6): a user message may carry images and audio (`attachments`: hash, name,
+kind), kept as content-addressed files in a folder beside the database
+(`app.services.attachments`): each file is written before the message that refers to it, and
+removed when the last message referring to it is deleted or purged. `recover_interrupted()`
+also sweeps files a crash left without a message.
+
 Documents (schema 5): an answer grounded in a chat's collections keeps the passages it was
 given (`grounding`: their numbers, files, pages, spans and text, and the token figures), so
 reopening, continuing and exporting it show what it was written from.
@@ -33,9 +39,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.services.attachments import (
+    Attachment,
+    AttachmentError,
+    AttachmentFiles,
+    AttachmentKind,
+    attachments_of,
+)
 from engine.rag.grounding import Grounding
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DEFAULT_TITLE = "New chat"
 
 
@@ -77,6 +90,8 @@ class StoredMessage:
     tool_name: str | None = None
     # An answer grounded in documents: `Grounding.to_dict()` ({} for none).
     grounding: dict[str, Any] = field(default_factory=dict)
+    # Images and audio sent with a user message, in the order they were attached.
+    attachments: list[Attachment] = field(default_factory=list)
 
     @property
     def truncated(self) -> bool:
@@ -206,12 +221,20 @@ _V5_SQL = """
 """
 
 
+# Version 6: a message's attachments, a JSON list of {"sha256", "name", "kind"} (the files
+# are in the attachments folder, named by hash).
+_V6_SQL = """
+        ALTER TABLE messages ADD COLUMN attachments TEXT NOT NULL DEFAULT '[]';
+"""
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None] | None]] = [
     (_V1_SQL, None),
     (_V2_SQL, _chain_flat_history),
     (_V3_SQL, None),
     (_V4_SQL, None),
     (_V5_SQL, None),
+    (_V6_SQL, None),
 ]
 
 
@@ -232,7 +255,19 @@ def _row_message(r: sqlite3.Row) -> StoredMessage:
         tool_call_id=r["tool_call_id"],
         tool_name=r["tool_name"],
         grounding=json.loads(r["grounding"] or "{}"),
+        attachments=_read_attachments(r["attachments"]),
     )
+
+
+def _read_attachments(raw: str | None) -> list[Attachment]:
+    try:
+        return attachments_of(json.loads(raw or "[]"))
+    except (ValueError, AttachmentError):  # a hand-edited row: the message without them
+        return []
+
+
+def _attachments_json(attachments: Sequence[Attachment]) -> str:
+    return json.dumps([a.to_dict() for a in attachments], ensure_ascii=False)
 
 
 def stored_grounding(value: Any) -> dict[str, Any]:
@@ -309,8 +344,11 @@ class ChatStore:
     def __init__(self, path: Path | str, *, clock: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
         self._clock = clock
+        # The attached files, beside the database ("chats-attachments"; None in memory).
+        self.files: AttachmentFiles | None = None
         if str(path) != ":memory:":
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.files = AttachmentFiles(self.path.with_name(f"{self.path.stem}-attachments"))
         try:
             self._db = sqlite3.connect(str(path), timeout=10, isolation_level=None)
             self._db.row_factory = sqlite3.Row
@@ -472,6 +510,7 @@ class ChatStore:
 
     def purge_deleted(self, older_than_s: float = 0.0) -> int:
         cutoff = self._clock() - older_than_s
+        released: set[str] = set()
         with self._tx() as db:
             ids = [
                 r[0]
@@ -481,11 +520,15 @@ class ChatStore:
                 )
             ]
             for cid in ids:
+                released |= self._attached(
+                    "SELECT attachments FROM messages WHERE conversation_id = ?", (cid,)
+                )
                 db.execute("UPDATE conversations SET active_leaf_id = NULL WHERE id = ?", (cid,))
                 # Children first: parent_id references must never dangle.
                 db.execute("UPDATE messages SET parent_id = NULL WHERE conversation_id = ?", (cid,))
                 db.execute("DELETE FROM messages WHERE conversation_id = ?", (cid,))
                 db.execute("DELETE FROM conversations WHERE id = ?", (cid,))
+        self._release(released)
         return len(ids)
 
     # -- messages ----------------------------------------------------------------------------
@@ -506,12 +549,15 @@ class ChatStore:
         tool_call_id: str | None = None,
         tool_name: str | None = None,
         grounding: dict[str, Any] | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> StoredMessage:
-        """Append a message. `parent_id=True` (default) attaches it to the active leaf; an
+        """Append a message. `attachments`: files already kept (`save_attachment`).
+        `parent_id=True` (default) attaches it to the active leaf; an
         explicit parent creates a branch (a sibling of that parent's other children).
         A tool result is better added with `add_tool_result`, which finds its place."""
         calls = stored_tool_calls(tool_calls or [])
         grounded = stored_grounding(grounding)
+        self._check_kept(attachments)
         conv = self.conversation(conversation_id)
         parent = conv.active_leaf_id if parent_id is True else parent_id
         if isinstance(parent, bool):
@@ -525,7 +571,7 @@ class ChatStore:
             cur = db.execute(
                 "INSERT INTO messages(conversation_id, parent_id, role, content, created_at, "
                 "status, model, stats, sampling, thinking, tool_calls, tool_call_id, tool_name, "
-                "grounding) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "grounding, attachments) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     conversation_id,
                     parent,
@@ -541,6 +587,7 @@ class ChatStore:
                     tool_call_id,
                     tool_name,
                     json.dumps(grounded, ensure_ascii=False),
+                    _attachments_json(attachments),
                 ),
             )
             mid = int(cur.lastrowid or 0)
@@ -710,6 +757,7 @@ class ChatStore:
                 )
             ]
             i += 1
+        released = {a.sha256 for mid in doomed for a in self.message(mid).attachments}
         with self._tx() as db:
             for mid in reversed(doomed):
                 db.execute("DELETE FROM messages WHERE id = ?", (mid,))
@@ -720,6 +768,7 @@ class ChatStore:
                     "UPDATE conversations SET active_leaf_id = ? WHERE id = ?",
                     (leaf, m.conversation_id),
                 )
+        self._release(released)
 
     def children(
         self, message_id: int | None, conversation_id: int | None = None
@@ -808,7 +857,60 @@ class ChatStore:
                         "UPDATE messages SET status = 'interrupted', stats = ? WHERE id = ?",
                         (json.dumps(m.stats), m.id),
                     )
+        self.sweep_attachments()
         return [self.message(r["id"]) for r in rows]
+
+    # -- attachments -------------------------------------------------------------------------
+
+    def save_attachment(self, data: bytes, name: str, kind: AttachmentKind) -> Attachment:
+        """Keep an attached file (written whole before this returns), for `add_message` to
+        refer to. ChatStoreError (one line) when it cannot be written."""
+        if self.files is None:
+            raise ChatStoreError("a chat history in memory keeps no attachments")
+        try:
+            sha = self.files.put(data)
+        except AttachmentError as e:
+            raise ChatStoreError(str(e)) from None
+        except OSError as e:
+            raise ChatStoreError(f"the attachment {name} cannot be saved: {e.strerror}") from None
+        return Attachment(sha, name, kind)
+
+    def attachment_data(self, attachment: Attachment) -> bytes:
+        """The bytes of a message's attachment; ChatStoreError (one line) when it is gone."""
+        if self.files is None:
+            raise ChatStoreError("a chat history in memory keeps no attachments")
+        try:
+            return self.files.read(attachment.sha256)
+        except AttachmentError as e:
+            raise ChatStoreError(f"{attachment.name}: {e}") from None
+
+    def _check_kept(self, attachments: Sequence[Attachment]) -> None:
+        """A message refers only to files already written (so a crash never leaves a
+        message pointing at nothing)."""
+        for a in attachments:
+            if self.files is None or not self.files.has(a.sha256):
+                raise ChatStoreError(f"{a.name} was not saved before its message")
+
+    def _attached(self, sql: str, args: tuple[Any, ...]) -> set[str]:
+        return {a.sha256 for (raw,) in self._db.execute(sql, args) for a in _read_attachments(raw)}
+
+    def referenced_attachments(self) -> set[str]:
+        """The hashes some message (a deleted conversation's too, until purged) refers to."""
+        return self._attached("SELECT attachments FROM messages WHERE attachments != '[]'", ())
+
+    def _release(self, hashes: set[str]) -> None:
+        """Remove the files of `hashes` that no message refers to any more."""
+        if self.files is not None and hashes:
+            self.files.remove(hashes - self.referenced_attachments())
+
+    def sweep_attachments(self, older_than_s: float | None = None) -> int:
+        """Remove attached files no message refers to (a crash between writing a file and
+        its message), older than the grace period; how many went."""
+        if self.files is None:
+            return 0
+        if older_than_s is None:
+            return self.files.sweep(self.referenced_attachments())
+        return self.files.sweep(self.referenced_attachments(), older_than_s)
 
     # -- search ------------------------------------------------------------------------------
 
@@ -872,6 +974,7 @@ class ChatStore:
         conversation's `active_leaf_id` one of its messages. A timestamp of 0 (unknown) is
         stored as now; tool calls are brought to the stored shape."""
         new_ids: list[int] = []
+        self._check_kept([a for _, msgs in conversations for m in msgs for a in m.attachments])
         with self._tx() as db:
             for conv, msgs in conversations:
                 now = self._clock()
@@ -892,8 +995,8 @@ class ChatStore:
                     cur = db.execute(
                         "INSERT INTO messages(conversation_id, parent_id, role, content, "
                         "created_at, status, model, stats, sampling, thinking, tool_calls, "
-                        "tool_call_id, tool_name, grounding) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "tool_call_id, tool_name, grounding, attachments) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (
                             cid,
                             stored.get(m.parent_id) if m.parent_id is not None else None,
@@ -909,6 +1012,7 @@ class ChatStore:
                             m.tool_call_id,
                             m.tool_name,
                             json.dumps(stored_grounding(m.grounding), ensure_ascii=False),
+                            _attachments_json(m.attachments),
                         ),
                     )
                     stored[m.id] = int(cur.lastrowid or 0)

@@ -44,10 +44,13 @@ def test_schema_5_migrates_a_version_4_database(tmp_path: Path) -> None:
         s.add_message(c.id, "user", "old question")
         old = s.add_message(c.id, "assistant", "old answer", stats={"gen_tokens": 2})
     db = sqlite3.connect(path)
-    db.executescript("ALTER TABLE messages DROP COLUMN grounding; PRAGMA user_version = 4;")
+    db.executescript(
+        "ALTER TABLE messages DROP COLUMN attachments; "  # schema 6's
+        "ALTER TABLE messages DROP COLUMN grounding; PRAGMA user_version = 4;"
+    )
     db.close()
     with ChatStore(path) as s:
-        assert s.schema_version == SCHEMA_VERSION == 5
+        assert s.schema_version == SCHEMA_VERSION >= 5
         answer = s.message(old.id)
         assert (answer.content, answer.stats, answer.grounding) == (
             "old answer",

@@ -38,6 +38,7 @@ def test_migrates_a_version_2_database(tmp_path: Path) -> None:
         s.add_message(c.id, "assistant", "old answer", stats={"gen_tokens": 2})
     db = sqlite3.connect(path)
     db.executescript(
+        "ALTER TABLE messages DROP COLUMN attachments; "  # schema 6's
         "ALTER TABLE messages DROP COLUMN grounding; "  # schema 5's
         "ALTER TABLE messages DROP COLUMN tool_calls; "  # schema 4's
         "ALTER TABLE messages DROP COLUMN tool_call_id; "

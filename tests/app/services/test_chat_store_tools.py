@@ -76,6 +76,7 @@ def test_schema_4_migrates_a_version_3_database_keeping_its_data(tmp_path: Path)
         second = s.add_message(c.id, "assistant", "second", parent_id=u.id, thinking="hm")
     db = sqlite3.connect(path)
     db.executescript(
+        "ALTER TABLE messages DROP COLUMN attachments; "  # schema 6's
         "ALTER TABLE messages DROP COLUMN grounding; "  # schema 5's
         "ALTER TABLE messages DROP COLUMN tool_calls; "
         "ALTER TABLE messages DROP COLUMN tool_call_id; "
