@@ -174,6 +174,20 @@ def vision_projector_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def smolvlm_text_path(smollm2_path: Path) -> Path:
+    """SmolLM2 with the two image tokens the idefics3 layout looks up
+    (tests/smolvlm_text_gguf.py): the test projector's text model as llama-server takes it."""
+    from tests import smolvlm_text_gguf
+
+    target = ARTIFACTS / "models" / "smolvlm-text-test.gguf"
+    source = Path(smolvlm_text_gguf.__file__)
+    newest = max(source.stat().st_mtime, smollm2_path.stat().st_mtime)
+    if not target.exists() or target.stat().st_mtime < newest:
+        smolvlm_text_gguf.write_smolvlm_text(smollm2_path, target)
+    return target
+
+
+@pytest.fixture(scope="session")
 def audio_projector_path() -> Path:
     """A small ultravox audio projector with seeded random weights for SmolLM2's width
     (tests/projector_gguf.py), built once and rebuilt when that module changes."""

@@ -20,6 +20,7 @@ from engine.media.images import decode_image
 from engine.model.projector_file import check_projector
 from engine.native.projector import marker
 from engine.settings import LoadParams, SamplingParams
+from tests.mtmd_reference import greedy_reply
 from tests.projector_gguf import TOKENS_PER_IMAGE, test_image, test_tone, write_audio_projector
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
@@ -163,3 +164,25 @@ def test_an_ultravox_that_would_abort_the_encode_is_refused_at_load(tmp_path: Pa
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def test_an_image_reply_is_libmtmds_own(
+    smolvlm_text_path: Path, vision_projector_path: Path
+) -> None:
+    """The loop's greedy reply about an image is the token-for-token reply of libmtmd's own
+    helper decoding the same chunks (tests/mtmd_reference.py), on the text model that has
+    the projector's image tokens, as llama-server reads it."""
+    image = decode_image(png(test_image(seed=3)))
+    params = LoadParams(n_ctx=2048, n_threads=2, mmproj=str(vision_projector_path))
+    sampling = SamplingParams(temperature=0.0, repeat_penalty=1.0, max_tokens=24)
+    with Model(smolvlm_text_path, params) as m:
+        prompt = m.render_chat([{"role": "user", "content": marker() + "What is this?"}])
+        mp = m.media_prompt(prompt, [image])
+        assert not any(t == -1 for t in mp.tokens)  # every marker token is in the vocabulary
+        gen = m.submit(mp.tokens, sampling, media=mp)
+        ours = gen.consume()
+        n = gen.stats.gen_tokens
+    assert ours.strip()
+    assert ours == greedy_reply(
+        smolvlm_text_path, vision_projector_path, prompt, image, n, n_ctx=2048
+    )
