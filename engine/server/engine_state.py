@@ -11,6 +11,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -52,6 +53,8 @@ class ServedModel:
     created: int = field(default_factory=lambda: int(time.time()))
     # The server's requests in flight: stopping the server ends these, not the chat's.
     requests: weakref.WeakSet[Request] = field(default_factory=weakref.WeakSet)
+    # Where a request's images and audio are decoded (a photo takes a while): with a projector.
+    media_executor: ThreadPoolExecutor | None = None
 
     @classmethod
     def build(
@@ -63,7 +66,12 @@ class ServedModel:
         with contextlib.suppress(Exception):  # facts are informational only
             facts = model_facts(model.gguf)
         created = int(model.path.stat().st_mtime) if model.path.exists() else int(time.time())
-        return cls(model, sched, model_id, Embedder(model) if embeddings else None, facts, created)
+        embedder = Embedder(model) if embeddings else None
+        media = None
+        if getattr(model, "projector", None) is not None:
+            media = ThreadPoolExecutor(1, thread_name_prefix="candlewick-media")
+            media.submit(lambda: None).result()  # its thread starts now, not in a request
+        return cls(model, sched, model_id, embedder, facts, created, media_executor=media)
 
     @property
     def digest(self) -> str:
@@ -99,6 +107,8 @@ class ServedModel:
         self.cancel_requests()
         if self.embedder is not None:
             self.embedder.close()
+        if self.media_executor is not None:
+            self.media_executor.shutdown(wait=True, cancel_futures=True)
 
 
 # The leases a request holds on models, released when its answer has been sent (streamed

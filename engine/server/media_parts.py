@@ -33,8 +33,8 @@ URL_REFUSED = (
 
 
 async def decode_media(loaded: ServedModel, parts: Sequence[MediaPart]) -> list[Media]:
-    """The parts decoded for `loaded`'s projector (on a worker thread: a photo takes a while),
-    or a 400 naming the first part at fault."""
+    """The parts decoded for `loaded`'s projector (on the model's media thread: a photo takes
+    a while), or a 400 naming the first part at fault."""
     if not parts:
         return []
     proj = loaded.model.projector
@@ -47,7 +47,13 @@ async def decode_media(loaded: ServedModel, parts: Sequence[MediaPart]) -> list[
         )
     for p in parts:
         _check_kind(loaded.model_id, proj, p)
-    return await asyncio.to_thread(lambda: [_decode(proj, p) for p in parts])
+
+    def work() -> list[Media]:
+        return [_decode(proj, p) for p in parts]
+
+    if loaded.media_executor is None:  # served without one: on the event loop
+        return work()
+    return await asyncio.get_running_loop().run_in_executor(loaded.media_executor, work)
 
 
 def _refused(part: MediaPart, message: str, *, own: bool = True) -> ApiError:
