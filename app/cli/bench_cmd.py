@@ -1,6 +1,7 @@
 """`candlewick bench`: measure a model or a server with a realistic workload.
 
     candlewick bench --model default --workload chat --concurrency 1,2,4
+    candlewick bench --model default --mmproj mmproj.gguf --workload vision --concurrency 1,2
     candlewick bench --url http://127.0.0.1:8080 --workload rag --out a.json --plot a.png
     candlewick bench --workload rag --collection notes --questions questions.txt -k 5
     candlewick bench compare a.json b.json
@@ -22,6 +23,7 @@ from typing import Any, TextIO
 
 from app.cli.common import CliError, first_loads, library, positive_int, print_json
 from app.cli.load_options import add_load_options, load_params
+from engine.bench.embedded import round_context
 from engine.bench.harness import (
     BenchConfig,
     EmbeddedTarget,
@@ -35,6 +37,7 @@ from engine.bench.harness import (
     run_benchmark,
 )
 from engine.bench.levels import parse_levels
+from engine.bench.media import check_reads_images, media_context_need
 from engine.bench.rag_workload import DEFAULT_BUDGET, grounded_workload, load_questions
 from engine.bench.report import compare, format_compare, format_table
 from engine.bench.result import BenchError, BenchResult, RetrievalReport
@@ -278,6 +281,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("-k and --rag-budget go with --workload rag --collection NAME")
     else:
         workload = _workload(args.workload)
+    if workload.images and not args.url and not args.mmproj:
+        raise CliError(f"--workload {args.workload} needs the model's projector: add --mmproj PATH")
     config = BenchConfig(
         concurrency=args.concurrency,
         requests=args.requests,
@@ -404,9 +409,23 @@ def _embedded_target(
     params = bench_load_params(args, n_ctx)
     model = Model(path, params, first_loads=first_loads())
     closers.append(model.close)
+    if workload.images:
+        _fit_images(model, workload, args)
     if params.n_seq_max == 1:
         return EmbeddedTarget(model, sampling), model.gguf
     return SchedulerTarget(model, sampling), model.gguf
+
+
+def _fit_images(model: Model, workload: Workload, args: argparse.Namespace) -> None:
+    """A model that reads the workload's images, with a context that holds them: the text
+    tokenizer cannot count their tokens, the loaded projector can."""
+    check_reads_images(model, workload)
+    if args.ctx is not None:
+        return
+    need = round_context(media_context_need(model, workload, args.max_tokens))
+    loop = model.loop
+    if need > loop.n_ctx_seq:
+        loop.resize(loop.n_slots, need)
 
 
 def _http_target(

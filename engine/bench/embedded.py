@@ -5,7 +5,8 @@ are those of the engine the chat and the local server use. For the run the loop'
 recreated on the same weights with one sequence per concurrent request and a context per
 request that holds the workload's longest prompt with its answer; afterwards it gets the
 chat's shape back (the chat's history comes back from its KV snapshot). The chat waits
-meanwhile, and the run is refused while the local server holds the slots.
+meanwhile, and the run is refused while the local server holds the slots. A workload with
+images needs the model loaded with a vision projector; its prompts' images are counted by it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from engine.bench.harness import (
     Tokenizer,
     run_benchmark,
 )
+from engine.bench.media import check_reads_images, media_context_need
 from engine.bench.result import BenchResult
 from engine.bench.workloads import Workload
 from engine.host.runtime import Model
@@ -44,6 +46,11 @@ def context_per_request(path: Path, workload: Workload, max_tokens_cap: int | No
         )
     finally:
         tok.close()
+    return round_context(need)
+
+
+def round_context(need: int) -> int:
+    """A context for `need` tokens with the unique tag: a multiple of 256."""
     return int(math.ceil((need + TAG_TOKENS) / 256) * 256)
 
 
@@ -64,8 +71,11 @@ def run_loaded_benchmark(
     Raises `EngineError` (incl. `BenchError`) when it cannot run, e.g. while the local server
     holds the model's slots."""
     config.validate()
+    check_reads_images(model, workload)
     cancel = cancel or threading.Event()
     n_ctx = context_per_request(model.path, workload, config.max_tokens)
+    if workload.images:
+        n_ctx = max(n_ctx, round_context(media_context_need(model, workload, config.max_tokens)))
     slots = max(config.concurrency)
     loop = model.loop
     loop.lease(LEASE, slots, n_ctx)
@@ -82,4 +92,4 @@ def run_loaded_benchmark(
         loop.release(LEASE)
 
 
-__all__ = ["TAG_TOKENS", "context_per_request", "run_loaded_benchmark"]
+__all__ = ["TAG_TOKENS", "context_per_request", "round_context", "run_loaded_benchmark"]

@@ -25,10 +25,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from engine.bench import media as bench_media
 from engine.bench.hw import PeakSampler, machine_context, measure_read_bandwidth
 from engine.bench.metrics import (
     LevelMetrics,
@@ -48,8 +49,9 @@ from engine.bench.result import (
 from engine.bench.workloads import Prompt, Workload
 from engine.errors import EngineError
 from engine.host.requests import Event as SchedulerEvent
-from engine.host.requests import Finished, Piece
+from engine.host.requests import Finished, Piece, Request
 from engine.host.runtime import Model
+from engine.host.stats import GenerationStats
 from engine.model.facts import model_facts
 from engine.model.gguf import GGUFFile, read_gguf
 from engine.model.semantics import check_model
@@ -114,7 +116,13 @@ class EmbeddedTarget:
         try:
             self.model.reset_cache()
             # Not interactive: a benchmark goes behind the chat, as an API client does.
-            gen = self.model.generate(list(prompt.messages), sp, cancel=cancel, interactive=False)
+            gen = self.model.generate(
+                list(prompt.messages),
+                sp,
+                cancel=cancel,
+                interactive=False,
+                media=bench_media.pixels(prompt) if prompt.images else (),
+            )
             for _piece in gen:
                 if t_first is None:
                     t_first = time.perf_counter()
@@ -136,6 +144,7 @@ class EmbeddedTarget:
             finish_reason=st.stop_reason,
             engine_prompt_tps=st.prompt_tps or None,
             engine_gen_tps=st.gen_tps or None,
+            **_media_stats(prompt, st),
         )
 
     def describe(self) -> dict[str, Any]:
@@ -184,8 +193,7 @@ class SchedulerTarget:
 
         t0 = time.perf_counter()
         try:
-            tokens = self.model.chat_tokens(list(prompt.messages))
-            req = self.scheduler.submit(tokens, sp, on_event)
+            req = self._submit(prompt, sp, on_event)
         except EngineError as e:
             return RequestTrace(
                 index=0, t_start=t0, t_end=time.perf_counter(), error=str(e), token_source="engine"
@@ -209,7 +217,21 @@ class SchedulerTarget:
             finish_reason=st.stop_reason,
             engine_prompt_tps=st.prompt_tps or None,
             engine_gen_tps=st.gen_tps or None,
+            **_media_stats(prompt, st),
         )
+
+    def _submit(
+        self, prompt: Prompt, sp: SamplingParams, on_event: Callable[[SchedulerEvent], None]
+    ) -> Request:
+        messages = list(prompt.messages)
+        if not prompt.images:
+            return self.scheduler.submit(self.model.chat_tokens(messages), sp, on_event)
+        mp = self.model.media_prompt(self.model.render_chat(messages), bench_media.pixels(prompt))
+        try:  # the loop closes the media prompt when the request ends
+            return self.scheduler.submit(mp.tokens, sp, on_event, media=mp)
+        except BaseException:
+            mp.close()
+            raise
 
     def describe(self) -> dict[str, Any]:
         m = self.model
@@ -305,8 +327,16 @@ class HttpTarget:
         self.sampling = sampling or SamplingSetup()
 
     def run(self, prompt: Prompt, max_tokens: int, cancel: threading.Event) -> RequestTrace:
+        messages: list[dict[str, Any]] = [dict(m) for m in prompt.messages]
+        if prompt.images:
+            to_api = (
+                bench_media.ollama_messages
+                if self.client.api == "ollama"
+                else bench_media.openai_messages
+            )
+            messages = to_api(prompt)
         r = self.client.chat(
-            list(prompt.messages),
+            messages,
             max_tokens=max_tokens,
             temperature=self.sampling.temperature,
             seed=self.sampling.seed,
@@ -341,6 +371,7 @@ class HttpTarget:
             timed_out=r.timed_out,
             token_source=source,
             finish_reason=r.finish_reason,
+            images=len(prompt.images),  # what the server's projector did is not reported
         )
 
     def describe(self) -> dict[str, Any]:
@@ -355,6 +386,18 @@ class HttpTarget:
         if self.tokenizer is not None:
             d.update(_model_description(self.tokenizer.gguf, self.tokenizer.path))
         return d
+
+
+def _media_stats(prompt: Prompt, st: GenerationStats) -> dict[str, Any]:
+    """A trace's image fields from a finished request's `GenerationStats`."""
+    if not prompt.images:
+        return {}
+    return {
+        "images": len(prompt.images),
+        "media_tokens": st.media_tokens,
+        "media_encoded": st.media_encoded,
+        "media_encode_ms": st.media_encode_ms,
+    }
 
 
 def local_server_pid(url: str) -> int | None:
@@ -472,7 +515,7 @@ def tag_prompt(prompt: Prompt, tag: str) -> Prompt:
     """`prompt` with `[tag] ` before its first message: a different token from the start."""
     first, *rest = prompt.messages
     tagged = {**first, "content": f"[{tag}] {first['content']}"}
-    return Prompt(id=prompt.id, messages=(tagged, *rest), max_tokens=prompt.max_tokens)
+    return replace(prompt, messages=(tagged, *rest))
 
 
 def bytes_per_token(gf: GGUFFile) -> int:
@@ -594,7 +637,10 @@ def run_benchmark(
         target=target.describe(),
         machine={**machine_context(), "load_avg_1m_before": load_before},
         workload=WorkloadInfo(
-            name=workload.name, source=workload.source, prompts=len(workload.prompts)
+            name=workload.name,
+            source=workload.source,
+            prompts=len(workload.prompts),
+            images=workload.images,
         ),
         config=RunSettings(
             concurrency=levels,

@@ -16,6 +16,13 @@ Definitions (all client-side, as a user of the runtime experiences it):
 - failure rate: (errors + timeouts) / requests.
 - max concurrent requests: the largest concurrency whose TTFT p95 meets the objective with no
   failures.
+
+With images (a workload whose prompts carry them), each request also records how many it
+sent and, from the embedded engine, what the projector did: the media tokens its images
+became and the time spent encoding them (`media_encode_ms`, part of TTFT; 0 chunks encoded
+when the KV cache already held them). A level reports the encode time's p50/p95 and the
+media rate: media tokens / encode time of each request that encoded its images, p50. A
+text workload's traces and levels carry none of these keys.
 """
 
 from __future__ import annotations
@@ -42,6 +49,11 @@ class RequestTrace:
     finish_reason: str | None = None
     engine_prompt_tps: float | None = None  # llama.cpp's own counters, embedded engine only
     engine_gen_tps: float | None = None
+    # Images (MEDIA_TRACE_FIELDS): sent, and from the engine's stats (None: not reported).
+    images: int = 0
+    media_tokens: int | None = None
+    media_encoded: int | None = None  # chunks the projector encoded for this request
+    media_encode_ms: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -71,10 +83,22 @@ class RequestTrace:
             return None
         return (self.completion_tokens - 1) / span
 
+    @property
+    def media_tps(self) -> float | None:
+        """Media tokens per second of encoding (None: nothing was encoded)."""
+        if not self.media_encoded or not self.media_tokens or not self.media_encode_ms:
+            return None
+        return self.media_tokens / (self.media_encode_ms / 1000)
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["ttft"] = self.ttft
         d["latency"] = self.latency
+        if self.images:
+            d["media_tps"] = self.media_tps
+        else:  # a text request: its JSON as before images were measured
+            for k in MEDIA_TRACE_FIELDS:
+                del d[k]
         return d
 
     @classmethod
@@ -135,14 +159,46 @@ class LevelMetrics:
     engine_prompt_tps_p50: float | None = None  # llama.cpp's own counters (embedded only)
     engine_gen_tps_p50: float | None = None
     error_samples: list[str] = field(default_factory=list)
+    # Images (MEDIA_LEVEL_FIELDS), over the successful requests; None: not reported.
+    images: int = 0  # images sent
+    media_tokens: int | None = None  # all together
+    media_encode_ms_p50: float | None = None  # per request that encoded its images
+    media_encode_ms_p95: float | None = None
+    media_tps_p50: float | None = None  # media tokens / encode time, per request
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.images:  # a text level: its JSON as before images were measured
+            for k in MEDIA_LEVEL_FIELDS:
+                del d[k]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LevelMetrics:
         names = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+MEDIA_TRACE_FIELDS = ("images", "media_tokens", "media_encoded", "media_encode_ms")
+MEDIA_LEVEL_FIELDS = (
+    "images",
+    "media_tokens",
+    "media_encode_ms_p50",
+    "media_encode_ms_p95",
+    "media_tps_p50",
+)
+
+
+def _media(lv: LevelMetrics, ok: Sequence[RequestTrace]) -> None:
+    """The level's image figures from its successful requests."""
+    lv.images = sum(t.images for t in ok)
+    with_media = [t for t in ok if t.images]
+    counted = [t.media_tokens for t in with_media if t.media_tokens is not None]
+    lv.media_tokens = sum(counted) if counted else None
+    encodes = [t.media_encode_ms for t in with_media if t.media_encoded and t.media_encode_ms]
+    lv.media_encode_ms_p50 = percentile(encodes, 50)
+    lv.media_encode_ms_p95 = percentile(encodes, 95)
+    lv.media_tps_p50 = _median(t.media_tps for t in with_media)
 
 
 def level_metrics(
@@ -167,7 +223,7 @@ def level_metrics(
             msg = "timed out" if t.timed_out else str(t.error)
             if msg not in samples:
                 samples.append(msg)
-    return LevelMetrics(
+    lv = LevelMetrics(
         concurrency=concurrency,
         requests=n,
         succeeded=len(ok),
@@ -189,6 +245,8 @@ def level_metrics(
         meets_slo=meets,
         error_samples=samples[:5],
     )
+    _media(lv, ok)
+    return lv
 
 
 def max_concurrency_meeting_slo(levels: Sequence[LevelMetrics]) -> int | None:

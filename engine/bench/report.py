@@ -1,5 +1,7 @@
 """A benchmark result in words: the terminal table, the summary under it (the objective's
-answer, the decode roofline) that the Benchmark window shows too, and two results compared."""
+answer, the decode roofline) that the Benchmark window shows too, and two results compared.
+A workload with images adds their columns and a line on them; a text workload's text is as
+it always was."""
 
 from __future__ import annotations
 
@@ -51,6 +53,8 @@ def summary_lines(result: BenchResult, *, plain: bool = False) -> list[str]:
         if result.target.get("n_gpu_layers"):
             text += " (layers on a GPU: its bandwidth sets the limit, not system RAM's)"
         out.append(text)
+    if result.has_media:
+        out.append(_media_line(result))
     rt = result.retrieval
     if rt is not None:
         s = "s" if rt.questions != 1 else ""
@@ -60,6 +64,19 @@ def summary_lines(result: BenchResult, *, plain: bool = False) -> list[str]:
             f"adds {rt.mean_tokens:.0f} tokens ({rt.mean_passages:.1f} passages) a prompt"
         )
     return out
+
+
+def _media_line(result: BenchResult) -> str:
+    per = f"{result.workload.images} images in {result.workload.prompts} prompts"
+    if all(lv.media_tokens is None for lv in result.levels):
+        return (
+            f"Images: {per}; the server does not report what its projector did "
+            "(encode time and media tokens are the embedded engine's figures)"
+        )
+    return (
+        f"Images: {per}; enc ms = the projector's encode time per request (in TTFT), "
+        "media t/s = media tokens / encode time, media tok = all requests' media tokens"
+    )
 
 
 TABLE_COLUMNS = (
@@ -78,9 +95,13 @@ TABLE_COLUMNS = (
 )
 
 
+MEDIA_COLUMNS = ("images", "media tok", "enc ms p50", "enc ms p95", "media t/s")
+
+
 def format_table(result: BenchResult) -> str:
     """The terminal table (also valid Markdown), the summary and a sample of each failure."""
-    rows = [list(TABLE_COLUMNS)]
+    media = result.has_media
+    rows = [list(TABLE_COLUMNS) + (list(MEDIA_COLUMNS) if media else [])]
     for lv in result.levels:
         rows.append(
             [
@@ -97,6 +118,7 @@ def format_table(result: BenchResult) -> str:
                 _mib(lv.peak_ram_bytes),
                 _mib(lv.peak_vram_bytes),
             ]
+            + (_media_cells(lv) if media else [])
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [
@@ -111,6 +133,16 @@ def format_table(result: BenchResult) -> str:
     return out + ("\n\n" + "\n".join(extra) if extra else "")
 
 
+def _media_cells(lv: LevelMetrics) -> list[str]:
+    return [
+        str(lv.images),
+        _fmt(lv.media_tokens),
+        _fmt(lv.media_encode_ms_p50, 1),
+        _fmt(lv.media_encode_ms_p95, 1),
+        _fmt(lv.media_tps_p50, 0),
+    ]
+
+
 # Higher is better unless listed in LOWER_IS_BETTER.
 COMPARE_METRICS = (
     "ttft_p50",
@@ -123,8 +155,19 @@ COMPARE_METRICS = (
     "failure_rate",
     "peak_ram_bytes",
 )
+# Compared too when both levels sent images.
+MEDIA_COMPARE_METRICS = ("media_encode_ms_p50", "media_encode_ms_p95", "media_tps_p50")
 LOWER_IS_BETTER = frozenset(
-    {"ttft_p50", "ttft_p95", "latency_p50", "latency_p95", "failure_rate", "peak_ram_bytes"}
+    {
+        "ttft_p50",
+        "ttft_p95",
+        "latency_p50",
+        "latency_p95",
+        "failure_rate",
+        "peak_ram_bytes",
+        "media_encode_ms_p50",
+        "media_encode_ms_p95",
+    }
 )
 
 
@@ -136,7 +179,8 @@ def compare(a: BenchResult, b: BenchResult) -> list[dict[str, Any]]:
         lv_a = a_levels.get(lv_b.concurrency)
         if lv_a is None:
             continue
-        for m in COMPARE_METRICS:
+        both_media = bool(lv_a.images and lv_b.images)
+        for m in COMPARE_METRICS + (MEDIA_COMPARE_METRICS if both_media else ()):
             va, vb = getattr(lv_a, m), getattr(lv_b, m)
             ratio = (
                 vb / va
@@ -175,6 +219,8 @@ def format_compare(rows: Sequence[Mapping[str, Any]], a_name: str, b_name: str) 
 __all__ = [
     "COMPARE_METRICS",
     "LOWER_IS_BETTER",
+    "MEDIA_COLUMNS",
+    "MEDIA_COMPARE_METRICS",
     "TABLE_COLUMNS",
     "compare",
     "format_compare",

@@ -39,6 +39,7 @@ class WorkloadInfo:
     name: str = ""
     source: str = ""
     prompts: int = 0  # how many prompts the workload has
+    images: int = 0  # how many images its prompts carry (0: text only, and left out of JSON)
 
 
 @dataclass
@@ -85,6 +86,13 @@ class RetrievalReport:
     budget: int = 0  # the most tokens a prompt's passages could take
 
 
+def _workload_dict(w: WorkloadInfo) -> dict[str, Any]:
+    d = asdict(w)
+    if not w.images:  # a text workload: its JSON as before images were measured
+        del d["images"]
+    return d
+
+
 @dataclass
 class BenchResult:
     """One run: with the hardware and software context, so two results from different
@@ -104,6 +112,11 @@ class BenchResult:
     traces: dict[int, list[RequestTrace]] = field(default_factory=dict)  # by concurrency
     retrieval: RetrievalReport | None = None  # a `rag` workload on a collection
 
+    @property
+    def has_media(self) -> bool:
+        """Whether the workload sent images (the report then shows their figures)."""
+        return bool(self.workload.images) or any(lv.images for lv in self.levels)
+
     def level_cancelled(self, concurrency: int) -> bool:
         """Whether a cancel cut the level short (one of its requests was cancelled)."""
         return any(t.error == "cancelled" for t in self.traces.get(concurrency, []))
@@ -117,7 +130,7 @@ class BenchResult:
             "command": self.command,
             "target": dict(self.target),
             "machine": dict(self.machine),
-            "workload": asdict(self.workload),
+            "workload": _workload_dict(self.workload),
             "config": asdict(self.config),
             "levels": [lv.to_dict() for lv in self.levels],
             "max_concurrency_meeting_slo": self.max_concurrency_meeting_slo,

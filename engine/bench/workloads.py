@@ -3,20 +3,33 @@
 A line is `{"messages": [{"role": ..., "content": ...}, ...], "max_tokens": N, "id": "..."}`;
 `{"prompt": "..."}` is accepted as a single user message. `max_tokens` is the realistic output
 length of that prompt (the benchmark may cap it). The shipped sets live in
-resources/workloads/ and are chosen by name: chat, rag, code.
+resources/workloads/ and are chosen by name: chat, rag, code, vision.
+
+A line may carry images: `"images": ["pictures/a.png", ...]`, paths relative to the workload
+file (or absolute). They go where the messages' text has `<__media__>` markers, one each in
+order; a line whose text has no marker gets them all at the start of its first user message.
+Each file is read and decoded here, so a missing or unreadable image is refused before
+anything runs; a target decodes the bytes again per request, as a server does.
 """
 
 from __future__ import annotations
 
+import io
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.media.images import MediaError, decode_image
+
 BUILTIN_DIR = Path(__file__).resolve().parents[2] / "resources" / "workloads"
-BUILTIN = ("chat", "rag", "code")
+BUILTIN = ("chat", "rag", "code", "vision")
 DEFAULT_MAX_TOKENS = 256
 _ROLES = frozenset({"system", "user", "assistant"})
+# libmtmd's default media marker (engine.native.projector.marker), spelled out so that
+# reading a workload does not load libmtmd.
+MARKER = "<__media__>"
+_MIME = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp", "GIF": "image/gif"}
 
 
 class WorkloadError(ValueError):
@@ -24,10 +37,27 @@ class WorkloadError(ValueError):
 
 
 @dataclass(frozen=True)
+class WorkloadImage:
+    """An image of a prompt: its file's bytes, read and checked when the workload loads."""
+
+    path: Path
+    data: bytes = field(repr=False)
+    mime: str
+    width: int
+    height: int
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+@dataclass(frozen=True)
 class Prompt:
     id: str
     messages: tuple[dict[str, str], ...]
     max_tokens: int
+    # In the order of the messages' markers (MARKER), one marker each.
+    images: tuple[WorkloadImage, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -35,6 +65,11 @@ class Workload:
     name: str
     prompts: tuple[Prompt, ...]
     source: str
+
+    @property
+    def images(self) -> int:
+        """How many images the prompts carry, all together (0: a text workload)."""
+        return sum(len(p.images) for p in self.prompts)
 
     def take(self, n: int) -> list[Prompt]:
         """`n` requests, cycling through the prompts in order."""
@@ -58,8 +93,9 @@ def load_workload(name_or_path: str, *, builtin_dir: Path = BUILTIN_DIR) -> Work
         raise WorkloadError(f"{path.name} is not UTF-8 text") from None
     except OSError as e:
         raise WorkloadError(f"cannot read {path.name}: {e.strerror or e}") from None
+    images: dict[Path, WorkloadImage] = {}  # a picture used by several lines is read once
     prompts = [
-        _parse_line(line, path.name, n)
+        _parse_line(line, path.name, n, base=path.parent, images=images)
         for n, line in enumerate(text.splitlines(), 1)
         if line.strip()
     ]
@@ -70,7 +106,9 @@ def load_workload(name_or_path: str, *, builtin_dir: Path = BUILTIN_DIR) -> Work
     return Workload(name=name, prompts=tuple(prompts), source=source)
 
 
-def _parse_line(line: str, fname: str, n: int) -> Prompt:
+def _parse_line(
+    line: str, fname: str, n: int, *, base: Path, images: dict[Path, WorkloadImage]
+) -> Prompt:
     where = f"{fname} line {n}"
     try:
         obj: Any = json.loads(line)
@@ -100,6 +138,59 @@ def _parse_line(line: str, fname: str, n: int) -> Prompt:
     max_tokens = obj.get("max_tokens", DEFAULT_MAX_TOKENS)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise WorkloadError(f"{where}: 'max_tokens' must be a whole number of at least 1")
+    pictures = _images(obj.get("images", []), where, base, images)
+    markers = sum(m["content"].count(MARKER) for m in messages)
+    if pictures and markers == 0:
+        messages = _place_markers(messages, len(pictures), where)
+    elif markers != len(pictures):
+        raise WorkloadError(
+            f"{where}: the text has {markers} {MARKER} marker(s) for {len(pictures)} image(s)"
+        )
     return Prompt(
-        id=str(obj.get("id", f"{fname}:{n}")), messages=tuple(messages), max_tokens=max_tokens
+        id=str(obj.get("id", f"{fname}:{n}")),
+        messages=tuple(messages),
+        max_tokens=max_tokens,
+        images=tuple(pictures),
     )
+
+
+def _images(
+    raw: Any, where: str, base: Path, seen: dict[Path, WorkloadImage]
+) -> list[WorkloadImage]:
+    if not isinstance(raw, list) or not all(isinstance(x, str) and x.strip() for x in raw):
+        raise WorkloadError(f"{where}: 'images' must be a list of image file paths")
+    out = []
+    for ref in raw:
+        path = (base / ref).resolve()
+        if path not in seen:
+            seen[path] = _read_image(path, ref, where)
+        out.append(seen[path])
+    return out
+
+
+def _read_image(path: Path, ref: str, where: str) -> WorkloadImage:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise WorkloadError(f"{where}: no image file {ref}") from None
+    except OSError as e:
+        raise WorkloadError(f"{where}: cannot read {ref}: {e.strerror or e}") from None
+    try:
+        px = decode_image(data, ref)
+    except MediaError as e:
+        raise WorkloadError(f"{where}: {e}") from None
+    from PIL import Image  # the format only: decode_image has read the pixels
+
+    with Image.open(io.BytesIO(data)) as im:
+        mime = _MIME.get(str(im.format), "image/png")
+    return WorkloadImage(path=path, data=data, mime=mime, width=px.width, height=px.height)
+
+
+def _place_markers(messages: list[dict[str, str]], n: int, where: str) -> list[dict[str, str]]:
+    """The markers of `n` images at the start of the first user message."""
+    for i, m in enumerate(messages):
+        if m["role"] == "user":
+            out = list(messages)
+            out[i] = {**m, "content": MARKER * n + "\n" + m["content"]}
+            return out
+    raise WorkloadError(f"{where}: images need a user message to go in")
