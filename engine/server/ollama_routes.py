@@ -299,8 +299,9 @@ class OllamaRoutes:
         sampling = self._sampling(req.options)
         grammar = ollama_grammar(req.format)
         keep = keep_seconds(req.keep_alive)
-        loaded = await self.state.acquire(req.model, keep_s=keep, generate=bool(prompt_text))
-        if not prompt_text:
+        asks = bool(prompt_text or req.images)  # images alone are a prompt too
+        loaded = await self.state.acquire(req.model, keep_s=keep, generate=asks)
+        if not asks:
             # Ollama answers an empty prompt by loading the model (keep_alive 0: unloading
             # it) and saying it is done.
             answer = OllamaReply(

@@ -218,6 +218,9 @@ def test_ollama_chat_and_generate_images(vision: tuple[ServerThread, ServedModel
             )
         )
         assert gs == g.response
+        # Images alone are a prompt: not Ollama's empty-prompt load.
+        alone = c.generate(model="smollm2-vision", prompt="", images=[PICTURE], options=opts)
+        assert alone.done_reason in ("stop", "length") and alone.eval_count
         shown = c.show("smollm2-vision")
         assert shown.capabilities is not None and "vision" in shown.capabilities
         assert "audio" not in shown.capabilities
