@@ -157,11 +157,22 @@ class AttachmentFiles:
         return gone
 
 
+@dataclass(frozen=True)
+class NewAttachment:
+    """A file attached in the composer, not sent yet: kept (`ChatStore.save_attachment`)
+    when its message is sent."""
+
+    name: str
+    kind: AttachmentKind
+    data: bytes
+
+
 __all__ = [
     "Attachment",
     "AttachmentError",
     "AttachmentFiles",
     "AttachmentKind",
+    "NewAttachment",
     "attachments_of",
     "kind_of",
 ]

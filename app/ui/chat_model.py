@@ -17,6 +17,7 @@ from PySide6.QtCore import (
     Qt,
 )
 
+from app.services.attachments import Attachment
 from app.ui.conversation import (
     AnswerFormat,
     Conversation,
@@ -113,12 +114,19 @@ class ChatModel(QAbstractListModel):
         answer_format: AnswerFormat = "markdown",
         model: str | None = None,
         grounding: Grounding | None = None,
+        attachments: list[Attachment] | None = None,
     ) -> int:
         row = len(self._conv.messages)
         self.beginInsertRows(QModelIndex(), row, row)
         self._conv.messages.append(
             Message(
-                role, text, state, answer_format=answer_format, model=model, grounding=grounding
+                role,
+                text,
+                state,
+                answer_format=answer_format,
+                model=model,
+                grounding=grounding,
+                attachments=list(attachments or ()),
             )
         )
         self.endInsertRows()

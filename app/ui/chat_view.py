@@ -12,6 +12,10 @@ A reasoning model's thinking is a `ThinkingBlock` above its answer: open while t
 thinks, folded to one line ("Thought for 3.2 s · 140 tokens") once the answer starts, and
 opened again with a click. A structured answer (JSON) is shown pretty-printed in a JSON code
 block.
+
+Images and audio are attached with the paperclip, by dropping files on the input or by
+pasting a picture or file links into it (app/ui/attacher.py); they wait in a tray of
+thumbnails above the input until sent, and a sent message shows its own.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from PySide6.QtCore import (
     QEvent,
+    QMimeData,
     QModelIndex,
     QPersistentModelIndex,
     QSize,
@@ -36,6 +42,7 @@ from PySide6.QtGui import (
     QFontDatabase,
     QGuiApplication,
     QHideEvent,
+    QImage,
     QKeyEvent,
     QPalette,
     QShowEvent,
@@ -55,6 +62,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.ui.attacher import Attacher
+from app.ui.attachment_tray import AttachmentReader, AttachmentStrip
 from app.ui.chat_model import ChatModel
 from app.ui.citations import SourcesBlock
 from app.ui.code_highlight import CodeHighlighter, is_dark, style_inline_code
@@ -466,9 +475,16 @@ class MessageWidget(QFrame):
 
     EDIT_HINT = "Enter saves · Shift+Enter adds a line · Esc cancels"
 
-    def __init__(self, message: Message, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        message: Message,
+        parent: QWidget | None = None,
+        *,
+        reader: AttachmentReader | None = None,
+    ) -> None:
         super().__init__(parent)
         self.role = message.role
+        self._reader = reader
         self.setObjectName(f"message-{message.role}")
         self.setFrameShape(
             QFrame.Shape.StyledPanel if message.role == "user" else QFrame.Shape.NoFrame
@@ -528,6 +544,9 @@ class MessageWidget(QFrame):
             tools.addWidget(b)
         head.addWidget(self.tools)
         lay.addLayout(head)
+        # A user message's images and audio, as sent.
+        self.attachments = AttachmentStrip()
+        lay.addWidget(self.attachments)
         lay.addWidget(self.thinking)
         lay.addWidget(self.body)
         # An answer's tool calls, each waiting for the user's decision or showing it.
@@ -609,6 +628,7 @@ class MessageWidget(QFrame):
         )
         self.thinking.sync(message)
         self.sources.sync(message)
+        self.attachments.show_attachments(message.attachments, self._reader or _no_file)
         self._sync_tools(message)
         if message.role == "tool":
             self.text = message.text
@@ -659,10 +679,17 @@ class MessageWidget(QFrame):
             )
 
 
+def _no_file(_a: object) -> None:
+    return None
+
+
 class ChatInput(QPlainTextEdit):
-    """Enter sends; Shift+Enter inserts a new line."""
+    """Enter sends; Shift+Enter inserts a new line. Files dropped or pasted (file links, or a
+    picture with no text) are attachments, not text."""
 
     submitted = Signal(str)
+    files_dropped = Signal(object)  # list[Path]
+    image_pasted = Signal(object)  # QImage
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -680,6 +707,26 @@ class ChatInput(QPlainTextEdit):
             e.accept()
             return
         super().keyPressEvent(e)
+
+    @staticmethod
+    def _files(source: QMimeData) -> list[Path]:
+        return [Path(u.toLocalFile()) for u in source.urls() if u.isLocalFile()]
+
+    def canInsertFromMimeData(self, source: QMimeData) -> bool:
+        if self._files(source) or source.hasImage():
+            return True
+        return super().canInsertFromMimeData(source)
+
+    def insertFromMimeData(self, source: QMimeData) -> None:
+        files = self._files(source)
+        if files:
+            self.files_dropped.emit(files)
+        elif source.hasImage() and not source.hasText():
+            image = source.imageData()
+            if isinstance(image, QImage) and not image.isNull():
+                self.image_pasted.emit(image)
+        else:
+            super().insertFromMimeData(source)
 
 
 class ChatView(QWidget):
@@ -729,6 +776,11 @@ class ChatView(QWidget):
         self.input = ChatInput()
         self.input.setMaximumHeight(120)
         self.input.submitted.connect(self._submit)
+        self.attacher = Attacher(self)
+        self.input.files_dropped.connect(self.attacher.add_paths)
+        self.input.image_pasted.connect(self.attacher.add_image)
+        # A sent attachment's bytes, for the thumbnails (the window sets the controller's).
+        self.attachment_reader: AttachmentReader | None = None
         self.send_button = QPushButton("Send")
         self.send_button.setAccessibleName("Send message")
         self.send_button.clicked.connect(
@@ -749,6 +801,7 @@ class ChatView(QWidget):
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.attacher.button)
         buttons.addStretch(1)
         row.addLayout(buttons)
         lay = QVBoxLayout(self)
@@ -791,6 +844,7 @@ class ChatView(QWidget):
         self.context_note.hide()
         lay.addWidget(self.context_note)
         lay.addWidget(self.context_label)
+        lay.addWidget(self.attacher.tray)
         lay.addLayout(row)
 
         model.rowsInserted.connect(self._on_inserted)
@@ -919,7 +973,7 @@ class ChatView(QWidget):
             self._editing = None
 
     def _insert(self, row: int) -> None:
-        w = MessageWidget(self.model.message(row))
+        w = MessageWidget(self.model.message(row), reader=self.attachment_reader)
         w.action.connect(self._on_message_action)
         w.edit_saved.connect(self._on_edit_saved)
         w.edit_cancelled.connect(self._end_edit)

@@ -27,24 +27,32 @@ with the answer, which shows them as its sources. A failed search fails the answ
 reason: it is never answered without its documents unnoticed. Continue gives a cut-off answer
 the passages it was written from (no new search); Regenerate searches again (the index may
 have changed since).
+
+Images and audio (`send` with attachments) go to a model loaded with a projector for them
+(app/ui/chat_media.py says why another cannot take them, before sending). Their files are
+kept in the store before the message refers to them; every later turn sends the history's
+attachments again, one marker each in their message's text (the engine reuses an image's
+cache cells, so this is cheap).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from PySide6.QtCore import QObject, Signal
 
+from app.services.attachments import Attachment, NewAttachment
 from app.services.chat_store import ChatStore, ChatStoreError, StoredMessage, StreamWriter
 from app.services.connections import ConnectionStore
 from app.services.retrieval import Retriever
 from app.ui.active_reply import ActiveReply, Parent, ReplyState
 from app.ui.background import Background
+from app.ui.chat_media import SentMedia, projector_reads, refusal
 from app.ui.chat_model import ChatModel
 from app.ui.chat_settings import (
     DOCS_BUDGET_KEY,
@@ -65,7 +73,7 @@ from app.ui.conversation import (
 from app.ui.engine_picker import binding_of
 from app.ui.tool_runner import OfferedTool, ToolRunner
 from app.ui.tool_turns import ToolTurns
-from app.ui.worker import EngineHost, EngineMaker, LoadedModel, RemoteTarget
+from app.ui.worker import EngineHost, EngineMaker, LoadedModel, MediaFile, RemoteTarget
 from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
 from engine.errors import EngineError
@@ -203,6 +211,7 @@ class ChatController(QObject):
         self._searches: Background | None = None
         # The passages of the turn's first step: the steps after a tool's result reuse them.
         self._turn_grounding: Grounding | None = None
+        self.media = SentMedia()  # the bytes of sent attachments
         w = engine.worker
         w.loaded.connect(self._on_loaded)
         w.load_cancelled.connect(self._on_load_cancelled)
@@ -353,20 +362,59 @@ class ChatController(QObject):
 
     # -- requests from the window ----------------------------------------------------------
 
-    def send(self, text: str) -> bool:
-        """Add the user's message and start the reply; False when one is still running or
-        sending is paused."""
+    def send(self, text: str, attachments: Sequence[NewAttachment] = ()) -> bool:
+        """Add the user's message (with its images and audio) and start the reply; False
+        when one is still running, sending is paused, or the model cannot take an
+        attachment (the window keeps what was typed and attached)."""
         if self._refused() or self.busy or not text.strip():
             return False
         choice = self.chosen_engine()
         if choice is None and self.loaded is None:
             self.error.emit("Select a model in the library first")
             return False
-        row = self.chat.append("user", text)
+        for a in attachments:
+            if (why := self.attachment_refusal(a.kind)) is not None:
+                self.error.emit(why)
+                return False
+        try:
+            kept = self.media.keep(self.store, attachments)
+        except ChatStoreError as e:
+            self.error.emit(f"The message was not sent: {e}")
+            return False
+        row = self.chat.append("user", text, attachments=kept)
         self._store_message(row, parent=True)
         self._new_turn()
         self._switch_then_run(ActiveReply(), choice)
         return True
+
+    def reads(self) -> frozenset[str] | None:
+        """What the engine that would answer reads besides text ("image", "audio"); None
+        when no engine would (no model selected nor loaded)."""
+        choice = self.chosen_engine()
+        if isinstance(choice, RemoteChoice):
+            return frozenset()
+        if choice is not None and self._needs_switch(choice):
+            return projector_reads(choice[1].mmproj)
+        if self.loaded is None:
+            return None
+        return self.loaded.media if self.loaded.remote is None else frozenset()
+
+    def attachment_refusal(self, kind: str) -> str | None:
+        """Why an attachment of `kind` cannot be sent to the engine that would answer, in
+        one line (None: it can)."""
+        reads = self.reads()
+        if reads is None:
+            return "Select a model in the library first"
+        if not reads and isinstance(self.chosen_engine(), RemoteChoice):
+            return (
+                "Attachments go to a model on this computer: choose This computer above the "
+                "chat to send images or audio"
+            )
+        return refusal(kind, reads)
+
+    def attachment_data(self, a: Attachment) -> bytes | None:
+        """A sent attachment's bytes, for its thumbnail (None: the file is gone)."""
+        return self.media.data(self.store, a)
 
     def stop(self) -> None:
         if self.turns is not None and self.turns.stop():
@@ -525,6 +573,7 @@ class ChatController(QObject):
             answer_format="json" if m.sampling.get("json_schema") is not None else "markdown",
             model=m.model if m.role == "assistant" else None,
             grounding=_grounding(m.grounding) if m.role == "assistant" else None,
+            attachments=list(m.attachments),
         )
 
     def _ensure_conversation(self) -> int | None:
@@ -557,6 +606,7 @@ class ChatController(QObject):
             model=model,
             sampling=sampling,
             grounding=m.grounding.to_dict() if m.grounding is not None else None,
+            attachments=m.attachments,
         )
         m.store_id = stored.id
         m.branch = self.store.branch_position(stored.id)
@@ -625,11 +675,38 @@ class ChatController(QObject):
         """The history for the model; a grounded answer's passages go in the system message,
         after the chat's own system prompt (one system message: many templates take no
         second one)."""
-        msgs = Conversation(self.chat.conversation.messages[:upto]).for_model()
+        conv = Conversation(self.chat.conversation.messages[:upto])
+        msgs = (
+            conv.for_model(self._marker(), self._sends) if self._sends_media() else conv.for_model()
+        )
         system = str(self.chat_settings.get("system_prompt") or "").strip()
         if grounding is not None and grounding.text:
             system = f"{system}\n\n{grounding.text}" if system else grounding.text
         return ([{"role": "system", "content": system}] if system else []) + msgs
+
+    def _sends_media(self) -> bool:
+        info = self.loaded
+        return info is not None and info.remote is None and bool(info.media)
+
+    def _sends(self, a: Attachment) -> bool:
+        """An attachment goes to the model: of a kind it reads, its file still there."""
+        info = self.loaded
+        return info is not None and a.kind in info.media and self.attachment_data(a) is not None
+
+    def _marker(self) -> str:
+        from engine.native.projector import marker  # libmtmd is loaded with the projector
+
+        return marker()
+
+    def _media_for_model(self, upto: int | None = None) -> list[MediaFile]:
+        """The files the markers of `_messages_for_model(upto)` stand for, in order."""
+        if not self._sends_media():
+            return []
+        conv = Conversation(self.chat.conversation.messages[:upto])
+        return [
+            (a.kind, self.attachment_data(a) or b"", a.name)
+            for a in conv.media_for_model(self._sends)
+        ]
 
     # -- branches, edits, continue ---------------------------------------------------------
 
@@ -651,7 +728,7 @@ class ChatController(QObject):
             return False
         parent = self._stored_parent(m)
         self._truncate(row)
-        new_row = self.chat.append("user", text)
+        new_row = self.chat.append("user", text, attachments=m.attachments)  # kept as sent
         self._store_message(new_row, parent=parent)
         self._new_turn()
         self._switch_then_run(ActiveReply(), self.chosen_engine())
@@ -708,6 +785,7 @@ class ChatController(QObject):
             policy=self._policy(),
             continue_text=m.text,
             continue_thinking=m.thinking,
+            media=self._media_for_model(row),
         )
         self.streaming_reply.emit(reply.rid)
 
@@ -926,6 +1004,7 @@ class ChatController(QObject):
             thinking=not structured,
             tools=functions,
             tool_choice=choice or "auto",
+            media=self._media_for_model(),
         )
         self.streaming_reply.emit(reply.rid)
 

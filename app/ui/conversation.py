@@ -9,9 +9,11 @@ what is on screen (a chat with no store too), with the store's words for tool re
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from app.services.attachments import Attachment
 from app.services.chat_history import tool_result_text
 from engine.host.stats import GenerationStats
 from engine.rag.grounding import Grounding
@@ -79,6 +81,16 @@ class Message:
     # The passages of the chat's collections an answer was given (None: not grounded). They
     # go in that answer's prompt only: the history sent later holds the answer's text alone.
     grounding: Grounding | None = None
+    # Images and audio sent with a user message (the files are the store's, by hash).
+    attachments: list[Attachment] = field(default_factory=list)
+
+
+# Which attachments go to the model (those of a kind it reads, whose file can be read).
+Sends = Callable[[Attachment], bool]
+
+
+def _sent(m: Message) -> bool:
+    return m.role == "user" and m.state not in ("error", "streaming")
 
 
 @dataclass
@@ -88,11 +100,18 @@ class Conversation:
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     store_id: int | None = None  # the conversation in the chat store, once saved
 
-    def for_model(self) -> list[dict[str, Any]]:
+    def media_for_model(self, sends: Sends) -> list[Attachment]:
+        """The attachments `for_model` puts a marker for, in the same order."""
+        return [a for m in self.messages if _sent(m) for a in m.attachments if sends(a)]
+
+    def for_model(self, marker: str = "", sends: Sends | None = None) -> list[dict[str, Any]]:
         """The chat as the engine wants it: finished turns only, failed replies left out.
         An answer is its text alone: earlier thinking is not sent back (the reasoning
         models' own templates drop it too). Tool calls and their results go in the OpenAI
-        shape the engine's tool formats read (a denied or cancelled call is answered so)."""
+        shape the engine's tool formats read (a denied or cancelled call is answered so).
+        A user message's attachments that `sends` accepts stand as one `marker` each
+        before its text (the media go with the request: `media_for_model`); the others
+        are left out (a model without a projector for them reads the text alone)."""
         out: list[dict[str, Any]] = []
         for m in self.messages:
             if m.role == "tool":
@@ -124,7 +143,9 @@ class Conversation:
                     }
                 )
             elif m.text or m.role != "assistant":
-                out.append({"role": m.role, "content": m.text})
+                shown = [a for a in m.attachments if sends(a)] if sends and _sent(m) else []
+                text = "".join(f"{marker}\n" for _ in shown) + m.text
+                out.append({"role": m.role, "content": text})
         return out
 
 

@@ -200,6 +200,13 @@ class MainWindow(QMainWindow):
         w.failed.connect(self._on_failed)
         self.chat_view.send_requested.connect(self._send)
         self.chat_view.stop_requested.connect(c.stop)
+        # Attachments: checked against the engine that would answer; thumbnails of sent
+        # ones read from the chat's files.
+        att = self.chat_view.attacher
+        att.check = c.attachment_refusal
+        att.audio_rate = lambda: c.loaded.audio_rate if c.loaded is not None else 0
+        att.refused.connect(self.show_error)
+        self.chat_view.attachment_reader = c.attachment_data
         c.send_state_changed.connect(self.chat_view.set_busy)
         c.loading_started.connect(
             lambda key: lp.set_loading(True) if isinstance(key, Path) else None
@@ -351,7 +358,11 @@ class MainWindow(QMainWindow):
 
     def _send(self, text: str) -> None:
         self.banner.hide()
-        self.controller.send(text)
+        attached = self.chat_view.attacher.items()
+        if self.controller.send(text, attached):
+            self.chat_view.attacher.clear()
+        elif attached and not self.chat_view.input.toPlainText():
+            self.chat_view.input.setPlainText(text)  # not sent: nothing is lost
 
     def model_name(self, path: Path) -> str | None:
         """The library's name for a model file (None: the file is not listed)."""

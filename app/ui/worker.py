@@ -16,6 +16,7 @@ busy in its loop and would only see the request afterwards. Each request therefo
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -34,11 +35,14 @@ from engine.host.chat_engine import ChatEngine, ChatRequest, EmbeddedEngine
 from engine.host.context_policy import ContextPolicy
 from engine.host.host import Loadable, ModelHost
 from engine.host.runtime import Model
+from engine.media.audio import decode_wav
+from engine.media.images import decode_image
 from engine.memory.actual import actual_from_log
 from engine.model.facts import POOLING_RANK, embedding_pooling, model_facts
 from engine.model.gguf import GGUFError, read_gguf
 from engine.model.naming import model_slug
 from engine.native.load_probe import FirstLoads
+from engine.native.projector import Media
 from engine.settings import LoadParams, SamplingParams
 
 log = logging.getLogger("candlewick.ui")
@@ -94,6 +98,10 @@ class LoadedModel:
     # An id for machines: where the model is registered in the engine thread's ModelHost
     # and the Local server's HTTP model id ('' = `name`). It does not change on a rename.
     model_id: str = ""
+    # What it reads besides text, through the projector it was loaded with: "image",
+    # "audio"; and the sample rate audio is decoded at.
+    media: frozenset[str] = frozenset()
+    audio_rate: int = 0
 
     @property
     def host_key(self) -> str:
@@ -112,6 +120,9 @@ class LoadedModel:
 
 # Builds a remote engine; called in the engine thread.
 EngineMaker = Callable[[], ChatEngine]
+# An attachment sent with a request, as its file's bytes: (kind "image" | "audio", bytes,
+# name). Decoded in the engine thread, where a large picture takes no GUI time.
+MediaFile = tuple[str, bytes, str]
 
 
 def _actual(lines: Sequence[str]) -> dict[str, int]:
@@ -274,6 +285,8 @@ class EngineWorker(QObject):
         self.engine = EmbeddedEngine(model, host_name or model_id)
         self._model = model
         info = model.load_info
+        proj = getattr(model, "projector", None)  # test doubles have none
+        kinds = {"image": proj.vision, "audio": proj.audio} if proj is not None else {}
         self.loaded.emit(
             LoadedModel(
                 path=path,
@@ -286,6 +299,8 @@ class EngineWorker(QObject):
                 actual_bytes=_actual(info.log),
                 params=params,
                 repeat_caveat=model.repeat_caveat,
+                media=frozenset(k for k, has in kinds.items() if has),
+                audio_rate=proj.audio_rate if proj is not None else 0,
             )
         )
 
@@ -325,15 +340,29 @@ class EngineWorker(QObject):
             )
         )
 
-    @Slot(object, object, int)
-    def generate(self, request: ChatRequest, cancel: threading.Event, rid: int = 0) -> None:
+    @Slot(object, object, int, object)
+    def generate(
+        self,
+        request: ChatRequest,
+        cancel: threading.Event,
+        rid: int = 0,
+        files: Sequence[MediaFile] = (),
+    ) -> None:
         """Read the reply to `request` (engine.host.chat_engine.ChatRequest) as signals that
         carry `rid`. With a context policy, `trimmed` says how many old messages were left
         out; a reasoning model's thinking comes as `reasoning` and `thought`; the calls of
-        the tools offered come as `tool_calls` before `finished`."""
+        the tools offered come as `tool_calls` before `finished`. `files`: the request's
+        images and audio, decoded here into its `media` (a file that cannot be read fails
+        the reply with its one-line reason)."""
         engine = self.engine
         if engine is None:
             self.failed.emit(rid, "No model is loaded: select one in the library and press Load")
+            return
+        try:
+            if files:
+                request = dataclasses.replace(request, media=self._decode(files))
+        except EngineError as e:  # MediaError: one line naming the file
+            self.failed.emit(rid, str(e))
             return
         try:
             reply = engine.reply(request, cancel)
@@ -404,6 +433,14 @@ class EngineWorker(QObject):
             )
         self.finished.emit(rid, reply.stats)
 
+    def _decode(self, files: Sequence[MediaFile]) -> list[Media]:
+        proj = getattr(self._model, "projector", None)
+        rate = proj.audio_rate if proj is not None and proj.audio_rate else 16000
+        return [
+            decode_image(data, name) if kind == "image" else decode_wav(data, rate, name)
+            for kind, data, name in files
+        ]
+
     @Slot()
     def unload(self) -> None:
         self.close_model()
@@ -426,7 +463,7 @@ class EngineHost(ThreadHost[EngineWorker]):
 
     _load = Signal(object, object, object)
     _connect = Signal(object, object, object)
-    _generate = Signal(object, object, int)
+    _generate = Signal(object, object, int, object)
     _unload = Signal()
 
     def __init__(self, worker: EngineWorker | None = None, parent: QObject | None = None) -> None:
@@ -465,11 +502,12 @@ class EngineHost(ThreadHost[EngineWorker]):
         thinking: bool = True,
         tools: Sequence[Mapping[str, Any]] | None = None,
         tool_choice: str | Mapping[str, Any] = "auto",
+        media: Sequence[MediaFile] = (),
     ) -> int:
         """Start a reply; returns its request id, which every signal about it carries.
         `thinking=False`: a reasoning model is asked not to think (structured output).
         `tools`: OpenAI function tools offered (a model loaded here); calls come as
-        `tool_calls`."""
+        `tool_calls`. `media`: the images and audio the messages' markers stand for."""
         self._gen_cancel = threading.Event()
         self._last_id += 1
         request = ChatRequest(  # copies: the GUI's lists may change while the engine reads
@@ -482,7 +520,7 @@ class EngineHost(ThreadHost[EngineWorker]):
             tools=[dict(t) for t in tools or ()],
             tool_choice=tool_choice,
         )
-        self._generate.emit(request, self._gen_cancel, self._last_id)
+        self._generate.emit(request, self._gen_cancel, self._last_id, list(media))
         return self._last_id
 
     @Slot()
