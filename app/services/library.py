@@ -285,8 +285,8 @@ class ModelLibrary:
     ) -> LibraryEntry:
         facts, error = self._facts(path)
         projector = None
-        if error is None and source != OLLAMA:
-            projector = pair(path)
+        if facts is not None and not facts.embedding_only and source != OLLAMA:
+            projector = pair(path, facts.n_embd)
             given = self._linked_projectors().get(str(path)) if linked else None
             if projector is None and given is not None:
                 projector = projector_info(given)
@@ -440,7 +440,7 @@ class ModelLibrary:
                     f"next to it ({len(missing)} of {len(names)} parts missing)"
                 )
             sources = [src.parent / n for n in names]
-        projector = projector_beside(src)
+        projector = projector_beside(src, model_facts(gf).n_embd)
         if projector is not None:
             sources.append(projector)  # a copy keeps its projector beside it
         for e in self.entries():

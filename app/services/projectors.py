@@ -7,7 +7,10 @@ Studio keep them side by side, so a model is paired with a projector found next 
 - a file is a projector when its name contains `mmproj` (llama.cpp's converter names them so);
 - of several, the one whose precision best matches the model's: the same quantization label
   in the name (`-Q8_0`, `-F16`...) if one has it, else an F16 one (what the converter writes by
-  default and what most repositories ship), else the first by name.
+  default and what most repositories ship), else the first by name;
+- a projector whose output width (`clip.vision.projection_dim` / `clip.audio.projection_dim`)
+  is not the model's embedding width is not that model's (a folder of several models beside
+  one projector pairs it only with the ones it fits), and an embedding model has none.
 
 What a projector reads comes from its own GGUF metadata (`clip.has_vision_encoder`,
 `clip.has_audio_encoder`), checked by `engine.model.projector_file.check_projector`; a file
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import EngineError
+from engine.model.gguf import GGUFError, read_gguf
 from engine.model.naming import file_stem, split_quantization
 from engine.model.projector_file import check_projector
 
@@ -38,6 +42,7 @@ class ProjectorInfo:
     vision: bool = False
     audio: bool = False
     error: str | None = None
+    width: int = 0  # the embedding width it writes (the text model's); 0: not stated
 
     @property
     def capabilities(self) -> tuple[str, ...]:
@@ -69,13 +74,17 @@ def choose_projector(model: Path, candidates: Iterable[Path]) -> Path | None:
     return f16[0] if f16 else found[0]
 
 
-def projector_beside(model: Path) -> Path | None:
-    """The projector in the model's folder, if there is one (`choose_projector`)."""
+def projector_beside(model: Path, width: int = 0) -> Path | None:
+    """The projector in the model's folder, if there is one (`choose_projector`); `width`:
+    the model's embedding width, which a projector that states its own must match."""
     try:
         siblings = [p for p in model.parent.iterdir() if p != model and is_projector_name(p.name)]
     except OSError:
         return None
-    return choose_projector(model, (p for p in siblings if p.is_file()))
+    fits = [
+        p for p in siblings if p.is_file() and (not width or projector_info(p).width in (0, width))
+    ]
+    return choose_projector(model, fits)
 
 
 _cache: dict[tuple[str, int, int], ProjectorInfo] = {}
@@ -92,16 +101,20 @@ def projector_info(path: Path) -> ProjectorInfo:
     if info is None:
         try:
             facts = check_projector(path)
-            info = ProjectorInfo(path, facts.vision, facts.audio)
-        except EngineError as e:
+            meta = read_gguf(path, check_architecture=False).metadata
+            dims = [meta.get(f"clip.{m}.projection_dim") for m in ("vision", "audio")]
+            width = next((d for d in dims if isinstance(d, int) and d > 0), 0)
+            info = ProjectorInfo(path, facts.vision, facts.audio, width=width)
+        except (EngineError, GGUFError) as e:
             info = ProjectorInfo(path, error=str(e))
         _cache[key] = info
     return info
 
 
-def pair(model: Path) -> ProjectorInfo | None:
-    """The projector paired with `model` and what it reads (None: a text-only model)."""
-    found = projector_beside(model)
+def pair(model: Path, width: int = 0) -> ProjectorInfo | None:
+    """The projector paired with `model` (of embedding width `width`, 0: unknown) and what
+    it reads (None: a text-only model)."""
+    found = projector_beside(model, width)
     return None if found is None else projector_info(found)
 
 

@@ -1,4 +1,4 @@
-"""The composer's attachments: the paperclip button (a file picker), files dropped on the
+"""The composer's attachments: the Attach button (a file picker), files dropped on the
 input, pictures and file links pasted into it, each checked before it joins the tray.
 
 A file the model cannot take, or that cannot be read, is refused at once with one line
@@ -12,14 +12,14 @@ from pathlib import Path
 
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QObject, Signal
 from PySide6.QtGui import QImage
-from PySide6.QtWidgets import QFileDialog, QToolButton, QWidget
+from PySide6.QtWidgets import QFileDialog, QPushButton, QWidget
 
 from app.services.attachments import AttachmentError, NewAttachment
 from app.ui.attachment_tray import AttachmentTray
 from app.ui.chat_media import ACCEPTED, KindCheck, read_attachment, read_file
 from engine.errors import EngineError
 
-# Asks for files to attach (the paperclip): the paths chosen, [] when cancelled.
+# Asks for files to attach (the Attach button): the paths chosen, [] when cancelled.
 FileChooser = Callable[[QWidget], list[Path]]
 
 
@@ -45,11 +45,10 @@ class Attacher(QObject):
         super().__init__(parent)
         self._parent = parent
         self.tray = AttachmentTray()
-        self.button = QToolButton()
-        self.button.setText("📎")
+        # Words, not a paperclip glyph: not every desktop has a font that draws one.
+        self.button = QPushButton("Attach…")
         self.button.setToolTip("Attach images (PNG, JPEG, WebP, GIF, BMP) or WAV audio")
         self.button.setAccessibleName("Attach files")
-        self.button.setAutoRaise(True)
         self.button.clicked.connect(self.choose)
         self.check: KindCheck | None = None  # the window sets the controller's
         self.audio_rate: Callable[[], int] = lambda: 0

@@ -13,7 +13,7 @@ thinks, folded to one line ("Thought for 3.2 s · 140 tokens") once the answer s
 opened again with a click. A structured answer (JSON) is shown pretty-printed in a JSON code
 block.
 
-Images and audio are attached with the paperclip, by dropping files on the input or by
+Images and audio are attached with the Attach button, by dropping files on the input or by
 pasting a picture or file links into it (app/ui/attacher.py); they wait in a tray of
 thumbnails above the input until sent, and a sent message shows its own.
 """

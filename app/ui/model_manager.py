@@ -184,13 +184,21 @@ class ModelManagerView(QWidget):
         self.load_button.clicked.connect(self._load_selected)
         self.delete_button.clicked.connect(self.delete_selected)
         self.import_button.clicked.connect(self.import_file)
+        # A folder: every model in it, each with the projector (mmproj) beside it.
+        self.import_folder_button = QPushButton("Import folder…")
+        self.import_folder_button.clicked.connect(self.import_folder)
         self.library_status = _Note()
         self.library_status.setWordWrap(True)
         lib_box = QGroupBox("On this computer")
         lib_layout = QVBoxLayout(lib_box)
         lib_layout.addWidget(self.local, 1)
         row2 = QHBoxLayout()
-        for b in (self.load_button, self.delete_button, self.import_button):
+        for b in (
+            self.load_button,
+            self.delete_button,
+            self.import_button,
+            self.import_folder_button,
+        ):
             row2.addWidget(b)
         row2.addStretch(1)
         lib_layout.addLayout(row2)
@@ -493,6 +501,29 @@ class ModelManagerView(QWidget):
         path, mode = choice
         self.library_status.setText(f"Importing {path.name}…")
         self._run(lambda: self.library.import_file(path, mode=mode), self._imported)
+
+    @Slot()
+    def import_folder(self) -> None:
+        name = QFileDialog.getExistingDirectory(self, "Import the models in a folder")
+        if not name:
+            return
+        folder = Path(name)
+        self.library_status.setText(f"Importing the models in {folder.name}…")
+        self._run(lambda: self.library.import_folder(folder), self._imported_folder)
+
+    def _imported_folder(
+        self, entries: list[LibraryEntry] | None, error: BaseException | None
+    ) -> None:
+        if error is not None or not entries:
+            self.library_status.setText(f"Not imported: {error}")
+            return
+        paired = sum(1 for e in entries if e.capabilities)
+        self.library_status.setText(
+            f"Imported {len(entries)} model{'s' if len(entries) != 1 else ''}"
+            + (f", {paired} with a projector" if paired else "")
+        )
+        self.refresh_library()
+        self.library_changed.emit()
 
     def _imported(self, entry: LibraryEntry | None, error: BaseException | None) -> None:
         if error is not None or entry is None:

@@ -95,3 +95,16 @@ def test_discovered_models_pair_and_loads_by_name_pass_the_projector(
     assert entry.capabilities == ("vision",)
     (spec,) = library_catalog(lib, lambda e: server_params(1, 512))()
     assert spec.params.mmproj == str(repo / "mmproj-SmolVLM-f16.gguf")
+
+
+def test_a_projector_pairs_only_with_the_models_it_fits(
+    tmp_path: Path, smollm2_path: Path, minilm_path: Path, vision_projector_path: Path
+) -> None:
+    """A folder of several models beside one projector: its output width (576) is
+    SmolLM2's, not MiniLM's (an embedding model, which never gets one anyway)."""
+    folder = _folder(tmp_path, smollm2_path, vision_projector_path)
+    (folder / "all-MiniLM-L6-v2.gguf").symlink_to(minilm_path)
+    lib = ModelLibrary(tmp_path / "models", bundled=False, discovery=False)
+    entries = {e.path.name: e for e in lib.import_folder(folder)}
+    assert entries[minilm_path.resolve().name].projector is None
+    assert entries[smollm2_path.resolve().name].capabilities == ("vision",)
