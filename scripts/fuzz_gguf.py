@@ -1,6 +1,7 @@
 """Feed thousands of broken copies of a GGUF model to the loader and count what happens.
 
     .venv/bin/python scripts/fuzz_gguf.py --files 3000 --seed 1 [--model PATH] [--cli]
+    .venv/bin/python scripts/fuzz_gguf.py --files 300 --projector MMPROJ [--model PATH]
 
 Each file is a seeded mutation of the model (tests/fuzz_gguf.py: metadata values, the tensor
 table, header bit flips), loaded in a child process by the real loader (validation, the
@@ -44,6 +45,13 @@ def main() -> int:
     ap.add_argument(
         "--cli", action="store_true", help="through `candlewick run`, one process per file"
     )
+    ap.add_argument(
+        "--projector",
+        type=Path,
+        default=None,
+        metavar="MMPROJ",
+        help="mutate this projector instead, each copy through `candlewick run MODEL --mmproj`",
+    )
     args = ap.parse_args()
     model = args.model
     if model is None:
@@ -64,13 +72,14 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="fuzz-gguf-") as work:
         results = run_corpus(
-            model,
+            args.projector or model,
             args.seed,
             args.files,
             Path(work),
             timeout_s=args.timeout,
             cli=args.cli,
             on_result=progress,
+            projector_for=model if args.projector else None,
         )
     counts = collections.Counter(r.outcome for r in results)
     multi = [r for r in results if r.outcome == "refused" and not is_one_line(r.message)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import select
 import shutil
 import struct
@@ -352,19 +353,22 @@ class Corpus:
     def extra_block(self, rng: random.Random) -> Mutation:
         """A copy of the last block's tensors as block N, their data appended."""
         base = self.layout
-        last = max(int(t.name.split(".")[1]) for t in base.tensors if t.name.startswith("blk."))
+        # "blk.N." in a model, "v.blk.N." / "a.blk.N." in a projector's encoders.
+        blocks = [m for t in base.tensors if (m := _BLOCK.match(t.name))]
+        prefix = max(blocks, key=lambda m: int(m.group(2))).group(1)
+        last = max(int(m.group(2)) for m in blocks if m.group(1) == prefix)
         end = self.source.stat().st_size - base.data_start
         extra, new = bytearray(), []
         with self.source.open("rb") as f:
             for t in base.tensors:
-                if not t.name.startswith(f"blk.{last}."):
+                if not t.name.startswith(f"{prefix}.{last}."):
                     continue
                 nxt = min((u.offset for u in base.tensors if u.offset > t.offset), default=end)
                 f.seek(base.data_start + t.offset)
                 extra += b"\0" * (-len(extra) % base.alignment)
                 new.append(
                     TensorEntry(
-                        t.name.replace(f"blk.{last}.", f"blk.{last + 1}.", 1),
+                        t.name.replace(f"{prefix}.{last}.", f"{prefix}.{last + 1}.", 1),
                         t.shape,
                         t.ggml_type,
                         end + len(extra),
@@ -375,8 +379,9 @@ class Corpus:
         layout = Layout(
             base.kvs, base.tensors + new, base.source, base.data_start, base.alignment, bytes(extra)
         )
-        if bump:  # and block_count raised to match
-            key = f"{self.arch}.block_count"
+        if bump:  # and block_count raised to match (a projector's is its encoder's)
+            keys = [k for k, _ in layout.kvs if k.endswith("block_count")]
+            key = f"{self.arch}.block_count" if f"{self.arch}.block_count" in keys else keys[0]
             layout.kvs = [
                 (k, encode_kv(k, GGUFValueType.UINT32, last + 2) if k == key else rec)
                 for k, rec in layout.kvs
@@ -435,9 +440,17 @@ class Corpus:
 
     def generate(self, seed: int, count: int) -> Iterator[Mutation]:
         rng = random.Random(seed)
+        # A projector has no vocabulary: its special-token ids are not there to break.
+        makers = tuple(
+            m if m != "special_token" or "tokenizer.ggml.tokens" in self.fields else "int_value"
+            for m in self.MAKERS
+        )
         for _ in range(count):
-            maker: Callable[[random.Random], Mutation] = getattr(self, rng.choice(self.MAKERS))
+            maker: Callable[[random.Random], Mutation] = getattr(self, rng.choice(makers))
             yield maker(rng)
+
+
+_BLOCK = re.compile(r"^((?:[a-z]+\.)?blk)\.(\d+)\.")
 
 
 # -- feeding files to the loader in a child ------------------------------------------------
@@ -538,6 +551,8 @@ class CliLoader:
 
     home: Path
     timeout_s: float = 60.0
+    # Fuzz projectors: each file is given as `--mmproj` to this (sound) model.
+    projector_for: Path | None = None
 
     def load(self, path: Path, label: str) -> Result:
         env = {
@@ -553,8 +568,11 @@ class CliLoader:
                     "-m",
                     "app.cli",
                     "run",
-                    str(path),
-                    "Hi",
+                    *(
+                        (str(self.projector_for), "Hi", "--mmproj", str(path))
+                        if self.projector_for is not None
+                        else (str(path), "Hi")
+                    ),
                     "--max-tokens",
                     "2",
                     "--threads",
@@ -596,12 +614,16 @@ def run_corpus(
     timeout_s: float = 60.0,
     cli: bool = False,
     on_result: Callable[[Result], None] | None = None,
+    projector_for: Path | None = None,
 ) -> list[Result]:
     """Write each mutation to `work`, load it (in the loader child, or through the command
-    line with `cli`), delete it; one Result each."""
+    line with `cli`), delete it; one Result each. `projector_for`: `source` is a projector,
+    each mutation loaded through the command line as this model's `--mmproj`."""
     corpus = Corpus(source)
     pool: LoaderPool | CliLoader = (
-        CliLoader(work / "home", timeout_s) if cli else LoaderPool(timeout_s)
+        CliLoader(work / "home", timeout_s, projector_for)
+        if cli or projector_for is not None
+        else LoaderPool(timeout_s)
     )
     results = []
     path = work / "fuzzed.gguf"
