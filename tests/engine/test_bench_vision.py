@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -282,3 +283,65 @@ def test_the_command_refuses_vision_without_mmproj_before_loading() -> None:
     assert r.stderr.strip().splitlines() == [
         "candlewick: error: --workload vision needs the model's projector: add --mmproj PATH"
     ]
+
+
+# -- through a server --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(smollm2_path: Path, vision_projector_path: Path) -> Iterator[tuple[str, Model]]:
+    """`candlewick serve --mmproj` in this process: the OpenAI and Ollama routes."""
+    from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
+    from tests.engine.server.conftest import make_config
+
+    model = Model(
+        smollm2_path,
+        LoadParams(n_ctx=1024, n_seq_max=2, n_threads=2, mmproj=str(vision_projector_path)),
+    )
+    loaded = ServedModel.build(model, "smollm2-vision", max_queue=8)
+    state = ServerState(
+        make_config(
+            model_id="smollm2-vision",
+            api_key=None,
+            max_body_bytes=ServerConfig(port=0).max_body_bytes,
+        )
+    )
+    state.set_loaded(loaded)
+    try:
+        with ServerThread(state) as srv:
+            yield srv.url, model
+    finally:
+        loaded.close()
+        model.close()
+
+
+@pytest.mark.parametrize(("api", "levels"), [("openai", (1, 2)), ("ollama", (1,))])
+def test_the_http_target_sends_the_images_to_the_server(
+    served: tuple[str, Model], api: Literal["openai", "ollama"], levels: tuple[int, ...]
+) -> None:
+    from engine.bench.harness import HttpTarget
+    from engine.remote.streaming import StreamingClient
+
+    url, model = served
+    assert model.projector is not None
+    w = vision_workload()
+    expected = expected_media_tokens(model, w)
+    client = StreamingClient(url, api=api, model="smollm2-vision", timeout_s=300)
+    before = model.projector.encodes
+    result = run_benchmark(HttpTarget(client), w, config(*levels))
+    sent = 0
+    for li, lv in enumerate(result.levels):
+        assert lv.succeeded == lv.requests == 2, lv.error_samples
+        prompts = w.take((li + 1) * 2)[li * 2 :]
+        for tr in result.traces[lv.concurrency]:
+            p = prompts[tr.index]
+            assert tr.images == len(p.images)
+            # The server read them: its prompt holds their tokens (usage counts them).
+            assert tr.token_source == "usage" and tr.prompt_tokens > expected[p.id]
+            # What its projector did is not reported over HTTP.
+            assert tr.media_tokens is None and tr.media_encode_ms is None
+        sent += lv.images
+        assert lv.media_tokens is None and lv.media_encode_ms_p50 is None
+    # Each image was encoded by the server's projector (a tile and an overview each).
+    assert model.projector.encodes - before == 2 * sent
+    assert "the server does not report what its projector did" in format_table(result)
