@@ -8,6 +8,7 @@ not decode is refused the same way, and what was typed stays."""
 from __future__ import annotations
 
 import io
+import wave
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from app.services.library import LibraryEntry, ModelLibrary
 from app.services.paths import AppPaths
 from app.ui.main_window import MainWindow
 from engine.settings import SamplingParams
-from tests.projector_gguf import test_image
+from tests.projector_gguf import test_image, test_tone
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
 pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
@@ -206,3 +207,22 @@ def test_a_file_that_does_not_decode_is_refused_and_nothing_typed_is_lost(
     assert "\n" not in w.banner.label.text()
     assert w.chat_view.attacher.items() == []
     assert w.chat_view.input.toPlainText() == "still here"
+
+
+def test_audio_for_a_vision_projector_is_refused_through_the_attach_button(
+    qtbot: QtBot, window: tuple[MainWindow, LibraryEntry], tmp_path: Path
+) -> None:
+    w, _ = window
+    clip = tmp_path / "tone.wav"
+    with wave.open(str(clip), "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(16000)
+        f.writeframes((test_tone(0.5) * 32767).astype("<i2").tobytes())
+    w.chat_view.attacher.chooser = lambda _parent: [clip]
+    qtbot.mouseClick(w.chat_view.attacher.button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: w.banner.isVisible())
+    assert w.banner.label.text() == (
+        "This model's projector reads images only: it cannot take audio"
+    )
+    assert w.chat_view.attacher.items() == []
