@@ -63,7 +63,11 @@ def engine_estimator(
             gf = headers[key] = read_gguf(path)
         _total, avail = hardware.ram()
         hw = dataclasses.replace(hw_base, ram_available_bytes=avail)
-        est = estimate_memory(gf, EstimateParams(params), hardware=hw, method="analytic")
+        # On the GUI thread as settings change: no child process to size a projector (its
+        # weights from its header until a load or an earlier estimate sized it).
+        est = estimate_memory(
+            gf, EstimateParams(params), hardware=hw, method="analytic", probe_projector=False
+        )
         return to_view(est)
 
     return estimate

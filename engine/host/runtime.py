@@ -32,6 +32,7 @@ from engine.host.scheduler import Scheduler
 from engine.host.speculative import Speculator, draft_params
 from engine.media.prompt import MediaPrompt, media_prompt
 from engine.memory import cpu_kernels
+from engine.memory import projector as projector_memory
 from engine.memory.actual import actual_from_log
 from engine.model.gguf import GGUFFile, read_gguf
 from engine.model.projector_file import check_projector
@@ -144,6 +145,7 @@ class Model:
                 )
                 if first_loads is not None:
                     first_loads.remember(mmproj)
+                projector_memory.remember(mmproj, self.projector.sizes)
                 self.memory_actual = replace(
                     self.memory_actual,
                     weights_bytes=self.memory_actual.weights_bytes

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Literal
 
 from engine.errors import EngineError
+from engine.memory import projector
 from engine.memory.dry_run import DryRun, dry_run
 from engine.memory.hardware import Hardware, MiB
 from engine.memory.hardware import detect as detect_hardware
 from engine.memory.model_spec import ModelSpec
 from engine.memory.params import EstimateParams
 from engine.memory.placement import extra_copies_bytes, fit_context, layer_devices, plan
-from engine.memory.projector import projector_memory
 from engine.memory.result import MemoryEstimate, Method, gb
 from engine.model.facts import embedding_pooling
 from engine.model.gguf import GGUFFile, merge_splits, read_gguf, split_count, split_names
@@ -59,12 +59,15 @@ def estimate(
     hardware: Hardware | None = None,
     method: Method | Literal["auto"] = "auto",
     path: str | os.PathLike[str] | None = None,
+    probe_projector: bool = True,
 ) -> MemoryEstimate:
     """Estimate memory for a model (a path, or a parsed header) with these settings.
 
     `hardware` defaults to this machine (`engine.memory.hardware.detect()`); pass a simulated
     one for "what if" planning. `method='auto'` dry-runs local files and falls back to the analytic
     model for headers without a file (remote) or architectures llama.cpp cannot size.
+    `probe_projector` False: a projector not sized in this process yet counts its weights
+    only (no child process is started: an estimate redrawn as a slider moves).
     """
     p = params or EstimateParams()
     p.validate()
@@ -110,8 +113,8 @@ def estimate(
             f"{spec.architecture} keeps a recurrent state that the analytic model "
             "does not cover; download the file for an exact dry run"
         )
-    projector = _projector(file_path, p, notes)
-    est = plan(spec, p, hw, dry, notes, projector)
+    sized = _projector(file_path, p, notes, probe_projector)
+    est = plan(spec, p, hw, dry, notes, sized)
     copies = extra_copies_bytes(
         spec, p, layer_devices(spec.n_layer, est.gpu_layers, hw.offload_devices)
     )
@@ -135,19 +138,26 @@ def estimate(
 
 
 def _projector(
-    file_path: Path | None, p: EstimateParams, notes: list[str]
+    file_path: Path | None, p: EstimateParams, notes: list[str], probe: bool
 ) -> ProjectorSizes | None:
-    """The projector's RAM, when the load has one (sized in a child: engine.memory.projector)."""
+    """The projector's RAM, when the load has one: as sized before in this process, else
+    sized in a child (`probe`, engine.memory.projector), else its weights from its header."""
     if not p.load.mmproj:
         return None
-    if file_path is None:
-        notes.append("the projector is not counted: the model file is not on this machine")
-        return None
-    sizes = projector_memory(file_path, check_projector(p.load.mmproj).path)
+    name = Path(p.load.mmproj).name
+    sizes = projector.known(p.load.mmproj)
+    if sizes is None and probe and file_path is not None:
+        sizes = projector.projector_memory(file_path, check_projector(p.load.mmproj).path)
+    if sizes is None:
+        weights = projector.header_weights(p.load.mmproj)
+        notes.append(
+            f"RAM includes the projector {name}'s {weights / MiB:.1f} MiB of weights; its "
+            "compute buffer is sized when it first loads"
+        )
+        return ProjectorSizes(weights, 0)
     notes.append(
-        f"RAM includes the projector {Path(p.load.mmproj).name}: "
-        f"{sizes.weights_bytes / MiB:.1f} MiB of weights and "
-        f"{sizes.compute_bytes / MiB:.1f} MiB of compute buffer"
+        f"RAM includes the projector {name}: {sizes.weights_bytes / MiB:.1f} MiB of weights "
+        f"and {sizes.compute_bytes / MiB:.1f} MiB of compute buffer"
     )
     return sizes
 

@@ -21,6 +21,7 @@ class ProjectorFile:
     projector_type: str  # clip.projector_type, e.g. "idefics3", "gemma3", "ultravox"
     vision: bool
     audio: bool
+    weights_bytes: int  # the tensors' bytes, as libmtmd loads them
 
 
 def check_projector(path: str | Path) -> ProjectorFile:
@@ -55,7 +56,7 @@ def check_projector(path: str | Path) -> ProjectorFile:
                 "one token short of what it makes (it would abort on the first clip); "
                 "Candlewick refuses it rather than crash"
             )
-    return ProjectorFile(p, kind, vision, audio)
+    return ProjectorFile(p, kind, vision, audio, sum(t.n_bytes for t in g.tensors))
 
 
 # Audio projectors that stack encoder frames (clip-model.h, audio_has_stack_frames).

@@ -69,3 +69,27 @@ def test_a_projector_is_tried_in_a_child_once(
         pass
     assert loads.known(vision_projector_path)
     assert not loads.probe_projector_unless_known(smollm2_path, vision_projector_path)
+
+
+def test_without_a_child_the_estimate_counts_the_header_until_a_load_sized_it(
+    smollm2_path: Path, audio_projector_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engine.memory import projector
+    from engine.model.gguf import read_gguf
+
+    monkeypatch.setattr(projector, "_sized", {})  # nothing sized in this process yet
+    load = LoadParams(n_ctx=1024, n_threads=2, mmproj=str(audio_projector_path))
+    params = EstimateParams(load=load)
+    header = read_gguf(smollm2_path)
+    bare = estimate(header, params.with_load(mmproj=None), method="analytic")
+    quick = estimate(header, params, method="analytic", probe_projector=False)
+    weights = projector.header_weights(audio_projector_path)
+    assert quick.total_bytes - bare.total_bytes == weights
+    assert any("compute buffer is sized when it first loads" in n for n in quick.notes)
+    with Model(smollm2_path, load) as m:
+        assert m.projector is not None
+        sizes = m.projector.sizes
+    # The header's count is what libmtmd loads; its log rounds to 0.01 MiB.
+    assert abs(sizes.weights_bytes - weights) <= 0.005 * (1 << 20)
+    after = estimate(header, params, method="analytic", probe_projector=False)
+    assert after.total_bytes - bare.total_bytes == sizes.weights_bytes + sizes.compute_bytes
