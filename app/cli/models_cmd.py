@@ -17,8 +17,9 @@ from typing import Any
 from app.cli.common import CliError, library, print_json
 from app.services.download_jobs import DONE, FAILED, PAUSED, DownloadJob
 from app.services.download_manager import DownloadManager
-from app.services.hub import HubClient, HubError, default_fit
+from app.services.hub import HubClient, HubError, ModelVariant, RepoDetails, default_fit
 from app.services.library import LibraryEntry
+from app.services.projectors import choose_projector
 from app.services.secrets import TokenStore
 from engine.model.gguf import human_bytes
 
@@ -46,6 +47,11 @@ def register(sub: Any) -> None:
     d = msub.add_parser("download", help="download and verify a GGUF file (resumes)")
     d.add_argument("repo", help="owner/name")
     d.add_argument("file", help="file name from `models files` (a sharded model: any shard)")
+    d.add_argument(
+        "--no-projector",
+        action="store_true",
+        help="leave out the repository's projector (mmproj), which comes with a model by default",
+    )
     d.set_defaults(handler=_hub_errors(download))
 
     rm = msub.add_parser("delete", help="delete a model from disk (asks first)")
@@ -191,16 +197,19 @@ def download(args: argparse.Namespace) -> int:
             f"{variant.name} is missing shards on the Hub "
             f"({len(variant.files)} of {variant.shards_expected})"
         )
+    # A vision or audio model comes with its projector, downloaded and verified with it.
+    projector = None if args.no_projector else _projector_of(details, variant)
+    unit = [variant, *([projector] if projector is not None else [])]
     manager = DownloadManager(library().downloads_state, hub, max_parallel=1)
     jobs: list[DownloadJob] = []
     try:
-        for f in variant.files:
+        for f in (f for v in unit for f in v.files):
             jobs.append(
                 manager.add(
                     details.repo_id, f.filename, sha256=f.sha256, size=f.size, commit=details.commit
                 )
             )
-        done = _follow(manager, [j.id for j in jobs], variant.size)
+        done = _follow(manager, [j.id for j in jobs], sum(v.size for v in unit))
     except KeyboardInterrupt:
         manager.close()
         print(
@@ -215,13 +224,25 @@ def download(args: argparse.Namespace) -> int:
         raise CliError(j.error or f"download of {j.filename} stopped ({j.status})")
     path = Path(done[0].path or "")
     ids = [e.id for e in library().entries() if e.path == path]
+    with_projector = f" and its projector {projector.name}" if projector is not None else ""
     print(
-        f"Downloaded and verified {variant.name} ({human_bytes(variant.size)}) -> {path}",
+        f"Downloaded and verified {variant.name} ({human_bytes(variant.size)})"
+        f"{with_projector} -> {path}",
         file=sys.stderr,
     )
     if ids:
         print(ids[0])
     return 0
+
+
+def _projector_of(details: RepoDetails, variant: ModelVariant) -> ModelVariant | None:
+    """The repository's projector for `variant` (app.services.projectors' precision rule),
+    None for a projector itself or a repository without one."""
+    if variant.kind != "model":
+        return None
+    found = {v.name: v for v in details.variants if v.kind == "projector" and v.complete}
+    chosen = choose_projector(Path(variant.name), (Path(n) for n in found))
+    return found[chosen.name] if chosen is not None else None
 
 
 def _follow(manager: DownloadManager, ids: list[str], total: int) -> list[DownloadJob]:

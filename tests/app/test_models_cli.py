@@ -205,3 +205,31 @@ def test_killed_download_resumes_where_it_stopped(
     listed = json.loads(cli("list", "--json").stdout)
     path = Path(next(m["path"] for m in listed if m["source"] == "downloaded"))
     assert file_sha256(path) == file_sha256(smollm2_path)
+
+
+def test_a_vision_model_downloads_with_its_projector_as_one_unit(
+    hub: HubEmulator, smollm2_path: Path, vision_projector_path: Path
+) -> None:
+    repo = "ggml-org/SmolVLM-test-GGUF"
+    r = hub.repo(repo)
+    r.add("SmolVLM-test-Q4_1.gguf", source=smollm2_path)
+    r.add("mmproj-SmolVLM-test-Q8_0.gguf", data=b"not this one")
+    r.add("mmproj-SmolVLM-test-F16.gguf", source=vision_projector_path)
+    got = cli("download", repo, "SmolVLM-test-Q4_1.gguf")
+    assert got.returncode == 0, got.stderr
+    size = human_bytes(smollm2_path.stat().st_size)
+    assert (
+        f"Downloaded and verified SmolVLM-test-Q4_1.gguf ({size}) and its projector "
+        "mmproj-SmolVLM-test-F16.gguf -> " in got.stderr
+    )
+    listed = json.loads(cli("list", "--json").stdout)
+    entry = next(m for m in listed if m["id"] == got.stdout.strip())
+    # Beside it in the cache's snapshot folder: the library pairs them, the F16 one by rule.
+    assert entry["capabilities"] == ["vision"]
+    folder = Path(entry["path"]).parent
+    assert file_sha256(folder / "mmproj-SmolVLM-test-F16.gguf") == file_sha256(
+        vision_projector_path
+    )
+    assert not (folder / "mmproj-SmolVLM-test-Q8_0.gguf").exists()
+    alone = cli("download", repo, "SmolVLM-test-Q4_1.gguf", "--no-projector")
+    assert alone.returncode == 0 and "its projector" not in alone.stderr
