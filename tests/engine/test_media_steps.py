@@ -180,3 +180,29 @@ def test_a_prompt_that_is_not_its_media_prompt_is_refused(model: FakeLoopModel) 
     mp = media_prompt(FakeProjector(), [1], "img-a", 4, [2])
     with pytest.raises(EngineError, match="not its media prompt"):
         model.loop.submit([1, 2, 3], GREEDY, lambda ev: None, media=mp)
+
+
+def test_cancelling_between_chunks_stops_before_the_next_encode(model: FakeLoopModel) -> None:
+    started, go = threading.Event(), threading.Event()
+
+    class SlowProjector(FakeProjector):
+        def encode(self, chunk: MediaChunk) -> npt.NDArray[np.float32]:
+            started.set()
+            assert go.wait(30)
+            return super().encode(chunk)
+
+    proj = SlowProjector()
+    one = MediaChunk("image", 10, 10, "img-1", False, handle=0)
+    two = MediaChunk("image", 10, 10, "img-2", False, handle=0)
+    parts: list[TextChunk | MediaChunk] = [TextChunk([1]), one, TextChunk([2]), two]
+    mp = MediaPrompt(cast(Projector, proj), Chunks(None, parts))
+    events: list[Event] = []
+    req = model.loop.submit(mp.tokens, GREEDY, events.append, media=mp)
+    assert started.wait(30)  # the loop is encoding the first picture
+    req.cancel()
+    go.set()
+    assert req.done.wait(30)
+    last = events[-1]
+    assert isinstance(last, Finished) and last.stats.stop_reason == "cancelled"
+    assert proj.encodes == 1  # the second picture was never encoded
+    assert model.loop.slot_tokens() == [[], []]  # a cancelled request's cells are freed
