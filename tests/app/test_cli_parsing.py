@@ -388,6 +388,7 @@ LOAD_COMMANDS = ("run", "serve", "estimate", "bench")
 LOAD_ARGS = (
     *("--ctx", "2048", "--gpu-layers", "3", "--threads", "2", "--kv-type", "q8_0"),
     *("--flash-attn", "on", "--batch", "256", "--ubatch", "128", "--cache-ram", "64"),
+    *("--mmproj", "mmproj-f16.gguf"),
 )
 
 
@@ -413,6 +414,7 @@ def test_the_four_commands_declare_the_same_load_options() -> None:
         "--batch",
         "--ubatch",
         "--cache-ram",
+        "--mmproj",
     }
     for command in LOAD_COMMANDS[1:]:
         actions = load_options(command)
@@ -446,6 +448,7 @@ def test_the_four_commands_make_the_same_load_params() -> None:
         n_batch=256,
         n_ubatch=128,
         state_cache_mb=64,
+        mmproj="mmproj-f16.gguf",
     )
     for command, params in made.items():
         assert replace(params, speculative=None) == expected, command
