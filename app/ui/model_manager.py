@@ -180,12 +180,15 @@ class ModelManagerView(QWidget):
         )  # the name and the file name share what is left
         self.load_button = QPushButton("Load")
         self.delete_button = QPushButton("Delete…")
-        self.import_button = QPushButton("Import .gguf…")
+        # Short labels: the row must fit the window's narrowest side panel (1000x700).
+        self.import_button = QPushButton("Import…")
+        self.import_button.setToolTip("Import a .gguf file")
         self.load_button.clicked.connect(self._load_selected)
         self.delete_button.clicked.connect(self.delete_selected)
         self.import_button.clicked.connect(self.import_file)
         # A folder: every model in it, each with the projector (mmproj) beside it.
         self.import_folder_button = QPushButton("Import folder…")
+        self.import_folder_button.setToolTip("Import every model in a folder, with its projector")
         self.import_folder_button.clicked.connect(self.import_folder)
         self.library_status = _Note()
         self.library_status.setWordWrap(True)

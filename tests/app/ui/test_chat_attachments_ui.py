@@ -25,7 +25,6 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
-from shiboken6 import isValid
 
 from app.main import build_window
 from app.services.library import LibraryEntry, ModelLibrary
@@ -67,9 +66,10 @@ def open_window(qtbot: QtBot, lib: ModelLibrary, entry: LibraryEntry) -> MainWin
 
 
 def close_window(w: MainWindow) -> None:
-    if not isValid(w):
-        return  # the test closed it already (to open it again)
-    w.close()
+    try:
+        w.close()
+    except RuntimeError:  # its C++ side is gone: the test closed it already (to reopen it)
+        return
     w.shutdown()
     w.deleteLater()
     QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
