@@ -1,5 +1,6 @@
-"""Runs the X-server scenarios (test_chat_pane.py) in a child pytest on a private Xvfb, and
-checks that every one of them ran and passed (a child that skipped them would prove nothing).
+"""Runs the X-server scenarios (test_chat_pane.py, test_chat_attachments.py) in a child pytest
+on a private Xvfb, and checks that every one of them ran and passed (a child that skipped them
+would prove nothing).
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ import pytest
 
 from tests.app.ui.visual.xserver import Xvfb, on_xserver
 
-SCENARIOS = Path(__file__).with_name("test_chat_pane.py")
+SCENARIOS = [Path(__file__).with_name(n) for n in ("test_chat_pane.py", "test_chat_attachments.py")]
 ROOT = Path(__file__).resolve().parents[4]
 
 
 def scenario_count() -> int:
-    text = SCENARIOS.read_text(encoding="utf-8")
-    return text.count("\ndef test_")
+    return sum(f.read_text(encoding="utf-8").count("\ndef test_") for f in SCENARIOS)
 
 
 @pytest.mark.skipif(on_xserver(), reason="already on an X server: the scenarios run here")
@@ -34,7 +34,7 @@ def test_chat_pane_on_a_real_x_server(xvfb: Xvfb, tmp_path: Path) -> None:
             sys.executable,
             "-m",
             "pytest",
-            str(SCENARIOS),
+            *(str(f) for f in SCENARIOS),
             "-q",
             "-p",
             "no:cacheprovider",
@@ -45,7 +45,7 @@ def test_chat_pane_on_a_real_x_server(xvfb: Xvfb, tmp_path: Path) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=600,
     )
     out = (run.stdout + run.stderr)[-6000:]
     assert run.returncode == 0, f"the X-server scenarios failed:\n{out}"

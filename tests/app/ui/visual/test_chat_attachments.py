@@ -34,7 +34,12 @@ from engine.settings import SamplingParams
 from tests.projector_gguf import test_image, test_tone
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
-pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints")
+# On the X-server tier (tests/app/ui/visual/test_xserver_tier.py runs it on Xvfb): drag and
+# drop and the clipboard as a person's window has them.
+pytestmark = [
+    pytest.mark.xserver,
+    pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints"),
+]
 
 
 def png(pixels: np.ndarray) -> bytes:
