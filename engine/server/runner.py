@@ -88,7 +88,10 @@ class ServerThread:
             host = f"[{host}]"
         return f"http://{host}:{self.port}"
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
+        """Let uvicorn finish its requests, then make it exit, waiting `timeout` for each:
+        a limit, not a speed (on a machine whose cores are busy its loop may need seconds
+        to run again), so that the thread is gone when this returns."""
         self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(timeout)

@@ -1090,3 +1090,13 @@ def test_the_document_describes_the_answers() -> None:
             "eval_count": 1,
         }
     )
+
+
+@pytest.mark.parametrize("kind", [{}, [], 5, None])
+def test_a_responses_part_whose_type_is_not_a_string_is_a_400(kind: Any) -> None:
+    # Found by schemathesis under load: a dict as a part's type raised TypeError (a 500).
+    from engine.server.protocol.responses import ResponsesRequest
+
+    body = {"model": "m", "input": [{"role": "user", "content": [{"type": kind}]}]}
+    ok, param = _outcome(lambda: parse_body(ResponsesRequest, body))
+    assert not ok and param is not None and param.startswith("input")
