@@ -290,13 +290,17 @@ def test_cancel_while_loading_frees_everything(
 def test_quitting_while_serving_shuts_down(
     qtbot: QtBot, panel: ServerPanel, loaded_smollm2: Model
 ) -> None:
+    # Threads of this panel's server only: another test's server may live in this process
+    # (a session fixture, when the suite runs in another order or split over workers).
+    others = set(threading.enumerate())
     start(qtbot, panel)
-    before = {t.name for t in threading.enumerate()}
-    assert "candlewick-server" in before and "candlewick-decode" in before
+    ours = set(threading.enumerate()) - others
+    assert "candlewick-server" in {t.name for t in ours}
     port = panel.port.value()
     panel.shutdown()
+    left = {t.name for t in ours if t.is_alive()}
+    assert not left & {"candlewick-server", "candlewick-embed_0"}
     names = {t.name for t in threading.enumerate()}
-    assert not names & {"candlewick-server", "candlewick-embed_0"}
     assert port_is_free(port)
     # The decode loop is the chat's model's: it goes on, with the chat's context back.
     assert "candlewick-decode" in names
@@ -315,6 +319,7 @@ def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
         return True
 
     w.ask_quit = ask_quit
+    others = set(threading.enumerate())  # another test's server may live in this process
     try:
         panel = w.findChild(ServerPanel)
         assert panel is not None
@@ -350,7 +355,8 @@ def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
         w.deleteLater()
         QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     assert port_is_free(port)
-    assert "candlewick-server" not in {t.name for t in threading.enumerate()}
+    ours = set(threading.enumerate()) - others
+    assert "candlewick-server" not in {t.name for t in ours}
     # Quitting asked first, naming what it stops.
     assert len(asked) == 1 and asked[0].startswith(
         "The Local server is serving SmolLM2 135M Instruct · Q4_1 at "
