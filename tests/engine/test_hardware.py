@@ -72,10 +72,14 @@ def test_simulated_gpus() -> None:
 
 
 def test_process_rss_follows_real_allocations() -> None:
-    before = hardware.process_rss()
-    block = b"\x01" * (64 * MiB)  # written, so the pages are resident
-    after = hardware.process_rss()
-    assert len(block) == 64 * MiB
+    import mmap
+
+    # Fresh anonymous pages, written so that they are resident (a heap allocation may
+    # reuse pages an earlier test freed and the allocator kept, leaving the RSS as it was).
+    with mmap.mmap(-1, 64 * MiB) as block:
+        before = hardware.process_rss()
+        block.write(b"\x01" * (64 * MiB))
+        after = hardware.process_rss()
     assert after - before >= 60 * MiB
 
 
