@@ -4,14 +4,11 @@ rows. The answers are meaningless; the pipeline, the reuse and the refusals are 
 
 from __future__ import annotations
 
-import io
-import wave
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from engine.errors import EngineError
 from engine.host.runtime import Model
@@ -20,26 +17,11 @@ from engine.media.images import decode_image
 from engine.model.projector_file import check_projector
 from engine.native.projector import marker
 from engine.settings import LoadParams, SamplingParams
+from tests.media_files import png, wav
 from tests.mtmd_reference import greedy_reply
 from tests.projector_gguf import TOKENS_PER_IMAGE, test_image, test_tone, write_audio_projector
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
-
-
-def png(pixels: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, "PNG")
-    return buf.getvalue()
-
-
-def wav(samples: np.ndarray, rate: int) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
-    return buf.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,9 @@ already encoded and every refusal are real."""
 from __future__ import annotations
 
 import base64
-import io
 import random
 import struct
 import time
-import wave
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,38 +20,16 @@ import numpy as np
 import ollama
 import openai
 import pytest
-from PIL import Image
 
 from engine.host.runtime import Model
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.settings import LoadParams
 from tests.engine.server.conftest import API_KEY, assert_no_leak, http, make_config
+from tests.media_files import jpeg, png, wav
 from tests.projector_gguf import test_image, test_tone
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 ASK = "What is in this picture?"
-
-
-def png(pixels: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, "PNG")
-    return buf.getvalue()
-
-
-def jpeg(pixels: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(pixels).save(buf, "JPEG", quality=85)
-    return buf.getvalue()
-
-
-def wav(samples: np.ndarray, rate: int) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
-    return buf.getvalue()
 
 
 def b64(data: bytes) -> str:

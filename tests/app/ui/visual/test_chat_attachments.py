@@ -7,14 +7,11 @@ not decode is refused the same way, and what was typed stays."""
 
 from __future__ import annotations
 
-import io
 import wave
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import (
     QDragEnterEvent,
@@ -31,6 +28,7 @@ from app.services.library import LibraryEntry, ModelLibrary
 from app.services.paths import AppPaths
 from app.ui.main_window import MainWindow
 from engine.settings import SamplingParams
+from tests.media_files import png
 from tests.projector_gguf import test_image, test_tone
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
@@ -40,12 +38,6 @@ pytestmark = [
     pytest.mark.xserver,
     pytest.mark.qt_log_ignore("This plugin does not support propagateSizeHints"),
 ]
-
-
-def png(pixels: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, format="PNG")
-    return out.getvalue()
 
 
 @pytest.fixture
