@@ -180,22 +180,31 @@ def _vision_tensors() -> Iterator[tuple[str, Array, bool]]:
     yield "v.patch_embd.weight", r.matrix(e, 3, PATCH_SIZE, PATCH_SIZE), False
     yield "v.patch_embd.bias", r.bias(e), False
     yield "v.position_embd.weight", r.embedding(N_PATCHES_SIDE**2, e), False
-    for i in range(V_BLOCKS):
-        p = f"v.blk.{i}"
+    yield from _encoder_blocks(r, "v.blk", V_BLOCKS, e, f, k_bias=True)
+    yield "v.post_ln.weight", r.norm(e), False
+    yield "v.post_ln.bias", r.bias(e), False
+    yield "mm.model.fc.weight", r.matrix(N_EMBD_TEXT, e * SCALE_FACTOR**2), True
+
+
+def _encoder_blocks(
+    r: _Weights, prefix: str, n: int, e: int, f: int, *, k_bias: bool
+) -> Iterator[tuple[str, Array, bool]]:
+    """`n` pre-norm transformer blocks of width `e` and feed-forward `f` (SigLIP's and
+    Whisper's share the layout), drawn from `r` in the file's order."""
+    for i in range(n):
+        p = f"{prefix}.{i}"
         yield f"{p}.ln1.weight", r.norm(e), False
         yield f"{p}.ln1.bias", r.bias(e), False
         for t in ("attn_q", "attn_k", "attn_v", "attn_out"):
             yield f"{p}.{t}.weight", r.matrix(e, e), True
-            yield f"{p}.{t}.bias", r.bias(e), False
+            if k_bias or t != "attn_k":
+                yield f"{p}.{t}.bias", r.bias(e), False
         yield f"{p}.ln2.weight", r.norm(e), False
         yield f"{p}.ln2.bias", r.bias(e), False
         yield f"{p}.ffn_up.weight", r.matrix(f, e), True
         yield f"{p}.ffn_up.bias", r.bias(f), False
         yield f"{p}.ffn_down.weight", r.matrix(e, f), True
         yield f"{p}.ffn_down.bias", r.bias(e), False
-    yield "v.post_ln.weight", r.norm(e), False
-    yield "v.post_ln.bias", r.bias(e), False
-    yield "mm.model.fc.weight", r.matrix(N_EMBD_TEXT, e * SCALE_FACTOR**2), True
 
 
 def write_audio_projector(out: Path, stack_factor: int = STACK_FACTOR) -> Path:
@@ -233,20 +242,8 @@ def _audio_tensors(stack_factor: int) -> Iterator[tuple[str, Array, bool]]:
     yield "a.conv1d.2.weight", r.matrix(e, e, 3), True
     yield "a.conv1d.2.bias", r.bias(e, 1), False
     yield "a.position_embd.weight", r.embedding(N_AUDIO_POS, e), False
-    for i in range(A_BLOCKS):
-        p = f"a.blk.{i}"
-        yield f"{p}.ln1.weight", r.norm(e), False
-        yield f"{p}.ln1.bias", r.bias(e), False
-        for t in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            yield f"{p}.{t}.weight", r.matrix(e, e), True
-            if t != "attn_k":  # Whisper's k_proj has no bias (the graph asserts it)
-                yield f"{p}.{t}.bias", r.bias(e), False
-        yield f"{p}.ln2.weight", r.norm(e), False
-        yield f"{p}.ln2.bias", r.bias(e), False
-        yield f"{p}.ffn_up.weight", r.matrix(f, e), True
-        yield f"{p}.ffn_up.bias", r.bias(f), False
-        yield f"{p}.ffn_down.weight", r.matrix(e, f), True
-        yield f"{p}.ffn_down.bias", r.bias(e), False
+    # Whisper's k_proj has no bias (the graph asserts it).
+    yield from _encoder_blocks(r, "a.blk", A_BLOCKS, e, f, k_bias=False)
     yield "a.post_ln.weight", r.norm(e), False
     yield "a.post_ln.bias", r.bias(e), False
     stacked = e * stack_factor
