@@ -42,21 +42,25 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.services.chat_settings import (
+    COLLECTIONS_KEY,
+    DEFAULT_DOCS_BUDGET,
+    DEFAULT_DOCS_K,
+    DEFAULT_TOOL_ROUNDS,
+    DOCS_BUDGET_KEY,
+    DOCS_K_KEY,
+    DOCS_RERANKER_KEY,
+    STRUCTURED_KEY,
+    ChatSettings,
+    SamplingOverrides,
+)
 from app.services.chat_store import ChatStore
 from app.services.retrieval import RERANK_CANDIDATES
 from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
 from engine.settings import SamplingParams
 
-STRUCTURED_KEY = "structured_output"  # where a chat's settings keep its JSON schema
-COLLECTIONS_KEY = "collections"  # the collections a chat's answers are grounded in
-DOCS_K_KEY = "docs_k"  # passages searched for
-DOCS_BUDGET_KEY = "docs_budget"  # the share of the context they may take, in percent
-DOCS_RERANKER_KEY = "docs_reranker"  # the reranker's file path (absent: none)
-DEFAULT_DOCS_K = 5
-DEFAULT_DOCS_BUDGET = 25
 NO_COLLECTIONS = "No collections yet — add one with `candlewick docs add` or in the Documents tab"
-DEFAULT_TOOL_ROUNDS = 8  # tool rounds an answer may take unless the chat says otherwise
 
 POLICIES = [
     ("drop_oldest", "Drop the oldest turns (keep the system prompt)"),
@@ -425,7 +429,11 @@ class ChatSettingsPanel(QWidget):
     # -- values ----------------------------------------------------------------------------
 
     def settings(self) -> dict[str, Any]:
-        """What differs from the defaults (the system prompt and policy when set)."""
+        """What differs from the defaults, as the store keeps it (`chat_settings`)."""
+        return self.chat_settings().to_stored()
+
+    def chat_settings(self) -> ChatSettings:
+        """The drawer's values; a sampling value equal to the app's default is not set."""
         d = self.defaults
         values: dict[str, Any] = {
             "temperature": round(self.temperature.value(), 2),
@@ -436,60 +444,47 @@ class ChatSettingsPanel(QWidget):
             "max_tokens": self.max_tokens.value(),
             "seed": None if self.seed.value() < 0 else self.seed.value(),
         }
-        out = {k: v for k, v in values.items() if v != getattr(d, k)}
-        system = self.system_prompt.toPlainText().strip()
-        if system:
-            out["system_prompt"] = system
-        if self.policy.currentData() != "drop_oldest":
-            out["context_policy"] = self.policy.currentData()
-        if self._schema is not None:
-            out[STRUCTURED_KEY] = self._schema
-        if self._tools_off:
-            out["tools_off"] = sorted(self._tools_off)
-        if self.tool_rounds.value() != DEFAULT_TOOL_ROUNDS:
-            out["tool_rounds"] = self.tool_rounds.value()
-        if self._collections_on:
-            out[COLLECTIONS_KEY] = list(self._collections_on)
-        if self.docs_k.value() != DEFAULT_DOCS_K:
-            out[DOCS_K_KEY] = self.docs_k.value()
-        if self.docs_budget.value() != DEFAULT_DOCS_BUDGET:
-            out[DOCS_BUDGET_KEY] = self.docs_budget.value()
-        if self._reranker is not None:
-            out[DOCS_RERANKER_KEY] = self._reranker
-        return out
+        policy = self.policy.currentData()
+        return ChatSettings(
+            system_prompt=self.system_prompt.toPlainText().strip(),
+            sampling=SamplingOverrides(**{k: v for k, v in values.items() if v != getattr(d, k)}),
+            context_policy=policy if isinstance(policy, str) else "drop_oldest",  # type: ignore[arg-type]
+            structured_output=self._schema,
+            tools_off=tuple(sorted(self._tools_off)),
+            tool_rounds=self.tool_rounds.value(),
+            collections=tuple(self._collections_on),
+            docs_k=self.docs_k.value(),
+            docs_budget=self.docs_budget.value(),
+            docs_reranker=self._reranker,
+        )
 
-    def set_settings(self, settings: dict[str, Any]) -> None:
+    def set_settings(self, settings: ChatSettings | dict[str, Any]) -> None:
         """Show a conversation's settings (no `changed` signal)."""
+        s = settings if isinstance(settings, ChatSettings) else ChatSettings.from_stored(settings)
         self._loading = True
         try:
-            d = self.defaults
-            self.system_prompt.setPlainText(str(settings.get("system_prompt") or ""))
-            self.temperature.setValue(float(settings.get("temperature", d.temperature)))
-            self.top_p.setValue(float(settings.get("top_p", d.top_p)))
-            self.top_k.setValue(int(settings.get("top_k", d.top_k)))
-            self.min_p.setValue(float(settings.get("min_p", d.min_p)))
-            self.repeat_penalty.setValue(float(settings.get("repeat_penalty", d.repeat_penalty)))
-            self.max_tokens.setValue(int(settings.get("max_tokens", d.max_tokens)))
-            seed = settings.get("seed", d.seed)
-            self.seed.setValue(-1 if seed is None else int(seed))
-            i = self.policy.findData(settings.get("context_policy", "drop_oldest"))
-            self.policy.setCurrentIndex(max(i, 0))
-            schema = settings.get(STRUCTURED_KEY)
-            self._schema = schema if isinstance(schema, dict) else None
+            d = s.sampling.apply(self.defaults)
+            self.system_prompt.setPlainText(s.system_prompt)
+            self.temperature.setValue(d.temperature)
+            self.top_p.setValue(d.top_p)
+            self.top_k.setValue(d.top_k)
+            self.min_p.setValue(d.min_p)
+            self.repeat_penalty.setValue(d.repeat_penalty)
+            self.max_tokens.setValue(d.max_tokens)
+            self.seed.setValue(-1 if d.seed is None else d.seed)
+            self.policy.setCurrentIndex(max(self.policy.findData(s.context_policy), 0))
+            self._schema = s.schema
             self.structured.setPlainText(
                 json.dumps(self._schema, indent=2) if self._schema is not None else ""
             )
             self._show_schema_problem(None)
-            off = settings.get("tools_off")
-            self._tools_off = [str(n) for n in off] if isinstance(off, list) else []
-            self.tool_rounds.setValue(int(settings.get("tool_rounds", DEFAULT_TOOL_ROUNDS)))
+            self._tools_off = list(s.tools_off)
+            self.tool_rounds.setValue(s.tool_rounds)
             self.refresh_tools()
-            self._collections_on = chat_collections(settings)
-            self._reranker = chat_reranker(settings)
-            self.docs_k.setValue(_int_setting(settings.get(DOCS_K_KEY), DEFAULT_DOCS_K))
-            self.docs_budget.setValue(
-                _int_setting(settings.get(DOCS_BUDGET_KEY), DEFAULT_DOCS_BUDGET)
-            )
+            self._collections_on = list(s.collections)
+            self._reranker = s.docs_reranker
+            self.docs_k.setValue(s.docs_k)
+            self.docs_budget.setValue(s.docs_budget)
             self.refresh_collections()
         finally:
             self._loading = False
@@ -555,20 +550,12 @@ class ChatSettingsPanel(QWidget):
 
 def chat_collections(settings: dict[str, Any]) -> list[str]:
     """The collections a chat's settings name (an imported chat may hold anything there)."""
-    names = settings.get(COLLECTIONS_KEY)
-    if not isinstance(names, list):
-        return []
-    return list(dict.fromkeys(n for n in names if isinstance(n, str) and n))
+    return list(ChatSettings.from_stored(settings).collections)
 
 
 def chat_reranker(settings: dict[str, Any]) -> str | None:
     """The reranker file a chat's settings name (None: none, or not a path)."""
-    value = settings.get(DOCS_RERANKER_KEY)
-    return value if isinstance(value, str) and value else None
-
-
-def _int_setting(value: object, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
+    return ChatSettings.from_stored(settings).docs_reranker
 
 
 def schema_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -592,3 +579,22 @@ def schema_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:
         first = str(e).strip().splitlines()
         return None, f"the schema cannot be used: {first[0] if first else type(e).__name__}"
     return schema, None
+
+
+# The stored keys are declared in app.services.chat_settings; named here too for the UI.
+__all__ = [
+    "COLLECTIONS_KEY",
+    "DEFAULT_DOCS_BUDGET",
+    "DEFAULT_DOCS_K",
+    "DEFAULT_TOOL_ROUNDS",
+    "DOCS_BUDGET_KEY",
+    "DOCS_K_KEY",
+    "DOCS_RERANKER_KEY",
+    "NO_COLLECTIONS",
+    "POLICIES",
+    "STRUCTURED_KEY",
+    "ChatSettingsPanel",
+    "chat_collections",
+    "chat_reranker",
+    "schema_problem",
+]
