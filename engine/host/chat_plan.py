@@ -10,14 +10,20 @@ the grammar of the call, so its arguments are valid against the function's schem
 reply is calls only: cut short by the token limit, the call being written comes back marked
 incomplete, never as text. Without parallel calls, a reply is read for one call at most.
 
+A conversation fitted by a context policy (engine.host.context_policy) keeps what it sent
+and what it left out (`messages`, `origin`, `left_out`), and the render it used, so that
+engine.host.context_meter can say where the prompt's tokens went. Policy "summarise" with a
+`Summary` sends the summary in place of the turns it covers (engine.host.context_summary);
+without one it leaves out what the summary would cover, keeping room for it.
+
 Requests that cannot be planned raise `PlanError`, which names the request field at fault;
 the HTTP layer turns it into its 400 answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.decoding import constraints
@@ -27,6 +33,13 @@ from engine.decoding.reply_reader import ReplyReader
 from engine.decoding.tool_calls import ToolChoice, ToolFormat, tool_format_for
 from engine.errors import EngineError
 from engine.host.context_policy import ContextPolicy, fit_messages
+from engine.host.context_summary import (
+    NOTE_TOKENS,
+    SUMMARY_ORIGIN,
+    Summary,
+    summary_room,
+    with_summary,
+)
 from engine.host.runtime import Model
 from engine.media.prompt import MediaPrompt
 from engine.model.templates import ChatTemplateError
@@ -60,6 +73,17 @@ class ChatPlan:
     parallel: bool = True  # several calls may come at once
     think: ThinkMarkers | None = None  # the template's think markers, separated or not
     media: MediaPrompt | None = None  # its images and audio (`prompt` is its tokens)
+    # The conversation as given, the messages sent (before the tool format's rewrite) and,
+    # for each, its index in the conversation (context_summary.SUMMARY_ORIGIN: the summary).
+    conversation: Sequence[Mapping[str, Any]] = ()
+    messages: Sequence[Mapping[str, Any]] = ()
+    origin: tuple[int, ...] = ()
+    left_out: tuple[int, ...] = ()  # indices into `conversation` not sent as themselves
+    reserve: int = 0  # tokens kept for the answer when fitting
+    summary: Summary | None = None  # sent in place of the turns it covers
+    folded: bool = False  # the summary was appended to the system message
+    # The render the prompt came from: (messages, add_generation_prompt) -> text.
+    render: Callable[[Messages, bool], str] | None = field(default=None, repr=False)
 
     def sampling(self, sampling: SamplingParams) -> SamplingParams:
         """The request's sampling with what the reply needs: its grammar, and control tokens
@@ -97,6 +121,7 @@ def plan_chat(
     reserve: int = 0,
     more_tokens: int = 0,
     media: Sequence[Media] = (),
+    summary: Summary | None = None,
 ) -> ChatPlan:
     """`grammar`: the reply's own format (a compiled constraint: response_format, Ollama's
     format), if any; `grammar_param` names its field in errors. `think`: None leaves the
@@ -104,7 +129,8 @@ def plan_chat(
     `policy`: fit the conversation to a slot's context, keeping `reserve` tokens for the
     answer and `more_tokens` for text the caller appends to the prompt. `media`: images
     and audio, one `marker()` each in the messages' text, in order; the conversation is
-    then not fitted (its media rows are counted only once the projector has split it)."""
+    then not fitted (its media rows are counted only once the projector has split it).
+    `summary` (policy "summarise"): sent in place of the turns it covers."""
     source = model.template.source
     markers = thinking_markers(source)
     if think and markers is None:
@@ -132,12 +158,19 @@ def plan_chat(
     if fmt is not None and offered:
         extra.update(fmt.template_vars(shown_tools))
 
-    def render(msgs: Messages) -> str:
+    def render(msgs: Messages, generation: bool = True) -> str:
         if fmt is not None:
             msgs = fmt.template_messages(msgs, shown_tools)
-        return model.render_chat(msgs, **extra)
+        if generation:
+            return model.render_chat(msgs, **extra)
+        return model.template.render(msgs, add_generation_prompt=False, **extra)
 
-    dropped = 0
+    conversation = messages
+    origin = tuple(range(len(messages)))
+    left_out: tuple[int, ...] = ()
+    folded = False
+    if summary is not None and policy != "summarise":
+        raise PlanError("a summary is sent with policy 'summarise' only", param="context_policy")
     if media and model.projector is None:
         raise PlanError(
             f"{model.path.name} reads text only: it was loaded without a projector (mmproj)",
@@ -145,14 +178,25 @@ def plan_chat(
         )
     try:
         if policy is not None and not media:
-            fit = fit_messages(
-                messages,
-                lambda ms: len(model.chat_prompt_tokens(render(ms))) + more_tokens,
-                model.n_ctx_seq,
-                reserve=reserve,
-                policy=policy,
-            )
-            messages, dropped = fit.messages, fit.dropped
+
+            def count(ms: Messages) -> int:
+                return len(model.chat_prompt_tokens(render(ms))) + more_tokens
+
+            room, fit_policy = reserve, policy
+            if summary is not None:
+                sent = with_summary(messages, summary)
+                messages, origin, folded = sent.messages, sent.origin, sent.folded
+                left_out = tuple(sorted(set(summary.covers)))
+                fit_policy = "drop_oldest"  # a summary that does not fit: older turns go too
+            elif policy == "summarise" and count(messages) + reserve > model.n_ctx_seq:
+                room = reserve + summary_room(model.n_ctx_seq) + NOTE_TOKENS  # the summary's
+            fit = fit_messages(messages, count, model.n_ctx_seq, reserve=room, policy=fit_policy)
+            gone = set(fit.left_out)
+            left_out = tuple(sorted({*left_out, *(origin[i] for i in gone if origin[i] >= 0)}))
+            origin = tuple(o for i, o in enumerate(origin) if i not in gone)
+            messages = fit.messages
+            if summary is not None and SUMMARY_ORIGIN not in origin and not folded:
+                summary = None  # its own messages were left out too
         text = render(messages)
     except ChatTemplateError as e:
         raise PlanError(str(e)) from None
@@ -179,11 +223,19 @@ def plan_chat(
         markers if separate_reasoning else None,
         in_thinking,
         text,
-        dropped,
+        len(left_out),
         forced=offered and choice not in ("auto", "none"),
         parallel=parallel,
         think=markers,
         media=mp,
+        conversation=conversation,
+        messages=list(messages),
+        origin=origin,
+        left_out=left_out,
+        reserve=reserve,
+        summary=summary,
+        folded=folded,
+        render=render,
     )
 
 
