@@ -18,6 +18,36 @@ from engine.settings import FlashAttn, GpuLayers, LoadParams
 # The cache types worth offering: f16, and the two quantized ones llama.cpp's CPU and GPU
 # kernels both handle (engine.settings.KV_TYPES names more).
 KV_CHOICES = ("f16", "q8_0", "q4_0")
+GIVEN = "given_load_options"  # the namespace attribute: the load options typed by the user
+# Which LoadParams fields an option sets: a flag the user typed wins over the settings saved
+# for the model (app.services.model_settings), its default does not.
+FIELDS_OF: dict[str, tuple[str, ...]] = {
+    "ctx": ("n_ctx",),
+    "gpu_layers": ("n_gpu_layers",),
+    "threads": ("n_threads",),
+    "kv_type": ("type_k", "type_v"),
+    "flash_attn": ("flash_attn",),
+    "mmproj": ("mmproj",),
+}
+
+
+class _Given(argparse.Action):
+    """Stores the value, and notes that the option was given (not left at its default)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, GIVEN, {*getattr(namespace, GIVEN, ()), self.dest})
+
+
+def given_fields(args: argparse.Namespace) -> set[str]:
+    """The LoadParams fields the command line set explicitly."""
+    return {f for dest in getattr(args, GIVEN, ()) for f in FIELDS_OF.get(dest, ())}
 
 
 def gpu_layers_arg(value: str) -> GpuLayers:
@@ -53,21 +83,24 @@ def add_load_options(
     request, shared by sequences), and `ctx_default` None lets the command size it."""
     d = LoadParams()
     g = parser.add_argument_group("load options", about)
-    g.add_argument("--ctx", type=positive_int, default=ctx_default, help=ctx_help)
+    g.add_argument("--ctx", action=_Given, type=positive_int, default=ctx_default, help=ctx_help)
     g.add_argument(
         "--gpu-layers",
+        action=_Given,
         type=gpu_layers_arg,
         default=d.n_gpu_layers,
         help="layers to offload to the GPU: a number, 'auto' (as many as fit) or 'all'",
     )
     g.add_argument(
         "--threads",
+        action=_Given,
         type=positive_int,
         default=d.n_threads,
         help="CPU threads (default: the physical cores)",
     )
     g.add_argument(
         "--kv-type",
+        action=_Given,
         choices=KV_CHOICES,
         default=d.type_k,
         help="K and V cache type; q8_0 halves its memory, q4_0 quarters it "
@@ -75,6 +108,7 @@ def add_load_options(
     )
     g.add_argument(
         "--flash-attn",
+        action=_Given,
         choices=get_args(FlashAttn),
         default=d.flash_attn,
         help="flash attention (auto: llama.cpp's choice with a GPU, otherwise on; a "
@@ -95,6 +129,7 @@ def add_load_options(
     )
     g.add_argument(
         "--mmproj",
+        action=_Given,
         metavar="PATH",
         default=None,
         help="the model's multimodal projector (an mmproj GGUF): lets it read images or audio",
@@ -132,4 +167,11 @@ def load_params(
     return replace(params, **changes)
 
 
-__all__ = ["KV_CHOICES", "add_load_options", "cache_ram_arg", "gpu_layers_arg", "load_params"]
+__all__ = [
+    "KV_CHOICES",
+    "add_load_options",
+    "cache_ram_arg",
+    "given_fields",
+    "gpu_layers_arg",
+    "load_params",
+]

@@ -5,6 +5,10 @@ on a background thread, and the checks that keep the server safe (no network bin
 key) run before anything is loaded or bound. Every model of the library can be asked for by
 name: one not loaded is loaded on demand with the server's settings, stays for `--keep-alive`
 once idle, and makes room by unloading the least recently used idle one (engine.host.host).
+
+Each model loads with the settings saved for it (in the window, or `candlewick models
+settings`): an option typed on the command line > saved for this model > the options'
+defaults. A saved context is each slot's.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import CliError, first_loads, library, positive_int
-from app.cli.load_options import add_load_options, load_params
+from app.cli.load_options import add_load_options, given_fields, load_params
+from app.services.model_settings import ModelSettingsStore, SettingsProvider
 from engine.host.budget import MemoryBudget
 from engine.host.host import DEFAULT_KEEP_S, Loadable, ModelHost
 from engine.host.runtime import Model
@@ -132,22 +137,36 @@ def duration_arg(text: str) -> float | None:
     return None if v < 0 else v
 
 
-def catalog(params: LoadParams, extra: Path | None = None) -> Callable[[], list[Loadable]]:
+def catalog(
+    params: LoadParams, extra: Path | None = None, settings: SettingsProvider | None = None
+) -> Callable[[], list[Loadable]]:
     """The library's models (read on each lookup, so a download is seen at once), each loaded
-    with the server's settings; `extra`: a file named on the command line."""
+    with the server's settings, or those `settings` gives for its file; `extra`: a file named
+    on the command line."""
     lib = library()
+
+    def given(path: Path) -> LoadParams:
+        return (settings(path) if settings is not None else None) or params
 
     def specs() -> list[Loadable]:
         out = [
-            Loadable(e.id, e.path, params, aliases=(e.slug,), title=e.name)
+            Loadable(e.id, e.path, given(e.path), aliases=(e.slug,), title=e.name)
             for e in lib.entries()
             if e.error is None
         ]
         if extra is not None and not any(s.path.resolve() == extra.resolve() for s in out):
-            out.append(Loadable(extra.stem, extra, params, title=extra.name))
+            out.append(Loadable(extra.stem, extra, given(extra), title=extra.name))
         return out
 
     return specs
+
+
+def saved_settings(args: argparse.Namespace, params: LoadParams) -> SettingsProvider:
+    """Each model's saved settings over the server's (`params`); options typed on the
+    command line keep their value."""
+    return ModelSettingsStore.for_paths().provider(
+        params, slots=args.parallel, keep=given_fields(args)
+    )
 
 
 def serve_load_params(args: argparse.Namespace) -> LoadParams:
@@ -185,8 +204,9 @@ def run(args: argparse.Namespace) -> int:
         MemoryBudget({"CPU": int(args.ram_budget * GiB)}) if args.ram_budget is not None else None
     )
     loads = first_loads()
+    saved = saved_settings(args, params)
     host = ModelHost(
-        catalog(params, path if Path(args.model).suffix == ".gguf" else None),
+        catalog(params, path if Path(args.model).suffix == ".gguf" else None, saved),
         budget,
         loader=lambda spec: Model(spec.path, spec.params, first_loads=loads),
         default_keep_s=args.keep_alive,
@@ -206,7 +226,9 @@ def run(args: argparse.Namespace) -> int:
                 f"candlewick: serving {path.name} as '{model_id}' on "
                 f"http://{_host(config.host)}:{port} ({args.parallel} slots"
                 f"{', API key required' if config.api_key else ''}; "
-                f"{_describe(loaded.settings())}); other library models load on demand",
+                f"{_describe(loaded.settings())}"
+                f"{'; settings saved for this model' if saved(path) else ''}); "
+                "other library models load on demand",
                 file=sys.stderr,
             )
         except Exception as e:  # reported on /health and in the terminal
