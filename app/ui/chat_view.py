@@ -22,41 +22,55 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 from PySide6.QtCore import (
     QEvent,
-    QMimeData,
     QModelIndex,
     QPersistentModelIndex,
+    QRectF,
     QSize,
     Qt,
     QTimer,
     Signal,
 )
 from PySide6.QtGui import (
+    QColor,
+    QContextMenuEvent,
+    QEnterEvent,
+    QFocusEvent,
+    QFont,
     QFontDatabase,
     QGuiApplication,
     QHideEvent,
-    QImage,
     QKeyEvent,
+    QKeySequence,
+    QPainter,
+    QPaintEvent,
     QPalette,
+    QPen,
+    QResizeEvent,
     QShowEvent,
+    QTextCursor,
     QTextDocument,
     QTextOption,
+    QTextTable,
 )
 from PySide6.QtWidgets import (
+    QApplication,
     QFrame,
+    QGraphicsOpacityEffect,
     QHBoxLayout,
     QLabel,
     QMenu,
     QPlainTextEdit,
-    QPushButton,
     QScrollArea,
+    QSizePolicy,
+    QTextBrowser,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -66,7 +80,8 @@ from app.ui.attacher import Attacher
 from app.ui.attachment_tray import AttachmentReader, AttachmentStrip
 from app.ui.chat_model import ChatModel
 from app.ui.citations import SourcesBlock
-from app.ui.code_highlight import CodeHighlighter, is_dark, style_inline_code
+from app.ui.code_highlight import CodeHighlighter, is_dark, style_inline_code, style_tables
+from app.ui.composer import Composer, CountTokens
 from app.ui.conversation import Message
 from app.ui.message_editor import MessageEditor
 from app.ui.prose_label import ProseLabel, hint_at_own_width
@@ -74,6 +89,7 @@ from app.ui.scroll_guard import guard_layout_requests
 from app.ui.steady_label import SteadyLabel
 from app.ui.streaming_prose import StreamingProse
 from app.ui.tool_blocks import ToolCallBlock, ToolResultBlock
+from app.ui.welcome import WelcomePane
 from engine.host.stats import GenerationStats
 
 _FENCE = re.compile(r"^ {0,3}(```|~~~)\s*([\w+#.-]*)\s*$")
@@ -81,23 +97,34 @@ _FENCE = re.compile(r"^ {0,3}(```|~~~)\s*([\w+#.-]*)\s*$")
 
 @dataclass(frozen=True)
 class Segment:
-    kind: str  # "text" | "code"
+    kind: str  # "text" | "code" | "table"
     text: str
     lang: str = ""
 
 
 def split_markdown(text: str) -> list[Segment]:
-    """Split Markdown into prose paragraphs and fenced code blocks. An unclosed fence (a reply
-    still streaming) is code up to the end.
+    """Split Markdown into prose paragraphs, fenced code blocks and tables. An unclosed fence
+    (a reply still streaming) is code up to the end.
 
     Prose is cut at blank lines so that, while a reply streams, only its last paragraph is
-    laid out again; earlier ones keep their cached layout.
+    laid out again; earlier ones keep their cached layout. A GFM table (a row with pipes over
+    a delimiter row) is its own segment: Qt's Markdown reader renders it (`TableBlock`), but
+    in a word-wrapped label a wide table would widen the whole chat. Only where a table
+    starts and ends is decided here; its cells are parsed by Qt.
     """
     out: list[Segment] = []
     buf: list[str] = []
     fence: str | None = None
     lang = ""
-    for line in text.split("\n"):
+    table = False
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if table:
+            if line.strip() and "|" in line:
+                buf.append(line)
+                continue
+            out.append(Segment("table", "\n".join(buf)))
+            buf, table = [], False
         m = _FENCE.match(line)
         if fence is None and not line.strip():
             if any(s.strip() for s in buf) and not _open_list_item(buf):
@@ -110,6 +137,10 @@ def split_markdown(text: str) -> list[Segment]:
             if any(s.strip() for s in buf):
                 out.append(Segment("text", "\n".join(buf)))
             buf, fence, lang = [], m.group(1), m.group(2)
+        elif fence is None and _table_starts(lines, i) and not _open_list_item(buf):
+            if any(s.strip() for s in buf):
+                out.append(Segment("text", "\n".join(buf)))
+            buf, table = [line], True
         elif fence is not None and m and m.group(1) == fence and not m.group(2):
             out.append(Segment("code", "\n".join(buf), lang))
             buf, fence, lang = [], None, ""
@@ -117,9 +148,22 @@ def split_markdown(text: str) -> list[Segment]:
             buf.append(line)
     if fence is not None:
         out.append(Segment("code", "\n".join(buf), lang))
+    elif table:
+        out.append(Segment("table", "\n".join(buf)))
     elif buf and any(s.strip() for s in buf):
         out.append(Segment("text", "\n".join(buf)))
     return out
+
+
+# A GFM table's delimiter row: cells of dashes, optionally with colons, between pipes.
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+
+
+def _table_starts(lines: list[str], i: int) -> bool:
+    if i + 1 >= len(lines) or "|" not in lines[i]:
+        return False
+    rule = lines[i + 1]
+    return "|" in rule and _TABLE_RULE.match(rule) is not None
 
 
 _LIST_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s")
@@ -272,6 +316,68 @@ class CodeBlock(QFrame):
         super().hideEvent(e)
 
 
+class TableBlock(QTextBrowser):
+    """A Markdown table as Qt's Markdown reader renders it (a `QTextTable`), styled from the
+    palette. As tall as the table; a table wider than the chat scrolls sideways on its own
+    instead of widening the conversation."""
+
+    def __init__(self, markdown: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("tableBlock")
+        self.setAccessibleName("Table")
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setOpenExternalLinks(True)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.viewport().setAutoFillBackground(False)  # on the message's background
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.document().setDocumentMargin(1)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit_height)
+        self.horizontalScrollBar().rangeChanged.connect(self._fit_height)
+        self._markdown = ""
+        self.set_markdown(markdown)
+
+    @property
+    def markdown(self) -> str:
+        return self._markdown
+
+    def tables(self) -> list[QTextTable]:
+        frames = self.document().rootFrame().childFrames()
+        return [f for f in frames if isinstance(f, QTextTable)]
+
+    def set_markdown(self, text: str) -> None:
+        if text != self._markdown:
+            self._markdown = text
+            self._fill()
+
+    def _fill(self) -> None:
+        doc = self.document()
+        doc.setMarkdown(self._markdown)
+        style_tables(doc, self.palette())
+        if "`" in self._markdown:
+            style_inline_code(doc, self.palette())
+        self._fit_height()
+
+    def _fit_height(self, *_: object) -> None:
+        height = math.ceil(self.document().size().height()) + 2 * self.frameWidth()
+        bar = self.horizontalScrollBar()
+        if bar.maximum() > 0:
+            height += bar.sizeHint().height()
+        if height != self.height() or self.minimumHeight() != height:
+            self.setFixedHeight(height)
+
+    def sizeHint(self) -> QSize:
+        return QSize(math.ceil(self.document().idealWidth()) + 4, self.height())
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(8 * self.fontMetrics().averageCharWidth(), self.height())
+
+    def changeEvent(self, e: QEvent) -> None:
+        super().changeEvent(e)
+        if e.type() == QEvent.Type.PaletteChange and self._markdown:
+            self._fill()
+
+
 class MarkdownBody(QWidget):
     """Prose segments as Markdown labels, code segments as `CodeBlock`s. `dim`: prose in the
     palette's placeholder colour (a model's thinking, set apart from its answer)."""
@@ -323,6 +429,8 @@ class MarkdownBody(QWidget):
     def _make(self, seg: Segment, growing: bool = False) -> QWidget:
         if seg.kind == "code":
             return CodeBlock(seg.text, seg.lang)
+        if seg.kind == "table":
+            return TableBlock(seg.text)
         if growing:
             prose = StreamingProse()
             if self._dim:
@@ -347,6 +455,8 @@ class MarkdownBody(QWidget):
     def _update(self, w: QWidget, seg: Segment) -> None:
         if isinstance(w, CodeBlock):
             w.set_code(seg.text, seg.lang)
+        elif isinstance(w, TableBlock):
+            w.set_markdown(seg.text)
         elif isinstance(w, StreamingProse):
             w.setText(seg.text)
         elif isinstance(w, QLabel):
@@ -363,6 +473,8 @@ class MarkdownBody(QWidget):
 def _widget_kind(seg: Segment, growing: bool) -> type[QWidget]:
     if seg.kind == "code":
         return CodeBlock
+    if seg.kind == "table":
+        return TableBlock
     return StreamingProse if growing else ProseLabel
 
 
@@ -455,13 +567,77 @@ class ThinkingBlock(QFrame):
         self.body.setVisible(expanded)
 
 
+def _tint(palette: QPalette, share: float) -> QColor:
+    """The palette's base with a share of its highlight mixed in: a user's bubble, readable
+    with the palette's text colour on light and dark palettes alike."""
+    base = palette.color(QPalette.ColorRole.Base)
+    hi = palette.color(QPalette.ColorRole.Highlight)
+    return QColor(
+        round(base.red() + (hi.red() - base.red()) * share),
+        round(base.green() + (hi.green() - base.green()) * share),
+        round(base.blue() + (hi.blue() - base.blue()) * share),
+    )
+
+
+class Bubble(QFrame):
+    """A user's message: a rounded tint of the palette's highlight colour."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("userBubble")
+
+    def paintEvent(self, e: QPaintEvent) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        p.setPen(Qt.PenStyle.NoPen)
+        p.setBrush(_tint(self.palette(), 0.16))
+        p.drawRoundedRect(QRectF(self.rect()), 14, 14)
+        p.end()
+
+
+class Avatar(QWidget):
+    """A small round badge with a letter, in the palette's highlight colours."""
+
+    SIZE = 22
+
+    def __init__(self, letter: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.letter = letter
+        self.setFixedSize(self.SIZE, self.SIZE)
+        self.setAccessibleName("Avatar")
+
+    def paintEvent(self, e: QPaintEvent) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        pal = self.palette()
+        p.setPen(Qt.PenStyle.NoPen)
+        p.setBrush(pal.color(QPalette.ColorRole.Highlight))
+        p.drawEllipse(QRectF(self.rect()))
+        p.setPen(pal.color(QPalette.ColorRole.HighlightedText))
+        font = QFont(self.font())
+        font.setBold(True)
+        p.setFont(font)
+        p.drawText(self.rect(), Qt.AlignmentFlag.AlignCenter, self.letter)
+        p.end()
+
+
 class MessageWidget(QFrame):
+    """One message. The user's is a tinted bubble on the right (at most 3/4 of the width),
+    an answer full-width text under a small avatar and name line. Its action buttons are
+    faded out until the message is hovered or has the keyboard focus; they keep their place
+    meanwhile, so revealing them repaints them and lays nothing out.
+
+    The message takes the focus (Tab, a click, Up/Down from another message): Enter or the
+    menu key opens its actions as a menu; Ctrl+C copies, E edits, Delete deletes, R answers
+    again."""
+
     ROLE_TITLES: ClassVar[dict[str, str]] = {
         "user": "You",
         "assistant": "Assistant",
         "system": "System",
         "tool": "Tool",
     }
+    BUBBLE_SHARE = 0.75  # of the message's width, at most
 
     # (action, self): prev/next (branch), edit, regenerate, continue, copy, delete
     action = Signal(str, object)
@@ -472,6 +648,8 @@ class MessageWidget(QFrame):
     # running tool
     tool_decided = Signal(object, str, str)
     tool_cancelled = Signal(object)
+    # (self, -1 | +1): Up or Down pressed on the message: the one before or after
+    navigate = Signal(object, int)
 
     EDIT_HINT = "Enter saves · Shift+Enter adds a line · Esc cancels"
 
@@ -486,19 +664,21 @@ class MessageWidget(QFrame):
         self.role = message.role
         self._reader = reader
         self.setObjectName(f"message-{message.role}")
-        self.setFrameShape(
-            QFrame.Shape.StyledPanel if message.role == "user" else QFrame.Shape.NoFrame
-        )
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
+        who = self.ROLE_TITLES.get(message.role, message.role)
+        self.setAccessibleName(f"{who} message")
         lay = self._lay = QVBoxLayout(self)
-        lay.setContentsMargins(10, 6, 10, 6)
-        self.title = QLabel(f"<b>{self.ROLE_TITLES.get(message.role, message.role)}</b>")
+        lay.setContentsMargins(10, 4, 10, 4)
+        lay.setSpacing(4)
+        self.title = QLabel(f"<b>{who}</b>")
+        self.avatar = Avatar(who[:1].upper())
         self.thinking = ThinkingBlock()
         self.body = MarkdownBody()
         self.error_label = QLabel()
         self.error_label.setWordWrap(True)
         self.error_label.setObjectName("messageError")
         self.error_label.setStyleSheet("color: #c62828;")  # readable on light and dark
-        self.setAccessibleName(f"{self.ROLE_TITLES.get(message.role, message.role)} message")
         self.footer = QLabel()
         self.footer.setObjectName("statsFooter")
         self.footer.setEnabled(False)
@@ -509,46 +689,74 @@ class MessageWidget(QFrame):
         self.model_label.setEnabled(False)
         self.model_label.setAccessibleName("Model")
         self.model_label.setTextFormat(Qt.TextFormat.PlainText)
-        head = QHBoxLayout()
-        head.setContentsMargins(0, 0, 0, 0)
-        head.addWidget(self.title)
-        head.addWidget(self.model_label)
-        head.addStretch(1)
         self.prev_button = self._tool("\u2039", "Previous version", "prev")
         self.branch_label = QLabel()
         self.branch_label.setAccessibleName("Version")
         self.next_button = self._tool("\u203a", "Next version", "next")
         self.continue_button = self._tool("Continue", "Continue this answer", "continue")
-        self.edit_button = self._tool("Edit", "Edit (as a new version)", "edit")
+        self.edit_button = self._tool("Edit", "Edit (as a new version) · E", "edit")
         self.regenerate_button = self._tool(
-            "Regenerate", "Answer again (a new version)", "regenerate"
+            "Regenerate", "Answer again (a new version) · R", "regenerate"
         )
-        self.copy_message_button = self._tool("Copy", "Copy the message", "copy")
-        self.delete_button = self._tool("Delete", "Delete this message and what follows", "delete")
-        # The buttons in one widget: an edit in progress hides them all at once.
+        self.copy_message_button = self._tool("Copy", "Copy the message · Ctrl+C", "copy")
+        self.delete_button = self._tool(
+            "Delete", "Delete this message and what follows · Delete", "delete"
+        )
+        # The buttons in one widget: an edit in progress hides them all at once; the fade
+        # hides them until the message is hovered or focused.
         self.tools = QWidget()
+        self.tools.setObjectName("messageActions")
+        self.tools.setAccessibleName("Message actions")
         tools = QHBoxLayout(self.tools)
         tools.setContentsMargins(0, 0, 0, 0)
         tools.setSpacing(0)
-        for b in (
-            self.prev_button,
-            self.next_button,
-            self.continue_button,
-            self.edit_button,
-            self.regenerate_button,
-            self.copy_message_button,
-            self.delete_button,
-        ):
+        for b in self.action_buttons:
             if b is self.next_button:
                 tools.addWidget(self.branch_label)
             tools.addWidget(b)
-        head.addWidget(self.tools)
-        lay.addLayout(head)
+        self._fade = QGraphicsOpacityEffect(self.tools)
+        self.tools.setGraphicsEffect(self._fade)
+        self._hovered = False
+        self._focus_within = False
+        self.actions_menu: QMenu | None = None
+        self._reveal(False)
         # A user message's images and audio, as sent.
         self.attachments = AttachmentStrip()
-        lay.addWidget(self.attachments)
+        self.bubble: Bubble | None = None
+        if message.role == "user":
+            # The bubble holds what was sent; the actions go under it, on the right.
+            self.bubble = Bubble()
+            inside = self._content = QVBoxLayout(self.bubble)
+            inside.setContentsMargins(12, 8, 12, 8)
+            inside.addWidget(self.attachments)
+            inside.addWidget(self.body)
+            self._bubble_row = QHBoxLayout()
+            self._bubble_row.setContentsMargins(0, 0, 0, 0)
+            self._bubble_row.addStretch(1)
+            self._bubble_row.addWidget(self.bubble)
+            lay.addLayout(self._bubble_row)
+            self.title.hide()
+            self.avatar.hide()
+            under = QHBoxLayout()
+            under.setContentsMargins(0, 0, 0, 0)
+            under.addStretch(1)
+            under.addWidget(self.tools)
+            lay.addLayout(under)
+        else:
+            head = QHBoxLayout()
+            head.setContentsMargins(0, 0, 0, 0)
+            head.setSpacing(6)
+            head.addWidget(self.avatar)
+            head.addWidget(self.title)
+            head.addWidget(self.model_label)
+            head.addStretch(1)
+            head.addWidget(self.tools)
+            lay.addLayout(head)
+            self._content = lay
+            lay.addWidget(self.attachments)
         lay.addWidget(self.thinking)
-        lay.addWidget(self.body)
+        if message.role != "user":
+            lay.addWidget(self.body)
         # An answer's tool calls, each waiting for the user's decision or showing it.
         self.calls = QWidget()
         self.calls.setAccessibleName("Tool calls")
@@ -575,8 +783,133 @@ class MessageWidget(QFrame):
         self.text = message.text
         self.sync(message)
 
+    @property
+    def action_buttons(self) -> list[QToolButton]:
+        return [
+            self.prev_button,
+            self.next_button,
+            self.continue_button,
+            self.edit_button,
+            self.regenerate_button,
+            self.copy_message_button,
+            self.delete_button,
+        ]
+
     def sizeHint(self) -> QSize:
         return hint_at_own_width(self) or super().sizeHint()
+
+    def resizeEvent(self, e: QResizeEvent) -> None:
+        if self.bubble is not None:
+            self.bubble.setMaximumWidth(max(120, int(self.width() * self.BUBBLE_SHARE)))
+        super().resizeEvent(e)
+
+    # -- actions on hover and focus --------------------------------------------------------
+
+    @property
+    def actions_shown(self) -> bool:
+        """Whether the action buttons are drawn (hovered, focused, or their menu open)."""
+        return self._fade.opacity() > 0.5
+
+    def _reveal(self, shown: bool) -> None:
+        self._fade.setOpacity(1.0 if shown else 0.0)
+
+    def _sync_reveal(self) -> None:
+        menu_open = self.actions_menu is not None and self.actions_menu.isVisible()
+        self._reveal(self._hovered or self._focus_within or menu_open)
+        self.update()  # the focus ring
+
+    def set_focus_within(self, inside: bool) -> None:
+        """The chat view tells: the keyboard focus is on this message or inside it."""
+        if inside != self._focus_within:
+            self._focus_within = inside
+            self._sync_reveal()
+
+    def enterEvent(self, e: QEnterEvent) -> None:
+        self._hovered = True
+        self._sync_reveal()
+        super().enterEvent(e)
+
+    def leaveEvent(self, e: QEvent) -> None:
+        self._hovered = False
+        self._sync_reveal()
+        super().leaveEvent(e)
+
+    def offered_actions(self) -> list[QToolButton]:
+        """The buttons this message offers now (shown in its row and enabled)."""
+        if self.editor is not None:
+            return []
+        return [b for b in self.action_buttons if b.isVisibleTo(self.tools) and b.isEnabled()]
+
+    def open_actions_menu(self) -> QMenu:
+        """Its actions as a menu under the message's top (Enter, the menu key, right click)."""
+        if self.actions_menu is not None:
+            self.actions_menu.close()
+            self.actions_menu.deleteLater()
+        menu = self.actions_menu = QMenu(self)
+        menu.setAccessibleName("Message actions")
+        for b in self.offered_actions():
+            a = menu.addAction(b.toolTip().split(" · ")[0])
+            a.triggered.connect(b.click)
+        menu.aboutToHide.connect(self._sync_reveal)
+        menu.popup(self.mapToGlobal(self.tools.geometry().bottomLeft()))
+        self._sync_reveal()
+        return menu
+
+    def contextMenuEvent(self, e: QContextMenuEvent) -> None:
+        if self.offered_actions():
+            self.open_actions_menu()
+            e.accept()
+        else:
+            super().contextMenuEvent(e)
+
+    def keyPressEvent(self, e: QKeyEvent) -> None:
+        key, mods = e.key(), e.modifiers()
+        plain = mods in (Qt.KeyboardModifier.NoModifier, Qt.KeyboardModifier.KeypadModifier)
+        target: QToolButton | None = None
+        if e.matches(QKeySequence.StandardKey.Copy):
+            target = self.copy_message_button
+        elif plain and key == Qt.Key.Key_E:
+            target = self.edit_button
+        elif plain and key == Qt.Key.Key_R:
+            target = self.regenerate_button
+        elif plain and key == Qt.Key.Key_Delete:
+            target = self.delete_button
+        elif plain and key in (Qt.Key.Key_Up, Qt.Key.Key_Down):
+            self.navigate.emit(self, -1 if key == Qt.Key.Key_Up else 1)
+            e.accept()
+            return
+        elif (plain and key in (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Menu)) or (
+            key == Qt.Key.Key_F10 and mods == Qt.KeyboardModifier.ShiftModifier
+        ):
+            if self.offered_actions():
+                self.open_actions_menu()
+            e.accept()
+            return
+        if target is not None:
+            if target in self.offered_actions():
+                target.click()
+            e.accept()
+            return
+        super().keyPressEvent(e)
+
+    def paintEvent(self, e: QPaintEvent) -> None:
+        super().paintEvent(e)
+        if self.hasFocus():  # the keyboard is on the message itself: a ring around it
+            p = QPainter(self)
+            p.setRenderHint(QPainter.RenderHint.Antialiasing)
+            p.setPen(QPen(self.palette().color(QPalette.ColorRole.Highlight), 1.5))
+            p.drawRoundedRect(QRectF(self.rect()).adjusted(1, 1, -1, -1), 8, 8)
+            p.end()
+
+    def focusInEvent(self, e: QFocusEvent) -> None:
+        super().focusInEvent(e)
+        self.update()
+
+    def focusOutEvent(self, e: QFocusEvent) -> None:
+        super().focusOutEvent(e)
+        self.update()
+
+    # -- editing in place ------------------------------------------------------------------
 
     def start_editing(self) -> MessageEditor:
         """Show the message as an editable box (Save / Cancel) in place of its text."""
@@ -584,7 +917,12 @@ class MessageWidget(QFrame):
             self.editor = MessageEditor(self.text, self.EDIT_HINT)
             self.editor.saved.connect(lambda text: self.edit_saved.emit(self, text))
             self.editor.cancelled.connect(lambda: self.edit_cancelled.emit(self))
-            self._lay.insertWidget(self._lay.indexOf(self.body), self.editor)
+            if self.bubble is not None:
+                # The box takes the message's whole width, where the bubble was.
+                self._lay.insertWidget(self._lay.indexOf(self.thinking), self.editor)
+                self.bubble.hide()
+            else:
+                self._lay.insertWidget(self._lay.indexOf(self.body), self.editor)
             self.body.hide()
             self.tools.hide()
         self.editor.box.setFocus(Qt.FocusReason.OtherFocusReason)
@@ -598,6 +936,8 @@ class MessageWidget(QFrame):
         editor.hide()
         self._lay.removeWidget(editor)
         editor.deleteLater()
+        if self.bubble is not None:
+            self.bubble.show()
         self.body.show()
         self.tools.show()
 
@@ -605,7 +945,7 @@ class MessageWidget(QFrame):
         b = QToolButton()
         b.setText(text)
         b.setToolTip(tip)
-        b.setAccessibleName(tip)
+        b.setAccessibleName(tip.split(" · ")[0])
         b.setAutoRaise(True)
         b.clicked.connect(lambda: self.action.emit(name, self))
         return b
@@ -639,6 +979,8 @@ class MessageWidget(QFrame):
             self.text = shown.removeprefix("```json\n").removesuffix("\n```")
         else:
             self.body.set_markdown(message.text, streaming=message.state == "streaming")
+        if message.state != "streaming":  # the paragraph being written tells its own
+            self.setAccessibleDescription(self.text[:2000])
         shows_error = bool(message.error) and message.state in ("error", "interrupted")
         if shows_error and message.error:
             self.error_label.setText(message.error)
@@ -683,52 +1025,6 @@ def _no_file(_a: object) -> None:
     return None
 
 
-class ChatInput(QPlainTextEdit):
-    """Enter sends; Shift+Enter inserts a new line. Files dropped or pasted (file links, or a
-    picture with no text) are attachments, not text."""
-
-    submitted = Signal(str)
-    files_dropped = Signal(object)  # list[Path]
-    image_pasted = Signal(object)  # QImage
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setPlaceholderText("Ask anything — Enter sends, Shift+Enter adds a line")
-        self.setAccessibleName("Message input")
-        self.setTabChangesFocus(True)
-
-    def keyPressEvent(self, e: QKeyEvent) -> None:
-        if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
-            e.modifiers() & Qt.KeyboardModifier.ShiftModifier
-        ):
-            text = self.toPlainText().strip()
-            if text:
-                self.submitted.emit(text)
-            e.accept()
-            return
-        super().keyPressEvent(e)
-
-    @staticmethod
-    def _files(source: QMimeData) -> list[Path]:
-        return [Path(u.toLocalFile()) for u in source.urls() if u.isLocalFile()]
-
-    def canInsertFromMimeData(self, source: QMimeData) -> bool:
-        if self._files(source) or source.hasImage():
-            return True
-        return super().canInsertFromMimeData(source)
-
-    def insertFromMimeData(self, source: QMimeData) -> None:
-        files = self._files(source)
-        if files:
-            self.files_dropped.emit(files)
-        elif source.hasImage() and not source.hasText():
-            image = source.imageData()
-            if isinstance(image, QImage) and not image.isNull():
-                self.image_pasted.emit(image)
-        else:
-            super().insertFromMimeData(source)
-
-
 class ChatView(QWidget):
     send_requested = Signal(str)
     stop_requested = Signal()
@@ -758,31 +1054,39 @@ class ChatView(QWidget):
         self.scroll_area = QScrollArea()
         self.scroll_area.setWidgetResizable(True)
         self.scroll_area.setAccessibleName("Conversation")
+        # Everything in the list fits its width (code and tables scroll on their own), so a
+        # sideways scroll bar would only ever appear for a pixel of rounding.
+        self.scroll_area.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll_area.viewport().setBackgroundRole(QPalette.ColorRole.Base)
         self._inner = QWidget()
+        self._inner.setBackgroundRole(QPalette.ColorRole.Base)
         self._list = QVBoxLayout(self._inner)
         self._list.setContentsMargins(8, 8, 8, 8)
-        self._list.setSpacing(8)
+        self._list.setSpacing(10)
         self._list.addStretch(1)
         self.scroll_area.setWidget(self._inner)
         self.layout_guard = guard_layout_requests(self.scroll_area)
-        self.empty_label = QLabel("Select a model on the left, type a question and press Enter.")
-        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.empty_label.setEnabled(False)
-        self._list.insertWidget(0, self.empty_label)
+        # An empty chat: the welcome (model, help, examples) in the conversation's place.
+        self.welcome = WelcomePane()
+        self.welcome.setAutoFillBackground(True)
+        self.welcome.setBackgroundRole(QPalette.ColorRole.Base)
+        self.welcome.example_chosen.connect(self.fill_composer)
+        self.empty_label = self.welcome  # the name the empty state had
         bar = self.scroll_area.verticalScrollBar()
         bar.rangeChanged.connect(self._on_range)
         bar.valueChanged.connect(self._on_scrolled)
 
-        self.input = ChatInput()
-        self.input.setMaximumHeight(120)
-        self.input.submitted.connect(self._submit)
         self.attacher = Attacher(self)
+        self.composer = Composer(self.attacher)
+        self.input = self.composer.input
+        self.input.submitted.connect(self._submit)
+        self.input.up_from_empty.connect(self.focus_last_message)
         self.input.files_dropped.connect(self.attacher.add_paths)
         self.input.image_pasted.connect(self.attacher.add_image)
         # A sent attachment's bytes, for the thumbnails (the window sets the controller's).
         self.attachment_reader: AttachmentReader | None = None
-        self.send_button = QPushButton("Send")
-        self.send_button.setAccessibleName("Send message")
+        self.send_button = self.composer.send_button
         self.send_button.clicked.connect(
             lambda: (
                 self.input.submitted.emit(self.input.toPlainText().strip())
@@ -790,20 +1094,10 @@ class ChatView(QWidget):
                 else None
             )
         )
-        self.stop_button = QPushButton("Stop")
-        self.stop_button.setAccessibleName("Stop generating")
-        self.stop_button.setToolTip("Stop generating (Esc)")
+        self.stop_button = self.composer.stop_button
         self.stop_button.clicked.connect(self.stop_requested)
         self.set_busy(False)
 
-        row = QHBoxLayout()
-        row.addWidget(self.input, 1)
-        buttons = QVBoxLayout()
-        buttons.addWidget(self.send_button)
-        buttons.addWidget(self.stop_button)
-        buttons.addWidget(self.attacher.button)
-        buttons.addStretch(1)
-        row.addLayout(buttons)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(0, 0, 0, 0)
         # The chat's header: its system prompt (what the model is told first), and Export
@@ -834,6 +1128,7 @@ class ChatView(QWidget):
         head.addWidget(self.export_button, 0, Qt.AlignmentFlag.AlignTop)
         lay.addWidget(self.header)
         lay.addWidget(self.scroll_area, 1)
+        lay.addWidget(self.welcome, 1)
         self.context_label = SteadyLabel()
         self.context_label.setAccessibleName("Context use")
         self.context_label.setEnabled(False)
@@ -845,7 +1140,10 @@ class ChatView(QWidget):
         lay.addWidget(self.context_note)
         lay.addWidget(self.context_label)
         lay.addWidget(self.attacher.tray)
-        lay.addLayout(row)
+        lay.addWidget(self.composer)
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            app.focusChanged.connect(self._on_focus_changed)
 
         model.rowsInserted.connect(self._on_inserted)
         model.dataChanged.connect(self._on_changed)
@@ -857,13 +1155,82 @@ class ChatView(QWidget):
     def message_widgets(self) -> list[MessageWidget]:
         return list(self._widgets)
 
+    # -- welcome, composer and keyboard ------------------------------------------------------
+
+    def _show_welcome(self, empty: bool) -> None:
+        if self.welcome.isVisibleTo(self) != empty or self.scroll_area.isVisibleTo(self) == empty:
+            self.welcome.setVisible(empty)
+            self.scroll_area.setVisible(not empty)
+
+    def set_model_name(self, name: str) -> None:
+        """The model that will answer, for the welcome of an empty chat."""
+        self.welcome.set_model_name(name)
+
+    def set_token_counter(self, counter: CountTokens | None) -> None:
+        """How the draft's tokens are counted (the loaded model's tokenizer)."""
+        self.composer.set_token_counter(counter)
+
+    def fill_composer(self, text: str) -> None:
+        """Put `text` in the message box, ready to edit or send (an example's button)."""
+        self.input.setPlainText(text)
+        self.input.moveCursor(QTextCursor.MoveOperation.End)
+        self.focus_input()
+
+    def focus_input(self) -> None:
+        self.input.setFocus(Qt.FocusReason.ShortcutFocusReason)
+
+    def focus_message(self, row: int) -> bool:
+        if not 0 <= row < len(self._widgets):
+            return False
+        w = self._widgets[row]
+        w.setFocus(Qt.FocusReason.OtherFocusReason)
+        self.scroll_area.ensureWidgetVisible(w, 0, 0)
+        return True
+
+    def focus_last_message(self) -> None:
+        self.focus_message(len(self._widgets) - 1)
+
+    def _navigate(self, w: MessageWidget, step: int) -> None:
+        if w not in self._widgets:
+            return
+        row = self._widgets.index(w) + step
+        if row >= len(self._widgets):
+            self.focus_input()  # Down from the last message: back to typing
+        else:
+            self.focus_message(max(row, 0))
+
+    def regenerate_last(self) -> bool:
+        """Answer the last question again (Ctrl+R): the newest answer's Regenerate."""
+        for w in reversed(self._widgets):
+            if w.role == "assistant":
+                if w.regenerate_button.isEnabled() and not self._busy:
+                    w.regenerate_button.click()
+                    return True
+                return False
+        return False
+
+    def _on_focus_changed(self, old: QWidget | None, new: QWidget | None) -> None:
+        was, now = self._message_of(old), self._message_of(new)
+        if was is not now:
+            if was is not None:
+                was.set_focus_within(False)
+            if now is not None:
+                now.set_focus_within(True)
+
+    def _message_of(self, w: QWidget | None) -> MessageWidget | None:
+        while w is not None:
+            if isinstance(w, MessageWidget):
+                return w if w in self._widgets else None
+            if w is self:
+                return None
+            w = w.parentWidget()
+        return None
+
     def set_busy(self, busy: bool, paused: str | None = None) -> None:
-        """What the chat's controller says: a reply is on its way (Stop on, Send off), or
+        """What the chat's controller says: a reply is on its way (Stop in Send's place), or
         sending is paused (Send off, with `paused`, the reason, as its tooltip)."""
         self._busy = busy
-        self.stop_button.setEnabled(busy)
-        self.send_button.setEnabled(not busy and paused is None)
-        self.send_button.setToolTip(paused or "")
+        self.composer.set_busy(busy, paused)
         if self._editing is not None and self._editing.editor is not None:
             self._editing.editor.set_saving_allowed(not busy, self.WAIT_TO_SAVE)
 
@@ -896,7 +1263,7 @@ class ChatView(QWidget):
         self._editing = None  # its widget went with the others
         for row in range(self.model.rowCount()):
             self._insert(row)
-        self.empty_label.setVisible(not self._widgets)
+        self._show_welcome(not self._widgets)
         self._sync_header()
         # Another chat opens at its end, even if the last one was scrolled up; the same chat
         # cut or re-read (regenerate, a branch switch, a delete) keeps the reader's place.
@@ -979,7 +1346,8 @@ class ChatView(QWidget):
         w.edit_cancelled.connect(self._end_edit)
         w.tool_decided.connect(self._on_tool_decided)
         w.tool_cancelled.connect(self._on_tool_cancelled)
-        self._list.insertWidget(row + 1, w)  # after the empty-state label
+        w.navigate.connect(self._navigate)
+        self._list.insertWidget(row, w)
         self._widgets.insert(row, w)
 
     def _on_inserted(
@@ -987,7 +1355,7 @@ class ChatView(QWidget):
     ) -> None:
         for row in range(first, last + 1):
             self._insert(row)
-        self.empty_label.setVisible(False)
+        self._show_welcome(False)
         self._follow = True
         self._sync_header()
 

@@ -24,6 +24,8 @@ from PySide6.QtGui import (
     QTextCharFormat,
     QTextCursor,
     QTextDocument,
+    QTextFrameFormat,
+    QTextTable,
 )
 
 LIGHT_STYLE = "default"
@@ -149,4 +151,31 @@ def style_inline_code(doc: QTextDocument, palette: QPalette) -> bool:
     return found
 
 
-__all__ = ["CodeHighlighter", "is_dark", "spans", "style_inline_code"]
+def style_tables(doc: QTextDocument, palette: QPalette) -> int:
+    """Give Markdown tables thin borders in the palette's mid colour, room in their cells and
+    a tinted header row (Qt's reader gives them a black 1 px grid). Returns how many."""
+    tint = QColor(palette.color(QPalette.ColorRole.Text))
+    tint.setAlpha(20)
+    n = 0
+    for frame in doc.rootFrame().childFrames():
+        if not isinstance(frame, QTextTable):
+            continue
+        n += 1
+        fmt = frame.format()
+        fmt.setBorder(1)
+        fmt.setBorderBrush(palette.color(QPalette.ColorRole.Mid))
+        fmt.setBorderStyle(QTextFrameFormat.BorderStyle.BorderStyle_Solid)
+        fmt.setBorderCollapse(True)
+        fmt.setCellPadding(5)
+        fmt.setCellSpacing(0)
+        fmt.setHeaderRowCount(1)
+        frame.setFormat(fmt)
+        for col in range(frame.columns()):
+            cell = frame.cellAt(0, col)
+            cell_fmt = cell.format()
+            cell_fmt.setBackground(tint)
+            cell.setFormat(cell_fmt)
+    return n
+
+
+__all__ = ["CodeHighlighter", "is_dark", "spans", "style_inline_code", "style_tables"]
