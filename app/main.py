@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import ctypes.util
 import dataclasses
-import json
 import logging
 import os
 import sqlite3
@@ -29,6 +28,7 @@ from app.services.embedding_models import EmbeddingModels
 from app.services.library import LibraryEntry, ModelLibrary
 from app.services.local_server import ServeSettings
 from app.services.model_catalog import library_catalog, server_params
+from app.services.model_settings import SERVED_KEYS, ModelSettingsStore
 from app.services.paths import AppPaths
 from app.ui.chat_model import ChatModel
 from app.ui.controller import ChatController, LibrarySelection, ModelName
@@ -89,11 +89,12 @@ def settings_for(paths: AppPaths) -> QSettings:
     return QSettings(str(paths.config / "window.ini"), QSettings.Format.IniFormat)
 
 
-def on_demand_params(settings: QSettings) -> Callable[[LibraryEntry], LoadParams]:
+def on_demand_params(
+    settings: QSettings, saved: ModelSettingsStore
+) -> Callable[[LibraryEntry], LoadParams]:
     """The load settings of a library model an API request loads on demand: the Local
-    server's slots and context as last started, placed as the library last saved for it."""
-    from app.ui.library_panel import SETTINGS_GROUP, settings_key
-
+    server's slots and context as last started, with the settings saved for the model over
+    them (a saved context is each slot's)."""
     file, fmt = settings.fileName(), settings.format()
     default = ServeSettings()
 
@@ -105,12 +106,8 @@ def on_demand_params(settings: QSettings) -> Callable[[LibraryEntry], LoadParams
         for i, key in enumerate(("server/parallel", "server/ctx")):
             with contextlib.suppress(ValueError):  # a hand-edited file: keep the default
                 slots[i] = int(str(st.value(key, slots[i])))
-        raw = st.value(f"{SETTINGS_GROUP}/{settings_key(entry.path)}")
-        try:
-            saved = json.loads(str(raw)) if raw else None
-        except ValueError:
-            saved = None
-        return server_params(slots[0], slots[1], saved if isinstance(saved, dict) else None)
+        base = server_params(slots[0], slots[1])
+        return saved.get(entry.path).load_params(base, slots=slots[0], keys=SERVED_KEYS)
 
     return params
 
@@ -141,7 +138,7 @@ def gpu_probe() -> Callable[[], list[tuple[str, int, int]]]:
 
 
 def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
-    """The Hub / downloads view as a side tab next to the library."""
+    """The Hub / downloads view: the Downloads page of the rail."""
     from app.services.download_manager import DownloadManager
     from app.services.hub import HubClient, default_fit
     from app.services.secrets import TokenStore
@@ -164,11 +161,11 @@ def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
         view.shutdown()
         downloads.close()
 
-    window.add_side_tab("Download", view, shutdown)
+    window.add_page("downloads", view, shutdown=shutdown)
 
 
 def add_benchmark(window: MainWindow) -> None:
-    """The Benchmark window (Tools menu): a workload on the model the chat has loaded. Run is
+    """The Benchmark page: a workload on the model the chat has loaded. Run is
     off while a reply is generated; the chat pauses while a benchmark runs."""
     from PySide6.QtCore import Qt as _Qt
 
@@ -189,11 +186,11 @@ def add_benchmark(window: MainWindow) -> None:
     c.busy_changed.connect(view.set_chat_busy)
     pause = "A benchmark is running: the chat waits until it ends or is cancelled"
     view.running_changed.connect(lambda running: c.set_paused(pause if running else None))
-    window.add_tool_window("Benchmark…", view, "Ctrl+Shift+B", view.shutdown)
+    window.add_page("benchmark", view, shortcut="Ctrl+Shift+B", shutdown=view.shutdown)
 
 
 def add_server_panel(window: MainWindow) -> None:
-    """The Local server window (Tools menu): serve the chat's loaded model over the
+    """The Local server page: serve the chat's loaded model over the
     OpenAI/Ollama API (the engine thread's model host finds it); stopped when the app
     quits or the model is unloaded."""
     from PySide6.QtCore import Qt as _Qt
@@ -213,8 +210,12 @@ def add_server_panel(window: MainWindow) -> None:
     for signal in (w.loaded, w.unloaded, w.load_cancelled, w.failed):
         signal.connect(panel.refresh_model, q)
     window.controller.engine_changed.connect(panel.refresh_model, q)  # a rename too
-    window.add_tool_window(
-        "Local server…", panel, "Ctrl+Shift+H", panel.shutdown, quit_warning=panel.quit_warning
+    window.add_page(
+        "server",
+        panel,
+        shortcut="Ctrl+Shift+H",
+        shutdown=panel.shutdown,
+        quit_warning=panel.quit_warning,
     )
 
 
@@ -358,19 +359,27 @@ def build_window(
     store, cut, problem = open_store(paths)
     first_loads = FirstLoads(paths.cache)
     settings = settings_for(paths)
+    model_settings = ModelSettingsStore.for_paths(paths)
     own_host: ModelHost | None = None
     if worker is None:
         # The app's one host: the chat's model, and library models API requests name,
         # loaded on demand (checked in a child process on a file's first load).
         host = ModelHost(
-            library_catalog(library, on_demand_params(settings), loaded=lambda: host.hosted()),
+            library_catalog(
+                library, on_demand_params(settings, model_settings), loaded=lambda: host.hosted()
+            ),
             loader=lambda spec: Model(spec.path, spec.params, first_loads=first_loads),
         )
         own_host = host
         worker = EngineWorker(probing_factory(first_loads), host=host)
     engine = EngineHost(worker)
     library_model = LibraryModel()
-    panel = LibraryPanel(library_model, estimator or make_estimator(), settings=settings)
+    panel = LibraryPanel(
+        library_model,
+        estimator or make_estimator(),
+        settings=settings,
+        model_settings=model_settings,
+    )
     controller = ChatController(
         engine,
         ChatModel(),

@@ -2,11 +2,14 @@
 before load, and Load / Cancel / Eject.
 
 Load settings (context, GPU layers, K/V cache types, flash attention, speculative decoding)
-are remembered per model file in the given QSettings and restored when it is selected again.
+are remembered per model in the profile's settings per model (app.services.model_settings),
+which the Local server and `candlewick serve` apply too, and restored when it is selected
+again; a model with nothing saved starts from the defaults. A line says which it is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -33,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.services.library import LibraryEntry
+from app.services.model_settings import LOAD_KEYS, ModelSettingsStore, check_value
 from app.ui.estimate import EstimateWidget, Estimator
 from app.ui.library_model import LibraryModel, is_embedding, not_for_chat
 from app.ui.worker import LoadedModel
@@ -66,12 +70,18 @@ def inexact_note(reason: str) -> str:
     return f"A drafted reply can take another branch where two words are nearly tied: {reason}."
 
 
+# Where earlier versions kept them (window.ini): read once per model, moved to the store.
 SETTINGS_GROUP = "load_settings"
+LEGACY_KEYS = {"gpu_layers": "n_gpu_layers"}
 
 
 def settings_key(path: Path) -> str:
     """A QSettings key for a model file (paths hold characters QSettings treats specially)."""
     return hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:16]
+
+
+def source_text(saved: bool) -> str:
+    return f"Settings: {'saved for this model' if saved else 'defaults'}"
 
 
 class LibraryPanel(QWidget):
@@ -87,10 +97,12 @@ class LibraryPanel(QWidget):
         parent: QWidget | None = None,
         *,
         settings: QSettings | None = None,
+        model_settings: ModelSettingsStore | None = None,
     ) -> None:
         super().__init__(parent)
         self.model = model
         self.settings = settings
+        self.model_settings = model_settings
         self._restoring = False
         self.table = QTableView()
         self.table.setModel(model)
@@ -167,6 +179,15 @@ class LibraryPanel(QWidget):
         self.spec_note = QLabel()
         self.spec_note.setWordWrap(True)
         self.spec_note.setAccessibleName("Speculative decoding note")
+        self.remember = QCheckBox("Remember for this model")
+        self.remember.setAccessibleName("Remember settings for this model")
+        self.remember.setToolTip(
+            "Load this model with these settings next time, here and when an app asks the "
+            "Local server or `candlewick serve` for it. Off: its saved settings are forgotten."
+        )
+        self.remember.setChecked(True)
+        self.settings_source = QLabel(source_text(False))
+        self.settings_source.setAccessibleName("Where the settings come from")
 
         settings_box = QGroupBox("Load settings")
         form = QFormLayout(settings_box)
@@ -193,6 +214,8 @@ class LibraryPanel(QWidget):
         form.addRow("Speculative", spec_row)
         form.addRow("Draft model", self.draft_model)
         form.addRow(self.spec_note)
+        form.addRow(self.remember)
+        form.addRow(self.settings_source)
 
         self.estimate = EstimateWidget(estimator)
         est_box = QGroupBox("Memory before loading")
@@ -247,6 +270,7 @@ class LibraryPanel(QWidget):
         for combo in (self.type_k, self.type_v, self.flash, self.spec_mode, self.draft_model):
             combo.currentIndexChanged.connect(self._settings_changed)
         self.draft_max.valueChanged.connect(self._settings_changed)
+        self.remember.toggled.connect(self._remember_toggled)
         self._loaded: LoadedModel | None = None
         self._loading = False
         # The context the user asked for; kept across models, clamped to each one's maximum.
@@ -384,40 +408,84 @@ class LibraryPanel(QWidget):
     # -- per-model memory ------------------------------------------------------------------
 
     def _stored(self) -> dict[str, Any]:
+        """The panel's load settings under the store's names (LoadParams' own)."""
         return {
             "n_ctx": self.context_length(),
-            "gpu_layers": self.gpu_layers(),
+            "n_gpu_layers": self.gpu_layers(),
             "type_k": self.type_k.currentText(),
             "type_v": self.type_v.currentText(),
             "flash_attn": self._flash_wanted,
             "speculative": self.spec_mode.currentData(),
-            "draft_model": self.draft_model.currentData(),
+            "draft_model": self.draft_model.currentData() or None,
             "draft_max": self.draft_max.value(),
         }
 
     def save_model_settings(self) -> None:
         entry = self.selected_entry()
-        if self.settings is None or entry is None or self._restoring:
+        store = self.model_settings
+        if store is None or entry is None or self._restoring or not self.remember.isChecked():
             return
-        self.settings.setValue(
-            f"{SETTINGS_GROUP}/{settings_key(entry.path)}", json.dumps(self._stored())
-        )
+        # The sampling defaults saved for the model (by the CLI) stay.
+        keep = {k: v for k, v in store.get(entry.path).saved.items() if k not in self._stored()}
+        try:
+            store.save(entry.path, {**keep, **self._stored()})
+        except (OSError, ValueError) as e:  # a full disk: the load goes on, unsaved
+            self.set_status(f"Settings not saved: {e}")
+            return
+        self.settings_source.setText(source_text(True))
+
+    def _remember_toggled(self, on: bool) -> None:
+        entry = self.selected_entry()
+        if self.model_settings is None or entry is None:
+            return
+        if on:
+            self.save_model_settings()
+            return
+        try:
+            self.model_settings.update(entry.path, dict.fromkeys(self._stored()))
+        except (OSError, ValueError) as e:
+            self.set_status(f"Settings not forgotten: {e}")
+            return
+        self.settings_source.setText(source_text(False))
+
+    def _saved_for(self, entry: LibraryEntry) -> dict[str, Any]:
+        """The model's saved load settings; those of window.ini moved to the store once."""
+        store = self.model_settings
+        if store is None:
+            return {}
+        saved = dict(store.get(entry.path).saved)
+        if saved or self.settings is None:
+            return saved
+        key = f"{SETTINGS_GROUP}/{settings_key(entry.path)}"
+        raw = self.settings.value(key)
+        try:
+            old = json.loads(str(raw)) if raw else None
+        except ValueError:
+            old = None
+        if isinstance(old, dict):
+            moved: dict[str, Any] = {}
+            for k, v in old.items():
+                name = LEGACY_KEYS.get(str(k), str(k))
+                with contextlib.suppress(ValueError):  # a hand-edited value: its default
+                    moved[name] = check_value(name, v)
+            try:
+                saved = dict(store.save(entry.path, moved).saved)
+            except OSError:
+                return moved  # shown now, moved on a later try
+            self.settings.remove(key)
+        return saved
 
     def _restore_model_settings(self, entry: LibraryEntry | None) -> bool:
-        if self.settings is None or entry is None:
+        if entry is None:
             return False
-        raw = self.settings.value(f"{SETTINGS_GROUP}/{settings_key(entry.path)}")
-        try:
-            d = json.loads(str(raw)) if raw else None
-        except ValueError:
-            d = None
-        if not isinstance(d, dict):
-            return False
+        d = {k: v for k, v in self._saved_for(entry).items() if k in LOAD_KEYS}
         self._restoring = True
         try:
+            if not d:
+                self._show_defaults()
             if isinstance(d.get("n_ctx"), int):
                 self.set_context_length(d["n_ctx"])
-            gpu = d.get("gpu_layers")
+            gpu = d.get("n_gpu_layers")
             if gpu is not None:
                 self.gpu_auto.setChecked(gpu == "auto")
             if isinstance(gpu, int):
@@ -431,13 +499,28 @@ class LibraryPanel(QWidget):
             i = self.draft_model.findData(d.get("draft_model"))
             if i >= 0:
                 self.draft_model.setCurrentIndex(i)
-            i = self.spec_mode.findData(d.get("speculative"))
-            self.spec_mode.setCurrentIndex(max(i, 0))
+            if "speculative" in d:
+                i = self.spec_mode.findData(d.get("speculative"))
+                self.spec_mode.setCurrentIndex(max(i, 0))
             if isinstance(d.get("draft_max"), int):
                 self.draft_max.setValue(d["draft_max"])
         finally:
             self._restoring = False
-        return True
+        self.settings_source.setText(source_text(bool(d)))
+        return bool(d)
+
+    def _show_defaults(self) -> None:
+        """A model with nothing saved starts from the defaults, not the last model's."""
+        d = LoadParams()
+        self.set_context_length(DEFAULT_CTX)
+        self.gpu_auto.setChecked(d.n_gpu_layers == "auto")
+        self.type_k.setCurrentText(d.type_k)
+        self.type_v.setCurrentText(d.type_v)
+        self._flash_wanted = d.flash_attn
+        if self.flash.isEnabled():
+            self.flash.setCurrentText(d.flash_attn)
+        self.spec_mode.setCurrentIndex(0)
+        self.draft_max.setValue(0)
 
     def _on_selection(self, _sel: QItemSelection, _desel: QItemSelection) -> None:
         entry = self.selected_entry()
@@ -447,13 +530,21 @@ class LibraryPanel(QWidget):
         finally:
             self._restoring = False
         self._restore_model_settings(entry)
-        self._settings_changed()
+        self._restoring = True  # showing the model's settings is not changing them
+        try:
+            self._settings_changed()
+        finally:
+            self._restoring = False
         self._sync_buttons()
         self.selection_changed.emit(entry)
 
     def _after_reset(self) -> None:
         self._fill_draft_models()
-        self._configure_for(self.selected_entry())
+        self._restoring = True
+        try:
+            self._configure_for(self.selected_entry())
+        finally:
+            self._restoring = False
         self._sync_buttons()
 
     def _configure_for(self, entry: LibraryEntry | None) -> None:
