@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings
 from pytestqt.qtbot import QtBot
 
 from app.main import on_demand_params
@@ -93,7 +93,7 @@ def test_panel_prefills_from_the_saved_settings_and_says_so(
     panel.set_context_length(1536)
     loads: list[tuple[object, object]] = []
     panel.load_requested.connect(lambda path, params: loads.append((path, params)))
-    qtbot.mouseClick(panel.load_button, Qt.MouseButton.LeftButton)
+    panel.load_button.click()
     assert len(loads) == 1 and isinstance(loads[0][1], LoadParams)
     assert loads[0][1].n_ctx == 1536
     saved = store.get(smollm2_path).saved
