@@ -415,6 +415,7 @@ class MarkdownBody(QWidget):
                 if i < len(self._widgets):
                     old = self._widgets[i]
                     self._lay.replaceWidget(old, w)
+                    old.hide()  # stops what it has running before it goes
                     old.deleteLater()
                     self._widgets[i] = w
                 else:
@@ -422,6 +423,7 @@ class MarkdownBody(QWidget):
                     self._widgets.append(w)
         for w in self._widgets[len(segs) :]:
             self._lay.removeWidget(w)
+            w.hide()
             w.deleteLater()
         del self._widgets[len(segs) :]
         self._segments = segs

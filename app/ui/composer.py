@@ -46,6 +46,19 @@ class ChatInput(QPlainTextEdit):
         self.setAccessibleName("Message input")
         self.setTabChangesFocus(True)
 
+    def event(self, e: QEvent) -> bool:
+        # Ctrl+K deletes to the end of the line in Qt's text boxes on some desktops; here it
+        # is the command palette's, as in other chat apps, so the box lets it through.
+        if (
+            e.type() == QEvent.Type.ShortcutOverride
+            and isinstance(e, QKeyEvent)
+            and e.key() == Qt.Key.Key_K
+            and e.modifiers() == Qt.KeyboardModifier.ControlModifier
+        ):
+            e.ignore()
+            return True
+        return super().event(e)
+
     def keyPressEvent(self, e: QKeyEvent) -> None:
         if e.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter) and not (
             e.modifiers() & Qt.KeyboardModifier.ShiftModifier

@@ -11,15 +11,19 @@ This widget owns its document and lays it out only when its text or its width ch
 shown for the last paragraph of a streaming answer only: it has none of a label's text
 interaction (selecting, clicking links), which a paragraph still being written does not
 need. When the paragraph is finished, `MarkdownBody` shows it as a `ProseLabel` again.
+
+Screen readers learn its text as its accessible description, told at most twice a second
+(`ACCESSIBLE_INTERVAL_MS`), not per token: each change is an event a reader may speak.
 """
 
 from __future__ import annotations
 
 import math
 
-from PySide6.QtCore import QEvent, QSize
+from PySide6.QtCore import QEvent, QSize, QTimer
 from PySide6.QtGui import (
     QAbstractTextDocumentLayout,
+    QHideEvent,
     QPainter,
     QPaintEvent,
     QPalette,
@@ -31,6 +35,7 @@ from app.ui.code_highlight import style_inline_code
 
 # Changes after which the document must be made again (its font, its colours).
 _RESTYLING_EVENTS = frozenset({QEvent.Type.FontChange, QEvent.Type.PaletteChange})
+ACCESSIBLE_INTERVAL_MS = 500
 
 
 class StreamingProse(QWidget):
@@ -45,6 +50,23 @@ class StreamingProse(QWidget):
         policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
         policy.setHeightForWidth(True)
         self.setSizePolicy(policy)
+        self.setAccessibleName("Answer being written")
+        self._tell = QTimer(self)
+        self._tell.setSingleShot(True)
+        self._tell.setInterval(ACCESSIBLE_INTERVAL_MS)
+        self._tell.timeout.connect(self.tell_readers)
+
+    def tell_readers(self) -> None:
+        """Give the text so far to screen readers (the timer's job; tests call it)."""
+        self._tell.stop()
+        text = self._doc.toPlainText()
+        if text != self.accessibleDescription():
+            self.setAccessibleDescription(text)
+
+    def hideEvent(self, e: QHideEvent) -> None:
+        if self._tell.isActive():
+            self.tell_readers()
+        super().hideEvent(e)
 
     def text(self) -> str:
         return self._text
@@ -56,6 +78,10 @@ class StreamingProse(QWidget):
         self._fill()
         self.updateGeometry()
         self.update()
+        if not self.isVisible():
+            self.tell_readers()  # nobody hears an unshown paragraph: no timer left behind
+        elif not self._tell.isActive():
+            self._tell.start()
 
     def _fill(self) -> None:
         self._doc.setDefaultFont(self.font())
