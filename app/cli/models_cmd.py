@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from app.cli import model_settings_cli
 from app.cli.common import CliError, library, print_json
 from app.services.download_jobs import DONE, FAILED, PAUSED, DownloadJob
 from app.services.download_manager import DownloadManager
@@ -75,6 +76,8 @@ def register(sub: Any) -> None:
     )
     tk.add_argument("--clear", action="store_true", help="forget the saved token")
     tk.set_defaults(handler=token)
+
+    model_settings_cli.register(msub)
 
 
 def _hub_errors(

@@ -45,7 +45,11 @@ SettingsProvider = Callable[[str | Path], LoadParams | None]
 def _int(lo: int, hi: int | None = None) -> Callable[[object], int]:
     def check(v: object) -> int:
         if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
-            raise ValueError(f"a whole number {lo}..{hi or ''} was expected")
+            raise ValueError(
+                f"a whole number from {lo} to {hi} was expected"
+                if hi is not None
+                else f"a whole number of at least {lo} was expected"
+            )
         return v
 
     return check
@@ -57,7 +61,11 @@ def _float(lo: float, hi: float | None = None) -> Callable[[object], float]:
             raise ValueError("a number was expected")
         f = float(v)
         if f < lo or (hi is not None and f > hi):
-            raise ValueError(f"a number {lo}..{hi if hi is not None else ''} was expected")
+            raise ValueError(
+                f"a number from {lo} to {hi} was expected"
+                if hi is not None
+                else f"a number of at least {lo} was expected"
+            )
         return f
 
     return check

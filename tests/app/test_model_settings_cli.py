@@ -1,0 +1,59 @@
+"""`candlewick models settings`: shows each value with its source, saves and forgets values
+for one model, refuses a bad one with one line, and reads past a broken file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from app.services.model_settings import ModelSettingsStore
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli", "models", "settings", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def shown(r: subprocess.CompletedProcess[str]) -> dict[str, dict[str, object]]:
+    assert r.returncode == 0, r.stderr
+    settings: dict[str, dict[str, object]] = json.loads(r.stdout)["settings"]
+    return settings
+
+
+def test_show_set_unset_clear(smollm2_path: Path) -> None:
+    s = shown(cli("default", "--set", "n_ctx=8192", "--set", "temperature=0.3", "--json"))
+    assert s["n_ctx"] == {"value": 8192, "source": "saved for this model"}
+    assert s["temperature"] == {"value": 0.3, "source": "saved for this model"}
+    assert s["type_k"] == {"value": "f16", "source": "default"}
+    assert ModelSettingsStore.for_paths().get(smollm2_path).saved == {
+        "n_ctx": 8192,
+        "temperature": 0.3,
+    }
+    table = cli("default")
+    assert table.returncode == 0
+    line = next(x for x in table.stdout.splitlines() if x.split()[:1] == ["n_ctx"])
+    assert line.split() == ["n_ctx", "8192", "saved", "for", "this", "model"]
+    s = shown(cli("default", "--unset", "n_ctx", "--json"))
+    assert s["n_ctx"]["source"] == "default" and s["temperature"]["value"] == 0.3
+    s = shown(cli("default", "--clear", "--json"))
+    assert {v["source"] for v in s.values()} == {"default"}
+
+
+def test_bad_values_and_files_are_one_line() -> None:
+    for args in (["--set", "n_ctx=4"], ["--set", "colour=red"], ["--set", "n_ctx"]):
+        r = cli("default", *args)
+        assert r.returncode == 2
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert r.stderr.startswith("candlewick: error: ")
+    path = ModelSettingsStore.for_paths().path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{not json", "utf-8")
+    r = cli("default", "--json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "using the defaults" in r.stderr
