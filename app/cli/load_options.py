@@ -31,7 +31,7 @@ FIELDS_OF: dict[str, tuple[str, ...]] = {
 }
 
 
-class _Given(argparse.Action):
+class Given(argparse.Action):
     """Stores the value, and notes that the option was given (not left at its default)."""
 
     def __call__(
@@ -43,6 +43,11 @@ class _Given(argparse.Action):
     ) -> None:
         setattr(namespace, self.dest, values)
         setattr(namespace, GIVEN, {*getattr(namespace, GIVEN, ()), self.dest})
+
+
+def given_options(args: argparse.Namespace) -> set[str]:
+    """The destinations of the options (declared with `action=Given`) typed by the user."""
+    return set(getattr(args, GIVEN, ()))
 
 
 def given_fields(args: argparse.Namespace) -> set[str]:
@@ -83,24 +88,24 @@ def add_load_options(
     request, shared by sequences), and `ctx_default` None lets the command size it."""
     d = LoadParams()
     g = parser.add_argument_group("load options", about)
-    g.add_argument("--ctx", action=_Given, type=positive_int, default=ctx_default, help=ctx_help)
+    g.add_argument("--ctx", action=Given, type=positive_int, default=ctx_default, help=ctx_help)
     g.add_argument(
         "--gpu-layers",
-        action=_Given,
+        action=Given,
         type=gpu_layers_arg,
         default=d.n_gpu_layers,
         help="layers to offload to the GPU: a number, 'auto' (as many as fit) or 'all'",
     )
     g.add_argument(
         "--threads",
-        action=_Given,
+        action=Given,
         type=positive_int,
         default=d.n_threads,
         help="CPU threads (default: the physical cores)",
     )
     g.add_argument(
         "--kv-type",
-        action=_Given,
+        action=Given,
         choices=KV_CHOICES,
         default=d.type_k,
         help="K and V cache type; q8_0 halves its memory, q4_0 quarters it "
@@ -108,7 +113,7 @@ def add_load_options(
     )
     g.add_argument(
         "--flash-attn",
-        action=_Given,
+        action=Given,
         choices=get_args(FlashAttn),
         default=d.flash_attn,
         help="flash attention (auto: llama.cpp's choice with a GPU, otherwise on; a "
@@ -129,7 +134,7 @@ def add_load_options(
     )
     g.add_argument(
         "--mmproj",
-        action=_Given,
+        action=Given,
         metavar="PATH",
         default=None,
         help="the model's multimodal projector (an mmproj GGUF): lets it read images or audio",
@@ -169,9 +174,11 @@ def load_params(
 
 __all__ = [
     "KV_CHOICES",
+    "Given",
     "add_load_options",
     "cache_ram_arg",
     "given_fields",
+    "given_options",
     "gpu_layers_arg",
     "load_params",
 ]

@@ -1,8 +1,13 @@
-"""`candlewick run MODEL PROMPT`: stream an answer to stdout, or print stats as JSON."""
+"""`candlewick run MODEL PROMPT`: stream an answer to stdout, or print stats as JSON.
+
+The model loads with the settings saved for it, and its saved sampling defaults apply: an
+option typed on the command line > saved for this model > the options' defaults.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import threading
 from collections.abc import Iterable
@@ -10,8 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from app.cli.common import CliError, first_loads, library, positive_int, print_json
-from app.cli.load_options import add_load_options, load_params
+from app.cli.load_options import (
+    Given,
+    add_load_options,
+    given_fields,
+    given_options,
+    load_params,
+)
 from app.services.connections import ConnectionsError, ConnectionStore
+from app.services.model_settings import SAMPLING_KEYS, SERVED_KEYS, ModelSettingsStore
 from engine.errors import EngineError
 from engine.host.chat_engine import ChatRequest
 from engine.host.runtime import Model
@@ -29,15 +41,19 @@ def register(sub: Any) -> None:
     p = sub.add_parser("run", help="answer one prompt with a model")
     p.add_argument("model", help="'default', a library id or a path to a .gguf file")
     p.add_argument("prompt", help="the user message")
-    p.add_argument("--max-tokens", type=positive_int, default=512)
+    p.add_argument("--max-tokens", action=Given, type=positive_int, default=512)
     d = SamplingParams()  # the app's defaults (and where they come from)
     p.add_argument(
-        "--temperature", type=float, default=d.temperature, help="0 = greedy (deterministic)"
+        "--temperature",
+        action=Given,
+        type=float,
+        default=d.temperature,
+        help="0 = greedy (deterministic)",
     )
-    p.add_argument("--top-p", type=float, default=d.top_p)
-    p.add_argument("--top-k", type=int, default=d.top_k)
-    p.add_argument("--min-p", type=float, default=d.min_p)
-    p.add_argument("--repeat-penalty", type=float, default=d.repeat_penalty)
+    p.add_argument("--top-p", action=Given, type=float, default=d.top_p)
+    p.add_argument("--top-k", action=Given, type=int, default=d.top_k)
+    p.add_argument("--min-p", action=Given, type=float, default=d.min_p)
+    p.add_argument("--repeat-penalty", action=Given, type=float, default=d.repeat_penalty)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--system", default=None, help="system prompt")
@@ -96,9 +112,8 @@ def run(args: argparse.Namespace) -> int:
     if args.connection:
         return run_remote(args)
     path = library().resolve(args.model)
-    params = run_load_params(args)
+    params, sampling = with_saved_settings(path, args, run_load_params(args), _sampling(args))
     settings = params.speculative or SpeculativeSettings()
-    sampling = _sampling(args)
     messages = _messages(args)
     if (args.image or args.audio) and not params.mmproj:
         raise CliError("--image and --audio need the model's projector: add --mmproj PATH")
@@ -152,6 +167,23 @@ def run_load_params(args: argparse.Namespace) -> LoadParams:
     )
     settings.validate()
     return load_params(args, flash_attn=flash, speculative=settings)
+
+
+def with_saved_settings(
+    path: Path, args: argparse.Namespace, params: LoadParams, sampling: SamplingParams
+) -> tuple[LoadParams, SamplingParams]:
+    """The settings saved for the model under the options typed on the command line."""
+    saved = ModelSettingsStore.for_paths().get(path)
+    keep = given_fields(args)
+    if args.draft or args.lookup:
+        keep.add("flash_attn")  # drafting chose it: exact output needs it
+    params = saved.load_params(params, keys=SERVED_KEYS, keep=keep)
+    typed = given_options(args)
+    sampling = dataclasses.replace(
+        sampling,
+        **{k: v for k, v in saved.saved.items() if k in SAMPLING_KEYS and k not in typed},
+    )
+    return params, sampling
 
 
 def run_remote(args: argparse.Namespace) -> int:

@@ -57,3 +57,30 @@ def test_bad_values_and_files_are_one_line() -> None:
     r = cli("default", "--json")
     assert r.returncode == 0 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "using the defaults" in r.stderr
+
+
+def test_run_takes_the_saved_settings_under_its_typed_options(smollm2_path: Path) -> None:
+    from app.cli import build_parser, run_cmd
+
+    ModelSettingsStore.for_paths().save(
+        smollm2_path,
+        {"n_ctx": 1024, "type_k": "q8_0", "type_v": "q8_0", "temperature": 0.1, "top_k": 5},
+    )
+
+    def settings(*typed: str) -> tuple[object, ...]:
+        args = build_parser("run").parse_args(["run", "default", "Hi", *typed])
+        p, s = run_cmd.with_saved_settings(
+            smollm2_path, args, run_cmd.run_load_params(args), run_cmd._sampling(args)
+        )
+        return p.n_ctx, p.type_k, s.temperature, s.top_k, s.top_p
+
+    # Saved over the defaults; the defaults where nothing is saved.
+    assert settings() == (1024, "q8_0", 0.1, 5, 0.95)
+    # Typed options win.
+    assert settings("--ctx", "2048", "--kv-type", "f16", "--temperature", "0.7") == (
+        2048,
+        "f16",
+        0.7,
+        5,
+        0.95,
+    )
