@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
 import pytest
 
-from engine.host.context_policy import ContextFullError, fit_messages
+from engine.host.chat_plan import plan_chat
+from engine.host.context_policy import CONTEXT_POLICIES, ContextFullError, fit_messages
+from engine.host.context_summary import NOTE_TOKENS, summary_room
 from engine.host.runtime import Model
 
 
@@ -17,6 +22,10 @@ def _conversation(turns: int) -> list[dict[str, str]]:
     return msgs
 
 
+def _counter(model: Model) -> Callable[[Sequence[Mapping[str, Any]]], int]:
+    return lambda m: len(model.chat_tokens(m))
+
+
 def test_fits_unchanged(smollm2: Model) -> None:
     msgs = _conversation(1)
     r = fit_messages(msgs, lambda m: len(smollm2.chat_tokens(m)), 2048, reserve=256)
@@ -26,7 +35,7 @@ def test_fits_unchanged(smollm2: Model) -> None:
 
 def test_drop_oldest_keeps_system_and_latest(smollm2: Model) -> None:
     msgs = _conversation(20)
-    count = lambda m: len(smollm2.chat_tokens(m))  # noqa: E731
+    count = _counter(smollm2)
     assert count(msgs) > 1024
     r = fit_messages(msgs, count, 1024, reserve=200)
     assert r.prompt_tokens <= 1024 - 200 and r.prompt_tokens == count(r.messages)
@@ -54,3 +63,68 @@ def test_single_huge_message_is_refused(smollm2: Model) -> None:
     msgs = [{"role": "user", "content": "word " * 3000}]
     with pytest.raises(ContextFullError, match="even the last message"):
         fit_messages(msgs, lambda m: len(smollm2.chat_tokens(m)), 1024, reserve=100)
+
+
+def test_left_out_names_the_dropped_indices(smollm2: Model) -> None:
+    msgs = _conversation(20)
+    count = _counter(smollm2)
+    r = fit_messages(msgs, count, 1024, reserve=200)
+    assert r.left_out == tuple(range(1, 1 + r.dropped))
+    assert r.messages == [m for i, m in enumerate(msgs) if i not in r.left_out]
+
+
+def test_truncate_middle_keeps_the_first_exchange_and_the_latest_turns(smollm2: Model) -> None:
+    msgs = _conversation(20)
+    count = _counter(smollm2)
+    budget = 1024 - 200
+    r = fit_messages(msgs, count, 1024, reserve=200, policy="truncate_middle")
+    assert r.prompt_tokens <= budget and r.prompt_tokens == count(r.messages)
+    # Exactly the turns it names are gone: one contiguous gap after the first exchange,
+    # ending before a user message.
+    assert r.messages == [m for i, m in enumerate(msgs) if i not in r.left_out]
+    gap = r.left_out
+    assert gap == tuple(range(gap[0], gap[-1] + 1))
+    assert gap[0] == 3 and msgs[gap[-1] + 1]["role"] == "user"
+    assert r.messages[:3] == msgs[:3] and r.messages[-1] == msgs[-1]
+    # The fewest: ending the gap one turn (two messages) earlier would not fit.
+    bigger = [m for i, m in enumerate(msgs) if i not in gap[:-2]]
+    assert count(bigger) > budget
+
+
+def test_truncate_middle_falls_back_to_drop_oldest_when_the_first_exchange_cannot_stay(
+    smollm2: Model,
+) -> None:
+    msgs = _conversation(3)
+    msgs[1] = {"role": "user", "content": "Question 0: " + "tell me more " * 200}
+    count = _counter(smollm2)
+    r = fit_messages(msgs, count, 1024, reserve=500, policy="truncate_middle")
+    assert r.prompt_tokens <= 1024 - 500
+    assert r.left_out[0] == 1 and r.messages[0] == msgs[0] and r.messages[-1] == msgs[-1]
+    assert r.left_out == tuple(range(1, 1 + r.dropped))
+
+
+def test_summarise_leaves_out_what_drop_oldest_does(smollm2: Model) -> None:
+    msgs = _conversation(20)
+    count = _counter(smollm2)
+    a = fit_messages(msgs, count, 1024, reserve=200, policy="summarise")
+    b = fit_messages(msgs, count, 1024, reserve=200, policy="drop_oldest")
+    assert a == b and a.left_out
+
+
+@pytest.mark.parametrize("policy", ["drop_oldest", "truncate_middle", "summarise"])
+def test_the_plan_sends_exactly_what_the_fit_announced(smollm2: Model, policy: str) -> None:
+    msgs = _conversation(20)
+    plan = plan_chat(smollm2, msgs, policy=policy, reserve=200)  # type: ignore[arg-type]
+    kept = [m for i, m in enumerate(msgs) if i not in plan.left_out]
+    assert plan.left_out and plan.dropped == len(plan.left_out)
+    assert list(plan.messages) == kept
+    assert plan.prompt == smollm2.chat_tokens(kept)
+    room = 200 + (summary_room(smollm2.n_ctx_seq) + NOTE_TOKENS if policy == "summarise" else 0)
+    assert len(plan.prompt) <= smollm2.n_ctx_seq - room
+
+
+def test_a_conversation_that_fits_is_sent_whole_by_every_policy(smollm2: Model) -> None:
+    msgs = _conversation(2)
+    for policy in CONTEXT_POLICIES:
+        plan = plan_chat(smollm2, msgs, policy=policy, reserve=200)
+        assert plan.left_out == () and plan.prompt == smollm2.chat_tokens(msgs)
