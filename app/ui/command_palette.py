@@ -109,7 +109,6 @@ class CommandPalette(QFrame):
             where = top.mapToGlobal(QPoint((top.width() - width) // 2, 48))
             self.move(where)
         self.show()
-        self.raise_()
         self.filter.setFocus(Qt.FocusReason.PopupFocusReason)
 
     def names(self) -> list[str]:

@@ -4,6 +4,8 @@ so the user can adjust it first (and nothing loads a model by surprise)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QGridLayout, QLabel, QPushButton, QVBoxLayout, QWidget
@@ -64,6 +66,7 @@ class WelcomePane(QWidget):
             b.setToolTip(text)
             # An explicit minimum: a narrow chat clips the words rather than scrolling sideways.
             b.setMinimumSize(80, 40)
+            b.clicked.connect(self._chooser(text))
             self.example_buttons.append(b)
             grid.addWidget(b, i // 2, i % 2)
         lay = QVBoxLayout(self)
@@ -78,7 +81,7 @@ class WelcomePane(QWidget):
         lay.addStretch(3)
         self.set_model_name("")
 
-    def _chooser(self, text: str) -> object:
+    def _chooser(self, text: str) -> Callable[[], None]:
         # A closure, not a lambda with defaults: PySide would pass `checked` into a default.
         return lambda: self.example_chosen.emit(text)
 
