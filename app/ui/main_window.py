@@ -39,6 +39,7 @@ from app.ui.library_model import tagged_name
 from app.ui.library_panel import LibraryPanel
 from app.ui.perf_panel import GpuProbe, PerfPanel, no_gpus
 from app.ui.quit_guard import QuitQuestion, QuitWarning, ask_with_message_box, may_quit
+from app.ui.shortcuts import install_shortcuts
 from app.ui.side_panels import PanelSplitter, SideTabs, content_width, scrolled
 from app.ui.worker import LoadedModel
 from engine.settings import LoadParams
@@ -172,6 +173,7 @@ class MainWindow(QMainWindow):
 
         self._wire()
         self._actions()
+        install_shortcuts(self)  # the chat's keys, the command palette
         self.refresh_library()
         self.restore_state()
 
