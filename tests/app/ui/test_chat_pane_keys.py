@@ -340,3 +340,49 @@ def test_the_message_widget_offers_only_what_it_shows(qtbot: QtBot) -> None:
         "Copy the message",
         "Delete this message and what follows",
     ]
+
+
+@pytest.fixture
+def app_window(qtbot: QtBot) -> Iterator[Any]:
+    from app.main import build_window
+
+    w = build_window()
+    w.resize(1200, 800)
+    w.show()
+    qtbot.waitExposed(w)
+    w.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.activeWindow() is w)
+    yield w
+    w.close()
+    w.shutdown()
+    w.deleteLater()
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+
+
+def test_the_window_has_the_chat_keys_and_the_palette(app_window: Any, qtbot: QtBot) -> None:
+    w = app_window
+    view: ChatView = w.chat_view
+    view.focus_input()
+    # Ctrl+K from the message box (where a text box could take it for itself).
+    qtbot.keyClick(view.input, Qt.Key.Key_K, Qt.KeyboardModifier.ControlModifier)
+    palette: CommandPalette = w.command_palette
+    assert palette.isVisible()
+    names = palette.names()
+    for name in ("New chat", "Search chats", "Regenerate last answer", "Switch model"):
+        assert name in names
+    qtbot.keyClicks(palette.filter, "search ch")
+    assert palette.names()[0] == "Search chats"
+    qtbot.keyClick(palette.filter, Qt.Key.Key_Return)
+    assert not palette.isVisible()
+    search = w.conversation_list.search
+    qtbot.waitUntil(search.hasFocus)
+    # "/" goes to the message box from elsewhere; typed into a text box it is a character.
+    qtbot.keyClick(search, Qt.Key.Key_Slash)
+    assert search.text() == "/"
+    search.clear()
+    view.set_busy(False)
+    w.conversation_list.setFocus()
+    qtbot.keyClick(w.conversation_list, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier)
+    assert view.input.hasFocus()
+    # The welcome names the model that will answer: the bundled one on a fresh profile.
+    assert "SmolLM2" in view.welcome.model_line.text()
