@@ -3,13 +3,15 @@
 A reply is asked for (send, regenerate, edit, continue, the next step of a tool loop), may
 wait for the chosen engine to load, for the chat's collections to be searched (a chat with
 documents) and for the chat's tools to be listed, then streams until the engine says it
-finished or failed. The chat controller holds at most one; the engine's
-signals carry a request id, and one that is not this reply's belongs to an abandoned one.
+finished or failed. The chat's session holds at most one and moves it through the steps
+of its pipeline (app/services/chat_session.py); the engine's events carry a request id, and
+one that is not this reply's belongs to an abandoned one.
 
     ASKED -> (WAITING_FOR_MODEL) -> (RETRIEVING) -> (WAITING_FOR_TOOLS) -> STREAMING
           -> ended (dropped)
 
-Qt-free: the controller applies what happens here to the item model and the view.
+Each step records what it found on the reply (`retrieved`, `grounding`, `tools`), so the
+pipeline knows which step comes next without re-entering the one before.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.services.chat_store import ChatStoreError, StreamWriter
+from app.services.chat_tools import OfferedTool
 from engine.host.stats import GenerationStats
 from engine.rag.grounding import Grounding
 
@@ -28,7 +31,7 @@ Parent = int | bool | None
 
 
 class ReplyState(enum.Enum):
-    ASKED = "asked"  # just asked for: the controller is deciding what it waits for
+    ASKED = "asked"  # just asked for: the session is deciding what it waits for
     WAITING_FOR_MODEL = "waiting for the model"  # the chosen engine loads (or connects)
     RETRIEVING = "searching the documents"  # the question is searched in the collections
     WAITING_FOR_TOOLS = "waiting for tools"  # the chat's tool servers start and list theirs
@@ -49,13 +52,17 @@ class ActiveReply:
     prompt_tokens: int = 0
     # A continued answer's thinking figures before this part (tokens, seconds).
     continued: tuple[int, float] | None = None
+    # The engine the chat wants is the one in use (the pipeline's first step is done).
+    engine_ready: bool = False
     # The passages its prompt holds, once retrieved (None: not grounded, or not yet), and
     # why retrieval failed (the answer then fails with it: never quietly ungrounded).
     grounding: Grounding | None = None
     retrieved: bool = False
     retrieval_error: str | None = None
+    # The chat's tools offered with it, once listed (None: not decided yet; []: none).
+    tools: list[OfferedTool] | None = None
     # Why the store stopped taking this answer (a full disk): it streams on, unsaved, and the
-    # controller says so once (`take_store_error`).
+    # session says so once (`take_store_error`).
     store_error: str | None = None
 
     @property

@@ -1,9 +1,10 @@
-"""A conversation as plain Python data: no Qt here, so a store (SQLite) can load and save it.
+"""A conversation as plain Python data: no Qt here, so a store (SQLite) can load and save it
+and the chat's session (app/services/chat_session.py) can run it.
 
 `ChatModel` (app/ui/chat_model.py) is the Qt item model over one of these; every change goes
-through the item model so views are told about it. `for_model` builds the model's history from
-what is on screen (a chat with no store too), with the store's words for tool results
-(app/services/chat_history.py).
+through a `Transcript` (app/services/chat_transcript.py), so views are told about it.
+`for_model` builds the model's history from what is on screen (a chat with no store too),
+with the store's words for tool results (app/services/chat_history.py).
 """
 
 from __future__ import annotations

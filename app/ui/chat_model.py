@@ -1,7 +1,9 @@
 """The Qt item model of one conversation (a list: one row per message).
 
-It wraps a plain `Conversation`; a store can hand in a loaded one with `set_conversation`.
-Only the GUI thread calls it: engine signals are applied here, never by the worker.
+It is a `Transcript` (app/services/chat_transcript.py): each change is made by the plain
+one it wraps, then told to the views. A store can hand in a loaded conversation with
+`set_conversation`. Only the GUI thread calls it: engine signals are applied here (through
+the chat's session), never by the worker.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from PySide6.QtCore import (
 )
 
 from app.services.attachments import Attachment
-from app.ui.conversation import (
+from app.services.chat_transcript import PlainTranscript
+from app.services.conversation import (
     AnswerFormat,
     Conversation,
     Message,
@@ -47,21 +50,25 @@ class ChatModel(QAbstractListModel):
         self, conversation: Conversation | None = None, parent: QObject | None = None
     ) -> None:
         super().__init__(parent)
-        self._conv = conversation or Conversation()
+        self._data = PlainTranscript(conversation)
 
     # -- read ------------------------------------------------------------------------------
 
     @property
     def conversation(self) -> Conversation:
-        return self._conv
+        return self._data.conversation
+
+    @property
+    def _messages(self) -> list[Message]:
+        return self._data.conversation.messages
 
     def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self._conv.messages)
+        return 0 if parent.isValid() else len(self._messages)
 
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
-        if not index.isValid() or not 0 <= index.row() < len(self._conv.messages):
+        if not index.isValid() or not 0 <= index.row() < len(self._messages):
             return None
-        m = self._conv.messages[index.row()]
+        m = self._messages[index.row()]
         if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole):
             return m.text
         if role == Qt.ItemDataRole.AccessibleTextRole:
@@ -93,13 +100,13 @@ class ChatModel(QAbstractListModel):
         return names
 
     def message(self, row: int) -> Message:
-        return self._conv.messages[row]
+        return self._messages[row]
 
     # -- write (GUI thread only) -----------------------------------------------------------
 
     def set_conversation(self, conversation: Conversation) -> None:
         self.beginResetModel()
-        self._conv = conversation
+        self._data.set_conversation(conversation)
         self.endResetModel()
 
     def clear(self) -> None:
@@ -116,46 +123,40 @@ class ChatModel(QAbstractListModel):
         grounding: Grounding | None = None,
         attachments: list[Attachment] | None = None,
     ) -> int:
-        row = len(self._conv.messages)
+        row = len(self._messages)
         self.beginInsertRows(QModelIndex(), row, row)
-        self._conv.messages.append(
-            Message(
-                role,
-                text,
-                state,
-                answer_format=answer_format,
-                model=model,
-                grounding=grounding,
-                attachments=list(attachments or ()),
-            )
+        self._data.append(
+            role,
+            text,
+            state,
+            answer_format=answer_format,
+            model=model,
+            grounding=grounding,
+            attachments=attachments,
         )
         self.endInsertRows()
         return row
 
     def append_text(self, row: int, text: str) -> None:
-        self._conv.messages[row].text += text
+        self._data.append_text(row, text)
         self._changed(row, [Qt.ItemDataRole.DisplayRole])
 
     def append_thinking(self, row: int, text: str) -> None:
-        self._conv.messages[row].thinking += text
+        self._data.append_thinking(row, text)
         self._changed(row, [THINKING_ROLE])
 
     def set_thought(self, row: int, tokens: int, seconds: float) -> None:
         """The thinking block closed after `tokens` tokens and `seconds` seconds."""
-        self._conv.messages[row].thought = (tokens, seconds)
+        self._data.set_thought(row, tokens, seconds)
         self._changed(row, [THINKING_ROLE])
 
     def finish(self, row: int, stats: GenerationStats) -> None:
-        m = self._conv.messages[row]
-        m.stats = stats
-        m.state = "stopped" if stats.stop_reason == "cancelled" else "done"
-        if stats.thinking_tokens:
-            m.thought = (stats.thinking_tokens, stats.thinking_s)
+        self._data.finish(row, stats)
         self._changed(row, [STATE_ROLE, STATS_ROLE, THINKING_ROLE])
 
     def set_grounding(self, row: int, grounding: Grounding | None) -> None:
         """The passages the answer at `row` was given (None: none)."""
-        self._conv.messages[row].grounding = grounding
+        self._data.set_grounding(row, grounding)
         self._changed(row, [MESSAGE_ROLE])
 
     def refresh(self, row: int) -> None:
@@ -163,57 +164,45 @@ class ChatModel(QAbstractListModel):
         self._changed(row, [MESSAGE_ROLE])
 
     def set_state(self, row: int, state: MessageState) -> None:
-        m = self._conv.messages[row]
-        m.state = state
-        if state == "streaming":
-            m.stats = None
+        self._data.set_state(row, state)
         self._changed(row, [STATE_ROLE, STATS_ROLE])
 
     def fail(self, row: int, error: str) -> None:
-        m = self._conv.messages[row]
-        m.state = "error"
-        m.error = error
+        self._data.fail(row, error)
         self._changed(row, [STATE_ROLE, ERROR_ROLE])
 
     def interrupt(self, row: int, error: str) -> None:
         """The reply broke off (a dropped connection, a timeout) after some text: the text
         stays, marked interrupted, with the reason."""
-        m = self._conv.messages[row]
-        m.state = "interrupted"
-        m.error = error
+        self._data.interrupt(row, error)
         self._changed(row, [STATE_ROLE, ERROR_ROLE])
 
     # -- tool calls (the agent loop) -------------------------------------------------------
 
     def set_tool_calls(self, row: int, calls: list[ToolCallView]) -> None:
-        self._conv.messages[row].tool_calls = list(calls)
+        self._data.set_tool_calls(row, calls)
         self._changed(row, [MESSAGE_ROLE])
 
     def set_decision(self, row: int, call_id: str, decision: ToolDecision) -> None:
-        for c in self._conv.messages[row].tool_calls:
-            if c.id == call_id:
-                c.decision = decision
+        self._data.set_decision(row, call_id, decision)
         self._changed(row, [MESSAGE_ROLE])
 
     def append_tool(self, call: ToolCallView, status: ToolStatus, text: str = "") -> int:
         """A tool message answering `call` (running, or already denied/cancelled)."""
-        row = len(self._conv.messages)
+        row = len(self._messages)
         self.beginInsertRows(QModelIndex(), row, row)
-        self._conv.messages.append(
-            Message("tool", text, tool_call_id=call.id, tool_name=call.name, tool_status=status)
-        )
+        self._data.append_tool(call, status, text)
         self.endInsertRows()
         return row
 
     def set_tool_progress(self, row: int, progress: ToolProgress) -> None:
-        self._conv.messages[row].progress = progress
+        self._data.set_tool_progress(row, progress)
         self._changed(row, [MESSAGE_ROLE])
 
     def set_tool_result(
         self, row: int, status: ToolStatus, text: str, *, truncated: bool = False
     ) -> None:
-        m = self._conv.messages[row]
-        m.tool_status, m.text, m.truncated, m.progress = status, text, truncated, None
+        self._data.set_tool_result(row, status, text, truncated=truncated)
         self._changed(row, [Qt.ItemDataRole.DisplayRole, MESSAGE_ROLE])
 
     def _changed(self, row: int, roles: list[int]) -> None:

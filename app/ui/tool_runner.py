@@ -5,7 +5,8 @@ It owns the app's `McpHub` (app/services/mcp_client.py), configured from the MCP
 settings (`McpConfigStore`) each time they are read, so the dialog's changes apply to the next
 turn. Listing a server's tools starts it, which may take seconds: `prepare` does that in the
 background and calls back on the GUI thread; the tools are then cached until the settings
-change or a server fails.
+change or a server fails. What a chat offers and its agent loop are Qt-free
+(app/services/chat_tools.py); this is the `ToolPort` they run on.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from app.services.chat_settings import ChatSettings
+from app.services.chat_tools import OfferedTool, chat_servers, offer
 from app.services.mcp_client import (
     McpClientError,
     McpHub,
@@ -30,50 +32,6 @@ from app.ui.background import Background
 
 log = logging.getLogger("candlewick.tools")
 TOOL_TIMEOUT_S = 300.0
-
-
-@dataclass(frozen=True)
-class OfferedTool:
-    """A tool as the model sees it (`name`: unique among the chat's tools) and where it runs."""
-
-    name: str
-    server: str
-    tool: str
-    description: str
-    schema: dict[str, Any]
-
-    def as_function(self) -> dict[str, Any]:
-        params = dict(self.schema or {"type": "object", "properties": {}})
-        # The call is decoded under a grammar of this schema: without this, "any other key"
-        # is allowed too, and a small model fills a tool of no parameters with invented
-        # ones until it runs out of tokens. The tool's server takes nothing else anyway.
-        if params.get("type") == "object" and "additionalProperties" not in params:
-            params["additionalProperties"] = False
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": params},
-        }
-
-
-def offer(tools: Sequence[tuple[str, ToolInfo]]) -> list[OfferedTool]:
-    """Each (server, tool) under the tool's own name, or `server_tool` where two servers
-    have a tool of the same name (the model must be able to tell them apart)."""
-    counts: dict[str, int] = {}
-    for _, t in tools:
-        counts[t.name] = counts.get(t.name, 0) + 1
-    out = []
-    for server, t in tools:
-        name = t.name if counts[t.name] == 1 else f"{server}_{t.name}"
-        out.append(
-            OfferedTool(name, server, t.name, t.description or "", dict(t.input_schema or {}))
-        )
-    return out
-
-
-def chat_servers(settings: dict[str, Any], servers: Sequence[McpServer]) -> list[McpServer]:
-    """The servers a chat uses: the enabled ones, less those it turned off for itself."""
-    off = {str(n) for n in settings.get("tools_off") or []}
-    return [s for s in servers if s.enabled and s.name not in off]
 
 
 class ToolRunner(QObject):
@@ -111,14 +69,14 @@ class ToolRunner(QObject):
         self.hub.configure([s for s in servers if s.enabled])
         return servers
 
-    def cached(self, settings: dict[str, Any]) -> list[OfferedTool] | None:
+    def cached(self, settings: ChatSettings) -> list[OfferedTool] | None:
         """The chat's tools if every server's list is known (None: `prepare` first)."""
         chosen = chat_servers(settings, self.servers())
         if any(s.name not in self._tools for s in chosen):
             return None
         return offer([(s.name, t) for s in chosen for t in self._tools[s.name]])
 
-    def prepare(self, settings: dict[str, Any], then: Callable[[list[OfferedTool]], None]) -> None:
+    def prepare(self, settings: ChatSettings, then: Callable[[list[OfferedTool]], None]) -> None:
         """List the chat's servers' tools (starting them) off the GUI thread, then call
         `then(tools)` on it; a server that fails is left out and named in `problems`."""
         chosen = chat_servers(settings, self.servers())
