@@ -582,11 +582,21 @@ def _tint(palette: QPalette, share: float) -> QColor:
 
 
 class Bubble(QFrame):
-    """A user's message: a rounded tint of the palette's highlight colour."""
+    """A user's message: a rounded tint of the palette's highlight colour, as wide as its
+    longest line (`ideal_width`) up to the share of the row its message allows."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("userBubble")
+        self.ideal_width = 0
+
+    def sizeHint(self) -> QSize:
+        hint = hint_at_own_width(self) or super().sizeHint()
+        m = self.contentsMargins()
+        lay = self.layout()
+        inner = lay.contentsMargins() if lay is not None else m
+        pad = m.left() + m.right() + inner.left() + inner.right()
+        return QSize(max(self.ideal_width + pad, 40), hint.height())
 
     def paintEvent(self, e: QPaintEvent) -> None:
         p = QPainter(self)
@@ -725,6 +735,7 @@ class MessageWidget(QFrame):
         # A user message's images and audio, as sent.
         self.attachments = AttachmentStrip()
         self.bubble: Bubble | None = None
+        self._measured: str | None = None
         if message.role == "user":
             # The bubble holds what was sent; the actions go under it, on the right.
             self.bubble = Bubble()
@@ -799,6 +810,20 @@ class MessageWidget(QFrame):
 
     def sizeHint(self) -> QSize:
         return hint_at_own_width(self) or super().sizeHint()
+
+    def _measure_bubble(self, text: str) -> None:
+        """The user's text laid out without wrapping: its longest line, the bubble's width."""
+        if self.bubble is None or text == self._measured:
+            return
+        self._measured = text
+        doc = QTextDocument()
+        doc.setDocumentMargin(0)
+        doc.setDefaultFont(self.body.font())
+        doc.setMarkdown(text)
+        widest = max(math.ceil(doc.idealWidth()) + 4, self.attachments.sizeHint().width())
+        if widest != self.bubble.ideal_width:
+            self.bubble.ideal_width = widest
+            self.bubble.updateGeometry()
 
     def resizeEvent(self, e: QResizeEvent) -> None:
         if self.bubble is not None:
@@ -981,6 +1006,7 @@ class MessageWidget(QFrame):
             self.text = shown.removeprefix("```json\n").removesuffix("\n```")
         else:
             self.body.set_markdown(message.text, streaming=message.state == "streaming")
+            self._measure_bubble(message.text)
         if message.state != "streaming":  # the paragraph being written tells its own
             self.setAccessibleDescription(self.text[:2000])
         shows_error = bool(message.error) and message.state in ("error", "interrupted")

@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from PySide6.QtCore import QEvent, QObject, QPoint, Qt, Signal
-from PySide6.QtGui import QAction, QKeyEvent
+from PySide6.QtGui import QAction, QKeyEvent, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QFrame,
+    QHeaderView,
     QLineEdit,
-    QListWidget,
-    QListWidgetItem,
+    QTreeWidget,
+    QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
@@ -82,10 +83,18 @@ class CommandPalette(QFrame):
         self.filter.setPlaceholderText("Type a command…")
         self.filter.setAccessibleName("Filter commands")
         self.filter.setClearButtonEnabled(True)
-        self.list = QListWidget()
+        # Two columns: the command, and its keys on the right.
+        self.list = QTreeWidget()
         self.list.setAccessibleName("Commands")
+        self.list.setColumnCount(2)
+        self.list.setHeaderHidden(True)
+        self.list.setRootIsDecorated(False)
+        self.list.setUniformRowHeights(True)
         self.list.setFocusPolicy(Qt.FocusPolicy.NoFocus)  # the keys stay in the filter box
-        self.list.setUniformItemSizes(True)
+        header = self.list.header()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 6, 6, 6)
         lay.addWidget(self.filter)
@@ -113,7 +122,11 @@ class CommandPalette(QFrame):
 
     def names(self) -> list[str]:
         """The commands listed now, in order (tests read this)."""
-        return [self.list.item(i).data(ACTION_ROLE + 1) for i in range(self.list.count())]
+        return [str(item.data(0, ACTION_ROLE + 1)) for item in self._items()]
+
+    def _items(self) -> list[QTreeWidgetItem]:
+        found = (self.list.topLevelItem(i) for i in range(self.list.topLevelItemCount()))
+        return [item for item in found if item is not None]
 
     def refilter(self) -> None:
         query = self.filter.text()
@@ -125,15 +138,21 @@ class CommandPalette(QFrame):
                 scored.append((score, i, name, a))
         scored.sort(key=lambda t: (t[0], t[1]))
         self.list.clear()
+        dim = self.palette().color(QPalette.ColorRole.PlaceholderText)
         for _score, _i, name, a in scored:
-            keys = a.shortcut().toString(a.shortcut().SequenceFormat.NativeText)
-            item = QListWidgetItem(f"{name}\t{keys}" if keys else name)
-            item.setData(ACTION_ROLE, a)
-            item.setData(ACTION_ROLE + 1, name)
-            item.setToolTip(a.toolTip() if a.toolTip() != a.text() else "")
-            self.list.addItem(item)
-        if self.list.count():
-            self.list.setCurrentRow(0)
+            keys = a.shortcut().toString(QKeySequence.SequenceFormat.NativeText)
+            item = QTreeWidgetItem([name, keys])
+            item.setData(0, ACTION_ROLE, a)
+            item.setData(0, ACTION_ROLE + 1, name)
+            item.setForeground(1, dim)
+            item.setTextAlignment(1, Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            tip = a.toolTip()
+            if tip and tip != name:
+                item.setToolTip(0, tip)
+            self.list.addTopLevelItem(item)
+        items = self._items()
+        if items:
+            self.list.setCurrentItem(items[0])
 
     def run_current(self) -> bool:
         item = self.list.currentItem()
@@ -142,18 +161,20 @@ class CommandPalette(QFrame):
         self._run_item(item)
         return True
 
-    def _run_item(self, item: QListWidgetItem) -> None:
-        action = item.data(ACTION_ROLE)
-        name = item.data(ACTION_ROLE + 1)
+    def _run_item(self, item: QTreeWidgetItem, _column: int = 0) -> None:
+        action = item.data(0, ACTION_ROLE)
+        name = item.data(0, ACTION_ROLE + 1)
         self.close()  # first: the command may open a dialog or move the focus
         if isinstance(action, QAction):
             action.trigger()
             self.ran.emit(name)
 
     def _step(self, by: int) -> None:
-        n = self.list.count()
-        if n:
-            self.list.setCurrentRow((self.list.currentRow() + by) % n)
+        items = self._items()
+        if items:
+            current = self.list.currentItem()
+            row = items.index(current) if current in items else 0
+            self.list.setCurrentItem(items[(row + by) % len(items)])
 
     def eventFilter(self, watched: QObject, e: QEvent) -> bool:
         if watched is self.filter and e.type() == QEvent.Type.KeyPress:

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
     QVBoxLayout,
     QWidget,
 )
@@ -45,6 +46,22 @@ class ChatInput(QPlainTextEdit):
         self.setPlaceholderText("Ask anything — Enter sends, Shift+Enter adds a line")
         self.setAccessibleName("Message input")
         self.setTabChangesFocus(True)
+        # As tall as what is typed, from two lines up to MAX_LINES, then it scrolls.
+        self.setSizePolicy(self.sizePolicy().horizontalPolicy(), QSizePolicy.Policy.Fixed)
+        self.document().documentLayout().documentSizeChanged.connect(self.fit_height)
+        self.fit_height()
+
+    MIN_LINES, MAX_LINES = 2, 8
+
+    def fit_height(self, *_: object) -> None:
+        # A plain text document's height is in lines (wrapped lines included).
+        lines = self.document().documentLayout().documentSize().height()
+        lines = min(max(int(lines), self.MIN_LINES), self.MAX_LINES)
+        margins = self.contentsMargins()
+        extra = margins.top() + margins.bottom() + 2 * int(self.document().documentMargin())
+        height = lines * self.fontMetrics().lineSpacing() + extra
+        if height != self.height() or self.minimumHeight() != height:
+            self.setFixedHeight(height)
 
     def event(self, e: QEvent) -> bool:
         # Ctrl+K deletes to the end of the line in Qt's text boxes on some desktops; here it
@@ -104,7 +121,7 @@ class Composer(QFrame):
         self.setAccessibleName("Composer")
         self.input = ChatInput()
         self.input.setFrameShape(QFrame.Shape.NoFrame)
-        self.input.setMaximumHeight(120)
+        self.input.fit_height()  # its frame is gone: its height changes with it
         # The box sits on the composer's own fill, not a second white rectangle.
         self.input.viewport().setAutoFillBackground(False)
         self.attach_button = attacher.button
