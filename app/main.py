@@ -138,7 +138,7 @@ def gpu_probe() -> Callable[[], list[tuple[str, int, int]]]:
 
 
 def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
-    """The Hub / downloads view as a side tab next to the library."""
+    """The Hub / downloads view: the Downloads page of the rail."""
     from app.services.download_manager import DownloadManager
     from app.services.hub import HubClient, default_fit
     from app.services.secrets import TokenStore
@@ -161,11 +161,11 @@ def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
         view.shutdown()
         downloads.close()
 
-    window.add_side_tab("Download", view, shutdown)
+    window.add_page("downloads", view, shutdown=shutdown)
 
 
 def add_benchmark(window: MainWindow) -> None:
-    """The Benchmark window (Tools menu): a workload on the model the chat has loaded. Run is
+    """The Benchmark page: a workload on the model the chat has loaded. Run is
     off while a reply is generated; the chat pauses while a benchmark runs."""
     from PySide6.QtCore import Qt as _Qt
 
@@ -186,11 +186,11 @@ def add_benchmark(window: MainWindow) -> None:
     c.busy_changed.connect(view.set_chat_busy)
     pause = "A benchmark is running: the chat waits until it ends or is cancelled"
     view.running_changed.connect(lambda running: c.set_paused(pause if running else None))
-    window.add_tool_window("Benchmark…", view, "Ctrl+Shift+B", view.shutdown)
+    window.add_page("benchmark", view, shortcut="Ctrl+Shift+B", shutdown=view.shutdown)
 
 
 def add_server_panel(window: MainWindow) -> None:
-    """The Local server window (Tools menu): serve the chat's loaded model over the
+    """The Local server page: serve the chat's loaded model over the
     OpenAI/Ollama API (the engine thread's model host finds it); stopped when the app
     quits or the model is unloaded."""
     from PySide6.QtCore import Qt as _Qt
@@ -210,8 +210,12 @@ def add_server_panel(window: MainWindow) -> None:
     for signal in (w.loaded, w.unloaded, w.load_cancelled, w.failed):
         signal.connect(panel.refresh_model, q)
     window.controller.engine_changed.connect(panel.refresh_model, q)  # a rename too
-    window.add_tool_window(
-        "Local server…", panel, "Ctrl+Shift+H", panel.shutdown, quit_warning=panel.quit_warning
+    window.add_page(
+        "server",
+        panel,
+        shortcut="Ctrl+Shift+H",
+        shutdown=panel.shutdown,
+        quit_warning=panel.quit_warning,
     )
 
 

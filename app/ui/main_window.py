@@ -1,9 +1,12 @@
-"""The main window: library (and other side tabs) | chat | performance panel.
+"""The main window: a navigation rail and its pages, as chat apps lay them out.
 
-Everything it shows is handed in (the chat's controller, with its engine host, chat model
-and store; the library and its panel; settings); app/main.py builds those. Geometry and
-splitter positions are kept in the given QSettings. The side panels give way to the chat in
-a narrow window (`app.ui.side_panels`).
+Chat (the conversations sidebar, the chat with its model bar on top, the chat settings
+drawer and the performance panel: `app.ui.chat_page`), Models (the library with its load
+settings, memory estimate and Load / Cancel / Eject), Downloads, Documents, Local server and
+Benchmark. Everything it shows is handed in (the chat's controller, with its engine host,
+chat model and store; the library and its panel; settings); app/main.py builds those and
+adds the other pages (`add_page`). Geometry, the panels' state and the colour scheme are
+kept in the given QSettings.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -21,6 +24,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMenu,
+    QStackedWidget,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -29,6 +33,10 @@ from PySide6.QtWidgets import (
 from app.services.chat_exchange import import_data, write_export
 from app.services.chat_store import ChatStoreError
 from app.services.library import DEFAULT_MODEL_ID, LibraryError, ModelLibrary
+from app.ui.appearance import SCHEMES, apply_scheme
+from app.ui.appearance import SETTINGS_KEY as SCHEME_KEY
+from app.ui.chat_page import LABELS as PANEL_LABELS
+from app.ui.chat_page import ChatPage
 from app.ui.chat_settings import ChatSettingsPanel
 from app.ui.chat_view import ChatView
 from app.ui.controller import ChatController
@@ -37,19 +45,29 @@ from app.ui.documents_panel import DocumentsPanel
 from app.ui.engine_picker import Binding, EnginePicker, binding_of
 from app.ui.library_model import tagged_name
 from app.ui.library_panel import LibraryPanel
+from app.ui.model_bar import ModelBar
+from app.ui.nav_rail import NavRail
 from app.ui.perf_panel import GpuProbe, PerfPanel, no_gpus
 from app.ui.quit_guard import QuitQuestion, QuitWarning, ask_with_message_box, may_quit
 from app.ui.shortcuts import install_shortcuts
-from app.ui.side_panels import PanelSplitter, SideTabs, content_width, scrolled
+from app.ui.side_panels import page_of, scrolled
 from app.ui.worker import LoadedModel
 from engine.settings import LoadParams
 
 TITLE = "Candlewick"
 # The settings key of the conversation on screen when the window last closed.
 LAST_CONVERSATION = "chats/last"
-# The side panels' widths the user chose ("left,right"): a narrow window folds the right one
-# for a while, and the splitter's own state would remember that as the user's choice.
-PANEL_WIDTHS = "window/panels"
+# Which of the chat page's panels the user showed or hid (`ChatPage.state`).
+CHAT_PANELS = "window/chat_panels"
+# The rail's pages, top to bottom: key -> (label, icon, tooltip).
+PAGES = {
+    "chat": ("Chat", "chat", "The conversations and the chat"),
+    "models": ("Models", "models", "The library: load settings, memory estimate, Load and Eject"),
+    "downloads": ("Downloads", "downloads", "Search the Hub and download models"),
+    "documents": ("Documents", "documents", "Collections of your documents for the chat"),
+    "server": ("Local server", "server", "Serve the chat's model over the OpenAI/Ollama API"),
+    "benchmark": ("Benchmark", "benchmark", "Measure the chat's model"),
+}
 
 
 class ErrorBanner(QFrame):
@@ -125,51 +143,53 @@ class MainWindow(QMainWindow):
         self.conversation_list = ConversationList(store) if store else None
         self.chat_settings = ChatSettingsPanel(store, self.controller.sampling) if store else None
 
-        self.side_tabs = SideTabs()
-        self.side_tabs.setAccessibleName("Models")
-        self.side_tabs.add_page(self.library_panel, "Library")
-        if self.conversation_list is not None and self.chat_settings is not None:
-            self.side_tabs.add_page(self.conversation_list, "Chats")
-            self.side_tabs.add_page(self.chat_settings, "Chat settings")
+        # The chat's model: picked, its fit and state shown, loaded and ejected above the chat.
+        self.model_bar = ModelBar(
+            self.library_model, library_panel.estimate.estimator, library_panel.load_params
+        )
+        self.chat_page = ChatPage(
+            self.chat_view,
+            self.model_bar,
+            self.perf_panel,
+            sidebar=self.conversation_list,
+            drawer=self.chat_settings,
+            engine_row=self.engine_picker,
+        )
+        self.perf_area = self.chat_page.areas["perf"]
+        self.rail = NavRail()
+        self.pages = QStackedWidget()
+        self.pages.setObjectName("pages")
+        self._page_of: dict[str, QWidget] = {}  # key -> the stack's widget (its scroll area)
+        self._go_actions: list[QAction] = []
+        self._tools_actions: list[QAction] = []
+        self._panel_actions: list[QAction] = []
+        self.rail.current_changed.connect(self.show_page)
+        self.add_page("chat", self.chat_page, scroll=False)
+        self.add_page("models", self.library_panel)
         # The collections of the user's documents (None: their index could not be opened).
         self.documents = documents
         if documents is not None:
-            self.side_tabs.add_page(documents, "Documents")
-            self._closers.append(documents.shutdown)  # cancels indexing; the next run resumes
-        self.perf_area = scrolled(self.perf_panel)
-        self.splitter = PanelSplitter(
-            lambda: (self.side_tabs.need(), content_width(self.perf_area))
-        )
-        self.splitter.setObjectName("mainSplitter")
-        self.splitter.addWidget(self.side_tabs)
-        if self.engine_picker is not None:
-            chat_column = QWidget()
-            col = QVBoxLayout(chat_column)
-            col.setContentsMargins(0, 0, 0, 0)
-            col.addWidget(self.engine_picker)
-            col.addWidget(self.chat_view, 1)
-            self.splitter.addWidget(chat_column)
-        else:
-            self.splitter.addWidget(self.chat_view)
-        self.splitter.addWidget(self.perf_area)
-        self.splitter.setStretchFactor(0, 0)
-        self.splitter.setStretchFactor(1, 1)
-        self.splitter.setStretchFactor(2, 0)
-        self.splitter.setCollapsible(1, False)  # the side panels fold away, never the chat
-        for i in (1, 2):
-            self.splitter.handle(i).setToolTip(
-                "Drag to resize; drag to the window's edge to "
-                "fold the panel away, and back to open it"
-            )
-        self.splitter.setSizes([460, 640, 290])  # the library shows all its columns
+            # Cancels indexing at shutdown; the next run resumes.
+            self.add_page("documents", documents, shutdown=documents.shutdown)
         central = QWidget()
-        lay = QVBoxLayout(central)
+        outer = QHBoxLayout(central)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.setSpacing(0)
+        outer.addWidget(self.rail)
+        line = QFrame()
+        line.setFrameShape(QFrame.Shape.VLine)
+        line.setFrameShadow(QFrame.Shadow.Sunken)
+        outer.addWidget(line)
+        body = QWidget()
+        lay = QVBoxLayout(body)
         lay.setContentsMargins(6, 6, 6, 6)
         lay.addWidget(self.banner)
-        lay.addWidget(self.splitter, 1)
+        lay.addWidget(self.pages, 1)
+        outer.addWidget(body, 1)
         self.setCentralWidget(central)
         self.model_label = QLabel("No model loaded")
         self.statusBar().addPermanentWidget(self.model_label)
+        self.show_page("chat")
 
         self._wire()
         self._actions()
@@ -190,6 +210,15 @@ class MainWindow(QMainWindow):
         lp.cancel_requested.connect(c.cancel_load)
         lp.eject_requested.connect(c.eject)
         w.progress.connect(lp.set_progress)
+        w.progress.connect(self.model_bar.set_progress)
+        mb = self.model_bar
+        lp.selection_changed.connect(mb.set_selected)
+        mb.model_chosen.connect(self.choose_model)
+        mb.load_requested.connect(self._load_selected)
+        mb.cancel_requested.connect(c.cancel_load)
+        mb.eject_requested.connect(c.eject)
+        mb.settings_requested.connect(lambda: self.show_page("models"))
+        self.chat_page.panels_changed.connect(self._sync_panel_actions)
         w.loaded.connect(self._on_loaded)
         w.load_cancelled.connect(self._on_unloaded)  # the old model was freed first
         w.unloaded.connect(self._on_unloaded)
@@ -210,9 +239,7 @@ class MainWindow(QMainWindow):
         att.refused.connect(self.show_error)
         self.chat_view.attachment_reader = c.attachment_data
         c.send_state_changed.connect(self.chat_view.set_busy)
-        c.loading_started.connect(
-            lambda key: lp.set_loading(True) if isinstance(key, Path) else None
-        )
+        c.loading_started.connect(self._on_loading_started)
         c.error.connect(self.show_error)
         c.notice.connect(lambda text: self.statusBar().showMessage(text, 5000))
         c.context_changed.connect(self.chat_view.set_context)
@@ -271,15 +298,151 @@ class MainWindow(QMainWindow):
             menu.addAction("Import chats from JSON…", self._ask_import)
         menu.addSeparator()
         menu.addAction(self.quit_action)
+        self._view_menu = view = self.menuBar().addMenu("&View")
+        self._go_menu = view.addMenu("&Go to")
+        for a in self._go_actions:  # the pages added before the menus existed
+            self._go_menu.addAction(a)
+        view.addSeparator()
+        for key in self.chat_page.areas:
+            a = QAction(f"Show {PANEL_LABELS[key].lower()} panel", self)
+            a.setCheckable(True)
+            a.triggered.connect(lambda checked, k=key: self._toggle_panel(k, checked))
+            self.addAction(a)
+            view.addAction(a)
+            a.setData(key)
+            self._panel_actions.append(a)
+        view.addSeparator()
+        scheme_menu = view.addMenu("&Appearance")
+        group = QActionGroup(self)
+        self.scheme_actions: dict[str, QAction] = {}
+        for scheme in SCHEMES:
+            a = QAction(scheme.capitalize(), self)
+            a.setCheckable(True)
+            a.triggered.connect(lambda _checked=False, sc=scheme: self.set_scheme(sc))
+            group.addAction(a)
+            scheme_menu.addAction(a)
+            self.scheme_actions[scheme] = a
+
+    def actions_for_palette(self) -> list[QAction]:
+        """The window's commands for a command palette: each QAction has its text and
+        shortcut; triggering it does what the menu entry does."""
+        return [
+            self.new_chat_action,
+            self.focus_input_action,
+            self.stop_action,
+            *self._go_actions,
+            *self._panel_actions,
+            *self.scheme_actions.values(),
+            *self._tools_actions,
+        ]
+
+    def add_page(
+        self,
+        key: str,
+        widget: QWidget,
+        *,
+        label: str | None = None,
+        shortcut: str | None = None,
+        shutdown: Callable[[], object] | None = None,
+        quit_warning: QuitWarning | None = None,
+        scroll: bool = True,
+    ) -> QAction:
+        """A page of the rail (`key`: one of PAGES, or a new one with `label`), in a scroll
+        area unless `scroll` is False; View → Go to has it. `shutdown` runs when the window
+        shuts down (before the engine thread ends); `quit_warning` says what quitting would
+        stop (the user is asked first)."""
+        title, icon, tip = PAGES.get(key, (label or key, key, label or key))
+        if quit_warning is not None:
+            self._quit_warnings.append(quit_warning)
+        if shutdown is not None:
+            self._closers.append(shutdown)
+        holder = scrolled(widget) if scroll else widget
+        holder.setObjectName(f"page_{key}")
+        self.pages.addWidget(holder)
+        self._page_of[key] = holder
+        rank = list(PAGES).index(key) if key in PAGES else len(PAGES)
+        self.rail.add(key, title, icon, tip, rank)
+        a = QAction(title, self)
+        number = len(self._go_actions) + 1
+        keys = shortcut or (f"Ctrl+{number}" if number <= 9 else "")
+        if keys:
+            a.setShortcut(QKeySequence(keys))
+        a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        a.triggered.connect(lambda _checked=False, k=key: self.show_page(k))
+        self.addAction(a)
+        self._go_actions.append(a)
+        if hasattr(self, "_go_menu"):
+            self._go_menu.addAction(a)
+        return a
+
+    def page(self, key: str) -> QWidget | None:
+        """The widget shown on the page `key` (not its scroll area)."""
+        holder = self._page_of.get(key)
+        if holder is None:
+            return None
+        from PySide6.QtWidgets import QScrollArea
+
+        return page_of(holder) if isinstance(holder, QScrollArea) else holder
+
+    def page_keys(self) -> list[str]:
+        """The rail's pages, top to bottom."""
+        return self.rail.keys()
+
+    def current_page(self) -> str:
+        return self.rail.current()
+
+    def show_page(self, key: str) -> None:
+        holder = self._page_of.get(key)
+        if holder is None:
+            return
+        self.pages.setCurrentWidget(holder)
+        self.rail.set_current(key)
+        if key == "chat":
+            self.model_bar.refresh_fit()  # the load settings may have changed meanwhile
+
+    def show_page_of(self, widget: QWidget) -> bool:
+        """Show the page whose widget is `widget` (False: none is)."""
+        for key in self._page_of:
+            if self.page(key) is widget:
+                self.show_page(key)
+                return True
+        return False
+
+    def reveal(self, widget: QWidget) -> bool:
+        """Bring `widget` into view: its page, or on the Chat page its panel opened (the
+        conversations, the chat settings). False: the window does not show it."""
+        if self.show_page_of(widget):
+            return True
+        for key, area in self.chat_page.areas.items():
+            if area.isAncestorOf(widget):
+                self.show_page("chat")
+                if not self.chat_page.shown(key):
+                    self.chat_page.set_wish(key, True)
+                return True
+        return False
+
+    def _toggle_panel(self, key: str, shown: bool) -> None:
+        self.show_page("chat")
+        self.chat_page.set_wish(key, shown)
+
+    def _sync_panel_actions(self) -> None:
+        for a in self._panel_actions:
+            a.setChecked(self.chat_page.shown(str(a.data())))
+
+    def set_scheme(self, scheme: str) -> None:
+        """The colour scheme ('system', 'light', 'dark'), applied and remembered."""
+        scheme = scheme if scheme in SCHEMES else "system"
+        apply_scheme(scheme)
+        self.settings.setValue(SCHEME_KEY, scheme)
+        self.scheme_actions[scheme].setChecked(True)
 
     def add_side_tab(
         self, title: str, widget: QWidget, shutdown: Callable[[], object] | None = None
     ) -> None:
-        """Another view of models (downloads, the hub) next to the library; `shutdown` runs
-        when the window shuts down (before the engine thread ends)."""
-        self.side_tabs.add_page(widget, title)
-        if shutdown is not None:
-            self._closers.append(shutdown)
+        """Another view of models (downloads, the hub) as a page of the rail; `shutdown`
+        runs when the window shuts down (before the engine thread ends)."""
+        key = "downloads" if title.lower().startswith("download") else title.lower()
+        self.add_page(key, widget, label=title, shutdown=shutdown)
 
     def add_tool_window(
         self,
@@ -289,8 +452,8 @@ class MainWindow(QMainWindow):
         shutdown: Callable[[], object] | None = None,
         quit_warning: QuitWarning | None = None,
     ) -> QAction:
-        """A view in a window of its own (the benchmark), opened from the Tools menu; it is
-        this window's child, so it closes with it. `shutdown` runs at shutdown;
+        """A view in a window of its own (Loaded models, MCP servers), opened from the Tools
+        menu; it is this window's child, so it closes with it. `shutdown` runs at shutdown;
         `quit_warning` says what quitting would stop (the user is asked first)."""
         if quit_warning is not None:
             self._quit_warnings.append(quit_warning)
@@ -309,6 +472,7 @@ class MainWindow(QMainWindow):
         a.triggered.connect(show)
         self.addAction(a)
         self._tools_menu.addAction(a)
+        self._tools_actions.append(a)
         if shutdown is not None:
             self._closers.append(shutdown)
         return a
@@ -348,6 +512,7 @@ class MainWindow(QMainWindow):
         self.library_model.set_entries(self.library.entries())
         if not self.library_panel.select(keep):
             self.library_panel.select(DEFAULT_MODEL_ID)
+        self.model_bar.set_selected(self.library_panel.selected_entry())
 
     def focus_input(self) -> None:
         self.chat_view.input.setFocus(Qt.FocusReason.ShortcutFocusReason)
@@ -357,6 +522,29 @@ class MainWindow(QMainWindow):
 
     def _load(self, path: Path, params: LoadParams) -> None:
         self.controller.load(path, params)  # the library shows it loading once it starts
+
+    def _load_selected(self) -> None:
+        """The model bar's Load: as the library's own button, with its checks; where they
+        stop it (a draft model that does not suit), the Models page says why."""
+        if self.library_panel.load_button.isEnabled():
+            self.library_panel.load_button.click()
+        else:
+            self.show_page("models")
+
+    def choose_model(self, entry_id: str) -> None:
+        """The model bar's pick: select it in the library and load it, as chat apps do
+        (a model loaded already is kept)."""
+        if not self.library_panel.select(entry_id):
+            return
+        entry = self.library_panel.selected_entry()
+        loaded = self.controller.loaded
+        if entry is not None and (loaded is None or loaded.path != entry.path):
+            self._load_selected()
+
+    def _on_loading_started(self, key: object) -> None:
+        if isinstance(key, Path):
+            self.library_panel.set_loading(True)
+            self.model_bar.set_loading(True)
 
     def _send(self, text: str) -> None:
         self.banner.hide()
@@ -394,19 +582,27 @@ class MainWindow(QMainWindow):
         if info.remote is not None:  # the local model was freed for it
             self.library_panel.set_loaded(None)
             self.model_label.setText(f"Remote: {info.name}")
+            self.model_bar.set_loaded(None, f"Remote: {info.name}")
             return
         self.library_panel.set_loaded(info)
         self.model_label.setText(f"{info.name} · ctx {info.n_ctx:,}")
+        selected = self.library_panel.selected_path()
+        self.model_bar.set_loaded(
+            info.path,
+            f"Loaded · ctx {info.n_ctx:,}" if info.path == selected else f"Loaded: {info.name}",
+        )
 
     def _on_unloaded(self) -> None:
         self.library_panel.set_loaded(None)
         self.perf_panel.on_unloaded()
         self.model_label.setText("No model loaded")
+        self.model_bar.set_loaded(None, "")
 
     def _on_failed(self, _rid: int, _message: str) -> None:
         if self.controller.loaded is None:
             self.library_panel.set_loaded(None)
             self.model_label.setText("No model loaded")
+            self.model_bar.set_loaded(None, "")
 
     # -- conversations ---------------------------------------------------------------------
 
@@ -533,19 +729,17 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geo)
         else:
             self.resize(1360, 860)
-        split = self.settings.value("window/splitter")
-        if isinstance(split, QByteArray) and not split.isEmpty():
-            self.splitter.restoreState(split)
-            self.splitter.remember()
-        widths = str(self.settings.value(PANEL_WIDTHS, "")).split(",")
-        if len(widths) == 2 and all(w.isdigit() for w in widths):
-            self.splitter.want = (int(widths[0]), int(widths[1]))
-        self.splitter.refit()
+        self.chat_page.set_state(str(self.settings.value(CHAT_PANELS, "")))
+        self._sync_panel_actions()
+        scheme = str(self.settings.value(SCHEME_KEY, "system"))
+        if scheme in ("light", "dark"):
+            self.set_scheme(scheme)  # "system": the palette Qt was given, untouched
+        else:
+            self.scheme_actions["system"].setChecked(True)
 
     def save_state(self) -> None:
         self.settings.setValue("window/geometry", self.saveGeometry())
-        self.settings.setValue("window/splitter", self.splitter.saveState())
-        self.settings.setValue(PANEL_WIDTHS, ",".join(map(str, self.splitter.want)))
+        self.settings.setValue(CHAT_PANELS, self.chat_page.state())
         entry = self.library_panel.selected_entry()
         if entry is not None:
             self.settings.setValue("library/selected", entry.id)

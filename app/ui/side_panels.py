@@ -1,88 +1,49 @@
-"""The main window's columns: side panels that give way so the chat keeps its width.
+"""The chat page's side panels, and how they give way so the chat keeps its width.
 
-QSplitter keeps widgets without stretch at their width and takes a narrower window out of
-the stretched one: at 1000 px the chat shrank to a third while both side panels kept theirs.
-`PanelSplitter` does the opposite on every resize (`fit`): the side panels shrink first,
-toward the width their content needs, then the performance panel (right) folds away, and
-the chat keeps at least CHAT_SHARE. The widths the user gave the sides (dragging a handle,
-or saved) are what they grow back to in a wider window. `SideTabs` puts each side page in a
-scroll area, so a short window scrolls a page rather than squeezing or cutting it.
+The chat page has up to three panels beside the chat: the conversations sidebar (left), the
+chat settings drawer and the performance panel (right). Each has a wish: shown, hidden, or
+"auto" (never toggled: shown while there is room). On every resize `fit_panels` shows the
+wished panels, the one opened last first, while the chat keeps at least CHAT_MIN px; the
+others fold for the while (their wish stays, so a wider window shows them again). Each panel
+is in a scroll area (`scrolled`), so a short window scrolls it rather than squeezing or
+cutting it.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QResizeEvent
-from PySide6.QtWidgets import (
-    QFrame,
-    QScrollArea,
-    QSplitter,
-    QTabWidget,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QFrame, QScrollArea, QVBoxLayout, QWidget
 
 from app.ui.scroll_guard import guard_layout_requests
 
-# The chat's least width: this share of the panes, at most CHAT_ENOUGH px. In a 1000 px
-# window that is 550 px, 75-80 characters of the chat's text a line (a comfortable measure);
-# past 600 px more width helps the side panels more than the chat.
-CHAT_SHARE = 0.5625
-CHAT_ENOUGH = 600
+# The chat's least width beside panels that show by themselves: about 70 characters of its
+# text a line.
+CHAT_MIN = 540
 
 
-def fit(total: int, want: tuple[int, int], need: tuple[int, int]) -> tuple[int, int, int]:
-    """Widths of (left, chat, right) for `total` px of panes. The sides get the widths
-    wanted (0: folded) while the chat keeps its least width; else both shrink toward `need`
-    (their content's width) in proportion to what they have above it; if even that leaves
-    the chat too little, the right one folds and the left takes the room, down to its need."""
-    left, right = want
-    room = total - min(math.ceil(CHAT_SHARE * total), CHAT_ENOUGH)
-    if left + right <= room:
-        return left, total - left - right, right
-    need_l, need_r = min(need[0], left), min(need[1], right)
-    if right and need_l + need_r <= room:
-        above_l, above_r = left - need_l, right - need_r  # > 0 together: left+right > room
-        l_ = need_l + (room - need_l - need_r) * above_l // (above_l + above_r)
-        return l_, total - room, room - l_
-    l_ = min(left, max(room, need_l))
-    return l_, total - l_, 0
-
-
-class PanelSplitter(QSplitter):
-    """Three panes: left side panel, chat, right side panel (see `fit`). `needs` tells the
-    sides' content widths at the moment of a resize."""
-
-    def __init__(self, needs: Callable[[], tuple[int, int]], parent: QWidget | None = None) -> None:
-        super().__init__(Qt.Orientation.Horizontal, parent)
-        self._needs = needs
-        self.want = (0, 0)
-        self.splitterMoved.connect(lambda _pos, _i: self.remember())
-
-    def remember(self) -> None:
-        """The sides' widths now are the user's (after a drag or a restore)."""
-        sizes = self.sizes()
-        if len(sizes) == 3:
-            self.want = (sizes[0], sizes[2])
-
-    def setSizes(self, sizes: Sequence[int]) -> None:
-        super().setSizes(sizes)
-        if len(sizes) == 3:
-            self.want = (sizes[0], sizes[2])
-
-    def refit(self) -> None:
-        if self.count() != 3 or self.width() <= 0:
-            return
-        total = self.width() - 2 * self.handleWidth()
-        left, chat, right = fit(total, self.want, self._needs())
-        super().setSizes([left, chat, right])
-
-    def resizeEvent(self, e: QResizeEvent) -> None:
-        super().resizeEvent(e)
-        self.refit()
+def fit_panels(
+    room: int,
+    widths: Mapping[str, int],
+    wishes: Mapping[str, bool | None],
+    order: Sequence[str],
+    least: int = 0,
+) -> set[str]:
+    """The panels to show in `room` px (the chat's and the panels' together). `order`: the
+    panels by priority (the one opened last first); a panel wished hidden (False) stays
+    hidden; the others are shown in that order while the chat keeps CHAT_MIN, but the one
+    the user opened last only needs to leave the chat `least` (what its column cannot do
+    without): in a small window, what was asked for shows."""
+    shown: set[str] = set()
+    left = room
+    for i, key in enumerate(order):
+        if wishes.get(key) is False or key not in widths:
+            continue
+        need = least if i == 0 and wishes.get(key) is True else max(CHAT_MIN, least)
+        if left - widths[key] >= need:
+            shown.add(key)
+            left -= widths[key]
+    return shown
 
 
 class _Holder(QWidget):
@@ -115,6 +76,12 @@ def scrolled(page: QWidget) -> QScrollArea:
     return area
 
 
+def page_of(area: QScrollArea) -> QWidget | None:
+    """The page a `scrolled` area shows."""
+    holder = area.widget()
+    return holder.page if isinstance(holder, _Holder) else holder
+
+
 def content_width(area: QScrollArea) -> int:
     """The width `area` needs to show its page without scrolling sideways."""
     page = area.widget()
@@ -122,38 +89,3 @@ def content_width(area: QScrollArea) -> int:
         return 0
     bar = area.verticalScrollBar().sizeHint().width()
     return page.minimumSizeHint().width() + bar + 2 * area.frameWidth()
-
-
-class SideTabs(QTabWidget):
-    """Tabs whose pages scroll (`add_page`); a page is found by itself, not its scroll
-    area (`setCurrentWidget`, `indexOf`, `page`)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._areas: dict[QWidget, QScrollArea] = {}
-
-    def add_page(self, page: QWidget, title: str) -> int:
-        area = scrolled(page)
-        self._areas[page] = area
-        return self.addTab(area, title)
-
-    def setCurrentWidget(self, widget: QWidget) -> None:
-        super().setCurrentWidget(self._areas.get(widget, widget))
-
-    def indexOf(self, widget: QWidget) -> int:
-        return super().indexOf(self._areas.get(widget, widget))
-
-    def page(self, index: int) -> QWidget | None:
-        area = self.widget(index)
-        holder = area.widget() if isinstance(area, QScrollArea) else None
-        return holder.page if isinstance(holder, _Holder) else area
-
-    def need(self) -> int:
-        """The width the current page needs, with the tab frame around it."""
-        area = self.currentWidget()
-        if not isinstance(area, QScrollArea):
-            return self.minimumSizeHint().width()
-        frame = self.width() - area.width()  # the tab frame, once laid out
-        if not 0 <= frame <= 40:
-            frame = 8
-        return content_width(area) + frame

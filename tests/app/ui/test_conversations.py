@@ -114,7 +114,7 @@ def test_conversation_list_search_pin_rename_delete_undo(window: MainWindow, qtb
     store = store_of(window)
     cl = window.conversation_list
     assert cl is not None
-    window.side_tabs.setCurrentWidget(cl)
+    window.reveal(cl)
     ids = []
     for question, answer in (
         ("How do dragons cook?", "With fire, carefully."),

@@ -1,7 +1,7 @@
-"""The real main window at 1000x700 and at 1600x1000: the chat keeps its width while the side
-panels give way (the performance panel folds away and comes back), nothing in the side panels
-is cut, the Download tab's tables show their headers and a few rows, and the Local server
-window's request log shows its Status column and a dozen rows."""
+"""The real main window at 1000x700 and at 1600x1000: on the Chat page the chat keeps its
+width while the panels beside it give way (the performance panel folds away and comes back),
+nothing on the Models page is cut, the Downloads page's tables show their headers and a few
+rows, and the Local server page's request log shows its Status column and a dozen rows."""
 
 from __future__ import annotations
 
@@ -16,17 +16,13 @@ from app.main import build_window
 from app.ui.main_window import MainWindow
 from app.ui.model_manager import ModelManagerView
 from app.ui.server_panel import ServerPanel
-from app.ui.side_panels import CHAT_ENOUGH, fit
+from app.ui.side_panels import CHAT_MIN, fit_panels
 from engine.server.request_log import RequestRecord
 from tests.app.ui.test_ui_window import close_window
 
 pytestmark = pytest.mark.qt_log_ignore(
     "This plugin does not support propagateSizeHints", "This plugin does not support raise"
 )
-# At 1000 px the chat gets at least 55% (550 px: 75-80 characters of its text a line, a
-# comfortable measure); the library beside it keeps its own width, the performance panel
-# folds. Before, the chat got a third.
-CHAT_SHARE = 0.55
 
 
 def settle() -> None:
@@ -50,7 +46,7 @@ def at(w: MainWindow, width: int, height: int) -> None:
 
 
 def chat_width(w: MainWindow) -> int:
-    return w.splitter.widget(1).width()
+    return w.chat_page.centre.width()
 
 
 def area_of(page: QWidget) -> QScrollArea:
@@ -79,28 +75,53 @@ def header_fits(table: QTableView) -> None:
         assert header.sectionSize(col) >= fm.horizontalAdvance(title), title
 
 
-def test_fit_gives_way_to_the_chat() -> None:
-    need = (360, 250)
-    # Wide: the sides keep the widths asked for.
-    assert fit(1580, (460, 290), need) == (460, 830, 290)
-    # A bit narrower: both shrink toward their need, the chat keeps CHAT_ENOUGH.
-    left, chat, right = fit(1300, (460, 290), need)
-    assert chat == CHAT_ENOUGH and 360 < left < 460 and 250 < right < 290
-    assert left + chat + right == 1300
-    # 1000 px: both no longer fit: the right one folds, the left keeps what it can.
-    left, chat, right = fit(980, (460, 290), need)
-    assert right == 0 and left >= 360 and chat >= CHAT_SHARE * 1000
-    # Folded by the user: stays folded; a left panel wider than its share gives way.
-    assert fit(1580, (460, 0), need) == (460, 1120, 0)
-    assert fit(980, (700, 0), need)[1] >= CHAT_SHARE * 1000
+def test_fit_panels_gives_way_to_the_chat() -> None:
+    widths = {"sidebar": 250, "drawer": 330, "perf": 290}
+    auto: dict[str, bool | None] = {"sidebar": None, "drawer": None, "perf": None}
+    order = ["sidebar", "perf", "drawer"]
+    # Wide: everything never toggled shows.
+    assert fit_panels(1600, widths, auto, order) == {"sidebar", "drawer", "perf"}
+    # 900 px: the sidebar only; the chat keeps its least width.
+    assert fit_panels(900, widths, auto, order) == {"sidebar"}
+    # The drawer opened last goes first: the sidebar gives way to it, and in a small window
+    # it shows while the chat column keeps what it cannot do without.
+    opened = {**auto, "drawer": True}
+    assert fit_panels(900, widths, opened, ["drawer", *order[:2]]) == {"drawer"}
+    assert fit_panels(800, widths, opened, ["drawer", *order[:2]], 450) == {"drawer"}
+    assert fit_panels(800, widths, auto, order, 450) == {"sidebar"}
+    # Hidden by the user: stays hidden however wide the window.
+    assert fit_panels(3000, widths, {**auto, "perf": False}, order) == {"sidebar", "drawer"}
+    assert fit_panels(CHAT_MIN - 1, widths, auto, order) == set()
 
 
 def test_at_1000x700_the_chat_keeps_its_width_and_nothing_is_cut(window: MainWindow) -> None:
     w = window
     at(w, 1000, 700)
-    assert chat_width(w) >= CHAT_SHARE * w.width()
-    assert w.splitter.sizes()[2] == 0  # the performance panel folded away
-    # The library: every part in view, the memory legend and the Engine row whole.
+    assert w.current_page() == "chat"
+    page = w.chat_page
+    assert chat_width(w) >= CHAT_MIN
+    assert page.shown("sidebar") and not page.shown("perf") and not page.shown("drawer")
+    # The model bar and the engine row whole, inside the chat column.
+    for bar in (w.model_bar, w.engine_picker):
+        assert bar is not None
+        assert bar.width() >= bar.minimumSizeHint().width(), type(bar).__name__
+    picker = w.engine_picker
+    assert picker is not None
+    right = picker.manage_button.mapTo(page.centre, picker.manage_button.rect().topRight()).x()
+    assert right < chat_width(w)
+    # Opening the settings drawer: it shows, the sidebar gives way, the chat column is whole.
+    page.toggles["drawer"].click()
+    settle()
+    assert page.shown("drawer") and not page.shown("sidebar")
+    assert chat_width(w) >= page.centre.minimumSizeHint().width()
+    assert not page.areas["drawer"].horizontalScrollBar().isVisible()
+    page.toggles["drawer"].click()
+    settle()
+    assert page.shown("sidebar") and not page.shown("drawer")
+
+    # The Models page: the library, every part in view, the memory legend whole.
+    w.show_page("models")
+    settle()
     lp = w.library_panel
     area = area_of(lp)
     assert not area.horizontalScrollBar().isVisible()
@@ -121,13 +142,6 @@ def test_at_1000x700_the_chat_keeps_its_width_and_nothing_is_cut(window: MainWin
     for label in (est.legend, est.placement):
         assert label.height() >= label.heightForWidth(label.width())  # no line cut off
     header_fits(lp.table)  # the bundled model's whole name and every column
-    picker = w.engine_picker
-    assert picker is not None
-    assert picker.width() >= picker.minimumSizeHint().width()
-    right = picker.manage_button.mapTo(
-        w.splitter.widget(1), picker.manage_button.rect().topRight()
-    ).x()
-    assert right < chat_width(w)
 
 
 def test_at_1000x700_the_download_tables_show_headers_and_rows(window: MainWindow) -> None:
@@ -135,7 +149,8 @@ def test_at_1000x700_the_download_tables_show_headers_and_rows(window: MainWindo
     at(w, 1000, 700)
     view = w.findChild(ModelManagerView)
     assert view is not None
-    w.side_tabs.setCurrentWidget(view)
+    w.show_page("downloads")
+    assert w.page("downloads") is view
     settle()
     area = area_of(view)
     assert not area.horizontalScrollBar().isVisible()
@@ -147,7 +162,7 @@ def test_at_1000x700_the_download_tables_show_headers_and_rows(window: MainWindo
     assert view.local.rowCount() >= 1  # the bundled model, in its row
 
 
-def test_the_server_log_shows_status_and_rows(window: MainWindow, qtbot: QtBot) -> None:
+def test_the_server_log_shows_status_and_rows(window: MainWindow) -> None:
     panel = window.findChild(ServerPanel)
     assert panel is not None
     panel.log_model.add(
@@ -156,13 +171,10 @@ def test_the_server_log_shows_status_and_rows(window: MainWindow, qtbot: QtBot) 
             for _ in range(40)
         ]
     )
-    sizes = []
-    for size in (None, (960, 640)):  # its first size (on this 800 px screen), then a
-        if size is not None:  # window on a 1000x700 screen
-            panel.resize(*size)
-        panel.show()
-        qtbot.waitExposed(panel)
-        settle()
+    window.show_page("server")
+    assert window.page("server") is panel
+    for size, least in (((1000, 700), 8), ((1600, 1000), 16)):
+        at(window, *size)
         log = panel.log_view
         header = log.horizontalHeader()
         status = panel.log_model.COLUMNS.index("Status")
@@ -170,31 +182,30 @@ def test_the_server_log_shows_status_and_rows(window: MainWindow, qtbot: QtBot) 
         assert 0 < right <= log.viewport().width()
         assert header.length() <= log.viewport().width()  # no column off to the side
         rows = log.viewport().height() / log.rowHeight(0)
-        assert rows >= 10, (panel.size(), rows)  # two before
-        sizes.append(panel.size())
-    screen = panel.screen().availableGeometry()
-    assert sizes[0].width() <= max(screen.width(), panel.minimumSizeHint().width())
-    panel.hide()
+        assert rows >= least, (size, rows)
+        assert not area_of(panel).horizontalScrollBar().isVisible()
 
 
 def test_at_1600x1000_nothing_got_worse(window: MainWindow) -> None:
     w = window
     at(w, 1600, 1000)
-    left, chat, right = w.splitter.sizes()
-    assert (left, right) == (460, 290)  # both side panels at their widths
-    assert chat >= CHAT_SHARE * 1600 - 100 and chat >= CHAT_ENOUGH
+    page = w.chat_page
+    assert page.shown("sidebar") and page.shown("perf")
+    assert chat_width(w) >= CHAT_MIN
     perf = w.perf_area
     assert not perf.horizontalScrollBar().isVisible()
     assert not perf.verticalScrollBar().isVisible()
     for part in (w.perf_panel.labels["cpu"], w.perf_panel.chart.range_box, w.perf_panel.chart.view):
         assert shown_in(part, perf)
+    w.show_page("models")
+    settle()
     header_fits(w.library_panel.table)
     view = w.findChild(ModelManagerView)
     assert view is not None
-    w.side_tabs.setCurrentWidget(view)
+    w.show_page("downloads")
     settle()
     area = area_of(view)
-    assert not area.verticalScrollBar().isVisible()  # the whole Download tab in view
+    assert not area.verticalScrollBar().isVisible()  # the whole Downloads page in view
     assert not area.horizontalScrollBar().isVisible()
     for table in (view.results, view.files, view.jobs, view.local):
         header_fits(table)
@@ -207,38 +218,40 @@ def test_the_folded_panel_comes_back_in_a_wider_window_and_after_a_restart(qtbot
         w.show()
         qtbot.waitExposed(w)
         at(w, 1000, 700)
-        assert w.splitter.sizes()[2] == 0
+        assert not w.chat_page.shown("perf")  # folded for the while: no room
         at(w, 1600, 1000)
-        assert w.splitter.sizes()[2] == 290
-        at(w, 1000, 700)  # closed while folded by the narrow window
+        assert w.chat_page.shown("perf")
+        w.chat_page.toggles["perf"].click()  # the user hides it
+        assert not w.chat_page.shown("perf")
+        at(w, 1000, 700)
     finally:
         close_window(w)
     w2 = build_window(model_manager=True)
     try:
         w2.show()
         qtbot.waitExposed(w2)
-        assert w2.splitter.sizes()[2] == 0
         at(w2, 1600, 1000)
-        assert w2.splitter.sizes() == [
-            460,
-            1600 - 12 - 2 * w2.splitter.handleWidth() - 460 - 290,
-            290,
-        ]
+        assert not w2.chat_page.shown("perf")  # the user's choice outlives the restart
+        assert not w2.chat_page.toggles["perf"].isChecked()
+        w2.chat_page.toggles["perf"].click()
+        assert w2.chat_page.shown("perf")
     finally:
         close_window(w2)
 
 
-@pytest.mark.parametrize("tab", ["chat_settings", "documents"])
-def test_at_1000x700_the_settings_and_documents_tabs_fit_without_scrolling_sideways(
-    window: MainWindow, tab: str
+@pytest.mark.parametrize("name", ["chat_settings", "documents"])
+def test_at_1000x700_the_settings_and_documents_fit_without_scrolling_sideways(
+    window: MainWindow, name: str
 ) -> None:
     w = window
-    page = getattr(w, tab)
+    page = getattr(w, name)
     assert page is not None
     at(w, 1000, 700)
-    w.side_tabs.setCurrentWidget(page)
+    assert w.reveal(page)
     settle()
-    area = area_of(page)
+    area = area_of(page) if name == "documents" else w.chat_page.areas["drawer"]
     assert not area.horizontalScrollBar().isVisible(), (
-        f"{tab} needs {page.minimumSizeHint().width()} px, has {area.viewport().width()}"
+        f"{name} needs {page.minimumSizeHint().width()} px, has {area.viewport().width()}"
     )
+    if name == "chat_settings":
+        assert chat_width(w) >= w.chat_page.centre.minimumSizeHint().width()

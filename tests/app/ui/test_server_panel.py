@@ -324,7 +324,7 @@ def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
         panel = w.findChild(ServerPanel)
         assert panel is not None
         panel.secrets = SecretStore(MemoryKeyring())  # not the real keyring of the machine
-        action = next(a for a in w.actions() if a.text() == "Local server…")
+        action = next(a for a in w.actions() if a.text() == "Local server")
         assert not panel.start_button.isEnabled()
         assert panel.start_button.toolTip() == NO_MODEL_TIP
         w.controller.load(smollm2_path, LoadParams(n_ctx=1024, n_threads=1))
@@ -333,8 +333,10 @@ def test_in_the_window_it_follows_the_chat_model_and_stops_at_quit(
         assert info is not None and info.name == "SmolLM2 135M Instruct · Q4_1"
         # The name people read, next to the id API clients send.
         assert panel.model_label.text() == model_line(info.name, "smollm2-135m-instruct-q4_1")
+        w.show()  # the Local server is a page of the window
+        qtbot.waitExposed(w)
         action.trigger()
-        qtbot.waitExposed(panel)
+        assert w.current_page() == "server" and panel.isVisible()
         panel.port.setValue(free_port())
         panel.ctx.setValue(512)
         start(qtbot, panel)

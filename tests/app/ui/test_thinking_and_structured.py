@@ -236,7 +236,7 @@ def test_structured_output_follows_the_schema_and_shows_pretty_json(
     w = windows.open(SamplingParams(temperature=0.0, max_tokens=64))
     panel = w.chat_settings
     assert panel is not None
-    w.side_tabs.setCurrentWidget(panel)
+    w.reveal(panel)
     panel.structured.setPlainText(json.dumps(CITY))
     assert not panel.structured_error.isVisible()
     assert w.controller.chat_settings["structured_output"] == CITY

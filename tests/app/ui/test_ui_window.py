@@ -327,21 +327,28 @@ def test_code_block_copy_button(window: MainWindow, qtbot: QtBot) -> None:
     assert blocks[1].copy_button.text() == "Copied"
 
 
-def test_geometry_and_splitter_are_remembered(qtbot: QtBot, candlewick_home: Path) -> None:
+def test_geometry_and_panels_are_remembered(qtbot: QtBot, candlewick_home: Path) -> None:
     w = open_window(qtbot)
     try:
         w.resize(780, 560)  # inside the offscreen screen (800x800), so nothing is clamped
-        w.splitter.setSizes([300, 460, 0])  # a layout that leaves the chat its share
+        page = w.chat_page
+        page.set_wish("sidebar", False)  # the user hid the conversations and the chart
+        page.set_wish("perf", False)
         size = (w.width(), w.height())
-        sizes = w.splitter.sizes()
         assert size != (1360, 860)
+        assert not page.shown("sidebar") and not page.shown("perf")
     finally:
         close_window(w)
     assert (candlewick_home / "config" / "window.ini").is_file()
     w2 = open_window(qtbot)
     try:
         assert (w2.width(), w2.height()) == size
-        assert w2.splitter.sizes() == sizes
+        page = w2.chat_page
+        assert not page.shown("sidebar") and not page.shown("perf")
+        assert not page.toggles["sidebar"].isChecked()
+        assert page.wishes["sidebar"] is False and page.wishes["perf"] is False
+        page.toggles["sidebar"].click()  # and back (it shows where the chat leaves it room)
+        assert page.wishes["sidebar"] is True and page.order[0] == "sidebar"
     finally:
         close_window(w2)
 
@@ -403,7 +410,10 @@ def test_candlewick_without_arguments_opens_the_window(qtbot: QtBot) -> None:
             title=w.windowTitle(),
             selected=entry.id if entry else None,
             focus=w.focusWidget() is w.chat_view.input,
-            tabs=[w.side_tabs.tabText(i) for i in range(w.side_tabs.count())],
+            pages=w.page_keys(),
+            page=w.current_page(),
+            sidebar=w.chat_page.shown("sidebar"),
+            model_bar=w.model_bar.combo.currentText(),
         )
         w.close()
 
@@ -413,5 +423,8 @@ def test_candlewick_without_arguments_opens_the_window(qtbot: QtBot) -> None:
         "title": "Candlewick",
         "selected": "default",
         "focus": True,
-        "tabs": ["Library", "Chats", "Chat settings", "Documents", "Download"],
+        "pages": ["chat", "models", "downloads", "documents", "server", "benchmark"],
+        "page": "chat",  # a first start: the chat, its conversations and the bundled model
+        "sidebar": True,
+        "model_bar": "SmolLM2 135M Instruct · Q4_1",
     }

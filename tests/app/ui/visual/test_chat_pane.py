@@ -1,8 +1,8 @@
 """The chat pane as the screen shows it, on a real X server: after a long answer streamed
-through the engine thread, after opening a long chat from the Chats tab and after opening a
-search hit, the end of the conversation must be painted in the viewport (checked from the X
-server's pixels and from the widgets' geometry against the viewport, not from the model); a
-thinking block folded and opened, and a structured answer's highlighted JSON, are painted.
+through the engine thread, after opening a long chat from the conversations sidebar and after
+opening a search hit, the end of the conversation must be painted in the viewport (checked
+from the X server's pixels and from the widgets' geometry against the viewport, not from the
+model); a thinking block folded and opened, and a structured answer's highlighted JSON, are painted.
 
 Run by test_xserver_tier.py on Xvfb; see conftest.py."""
 
@@ -46,7 +46,7 @@ def window(qtbot: QtBot) -> Iterator[MainWindow]:
     assert QGuiApplication.platformName() == "xcb", "this tier draws on a real X server"
     w = build_window()
     w.setGeometry(0, 0, 1400, 900)
-    w.splitter.setSizes([300, 800, 300])  # a wide chat column, as on a desktop screen
+    w.chat_page.set_wish("perf", False)  # a wide chat column, as on a desktop screen
     w.show()
     qtbot.waitExposed(w)
     yield w
@@ -126,7 +126,7 @@ def test_long_chat_opened_from_the_chats_tab_ends_in_view(
     cid = long_chat(window.store, "Rivers")
     chats = window.conversation_list
     chats.refresh()
-    window.side_tabs.setCurrentWidget(chats)
+    window.reveal(chats)
     click_item(qtbot, chats.list, cid)
     qtbot.waitUntil(lambda: window.controller.conversation_id == cid)
     settle(qtbot)
@@ -142,7 +142,7 @@ def test_search_hit_opens_with_its_end_in_view(
     hit = long_chat(window.store, "More rivers", word="heron")
     chats = window.conversation_list
     chats.refresh()
-    window.side_tabs.setCurrentWidget(chats)
+    window.reveal(chats)
     # Read the first chat and scroll up in it, then look for a word of the other one.
     click_item(qtbot, chats.list, first)
     settle(qtbot)
