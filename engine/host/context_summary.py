@@ -14,7 +14,7 @@ message, so the roles still alternate.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +90,31 @@ def summary_request(
     return [{"role": "user", "content": f"{INSTRUCTION}\n\n---\n{text}\n---"}]
 
 
+def fitted_summary_request(
+    messages: Messages,
+    left_out: Collection[int],
+    count_tokens: Callable[[Messages], int],
+    budget: int,
+    *,
+    marker: str = "",
+) -> tuple[list[dict[str, Any]], tuple[int, ...]]:
+    """The summary request for the latest of the turns `left_out` whose transcript fits in
+    `budget` tokens, and those turns (none: not even the last one fits). Fewer turns never
+    make it longer: binary-search the most that fit."""
+    turns = sorted(left_out)
+    lo, hi = 0, len(turns) - 1
+    best: tuple[list[dict[str, Any]], tuple[int, ...]] = ([], ())
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        req = summary_request(messages, turns[mid:], marker=marker)
+        if count_tokens(req) <= budget:
+            best = (req, tuple(turns[mid:]))
+            hi = mid - 1
+        else:
+            lo = mid + 1
+    return best
+
+
 def with_summary(messages: Messages, summary: Summary) -> Summarised:
     """`messages` with the turns `summary.covers` replaced by the summary."""
     covered = set(summary.covers)
@@ -121,6 +146,7 @@ __all__ = [
     "SUMMARY_TOKENS",
     "Summarised",
     "Summary",
+    "fitted_summary_request",
     "summary_request",
     "summary_room",
     "transcript",

@@ -3,6 +3,13 @@ routes see it. The planning lives in engine.host.chat_plan and the reading in
 engine.decoding.reply_reader (the desktop chat uses both too); here the plan takes the served
 model and answers a bad request with a 400 naming the field. The reply formats that are
 protocol fields (`response_format`, Ollama's `format`) are compiled here.
+
+A request's `context_policy` (Candlewick's extension, in every chat dialect) fits the
+conversation to a slot's context, keeping the answer's tokens (its max_tokens, at most half
+the context); without it the conversation is sent whole, as before. Policy "summarise" asks
+the same model, through the same loop, for a summary of the turns that do not fit, then
+sends it in their place (`fitted_plan`). The answer's `X-Context-Left-Out` header says how
+many messages were left out (`left_out_headers`).
 """
 
 from __future__ import annotations
@@ -10,15 +17,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from starlette.requests import Request
+
 from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
 from engine.decoding.tool_calls import ToolChoice
 from engine.host import chat_plan
 from engine.host.chat_plan import ChatPlan, PlanError
-from engine.native.projector import Media
-from engine.server.engine_state import ServedModel
+from engine.host.context_policy import ContextFullError, ContextPolicy
+from engine.host.context_summary import Summary, fitted_summary_request, summary_room
+from engine.host.requests import Finished, Piece
+from engine.native.projector import Media, marker
+from engine.server.common import events_until_disconnect, start
+from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
 from engine.server.protocol.openai import ResponseFormat
+from engine.settings import SamplingParams
+
+LEFT_OUT_HEADER = "X-Context-Left-Out"
 
 
 def plan_chat(
@@ -34,12 +50,16 @@ def plan_chat(
     separate_reasoning: bool = True,
     media: Sequence[Media] = (),
     media_param: str = "messages",
+    policy: ContextPolicy | None = None,
+    reserve: int = 0,
+    summary: Summary | None = None,
 ) -> ChatPlan:
     """`engine.host.chat_plan.plan_chat` for a served model; what it refuses is a 400.
     `media`: the messages' images and audio, one marker each in their text, in order
-    (`media_param`: the field that holds them)."""
+    (`media_param`: the field that holds them). `policy`: the request's context_policy,
+    `reserve` the answer's tokens."""
     try:
-        return chat_plan.plan_chat(
+        plan = chat_plan.plan_chat(
             loaded.model,
             messages,
             tools=tools,
@@ -50,10 +70,102 @@ def plan_chat(
             think=think,
             separate_reasoning=separate_reasoning,
             media=media,
+            policy=policy,
+            reserve=reserve,
+            summary=summary,
         )
     except PlanError as e:
         param = media_param if media and e.param == "messages" else e.param
         raise ApiError(400, str(e), param=param) from None
+    except ContextFullError as e:
+        raise ApiError(400, str(e), param="messages", code="context_length_exceeded") from None
+    n_ctx = loaded.model.n_ctx_seq
+    if policy is not None and media and len(plan.prompt) + reserve > n_ctx:
+        # A conversation with media is not fitted: its rows are known once it is split.
+        raise ApiError(
+            400,
+            f"'context_policy': a conversation with images or audio is not fitted; it is "
+            f"{len(plan.prompt)} tokens and the context holds {n_ctx} ({reserve} kept for "
+            "the answer)",
+            param="context_policy",
+        )
+    return plan
+
+
+def answer_reserve(loaded: ServedModel, max_tokens: int) -> int:
+    """The tokens kept for the answer when a conversation is fitted (as the desktop chat
+    keeps them): its max_tokens, at most half a slot's context."""
+    return min(max_tokens, loaded.model.n_ctx_seq // 2)
+
+
+async def fitted_plan(
+    request: Request,
+    state: ServerState,
+    loaded: ServedModel,
+    messages: list[dict[str, Any]],
+    *,
+    policy: ContextPolicy | None,
+    reserve: int,
+    **kw: Any,
+) -> ChatPlan:
+    """`plan_chat` with the request's context policy. Policy "summarise": when turns are
+    left out, the model is asked for their summary first (greedy, on the same loop), and
+    the conversation is planned again with the summary in their place."""
+    plan = plan_chat(loaded, messages, policy=policy, reserve=reserve, **kw)
+    if policy != "summarise" or not plan.left_out or kw.get("media"):
+        return plan
+    model = loaded.model
+    room = min(summary_room(model.n_ctx_seq), state.config.max_tokens_cap)  # the server's cap
+    marks = marker() if model.projector is not None else ""
+    # A transcript too long for the context: the summary is of its latest turns.
+    request_messages, _ = fitted_summary_request(
+        messages,
+        plan.left_out,
+        lambda ms: len(model.chat_tokens(ms, enable_thinking=False)),
+        model.n_ctx_seq - room,
+        marker=marks,
+    )
+    if not request_messages:
+        return plan
+    ask = plan_chat(
+        loaded,
+        request_messages,
+        tools=[],
+        choice="none",
+        parallel=False,
+        grammar=None,
+        grammar_param="context_policy",
+        think=False,
+    )
+    sampling = ask.sampling(SamplingParams(temperature=0.0, max_tokens=room, seed=0))
+    gen = start(state, loaded, ask.prompt, sampling, stream=True)
+    reader = ask.reader()
+    async for ev in events_until_disconnect(request, gen):
+        if isinstance(ev, Piece):
+            reader.push(ev.text, ev.n_tokens)
+        elif isinstance(ev, Finished):
+            if ev.stats.stop_reason == "error":
+                raise ApiError(500, f"the summary failed: {ev.stats.error or 'no reason given'}")
+            _, reply = reader.finish(ev.stats)
+            text = reply.content.strip()
+            if not text:  # nothing to put in their place: they are left out as they are
+                return plan
+            break
+    else:
+        raise ApiError(499, "client closed the request")
+    return plan_chat(
+        loaded, messages, policy=policy, reserve=reserve, summary=Summary(text, plan.left_out), **kw
+    )
+
+
+def left_out_headers(
+    plan: ChatPlan, policy: ContextPolicy | None, headers: dict[str, str] | None = None
+) -> dict[str, str]:
+    """`headers` with the count of messages left out, when the request set a policy."""
+    out = dict(headers or {})
+    if policy is not None:
+        out[LEFT_OUT_HEADER] = str(len(plan.left_out))
+    return out
 
 
 def _compiled(make: Any, param: str) -> str:
@@ -90,4 +202,12 @@ def ollama_grammar(fmt: str | dict[str, Any] | None) -> str | None:
     return None
 
 
-__all__ = ["ollama_grammar", "openai_grammar", "plan_chat"]
+__all__ = [
+    "LEFT_OUT_HEADER",
+    "answer_reserve",
+    "fitted_plan",
+    "left_out_headers",
+    "ollama_grammar",
+    "openai_grammar",
+    "plan_chat",
+]

@@ -22,7 +22,12 @@ from engine.errors import EngineError
 from engine.host.host import UNSET, Loadable, ModelNotFound, Unset
 from engine.host.requests import Finished, Piece
 from engine.host.stats import GenerationStats
-from engine.server.chat_reply import openai_grammar, plan_chat
+from engine.server.chat_reply import (
+    answer_reserve,
+    fitted_plan,
+    left_out_headers,
+    openai_grammar,
+)
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,
@@ -198,9 +203,13 @@ class OpenAIRoutes:
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         grammar, grammar_param = openai_grammar(req.response_format, req.grammar)
         media = await decode_media(loaded, req.chat_media())
-        plan = plan_chat(
+        plan = await fitted_plan(
+            request,
+            self.state,
             loaded,
             req.chat_messages(),
+            policy=req.context_policy,
+            reserve=answer_reserve(loaded, sampling.max_tokens),
             tools=req.chat_tools(),
             choice=req.chosen_tool(),
             parallel=req.parallel_tool_calls is not False,
@@ -248,7 +257,7 @@ class OpenAIRoutes:
                 choices=[choice],
                 usage=usage(done.stats),
             )
-            return JSONResponse(answer.wire())
+            return JSONResponse(answer.wire(), headers=left_out_headers(plan, req.context_policy))
 
         def chunk(
             delta: ChatDelta | None, reason: FinishReason | None = None, last: Usage | None = None
@@ -301,7 +310,11 @@ class OpenAIRoutes:
                         yield _sse(chunk(None, last=usage(ev.stats)))
             yield "data: [DONE]\n\n"
 
-        return StreamingResponse(body_iter(), media_type="text/event-stream", headers=_SSE_HEADERS)
+        return StreamingResponse(
+            body_iter(),
+            media_type="text/event-stream",
+            headers=left_out_headers(plan, req.context_policy, _SSE_HEADERS),
+        )
 
     async def completions(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)

@@ -17,7 +17,7 @@ from engine.server.protocol.agent import (
     choice_in_tools,
     tools_of,
 )
-from engine.server.protocol.base import MAX_STOP, MAX_TOOLS, Reply
+from engine.server.protocol.base import MAX_STOP, MAX_TOOLS, ContextPolicyField, Reply
 from engine.server.protocol.media import AnthropicImageSource, MediaPart
 
 _ANTHROPIC_NAME = r"^[A-Za-z0-9_.-]{1,128}$"  # Anthropic allows 128 (MCP tools' long names)
@@ -216,6 +216,7 @@ class AnthropicMessagesRequest(AnthropicCountTokensRequest):
     metadata: AnthropicMetadata | None = None
     service_tier: Literal["auto", "standard_only"] | None = None
     cache_control: CacheControl = None
+    context_policy: ContextPolicyField = None
 
 
 class AnthropicUsage(Reply):

@@ -19,6 +19,7 @@ from pydantic import (
 )
 from pydantic_core import core_schema
 
+from engine.host.context_policy import ContextPolicy
 from engine.host.host import UNSET, Unset
 from engine.server.body_model import refuse
 
@@ -82,6 +83,18 @@ def _stop(v: Any) -> tuple[str, ...]:
         return tuple(x for x in v if x)
     raise refuse("must be a string or a list of strings")
 
+
+# Candlewick's extension to every chat dialect (docs/server.md, "Context policy").
+ContextPolicyField = Annotated[
+    ContextPolicy | None,
+    Field(
+        description="What to do when the conversation outgrows the context (Candlewick's "
+        "extension): stop (refuse), drop_oldest, truncate_middle (keep the first exchange "
+        "and the latest turns), summarise (a summary in place of the oldest turns). Absent: "
+        "the conversation is sent whole. The X-Context-Left-Out header counts the messages "
+        "left out."
+    ),
+]
 
 # Stop strings, as a tuple without empty ones.
 Stop = Annotated[

@@ -8,6 +8,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_v
 
 from engine.server.body_model import Body, NotHonoured, refuse, refuse_whole
 from engine.server.protocol.base import (
+    ContextPolicyField,
     EmbedInput,
     KeepAlive,
     OllamaTemperature,
@@ -176,6 +177,7 @@ class _OllamaText(_OllamaModel):
 class OllamaChatRequest(_OllamaText):
     messages: Annotated[list[OllamaMessage], BeforeValidator(check_messages), Field(min_length=1)]
     tools: Tools = None
+    context_policy: ContextPolicyField = None
 
     def chat_messages(self) -> list[dict[str, Any]]:
         return [m.as_chat(i) for i, m in enumerate(self.messages)]

@@ -16,6 +16,7 @@ from pydantic import (
 from engine.decoding.tool_calls import ToolChoice
 from engine.server.body_model import Body, NotHonoured, refuse, refuse_whole
 from engine.server.protocol.base import (
+    ContextPolicyField,
     NonEmpty,
     Penalty,
     RepeatPenalty,
@@ -298,6 +299,7 @@ class ChatCompletionRequest(_FormatFields, _ToolFields, _OpenAISampling, _Messag
             "in reasoning_content"
         ),
     ] = None
+    context_policy: ContextPolicyField = None
     # OpenAI's fields that the server does not honour.
     reasoning_effort: Annotated[
         Any, NotHonoured("a thinking budget cannot be set; see reasoning_format")

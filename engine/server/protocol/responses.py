@@ -17,7 +17,7 @@ from engine.server.protocol.agent import (
     choice_in_tools,
     tools_of,
 )
-from engine.server.protocol.base import MAX_TOOLS, TOOL_NAME, Reply
+from engine.server.protocol.base import MAX_TOOLS, TOOL_NAME, ContextPolicyField, Reply
 from engine.server.protocol.media import MediaPart, ResponsesImagePart, media_text
 
 
@@ -272,6 +272,7 @@ class ResponsesRequest(Body):
     reasoning: ResponsesReasoning | None = None
     stream: bool | None = None
     stream_options: ResponsesStreamOptions | None = None
+    context_policy: ContextPolicyField = None
     store: bool | None = Field(None, description="false: not kept for previous_response_id")
     metadata: dict[str, str] | None = None
     user: Harmless = None
