@@ -11,16 +11,14 @@ else the model selected in the library.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 from PySide6.QtCore import QObject, Signal
 
 from app.services.attachments import Attachment, NewAttachment
-from app.services.chat_ports import ChatListener, EngineChoice, EngineInfo, Turn
+from app.services.chat_ports import ChatListener
 from app.services.chat_reply import ActiveReply
 from app.services.chat_session import ChatSession
 from app.services.chat_settings import ChatSettings, EngineBinding
@@ -28,38 +26,19 @@ from app.services.chat_store import ChatStore
 from app.services.connections import ConnectionStore
 from app.services.retrieval import Retriever
 from app.ui.background import Background
-from app.ui.chat_media import SentMedia, projector_reads, refusal
+from app.ui.chat_engine import (
+    ChatEngines,
+    Choice,
+    LibrarySelection,
+    ModelName,
+    RemoteChoice,
+)
+from app.ui.chat_media import SentMedia
 from app.ui.chat_model import ChatModel
 from app.ui.tool_runner import ToolRunner
 from app.ui.tool_turns import ToolTurns
-from app.ui.worker import EngineHost, EngineMaker, LoadedModel, RemoteTarget
-from engine.errors import EngineError
-from engine.host.stats import GenerationStats
-from engine.rag.grounding import CountTokens, approx_tokens
+from app.ui.worker import EngineHost, LoadedModel, RemoteTarget
 from engine.settings import LoadParams, SamplingParams
-
-
-@dataclass(frozen=True)
-class RemoteChoice:
-    """A remote engine chosen for the chat: which one, and how to build it (in the engine
-    thread; the key stays out of this object's repr)."""
-
-    target: RemoteTarget
-    make: EngineMaker = field(repr=False, compare=False)
-
-
-# A local model file with its load settings (the library's selection).
-LocalChoice = tuple[Path, LoadParams]
-# The engine the chat on screen wants: a local model, or a remote one.
-Choice = LocalChoice | RemoteChoice
-# The library's current selection, if any.
-LibrarySelection = Callable[[], LocalChoice | None]
-# The name the library shows for a model file (None: not in the library).
-ModelName = Callable[[Path], str | None]
-
-
-def choice_key(choice: Choice) -> Path | RemoteTarget:
-    return choice.target if isinstance(choice, RemoteChoice) else Path(choice[0])
 
 
 class ChatController(QObject):
@@ -100,28 +79,17 @@ class ChatController(QObject):
         self.engine, self.chat = engine, chat
         self.library, self.connections, self.model_name = library, connections, model_name
         self.media = SentMedia()  # the bytes of sent attachments
+        self.engines = ChatEngines(
+            engine, library=library, connections=connections, model_name=model_name, parent=self
+        )
         self.session = ChatSession(
-            _Engine(self), chat, self.media, sampling=sampling, store=store, listener=_Relay(self)
+            self.engines, chat, self.media, sampling=sampling, store=store, listener=_Relay(self)
         )
         self.turns: ToolTurns | None = None  # MCP tools in the chat (`use_tools`)
         self.retriever: Retriever | None = None  # the chat's documents (`use_documents`)
         self._searches: Background | None = None
         self._send_state: tuple[bool, str | None] = (False, None)  # as last told
-        w = engine.worker
-        for signal, slot in (
-            (w.loaded, self._on_loaded),
-            (w.load_cancelled, self._on_load_cancelled),
-            (w.tokens, self._on_tokens),
-            (w.reasoning, self._on_reasoning),
-            (w.thought, self._on_thought),
-            (w.finished, self._on_finished),
-            (w.failed, self._on_failed),
-            (w.unloaded, self._on_unloaded),
-            (w.started, self._on_started),
-            (w.trimmed, self._on_trimmed),
-            (w.tool_calls, self._on_tool_calls),
-        ):
-            signal.connect(slot)
+        self.engines.attach(self.session)  # the engine thread's signals go to it
 
     def use_tools(self, runner: ToolRunner) -> ToolTurns:
         """Offer the chat's MCP tools to the model (a model loaded on this computer)."""
@@ -221,32 +189,16 @@ class ChatController(QObject):
     # -- the chat's engine -----------------------------------------------------------------
 
     def chosen_engine(self) -> Choice | None:
-        """The engine the chat on screen wants: its remote binding (saved with the
-        conversation), else the library's selected model with its load settings."""
-        binding, conns = self.session.settings.engine, self.connections
-        if binding is not None and conns is not None:
-            name, model = binding.connection, binding.model
-            # Built in the engine thread: reading the key may wait on the keyring.
-            return RemoteChoice(
-                RemoteTarget(name, model), make=lambda: conns.engine(name, model or None)
-            )
-        return self.library() if self.library is not None else None
-
-    def _choice(self, choice: Choice) -> EngineChoice:
-        if isinstance(choice, RemoteChoice):
-            label = f"Connecting to {choice.target}…"
-            return EngineChoice(choice.target, label, remote=True, target=choice)
-        path = Path(choice[0])
-        name = self.model_name(path) if self.model_name is not None else None
-        return EngineChoice(path, f"Loading {name or path.name}…", target=choice)
+        """The engine the chat on screen wants (`ChatEngines.choice`)."""
+        return self.engines.choice(self.session.settings)
 
     def load(self, path: Path, params: LoadParams) -> bool:
         """Start loading; False (with a message) while a reply is still streaming."""
-        return self.session.switch(self._choice((Path(path), params)))
+        return self.session.switch(self.engines.wrap((Path(path), params)))
 
     def use(self, choice: Choice) -> bool:
         """Switch to the chosen engine: load a local model, or connect a remote one."""
-        return self.session.switch(self._choice(choice))
+        return self.session.switch(self.engines.wrap(choice))
 
     def connections_changed(self) -> None:
         self.session.connections_changed()
@@ -259,16 +211,9 @@ class ChatController(QObject):
 
     def model_renamed(self) -> None:
         """The user renamed a model in the library: the loaded one shows its new name."""
-        if self.loaded is not None and (named := self._named(self.loaded)) != self.loaded:
+        if self.loaded is not None and (named := self.engines.named(self.loaded)) != self.loaded:
             self.session.loaded = named
             self.engine_changed.emit(named)
-
-    def _named(self, info: LoadedModel) -> LoadedModel:
-        """The loaded model under the library's name for its file."""
-        if info.remote is not None or self.model_name is None:
-            return info
-        name = self.model_name(info.path)
-        return dataclasses.replace(info, name=name) if name and name != info.name else info
 
     # -- requests from the window ----------------------------------------------------------
 
@@ -276,29 +221,12 @@ class ChatController(QObject):
         return self.session.send(text, attachments, self.attachment_refusal)
 
     def reads(self) -> frozenset[str] | None:
-        """What the engine that would answer reads besides text ("image", "audio"); None
-        when no engine would (no model selected nor loaded)."""
-        choice = self.chosen_engine()
-        if isinstance(choice, RemoteChoice):
-            return frozenset()
-        if choice is not None and self.session.needs_switch(self._choice(choice)):
-            return projector_reads(choice[1].mmproj)
-        if self.loaded is None:
-            return None
-        return self.loaded.media if self.loaded.remote is None else frozenset()
+        """What the engine that would answer reads besides text (`ChatEngines.reads`)."""
+        return self.engines.reads(self.session.settings, self.loaded)
 
     def attachment_refusal(self, kind: str) -> str | None:
-        """Why an attachment of `kind` cannot be sent to the engine that would answer, in
-        one line (None: it can)."""
-        reads = self.reads()
-        if reads is None:
-            return "Select a model in the library first"
-        if not reads and isinstance(self.chosen_engine(), RemoteChoice):
-            return (
-                "Attachments go to a model on this computer: choose This computer above the "
-                "chat to send images or audio"
-            )
-        return refusal(kind, reads)
+        """Why an attachment of `kind` cannot be sent to the engine that would answer."""
+        return self.engines.refusal(kind, self.session.settings, self.loaded)
 
     def attachment_data(self, a: Attachment) -> bytes | None:
         """A sent attachment's bytes, for its thumbnail (None: the file is gone)."""
@@ -340,135 +268,27 @@ class ChatController(QObject):
     def detach_store(self) -> None:
         self.session.detach_store()
 
-    # -- the engine thread's signals, on the GUI thread ------------------------------------------
-
-    def _on_loaded(self, info: LoadedModel) -> None:
-        self.session.engine_loaded(self._named(info))
-
-    def _on_load_cancelled(self) -> None:
-        self.session.load_cancelled()
-
-    def _on_unloaded(self) -> None:
-        self.session.unloaded()
-
-    def _on_started(self, rid: int, prompt_tokens: int) -> None:
-        self.session.started(rid, prompt_tokens)
-
-    def _on_trimmed(self, dropped: int) -> None:
-        self.session.trimmed(dropped)
-
-    def _on_tokens(self, rid: int, text: str, n: int) -> None:
-        self.session.tokens(rid, text, n)
-
-    def _on_reasoning(self, rid: int, text: str, n: int) -> None:
-        self.session.tokens(rid, text, n, thinking=True)
-
-    def _on_thought(self, rid: int, tokens: int, seconds: float) -> None:
-        self.session.thought(rid, tokens, seconds)
-
-    def _on_tool_calls(self, rid: int, calls: list[dict[str, Any]]) -> None:
-        self.session.tool_calls(rid, calls)
-
-    def _on_finished(self, rid: int, stats: GenerationStats) -> None:
-        self.session.finished(rid, stats)
-
-    def _on_failed(self, rid: int, message: str) -> None:
-        self.session.failed(rid, message)
-
-
-class _Engine:
-    """The session's engine: the engine thread's host, and the window's choice of engine."""
-
-    def __init__(self, c: ChatController) -> None:
-        self.c, self.host = c, c.engine
-
-    def chosen(self, settings: ChatSettings) -> EngineChoice | None:
-        choice = self.c.chosen_engine()
-        return self.c._choice(choice) if choice is not None else None
-
-    def start(self, choice: EngineChoice) -> None:
-        target = cast(Choice, choice.target)
-        if isinstance(target, RemoteChoice):
-            self.host.connect_remote(target.target, target.make)
-        else:
-            self.host.load(*target)
-
-    def generate(self, turn: Turn) -> int:
-        return self.host.generate(
-            turn.messages,
-            turn.sampling,
-            policy=turn.policy,
-            continue_text=turn.continue_text,
-            continue_thinking=turn.continue_thinking,
-            thinking=turn.thinking,
-            tools=turn.tools,
-            tool_choice=turn.tool_choice,
-            media=turn.media,
-        )
-
-    def stop(self) -> None:
-        self.host.stop()
-
-    def cancel_load(self) -> None:
-        self.host.cancel_load()
-
-    def unload(self) -> None:
-        self.host.unload()
-
-    def token_counter(self, loaded: EngineInfo) -> CountTokens:
-        """Counts in the chat model's tokens (a model on this computer), else an estimate."""
-        info = cast(LoadedModel, loaded)
-        if info.remote is not None:
-            return approx_tokens
-        host, key = self.host.worker.host, info.host_key
-
-        def count(text: str) -> int:
-            try:
-                return len(host.get(key).tokenize(text, add_special=False, parse_special=False))
-            except EngineError:  # unloaded meanwhile: its answer fails anyway
-                return approx_tokens(text)
-
-        return count
-
-    def media_marker(self) -> str:
-        from engine.native.projector import marker  # libmtmd is loaded with the projector
-
-        return marker()
-
 
 class _Relay(ChatListener):
-    """The session's events as the controller's signals."""
+    """The session's events as the controller's signals of the same names."""
 
     def __init__(self, c: ChatController) -> None:
         self.c = c
+        for name in (
+            "loading_started",
+            "error",
+            "notice",
+            "conversations_changed",
+            "context_changed",
+            "context_note",
+            "engine_changed",
+            "streaming_reply",
+        ):
+            setattr(self, name, getattr(c, name).emit)
 
     def state_changed(self) -> None:
         self.c.busy_changed.emit(self.c.busy)
         self.c._tell_send_state()
-
-    def loading_started(self, key: Hashable) -> None:
-        self.c.loading_started.emit(key)
-
-    def error(self, message: str) -> None:
-        self.c.error.emit(message)
-
-    def notice(self, text: str) -> None:
-        self.c.notice.emit(text)
-
-    def conversations_changed(self) -> None:
-        self.c.conversations_changed.emit()
-
-    def context_changed(self, used: int, n_ctx: int) -> None:
-        self.c.context_changed.emit(used, n_ctx)
-
-    def context_note(self, text: str) -> None:
-        self.c.context_note.emit(text)
-
-    def engine_changed(self, info: EngineInfo | None) -> None:
-        self.c.engine_changed.emit(info)
-
-    def streaming_reply(self, rid: int | None) -> None:
-        self.c.streaming_reply.emit(rid)
 
 
 __all__ = ["ChatController", "Choice", "LibrarySelection", "ModelName", "RemoteChoice"]
