@@ -1,5 +1,4 @@
-"""How one reply of the chat comes to be, Qt-free: an explicit pipeline of steps, and the
-engine's events applied to the reply that streams.
+"""How one reply of the chat comes to be, Qt-free: an explicit pipeline of steps.
 
     LOAD      the engine the chat wants is the one in use, else switch to it and wait
     RETRIEVE  a chat with collections has its question searched (off this thread) and wait
@@ -11,10 +10,8 @@ A new answer runs every step; more of a cut-off answer (Continue) runs LOAD and 
 the next one runs, or waits: what it waited for (the engine loaded, the passages found, the
 tools listed) resumes the pipeline at the step after it, since each step records what it
 found on the reply (`ActiveReply`). A reply that was stopped or abandoned meanwhile is not
-the active one any more, and its late results are dropped.
-
-The engine's events carry the reply's request id; those of a reply the chat moved away from
-(New chat, another conversation) are stored off screen until it ends.
+the active one any more, and its late results are dropped. The engine's events about the
+reply that streams are app/services/chat_replies.py's.
 """
 
 from __future__ import annotations
@@ -42,7 +39,6 @@ from app.services.chat_store import ChatStore, ChatStoreError, StreamWriter
 from app.services.chat_tools import OfferedTool, ToolLoop
 from app.services.chat_transcript import Transcript
 from engine.decoding.constraints import GrammarError
-from engine.host.stats import GenerationStats
 from engine.rag.grounding import Grounding, approx_tokens, budget_for, ground
 from engine.settings import SamplingParams
 
@@ -418,115 +414,6 @@ class ChatPipeline:
         self.chat.conversation.title = self.store.conversation(cid).title
         self.listener.conversations_changed()
 
-    # -- the engine's events ----------------------------------------------------------------------
-
-    def engine_loaded(self, info: EngineInfo) -> None:
-        self.loaded = info
-        self.loading = None
-        self.listener.engine_changed(info)
-        self._show_context(self.context_used)  # against the context it was loaded with
-        self.listener.notice(f"Loaded {info.name}")
-        reply = self.reply
-        if reply is not None and reply.state is ReplyState.WAITING_FOR_MODEL:
-            reply.engine_ready = True
-            self._advance(reply)
-
-    def load_cancelled(self) -> None:
-        self.loading = None
-        self.loaded = None  # the engine frees the old model before loading a new one
-        self.listener.engine_changed(None)
-        self._show_context(self.context_used)  # no model: no context size to show
-        self.listener.notice("Loading cancelled")
-        if self.reply is not None and self.reply.state is ReplyState.WAITING_FOR_MODEL:
-            self._end()
-            self._changed()
-
-    def unloaded(self) -> None:
-        self.loaded = None
-        self.listener.engine_changed(None)
-        self._show_context(self.context_used)
-        self.listener.notice("Model ejected")
-
-    def _mine(self, rid: int) -> ActiveReply | None:
-        """The active reply if an event with request id `rid` is about it."""
-        reply = self.reply
-        return reply if reply is not None and reply.is_for(rid) else None
-
-    def started(self, rid: int, prompt_tokens: int) -> None:
-        if (reply := self._mine(rid)) is not None:
-            reply.prompt_tokens = prompt_tokens
-            self._show_context(prompt_tokens)
-
-    def trimmed(self, dropped: int) -> None:
-        if self.streaming:
-            self.listener.context_note(
-                f"{dropped} old message{'s' if dropped != 1 else ''} left out: the "
-                "conversation no longer fits the context (policy: drop oldest)"
-            )
-
-    def tokens(self, rid: int, text: str, n: int, *, thinking: bool = False) -> None:
-        """Text (or a reasoning model's thinking) of the reply `rid`, `n` tokens so far."""
-        if (reply := self._mine(rid)) is not None and reply.row is not None:
-            if thinking:
-                self.chat.append_thinking(reply.row, text)
-            else:
-                self.chat.append_text(reply.row, text)
-            # The answer takes context as it grows (the performance panel counts it too).
-            self._show_context(reply.prompt_tokens + n)
-            reply.write(text, thinking=thinking)
-            self._report_store(reply)
-        elif (gone := self.abandoned.get(rid)) is not None:
-            gone.write(text, thinking=thinking)  # stored, as its figures will count it
-            self._report_store(gone)
-
-    def thought(self, rid: int, tokens: int, seconds: float) -> None:
-        if (reply := self._mine(rid)) is not None and reply.row is not None:
-            self.chat.set_thought(reply.row, *reply.thought(tokens, seconds))
-
-    def tool_calls(self, rid: int, calls: list[dict[str, Any]]) -> None:
-        if self._mine(rid) is not None and self.turns is not None:
-            self.turns.calls_made(calls)
-
-    def finished(self, rid: int, stats: GenerationStats) -> None:
-        if (gone := self.abandoned.pop(rid, None)) is not None:
-            # As after Stop: complete, with the figures of a cancelled reply (shown stopped).
-            self._settle(gone, "complete", gone.final_stats(stats).to_dict())
-            return
-        reply = self._mine(rid)
-        if reply is None or reply.row is None:
-            return
-        self._end()
-        row = reply.row
-        stats = reply.final_stats(stats)
-        self.chat.finish(row, stats)
-        if reply.close("complete", stats.to_dict()):
-            self.listener.conversations_changed()
-        self._report_store(reply)
-        self._show_context(stats.prompt_tokens + stats.gen_tokens)
-        if (
-            self.turns is not None
-            and stats.stop_reason != "cancelled"
-            and self.turns.answer_finished(row, self.chat.message(row).store_id)
-        ):
-            return  # the tool loop goes on; the chat stays busy
-        self._changed()
-
-    def failed(self, rid: int, message: str) -> None:
-        """A reply failed (`rid` its id), or a load or connection did (`rid` 0)."""
-        if rid and (gone := self.abandoned.pop(rid, None)) is not None:
-            self._settle(gone, "interrupted", {"error": message})
-            return
-        if rid:
-            if self._mine(rid) is None:
-                return  # an abandoned reply ended with an error: nobody's business
-        elif self.loading is not None:  # a load or a connection failed
-            self.loading = None
-            self.loaded = None  # the old model was freed before loading the new one
-        if not rid and self.streaming:
-            self.listener.error(message)  # not about the reply streaming now
-            return
-        self._fail(message)
-
     def _fail(self, message: str) -> None:
         """The active reply (if any) ended with `message`, with or without text."""
         reply = self._end()
@@ -546,12 +433,6 @@ class ChatPipeline:
             self._report_store(reply)
         self._changed()
         self.listener.error(message)
-
-    def _settle(self, reply: ActiveReply, status: str, stats: dict[str, Any]) -> None:
-        """Save how an abandoned reply ended in the store (it is no longer on screen)."""
-        if reply.close(status, stats):
-            self.listener.conversations_changed()
-        self._report_store(reply)
 
     def _report_store(self, reply: ActiveReply) -> None:
         """Say once that the store refused the answer (a full disk): it is not saved."""

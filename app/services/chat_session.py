@@ -6,8 +6,9 @@ Sending loads the chosen engine first when it is not the one in use (the newcome
 type, press Enter, watch it load and answer); the engine port says which one the chat wants:
 its saved remote binding, else the model selected in the library. Every reply runs the
 pipeline of app/services/chat_pipeline.py (load -> retrieve -> tools -> stream) as the one
-`ActiveReply` of the chat. Whether the user may send is one answer (`can_send`: no reply
-running and the chat not paused), told to the listener as `state_changed`.
+`ActiveReply` of the chat; the engine's events reach it through app/services/chat_replies.py.
+Whether the user may send is one answer (`can_send`: no reply running and the chat not
+paused), told to the listener as `state_changed`.
 
 A reasoning model's thinking arrives apart from its answer and is stored with the message,
 never sent back with the history. A chat with a structured-output schema is answered under
@@ -30,8 +31,8 @@ from collections.abc import Callable, Sequence
 
 from app.services.attachments import NewAttachment
 from app.services.chat_branches import cut_at, last_context, stored_conversation
-from app.services.chat_pipeline import ChatPipeline
 from app.services.chat_ports import Jobs, Searcher
+from app.services.chat_replies import ChatReplies
 from app.services.chat_reply import ActiveReply, ReplyState
 from app.services.chat_settings import ChatSettings, EngineBinding
 from app.services.chat_store import ChatStoreError
@@ -45,7 +46,7 @@ NO_MODEL = "Select a model in the library first"
 KindCheck = Callable[[str], str | None]
 
 
-class ChatSession(ChatPipeline):
+class ChatSession(ChatReplies):
     def use_tools(self, turns: ToolLoop) -> ToolLoop:
         """Offer the chat's MCP tools to the model (a model loaded on this computer)."""
         self.turns = turns

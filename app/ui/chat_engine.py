@@ -14,8 +14,8 @@ from typing import Any, cast
 
 from PySide6.QtCore import QObject
 
-from app.services.chat_pipeline import ChatPipeline
 from app.services.chat_ports import EngineChoice, EngineInfo, Turn
+from app.services.chat_replies import ChatReplies
 from app.services.chat_settings import ChatSettings
 from app.services.connections import ConnectionStore
 from app.ui.chat_media import projector_reads, refusal
@@ -68,9 +68,9 @@ class ChatEngines(QObject):
         super().__init__(parent)
         self.host = host
         self.library, self.connections, self.model_name = library, connections, model_name
-        self.session: ChatPipeline | None = None
+        self.session: ChatReplies | None = None
 
-    def attach(self, session: ChatPipeline) -> None:
+    def attach(self, session: ChatReplies) -> None:
         """Send the engine thread's signals to `session`."""
         self.session = session
         w = self.host.worker
@@ -89,7 +89,7 @@ class ChatEngines(QObject):
         ):
             signal.connect(slot)
 
-    def _s(self) -> ChatPipeline:
+    def _s(self) -> ChatReplies:
         assert self.session is not None
         return self.session
 
