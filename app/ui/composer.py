@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QApplication,
     QFrame,
     QHBoxLayout,
+    QLabel,
     QPlainTextEdit,
     QPushButton,
     QSizePolicy,
@@ -25,7 +26,6 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.attacher import Attacher
-from app.ui.steady_label import SteadyLabel
 
 CountTokens = Callable[[str], int]
 COUNT_DELAY_MS = 250  # after the last keystroke
@@ -126,7 +126,9 @@ class Composer(QFrame):
         self.input.viewport().setAutoFillBackground(False)
         self.attach_button = attacher.button
         self.attach_button.setFlat(True)
-        self.token_label = SteadyLabel()
+        # Its width never counts toward the chat's least width (that folds side panels).
+        self.token_label = QLabel()
+        self.token_label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.token_label.setObjectName("draftTokens")
         self.token_label.setAccessibleName("Tokens in the message")
         self.token_label.setToolTip("What the message costs in the loaded model's tokens")
@@ -138,6 +140,8 @@ class Composer(QFrame):
         self.stop_button = QPushButton("Stop")
         self.stop_button.setAccessibleName("Stop generating")
         self.stop_button.setToolTip("Stop generating (Esc)")
+        for b in (self.attach_button, self.send_button, self.stop_button):
+            b.setMinimumWidth(60)  # under the style's 80: a narrow chat keeps its panels
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.attach_button)

@@ -51,6 +51,7 @@ class WelcomePane(QWidget):
         self.model_line.setAccessibleName("Model")
         self.model_line.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.model_line.setTextFormat(Qt.TextFormat.PlainText)
+        self.model_line.setWordWrap(True)
         self.help_line = QLabel(HELP)
         self.help_line.setObjectName("welcomeHelp")
         self.help_line.setWordWrap(True)
@@ -65,12 +66,12 @@ class WelcomePane(QWidget):
             b.setAccessibleName(f"Example: {label}")
             b.setToolTip(text)
             # An explicit minimum: a narrow chat clips the words rather than scrolling sideways.
-            b.setMinimumSize(80, 40)
+            b.setMinimumSize(60, 40)
             b.clicked.connect(self._chooser(text))
             self.example_buttons.append(b)
             grid.addWidget(b, i // 2, i % 2)
         lay = QVBoxLayout(self)
-        lay.setContentsMargins(24, 24, 24, 24)
+        lay.setContentsMargins(12, 24, 12, 24)
         lay.addStretch(2)
         lay.addWidget(self.title)
         lay.addWidget(self.model_line)
@@ -79,6 +80,12 @@ class WelcomePane(QWidget):
         lay.addSpacing(14)
         lay.addLayout(grid)
         lay.addStretch(3)
+        # The welcome never makes the chat column wider than it would be without it: a narrow
+        # window folds side panels by the chat's least width.
+        for line in (self.help_line, self.model_line):
+            line.setMinimumWidth(60)
+        # Nor taller: in a short window the examples are cut rather than the window grown.
+        self.setMinimumHeight(100)
         self.set_model_name("")
 
     def _chooser(self, text: str) -> Callable[[], None]:
