@@ -26,7 +26,7 @@ from engine.decoding.tool_calls import ToolChoice
 from engine.host.chat_plan import ChatPlan
 from engine.native.projector import Media
 from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run, call_input, sse
-from engine.server.chat_reply import plan_chat
+from engine.server.chat_reply import answer_reserve, fitted_plan, left_out_headers, plan_chat
 from engine.server.common import cap_tokens, sampling_from
 from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError, anthropic_error_body
@@ -167,6 +167,11 @@ def _plan(
     messages: list[Json],
     media: Sequence[Media] = (),
 ) -> ChatPlan:
+    return plan_chat(loaded, messages, **_plan_args(req, media))
+
+
+def _plan_args(req: AnthropicCountTokensRequest, media: Sequence[Media]) -> dict[str, Any]:
+    """What plan_chat takes from the request, besides the model and the messages."""
     fmt = req.output_config.format if req.output_config else None
     grammar = None
     if fmt is not None:
@@ -175,9 +180,7 @@ def _plan(
         except GrammarError as e:
             raise ApiError(400, f"'output_config.format': {e}", param="output_config") from None
     choice, parallel = _choice(req)
-    return plan_chat(
-        loaded,
-        messages,
+    return dict(
         tools=[
             {
                 "type": "function",
@@ -362,7 +365,15 @@ class AnthropicRoutes:
                 "supported",
                 param="messages",
             )
-        plan = _plan(loaded, req, messages, await decode_media(loaded, parts))
+        plan = await fitted_plan(
+            request,
+            self.state,
+            loaded,
+            messages,
+            policy=req.context_policy,
+            reserve=answer_reserve(loaded, cap_tokens(self.state, req.max_tokens)),
+            **_plan_args(req, await decode_media(loaded, parts)),
+        )
         sampling = sampling_from(
             temperature=req.temperature,
             top_p=req.top_p,
@@ -397,7 +408,9 @@ class AnthropicRoutes:
                 ]
             )
             builder.finish(done)
-            return JSONResponse(builder.message.wire())
+            return JSONResponse(
+                builder.message.wire(), headers=left_out_headers(plan, req.context_policy)
+            )
 
         def lines(events: list[Event]) -> Iterator[str]:
             for name, data in events:
@@ -417,4 +430,8 @@ class AnthropicRoutes:
                 for line in lines(builder.finish(run.done)):
                     yield line
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+        return StreamingResponse(
+            events(),
+            media_type="text/event-stream",
+            headers=left_out_headers(plan, req.context_policy, SSE_HEADERS),
+        )

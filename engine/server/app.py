@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.host.host import Lease
 from engine.server.anthropic_routes import AnthropicRoutes
+from engine.server.chat_reply import LEFT_OUT_HEADER
 from engine.server.engine_state import ServerState, request_leases
 from engine.server.errors import ApiError, error_response
 from engine.server.metrics import ModelFigures
@@ -281,6 +282,7 @@ def create_app(state: ServerState) -> ASGIApp:
                     "Anthropic-Version",
                     "Anthropic-Beta",
                 ],
+                expose_headers=[LEFT_OUT_HEADER],  # a browser client reads what was left out
                 max_age=600,
             )
         )

@@ -27,7 +27,13 @@ from engine.host.stats import GenerationStats
 from engine.model.facts import model_facts
 from engine.model.gguf import GGUFError, read_gguf
 from engine.model.templates import CHATML_TEMPLATE
-from engine.server.chat_reply import ollama_grammar, plan_chat
+from engine.server.chat_reply import (
+    answer_reserve,
+    fitted_plan,
+    left_out_headers,
+    ollama_grammar,
+    plan_chat,
+)
 from engine.server.common import (
     OLLAMA_REPEAT_PENALTY,
     cap_tokens,
@@ -271,9 +277,13 @@ class OllamaRoutes:
         sampling = self._sampling(req.options)
         tools = req.chat_tools()
         media = await decode_media(loaded, req.chat_media())
-        plan = plan_chat(
+        plan = await fitted_plan(
+            request,
+            self.state,
             loaded,
             req.chat_messages(),
+            policy=req.context_policy,
+            reserve=answer_reserve(loaded, sampling.max_tokens),
             tools=tools,
             choice="auto" if tools else "none",
             parallel=True,
@@ -290,6 +300,7 @@ class OllamaRoutes:
             req.stream is not False,
             chat=True,
             think=req.think,
+            headers=left_out_headers(plan, req.context_policy),
         )
 
     async def generate(self, request: Request) -> Response:
@@ -359,6 +370,7 @@ class OllamaRoutes:
         *,
         chat: bool,
         think: bool | None,
+        headers: dict[str, str] | None = None,
     ) -> Response:
         gen = start(
             self.state,
@@ -424,7 +436,7 @@ class OllamaRoutes:
                         reader.push(ev.text, ev.stats.gen_tokens)
                     _, reply = reader.finish(ev.stats)
                     whole = piece(reply.content, reply.reasoning, reply.calls, done=True)
-                    return JSONResponse(_with_figures(whole, ev.stats).wire())
+                    return JSONResponse(_with_figures(whole, ev.stats).wire(), headers=headers)
             raise ApiError(499, "client closed the request")
 
         async def lines() -> AsyncIterator[str]:
@@ -444,7 +456,7 @@ class OllamaRoutes:
                         yield as_line(piece("", calls=reply.calls))
                     yield as_line(_with_figures(piece("", done=True), ev.stats))
 
-        return StreamingResponse(lines(), media_type="application/x-ndjson")
+        return StreamingResponse(lines(), media_type="application/x-ndjson", headers=headers)
 
     async def embed(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)

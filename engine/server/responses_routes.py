@@ -27,7 +27,7 @@ from engine.decoding.tool_calls import ToolChoice
 from engine.host.chat_plan import ChatPlan
 from engine.native.projector import Media
 from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run
-from engine.server.chat_reply import plan_chat
+from engine.server.chat_reply import answer_reserve, fitted_plan, left_out_headers
 from engine.server.common import cap_tokens, sampling_from
 from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
@@ -146,15 +146,24 @@ def media_parts(convo: list[Json]) -> list[MediaPart]:
     return [MediaPart.from_stored(p) for m in convo for p in m.get(MEDIA, ())]
 
 
-def _plan(
-    loaded: ServedModel, req: ResponsesRequest, convo: list[Json], media: Sequence[Media] = ()
+async def _plan(
+    request: Request,
+    state: ServerState,
+    loaded: ServedModel,
+    req: ResponsesRequest,
+    convo: list[Json],
+    media: Sequence[Media] = (),
 ) -> ChatPlan:
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
     convo = [{k: v for k, v in m.items() if k != MEDIA} for m in convo]
     effort = req.reasoning.effort if req.reasoning else None  # only none/minimal get here
-    return plan_chat(
+    return await fitted_plan(
+        request,
+        state,
         loaded,
         system + convo,
+        policy=req.context_policy,
+        reserve=answer_reserve(loaded, cap_tokens(state, req.max_output_tokens)),
         tools=[
             {
                 "type": "function",
@@ -463,7 +472,8 @@ class ResponsesRoutes:
         chat_messages(req.input, convo)
         if not convo:
             raise ApiError(400, "'input' is empty", param="input")
-        plan = _plan(loaded, req, convo, await decode_media(loaded, media_parts(convo)))
+        media = await decode_media(loaded, media_parts(convo))
+        plan = await _plan(request, self.state, loaded, req, convo, media)
         sampling = sampling_from(
             temperature=req.temperature,
             top_p=req.top_p,
@@ -509,7 +519,9 @@ class ResponsesRoutes:
             )
             builder.finish(done)
             keep(done)
-            return JSONResponse(builder.response.wire())
+            return JSONResponse(
+                builder.response.wire(), headers=left_out_headers(plan, req.context_policy)
+            )
 
         def lines(events: list[Event]) -> Iterator[str]:
             for name, data in events:
@@ -531,7 +543,11 @@ class ResponsesRoutes:
                     yield line
                 keep(run.done)
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers=SSE_HEADERS)
+        return StreamingResponse(
+            events(),
+            media_type="text/event-stream",
+            headers=left_out_headers(plan, req.context_policy, SSE_HEADERS),
+        )
 
     @staticmethod
     def _response(

@@ -11,7 +11,7 @@ import pytest
 
 from engine.host.chat_plan import plan_chat
 from engine.server import ServedModel, ServerThread
-from tests.engine.server.conftest import API_KEY, auth, http  # noqa: F401
+from tests.engine.server.conftest import API_KEY, http
 
 MAX_TOKENS = 8
 
@@ -105,3 +105,50 @@ def test_summarise_puts_a_summary_in_place_of_the_left_out_turns(
     r = raw.parse()
     # The summary is in the prompt: more than the turns kept, and still in the context.
     assert len(without.prompt) < r.usage.prompt_tokens <= served.model.n_ctx_seq - MAX_TOKENS
+
+
+def _anthropic(policy: str) -> tuple[str, dict[str, Any]]:
+    body = {"system": LONG[0]["content"], "messages": LONG[1:], "max_tokens": MAX_TOKENS}
+    return "/v1/messages", {**body, "temperature": 0, "context_policy": policy}
+
+
+def _ollama(policy: str) -> tuple[str, dict[str, Any]]:
+    body = {"model": "smollm2", "messages": LONG, "stream": False}
+    body["options"] = {"num_predict": MAX_TOKENS, "temperature": 0}
+    return "/api/chat", {**body, "context_policy": policy}
+
+
+def _responses(policy: str) -> tuple[str, dict[str, Any]]:
+    body = {"instructions": LONG[0]["content"], "input": LONG[1:], "store": False}
+    return "/v1/responses", {**body, "max_output_tokens": MAX_TOKENS, "context_policy": policy}
+
+
+def _prompt_tokens(answer: dict[str, Any]) -> int:
+    if "prompt_eval_count" in answer:
+        return int(answer["prompt_eval_count"])
+    usage = answer["usage"]
+    return int(usage["input_tokens"]) + int(usage.get("cache_read_input_tokens") or 0)
+
+
+DIALECTS = [_anthropic, _ollama, _responses]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.__name__[1:])
+def test_every_chat_dialect_takes_the_field(
+    base_url: str, auth: dict[str, str], served: ServedModel, dialect: Any
+) -> None:
+    path, body = dialect("truncate_middle")
+    r = http.post(base_url + path, json=body, headers=auth)
+    assert r.status_code == 200, r.text
+    expected = plan_chat(served.model, LONG, policy="truncate_middle", reserve=MAX_TOKENS)
+    assert r.headers["X-Context-Left-Out"] == str(len(expected.left_out))
+    assert _prompt_tokens(r.json()) == len(expected.prompt)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.__name__[1:])
+def test_every_chat_dialect_refuses_an_unknown_policy_naming_it(
+    base_url: str, auth: dict[str, str], dialect: Any
+) -> None:
+    path, body = dialect("most_recent")
+    r = http.post(base_url + path, json=body, headers=auth)
+    assert r.status_code == 400 and "context_policy" in r.text
