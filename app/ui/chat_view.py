@@ -737,24 +737,21 @@ class MessageWidget(QFrame):
         self.bubble: Bubble | None = None
         self._measured: str | None = None
         if message.role == "user":
-            # The bubble holds what was sent; the actions go under it, on the right.
+            # The bubble holds what was sent.
             self.bubble = Bubble()
             inside = self._content = QVBoxLayout(self.bubble)
             inside.setContentsMargins(12, 8, 12, 8)
             inside.addWidget(self.attachments)
             inside.addWidget(self.body)
-            self._bubble_row = QHBoxLayout()
-            self._bubble_row.setContentsMargins(0, 0, 0, 0)
-            self._bubble_row.addStretch(1)
-            self._bubble_row.addWidget(self.bubble)
-            lay.addLayout(self._bubble_row)
+            # Its actions at the bubble's left, level with its last line: no row of its own.
+            row = QHBoxLayout()
+            row.setContentsMargins(0, 0, 0, 0)
+            row.addStretch(1)
+            row.addWidget(self.tools, 0, Qt.AlignmentFlag.AlignBottom)
+            row.addWidget(self.bubble)
+            lay.addLayout(row)
             self.title.hide()
             self.avatar.hide()
-            under = QHBoxLayout()
-            under.setContentsMargins(0, 0, 0, 0)
-            under.addStretch(1)
-            under.addWidget(self.tools)
-            lay.addLayout(under)
         else:
             head = QHBoxLayout()
             head.setContentsMargins(0, 0, 0, 0)

@@ -145,8 +145,7 @@ class Composer(QFrame):
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.attach_button)
-        row.addWidget(self.token_label)
-        row.addStretch(1)
+        row.addWidget(self.token_label, 1)  # the room between Attach and Send
         row.addWidget(self.send_button)
         row.addWidget(self.stop_button)
         lay = QVBoxLayout(self)
