@@ -14,14 +14,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QEvent, QPoint, QRect, Qt
-from PySide6.QtGui import QGuiApplication, QImage
+from PySide6.QtCore import QEvent, QPoint, QPointF, QRect, Qt
+from PySide6.QtGui import QColor, QCursor, QEnterEvent, QGuiApplication, QImage, QPalette
 from PySide6.QtWidgets import QApplication, QListWidget, QWidget
 from pytestqt.qtbot import QtBot
 
 from app.main import build_window
 from app.services.chat_store import ChatStore
-from app.ui.chat_view import CodeBlock
+from app.ui.chat_view import CodeBlock, TableBlock
 from app.ui.controller import RemoteChoice
 from app.ui.main_window import MainWindow
 from app.ui.worker import RemoteTarget
@@ -276,3 +276,56 @@ def test_thinking_block_folds_and_a_structured_answer_is_highlighted(
     structured.grab().save(str(out / "structured-answer.png"))
     # The whole window as a user sees it, the thinking open (for the docs).
     window.grab().save(str(docs_shots(tmp_path) / "thinking.png"))
+
+
+TEA_TABLE = (
+    "Here is a short comparison:\n\n"
+    "| Drink | Caffeine (per cup) | Taste |\n|---|---:|---|\n"
+    "| Tea | 40 mg | grassy |\n| Coffee | 95 mg | roasted |\n\nEnjoy!"
+)
+
+
+def test_bubbles_a_table_and_actions_on_hover_are_painted(
+    window: MainWindow, qtbot: QtBot, tmp_path: Path
+) -> None:
+    assert window.store is not None
+    c = window.store.create_conversation("Tea or coffee")
+    window.store.add_message(c.id, "user", "Compare tea and coffee in a table.")
+    window.store.add_message(c.id, "assistant", TEA_TABLE)
+    QCursor.setPos(window.mapToGlobal(QPoint(2, 2)))  # over no message
+    window.open_conversation(c.id)
+    settle(qtbot)
+    view = window.chat_view
+    vp = view.scroll_area.viewport()
+    question, answer = view.message_widgets
+    img = grab_screen(vp).convertToFormat(QImage.Format.Format_RGB32)
+
+    # The question: a bubble on the right, filled with the highlight mixed into the base.
+    bubble = question.bubble
+    assert bubble is not None
+    r = QRect(bubble.mapTo(vp, QPoint(0, 0)), bubble.size())
+    assert r.left() > vp.width() // 3 and r.right() > vp.width() - 40
+    pal = bubble.palette()
+    base, hi = pal.color(QPalette.ColorRole.Base), pal.color(QPalette.ColorRole.Highlight)
+    fill = QColor(img.pixel(r.right() - 5, r.center().y()))
+    for got, a, b in (
+        (fill.red(), base.red(), hi.red()),
+        (fill.green(), base.green(), hi.green()),
+        (fill.blue(), base.blue(), hi.blue()),
+    ):
+        assert abs(got - round(a + (b - a) * 0.16)) <= 2, (fill.name(), base.name(), hi.name())
+    assert fill != QColor(img.pixel(4, r.center().y()))  # the conversation's base beside it
+
+    # The answer's actions: not painted until the answer is hovered, painted then.
+    assert ink_in(vp, answer.tools) == 0.0
+    QApplication.sendEvent(answer, QEnterEvent(QPointF(5, 5), QPointF(5, 5), QPointF(5, 5)))
+    settle(qtbot)
+    assert ink_in(vp, answer.tools) > MIN_INK_SHARE
+
+    # The table: a grid of cells, painted.
+    (table,) = [w for w in answer.body.widgets if isinstance(w, TableBlock)]
+    (grid,) = table.tables()
+    assert (grid.rows(), grid.columns()) == (3, 3)
+    assert ink_in(vp, table) > MIN_INK_SHARE
+    assert not view.scroll_area.horizontalScrollBar().isVisible()
+    window.grab().save(str(tmp_path / "chat-bubbles.png"))
