@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QPoint, Qt, Signal
+from PySide6.QtCore import QModelIndex, QPersistentModelIndex, QPoint, QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMenu,
     QPushButton,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -46,6 +48,20 @@ def export_file_name(title: str, fmt: str) -> str:
     (and the ellipsis of a cut title) dropped, kept short."""
     stem = " ".join(_UNSAFE.sub(" ", title.replace("…", "")).split())[:60].strip(" .")
     return f"{stem or 'chat'}.{fmt}"
+
+
+class _ElidingDelegate(QStyledItemDelegate):
+    """Entries no wider than the list's view, so each line is drawn elided, not cut."""
+
+    def __init__(self, view: QListWidget) -> None:
+        super().__init__(view)
+        self._view = view
+
+    def sizeHint(
+        self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
+    ) -> QSize:
+        hint = super().sizeHint(option, index)
+        return QSize(min(hint.width(), max(self._view.viewport().width(), 1)), hint.height())
 
 
 class ConversationList(QWidget):
@@ -81,6 +97,12 @@ class ConversationList(QWidget):
         self.list.customContextMenuRequested.connect(self._menu)
         self.list.itemActivated.connect(self._activated)
         self.list.itemClicked.connect(self._activated)
+        # A long title or preview is elided to the sidebar's width (the tooltip has it all):
+        # a list that scrolls sideways hides the start of the next entry's line.
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.list.setItemDelegate(_ElidingDelegate(self.list))
+        self.list.setResizeMode(QListWidget.ResizeMode.Adjust)  # re-elided on a resize
         self.undo_bar = QWidget()
         self.undo_label = QLabel()
         self.undo_button = QToolButton()

@@ -1,6 +1,6 @@
-"""Runs the X-server scenarios (test_chat_pane.py, test_chat_attachments.py) in a child pytest
-on a private Xvfb, and checks that every one of them ran and passed (a child that skipped them
-would prove nothing).
+"""Runs the X-server scenarios (test_chat_pane.py, test_chat_attachments.py,
+test_window_layout.py) in a child pytest on a private Xvfb, and checks that every one of them
+ran and passed (a child that skipped them would prove nothing).
 """
 
 from __future__ import annotations
@@ -15,7 +15,10 @@ import pytest
 
 from tests.app.ui.visual.xserver import Xvfb, on_xserver
 
-SCENARIOS = [Path(__file__).with_name(n) for n in ("test_chat_pane.py", "test_chat_attachments.py")]
+SCENARIOS = [
+    Path(__file__).with_name(n)
+    for n in ("test_chat_pane.py", "test_chat_attachments.py", "test_window_layout.py")
+]
 ROOT = Path(__file__).resolve().parents[4]
 
 
