@@ -1,5 +1,10 @@
-"""The chat: messages rendered as Markdown (code blocks with a Copy button), an input box
-where Enter sends and Shift+Enter starts a new line, and Send/Stop buttons.
+"""The chat: messages rendered as Markdown (code blocks with a Copy button, tables), the
+user's as bubbles on the right and answers as full-width text under an avatar line; a
+welcome with example prompts while the chat is empty (app/ui/welcome.py); and the composer
+(app/ui/composer.py): Enter sends, Shift+Enter starts a new line, Send turns into Stop.
+
+A message's actions show while it is hovered or has the keyboard focus; a focused message
+answers keys (Up/Down, Enter for its menu, Ctrl+C, E, R, Delete: `MessageWidget`).
 
 The view follows a `ChatModel` through its signals. While a reply streams only the last
 Markdown segment of the last message is re-rendered, so the cost of an update stays small
