@@ -169,9 +169,13 @@ class Composer(QFrame):
     def set_busy(self, busy: bool, paused: str | None = None) -> None:
         """A reply on its way: Stop in Send's place. `paused`: why sending waits (Send is
         shown disabled with that reason as its tooltip)."""
+        # The keyboard stays on the place: Send's focus goes to Stop and back.
+        had_focus = self.send_button.hasFocus() or self.stop_button.hasFocus()
         self.stop_button.setEnabled(busy)
         self.stop_button.setVisible(busy)
         self.send_button.setVisible(not busy)
+        if had_focus:
+            (self.stop_button if busy else self.send_button).setFocus()
         self.send_button.setEnabled(not busy and paused is None)
         self.send_button.setToolTip(paused or "Send (Enter)")
 

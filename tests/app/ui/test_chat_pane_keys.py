@@ -210,16 +210,20 @@ def test_an_empty_chat_welcomes_and_an_example_fills_the_message_box(
 
 def test_send_turns_into_stop_while_answering(view: ChatView, qtbot: QtBot) -> None:
     assert view.send_button.isVisible() and not view.stop_button.isVisible()
+    view.send_button.setFocus()
     view.set_busy(True)
     assert view.stop_button.isVisible() and view.stop_button.isEnabled()
+    assert view.stop_button.hasFocus()  # the keyboard stays where Send was
     assert not view.send_button.isVisible() and not view.send_button.isEnabled()
     # In the same place: the row keeps its height and the button its side.
     stopped: list[bool] = []
     view.stop_requested.connect(lambda: stopped.append(True))
     qtbot.mouseClick(view.stop_button, Qt.MouseButton.LeftButton)
     assert stopped == [True]
+    view.stop_button.setFocus()
     view.set_busy(False)
     assert view.send_button.isVisible() and not view.stop_button.isVisible()
+    assert view.send_button.hasFocus()
     view.set_busy(False, "The benchmark is running")
     assert view.send_button.isVisible() and not view.send_button.isEnabled()
     assert view.send_button.toolTip() == "The benchmark is running"
