@@ -61,7 +61,8 @@ class _ElidingDelegate(QStyledItemDelegate):
         self, option: QStyleOptionViewItem, index: QModelIndex | QPersistentModelIndex
     ) -> QSize:
         hint = super().sizeHint(option, index)
-        return QSize(min(hint.width(), max(self._view.viewport().width(), 1)), hint.height())
+        room = self._view.viewport().width() - 2 * self._view.spacing()
+        return QSize(min(hint.width(), max(room, 1)), hint.height())
 
 
 class ConversationList(QWidget):
@@ -103,6 +104,7 @@ class ConversationList(QWidget):
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.list.setItemDelegate(_ElidingDelegate(self.list))
         self.list.setResizeMode(QListWidget.ResizeMode.Adjust)  # re-elided on a resize
+        self.list.setSpacing(2)  # two-line entries told apart at a glance
         self.undo_bar = QWidget()
         self.undo_label = QLabel()
         self.undo_button = QToolButton()

@@ -171,6 +171,8 @@ class MainWindow(QMainWindow):
         if documents is not None:
             # Cancels indexing at shutdown; the next run resumes.
             self.add_page("documents", documents, shutdown=documents.shutdown)
+            # Laid out for a side column: its rows of buttons read badly a window wide.
+            documents.setMaximumWidth(760)
         central = QWidget()
         outer = QHBoxLayout(central)
         outer.setContentsMargins(0, 0, 0, 0)
