@@ -174,10 +174,10 @@ class Composer(QFrame):
         self.stop_button.setEnabled(busy)
         self.stop_button.setVisible(busy)
         self.send_button.setVisible(not busy)
-        if had_focus:
-            (self.stop_button if busy else self.send_button).setFocus()
         self.send_button.setEnabled(not busy and paused is None)
         self.send_button.setToolTip(paused or "Send (Enter)")
+        if had_focus:
+            (self.stop_button if busy else self.send_button).setFocus()
 
     def set_token_counter(self, counter: CountTokens | None) -> None:
         self.token_counter = counter
