@@ -108,7 +108,6 @@ def main() -> int:
         sampling=SamplingParams(temperature=0.0, max_tokens=120), connections=connections
     )
     window.resize(1440, 900)
-    window.splitter.setSizes([430, 680, 330])
     window.show()
     try:
         dialog = window.open_connections()

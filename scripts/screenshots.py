@@ -1,12 +1,15 @@
 """Refresh the screenshots in docs/screenshots/ from the real app on the bundled model.
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python scripts/screenshots.py
+    # or on an X server (what users see): QT_QPA_PLATFORM=xcb DISPLAY=:1 ...
 
-Takes pictures of the main window: the library with the memory estimate before loading,
-a reply while it is streaming, the performance panel after it, and the Chats tab; then the
-window after the reply in the light and the dark colour scheme, at 1600x1000 and at 1000x700
-(`window-<scheme>-<width>x<height>.png`). Uses a private, empty profile so nothing from your
-own settings shows up.
+Takes pictures of the main window: the Models page with the memory estimate before loading,
+a reply while it is streaming, the performance panel after it, and the conversations
+sidebar with a pinned chat; then the window after the reply in the light and the dark
+colour scheme (View → Appearance), at 1600x1000, 1280x800 and 1000x700
+(`window-<scheme>-<width>x<height>.png`), and each page of the rail at 1000x700
+(`page-<name>-1000x700.png`). Uses a private, empty profile so nothing from your own
+settings shows up.
 """
 
 from __future__ import annotations
@@ -24,48 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from PySide6.QtCore import QEventLoop, QObject, QTimer, Slot  # noqa: E402
-from PySide6.QtGui import QColor, QPalette  # noqa: E402
 from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
 
 from engine.settings import SamplingParams  # noqa: E402
 
 QUESTION = "Write a Python function that reverses a string, and explain it briefly."
-SIZES = ((1600, 1000), (1000, 700))
-# A dark desktop's palette, as a dark platform theme hands it to Qt. The offscreen platform
-# has no theme, so asking for the dark colour scheme changes nothing there; the window
-# follows whatever palette it is given, so this is what a dark desktop shows.
-DARK = {
-    QPalette.ColorRole.Window: "#2b2b2e",
-    QPalette.ColorRole.WindowText: "#e6e6e6",
-    QPalette.ColorRole.Base: "#1e1e20",
-    QPalette.ColorRole.AlternateBase: "#2f2f33",
-    QPalette.ColorRole.Text: "#e6e6e6",
-    QPalette.ColorRole.PlaceholderText: "#8e8e93",
-    QPalette.ColorRole.Button: "#35353a",
-    QPalette.ColorRole.ButtonText: "#e6e6e6",
-    QPalette.ColorRole.BrightText: "#ff6b6b",
-    QPalette.ColorRole.Highlight: "#3d6fb4",
-    QPalette.ColorRole.HighlightedText: "#ffffff",
-    QPalette.ColorRole.ToolTipBase: "#35353a",
-    QPalette.ColorRole.ToolTipText: "#e6e6e6",
-    QPalette.ColorRole.Link: "#7fb2ff",
-    QPalette.ColorRole.Mid: "#4a4a50",
-    QPalette.ColorRole.Dark: "#1a1a1c",
-    QPalette.ColorRole.Light: "#4a4a50",
-}
-
-
-def dark_palette() -> QPalette:
-    p = QPalette()
-    for role, colour in DARK.items():
-        p.setColor(role, QColor(colour))
-    for role in (
-        QPalette.ColorRole.WindowText,
-        QPalette.ColorRole.Text,
-        QPalette.ColorRole.ButtonText,
-    ):
-        p.setColor(QPalette.ColorGroup.Disabled, role, QColor("#7a7a80"))
-    return p
+SIZES = ((1600, 1000), (1280, 800), (1000, 700))
 
 
 class TokenCounter(QObject):
@@ -121,14 +88,15 @@ def main() -> int:
         sampling=SamplingParams(temperature=0.0, max_tokens=400), model_manager=True
     )
     window.resize(*SIZES[0])
-    window.splitter.setSizes([480, 760, 360])
     window.show()
     window.focus_input()
     counter = TokenCounter()
     window.engine.worker.tokens.connect(counter.on_tokens)
     window.engine.worker.finished.connect(counter.on_finished)
     try:
+        window.show_page("models")
         save(window, args.out / "library-estimate.png")
+        window.show_page("chat")
         window.chat_view.input.setPlainText(QUESTION)
         window.chat_view.input.submitted.emit(QUESTION)
         spin_until(lambda: counter.n >= args.stream_tokens or counter.done)
@@ -149,18 +117,25 @@ def main() -> int:
                 window.store.add_message(c.id, "assistant", a)
             if window.controller.conversation_id is not None:
                 window.conversation_list.set_pinned(window.controller.conversation_id, True)
-            window.side_tabs.setCurrentWidget(window.conversation_list)
+            window.conversation_list.refresh()
+            window.reveal(window.conversation_list)
             save(window, args.out / "conversations.png")
-        window.side_tabs.setCurrentWidget(window.library_panel)
-        light = QApplication.palette()
-        for name, palette in (("light", light), ("dark", dark_palette())):
-            QApplication.setPalette(palette)
+        for name in ("light", "dark"):
+            window.set_scheme(name)
             for width, height in SIZES:
                 window.resize(width, height)
                 t_end = time.monotonic() + 1.0  # the layout settles, the panel ticks
                 spin_until(lambda t=t_end: time.monotonic() > t)  # type: ignore[misc]
                 save(window, args.out / f"window-{name}-{width}x{height}.png")
-        QApplication.setPalette(light)
+        window.set_scheme("light")
+        window.resize(*SIZES[-1])
+        for key in window.page_keys():
+            window.show_page(key)
+            t_end = time.monotonic() + 0.5
+            spin_until(lambda t=t_end: time.monotonic() > t)  # type: ignore[misc]
+            save(window, args.out / f"page-{key}-1000x700.png")
+        window.show_page("chat")
+        window.set_scheme("system")
     finally:
         window.close()
         window.shutdown()
