@@ -19,6 +19,7 @@ pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSi
 @pytest.fixture
 def window(qtbot: QtBot) -> Iterator[MainWindow]:
     w = open_window(qtbot, SamplingParams())
+    w.show_page("models")  # the library and its load settings
     yield w
     close_window(w)
 
