@@ -14,6 +14,7 @@ many messages were left out (`left_out_headers`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -140,19 +141,22 @@ async def fitted_plan(
     sampling = ask.sampling(SamplingParams(temperature=0.0, max_tokens=room, seed=0))
     gen = start(state, loaded, ask.prompt, sampling, stream=True)
     reader = ask.reader()
-    async for ev in events_until_disconnect(request, gen):
-        if isinstance(ev, Piece):
-            reader.push(ev.text, ev.n_tokens)
-        elif isinstance(ev, Finished):
-            if ev.stats.stop_reason == "error":
-                raise ApiError(500, f"the summary failed: {ev.stats.error or 'no reason given'}")
-            _, reply = reader.finish(ev.stats)
-            text = reply.content.strip()
-            if not text:  # nothing to put in their place: they are left out as they are
-                return plan
-            break
-    else:
+    text: str | None = None
+    # Closed at once: its watcher must stop reading the request before the answer's turn.
+    async with contextlib.aclosing(events_until_disconnect(request, gen)) as events:
+        async for ev in events:
+            if isinstance(ev, Piece):
+                reader.push(ev.text, ev.n_tokens)
+            elif isinstance(ev, Finished):
+                if ev.stats.stop_reason == "error":
+                    error = ev.stats.error or "no reason given"
+                    raise ApiError(500, f"the summary failed: {error}")
+                text = reader.finish(ev.stats)[1].content.strip()
+                break
+    if text is None:
         raise ApiError(499, "client closed the request")
+    if not text:  # nothing to put in their place: they are left out as they are
+        return plan
     return plan_chat(
         loaded, messages, policy=policy, reserve=reserve, summary=Summary(text, plan.left_out), **kw
     )

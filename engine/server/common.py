@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -69,7 +69,9 @@ async def until_disconnect(request: Request) -> None:
             return
 
 
-async def events_until_disconnect(request: Request, gen: AsyncGeneration) -> AsyncIterator[Event]:
+async def events_until_disconnect(
+    request: Request, gen: AsyncGeneration
+) -> AsyncGenerator[Event, None]:
     """The generation's events; stops (and cancels the request) if the client disconnects.
 
     Used for non-streaming answers, where nothing is written until the end and a vanished

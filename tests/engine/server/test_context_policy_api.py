@@ -10,7 +10,9 @@ import openai
 import pytest
 
 from engine.host.chat_plan import plan_chat
-from engine.server import ServedModel, ServerThread
+from engine.host.context_policy import CONTEXT_POLICIES
+from engine.server import ServedModel, ServerConfig, ServerThread
+from engine.server.openapi import openapi_schema
 from tests.engine.server.conftest import API_KEY, http
 
 MAX_TOKENS = 8
@@ -152,3 +154,14 @@ def test_every_chat_dialect_refuses_an_unknown_policy_naming_it(
     path, body = dialect("most_recent")
     r = http.post(base_url + path, json=body, headers=auth)
     assert r.status_code == 400 and "context_policy" in r.text
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["ChatCompletionRequest", "OllamaChatRequest", "AnthropicMessagesRequest", "ResponsesRequest"],
+)
+def test_the_document_lists_the_field_and_its_values(model: str) -> None:
+    doc = openapi_schema(ServerConfig(port=0))
+    field = doc["components"]["schemas"][model]["properties"]["context_policy"]
+    values = {v for branch in field["anyOf"] for v in branch.get("enum", ())}
+    assert values == set(CONTEXT_POLICIES)
