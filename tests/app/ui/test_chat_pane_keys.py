@@ -384,6 +384,10 @@ def test_the_window_has_the_chat_keys_and_the_palette(app_window: Any, qtbot: Qt
     qtbot.keyClick(search, Qt.Key.Key_Slash)
     assert search.text() == "/"
     search.clear()
+    example = view.welcome.example_buttons[0]
+    example.setFocus()
+    qtbot.keyClick(example, Qt.Key.Key_Slash)
+    assert view.input.hasFocus() and view.input.toPlainText() == ""
     view.set_busy(False)
     w.conversation_list.setFocus()
     qtbot.keyClick(w.conversation_list, Qt.Key.Key_L, Qt.KeyboardModifier.ControlModifier)
