@@ -46,6 +46,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import (
     QColor,
     QContextMenuEvent,
+    QCursor,
     QEnterEvent,
     QFocusEvent,
     QFont,
@@ -853,14 +854,21 @@ class MessageWidget(QFrame):
             self._focus_within = inside
             self._sync_reveal()
 
+    @property
+    def hovered(self) -> bool:
+        return self._hovered
+
+    def set_hovered(self, hovered: bool) -> None:
+        if hovered != self._hovered:
+            self._hovered = hovered
+            self._sync_reveal()
+
     def enterEvent(self, e: QEnterEvent) -> None:
-        self._hovered = True
-        self._sync_reveal()
+        self.set_hovered(True)
         super().enterEvent(e)
 
     def leaveEvent(self, e: QEvent) -> None:
-        self._hovered = False
-        self._sync_reveal()
+        self.set_hovered(False)
         super().leaveEvent(e)
 
     def offered_actions(self) -> list[QToolButton]:
@@ -1407,3 +1415,16 @@ class ChatView(QWidget):
     def _on_scrolled(self, value: int) -> None:
         bar = self.scroll_area.verticalScrollBar()
         self._follow = value >= bar.maximum() - 4
+        self._rehover()
+
+    def _rehover(self) -> None:
+        """The messages moved under a still mouse (a scroll, an answer pushing them up): Qt
+        sends no enter or leave for that, so the one under the mouse is found again."""
+        if not self.scroll_area.viewport().underMouse():
+            return
+        under = self._message_of(QApplication.widgetAt(QCursor.pos()))
+        for w in self._widgets:
+            if w.hovered and w is not under:
+                w.set_hovered(False)
+        if under is not None:
+            under.set_hovered(True)

@@ -21,7 +21,7 @@ from pytestqt.qtbot import QtBot
 
 from app.main import build_window
 from app.services.chat_store import ChatStore
-from app.ui.chat_view import CodeBlock, TableBlock
+from app.ui.chat_view import CodeBlock, MessageWidget, TableBlock
 from app.ui.controller import RemoteChoice
 from app.ui.main_window import MainWindow
 from app.ui.worker import RemoteTarget
@@ -329,3 +329,25 @@ def test_bubbles_a_table_and_actions_on_hover_are_painted(
     assert ink_in(vp, table) > MIN_INK_SHARE
     assert not view.scroll_area.horizontalScrollBar().isVisible()
     window.grab().save(str(tmp_path / "chat-bubbles.png"))
+
+    # The mouse still, the messages scrolled under it: the one under it shows its actions.
+    window.open_conversation(long_chat(window.store, "River"))
+    settle(qtbot)
+    QCursor.setPos(vp.mapToGlobal(vp.rect().center()))
+    settle(qtbot)
+
+    def under_mouse() -> MessageWidget | None:
+        at = vp.mapFromGlobal(QCursor.pos())
+        widgets = view.message_widgets
+        hits = [w for w in widgets if QRect(w.mapTo(vp, QPoint(0, 0)), w.size()).contains(at)]
+        return hits[0] if hits else None
+
+    first = under_mouse()
+    assert first is not None and first.actions_shown
+    bar = view.scroll_area.verticalScrollBar()
+    bar.setValue(bar.value() - 3 * vp.height())
+    settle(qtbot)
+    now = under_mouse()
+    assert now is not None and now is not first
+    assert now.actions_shown and not first.actions_shown
+    assert [w for w in view.message_widgets if w.actions_shown] == [now]
