@@ -47,8 +47,9 @@ def ink_share(mask: np.ndarray, r: QRect) -> float:
 
 def end_of_chat_problems(view: ChatView, shot: Path) -> list[str]:
     """Why the end of the conversation is not on screen: the last message's last block must
-    end inside the viewport, nothing but the list's margin may lie below the last message,
-    and the screen must show ink in that block. Saves the grab to `shot`."""
+    end inside the viewport, nothing but the list's margin may lie below the last message
+    when the chat is taller than the viewport (a short chat starts at the top), and the
+    screen must show ink in that block. Saves the grab to `shot`."""
     vp = view.scroll_area.viewport()
     last = view.message_widgets[-1]
     tail = last.body.widgets[-1]
@@ -63,7 +64,8 @@ def end_of_chat_problems(view: ChatView, shot: Path) -> list[str]:
             f"the last text block ends at y={tail_rect.bottom()}, outside the "
             f"viewport (0..{vp.height()})"
         )
-    if below > margin + 2:
+    scrolls = view.scroll_area.verticalScrollBar().maximum() > 0
+    if scrolls and below > margin + 2:
         problems.append(f"{below} px of empty space below the last message (margin {margin})")
     visible = tail_rect.intersected(vp.rect())
     share = ink_share(ink_mask(img), visible)
