@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, cast
 
+from app.services.attachments import Attachment
 from app.services.chat_ports import (
     ChatListener,
     EngineChoice,
@@ -107,7 +108,7 @@ class ChatPipeline:
         if self.turns is not None:
             self.turns.store = store
 
-    def attachment_data(self, a: Any) -> bytes | None:
+    def attachment_data(self, a: Attachment) -> bytes | None:
         """A sent attachment's bytes (None: the file is gone)."""
         return self.media.data(self.store, a)
 
