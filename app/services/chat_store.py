@@ -19,6 +19,10 @@ kind), kept as content-addressed files in a folder beside the database
 removed when the last message referring to it is deleted or purged. `recover_interrupted()`
 also sweeps files a crash left without a message.
 
+Projects (schema 7): a folder of chats with its own system prompt and document collections,
+which a new chat in it starts with (`new_chat_settings`); a conversation's `project_id` is
+nullable, and deleting a project moves its chats out rather than deleting them.
+
 Documents (schema 5): an answer grounded in a chat's collections keeps the passages it was
 given (`grounding`: their numbers, files, pages, spans and text, and the token figures), so
 reopening, continuing and exporting it show what it was written from.
@@ -48,7 +52,7 @@ from app.services.attachments import (
 )
 from engine.rag.grounding import Grounding
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 DEFAULT_TITLE = "New chat"
 
 
@@ -131,6 +135,41 @@ class StoredConversation:
     pinned: bool = False
     settings: dict[str, Any] = field(default_factory=dict)
     active_leaf_id: int | None = None
+    project_id: int | None = None  # the project (folder) it is in; None: a loose chat
+
+
+@dataclass(frozen=True)
+class Project:
+    """A folder of chats: its name, and what a new chat in it starts with."""
+
+    id: int
+    name: str
+    system_prompt: str = ""
+    collections: tuple[str, ...] = ()
+    created_at: float = 0.0
+
+
+def _row_project(r: sqlite3.Row) -> Project:
+    try:
+        names = json.loads(r["collections"] or "[]")
+    except ValueError:  # a hand-edited row: the project without its collections
+        names = []
+    return Project(
+        id=r["id"],
+        name=r["name"],
+        system_prompt=r["system_prompt"] or "",
+        collections=tuple(str(n) for n in names if isinstance(n, str) and n)
+        if isinstance(names, list)
+        else (),
+        created_at=r["created_at"],
+    )
+
+
+def _project_name(name: str) -> str:
+    name = " ".join(name.split())
+    if not name:
+        raise ChatStoreError("a project needs a name")
+    return name
 
 
 # Each migration brings the schema from version i to i + 1: a SQL script, then an optional
@@ -228,6 +267,23 @@ _V6_SQL = """
 """
 
 
+# Version 7: projects. A chat's project is a nullable column (an old chat is loose); its
+# collections are a JSON list, like a chat's settings keep them. ON DELETE SET NULL is a
+# second guard: `delete_project` moves the chats out itself, the soft-deleted ones too.
+_V7_SQL = """
+        CREATE TABLE projects (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL,
+            system_prompt TEXT NOT NULL DEFAULT '',
+            collections TEXT NOT NULL DEFAULT '[]',
+            created_at REAL NOT NULL
+        );
+        ALTER TABLE conversations ADD COLUMN project_id INTEGER
+            REFERENCES projects(id) ON DELETE SET NULL;
+        CREATE INDEX conversations_by_project ON conversations(project_id);
+"""
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None] | None]] = [
     (_V1_SQL, None),
     (_V2_SQL, _chain_flat_history),
@@ -235,6 +291,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None] | None]] = [
     (_V4_SQL, None),
     (_V5_SQL, None),
     (_V6_SQL, None),
+    (_V7_SQL, None),
 ]
 
 
@@ -326,6 +383,7 @@ def _row_conversation(r: sqlite3.Row) -> StoredConversation:
         pinned=bool(r["pinned"]),
         settings=json.loads(r["settings"] or "{}"),
         active_leaf_id=r["active_leaf_id"],
+        project_id=r["project_id"],
     )
 
 
@@ -911,6 +969,93 @@ class ChatStore:
         if older_than_s is None:
             return self.files.sweep(self.referenced_attachments())
         return self.files.sweep(self.referenced_attachments(), older_than_s)
+
+    # -- projects ----------------------------------------------------------------------------
+
+    def create_project(
+        self, name: str, system_prompt: str = "", collections: Sequence[str] = ()
+    ) -> Project:
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO projects(name, system_prompt, collections, created_at) "
+                "VALUES (?, ?, ?, ?)",
+                (_project_name(name), system_prompt, json.dumps(list(collections)), self._clock()),
+            )
+        return self.project(int(cur.lastrowid or 0))
+
+    def project(self, project_id: int) -> Project:
+        r = self._db.execute("SELECT * FROM projects WHERE id = ?", (project_id,)).fetchone()
+        if r is None:
+            raise ChatStoreError(f"no project with id {project_id}")
+        return _row_project(r)
+
+    def projects(self) -> list[Project]:
+        """By name, as a sidebar lists folders."""
+        rows = self._db.execute(
+            "SELECT * FROM projects ORDER BY name COLLATE NOCASE, id"
+        ).fetchall()
+        return [_row_project(r) for r in rows]
+
+    def update_project(
+        self,
+        project_id: int,
+        *,
+        name: str | None = None,
+        system_prompt: str | None = None,
+        collections: Sequence[str] | None = None,
+    ) -> Project:
+        """Change what is given; the chats already in it keep their own settings (only new
+        ones start from the project's)."""
+        cols: dict[str, Any] = {}
+        if name is not None:
+            cols["name"] = _project_name(name)
+        if system_prompt is not None:
+            cols["system_prompt"] = system_prompt
+        if collections is not None:
+            cols["collections"] = json.dumps(list(collections))
+        if cols:
+            sets = ", ".join(f"{k} = ?" for k in cols)
+            with self._tx() as db:
+                cur = db.execute(
+                    f"UPDATE projects SET {sets} WHERE id = ?", (*cols.values(), project_id)
+                )
+            if cur.rowcount == 0:
+                raise ChatStoreError(f"no project with id {project_id}")
+        return self.project(project_id)
+
+    def delete_project(self, project_id: int) -> int:
+        """Delete a project; its chats stay, as loose chats. How many were moved out."""
+        with self._tx() as db:
+            moved = db.execute(
+                "UPDATE conversations SET project_id = NULL WHERE project_id = ?", (project_id,)
+            ).rowcount
+            db.execute("DELETE FROM projects WHERE id = ?", (project_id,))
+        return int(moved)
+
+    def move_to_project(self, conversation_id: int, project_id: int | None) -> None:
+        """Put a chat in a project (None: out of any). Its settings are left as they are,
+        and its place in the order too (moving is not activity)."""
+        if project_id is not None:
+            self.project(project_id)  # a one-line error for an unknown project
+        self._update_conversation(conversation_id, project_id=project_id)
+
+    def create_in_project(
+        self,
+        project_id: int | None,
+        settings: dict[str, Any] | None = None,
+        title: str = DEFAULT_TITLE,
+    ) -> StoredConversation:
+        """A new, empty conversation in a project (None: a loose one), in one transaction."""
+        if project_id is not None:
+            self.project(project_id)
+        now = self._clock()
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO conversations(title, created_at, updated_at, settings, project_id) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (title, now, now, json.dumps(settings or {}), project_id),
+            )
+        return self.conversation(int(cur.lastrowid or 0))
 
     # -- search ------------------------------------------------------------------------------
 
