@@ -31,8 +31,10 @@ from PySide6.QtCore import QObject, Qt, Signal, Slot
 from app.services.model_catalog import CHAT_OWNER
 from app.ui.thread_host import ThreadHost
 from engine.errors import EngineError, LoadCancelled
-from engine.host.chat_engine import ChatEngine, ChatRequest, EmbeddedEngine
+from engine.host.chat_engine import ChatEngine, ChatRequest, EmbeddedEngine, EmbeddedReply
+from engine.host.context_meter import Kind
 from engine.host.context_policy import ContextPolicy
+from engine.host.context_summary import Summary
 from engine.host.host import Loadable, ModelHost
 from engine.host.runtime import Model
 from engine.media.audio import decode_wav
@@ -205,6 +207,10 @@ class EngineWorker(QObject):
     failed = Signal(int, str)  # request id (0: not about a reply), one-line message
     unloaded = Signal()
     trimmed = Signal(int)  # old messages left out so the conversation fits the context
+    # Request id, ContextMeter: where the prompt sent went, by kind (a model loaded here).
+    meter = Signal(int, object)
+    # Request id, Summary: turns left out under policy "summarise", summarised anew.
+    summarised = Signal(int, object)
 
     def __init__(
         self,
@@ -365,6 +371,12 @@ class EngineWorker(QObject):
             self.failed.emit(rid, str(e))
             return
         try:
+            if isinstance(engine, EmbeddedEngine) and request.policy == "summarise":
+                # Asked of the same engine as any answer, before it (greedy, its own turn).
+                summary = engine.summary_for(request, cancel)
+                if summary is not None:
+                    request = dataclasses.replace(request, summary=summary)
+                    self.summarised.emit(rid, summary)
             reply = engine.reply(request, cancel)
         except (EngineError, GGUFError, ValueError) as e:  # ValueError: ChatTemplateError
             self.failed.emit(rid, str(e))
@@ -377,6 +389,14 @@ class EngineWorker(QObject):
             self.trimmed.emit(reply.dropped_messages)
         # A remote server tells the prompt's size (if at all) only at the end.
         self.started.emit(rid, reply.prompt_tokens or 0)
+        if isinstance(reply, EmbeddedReply):
+            # Measured here, not on the GUI thread: it tokenizes every prefix of the prompt.
+            try:
+                meter = reply.meter(request.kinds, request.tails)
+            except EngineError:  # the model went meanwhile: its reply fails on its own
+                meter = None
+            if meter is not None:
+                self.meter.emit(rid, meter)
         # A reasoning model's reply is read apart: thinking, then the answer.
         pending: list[tuple[str, str]] = []  # (kind, text) in order, kinds merged on emit
 
@@ -503,6 +523,9 @@ class EngineHost(ThreadHost[EngineWorker]):
         tools: Sequence[Mapping[str, Any]] | None = None,
         tool_choice: str | Mapping[str, Any] = "auto",
         media: Sequence[MediaFile] = (),
+        summary: Summary | None = None,
+        kinds: Mapping[int, Kind] | None = None,
+        tails: Mapping[int, tuple[Kind, str]] | None = None,
     ) -> int:
         """Start a reply; returns its request id, which every signal about it carries.
         `thinking=False`: a reasoning model is asked not to think (structured output).
@@ -519,6 +542,9 @@ class EngineHost(ThreadHost[EngineWorker]):
             thinking=thinking,
             tools=[dict(t) for t in tools or ()],
             tool_choice=tool_choice,
+            summary=summary,
+            kinds=dict(kinds or {}),
+            tails=dict(tails or {}),
         )
         self._generate.emit(request, self._gen_cancel, self._last_id, list(media))
         return self._last_id

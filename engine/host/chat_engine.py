@@ -41,15 +41,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from engine.decoding.reasoning import ThinkMarkers, thinking_markers
 from engine.decoding.reply_reader import Part, ReplyReader
 from engine.decoding.tool_calls import ToolCall, ToolChoice
 from engine.errors import EngineError
-from engine.host.chat_plan import plan_chat
+from engine.host.chat_plan import ChatPlan, plan_chat
+from engine.host.context_meter import ContextMeter, Kind, measure
 from engine.host.context_policy import ContextPolicy
+from engine.host.context_summary import NOTE, Summary, fitted_summary_request, summary_room
 from engine.host.generation import Generation
 from engine.host.runtime import Model
 from engine.host.stats import GenerationStats
@@ -71,7 +73,9 @@ class ChatRequest:
     offered, `tool_choice` as OpenAI's: "auto", "none", "required", a function's name or
     `{"type": "function", "function": {"name": ...}}`. `sampling.grammar` cannot be combined
     with tools. `media`: images and audio, one `marker()` each in the messages' text, in
-    order (an embedded engine loaded with a projector)."""
+    order (an embedded engine loaded with a projector). `summary` (policy "summarise"): sent
+    in place of the turns it covers. `kinds` and `tails`: what the context meter calls the
+    messages (engine.host.context_meter.measure)."""
 
     messages: Messages
     sampling: SamplingParams
@@ -82,6 +86,9 @@ class ChatRequest:
     tools: Sequence[Mapping[str, Any]] = ()
     tool_choice: ToolChoice | Mapping[str, Any] = "auto"
     media: Sequence[Media] = ()
+    summary: Summary | None = None
+    kinds: Mapping[int, Kind] = field(default_factory=dict)
+    tails: Mapping[int, tuple[Kind, str]] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -159,10 +166,17 @@ class EmbeddedReply:
     """A `ReplyStream` over `engine.host.runtime.Generation`, read by `reader` (the plan's: the
     model's think markers, the tools' format)."""
 
-    def __init__(self, gen: Generation, reader: ReplyReader, dropped: int = 0) -> None:
+    def __init__(
+        self,
+        gen: Generation,
+        reader: ReplyReader,
+        dropped: int = 0,
+        plan: tuple[Model, ChatPlan] | None = None,
+    ) -> None:
         self.generation = gen
         self._reader = reader
         self._dropped = dropped
+        self._plan = plan
         self._shown: list[str] = []
         self.tool_calls: list[ToolCall] = []
 
@@ -177,6 +191,17 @@ class EmbeddedReply:
     @property
     def dropped_messages(self) -> int:
         return self._dropped
+
+    def meter(
+        self,
+        kinds: Mapping[int, Kind] | None = None,
+        tails: Mapping[int, tuple[Kind, str]] | None = None,
+    ) -> ContextMeter | None:
+        """Where the prompt sent went, by kind (it tokenizes every prefix: not on a GUI
+        thread); None without a plan."""
+        if self._plan is None:
+            return None
+        return measure(*self._plan, kinds, tails)
 
     @property
     def text(self) -> str:
@@ -254,11 +279,10 @@ class EmbeddedEngine:
         """What one conversation may hold: a slot of the model's context."""
         return self.model.n_ctx_seq
 
-    def reply(self, request: ChatRequest, cancel: threading.Event | None = None) -> EmbeddedReply:
+    def plan(self, request: ChatRequest) -> tuple[ChatPlan, str]:
         """The prompt as the server plans it (engine.host.chat_plan): fitted to a slot's
-        context with the request's policy, its tools in the family's format, a continued
-        answer at its end; the reply is read by the plan's reader. `thinking` alone decides
-        the block (a grammar may be written to pass through it)."""
+        context with the request's policy, its tools in the family's format; and the
+        continued answer's text, which the prompt will end with."""
         if self._closed:
             raise EngineError("the model has been unloaded; load it again")
         model = self.model
@@ -291,12 +315,60 @@ class EmbeddedEngine:
             reserve=min(sampling.max_tokens, model.n_ctx_seq // 2),
             more_tokens=more,
             media=request.media,
+            summary=request.summary if policy == "summarise" else None,
         )
         markers = plan.markers
         in_thinking = plan.in_thinking and markers is not None
         raw_continue = continue_text
         if markers is not None and cut and (continue_thinking or in_thinking):
             raw_continue = continued_text(markers, in_thinking, continue_thinking, continue_text)
+        return plan, raw_continue
+
+    def summary_for(
+        self, request: ChatRequest, cancel: threading.Event | None = None
+    ) -> Summary | None:
+        """Policy "summarise": a summary of the turns the request's plan leaves out that its
+        own `summary` does not cover yet (the old summary and the newly left-out turns,
+        summarised again), asked of this model as any chat is; None when there is nothing
+        new to summarise (a stored summary still covers what is left out)."""
+        if request.policy != "summarise" or request.media:
+            return None
+        plan, _ = self.plan(request)
+        old = request.summary
+        covered = set(old.covers) if old is not None else set()
+        new = [i for i in plan.left_out if i not in covered]
+        if not new:
+            return None
+        source: list[Mapping[str, Any]] = list(request.messages)
+        turns: list[int] = new
+        if old is not None and old.text.strip():
+            source = [{"role": "system", "content": f"{NOTE}\n{old.text.strip()}"}]
+            source += [request.messages[i] for i in new]
+            turns = list(range(len(source)))
+        model = self.model
+        room = summary_room(model.n_ctx_seq)
+        ask, _ = fitted_summary_request(
+            source,
+            turns,
+            lambda ms: len(model.chat_tokens(ms, enable_thinking=False)),
+            model.n_ctx_seq - room,
+        )
+        if not ask:
+            return None
+        greedy = SamplingParams(temperature=0.0, max_tokens=room, seed=0)
+        reply = self.reply(ChatRequest(ask, greedy, thinking=False), cancel)
+        text = "".join(reply).strip()
+        if not text or reply.stats.stop_reason in ("cancelled", "error"):
+            return None
+        return Summary(text, tuple(sorted(covered | set(plan.left_out))))
+
+    def reply(self, request: ChatRequest, cancel: threading.Event | None = None) -> EmbeddedReply:
+        """The request's plan (`plan`); a continued answer at its end; the reply is read by
+        the plan's reader. `thinking` alone decides the block (a grammar may be written to
+        pass through it)."""
+        plan, raw_continue = self.plan(request)
+        model = self.model
+        sampling = request.sampling
         prompt = plan.prompt
         if raw_continue:
             prompt = prompt + model.tokenize(raw_continue, add_special=False, parse_special=False)
@@ -310,7 +382,7 @@ class EmbeddedEngine:
         if media is not None:
             media.tokens = prompt  # the continued text after its chunks
         gen = model.submit(prompt, sampling, cancel=cancel, media=media)
-        return EmbeddedReply(gen, reader, plan.dropped)
+        return EmbeddedReply(gen, reader, plan.dropped, (model, plan))
 
     def close(self) -> None:
         self._closed = True  # llama.cpp crashes on a freed model: refuse before reaching it

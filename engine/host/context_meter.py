@@ -15,6 +15,10 @@ so that the kinds add up to exactly `len(plan.prompt)`:
 
 A prefix that the template refuses to render on its own is charged to the next message.
 The reply's reserve and the messages the policy left out are given beside the sum.
+
+A message may end with text of another kind (`tails`: the desktop appends the retrieved
+passages to its system prompt, since many templates take one system message only): its
+prefix is rendered once without that text, and the difference is charged to the tail's kind.
 """
 
 from __future__ import annotations
@@ -71,9 +75,15 @@ def default_kind(messages: Sequence[Mapping[str, Any]], i: int) -> Kind:
     return "history"
 
 
-def measure(model: Model, plan: ChatPlan, kinds: Mapping[int, Kind] | None = None) -> ContextMeter:
+def measure(
+    model: Model,
+    plan: ChatPlan,
+    kinds: Mapping[int, Kind] | None = None,
+    tails: Mapping[int, tuple[Kind, str]] | None = None,
+) -> ContextMeter:
     """`plan`'s prompt by kind. `kinds`: a kind for messages of the conversation (by index
-    in `plan.conversation`, e.g. "documents" for retrieved passages); the others by role."""
+    in `plan.conversation`, e.g. "documents" for retrieved passages); the others by role.
+    `tails`: text a message's content ends with, charged to its own kind."""
     conversation, sent, origin = plan.conversation, plan.messages, plan.origin
     tags = dict(kinds or {})
 
@@ -93,13 +103,14 @@ def measure(model: Model, plan: ChatPlan, kinds: Mapping[int, Kind] | None = Non
         return len(model.chat_prompt_tokens(text))
 
     # The prefixes rendered one after another, each charged to the kind it adds.
-    steps: list[tuple[Kind, Sequence[Mapping[str, Any]]]] = []
+    indexed: list[tuple[Kind, Sequence[Mapping[str, Any]], int]] = []
     first = 0
     if plan.folded and origin[0] == 0:
-        steps.append((kind_of(0), [conversation[0]]))
-        steps.append(("summary", sent[:1]))
+        indexed.append((kind_of(0), [conversation[0]], 0))
+        indexed.append(("summary", sent[:1], SUMMARY_ORIGIN))
         first = 1
-    steps += [(kind_of(origin[j]), sent[: j + 1]) for j in range(first, len(sent))]
+    indexed += [(kind_of(origin[j]), sent[: j + 1], origin[j]) for j in range(first, len(sent))]
+    steps = _split_tails(indexed, tags, tails or {})
     before = 0
     for kind, prefix in steps:
         try:
@@ -121,6 +132,26 @@ def measure(model: Model, plan: ChatPlan, kinds: Mapping[int, Kind] | None = Non
             total[kind_of(origin[j])] -= n * per_marker
         total["attachments"] = n_prompt - sum(v for k, v in total.items() if k != "attachments")
     return ContextMeter(total, n_prompt, plan.reserve, model.n_ctx_seq, plan.left_out)
+
+
+def _split_tails(
+    steps: list[tuple[Kind, Sequence[Mapping[str, Any]], int]],
+    tags: Mapping[int, Kind],
+    tails: Mapping[int, tuple[Kind, str]],
+) -> list[tuple[Kind, Sequence[Mapping[str, Any]]]]:
+    """Each step that adds conversation message `i` ending with its tail, as two: the
+    message without the tail (its own kind), then whole (the tail's)."""
+    out: list[tuple[Kind, Sequence[Mapping[str, Any]]]] = []
+    for kind, prefix, i in steps:
+        tail_kind, tail = tails.get(i, ("history", ""))
+        content = prefix[-1].get("content")
+        if tail and isinstance(content, str) and content.endswith(tail):
+            head = content[: -len(tail)].rstrip()
+            if head and i not in tags:
+                out.append((kind, [*prefix[:-1], {**prefix[-1], "content": head}]))
+            kind = tail_kind
+        out.append((kind, prefix))
+    return out
 
 
 __all__ = ["KINDS", "ContextMeter", "Kind", "default_kind", "measure"]
