@@ -20,7 +20,7 @@ removed when the last message referring to it is deleted or purged. `recover_int
 also sweeps files a crash left without a message.
 
 Projects (schema 7): a folder of chats with its own system prompt and document collections,
-which a new chat in it starts with (`new_chat_settings`); a conversation's `project_id` is
+which a new chat in it starts with (`app.services.projects`); a conversation's `project_id` is
 nullable, and deleting a project moves its chats out rather than deleting them.
 
 Documents (schema 5): an answer grounded in a chat's collections keeps the passages it was
