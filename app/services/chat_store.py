@@ -52,7 +52,7 @@ from app.services.attachments import (
 )
 from engine.rag.grounding import Grounding
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 DEFAULT_TITLE = "New chat"
 
 
@@ -284,6 +284,27 @@ _V7_SQL = """
 """
 
 
+# Version 8: a chat's summary of the turns its context leaves out (policy "summarise"): one
+# per conversation, with the ids of the messages it stands for (a JSON list).
+_V8_SQL = """
+        CREATE TABLE summaries (
+            conversation_id INTEGER PRIMARY KEY
+                REFERENCES conversations(id) ON DELETE CASCADE,
+            text TEXT NOT NULL,
+            covers TEXT NOT NULL DEFAULT '[]',
+            updated_at REAL NOT NULL
+        );
+"""
+
+
+@dataclass(frozen=True)
+class StoredSummary:
+    """A conversation's summary of earlier turns: its text and the message ids it covers."""
+
+    text: str
+    covers: tuple[int, ...]
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None] | None]] = [
     (_V1_SQL, None),
     (_V2_SQL, _chain_flat_history),
@@ -292,6 +313,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None] | None]] = [
     (_V5_SQL, None),
     (_V6_SQL, None),
     (_V7_SQL, None),
+    (_V8_SQL, None),
 ]
 
 
@@ -536,6 +558,26 @@ class ChatStore:
         settings.update(changes)
         self._update_conversation(conversation_id, settings=json.dumps(settings), touch=False)
         return settings
+
+    def summary(self, conversation_id: int) -> StoredSummary | None:
+        """The conversation's summary of left-out turns, if it has one."""
+        r = self._db.execute(
+            "SELECT text, covers FROM summaries WHERE conversation_id = ?", (conversation_id,)
+        ).fetchone()
+        if r is None:
+            return None
+        covers = json.loads(r["covers"] or "[]")
+        return StoredSummary(r["text"], tuple(int(i) for i in covers if isinstance(i, int)))
+
+    def set_summary(self, conversation_id: int, text: str, covers: Sequence[int]) -> None:
+        """Keep `text` as the summary of the messages `covers` (replacing the one before)."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO summaries (conversation_id, text, covers, updated_at) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT(conversation_id) DO UPDATE SET "
+                "text = excluded.text, covers = excluded.covers, updated_at = excluded.updated_at",
+                (conversation_id, text, json.dumps(list(covers)), self._clock()),
+            )
 
     def replace_settings(self, conversation_id: int, settings: dict[str, Any]) -> None:
         """The conversation's settings become `settings`: a key left out is removed (a value
