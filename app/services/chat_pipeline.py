@@ -37,6 +37,7 @@ from app.services.chat_prompt import PromptBuilder
 from app.services.chat_reply import ActiveReply, Parent, ReplyState
 from app.services.chat_settings import ChatSettings
 from app.services.chat_store import ChatStore, ChatStoreError, StreamWriter
+from app.services.chat_summary import ChatSummary
 from app.services.chat_tools import OfferedTool, ToolLoop
 from app.services.chat_transcript import Transcript
 from engine.decoding.constraints import GrammarError
@@ -95,6 +96,8 @@ class ChatPipeline:
         self.turn_grounding: Grounding | None = None
         # Tokens the conversation on screen takes in the context, as of its last request.
         self.context_used = 0
+        # Its summary of the turns the context leaves out (policy "summarise").
+        self.summary: ChatSummary | None = None
         self._store = store
         self.prompt = PromptBuilder(chat, self.attachment_data, engine.media_marker)
 
@@ -279,6 +282,7 @@ class ChatPipeline:
         """Add the answer's message (stored as streaming) and ask the engine for it."""
         s = self.settings
         messages = self.prompt.messages(s, self.loaded, grounding=reply.grounding)
+        reply.sent = self.prompt.sources(s, grounding=reply.grounding)
         structured = s.structured_output is not None
         problem = reply.retrieval_error
         try:
@@ -338,6 +342,7 @@ class ChatPipeline:
                 tools=functions,
                 tool_choice=choice or "auto",
                 media=self.prompt.media(self.loaded),
+                **self._context_fields(reply),
             )
         )
         self.listener.streaming_reply(reply.rid)
@@ -350,6 +355,7 @@ class ChatPipeline:
         # The passages it was written from, as stored: no new search. Free text: a
         # structured answer is never continued, so the chat's schema is not this answer's.
         messages = self.prompt.messages(self.settings, self.loaded, row, m.grounding)
+        reply.sent = self.prompt.sources(self.settings, row, m.grounding)
         sampling = self.prompt.free_sampling(self.sampling, self.settings)
         reply.continued = (
             (m.stats.thinking_tokens, m.stats.thinking_s) if m.stats is not None else None
@@ -370,10 +376,26 @@ class ChatPipeline:
                 continue_text=m.text,
                 continue_thinking=m.thinking,
                 media=self.prompt.media(self.loaded, row),
+                **self._context_fields(reply, m.grounding),
             )
         )
         self.listener.streaming_reply(reply.rid)
         return True
+
+    def _context_fields(
+        self, reply: ActiveReply, grounding: Grounding | None = None
+    ) -> dict[str, Any]:
+        """A request's summary (policy "summarise") and what the meter calls its messages."""
+        kinds, tails = self.prompt.meter_tags(self.settings, grounding or reply.grounding)
+        summary = self.summary
+        sent = reply.sent or []
+        return {
+            "summary": summary.for_request(sent)
+            if summary is not None and self.settings.context_policy == "summarise"
+            else None,
+            "kinds": kinds,
+            "tails": tails,
+        }
 
     # -- the store ------------------------------------------------------------------------------
 

@@ -14,7 +14,9 @@ from typing import Any, Protocol
 from app.services.attachments import Attachment, NewAttachment
 from app.services.chat_settings import ChatSettings
 from app.services.chat_store import ChatStore
+from engine.host.context_meter import ContextMeter, Kind
 from engine.host.context_policy import ContextPolicy
+from engine.host.context_summary import Summary
 from engine.rag.grounding import CountTokens
 from engine.rag.search import Hit
 from engine.settings import SamplingParams
@@ -63,6 +65,11 @@ class Turn:
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | Mapping[str, Any] = "auto"
     media: list[MediaFile] = field(default_factory=list)
+    # Policy "summarise": the stored summary, sent in place of the turns it covers.
+    summary: Summary | None = None
+    # What the context meter calls the messages (engine.host.context_meter.measure).
+    kinds: dict[int, Kind] = field(default_factory=dict)
+    tails: dict[int, tuple[Kind, str]] = field(default_factory=dict)
 
 
 class EnginePort(Protocol):
@@ -137,6 +144,13 @@ class ChatListener:
 
     def context_changed(self, used: int, n_ctx: int) -> None: ...
     def context_note(self, text: str) -> None: ...
+
+    def context_meter(self, meter: ContextMeter | None) -> None:
+        """Where the last prompt sent went, by kind (None: nothing measured, e.g. a remote
+        engine or another chat)."""
+
+    def summary_changed(self, text: str | None) -> None:
+        """The chat's summary of earlier turns (None: it has none)."""
 
     def engine_changed(self, info: EngineInfo | None) -> None:
         """The engine now in use, or None."""

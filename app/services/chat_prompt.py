@@ -15,8 +15,9 @@ from app.services.attachments import Attachment
 from app.services.chat_ports import EngineInfo, MediaFile
 from app.services.chat_settings import ChatSettings
 from app.services.chat_transcript import Transcript
-from app.services.conversation import Conversation
+from app.services.conversation import Conversation, Message
 from engine.decoding import constraints
+from engine.host.context_meter import Kind
 from engine.rag.grounding import Grounding
 from engine.settings import SamplingParams
 
@@ -84,10 +85,35 @@ class PromptBuilder:
             msgs = conv.for_model(self._marker(), lambda a: self._sends(loaded, a))
         else:
             msgs = conv.for_model()
+        system = self._system(settings, grounding)
+        return ([{"role": "system", "content": system}] if system else []) + msgs
+
+    @staticmethod
+    def _system(settings: ChatSettings, grounding: Grounding | None) -> str:
         system = settings.system_prompt.strip()
         if grounding is not None and grounding.text:
             system = f"{system}\n\n{grounding.text}" if system else grounding.text
-        return ([{"role": "system", "content": system}] if system else []) + msgs
+        return system
+
+    def sources(
+        self, settings: ChatSettings, upto: int | None = None, grounding: Grounding | None = None
+    ) -> list[str | None]:
+        """For each message of `messages(...)`, the id of the message on screen it comes
+        from (None: the system message). The same turns as `Conversation.for_model` keeps."""
+        head: list[str | None] = [None] if self._system(settings, grounding) else []
+        return head + [m.id for m in self.chat.conversation.messages[:upto] if _sent(m)]
+
+    @staticmethod
+    def meter_tags(
+        settings: ChatSettings, grounding: Grounding | None
+    ) -> tuple[dict[int, Kind], dict[int, tuple[Kind, str]]]:
+        """What the context meter calls the system message: the chat's prompt, then the
+        passages found (appended to it: one system message), or the passages alone."""
+        if grounding is None or not grounding.text:
+            return {}, {}
+        if not settings.system_prompt.strip():
+            return {0: "documents"}, {}
+        return {}, {0: ("documents", grounding.text)}
 
     def media(self, loaded: EngineInfo | None, upto: int | None = None) -> list[MediaFile]:
         """The files the markers of `messages(..., upto)` stand for, in order."""
@@ -106,6 +132,20 @@ class PromptBuilder:
     def _sends(self, info: EngineInfo | None, a: Attachment) -> bool:
         """An attachment goes to the model: of a kind it reads, its file still there."""
         return info is not None and a.kind in info.media and self._data(a) is not None
+
+
+def _sent(m: Message) -> bool:
+    """Whether `Conversation.for_model` sends the message: finished turns, tool results
+    that came back, answers with text or calls."""
+    if m.role == "tool":
+        return m.tool_status != "running"
+    if m.state in ("error", "streaming"):
+        return False
+    return (
+        bool(m.tool_calls)
+        if m.role == "assistant" and m.tool_calls
+        else (bool(m.text) or m.role != "assistant")
+    )
 
 
 __all__ = ["PromptBuilder"]

@@ -13,6 +13,10 @@ from typing import Any
 from app.services.chat_pipeline import ChatPipeline
 from app.services.chat_ports import EngineInfo
 from app.services.chat_reply import ActiveReply, ReplyState
+from app.services.chat_store import ChatStoreError
+from app.services.chat_summary import ChatSummary, save_summary
+from engine.host.context_meter import ContextMeter
+from engine.host.context_summary import Summary
 from engine.host.stats import GenerationStats
 
 
@@ -53,6 +57,41 @@ class ChatReplies(ChatPipeline):
         if (reply := self._mine(rid)) is not None:
             reply.prompt_tokens = prompt_tokens
             self._show_context(prompt_tokens)
+
+    def context_meter(self, rid: int, meter: ContextMeter) -> None:
+        """Where the prompt of reply `rid` went: shown, and the turns it left out marked."""
+        reply = self._mine(rid)
+        if reply is None or reply.sent is None:
+            return
+        sent = reply.sent
+        ids = (sent[i] for i in meter.left_out if 0 <= i < len(sent))
+        self.chat.set_left_out(frozenset(i for i in ids if i is not None))
+        self.listener.context_meter(meter)
+
+    def summarised(self, rid: int, summary: Summary) -> None:
+        """The engine summarised the turns the prompt of reply `rid` leaves out: kept for
+        the next requests (and in the store), shown."""
+        reply = self._mine(rid)
+        if reply is None or reply.sent is None:
+            return
+        self.summary = ChatSummary.of(summary, reply.sent)
+        self._save_summary()
+        self.listener.summary_changed(self.summary.text)
+
+    def edit_summary(self, text: str) -> None:
+        """The person's own words for the summary: sent from the next request on."""
+        if self.summary is None or text == self.summary.text:
+            return
+        self.summary = ChatSummary(text, self.summary.covers)
+        self._save_summary()
+
+    def _save_summary(self) -> None:
+        if self.store is None or self.summary is None:
+            return
+        try:
+            save_summary(self.store, self.chat.conversation, self.summary)
+        except ChatStoreError as e:
+            self.listener.error(f"The summary was not saved: {e}")
 
     def trimmed(self, dropped: int) -> None:
         if self.streaming:

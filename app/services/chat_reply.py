@@ -64,6 +64,9 @@ class ActiveReply:
     # Why the store stopped taking this answer (a full disk): it streams on, unsaved, and the
     # session says so once (`take_store_error`).
     store_error: str | None = None
+    # For each message of the request sent, the id of the message on screen it came from
+    # (None: the system prompt): what the meter's left-out indices and a summary's map to.
+    sent: list[str | None] | None = None
 
     @property
     def streaming(self) -> bool:

@@ -36,6 +36,7 @@ from app.services.chat_replies import ChatReplies
 from app.services.chat_reply import ActiveReply, ReplyState
 from app.services.chat_settings import ChatSettings, EngineBinding
 from app.services.chat_store import ChatStoreError
+from app.services.chat_summary import ChatSummary, load_summary
 from app.services.chat_tools import ToolLoop
 from app.services.conversation import Message
 
@@ -215,6 +216,7 @@ class ChatSession(ChatReplies):
         self.settings = ChatSettings()
         self.chat.clear()
         self._show_context(0)
+        self._show_summary(None)
         self._changed()
 
     def open_conversation(self, conversation_id: int) -> None:
@@ -226,7 +228,15 @@ class ChatSession(ChatReplies):
         self.settings = ChatSettings.from_stored(stored)
         self.chat.set_conversation(shown)
         self._show_context(last_context(shown))
+        self._show_summary(load_summary(self.store, shown))
         self._changed()
+
+    def _show_summary(self, summary: ChatSummary | None) -> None:
+        """Another chat on screen: its summary (if any); its meter comes with its next
+        request."""
+        self.summary = summary
+        self.listener.context_meter(None)
+        self.listener.summary_changed(summary.text if summary is not None else None)
 
     def _abandon(self) -> None:
         if self.turns is not None:

@@ -55,6 +55,11 @@ class Transcript(Protocol):
     def set_decision(self, row: int, call_id: str, decision: ToolDecision) -> None: ...
     def append_tool(self, call: ToolCallView, status: ToolStatus, text: str = "") -> int: ...
     def set_tool_progress(self, row: int, progress: ToolProgress) -> None: ...
+    def set_left_out(self, ids: frozenset[str]) -> None:
+        """The messages (by `Message.id`) the last prompt sent left out of the context."""
+        ...
+
+    def left_out(self, row: int) -> bool: ...
     def set_tool_result(
         self, row: int, status: ToolStatus, text: str, *, truncated: bool = False
     ) -> None: ...
@@ -65,6 +70,13 @@ class PlainTranscript:
 
     def __init__(self, conversation: Conversation | None = None) -> None:
         self._conv = conversation or Conversation()
+        self.left_out_ids: frozenset[str] = frozenset()
+
+    def set_left_out(self, ids: frozenset[str]) -> None:
+        self.left_out_ids = ids
+
+    def left_out(self, row: int) -> bool:
+        return self._conv.messages[row].id in self.left_out_ids
 
     @property
     def conversation(self) -> Conversation:
@@ -75,6 +87,7 @@ class PlainTranscript:
 
     def set_conversation(self, conversation: Conversation) -> None:
         self._conv = conversation
+        self.left_out_ids = frozenset()  # another chat: the next prompt says again
 
     def clear(self) -> None:
         self.set_conversation(Conversation())

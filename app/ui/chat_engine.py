@@ -21,6 +21,8 @@ from app.services.connections import ConnectionStore
 from app.ui.chat_media import projector_reads, refusal
 from app.ui.worker import EngineHost, EngineMaker, LoadedModel, RemoteTarget
 from engine.errors import EngineError
+from engine.host.context_meter import ContextMeter
+from engine.host.context_summary import Summary
 from engine.host.stats import GenerationStats
 from engine.rag.grounding import CountTokens, approx_tokens
 from engine.settings import LoadParams
@@ -86,6 +88,8 @@ class ChatEngines(QObject):
             (w.started, self._on_started),
             (w.trimmed, self._on_trimmed),
             (w.tool_calls, self._on_tool_calls),
+            (w.meter, self._on_meter),
+            (w.summarised, self._on_summarised),
         ):
             signal.connect(slot)
 
@@ -107,6 +111,12 @@ class ChatEngines(QObject):
 
     def _on_trimmed(self, dropped: int) -> None:
         self._s().trimmed(dropped)
+
+    def _on_meter(self, rid: int, meter: ContextMeter) -> None:
+        self._s().context_meter(rid, meter)
+
+    def _on_summarised(self, rid: int, summary: Summary) -> None:
+        self._s().summarised(rid, summary)
 
     def _on_tokens(self, rid: int, text: str, n: int) -> None:
         self._s().tokens(rid, text, n)
@@ -205,6 +215,9 @@ class ChatEngines(QObject):
             tools=turn.tools,
             tool_choice=turn.tool_choice,
             media=turn.media,
+            summary=turn.summary,
+            kinds=turn.kinds,
+            tails=turn.tails,
         )
 
     def stop(self) -> None:

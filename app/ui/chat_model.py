@@ -17,6 +17,7 @@ from PySide6.QtCore import (
     QObject,
     QPersistentModelIndex,
     Qt,
+    Signal,
 )
 
 from app.services.attachments import Attachment
@@ -41,11 +42,18 @@ STATS_ROLE = Qt.ItemDataRole.UserRole + 3
 ERROR_ROLE = Qt.ItemDataRole.UserRole + 4
 MESSAGE_ROLE = Qt.ItemDataRole.UserRole + 5
 THINKING_ROLE = Qt.ItemDataRole.UserRole + 6  # a reasoning model's thinking block
+LEFT_OUT_ROLE = Qt.ItemDataRole.UserRole + 7  # the last prompt left the message out
 
 Index = QModelIndex | QPersistentModelIndex
 
 
 class ChatModel(QAbstractListModel):
+    # Where the last prompt's tokens went (a ContextMeter, or None), for the chat's meter.
+    meter_changed = Signal(object)
+    # The chat's summary of earlier turns (str, or None: none), and the person's edit of it.
+    summary_changed = Signal(object)
+    summary_edited = Signal(str)
+
     def __init__(
         self, conversation: Conversation | None = None, parent: QObject | None = None
     ) -> None:
@@ -85,6 +93,8 @@ class ChatModel(QAbstractListModel):
             return m
         if role == THINKING_ROLE:
             return m.thinking
+        if role == LEFT_OUT_ROLE:
+            return self._data.left_out(index.row())
         return None
 
     def roleNames(self) -> dict[int, QByteArray]:
@@ -95,12 +105,16 @@ class ChatModel(QAbstractListModel):
             (STATS_ROLE, b"stats"),
             (ERROR_ROLE, b"error"),
             (THINKING_ROLE, b"thinking"),
+            (LEFT_OUT_ROLE, b"leftOut"),
         ):
             names[role] = QByteArray(name)
         return names
 
     def message(self, row: int) -> Message:
         return self._messages[row]
+
+    def left_out(self, row: int) -> bool:
+        return self._data.left_out(row)
 
     # -- write (GUI thread only) -----------------------------------------------------------
 
@@ -204,6 +218,20 @@ class ChatModel(QAbstractListModel):
     ) -> None:
         self._data.set_tool_result(row, status, text, truncated=truncated)
         self._changed(row, [Qt.ItemDataRole.DisplayRole, MESSAGE_ROLE])
+
+    def set_meter(self, meter: object) -> None:
+        self.meter_changed.emit(meter)
+
+    def set_summary(self, text: str | None) -> None:
+        self.summary_changed.emit(text)
+
+    def set_left_out(self, ids: frozenset[str]) -> None:
+        """Mark the messages the last prompt left out (and unmark the others)."""
+        was = self._data.left_out_ids
+        self._data.set_left_out(ids)
+        for row, m in enumerate(self._messages):
+            if (m.id in was) != (m.id in ids):
+                self._changed(row, [LEFT_OUT_ROLE])
 
     def _changed(self, row: int, roles: list[int]) -> None:
         idx = self.index(row, 0)

@@ -90,6 +90,7 @@ class ChatController(QObject):
         self._searches: Background | None = None
         self._send_state: tuple[bool, str | None] = (False, None)  # as last told
         self.engines.attach(self.session)  # the engine thread's signals go to it
+        chat.summary_edited.connect(self.session.edit_summary)
 
     def use_tools(self, runner: ToolRunner) -> ToolTurns:
         """Offer the chat's MCP tools to the model (a model loaded on this computer)."""
@@ -285,6 +286,8 @@ class _Relay(ChatListener):
             "streaming_reply",
         ):
             setattr(self, name, getattr(c, name).emit)
+        # The chat's model tells the chat view, as it does of the messages.
+        self.context_meter, self.summary_changed = c.chat.set_meter, c.chat.set_summary  # type: ignore[method-assign]
 
     def state_changed(self) -> None:
         self.c.busy_changed.emit(self.c.busy)
