@@ -24,6 +24,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.ui.chat_settings import ChatSettingsPanel
+from app.ui.conversation_list import ConversationList
 from app.ui.nav_rail import ICON, rail_icon
 from app.ui.side_panels import content_width, fit_panels, scrolled
 
@@ -93,6 +95,10 @@ class ChatPage(QWidget):
         lay.setSpacing(6)
 
         if sidebar is not None:
+            if isinstance(sidebar, ConversationList) and isinstance(drawer, ChatSettingsPanel):
+                # The project dialog offers the collections the drawer offers, read when it
+                # opens (the documents index is set on the drawer after the window is built).
+                sidebar.set_collections(lambda: drawer._collection_names())
             self._panel("sidebar", sidebar)
             lay.addWidget(self.areas["sidebar"])
 
