@@ -88,11 +88,11 @@ from app.ui.chat_model import ChatModel
 from app.ui.citations import SourcesBlock
 from app.ui.code_highlight import CodeHighlighter, is_dark, style_inline_code, style_tables
 from app.ui.composer import Composer, CountTokens
+from app.ui.context_meter import ContextMeterView, SummaryBlock
 from app.ui.conversation import Message
 from app.ui.message_editor import MessageEditor
 from app.ui.prose_label import ProseLabel, hint_at_own_width
 from app.ui.scroll_guard import guard_layout_requests
-from app.ui.steady_label import SteadyLabel
 from app.ui.streaming_prose import StreamingProse
 from app.ui.tool_blocks import ToolCallBlock, ToolResultBlock
 from app.ui.welcome import WelcomePane
@@ -797,7 +797,25 @@ class MessageWidget(QFrame):
         for b in (self.copy_message_button, self.delete_button):
             b.setVisible(message.role != "tool")
         self.text = message.text
+        self.left_out_label: QLabel | None = None  # the last prompt left it out
         self.sync(message)
+
+    def set_left_out(self, left_out: bool) -> None:
+        """Dimmed, with a note, while the last prompt left the message out of the context."""
+        label = self.left_out_label
+        if label is None:
+            if not left_out:
+                return
+            label = self.left_out_label = QLabel("Left out of the context")
+            label.setObjectName("leftOutNote")
+            label.setToolTip("The last prompt did not hold this message: the model did not see it")
+            label.setEnabled(False)
+            self._lay.insertWidget(0, label)
+            self._dim = QGraphicsOpacityEffect(self.body)
+            self._dim.setOpacity(0.5)
+            self.body.setGraphicsEffect(self._dim)
+        label.setVisible(left_out)
+        self._dim.setEnabled(left_out)
 
     @property
     def action_buttons(self) -> list[QToolButton]:
@@ -1167,14 +1185,18 @@ class ChatView(QWidget):
         lay.addWidget(self.header)
         lay.addWidget(self.scroll_area, 1)
         lay.addWidget(self.welcome, 1)
-        self.context_label = SteadyLabel()
-        self.context_label.setAccessibleName("Context use")
-        self.context_label.setEnabled(False)
+        # Where the last prompt's tokens went, and the chat's summary of earlier turns.
+        self.context_label = ContextMeterView()
+        self.summary_block = SummaryBlock()
+        model.meter_changed.connect(self.context_label.set_meter)
+        model.summary_changed.connect(self.summary_block.set_text)
+        self.summary_block.edited.connect(model.summary_edited)
         self.context_note = QLabel()
         self.context_note.setObjectName("contextNote")
         self.context_note.setWordWrap(True)
         self.context_note.setStyleSheet("color: #b26a00;")
         self.context_note.hide()
+        lay.addWidget(self.summary_block)
         lay.addWidget(self.context_note)
         lay.addWidget(self.context_label)
         lay.addWidget(self.attacher.tray)
@@ -1327,9 +1349,7 @@ class ChatView(QWidget):
         self._sync_header()
 
     def set_context(self, used: int, n_ctx: int) -> None:
-        self.context_label.setText(
-            f"Context: {used:,} / {n_ctx:,} tokens ({100 * used / n_ctx:.0f}%)" if n_ctx else ""
-        )
+        self.context_label.set_context(used, n_ctx)
 
     def show_context_note(self, text: str) -> None:
         self.context_note.setText(text)
@@ -1406,6 +1426,7 @@ class ChatView(QWidget):
         for row in range(top.row(), bottom.row() + 1):
             if 0 <= row < len(self._widgets):
                 self._widgets[row].sync(self.model.message(row))
+                self._widgets[row].set_left_out(self.model.left_out(row))
         self._sync_header()  # a new chat's first message gave it its id in the store
 
     def _on_range(self, _lo: int, hi: int) -> None:
