@@ -1,14 +1,30 @@
 """The benchmark results as a Qt table model: one row per concurrency level, units in the
 headers. DisplayRole is the formatted text; `RAW_ROLE` the number as measured (None when the
-level has no such figure), for sorting, copying and tests."""
+level has no such figure), for sorting, copying and tests.
+
+`BenchTable` shows it with its columns as wide as their contents. All of them need about
+900 px; in a narrower window the least useful are hidden (`DROP_ORDER`) rather than the
+table scrolling sideways, which would hide the figures on the right. Right-clicking the header
+shows or hides any column; what the person chose there stays, whatever the width."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QPoint,
+    Qt,
+    QTimer,
+    Signal,
+)
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QMenu, QTableView, QWidget
 
 from engine.bench.metrics import LevelMetrics
 from engine.bench.result import BenchResult
@@ -84,7 +100,7 @@ COLUMNS: tuple[Column, ...] = (
         _num(1),
     ),
     Column(
-        "Generation\n(tokens/s per request)",
+        "Generation\n(tokens/s each)",
         "(completion tokens - 1) / (last token - first token), median over requests",
         lambda r: r.level.gen_tps_p50,
         _num(1),
@@ -196,3 +212,118 @@ class BenchTableModel(QAbstractTableModel):
         if not index.isValid():
             return Qt.ItemFlag.NoItemFlags
         return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+
+
+# The columns hidden first when the window is too narrow for all, least useful first: the
+# failures are in "OK / sent" too, the VRAM peak is "-" on most machines, and the medians
+# have their 95th percentiles beside them.
+DROP_ORDER = ("Failures", "Peak VRAM", "Latency p50", "TTFT p50", "Prompt")
+
+
+def column_name(section: int) -> str:
+    """A column's header on one line ("TTFT p50 (s)")."""
+    return " ".join(COLUMNS[section].header.split("\n"))
+
+
+def columns_to_hide(widths: Sequence[int], room: int, chosen: Mapping[int, bool]) -> set[int]:
+    """The columns to hide: those the person hid (`chosen[i]` False), then those of
+    `DROP_ORDER` the person did not ask for, one at a time, until the rest fit in `room`."""
+    hidden = {i for i, on in chosen.items() if not on}
+    need = sum(w for i, w in enumerate(widths) if i not in hidden)
+    firsts = [c.header.split("\n")[0] for c in COLUMNS]
+    for name in DROP_ORDER:
+        if need <= room:
+            break
+        i = firsts.index(name)
+        if i in hidden or chosen.get(i):
+            continue
+        hidden.add(i)
+        need -= widths[i]
+    return hidden
+
+
+class BenchTable(QTableView):
+    """The results table: columns fitted to the width (see the module's doc); `hidden_changed`
+    carries the names of the columns hidden (for a note under the table)."""
+
+    hidden_changed = Signal(list)
+
+    def __init__(self, model: BenchTableModel, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setModel(model)
+        self.chosen: dict[int, bool] = {}  # column -> shown, as the person chose
+        # The headers' widths, kept from when each was shown (a hidden one's hint is 0).
+        self._header_widths: dict[int, int] = {}
+        self._hidden: list[str] = []
+        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.verticalHeader().hide()
+        self.setWordWrap(False)
+        header = self.horizontalHeader()
+        # The stretched last column is never narrower than the default size: keep that to
+        # what a column needs at least, or it would ask for room the fit did not count.
+        header.setDefaultSectionSize(header.minimumSectionSize())
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        header.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        header.customContextMenuRequested.connect(self._header_menu)
+        # The default levels (1, 2, 4) in view, even where the charts take the rest of a low
+        # window.
+        rows = 3 * self.verticalHeader().defaultSectionSize()
+        self.setMinimumHeight(header.sizeHint().height() + rows + 2 * self.frameWidth())
+        # After the reset the rows' widths are known (the view lays them out first).
+        model.modelReset.connect(lambda: QTimer.singleShot(0, self.fit))
+
+    def natural_width(self, section: int) -> int:
+        """What the column needs, shown or not: its header or its widest figure."""
+        header = self.horizontalHeader()
+        if header.isSectionHidden(section):
+            width = self._header_widths.get(section, 0)
+        else:
+            width = self._header_widths[section] = header.sectionSizeHint(section)
+        return max(width, self.sizeHintForColumn(section))
+
+    def fit(self) -> None:
+        header = self.horizontalHeader()
+        widths = [self.natural_width(i) for i in range(header.count())]
+        hidden = columns_to_hide(widths, self.viewport().width(), self.chosen)
+        for i in range(header.count()):
+            if header.isSectionHidden(i) != (i in hidden):
+                header.setSectionHidden(i, i in hidden)
+        names = [column_name(i) for i in sorted(hidden)]
+        if names != self._hidden:
+            self._hidden = names
+            self.hidden_changed.emit(names)
+
+    def resizeEvent(self, e: QResizeEvent) -> None:
+        super().resizeEvent(e)
+        self.fit()
+
+    def header_menu(self) -> QMenu:
+        """Each column, ticked when shown: unticking hides it, ticking shows it (for good,
+        whatever the width); "Fit to the window" forgets those choices."""
+        menu = QMenu(self)
+        header = self.horizontalHeader()
+        for i in range(header.count()):
+            act = menu.addAction(column_name(i))
+            act.setCheckable(True)
+            act.setChecked(not header.isSectionHidden(i))
+            act.toggled.connect(self._chooser(i))
+        menu.addSeparator()
+        menu.addAction("Fit to the window", self.fit_to_window)
+        return menu
+
+    def _chooser(self, section: int) -> Callable[[bool], None]:
+        def choose(shown: bool) -> None:
+            self.chosen[section] = shown
+            self.fit()
+
+        return choose
+
+    def fit_to_window(self) -> None:
+        self.chosen.clear()
+        self.fit()
+
+    def _header_menu(self, pos: QPoint) -> None:
+        menu = self.header_menu()
+        menu.exec(self.horizontalHeader().viewport().mapToGlobal(pos))
+        menu.deleteLater()

@@ -18,7 +18,6 @@ from typing import Any
 from PySide6.QtCore import QSize, Qt, Signal, Slot
 from PySide6.QtGui import QPainter, QPaintEvent, QPixmap
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
@@ -26,7 +25,6 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QProgressBar,
@@ -34,12 +32,11 @@ from PySide6.QtWidgets import (
     QSizePolicy,
     QSpinBox,
     QSplitter,
-    QTableView,
     QVBoxLayout,
     QWidget,
 )
 
-from app.ui.bench_table import BenchTableModel
+from app.ui.bench_table import BenchTable, BenchTableModel
 from app.ui.bench_worker import BenchHost, BenchOutcome, BenchRequest
 from app.ui.library_model import human_bytes
 from app.ui.worker import LoadedModel
@@ -284,15 +281,15 @@ class BenchView(QWidget):
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.error_label.hide()
 
-        self.table = QTableView()
-        self.table.setModel(self.table_model)
+        self.table = BenchTable(self.table_model)
         self.table.setAccessibleName("Benchmark results")
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.verticalHeader().hide()
-        self.table.setWordWrap(False)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        # Which columns a narrow window hides, and how to get them back.
+        self.hidden_note = QLabel()
+        self.hidden_note.setWordWrap(True)
+        self.hidden_note.setEnabled(False)
+        self.hidden_note.setAccessibleName("Hidden columns")
+        self.hidden_note.hide()
+        self.table.hidden_changed.connect(self._on_hidden_columns)
         self.summary = QLabel()
         self.summary.setWordWrap(True)
         self.summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -301,6 +298,7 @@ class BenchView(QWidget):
         rl = QVBoxLayout(results)
         rl.setContentsMargins(0, 0, 0, 0)
         rl.addWidget(self.table, 1)
+        rl.addWidget(self.hidden_note)
         rl.addWidget(self.summary)
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(results)
@@ -320,6 +318,13 @@ class BenchView(QWidget):
         lay.addWidget(self.splitter, 1)
         lay.addWidget(self.context)
         self.resize(1280, 860)
+
+    def _on_hidden_columns(self, names: list[str]) -> None:
+        self.hidden_note.setText(
+            f"Columns hidden: {', '.join(names)}. Right-click the table's header to choose "
+            "which show."
+        )
+        self.hidden_note.setVisible(bool(names))
 
     # -- what the chat is doing ------------------------------------------------------------
 

@@ -39,9 +39,6 @@ from tests.app.ui.visual.painted import (
 
 pytestmark = pytest.mark.xserver
 SIZES = ((1600, 1000), (1280, 800), (1000, 700))
-# Data tables whose columns need more than the window gives them below this width: they
-# scroll sideways rather than cut a figure (the benchmark's twelve columns need ~1,000 px).
-WIDE_TABLES = {"Benchmark results": 1100}
 # WCAG's least contrast for body text.
 MIN_CONTRAST = 4.5
 
@@ -109,8 +106,6 @@ def page_problems(w: MainWindow, key: str, where: str) -> list[str]:
     for area in areas:
         if area.horizontalScrollBar().isVisible():
             name = area.accessibleName() or area.objectName() or type(area).__name__
-            if name in WIDE_TABLES and w.width() < WIDE_TABLES[name]:
-                continue
             problems.append(f"{where}: {name} scrolls sideways")
     kinds = (QAbstractButton, QComboBox, QLineEdit, QLabel)
     for widget in page.findChildren(QWidget):
