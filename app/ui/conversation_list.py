@@ -221,6 +221,15 @@ class ConversationList(QWidget):
                 if pid in self.expanded:
                     for conv in inside[pid]:
                         self._add_chat(conv, previews, now, indent=True)
+            if projects and loose:
+                # Below the folders, the loose chats under a label of their own: a folded
+                # project's header would otherwise seem to hold them.
+                label = QListWidgetItem("Chats")
+                label.setFlags(Qt.ItemFlag.NoItemFlags)
+                font = label.font()
+                font.setBold(True)
+                label.setFont(font)
+                self.list.addItem(label)
             for conv in loose:
                 self._add_chat(conv, previews, now)
         self.set_current(self._current)
@@ -303,6 +312,8 @@ class ConversationList(QWidget):
             if t is None or t[0] != pid or time.monotonic() - t[1] > interval:
                 self.toggle_project(int(pid))
             return
+        if item.data(ID_ROLE) is None:
+            return  # the loose chats' label
         cid = int(item.data(ID_ROLE))
         self._current = cid
         self.conversation_selected.emit(cid)
@@ -320,7 +331,7 @@ class ConversationList(QWidget):
 
     def _menu(self, pos: QPoint) -> None:
         item = self.list.itemAt(pos)
-        if item is None:
+        if item is None or (item.data(ID_ROLE) is None and item.data(PROJECT_ROLE) is None):
             menu = QMenu(self)
             menu.addAction("New project…", lambda: self.project_dialog(None))
         elif item.data(PROJECT_ROLE) is not None:

@@ -66,7 +66,7 @@ def test_projects_are_groups_above_the_loose_chats(qtbot: QtBot, store: ChatStor
     store.set_pinned(a.id, True)
     cl = make_list(qtbot, store)
     # Folded: the headers (by name, each with its count), then the loose chats.
-    assert rows(cl) == ["▸ Archive  (0)", "▸ Work  (2)", "Loose chat"]
+    assert rows(cl) == ["▸ Archive  (0)", "▸ Work  (2)", "Chats", "Loose chat"]
     assert cl.ids() == [loose.id] and cl.project_ids() == [store.projects()[0].id, work.id]
     header = cl.list.item(1)
     assert header.font().bold() and header.data(ID_ROLE) is None
@@ -76,7 +76,14 @@ def test_projects_are_groups_above_the_loose_chats(qtbot: QtBot, store: ChatStor
         pos=cl.list.visualItemRect(header).center(),
     )
     # Unfolded: its chats under it, pinned first; the loose chats still below.
-    assert rows(cl) == ["▸ Archive  (0)", "▾ Work  (2)", "★ Budget", "Roadmap", "Loose chat"]
+    assert rows(cl) == [
+        "▸ Archive  (0)",
+        "▾ Work  (2)",
+        "★ Budget",
+        "Roadmap",
+        "Chats",
+        "Loose chat",
+    ]
     assert cl.ids() == [a.id, b.id, loose.id]
     cl.toggle_project(work.id)
     assert cl.ids() == [loose.id]
@@ -139,7 +146,7 @@ def test_move_to_project_from_a_chats_menu(qtbot: QtBot, store: ChatStore) -> No
     cl = make_list(qtbot, store)
     action(cl.menu_for(c.id), "Move to project ▸ Work")
     assert store.conversation(c.id).project_id == p.id
-    assert rows(cl) == ["▾ Work  (1)", "Loose chat"] and cl.ids() == [c.id]
+    assert rows(cl) == ["▾ Work  (1)", "Loose chat"] and cl.ids() == [c.id]  # none loose
     # Its own settings stay: only new chats start from the project's.
     assert store.conversation(c.id).settings == {"system_prompt": "Mine."}
     menu = cl.menu_for(c.id)
@@ -148,7 +155,7 @@ def test_move_to_project_from_a_chats_menu(qtbot: QtBot, store: ChatStore) -> No
     assert work.isChecked()
     action(menu, "Move to project ▸ Out of the project")
     assert store.conversation(c.id).project_id is None
-    assert rows(cl) == ["▾ Work  (0)", "Loose chat"]
+    assert rows(cl) == ["▾ Work  (0)", "Chats", "Loose chat"]
     # A new project from the menu, the chat moved into it on OK.
     action(cl.menu_for(c.id), "Move to project ▸ New project…")
     (dialog,) = cl.findChildren(ProjectDialog)
