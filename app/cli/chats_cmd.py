@@ -39,6 +39,7 @@ def open_store() -> ChatStore:
 def list_chats(args: argparse.Namespace) -> int:
     with open_store() as store:
         convs = store.conversations()
+        projects = {p.id: p.name for p in store.projects()}
         rows = [
             {
                 "id": c.id,
@@ -46,6 +47,7 @@ def list_chats(args: argparse.Namespace) -> int:
                 "pinned": c.pinned,
                 "updated_at": c.updated_at,
                 "messages": len(store.active_path(c.id)),
+                "project": projects.get(c.project_id) if c.project_id is not None else None,
             }
             for c in convs
         ]
@@ -56,7 +58,8 @@ def list_chats(args: argparse.Namespace) -> int:
     else:
         for r in rows:
             pin = "*" if r["pinned"] else " "
-            print(f"{r['id']:>5} {pin} {r['messages']:>4} msgs  {r['title']}")
+            where = f"  [{r['project']}]" if r["project"] else ""
+            print(f"{r['id']:>5} {pin} {r['messages']:>4} msgs  {r['title']}{where}")
     return 0
 
 
