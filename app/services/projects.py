@@ -8,7 +8,7 @@ project does not rewrite the chats already in it (they may have been changed by 
 from __future__ import annotations
 
 from app.services.chat_settings import ChatSettings
-from app.services.chat_store import ChatStore, Project, StoredConversation
+from app.services.chat_store import DEFAULT_TITLE, ChatStore, Project, StoredConversation
 
 
 def project_settings(project: Project, base: ChatSettings | None = None) -> ChatSettings:
@@ -24,9 +24,20 @@ def project_settings(project: Project, base: ChatSettings | None = None) -> Chat
 def new_chat_in_project(
     store: ChatStore, project_id: int, base: ChatSettings | None = None
 ) -> StoredConversation:
-    """A new, empty conversation in the project, its settings the project's."""
-    settings = project_settings(store.project(project_id), base)
-    return store.create_in_project(project_id, settings.to_stored())
+    """A new, empty conversation in the project, its settings the project's. A chat of the
+    project still untitled and without a message is taken again (its settings renewed)
+    rather than a second empty one piling up under the project."""
+    settings = project_settings(store.project(project_id), base).to_stored()
+    for conv in store.conversations():
+        if (
+            conv.project_id == project_id
+            and conv.title == DEFAULT_TITLE
+            and conv.active_leaf_id is None
+            and not store.messages(conv.id)
+        ):
+            store.replace_settings(conv.id, settings)
+            return store.conversation(conv.id)
+    return store.create_in_project(project_id, settings)
 
 
 __all__ = ["new_chat_in_project", "project_settings"]

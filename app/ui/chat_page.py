@@ -24,8 +24,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.services.chat_settings import ChatSettings, EngineBinding
 from app.ui.chat_settings import ChatSettingsPanel
 from app.ui.conversation_list import ConversationList
+from app.ui.engine_picker import EnginePicker
 from app.ui.nav_rail import ICON, rail_icon
 from app.ui.side_panels import content_width, fit_panels, scrolled
 
@@ -99,6 +101,11 @@ class ChatPage(QWidget):
                 # The project dialog offers the collections the drawer offers, read when it
                 # opens (the documents index is set on the drawer after the window is built).
                 sidebar.set_collections(lambda: drawer._collection_names())
+            if isinstance(sidebar, ConversationList) and isinstance(engine_row, EnginePicker):
+                # A new chat in a project keeps the engine in use, as New chat does.
+                sidebar.base_settings = lambda: ChatSettings(
+                    engine=EngineBinding.from_stored(engine_row.binding())
+                )
             self._panel("sidebar", sidebar)
             lay.addWidget(self.areas["sidebar"])
 

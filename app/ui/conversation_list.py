@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.services.chat_exchange import write_export
+from app.services.chat_settings import ChatSettings
 from app.services.chat_store import ChatStore, ChatStoreError, Project, StoredConversation
 from app.services.projects import new_chat_in_project
 from app.ui.chat_dates import short_when
@@ -112,6 +113,9 @@ class ConversationList(QWidget):
         self.store = store
         self._clock = clock
         self._collections = collections or list
+        # What a new chat in a project starts from before the project's own settings (the
+        # window's: the engine in use, as New chat keeps it); None: the defaults.
+        self.base_settings: Callable[[], ChatSettings | None] = lambda: None
         self._current: int | None = None
         self._deleted: int | None = None
         # Projects shown unfolded; the one holding the chat on screen unfolds when opened.
@@ -539,7 +543,7 @@ class ConversationList(QWidget):
         """Start a chat in the project, with its system prompt and collections, and open
         it; its id (None: the store refused, `error` says why)."""
         try:
-            conv = new_chat_in_project(self.store, pid)
+            conv = new_chat_in_project(self.store, pid, self.base_settings())
         except ChatStoreError as e:
             self.error.emit(str(e))
             return None

@@ -38,7 +38,7 @@ def test_opens_a_schema_6_database(tmp_path: Path) -> None:
     )
     db.close()
     with ChatStore(path) as s:
-        assert s.schema_version == SCHEMA_VERSION == 7
+        assert s.schema_version == SCHEMA_VERSION >= 7
         old = s.conversation(1)
         assert old.project_id is None and old.settings == {"system_prompt": "Be brief."}
         assert s.projects() == []
@@ -119,3 +119,15 @@ def test_search_finds_chats_inside_projects(store: ChatStore) -> None:
     store.add_message(c.id, "user", "the quarterly lighthouse report")
     hits = store.search("lighthouse")
     assert [(h[0].id, h[0].project_id) for h in hits] == [(c.id, p.id)]
+
+
+def test_an_empty_chat_in_the_project_is_taken_again(store: ChatStore) -> None:
+    p = store.create_project("Research", "Cite.", ["papers"])
+    first = new_chat_in_project(store, p.id)
+    store.update_project(p.id, system_prompt="Cite twice.")
+    again = new_chat_in_project(store, p.id)
+    assert again.id == first.id and again.settings["system_prompt"] == "Cite twice."
+    store.add_message(first.id, "user", "A question")
+    third = new_chat_in_project(store, p.id)
+    assert third.id != first.id
+    assert [c.id for c in store.conversations() if c.project_id == p.id] == [third.id, first.id]

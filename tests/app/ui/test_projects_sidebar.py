@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMenu, QMessageBox
 from pytestqt.qtbot import QtBot
 
-from app.services.chat_settings import ChatSettings
+from app.services.chat_settings import ChatSettings, EngineBinding
 from app.services.chat_store import ChatStore
 from app.ui.conversation_list import ID_ROLE, PROJECT_ROLE, ConversationList
 from app.ui.project_dialog import ProjectDialog
@@ -138,6 +138,16 @@ def test_new_chat_in_project_starts_with_its_settings(qtbot: QtBot, store: ChatS
     settings = ChatSettings.from_stored(conv.settings)
     assert settings.system_prompt == "Cite your sources." and settings.collections == ("papers",)
     assert cl.ids() == [cid] and cl.list.currentItem().data(ID_ROLE) == cid
+    # On top of what the window gives a new chat: the engine in use stays.
+    cl.base_settings = lambda: ChatSettings(engine=EngineBinding("work", "gpt"))
+    store.add_message(cid, "user", "A question")
+    other = cl.new_chat_in(p.id)
+    assert other is not None and other != cid
+    assert store.conversation(other).settings == {
+        "system_prompt": "Cite your sources.",
+        "collections": ["papers"],
+        "engine": {"connection": "work", "model": "gpt"},
+    }
 
 
 def test_move_to_project_from_a_chats_menu(qtbot: QtBot, store: ChatStore) -> None:
