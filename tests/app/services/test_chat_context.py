@@ -26,7 +26,7 @@ from app.services.chat_settings import ChatSettings
 from app.services.chat_store import ChatStore
 from app.services.chat_transcript import PlainTranscript
 from engine.host.chat_engine import ChatRequest, EmbeddedEngine
-from engine.host.context_meter import ContextMeter, measure
+from engine.host.context_meter import ContextMeter, Kind, measure
 from engine.host.context_policy import ContextPolicy
 from engine.host.runtime import Model
 from engine.rag.grounding import CountTokens, approx_tokens
@@ -126,7 +126,8 @@ class RealEngine:
         text = "".join(reply)
         s.tokens(rid, text, reply.generated_tokens)
         s.finished(rid, reply.stats)
-        out = Sent(request, list(reply.generation.prompt), list(plan[1].messages), meter)
+        messages = [dict(x) for x in plan[1].messages]
+        out = Sent(request, list(reply.generation.prompt), messages, meter)
         self.sent.append(out)
         return out
 
@@ -255,12 +256,13 @@ def test_the_meter_counts_each_kind_of_the_prompt_sent(rig: Rig) -> None:
     system_more = [{**msgs[0], "content": "Be brief and kind.\n\n" + passages}, *msgs[1:]]
     question_more = [*msgs[:3], {"role": "user", "content": msgs[3]["content"] + " And why?"}]
     no_history = [msgs[0], msgs[3]]
-    for kind, variant, tails in (
+    variants: list[tuple[Kind, list[dict[str, Any]], Any]] = [
         ("documents", no_docs, {}),
         ("system", system_more, None),
         ("question", question_more, None),
         ("history", no_history, None),
-    ):
+    ]
+    for kind, variant, tails in variants:
         n, other = planned(variant, tails)
         assert n - len(second.prompt) == other.kinds[kind] - m.kinds[kind] != 0, kind
         for k in m.kinds:
