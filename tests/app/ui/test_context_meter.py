@@ -13,13 +13,12 @@ from typing import Any
 import pytest
 from pytestqt.qtbot import QtBot
 
-import engine.host.chat_engine as chat_engine
 from app.services.chat_settings import ChatSettings
 from app.services.chat_store import ChatStore
 from app.ui.chat_settings import ChatSettingsPanel
 from app.ui.context_meter import ContextMeterView, SummaryBlock
 from app.ui.main_window import MainWindow
-from engine.host.context_meter import KINDS, ContextMeter
+from engine.host.context_meter import KINDS, ContextMeter, Kind, measure
 from engine.settings import SamplingParams
 from tests.app.ui.shots import save_shot, shots_dir
 from tests.app.ui.test_context_numbers import load, send
@@ -29,8 +28,15 @@ pytestmark = pytest.mark.qt_log_ignore("This plugin does not support propagateSi
 
 
 def a_meter(**left: Any) -> ContextMeter:
-    kinds = dict.fromkeys(KINDS, 0)
-    kinds.update(system=40, history=300, documents=120, question=25, template=3)
+    kinds: dict[Kind, int] = dict.fromkeys(KINDS, 0)
+    given: dict[Kind, int] = {
+        "system": 40,
+        "history": 300,
+        "documents": 120,
+        "question": 25,
+        "template": 3,
+    }
+    kinds.update(given)
     return ContextMeter(kinds, sum(kinds.values()), 256, 1024, left.get("left_out", ()))
 
 
@@ -90,13 +96,12 @@ def test_the_window_shows_the_prompt_sent_and_marks_what_it_left_out(
     tmp_path: Path,
 ) -> None:
     threads: list[str] = []
-    measure = chat_engine.measure
 
     def where(*args: Any) -> ContextMeter:
         threads.append(threading.current_thread().name)
         return measure(*args)
 
-    monkeypatch.setattr(chat_engine, "measure", where)
+    monkeypatch.setattr("engine.host.chat_engine.measure", where)
     load(qtbot, window, smollm2_path, 512)
     window.controller.set_chat_settings(ChatSettings(context_policy="drop_oldest"))
     view = window.chat_view
