@@ -133,3 +133,41 @@ def test_the_window_shows_the_prompt_sent_and_marks_what_it_left_out(
     if os.environ.get("CANDLEWICK_SCREENSHOTS"):
         view.scroll_area.verticalScrollBar().setValue(0)  # the left-out turns at the top
     save_shot(window, shot)
+
+
+@pytest.mark.model
+def test_summarise_in_the_window_shows_an_editable_summary(
+    window: MainWindow, qtbot: QtBot, smollm2_path: Path, tmp_path: Path
+) -> None:
+    load(qtbot, window, smollm2_path, 512)
+    window.controller.set_chat_settings(ChatSettings(context_policy="summarise"))
+    view = window.chat_view
+    for i in range(1, 20):
+        send(
+            qtbot,
+            window,
+            f"Question {i}: one fact about lighthouses, the keeper, the lamp, the lens, "
+            "the fog horn, the stairs and the stormy sea around the tower, please.",
+        )
+        if not view.summary_block.isHidden():
+            break
+    block = view.summary_block
+    assert not block.isHidden() and block.editor.toPlainText()
+    meter = view.context_label.meter
+    assert meter is not None and meter.kinds["summary"] > 0 and meter.left_out
+    store, cid = window.controller.store, window.controller.conversation_id
+    assert store is not None and cid is not None
+    stored = store.summary(cid)
+    assert stored is not None and stored.text == block.editor.toPlainText()
+    block.editor.setPlainText("The person asked about lighthouses.")
+    block.save.click()
+    stored = store.summary(cid)
+    assert stored is not None and stored.text == "The person asked about lighthouses."
+    marked = [
+        w for w in view.message_widgets if w.left_out_label and w.left_out_label.isVisibleTo(w)
+    ]
+    assert len(marked) == len(meter.left_out)
+    shot = shots_dir(tmp_path) / "context-summary.png"
+    if os.environ.get("CANDLEWICK_SCREENSHOTS"):
+        view.scroll_area.verticalScrollBar().setValue(0)
+    save_shot(window, shot)
