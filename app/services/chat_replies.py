@@ -95,9 +95,14 @@ class ChatReplies(ChatPipeline):
 
     def trimmed(self, dropped: int) -> None:
         if self.streaming:
+            n = f"{dropped} old message{'s' if dropped != 1 else ''}"
+            how = {
+                "summarise": f"{n} sent as a summary",
+                "truncate_middle": f"{n.replace(' old', '')} from the middle left out",
+            }.get(self.settings.context_policy, f"{n} left out")
             self.listener.context_note(
-                f"{dropped} old message{'s' if dropped != 1 else ''} left out: the "
-                "conversation no longer fits the context (policy: drop oldest)"
+                f"{how}: the conversation no longer fits the context "
+                f"(policy: {self.settings.context_policy.replace('_', ' ')})"
             )
 
     def tokens(self, rid: int, text: str, n: int, *, thinking: bool = False) -> None:

@@ -190,7 +190,7 @@ class SummaryBlock(QFrame):
         lay.addLayout(head)
         self.editor = QPlainTextEdit()
         self.editor.setAccessibleName("Summary text")
-        self.editor.setMaximumHeight(90)
+        self.editor.setMaximumHeight(64)
         self.editor.textChanged.connect(self._changed)
         lay.addWidget(self.editor)
         self._text = ""
