@@ -287,7 +287,7 @@ _V7_SQL = """
 # Version 8: a chat's summary of the turns its context leaves out (policy "summarise"): one
 # per conversation, with the ids of the messages it stands for (a JSON list).
 _V8_SQL = """
-        CREATE TABLE summaries (
+        CREATE TABLE IF NOT EXISTS summaries (
             conversation_id INTEGER PRIMARY KEY
                 REFERENCES conversations(id) ON DELETE CASCADE,
             text TEXT NOT NULL,
