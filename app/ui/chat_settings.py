@@ -62,12 +62,12 @@ from engine.settings import SamplingParams
 
 NO_COLLECTIONS = "No collections yet — add one with `candlewick docs add` or in the Documents tab"
 
-# Every engine.host.context_policy policy, in the order a person weighs them.
+# Every engine.host.context_policy policy (the first two kept where they were).
 POLICIES = [
     ("drop_oldest", "Drop the oldest turns (keep the system prompt)"),
+    ("stop", "Stop and say so"),
     ("truncate_middle", "Truncate the middle (keep the first exchange and the latest)"),
     ("summarise", "Summarise the earlier turns (the model writes it; you can edit it)"),
-    ("stop", "Stop and say so"),
 ]
 
 

@@ -201,7 +201,15 @@ class EmbeddedReply:
         thread); None without a plan."""
         if self._plan is None:
             return None
-        return measure(*self._plan, kinds, tails)
+        meter = measure(*self._plan, kinds, tails)
+        # A continued answer's text ends the prompt after the plan's: earlier words of the
+        # conversation, so that the kinds still add up to the prompt sent.
+        more = len(self.generation.prompt) - meter.prompt_tokens
+        if more <= 0:
+            return meter
+        counts = dict(meter.kinds)
+        counts["history"] += more
+        return replace(meter, kinds=counts, prompt_tokens=meter.prompt_tokens + more)
 
     @property
     def text(self) -> str:

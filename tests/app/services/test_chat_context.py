@@ -108,6 +108,9 @@ class RealEngine:
             turn.messages,
             turn.sampling,
             policy=turn.policy,
+            continue_text=turn.continue_text,
+            continue_thinking=turn.continue_thinking,
+            thinking=turn.thinking,
             summary=turn.summary,
             kinds=turn.kinds,
             tails=turn.tails,
@@ -268,6 +271,19 @@ def test_the_meter_counts_each_kind_of_the_prompt_sent(rig: Rig) -> None:
         for k in m.kinds:
             if k != kind:
                 assert other.kinds[k] == m.kinds[k], (kind, k)
+
+
+@pytest.mark.model
+def test_a_continued_answer_is_counted_too(rig: Rig) -> None:
+    (first,) = converse(rig, ["Tell me a long story about a lighthouse keeper."])
+    row = len(rig.chat.conversation.messages) - 1
+    assert rig.chat.message(row).stats is not None
+    assert rig.session.continue_reply(row)
+    more = rig.engine.run()
+    assert more.request.continue_text
+    assert more.meter is not None
+    assert sum(more.meter.kinds.values()) == more.meter.prompt_tokens == len(more.prompt)
+    assert more.meter.kinds["history"] > first.meter.kinds["history"] if first.meter else False
 
 
 @pytest.mark.model

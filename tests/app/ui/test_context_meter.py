@@ -76,7 +76,7 @@ def test_the_drawer_offers_the_four_policies(qtbot: QtBot) -> None:
     panel = ChatSettingsPanel(store, SamplingParams())
     qtbot.addWidget(panel)
     keys = [panel.policy.itemData(i) for i in range(panel.policy.count())]
-    assert keys == ["drop_oldest", "truncate_middle", "summarise", "stop"]
+    assert keys == ["drop_oldest", "stop", "truncate_middle", "summarise"]
     store.close()
 
 
