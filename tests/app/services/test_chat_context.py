@@ -29,9 +29,13 @@ from engine.host.chat_engine import ChatRequest, EmbeddedEngine
 from engine.host.context_meter import ContextMeter, Kind, measure
 from engine.host.context_policy import ContextPolicy
 from engine.host.runtime import Model
+from engine.media.images import decode_image
+from engine.native.projector import marker
 from engine.rag.grounding import CountTokens, approx_tokens
 from engine.rag.search import Hit
 from engine.settings import LoadParams, SamplingParams
+from tests.media_files import png
+from tests.projector_gguf import TOKENS_PER_IMAGE, test_image
 
 N_CTX = 512
 
@@ -97,16 +101,18 @@ class RealEngine:
         return approx_tokens
 
     def media_marker(self) -> str:
-        return "<media>"
+        return marker()
 
     def run(self) -> Sent:
         """Answer the request waiting, as the engine thread does."""
         s = self.session
         assert s is not None
         rid, turn = self.pending.pop(0)
+        media = [decode_image(data, name) for _kind, data, name in turn.media]
         request = ChatRequest(
             turn.messages,
             turn.sampling,
+            media=media,
             policy=turn.policy,
             continue_text=turn.continue_text,
             continue_thinking=turn.continue_thinking,
@@ -136,11 +142,21 @@ class RealEngine:
 
 
 class Media:
+    """Sent attachments' bytes, in memory."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, bytes] = {}
+
     def keep(self, store: ChatStore | None, new: Sequence[NewAttachment]) -> list[Attachment]:
-        return []
+        out = []
+        for n in new:
+            key = str(len(self.held))
+            self.held[key] = n.data
+            out.append(Attachment(key, n.name, n.kind))
+        return out
 
     def data(self, store: ChatStore | None, a: Attachment) -> bytes | None:
-        return None
+        return self.held.get(a.sha256)
 
 
 class Listener(ChatListener):
@@ -287,6 +303,34 @@ def test_a_continued_answer_is_counted_too(rig: Rig) -> None:
 
 
 @pytest.mark.model
+def test_an_image_sent_from_the_chat_is_counted_as_attachments(
+    smollm2_path: Path, vision_projector_path: Path
+) -> None:
+    vision = Model(
+        smollm2_path, LoadParams(n_ctx=2048, n_threads=2, mmproj=str(vision_projector_path))
+    )
+    engine = RealEngine(EmbeddedEngine(vision), smollm2_path)
+    chat = PlainTranscript()
+    session = ChatSession(
+        engine, chat, Media(), sampling=SamplingParams(temperature=0.0, max_tokens=4, seed=1)
+    )
+    engine.session = session
+    session.engine_loaded(Loaded(smollm2_path, n_ctx=2048, media=frozenset({"image"})))
+    try:
+        picture = NewAttachment("sea.png", "image", png(test_image()))
+        assert session.send("What is in this picture?", [picture])
+        sent = engine.run()
+    finally:
+        vision.close()
+    m = sent.meter
+    assert m is not None and len(sent.request.media) == 1
+    assert sum(m.kinds.values()) == m.prompt_tokens == len(sent.prompt)
+    # The projector's rows for the picture, and the few tokens it wraps them in.
+    assert 2 * TOKENS_PER_IMAGE <= m.kinds["attachments"] < 2 * TOKENS_PER_IMAGE + 32
+    assert m.kinds["question"] > 0
+
+
+@pytest.mark.model
 def test_tool_results_are_their_own_kind(small_model: Model) -> None:
     engine = EmbeddedEngine(small_model)
     call = {"id": "c1", "type": "function", "function": {"name": "depth", "arguments": "{}"}}
@@ -307,8 +351,10 @@ def test_tool_results_are_their_own_kind(small_model: Model) -> None:
 @pytest.mark.parametrize("policy", ["drop_oldest", "truncate_middle", "summarise"])
 def test_each_policy_sends_what_the_meter_announced(rig: Rig, policy: ContextPolicy) -> None:
     rig.session.set_settings(ChatSettings(system_prompt="Be brief.", context_policy=policy))
-    sent = converse(rig, LONG)
-    last = sent[-1]
+    for q in LONG:  # until the conversation outgrows the context
+        last = converse(rig, [q])[0]
+        if last.meter is not None and last.meter.left_out:
+            break
     m = last.meter
     assert m is not None and m.left_out, "the conversation should outgrow 512 tokens"
     assert sum(m.kinds.values()) == len(last.prompt) and m.prompt_tokens + m.reserve <= N_CTX
