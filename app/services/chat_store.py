@@ -270,18 +270,27 @@ _V6_SQL = """
 # Version 7: projects. A chat's project is a nullable column (an old chat is loose); its
 # collections are a JSON list, like a chat's settings keep them. ON DELETE SET NULL is a
 # second guard: `delete_project` moves the chats out itself, the soft-deleted ones too.
+# Written to be run again on a database that has some of it (SQLite has no ADD COLUMN IF
+# NOT EXISTS: `_add_project_column` checks).
 _V7_SQL = """
-        CREATE TABLE projects (
+        CREATE TABLE IF NOT EXISTS projects (
             id INTEGER PRIMARY KEY,
             name TEXT NOT NULL,
             system_prompt TEXT NOT NULL DEFAULT '',
             collections TEXT NOT NULL DEFAULT '[]',
             created_at REAL NOT NULL
         );
-        ALTER TABLE conversations ADD COLUMN project_id INTEGER
-            REFERENCES projects(id) ON DELETE SET NULL;
-        CREATE INDEX conversations_by_project ON conversations(project_id);
 """
+
+
+def _add_project_column(db: sqlite3.Connection) -> None:
+    columns = {r[1] for r in db.execute("PRAGMA table_info(conversations)")}
+    if "project_id" not in columns:
+        db.execute(
+            "ALTER TABLE conversations ADD COLUMN project_id INTEGER "
+            "REFERENCES projects(id) ON DELETE SET NULL"
+        )
+    db.execute("CREATE INDEX IF NOT EXISTS conversations_by_project ON conversations(project_id)")
 
 
 # Version 8: a chat's summary of the turns its context leaves out (policy "summarise"): one
@@ -312,7 +321,7 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None] | None]] = [
     (_V4_SQL, None),
     (_V5_SQL, None),
     (_V6_SQL, None),
-    (_V7_SQL, None),
+    (_V7_SQL, _add_project_column),
     (_V8_SQL, None),
 ]
 

@@ -32,7 +32,7 @@ def test_kinds_come_from_the_bytes_or_the_name() -> None:
 
 def test_a_file_is_kept_once_by_its_hash_beside_the_database(tmp_path: Path) -> None:
     with ChatStore(tmp_path / "chats.sqlite3") as store:
-        assert store.schema_version == SCHEMA_VERSION == 6
+        assert store.schema_version == SCHEMA_VERSION
         a = store.save_attachment(PNG, "photo.png", "image")
         b = store.save_attachment(PNG, "same.png", "image")
         assert a.sha256 == b.sha256 == hashlib.sha256(PNG).hexdigest()
@@ -113,7 +113,7 @@ def test_a_schema_5_history_is_migrated(tmp_path: Path) -> None:
     db.executescript("ALTER TABLE messages DROP COLUMN attachments; PRAGMA user_version = 5;")
     db.close()
     with ChatStore(path) as store:
-        assert store.schema_version == 6
+        assert store.schema_version == SCHEMA_VERSION
         (m,) = store.messages(cid)
         assert m.content == "old message" and m.attachments == []
 

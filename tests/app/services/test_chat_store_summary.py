@@ -12,8 +12,10 @@ from app.services.chat_store import MIGRATIONS, SCHEMA_VERSION, ChatStore, Store
 def test_opens_a_schema_7_database_and_keeps_a_summary(tmp_path: Path) -> None:
     path = tmp_path / "v7.sqlite3"
     db = sqlite3.connect(path)
-    for sql, _fixup in MIGRATIONS[:7]:
+    for sql, fixup in MIGRATIONS[:7]:
         db.executescript(sql)
+        if fixup is not None:
+            fixup(db)
     db.executescript(
         """
         INSERT INTO conversations(id, title, created_at, updated_at, settings)
