@@ -100,7 +100,7 @@ class ChatPage(QWidget):
             if isinstance(sidebar, ConversationList) and isinstance(drawer, ChatSettingsPanel):
                 # The project dialog offers the collections the drawer offers, read when it
                 # opens (the documents index is set on the drawer after the window is built).
-                sidebar.set_collections(lambda: drawer._collection_names())
+                sidebar.set_collections(drawer.collection_names)
             if isinstance(sidebar, ConversationList) and isinstance(engine_row, EnginePicker):
                 # A new chat in a project keeps the engine in use, as New chat does.
                 sidebar.base_settings = lambda: ChatSettings(

@@ -43,14 +43,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.services.chat_settings import (
-    COLLECTIONS_KEY,
     DEFAULT_DOCS_BUDGET,
     DEFAULT_DOCS_K,
     DEFAULT_TOOL_ROUNDS,
-    DOCS_BUDGET_KEY,
-    DOCS_K_KEY,
-    DOCS_RERANKER_KEY,
-    STRUCTURED_KEY,
     ChatSettings,
     SamplingOverrides,
 )
@@ -274,13 +269,17 @@ class ChatSettingsPanel(QWidget):
         self._collection_names = names
         self.refresh_collections()
 
+    def collection_names(self) -> list[str]:
+        """The collections the documents index has now."""
+        return list(self._collection_names())
+
     def refresh_collections(self) -> None:
         """The index changed (or the chat did): list its collections, this chat's ticked; a
         ticked one the index no longer has stays, marked, so it can be unticked."""
         self._loading, was = True, self._loading
         try:
             self.collections.clear()
-            names = list(self._collection_names())
+            names = self.collection_names()
             gone = [n for n in self._collections_on if n not in names]
             for name in names + gone:
                 item = QListWidgetItem(name if name in names else f"{name} (removed)")
@@ -551,16 +550,6 @@ class ChatSettingsPanel(QWidget):
             self.save_preset(name)
 
 
-def chat_collections(settings: dict[str, Any]) -> list[str]:
-    """The collections a chat's settings name (an imported chat may hold anything there)."""
-    return list(ChatSettings.from_stored(settings).collections)
-
-
-def chat_reranker(settings: dict[str, Any]) -> str | None:
-    """The reranker file a chat's settings name (None: none, or not a path)."""
-    return ChatSettings.from_stored(settings).docs_reranker
-
-
 def schema_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:
     """(schema, None) for text that is empty (no schema) or a usable JSON schema; (None,
     one-line reason) otherwise. Never raises: what the user pasted is not our bug."""
@@ -584,20 +573,9 @@ def schema_problem(text: str) -> tuple[dict[str, Any] | None, str | None]:
     return schema, None
 
 
-# The stored keys are declared in app.services.chat_settings; named here too for the UI.
 __all__ = [
-    "COLLECTIONS_KEY",
-    "DEFAULT_DOCS_BUDGET",
-    "DEFAULT_DOCS_K",
-    "DEFAULT_TOOL_ROUNDS",
-    "DOCS_BUDGET_KEY",
-    "DOCS_K_KEY",
-    "DOCS_RERANKER_KEY",
     "NO_COLLECTIONS",
     "POLICIES",
-    "STRUCTURED_KEY",
     "ChatSettingsPanel",
-    "chat_collections",
-    "chat_reranker",
     "schema_problem",
 ]
