@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.cli import model_settings_cli
+from app.cli import model_settings_cli, quantize_cmd
 from app.cli.common import CliError, library, print_json
 from app.services.download_jobs import DONE, FAILED, PAUSED, DownloadJob
 from app.services.download_manager import DownloadManager
@@ -77,6 +77,7 @@ def register(sub: Any) -> None:
     tk.add_argument("--clear", action="store_true", help="forget the saved token")
     tk.set_defaults(handler=token)
 
+    quantize_cmd.register(msub)
     model_settings_cli.register(msub)
 
 
