@@ -131,9 +131,24 @@ def run_quantize(
             f"the child process that quantized {name} gave no answer: {last_words(stderr)}"
         ) from None
     if rc != 0:
-        why = last_error(log).removeprefix("failed to quantize: ")
-        raise EngineError(f"llama.cpp could not quantize {name}: {why}")
+        raise EngineError(f"llama.cpp could not quantize {name}: {failure_reason(log)}")
     return log
+
+
+FAILED = "failed to quantize: "
+
+
+def failure_reason(log: list[str]) -> str:
+    """llama.cpp's reason from its log: the text after "failed to quantize: " (which may end a
+    tensor's line), or, when that only says the model did not load, the reason logged before."""
+    for i in range(len(log) - 1, -1, -1):
+        at = log[i].find(FAILED)
+        if at >= 0:
+            why = log[i][at + len(FAILED) :].strip()
+            if "failed to load model" not in why:
+                return why
+            return last_error(log[:i])
+    return last_error(log)
 
 
 def _drain(lines: queue.Queue[str | None]) -> list[str]:
