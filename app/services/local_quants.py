@@ -49,9 +49,13 @@ def output_folder(library: ModelLibrary, source: Path, entry: LibraryEntry | Non
     """Where a quant of `source` goes by default (see the module's docstring)."""
     beside = entry is None or (entry.source not in _NOT_BESIDE and entry.owner is None)
     folder = source.parent
-    if beside and folder.is_dir() and os.access(folder, os.W_OK):
+    if beside and folder.is_dir() and writable(folder):
         return folder
     return library.models_dir
+
+
+def writable(folder: Path) -> bool:
+    return os.access(folder, os.W_OK)
 
 
 def default_output(
