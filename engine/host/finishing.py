@@ -8,7 +8,10 @@ hands text out through the
 slot's `TextStream` (UTF-8 reassembly, stop strings). A request ends on an end-of-generation
 token, a stop string, a finished grammar, its token limit or a full context; ending drops the
 cells it no longer owns first, so a request is reported done only once the cache holds exactly
-the slot's tokens. Everything goes through the `ContextBackend`.
+the slot's tokens. A request that asks for log probabilities gets them from each row it
+samples, after its mask and before its chain (engine.host.logprobs); a drafted token's come
+from its verification row, the logits of the same position. Everything goes through the
+`ContextBackend`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
+import numpy.typing as npt
+
 from engine.host.greedy_pick import GreedyPicker, usable
+from engine.host.logprobs import TokenLogprob, log_softmax, token_logprob
 from engine.host.requests import Failed, Finished, Piece, Request
 from engine.host.slots import LoopCounters, Slot
 from engine.host.speculative import trim_sequence
@@ -79,11 +86,14 @@ class Finisher:
             req.mask.apply(be.logits(s.batch_idx))
         pick = self.picker(s)
         for i in range(len(drafts) + 1):
+            # Read before the greedy picker, which penalises the row in place.
+            lp = None if req.logprobs is None else log_softmax(be.logits(s.batch_idx + i))
             if pick is not None:
                 tok = pick.pick(be.logits(s.batch_idx + i))
                 be.sampler_accept(s.sampler, tok)  # the chain stays in step
             else:
                 tok = be.sample(s.sampler, s.batch_idx + i)
+            entry = None if lp is None else self.logprob(lp, tok, req)
             accepted = i < len(drafts) and tok == drafts[i]
             if accepted:
                 req.stats.draft_accepted += 1
@@ -94,17 +104,24 @@ class Finisher:
                     # Grow after a fully accepted draft, else one more than was accepted.
                     s.k = min(s.draft_max, s.k + 1) if i == len(drafts) else i + 1
             # Finishing inside the accepted drafts leaves the later ones dead too.
-            if not self.emit_token(s, tok, keep=base + i + accepted, pos=base + i):
+            if not self.emit_token(s, tok, keep=base + i + accepted, pos=base + i, lp=entry):
                 return
             if not accepted:
                 s.next_token = tok
                 return
 
-    def emit_token(self, s: Slot, tok: int, keep: int, pos: int) -> bool:
-        """Hand out one generated token, which goes at position `pos`; False when the
-        request finished with it. Finishing first drops the slot's cells from `keep` on: the
-        request is reported done (and its slot free) only once the cache holds exactly the
-        slot's tokens."""
+    def logprob(self, lp: npt.NDArray[np.float32], tok: int, req: Request) -> TokenLogprob:
+        assert req.logprobs is not None
+        be = self.backend
+        return token_logprob(lp, tok, req.logprobs, lambda t: be.token_to_piece(t, True))
+
+    def emit_token(
+        self, s: Slot, tok: int, keep: int, pos: int, lp: TokenLogprob | None = None
+    ) -> bool:
+        """Hand out one generated token, which goes at position `pos` (`lp`: its log
+        probabilities, when asked for); False when the request finished with it. Finishing
+        first drops the slot's cells from `keep` on: the request is reported done (and its
+        slot free) only once the cache holds exactly the slot's tokens."""
         req = s.req
         assert req is not None
         if self.backend.is_eog(tok):
@@ -118,6 +135,8 @@ class Finisher:
         s.n_gen += 1
         self.counters.tok_gen += 1
         req.tokens.append(tok)
+        if lp is not None:  # reported once its text is out (the end token never is)
+            req.held_logprobs.append(lp)
         s.t_last = time.perf_counter()
         if s.drafter is not None:
             s.drafter.accept(tok)
@@ -150,8 +169,13 @@ class Finisher:
             s.t_first = time.perf_counter()
             req.stats.ttft_s = s.t_first - req.t_submit
         req.text += text
+        lps: tuple[TokenLogprob, ...] = ()
+        if req.held_logprobs:  # this text completes them
+            lps = tuple(req.held_logprobs)
+            req.held_logprobs.clear()
+            req.token_logprobs.extend(lps)
         if req.stream:
-            req.emit(Piece(req.id, text, s.n_gen))
+            req.emit(Piece(req.id, text, s.n_gen, lps))
 
     def finish(self, s: Slot, reason: StopReason, error: str | None = None) -> None:
         be = self.backend
@@ -182,7 +206,9 @@ class Finisher:
         with self.lock:
             s.clear_request()
             s.last_used = time.perf_counter()
-        req.emit((Failed if reason == "error" else Finished)(req.id, req.text, st))
+        req.held_logprobs.clear()  # text a stop string took, or never completed
+        done = Failed if reason == "error" else Finished
+        req.emit(done(req.id, req.text, st, tuple(req.token_logprobs)))
         if req.media is not None:
             req.media.close()
         req.done.set()

@@ -17,6 +17,7 @@ from typing import Any
 
 from engine.decoding.constraints import TokenMask
 from engine.errors import EngineError
+from engine.host.logprobs import TokenLogprob
 from engine.host.stats import GenerationStats
 from engine.media.prompt import MediaPrompt
 from engine.settings import SamplingParams, SpecMode
@@ -45,6 +46,9 @@ class Piece:
     rid: int
     text: str
     n_tokens: int  # tokens generated so far
+    # With `Request.logprobs`: the tokens whose text this piece completes (held-back text's
+    # tokens come with the piece that releases it).
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,9 @@ class Finished:
     rid: int
     text: str  # the whole reply
     stats: GenerationStats
+    # With `Request.logprobs`: every token whose text is in `text`, in order (not the end
+    # token, nor those a stop string took).
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,7 @@ class Request:
         interactive: bool,
         spec: SpecMode | None,
         canonical: bool,
+        logprobs: int | None = None,
     ) -> None:
         self.id = rid
         self.prompt = prompt
@@ -104,6 +112,12 @@ class Request:
         self.stats = GenerationStats(prompt_tokens=len(prompt))
         self.text = ""
         self.tokens: list[int] = []  # generated token ids
+        # Log probabilities asked for: None, or how many alternatives per token
+        # (engine.host.logprobs); those of the tokens handed out, and of tokens whose text
+        # is still held back (a partial character, a possible stop string).
+        self.logprobs = logprobs
+        self.token_logprobs: list[TokenLogprob] = []
+        self.held_logprobs: list[TokenLogprob] = []
         # The grammar the reply must follow (built by submit, used on the decode thread).
         self.mask: TokenMask | None = None
         # Its images and audio: where `prompt` holds placeholders, the rows to decode.

@@ -61,6 +61,7 @@ from engine.errors import EngineError
 from engine.host import batch_plan
 from engine.host.batch_builder import BatchBuilder
 from engine.host.finishing import Finisher, finish_unscheduled
+from engine.host.logprobs import MAX_TOP_LOGPROBS
 from engine.host.loop_model import LoopModel
 from engine.host.media_steps import check_prompt
 from engine.host.requests import (
@@ -84,6 +85,19 @@ from engine.settings import DEFAULT_DRAFT_MAX, SamplingParams, SpecMode
 log = logging.getLogger("candlewick.scheduler")
 
 T = TypeVar("T")
+
+
+def check_request(prompt: list[int], n_ctx_seq: int, logprobs: int | None) -> None:
+    """An EngineError for a request that can never run, before anything is queued."""
+    if not prompt:
+        raise EngineError("the prompt is empty")
+    if len(prompt) >= n_ctx_seq:
+        raise EngineError(
+            f"the prompt is {len(prompt)} tokens, the context holds {n_ctx_seq}; "
+            "shorten the conversation or load the model with a larger context"
+        )
+    if logprobs is not None and not 0 <= logprobs <= MAX_TOP_LOGPROBS:
+        raise EngineError(f"top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}")
 
 
 class Scheduler:
@@ -167,6 +181,7 @@ class Scheduler:
         spec: SpecMode | None = None,
         canonical: bool | None = None,
         media: MediaPrompt | None = None,
+        logprobs: int | None = None,
     ) -> Request:
         """Queue a generation. Raises QueueFull when the wait queue is full, EngineError when
         the request can never run (empty prompt, longer than a slot's context, a draft model
@@ -175,15 +190,10 @@ class Scheduler:
         model's setting). `canonical` (default: `interactive`): a reproducible request reads
         its prompt the canonical way, so regenerating an answer gives the same text; the API
         does not ask for it, as llama-server does not, and keeps every cached prefix.
-        `media`: the prompt's images and audio (`prompt` is its `tokens`)."""
+        `media`: the prompt's images and audio (`prompt` is its `tokens`). `logprobs`: each
+        token's log probability and this many alternatives (engine.host.logprobs)."""
         sampling.validate()
-        if not prompt:
-            raise EngineError("the prompt is empty")
-        if len(prompt) >= self.n_ctx_seq:
-            raise EngineError(
-                f"the prompt is {len(prompt)} tokens, the context holds {self.n_ctx_seq}; "
-                "shorten the conversation or load the model with a larger context"
-            )
+        check_request(prompt, self.n_ctx_seq, logprobs)
         check_prompt(prompt, media, self._be.n_vocab, min(self.n_batch, self.model.params.n_ubatch))
         if media is not None:  # read in any batches, never drafted
             spec, canonical = "off", False
@@ -213,6 +223,7 @@ class Scheduler:
                 interactive=interactive,
                 spec=spec,
                 canonical=interactive if canonical is None else canonical,
+                logprobs=logprobs,
             )
             req.mask = mask
             req.media = media
