@@ -5,6 +5,7 @@
     candlewick bench --url http://127.0.0.1:8080 --workload rag --out a.json --plot a.png
     candlewick bench --workload rag --collection notes --questions questions.txt -k 5
     candlewick bench compare a.json b.json
+    candlewick bench quality --reference model-Q8_0.gguf model-Q4_K_M.gguf (bench_quality_cmd)
 
 Exit codes: 0 done, 2 bad input, 3 every request failed (the table still says why), 130
 interrupted.
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from app.cli.bench_quality_cmd import register as register_quality
 from app.cli.common import CliError, first_loads, library, positive_int, print_json
 from app.cli.load_options import add_load_options, load_params
 from engine.bench.embedded import round_context
@@ -38,6 +40,8 @@ from engine.bench.harness import (
 )
 from engine.bench.levels import parse_levels
 from engine.bench.media import check_reads_images, media_context_need
+from engine.bench.quality_report import compare_quality, format_quality_compare
+from engine.bench.quality_result import QualityResult, is_quality_result
 from engine.bench.rag_workload import DEFAULT_BUDGET, grounded_workload, load_questions
 from engine.bench.report import compare, format_compare, format_table
 from engine.bench.result import BenchError, BenchResult, RetrievalReport
@@ -198,7 +202,7 @@ def register(sub: Any) -> None:
         about="how the embedded engine loads the model (not with --url)",
     )
     p.set_defaults(handler=run)
-    csub = p.add_subparsers(dest="bench_command", metavar="{compare}")
+    csub = p.add_subparsers(dest="bench_command", metavar="{compare,quality}")
     c = csub.add_parser("compare", help="print B/A ratios of two results")
     c.add_argument("a", type=Path, help="baseline result JSON (A)")
     c.add_argument("b", type=Path, help="result JSON to compare (B)")
@@ -206,6 +210,7 @@ def register(sub: Any) -> None:
         "--json", dest="compare_json", action="store_true", help="print the ratios as JSON"
     )
     c.set_defaults(handler=run_compare)
+    register_quality(csub)
 
 
 # -- progress --------------------------------------------------------------------------------
@@ -493,7 +498,7 @@ def _report(args: argparse.Namespace, result: BenchResult) -> int:
     return 130 if result.cancelled else 0
 
 
-def _load_result(path: Path) -> BenchResult:
+def _load_result(path: Path) -> BenchResult | QualityResult:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -501,6 +506,8 @@ def _load_result(path: Path) -> BenchResult:
     except (ValueError, UnicodeDecodeError):
         raise CliError(f"{path} is not JSON") from None
     try:
+        if is_quality_result(data):
+            return QualityResult.from_dict(data)
         return BenchResult.from_dict(data)
     except BenchError:
         raise CliError(f"{path} is not a Candlewick benchmark result") from None
@@ -509,11 +516,18 @@ def _load_result(path: Path) -> BenchResult:
 def run_compare(args: argparse.Namespace) -> int:
     a, b = _load_result(args.a), _load_result(args.b)
     try:
-        rows = compare(a, b)
+        if isinstance(a, QualityResult) and isinstance(b, QualityResult):
+            rows = compare_quality(a, b)
+            text = format_quality_compare(rows, args.a.name, args.b.name)
+        elif isinstance(a, BenchResult) and isinstance(b, BenchResult):
+            rows = compare(a, b)
+            text = format_compare(rows, args.a.name, args.b.name)
+        else:
+            raise BenchError("one is a quality result, the other a speed result")
     except BenchError as e:
         raise CliError(f"{e} ({args.a.name}, {args.b.name})") from None
     if args.compare_json:
         print_json(rows)
     else:
-        print(format_compare(rows, args.a.name, args.b.name))
+        print(text)
     return 0

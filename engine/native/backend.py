@@ -8,7 +8,8 @@ implements it on llama-cpp-python's ctypes bindings; nothing else in `engine/` c
 the real scheduler without a model.
 
 A backend is a view of a context its creator frees (a `Model`'s), or owns one it opened
-itself (`open_pooled`, an embeddings context; `close` frees it); either way it is used from
+itself (`open_pooled`, an embeddings context; `open_scoring`, a text's logits row by
+row; `close` frees it); either way it is used from
 the one thread that drives that context. Binding functions are looked up on the
 module at every call, as before, so a test that wraps `llama_decode` still sees every decode.
 
@@ -305,6 +306,39 @@ class LlamaBackend:
             raise EngineError("llama.cpp could not create an embeddings context")
         return cls(ctx, vocab, n_vocab, owned=True)
 
+    @classmethod
+    def open_scoring(
+        cls,
+        model: ctypes.c_void_p,
+        vocab: ctypes.c_void_p,
+        n_vocab: int,
+        *,
+        n_ctx: int,
+        n_seq_max: int,
+        n_batch: int,
+        n_ubatch: int,
+        n_threads: int,
+    ) -> LlamaBackend:
+        """A context of its own on `model`'s weights that scores a text: `n_seq_max`
+        sequences of `n_ctx // n_seq_max` cells each (not unified), every row a batch asks
+        logits for kept (`output_logits`). Shaped as llama.cpp's `llama-perplexity` shapes
+        its context (a sliding-window cache of the window's size, flash attention and KV
+        types at llama.cpp's defaults), so a quant's scores compare with its numbers."""
+        C = llama_lib.lib()
+        cp = C.llama_context_default_params()
+        cp.n_ctx = n_ctx
+        cp.n_batch = n_batch
+        cp.n_ubatch = min(n_ubatch, n_batch)
+        cp.n_seq_max = n_seq_max
+        cp.kv_unified = False
+        cp.swa_full = False
+        cp.n_threads = cp.n_threads_batch = n_threads
+        cp.embeddings = False
+        ctx = C.llama_init_from_model(model, cp)
+        if not ctx:
+            raise EngineError("llama.cpp could not create a context to score the text")
+        return cls(ctx, vocab, n_vocab, owned=True)
+
     def close(self) -> None:
         """Free the context if this backend opened it (idempotent); a view does nothing."""
         if not self._owned:
@@ -390,6 +424,14 @@ class LlamaBackend:
         if not ptr:
             raise EngineError(f"batch row {row} has no logits")
         return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+
+    def output_logits(self, n: int) -> npt.NDArray[np.float32]:
+        """The logits of the last decode's `n` output rows (the rows that asked for them,
+        in batch order) as one (n, n_vocab) view: valid until this context decodes again."""
+        ptr = self._C.llama_get_logits(self._ctx)
+        if not ptr:
+            raise EngineError("the last batch kept no logits")
+        return np.ctypeslib.as_array(ptr, shape=(n, self._n_vocab))
 
     def pooled(self, seq: int, n: int) -> npt.NDArray[np.float32] | None:
         ptr = self._C.llama_get_embeddings_seq(self._ctx, seq)
