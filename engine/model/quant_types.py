@@ -250,16 +250,37 @@ def _quantized_alike(t: TensorInfo) -> bool:
     return len(t.shape) >= 2 and t.name.endswith(".weight")
 
 
+def planned_type(t: TensorInfo, target: QuantType, *, tied: bool) -> GGMLQuantizationType:
+    """The type llama.cpp gives `t` before a K-quant mix raises some layers: a float target
+    for every matrix; else the output matrix (the embedding too when `tied`: it is the output)
+    in Q6_K (Q8_0 when its rows do not fill the target's blocks, or for a Q8_0 target), the
+    other matrices in the target's base type; each then fitted to its row."""
+    if not _quantized_alike(t):
+        return GGMLQuantizationType(t.ggml_type)
+    if target.is_float:
+        return target.base
+    kind = target.base
+    if t.name == "output.weight" or (tied and t.name == "token_embd.weight"):
+        fits = t.shape[0] % GGML_QUANT_SIZES[kind][0] == 0
+        kind = G.Q6_K if fits and kind != G.Q8_0 else G.Q8_0
+    return shape_type(kind, t.shape[0])
+
+
+QUANTIZATION_VERSION = "general.quantization_version"
+
+
 def estimate_size(gf: GGUFFile, target: QuantType) -> int:
-    """About the size of `target` made from `gf`: every matrix but the embedding and output
-    in the target's base type (or its fallback for the row), the rest as it is. The K-quant
-    mixes raise a few tensors above the base, so this is a floor, within a few percent."""
+    """About the size of `target` made from `gf`, header and padding included: each tensor in
+    `planned_type`. Exact for the single-type targets (Q4_0, Q8_0, ...); a K-quant mix (Q4_K_M,
+    Q2_K, ...) raises a few layers above the base type, so its file is a few percent larger."""
     alignment = alignment_of(gf)
-    total = gf.data_offset
+    tied = gf.tensor("output.weight") is None
+    header = gf.header_end
+    if QUANTIZATION_VERSION not in gf.metadata:  # llama.cpp adds it: key, value type, u32
+        header += 8 + len(QUANTIZATION_VERSION) + 4 + 4
+    total = _pad(header, alignment)
     for t in gf.tensors:
-        kind = t.ggml_type
-        if _quantized_alike(t) and t.name not in _EDGE_TENSORS:
-            kind = shape_type(target.base, t.shape[0])
+        kind = planned_type(t, target, tied=tied)
         total += _pad(tensor_bytes(t.shape, kind), alignment)
     return total
 

@@ -44,7 +44,7 @@ from engine.model.semantics import check_model
 from engine.native.quantize_child import QuantizeJob
 from engine.native.quantize_process import Progress, QuantizeCancelled, run_quantize
 
-# Free space kept beyond the estimate: the estimate is a floor (engine.model.quant_types).
+# Free space asked beyond the estimate, which a K-quant mix exceeds by a few percent.
 SPACE_MARGIN = 1.10
 
 

@@ -15,6 +15,7 @@ from gguf.quants import quantize
 from engine.errors import EngineError
 from engine.model.gguf import GGUFFile, TensorInfo, read_gguf
 from engine.model.quant_types import (
+    QUANTIZATION_VERSION,
     QuantizeError,
     RequantizeRefused,
     check_requantize,
@@ -46,10 +47,12 @@ def _table(
         n = tensor_bytes(shape, kind)
         infos.append(TensorInfo(name, shape, int(kind), at, n))
         at += (n + 31) // 32 * 32
-    meta: dict[str, object] = {"general.architecture": "llama"}
+    meta: dict[str, object] = {"general.architecture": "llama", QUANTIZATION_VERSION: 2}
     if file_type is not None:
         meta["general.file_type"] = file_type
-    return GGUFFile("m.gguf", 3, meta, infos, data_offset, data_offset + at)
+    return GGUFFile(
+        "m.gguf", 3, meta, infos, data_offset, data_offset + at, header_end=data_offset - 10
+    )
 
 
 def _smollm2_like(kind: GGMLQuantizationType, file_type: int | None) -> GGUFFile:
@@ -177,21 +180,43 @@ def test_layout_size_matches_a_file_the_gguf_package_writes(tmp_path: Path) -> N
     assert [t.n_bytes for t in gf.tensors] == [
         tensor_bytes(t.shape, t.ggml_type) for t in gf.tensors
     ]
-    # Q4_0 from it: the matrix in Q4_0, the embedding and the norm as they are
+    # Q4_0 from it: the matrix in Q4_0, the embedding (also the output: there is no
+    # output.weight) in Q6_K, which its 64-element rows do not fit: Q8_0; the norm as it is.
+    # The header gains general.quantization_version (8 + 28 + 4 + 4 bytes), then alignment.
     q4 = estimate_size(gf, parse_quant_type("Q4_0"))
-    assert q4 == gf.data_offset + 50 * 64 * 2 + 32 + 96 * 64 // 32 * 18
+    header = -(-(gf.header_end + 44) // 32) * 32
+    assert q4 == header + 3424 + 32 + 96 * 64 // 32 * 18  # 50 * 64 // 32 * 34, padded
+    # a 16-bit target: every matrix in it
+    f16 = estimate_size(gf, parse_quant_type("F16"))
+    assert f16 == header + 50 * 64 * 2 + 32 + 96 * 64 * 2
 
 
 def test_the_estimate_uses_each_row_fallback() -> None:
     gf = _smollm2_like(G.F16, None)
     est = estimate_size(gf, parse_quant_type("Q4_K_M"))
-    q = gf.tensors
     assert est == (
         gf.data_offset
-        + q[0].n_bytes  # the embedding keeps its type
+        + tensor_bytes((576, 49152), G.Q8_0)  # the tied output: Q6_K, whose rows are 256
         + 2304
         + tensor_bytes((576, 576), G.Q5_0)  # 576-element rows cannot be Q4_K
         + tensor_bytes((1536, 576), G.Q4_K)
+    )
+    untied = _table(
+        [
+            ("token_embd.weight", (512, 1000), G.F16),
+            ("output.weight", (512, 1000), G.F16),
+            ("blk.0.attn_q.weight", (512, 512), G.F16),
+        ]
+    )
+    assert estimate_size(untied, parse_quant_type("Q4_K_M")) == (
+        untied.data_offset
+        + tensor_bytes((512, 1000), G.Q4_K)  # the embedding alone takes the base type
+        + tensor_bytes((512, 1000), G.Q6_K)
+        + tensor_bytes((512, 512), G.Q4_K)
+    )
+    # a Q8_0 target keeps the output at Q8_0
+    assert estimate_size(untied, parse_quant_type("Q8_0")) == untied.data_offset + sum(
+        tensor_bytes(t.shape, G.Q8_0) for t in untied.tensors
     )
 
 
