@@ -15,7 +15,13 @@ from typing import Any
 from app.cli.common import CliError, library, positive_int, print_json
 from app.services.local_quants import quantize_model
 from engine.model.gguf import human_bytes
-from engine.model.quant_types import QuantizeError, RequantizeRefused, quant_type_names
+from engine.model.quant_types import (
+    QuantizeError,
+    RequantizeRefused,
+    quant_choices,
+    quant_type_names,
+)
+from engine.model.quantize import read_source
 
 
 def register(msub: Any) -> None:
@@ -29,8 +35,11 @@ def register(msub: Any) -> None:
         ),
     )
     q.add_argument("model", help="model id from `models list`, `default`, or a .gguf path")
+    q.add_argument("--type", "-t", dest="qtype", metavar="TYPE", help="e.g. Q4_K_M, Q8_0")
     q.add_argument(
-        "--type", "-t", dest="qtype", required=True, metavar="TYPE", help="e.g. Q4_K_M, Q8_0"
+        "--list",
+        action="store_true",
+        help="list the types this model can be made into, with their sizes, and make none",
     )
     q.add_argument("--output", "-o", type=Path, help="the new file, or a folder for it")
     q.add_argument(
@@ -66,6 +75,10 @@ class _Progress:
 
 def quantize(args: argparse.Namespace) -> int:
     lib = library()
+    if args.list:
+        return list_types(lib.resolve(args.model), as_json=args.json)
+    if not args.qtype:
+        raise CliError(f"choose a type with --type: {', '.join(quant_type_names())}")
     try:
         made = quantize_model(
             lib,
@@ -93,4 +106,44 @@ def quantize(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     print(made.entry.id)
+    return 0
+
+
+_NOTES = {
+    None: "",
+    "requantize": "requantizes (--allow-requantize)",
+    "not-smaller": "not smaller (--allow-requantize)",
+}
+
+
+def list_types(path: Path, *, as_json: bool) -> int:
+    """The types `path` can be made into: bits per weight, the size before it is made."""
+    try:
+        choices = quant_choices(read_source(path), path.name)
+    except QuantizeError as e:
+        raise CliError(str(e)) from None
+    if as_json:
+        print_json(
+            [
+                {
+                    "type": c.qtype.name,
+                    "bits_per_weight": c.qtype.bits_per_weight,
+                    "estimated_bytes": c.estimated_bytes,
+                    "exact": c.exact,
+                    "refusal": c.refusal,
+                }
+                for c in choices
+            ]
+        )
+        return 0
+    rows = [("TYPE", "BITS/WEIGHT", "SIZE", "NOTE")]
+    for c in choices:
+        size = ("" if c.exact else "~") + human_bytes(c.estimated_bytes)
+        rows.append((c.qtype.name, f"{c.qtype.bits_per_weight:.2f}", size, _NOTES[c.refusal_kind]))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        line = "  ".join(x.ljust(w) for x, w in zip(r, widths, strict=False)) + "  " + r[3]
+        print(line.rstrip())
+    if not all(c.exact for c in choices):
+        print("~: a mix of types, whose file may differ by a few percent", file=sys.stderr)
     return 0

@@ -19,6 +19,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 
@@ -162,18 +163,30 @@ def source_quant(gf: GGUFFile) -> SourceQuant:
     return SourceQuant(main, ft if isinstance(ft, int) else None)
 
 
-def requantize_refusal(source: SourceQuant, target: QuantType, name: str) -> str | None:
-    """Why `target` should not be made from `source` without being asked for explicitly,
-    or None. Quantizing a quantized file again loses more than quantizing its 16-bit original
-    would; a target with as many bits or more than the source only grows the file, as the
-    detail lost stays lost."""
-    src = f"{source.label}, {source.bits_per_weight:.2f} bits per weight"
+RefusalKind = Literal["not-smaller", "requantize"]
+
+
+def refusal_kind(source: SourceQuant, target: QuantType) -> RefusalKind | None:
+    """Why `target` from `source` waits to be allowed: a target with as many bits per weight
+    as the source or more only grows the file (the detail lost stays lost); a quantized
+    source quantized again loses more than its 16-bit original would."""
     if target.bits_per_weight >= source.bits_per_weight:
+        return "not-smaller"
+    if not source.is_float:
+        return "requantize"
+    return None
+
+
+def requantize_refusal(source: SourceQuant, target: QuantType, name: str) -> str | None:
+    """`refusal_kind` in one line for a user, naming the file `name`; None when allowed."""
+    kind = refusal_kind(source, target)
+    src = f"{source.label}, {source.bits_per_weight:.2f} bits per weight"
+    if kind == "not-smaller":
         return (
             f"{target.name} ({target.bits_per_weight:.2f} bits per weight) is not smaller than "
-            f"{name} ({src}): the file would grow and the detail already lost stays lost"
+            f"{name} ({src}): the file would not shrink, and what the source lost stays lost"
         )
-    if not source.is_float:
+    if kind == "requantize":
         return (
             f"{name} is already quantized ({src}): quantizing it again to {target.name} "
             "loses more quality than quantizing its 16-bit original"
@@ -294,3 +307,38 @@ def output_name(source: Path, target: QuantType) -> str:
     stem, _quant = split_quantization(file_stem(source.name))
     stem = _NAME_SAFE.sub("-", stem).strip("-.") or "model"
     return f"{stem}-{target.name}.gguf"
+
+
+@dataclass(frozen=True)
+class QuantChoice:
+    """One type a file could be made into: its size before it is made, and why it would be
+    refused without allowing requantization (None: made without asking)."""
+
+    qtype: QuantType
+    estimated_bytes: int
+    exact: bool  # a single-type target of a dense model: the estimate is the file's size
+    refusal: str | None
+    refusal_kind: RefusalKind | None
+
+
+def quant_choices(gf: GGUFFile, name: str) -> list[QuantChoice]:
+    """Every offered type for `gf` (its file `name`), largest first, but its own type."""
+    src = source_quant(gf)
+    experts = gf.arch_value("expert_count", 0)
+    dense = not isinstance(experts, int) or experts <= 1  # llama.cpp mixes expert models' types
+    return [
+        QuantChoice(
+            t,
+            estimate_size(gf, t),
+            dense and t.name in _SINGLE_TYPE,
+            requantize_refusal(src, t, name),
+            refusal_kind(src, t),
+        )
+        for t in QUANT_TYPES
+        if src.file_type is None or src.file_type != t.file_type
+    ]
+
+
+# The targets without a mix (without an importance matrix): every matrix but the output takes
+# the base type.
+_SINGLE_TYPE = frozenset({"F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0"})

@@ -23,6 +23,7 @@ from engine.model.quant_types import (
     layout_size,
     output_name,
     parse_quant_type,
+    quant_choices,
     quant_type_names,
     shape_type,
     source_quant,
@@ -132,6 +133,27 @@ def test_a_16_bit_source_quantizes_freely() -> None:
         check_requantize(f16, parse_quant_type(name), "m.gguf", allow_requantize=False)
     with pytest.raises(RequantizeRefused, match=r"BF16 .* is not smaller"):
         check_requantize(f16, parse_quant_type("BF16"), "m.gguf", allow_requantize=False)
+
+
+def test_the_choices_for_a_file_say_which_wait_to_be_allowed() -> None:
+    q4_1 = _smollm2_like(G.Q4_1, int(LlamaFileType.MOSTLY_Q4_1))
+    choices = {c.qtype.name: c for c in quant_choices(q4_1, "m.gguf")}
+    assert "Q4_1" not in choices  # its own type
+    assert len(choices) == len(quant_type_names()) - 1
+    assert choices["Q8_0"].refusal_kind == "not-smaller"
+    assert choices["Q5_0"].refusal_kind == "not-smaller"  # 5.5 bits against 5
+    assert choices["Q4_0"].refusal_kind == "requantize"
+    assert choices["Q4_0"].refusal == (
+        "m.gguf is already quantized (Q4_1, 5.00 bits per weight): quantizing it again to "
+        "Q4_0 loses more quality than quantizing its 16-bit original"
+    )
+    assert choices["Q4_0"].exact and not choices["Q4_K_M"].exact
+    assert choices["Q4_0"].estimated_bytes == estimate_size(q4_1, parse_quant_type("Q4_0"))
+    f16 = quant_choices(_smollm2_like(G.F16, int(LlamaFileType.MOSTLY_F16)), "m.gguf")
+    assert [c.qtype.name for c in f16 if c.refusal is not None] == ["BF16"]
+    moe = _smollm2_like(G.F16, None)
+    moe.metadata["llama.expert_count"] = 8
+    assert not any(c.exact for c in quant_choices(moe, "m.gguf"))
 
 
 def test_shape_fallbacks_follow_llama_cpp() -> None:
