@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from app.cli.common import USER_ERRORS, CliError
 
 # A command's module imports what its handlers need (the server, the hub, the bench, numpy):
-# about a second of start-up for all eight. A command line names one, so only its module is
+# about a second of start-up for all nine. A command line names one, so only its module is
 # imported; help and a mistyped command still see them all. (The bundle lists every app.cli
 # module as a hidden import, so importing by name works there too.)
 COMMANDS = {
@@ -26,6 +26,7 @@ COMMANDS = {
     "chats": "chats_cmd",
     "docs": "docs_cmd",
     "serve": "serve_cmd",
+    "service": "service_cmd",
     "bench": "bench_cmd",
     "connections": "connections_cmd",
 }
