@@ -91,9 +91,13 @@ def run_quantize(
         r.start()
     log: list[str] = []
     try:
-        with contextlib.suppress(BrokenPipeError):  # a child that died at once says why below
+        try:
             proc.stdin.write(job.to_json())
-            proc.stdin.close()
+        except BrokenPipeError:
+            pass  # a child that died at once: why is read below
+        finally:
+            with contextlib.suppress(BrokenPipeError):
+                proc.stdin.close()
         while True:
             if cancel is not None and cancel.is_set():
                 raise QuantizeCancelled(f"quantizing {name} was cancelled")
