@@ -55,7 +55,8 @@ def normalise(logits: F32, scratch: F32 | None = None) -> Normalised:
     buf = scratch[:rows] if scratch is not None else np.empty_like(logits)
     np.subtract(logits, m[:, None], out=buf)
     np.exp(buf, out=buf)
-    total = buf.sum(axis=1, dtype=np.float64)
+    # float32 pairwise sums: an error near 1e-7 of the sum, as llama.cpp's float terms have.
+    total = buf.sum(axis=1).astype(np.float64)
     c = (m.astype(np.float64) + np.log(total)).astype(np.float32)
     return Normalised(top, c)
 

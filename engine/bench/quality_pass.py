@@ -10,8 +10,9 @@ compare with its own.
 
 The decodes run on the model's decode thread (`Scheduler.call_soon`), on a context of their
 own on the same weights (`LlamaBackend.open_scoring`), as embeddings and reranking do; the
-arithmetic on the logits (engine.bench.quality_math) runs on the caller's thread, reading
-the context's output rows in place, while the loop is free for other work.
+arithmetic on the logits (engine.bench.quality_math) runs off the loop, on as many worker
+threads as the decode uses, reading the context's output rows in place while the loop is
+free for other work (only this scorer decodes on that context).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
@@ -36,6 +38,9 @@ DEFAULT_BATCH = 2048  # llama.cpp's default n_batch
 _UBATCH = 512  # llama.cpp's default n_ubatch
 # Rows of logits the arithmetic takes at once: bounded temporaries for a large vocabulary.
 _BLOCK_ELEMENTS = 16 << 20
+
+F32 = npt.NDArray[np.float32]
+I32 = npt.NDArray[np.int32]
 
 # (chunks done, chunks in all)
 PassProgress = Callable[[int, int], None]
@@ -120,6 +125,8 @@ class TextScorer:
         c = chunking
         self._backend: LlamaBackend | None = None
         self._batch_rows = c.n_batch
+        self._workers = max(1, model.load_info.n_threads)
+        self._local = threading.local()
         self._n_ctx = c.n_seq * c.ctx
 
     def tokens(self, text: str) -> list[int]:
@@ -142,10 +149,15 @@ class TextScorer:
         return self._backend
 
     def close(self) -> None:
+        """Free the scoring context (on the decode thread, or here once the loop is gone)."""
         with self._lock:
-            if self._backend is not None:
-                backend, self._backend = self._backend, None
+            if self._backend is None:
+                return
+            backend, self._backend = self._backend, None
+            try:
                 self.model.loop.call_soon(backend.close)
+            except EngineError:  # the loop has stopped: nothing else decodes on it
+                backend.close()
 
     # -- decoding ---------------------------------------------------------------------------
 
@@ -219,16 +231,29 @@ class TextScorer:
             if progress is not None:
                 progress(done, c.chunks)
 
-    def _blocks(self, logits: npt.NDArray[np.float32]) -> Iterator[tuple[int, int]]:
+    def _blocks(self, vocab: int) -> list[tuple[int, int]]:
+        """A chunk's scored rows in blocks: at least one per worker, each bounded."""
         n = self.chunking.scored_per_chunk
-        step = max(1, _BLOCK_ELEMENTS // max(1, logits.shape[1]))
-        for lo in range(0, n, step):
-            yield lo, min(n, lo + step)
+        per = max(1, min(_BLOCK_ELEMENTS // max(1, vocab), -(-n // self._workers)))
+        return [(lo, min(n, lo + per)) for lo in range(0, n, per)]
+
+    def _scratch(self, shape: tuple[int, int]) -> npt.NDArray[np.float32]:
+        """This worker thread's temporary block, kept between blocks."""
+        buf: npt.NDArray[np.float32] | None = getattr(self._local, "buf", None)
+        if buf is None or buf.shape[0] < shape[0] or buf.shape[1] != shape[1]:
+            buf = np.empty(shape, np.float32)
+            self._local.buf = buf
+        return buf
 
     def _targets(self, tokens: list[int], chunk: int) -> npt.NDArray[np.int32]:
         c = self.chunking
         start = chunk * c.ctx + c.first + 1
         return np.asarray(tokens[start : start + c.scored_per_chunk], dtype=np.int32)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        # The arithmetic runs while the decode threads wait: as many workers as they are
+        # (numpy lets go of the interpreter's lock on large arrays).
+        return ThreadPoolExecutor(self._workers, thread_name_prefix="candlewick-quality")
 
     # -- passes -----------------------------------------------------------------------------
 
@@ -247,22 +272,29 @@ class TextScorer:
         counts = np.zeros(n, np.int64)
         cols: list[npt.NDArray[np.int32]] = []
         logp: list[npt.NDArray[np.float32]] = []
-        scratch: npt.NDArray[np.float32] | None = None
+
+        def block(logits: F32, targets: I32, base: int, lo: int, hi: int) -> qm.KeptLogProbs:
+            rows = logits[lo:hi]
+            scratch = self._scratch(rows.shape)
+            norm = qm.normalise(rows, scratch)
+            top[base + lo : base + hi] = norm.top
+            nll[base + lo : base + hi] = qm.target_nll(rows, norm, targets[lo:hi])
+            kept = qm.kept_log_probs(rows, norm, scratch)
+            counts[base + lo : base + hi] = np.bincount(kept.rows, minlength=hi - lo)
+            return kept
+
         t0 = time.perf_counter()
-        for chunk, logits in self._chunk_logits(tokens, cancel, progress):
-            targets = self._targets(tokens, chunk)
-            base = chunk * c.scored_per_chunk
-            for lo, hi in self._blocks(logits):
-                block = logits[lo:hi]
-                if scratch is None or scratch.shape[0] < block.shape[0]:
-                    scratch = np.empty(block.shape, np.float32)
-                norm = qm.normalise(block, scratch)
-                top[base + lo : base + hi] = norm.top
-                nll[base + lo : base + hi] = qm.target_nll(block, norm, targets[lo:hi])
-                kept = qm.kept_log_probs(block, norm, scratch)
-                counts[base + lo : base + hi] = np.bincount(kept.rows, minlength=hi - lo)
-                cols.append(kept.cols)
-                logp.append(kept.logp)
+        with self._pool() as pool:
+            for chunk, logits in self._chunk_logits(tokens, cancel, progress):
+                targets, base = self._targets(tokens, chunk), chunk * c.scored_per_chunk
+                jobs = [
+                    pool.submit(block, logits, targets, base, lo, hi)
+                    for lo, hi in self._blocks(logits.shape[1])
+                ]
+                for job in jobs:  # in row order
+                    kept = job.result()
+                    cols.append(kept.cols)
+                    logp.append(kept.logp)
         indptr = np.zeros(n + 1, np.int64)
         np.cumsum(counts, out=indptr[1:])
         return ReferenceScores(
@@ -293,21 +325,26 @@ class TextScorer:
         kld = np.empty(n, np.float64)
         same = np.empty(n, np.bool_)
         p_ref = np.exp(ref.logp.astype(np.float64))
-        scratch: npt.NDArray[np.float32] | None = None
+
+        def block(logits: F32, targets: I32, base: int, lo: int, hi: int) -> None:
+            rows = logits[lo:hi]
+            norm = qm.normalise(rows, self._scratch(rows.shape))
+            where, span = ref.block(base + lo, base + hi)
+            kept = qm.KeptLogProbs(where, ref.cols[span], ref.logp[span])
+            nll[base + lo : base + hi] = qm.target_nll(rows, norm, targets[lo:hi])
+            kld[base + lo : base + hi] = qm.kl_rows(rows, norm, kept, p_ref[span])
+            same[base + lo : base + hi] = norm.top == ref.top[base + lo : base + hi]
+
         t0 = time.perf_counter()
-        for chunk, logits in self._chunk_logits(tokens, cancel, progress):
-            targets = self._targets(tokens, chunk)
-            base = chunk * c.scored_per_chunk
-            for lo, hi in self._blocks(logits):
-                block = logits[lo:hi]
-                if scratch is None or scratch.shape[0] < block.shape[0]:
-                    scratch = np.empty(block.shape, np.float32)
-                norm = qm.normalise(block, scratch)
-                rows, span = ref.block(base + lo, base + hi)
-                kept = qm.KeptLogProbs(rows, ref.cols[span], ref.logp[span])
-                nll[base + lo : base + hi] = qm.target_nll(block, norm, targets[lo:hi])
-                kld[base + lo : base + hi] = qm.kl_rows(block, norm, kept, p_ref[span])
-                same[base + lo : base + hi] = norm.top == ref.top[base + lo : base + hi]
+        with self._pool() as pool:
+            for chunk, logits in self._chunk_logits(tokens, cancel, progress):
+                targets, base = self._targets(tokens, chunk), chunk * c.scored_per_chunk
+                jobs = [
+                    pool.submit(block, logits, targets, base, lo, hi)
+                    for lo, hi in self._blocks(logits.shape[1])
+                ]
+                for job in jobs:
+                    job.result()
         return CandidateScores(nll=nll, kld=kld, same_top=same, pass_s=time.perf_counter() - t0)
 
 

@@ -53,7 +53,8 @@ def file_text(path: Path) -> QualityText:
         raise EngineError(f"{path.name} is not UTF-8 text") from None
     if not text.strip():
         raise EngineError(f"{path.name} is empty")
-    return QualityText(str(path), text)
+    # llama.cpp's `-f` drops one final newline; so do we, for the same tokens.
+    return QualityText(str(path), text.removesuffix("\n"))
 
 
 __all__ = ["BUILTIN_SOURCE", "CORPUS_DIR", "QualityText", "builtin_text", "file_text"]
