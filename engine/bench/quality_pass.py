@@ -36,6 +36,7 @@ from engine.native.backend import LlamaBackend
 DEFAULT_CTX = 512  # llama-perplexity's default
 DEFAULT_BATCH = 2048  # llama.cpp's default n_batch
 _UBATCH = 512  # llama.cpp's default n_ubatch
+_MAX_SEQ = 256
 # Rows of logits the arithmetic takes at once: bounded temporaries for a large vocabulary.
 _BLOCK_ELEMENTS = 16 << 20
 
@@ -81,8 +82,8 @@ def plan(
 ) -> Chunking:
     """The chunks of a text of `n_tokens` tokens; EngineError when it is too short (llama.cpp
     asks for two chunks' worth)."""
-    if ctx < 8:
-        raise EngineError("the context must be at least 8 tokens")
+    if ctx < 16:
+        raise EngineError("the context must be at least 16 tokens")
     if n_batch < 1:
         raise EngineError("the batch must be at least 1 token")
     if n_tokens < 2 * ctx:
@@ -95,7 +96,8 @@ def plan(
         if max_chunks < 1:
             raise EngineError("at least one chunk must be scored")
         chunks = min(chunks, max_chunks)
-    n_seq = max(1, n_batch // ctx)
+    # llama.cpp holds at most LLAMA_MAX_SEQ (256) sequences in a context.
+    n_seq = min(max(1, n_batch // ctx), _MAX_SEQ)
     return Chunking(ctx=ctx, n_batch=min(n_batch, n_seq * ctx), chunks=chunks, n_seq=n_seq)
 
 
