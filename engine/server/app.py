@@ -25,6 +25,7 @@ from engine.server.anthropic_routes import AnthropicRoutes
 from engine.server.chat_reply import LEFT_OUT_HEADER
 from engine.server.engine_state import ServerState, request_leases
 from engine.server.errors import ApiError, error_response
+from engine.server.llama_routes import LlamaRoutes
 from engine.server.metrics import ModelFigures
 from engine.server.model_routes import ModelRoutes
 from engine.server.ollama_routes import OllamaRoutes
@@ -229,6 +230,7 @@ def create_app(state: ServerState) -> ASGIApp:
         *ModelRoutes(state).routes(),
         *openai.routes(),
         *RerankRoutes(state).routes(),
+        *LlamaRoutes(state).routes(),
         *ResponsesRoutes(state).routes(),
         *AnthropicRoutes(state).routes(),
         *ollama.routes(),
@@ -248,11 +250,17 @@ def create_app(state: ServerState) -> ASGIApp:
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        msg = {404: "no such route", 405: "method not allowed"}.get(
+        path = request.url.path
+        msg = {404: f"no such route: {request.method} {path}", 405: "method not allowed"}.get(
             exc.status_code, str(exc.detail)
         )
+        # A route the server does not have: llama-server's 404, which its web UI reads.
         return error_response(
-            request.url.path, exc.status_code, msg, headers=dict(exc.headers or {})
+            path,
+            exc.status_code,
+            msg,
+            headers=dict(exc.headers or {}),
+            llama=exc.status_code == 404,
         )
 
     async def on_error(request: Request, exc: Exception) -> Response:

@@ -43,11 +43,13 @@ from engine.server.engine_state import (
     served_capabilities,
 )
 from engine.server.errors import ApiError, openai_error_body
+from engine.server.llama_stream import PING, LlamaStream
 from engine.server.media_parts import decode_media
 from engine.server.parsing import read_json
 from engine.server.protocol.base import HOLE, Reply, Template
 from engine.server.protocol.embeddings import Embedding, EmbeddingList, EmbeddingRequest
 from engine.server.protocol.hosting import ModelCard, ModelList
+from engine.server.protocol.llama import Timings
 from engine.server.protocol.openai import (
     FINGERPRINT,
     ChatChoice,
@@ -231,6 +233,7 @@ class OpenAIRoutes:
         )
         cid, created, model = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), loaded.model_id
         reader = plan.reader()
+        extras = LlamaStream(req, gen)  # llama-server's timings, progress and pings
         if not stream:
             done = await self._result(request, gen, reader)
             _, reply = reader.finish(done.stats)
@@ -257,6 +260,7 @@ class OpenAIRoutes:
                 choices=[choice],
                 usage=usage(done.stats),
             )
+            answer.timings = Timings.of(done.stats)
             return JSONResponse(answer.wire(), headers=left_out_headers(plan, req.context_policy))
 
         def chunk(
@@ -286,12 +290,31 @@ class OpenAIRoutes:
 
         def deltas(parts: list[Part]) -> Iterator[str]:
             for kind, text in parts:
-                yield f"data: {(thought if kind == 'reasoning' else said).fill(text)}\n\n"
+                if extras.now is None:
+                    yield f"data: {(thought if kind == 'reasoning' else said).fill(text)}\n\n"
+                    continue
+                # timings_per_token: each chunk carries the timings so far
+                one = chunk(
+                    ChatDelta(reasoning_content=text)
+                    if kind == "reasoning"
+                    else ChatDelta(content=text)
+                )
+                one.timings = extras.now
+                yield _sse(one)
 
         async def body_iter() -> AsyncIterator[str]:
             yield _sse(chunk(ChatDelta(role="assistant", content="")))
-            async for ev in gen.events():
+            async for ev in extras.events():
+                if ev is None:  # silent for sse_ping_interval seconds
+                    yield PING
+                    continue
+                progress = extras.progress(ev)
+                if progress is not None:
+                    note = chunk(ChatDelta())
+                    note.prompt_progress = progress
+                    yield _sse(note)
                 if isinstance(ev, Piece):
+                    extras.tick(ev)
                     for line in deltas(reader.push(ev.text, ev.n_tokens)):
                         yield line
                 elif isinstance(ev, Finished):
@@ -305,9 +328,13 @@ class OpenAIRoutes:
                         c = _call(call)
                         at = ChunkToolCall(index=k, id=c.id, type=c.type, function=c.function)
                         yield _sse(chunk(ChatDelta(tool_calls=[at])))
-                    yield _sse(chunk(ChatDelta(), finish_reason(ev.stats, reply.calls)))
-                    if include_usage:
-                        yield _sse(chunk(None, last=usage(ev.stats)))
+                    end = chunk(ChatDelta(), finish_reason(ev.stats, reply.calls))
+                    last = chunk(None, last=usage(ev.stats)) if include_usage else None
+                    # llama-server's timings go on the stream's last chunk
+                    (end if last is None else last).timings = Timings.of(ev.stats)
+                    yield _sse(end)
+                    if last is not None:
+                        yield _sse(last)
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(

@@ -16,7 +16,17 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from engine.server.config import ServerConfig
-from engine.server.protocol import anthropic, base, embeddings, hosting, ollama, openai, responses
+from engine.server.protocol import (
+    anthropic,
+    base,
+    embeddings,
+    hosting,
+    llama,
+    llama_utility,
+    ollama,
+    openai,
+    responses,
+)
 from engine.server.rerank_routes import RERANK_PATHS
 
 _REF = "#/components/schemas/{model}"
@@ -88,6 +98,53 @@ _MODEL_ID = {
     "in": "path",
     "required": True,
     "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]+$"},
+}
+_QUERY_MODEL = {
+    "name": "model",
+    "in": "query",
+    "required": False,
+    "description": "a model's id, alias or file name (absent: the default)",
+    "schema": {"type": "string"},
+}
+_AUTOLOAD = {
+    "name": "autoload",
+    "in": "query",
+    "required": False,
+    "description": "false: answer only from a model already loaded (a 400 otherwise)",
+    "schema": {"enum": ["true", "false", "1", "0"]},
+}
+# llama-server's utility routes (engine.server.llama_routes), in its shapes.
+LLAMA_PATHS: dict[str, Operation] = {
+    "/tokenize": Operation(
+        "post",
+        "Tokenize text with a model's vocabulary (llama-server's)",
+        {JSON: llama_utility.TokenizeAnswer},
+        llama_utility.TokenizeRequest,
+        llama.LlamaError,
+    ),
+    "/detokenize": Operation(
+        "post",
+        "Token ids back to text (llama-server's)",
+        {JSON: llama_utility.DetokenizeAnswer},
+        llama_utility.DetokenizeRequest,
+        llama.LlamaError,
+    ),
+    "/apply-template": Operation(
+        "post",
+        "The prompt a chat is sent as: its messages through the model's chat template "
+        "(llama-server's)",
+        {JSON: llama_utility.ApplyTemplateAnswer},
+        llama_utility.ApplyTemplateRequest,
+        llama.LlamaError,
+    ),
+    "/props": Operation(
+        "get",
+        "The served model's properties and a request's defaults (llama-server's)",
+        {JSON: llama_utility.Props},
+        error=llama.LlamaError,
+        errors=(400, 401, 404, 503),
+        parameters=(_QUERY_MODEL, _AUTOLOAD),
+    ),
 }
 # Ollama streams one OllamaReply per line.
 _OLLAMA_REPLY: Media = {JSON: ollama.OllamaReply, NDJSON: None}
@@ -201,6 +258,7 @@ PATHS: dict[str, Operation] = {
         ok_text="Ready",
     ),
     "/metrics": Operation("get", "Prometheus metrics", {TEXT: None}, errors=(401,)),
+    **LLAMA_PATHS,
 }
 
 # The agents' APIs (protocol.responses, protocol.anthropic), documented with the rest.
@@ -260,7 +318,9 @@ def _operation(op: Operation, model_id: str) -> dict[str, Any]:
     out: dict[str, Any] = {"summary": op.summary}
     if op.parameters:
         out["parameters"] = [
-            {**prm, "examples": {"default": {"value": model_id}}} if prm is _MODEL_ID else prm
+            {**prm, "examples": {"default": {"value": model_id}}}
+            if prm is _MODEL_ID or prm is _QUERY_MODEL
+            else prm
             for prm in op.parameters
         ]
     if op.body is not None:

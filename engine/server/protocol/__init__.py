@@ -2,7 +2,9 @@
 `openai` (chat and text completions), `embeddings` (embeddings and rerank), `ollama`,
 `responses` (OpenAI's Responses API) and `anthropic` (Messages), on the pieces they share
 (`base`; `messages` for the OpenAI and Ollama chat; `agent` for the last two) and the server's
-own routes (`hosting`). Nothing is re-exported here: import a model from its dialect's module.
+own routes (`hosting`) and llama-server's (`llama`: its extensions of the chat, its error;
+`llama_utility`: /tokenize, /detokenize, /apply-template, /props). Nothing is re-exported
+here: import a model from its dialect's module.
 
 Every route reads its body with `parse.parse_body`, which checks it against the route's model
 and turns the first problem into a one-line 400 naming the field (`'temperature' must be

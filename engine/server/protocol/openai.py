@@ -30,6 +30,7 @@ from engine.server.protocol.base import (
     no_alternatives,
     unsupported_true,
 )
+from engine.server.protocol.llama import LlamaChatFields, PromptProgress, Timings
 from engine.server.protocol.media import MediaPart
 from engine.server.protocol.messages import (
     Message,
@@ -291,7 +292,9 @@ class _FormatFields(Body):
 
 # pydantic lists the fields of the last base first: the bases are in reverse order of the
 # routes' checks, so the first problem reported is the one the routes found first.
-class ChatCompletionRequest(_FormatFields, _ToolFields, _OpenAISampling, _Messages):
+class ChatCompletionRequest(
+    LlamaChatFields, _FormatFields, _ToolFields, _OpenAISampling, _Messages
+):
     reasoning_format: Annotated[
         Literal["auto", "deepseek", "none"] | None,
         Field(
@@ -408,6 +411,7 @@ class ChatCompletion(Reply):
     object: Literal["chat.completion"]
     choices: Annotated[list[ChatChoice], Field(min_length=1)]
     usage: Usage
+    timings: Timings | None = None  # llama-server's figures of the request
 
 
 class ChunkToolCall(Reply):
@@ -444,6 +448,10 @@ class ChatCompletionChunk(Reply):
     object: Literal["chat.completion.chunk"]
     choices: list[ChatChunkChoice]
     usage: Usage | None = None
+    # llama-server's: on the last chunk (every content chunk with timings_per_token), and
+    # the prompt's progress with return_progress
+    timings: Timings | None = None
+    prompt_progress: PromptProgress | None = None
 
 
 class TextChoice(Reply):

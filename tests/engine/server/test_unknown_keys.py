@@ -153,6 +153,7 @@ def _known(name: str) -> type[BaseModel]:
 # the key put in that model's place).
 PLACES: dict[str, Callable[[str], tuple[type[BaseModel], dict[str, Any]]]] = {
     "_OpenAISampling": lambda k: (ChatCompletionRequest, {"messages": M, k: "v"}),
+    "LlamaChatFields": lambda k: (ChatCompletionRequest, {"messages": M, k: True}),
     "ChatMessage": lambda k: (
         ChatCompletionRequest,
         {"messages": [{"role": "assistant", "content": "x", k: []}, *M]},
@@ -229,6 +230,7 @@ def test_each_allowed_key_is_taken_and_documented(owner: str, key: str) -> None:
     # The same body with the key misspelt is refused: the allow-list is by model and key.
     if owner in (
         "_OpenAISampling",
+        "LlamaChatFields",
         "EmbeddingRequest",
         "ResponsesRequest",
         "AnthropicMessagesRequest",

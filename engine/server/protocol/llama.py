@@ -1,0 +1,124 @@
+"""llama-server's extensions of the OpenAI chat dialect, in its shapes (its tools/server
+README and server-task.cpp): the `timings` an answer carries, the `prompt_progress` of a
+stream, the request fields its web UI sends with every chat, and its error object
+(`{"error": {"code", "message", "type"}}`, the code a number). Its own utility routes'
+bodies and answers are in `llama_utility`.
+
+`openai` imports this module, so nothing here imports `openai`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from engine.host.stats import GenerationStats
+from engine.server.body_model import Body
+from engine.server.protocol.base import Reply
+
+
+class Timings(Reply):
+    """What llama-server reports of a request's speed (`server_slot_stats::to_json`): the
+    prompt tokens read from the cache and processed, the tokens predicted, and the time in
+    the decodes that carried them. Its rates are its own formulas: 1000 * n / ms and
+    ms / n."""
+
+    cache_n: int
+    prompt_n: int
+    prompt_ms: float
+    prompt_per_token_ms: float
+    prompt_per_second: float
+    predicted_n: int
+    predicted_ms: float
+    predicted_per_token_ms: float
+    predicted_per_second: float
+    draft_n: int | None = None  # speculative decoding: tokens drafted...
+    draft_n_accepted: int | None = None  # ...and accepted
+
+    @classmethod
+    def of(cls, st: GenerationStats, predicted_n: int | None = None) -> Timings:
+        """The timings of `st`; `predicted_n`: the tokens generated so far, for a request
+        still running (its stats' counts then lag the events by a step at most)."""
+        n_gen = st.gen_tokens if predicted_n is None else predicted_n
+        out = cls(
+            cache_n=st.cached_tokens,
+            prompt_n=st.n_prompt_eval,
+            prompt_ms=st.prompt_eval_ms,
+            prompt_per_token_ms=_per_token(st.prompt_eval_ms, st.n_prompt_eval),
+            prompt_per_second=_per_second(st.n_prompt_eval, st.prompt_eval_ms),
+            predicted_n=n_gen,
+            predicted_ms=st.eval_ms,
+            predicted_per_token_ms=_per_token(st.eval_ms, n_gen),
+            predicted_per_second=_per_second(n_gen, st.eval_ms),
+        )
+        if st.draft_tokens:
+            out.draft_n = st.draft_tokens
+            out.draft_n_accepted = st.draft_accepted
+        return out
+
+
+def _per_token(ms: float, n: int) -> float:
+    return ms / n if n else 0.0
+
+
+def _per_second(n: int, ms: float) -> float:
+    return 1000.0 * n / ms if ms > 0 else 0.0
+
+
+class PromptProgress(Reply):
+    """How far the prompt has been read (llama-server's `return_progress`): its tokens in
+    all, those taken from the cache, those in the KV cells so far, and the time since the
+    request got its slot."""
+
+    total: int
+    cache: int
+    processed: int
+    time_ms: int
+
+
+class LlamaChatFields(Body):
+    """The fields llama-server's web UI sends with every chat request, honoured here."""
+
+    timings_per_token: Annotated[
+        bool | None,
+        Field(description="llama-server's: every streamed chunk carries the `timings` so far"),
+    ] = None
+    return_progress: Annotated[
+        bool | None,
+        Field(
+            description="llama-server's: a streamed answer reports `prompt_progress` when the "
+            "request gets its slot and when its prompt has been read"
+        ),
+    ] = None
+    sse_ping_interval: Annotated[
+        int | None,
+        Field(
+            ge=-1,
+            le=2**31 - 1,
+            description="llama-server's: a stream silent this many seconds sends an SSE "
+            "comment (`:`) to keep the connection; 0 or -1: none",
+        ),
+    ] = None
+
+
+class LlamaErrorDetail(Reply):
+    code: int  # the HTTP status
+    message: str
+    type: str
+
+
+class LlamaError(Reply):
+    """llama-server's error answer (`format_error_response`); its 404 for a route it does
+    not have is this shape too."""
+
+    error: LlamaErrorDetail
+
+
+__all__ = [
+    "LlamaChatFields",
+    "LlamaError",
+    "LlamaErrorDetail",
+    "PromptProgress",
+    "Timings",
+]
