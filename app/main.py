@@ -13,6 +13,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import qasync
 from PySide6.QtCore import QSettings, Qt
@@ -44,6 +45,10 @@ from engine.host.runtime import Model
 from engine.native.load_probe import FirstLoads
 from engine.rag.store import RagStore, StoreError
 from engine.settings import LoadParams, SamplingParams
+
+if TYPE_CHECKING:  # imported where they are built, as the other pages are
+    from app.ui.loaded_models import LoadedModelsView
+    from app.ui.server_panel import ServerPanel
 
 # The GUI thread, the engine thread and the decode loop's thread share one interpreter lock,
 # and a thread that wants it waits until the holder has run for the switch interval (5 ms by
@@ -189,7 +194,7 @@ def add_benchmark(window: MainWindow) -> None:
     window.add_page("benchmark", view, shortcut="Ctrl+Shift+B", shutdown=view.shutdown)
 
 
-def add_server_panel(window: MainWindow) -> None:
+def add_server_panel(window: MainWindow) -> ServerPanel:
     """The Local server page: serve the chat's loaded model over the
     OpenAI/Ollama API (the engine thread's model host finds it); stopped when the app
     quits or the model is unloaded."""
@@ -217,9 +222,10 @@ def add_server_panel(window: MainWindow) -> None:
         shutdown=panel.shutdown,
         quit_warning=panel.quit_warning,
     )
+    return panel
 
 
-def add_loaded_models(window: MainWindow) -> None:
+def add_loaded_models(window: MainWindow) -> LoadedModelsView:
     """The Loaded models window (Tools menu): every model in the app's host (the chat's and
     those API requests loaded on demand), their memory and keep-alive; pin and eject."""
     from app.ui.loaded_models import LoadedModelsView
@@ -230,6 +236,27 @@ def add_loaded_models(window: MainWindow) -> None:
         eject_chat=window.controller.eject,
     )
     window.add_tool_window("Loaded models…", view, "Ctrl+Shift+M", view.shutdown)
+    return view
+
+
+def add_tray(window: MainWindow, panel: ServerPanel, loaded: LoadedModelsView) -> None:
+    """The tray icon while the Local server serves (Show window, the server on or off, the
+    loaded models, Quit), and the window hidden to it on close when the Local server page's
+    "Keep serving when the window is closed" is on. No icon where there is no system tray."""
+    from app.ui.tray import ServerTray
+
+    def unload(name: str) -> bool:
+        loaded.refresh()  # the window lists the host's models as they are now
+        return loaded.eject(name)
+
+    tray = ServerTray(
+        window,
+        panel,
+        window.engine.worker.host,
+        unload=unload,
+        title=lambda h: (window.model_name(h.path) if h.path else None) or h.name,
+    )
+    window.add_closer(tray.shutdown)
 
 
 def add_mcp_servers(window: MainWindow, paths: AppPaths) -> None:
@@ -417,8 +444,8 @@ def build_window(
     if model_manager:
         add_model_manager(window, library)
     add_benchmark(window)
-    add_server_panel(window)
-    add_loaded_models(window)
+    server_panel = add_server_panel(window)
+    add_tray(window, server_panel, add_loaded_models(window))
     add_mcp_servers(window, paths)
     add_documents(window, paths, embedding_models)
     return window

@@ -71,6 +71,7 @@ from engine.server.request_log import RequestRecord
 from engine.settings import LoadParams
 
 POLL_MS = 500
+KEEP_SERVING = "server/keep_serving"  # closing the window hides it while the server runs
 DEFAULT_SIZE = QSize(960, 680)  # as a window: the settings and ~15 rows of the request log
 NO_MODEL_TIP = "Load a model in the library first: the server serves the chat's model"
 REMOTE_TIP = "The chat uses a remote server: this panel serves models loaded on this computer"
@@ -296,6 +297,12 @@ class ServerPanel(QWidget):
         form.addRow("Context per slot", self.ctx)
         form.addRow(self.require_key)
         form.addRow("Key", key_row)
+        self.keep_serving = QCheckBox("Keep serving when the window is closed")
+        self.keep_serving.setToolTip(
+            "Closing the window hides it to the system tray while the server runs; "
+            "the tray icon's menu shows it again or quits"
+        )
+        form.addRow(self.keep_serving)
         self.memory = QLabel()
         self.memory.setWordWrap(True)
         self.memory.setAccessibleName("Memory")
@@ -407,6 +414,14 @@ class ServerPanel(QWidget):
             with contextlib.suppress(ValueError):  # a hand-edited file: keep the default
                 box.setValue(int(str(st.value(f"server/{key}", box.value()))))
         self.require_key.setChecked(str(st.value("server/require_key", "true")) == "true")
+        self.keep_serving.setChecked(str(st.value(KEEP_SERVING, "false")) == "true")
+        self.keep_serving.toggled.connect(self._save_keep_serving)
+
+    def _save_keep_serving(self, on: bool) -> None:
+        """Saved at once: it decides what closing the window does, running or not."""
+        if self._store is not None:
+            self._store.setValue(KEEP_SERVING, "true" if on else "false")
+            self._store.sync()
 
     def _save(self, s: ServeSettings) -> None:
         st = self._store
