@@ -202,6 +202,20 @@ def audio_projector_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def fim_smollm2_path(smollm2_path: Path) -> Path:
+    """SmolLM2 with FIM markers in its metadata (tests/fim_gguf.py): a model /infill takes,
+    built by scripts/make_test_fim_model.py's code once, rebuilt when that module changes."""
+    from tests import fim_gguf
+
+    target = ARTIFACTS / "models" / "smollm2-fim-test.gguf"
+    source = Path(fim_gguf.__file__)
+    newest = max(source.stat().st_mtime, smollm2_path.stat().st_mtime)
+    if not target.exists() or target.stat().st_mtime < newest:
+        fim_gguf.write_fim_model(smollm2_path, target)
+    return target
+
+
+@pytest.fixture(scope="session")
 def exact_smollm2_path(smollm2_path: Path) -> Path:
     """SmolLM2 with its Q8_0 token embedding stored as Q4_1, like its layers: a model whose
     every matrix product takes the same kernel for one row and many on any CPU without ARM's

@@ -120,6 +120,20 @@ def register(sub: Any) -> None:
         help="also append what it prints to this file, each line timed (the background "
         "service's log: `candlewick service logs`)",
     )
+    p.add_argument(
+        "--slot-save-path",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the folder where POST /slots/{id}?action=save|restore keep a slot's prompt "
+        "state (created if missing; without it those actions are refused)",
+    )
+    p.add_argument(
+        "--spm-infill",
+        action="store_true",
+        help="/infill puts the suffix before the prefix (the suffix/prefix/middle order some "
+        "code models were trained on)",
+    )
     add_load_options(p, ctx_help="context length of each slot, in tokens")
     p.set_defaults(handler=run)
 
@@ -135,6 +149,17 @@ def _read_key(args: argparse.Namespace) -> str | None:
     if not key:
         raise CliError(f"the API key file {args.api_key_file} is empty")
     return key
+
+
+def _slot_folder(path: Path | None) -> Path | None:
+    """--slot-save-path, made if missing; one line when it cannot be."""
+    if path is None:
+        return None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"cannot use {path} for slot files: {e.strerror or e}") from None
+    return path.resolve()
 
 
 def duration_arg(text: str) -> float | None:
@@ -221,7 +246,13 @@ def serve(args: argparse.Namespace) -> int:
     model_id = args.model if args.model != "default" else "default"
     if Path(args.model).suffix == ".gguf":
         model_id = Path(args.model).stem
-    config = dataclasses.replace(config, model_id=model_id, embeddings=not args.no_embeddings)
+    config = dataclasses.replace(
+        config,
+        model_id=model_id,
+        embeddings=not args.no_embeddings,
+        slot_save_path=_slot_folder(args.slot_save_path),
+        spm_infill=args.spm_infill,
+    )
     params = serve_load_params(args)
     params.validate()  # e.g. a quantized V cache with flash attention off: one line, exit 2
     if args.ram_budget is not None and args.ram_budget <= 0:

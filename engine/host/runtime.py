@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.decoding import constraints
 from engine.decoding.constraints import TokenMask
+from engine.decoding.fim import FimTokens
 from engine.errors import EngineError
 from engine.host import model_build
 from engine.host.generation import Generation
@@ -352,6 +353,20 @@ class Model:
             add_bos=bool(C.llama_vocab_get_add_bos(vocab)),
             add_eos=bool(C.llama_vocab_get_add_eos(vocab)),
             add_sep=bool(C.llama_vocab_get_add_sep(vocab)),
+        )
+
+    def fim_tokens(self) -> FimTokens:
+        """The vocabulary's fill-in-the-middle markers, as llama.cpp read them (the GGUF's
+        `tokenizer.ggml.fim_*_token_id`, else the tokens it recognised by their text)."""
+        C = self._lib
+        vocab = self._live_vocab()
+        return FimTokens(
+            pre=int(C.llama_vocab_fim_pre(vocab)),
+            suf=int(C.llama_vocab_fim_suf(vocab)),
+            mid=int(C.llama_vocab_fim_mid(vocab)),
+            pad=int(C.llama_vocab_fim_pad(vocab)),
+            rep=int(C.llama_vocab_fim_rep(vocab)),
+            sep=int(C.llama_vocab_fim_sep(vocab)),
         )
 
     def named_template(self, name: str) -> str | None:

@@ -280,8 +280,7 @@ class Scheduler:
         self.call_idle(rebind)
 
     def clear_cache(self) -> None:
-        """Drop every slot's KV cells and the saved prompt states (waits for requests in
-        flight to end)."""
+        """Drop every slot's KV cells and saved prompt states (once requests in flight end)."""
         self.call_idle(self._layout.clear_all)
 
     def resize(self, n_slots: int, n_ctx_seq: int, *, reserved_slots: int = 0) -> None:
@@ -369,11 +368,12 @@ class Scheduler:
             )
 
     def kv_positions(self) -> list[int]:
-        """For each slot, how many positions llama.cpp itself holds (pos_max + 1).
-
-        Independent of the scheduler's own bookkeeping: tests compare the two to prove that no
-        cells leak. Taken between two steps, when each slot's cells are exactly its tokens."""
+        """Each slot's positions in llama.cpp (pos_max + 1): tests check the bookkeeping."""
         return self.call_soon(lambda: [self._be.pos_max(s.seq) + 1 for s in self._slots])
+
+    def with_idle_slot(self, seq: int, fn: Callable[[KvLayout, Slot], T]) -> T:
+        """`fn(layout, slot)` on the decode thread between steps (the server's /slots actions)."""
+        return self.call_soon(lambda: fn(self._layout, self._layout.idle_slot(seq)))
 
     def slot_tokens(self) -> list[list[int]]:
         """What each slot's sequence holds, by the scheduler's bookkeeping (for tests)."""

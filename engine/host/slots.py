@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from engine.decoding.textstream import TextStream
+from engine.errors import EngineError
 from engine.host.loop_model import LoopModel
 from engine.host.prompt_cache import common_prefix
 from engine.host.requests import Request
@@ -45,6 +46,10 @@ MIN_MOVE_TOKENS = 16
 # slots already hold.
 MIN_SNAPSHOT_TOKENS = 16
 MIN_RESTORE_GAIN = 4
+
+
+class SlotBusy(EngineError):
+    """The slot asked for serves a request now; it is free again when that one ends."""
 
 
 @dataclass
@@ -232,6 +237,43 @@ class KvLayout:
         self.counters.restored += 1
         return True
 
+    def idle_slot(self, seq: int) -> Slot:
+        """Slot `seq`; EngineError when there is none, SlotBusy while it serves a request."""
+        if not 0 <= seq < len(self.slots):
+            raise EngineError(f"there is no slot {seq}: the slots are 0 to {len(self.slots) - 1}")
+        slot = self.slots[seq]
+        if slot.req is not None:
+            raise SlotBusy(f"slot {seq} is serving a request")
+        return slot
+
+    def export(self, s: Slot) -> bytes:
+        """Slot `s`'s KV state (llama.cpp's sequence state of exactly `s.tokens`), whole."""
+        if not s.tokens:
+            return b""
+        state = self.backend.state_get(s.seq, 1 << 62)
+        if state is None:
+            raise EngineError(f"llama.cpp could not copy slot {s.seq}'s state")
+        return state
+
+    def load(self, s: Slot, tokens: list[int], state: bytes) -> None:
+        """Make slot `s` hold `tokens` from a state `export` gave (this model and context);
+        what it held is saved to the state cache first. EngineError when llama.cpp refuses
+        the state (the slot is left empty)."""
+        self.save(s)
+        if not tokens:
+            self.erase(s)
+            return
+        if not self.restore(s, tuple(tokens), state):
+            raise EngineError("llama.cpp refused the saved state for this context")
+
+    def erase(self, s: Slot) -> int:
+        """Drop slot `s`'s cells; how many tokens it held."""
+        n = len(s.tokens)
+        self.backend.seq_rm(s.seq)
+        s.tokens = []
+        s.exact_len = 0
+        return n
+
     def clear_all(self) -> None:
         """Drop every cell and every saved state: what follows starts from nothing."""
         self.backend.clear()
@@ -299,5 +341,6 @@ __all__ = [
     "KvLayout",
     "LoopCounters",
     "Slot",
+    "SlotBusy",
     "runs",
 ]

@@ -25,7 +25,7 @@ from engine.server.anthropic_routes import AnthropicRoutes
 from engine.server.chat_reply import LEFT_OUT_HEADER
 from engine.server.engine_state import ServerState, request_leases
 from engine.server.errors import ApiError, error_response
-from engine.server.llama_routes import LlamaRoutes
+from engine.server.infill_routes import InfillRoutes
 from engine.server.metrics import ModelFigures
 from engine.server.model_routes import ModelRoutes
 from engine.server.ollama_routes import OllamaRoutes
@@ -35,6 +35,7 @@ from engine.server.protocol.hosting import Health
 from engine.server.request_log import RequestRecord, current_record
 from engine.server.rerank_routes import RerankRoutes
 from engine.server.responses_routes import ResponsesRoutes
+from engine.server.slot_routes import SlotRoutes
 
 log = logging.getLogger("candlewick.server")
 
@@ -227,10 +228,11 @@ def create_app(state: ServerState) -> ASGIApp:
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
         Route("/slots", slots, methods=["GET"]),
+        *SlotRoutes(state).routes(),
+        *InfillRoutes(state).routes(),
         *ModelRoutes(state).routes(),
         *openai.routes(),
         *RerankRoutes(state).routes(),
-        *LlamaRoutes(state).routes(),
         *ResponsesRoutes(state).routes(),
         *AnthropicRoutes(state).routes(),
         *ollama.routes(),
@@ -250,17 +252,11 @@ def create_app(state: ServerState) -> ASGIApp:
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        path = request.url.path
-        msg = {404: f"no such route: {request.method} {path}", 405: "method not allowed"}.get(
+        msg = {404: "no such route", 405: "method not allowed"}.get(
             exc.status_code, str(exc.detail)
         )
-        # A route the server does not have: llama-server's 404, which its web UI reads.
         return error_response(
-            path,
-            exc.status_code,
-            msg,
-            headers=dict(exc.headers or {}),
-            llama=exc.status_code == 404,
+            request.url.path, exc.status_code, msg, headers=dict(exc.headers or {})
         )
 
     async def on_error(request: Request, exc: Exception) -> Response:

@@ -56,11 +56,6 @@ IGNORED: dict[str, dict[str, str]] = {
         "service_tier": "there is one tier here",
     },
     "ChatMessage": {"annotations": "an answer's citations, sent back with it"},
-    # llama-server's web UI, with every chat request
-    "LlamaChatFields": {
-        "reasoning_control": "arms ending the thinking early through llama-server's "
-        "/v1/chat/completions/control, which this server does not have: the reply is the same"
-    },
     "EmbeddingRequest": {"user": _ABUSE},
     # Ollama: its servers number the calls of an answer, and clients send them back so
     "OllamaFunctionCall": {"index": _ECHO},
@@ -79,6 +74,12 @@ IGNORED: dict[str, dict[str, str]] = {
     "ResponsesFunctionCallItem": {"id": _ECHO, "status": _ECHO},
     "ResponsesFunctionCallOutputItem": {"id": _ECHO, "status": _ECHO},
     "ResponsesReasoningItem": {"id": _ECHO, "status": _ECHO},
+    # llama-server's /infill, as llama.vim sends it
+    "InfillRequest": {
+        "id_slot": "slots are picked by the prompt's cached prefix, wherever it is",
+        "cache_prompt": _CACHE,
+    },
+    "InfillChunk": {"time": "when the editor picked the chunk; their order says as much"},
     # Anthropic Messages
     "AnthropicMessagesRequest": {"inference_geo": "where the model runs: here"},
     "AnthropicTextBlock": {"citations": _ECHO},

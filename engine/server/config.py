@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine.errors import EngineError
 
@@ -34,6 +35,10 @@ class ServerConfig:
     default_max_tokens: int = 512
     request_timeout_s: float = 600.0
     embeddings: bool = True  # /v1/embeddings and /api/embed (False: 501)
+    # Where /slots/{id}?action=save|restore keep slot files (None: those actions are a 501,
+    # as llama-server's without --slot-save-path).
+    slot_save_path: Path | None = None
+    spm_infill: bool = False  # /infill puts the suffix before the prefix (llama-server's)
 
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:

@@ -21,8 +21,7 @@ from engine.server.protocol import (
     base,
     embeddings,
     hosting,
-    llama,
-    llama_utility,
+    infill,
     ollama,
     openai,
     responses,
@@ -99,53 +98,42 @@ _MODEL_ID = {
     "required": True,
     "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]+$"},
 }
-_QUERY_MODEL = {
-    "name": "model",
+_SLOT_ID = {
+    "name": "id_slot",
+    "in": "path",
+    "required": True,
+    "description": "the slot's number (GET /slots lists them)",
+    "schema": {"type": "integer", "minimum": 0},
+}
+_SLOT_ACTION = {
+    "name": "action",
     "in": "query",
-    "required": False,
-    "description": "a model's id, alias or file name (absent: the default)",
-    "schema": {"type": "string"},
+    "required": True,
+    "schema": {"enum": ["save", "restore", "erase"]},
 }
-_AUTOLOAD = {
-    "name": "autoload",
-    "in": "query",
-    "required": False,
-    "description": "false: answer only from a model already loaded (a 400 otherwise)",
-    "schema": {"enum": ["true", "false", "1", "0"]},
-}
-# llama-server's utility routes (engine.server.llama_routes), in its shapes.
-LLAMA_PATHS: dict[str, Operation] = {
-    "/tokenize": Operation(
+# llama-server's routes for code editors (engine.server.infill_routes, slot_routes).
+EDITOR_PATHS: dict[str, Operation] = {
+    "/infill": Operation(
         "post",
-        "Tokenize text with a model's vocabulary (llama-server's)",
-        {JSON: llama_utility.TokenizeAnswer},
-        llama_utility.TokenizeRequest,
-        llama.LlamaError,
+        "Code fill-in-the-middle (llama-server's; stream=true: server-sent events of partial "
+        "results, the last one with stop: true and the whole answer's fields)",
+        {JSON: infill.InfillAnswer, SSE: base.ServerSentEvent},
+        infill.InfillRequest,
+        events=(infill.InfillChunkEvent, infill.InfillAnswer, openai.OpenAIError),
     ),
-    "/detokenize": Operation(
+    "/slots/{id_slot}": Operation(
         "post",
-        "Token ids back to text (llama-server's)",
-        {JSON: llama_utility.DetokenizeAnswer},
-        llama_utility.DetokenizeRequest,
-        llama.LlamaError,
-    ),
-    "/apply-template": Operation(
-        "post",
-        "The prompt a chat is sent as: its messages through the model's chat template "
-        "(llama-server's)",
-        {JSON: llama_utility.ApplyTemplateAnswer},
-        llama_utility.ApplyTemplateRequest,
-        llama.LlamaError,
-    ),
-    "/props": Operation(
-        "get",
-        "The served model's properties and a request's defaults (llama-server's)",
-        {JSON: llama_utility.Props},
-        error=llama.LlamaError,
-        errors=(400, 401, 404, 503),
-        parameters=(_QUERY_MODEL, _AUTOLOAD),
+        "Save a slot's prompt state to a file, restore it, or erase the slot (llama-server's; "
+        "save and restore take {filename}; needs --slot-save-path)",
+        {JSON: infill.SlotActionAnswer},
+        infill.SlotFileRequest,
+        errors=(400, 401, 404, 413, 501, 503),
+        body_required=False,
+        parameters=(_SLOT_ID, _SLOT_ACTION),
     ),
 }
+
+
 # Ollama streams one OllamaReply per line.
 _OLLAMA_REPLY: Media = {JSON: ollama.OllamaReply, NDJSON: None}
 
@@ -258,7 +246,7 @@ PATHS: dict[str, Operation] = {
         ok_text="Ready",
     ),
     "/metrics": Operation("get", "Prometheus metrics", {TEXT: None}, errors=(401,)),
-    **LLAMA_PATHS,
+    **EDITOR_PATHS,
 }
 
 # The agents' APIs (protocol.responses, protocol.anthropic), documented with the rest.
@@ -318,9 +306,7 @@ def _operation(op: Operation, model_id: str) -> dict[str, Any]:
     out: dict[str, Any] = {"summary": op.summary}
     if op.parameters:
         out["parameters"] = [
-            {**prm, "examples": {"default": {"value": model_id}}}
-            if prm is _MODEL_ID or prm is _QUERY_MODEL
-            else prm
+            {**prm, "examples": {"default": {"value": model_id}}} if prm is _MODEL_ID else prm
             for prm in op.parameters
         ]
     if op.body is not None:

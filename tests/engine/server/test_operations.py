@@ -339,7 +339,10 @@ def test_schemathesis_finds_nothing(served: ServedModel, tmp_path: Path) -> None
 
     `positive_data_acceptance` is left out: a schema-valid prompt can still be longer than a
     slot's context (a token count JSON Schema cannot express), and that is a correct 400."""
-    state = ServerState(make_config(max_tokens_cap=2))
+    # With a slot folder, so the /slots actions answer rather than refuse with a 501.
+    slots = tmp_path / "slots"
+    slots.mkdir()
+    state = ServerState(make_config(max_tokens_cap=2, slot_save_path=slots))
     state.set_loaded(served)
     exe = Path(sys.executable).parent / "schemathesis"
     with ServerThread(state) as srv:

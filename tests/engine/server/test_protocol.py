@@ -26,11 +26,7 @@ from engine.server.openapi import PATHS, openapi_schema
 from engine.server.protocol.base import MAX_TOOLS
 from engine.server.protocol.embeddings import EmbeddingRequest, RerankRequest
 from engine.server.protocol.hosting import LoadModelRequest
-from engine.server.protocol.llama_utility import (
-    ApplyTemplateRequest,
-    DetokenizeRequest,
-    TokenizeRequest,
-)
+from engine.server.protocol.infill import InfillRequest, SlotFileRequest
 from engine.server.protocol.messages import Role, Tool
 from engine.server.protocol.ollama import (
     OllamaChatRequest,
@@ -61,9 +57,8 @@ ROUTES: dict[str, type[BaseModel]] = {
     "ollama_show": OllamaShowRequest,
     "ollama_embed": OllamaEmbedRequest,
     "load_model": LoadModelRequest,
-    "tokenize": TokenizeRequest,
-    "detokenize": DetokenizeRequest,
-    "apply_template": ApplyTemplateRequest,
+    "infill": InfillRequest,
+    "slot_file": SlotFileRequest,
 }
 OK: Literal[True] = True
 WHOLE = ""  # refused by a rule about the body as a whole: no param
@@ -482,54 +477,54 @@ ROWS: list[Row] = [
     ("ollama_embed", {"input": "a"}, "model"),
     ("ollama_embed", {"model": "smollm2"}, "input"),
     ("ollama_embed", {"model": "smollm2", "input": ""}, "input"),
-    # -- llama-server's /tokenize, /detokenize, /apply-template --
-    ("tokenize", {"content": "hi"}, OK),
+    # -- /infill, as llama.vim and llama.vscode send it --
+    ("infill", {"input_prefix": "def f(", "input_suffix": ")"}, OK),
     (
-        "tokenize",
+        "infill",
         {
-            "content": ["a", 5, "b"],
-            "add_special": True,
-            "parse_special": False,
-            "with_pieces": True,
-            "model": "smollm2",
+            "id_slot": 0,
+            "input_prefix": "a",
+            "input_suffix": "b",
+            "input_extra": [{"text": "x = 1\n", "time": 12.5, "filename": "x.py"}],
+            "prompt": "   ",
+            "n_predict": 128,
+            "stop": [],
+            "n_indent": 0,
+            "top_k": 40,
+            "top_p": 0.9,
+            "stream": False,
+            "cache_prompt": True,
         },
         OK,
     ),
-    ("tokenize", {}, "content"),
-    ("tokenize", {"content": 5}, "content"),
-    ("tokenize", {"content": ["a", -1]}, "content"),
-    ("tokenize", {"content": ["a", 1.5]}, "content"),
-    ("tokenize", {"content": "a", "with_pieces": 1}, "with_pieces"),
-    ("tokenize", {"content": "a", "pieces": True}, "pieces"),
-    ("detokenize", {}, OK),
-    ("detokenize", {"tokens": [1, 2], "model": "smollm2"}, OK),
-    ("detokenize", {"tokens": "1"}, "tokens"),
-    ("detokenize", {"tokens": [-1]}, "tokens"),
-    ("detokenize", {"tokens": [2**31]}, "tokens"),
-    ("detokenize", {"tokens": [1], "model": 5}, "model"),
-    ("apply_template", {"messages": M}, OK),
-    ("apply_template", {"messages": HISTORY, "tools": [TOOL], "model": "smollm2"}, OK),
-    ("apply_template", {}, "messages"),
-    ("apply_template", {"messages": []}, "messages"),
-    ("apply_template", {"messages": M, "stream": True}, "stream"),
-    # -- llama-server's fields, as its web UI sends them with a chat --
+    ("infill", {"input_prefix": "a", "input_suffix": "b", "input_extra": [{"text": "t"}]}, OK),
+    ("infill", {"input_prefix": "a", "input_suffix": "b", "n_predict": -1}, OK),
+    ("infill", {"input_suffix": "b"}, "input_prefix"),
+    ("infill", {"input_prefix": "a"}, "input_suffix"),
+    ("infill", {"input_prefix": 5, "input_suffix": "b"}, "input_prefix"),
+    ("infill", {"input_prefix": "a", "input_suffix": "b", "prompt": 5}, "prompt"),
+    ("infill", {"input_prefix": "a", "input_suffix": "b", "input_extra": {}}, "input_extra"),
     (
-        "chat",
-        {
-            "messages": M,
-            "stream": True,
-            "timings_per_token": True,
-            "return_progress": True,
-            "sse_ping_interval": 1,
-            "reasoning_format": "auto",
-            "reasoning_control": True,
-        },
-        OK,
+        "infill",
+        {"input_prefix": "a", "input_suffix": "b", "input_extra": [{"filename": "x"}]},
+        "input_extra",
     ),
-    ("chat", {"messages": M, "sse_ping_interval": -1}, OK),
-    ("chat", {"messages": M, "sse_ping_interval": -2}, "sse_ping_interval"),
-    ("chat", {"messages": M, "timings_per_token": 1}, "timings_per_token"),
-    ("chat", {"messages": M, "return_progress": "yes"}, "return_progress"),
+    (
+        "infill",
+        {"input_prefix": "a", "input_suffix": "b", "input_extra": [{"text": "t", "filename": 1}]},
+        "input_extra",
+    ),
+    ("infill", {"input_prefix": "a", "input_suffix": "b", "n_predict": -2}, "n_predict"),
+    ("infill", {"input_prefix": "a", "input_suffix": "b", "n_predict": 0}, "n_predict"),
+    ("infill", {"input_prefix": "a", "input_suffix": "b", "n_indent": 4}, "n_indent"),
+    ("infill", {"input_prefix": "a", "input_suffix": "b", "samplers": ["top_k"]}, "samplers"),
+    ("infill", {"input_prefix": "a", "input_suffix": "b", "temperature": 3}, "temperature"),
+    ("infill", {"input_prefix": "a", "input_suffix": "b", "unknown": 1}, "unknown"),
+    # -- /slots/{id}?action=save|restore --
+    ("slot_file", {"filename": "chat.bin"}, OK),
+    ("slot_file", {}, "filename"),
+    ("slot_file", {"filename": ""}, "filename"),
+    ("slot_file", {"filename": 5}, "filename"),
 ]
 
 
@@ -1013,9 +1008,17 @@ def test_the_document_takes_every_body_the_server_takes(row: Row) -> None:
     _route_validator(ROUTES[row[0]].__name__).validate(row[1])
 
 
-# Refusals the document states in words only: rules across fields or list items, and a
-# whole number written as a float (JSON Schema counts 1.0 as the integer 1).
+# Refusals the document states in words only: rules across fields or list items, a
+# whole number written as a float (JSON Schema counts 1.0 as the integer 1), and fields the
+# server does not honour.
 IN_WORDS = [
+    ("ollama_create", {"model": "p", "from": "m", "quantize": "q4_K_M"}),
+    ("ollama_create", {"model": "p", "from": "m", "template": "{{ .Prompt }}"}),
+    ("ollama_create", {"model": "p", "from": "m", "files": {"a.gguf": "sha256:0"}}),
+    ("ollama_create", {"model": "p", "from": "m", "adapters": {"a": "sha256:0"}}),
+    ("ollama_create", {"model": "p", "from": "m", "modelfile": "FROM m"}),
+    ("infill", {"input_prefix": "a", "input_suffix": "b", "n_indent": 4}),
+    ("infill", {"input_prefix": "a", "input_suffix": "b", "samplers": ["top_k"]}),
     ("chat", {"messages": M, "n": 1.0}),
     ("rerank", {"query": "q", "documents": ["a"], "top_n": 1.0}),
     ("chat", {"messages": M, "tools": [TOOL, TOOL]}),
