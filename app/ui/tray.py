@@ -6,9 +6,9 @@ Stop), the models loaded in the app's host (each can be unloaded, as in Tools �
 models), "Keep serving when the window is closed" (the same setting as the Local server page's
 box) and Quit.
 
-With that setting on, closing the window while the server runs hides the window instead, and
-the server goes on answering; Quit in the menu quits as the window's own Quit does (asking
-first, since the server would stop). Where the desktop has no system tray (some Wayland and
+With that setting on, closing the window (its close button) while the server runs hides the
+window instead, and the server goes on answering; Quit in the menu, like File → Quit, quits
+(asking first, since the server would stop). Where the desktop has no system tray (some Wayland and
 bare X sessions; Qt says so), no icon is made, the setting is turned off and greyed out with
 the reason, and closing the window quits as always: a hidden window could not be found again.
 """
@@ -219,9 +219,12 @@ class ServerTray(QObject):
             self._quitting = False
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        # Only a close the user asked of the window system (its close button, Alt+F4) hides
+        # it: File → Quit and this menu's Quit close it from the program, and quit.
         if (
             watched is self.window
             and event.type() == QEvent.Type.Close
+            and event.spontaneous()
             and not self._quitting
             and self.keeps_serving
         ):
