@@ -175,12 +175,12 @@ def stop(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
-    paths = AppPaths.default()
+    profile = read_profile(AppPaths.default())
     control = _control()
     state = control.state()
-    for line in status_lines(state, control, read_profile(paths)):
+    for line in status_lines(state, control, profile):
         print(line)
-    host, port = _address(state, read_profile(paths))
+    host, port = _address(state, profile)
     answer = probe_health(_local_url(host, port))
     print(server_line(answer, _local_url(host, port)))
     return 0 if isinstance(answer, dict) and answer.get("status") == "ok" else NOT_RUNNING

@@ -30,6 +30,7 @@ from typing import Any
 
 from app.services.atomic_write import write_bytes_atomic
 from app.services.service_units import (
+    FIXED_ENV,
     LAUNCHD_LABEL,
     TASK_NAME,
     TASK_NS,
@@ -174,7 +175,12 @@ class ServiceControl:
             self._call("schtasks", "/Create", "/TN", TASK_NAME, "/XML", str(path), "/F"),
             "schtasks /Create",
         )
-        return f"wrote {path}; registered as the task '{TASK_NAME}': it starts at logon"
+        said = f"wrote {path}; registered as the task '{TASK_NAME}': it starts at logon"
+        # A task has no variables of its own: those of this shell reach it only as user ones.
+        carried = [k for k, _ in spec.env if k not in dict(FIXED_ENV)]
+        if carried:
+            said += f"; set {', '.join(carried)} as user variables (setx) for it to see them"
+        return said
 
     def uninstall(self) -> str:
         """Stop it, unregister it and remove the definition."""

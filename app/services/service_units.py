@@ -245,6 +245,7 @@ def task_xml(spec: ServiceSpec, user: str) -> str:
 
 
 __all__ = [
+    "FIXED_ENV",
     "LAUNCHD_LABEL",
     "TASK_NAME",
     "TASK_NS",

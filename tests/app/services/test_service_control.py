@@ -4,6 +4,7 @@ command to run instead where none does (as on these machines)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -155,3 +156,52 @@ def test_probe_says_in_one_line_when_nothing_answers() -> None:
         port = s.getsockname()[1]
         said = probe_health(f"http://127.0.0.1:{port}", timeout_s=5)
     assert isinstance(said, str) and said.startswith(f"nothing answers at http://127.0.0.1:{port}")
+
+
+class Recorder:
+    """A manager that accepts every call (launchctl, schtasks), recording them."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(argv))
+        return subprocess.CompletedProcess(list(argv), 0, "", "")
+
+
+def test_macos_loads_the_agent_with_launchctl(tmp_path: Path) -> None:
+    calls = Recorder()
+    c = ServiceControl(platform="darwin", home=tmp_path, runner=calls, which=lambda n: n)
+    said = c.install(spec(tmp_path), tmp_path / "launchd.log")
+    plist = tmp_path / "Library" / "LaunchAgents" / "io.candlewick.server.plist"
+    assert c.definition_path == plist and plist.is_file()
+    domain = f"gui/{os.getuid()}"
+    assert calls.calls == [
+        ["launchctl", "bootout", f"{domain}/io.candlewick.server"],  # a former one
+        ["launchctl", "bootstrap", domain, str(plist)],
+    ]
+    assert said == f"wrote {plist}; loaded: it runs now and at login"
+    calls.calls.clear()
+    c.stop()  # unloaded, or launchd would start it again (KeepAlive)
+    assert calls.calls == [["launchctl", "bootout", f"{domain}/io.candlewick.server"]]
+
+
+def test_windows_registers_the_task_and_says_which_variables_it_cannot_carry(
+    tmp_path: Path,
+) -> None:
+    calls = Recorder()
+    c = ServiceControl(platform="win32", home=tmp_path, runner=calls, which=lambda n: n)
+    s = ServiceSpec(
+        spec(tmp_path).argv,
+        (("CANDLEWICK_HOME", "D:\\profile"), ("PYTHONUNBUFFERED", "1")),
+        tmp_path,
+        tmp_path / "service.log",
+    )
+    said = c.install(s, tmp_path / "unused.log")
+    path = c.definition_path
+    assert calls.calls == [
+        ["schtasks", "/Create", "/TN", "Candlewick server", "/XML", str(path), "/F"]
+    ]
+    assert path.read_bytes()[:2] in (b"\xff\xfe", b"\xfe\xff")  # UTF-16, as schtasks reads it
+    assert said.endswith("set CANDLEWICK_HOME as user variables (setx) for it to see them")
+    assert c.installed_argv() == list(s.argv)
