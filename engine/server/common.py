@@ -33,8 +33,10 @@ def start(
     *,
     stream: bool,
     media: MediaPrompt | None = None,
+    logprobs: int | None = None,
 ) -> AsyncGeneration:
-    """The request on the model's loop (`media`: the prompt's images and audio)."""
+    """The request on the model's loop (`media`: the prompt's images and audio; `logprobs`:
+    each token's log probability and this many alternatives)."""
     try:
         return AsyncGeneration(
             loaded,
@@ -42,6 +44,7 @@ def start(
             sampling,
             stream=stream,
             media=media,
+            logprobs=logprobs,
             timeout_s=state.config.request_timeout_s,
             metrics=state.metrics,
         )

@@ -363,6 +363,7 @@ class AsyncGeneration:
         timeout_s: float,
         metrics: Metrics,
         media: MediaPrompt | None = None,
+        logprobs: int | None = None,
     ) -> None:
         inbox = _inbox(asyncio.get_running_loop())
         self._q: asyncio.Queue[Event] = asyncio.Queue()
@@ -375,7 +376,13 @@ class AsyncGeneration:
 
         try:
             self.request: Request = loaded.scheduler.submit(
-                prompt, sampling, on_event, stream=stream, timeout_s=timeout_s, media=media
+                prompt,
+                sampling,
+                on_event,
+                stream=stream,
+                timeout_s=timeout_s,
+                media=media,
+                logprobs=logprobs,
             )
         except BaseException:
             if media is not None:

@@ -22,6 +22,7 @@ from engine.decoding.reply_reader import Part
 from engine.decoding.tool_calls import ToolCall
 from engine.host.chat_plan import ChatPlan
 from engine.host.host import ModelNotFound
+from engine.host.logprobs import TokenLogprob
 from engine.host.requests import Finished, Piece
 from engine.host.stats import GenerationStats
 from engine.model.facts import model_facts
@@ -56,6 +57,7 @@ from engine.server.media_parts import decode_media
 from engine.server.openai_routes import run_embeddings
 from engine.server.parsing import read_json
 from engine.server.protocol.base import HOLE, Template, keep_seconds
+from engine.server.protocol.logprobs import entries
 from engine.server.protocol.media import media_text
 from engine.server.protocol.ollama import (
     OllamaChatRequest,
@@ -78,6 +80,7 @@ from engine.server.protocol.ollama import (
     images_media,
 )
 from engine.server.protocol.parse import parse_body
+from engine.server.reply_logprobs import CONTENT, SHOWN, PartLogprobs
 from engine.settings import SamplingParams
 
 VERSION = "0.1.0"
@@ -300,6 +303,7 @@ class OllamaRoutes:
             req.stream is not False,
             chat=True,
             think=req.think,
+            logprobs=req.asked_logprobs(),
             headers=left_out_headers(plan, req.context_policy),
         )
 
@@ -358,6 +362,7 @@ class OllamaRoutes:
             req.stream is not False,
             chat=False,
             think=think,
+            logprobs=req.asked_logprobs(),
         )
 
     async def _respond(
@@ -370,6 +375,7 @@ class OllamaRoutes:
         *,
         chat: bool,
         think: bool | None,
+        logprobs: int | None,
         headers: dict[str, str] | None = None,
     ) -> Response:
         gen = start(
@@ -377,11 +383,14 @@ class OllamaRoutes:
             loaded,
             plan.prompt,
             sampling,
-            stream=stream or plan.markers is not None,
+            stream=stream or plan.markers is not None or logprobs is not None,
             media=plan.media,
+            logprobs=logprobs,
         )
         reader = plan.reader()
         show_thinking = think is not False
+        # A token's log probability goes with the line that shows its text (thinking too).
+        follow = None if logprobs is None else PartLogprobs(SHOWN if show_thinking else CONTENT)
 
         def piece(
             text: str,
@@ -417,7 +426,14 @@ class OllamaRoutes:
         said = Template(piece(HOLE, created_at=HOLE), json.dumps)
         thought = Template(piece("", HOLE, created_at=HOLE), json.dumps)
 
-        def lines_of(parts: list[Part]) -> Iterator[str]:
+        def lines_of(parts: list[Part], lps: tuple[TokenLogprob, ...] = ()) -> Iterator[str]:
+            if follow is not None:  # asked for: each line built whole
+                for (kind, text), own in zip(parts, follow.push(parts, lps), strict=True):
+                    if kind == "content" or show_thinking:
+                        line = piece(text) if kind == "content" else piece("", text)
+                        line.logprobs = entries(own)
+                        yield as_line(line)
+                return
             for kind, text in parts:
                 if kind == "reasoning":
                     if show_thinking:
@@ -428,21 +444,26 @@ class OllamaRoutes:
         if not stream:
             async for ev in events_until_disconnect(request, gen):
                 if isinstance(ev, Piece):
-                    reader.push(ev.text, ev.n_tokens)
+                    parts = reader.push(ev.text, ev.n_tokens)
+                    if follow is not None:
+                        follow.push(parts, ev.logprobs)
                 elif isinstance(ev, Finished):
                     if ev.stats.stop_reason == "error":
                         raise ApiError(500, ev.stats.error or "generation failed")
-                    if plan.markers is None:
+                    if not gen.request.stream:  # the text came whole
                         reader.push(ev.text, ev.stats.gen_tokens)
-                    _, reply = reader.finish(ev.stats)
+                    tail, reply = reader.finish(ev.stats)
                     whole = piece(reply.content, reply.reasoning, reply.calls, done=True)
+                    if follow is not None:
+                        follow.push(tail, ())
+                        whole.logprobs = entries(follow.taken)
                     return JSONResponse(_with_figures(whole, ev.stats).wire(), headers=headers)
             raise ApiError(499, "client closed the request")
 
         async def lines() -> AsyncIterator[str]:
             async for ev in gen.events():
                 if isinstance(ev, Piece):
-                    for line in lines_of(reader.push(ev.text, ev.n_tokens)):
+                    for line in lines_of(reader.push(ev.text, ev.n_tokens), ev.logprobs):
                         yield line
                 elif isinstance(ev, Finished):
                     if ev.stats.stop_reason == "error":

@@ -8,7 +8,7 @@ import json
 import struct
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -20,6 +20,7 @@ from engine.decoding.reply_reader import Part, ReplyReader
 from engine.decoding.tool_calls import ToolCall
 from engine.errors import EngineError
 from engine.host.host import UNSET, Loadable, ModelNotFound, Unset
+from engine.host.logprobs import TokenLogprob
 from engine.host.requests import Finished, Piece
 from engine.host.stats import GenerationStats
 from engine.server.chat_reply import (
@@ -50,6 +51,7 @@ from engine.server.protocol.base import HOLE, Reply, Template
 from engine.server.protocol.embeddings import Embedding, EmbeddingList, EmbeddingRequest
 from engine.server.protocol.hosting import ModelCard, ModelList
 from engine.server.protocol.llama import Timings
+from engine.server.protocol.logprobs import ChatLogprobs, TextColumns, TextLogprobs, entries
 from engine.server.protocol.openai import (
     FINGERPRINT,
     ChatChoice,
@@ -71,6 +73,7 @@ from engine.server.protocol.openai import (
     Usage,
 )
 from engine.server.protocol.parse import parse_body
+from engine.server.reply_logprobs import CONTENT, PartLogprobs
 from engine.settings import SamplingParams
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -222,21 +225,27 @@ class OpenAIRoutes:
             media=media,
         )
         sampling = plan.sampling(sampling)
-        # Thinking is timed from the pieces as they come, streamed to the client or not.
+        want = req.asked_logprobs()
+        # Thinking is timed from the pieces as they come, streamed to the client or not; a
+        # token's log probability goes with the part its piece became.
         gen = start(
             self.state,
             loaded,
             plan.prompt,
             sampling,
-            stream=stream or plan.markers is not None,
+            stream=stream or plan.markers is not None or want is not None,
             media=plan.media,
+            logprobs=want,
         )
         cid, created, model = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), loaded.model_id
         reader = plan.reader()
         extras = LlamaStream(req, gen)  # llama-server's timings, progress and pings
+        follow = None if want is None else PartLogprobs(CONTENT)
         if not stream:
-            done = await self._result(request, gen, reader)
-            _, reply = reader.finish(done.stats)
+            done = await self._result(request, gen, reader, follow)
+            tail, reply = reader.finish(done.stats)
+            if follow is not None:
+                follow.push(tail, ())
             message = ReplyMessage(
                 role="assistant",
                 content=reply.content or (None if reply.calls or reply.forced else ""),
@@ -247,7 +256,7 @@ class OpenAIRoutes:
                 message.tool_calls = [_call(c) for c in reply.calls]
             choice = ChatChoice(
                 index=0,
-                logprobs=None,
+                logprobs=None if follow is None else _chat_logprobs(follow.taken),
                 message=message,
                 finish_reason=finish_reason(done.stats, reply.calls),
             )
@@ -264,13 +273,16 @@ class OpenAIRoutes:
             return JSONResponse(answer.wire(), headers=left_out_headers(plan, req.context_policy))
 
         def chunk(
-            delta: ChatDelta | None, reason: FinishReason | None = None, last: Usage | None = None
+            delta: ChatDelta | None,
+            reason: FinishReason | None = None,
+            last: Usage | None = None,
+            lp: ChatLogprobs | None = None,
         ) -> ChatCompletionChunk:
             """A chunk of one choice, or (no delta) the last one, of the usage."""
             one = (
                 []
                 if delta is None
-                else [ChatChunkChoice(index=0, delta=delta, logprobs=None, finish_reason=reason)]
+                else [ChatChunkChoice(index=0, delta=delta, logprobs=lp, finish_reason=reason)]
             )
             out = ChatCompletionChunk(
                 id=cid,
@@ -288,7 +300,14 @@ class OpenAIRoutes:
         said = Template(chunk(ChatDelta(content=HOLE)), _dumps)
         thought = Template(chunk(ChatDelta(reasoning_content=HOLE)), _dumps)
 
-        def deltas(parts: list[Part]) -> Iterator[str]:
+        def deltas(parts: list[Part], lps: tuple[TokenLogprob, ...] = ()) -> Iterator[str]:
+            if follow is not None:  # asked for: each chunk built whole
+                for (kind, text), own in zip(parts, follow.push(parts, lps), strict=True):
+                    if kind == "reasoning":
+                        yield _sse(chunk(ChatDelta(reasoning_content=text)))
+                    else:
+                        yield _sse(chunk(ChatDelta(content=text), lp=_chat_logprobs(own)))
+                return
             for kind, text in parts:
                 if extras.now is None:
                     yield f"data: {(thought if kind == 'reasoning' else said).fill(text)}\n\n"
@@ -315,7 +334,7 @@ class OpenAIRoutes:
                     yield _sse(note)
                 if isinstance(ev, Piece):
                     extras.tick(ev)
-                    for line in deltas(reader.push(ev.text, ev.n_tokens)):
+                    for line in deltas(reader.push(ev.text, ev.n_tokens), ev.logprobs):
                         yield line
                 elif isinstance(ev, Finished):
                     if ev.stats.stop_reason == "error":
@@ -352,12 +371,16 @@ class OpenAIRoutes:
         grammar, _ = openai_grammar(req.response_format, req.grammar)
         sampling = replace(self._sampling(req), grammar=grammar)
         prompt = tokens_for(loaded, lambda: loaded.model.tokenize(req.prompt))
-        gen = start(self.state, loaded, prompt, sampling, stream=stream)
+        gen = start(self.state, loaded, prompt, sampling, stream=stream, logprobs=req.logprobs)
         cid, created, model = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time()), loaded.model_id
+        columns = None if req.logprobs is None else TextColumns()
         if not stream:
             done = await self._result(request, gen)
             choice = TextChoice(
-                index=0, text=done.text, logprobs=None, finish_reason=finish_reason(done.stats)
+                index=0,
+                text=done.text,
+                logprobs=None if columns is None else columns.take(done.logprobs),
+                finish_reason=finish_reason(done.stats),
             )
             answer = TextCompletion(
                 id=cid,
@@ -371,13 +394,16 @@ class OpenAIRoutes:
             return JSONResponse(answer.wire())
 
         def chunk(
-            text: str | None, reason: FinishReason | None = None, last: Usage | None = None
+            text: str | None,
+            reason: FinishReason | None = None,
+            last: Usage | None = None,
+            lp: TextLogprobs | None = None,
         ) -> TextCompletionChunk:
             """A chunk of one choice, or (no text) the last one, of the usage."""
             one = (
                 []
                 if text is None
-                else [TextChunkChoice(index=0, text=text, logprobs=None, finish_reason=reason)]
+                else [TextChunkChoice(index=0, text=text, logprobs=lp, finish_reason=reason)]
             )
             out = TextCompletionChunk(
                 id=cid,
@@ -395,7 +421,9 @@ class OpenAIRoutes:
 
         async def body_iter() -> AsyncIterator[str]:
             async for ev in gen.events():
-                if isinstance(ev, Piece):
+                if isinstance(ev, Piece) and columns is not None:
+                    yield _sse(chunk(ev.text, lp=columns.take(ev.logprobs)))
+                elif isinstance(ev, Piece):
                     yield f"data: {piece.fill(ev.text)}\n\n"
                 elif isinstance(ev, Finished):
                     if ev.stats.stop_reason == "error":
@@ -409,15 +437,22 @@ class OpenAIRoutes:
         return StreamingResponse(body_iter(), media_type="text/event-stream", headers=_SSE_HEADERS)
 
     async def _result(
-        self, request: Request, gen: AsyncGeneration, reader: ReplyReader | None = None
+        self,
+        request: Request,
+        gen: AsyncGeneration,
+        reader: ReplyReader | None = None,
+        follow: PartLogprobs | None = None,
     ) -> Finished:
         """The finished generation; a reader is fed its pieces (streamed internally for
-        timing) or, when none came, its whole text."""
+        timing or log probabilities, which `follow` takes) or, when none came, its whole
+        text."""
         pieces = False
         async for ev in events_until_disconnect(request, gen):
             if isinstance(ev, Piece) and reader is not None:
                 pieces = True
-                reader.push(ev.text, ev.n_tokens)
+                parts = reader.push(ev.text, ev.n_tokens)
+                if follow is not None:
+                    follow.push(parts, ev.logprobs)
             elif isinstance(ev, Finished):
                 if reader is not None and not pieces and ev.stats.stop_reason != "error":
                     reader.push(ev.text, ev.stats.gen_tokens)
@@ -449,6 +484,10 @@ class OpenAIRoutes:
             usage={"prompt_tokens": n_tokens, "total_tokens": n_tokens},
         )
         return JSONResponse(answer.wire())
+
+
+def _chat_logprobs(lps: Sequence[TokenLogprob]) -> ChatLogprobs:
+    return ChatLogprobs(content=entries(lps), refusal=None)
 
 
 def _b64(vec: list[float]) -> str:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from engine.server.body_model import Body, NotHonoured, refuse, refuse_whole
 from engine.server.protocol.base import (
@@ -19,8 +26,13 @@ from engine.server.protocol.base import (
     Seed,
     Stop,
     UnitInterval,
-    no_alternatives,
-    unsupported_true,
+)
+from engine.server.protocol.logprobs import (
+    LogprobEntry,
+    LogprobsFlag,
+    TopLogprobsField,
+    alternatives_need_logprobs,
+    asked,
 )
 from engine.server.protocol.media import MediaPart, media_text
 from engine.server.protocol.messages import (
@@ -168,10 +180,13 @@ class _OllamaText(_OllamaModel):
     stream: bool | None = None
     think: Think = None
     format: OllamaFormat = None
-    logprobs: Annotated[Literal[False] | None, BeforeValidator(unsupported_true)] = None
-    top_logprobs: Annotated[
-        None, BeforeValidator(no_alternatives, json_schema_input_type=Literal[0] | None)
-    ] = None
+    logprobs: LogprobsFlag | None = None
+    top_logprobs: TopLogprobsField | None = None
+
+    _alternatives = field_validator("top_logprobs")(alternatives_need_logprobs)
+
+    def asked_logprobs(self) -> int | None:
+        return asked(self.logprobs, self.top_logprobs)
 
 
 class OllamaChatRequest(_OllamaText):
@@ -331,6 +346,7 @@ class OllamaReply(Reply):
     prompt_eval_duration: int | None = None
     eval_count: int | None = None
     eval_duration: int | None = None
+    logprobs: list[LogprobEntry] | None = None  # asked for: the tokens of this line's text
 
 
 class OllamaEmbedResponse(Reply):

@@ -28,9 +28,17 @@ from engine.server.protocol.base import (
     Ttl,
     UnitInterval,
     no_alternatives,
-    unsupported_true,
 )
 from engine.server.protocol.llama import LlamaChatFields, PromptProgress, Timings
+from engine.server.protocol.logprobs import (
+    ChatLogprobs,
+    LegacyLogprobs,
+    LogprobsFlag,
+    TextLogprobs,
+    TopLogprobsField,
+    alternatives_need_logprobs,
+    asked,
+)
 from engine.server.protocol.media import MediaPart
 from engine.server.protocol.messages import (
     Message,
@@ -210,11 +218,7 @@ class _OpenAISampling(Body):
     stream_options: StreamOptions | None = None
     frequency_penalty: Penalty | None = None
     presence_penalty: Penalty | None = None
-    # Sent by clients, not served: refused when they ask for something.
-    logprobs: Annotated[Literal[False] | None, BeforeValidator(unsupported_true)] = None
-    top_logprobs: Annotated[
-        None, BeforeValidator(no_alternatives, json_schema_input_type=Literal[0] | None)
-    ] = None
+    # Sent by clients, not served: refused when it asks for something.
     logit_bias: Annotated[
         None,
         BeforeValidator(
@@ -295,6 +299,8 @@ class _FormatFields(Body):
 class ChatCompletionRequest(
     LlamaChatFields, _FormatFields, _ToolFields, _OpenAISampling, _Messages
 ):
+    logprobs: LogprobsFlag | None = None
+    top_logprobs: TopLogprobsField | None = None
     reasoning_format: Annotated[
         Literal["auto", "deepseek", "none"] | None,
         Field(
@@ -317,6 +323,11 @@ class ChatCompletionRequest(
         None
     )
     store: Annotated[Any, NotHonoured("completions are not kept", (False,))] = None
+
+    _alternatives = field_validator("top_logprobs")(alternatives_need_logprobs)
+
+    def asked_logprobs(self) -> int | None:
+        return asked(self.logprobs, self.top_logprobs)
 
 
 def _prompt(v: Any) -> Any:
@@ -350,6 +361,12 @@ class _Prompt(Body):
 
 
 class CompletionRequest(_FormatFields, _OpenAISampling, _Prompt):
+    logprobs: LegacyLogprobs | None = None
+    top_logprobs: Annotated[
+        None,
+        BeforeValidator(no_alternatives, json_schema_input_type=Literal[0] | None),
+        Field(description="chat's field: completions take 'logprobs': N"),
+    ] = None
     echo: Annotated[Literal[False] | None, BeforeValidator(_echo)] = None
     suffix: Annotated[Any, NotHonoured("no text is inserted before a suffix", ("",))] = None
     best_of: Annotated[Any, NotHonoured("one completion is generated", (1,))] = None
@@ -398,7 +415,7 @@ class ReplyMessage(Reply):
 
 class ChatChoice(Reply):
     index: int
-    logprobs: None  # always null: no log probabilities are returned
+    logprobs: ChatLogprobs | None  # null unless asked for
     message: ReplyMessage
     finish_reason: FinishReason
 
@@ -433,7 +450,7 @@ class ChatDelta(Reply):
 class ChatChunkChoice(Reply):
     index: int
     delta: ChatDelta
-    logprobs: None
+    logprobs: ChatLogprobs | None  # asked for: the tokens of the content delta
     finish_reason: FinishReason | None  # on the last chunk only
 
 
@@ -457,7 +474,7 @@ class ChatCompletionChunk(Reply):
 class TextChoice(Reply):
     index: int
     text: str
-    logprobs: None
+    logprobs: TextLogprobs | None
     finish_reason: FinishReason
 
 
@@ -474,7 +491,7 @@ class TextCompletion(Reply):
 class TextChunkChoice(Reply):
     index: int
     text: str
-    logprobs: None
+    logprobs: TextLogprobs | None
     finish_reason: FinishReason | None  # on the last chunk only
 
 
