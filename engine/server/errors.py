@@ -84,7 +84,8 @@ _LLAMA_TYPES = {
 }
 
 # llama-server's own routes (engine.server.llama_routes): their errors are in its shape.
-LLAMA_PATHS = frozenset({"/tokenize", "/detokenize", "/apply-template", "/props"})
+LLAMA_PATHS = frozenset({"/tokenize", "/detokenize", "/apply-template", "/props", "/infill"})
+LLAMA_PREFIXES = ("/slots/",)  # its slot actions (engine.server.slot_routes)
 
 
 def llama_error_body(status: int, message: str) -> dict[str, Any]:
@@ -112,7 +113,7 @@ def error_response(
         body = OllamaError(error=message).wire()
     elif is_anthropic_path(path):
         body = anthropic_error_body(status, message)
-    elif llama or path in LLAMA_PATHS:
+    elif llama or path in LLAMA_PATHS or path.startswith(LLAMA_PREFIXES):
         body = llama_error_body(status, message)
     else:
         body = openai_error_body(status, message, param, code)

@@ -8,7 +8,7 @@ server-sent events of llama-server's partial results, the last one the whole ans
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -17,7 +17,6 @@ from starlette.routing import Route
 
 from engine.decoding.fim import InfillInput, infill_prompt
 from engine.host.requests import Finished, Piece
-from engine.host.stats import GenerationStats
 from engine.server.common import (
     cap_tokens,
     events_until_disconnect,
@@ -26,17 +25,12 @@ from engine.server.common import (
     tokens_for,
 )
 from engine.server.engine_state import AsyncGeneration, ServedModel, ServerState
-from engine.server.errors import ApiError, openai_error_body
+from engine.server.errors import ApiError, llama_error_body
 from engine.server.parsing import read_json
 from engine.server.protocol.base import HOLE, Template
-from engine.server.protocol.infill import (
-    InfillAnswer,
-    InfillChunkEvent,
-    InfillRequest,
-    InfillSettings,
-    InfillTimings,
-    StopType,
-)
+from engine.server.protocol.infill import InfillAnswer, InfillChunkEvent, InfillRequest, StopType
+from engine.server.protocol.llama import Timings
+from engine.server.protocol.llama_utility import SamplingDefaults
 from engine.server.protocol.parse import parse_body
 from engine.settings import SamplingParams
 
@@ -89,28 +83,6 @@ def fim_prompt(state: ServerState, loaded: ServedModel, req: InfillRequest) -> l
     return tokens_for(loaded, build)
 
 
-def timings(st: GenerationStats) -> InfillTimings:
-    """llama-server's `timings` of a finished request (its own formulas for the rates)."""
-
-    def per_token(ms: float, n: int) -> float:
-        return ms / n if n else 0.0
-
-    def per_second(n: int, ms: float) -> float:
-        return 1000.0 * n / ms if ms > 0 else 0.0
-
-    return InfillTimings(
-        cache_n=st.cached_tokens,
-        prompt_n=st.n_prompt_eval,
-        prompt_ms=st.prompt_eval_ms,
-        prompt_per_token_ms=per_token(st.prompt_eval_ms, st.n_prompt_eval),
-        prompt_per_second=per_second(st.n_prompt_eval, st.prompt_eval_ms),
-        predicted_n=st.gen_tokens,
-        predicted_ms=st.eval_ms,
-        predicted_per_token_ms=per_token(st.eval_ms, st.gen_tokens),
-        predicted_per_second=per_second(st.gen_tokens, st.eval_ms),
-    )
-
-
 class InfillRoutes:
     def __init__(self, state: ServerState) -> None:
         self.state = state
@@ -156,17 +128,18 @@ class InfillRoutes:
                 model=loaded.model_id,
                 tokens_predicted=st.gen_tokens,
                 tokens_evaluated=st.prompt_tokens,
-                generation_settings=InfillSettings(
-                    n_ctx=loaded.scheduler.n_ctx_seq,
+                generation_settings=SamplingDefaults(
                     n_predict=sampling.max_tokens,
+                    max_tokens=sampling.max_tokens,
                     temperature=sampling.temperature,
                     top_k=sampling.top_k,
                     top_p=sampling.top_p,
                     min_p=sampling.min_p,
+                    repeat_last_n=sampling.repeat_last_n,
                     repeat_penalty=sampling.repeat_penalty,
                     presence_penalty=sampling.presence_penalty,
                     frequency_penalty=sampling.frequency_penalty,
-                    seed=sampling.seed,
+                    seed=-1 if sampling.seed is None else sampling.seed,
                     stop=list(sampling.stop),
                     stream=stream,
                 ),
@@ -179,7 +152,7 @@ class InfillRoutes:
                 if stop_type == "word" and len(sampling.stop) == 1
                 else "",
                 tokens_cached=st.prompt_tokens + st.gen_tokens,
-                timings=timings(st),
+                timings=Timings.of(st),
             )
 
         if not stream:
@@ -195,7 +168,12 @@ class InfillRoutes:
             headers=_SSE_HEADERS,
         )
 
-    async def _events(self, gen: AsyncGeneration, n_prompt: int, answer: Any) -> AsyncIterator[str]:
+    async def _events(
+        self,
+        gen: AsyncGeneration,
+        n_prompt: int,
+        answer: Callable[[Finished, str], InfillAnswer],
+    ) -> AsyncIterator[str]:
         piece = Template(
             InfillChunkEvent(
                 index=0,
@@ -213,7 +191,7 @@ class InfillRoutes:
                 yield f"data: {piece.fill(ev.text, ev.n_tokens)}\n\n"
             elif isinstance(ev, Finished):
                 if ev.stats.stop_reason == "error":
-                    body = openai_error_body(500, ev.stats.error or "generation failed")
+                    body = llama_error_body(500, ev.stats.error or "generation failed")
                     yield f"data: {_dumps(body)}\n\n"
                     return
                 # The content was streamed: the last event carries the rest, as llama-server's.

@@ -21,6 +21,8 @@ from engine.server.protocol.base import (
     TopP,
     UnitInterval,
 )
+from engine.server.protocol.llama import Timings
+from engine.server.protocol.llama_utility import SamplingDefaults
 
 MAX_EXTRA_CHUNKS = 256
 
@@ -78,38 +80,6 @@ class InfillRequest(Body):
     response_fields: Annotated[Any, NotHonoured("the whole answer is sent")] = None
 
 
-class InfillTimings(Reply):
-    """llama-server's `timings` (llama.vim shows them)."""
-
-    cache_n: int
-    prompt_n: int
-    prompt_ms: float
-    prompt_per_token_ms: float
-    prompt_per_second: float
-    predicted_n: int
-    predicted_ms: float
-    predicted_per_token_ms: float
-    predicted_per_second: float
-
-
-class InfillSettings(Reply):
-    """What the request ran with (llama-server's `generation_settings`, the fields
-    Candlewick has)."""
-
-    n_ctx: int
-    n_predict: int
-    temperature: float
-    top_k: int
-    top_p: float
-    min_p: float
-    repeat_penalty: float
-    presence_penalty: float
-    frequency_penalty: float
-    seed: int | None
-    stop: list[str]
-    stream: bool
-
-
 StopType = Literal["none", "eos", "limit", "word"]
 
 
@@ -123,14 +93,16 @@ class InfillAnswer(Reply):
     model: str
     tokens_predicted: int
     tokens_evaluated: int
-    generation_settings: InfillSettings
+    generation_settings: Annotated[
+        SamplingDefaults, Field(description="what the request was sampled with")
+    ]
     prompt: Annotated[str, Field(description="the prompt as built, special tokens as text")]
     has_new_line: bool
     truncated: bool
     stop_type: StopType
     stopping_word: str
     tokens_cached: int
-    timings: InfillTimings
+    timings: Timings
 
 
 class InfillChunkEvent(Reply):
