@@ -80,6 +80,12 @@ def register(sub: Any) -> None:
         help="allow browser pages from this origin (repeatable; closed by default)",
     )
     p.add_argument(
+        "--webui",
+        metavar="DIR",
+        default=None,
+        help="serve the web UI built in DIR at / (llama-server's: see docs/server.md)",
+    )
+    p.add_argument(
         "--max-queue",
         type=int,
         default=64,
@@ -236,6 +242,7 @@ def serve(args: argparse.Namespace) -> int:
         port=args.port,
         api_key=_read_key(args),
         cors_origins=tuple(args.cors_origin),
+        webui_dir=args.webui,
         max_queue=args.max_queue,
         max_tokens_cap=args.max_tokens,
         default_max_tokens=min(512, args.max_tokens),

@@ -17,7 +17,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.host.host import Lease
@@ -26,6 +26,7 @@ from engine.server.chat_reply import LEFT_OUT_HEADER
 from engine.server.engine_state import ServerState, request_leases
 from engine.server.errors import ApiError, error_response
 from engine.server.infill_routes import InfillRoutes
+from engine.server.llama_routes import LlamaRoutes
 from engine.server.metrics import ModelFigures
 from engine.server.model_routes import ModelRoutes
 from engine.server.ollama_routes import OllamaRoutes
@@ -36,6 +37,7 @@ from engine.server.request_log import RequestRecord, current_record
 from engine.server.rerank_routes import RerankRoutes
 from engine.server.responses_routes import ResponsesRoutes
 from engine.server.slot_routes import SlotRoutes
+from engine.server.webui import ui_mount, ui_paths
 
 log = logging.getLogger("candlewick.server")
 
@@ -46,9 +48,12 @@ class AuthMiddleware:
     """When a key is set, every route except /health needs `Authorization: Bearer KEY`
     (or `x-api-key: KEY`). The comparison is constant-time; the key is never logged."""
 
-    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+    def __init__(
+        self, app: ASGIApp, api_key: str | None, public: frozenset[str] = frozenset()
+    ) -> None:
         self.app = app
         self._key = api_key.encode() if api_key else None
+        self._public = public  # paths anyone may GET: a web UI's files (engine.server.webui)
 
     def _authorized(self, scope: Scope) -> bool:
         assert self._key is not None
@@ -68,6 +73,7 @@ class AuthMiddleware:
             scope["type"] != "http"
             or self._key is None
             or scope["path"] in PUBLIC_PATHS
+            or (scope["method"] in ("GET", "HEAD") and scope["path"] in self._public)
             or scope["method"] == "OPTIONS"
             or self._authorized(scope)
         ):
@@ -233,11 +239,17 @@ def create_app(state: ServerState) -> ASGIApp:
         *ModelRoutes(state).routes(),
         *openai.routes(),
         *RerankRoutes(state).routes(),
+        *LlamaRoutes(state).routes(),
         *ResponsesRoutes(state).routes(),
         *AnthropicRoutes(state).routes(),
         *ollama.routes(),
     ]
     known = frozenset(r.path for r in routes if "{" not in r.path)
+    ui = frozenset[str]()
+    mounts: list[BaseRoute] = []
+    if cfg.webui_dir is not None:
+        ui = ui_paths(cfg.webui_dir)
+        mounts.append(ui_mount(cfg.webui_dir))  # after every route: none is hidden
 
     async def on_api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
@@ -252,11 +264,17 @@ def create_app(state: ServerState) -> ASGIApp:
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        msg = {404: "no such route", 405: "method not allowed"}.get(
+        path = request.url.path
+        msg = {404: f"no such route: {request.method} {path}", 405: "method not allowed"}.get(
             exc.status_code, str(exc.detail)
         )
+        # A route the server does not have: llama-server's 404, which its web UI reads.
         return error_response(
-            request.url.path, exc.status_code, msg, headers=dict(exc.headers or {})
+            path,
+            exc.status_code,
+            msg,
+            headers=dict(exc.headers or {}),
+            llama=exc.status_code == 404,
         )
 
     async def on_error(request: Request, exc: Exception) -> Response:
@@ -290,5 +308,5 @@ def create_app(state: ServerState) -> ASGIApp:
                 max_age=600,
             )
         )
-    middleware.append(Middleware(AuthMiddleware, api_key=cfg.api_key))
-    return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)
+    middleware.append(Middleware(AuthMiddleware, api_key=cfg.api_key, public=ui))
+    return Starlette(routes=[*routes, *mounts], middleware=middleware, exception_handlers=handlers)

@@ -56,6 +56,11 @@ IGNORED: dict[str, dict[str, str]] = {
         "service_tier": "there is one tier here",
     },
     "ChatMessage": {"annotations": "an answer's citations, sent back with it"},
+    # llama-server's web UI, with every chat request
+    "LlamaChatFields": {
+        "reasoning_control": "arms ending the thinking early through llama-server's "
+        "/v1/chat/completions/control, which this server does not have: the reply is the same"
+    },
     "EmbeddingRequest": {"user": _ABUSE},
     # Ollama: its servers number the calls of an answer, and clients send them back so
     "OllamaFunctionCall": {"index": _ECHO},

@@ -35,6 +35,7 @@ class ServerConfig:
     default_max_tokens: int = 512
     request_timeout_s: float = 600.0
     embeddings: bool = True  # /v1/embeddings and /api/embed (False: 501)
+    webui_dir: str | None = None  # a built web UI served at / (engine.server.webui)
     # Where /slots/{id}?action=save|restore keep slot files (None: those actions are a 501,
     # as llama-server's without --slot-save-path).
     slot_save_path: Path | None = None
@@ -66,3 +67,8 @@ class ServerConfig:
             raise ServerError("the request timeout must be positive")
         if self.max_queue < 0:
             raise ServerError("the queue size must be 0 or more")
+        if self.webui_dir is not None and not (Path(self.webui_dir) / "index.html").is_file():
+            raise ServerError(
+                f"--webui {self.webui_dir}: no index.html there; give the folder a web UI "
+                "was built to (docs/server.md, llama-server's web UI)"
+            )

@@ -23,6 +23,7 @@ from engine.server.protocol import (
     hosting,
     infill,
     llama,
+    llama_utility,
     ollama,
     openai,
     responses,
@@ -137,6 +138,53 @@ EDITOR_PATHS: dict[str, Operation] = {
 }
 
 
+_QUERY_MODEL = {
+    "name": "model",
+    "in": "query",
+    "required": False,
+    "description": "a model's id, alias or file name (absent: the default)",
+    "schema": {"type": "string"},
+}
+_AUTOLOAD = {
+    "name": "autoload",
+    "in": "query",
+    "required": False,
+    "description": "false: answer only from a model already loaded (a 400 otherwise)",
+    "schema": {"enum": ["true", "false", "1", "0"]},
+}
+# llama-server's utility routes (engine.server.llama_routes), in its shapes.
+LLAMA_PATHS: dict[str, Operation] = {
+    "/tokenize": Operation(
+        "post",
+        "Tokenize text with a model's vocabulary (llama-server's)",
+        {JSON: llama_utility.TokenizeAnswer},
+        llama_utility.TokenizeRequest,
+        llama.LlamaError,
+    ),
+    "/detokenize": Operation(
+        "post",
+        "Token ids back to text (llama-server's)",
+        {JSON: llama_utility.DetokenizeAnswer},
+        llama_utility.DetokenizeRequest,
+        llama.LlamaError,
+    ),
+    "/apply-template": Operation(
+        "post",
+        "The prompt a chat is sent as: its messages through the model's chat template "
+        "(llama-server's)",
+        {JSON: llama_utility.ApplyTemplateAnswer},
+        llama_utility.ApplyTemplateRequest,
+        llama.LlamaError,
+    ),
+    "/props": Operation(
+        "get",
+        "The served model's properties and a request's defaults (llama-server's)",
+        {JSON: llama_utility.Props},
+        error=llama.LlamaError,
+        errors=(400, 401, 404, 503),
+        parameters=(_QUERY_MODEL, _AUTOLOAD),
+    ),
+}
 # Ollama streams one OllamaReply per line.
 _OLLAMA_REPLY: Media = {JSON: ollama.OllamaReply, NDJSON: None}
 
@@ -250,6 +298,7 @@ PATHS: dict[str, Operation] = {
     ),
     "/metrics": Operation("get", "Prometheus metrics", {TEXT: None}, errors=(401,)),
     **EDITOR_PATHS,
+    **LLAMA_PATHS,
 }
 
 # The agents' APIs (protocol.responses, protocol.anthropic), documented with the rest.
@@ -309,7 +358,9 @@ def _operation(op: Operation, model_id: str) -> dict[str, Any]:
     out: dict[str, Any] = {"summary": op.summary}
     if op.parameters:
         out["parameters"] = [
-            {**prm, "examples": {"default": {"value": model_id}}} if prm is _MODEL_ID else prm
+            {**prm, "examples": {"default": {"value": model_id}}}
+            if prm is _MODEL_ID or prm is _QUERY_MODEL
+            else prm
             for prm in op.parameters
         ]
     if op.body is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import httpx
@@ -16,6 +17,7 @@ import pytest
 
 from engine.host.requests import Event, Piece
 from engine.host.stats import GenerationStats
+from engine.server.config import ServerError
 from engine.server.engine_state import AsyncGeneration
 from engine.server.llama_stream import LlamaStream
 from engine.server.protocol.llama import LlamaChatFields, Timings
@@ -328,3 +330,31 @@ def test_timings_are_llama_servers_formulas() -> None:
     }
     # Nothing measured yet: rates of 0, never a division by zero.
     assert Timings.of(GenerationStats()).wire()["predicted_per_second"] == 0.0
+
+
+# -- the web UI at the server's origin (serve --webui) --------------------------------------------
+
+
+def test_a_built_web_ui_is_served_at_the_servers_origin(
+    module_fake: FakeModel, tmp_path: Path
+) -> None:
+    """Its files need no key, as llama-server serves its UI; the API behind them does."""
+    ui = tmp_path / "ui"
+    (ui / "_app").mkdir(parents=True)
+    (ui / "index.html").write_text("<!doctype html><title>llama.cpp</title>")
+    (ui / "_app" / "bundle.js").write_text("console.log('ui')")
+    with serve_fake(module_fake, make_config(model_id="fake", webui_dir=str(ui))) as srv:
+        page = http.get(srv.url + "/")
+        assert page.status_code == 200 and "<title>llama.cpp</title>" in page.text
+        assert page.headers["content-type"].startswith("text/html")
+        assert http.get(srv.url + "/_app/bundle.js").text == "console.log('ui')"
+        assert http.get(srv.url + "/props").status_code == 401  # the API keeps its key
+        assert http.get(srv.url + "/props", headers=AUTH).status_code == 200
+        r = http.get(srv.url + "/nothing-here.js", headers=AUTH)
+        assert llama_error(r, 404, "not_found_error") == "no such route: GET /nothing-here.js"
+        assert http.get(srv.url + "/nothing-here.js").status_code == 401  # not a file of it
+
+
+def test_a_web_ui_folder_without_its_page_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ServerError, match=r"no index\.html there"):
+        make_config(webui_dir=str(tmp_path)).validate()

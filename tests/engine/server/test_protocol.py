@@ -27,6 +27,11 @@ from engine.server.protocol.base import MAX_TOOLS
 from engine.server.protocol.embeddings import EmbeddingRequest, RerankRequest
 from engine.server.protocol.hosting import LoadModelRequest
 from engine.server.protocol.infill import InfillRequest, SlotFileRequest
+from engine.server.protocol.llama_utility import (
+    ApplyTemplateRequest,
+    DetokenizeRequest,
+    TokenizeRequest,
+)
 from engine.server.protocol.messages import Role, Tool
 from engine.server.protocol.ollama import (
     OllamaChatRequest,
@@ -57,6 +62,9 @@ ROUTES: dict[str, type[BaseModel]] = {
     "ollama_show": OllamaShowRequest,
     "ollama_embed": OllamaEmbedRequest,
     "load_model": LoadModelRequest,
+    "tokenize": TokenizeRequest,
+    "detokenize": DetokenizeRequest,
+    "apply_template": ApplyTemplateRequest,
     "infill": InfillRequest,
     "slot_file": SlotFileRequest,
 }
@@ -477,6 +485,54 @@ ROWS: list[Row] = [
     ("ollama_embed", {"input": "a"}, "model"),
     ("ollama_embed", {"model": "smollm2"}, "input"),
     ("ollama_embed", {"model": "smollm2", "input": ""}, "input"),
+    # -- llama-server's /tokenize, /detokenize, /apply-template --
+    ("tokenize", {"content": "hi"}, OK),
+    (
+        "tokenize",
+        {
+            "content": ["a", 5, "b"],
+            "add_special": True,
+            "parse_special": False,
+            "with_pieces": True,
+            "model": "smollm2",
+        },
+        OK,
+    ),
+    ("tokenize", {}, "content"),
+    ("tokenize", {"content": 5}, "content"),
+    ("tokenize", {"content": ["a", -1]}, "content"),
+    ("tokenize", {"content": ["a", 1.5]}, "content"),
+    ("tokenize", {"content": "a", "with_pieces": 1}, "with_pieces"),
+    ("tokenize", {"content": "a", "pieces": True}, "pieces"),
+    ("detokenize", {}, OK),
+    ("detokenize", {"tokens": [1, 2], "model": "smollm2"}, OK),
+    ("detokenize", {"tokens": "1"}, "tokens"),
+    ("detokenize", {"tokens": [-1]}, "tokens"),
+    ("detokenize", {"tokens": [2**31]}, "tokens"),
+    ("detokenize", {"tokens": [1], "model": 5}, "model"),
+    ("apply_template", {"messages": M}, OK),
+    ("apply_template", {"messages": HISTORY, "tools": [TOOL], "model": "smollm2"}, OK),
+    ("apply_template", {}, "messages"),
+    ("apply_template", {"messages": []}, "messages"),
+    ("apply_template", {"messages": M, "stream": True}, "stream"),
+    # -- llama-server's fields, as its web UI sends them with a chat --
+    (
+        "chat",
+        {
+            "messages": M,
+            "stream": True,
+            "timings_per_token": True,
+            "return_progress": True,
+            "sse_ping_interval": 1,
+            "reasoning_format": "auto",
+            "reasoning_control": True,
+        },
+        OK,
+    ),
+    ("chat", {"messages": M, "sse_ping_interval": -1}, OK),
+    ("chat", {"messages": M, "sse_ping_interval": -2}, "sse_ping_interval"),
+    ("chat", {"messages": M, "timings_per_token": 1}, "timings_per_token"),
+    ("chat", {"messages": M, "return_progress": "yes"}, "return_progress"),
     # -- /infill, as llama.vim and llama.vscode send it --
     ("infill", {"input_prefix": "def f(", "input_suffix": ")"}, OK),
     (
