@@ -1,0 +1,227 @@
+"""The decode speed prediction without a model: the bytes a step reads from a header, the
+arithmetic on a simulated machine, the probe models' weights, and the machine's figures
+measured once (a simulated decode timer) and kept per machine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize
+
+from engine.bench.speed_model import DecodeCost, MachineSpeed, kernel_key, predict
+from engine.bench.speed_probe import (
+    FIXED_LAYERS,
+    ProbeSettings,
+    SpeedProfile,
+    _random_rows,
+    write_probe_model,
+)
+from engine.memory import cpu_kernels
+from engine.memory.cpu_kernels import CpuFeatures
+from engine.model.gguf import GGUFFile, read_gguf
+from engine.settings import LoadParams
+
+AMX = CpuFeatures(avx=True, avx2=True, avx512=True, avx512_vnni=True, amx_int8=True)
+MB = 1_000_000
+
+
+def probe(tmp_path: Path, type_name: str = "Q8_0", n_layer: int = 2, e: int = 256) -> GGUFFile:
+    path = tmp_path / f"{type_name}-{n_layer}.gguf"
+    write_probe_model(path, n_layer=n_layer, n_embd=e, n_ff=2 * e, type_name=type_name)
+    return read_gguf(path)
+
+
+def test_cost_counts_every_product_once_and_one_embedding_row(tmp_path: Path) -> None:
+    gf = probe(tmp_path)
+    cost = DecodeCost.of(gf, features=CpuFeatures(), extra_buffers=True, n_past=100)
+    embd = gf.tensor("token_embd.weight")
+    assert embd is not None
+    layers = [t for t in gf.tensors if t.name.startswith("blk.") and len(t.shape) == 2]
+    norms = [t for t in gf.tensors if "norm" in t.name]
+    # Tied embeddings: the embedding is the output matrix (read whole) and a lookup (a row).
+    assert cost.matmul_bytes == {"Q8_0/generic": sum(t.n_bytes for t in layers) + embd.n_bytes}
+    assert cost.other_bytes == sum(t.n_bytes for t in norms) + embd.n_bytes // embd.shape[1]
+    # 2 layers, 4 heads of 64 kept for K and V, f16, 100 cached cells.
+    assert cost.kv_bytes == 100 * 2 * (2 * 256 * 2)
+    assert cost.bytes_per_token == cost.weight_bytes + cost.kv_bytes
+    assert cost.n_layer == 2 and cost.n_past == 100
+
+
+def test_cost_keys_follow_the_cpu_kernel_rules(tmp_path: Path) -> None:
+    gf = probe(tmp_path)
+    amx = DecodeCost.of(gf, features=AMX, extra_buffers=True)
+    assert set(amx.matmul_bytes) == {"Q8_0/AMX"}
+    # Extra buffers off: the generic kernels whatever the CPU.
+    off = DecodeCost.of(gf, features=AMX, extra_buffers=False)
+    assert set(off.matmul_bytes) == {"Q8_0/generic"}
+    assert sum(amx.matmul_bytes.values()) == sum(off.matmul_bytes.values())
+    assert kernel_key("Q4_K", "CPU_REPACK") == "Q4_K/CPU_REPACK"
+
+
+def cost(**kw: object) -> DecodeCost:
+    base: dict[str, object] = {
+        "name": "m",
+        "n_layer": 10,
+        "matmul_bytes": {"A/AMX": 100 * MB, "B/generic": 50 * MB},
+        "other_bytes": 1 * MB,
+        "kv_bytes": 4 * MB,
+        "n_past": 256,
+    }
+    base.update(kw)
+    return DecodeCost(**base)  # type: ignore[arg-type]
+
+
+def machine(**kw: object) -> MachineSpeed:
+    base: dict[str, object] = {
+        "cpu": "Simulated CPU",
+        "threads": 2,
+        "bandwidth_bytes_per_s": 10e9,
+        "per_layer_s": 1e-4,
+        "per_token_s": 5e-4,
+        "rates": {"A/AMX": 20e9, "B/generic": 10e9},
+    }
+    base.update(kw)
+    return MachineSpeed(**base)  # type: ignore[arg-type]
+
+
+def test_compute_bound_step_is_kernels_plus_fixed_work() -> None:
+    p = predict(cost(), machine())
+    kernels = 100 * MB / 20e9 + 50 * MB / 10e9 + 5 * MB / 10e9  # 5 + 5 + 0.5 ms
+    memory = 155 * MB / 10e9  # 15.5 ms
+    assert p.kernel_s == pytest.approx(kernels) and p.memory_s == pytest.approx(memory)
+    assert p.fixed_s == pytest.approx(10 * 1e-4 + 5e-4)
+    assert p.tokens_per_s == pytest.approx(1 / (memory + 1.5e-3))  # memory is slower here
+    assert p.bound == "memory" and p.unmeasured == ()
+    fast_memory = predict(cost(), machine(bandwidth_bytes_per_s=100e9))
+    k = 100 * MB / 20e9 + 50 * MB / 10e9 + 5 * MB / 100e9
+    assert fast_memory.bound == "compute"
+    assert fast_memory.tokens_per_s == pytest.approx(1 / (k + 1.5e-3))
+
+
+def test_overhead_bound_and_unmeasured_kernels() -> None:
+    tiny = cost(matmul_bytes={"A/AMX": 1 * MB, "C/generic": 1 * MB}, other_bytes=0, kv_bytes=0)
+    p = predict(tiny, machine(per_token_s=0.01))
+    assert p.bound == "overhead"
+    # C was never measured: it counts at memory bandwidth and is named.
+    assert p.unmeasured == ("C/generic",)
+    assert p.kernel_s == pytest.approx(1 * MB / 20e9 + 1 * MB / 10e9)
+    assert "C/generic" in p.basis() and "Simulated CPU" in p.basis()
+    with pytest.raises(ValueError, match="bandwidth"):
+        predict(tiny, machine(bandwidth_bytes_per_s=0))
+
+
+def test_twice_the_fixed_work_is_slower_by_exactly_that() -> None:
+    a, b = predict(cost(), machine()), predict(cost(), machine(per_layer_s=2e-4))
+    assert 1 / b.tokens_per_s - 1 / a.tokens_per_s == pytest.approx(10 * 1e-4)
+
+
+def test_machine_round_trips_through_its_dict() -> None:
+    m = machine()
+    assert MachineSpeed.from_dict(json.loads(json.dumps(m.to_dict()))) == m
+    assert m.with_rates({"D/generic": 1.0}).rates["D/generic"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "type_name", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+)
+def test_probe_weights_are_small_and_finite(type_name: str) -> None:
+    rows = _random_rows(np.random.default_rng(1), 8, 512, type_name)
+    values = dequantize(rows, GGMLQuantizationType[type_name])
+    assert values.shape == (8, 512)
+    # f16 scales below 2**-8, times sub-scales (Q6_K: 8 bits) and values (6 bits): < 16.
+    assert np.isfinite(values).all() and np.abs(values).max() < 16.0
+    assert np.abs(values).max() > 0  # random, not all zero
+
+
+def test_probe_model_never_picks_end_of_sequence(tmp_path: Path) -> None:
+    gf = probe(tmp_path)
+    embd = gf.tensor("token_embd.weight")
+    assert embd is not None and gf.metadata["tokenizer.ggml.eos_token_id"] == 2
+    raw = (tmp_path / "Q8_0-2.gguf").read_bytes()
+    row = embd.n_bytes // embd.shape[1]
+    start = gf.data_offset + embd.offset + 2 * row
+    assert raw[start : start + row] == bytes(row)  # its logit is exactly 0
+
+
+class SimulatedDecoder:
+    """A decode timer for a simulated machine: a step is the fixed work plus each product's
+    bytes at its kernel's rate (what the probe must recover)."""
+
+    def __init__(self, per_layer: float, per_token: float, rates: dict[str, float]) -> None:
+        self.per_layer, self.per_token, self.rates = per_layer, per_token, rates
+        self.calls: list[str] = []
+
+    def __call__(self, path: Path, params: LoadParams) -> float:
+        self.calls.append(path.name)
+        gf = read_gguf(path)
+        c = DecodeCost.of(
+            gf,
+            features=cpu_kernels.detect(),
+            extra_buffers=params.extra_buffers is not False,
+        )
+        work = sum(n / self.rates.get(k.split("/")[0], 1e12) for k, n in c.matmul_bytes.items())
+        return self.per_token + c.n_layer * self.per_layer + work
+
+
+def test_profile_measures_once_then_reads_its_file(tmp_path: Path) -> None:
+    sim = SimulatedDecoder(2e-4, 1e-3, {"F32": 1e12, "Q8_0": 8e9})
+    bandwidth_calls: list[int] = []
+
+    def bandwidth() -> float:
+        bandwidth_calls.append(1)
+        return 12e9
+
+    settings = ProbeSettings.default()
+    file = tmp_path / "data" / "speed_profile.json"
+    profile = SpeedProfile(file, settings, timer=sim, bandwidth=bandwidth)
+    assert profile.cached() is None and profile.known() is None
+    m = profile.machine()
+    assert m.bandwidth_bytes_per_s == 12e9 and m.threads == settings.threads
+    # Two tiny models, FIXED_LAYERS apart: the simulated per-layer and per-token work back.
+    assert len(sim.calls) == len(FIXED_LAYERS)
+    assert m.per_layer_s == pytest.approx(2e-4, rel=1e-3)
+    assert m.per_token_s == pytest.approx(1e-3, rel=1e-2)
+    # A kernel measured when a model needs it: generic kernels exist on every CPU.
+    m2 = profile.machine(["Q8_0/generic"])
+    assert m2.rates["Q8_0/generic"] == pytest.approx(8e9, rel=0.02)
+    assert profile.known(["Q8_0/generic"]) == m2
+    assert profile.known(["Q4_K/generic"]) is None
+    # Kept in the file: a new profile on it measures nothing.
+    calls = len(sim.calls)
+    again = SpeedProfile(file, settings, timer=sim, bandwidth=bandwidth)
+    assert again.machine(["Q8_0/generic"]) == m2
+    assert len(sim.calls) == calls and len(bandwidth_calls) == 1
+    stored = json.loads(file.read_text(encoding="utf-8"))
+    assert list(stored) == [profile._key] and settings.threads == stored[profile._key]["threads"]
+    # Forgotten: measured again.
+    again.forget()
+    assert again.cached() is None
+    again.machine()
+    assert len(bandwidth_calls) == 2
+
+
+def test_kernel_the_build_cannot_run_is_remembered_as_unmeasured(tmp_path: Path) -> None:
+    sim = SimulatedDecoder(1e-4, 1e-3, {"F32": 1e12})
+    settings = ProbeSettings.default()
+    profile = SpeedProfile(tmp_path / "p.json", settings, timer=sim, bandwidth=lambda: 1e10)
+    m = profile.machine(["MXFP4/generic", "NOT_A_TYPE/generic"])
+    assert m.rates == {"MXFP4/generic": 0.0, "NOT_A_TYPE/generic": 0.0}
+    p = predict(
+        DecodeCost("x", 1, {"MXFP4/generic": 10 * MB}, 0, 0, 0),
+        m,
+    )
+    assert p.unmeasured == ("MXFP4/generic",)  # predicted at memory bandwidth
+
+
+def test_a_broken_profile_file_is_measured_again(tmp_path: Path) -> None:
+    file = tmp_path / "p.json"
+    file.write_text("{not json", encoding="utf-8")
+    sim = SimulatedDecoder(1e-4, 1e-3, {"F32": 1e12})
+    profile = SpeedProfile(file, ProbeSettings.default(), timer=sim, bandwidth=lambda: 1e10)
+    assert profile.cached() is None
+    assert profile.machine().bandwidth_bytes_per_s == 1e10
+    assert json.loads(file.read_text(encoding="utf-8"))  # rewritten whole
