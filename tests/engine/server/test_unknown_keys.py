@@ -14,9 +14,10 @@ from pydantic import BaseModel
 from engine.server import ServerConfig, ServerThread
 from engine.server.body_model import IGNORED, UNKNOWN
 from engine.server.openapi import openapi_schema
-from engine.server.protocol import anthropic, embeddings, ollama, openai, responses
+from engine.server.protocol import anthropic, embeddings, infill, ollama, openai, responses
 from engine.server.protocol.anthropic import AnthropicMessagesRequest
 from engine.server.protocol.embeddings import EmbeddingRequest
+from engine.server.protocol.infill import InfillRequest
 from engine.server.protocol.ollama import OllamaChatRequest
 from engine.server.protocol.openai import ChatCompletionRequest
 from engine.server.protocol.parse import parse_body
@@ -25,10 +26,11 @@ from tests.engine.server.conftest import API_KEY, http, make_config
 from tests.fake_server_engine import FakeModel, fake_model, serve_fake
 
 # The modules whose models the allow-list names.
-DIALECTS = (openai, embeddings, ollama, responses, anthropic)
+DIALECTS = (openai, embeddings, ollama, responses, anthropic, infill)
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 M = [{"role": "user", "content": "Hi"}]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+INFILL = {"input_prefix": "def f(", "input_suffix": ")"}
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +156,8 @@ def _known(name: str) -> type[BaseModel]:
 PLACES: dict[str, Callable[[str], tuple[type[BaseModel], dict[str, Any]]]] = {
     "_OpenAISampling": lambda k: (ChatCompletionRequest, {"messages": M, k: "v"}),
     "LlamaChatFields": lambda k: (ChatCompletionRequest, {"messages": M, k: True}),
+    "InfillRequest": lambda k: (InfillRequest, {**INFILL, k: 0}),
+    "InfillChunk": lambda k: (InfillRequest, {**INFILL, "input_extra": [{"text": "t", k: 1.5}]}),
     "ChatMessage": lambda k: (
         ChatCompletionRequest,
         {"messages": [{"role": "assistant", "content": "x", k: []}, *M]},
@@ -231,6 +235,7 @@ def test_each_allowed_key_is_taken_and_documented(owner: str, key: str) -> None:
     if owner in (
         "_OpenAISampling",
         "LlamaChatFields",
+        "InfillRequest",
         "EmbeddingRequest",
         "ResponsesRequest",
         "AnthropicMessagesRequest",
