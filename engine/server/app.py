@@ -26,6 +26,7 @@ from engine.server.chat_reply import LEFT_OUT_HEADER
 from engine.server.engine_state import ServerState, request_leases
 from engine.server.errors import ApiError, error_response
 from engine.server.infill_routes import InfillRoutes
+from engine.server.library_routes import LibraryRoutes
 from engine.server.llama_routes import LlamaRoutes
 from engine.server.metrics import ModelFigures
 from engine.server.model_routes import ModelRoutes
@@ -243,6 +244,7 @@ def create_app(state: ServerState) -> ASGIApp:
         *ResponsesRoutes(state).routes(),
         *AnthropicRoutes(state).routes(),
         *ollama.routes(),
+        *LibraryRoutes(state).routes(),
     ]
     known = frozenset(r.path for r in routes if "{" not in r.path)
     ui = frozenset[str]()
@@ -296,7 +298,7 @@ def create_app(state: ServerState) -> ASGIApp:
             Middleware(
                 CORSMiddleware,
                 allow_origins=list(cfg.cors_origins),
-                allow_methods=["GET", "POST", "OPTIONS"],
+                allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
                 allow_headers=[
                     "Authorization",
                     "Content-Type",

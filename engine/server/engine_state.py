@@ -28,8 +28,19 @@ from engine.server.config import ServerConfig
 from engine.server.embeddings import Embedder
 from engine.server.errors import ApiError
 from engine.server.metrics import Metrics
+from engine.server.model_store import ModelStore, NamedModel
 from engine.server.request_log import RequestLog, current_record
 from engine.settings import SamplingParams
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (links resolved)."""
+    if a == b:
+        return True
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
 
 
 def file_digest(path: Path) -> str:
@@ -150,8 +161,12 @@ class ServerState:
         metrics: Metrics | None = None,
         request_log: RequestLog | None = None,
         host: ModelHost | None = None,
+        store: ModelStore | None = None,
     ) -> None:
         self.config = config
+        # The library's pulls, copies and created models (engine.server.model_store); None:
+        # this server does not manage models.
+        self.store = store
         self.metrics = metrics or Metrics()
         self.request_log = request_log  # None: nobody watches individual requests
         self.host = host if host is not None else ModelHost()
@@ -250,14 +265,44 @@ class ServerState:
 
         return self.host.attachments.get(name, self, build).served
 
+    def named(self, name: str | None) -> NamedModel | None:
+        """The store's named model `name` (pulled, copied or created), or None."""
+        if self.store is None or not name:
+            return None
+        return self.store.named(name)
+
+    def name_of_file(self, named: NamedModel) -> str:
+        """The host's name for a named model's file."""
+        for spec in self.host.known():
+            if same_file(spec.path, named.path):
+                return spec.name
+        raise ApiError(404, f"the file of {named.name} is gone ({named.path.name})", param="model")
+
     async def acquire(
-        self, name: str | None, *, keep_s: float | Unset | None = UNSET, generate: bool = True
+        self,
+        name: str | None,
+        *,
+        keep_s: float | Unset | None = UNSET,
+        generate: bool = True,
+        recipes: bool = False,
     ) -> ServedModel:
         """The model a request names (None or '': the default), loaded on demand; held until
         the request's answer has been sent. An unknown name is a 404 listing the known ones;
         a load that cannot fit is a 503 with the reason. `generate`: the request wants text,
-        which an embedding model cannot give (a 400 naming the model)."""
+        which an embedding model cannot give (a 400 naming the model). A named model loads
+        its file; one made by /api/create only where the route applies its recipe
+        (`recipes`), or its answers would not be that model's."""
         name = name or self.config.model_id
+        named = self.named(name)
+        if named is not None:
+            if named.has_recipe and not recipes:
+                raise ApiError(
+                    400,
+                    f"model {name!r} was made with /api/create: ask it through /api/chat or "
+                    "/api/generate, which apply its system prompt and parameters",
+                    param="model",
+                )
+            name = await asyncio.to_thread(self.name_of_file, named)
         leases = request_leases.get()
         try:
             lease = self.host.acquire_ready(name, keep_s=keep_s)

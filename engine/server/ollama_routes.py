@@ -53,7 +53,9 @@ from engine.server.engine_state import (
     media_capabilities,
 )
 from engine.server.errors import ApiError
+from engine.server.library_routes import modelfile, recipe_messages, recipe_options
 from engine.server.media_parts import decode_media
+from engine.server.model_store import NamedModel
 from engine.server.openai_routes import run_embeddings
 from engine.server.parsing import read_json
 from engine.server.protocol.base import HOLE, Template, keep_seconds
@@ -118,6 +120,16 @@ def _arguments(call: ToolCall) -> Any:
         return {}
 
 
+def _with_recipe(answer: OllamaShowResponse, named: NamedModel) -> None:
+    """A named model's /api/show: its Modelfile, parameters, system prompt and license."""
+    answer.modelfile, answer.parameters = modelfile(named)
+    answer.details = {**answer.details, "parent_model": named.base}
+    if named.system:
+        answer.system = named.system
+    if named.license:
+        answer.license = "\n".join(named.license)
+
+
 class OllamaRoutes:
     def __init__(self, state: ServerState) -> None:
         self.state = state
@@ -165,9 +177,29 @@ class OllamaRoutes:
                         details={"format": "gguf"},
                     )
                 )
+        entries += self._named_entries()
         if not entries:
             raise self.state.unavailable()  # nothing to list yet: say why
         return JSONResponse(OllamaTags(models=entries).wire())
+
+    def _named_entries(self) -> list[OllamaModelEntry]:
+        """The store's names (pulled, copied, created), each listed as Ollama lists them."""
+        store = self.state.store
+        out = []
+        for m in store.named_models() if store is not None else ():
+            if m.path.exists():
+                st = m.path.stat()
+                out.append(
+                    OllamaModelEntry(
+                        name=m.name,
+                        model=m.name,
+                        modified_at=_iso(m.created_at or st.st_mtime),
+                        size=st.st_size,
+                        digest=file_digest(m.path),
+                        details={"format": "gguf", "parent_model": m.base},
+                    )
+                )
+        return out
 
     async def ps(self, request: Request) -> Response:
         """The loaded models: size in memory (and on GPUs), when each will be unloaded."""
@@ -206,6 +238,9 @@ class OllamaRoutes:
         body = await read_json(request, self.state.config.max_body_bytes)
         req = parse_body(OllamaShowRequest, body)
         name = req.model or req.name or ""
+        named = self.state.named(name)
+        if named is not None:  # its file's model, shown with its recipe
+            name = await asyncio.to_thread(self.state.name_of_file, named)
         try:
             name = self.state.host.resolve(name)
         except ModelNotFound as e:
@@ -253,6 +288,8 @@ class OllamaRoutes:
             ),
             modified_at=_iso(path.stat().st_mtime),
         )
+        if named is not None:
+            _with_recipe(answer, named)
         return JSONResponse(answer.wire())
 
     def _sampling(self, options: OllamaOptions | None) -> SamplingParams:
@@ -276,15 +313,18 @@ class OllamaRoutes:
     async def chat(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         req = parse_body(OllamaChatRequest, body)
-        loaded = await self.state.acquire(req.model, keep_s=keep_seconds(req.keep_alive))
-        sampling = self._sampling(req.options)
+        named = self.state.named(req.model)
+        loaded = await self.state.acquire(
+            req.model, keep_s=keep_seconds(req.keep_alive), recipes=True
+        )
+        sampling = self._sampling(recipe_options(named, req.options))
         tools = req.chat_tools()
         media = await decode_media(loaded, req.chat_media())
         plan = await fitted_plan(
             request,
             self.state,
             loaded,
-            req.chat_messages(),
+            recipe_messages(named, req.chat_messages()),
             policy=req.context_policy,
             reserve=answer_reserve(loaded, sampling.max_tokens),
             tools=tools,
@@ -303,6 +343,7 @@ class OllamaRoutes:
             req.stream is not False,
             chat=True,
             think=req.think,
+            name=req.model if named is not None else None,
             logprobs=req.asked_logprobs(),
             headers=left_out_headers(plan, req.context_policy),
         )
@@ -311,16 +352,17 @@ class OllamaRoutes:
         body = await read_json(request, self.state.config.max_body_bytes)
         req = parse_body(OllamaGenerateRequest, body)
         prompt_text, system, think = req.prompt or "", req.system, req.think
-        sampling = self._sampling(req.options)
+        named = self.state.named(req.model)
+        sampling = self._sampling(recipe_options(named, req.options))
         grammar = ollama_grammar(req.format)
         keep = keep_seconds(req.keep_alive)
         asks = bool(prompt_text or req.images)  # images alone are a prompt too
-        loaded = await self.state.acquire(req.model, keep_s=keep, generate=asks)
+        loaded = await self.state.acquire(req.model, keep_s=keep, generate=asks, recipes=True)
         if not asks:
             # Ollama answers an empty prompt by loading the model (keep_alive 0: unloading
             # it) and saying it is done.
             answer = OllamaReply(
-                model=loaded.model_id,
+                model=req.model if named is not None else loaded.model_id,
                 created_at=_now(),
                 response="",
                 done=True,
@@ -342,6 +384,7 @@ class OllamaRoutes:
             msgs: list[dict[str, Any]] = (
                 [{"role": "system", "content": system}] if system else []
             ) + [{"role": "user", "content": user}]
+            msgs = recipe_messages(named, msgs)
             plan = plan_chat(
                 loaded,
                 msgs,
@@ -362,6 +405,7 @@ class OllamaRoutes:
             req.stream is not False,
             chat=False,
             think=think,
+            name=req.model if named is not None else None,
             logprobs=req.asked_logprobs(),
         )
 
@@ -375,6 +419,7 @@ class OllamaRoutes:
         *,
         chat: bool,
         think: bool | None,
+        name: str | None = None,
         logprobs: int | None,
         headers: dict[str, str] | None = None,
     ) -> Response:
@@ -400,7 +445,9 @@ class OllamaRoutes:
             done: bool = False,
             created_at: str | None = None,
         ) -> OllamaReply:
-            d = OllamaReply(model=loaded.model_id, created_at=created_at or _now(), done=done)
+            d = OllamaReply(
+                model=name or loaded.model_id, created_at=created_at or _now(), done=done
+            )
             if chat:
                 msg = OllamaReplyMessage(role="assistant", content=text)
                 if thinking and show_thinking:

@@ -28,6 +28,13 @@ from engine.server.protocol import (
     openai,
     responses,
 )
+from engine.server.protocol.ollama_models import (
+    OllamaCopyRequest,
+    OllamaCreateRequest,
+    OllamaDeleteRequest,
+    OllamaPullRequest,
+    OllamaStatus,
+)
 from engine.server.rerank_routes import RERANK_PATHS
 
 _REF = "#/components/schemas/{model}"
@@ -40,10 +47,12 @@ JSON, SSE, NDJSON, TEXT = (
 _ERROR_TEXT = {
     400: "Invalid request",
     401: "Missing or invalid API key",
+    403: "The Hub refuses access (a gated repository)",
     404: "Not found",
     413: "Request body too large",
     429: "Queue full; see Retry-After",
     409: "Held by a client of the app",
+    500: "Failed (the error says why)",
     501: "Not enabled on this server",
     503: "Model loading, or no room to load it",
 }
@@ -57,7 +66,7 @@ DEFAULT_ERRORS = {"post": (400, 401, 404, 413, 429, 503), "get": (401, 503)}
 
 @dataclass(frozen=True)
 class Operation:
-    method: Literal["get", "post"]
+    method: Literal["get", "post", "delete"]
     summary: str
     ok: Media  # the 200 answer
     body: type[BaseModel] | None = None  # the request body (POST)
@@ -286,6 +295,41 @@ PATHS: dict[str, Operation] = {
         ollama.OllamaEmbedRequest,
         ollama.OllamaError,
         also=(501,),
+    ),
+    # Ollama's model management (engine.server.library_routes): 501 without a library.
+    "/api/pull": Operation(
+        "post",
+        "Download a model from the Hugging Face Hub, hf.co/owner/repo:QUANT (Ollama; NDJSON "
+        "progress unless stream=false)",
+        {JSON: OllamaStatus, NDJSON: None},
+        OllamaPullRequest,
+        ollama.OllamaError,
+        errors=(400, 401, 403, 404, 413, 500, 501, 503),
+    ),
+    "/api/delete": Operation(
+        "delete",
+        "Delete a model: its file where Candlewick owns it (Ollama)",
+        {},
+        OllamaDeleteRequest,
+        ollama.OllamaError,
+        errors=(400, 401, 404, 409, 413, 501),
+    ),
+    "/api/copy": Operation(
+        "post",
+        "Another name for a model, the same file (Ollama)",
+        {},
+        OllamaCopyRequest,
+        ollama.OllamaError,
+        errors=(400, 401, 404, 413, 501),
+    ),
+    "/api/create": Operation(
+        "post",
+        "A model over another: its system prompt, parameters and first messages (Ollama; "
+        "NDJSON status lines unless stream=false)",
+        {JSON: OllamaStatus, NDJSON: None},
+        OllamaCreateRequest,
+        ollama.OllamaError,
+        errors=(400, 401, 404, 413, 501),
     ),
     "/health": Operation(
         "get",

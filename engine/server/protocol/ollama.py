@@ -311,6 +311,9 @@ class OllamaShowResponse(Reply):
     model_info: dict[str, Any]
     capabilities: list[str]
     modified_at: str
+    # A created model's (/api/create): its system prompt and license.
+    system: str | None = None
+    license: str | None = None
 
 
 class OllamaReplyFunction(Reply):
