@@ -6,6 +6,10 @@ key) run before anything is loaded or bound. Every model of the library can be a
 name: one not loaded is loaded on demand with the server's settings, stays for `--keep-alive`
 once idle, and makes room by unloading the least recently used idle one (engine.host.host).
 
+Ollama's clients manage the library through it too: `/api/pull` downloads a Hugging Face
+model (verified, resumable), `/api/copy`, `/api/create` and `/api/delete` name, make and
+remove models (app.services.server_models).
+
 Each model loads with the settings saved for it (in the window, or `candlewick models
 settings`): an option typed on the command line > saved for this model > the options'
 defaults. A saved context is each slot's.
@@ -25,7 +29,11 @@ from typing import Any
 
 from app.cli.common import USER_ERRORS, CliError, first_loads, library, positive_int
 from app.cli.load_options import add_load_options, given_fields, load_params
+from app.services.download_manager import DownloadManager
+from app.services.hub import HubClient
 from app.services.model_settings import ModelSettingsStore, SettingsProvider
+from app.services.secrets import TokenStore
+from app.services.server_models import LibraryModelStore
 from app.services.service_log import logging_to
 from engine.host.budget import MemoryBudget
 from engine.host.host import DEFAULT_KEEP_S, Loadable, ModelHost
@@ -201,6 +209,14 @@ def catalog(
     return specs
 
 
+def model_store() -> LibraryModelStore:
+    """Ollama's pulls, copies and created models over the library, downloading through a
+    download manager of its own (the Hub token as `candlewick models token` saved it)."""
+    lib = library()
+    hub = HubClient(token=TokenStore().get)
+    return LibraryModelStore(lib, DownloadManager(lib.downloads_state, hub))
+
+
 def saved_settings(args: argparse.Namespace, params: LoadParams) -> SettingsProvider:
     """Each model's saved settings over the server's (`params`); options typed on the
     command line keep their value."""
@@ -275,7 +291,8 @@ def serve(args: argparse.Namespace) -> int:
         loader=lambda spec: Model(spec.path, spec.params, first_loads=loads),
         default_keep_s=args.keep_alive,
     )
-    state = ServerState(config, host=host)
+    store = model_store()
+    state = ServerState(config, host=host, store=store)
     state.starting = True
     sock = bind_socket(config.host, config.port)
     port = sock.getsockname()[1]
@@ -311,6 +328,7 @@ def serve(args: argparse.Namespace) -> int:
         loader.join()
         state.close()
         host.close()
+        store.downloads.close()  # a pull still running stays paused, its bytes kept
     return 2 if state.load_error else 0
 
 

@@ -361,7 +361,10 @@ class ModelLibrary:
                 paths.add(key)
                 out.append(self._make(id_, p, "imported", linked=True))
         if self.discovery is not None:
+            hidden = self._hidden()
             for d in discover(self.discovery):
+                if str(_real(d.path)) in hidden:
+                    continue  # taken out of the library (`forget`); the file is the tool's
                 stem = (
                     d.name.rsplit("/", 1)[-1].replace(":", "-")
                     if d.source == OLLAMA
@@ -527,6 +530,41 @@ class ModelLibrary:
         tmp = index.with_name("linked.json.tmp")
         tmp.write_text(json.dumps({k: str(v) for k, v in links.items()}, indent=1), "utf-8")
         os.replace(tmp, index)
+
+    # --- forget -------------------------------------------------------------------------------
+
+    @property
+    def _hidden_index(self) -> Path:
+        return self.models_dir / "hidden.json"
+
+    def _hidden(self) -> set[str]:
+        """Resolved paths of other tools' files taken out of the library (`forget`)."""
+        try:
+            data = json.loads(self._hidden_index.read_text("utf-8"))
+        except (OSError, ValueError):
+            return set()
+        return {str(p) for p in data if isinstance(p, str)} if isinstance(data, list) else set()
+
+    def forget(self, id_: str) -> LibraryEntry:
+        """Take a model out of the library and leave its file where it is: a linked import's
+        link goes; another tool's file (LM Studio's, Ollama's, the Hugging Face cache's) is
+        no longer listed. Importing the file again brings it back."""
+        e = self.entry(id_)
+        if e.source == "bundled":
+            raise LibraryError("the bundled default model ships with Candlewick and stays listed")
+        if e.owner is None and not e.linked:
+            raise LibraryError(f"'{e.id}' is Candlewick's own file: delete it instead")
+        if e.custom_name is not None:
+            self.rename(e.id, "")
+        if e.linked:
+            links = self._imported_links()
+            links.pop(e.id, None)
+            self._write_links(links)
+        elif e.owner is not None:
+            hidden = sorted(self._hidden() | {str(_real(e.path))})
+            self.models_dir.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self._hidden_index, json.dumps(hidden, indent=1))
+        return e
 
     # --- delete -------------------------------------------------------------------------------
 

@@ -10,10 +10,16 @@ import httpx
 import jsonschema
 import pytest
 
+from app.services.discovery import DiscoveryRoots
+from app.services.download_manager import DownloadManager
+from app.services.hub import HubClient
+from app.services.library import ModelLibrary
+from app.services.server_models import LibraryModelStore
 from engine.host.runtime import Model
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.server.openapi import openapi_schema
 from engine.settings import LoadParams
+from tests.hub_emulator import running_hub
 
 API_KEY = "test-key-0123456789"
 
@@ -86,3 +92,18 @@ def assert_no_leak(loaded: ServedModel) -> None:
     snap = sched.snapshot()
     assert snap.busy_slots == 0 and snap.queue_depth == 0
     assert sched.kv_positions() == [s["cached_tokens"] for s in snap.slots]
+
+
+@pytest.fixture
+def model_store(tmp_path: Path) -> Iterator[LibraryModelStore]:
+    """A real model store (pulls, copies, creates, deletes) over an empty library, its Hub
+    the local emulator: nothing leaves this machine."""
+    with running_hub() as hub:
+        library = ModelLibrary(tmp_path / "models", bundled=False, discovery=DiscoveryRoots())
+        downloads = DownloadManager(
+            library.downloads_state, HubClient(hub.url), cache_dir=tmp_path / "hf"
+        )
+        try:
+            yield LibraryModelStore(library, downloads)
+        finally:
+            downloads.close()

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.services.server_models import LibraryModelStore
 from engine.server import ServedModel, ServerState, ServerThread
 from tests.engine.server.conftest import API_KEY, assert_no_leak, http, make_config
 
@@ -334,7 +335,9 @@ WARNINGS = (
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # minutes alone; over 14 beside busy loops and other jobs
-def test_schemathesis_finds_nothing(served: ServedModel, tmp_path: Path) -> None:
+def test_schemathesis_finds_nothing(
+    served: ServedModel, tmp_path: Path, model_store: LibraryModelStore
+) -> None:
     """Fuzz every route from the server's own OpenAPI schema: no 5xx, no schema violation.
 
     `positive_data_acceptance` is left out: a schema-valid prompt can still be longer than a
@@ -342,7 +345,9 @@ def test_schemathesis_finds_nothing(served: ServedModel, tmp_path: Path) -> None
     # With a slot folder, so the /slots actions answer rather than refuse with a 501.
     slots = tmp_path / "slots"
     slots.mkdir()
-    state = ServerState(make_config(max_tokens_cap=2, slot_save_path=slots))
+    # With a model store over an empty library: pulls (from the Hub emulator), copies,
+    # creates and deletes are fuzzed too.
+    state = ServerState(make_config(max_tokens_cap=2, slot_save_path=slots), store=model_store)
     state.set_loaded(served)
     exe = Path(sys.executable).parent / "schemathesis"
     with ServerThread(state) as srv:
