@@ -44,6 +44,7 @@ from engine.host.host import ModelHost
 from engine.host.runtime import Model
 from engine.native.load_probe import FirstLoads
 from engine.rag.store import RagStore, StoreError
+from engine.server.model_store import ModelStore
 from engine.settings import LoadParams, SamplingParams
 
 if TYPE_CHECKING:  # imported where they are built, as the other pages are
@@ -142,11 +143,14 @@ def gpu_probe() -> Callable[[], list[tuple[str, int, int]]]:
     return probe if probe() else list
 
 
-def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
-    """The Hub / downloads view: the Downloads page of the rail."""
+def add_model_manager(window: MainWindow, library: ModelLibrary) -> ModelStore:
+    """The Hub / downloads view: the Downloads page of the rail. Returns the model store
+    the Local server pulls through, with the same download manager: its pulls are listed
+    on this page as they run."""
     from app.services.download_manager import DownloadManager
     from app.services.hub import HubClient, default_fit
     from app.services.secrets import TokenStore
+    from app.services.server_models import LibraryModelStore
     from app.ui.model_manager import ModelManagerView
 
     tokens = TokenStore()
@@ -167,6 +171,7 @@ def add_model_manager(window: MainWindow, library: ModelLibrary) -> None:
         downloads.close()
 
     window.add_page("downloads", view, shutdown=shutdown)
+    return LibraryModelStore(library, downloads)
 
 
 def add_benchmark(window: MainWindow) -> None:
@@ -194,10 +199,10 @@ def add_benchmark(window: MainWindow) -> None:
     window.add_page("benchmark", view, shortcut="Ctrl+Shift+B", shutdown=view.shutdown)
 
 
-def add_server_panel(window: MainWindow) -> ServerPanel:
+def add_server_panel(window: MainWindow, store: ModelStore | None = None) -> ServerPanel:
     """The Local server page: serve the chat's loaded model over the
     OpenAI/Ollama API (the engine thread's model host finds it); stopped when the app
-    quits or the model is unloaded."""
+    quits or the model is unloaded. `store`: Ollama's pulls, copies and created models."""
     from PySide6.QtCore import Qt as _Qt
 
     from app.services.secrets import SecretStore
@@ -209,6 +214,7 @@ def add_server_panel(window: MainWindow) -> ServerPanel:
         estimator=window.library_panel.estimate.estimator,
         settings=window.settings,
         model_host=window.engine.worker.host,
+        model_store=store,
     )
     w = window.engine.worker
     q = _Qt.ConnectionType.QueuedConnection  # after the controller has updated `loaded`
@@ -441,10 +447,9 @@ def build_window(
             window.reopen_last_conversation()
     if problem or no_documents:
         window.show_error(problem or no_documents or "")
-    if model_manager:
-        add_model_manager(window, library)
+    model_store = add_model_manager(window, library) if model_manager else None
     add_benchmark(window)
-    server_panel = add_server_panel(window)
+    server_panel = add_server_panel(window, model_store)
     add_tray(window, server_panel, add_loaded_models(window))
     add_mcp_servers(window, paths)
     add_documents(window, paths, embedding_models)

@@ -67,6 +67,7 @@ class DownloadManager:
 
     `on_change(job)` is called from worker threads (status changes, and progress at most every
     `progress_interval` seconds): GUI code must hop to its own thread before touching widgets.
+    `subscribe` adds more such listeners (the Downloads page, while a server pulls too).
     """
 
     def __init__(
@@ -103,6 +104,7 @@ class DownloadManager:
         self._threads: dict[str, threading.Thread] = {}
         self._stops: dict[str, _Stop] = {}
         self._closed = False
+        self._listeners: list[Callable[[DownloadJob], None]] = []
         self._load()
 
     @property
@@ -290,11 +292,26 @@ class DownloadManager:
         self._jobs.pop(job.id, None)
         self._settled.notify_all()
 
+    def subscribe(self, fn: Callable[[DownloadJob], None]) -> Callable[[], None]:
+        """Call `fn(job)` on every change too, as `on_change`; returns the call that stops."""
+        with self._lock:
+            self._listeners.append(fn)
+
+        def stop() -> None:
+            with self._lock:
+                if fn in self._listeners:
+                    self._listeners.remove(fn)
+
+        return stop
+
     def _notify(self, job: DownloadJob) -> None:
-        if self.on_change is not None:
+        with self._lock:
+            listeners = [f for f in (self.on_change, *self._listeners) if f is not None]
+        if listeners:
             snapshot = self.get(job.id) or job.copy()
+        for fn in listeners:
             try:
-                self.on_change(snapshot)
+                fn(snapshot)
             except Exception:
                 log.exception("download listener failed")
 

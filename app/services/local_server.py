@@ -26,6 +26,7 @@ from engine.host.host import ModelHost
 from engine.host.requests import SchedulerSnapshot
 from engine.host.runtime import Model
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
+from engine.server.model_store import ModelStore
 from engine.server.request_log import RequestLog
 from engine.server.runner import bind_socket
 from engine.settings import LoadParams
@@ -90,10 +91,18 @@ def local_url(host: str, port: int) -> str:
 
 class LocalServer:
     def __init__(
-        self, host: ModelHost, name: str, settings: ServeSettings, *, title: str = ""
+        self,
+        host: ModelHost,
+        name: str,
+        settings: ServeSettings,
+        *,
+        title: str = "",
+        store: ModelStore | None = None,
     ) -> None:
         """Serve the app's host, starting with the model loaded there as `name` (the
-        chat's); `title`: its name for people, in messages (default: `name`)."""
+        chat's); `title`: its name for people, in messages (default: `name`); `store`: the
+        library's pulls, copies and created models (Ollama's /api/pull...), whose downloads
+        the Downloads page shows as they run."""
         self.model_host = host
         self.name = name
         self.title = title or name
@@ -103,7 +112,7 @@ class LocalServer:
         self.request_log = RequestLog(LOG_ROWS, secret=config.api_key)
         # The app's host: the server finds the chat's model there, under its name, and
         # loads the library's other models into it on demand.
-        self.state = ServerState(config, request_log=self.request_log, host=host)
+        self.state = ServerState(config, request_log=self.request_log, host=host, store=store)
         # Reentrant: serving the model can reach the host, whose listeners come back here.
         self._lock = threading.RLock()
         self._closed = False

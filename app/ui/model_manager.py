@@ -80,6 +80,8 @@ class ModelManagerView(QWidget):
     library_changed = Signal()
     status_changed = Signal(str)
 
+    # A job changed on a download thread: one a server's pull added shows up too.
+    job_changed = Signal()
     def __init__(
         self,
         hub: HubClient,
@@ -107,6 +109,8 @@ class ModelManagerView(QWidget):
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self.refresh_downloads)
         self.refresh_downloads()
+        self.job_changed.connect(self._on_job_changed, Qt.ConnectionType.QueuedConnection)
+        self._unsubscribe = downloads.subscribe(lambda _job: self.job_changed.emit())
         self.refresh_library()
         self._show_token_state()
 
@@ -403,6 +407,12 @@ class ModelManagerView(QWidget):
         for row, j in enumerate(jobs):
             if j.id == selected:
                 self.jobs.selectRow(row)
+    @Slot()
+    def _on_job_changed(self) -> None:
+        """The list follows a job it did not start; its timer takes over while one runs."""
+        if not self._closed and not self._timer.isActive():
+            self.refresh_downloads()
+
         failed_now = [
             j
             for j in jobs
@@ -603,6 +613,7 @@ def _table(headers: list[str], rows: int = 3, stretch: tuple[int, ...] = (0,)) -
     rows_header = t.verticalHeader()
     rows_header.setVisible(False)
     rows_header.setMinimumSectionSize(1)
+        self._unsubscribe()
     rows_header.setDefaultSectionSize(t.fontMetrics().height() + 8)  # single-line rows
     header = t.horizontalHeader()
     header.setStretchLastSection(False)

@@ -67,6 +67,7 @@ from engine.host.host import ModelHost
 from engine.host.host_entry import HostedModel
 from engine.model.naming import model_slug
 from engine.server import ServerError, is_loopback
+from engine.server.model_store import ModelStore
 from engine.server.request_log import RequestRecord
 from engine.settings import LoadParams
 
@@ -215,9 +216,11 @@ class ServerPanel(QWidget):
         settings: QSettings | None = None,
         model_host: ModelHost | None = None,
         parent: QWidget | None = None,
+        model_store: ModelStore | None = None,
     ) -> None:
         """`settings`: where host, port, slots and context are remembered (not the key);
-        `model_host`: where the chat's loaded model is found (the engine thread's)."""
+        `model_host`: where the chat's loaded model is found (the engine thread's);
+        `model_store`: the library's pulls, copies and created models (Ollama's)."""
         super().__init__(parent)
         self._store = settings
         self.setWindowTitle("Local server")
@@ -225,6 +228,7 @@ class ServerPanel(QWidget):
         self.secrets = secrets or SecretStore()
         self.estimator = estimator
         self.model_host = model_host or ModelHost()
+        self.model_store = model_store
         self.server: LocalServer | None = None  # starting, running or stopping
         self._serving_name = ""  # the name of the model it serves, for people
         self._note_shown = ""  # the server's last note, once shown in the status line
@@ -536,7 +540,13 @@ class ServerPanel(QWidget):
         self.ensure_key()
         settings = self.settings()
         try:
-            server = LocalServer(self.model_host, info.host_key, settings, title=info.name)
+            server = LocalServer(
+                self.model_host,
+                info.host_key,
+                settings,
+                title=info.name,
+                store=self.model_store,
+            )
             check_port_free(settings.host, settings.port)
         except (ServerError, EngineError) as e:
             self._set_status(f"Cannot start: {e}", error=True)
