@@ -79,9 +79,9 @@ class ModelManagerView(QWidget):
     load_requested = Signal(object)  # Path
     library_changed = Signal()
     status_changed = Signal(str)
-
     # A job changed on a download thread: one a server's pull added shows up too.
     job_changed = Signal()
+
     def __init__(
         self,
         hub: HubClient,
@@ -108,9 +108,9 @@ class ModelManagerView(QWidget):
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self.refresh_downloads)
-        self.refresh_downloads()
         self.job_changed.connect(self._on_job_changed, Qt.ConnectionType.QueuedConnection)
         self._unsubscribe = downloads.subscribe(lambda _job: self.job_changed.emit())
+        self.refresh_downloads()
         self.refresh_library()
         self._show_token_state()
 
@@ -390,6 +390,12 @@ class ModelManagerView(QWidget):
             self.refresh_downloads()
 
     @Slot()
+    def _on_job_changed(self) -> None:
+        """The list follows a job it did not start; its timer takes over while one runs."""
+        if not self._closed and not self._timer.isActive():
+            self.refresh_downloads()
+
+    @Slot()
     def refresh_downloads(self) -> None:
         jobs = self.downloads.jobs()
         selected = self._selected_job()
@@ -407,12 +413,6 @@ class ModelManagerView(QWidget):
         for row, j in enumerate(jobs):
             if j.id == selected:
                 self.jobs.selectRow(row)
-    @Slot()
-    def _on_job_changed(self) -> None:
-        """The list follows a job it did not start; its timer takes over while one runs."""
-        if not self._closed and not self._timer.isActive():
-            self.refresh_downloads()
-
         failed_now = [
             j
             for j in jobs
@@ -595,6 +595,7 @@ class ModelManagerView(QWidget):
     def shutdown(self) -> None:
         """Stop the timer and background calls; the DownloadManager is closed by its owner."""
         self._closed = True
+        self._unsubscribe()
         self._timer.stop()
         self._bg.wait(timeout_s=None)  # an import may be copying a file: let it finish
 
@@ -613,7 +614,6 @@ def _table(headers: list[str], rows: int = 3, stretch: tuple[int, ...] = (0,)) -
     rows_header = t.verticalHeader()
     rows_header.setVisible(False)
     rows_header.setMinimumSectionSize(1)
-        self._unsubscribe()
     rows_header.setDefaultSectionSize(t.fontMetrics().height() + 8)  # single-line rows
     header = t.horizontalHeader()
     header.setStretchLastSection(False)
