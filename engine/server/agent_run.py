@@ -15,11 +15,13 @@ from starlette.requests import Request
 from engine.decoding.reply_reader import Part, ReplyResult
 from engine.decoding.tool_calls import ToolCall
 from engine.host.chat_plan import ChatPlan
+from engine.host.logprobs import TokenLogprob
 from engine.host.requests import Finished, Piece
 from engine.host.stats import GenerationStats
 from engine.server.common import events_until_disconnect, start
 from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
+from engine.server.reply_logprobs import CONTENT, PartLogprobs
 from engine.settings import SamplingParams
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -63,20 +65,26 @@ class Run:
         sampling: SamplingParams,
         *,
         stream: bool,
+        logprobs: int | None = None,
     ) -> None:
         self._loaded = loaded
         self._stops = sampling.stop
         self.reader = plan.reader()
         self.done: Done | None = None
-        # Thinking is timed from the pieces, so they come even when not streamed.
+        # With `logprobs`: the content's tokens, those of each part last yielded, then all.
+        self.follow = None if logprobs is None else PartLogprobs(CONTENT)
+        self.part_logprobs: list[tuple[TokenLogprob, ...]] = []
+        # Thinking is timed from the pieces, and log probabilities go with them, so they
+        # come even when not streamed.
         sampling = plan.sampling(sampling)
         self.gen = start(
             state,
             loaded,
             plan.prompt,
             sampling,
-            stream=stream or plan.markers is not None,
+            stream=stream or plan.markers is not None or logprobs is not None,
             media=plan.media,
+            logprobs=logprobs,
         )
         self._pieces = False
 
@@ -100,7 +108,7 @@ class Run:
         async for ev in events:
             if isinstance(ev, Piece):
                 self._pieces = True
-                yield self.reader.push(ev.text, ev.n_tokens)
+                yield self._follow(self.reader.push(ev.text, ev.n_tokens), ev.logprobs)
             elif isinstance(ev, Finished):
                 st = ev.stats
                 if st.stop_reason == "error":
@@ -108,9 +116,14 @@ class Run:
                 if not self._pieces:
                     yield self.reader.push(ev.text, st.gen_tokens)
                 tail, reply = self.reader.finish(st)
-                yield tail
+                yield self._follow(tail, ())
                 self.done = Done(reply, st, self._stop_sequence(st))
                 return
+
+    def _follow(self, parts: list[Part], lps: tuple[TokenLogprob, ...]) -> list[Part]:
+        if self.follow is not None:
+            self.part_logprobs = self.follow.push(parts, lps)
+        return parts
 
     def _stop_sequence(self, st: GenerationStats) -> str | None:
         """The stop sequence that ended the reply. The loop holds it back from the text; the

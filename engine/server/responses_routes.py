@@ -25,6 +25,7 @@ from engine.decoding.constraints import GrammarError
 from engine.decoding.reply_reader import Part
 from engine.decoding.tool_calls import ToolChoice
 from engine.host.chat_plan import ChatPlan
+from engine.host.logprobs import TokenLogprob
 from engine.native.projector import Media
 from engine.server.agent_run import SSE_HEADERS, Done, GenerationFailed, Run
 from engine.server.chat_reply import answer_reserve, fitted_plan, left_out_headers
@@ -34,6 +35,7 @@ from engine.server.errors import ApiError
 from engine.server.media_parts import decode_media
 from engine.server.parsing import read_json
 from engine.server.protocol.base import HOLE, Reply, Template
+from engine.server.protocol.logprobs import entries
 from engine.server.protocol.media import MediaPart
 from engine.server.protocol.parse import parse_body
 from engine.server.protocol.responses import (
@@ -198,12 +200,14 @@ class ResponseBuilder:
     reply ends; function calls come at the end, each as one arguments delta. Events are the
     protocol's models, sent as their wire form when made (the response goes on changing)."""
 
-    def __init__(self, response: ResponseObject) -> None:
+    def __init__(self, response: ResponseObject, *, logprobs: bool = False) -> None:
         self.response = response
         self._seq = 0
         self._item: ResponsesOutputReasoning | ResponsesOutputMessage | None = None
         self._text: list[str] = []
         self._delta: Template | None = None  # the open item's delta event, checked once
+        self._logprobs = logprobs  # the message text's log probabilities were asked for
+        self._lps: list[TokenLogprob] = []  # the open message's tokens
 
     def _ev(self, event: Reply) -> Event:
         """`event` (made with sequence_number 0) numbered next, as sent."""
@@ -225,14 +229,19 @@ class ResponseBuilder:
             for k in ("response.created", "response.in_progress")
         ]
 
-    def push(self, parts: list[Part]) -> list[Event]:
+    def push(self, parts: list[Part], own: Sequence[tuple[TokenLogprob, ...]] = ()) -> list[Event]:
+        """The events of `parts`; `own`: each part's tokens, when log probabilities were
+        asked for (agent_run.Run.part_logprobs)."""
         out: list[Event] = []
-        for kind, text in parts:
+        for k, (kind, text) in enumerate(parts):
             want = "reasoning" if kind == "reasoning" else "message"
             if self._item is None or self._item.type != want:
                 out += self._close("completed")
                 out += self._open(want)
             self._text.append(text)
+            if self._logprobs and want == "message":
+                out.append(self._text_delta(text, own[k] if k < len(own) else ()))
+                continue
             assert self._delta is not None
             name = (
                 "response.reasoning_text.delta"
@@ -241,6 +250,21 @@ class ResponseBuilder:
             )
             out.append((name, self._delta.fill(self._next(), text)))  # per token
         return out
+
+    def _text_delta(self, text: str, lps: tuple[TokenLogprob, ...]) -> Event:
+        """A delta of the message's text with its tokens' log probabilities."""
+        assert self._item is not None
+        self._lps += lps
+        delta = ResponsesTextDelta(
+            type="response.output_text.delta",
+            sequence_number=0,
+            item_id=self._item.id,
+            output_index=self._index(),
+            content_index=0,
+            delta=text,
+            logprobs=entries(lps),
+        )
+        return self._ev(delta)
 
     def _open(self, kind: str) -> list[Event]:
         item: ResponsesOutputReasoning | ResponsesOutputMessage
@@ -256,7 +280,7 @@ class ResponseBuilder:
             )
             part = ResponsesOutputText(type="output_text", text="", annotations=[])
         self.response.output.append(item)
-        self._item, self._text = item, []
+        self._item, self._text, self._lps = item, [], []
         i = self._index()
         delta = ResponsesTextDelta(
             type="response.reasoning_text.delta"
@@ -310,8 +334,10 @@ class ResponseBuilder:
             done.type = "response.reasoning_text.done"
         else:
             part = ResponsesOutputText(type="output_text", text=text, annotations=[])
-            item.content = [part]
             done.logprobs = []
+            if self._logprobs:
+                part.logprobs = done.logprobs = entries(self._lps)
+            item.content = [part]
         item.status = status
         self._item = self._delta = None
         return [
@@ -485,9 +511,11 @@ class ResponsesRoutes:
             max_tokens=cap_tokens(self.state, req.max_output_tokens),
         )
         stream = bool(req.stream)
-        run = Run(self.state, loaded, plan, sampling, stream=stream)
+        want = req.asked_logprobs()
+        run = Run(self.state, loaded, plan, sampling, stream=stream, logprobs=want)
         builder = ResponseBuilder(
-            self._response(req, loaded.model_id, sampling.temperature, sampling.top_p)
+            self._response(req, loaded.model_id, sampling.temperature, sampling.top_p),
+            logprobs=want is not None,
         )
 
         def keep(done: Done) -> None:
@@ -510,13 +538,13 @@ class ResponsesRoutes:
 
         if not stream:
             done = await run.whole(request)
-            builder.push(
-                [
-                    p
-                    for p in (("reasoning", done.reply.reasoning), ("content", done.reply.content))
-                    if p[1]
-                ]
-            )
+            taken = tuple(run.follow.taken) if run.follow is not None else ()
+            whole: list[tuple[Part, tuple[TokenLogprob, ...]]] = [
+                (("reasoning", done.reply.reasoning), ()),
+                (("content", done.reply.content), taken),
+            ]
+            shown = [(p, lps) for p, lps in whole if p[1]]
+            builder.push([p for p, _ in shown], [lps for _, lps in shown])
             builder.finish(done)
             keep(done)
             return JSONResponse(
@@ -532,7 +560,7 @@ class ResponsesRoutes:
                 yield line
             try:
                 async for parts in run.parts():
-                    for line in lines(builder.push(parts)):
+                    for line in lines(builder.push(parts, run.part_logprobs)):
                         yield line
             except GenerationFailed as e:
                 for line in lines(builder.fail(str(e))):

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, Tag, ValidationInfo, field_validator, model_validator
 
+from engine.host.logprobs import MAX_TOP_LOGPROBS
 from engine.server.body_model import Body, NotHonoured, refuse, refuse_whole
 from engine.server.protocol.agent import (
     Harmless,
@@ -18,6 +19,7 @@ from engine.server.protocol.agent import (
     tools_of,
 )
 from engine.server.protocol.base import MAX_TOOLS, TOOL_NAME, ContextPolicyField, Reply
+from engine.server.protocol.logprobs import LogprobEntry
 from engine.server.protocol.media import MediaPart, ResponsesImagePart, media_text
 
 
@@ -252,6 +254,23 @@ def _truncation(v: Any) -> Any:
     return v
 
 
+# The one extra output kept: the message text's log probabilities.
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+
+def _include(v: Any) -> Any:
+    if v is None:
+        return None
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise refuse("must be a list of strings")
+    for x in v:
+        if x != LOGPROBS_INCLUDE:
+            raise refuse(
+                f"'{x}' is not supported: no extra output data is kept but '{LOGPROBS_INCLUDE}'"
+            )
+    return v
+
+
 class ResponsesRequest(Body):
     model: str | None = None
     input: ResponsesInput
@@ -291,9 +310,25 @@ class ResponsesRequest(Body):
         Any, NotHonoured("the answer comes in the reply to this request", (False,))
     ] = None
     include: Annotated[
-        Any, NotHonoured("no extra output data is kept (encrypted reasoning, logprobs, ...)", ([],))
+        list[str] | None,
+        BeforeValidator(_include, json_schema_input_type=list[str] | None),
+        Field(
+            description=f'["{LOGPROBS_INCLUDE}"] gives the output text\'s log probabilities; '
+            "no other extra output data is kept (encrypted reasoning, ...)"
+        ),
     ] = None
-    top_logprobs: Annotated[Any, NotHonoured("log probabilities are not returned", (0,))] = None
+    top_logprobs: (
+        Annotated[
+            int,
+            Field(
+                ge=0,
+                le=MAX_TOP_LOGPROBS,
+                description="the output text's log probabilities with this many of the most "
+                "likely tokens at each (as the include does with none)",
+            ),
+        ]
+        | None
+    ) = None
     conversation: Annotated[
         Any,
         NotHonoured(
@@ -316,6 +351,12 @@ class ResponsesRequest(Body):
             )
         return v
 
+    def asked_logprobs(self) -> int | None:
+        """The output text's log probabilities: None, or how many alternatives per token."""
+        if self.top_logprobs or LOGPROBS_INCLUDE in (self.include or ()):
+            return self.top_logprobs or 0
+        return None
+
 
 # -- the response ---------------------------------------------------------------------------
 
@@ -324,6 +365,7 @@ class ResponsesOutputText(Reply):
     type: Literal["output_text"]
     text: str
     annotations: list[Any]
+    logprobs: list[LogprobEntry] | None = None  # asked for: the text's tokens
 
 
 class ResponsesOutputMessage(Reply):
@@ -446,7 +488,7 @@ class ResponsesTextDelta(Reply):
     output_index: int
     content_index: int
     delta: str
-    logprobs: list[Any] | None = None  # output text only: always empty
+    logprobs: list[LogprobEntry] | None = None  # output text only: its tokens, when asked for
 
 
 class ResponsesTextDone(Reply):
@@ -456,7 +498,7 @@ class ResponsesTextDone(Reply):
     output_index: int
     content_index: int
     text: str
-    logprobs: list[Any] | None = None  # output text only: always empty
+    logprobs: list[LogprobEntry] | None = None  # output text only: its tokens, when asked for
 
 
 class ResponsesArgumentsDelta(Reply):

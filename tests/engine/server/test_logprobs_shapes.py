@@ -240,3 +240,43 @@ def test_refusals_name_the_field(
     assert param in text and words in text
     if path.startswith("/v1"):
         assert r.json()["error"]["param"] == param
+
+
+def test_responses_whole_and_streamed(srv: ServerThread, fake: FakeModel) -> None:
+    fake.script(REPLY, REPLY)
+    body = {"input": "Capital?", "include": ["message.output_text.logprobs"], "top_logprobs": 2}
+    whole = check("/v1/responses", "post", post(srv, "/v1/responses", body))
+    [message] = [i for i in whole["output"] if i["type"] == "message"]
+    [text] = message["content"]
+    assert text["text"] == REPLY
+    assert_entries(fake, text["logprobs"], REPLY, 2)
+    r = post(srv, "/v1/responses", {**body, "stream": True})
+    events = [
+        json.loads(x[len("data: ") :])
+        for block in r.text.split("\n\n")
+        for x in block.splitlines()
+        if x.startswith("data: ")
+    ]
+    streamed = []
+    for ev in events:
+        check_event("/v1/responses", ev)
+        if ev["type"] == "response.output_text.delta":
+            own = ev["logprobs"]
+            assert b"".join(bytes(e["bytes"]) for e in own).decode() == ev["delta"]
+            streamed += own
+    [done] = [ev for ev in events if ev["type"] == "response.output_text.done"]
+    assert streamed == done["logprobs"] == text["logprobs"]
+    # Without the include, top_logprobs alone asks; with neither, nothing is given.
+    fake.script(REPLY, REPLY)
+    alone = post(srv, "/v1/responses", {"input": "Capital?", "top_logprobs": 1}).json()
+    assert len(alone["output"][-1]["content"][0]["logprobs"][0]["top_logprobs"]) == 1
+    plain = post(srv, "/v1/responses", {"input": "Capital?"}).json()
+    assert "logprobs" not in plain["output"][-1]["content"][0]
+
+
+def test_responses_refuses_other_includes(srv: ServerThread) -> None:
+    r = post(srv, "/v1/responses", {"input": "Hi", "include": ["reasoning.encrypted_content"]})
+    assert r.status_code == 400
+    assert "'include' 'reasoning.encrypted_content' is not supported" in r.text
+    r = post(srv, "/v1/responses", {"input": "Hi", "top_logprobs": 21})
+    assert r.status_code == 400 and "'top_logprobs' must be at most 20" in r.text

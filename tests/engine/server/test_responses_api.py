@@ -324,7 +324,7 @@ def test_a_stream_left_early_frees_its_slot(srv: ServerThread, served: ServedMod
         ({"reasoning": {"summary": "auto"}}, "reasoning", "summarised"),
         ({"truncation": "auto"}, "truncation", "auto"),
         ({"text": {"verbosity": "low"}}, "text", "verbosity"),
-        ({"top_logprobs": 3}, "top_logprobs", "not supported"),
+        ({"top_logprobs": 21}, "top_logprobs", "at most 20"),
         ({"conversation": "conv_1"}, "conversation", "not supported"),
         ({"tool_choice": "required"}, "tool_choice", "needs 'tools'"),
         (
