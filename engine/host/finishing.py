@@ -113,7 +113,8 @@ class Finisher:
     def logprob(self, lp: npt.NDArray[np.float32], tok: int, req: Request) -> TokenLogprob:
         assert req.logprobs is not None
         be = self.backend
-        return token_logprob(lp, tok, req.logprobs, lambda t: be.token_to_piece(t, True))
+        text = be.token_to_piece(tok, req.sampling.special_text)
+        return token_logprob(lp, tok, text, req.logprobs, lambda t: be.token_to_piece(t, True))
 
     def emit_token(
         self, s: Slot, tok: int, keep: int, pos: int, lp: TokenLogprob | None = None

@@ -39,7 +39,7 @@ class TokenLogprob:
     tokens, most likely first."""
 
     token: int
-    piece: bytes
+    piece: bytes  # as it is in the reply's text
     logprob: float
     top: tuple[TopLogprob, ...]
 
@@ -69,12 +69,17 @@ def top_tokens(lp: npt.NDArray[np.float32], n: int) -> list[int]:
 
 
 def token_logprob(
-    lp: npt.NDArray[np.float32], token: int, n_top: int, piece: Callable[[int], bytes]
+    lp: npt.NDArray[np.float32],
+    token: int,
+    text: bytes,
+    n_top: int,
+    piece: Callable[[int], bytes],
 ) -> TokenLogprob:
-    """The entry of `token` drawn from the step whose log probabilities are `lp`; `piece`
-    writes a token's bytes."""
+    """The entry of `token`, whose bytes in the reply are `text`, drawn from the step whose
+    log probabilities are `lp`; `piece` writes an alternative's bytes (a control token by
+    its name, so that the end of a turn shows as one)."""
     top = tuple(TopLogprob(t, piece(t), float(lp[t])) for t in top_tokens(lp, n_top))
-    return TokenLogprob(token, piece(token), float(lp[token]), top)
+    return TokenLogprob(token, text, float(lp[token]), top)
 
 
 def token_text(piece: bytes) -> str:
