@@ -31,6 +31,7 @@ from app.services.local_server import ServeSettings
 from app.services.model_catalog import library_catalog, server_params
 from app.services.model_settings import SERVED_KEYS, ModelSettingsStore
 from app.services.paths import AppPaths
+from app.services.speed_records import SpeedService
 from app.ui.chat_model import ChatModel
 from app.ui.controller import ChatController, LibrarySelection, ModelName
 from app.ui.documents_panel import DocumentsPanel
@@ -143,18 +144,23 @@ def gpu_probe() -> Callable[[], list[tuple[str, int, int]]]:
     return probe if probe() else list
 
 
-def add_model_manager(window: MainWindow, library: ModelLibrary) -> ModelStore:
+def add_model_manager(
+    window: MainWindow, library: ModelLibrary, speed: SpeedService | None = None
+) -> ModelStore:
     """The Hub / downloads view: the Downloads page of the rail. Returns the model store
     the Local server pulls through, with the same download manager: its pulls are listed
     on this page as they run."""
     from app.services.download_manager import DownloadManager
-    from app.services.hub import HubClient, default_fit
+    from app.services.hub import HubClient, default_fit, header_speed
     from app.services.secrets import TokenStore
     from app.services.server_models import LibraryModelStore
     from app.ui.model_manager import ModelManagerView
 
     tokens = TokenStore()
-    hub = HubClient(token=tokens.get, fit=default_fit())
+    # `speed`: each file's decode speed predicted on this machine, beside its fit.
+    hub = HubClient(
+        token=tokens.get, fit=default_fit(), speed=header_speed(speed) if speed else None
+    )
     downloads = DownloadManager(library.downloads_state, hub)
     view = ModelManagerView(hub, downloads, library, tokens)
     view.load_requested.connect(window.load_path)
@@ -447,7 +453,10 @@ def build_window(
             window.reopen_last_conversation()
     if problem or no_documents:
         window.show_error(problem or no_documents or "")
-    model_store = add_model_manager(window, library) if model_manager else None
+    # Predicted decode speeds (Hub files, the model bar) and the speeds the chat measures.
+    speed = SpeedService(paths.data)
+    window.set_speed_service(speed)
+    model_store = add_model_manager(window, library, speed) if model_manager else None
     add_benchmark(window)
     server_panel = add_server_panel(window, model_store)
     add_tray(window, server_panel, add_loaded_models(window))

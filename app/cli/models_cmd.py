@@ -18,10 +18,19 @@ from app.cli import model_settings_cli, quantize_cmd
 from app.cli.common import CliError, library, print_json
 from app.services.download_jobs import DONE, FAILED, PAUSED, DownloadJob
 from app.services.download_manager import DownloadManager
-from app.services.hub import HubClient, HubError, ModelVariant, RepoDetails, default_fit
+from app.services.hub import (
+    HubClient,
+    HubError,
+    ModelVariant,
+    RepoDetails,
+    default_fit,
+    header_speed,
+)
 from app.services.library import LibraryEntry
+from app.services.paths import AppPaths
 from app.services.projectors import choose_projector
 from app.services.secrets import TokenStore
+from app.services.speed_records import SpeedService
 from engine.model.gguf import human_bytes
 
 
@@ -42,7 +51,11 @@ def register(sub: Any) -> None:
     f = msub.add_parser("files", help="list a repository's GGUF files by quantization")
     f.add_argument("repo", help="owner/name")
     f.add_argument("--json", action="store_true")
-    f.add_argument("--no-fit", action="store_true", help="skip the memory fit check")
+    f.add_argument(
+        "--no-fit",
+        action="store_true",
+        help="skip the memory fit check and the speed prediction",
+    )
     f.set_defaults(handler=_hub_errors(files))
 
     d = msub.add_parser("download", help="download and verify a GGUF file (resumes)")
@@ -97,7 +110,10 @@ def _hub_errors(
 
 
 def _hub(*, fit: bool = False) -> HubClient:
-    return HubClient(token=TokenStore().get, fit=default_fit() if fit else None)
+    """`fit`: with the memory fit badge and the decode speed predicted on this machine (its
+    figures are measured the first time, a few seconds, then kept in the data folder)."""
+    speed = header_speed(SpeedService(AppPaths.default().data)) if fit else None
+    return HubClient(token=TokenStore().get, fit=default_fit() if fit else None, speed=speed)
 
 
 def _table(rows: Sequence[tuple[str, ...]]) -> None:
@@ -180,11 +196,15 @@ def files(args: argparse.Namespace) -> int:
     if not details.variants:
         print("This repository has no GGUF files.")
         return 0
-    rows = [("FILE", "QUANT", "SIZE", "SHARDS", "FIT")]
+    rows = [("FILE", "QUANT", "SIZE", "SHARDS", "SPEED", "FIT")]
     for v in details.variants:
         shards = f"{len(v.files)}/{v.shards_expected}" if v.shards_expected > 1 else "-"
         fit = details.fits.get(v.name, "-") if v.kind == "model" else "(vision projector)"
-        rows.append((v.name, v.quantization, f"{v.size} ({human_bytes(v.size)})", shards, fit))
+        badge = details.speeds.get(v.name)
+        speed = badge.text if badge is not None else "-"
+        rows.append(
+            (v.name, v.quantization, f"{v.size} ({human_bytes(v.size)})", shards, speed, fit)
+        )
     _table(rows)
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,12 +37,25 @@ TokenProvider = Callable[[], str | None]
 # (hub, repo_id, revision, variant) -> badge text such as "fits on GPU"; injected so listing
 # stays fast and testable without the memory estimator (`header_fit` is the real one).
 FitFunction = Callable[["HubClient", str, str, "ModelVariant"], str]
+# (hub, repo_id, revision, variant) -> the predicted speed shown beside the fit badge
+# (`header_speed` is the real one); injected like `fit`.
+SpeedFunction = Callable[["HubClient", str, str, "ModelVariant"], "SpeedBadge"]
 FIT_BADGES = {
     "fits_gpu": "fits on GPU",
     "partial_offload": "partial",
     "ram_only": "RAM only",
     "does_not_fit": "too big",
 }
+
+
+@dataclass(frozen=True)
+class SpeedBadge:
+    """A predicted decode speed for a Hub file: the badge text ("~45 tok/s") and what it is
+    based on."""
+
+    text: str
+    tooltip: str
+    tokens_per_s: float | None = None
 
 
 class HubError(Exception):
@@ -174,7 +188,7 @@ class ModelVariant:
     def first_file(self) -> HubFile:
         return self.files[0]
 
-    def to_dict(self, fit: str | None = None) -> dict[str, Any]:
+    def to_dict(self, fit: str | None = None, speed: SpeedBadge | None = None) -> dict[str, Any]:
         return {
             "name": self.name,
             "file": self.first_file.filename,
@@ -184,6 +198,7 @@ class ModelVariant:
             "complete": self.complete,
             "kind": self.kind,
             "fit": fit,
+            "predicted_tokens_per_s": speed.tokens_per_s if speed is not None else None,
             "files": [f.to_dict() for f in self.files],
         }
 
@@ -244,6 +259,7 @@ class RepoDetails:
     license: str | None
     gated: bool
     fits: dict[str, str] = field(default_factory=dict)  # variant name -> fit badge
+    speeds: dict[str, SpeedBadge] = field(default_factory=dict)  # variant name -> speed
 
     def variant(self, name_or_file: str) -> ModelVariant | None:
         """Find a variant by its name, its first file, or any of its shard files."""
@@ -259,7 +275,9 @@ class RepoDetails:
             "license": self.license,
             "gated": self.gated,
             "summary": self.summary,
-            "files": [v.to_dict(self.fits.get(v.name)) for v in self.variants],
+            "files": [
+                v.to_dict(self.fits.get(v.name), self.speeds.get(v.name)) for v in self.variants
+            ],
         }
 
 
@@ -300,12 +318,17 @@ class HubClient:
         *,
         token: TokenProvider | None = None,
         fit: FitFunction | None = None,
+        speed: SpeedFunction | None = None,
         timeout: float = 15.0,
     ) -> None:
         self._endpoint = endpoint
         self._token = token or (lambda: None)
         self.fit = fit
+        self.speed = speed
         self.timeout = timeout
+        # Parsed headers of Hub files: the fit and the speed read each one once.
+        self._headers: dict[tuple[str, str, str], Any] = {}
+        self._headers_lock = threading.Lock()
 
     @property
     def endpoint(self) -> str:
@@ -409,6 +432,15 @@ class HubClient:
                     details.fits[v.name] = self.fit_badge(
                         details.repo_id, v, details.commit or revision
                     )
+        if with_fit and self.speed is not None:
+            for v in details.variants:
+                badge = (
+                    self.speed_badge(details.repo_id, v, details.commit or revision)
+                    if v.kind == "model"
+                    else None
+                )
+                if badge is not None:
+                    details.speeds[v.name] = badge
         return details
 
     def fit_badge(self, repo_id: str, variant: ModelVariant, revision: str = "main") -> str:
@@ -421,6 +453,32 @@ class HubClient:
         except Exception as e:  # a badge must never break the file list
             log.debug("fit estimate for %s/%s failed: %s", repo_id, variant.name, e)
             return "unknown"
+
+    def speed_badge(
+        self, repo_id: str, variant: ModelVariant, revision: str = "main"
+    ) -> SpeedBadge | None:
+        """The predicted speed of a model file on this machine, or None when it cannot be
+        told (no predictor, the header unreadable, no access)."""
+        if self.speed is None:
+            return None
+        try:
+            return self.speed(self, repo_id, revision, variant)
+        except Exception as e:  # a badge must never break the file list
+            log.debug("speed prediction for %s/%s failed: %s", repo_id, variant.name, e)
+            return None
+
+    def header(self, repo_id: str, revision: str, variant: ModelVariant) -> Any:
+        """The parsed GGUF header of a Hub model (`remote_gguf`), read once per file."""
+        key = (repo_id, revision, variant.name)
+        with self._headers_lock:
+            found = self._headers.get(key)
+        if found is None:
+            found = remote_gguf(self, repo_id, revision, variant)
+            with self._headers_lock:
+                if len(self._headers) >= 64:  # a session's browsing, not every repository
+                    self._headers.pop(next(iter(self._headers)))
+                self._headers[key] = found
+        return found
 
     def file_url(self, repo_id: str, filename: str, revision: str = "main") -> str:
         return f"{self.endpoint}/{repo_id}/resolve/{quote(revision, safe='')}/{quote(filename)}"
@@ -534,11 +592,25 @@ def header_fit(hardware: Any = None, params: Any = None) -> FitFunction:
             from engine.memory.hardware import detect
 
             state["hw"] = detect()
-        gf = remote_gguf(hub, repo_id, revision, variant)
+        gf = hub.header(repo_id, revision, variant)
         est = estimate(gf, params or EstimateParams(), hardware=state["hw"], method="analytic")
         return FIT_BADGES.get(est.verdict, est.verdict)
 
     return fit
+
+
+def header_speed(service: Any) -> SpeedFunction:
+    """A SpeedFunction: `app.services.speed_records.SpeedService`'s prediction from the header
+    read over HTTP, with the speed measured on the downloaded file beside it once known."""
+    from app.services.speed_records import file_key
+
+    def speed(hub: HubClient, repo_id: str, revision: str, variant: ModelVariant) -> SpeedBadge:
+        key = file_key(variant.name, variant.size)
+        prediction = service.predict_header(hub.header(repo_id, revision, variant), key)
+        view = service.records.view(key, prediction)
+        return SpeedBadge(view.text(), view.tooltip(), prediction.tokens_per_s)
+
+    return speed
 
 
 def default_fit() -> FitFunction | None:

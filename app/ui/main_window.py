@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from app.services.chat_exchange import import_data, write_export
 from app.services.chat_store import ChatStoreError
 from app.services.library import DEFAULT_MODEL_ID, LibraryError, ModelLibrary
+from app.services.speed_records import SpeedService
 from app.ui.appearance import SCHEMES, apply_scheme
 from app.ui.appearance import SETTINGS_KEY as SCHEME_KEY
 from app.ui.chat_page import LABELS as PANEL_LABELS
@@ -52,6 +53,7 @@ from app.ui.quit_guard import QuitQuestion, QuitWarning, ask_with_message_box, m
 from app.ui.shortcuts import install_shortcuts
 from app.ui.side_panels import page_of, scrolled
 from app.ui.worker import LoadedModel
+from engine.host.stats import GenerationStats
 from engine.settings import LoadParams
 
 TITLE = "Candlewick"
@@ -144,6 +146,7 @@ class MainWindow(QMainWindow):
         self.chat_settings = ChatSettingsPanel(store, self.controller.sampling) if store else None
 
         # The chat's model: picked, its fit and state shown, loaded and ejected above the chat.
+        self.speed: SpeedService | None = None  # set_speed_service
         self.model_bar = ModelBar(
             self.library_model, library_panel.estimate.estimator, library_panel.load_params
         )
@@ -229,6 +232,7 @@ class MainWindow(QMainWindow):
         w.tokens.connect(pp.on_tokens)
         w.reasoning.connect(pp.on_tokens)  # thinking tokens are generated tokens too
         w.finished.connect(pp.on_finished)
+        w.finished.connect(self._record_speed)
         w.failed.connect(pp.on_failed)
         w.failed.connect(self._on_failed)
         self.chat_view.send_requested.connect(self._send)
@@ -486,6 +490,24 @@ class MainWindow(QMainWindow):
             if self.library_model.entry(row).path == path:
                 self.library_panel.select(self.library_model.entry(row).id)
         self._load(path, self.library_panel.load_params())
+
+    def set_speed_service(self, service: SpeedService | None) -> None:
+        """Predicted and measured decode speeds beside the model bar's fit badge; from now
+        on each chat reply's decode speed on a local model is recorded."""
+        self.speed = service
+        self.model_bar.set_speed_source(service.view_for_file if service else None)
+
+    def _record_speed(self, _rid: int, stats: GenerationStats) -> None:
+        loaded, service = self.controller.loaded, self.speed
+        if service is None or loaded is None or loaded.remote is not None:
+            return
+        if stats.measured_on != "engine" or stats.draft_tokens:  # drafting: another speed
+            return
+        try:
+            if service.record_measured(Path(loaded.path), stats.gen_tps, stats.n_eval):
+                self.model_bar.refresh_speed()
+        except OSError as e:  # a read-only data folder: the chat goes on
+            self.statusBar().showMessage(f"Could not record the decode speed: {e}", 5000)
 
     def add_closer(self, close: Callable[[], object]) -> None:
         """Run `close` at shutdown once the engine thread has ended (e.g. close the store)."""

@@ -11,6 +11,7 @@ of the library's selected model with the library's load settings (the same estim
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from PySide6.QtCore import QEvent, QSize, Qt, Signal
 from PySide6.QtWidgets import (
@@ -25,6 +26,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.services.library import LibraryEntry
+from app.services.speed_records import SpeedView
 from app.ui.estimate import EstimateView, Estimator
 from app.ui.library_model import LibraryModel, is_embedding, tagged_name
 from app.ui.nav_rail import ICON, rail_icon
@@ -39,6 +41,9 @@ BADGES = {
     "no": ("won't fit", "#c62828"),
 }
 CAPABILITY_COLOUR = "#3d6fb4"
+SPEED_COLOUR = "#5d6d7e"
+# A model file -> its predicted (and measured) decode speed; None when nothing is known.
+SpeedSource = Callable[[Path], SpeedView | None]
 
 
 def fit_badge(est: EstimateView | None) -> str | None:
@@ -97,6 +102,10 @@ class ModelBar(QWidget):
         self.combo.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.combo.activated.connect(self._activated)
         self.fit = _badge("", BADGES["fits"][1], "Memory fit")
+        # Beside the fit: the decode speed predicted on this machine, and measured once used.
+        self.speed = _badge("", SPEED_COLOUR, "Decode speed")
+        self.speed.hide()
+        self._speed_source: SpeedSource | None = None
         self.capabilities = QLabel()
         self.capabilities.setAccessibleName("Reads besides text")
         self.state = QLabel("Not loaded")
@@ -133,6 +142,7 @@ class ModelBar(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.combo, 1)
         lay.addWidget(self.fit)
+        lay.addWidget(self.speed)
         lay.addWidget(self.capabilities)
         lay.addWidget(self.state)
         lay.addWidget(self.progress)
@@ -178,6 +188,7 @@ class ModelBar(QWidget):
         self.combo.setCurrentIndex(i)
         self.combo.blockSignals(False)
         self.refresh_fit()
+        self.refresh_speed()
         caps = entry.capabilities if entry is not None else ()
         self.capabilities.setText(
             " ".join(
@@ -210,6 +221,24 @@ class ModelBar(QWidget):
                 " padding: 1px 6px; }"
             )
             self.fit.setToolTip(est.reason or f"Needs about {est.total / 2**20:,.0f} MiB")
+
+    def set_speed_source(self, source: SpeedSource | None) -> None:
+        self._speed_source = source
+        self.refresh_speed()
+
+    def refresh_speed(self) -> None:
+        """Show the selected model's predicted and measured decode speed, when known."""
+        entry, source = self._selected, self._speed_source
+        view = None
+        if entry is not None and entry.error is None and source is not None:
+            try:
+                view = source(entry.path)
+            except (OSError, ValueError, RuntimeError, LookupError):
+                view = None  # an unreadable file: the fit badge and the Models page say why
+        text = view.text() if view is not None else ""
+        self.speed.setText(text)
+        self.speed.setToolTip(view.tooltip() if view is not None else "")
+        self.speed.setVisible(bool(text))
 
     # -- load state --------------------------------------------------------------------------
 

@@ -50,6 +50,7 @@ from app.services.download_jobs import (
 )
 from app.services.download_manager import DownloadManager
 from app.services.hub import HubClient, HubError, HubOffline, ModelVariant, RepoDetails, RepoSummary
+from app.services.hub import SpeedBadge as Speed
 from app.services.library import LibraryEntry, ModelLibrary
 from app.services.secrets import TokenStore
 from app.ui.background import Background, Done
@@ -133,7 +134,8 @@ class ModelManagerView(QWidget):
         self.results.itemSelectionChanged.connect(self._on_result_selected)
         self.repo_info = _Note()
         self.repo_info.setWordWrap(True)
-        self.files = _table(["File", "Quantization", "Size", "Fit"])
+        # Speed: predicted here from the header the fit reads; measured too once used.
+        self.files = _table(["File", "Quantization", "Size", "Fit", "Speed"])
         self.download_button = QPushButton("Download")
         self.download_button.setEnabled(False)
         self.download_button.clicked.connect(self.download_selected)
@@ -324,21 +326,26 @@ class ModelManagerView(QWidget):
                 if v.kind == "model" and self.hub.fit
                 else ("vision projector" if v.kind != "model" else "")
             )
+            speed = "…" if v.kind == "model" and self.hub.speed else ""
             _append(
                 self.files,
-                [name, v.quantization, human_bytes(v.size), fit],
-                tips=[None, None, f"{v.size:,} bytes", None],
+                [name, v.quantization, human_bytes(v.size), fit, speed],
+                tips=[None, None, f"{v.size:,} bytes", None, None],
             )
         if not details.variants:
             self.repo_info.setText(self.repo_info.text() + "<br>No GGUF files here.")
-        if self.hub.fit is not None:
-            repo, commit = details.repo_id, details.commit or "main"
-            for row, v in enumerate(details.variants):
-                if v.kind == "model":
-                    self._run(
-                        functools.partial(self.hub.fit_badge, repo, v, commit),
-                        functools.partial(self._show_fit, details, row),
-                    )
+        repo, commit, partial = details.repo_id, details.commit or "main", functools.partial
+        for row, v in enumerate(details.variants):
+            if v.kind == "model" and self.hub.fit is not None:
+                self._run(
+                    partial(self.hub.fit_badge, repo, v, commit),
+                    partial(self._show_fit, details, row),
+                )
+            if v.kind == "model" and self.hub.speed is not None:
+                self._run(
+                    partial(self.hub.speed_badge, repo, v, commit),
+                    partial(self._show_speed, details, row),
+                )
 
     def _show_fit(
         self, details: RepoDetails, row: int, badge: str | None, error: BaseException | None
@@ -348,6 +355,17 @@ class ModelManagerView(QWidget):
         text = badge if error is None and badge else "unknown"
         details.fits[details.variants[row].name] = text
         self.files.setItem(row, 3, _item(text))
+
+    def _show_speed(
+        self, details: RepoDetails, row: int, badge: Speed | None, error: BaseException | None
+    ) -> None:
+        if details is not self._details or row >= self.files.rowCount():
+            return  # another repository is shown now
+        if error is not None or badge is None:
+            self.files.setItem(row, 4, _item("unknown"))
+            return
+        details.speeds[details.variants[row].name] = badge
+        self.files.setItem(row, 4, _item(badge.text, badge.tooltip))
 
     def _selected_variant(self) -> ModelVariant | None:
         rows = {i.row() for i in self.files.selectedIndexes()}

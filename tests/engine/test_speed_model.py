@@ -20,10 +20,9 @@ from engine.bench.speed_probe import (
     _random_rows,
     write_probe_model,
 )
-from engine.memory import cpu_kernels
 from engine.memory.cpu_kernels import CpuFeatures
 from engine.model.gguf import GGUFFile, read_gguf
-from engine.settings import LoadParams
+from tests.speed_machine import SimulatedDecoder
 
 AMX = CpuFeatures(avx=True, avx2=True, avx512=True, avx512_vnni=True, amx_int8=True)
 MB = 1_000_000
@@ -145,26 +144,6 @@ def test_probe_model_never_picks_end_of_sequence(tmp_path: Path) -> None:
     row = embd.n_bytes // embd.shape[1]
     start = gf.data_offset + embd.offset + 2 * row
     assert raw[start : start + row] == bytes(row)  # its logit is exactly 0
-
-
-class SimulatedDecoder:
-    """A decode timer for a simulated machine: a step is the fixed work plus each product's
-    bytes at its kernel's rate (what the probe must recover)."""
-
-    def __init__(self, per_layer: float, per_token: float, rates: dict[str, float]) -> None:
-        self.per_layer, self.per_token, self.rates = per_layer, per_token, rates
-        self.calls: list[str] = []
-
-    def __call__(self, path: Path, params: LoadParams) -> float:
-        self.calls.append(path.name)
-        gf = read_gguf(path)
-        c = DecodeCost.of(
-            gf,
-            features=cpu_kernels.detect(),
-            extra_buffers=params.extra_buffers is not False,
-        )
-        work = sum(n / self.rates.get(k.split("/")[0], 1e12) for k, n in c.matmul_bytes.items())
-        return self.per_token + c.n_layer * self.per_layer + work
 
 
 def test_profile_measures_once_then_reads_its_file(tmp_path: Path) -> None:
