@@ -3,7 +3,8 @@ tools/server/server-context.cpp): /tokenize, /detokenize, /apply-template and GE
 POST /props is refused as llama-server refuses it when started without `--props`. A
 request's `model` (GET /props: `?model=`) picks a model as every route does; llama-server's
 `?autoload=false` answers only from a model already loaded. Errors come in llama-server's
-shape (`errors.llama_error_body`)."""
+shape (`errors.llama_error_body`). /tools and /cors-proxy, features of llama-server this
+server does not have, answer its 403 for a feature it was started without."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
 from engine.server.media_parts import decode_media
 from engine.server.parsing import read_json
+from engine.server.protocol.llama import LlamaError, LlamaErrorDetail
 from engine.server.protocol.llama_utility import (
     ApplyTemplateAnswer,
     ApplyTemplateRequest,
@@ -40,6 +42,12 @@ from engine.server.protocol.llama_utility import (
 from engine.server.protocol.parse import parse_body
 
 PROPS_QUERY = ("model", "autoload")
+# llama-server's features this server does not have, which llama-server started without them
+# answers with a 403 (`res_403`): tools it runs itself, and the web UI's proxy for MCP servers.
+DISABLED = {
+    "/tools": "this server runs no tools of its own (a client's tools go in a chat's 'tools')",
+    "/cors-proxy": "this server proxies nothing",
+}
 
 
 def build_info() -> str:
@@ -63,6 +71,7 @@ class LlamaRoutes:
             Route("/apply-template", self.apply_template, methods=["POST"]),
             Route("/props", self.props, methods=["GET"]),
             Route("/props", self.set_props, methods=["POST"]),
+            *(Route(p, self.disabled, methods=["GET", "POST"]) for p in DISABLED),
         ]
 
     async def _model(self, name: str | None, *, autoload: bool = True) -> ServedModel:
@@ -212,12 +221,26 @@ class LlamaRoutes:
             out.media_marker = marker()
         return out
 
+    async def disabled(self, request: Request) -> Response:
+        """llama-server's answer for a feature it was started without, which its web UI
+        reads as "off for the life of the server" and stops asking."""
+        return JSONResponse(_disabled_answer(request.url.path).wire(), status_code=403)
+
     async def set_props(self, request: Request) -> Response:
         raise ApiError(
             501,
             "this server does not change its properties while it runs; "
             "set them when starting it (candlewick serve --help)",
         )
+
+
+def _disabled_answer(path: str) -> LlamaError:
+    what = DISABLED[path]
+    return LlamaError(
+        error=LlamaErrorDetail(
+            code=403, message=f"this feature is disabled: {what}", type="feature_disabled"
+        )
+    )
 
 
 def _check_ids(tokens: Sequence[int], n_vocab: int, param: str) -> None:

@@ -192,6 +192,11 @@ def test_a_route_the_server_lacks_is_llama_servers_404(url: str) -> None:
     assert message == "no such route: POST /v1/chat/completions/control"
     r = http.post(url + "/v1/streams/lookup", headers=AUTH, json={})
     assert llama_error(r, 404, "not_found_error") == "no such route: POST /v1/streams/lookup"
+    # llama-server's features this server lacks get its 403 "disabled", which the UI keeps
+    # for the life of the server: it asks for /tools again only if the answer is another.
+    for method, path in (("GET", "/tools"), ("POST", "/tools"), ("GET", "/cors-proxy")):
+        r = httpx.request(method, url + path, headers=AUTH, timeout=120)
+        assert llama_error(r, 403, "feature_disabled").startswith("this feature is disabled: ")
     # The Ollama and Anthropic paths keep their dialect's shape.
     assert http.get(url + "/api/nope", headers=AUTH).json() == {
         "error": "no such route: GET /api/nope"
