@@ -301,24 +301,20 @@ class OpenAIRoutes:
         thought = Template(chunk(ChatDelta(reasoning_content=HOLE)), _dumps)
 
         def deltas(parts: list[Part], lps: tuple[TokenLogprob, ...] = ()) -> Iterator[str]:
-            if follow is not None:  # asked for: each chunk built whole
-                for (kind, text), own in zip(parts, follow.push(parts, lps), strict=True):
-                    if kind == "reasoning":
-                        yield _sse(chunk(ChatDelta(reasoning_content=text)))
-                    else:
-                        yield _sse(chunk(ChatDelta(content=text), lp=_chat_logprobs(own)))
-                return
-            for kind, text in parts:
-                if extras.now is None:
+            owns = None if follow is None else follow.push(parts, lps)
+            for k, (kind, text) in enumerate(parts):
+                if owns is None and extras.now is None:
                     yield f"data: {(thought if kind == 'reasoning' else said).fill(text)}\n\n"
                     continue
-                # timings_per_token: each chunk carries the timings so far
-                one = chunk(
-                    ChatDelta(reasoning_content=text)
-                    if kind == "reasoning"
-                    else ChatDelta(content=text)
-                )
-                one.timings = extras.now
+                # Built whole: a content chunk with its tokens' log probabilities, and with
+                # timings_per_token each chunk with the timings so far.
+                if kind == "reasoning":
+                    one = chunk(ChatDelta(reasoning_content=text))
+                else:
+                    lp = None if owns is None else _chat_logprobs(owns[k])
+                    one = chunk(ChatDelta(content=text), lp=lp)
+                if extras.now is not None:
+                    one.timings = extras.now
                 yield _sse(one)
 
         async def body_iter() -> AsyncIterator[str]:

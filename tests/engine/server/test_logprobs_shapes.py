@@ -153,7 +153,9 @@ def test_openai_chat_whole_and_streamed(srv: ServerThread, fake: FakeModel) -> N
     content = whole["choices"][0]["logprobs"]["content"]
     assert whole["choices"][0]["logprobs"]["refusal"] is None
     assert_entries(fake, content, REPLY, 2)
-    chunks = sse(post(srv, "/v1/chat/completions", {**body, "stream": True}).text)
+    # With llama-server's timings on every chunk too.
+    streaming = {**body, "stream": True, "timings_per_token": True}
+    chunks = sse(post(srv, "/v1/chat/completions", streaming).text)
     for c in chunks:
         check_event("/v1/chat/completions", c)
     streamed: list[dict[str, Any]] = []
@@ -163,6 +165,7 @@ def test_openai_chat_whole_and_streamed(srv: ServerThread, fake: FakeModel) -> N
             if delta.get("content"):
                 own = lp["content"]
                 assert b"".join(bytes(e["bytes"]) for e in own).decode() == delta["content"]
+                assert "timings" in c
                 streamed += own
             else:
                 assert lp is None  # the role's chunk, the finish
