@@ -211,10 +211,12 @@ def catalog(
 
 def model_store() -> LibraryModelStore:
     """Ollama's pulls, copies and created models over the library, downloading through a
-    download manager of its own (the Hub token as `candlewick models token` saved it)."""
+    download manager of its own, made at the first pull (the Hub token as `candlewick
+    models token` saved it)."""
     lib = library()
-    hub = HubClient(token=TokenStore().get)
-    return LibraryModelStore(lib, DownloadManager(lib.downloads_state, hub))
+    return LibraryModelStore(
+        lib, lambda: DownloadManager(lib.downloads_state, HubClient(token=TokenStore().get))
+    )
 
 
 def saved_settings(args: argparse.Namespace, params: LoadParams) -> SettingsProvider:
@@ -328,7 +330,7 @@ def serve(args: argparse.Namespace) -> int:
         loader.join()
         state.close()
         host.close()
-        store.downloads.close()  # a pull still running stays paused, its bytes kept
+        store.close()  # a pull still running stays paused, its bytes kept
     return 2 if state.load_error else 0
 
 

@@ -72,16 +72,36 @@ class LibraryModelStore:
     def __init__(
         self,
         library: ModelLibrary,
-        downloads: DownloadManager,
+        downloads: DownloadManager | Callable[[], DownloadManager],
         names: NamedModels | None = None,
         *,
         poll_s: float = POLL_S,
     ) -> None:
+        """`downloads`: the download manager, or how to make one when it is first needed
+        (`candlewick serve`: the list on disk is not read, nor written back at exit, by a
+        server that never pulled; `close` closes a manager made so)."""
         self.library = library
-        self.downloads = downloads
+        self._downloads = downloads if isinstance(downloads, DownloadManager) else None
+        self._make = None if isinstance(downloads, DownloadManager) else downloads
         self.names = names or NamedModels(library.models_dir / FILE_NAME)
         self.poll_s = poll_s
         self._lock = threading.Lock()  # one change of names and files at a time
+        self._making = threading.Lock()  # the download manager made once
+
+    @property
+    def downloads(self) -> DownloadManager:
+        with self._making:
+            if self._downloads is None:
+                assert self._make is not None
+                self._downloads = self._make()
+            return self._downloads
+
+    def close(self) -> None:
+        """Close the download manager this store made (its running pulls stay paused)."""
+        with self._making:
+            made = self._downloads if self._make is not None else None
+        if made is not None:
+            made.close()
 
     # -- names -----------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from app.services.hub_names import parse_hub_name
 from app.services.library import ModelLibrary
 from app.services.named_models import NamedModels
 from app.services.server_models import LibraryModelStore
+from app.services.verified_transfer import DownloadError
 from engine.server.model_store import PullProgress, StoreError
 from tests.hub_emulator import HubEmulator, file_sha256, running_hub, tiny_gguf
 
@@ -223,3 +224,27 @@ def test_another_tools_file_leaves_the_library_and_stays(
     assert linked.linked
     world.store.delete(linked.id, world.before_remove)
     assert theirs.exists() and world.library.entries() == []
+
+
+def test_a_store_makes_its_download_manager_at_the_first_pull(
+    tmp_path: Path, hub: HubEmulator
+) -> None:
+    library = ModelLibrary(tmp_path / "models", bundled=False, discovery=False)
+    made: list[DownloadManager] = []
+
+    def make() -> DownloadManager:
+        hub_client = HubClient(hub.url)
+        made.append(DownloadManager(library.downloads_state, hub_client, cache_dir=tmp_path / "hf"))
+        return made[-1]
+
+    store = LibraryModelStore(library, make)
+    with pytest.raises(StoreError):
+        store.delete("nothing", lambda path: None)
+    store.close()
+    assert made == [] and not library.downloads_state.exists()  # nothing read nor written
+    store = LibraryModelStore(library, make)
+    store.pull(store.plan_pull(f"{REPO}:Q8_0"), lambda p: None, threading.Event())
+    assert len(made) == 1 and store.downloads is made[0]
+    store.close()
+    with pytest.raises(DownloadError):  # closed with the store
+        made[0].add(REPO, "Tiny-Q4_K_M.gguf")
