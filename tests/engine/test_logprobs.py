@@ -283,3 +283,32 @@ def test_drafted_tokens_take_their_verification_rows(vocab: FakeVocab) -> None:
     assert with_drafts == without
     # The rows did differ: the second choice moves with the position.
     assert len({t.top[1].token for t in without}) > 1
+
+
+class SplitCharacters(FakeVocab):
+    """Pieces named `<hi:XX>` (the space before them dropped) are the lone byte 0xXX: a
+    character split between tokens."""
+
+    def piece(self, token: int, special: bool = False) -> bytes:
+        raw = super().piece(token, special).lstrip()
+        if raw.startswith(b"<hi:"):
+            return bytes([int(raw[4:6], 16)])
+        return super().piece(token, special)
+
+
+def test_a_character_split_between_tokens_comes_with_its_last_token() -> None:
+    vocab = SplitCharacters()
+    m, prompt = model_for(vocab, " caf <hi:c3> <hi:a9> ok")
+    try:
+        done, pieces = run(m, prompt, logprobs=0)
+    finally:
+        m.close()
+    assert done.text == " caf\u00e9 ok"
+    assert [t.piece for t in done.logprobs] == [b" caf", b"\xc3", b"\xa9", b" ok"]
+    # The first byte alone is no text yet: its token waits for the piece that completes it.
+    assert [[t.piece for t in p.logprobs] for p in pieces] == [
+        [b" caf"],
+        [b"\xc3", b"\xa9"],
+        [b" ok"],
+    ]
+    assert [p.text for p in pieces] == [" caf", "\u00e9", " ok"]
