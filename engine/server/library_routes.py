@@ -85,7 +85,12 @@ def recipe_options(named: NamedModel | None, options: OllamaOptions | None) -> O
     if named is None or not named.parameters:
         return options
     given = options.model_dump(mode="json", exclude_unset=True) if options else {}
-    return OllamaOptions.model_validate({**named.parameters, **given})
+    try:
+        return parse_body(OllamaOptions, {**named.parameters, **given})
+    except ApiError as e:  # the saved parameters were edited by hand since
+        raise ApiError(
+            400, f"model {named.name!r} has parameters this server refuses: {e}", param="model"
+        ) from None
 
 
 def modelfile(named: NamedModel) -> tuple[str, str]:
