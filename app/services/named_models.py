@@ -73,6 +73,7 @@ class NamedModels:
         self._lock = threading.Lock()
         self._models: dict[str, NamedModel] = {}
         self._stamp: float | None = None
+        self._unreadable = False  # the file on disk could not be read: kept aside on write
 
     def _key(self, name: str) -> str:
         return full_name(name).casefold()  # names are matched as Ollama does: any case
@@ -86,6 +87,7 @@ class NamedModels:
             return self._models
         if stamp != self._stamp:
             models: dict[str, NamedModel] = {}
+            self._unreadable = False
             try:
                 data = json.loads(self.path.read_text("utf-8"))
                 for d in data.get("models", []) if isinstance(data, dict) else []:
@@ -94,11 +96,17 @@ class NamedModels:
                         models[self._key(m.name)] = m
             except (OSError, ValueError) as e:
                 log.warning("named models in %s unreadable, none used: %s", self.path, e)
+                self._unreadable = True
             self._models, self._stamp = models, stamp
         return self._models
 
     def _write(self, models: dict[str, NamedModel]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._unreadable:  # not overwritten: kept for whoever can mend it
+            aside = self.path.with_name(self.path.name + ".unreadable")
+            self.path.replace(aside)
+            log.warning("kept the unreadable %s as %s", self.path, aside)
+            self._unreadable = False
         body = {"version": VERSION, "models": [_to_json(m) for m in models.values()]}
         write_text_atomic(self.path, json.dumps(body, indent=1, ensure_ascii=False))
         self._models = models

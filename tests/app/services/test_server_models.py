@@ -19,7 +19,7 @@ from app.services.library import ModelLibrary
 from app.services.named_models import NamedModels
 from app.services.server_models import LibraryModelStore
 from app.services.verified_transfer import DownloadError
-from engine.server.model_store import PullProgress, StoreError
+from engine.server.model_store import NamedModel, PullProgress, StoreError
 from tests.hub_emulator import HubEmulator, file_sha256, running_hub, tiny_gguf
 
 REPO = "owner/Tiny-GGUF"
@@ -248,3 +248,14 @@ def test_a_store_makes_its_download_manager_at_the_first_pull(
     store.close()
     with pytest.raises(DownloadError):  # closed with the store
         made[0].add(REPO, "Tiny-Q4_K_M.gguf")
+
+
+def test_an_unreadable_names_file_is_kept_aside_not_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "named-models.json"
+    path.write_text("{not json", "utf-8")
+    names = NamedModels(path)
+    assert names.all() == []
+    names.put(NamedModel("mine:latest", tmp_path / "m.gguf", "m", "copy"))
+    assert (tmp_path / "named-models.json.unreadable").read_text("utf-8") == "{not json"
+    again = NamedModels(path).get("mine")
+    assert again is not None and again.path == tmp_path / "m.gguf"
