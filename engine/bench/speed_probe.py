@@ -51,6 +51,7 @@ EOS = 2
 # The two fixed-work models: layers, and matrices small enough to cost nothing measurable.
 FIXED_LAYERS = (2, 26)
 TINY_EMBD, TINY_FF = 64, 128
+FIXED_TYPE = "F32"
 # A kernel's model: two layers whose matrices hold about this many bytes in all.
 RATE_BYTES = 48 * MiB
 RATE_EMBD = 1024
@@ -212,6 +213,7 @@ class ProbeSettings:
         p = params or LoadParams()
         p = LoadParams(
             n_ctx=1024,
+            n_gpu_layers=0,  # the CPU's figures: a GPU's offload is not modelled
             n_threads=p.n_threads,
             flash_attn=p.flash_attn,
             extra_buffers=p.extra_buffers,
@@ -222,13 +224,16 @@ class ProbeSettings:
 
 
 def measure_fixed(
-    folder: Path, settings: ProbeSettings, timer: StepTimer = decode_step_s
+    folder: Path,
+    settings: ProbeSettings,
+    timer: StepTimer = decode_step_s,
+    type_name: str = FIXED_TYPE,
 ) -> tuple[float, float]:
     """(per-layer seconds, per-token seconds) from two tiny models."""
     times = []
     for n in FIXED_LAYERS:
         path = folder / f"fixed-{n}.gguf"
-        write_probe_model(path, n_layer=n, n_embd=TINY_EMBD, n_ff=TINY_FF, type_name="F32")
+        write_probe_model(path, n_layer=n, n_embd=TINY_EMBD, n_ff=TINY_FF, type_name=type_name)
         times.append(timer(path, settings.params))
         path.unlink()
     (l0, l1), (t0, t1) = FIXED_LAYERS, times
@@ -347,7 +352,13 @@ class SpeedProfile:
                 fixed = (m.per_layer_s, m.per_token_s)
                 found = {}
                 for key in missing:
-                    rate = measure_rate(folder, key, self.settings, fixed, self._timer)
+                    try:
+                        rate = measure_rate(folder, key, self.settings, fixed, self._timer)
+                    except OSError:
+                        raise  # a full disk, no temporary folder: try again another time
+                    except Exception as e:  # llama.cpp refused the probe: not measurable here
+                        log.warning("speed probe: %s not measured: %s", key, e)
+                        rate = None
                     found[key] = rate or 0.0
                 m = m.with_rates(found)
                 self._save(m)

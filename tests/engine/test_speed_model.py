@@ -22,6 +22,7 @@ from engine.bench.speed_probe import (
 )
 from engine.memory.cpu_kernels import CpuFeatures
 from engine.model.gguf import GGUFFile, read_gguf
+from engine.settings import LoadParams
 from tests.speed_machine import SimulatedDecoder
 
 AMX = CpuFeatures(avx=True, avx2=True, avx512=True, avx512_vnni=True, amx_int8=True)
@@ -204,3 +205,19 @@ def test_a_broken_profile_file_is_measured_again(tmp_path: Path) -> None:
     assert profile.cached() is None
     assert profile.machine().bandwidth_bytes_per_s == 1e10
     assert json.loads(file.read_text(encoding="utf-8"))  # rewritten whole
+
+
+def test_a_probe_llama_cpp_refuses_leaves_that_kernel_unmeasured(tmp_path: Path) -> None:
+    sim = SimulatedDecoder(1e-4, 1e-3, {"F32": 1e12})
+
+    def timer(path: Path, params: LoadParams) -> float:
+        if path.name.startswith("rate-"):
+            raise RuntimeError("llama.cpp could not load the model")
+        return sim(path, params)
+
+    profile = SpeedProfile(
+        tmp_path / "p.json", ProbeSettings.default(), timer=timer, bandwidth=lambda: 1e10
+    )
+    assert profile.machine(["Q8_0/generic"]).rates == {"Q8_0/generic": 0.0}
+    # Remembered: not tried again on every prediction.
+    assert profile.known(["Q8_0/generic"]) is not None
