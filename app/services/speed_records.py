@@ -65,7 +65,8 @@ class SpeedView:
         if self.measured_tps is not None:
             lines.append(
                 f"Measured: {self.measured_tps:.1f} tokens/s (median of {self.measured_n} "
-                f"{self.measured_source or 'chat'} replies; decode time only)."
+                f"{self.measured_source or 'chat'} repl{'y' if self.measured_n == 1 else 'ies'}; "
+                "decode time only)."
             )
             if self.predicted_tps:
                 lines.append(f"Measured / predicted: {self.measured_tps / self.predicted_tps:.2f}")

@@ -77,6 +77,9 @@ def test_files_json_has_name_quant_size_fit(hub: HubEmulator, smollm2_path: Path
     assert q4["size_bytes"] == smollm2_path.stat().st_size
     # This machine has no GPU: a 98 MB model runs from RAM.
     assert q4["fit"] == "RAM only"
+    # The decode speed predicted on this machine from the same header (its figures measured
+    # by the probe into this test's data folder); a projector or a broken file has none.
+    assert q4["predicted_tokens_per_s"] > 0
     q8 = by_file["SmolLM2-135M-Instruct-Q8_0-00001-of-00002.gguf"]
     assert q8["name"] == "SmolLM2-135M-Instruct-Q8_0.gguf" and q8["shards"] == 2
     assert q8["size_bytes"] == 1000 and q8["quantization"] == "Q8_0"
@@ -84,6 +87,7 @@ def test_files_json_has_name_quant_size_fit(hub: HubEmulator, smollm2_path: Path
     assert (
         table.returncode == 0 and "Q4_1" in table.stdout and str(q4["size_bytes"]) in table.stdout
     )
+    assert "SPEED" in table.stdout and "tok/s" not in table.stdout  # not predicted: skipped
 
 
 def test_download_then_list_then_delete(

