@@ -121,15 +121,6 @@ class LibraryModelStore:
             None,
         )
 
-    def file_of(self, name: str) -> Path:
-        named = self.named(name)
-        if named is not None:
-            return named.path
-        entry = self._entry(name)
-        if entry is None:
-            raise StoreError(404, f"model '{name}' not found")
-        return entry.path
-
     def _source(self, name: str, field: str) -> tuple[NamedModel | None, Path]:
         named = self.named(name)
         if named is not None:

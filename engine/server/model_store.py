@@ -104,10 +104,6 @@ class ModelStore(Protocol):
         pull). Returns the name it recorded; StoreError when a download failed."""
         ...
 
-    def file_of(self, name: str) -> Path:
-        """The file a library id or named model names; StoreError 404 otherwise."""
-        ...
-
     def delete(self, name: str, before_remove: BeforeRemove) -> None:
         """Remove a name; the file too when Candlewick owns it and no other name uses it."""
         ...

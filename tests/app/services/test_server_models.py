@@ -101,10 +101,10 @@ def test_pull_verifies_reports_and_names_the_file(world: World, files: dict[str,
     assert job.status == DONE and job.sha256 == sha
     named = world.store.named(f"hf.co/{REPO}:Q4_K_M")
     assert named is not None and named.kind == "pull" and named.path == path
-    # The library lists the download; the store finds it by the pulled name and by its id.
+    # The library lists the download; a copy by its id names the same file.
     entry = next(e for e in world.library.entries() if e.path == path)
     assert entry.source == "downloaded"
-    assert world.store.file_of(entry.id) == path == world.store.file_of(named.name)
+    assert world.store.copy(entry.id, "by-id").path == path
 
 
 def test_names_the_hub_does_not_have(world: World) -> None:
