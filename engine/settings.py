@@ -175,7 +175,9 @@ class SpeculativeSettings:
             raise EngineError("the draft length must be between 1 and 64")
 
 
-def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = None) -> FlashAttn:
+def resolve_flash_attn(
+    requested: FlashAttn, type_v: str, *, gpu: bool | None = None, scalar_kernel: bool = False
+) -> FlashAttn:
     """What 'auto' means here. A quantized V cache needs flash attention. With a GPU,
     llama.cpp's own choice stands. On a CPU-only build it is on (benchmarks/flash_attn_default.py
     and benchmarks/serving_defaults.py, SmolLM2, 2 threads, quiet EPYC, docs/benchmarks.md): it
@@ -183,15 +185,19 @@ def resolve_flash_attn(requested: FlashAttn, type_v: str, *, gpu: bool | None = 
     serves 1.2x the tokens/s; what it costs is a chat's follow-up turn at depth (a small batch
     over a long cache goes row by row: 1.3-1.5x its time to first token). Reproducible prompts
     keep their reuse: batches of 64+ tokens agree with it (cpu_kernels.split_rule, "tiled").
-    Speculative decoding wants it too (docs/speculative.md). `gpu` says whether a GPU takes
-    part (None: whether this build can offload)."""
+    Speculative decoding wants it too (docs/speculative.md). It is off where this CPU's kernel
+    would go element by element over the model's heads (`scalar_kernel`:
+    cpu_kernels.flash_attn_scalar; an AMX Xeon decodes SmolLM2 at a third of the speed with it
+    at depth). `gpu` says whether a GPU takes part (None: whether this build can offload)."""
     if requested != "auto":
         return requested
     if type_v not in ("f16", "f32", "bf16"):
         return "on"
     if gpu is None:
         gpu = llama_lib.supports_gpu_offload()
-    return "auto" if gpu else "on"
+    if gpu:
+        return "auto"
+    return "off" if scalar_kernel else "on"
 
 
 def use_extra_buffers(requested: bool | None) -> bool:

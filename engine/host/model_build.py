@@ -155,7 +155,11 @@ def load(
 
     cb = C.llama_progress_callback(on_progress)
     mp.progress_callback = cb
-    flash = resolve_flash_attn(params.flash_attn, params.type_v)
+    flash = resolve_flash_attn(
+        params.flash_attn,
+        params.type_v,
+        scalar_kernel=cpu_kernels.flash_attn_scalar_for(gguf, params.type_k, params.type_v),
+    )
     shape = ContextShape(params, params.n_threads or default_threads(), flash)
     cp = shape.context_params(params.n_ctx, params.n_seq_max)
     if first_loads is not None:

@@ -23,6 +23,8 @@ can force each side of a switch on any machine.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import re
 from collections.abc import Iterable
@@ -31,7 +33,8 @@ from typing import Literal
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from engine.model.gguf import TensorInfo
+from engine.model.facts import model_facts
+from engine.model.gguf import GGUFFile, TensorInfo
 from engine.native import llama_lib
 
 ExtraBuffer = Literal["AMX", "CPU_REPACK"]
@@ -64,6 +67,9 @@ class CpuFeatures:
     sve_cnt: int = 0
     llamafile: bool = False
     repack: bool = False
+    # Not in llama_print_system_info: whether the build's f16 vectors are AVX512-FP16 ones
+    # (`detect` infers it for a native build; see `f16_vector_step`).
+    avx512_fp16: bool = False
 
     @classmethod
     def parse(cls, system_info: str) -> CpuFeatures:
@@ -101,8 +107,62 @@ class CpuFeatures:
 
 @functools.cache
 def detect() -> CpuFeatures:
-    """This build's CPU features."""
-    return CpuFeatures.parse(llama_lib.system_info())
+    """This build's CPU features. AVX512-FP16 is not among the features llama.cpp prints:
+    a native build (the project's own: GGML_NATIVE) compiles its f16 vectors with it when the
+    CPU has it, so a build with AVX-512 on a CPU that has it is taken to use it."""
+    f = CpuFeatures.parse(llama_lib.system_info())
+    if f.avx512 and "avx512_fp16" in _cpu_flags():
+        f = dataclasses.replace(f, avx512_fp16=True)
+    return f
+
+
+def _cpu_flags() -> frozenset[str]:
+    """The CPU's flags as Linux reports them (empty elsewhere)."""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+# -- flash attention's f16 vector step (ggml-cpu/simd-mappings.h, vec.cpp) ---------------------
+
+
+def f16_vector_step(f: CpuFeatures) -> int | None:
+    """GGML_F16_STEP: ggml_vec_dot_f16 and ggml_vec_mad_f16 work in whole steps of this many
+    elements and do the rest one element at a time. None where the tail is vectorised too
+    (SVE) or the build has no f16 vectors."""
+    if f.sve:
+        return None
+    if f.avx512_fp16:
+        return 128
+    if f.avx512:
+        return 64
+    if f.avx:
+        return 32
+    if f.neon:
+        return 32 if f.fp16_va else 16
+    return None
+
+
+def flash_attn_scalar(f: CpuFeatures, head_dims: Iterable[int]) -> bool:
+    """Whether CPU flash attention would take the element-by-element path: its per-cell
+    K·Q dot product and V accumulation (ggml-cpu/ops.cpp, one query over an f16 cache) run over
+    one head's width, and a width that is not a whole number of f16 steps leaves that much to
+    scalar code. With AVX512-FP16 (a step of 128) a 64-wide head is all scalar: SmolLM2 decodes
+    at 0.40x at 2,000 cached tokens and 0.31x at 7,600 on an AMX Xeon (docs/benchmarks.md),
+    where Gemma-3's 256-wide heads decode as fast with it as without."""
+    step = f16_vector_step(f)
+    return step is not None and any(d > 0 and d % step for d in head_dims)
+
+
+def flash_attn_scalar_for(gf: GGUFFile, type_k: str, type_v: str) -> bool:
+    """`flash_attn_scalar` for this build and a model's heads, over the f16 parts of its cache
+    (a quantized cache type takes its own dot product)."""
+    facts = model_facts(gf)
+    dims = [facts.head_dim_k] if type_k == "f16" else []
+    dims += [facts.head_dim_v] if type_v == "f16" else []
+    return flash_attn_scalar(detect(), dims)
 
 
 # -- which weights are matrix products (and so may be copied) -------------------------------

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.errors import EngineError
-from engine.memory import projector
+from engine.memory import cpu_kernels, projector
 from engine.memory.dry_run import DryRun, dry_run
 from engine.memory.hardware import Hardware, MiB
 from engine.memory.hardware import detect as detect_hardware
@@ -77,7 +77,12 @@ def estimate(
         file_path = Path(path)
     hw = hardware if hardware is not None else detect_hardware()
     # Plan with flash attention as the engine would resolve 'auto' on this hardware.
-    flash = resolve_flash_attn(p.load.flash_attn, p.load.type_v, gpu=bool(hw.offload_devices))
+    flash = resolve_flash_attn(
+        p.load.flash_attn,
+        p.load.type_v,
+        gpu=bool(hw.offload_devices),
+        scalar_kernel=cpu_kernels.flash_attn_scalar_for(gf, p.load.type_k, p.load.type_v),
+    )
     p = p.with_load(flash_attn=flash)
     if embedding_pooling(gf) > 0:
         p = p.with_load(state_cache_mb=0)  # an embedding model keeps no prompts: none generate

@@ -114,6 +114,10 @@ def _evaluate(m: Model, tokens: list[int], sizes: list[int]) -> str:
     return _logits_digest(m)
 
 
+# Flash attention on, weights as mapped (no AMX or repacked copies): the "tiled" rule's kernels.
+FLASH_MAPPED = LoadParams(n_ctx=2048, flash_attn="on", state_cache_mb=0, extra_buffers=False)
+
+
 def test_splits_the_rule_allows_give_bit_identical_logits(smollm2_path: Path) -> None:
     # Without flash attention (with it: the test below).
     params = LoadParams(n_ctx=1024, flash_attn="off", state_cache_mb=0)
@@ -132,8 +136,9 @@ def test_splits_the_rule_allows_give_bit_identical_logits(smollm2_path: Path) ->
 def test_flash_attention_splits_of_64_or_more_give_bit_identical_logits(
     smollm2_path: Path,
 ) -> None:
-    # Past 512 cached cells too, where a single query would take the split-cache kernel.
-    with Model(smollm2_path, LoadParams(n_ctx=2048, flash_attn="on", state_cache_mb=0)) as m:
+    # Past 512 cached cells too, where a single query would take the split-cache kernel. The
+    # weights stay in the mapped file: AMX copies would take the "grid" rule on their own.
+    with Model(smollm2_path, FLASH_MAPPED) as m:
         assert m.split_rule == "tiled"
         tokens = m.tokenize("The lighthouse keeper wrote in his log every night. " * 120)[:1100]
         canonical = _evaluate(m, tokens, list(plan(len(tokens), 0, 512, "tiled").sizes))
@@ -153,7 +158,7 @@ def test_a_greedy_follow_up_with_flash_attention_reuses_the_history_and_repeats(
     greedy = SamplingParams(temperature=0, max_tokens=24)
     notes = "The keeper trims the wick at dusk and winds the clockwork. " * 10
     chat = [{"role": "user", "content": f"My notes: {notes}What does the keeper do?"}]
-    with Model(smollm2_path, LoadParams(n_ctx=2048, flash_attn="on", state_cache_mb=0)) as m:
+    with Model(smollm2_path, FLASH_MAPPED) as m:
         first = m.generate(chat, greedy).consume()
         follow = [
             *chat,

@@ -8,6 +8,7 @@ machine checks the rules against what llama.cpp logs and computes here.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,8 +68,47 @@ def test_features_parse_what_llama_cpp_prints() -> None:
     assert F["xeon"].amx_int8 and F["xeon"].avx512_vnni
     assert a.neon and a.matmul_int8 and a.dotprod and a.sve and a.sve_cnt == 16 and not a.avx2
     assert "AVX2" in e.summary and "REPACK" in e.summary and "SVE_CNT" in a.summary
-    # This build's own line parses to something that names its SIMD level.
-    assert cpu_kernels.detect() == CpuFeatures.parse(cpu_kernels.llama_lib.system_info())
+    # This build's own line parses to something that names its SIMD level; AVX512-FP16, which
+    # the line does not name, comes from the CPU's flags on an AVX-512 build.
+    here = cpu_kernels.detect()
+    assert dataclasses.replace(here, avx512_fp16=False) == CpuFeatures.parse(
+        cpu_kernels.llama_lib.system_info()
+    )
+    assert here.avx512_fp16 == (here.avx512 and "avx512_fp16" in cpu_kernels._cpu_flags())
+
+
+SPR = dataclasses.replace(F["xeon"], avx512_fp16=True)
+
+
+@pytest.mark.parametrize(
+    ("features", "step"),
+    [(SPR, 128), (F["epyc"], 64), (F["zen2"], 32), (F["arm_dot"], 16), (F["arm"], None)],
+)
+def test_f16_vector_step_follows_simd_mappings(features: CpuFeatures, step: int | None) -> None:
+    assert cpu_kernels.f16_vector_step(features) == step
+
+
+def test_flash_attention_goes_element_by_element_for_narrow_heads_under_avx512_fp16() -> None:
+    # SmolLM2's heads are 64 wide, Gemma-3's 256: only the first leaves a tail under a step of 128.
+    assert cpu_kernels.flash_attn_scalar(SPR, [64, 64])
+    assert not cpu_kernels.flash_attn_scalar(SPR, [256, 256])
+    assert cpu_kernels.flash_attn_scalar(SPR, [192])  # 128 vectorised, 64 element by element
+    assert not cpu_kernels.flash_attn_scalar(F["epyc"], [64, 64])
+    assert not cpu_kernels.flash_attn_scalar(F["arm"], [80])  # SVE predicates its tail
+    assert not cpu_kernels.flash_attn_scalar(F["plain"], [64])
+    assert not cpu_kernels.flash_attn_scalar(SPR, [])  # a quantized cache: no f16 heads
+
+
+def test_flash_attention_rule_reads_the_models_heads(
+    monkeypatch: pytest.MonkeyPatch, smollm2_path: Path, gemma_path: Path
+) -> None:
+    monkeypatch.setattr(cpu_kernels, "detect", lambda: SPR)
+    smol, gemma = read_gguf(smollm2_path), read_gguf(gemma_path)
+    assert cpu_kernels.flash_attn_scalar_for(smol, "f16", "f16")
+    assert not cpu_kernels.flash_attn_scalar_for(smol, "q8_0", "q8_0")
+    assert not cpu_kernels.flash_attn_scalar_for(gemma, "f16", "f16")
+    monkeypatch.setattr(cpu_kernels, "detect", lambda: F["epyc"])
+    assert not cpu_kernels.flash_attn_scalar_for(smol, "f16", "f16")
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,15 @@ def test_cpu_only_default_is_on_with_an_f16_cache() -> None:
     assert resolve_flash_attn("auto", "bf16", gpu=False) == "on"
 
 
+def test_cpu_only_default_is_off_where_the_kernel_goes_element_by_element() -> None:
+    # Measured on an AMX Xeon (docs/benchmarks.md): SmolLM2's 64-wide heads under AVX512-FP16's
+    # 128-element f16 step decode at a third of the speed with it at depth.
+    assert resolve_flash_attn("auto", "f16", gpu=False, scalar_kernel=True) == "off"
+    assert resolve_flash_attn("auto", "f16", gpu=True, scalar_kernel=True) == "auto"
+    assert resolve_flash_attn("auto", "q8_0", gpu=False, scalar_kernel=True) == "on"
+    assert resolve_flash_attn("on", "f16", gpu=False, scalar_kernel=True) == "on"
+
+
 def test_gpu_keeps_llama_cpp_choice() -> None:
     assert resolve_flash_attn("auto", "f16", gpu=True) == "auto"
 

@@ -207,12 +207,14 @@ def served_exactness() -> Exactness:
 
     path = bundled_default_model()
     assert path is not None
-    tensors = read_gguf(path).tensors
+    gf = read_gguf(path)
+    tensors = gf.tensors
+    scalar = cpu_kernels.flash_attn_scalar_for(gf, "f16", "f16")
     return batch_exactness(
         tensors,
         cpu_kernels.detect(),
         extra_buffers=use_extra_buffers(None),
-        flash_attn=resolve_flash_attn("auto", "f16") == "on",
+        flash_attn=resolve_flash_attn("auto", "f16", scalar_kernel=scalar) == "on",
         type_k="f16",
         type_v="f16",
         gpu_layers=0,
