@@ -226,3 +226,8 @@ def test_a_created_model_answers_with_its_system_prompt(tmp_path: Path, smollm2_
             assert made.prompt_eval_count == plain.prompt_eval_count != bare.prompt_eval_count
             assert made.message.content == plain.message.content
             assert len(served.host.names()) == 1  # one file, loaded once for every name
+            path = served.library.entries()[0].path
+            c.delete("pirate")  # a name: the model stays loaded
+            assert len(served.host.names()) == 1
+            c.delete(f"hf.co/{SMOL}")  # its file's last name: unloaded, as Ollama does
+            assert served.host.names() == [] and not path.exists()
