@@ -1,6 +1,6 @@
 """Runs the X-server scenarios (test_chat_pane.py, test_chat_attachments.py,
-test_window_layout.py) in a child pytest on a private Xvfb, and checks that every one of them
-ran and passed (a child that skipped them would prove nothing).
+test_window_layout.py, test_tray_icon.py) in a child pytest on a private Xvfb, and checks that
+every one of them ran and passed (a child that skipped them would prove nothing).
 """
 
 from __future__ import annotations
@@ -17,7 +17,12 @@ from tests.app.ui.visual.xserver import Xvfb, on_xserver
 
 SCENARIOS = [
     Path(__file__).with_name(n)
-    for n in ("test_chat_pane.py", "test_chat_attachments.py", "test_window_layout.py")
+    for n in (
+        "test_chat_pane.py",
+        "test_chat_attachments.py",
+        "test_window_layout.py",
+        "test_tray_icon.py",
+    )
 ]
 ROOT = Path(__file__).resolve().parents[4]
 
