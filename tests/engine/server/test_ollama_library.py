@@ -5,6 +5,10 @@ Hub emulator (progress lines, verified), /api/tags, /api/copy, /api/create, /api
 from __future__ import annotations
 
 import json
+import re
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -231,3 +235,35 @@ def test_a_created_model_answers_with_its_system_prompt(tmp_path: Path, smollm2_
             assert len(served.host.names()) == 1
             c.delete(f"hf.co/{SMOL}")  # its file's last name: unloaded, as Ollama does
             assert served.host.names() == [] and not path.exists()
+
+
+@pytest.mark.model  # the child process loads the bundled model
+def test_candlewick_serve_pulls_and_names(
+    tmp_path: Path, hub: HubEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`candlewick serve` as users run it: its library (the process's own folders) takes a
+    pull from the Hub emulator, a copy, and deletes, through the ollama client."""
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    cmd = [sys.executable, "-m", "app.cli", "serve", "--port", "0", "--parallel", "1"]
+    with subprocess.Popen([*cmd, "--ctx", "256"], stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()  # printed once the model is loaded
+            m = re.search(r"on (http://127\.0\.0\.1:\d+) ", line)
+            assert m, line
+            with ollama.Client(host=m.group(1), timeout=300) as c:
+                assert list(c.pull(f"hf.co/{TINY}", stream=True))[-1].status == "success"
+                c.copy(f"hf.co/{TINY}", "tiny")
+                names = {x.model for x in c.list().models}
+                assert {f"hf.co/{TINY}:latest", "tiny:latest", "default"} <= names
+                c.delete("tiny")
+                c.delete(f"hf.co/{TINY}")
+                assert not {f"hf.co/{TINY}:latest", "tiny:latest"} & {
+                    x.model for x in c.list().models
+                }
+        finally:
+            proc.send_signal(signal.SIGINT)
+            rest = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 0, rest
+    assert "Traceback" not in rest
