@@ -45,14 +45,16 @@ class TokenLogprob:
 
 
 def log_softmax(row: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """The row's log probabilities (a new array; -inf stays -inf). Summed in float64, so a
+    """The row's log probabilities (a new array; -inf stays -inf). The exponentials are
+    float32 (numpy's vector code: a float64 pass took twice as long), summed in float64 so a
     large vocabulary's many small terms are not lost."""
     m = np.max(row)
     if not np.isfinite(m):
         raise ValueError("a logits row with no finite value")
     shifted = row - m
-    lse = np.log(np.exp(shifted, dtype=np.float64).sum())
-    return (shifted - np.float32(lse)).astype(np.float32, copy=False)
+    lse = np.log(np.exp(shifted).sum(dtype=np.float64))
+    shifted -= np.float32(lse)
+    return shifted
 
 
 def top_tokens(lp: npt.NDArray[np.float32], n: int) -> list[int]:
@@ -62,9 +64,8 @@ def top_tokens(lp: npt.NDArray[np.float32], n: int) -> list[int]:
         return []
     n = min(n, lp.size)
     nth = np.partition(lp, lp.size - n)[lp.size - n]  # the n-th largest value
-    above = np.flatnonzero(lp > nth)
-    ids = np.concatenate([above, np.flatnonzero(lp == nth)[: n - above.size]])
-    ids = ids[np.lexsort((ids, -lp[ids]))]
+    ids = np.flatnonzero(lp >= nth)  # n of them, or more where values tie at the n-th
+    ids = ids[np.lexsort((ids, -lp[ids]))][:n]
     return [int(t) for t in ids if np.isfinite(lp[t])]
 
 
