@@ -8,7 +8,6 @@ server does not have, answer its 403 for a feature it was started without."""
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 from collections.abc import Sequence
 
@@ -97,50 +96,40 @@ class LlamaRoutes:
         req = parse_body(
             TokenizeRequest, await read_json(request, self.state.config.max_body_bytes)
         )
-        loaded = await self._model(req.model)
-        model = loaded.model
-        content = req.content
-
-        def work() -> TokenizeAnswer:
-            tokens: list[int] = []
-            if isinstance(content, str):
-                tokens = model.tokenize(
-                    content, add_special=req.add_special, parse_special=req.parse_special
-                )
-            else:
-                # llama-server's tokenize_mixed: ids kept; BOS only before a leading string.
-                for i, part in enumerate(content):
-                    if isinstance(part, int):
-                        tokens.append(part)
-                    else:
-                        tokens += model.tokenize(
-                            part,
-                            add_special=req.add_special and i == 0,
-                            parse_special=req.parse_special,
-                        )
-            _check_ids(tokens, model.n_vocab, "content")
-            if not req.with_pieces:
-                return TokenizeAnswer(tokens=tokens)
-            return TokenizeAnswer(
-                tokens=[_piece(t, model.token_bytes(t, special=True)) for t in tokens]
+        model = (await self._model(req.model)).model
+        # On the event loop, as a chat's prompt is tokenized: llama.cpp's tokenizer is fast.
+        tokens: list[int] = []
+        if isinstance(req.content, str):
+            tokens = model.tokenize(
+                req.content, add_special=req.add_special, parse_special=req.parse_special
             )
-
-        return JSONResponse((await asyncio.to_thread(work)).wire())
+        else:
+            # llama-server's tokenize_mixed: ids kept; BOS only before a leading string.
+            for i, part in enumerate(req.content):
+                if isinstance(part, int):
+                    tokens.append(part)
+                else:
+                    tokens += model.tokenize(
+                        part,
+                        add_special=req.add_special and i == 0,
+                        parse_special=req.parse_special,
+                    )
+        _check_ids(tokens, model.n_vocab, "content")
+        if not req.with_pieces:
+            return JSONResponse(TokenizeAnswer(tokens=tokens).wire())
+        pieces = [_piece(t, model.token_bytes(t, special=True)) for t in tokens]
+        return JSONResponse(TokenizeAnswer(tokens=pieces).wire())
 
     async def detokenize(self, request: Request) -> Response:
         req = parse_body(
             DetokenizeRequest, await read_json(request, self.state.config.max_body_bytes)
         )
-        loaded = await self._model(req.model)
-        model = loaded.model
+        model = (await self._model(req.model)).model
         _check_ids(req.tokens, model.n_vocab, "tokens")
-
-        def work() -> str:
-            # As llama-server's tokens_to_str: every piece, special tokens' text included.
-            raw = b"".join(model.token_bytes(t, special=True) for t in req.tokens)
-            return raw.decode("utf-8", errors="replace")
-
-        return JSONResponse(DetokenizeAnswer(content=await asyncio.to_thread(work)).wire())
+        # As llama-server's tokens_to_str: every piece, special tokens' text included.
+        raw = b"".join(model.token_bytes(t, special=True) for t in req.tokens)
+        content = raw.decode("utf-8", errors="replace")
+        return JSONResponse(DetokenizeAnswer(content=content).wire())
 
     async def apply_template(self, request: Request) -> Response:
         """The prompt a chat request with these messages and tools is sent as."""

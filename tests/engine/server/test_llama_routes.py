@@ -61,9 +61,9 @@ def module_fake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeModel]
 @pytest.fixture(scope="module")
 def url(module_fake: FakeModel) -> Iterator[str]:
     with serve_fake(module_fake, make_config(model_id="fake")) as srv:
-        # /tokenize starts the event loop's executor thread: now, so that no test is blamed
-        # for leaving it running.
-        http.post(srv.url + "/tokenize", headers=AUTH, json={"content": "warm-up"})
+        # A name the host must look up starts the event loop's executor thread: now, so that
+        # no test is blamed for leaving it running.
+        http.post(srv.url + "/tokenize", headers=AUTH, json={"content": "x", "model": "warm-up"})
         yield srv.url
 
 
