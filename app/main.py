@@ -180,13 +180,17 @@ def add_model_manager(
     return LibraryModelStore(library, downloads)
 
 
-def add_benchmark(window: MainWindow) -> None:
-    """The Benchmark page: a workload on the model the chat has loaded. Run is
-    off while a reply is generated; the chat pauses while a benchmark runs."""
+def add_benchmark(window: MainWindow, paths: AppPaths, speed: SpeedService) -> None:
+    """The Benchmark page: a workload on the model the chat has loaded (Run is
+    off while a reply is generated; the chat pauses while a benchmark runs), and
+    Compare quants over the library's files (the chat pauses while they are scored)."""
     from PySide6.QtCore import Qt as _Qt
 
+    from app.ui.bench_page import BenchPage
     from app.ui.bench_view import BenchView
     from app.ui.bench_worker import BenchHost, BenchWorker
+    from app.ui.quant_compare_view import QuantCompareView
+    from app.ui.quant_worker import QuantHost, QuantServices, QuantWorker
 
     c = window.controller
     # While another model loads, the one the chat had is being freed: nothing to run.
@@ -202,7 +206,17 @@ def add_benchmark(window: MainWindow) -> None:
     c.busy_changed.connect(view.set_chat_busy)
     pause = "A benchmark is running: the chat waits until it ends or is cancelled"
     view.running_changed.connect(lambda running: c.set_paused(pause if running else None))
-    window.add_page("benchmark", view, shortcut="Ctrl+Shift+B", shutdown=view.shutdown)
+    services = QuantServices(
+        window.library,
+        speed,
+        paths.cache / "quality",
+        QuantCompareView.saved_path(paths.data),
+    )
+    quants = QuantCompareView(QuantHost(QuantWorker(services)))
+    scoring = "Quants are being compared: the chat waits until that ends or is cancelled"
+    quants.running_changed.connect(lambda running: c.set_paused(scoring if running else None))
+    page = BenchPage(view, quants)
+    window.add_page("benchmark", page, shortcut="Ctrl+Shift+B", shutdown=page.shutdown)
 
 
 def add_server_panel(window: MainWindow, store: ModelStore | None = None) -> ServerPanel:
@@ -457,7 +471,7 @@ def build_window(
     speed = SpeedService(paths.data)
     window.set_speed_service(speed)
     model_store = add_model_manager(window, library, speed) if model_manager else None
-    add_benchmark(window)
+    add_benchmark(window, paths, speed)
     server_panel = add_server_panel(window, model_store)
     add_tray(window, server_panel, add_loaded_models(window))
     add_mcp_servers(window, paths)

@@ -18,6 +18,7 @@ from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
 
 from app.main import build_window
+from app.ui.bench_page import BenchPage
 from app.ui.bench_table import COLUMNS, RAW_ROLE, BenchTableModel
 from app.ui.bench_view import CHAT_BUSY_TIP, MAX_LEVEL, NO_MODEL_TIP, BenchView
 from app.ui.main_window import MainWindow
@@ -101,7 +102,9 @@ def test_run_fills_table_and_charts_and_saves_comparable_json(
     # View > Go to > Benchmark (or the rail) shows it as a page of the window.
     action = next(a for a in window.actions() if a.text() == "Benchmark")
     action.trigger()
-    assert window.current_page() == "benchmark" and window.page("benchmark") is view
+    page = window.page("benchmark")
+    assert window.current_page() == "benchmark" and isinstance(page, BenchPage)
+    assert page.currentWidget() is view  # the Speed tab first; Compare quants beside it
 
     view = load(qtbot, window, smollm2_path)
     assert "SmolLM2" in view.model_label.text()
