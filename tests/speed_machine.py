@@ -29,3 +29,8 @@ class SimulatedDecoder:
         )
         work = sum(n / self.rates.get(k.split("/")[0], 1e12) for k, n in c.matmul_bytes.items())
         return self.per_token + c.n_layer * self.per_layer + work
+
+
+def QUIET() -> float:
+    """Other programs' load per core on the simulated machine: none."""
+    return 0.0

@@ -23,13 +23,16 @@ somewhere else.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.memory import cpu_kernels
 from engine.memory.cpu_kernels import CpuFeatures
 from engine.memory.model_spec import ModelSpec, row_size
 from engine.model.gguf import GGUFFile, TensorInfo
+
+# A machine busier than this (load average per core) when measured: its figures are low.
+BUSY_LOAD = 1.0
 
 
 def kernel_key(type_name: str, buffer: str | None) -> str:
@@ -142,16 +145,16 @@ class MachineSpeed:
     per_layer_s: float  # fixed work of one layer in a decode step
     per_token_s: float  # fixed work of a decode step beside the layers
     rates: Mapping[str, float] = field(default_factory=dict)  # kernel key -> weight bytes/s
+    # Other programs' load when the fixed work was measured (1-minute load average per
+    # core): above 1, threads waited for cores and every figure came out slow.
+    load_per_core: float = 0.0
+
+    @property
+    def measured_busy(self) -> bool:
+        return self.load_per_core > BUSY_LOAD
 
     def with_rates(self, rates: Mapping[str, float]) -> MachineSpeed:
-        return MachineSpeed(
-            self.cpu,
-            self.threads,
-            self.bandwidth_bytes_per_s,
-            self.per_layer_s,
-            self.per_token_s,
-            {**self.rates, **rates},
-        )
+        return replace(self, rates={**self.rates, **rates})
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -161,6 +164,7 @@ class MachineSpeed:
             "per_layer_s": self.per_layer_s,
             "per_token_s": self.per_token_s,
             "rates": dict(self.rates),
+            "load_per_core": self.load_per_core,
         }
 
     @classmethod
@@ -172,6 +176,7 @@ class MachineSpeed:
             per_layer_s=float(d["per_layer_s"]),
             per_token_s=float(d["per_token_s"]),
             rates={str(k): float(v) for k, v in dict(d.get("rates") or {}).items()},
+            load_per_core=float(d.get("load_per_core") or 0.0),
         )
 
 
@@ -187,6 +192,7 @@ class SpeedPrediction:
     unmeasured: tuple[str, ...]  # kernel keys without a measured rate (taken at bandwidth)
     cpu: str
     threads: int
+    measured_busy: bool = False
 
     @property
     def bound(self) -> str:
@@ -208,6 +214,8 @@ class SpeedPrediction:
         )
         if self.unmeasured:
             text += f"; not measured here, taken at memory speed: {', '.join(self.unmeasured)}"
+        if self.measured_busy:
+            text += "; measured while other programs kept the cores busy, so it is low"
         return text + ". CPU decoding, one request."
 
     def to_dict(self) -> dict[str, Any]:
@@ -221,6 +229,7 @@ class SpeedPrediction:
             "unmeasured": list(self.unmeasured),
             "cpu": self.cpu,
             "threads": self.threads,
+            "measured_busy": self.measured_busy,
         }
 
 
@@ -254,6 +263,7 @@ def predict(cost: DecodeCost, machine: MachineSpeed) -> SpeedPrediction:
         unmeasured=tuple(unmeasured),
         cpu=machine.cpu,
         threads=machine.threads,
+        measured_busy=machine.measured_busy,
     )
 
 

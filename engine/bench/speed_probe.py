@@ -292,6 +292,13 @@ def _fields(p: LoadParams) -> dict[str, Any]:
 # -- the cache ---------------------------------------------------------------------------------
 
 
+def load_per_core() -> float:
+    """The 1-minute load average per logical CPU (0 where the OS does not tell)."""
+    if not hasattr(os, "getloadavg"):
+        return 0.0
+    return float(os.getloadavg()[0]) / max(1, os.cpu_count() or 1)
+
+
 def machine_id(settings: ProbeSettings) -> str:
     """What the figures hold for: the CPU, the thread count, the llama.cpp build."""
     from engine.native import llama_lib
@@ -314,12 +321,16 @@ class SpeedProfile:
         *,
         timer: StepTimer = decode_step_s,
         bandwidth: Callable[[], float] | None = None,
+        load: Callable[[], float] | None = None,
     ) -> None:
+        """`timer`, `bandwidth`, `load` (other programs' load per core): the measurements,
+        replaced in tests by a simulated machine."""
         self.path = path
         self.settings = settings or ProbeSettings.default()
         self._timer = timer
         self._bandwidth = bandwidth or (lambda: measure_read_bandwidth(256 * MiB, repeats=3))
         self._key = machine_id(self.settings)
+        self._load = load or load_per_core
 
     def cached(self) -> MachineSpeed | None:
         entry = self._read().get(self._key)
@@ -338,13 +349,18 @@ class SpeedProfile:
         then each kernel rate in `keys` not measured before (a kernel the probe cannot run
         is remembered as unmeasurable: 0)."""
         m = self.cached()
+        load = self._load()
+        if m is not None and m.measured_busy and load < m.load_per_core / 2:
+            m = None  # measured while the machine was busy, and it is much quieter now
         with tempfile.TemporaryDirectory(prefix="candlewick-speed-") as tmp:
             folder = Path(tmp)
             if m is None:
                 t0 = time.perf_counter()
                 bw = self._bandwidth()
                 per_layer, per_token = measure_fixed(folder, self.settings, self._timer)
-                m = MachineSpeed(cpu_name(), self.settings.threads, bw, per_layer, per_token)
+                m = MachineSpeed(
+                    cpu_name(), self.settings.threads, bw, per_layer, per_token, {}, load
+                )
                 log.info("speed probe: machine measured in %.2f s", time.perf_counter() - t0)
                 self._save(m)
             missing = sorted(set(keys) - set(m.rates))

@@ -23,7 +23,7 @@ from engine.bench.speed_probe import (
 from engine.memory.cpu_kernels import CpuFeatures
 from engine.model.gguf import GGUFFile, read_gguf
 from engine.settings import LoadParams
-from tests.speed_machine import SimulatedDecoder
+from tests.speed_machine import QUIET, SimulatedDecoder
 
 AMX = CpuFeatures(avx=True, avx2=True, avx512=True, avx512_vnni=True, amx_int8=True)
 MB = 1_000_000
@@ -157,7 +157,7 @@ def test_profile_measures_once_then_reads_its_file(tmp_path: Path) -> None:
 
     settings = ProbeSettings.default()
     file = tmp_path / "data" / "speed_profile.json"
-    profile = SpeedProfile(file, settings, timer=sim, bandwidth=bandwidth)
+    profile = SpeedProfile(file, settings, timer=sim, bandwidth=bandwidth, load=QUIET)
     assert profile.cached() is None and profile.known() is None
     m = profile.machine()
     assert m.bandwidth_bytes_per_s == 12e9 and m.threads == settings.threads
@@ -172,7 +172,7 @@ def test_profile_measures_once_then_reads_its_file(tmp_path: Path) -> None:
     assert profile.known(["Q4_K/generic"]) is None
     # Kept in the file: a new profile on it measures nothing.
     calls = len(sim.calls)
-    again = SpeedProfile(file, settings, timer=sim, bandwidth=bandwidth)
+    again = SpeedProfile(file, settings, timer=sim, bandwidth=bandwidth, load=QUIET)
     assert again.machine(["Q8_0/generic"]) == m2
     assert len(sim.calls) == calls and len(bandwidth_calls) == 1
     stored = json.loads(file.read_text(encoding="utf-8"))
@@ -187,7 +187,9 @@ def test_profile_measures_once_then_reads_its_file(tmp_path: Path) -> None:
 def test_kernel_the_build_cannot_run_is_remembered_as_unmeasured(tmp_path: Path) -> None:
     sim = SimulatedDecoder(1e-4, 1e-3, {"F32": 1e12})
     settings = ProbeSettings.default()
-    profile = SpeedProfile(tmp_path / "p.json", settings, timer=sim, bandwidth=lambda: 1e10)
+    profile = SpeedProfile(
+        tmp_path / "p.json", settings, timer=sim, bandwidth=lambda: 1e10, load=QUIET
+    )
     m = profile.machine(["MXFP4/generic", "NOT_A_TYPE/generic"])
     assert m.rates == {"MXFP4/generic": 0.0, "NOT_A_TYPE/generic": 0.0}
     p = predict(
@@ -201,7 +203,9 @@ def test_a_broken_profile_file_is_measured_again(tmp_path: Path) -> None:
     file = tmp_path / "p.json"
     file.write_text("{not json", encoding="utf-8")
     sim = SimulatedDecoder(1e-4, 1e-3, {"F32": 1e12})
-    profile = SpeedProfile(file, ProbeSettings.default(), timer=sim, bandwidth=lambda: 1e10)
+    profile = SpeedProfile(
+        file, ProbeSettings.default(), timer=sim, bandwidth=lambda: 1e10, load=QUIET
+    )
     assert profile.cached() is None
     assert profile.machine().bandwidth_bytes_per_s == 1e10
     assert json.loads(file.read_text(encoding="utf-8"))  # rewritten whole
@@ -216,8 +220,36 @@ def test_a_probe_llama_cpp_refuses_leaves_that_kernel_unmeasured(tmp_path: Path)
         return sim(path, params)
 
     profile = SpeedProfile(
-        tmp_path / "p.json", ProbeSettings.default(), timer=timer, bandwidth=lambda: 1e10
+        tmp_path / "p.json",
+        ProbeSettings.default(),
+        timer=timer,
+        bandwidth=lambda: 1e10,
+        load=QUIET,
     )
     assert profile.machine(["Q8_0/generic"]).rates == {"Q8_0/generic": 0.0}
     # Remembered: not tried again on every prediction.
     assert profile.known(["Q8_0/generic"]) is not None
+
+
+def test_figures_measured_on_a_busy_machine_are_measured_again_once_it_is_quiet(
+    tmp_path: Path,
+) -> None:
+    slow = SimulatedDecoder(1e-3, 1e-2, {"F32": 1e12})  # threads waiting for cores
+    load = [3.0]
+    profile = SpeedProfile(
+        tmp_path / "p.json",
+        ProbeSettings.default(),
+        timer=slow,
+        bandwidth=lambda: 1e9,
+        load=lambda: load[0],
+    )
+    busy = profile.machine()
+    assert busy.measured_busy and busy.load_per_core == 3.0
+    p = predict(DecodeCost("x", 1, {}, 1000, 0, 0), busy)
+    assert p.measured_busy and "busy" in p.basis()
+    load[0] = 2.0  # still busy: kept
+    assert profile.machine() == busy
+    load[0] = 0.2  # quiet now: measured again
+    slow.per_layer, slow.per_token = 1e-4, 1e-3
+    quiet = profile.machine()
+    assert not quiet.measured_busy and quiet.per_layer_s == pytest.approx(1e-4, rel=1e-2)

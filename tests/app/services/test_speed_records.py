@@ -23,7 +23,7 @@ from engine.bench.speed_probe import ProbeSettings, SpeedProfile, write_probe_mo
 from engine.memory.hardware import GiB, cpu_only
 from engine.model.gguf import read_gguf
 from tests.hub_emulator import running_hub
-from tests.speed_machine import SimulatedDecoder
+from tests.speed_machine import QUIET, SimulatedDecoder
 
 REPO = "someone/Probe-GGUF"
 NAME = "probe-Q8_0.gguf"
@@ -36,6 +36,7 @@ def service(tmp_path: Path) -> tuple[SpeedService, SimulatedDecoder]:
         ProbeSettings.default(),
         timer=sim,
         bandwidth=lambda: 20e9,
+        load=QUIET,
     )
     return SpeedService(tmp_path / "data", profile), sim
 

@@ -24,7 +24,7 @@ from engine.memory.hardware import GiB, cpu_only
 from engine.settings import LoadParams, SamplingParams
 from tests.app.ui.test_ui_window import close_window, open_window, send, wait_idle
 from tests.hub_emulator import running_hub
-from tests.speed_machine import SimulatedDecoder
+from tests.speed_machine import QUIET, SimulatedDecoder
 
 REPO = "someone/Probe-GGUF"
 NAME = "probe-Q8_0.gguf"
@@ -68,7 +68,11 @@ def view(qtbot: QtBot, tmp_path: Path) -> Iterator[tuple[ModelManagerView, Simul
     write_probe_model(src, n_layer=4, n_embd=256, n_ff=512, type_name="Q8_0")
     sim = SimulatedDecoder(1e-4, 5e-4, {"F32": 1e12, "Q8_0": 8e9})
     profile = SpeedProfile(
-        tmp_path / "data" / "p.json", ProbeSettings.default(), timer=sim, bandwidth=lambda: 2e10
+        tmp_path / "data" / "p.json",
+        ProbeSettings.default(),
+        timer=sim,
+        bandwidth=lambda: 2e10,
+        load=QUIET,
     )
     speed = SpeedService(tmp_path / "data", profile)
     with running_hub() as emu:
