@@ -75,7 +75,7 @@ def fim_prompt(state: ServerState, loaded: ServedModel, req: InfillRequest) -> l
             data,
             n_batch=loaded.scheduler.n_batch,
             n_ctx=loaded.scheduler.n_ctx_seq,
-            n_predict=state.config.default_max_tokens,
+            n_predict=cap_tokens(state, None),  # the default answer, where llama-server has -n
             bos=special.bos if special.add_bos else None,
             spm=state.config.spm_infill,
         )
