@@ -73,6 +73,8 @@ class LoadParams:
     speculative: SpeculativeSettings | None = None
     # The multimodal projector (an mmproj GGUF) that lets this model read images or audio.
     mmproj: str | None = None
+    # LoRA adapters (GGUF) loaded with the model: (path, scale at load), in id order.
+    loras: tuple[tuple[str, float], ...] = ()
 
     @property
     def drafting(self) -> bool:

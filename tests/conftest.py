@@ -216,6 +216,19 @@ def fim_smollm2_path(smollm2_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def smollm2_lora_path(smollm2_path: Path) -> Path:
+    """A LoRA adapter for SmolLM2 with seeded random weights (tests/lora_gguf.py, written by
+    scripts/make_test_lora.py's code), built once and rebuilt when that module changes."""
+    from tests import lora_gguf
+
+    target = ARTIFACTS / "models" / "smollm2-test-lora.gguf"
+    newest = max(Path(lora_gguf.__file__).stat().st_mtime, smollm2_path.stat().st_mtime)
+    if not target.exists() or target.stat().st_mtime < newest:
+        lora_gguf.write_lora(smollm2_path, target)
+    return target
+
+
+@pytest.fixture(scope="session")
 def exact_smollm2_path(smollm2_path: Path) -> Path:
     """SmolLM2 with its Q8_0 token embedding stored as Q4_1, like its layers: a model whose
     every matrix product takes the same kernel for one row and many on any CPU without ARM's

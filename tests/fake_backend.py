@@ -223,6 +223,9 @@ class FakeBackend:
         self.states_restored = 0
         # A test makes the next decode fail with this llama.cpp return code (then it resets).
         self.fail_next: int | None = None
+        # LoRA scales as the loop set them, and each decode's (scales, sequences).
+        self.lora: tuple[float, ...] = ()
+        self.lora_batches: list[tuple[tuple[float, ...], frozenset[int]]] = []
 
     @property
     def n_vocab(self) -> int:
@@ -259,7 +262,13 @@ class FakeBackend:
             self.non_causal_steps += 1
         if fixed_threads:
             self.fixed_thread_steps += 1
+        if isinstance(batch, FakeBatch):
+            seqs = frozenset(r[2] for r in batch.rows[: batch.n_tokens] if r is not None)
+            self.lora_batches.append((self.lora, seqs))
         self._run(batch, keep=True)
+
+    def apply_lora(self, scales: tuple[float, ...]) -> None:
+        self.lora = scales
 
     def encode(self, batch: TokenBatch) -> None:
         self._run(batch, keep=False)
@@ -512,6 +521,7 @@ class FakeLoopModel:
         self.refuse_contexts_over: int | None = None
         self.contexts_made = 1
         self.scheduler: Scheduler | None = None
+        self.lora_scales: tuple[float, ...] = ()
 
     def _backend(self, n_seq_max: int, n_ctx_seq: int) -> FakeBackend:
         return FakeBackend(

@@ -64,14 +64,25 @@ class BatchBuilder:
             self.batch = None
         self.media.close()
 
-    def chunks(self) -> tuple[dict[int, int], bool]:
+    def lora_turn(self) -> tuple[float, ...] | None:
+        """The LoRA scales this step decodes under: the oldest request's with work. Adapters
+        are the context's, so a batch holds only requests with the same scales (as
+        llama-server's are_lora_equal); the others wait for a step of their own."""
+        working = [
+            s.req
+            for s in self.slots
+            if s.req is not None and (s.next_token is not None or s.pending)
+        ]
+        return min(working, key=lambda r: r.t_submit).lora if working else None
+
+    def chunks(self, lora: tuple[float, ...]) -> tuple[dict[int, int], bool]:
         """How many prompt tokens each prefilling slot reads this step, and whether the step
         is one canonical chunk alone (the generating slots then wait one step). A "grid" or
         "tiled" prompt goes in its planned batches, alone (another slot's rows would change
         its batch's size, and so its kernel); a "multi" one in cuts of two or more tokens,
         beside the others."""
         prefill = sorted(
-            (s for s in self.slots if s.req is not None and s.pending),
+            (s for s in self.slots if s.req is not None and s.pending and s.req.lora == lora),
             key=lambda s: s.req.t_submit if s.req else 0.0,
         )
         if prefill and prefill[0].plan:
@@ -81,7 +92,9 @@ class BatchBuilder:
         if prefill and (n := self.media.rows_due(prefill[0])):
             return {prefill[0].seq: n}, True  # a media chunk's rows go alone
         room = self.n_batch - sum(
-            1 for s in self.slots if s.req is not None and s.next_token is not None
+            1
+            for s in self.slots
+            if s.req is not None and s.next_token is not None and s.req.lora == lora
         )
         out: dict[int, int] = {}
         for s in prefill:
@@ -119,7 +132,11 @@ class BatchBuilder:
         put = b.put
         t_step = self.clock()
         produced = self.counters.tok_gen
-        chunk_len, solo = self.chunks()
+        lora = self.lora_turn()
+        if lora is None:
+            return
+        self.backend.apply_lora(lora)
+        chunk_len, solo = self.chunks(lora)
         if solo:
             ((seq, k),) = chunk_len.items()
             s = self.slots[seq]
@@ -128,7 +145,11 @@ class BatchBuilder:
                     other.batch_idx, other.n_in_batch = -1, 0
                 self.media.step(s, k)
                 return
-        gen = [s for s in self.slots if s.req is not None and s.next_token is not None]
+        gen = [
+            s
+            for s in self.slots
+            if s.req is not None and s.next_token is not None and s.req.lora == lora
+        ]
         busy = len(gen)  # generating slots: the level drafting is measured at
         may_draft = self.may_draft(gen, solo)
         # With other slots in the step, the step drafts or not as a whole (one kind): its
@@ -142,7 +163,7 @@ class BatchBuilder:
         for s in self.slots:
             s.batch_idx = -1
             s.n_in_batch = 0
-            if s.req is None:
+            if s.req is None or s.req.lora != lora:
                 continue
             if s.next_token is not None:
                 if solo:

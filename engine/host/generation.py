@@ -42,6 +42,7 @@ class Generation:
         interactive: bool = True,
         spec: SpecMode | None = None,
         media: MediaPrompt | None = None,
+        lora: dict[int, float] | None = None,
     ) -> None:
         self.prompt = prompt
         self.sampling = sampling
@@ -58,6 +59,7 @@ class Generation:
             interactive=interactive,
             spec=spec,
             media=media,
+            lora=lora,
         )
 
     @property

@@ -92,8 +92,11 @@ class Request:
         spec: SpecMode | None,
         canonical: bool,
         logprobs: int | None = None,
+        lora: tuple[float, ...] = (),
     ) -> None:
         self.id = rid
+        # Its LoRA adapters' scales: decoded only in batches of requests with the same ones.
+        self.lora = lora
         self.prompt = prompt
         self.sampling = sampling
         self.stream = stream

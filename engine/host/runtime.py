@@ -41,6 +41,7 @@ from engine.model.semantics import check_model
 from engine.model.templates import ChatTemplate
 from engine.native import llama_lib
 from engine.native.backend import LlamaBackend
+from engine.native.lora import LoraAdapter, load_loras
 from engine.native.projector import Media, Projector
 from engine.settings import (
     LoadParams,
@@ -106,6 +107,9 @@ class Model:
             if self.params.state_cache_mb > 0
             else None
         )
+        # LoRA adapters loaded with the weights, and the scales requests get by default.
+        self.loras: list[LoraAdapter] = []
+        self.lora_scales: tuple[float, ...] = ()
         loaded = model_build.load(
             self.path,
             self.params,
@@ -134,6 +138,13 @@ class Model:
         # Images and audio, when a projector is loaded with the model (engine.media).
         self.projector: Projector | None = None
         try:
+            if self.params.loras:  # their tensors sit beside the weights
+                self.loras = load_loras(self._model, self.params.loras)
+                assert self.backend is not None
+                self.backend.loras = self.loras
+                self.lora_scales = tuple(float(s) for _, s in self.params.loras)
+                extra = self.memory_actual.weights_bytes + sum(a.tensor_bytes for a in self.loras)
+                self.memory_actual = replace(self.memory_actual, weights_bytes=extra)
             if self.params.mmproj:
                 mmproj = check_projector(self.params.mmproj).path
                 if first_loads is not None:  # libmtmd aborts on some files: a child first
@@ -194,6 +205,7 @@ class Model:
             int(C.llama_vocab_n_tokens(self._vocab)),
             adapt_threads=self.params.adapt_threads,
         )
+        self.backend.loras = self.loras
 
     def recreate_context(self, n_seq_max: int, n_ctx: int) -> None:
         """A new context with `n_seq_max` sequences over `n_ctx` cells on the same weights
@@ -460,11 +472,11 @@ class Model:
         cancel: threading.Event | None = None,
         spec: SpecMode | None = None,
         interactive: bool = True,
+        lora: dict[int, float] | None = None,
     ) -> Generation:
-        """Stream a raw continuation of `prompt` (no chat template)."""
-        return self.submit(
-            self.tokenize(prompt), sampling, cancel=cancel, spec=spec, interactive=interactive
-        )
+        """Stream a raw continuation of `prompt` (no chat template); `lora`: as `submit`."""
+        kw: dict[str, Any] = {"spec": spec, "interactive": interactive, "lora": lora}
+        return self.submit(self.tokenize(prompt), sampling, cancel=cancel, **kw)
 
     def submit(
         self,
@@ -475,9 +487,10 @@ class Model:
         spec: SpecMode | None = None,
         interactive: bool = True,
         media: MediaPrompt | None = None,
+        lora: dict[int, float] | None = None,
     ) -> Generation:
         """Stream a reply to prompt token ids through the decode loop (`media`: the
-        prompt's images and audio, its `tokens` the prompt)."""
+        prompt's images and audio, its `tokens` the prompt; `lora`: adapter scales by id)."""
         return Generation(
             self.loop,
             prompt,
@@ -486,6 +499,7 @@ class Model:
             interactive=interactive,
             spec=spec,
             media=media,
+            lora=lora,
         )
 
     def reset_cache(self) -> None:

@@ -87,6 +87,19 @@ log = logging.getLogger("candlewick.scheduler")
 T = TypeVar("T")
 
 
+def lora_scales(base: tuple[float, ...], over: dict[int, float] | None) -> tuple[float, ...]:
+    """A request's adapter scales: the model's, with the ids `over` names set."""
+    if not over:
+        return base
+    bad = [i for i in over if not 0 <= i < len(base)]
+    if bad:
+        raise EngineError(
+            f"lora: no adapter with id {bad[0]} "
+            f"({len(base)} loaded{f', ids 0 to {len(base) - 1}' if base else ''})"
+        )
+    return tuple(float(over.get(i, s)) for i, s in enumerate(base))
+
+
 def check_request(prompt: list[int], n_ctx_seq: int, logprobs: int | None) -> None:
     """An EngineError for a request that can never run, before anything is queued."""
     if not prompt:
@@ -182,6 +195,7 @@ class Scheduler:
         canonical: bool | None = None,
         media: MediaPrompt | None = None,
         logprobs: int | None = None,
+        lora: dict[int, float] | None = None,
     ) -> Request:
         """Queue a generation. Raises QueueFull when the wait queue is full, EngineError when
         the request can never run (empty prompt, longer than a slot's context, a draft model
@@ -191,7 +205,8 @@ class Scheduler:
         its prompt the canonical way, so regenerating an answer gives the same text; the API
         does not ask for it, as llama-server does not, and keeps every cached prefix.
         `media`: the prompt's images and audio (`prompt` is its `tokens`). `logprobs`: each
-        token's log probability and this many alternatives (engine.host.logprobs)."""
+        token's log probability and this many alternatives (engine.host.logprobs). `lora`:
+        adapter scales by id over the model's `lora_scales`."""
         sampling.validate()
         check_request(prompt, self.n_ctx_seq, logprobs)
         check_prompt(prompt, media, self._be.n_vocab, min(self.n_batch, self.model.params.n_ubatch))
@@ -224,6 +239,7 @@ class Scheduler:
                 spec=spec,
                 canonical=interactive if canonical is None else canonical,
                 logprobs=logprobs,
+                lora=lora_scales(self.model.lora_scales, lora),
             )
             req.mask = mask
             req.media = media
@@ -477,7 +493,7 @@ class Scheduler:
                 others = sum(1 for s in self._slots if s.req is not None and not s.req.interactive)
                 if others >= self.n_slots - self.reserved_slots:
                     break
-            slot = self._layout.choose(req.prompt)
+            slot = self._layout.choose(req.prompt, req.lora)
             if slot is None:
                 break
             self._queue.remove(req)

@@ -74,6 +74,8 @@ class Slot:
         self.tokens: list[int] = []  # exactly what sequence `seq` holds in the KV cache
         # How many of them were read the canonical way (engine.host.batch_plan).
         self.exact_len = 0
+        # The LoRA scales its cells were made under: only a request with the same reuses them.
+        self.lora: tuple[float, ...] = ()
         self.req: Request | None = None
         self.pending: list[int] = []  # prompt tokens not yet decoded
         self.plan: deque[int] | None = None  # canonical batch sizes for `pending` ("grid", "tiled")
@@ -120,6 +122,7 @@ REQUEST_FIELDS = (
     "draft_max",
     "k",
     "exact_len",
+    "lora",
 )
 
 
@@ -140,7 +143,13 @@ class KvLayout:
         self.counters = counters
         self.stream_bytes = stream_bytes  # one sequence's KV stream
 
-    def choose(self, prompt: list[int]) -> Slot | None:
+    @property
+    def cached_lora(self) -> tuple[float, ...]:
+        """The one LoRA setting whose KV the RAM prompt cache keeps: the scales the adapters
+        were loaded with (its snapshots carry no setting, so they hold no other)."""
+        return tuple(float(s) for _, s in self.model.params.loras)
+
+    def choose(self, prompt: list[int], lora: tuple[float, ...] = ()) -> Slot | None:
         """A free slot for `prompt`. First, the one that keeps the busy slots in the fewest
         runs of consecutive ids. Then one whose cache is lost by nothing (empty, or all of it
         a prefix of the prompt), the longest shared prefix first; then the least recently used.
@@ -152,7 +161,7 @@ class KvLayout:
             if s.req is not None:
                 continue
             busy[s.seq] = True
-            own = common_prefix(s.tokens, prompt)
+            own = common_prefix(s.tokens, prompt) if s.lora == lora else 0
             key = (runs(busy), own < len(s.tokens), -own, s.last_used)
             busy[s.seq] = False
             if best is None or key < best:
@@ -162,15 +171,16 @@ class KvLayout:
     def take_prefix(self, slot: Slot, req: Request) -> int:
         """Bring the longest cached prefix of `req`'s prompt into `slot` (a saved
         prompt restored, or another slot's stream copied, when that gains enough), and
-        return how many of the prompt's tokens the slot now holds."""
+        return how many of the prompt's tokens the slot now holds. Only cells made under
+        `req`'s LoRA scales count (the RAM cache holds those of `cached_lora`)."""
         prompt = req.prompt
-        n_own = common_prefix(slot.tokens, prompt)
+        n_own = common_prefix(slot.tokens, prompt) if slot.lora == req.lora else 0
         src, n_src = slot, n_own
         for other in self.slots:
-            n = common_prefix(other.tokens, prompt)
+            n = common_prefix(other.tokens, prompt) if other.lora == req.lora else 0
             if n > n_src:
                 src, n_src = other, n
-        cache = self.model.state_cache
+        cache = self.model.state_cache if req.lora == self.cached_lora else None
         found = cache.best(prompt) if cache is not None else None
         if cache is not None and found is not None and found[1] >= n_src + MIN_RESTORE_GAIN:
             # A prompt or conversation seen earlier: keep what this slot holds, bring that
@@ -187,6 +197,8 @@ class KvLayout:
             n_own = n_src
         elif len(slot.tokens) - n_own >= MIN_SNAPSHOT_TOKENS:
             self.save(slot)  # about to overwrite a long history we may come back to
+        # Its cells past `n_own` are cut: what it holds now was, or will be, made under these.
+        slot.lora = req.lora
         return n_own
 
     def cut(self, slot: Slot, n_keep: int) -> bool:
@@ -210,6 +222,7 @@ class KvLayout:
         self.backend.seq_cp(src.seq, dst.seq)
         dst.tokens = list(src.tokens)
         dst.exact_len = src.exact_len
+        dst.lora = src.lora
         self.counters.copies += 1
 
     def save(self, s: Slot) -> None:
@@ -217,6 +230,8 @@ class KvLayout:
         cache = self.model.state_cache
         key = tuple(s.tokens)
         if cache is None or len(key) < MIN_SNAPSHOT_TOKENS or cache.contains(key):
+            return
+        if s.lora != self.cached_lora:
             return
         state = self.backend.state_get(s.seq, cache.max_bytes)
         if state is not None:
@@ -232,6 +247,7 @@ class KvLayout:
             s.exact_len = 0
             return False
         s.tokens = list(key)
+        s.lora = self.cached_lora
         cache = self.model.state_cache
         s.exact_len = cache.exact_prefix(key) if cache is not None else 0
         self.counters.restored += 1

@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from engine.errors import EngineError
 from engine.native import llama_lib
+from engine.native.lora import LoraAdapter, set_adapters
 from engine.native.thread_tuner import ThreadTuner
 
 # A sampler chain, opaque to the loop: a llama.cpp pointer here, anything in a test backend.
@@ -131,6 +132,10 @@ class ContextBackend(Protocol):
 
     def encode(self, batch: TokenBatch) -> None:
         """Run an encoder over the batch; raises DecodeFailed."""
+
+    def apply_lora(self, scales: tuple[float, ...]) -> None:
+        """Decode from now on with the model's LoRA adapters at `scales` (one per adapter;
+        () when it has none). Context-wide: a batch is decoded under one setting."""
 
     # -- outputs ----------------------------------------------------------------------------
     def logits(self, row: int) -> npt.NDArray[np.float32]:
@@ -274,6 +279,9 @@ class LlamaBackend:
         self._threads = int(C.llama_n_threads(ctx))
         self._threads_batch = int(C.llama_n_threads_batch(ctx))
         self.tuner: ThreadTuner | None = ThreadTuner(self._threads) if adapt_threads else None
+        # The model's LoRA adapters (engine.native.lora) and the scales the context applies.
+        self.loras: list[LoraAdapter] = []
+        self._lora_scales: tuple[float, ...] = ()
 
     @classmethod
     def open_pooled(
@@ -411,6 +419,12 @@ class LlamaBackend:
         # Prompt reading follows the decode count down, and is given its own count back.
         batch = self._threads_batch if n >= self._threads else min(n, self._threads_batch)
         self._C.llama_set_n_threads(self._ctx, n, batch)
+
+    def apply_lora(self, scales: tuple[float, ...]) -> None:
+        if scales != self._lora_scales:
+            assert self._ctx
+            set_adapters(self._ctx, self.loras, scales)
+            self._lora_scales = scales
 
     def encode(self, batch: TokenBatch) -> None:
         rc = self._C.llama_encode(self._ctx, _raw(batch))
