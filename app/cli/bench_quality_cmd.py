@@ -4,6 +4,7 @@ the highest-precision file on a text (engine.bench.quality).
     candlewick bench quality --reference model-F16.gguf model-Q4_K_M.gguf model-Q2_K.gguf
     candlewick bench quality --reference model-Q8_0.gguf --make Q4_0 --make Q2_K --ctx 256
     candlewick bench quality --reference REF CAND --text notes.txt --json --out q.json
+    candlewick bench quality --reference REF --make Q4_0 --make Q2_K --max-kld 0.05 --min-speed 50
 
 The reference's scores are kept in the cache folder, so a later candidate costs one pass.
 Exit codes: 0 done, 2 bad input, 130 interrupted.
@@ -12,17 +13,28 @@ Exit codes: 0 done, 2 bad input, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import threading
 from pathlib import Path
 from typing import Any, TextIO
 
 from app.cli.common import CliError, first_loads, library, positive_int, print_json
+from app.services.atomic_write import write_text_atomic
 from app.services.paths import AppPaths
 from engine.bench.quality import QualitySetup, run_quality, scoring_load_params
 from engine.bench.quality_pass import DEFAULT_BATCH, DEFAULT_CTX
 from engine.bench.quality_report import format_quality_table
+from engine.bench.quality_result import QualityResult
 from engine.bench.quality_text import QualityText, builtin_text, file_text
+from engine.bench.quant_choice import (
+    CHOICE_KEY,
+    QuantChoice,
+    Thresholds,
+    choose,
+    format_choice_table,
+    options_of,
+)
 from engine.host.runtime import Model
 from engine.model.quant_types import QuantizeError, output_name, parse_quant_type
 from engine.model.quantize import quantize_file
@@ -109,6 +121,24 @@ def register(sub: Any) -> None:
         "--out", dest="q_out", type=Path, default=None, metavar="FILE", help="write the result JSON"
     )
     q.add_argument("--json", dest="q_json", action="store_true", help="print the JSON result")
+    q.add_argument(
+        "--max-kld",
+        dest="q_max_kld",
+        type=float,
+        default=None,
+        metavar="X",
+        help="recommend a file: the smallest whose mean KL divergence is at most X, that fits "
+        "in memory (and reaches --min-speed)",
+    )
+    q.add_argument(
+        "--min-speed",
+        dest="q_min_speed",
+        type=float,
+        default=None,
+        metavar="T",
+        help="recommend a file that generates at least T tokens/s (measured by chat replies, "
+        "else predicted on this machine)",
+    )
     q.add_argument("--quiet", "-q", dest="q_quiet", action="store_true", help="no progress")
     q.set_defaults(handler=run)
 
@@ -174,6 +204,9 @@ def _make_quants(
 
 
 def run(args: argparse.Namespace) -> int:
+    for flag, value in (("--max-kld", args.q_max_kld), ("--min-speed", args.q_min_speed)):
+        if value is not None and not value >= 0:  # before any pass: NaN too
+            raise CliError(f"{flag} must be a number of 0 or more, not {value}")
     lib = library()
     reference = lib.resolve(args.reference)
     candidates = [lib.resolve(c) for c in args.candidates]
@@ -212,16 +245,35 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         cancel.set()
         raise
+    choice = _choice(args, result)
+    data = result.to_dict()
+    if choice is not None:
+        data[CHOICE_KEY] = choice.model_dump(mode="json")
     if args.q_out is not None:
         try:
-            result.save(args.q_out)
+            write_text_atomic(args.q_out, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
         except OSError as e:
             raise CliError(f"cannot write {args.q_out}: {e.strerror or e}") from None
     if args.q_json:
-        print_json(result.to_dict())
+        print_json(data)
     else:
         print(format_quality_table(result))
+        if choice is not None:
+            print()
+            print(format_choice_table(choice))
     return 0
+
+
+def _choice(args: argparse.Namespace, result: QualityResult) -> QuantChoice | None:
+    """The recommendation, when --max-kld or --min-speed asks for one."""
+    if args.q_max_kld is None and args.q_min_speed is None:
+        return None
+    from app.services.quant_facts import facts_of
+    from app.services.speed_records import SpeedService
+
+    speeds, memory = facts_of(result, SpeedService(AppPaths.default().data))
+    thresholds = Thresholds(max_kld=args.q_max_kld, min_tokens_per_s=args.q_min_speed)
+    return choose(options_of(result, speeds, memory), thresholds)
 
 
 __all__ = ["register", "run"]
