@@ -35,6 +35,7 @@ from engine.model.projector_file import check_projector
 from engine.model.semantics import check_model
 from engine.native import llama_lib
 from engine.native.load_probe import ProjectorSizes
+from engine.native.lora import adapter_tensor_bytes
 from engine.settings import resolve_flash_attn
 
 Source = str | os.PathLike[str] | GGUFFile
@@ -118,7 +119,7 @@ def estimate(
             f"{spec.architecture} keeps a recurrent state that the analytic model "
             "does not cover; download the file for an exact dry run"
         )
-    sized = _projector(file_path, p, notes, probe_projector)
+    sized = _with_loras(_projector(file_path, p, notes, probe_projector), p, notes)
     est = plan(spec, p, hw, dry, notes, sized)
     copies = extra_copies_bytes(
         spec, p, layer_devices(spec.n_layer, est.gpu_layers, hw.offload_devices)
@@ -140,6 +141,21 @@ def estimate(
                 est, reason=est.reason + f"; a context of {est.max_ctx_fit} tokens would fit"
             )
     return est
+
+
+def _with_loras(
+    sized: ProjectorSizes | None, p: EstimateParams, notes: list[str]
+) -> ProjectorSizes | None:
+    """The RAM beside llama.cpp's model buffers with the LoRA adapters' tensors added: an
+    adapter of a CPU model is allocated in RAM next to the weights (its file's tensor bytes)."""
+    if not p.load.loras:
+        return sized
+    extra = sum(adapter_tensor_bytes(path) for path, _ in p.load.loras)
+    n = len(p.load.loras)
+    notes.append(f"RAM includes {n} LoRA adapter{'s' * (n > 1)}: {extra / MiB:.1f} MiB of tensors")
+    if sized is None:
+        return ProjectorSizes(extra, 0)
+    return ProjectorSizes(sized.weights_bytes + extra, sized.compute_bytes)
 
 
 def _projector(

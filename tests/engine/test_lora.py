@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from engine.errors import EngineError
 from engine.host.requests import Event, Finished, Started
 from engine.host.runtime import Model
 from engine.host.scheduler import lora_scales
+from engine.memory.estimate import estimate
+from engine.memory.params import EstimateParams
 from engine.native.lora import adapter_tensor_bytes
 from engine.settings import LoadParams, SamplingParams
 from tests.fake_backend import FakeLoopModel
@@ -106,6 +109,15 @@ def test_adapter_is_counted_with_the_weights(
     assert lora_model.memory_actual.weights_bytes == smollm2.memory_actual.weights_bytes + size
     assert [a.path for a in lora_model.loras] == [smollm2_lora_path]
     assert lora_model.lora_scales == (1.0,)
+
+
+def test_estimate_counts_the_adapter(smollm2_path: Path, smollm2_lora_path: Path) -> None:
+    base = LoadParams(n_ctx=2048, n_seq_max=2, n_threads=2)
+    params = EstimateParams(load=replace(base, loras=((str(smollm2_lora_path), 1.0),)))
+    bare = estimate(smollm2_path, EstimateParams(load=base), method="analytic")
+    est = estimate(smollm2_path, params, method="analytic")
+    assert est.total_bytes - bare.total_bytes == tensor_bytes(smollm2_lora_path)
+    assert any("RAM includes 1 LoRA adapter: 1.8 MiB of tensors" in n for n in est.notes)
 
 
 def test_scale_zero_is_the_base_model_and_one_is_not(lora_model: Model, smollm2: Model) -> None:
