@@ -16,6 +16,7 @@ The last lines start with SUMMARY: measured / predicted per model.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -71,6 +72,7 @@ def main() -> int:
     args = ap.parse_args()
     lib = ModelLibrary(AppPaths.default().models)
     paths = [lib.resolve(n) for n in args.model] if args.model else default_models()
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     with tempfile.TemporaryDirectory(prefix="predicted-speed-") as tmp:
         speed = SpeedService(Path(tmp))
         settings: ProbeSettings = speed.settings
@@ -101,6 +103,7 @@ def main() -> int:
     finally:
         for m in models.values():
             m.close()
+    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     shown = [a for a in sys.argv[1:] if a != "--write"]
     out = [
         f"`{' '.join(['benchmarks/predicted_speed.py', *shown])}`",
@@ -129,6 +132,9 @@ def main() -> int:
         f"per token, {machine.threads} threads; kernel rates: "
         + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in sorted(machine.rates.items()))
         + ".",
+        "",
+        f"Other programs' load on the machine (1-minute load average): {load_before:.1f} "
+        f"before the probe, {load_after:.1f} after the runs ({os.cpu_count()} cores).",
         "",
         *summary,
     ]

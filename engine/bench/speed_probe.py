@@ -217,7 +217,7 @@ class ProbeSettings:
             n_threads=p.n_threads,
             flash_attn=p.flash_attn,
             extra_buffers=p.extra_buffers,
-            adapt_threads=False,  # the probe measures the machine at its thread count
+            adapt_threads=p.adapt_threads,  # as the chat: fewer threads while cores are busy
             state_cache_mb=0,
         )
         return cls(p, p.n_threads or default_threads(), use_extra_buffers(p.extra_buffers))
