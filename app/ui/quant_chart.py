@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 import pyqtgraph as pg  # type: ignore[import-untyped]
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent, QSize, Qt
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
@@ -77,7 +77,7 @@ class QuantScatter(QWidget):
         self.plot.setMouseEnabled(x=False, y=False)
         self.plot.showGrid(x=True, y=True, alpha=0.2)
         self.plot.setLabel("bottom", "Generation speed", units="tokens/s")
-        self.plot.setLabel("left", "KL divergence (mean)", units="nats")
+        self.plot.setLabel("left", "Mean KL divergence", units="nats")
         for name in ("left", "bottom"):
             self.plot.getAxis(name).enableAutoSIPrefix(False)
         self.scatter = pg.ScatterPlotItem(pxMode=True)
@@ -96,6 +96,9 @@ class QuantScatter(QWidget):
         lay.setContentsMargins(0, 0, 0, 0)
         lay.addWidget(self.view)
         self.apply_palette()
+
+    def sizeHint(self) -> QSize:
+        return QSize(900, 340)
 
     def show_choice(self, choice: QuantChoice | None) -> None:
         self._choice = choice
@@ -117,7 +120,9 @@ class QuantScatter(QWidget):
                 }
             )
             text = pg.TextItem(p.label, color=self.palette().color(QPalette.ColorRole.Text))
-            text.setAnchor((0.0, 1.0))
+            # Centred above the marker, clear of it (the anchor is in the text's heights).
+            height = max(text.boundingRect().height(), 1.0)
+            text.setAnchor((0.5, 1.0 + (p.size / 2 + 1) / height))
             text.setPos(p.x, p.y)
             self.plot.addItem(text)
             self.labels.append(text)
@@ -149,8 +154,9 @@ class QuantScatter(QWidget):
         ys = [p.y for p in self.points] + ([max_kld] if max_kld is not None else [])
         x_hi = max(xs, default=1.0) or 1.0
         y_hi = max(ys, default=0.01) or 0.01
+        # Below 0 a little: the reference (KL divergence 0) shows whole, not cut by the axis.
         self.plot.setXRange(0, x_hi * 1.25, padding=0)
-        self.plot.setYRange(0, y_hi * 1.2, padding=0)
+        self.plot.setYRange(-0.08 * y_hi, y_hi * 1.25, padding=0)
 
     def apply_palette(self) -> None:
         pal = self.palette()

@@ -189,6 +189,8 @@ class QuantCompareView(QWidget):
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        # Room for a reference and a few candidates without scrolling.
+        self.table.setMinimumHeight(190)
         self.chart = QuantScatter()
         self.splitter = QSplitter(Qt.Orientation.Vertical)
         self.splitter.addWidget(self.table)
@@ -215,7 +217,7 @@ class QuantCompareView(QWidget):
         self.reference.clear()
         for e in sorted(entries, key=lambda e: (e.name.lower(), -e.path.stat().st_size)):
             q = e.facts.quantization if e.facts is not None else ""
-            self.reference.addItem(f"{e.name} ({q or e.path.name})", e.id)
+            self.reference.addItem(e.name if q and q in e.name else f"{e.name} ({q or '?'})", e.id)
         i = self.reference.findData(keep)
         self.reference.setCurrentIndex(max(i, 0))
         self.reference.blockSignals(False)
@@ -294,6 +296,7 @@ class QuantCompareView(QWidget):
     def _sync(self) -> None:
         self.run_button.setEnabled(not self.running and self.reference.count() > 0)
         self.cancel_button.setEnabled(self.running)
+        self.progress.setVisible(self.running)  # an empty bar says nothing between runs
         for w in (self.reference, self.candidates, self.chunks, *self.make.values()):
             w.setEnabled(not self.running)
 

@@ -175,8 +175,12 @@ def _why(o: QuantOption, t: Thresholds, n_good: int) -> str:
         parts.append(speed)
     else:
         parts.append("speed not known")
-    smallest = "the smallest of the " + (f"{n_good} files" if n_good > 1 else "one file")
-    return f"Run {_label(o)}: {smallest} that qualify ({_mb(o.size_bytes)}; {', '.join(parts)})."
+    which = (
+        f"the smallest of the {n_good} files that qualify"
+        if n_good > 1
+        else "the only file that qualifies"
+    )
+    return f"Run {_label(o)}: {which} ({_mb(o.size_bytes)}; {', '.join(parts)})."
 
 
 def _why_none(options: Sequence[QuantOption], excluded: Mapping[str, str]) -> str:
