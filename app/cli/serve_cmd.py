@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import dataclasses
 import logging
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -149,7 +150,52 @@ def register(sub: Any) -> None:
         "code models were trained on)",
     )
     add_load_options(p, ctx_help="context length of each slot, in tokens")
+    g = p.add_argument_group("LoRA adapters (llama-server's options; GET/POST /lora-adapters)")
+    g.add_argument(
+        "--lora",
+        action=LoraArg,
+        nargs=1,
+        metavar="FILE",
+        dest="loras",
+        help="a LoRA adapter (GGUF) loaded with the model at scale 1; repeatable, the ids "
+        "follow the order given",
+    )
+    g.add_argument(
+        "--lora-scaled",
+        action=LoraArg,
+        nargs=2,
+        metavar=("FILE", "SCALE"),
+        dest="loras",
+        help="a LoRA adapter at this scale; repeatable",
+    )
+    g.add_argument(
+        "--lora-init-without-apply",
+        action="store_true",
+        help="load the adapters at scale 0: requests use them only once POST /lora-adapters "
+        "or their own `lora` sets a scale",
+    )
     p.set_defaults(handler=run)
+
+
+class LoraArg(argparse.Action):
+    """--lora FILE and --lora-scaled FILE SCALE into one list, in the order given (the ids)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        path, scale = (values[0], "1") if len(values) == 1 else values
+        try:
+            value = float(scale)
+        except ValueError:
+            parser.error(f"{option_string}: the scale {scale!r} is not a number")
+        if not math.isfinite(value):
+            parser.error(f"{option_string}: the scale must be a finite number")
+        given = getattr(namespace, self.dest, None) or []
+        setattr(namespace, self.dest, [*given, (path, value)])
 
 
 def _read_key(args: argparse.Namespace) -> str | None:
@@ -186,15 +232,23 @@ def duration_arg(text: str) -> float | None:
 
 
 def catalog(
-    params: LoadParams, extra: Path | None = None, settings: SettingsProvider | None = None
+    params: LoadParams,
+    extra: Path | None = None,
+    settings: SettingsProvider | None = None,
+    *,
+    adapted: Path | None = None,
 ) -> Callable[[], list[Loadable]]:
     """The library's models (read on each lookup, so a download is seen at once), each loaded
     with the server's settings, or those `settings` gives for its file; `extra`: a file named
-    on the command line."""
+    on the command line. The LoRA adapters of `params` go only with `adapted` (the model
+    served: an adapter is made for one model's tensors)."""
     lib = library()
 
     def given(path: Path) -> LoadParams:
-        return (settings(path) if settings is not None else None) or params
+        out = (settings(path) if settings is not None else None) or params
+        if out.loras and (adapted is None or path.resolve() != adapted.resolve()):
+            out = dataclasses.replace(out, loras=())
+        return out
 
     def specs() -> list[Loadable]:
         out = [
@@ -230,7 +284,9 @@ def saved_settings(args: argparse.Namespace, params: LoadParams) -> SettingsProv
 def serve_load_params(args: argparse.Namespace) -> LoadParams:
     """The load options for --parallel slots of --ctx tokens each, with --lookup."""
     lookup = SpeculativeSettings("lookup", draft_max=args.draft_max) if args.lookup else None
-    return load_params(args, slots=args.parallel, speculative=lookup)
+    zero = args.lora_init_without_apply
+    loras = tuple((str(path), 0.0 if zero else scale) for path, scale in args.loras or ())
+    return load_params(args, slots=args.parallel, speculative=lookup, loras=loras)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -288,7 +344,7 @@ def serve(args: argparse.Namespace) -> int:
     loads = first_loads()
     saved = saved_settings(args, params)
     host = ModelHost(
-        catalog(params, path if Path(args.model).suffix == ".gguf" else None, saved),
+        catalog(params, path if Path(args.model).suffix == ".gguf" else None, saved, adapted=path),
         budget,
         loader=lambda spec: Model(spec.path, spec.params, first_loads=loads),
         default_keep_s=args.keep_alive,

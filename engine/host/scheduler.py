@@ -88,7 +88,8 @@ T = TypeVar("T")
 
 
 def lora_scales(base: tuple[float, ...], over: dict[int, float] | None) -> tuple[float, ...]:
-    """A request's adapter scales: the model's, with the ids `over` names set."""
+    """A request's adapter scales: the model's when `over` names none, else the scales it
+    names and 0 for the others (llama-server's construct_lora_list)."""
     if not over:
         return base
     bad = [i for i in over if not 0 <= i < len(base)]
@@ -97,7 +98,7 @@ def lora_scales(base: tuple[float, ...], over: dict[int, float] | None) -> tuple
             f"lora: no adapter with id {bad[0]} "
             f"({len(base)} loaded{f', ids 0 to {len(base) - 1}' if base else ''})"
         )
-    return tuple(float(over.get(i, s)) for i, s in enumerate(base))
+    return tuple(float(over.get(i, 0.0)) for i in range(len(base)))
 
 
 def check_request(prompt: list[int], n_ctx_seq: int, logprobs: int | None) -> None:
@@ -206,7 +207,7 @@ class Scheduler:
         does not ask for it, as llama-server does not, and keeps every cached prefix.
         `media`: the prompt's images and audio (`prompt` is its `tokens`). `logprobs`: each
         token's log probability and this many alternatives (engine.host.logprobs). `lora`:
-        adapter scales by id over the model's `lora_scales`."""
+        adapter scales by id (unnamed ones 0; None: the model's `lora_scales`)."""
         sampling.validate()
         check_request(prompt, self.n_ctx_seq, logprobs)
         check_prompt(prompt, media, self._be.n_vocab, min(self.n_batch, self.model.params.n_ubatch))

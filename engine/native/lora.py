@@ -26,11 +26,22 @@ class LoraAdapter:
     path: Path
     ptr: Any
     tensor_bytes: int
+    task_name: str = ""  # adapter.lora.task_name, adapter.lora.prompt_prefix: llama-server's
+    prompt_prefix: str = ""
 
 
 def adapter_tensor_bytes(path: str | Path) -> int:
     """What an adapter's tensors take once loaded (their sizes in the file), or EngineError in
     one line when it is no GGUF LoRA adapter."""
+    return sum(int(t.n_bytes) for t in _reader(path).tensors)
+
+
+def _text(reader: gguf.GGUFReader, key: str) -> str:
+    field = reader.fields.get(key)
+    return str(field.contents()) if field is not None else ""
+
+
+def _reader(path: str | Path) -> gguf.GGUFReader:
     try:
         reader = gguf.GGUFReader(path)
     except (OSError, ValueError) as e:
@@ -40,7 +51,7 @@ def adapter_tensor_bytes(path: str | Path) -> int:
         raise EngineError(
             f"{Path(path).name} is not a LoRA adapter (general.type is not 'adapter')"
         )
-    return sum(int(t.n_bytes) for t in reader.tensors)
+    return reader
 
 
 def load_loras(model_ptr: Any, specs: tuple[tuple[str, float], ...]) -> list[LoraAdapter]:
@@ -49,13 +60,16 @@ def load_loras(model_ptr: Any, specs: tuple[tuple[str, float], ...]) -> list[Lor
     C = llama_lib.lib()
     out: list[LoraAdapter] = []
     for i, (path, _) in enumerate(specs):
-        size = adapter_tensor_bytes(path)
+        reader = _reader(path)
+        size = sum(int(t.n_bytes) for t in reader.tensors)
         with llama_lib.capture_log() as lines:
             ptr = C.llama_adapter_lora_init(model_ptr, str(path).encode())
         if not ptr:
             why = llama_lib.last_error(lines)
             raise EngineError(f"llama.cpp could not load the LoRA adapter {Path(path).name}: {why}")
-        out.append(LoraAdapter(i, Path(path), ptr, size))
+        task = _text(reader, "adapter.lora.task_name")
+        prefix = _text(reader, "adapter.lora.prompt_prefix")
+        out.append(LoraAdapter(i, Path(path), ptr, size, task, prefix))
     return out
 
 

@@ -28,6 +28,7 @@ from engine.server.errors import ApiError, error_response
 from engine.server.infill_routes import InfillRoutes
 from engine.server.library_routes import LibraryRoutes
 from engine.server.llama_routes import LlamaRoutes
+from engine.server.lora_routes import LoraRoutes
 from engine.server.metrics import ModelFigures
 from engine.server.model_routes import ModelRoutes
 from engine.server.ollama_routes import OllamaRoutes
@@ -241,6 +242,7 @@ def create_app(state: ServerState) -> ASGIApp:
         *openai.routes(),
         *RerankRoutes(state).routes(),
         *LlamaRoutes(state).routes(),
+        *LoraRoutes(state).routes(),
         *ResponsesRoutes(state).routes(),
         *AnthropicRoutes(state).routes(),
         *ollama.routes(),

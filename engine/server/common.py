@@ -34,9 +34,11 @@ def start(
     stream: bool,
     media: MediaPrompt | None = None,
     logprobs: int | None = None,
+    lora: dict[int, float] | None = None,
 ) -> AsyncGeneration:
     """The request on the model's loop (`media`: the prompt's images and audio; `logprobs`:
-    each token's log probability and this many alternatives)."""
+    each token's log probability and this many alternatives; `lora`: its adapters' scales
+    by id, the others 0; an unknown id is a 400)."""
     try:
         return AsyncGeneration(
             loaded,
@@ -45,6 +47,7 @@ def start(
             stream=stream,
             media=media,
             logprobs=logprobs,
+            lora=lora,
             timeout_s=state.config.request_timeout_s,
             metrics=state.metrics,
         )

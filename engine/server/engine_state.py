@@ -409,6 +409,7 @@ class AsyncGeneration:
         metrics: Metrics,
         media: MediaPrompt | None = None,
         logprobs: int | None = None,
+        lora: dict[int, float] | None = None,
     ) -> None:
         inbox = _inbox(asyncio.get_running_loop())
         self._q: asyncio.Queue[Event] = asyncio.Queue()
@@ -428,6 +429,7 @@ class AsyncGeneration:
                 timeout_s=timeout_s,
                 media=media,
                 logprobs=logprobs,
+                lora=lora,
             )
         except BaseException:
             if media is not None:

@@ -84,7 +84,9 @@ _LLAMA_TYPES = {
 }
 
 # llama-server's own routes (engine.server.llama_routes): their errors are in its shape.
-LLAMA_PATHS = frozenset({"/tokenize", "/detokenize", "/apply-template", "/props", "/infill"})
+LLAMA_PATHS = frozenset(
+    {"/tokenize", "/detokenize", "/apply-template", "/props", "/infill", "/lora-adapters"}
+)
 LLAMA_PREFIXES = ("/slots/",)  # its slot actions (engine.server.slot_routes)
 
 

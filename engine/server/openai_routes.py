@@ -236,6 +236,7 @@ class OpenAIRoutes:
             stream=stream or plan.markers is not None or want is not None,
             media=plan.media,
             logprobs=want,
+            lora=req.lora_scales(),
         )
         cid, created, model = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), loaded.model_id
         reader = plan.reader()
@@ -367,7 +368,15 @@ class OpenAIRoutes:
         grammar, _ = openai_grammar(req.response_format, req.grammar)
         sampling = replace(self._sampling(req), grammar=grammar)
         prompt = tokens_for(loaded, lambda: loaded.model.tokenize(req.prompt))
-        gen = start(self.state, loaded, prompt, sampling, stream=stream, logprobs=req.logprobs)
+        gen = start(
+            self.state,
+            loaded,
+            prompt,
+            sampling,
+            stream=stream,
+            logprobs=req.logprobs,
+            lora=req.lora_scales(),
+        )
         cid, created, model = f"cmpl-{uuid.uuid4().hex[:24]}", int(time.time()), loaded.model_id
         columns = None if req.logprobs is None else TextColumns()
         if not stream:

@@ -24,6 +24,7 @@ from engine.server.protocol import (
     infill,
     llama,
     llama_utility,
+    lora,
     ollama,
     openai,
     responses,
@@ -194,6 +195,26 @@ LLAMA_PATHS: dict[str, Operation] = {
         parameters=(_QUERY_MODEL, _AUTOLOAD),
     ),
 }
+# The served model's LoRA adapters (engine.server.lora_routes), in llama-server's shapes.
+LORA_PATHS: dict[str, Operation] = {
+    "/lora-adapters": Operation(
+        "get",
+        "The served model's LoRA adapters and the scales requests get by default (llama-server's)",
+        {JSON: lora.LoraAdapters},
+        error=llama.LlamaError,
+    ),
+}
+# A path's second method (the table holds one per path): POST /lora-adapters.
+SECOND_METHODS: dict[str, Operation] = {
+    "/lora-adapters": Operation(
+        "post",
+        "Set the LoRA adapters' default scales: those listed, the others 0 (llama-server's)",
+        {JSON: lora.LoraApplied},
+        lora.LoraScales,
+        llama.LlamaError,
+        errors=(400, 401, 413, 503),
+    ),
+}
 # Ollama streams one OllamaReply per line.
 _OLLAMA_REPLY: Media = {JSON: ollama.OllamaReply, NDJSON: None}
 
@@ -343,6 +364,7 @@ PATHS: dict[str, Operation] = {
     "/metrics": Operation("get", "Prometheus metrics", {TEXT: None}, errors=(401,)),
     **EDITOR_PATHS,
     **LLAMA_PATHS,
+    **LORA_PATHS,
 }
 
 # The agents' APIs (protocol.responses, protocol.anthropic), documented with the rest.
@@ -462,10 +484,13 @@ def _name_examples(schemas: dict[str, Any], model_id: str) -> None:
 def openapi_schema(
     cfg: ServerConfig, paths: Mapping[str, Operation] | None = None
 ) -> dict[str, Any]:
-    """The document of `paths` (all routes unless told)."""
+    """The document of `paths` (all routes unless told, with `SECOND_METHODS`)."""
+    also: Mapping[str, Operation] = {}
     if paths is None:
-        paths = {**PATHS, **AGENT_PATHS}
-    components: dict[str, Any] = {"schemas": _schemas(paths)}
+        paths, also = {**PATHS, **AGENT_PATHS}, SECOND_METHODS
+    components: dict[str, Any] = {
+        "schemas": _schemas({**paths, **{f"{p} {op.method}": op for p, op in also.items()}})
+    }
     _name_examples(components["schemas"], cfg.model_id)
     schema: dict[str, Any] = {
         "openapi": "3.1.0",
@@ -477,6 +502,8 @@ def openapi_schema(
         "paths": {path: {op.method: _operation(op, cfg.model_id)} for path, op in paths.items()},
         "components": components,
     }
+    for path, op in also.items():
+        schema["paths"][path][op.method] = _operation(op, cfg.model_id)
     if cfg.api_key:
         components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         schema["security"] = [{"bearer": []}]

@@ -12,6 +12,14 @@ from engine.server.errors import ApiError
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:
     """The body as a JSON object, at most `limit` bytes (413 beyond, checked while reading)."""
+    body = await read_json_value(request, limit)
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
+
+
+async def read_json_value(request: Request, limit: int) -> Any:
+    """The body as any JSON value (a list, for llama-server's POST /lora-adapters)."""
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
@@ -33,6 +41,4 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         body = json.loads(raw)
     except (ValueError, RecursionError):
         raise ApiError(400, "the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object")
     return body

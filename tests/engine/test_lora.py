@@ -41,7 +41,8 @@ class Events:
 
 def test_request_scales_override_the_models_by_id() -> None:
     assert lora_scales((1.0, 0.5), None) == (1.0, 0.5)
-    assert lora_scales((1.0, 0.5), {1: 0.0}) == (1.0, 0.0)
+    assert lora_scales((1.0, 0.5), {1: 0.25}) == (0.0, 0.25)  # the others 0, as llama-server
+    assert lora_scales((1.0, 0.5), {}) == (1.0, 0.5)
     assert lora_scales((), None) == ()
     with pytest.raises(EngineError, match=r"lora: no adapter with id 2 \(2 loaded, ids 0 to 1\)"):
         lora_scales((1.0, 0.5), {2: 1.0})

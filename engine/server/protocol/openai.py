@@ -39,6 +39,7 @@ from engine.server.protocol.logprobs import (
     alternatives_need_logprobs,
     asked,
 )
+from engine.server.protocol.lora import LoraField
 from engine.server.protocol.media import MediaPart
 from engine.server.protocol.messages import (
     Message,
@@ -297,7 +298,7 @@ class _FormatFields(Body):
 # pydantic lists the fields of the last base first: the bases are in reverse order of the
 # routes' checks, so the first problem reported is the one the routes found first.
 class ChatCompletionRequest(
-    LlamaChatFields, _FormatFields, _ToolFields, _OpenAISampling, _Messages
+    LoraField, LlamaChatFields, _FormatFields, _ToolFields, _OpenAISampling, _Messages
 ):
     logprobs: LogprobsFlag | None = None
     top_logprobs: TopLogprobsField | None = None
@@ -360,7 +361,7 @@ class _Prompt(Body):
     ]
 
 
-class CompletionRequest(_FormatFields, _OpenAISampling, _Prompt):
+class CompletionRequest(LoraField, _FormatFields, _OpenAISampling, _Prompt):
     logprobs: LegacyLogprobs | None = None
     top_logprobs: Annotated[
         None,

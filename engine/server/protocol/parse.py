@@ -18,7 +18,7 @@ from engine.server.protocol.base import PATTERN_TEXT
 T = TypeVar("T", bound=BaseModel)
 
 
-def parse_body(model: type[T], body: dict[str, Any]) -> T:
+def parse_body(model: type[T], body: dict[str, Any] | list[Any]) -> T:
     """`body` as `model`; the first problem is a 400 naming its top-level field. Of several
     errors at one field, the one deepest in the body says most (the union's member the value
     was meant for, an unknown key inside it); wrong types at one place are named together
