@@ -211,6 +211,7 @@ def add_benchmark(window: MainWindow, paths: AppPaths, speed: SpeedService) -> N
         speed,
         paths.cache / "quality",
         QuantCompareView.saved_path(paths.data),
+        FirstLoads(paths.cache),
     )
     quants = QuantCompareView(QuantHost(QuantWorker(services)))
     scoring = "Quants are being compared: the chat waits until that ends or is cancelled"

@@ -34,6 +34,7 @@ from engine.bench.result import BenchError
 from engine.host.runtime import Model
 from engine.model.gguf import GGUFError, read_gguf
 from engine.model.quant_types import parse_quant_type
+from engine.native.load_probe import FirstLoads
 
 # What the caller hears: a phase ("making Q4_0", "reference", "candidate X.gguf", "speed and
 # memory") with steps done and in all.
@@ -121,9 +122,12 @@ def run_comparison(
     progress: CompareProgress | None = None,
     cancel: threading.Event | None = None,
     threads: int | None = None,
+    first_loads: FirstLoads | None = None,
 ) -> Comparison:
     """Make the asked quants (into the library, beside their source or in its folder), score
-    every candidate against the reference, and choose under `job.thresholds`."""
+    every candidate against the reference, and choose under `job.thresholds`. `first_loads`:
+    a file never loaded before is tried in a child process first (a file that crashes
+    llama.cpp must not take the app with it)."""
 
     def tell(phase: str, done: int, total: int) -> None:
         if progress is not None:
@@ -162,7 +166,7 @@ def run_comparison(
         [*candidates, *(p for p in made if p not in candidates)],
         builtin_text(),
         setup,
-        load=lambda path: Model(path, params),
+        load=lambda path: Model(path, params, first_loads=first_loads),
         progress=tell,
         cancel=cancel,
     )

@@ -24,6 +24,7 @@ from engine.bench.result import BenchError
 from engine.errors import EngineError, LoadCancelled
 from engine.model.gguf import GGUFError
 from engine.model.quant_types import QuantizeError
+from engine.native.load_probe import FirstLoads
 from engine.native.quantize_process import QuantizeCancelled
 
 log = logging.getLogger("candlewick.ui")
@@ -40,6 +41,7 @@ class QuantServices:
     speed: SpeedService
     cache_dir: Path
     saved: Path
+    first_loads: FirstLoads | None = None  # the app's: first loads tried in a child
 
 
 class QuantWorker(QObject):
@@ -66,6 +68,7 @@ class QuantWorker(QObject):
                 s.cache_dir,
                 progress=lambda phase, done, total: self.progress.emit(phase, done, total),
                 cancel=cancel,
+                first_loads=s.first_loads,
             )
             comparison.save(s.saved)
         except (LoadCancelled, QuantizeCancelled, QualityCancelled):

@@ -129,7 +129,7 @@ def test_a_run_goes_through_the_worker_and_is_saved(
 ) -> None:
     seen: list[CompareJob] = []
 
-    def runner(job: CompareJob, *_a: Any, progress: Any, cancel: Any) -> Comparison:
+    def runner(job: CompareJob, *_a: Any, progress: Any, **_kw: Any) -> Comparison:
         seen.append(job)
         progress("candidate m-Q4_0.gguf", 1, 2)
         return comparison(job.thresholds)
@@ -160,7 +160,7 @@ def test_a_run_goes_through_the_worker_and_is_saved(
 
 
 def test_a_cancelled_run_keeps_what_was_shown(qtbot: QtBot, tmp_path: Path, saved: Path) -> None:
-    def runner(job: CompareJob, *_a: Any, progress: Any, cancel: Any) -> Comparison:
+    def runner(job: CompareJob, *_a: Any, progress: Any, **_kw: Any) -> Comparison:
         raise QualityCancelled("cancelled")
 
     view = make_view(qtbot, tmp_path, runner)
