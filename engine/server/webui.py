@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
 
 
 def ui_paths(folder: str) -> frozenset[str]:
@@ -19,10 +22,20 @@ def ui_paths(folder: str) -> frozenset[str]:
     return frozenset({"/", *files})
 
 
+class _UiFiles(StaticFiles):
+    """The folder's files, read only: another method on a path that no route has is the
+    404 of a route the server lacks, as without a UI (StaticFiles would say 405)."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        if scope["method"] not in ("GET", "HEAD"):
+            raise HTTPException(status_code=404)
+        return await super().get_response(path, scope)
+
+
 def ui_mount(folder: str) -> Mount:
     """The folder at "/", after every route of the API (a route is never hidden by a
     file); a path that is neither is the 404 of a route the server lacks."""
-    return Mount("/", app=StaticFiles(directory=folder, html=True), name="webui")
+    return Mount("/", app=_UiFiles(directory=folder, html=True), name="webui")
 
 
 __all__ = ["ui_mount", "ui_paths"]

@@ -9,12 +9,12 @@ bodies and answers are in `llama_utility`.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from engine.host.stats import GenerationStats
-from engine.server.body_model import Body
+from engine.server.body_model import Body, NotHonoured
 from engine.server.protocol.base import Reply
 
 
@@ -78,7 +78,8 @@ class PromptProgress(Reply):
 
 
 class LlamaChatFields(Body):
-    """The fields llama-server's web UI sends with every chat request, honoured here."""
+    """The fields llama-server's web UI sends with every chat request: honoured, or (its
+    `backend_sampling: true`) refused by name."""
 
     timings_per_token: Annotated[
         bool | None,
@@ -99,6 +100,10 @@ class LlamaChatFields(Body):
             description="llama-server's: a stream silent this many seconds sends an SSE "
             "comment (`:`) to keep the connection; 0 or -1: none",
         ),
+    ] = None
+    backend_sampling: Annotated[
+        Any,
+        NotHonoured("sampling runs in the decode loop, on the CPU", (False,)),
     ] = None
 
 

@@ -38,6 +38,18 @@ UI_CHAT = {
     "sse_ping_interval": 1,
     "reasoning_format": "auto",
     "reasoning_control": True,
+    "backend_sampling": False,
+    # The UI's own tools, which it runs in the browser when the model calls them.
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_datetime",
+                "description": "Returns the current local date and time in ISO 8601 format",
+                "parameters": {"type": "object", "properties": {}, "required": []},
+            },
+        }
+    ],
 }
 TIMINGS = {
     "cache_n",
@@ -222,7 +234,11 @@ def test_the_web_uis_first_requests_and_a_message(url: str, fake: FakeModel) -> 
         check_event("/v1/chat/completions", c)
     # The prompt's progress: when the request got its slot, and read whole with the first token.
     progress = [c["prompt_progress"] for c in chunks if "prompt_progress" in c]
-    total = len(fake.tokenize(CHATML))
+    # The prompt with the UI's tools: what /apply-template says it is.
+    asked = {"messages": MSG, "tools": UI_CHAT["tools"]}
+    prompt = http.post(url + "/apply-template", headers=AUTH, json=asked).json()["prompt"]
+    assert fake.seen[-1].prompt == prompt and "get_datetime" in prompt
+    total = len(fake.tokenize(prompt))
     assert [p["total"] for p in progress] == [total, total]
     assert progress[0]["processed"] == progress[0]["cache"] and progress[1]["processed"] == total
     assert progress[1]["time_ms"] >= 0
@@ -268,6 +284,7 @@ def test_timings_on_the_answer_and_the_last_chunk(url: str, fake: FakeModel) -> 
         ("return_progress", 1),
         ("sse_ping_interval", -2),
         ("sse_ping_interval", 1.5),
+        ("backend_sampling", True),
     ],
 )
 def test_a_bad_llama_server_field_is_a_400_naming_it(url: str, field: str, value: Any) -> None:
@@ -357,6 +374,8 @@ def test_a_built_web_ui_is_served_at_the_servers_origin(
         assert http.get(srv.url + "/props", headers=AUTH).status_code == 200
         r = http.get(srv.url + "/nothing-here.js", headers=AUTH)
         assert llama_error(r, 404, "not_found_error") == "no such route: GET /nothing-here.js"
+        r = http.post(srv.url + "/v1/streams/lookup", headers=AUTH, json={})
+        assert llama_error(r, 404, "not_found_error") == "no such route: POST /v1/streams/lookup"
         assert http.get(srv.url + "/nothing-here.js").status_code == 401  # not a file of it
 
 

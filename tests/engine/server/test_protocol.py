@@ -582,6 +582,7 @@ ROWS: list[Row] = [
     ("chat", {"messages": M, "sse_ping_interval": -2}, "sse_ping_interval"),
     ("chat", {"messages": M, "timings_per_token": 1}, "timings_per_token"),
     ("chat", {"messages": M, "return_progress": "yes"}, "return_progress"),
+    ("chat", {"messages": M, "backend_sampling": False}, OK),
     # -- /infill, as llama.vim and llama.vscode send it --
     ("infill", {"input_prefix": "def f(", "input_suffix": ")"}, OK),
     (
