@@ -206,6 +206,18 @@ def add_benchmark(window: MainWindow, paths: AppPaths, speed: SpeedService) -> N
     c.busy_changed.connect(view.set_chat_busy)
     pause = "A benchmark is running: the chat waits until it ends or is cancelled"
     view.running_changed.connect(lambda running: c.set_paused(pause if running else None))
+
+    def record_speed(running: bool) -> None:
+        # A finished run's one-request decode speed: "measured" for Compare quants.
+        info = view.loaded
+        if running or view.result is None or info is None or getattr(info, "remote", None):
+            return
+        from app.services.quant_facts import record_bench_speed
+
+        with contextlib.suppress(OSError):  # the file gone since: nothing to keep
+            record_bench_speed(speed, Path(info.path), view.result)
+
+    view.running_changed.connect(record_speed)
     services = QuantServices(
         window.library,
         speed,

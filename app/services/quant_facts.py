@@ -1,8 +1,9 @@
 """The speed and memory of the files a quality result names, for the quant choice
 (`engine.bench.quant_choice`): generation speed measured on this machine when the app has a
-record of it (chat replies), else predicted from the file's header and this machine's measured
-figures (`SpeedService`; the first prediction on a machine measures its figures, a few
-seconds); memory from the estimate at a chat's default load settings.
+record of it (chat replies, the Benchmark page's one-request level), else predicted from
+the file's header and this machine's measured figures (`SpeedService`; the first prediction
+on a machine measures its figures, a few seconds); memory from the estimate at a chat's
+default load settings.
 
 Slow calls (a prediction that measures, a dry-run estimate): run off the GUI thread.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from app.services.speed_records import SpeedService, file_key
 from engine.bench.quality_result import QualityResult
 from engine.bench.quant_choice import FileMemory, FileSpeed
+from engine.bench.result import BenchResult
 from engine.errors import EngineError
 from engine.memory.estimate import estimate
 from engine.memory.params import EstimateParams
@@ -38,7 +40,8 @@ def file_speed(service: SpeedService, path: Path, *, predict: bool = True) -> Fi
         return FileSpeed(
             tokens_per_s=float(measured["tokens_per_s"]),
             source="measured",
-            detail=f"median of {n} {measured.get('source') or 'chat'} replies' decode speed",
+            detail=f"decode speed measured on this machine: the median of {n} "
+            f"(the latest by {measured.get('source') or 'chat'})",
         )
     try:
         if predict:
@@ -51,6 +54,26 @@ def file_speed(service: SpeedService, path: Path, *, predict: bool = True) -> Fi
     if view is None or view.predicted_tps is None:
         return FileSpeed()
     return FileSpeed(tokens_per_s=view.predicted_tps, source="predicted", detail=view.basis)
+
+
+def bench_decode_speed(result: BenchResult) -> float | None:
+    """A benchmark run's decode speed of one request alone: its one-request level's median
+    (llama.cpp's own counter where the engine gave it); None without such a level."""
+    for lv in result.levels:
+        if lv.concurrency == 1 and lv.succeeded > 0:
+            tps = lv.engine_gen_tps_p50 or lv.gen_tps_p50
+            return tps if tps is not None and tps > 0 else None
+    return None
+
+
+def record_bench_speed(service: SpeedService, path: Path, result: BenchResult) -> bool:
+    """Keep a benchmark run's one-request decode speed as measured on `path` (the quant
+    choice then says "measured"); False when the run has no such figure."""
+    tps = bench_decode_speed(result)
+    if tps is None:
+        return False
+    service.records.measured(file_key(path.name, path.stat().st_size), tps, source="benchmark")
+    return True
 
 
 def file_memory(path: Path, params: EstimateParams | None = None) -> FileMemory:
@@ -76,4 +99,4 @@ def facts_of(
     return speeds, memory
 
 
-__all__ = ["facts_of", "file_memory", "file_speed"]
+__all__ = ["bench_decode_speed", "facts_of", "file_memory", "file_speed", "record_bench_speed"]

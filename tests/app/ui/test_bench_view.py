@@ -18,6 +18,8 @@ from pytestqt.modeltest import ModelTester
 from pytestqt.qtbot import QtBot
 
 from app.main import build_window
+from app.services.paths import AppPaths
+from app.services.speed_records import SpeedService, file_key
 from app.ui.bench_page import BenchPage
 from app.ui.bench_table import COLUMNS, RAW_ROLE, BenchTableModel
 from app.ui.bench_view import CHAT_BUSY_TIP, MAX_LEVEL, NO_MODEL_TIP, BenchView
@@ -148,6 +150,11 @@ def test_run_fills_table_and_charts_and_saves_comparable_json(
 
     result = view.result.to_dict() if view.result is not None else None
     assert result is not None and result["cancelled"] is False
+    # Its one-request decode speed is kept as measured on the file (Compare quants says so).
+    kept = SpeedService(AppPaths.default().data).records.get(
+        file_key(smollm2_path.name, smollm2_path.stat().st_size)
+    )
+    assert kept["measured"]["source"] == "benchmark" and kept["measured"]["tokens_per_s"] > 0
     assert result["target"]["mode"] == "scheduler" and result["target"]["n_slots"] == 2
     ModelTester(None).check(view.table_model, force_py=True)
     assert view.table_model.rowCount() == 2
