@@ -34,7 +34,8 @@ from engine.host.speculative import Speculator, draft_params
 from engine.media.prompt import MediaPrompt, media_prompt
 from engine.memory import cpu_kernels
 from engine.memory import projector as projector_memory
-from engine.memory.actual import actual_from_log
+from engine.memory.actual import ActualMemory, actual_from_log
+from engine.memory.buffer_log import device_of
 from engine.model.gguf import GGUFFile, read_gguf
 from engine.model.projector_file import check_projector
 from engine.model.semantics import check_model
@@ -143,8 +144,7 @@ class Model:
                 assert self.backend is not None
                 self.backend.loras = self.loras
                 self.lora_scales = tuple(float(s) for _, s in self.params.loras)
-                extra = self.memory_actual.weights_bytes + sum(a.tensor_bytes for a in self.loras)
-                self.memory_actual = replace(self.memory_actual, weights_bytes=extra)
+                self.memory_actual = with_adapters(self.memory_actual, self.loras)
             if self.params.mmproj:
                 mmproj = check_projector(self.params.mmproj).path
                 if first_loads is not None:  # libmtmd aborts on some files: a child first
@@ -524,4 +524,16 @@ def drafting_exact(
     )
 
 
-__all__ = ["Model", "SpecialTokens", "drafting_exact"]
+def with_adapters(actual: ActualMemory, loras: list[LoraAdapter]) -> ActualMemory:
+    """`actual` with the adapters' buffers counted as weights, on their devices (what
+    llama.cpp logged; the file's tensor bytes in RAM where it logged nothing)."""
+    devices = dict(actual.devices)
+    added = 0
+    for a in loras:
+        for buf, n in (a.buffers or {"CPU": a.tensor_bytes}).items():
+            devices[device_of(buf)] = devices.get(device_of(buf), 0) + n
+            added += n
+    return replace(actual, weights_bytes=actual.weights_bytes + added, devices=devices)
+
+
+__all__ = ["Model", "SpecialTokens", "drafting_exact", "with_adapters"]

@@ -7,7 +7,8 @@ loaded model serves requests with any mix of scales, never two mixes in one batc
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ import gguf
 
 from engine.errors import EngineError
 from engine.native import llama_lib
+
+BUFFER_LINE = re.compile(r"(\S+) LoRA buffer size =\s*([\d.]+) MiB")
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,8 @@ class LoraAdapter:
     tensor_bytes: int
     task_name: str = ""  # adapter.lora.task_name, adapter.lora.prompt_prefix: llama-server's
     prompt_prefix: str = ""
+    # What llama.cpp allocated for it, by buffer type (its log's "LoRA buffer size" lines).
+    buffers: dict[str, int] = field(default_factory=dict)
 
 
 def adapter_tensor_bytes(path: str | Path) -> int:
@@ -69,7 +74,10 @@ def load_loras(model_ptr: Any, specs: tuple[tuple[str, float], ...]) -> list[Lor
             raise EngineError(f"llama.cpp could not load the LoRA adapter {Path(path).name}: {why}")
         task = _text(reader, "adapter.lora.task_name")
         prefix = _text(reader, "adapter.lora.prompt_prefix")
-        out.append(LoraAdapter(i, Path(path), ptr, size, task, prefix))
+        buffers: dict[str, int] = {}
+        for m in filter(None, map(BUFFER_LINE.search, lines)):
+            buffers[m.group(1)] = buffers.get(m.group(1), 0) + round(float(m.group(2)) * 2**20)
+        out.append(LoraAdapter(i, Path(path), ptr, size, task, prefix, buffers))
     return out
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from engine.errors import EngineError
 from engine.host.requests import Event, Finished, Started
-from engine.host.runtime import Model
+from engine.host.runtime import Model, with_adapters
 from engine.host.scheduler import lora_scales
 from engine.memory.estimate import estimate
 from engine.memory.params import EstimateParams
@@ -107,7 +107,16 @@ def test_adapter_is_counted_with_the_weights(
 ) -> None:
     size = tensor_bytes(smollm2_lora_path)
     assert size == adapter_tensor_bytes(smollm2_lora_path) > 1 << 20
-    assert lora_model.memory_actual.weights_bytes == smollm2.memory_actual.weights_bytes + size
+    (adapter,) = lora_model.loras
+    # llama.cpp's log of its buffer (this CPU build: in RAM) rounds to 0.01 MiB.
+    assert list(adapter.buffers) == ["CPU"]
+    assert abs(adapter.buffers["CPU"] - size) <= 0.005 * (1 << 20)
+    mine, base = lora_model.memory_actual, smollm2.memory_actual
+    assert mine.weights_bytes == base.weights_bytes + adapter.buffers["CPU"]
+    # The host's figures (engine.host.budget) are the devices': the adapter is in RAM's.
+    added = with_adapters(base, [adapter])
+    assert added.devices["CPU"] == base.devices["CPU"] + adapter.buffers["CPU"]
+    assert added.weights_bytes == mine.weights_bytes
     assert [a.path for a in lora_model.loras] == [smollm2_lora_path]
     assert lora_model.lora_scales == (1.0,)
 
