@@ -1,7 +1,8 @@
 """llama-server's utility routes over the host's models, in its shapes (its README,
-tools/server/server-context.cpp): /tokenize, /detokenize, /apply-template and GET /props;
-POST /props is refused as llama-server refuses it when started without `--props`. A
-request's `model` (GET /props: `?model=`) picks a model as every route does; llama-server's
+tools/server/server-context.cpp): /tokenize, /detokenize, /apply-template and GET /props.
+POST /props, which llama-server started without `--props` refuses with a 501, is a 405 here:
+the properties are set when the server starts, and a 5xx would read as a fault. A request's
+`model` (GET /props: `?model=`) picks a model as every route does; llama-server's
 `?autoload=false` answers only from a model already loaded. Errors come in llama-server's
 shape (`errors.llama_error_body`). /tools and /cors-proxy, features of llama-server this
 server does not have, answer its 403 for a feature it was started without."""
@@ -69,7 +70,6 @@ class LlamaRoutes:
             Route("/detokenize", self.detokenize, methods=["POST"]),
             Route("/apply-template", self.apply_template, methods=["POST"]),
             Route("/props", self.props, methods=["GET"]),
-            Route("/props", self.set_props, methods=["POST"]),
             *(Route(p, self.disabled, methods=["GET", "POST"]) for p in DISABLED),
         ]
 
@@ -214,13 +214,6 @@ class LlamaRoutes:
         """llama-server's answer for a feature it was started without, which its web UI
         reads as "off for the life of the server" and stops asking."""
         return JSONResponse(_disabled_answer(request.url.path).wire(), status_code=403)
-
-    async def set_props(self, request: Request) -> Response:
-        raise ApiError(
-            501,
-            "this server does not change its properties while it runs; "
-            "set them when starting it (candlewick serve --help)",
-        )
 
 
 def _disabled_answer(path: str) -> LlamaError:

@@ -185,9 +185,10 @@ def test_props_refusals(url: str) -> None:
     assert llama_error(r, 400, "invalid_request_error") == "'autoload' must be true or false"
     r = http.get(url + "/props", headers=AUTH, params={"slot": "1"})
     assert "'slot' is not a parameter" in llama_error(r, 400, "invalid_request_error")
-    # llama-server started without --props refuses to change them: so does this server.
+    # The properties are set when the server starts: POST /props is not a route here.
     r = http.post(url + "/props", headers=AUTH, json={"n_ctx": 1})
-    assert "does not change its properties" in llama_error(r, 501, "not_supported_error")
+    assert llama_error(r, 405, "invalid_request_error") == "method not allowed"
+    assert r.headers["allow"] == "GET, HEAD"
     r = http.get(url + "/props")
     assert llama_error(r, 401, "authentication_error") == "missing or invalid API key"
 
