@@ -83,6 +83,34 @@ def test_batches_and_prefixes_hold_one_setting() -> None:
         model.close()
 
 
+def test_the_prompt_cache_keeps_only_the_loads_setting() -> None:
+    """Saved states carry no setting: only KV made under the load's scales is saved or
+    restored."""
+    model = FakeLoopModel(n_slots=1, n_ctx_seq=512, state_cache_bytes=1 << 20)
+    model.params = replace(model.params, loras=(("adapter.gguf", 1.0),))
+    model.lora_scales = (1.0,)
+    sp = SamplingParams(temperature=0.0, max_tokens=4)
+    first, other = list(range(1, 101)), list(range(200, 300))
+
+    def run(prompt: list[int], scale: float) -> tuple[int, int, int]:
+        ev = Events()
+        req = model.loop.submit(prompt, sp, ev, lora={0: scale})
+        assert req.done.wait(30)
+        snap = model.loop.snapshot()
+        return ev.started().cached_tokens, snap.snapshots_saved, snap.snapshots_restored
+
+    try:
+        assert run(first, 1.0) == (0, 0, 0)
+        assert run(other, 0.5) == (0, 1, 0)  # the slot's cells under 1.0 saved, then dropped
+        assert run(first, 0.5) == (0, 1, 0)  # not restored under 0.5; 0.5's cells not saved
+        assert run(other, 1.0) == (0, 1, 0)  # nor these
+        # The load's setting comes back from the cache (but the last prompt token, read again),
+        # the slot's cells under 1.0 saved before.
+        assert run(first, 1.0) == (len(first) - 1, 2, 1)
+    finally:
+        model.close()
+
+
 def test_a_model_file_is_no_adapter(smollm2_path: Path) -> None:
     with pytest.raises(EngineError, match="is not a LoRA adapter"):
         adapter_tensor_bytes(smollm2_path)
