@@ -43,6 +43,7 @@ from engine.settings import LoadParams, SamplingParams  # noqa: E402
 
 MODES = ("on", "off")
 TABLE = "flash-attn-default-table"  # the marked block --write replaces (one per kind of CPU)
+START, END = f"<!-- {TABLE}:start -->", f"<!-- {TABLE}:end -->"
 PARAGRAPH = (
     "The keeper climbed the spiral stairs each evening at dusk, trimmed the wick, polished "
     "the great lens and wound the clockwork that turned it. Ships counted the flashes to know "
@@ -191,7 +192,7 @@ def table(summary: dict[str, Any], args: argparse.Namespace, model: str) -> str:
         else [f"{run} "]
     )
     commands[-1] += "--write docs/benchmarks.md"
-    if args.table != TABLE:
+    if getattr(args, "table", TABLE) != TABLE:
         commands[-1] += f" --table {args.table}"
     pooled = f" pooled from {len(files)} runs" if len(files) > 1 else ""
     lines = [
