@@ -3,6 +3,7 @@ counted in /metrics."""
 
 from __future__ import annotations
 
+from engine.memory import cpu_kernels
 from engine.server import ServedModel
 from engine.settings import resolve_flash_attn
 from tests.engine.server.conftest import N_SLOTS, http
@@ -17,7 +18,9 @@ def test_health_and_models_show_the_load_settings(
     assert settings["ctx_per_slot"] == 1024
     assert settings["kv_type_k"] == settings["kv_type_v"] == "f16"
     assert settings["flash_attn_requested"] == "auto"
-    assert settings["flash_attn"] == resolve_flash_attn("auto", "f16")
+    # 'auto' as this CPU resolves it for the model's heads (cpu_kernels.flash_attn_scalar).
+    scalar = cpu_kernels.flash_attn_scalar_for(served.model.gguf, "f16", "f16")
+    assert settings["flash_attn"] == resolve_flash_attn("auto", "f16", scalar_kernel=scalar)
     assert settings["threads"] == 2
     assert settings["speculative"] == "off"
     # llama.cpp's own figure: 30 layers x 192 K/V values x 2 bytes x 2 x 4096 cells = 90 MiB.
