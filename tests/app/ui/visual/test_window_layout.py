@@ -83,13 +83,15 @@ def shown_rect(w: QWidget, top: QWidget) -> QRect:
 
 
 def clipped_by_scrolling(w: QWidget, stop: QWidget) -> bool:
-    """`w` lies in a scroll area (below `stop`) whose view does not show all of it: being
-    scrolled out of view is not being cut."""
+    """`w` lies in a scroll area (up to `stop`, itself one when the page scrolls) whose view
+    does not show all of it: being scrolled out of view is not being cut."""
     p = w.parentWidget()
-    while p is not None and p is not stop:
+    while p is not None:
         if isinstance(p, QAbstractScrollArea):
             vp = p.viewport()
             return not vp.rect().contains(shown_rect(w, vp))
+        if p is stop:
+            break
         p = p.parentWidget()
     return False
 
