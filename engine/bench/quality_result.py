@@ -8,16 +8,14 @@ and `bench compare` read the same figures. Probabilities, agreements and Δp are
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import secrets
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.bench.result import BenchError
+from engine.files import write_text_atomic
 
 SCHEMA = "candlewick-quality/1"
 
@@ -110,14 +108,7 @@ class QualityResult(_Model):
     def save(self, path: Path) -> None:
         """Write the JSON whole under `path`, or leave what was there (a temporary name,
         then a rename)."""
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
-        try:
-            tmp.write_text(self.to_json(), encoding="utf-8")
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        write_text_atomic(path, self.to_json())
 
     @classmethod
     def from_dict(cls, data: Any) -> QualityResult:

@@ -11,11 +11,8 @@ renamed: a file under its real name is always whole.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import secrets
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.errors import EngineError
+from engine.files import atomic_file
 
 # Bumped when what a file holds, or how it is computed, changes: older files are ignored.
 FORMAT = 1
@@ -87,32 +85,23 @@ def cache_path(folder: Path, key: ReferenceKey) -> Path:
 def save(path: Path, scores: ReferenceScores, key: ReferenceKey) -> None:
     """Write `scores` whole under `path` (compressed), or leave nothing there."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
     meta = {
         "format": FORMAT,
         "key": key.__dict__,
         "n_vocab": scores.n_vocab,
         "pass_s": scores.pass_s,
     }
-    try:
-        with open(tmp, "wb") as f:
-            np.savez_compressed(
-                f,
-                meta=np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
-                tokens=scores.tokens,
-                top=scores.top,
-                nll=scores.nll,
-                indptr=scores.indptr,
-                cols=scores.cols,
-                logp=scores.logp,
-            )
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    with atomic_file(path) as f:
+        np.savez_compressed(
+            f,
+            meta=np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
+            tokens=scores.tokens,
+            top=scores.top,
+            nll=scores.nll,
+            indptr=scores.indptr,
+            cols=scores.cols,
+            logp=scores.logp,
+        )
 
 
 def load(path: Path, key: ReferenceKey) -> ReferenceScores | None:

@@ -39,6 +39,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 
 from engine.bench.hw import cpu_name, measure_read_bandwidth
 from engine.bench.speed_model import MachineSpeed, kernel_key
+from engine.files import write_text_atomic
 from engine.memory import cpu_kernels
 from engine.model.gguf import read_gguf
 from engine.settings import LoadParams, SamplingParams, default_threads, use_extra_buffers
@@ -400,9 +401,7 @@ class SpeedProfile:
 
     def _write(self, data: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, json.dumps(data, indent=1, sort_keys=True))
 
 
 __all__ = [

@@ -15,10 +15,7 @@ folder; one that would resolve outside it (a path, `..`, a link out) is refused.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,22 +128,6 @@ def check_identity(saved: SlotIdentity, here: SlotIdentity, name: str) -> None:
         )
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """`data` in `path`, whole or not at all. (engine/ cannot use app.services' helper.)"""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-
-
 __all__ = [
     "SlotFile",
     "SlotFileError",
@@ -156,5 +137,4 @@ __all__ = [
     "decode",
     "encode",
     "slot_path",
-    "write_atomic",
 ]

@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from engine.errors import EngineError
+from engine.files import write_bytes_atomic
 from engine.host.slots import KvLayout, Slot, SlotBusy
 from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
@@ -41,7 +42,6 @@ from engine.server.slot_files import (
     decode,
     encode,
     slot_path,
-    write_atomic,
 )
 
 T = TypeVar("T")
@@ -103,7 +103,7 @@ class SlotRoutes:
         )
         data = encode(identity(loaded), tokens, state)
         try:
-            await asyncio.to_thread(write_atomic, path, data)
+            await asyncio.to_thread(write_bytes_atomic, path, data)
         except OSError as e:
             raise ApiError(500, f"cannot write {filename}: {e.strerror or e}") from None
         answer = SlotSaved(

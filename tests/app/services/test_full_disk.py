@@ -25,6 +25,7 @@ from app.services.chat_store import ChatStore, ChatStoreError, StreamWriter
 from app.services.download_jobs import DONE, FAILED, read_jobs
 from app.services.download_manager import DownloadManager
 from app.services.hub import HubClient
+from engine import files  # where the atomic write lives (app.services.atomic_write uses it)
 from engine.rag.indexer import index_collection
 from engine.rag.search import keyword
 from engine.rag.store import RagStore, StoreError
@@ -126,14 +127,14 @@ def test_a_full_disk_while_an_export_is_written(
     before = target.read_bytes()
     if where == "write":
         monkeypatch.setattr(
-            atomic_write.os, "fdopen", lambda fd, mode: io.BufferedWriter(FillingFile(fd, 1000))
+            files.os, "fdopen", lambda fd, mode: io.BufferedWriter(FillingFile(fd, 1000))
         )
     else:  # a disk that reports it at the flush (delayed allocation, a network disk)
 
         def fsync(fd: int) -> None:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-        monkeypatch.setattr(atomic_write.os, "fsync", fsync)
+        monkeypatch.setattr(files.os, "fsync", fsync)
     with pytest.raises(OSError) as e:
         atomic_write.write_text_atomic(target, BIG)
     assert e.value.errno == errno.ENOSPC
@@ -155,7 +156,7 @@ def test_the_chats_export_command_says_the_disk_is_full_in_one_line(
     def fsync(fd: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(atomic_write.os, "fsync", fsync)
+    monkeypatch.setattr(files.os, "fsync", fsync)
     assert main(["chats", "export", "--output", str(target)]) == 2
     err = capsys.readouterr().err
     assert one_line(err.strip()) and "No space left on device" in err, err

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.files import write_bytes_atomic
 from engine.server.slot_files import (
     MAGIC,
     SlotFileError,
@@ -17,7 +18,6 @@ from engine.server.slot_files import (
     decode,
     encode,
     slot_path,
-    write_atomic,
 )
 
 HERE = SlotIdentity(model="m", model_digest="d" * 64, n_ctx_seq=1024, type_k="f16", type_v="f16")
@@ -27,7 +27,7 @@ STATE = bytes(range(256)) * 3
 
 def test_a_written_file_reads_back_whole(tmp_path: Path) -> None:
     path = tmp_path / "a.bin"
-    write_atomic(path, encode(HERE, TOKENS, STATE))
+    write_bytes_atomic(path, encode(HERE, TOKENS, STATE))
     got = decode(path.read_bytes(), "a.bin")
     assert (got.identity, got.tokens, got.state) == (HERE, TOKENS, STATE)
     assert [p.name for p in tmp_path.iterdir()] == ["a.bin"]  # no temporary file left
@@ -94,13 +94,13 @@ def test_a_failed_write_leaves_the_old_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "a.bin"
-    write_atomic(path, b"old")
+    write_bytes_atomic(path, b"old")
 
     def full_disk(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "fsync", full_disk)
     with pytest.raises(OSError, match="No space left"):
-        write_atomic(path, b"new")
+        write_bytes_atomic(path, b"new")
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["a.bin"]  # the part file is gone
