@@ -173,21 +173,7 @@ class LlamaRoutes:
         out = Props(
             default_generation_settings=GenerationSettings(
                 n_ctx=model.n_ctx_seq,
-                params=SamplingDefaults(
-                    n_predict=s.max_tokens,
-                    max_tokens=s.max_tokens,
-                    temperature=s.temperature,
-                    top_k=s.top_k,
-                    top_p=s.top_p,
-                    min_p=s.min_p,
-                    repeat_last_n=s.repeat_last_n,
-                    repeat_penalty=s.repeat_penalty,
-                    presence_penalty=s.presence_penalty,
-                    frequency_penalty=s.frequency_penalty,
-                    seed=-1 if s.seed is None else s.seed,
-                    stop=list(s.stop),
-                    stream=False,
-                ),
+                params=SamplingDefaults.of(s, stream=False),
             ),
             total_slots=loaded.scheduler.n_slots,
             model_alias=loaded.model_id,

@@ -11,6 +11,7 @@ from pydantic import BeforeValidator, Field
 from engine.server.body_model import Body, refuse
 from engine.server.protocol.base import Reply
 from engine.server.protocol.openai import _Messages, _ToolFields
+from engine.settings import SamplingParams
 
 MODEL = Field(description="the model whose tokenizer or template is used (absent: the default)")
 # llama.cpp's token ids are int32.
@@ -106,6 +107,25 @@ class SamplingDefaults(Reply):
     seed: int  # -1: a new one per request
     stop: list[str]
     stream: bool
+
+    @classmethod
+    def of(cls, s: SamplingParams, *, stream: bool) -> SamplingDefaults:
+        """llama-server's fields of what a request is sampled with."""
+        return cls(
+            n_predict=s.max_tokens,
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            min_p=s.min_p,
+            repeat_last_n=s.repeat_last_n,
+            repeat_penalty=s.repeat_penalty,
+            presence_penalty=s.presence_penalty,
+            frequency_penalty=s.frequency_penalty,
+            seed=-1 if s.seed is None else s.seed,
+            stop=list(s.stop),
+            stream=stream,
+        )
 
 
 class GenerationSettings(Reply):
