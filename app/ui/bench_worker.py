@@ -2,7 +2,7 @@
 model the chat has loaded (found in the engine thread's model host) and renders the charts,
 then hands the result back through queued signals. It never touches a widget.
 
-The thread (a `ThreadHost`) starts on the first run and ends at shutdown. Cancelling is a
+The thread (a `JobHost`) starts on the first run and ends at shutdown. Cancelling is a
 `threading.Event` (the harness checks it before every token), not a queued call: the thread
 is busy running.
 """
@@ -15,9 +15,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtCore import QObject, Signal, Slot
 
-from app.ui.thread_host import ThreadHost, forget_python_thread
+from app.ui.thread_host import JobHost, forget_python_thread
 from engine.bench.harness import BenchConfig, Progress
 from engine.bench.result import BenchResult
 from engine.bench.workloads import Workload
@@ -109,26 +109,9 @@ class BenchWorker(QObject):
             forget_python_thread()
 
 
-class BenchHost(ThreadHost[BenchWorker]):
-    """GUI-side handle on the benchmark thread."""
-
-    _run = Signal(object, object)
+class BenchHost(JobHost[BenchWorker]):
+    """GUI-side handle on the benchmark thread: `run(BenchRequest)`."""
 
     def __init__(self, worker: BenchWorker | None = None, parent: QObject | None = None) -> None:
-        super().__init__(worker or BenchWorker(), "candlewick-bench", parent)
-        self._run.connect(self.worker.run, Qt.ConnectionType.QueuedConnection)
-        self._cancel: threading.Event | None = None
-
-    def run(self, request: BenchRequest) -> None:
-        self.start()
-        self._cancel = threading.Event()
-        self._run.emit(request, self._cancel)
-
-    def cancel(self) -> None:
-        if self._cancel is not None:
-            self._cancel.set()
-
-    def shutdown(self) -> None:
-        """Cancel any run and end the thread. Safe to call twice."""
-        self.cancel()
-        self.stop_thread()
+        worker = worker or BenchWorker()
+        super().__init__(worker, "candlewick-bench", worker.run, parent)

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal, Slot
+from PySide6.QtCore import QObject, Signal, Slot
 
 from app.services.library import LibraryError, ModelLibrary
 from app.services.quant_compare import CompareJob, Comparison, run_comparison
 from app.services.speed_records import SpeedService
-from app.ui.thread_host import ThreadHost
+from app.ui.thread_host import JobHost
 from engine.bench.quality_pass import QualityCancelled
 from engine.bench.result import BenchError
 from engine.errors import EngineError, LoadCancelled
@@ -87,25 +87,8 @@ class QuantWorker(QObject):
             self.finished.emit(comparison)
 
 
-class QuantHost(ThreadHost[QuantWorker]):
-    """GUI-side handle on the Compare quants thread."""
-
-    _run = Signal(object, object)
+class QuantHost(JobHost[QuantWorker]):
+    """GUI-side handle on the Compare quants thread: `run(CompareJob)`."""
 
     def __init__(self, worker: QuantWorker, parent: QObject | None = None) -> None:
-        super().__init__(worker, "candlewick-quants", parent)
-        self._run.connect(self.worker.run, Qt.ConnectionType.QueuedConnection)
-        self._cancel: threading.Event | None = None
-
-    def run(self, job: CompareJob) -> None:
-        self.start()
-        self._cancel = threading.Event()
-        self._run.emit(job, self._cancel)
-
-    def cancel(self) -> None:
-        if self._cancel is not None:
-            self._cancel.set()
-
-    def shutdown(self) -> None:
-        self.cancel()
-        self.stop_thread()
+        super().__init__(worker, "candlewick-quants", worker.run, parent)

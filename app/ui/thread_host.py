@@ -15,7 +15,8 @@ ends, so no ghost entry outlives it.
 from __future__ import annotations
 
 import threading
-from typing import Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
@@ -65,3 +66,35 @@ class ThreadHost(QObject, Generic[W]):
             self._forget.emit()  # runs in the hosted thread once it is free
             self.qthread.quit()
             self.qthread.wait()
+
+
+class JobHost(ThreadHost[W]):
+    """A hosted worker that runs one cancellable job at a time: `job_slot(job, cancel)` runs in
+    the thread, and `cancel()` sets the event it watches (the benchmark, Compare quants)."""
+
+    _run = Signal(object, object)
+
+    def __init__(
+        self,
+        worker: W,
+        name: str,
+        job_slot: Callable[[Any, threading.Event], None],
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(worker, name, parent)
+        self._run.connect(job_slot, Qt.ConnectionType.QueuedConnection)
+        self._cancel: threading.Event | None = None
+
+    def run(self, job: object) -> None:
+        self.start()
+        self._cancel = threading.Event()
+        self._run.emit(job, self._cancel)
+
+    def cancel(self) -> None:
+        if self._cancel is not None:
+            self._cancel.set()
+
+    def shutdown(self) -> None:
+        """Cancel any run and end the thread. Safe to call twice."""
+        self.cancel()
+        self.stop_thread()
