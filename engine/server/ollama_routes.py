@@ -237,7 +237,7 @@ class OllamaRoutes:
         every model they list, and none is loaded for that."""
         body = await read_json(request, self.state.config.max_body_bytes)
         req = parse_body(OllamaShowRequest, body)
-        name = req.model or req.name or ""
+        name = req.model_name
         named = self.state.named(name)
         if named is not None:  # its file's model, shown with its recipe
             name = await asyncio.to_thread(self.state.name_of_file, named)

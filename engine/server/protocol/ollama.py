@@ -218,8 +218,11 @@ class OllamaGenerateRequest(_OllamaText):
     steps: Annotated[Any, NotHonoured("this server makes no images")] = None
 
 
-class OllamaShowRequest(Body):
-    # One of the two must be a string (null stands for absent).
+class OllamaNamedBody(Body):
+    """A body naming one model as `model`, or in `name`, the older spelling, read only when
+    `model` is absent (/api/show, /api/pull, /api/delete). One of the two must be a string
+    (null stands for absent)."""
+
     model_config = ConfigDict(
         json_schema_extra={
             "anyOf": [
@@ -243,10 +246,18 @@ class OllamaShowRequest(Body):
         return data
 
     @model_validator(mode="after")
-    def _named(self) -> OllamaShowRequest:
+    def _named(self) -> OllamaNamedBody:
         if self.model is None and self.name is None:
             raise refuse_whole("'model' is required")
         return self
+
+    @property
+    def model_name(self) -> str:
+        return self.model or self.name or ""
+
+
+class OllamaShowRequest(OllamaNamedBody):
+    """POST /api/show."""
 
 
 class OllamaEmbedRequest(_OllamaModel):

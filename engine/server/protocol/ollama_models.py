@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
 
 from engine.server.body_model import Body, NotHonoured, refuse, refuse_whole
 from engine.server.protocol.base import Reply
 from engine.server.protocol.ollama import _OLLAMA_NOT_APPLIED as OLLAMA_NOT_APPLIED
-from engine.server.protocol.ollama import OllamaOptions
+from engine.server.protocol.ollama import OllamaNamedBody, OllamaOptions
 
 # What a name may hold: Ollama's own names (`mine`, `mine:v2`, `team/mine:latest`) and Hugging
 # Face ones (`hf.co/owner/repo:Q4_K_M`).
@@ -34,42 +34,7 @@ ModelName = Annotated[
 ]
 
 
-class _Named(Body):
-    """A body naming one model as `model`, or in `name`, the older spelling, read only when
-    `model` is absent (as /api/show does)."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "anyOf": [
-                {"required": [k], "properties": {k: {"type": "string"}}} for k in ("model", "name")
-            ]
-        }
-    )
-    model: str | None = None
-    name: Annotated[
-        str | None,
-        WithJsonSchema({"description": "the older spelling of 'model', read without one"}),
-    ] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _name_without_model(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("model"), str):
-            return {k: v for k, v in data.items() if k != "name"}
-        return data
-
-    @model_validator(mode="after")
-    def _named(self) -> _Named:
-        if self.model is None and self.name is None:
-            raise refuse_whole("'model' is required")
-        return self
-
-    @property
-    def model_name(self) -> str:
-        return self.model or self.name or ""
-
-
-class OllamaPullRequest(_Named):
+class OllamaPullRequest(OllamaNamedBody):
     stream: bool | None = None
     insecure: Annotated[
         bool | None,
@@ -77,7 +42,7 @@ class OllamaPullRequest(_Named):
     ] = None
 
 
-class OllamaDeleteRequest(_Named):
+class OllamaDeleteRequest(OllamaNamedBody):
     pass
 
 
