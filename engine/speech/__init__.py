@@ -1,0 +1,1 @@
+"""Speech: transcription of a recording and synthesis of an answer, on this machine."""
