@@ -30,6 +30,7 @@ DOCS_K_KEY: Final = "docs_k"  # passages searched for
 DOCS_BUDGET_KEY: Final = "docs_budget"  # the share of the context they may take, in percent
 DOCS_RERANKER_KEY: Final = "docs_reranker"  # the reranker's file path (absent: none)
 ENGINE_KEY: Final = "engine"  # {"connection": name, "model": id}; absent: the local model
+AUTO_READ_KEY: Final = "auto_read"  # answers read aloud as they stream
 
 DEFAULT_POLICY: Final[ContextPolicy] = "drop_oldest"
 DEFAULT_TOOL_ROUNDS: Final = 8  # tool rounds an answer may take unless the chat says otherwise
@@ -122,6 +123,7 @@ class ChatSettings:
     docs_budget: int = DEFAULT_DOCS_BUDGET  # percent of the context
     docs_reranker: str | None = None
     engine: EngineBinding | None = None
+    auto_read: bool = False  # read each answer aloud as it streams (app/services/read_aloud)
     # Keys this version does not know (written by a newer one, or by hand): kept as they are.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -158,6 +160,7 @@ class ChatSettings:
             DOCS_BUDGET_KEY,
             DOCS_RERANKER_KEY,
             ENGINE_KEY,
+            AUTO_READ_KEY,
             *SAMPLING_FIELDS,
         }
         policy = s.get(CONTEXT_POLICY_KEY)
@@ -179,6 +182,7 @@ class ChatSettings:
             docs_budget=_positive(s.get(DOCS_BUDGET_KEY), DEFAULT_DOCS_BUDGET),
             docs_reranker=reranker if isinstance(reranker, str) and reranker else None,
             engine=EngineBinding.from_stored(s.get(ENGINE_KEY)),
+            auto_read=s.get(AUTO_READ_KEY) is True,
             extra={k: v for k, v in s.items() if k not in known},
         )
 
@@ -210,6 +214,8 @@ class ChatSettings:
             out[DOCS_RERANKER_KEY] = self.docs_reranker
         if self.engine is not None:
             out[ENGINE_KEY] = self.engine.to_stored()
+        if self.auto_read:
+            out[AUTO_READ_KEY] = True
         return out
 
 
@@ -241,6 +247,7 @@ def _positive(value: object, default: int) -> int:
 
 
 __all__ = [
+    "AUTO_READ_KEY",
     "COLLECTIONS_KEY",
     "DEFAULT_DOCS_BUDGET",
     "DEFAULT_DOCS_K",
