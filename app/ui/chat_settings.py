@@ -27,6 +27,7 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFontDatabase, QShowEvent
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
@@ -191,6 +192,13 @@ class ChatSettingsPanel(QWidget):
         )
         self.docs_reranker.setMinimumContentsLength(20)
         self._reranker: str | None = None  # the chat's reranker file
+        # Answers read aloud as they stream (the voice: Tools → Voice…).
+        self.auto_read = QCheckBox("Read answers aloud as they are written")
+        self.auto_read.setAccessibleName("Auto-read answers")
+        self.auto_read.setToolTip(
+            "Each answer in this chat is spoken sentence by sentence while it streams "
+            "(code blocks and citations are skipped)"
+        )
         self.presets = QComboBox()
         self.presets.setAccessibleName("Presets")
         self.apply_preset_button = QPushButton("Apply")
@@ -233,6 +241,7 @@ class ChatSettingsPanel(QWidget):
         form.addRow("Passages", self.docs_k)
         form.addRow("Passage budget", self.docs_budget)
         form.addRow("Rerank with", self.docs_reranker)
+        form.addRow("Speech", self.auto_read)
         presets = QHBoxLayout()
         presets.addWidget(self.presets, 1)
         presets.addWidget(self.apply_preset_button)
@@ -254,6 +263,7 @@ class ChatSettingsPanel(QWidget):
         self.docs_k.valueChanged.connect(self._emit)
         self.docs_budget.valueChanged.connect(self._emit)
         self.docs_reranker.currentIndexChanged.connect(self._on_reranker_chosen)
+        self.auto_read.toggled.connect(self._emit)
         self.structured.textChanged.connect(self._check_schema)
         self.temperature.valueChanged.connect(self._show_repeat_note)
         self.seed.valueChanged.connect(self._show_repeat_note)
@@ -458,6 +468,7 @@ class ChatSettingsPanel(QWidget):
             docs_k=self.docs_k.value(),
             docs_budget=self.docs_budget.value(),
             docs_reranker=self._reranker,
+            auto_read=self.auto_read.isChecked(),
         )
 
     def set_settings(self, settings: ChatSettings | dict[str, Any]) -> None:
@@ -487,6 +498,7 @@ class ChatSettingsPanel(QWidget):
             self._reranker = s.docs_reranker
             self.docs_k.setValue(s.docs_k)
             self.docs_budget.setValue(s.docs_budget)
+            self.auto_read.setChecked(s.auto_read)
             self.refresh_collections()
         finally:
             self._loading = False

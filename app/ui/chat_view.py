@@ -718,6 +718,9 @@ class MessageWidget(QFrame):
         )
         self.copy_message_button = self._tool("Copy", "Copy the message · Ctrl+C", "copy")
         self.delete_button = self._tool(
+        # An answer spoken (app/ui/read_aloud.py); "Stop reading" while it is.
+        self.read_aloud_button = self._tool("Read aloud", "Read this answer aloud", "read_aloud")
+        self.speaking = False
             "Delete", "Delete this message and what follows · Delete", "delete"
         )
         # The buttons in one widget: an edit in progress hides them all at once; the fade
@@ -797,6 +800,7 @@ class MessageWidget(QFrame):
         for b in (self.copy_message_button, self.delete_button):
             b.setVisible(message.role != "tool")
         self.text = message.text
+        self.read_aloud_button.setVisible(message.role == "assistant")
         self.left_out_label: QLabel | None = None  # the last prompt left it out
         self.sync(message)
 
@@ -827,9 +831,18 @@ class MessageWidget(QFrame):
             self.regenerate_button,
             self.copy_message_button,
             self.delete_button,
+            self.read_aloud_button,
         ]
 
     def sizeHint(self) -> QSize:
+    def set_speaking(self, speaking: bool) -> None:
+        """The answer is being read aloud: its Read aloud button stops it."""
+        self.speaking = speaking
+        b = self.read_aloud_button
+        b.setText("Stop reading" if speaking else "Read aloud")
+        b.setToolTip("Stop reading this answer aloud" if speaking else "Read this answer aloud")
+        b.setAccessibleName(b.toolTip())
+
         return hint_at_own_width(self) or super().sizeHint()
 
     def _measure_bubble(self, text: str) -> None:
@@ -1016,6 +1029,7 @@ class MessageWidget(QFrame):
             w.setVisible(count > 1)
         self.prev_button.setEnabled(index > 1)
         self.next_button.setEnabled(index < count)
+        self.read_aloud_button.setEnabled(bool(message.text.strip()) or self.speaking)
         self.continue_button.setVisible(
             message.role == "assistant"
             and message.state in ("interrupted", "stopped")
