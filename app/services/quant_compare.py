@@ -68,6 +68,67 @@ def same_family(library: ModelLibrary, reference: LibraryEntry) -> list[LibraryE
     return out
 
 
+# What makes two files quants of one model: `family_mismatch`'s checks as one value.
+Family = tuple[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class ScannedFile:
+    """A readable library file, its size, and its family."""
+
+    entry: LibraryEntry
+    size: int
+    family: Family
+
+
+@dataclass(frozen=True)
+class LibraryScan:
+    """The library as the Compare quants tab lists it, read off the GUI thread: every
+    readable file once (its header, its size), so picking another reference reads nothing."""
+
+    files: tuple[ScannedFile, ...] = ()
+    error: str | None = None  # the library could not be listed
+
+    def references(self) -> list[ScannedFile]:
+        """By name, the largest (highest-precision) file of a name first."""
+        return sorted(self.files, key=lambda f: (f.entry.name.lower(), -f.size))
+
+    def get(self, entry_id: str) -> ScannedFile | None:
+        return next((f for f in self.files if f.entry.id == entry_id), None)
+
+    def family(self, entry_id: str) -> list[ScannedFile]:
+        """The other files that are quants of the same model as `entry_id` (`same_family`)."""
+        ref = self.get(entry_id)
+        if ref is None:
+            return []
+        return [
+            f
+            for f in self.files
+            if f.family == ref.family
+            and f.entry.id != ref.entry.id
+            and f.entry.path != ref.entry.path
+        ]
+
+
+def scan_library(library: ModelLibrary) -> LibraryScan:
+    """Every readable library file with its size and family: one header read a file (slow on
+    a slow disk: the window calls it on the Compare quants thread)."""
+    try:
+        entries = [e for e in library.entries() if e.error is None]
+    except OSError as err:
+        return LibraryScan(error=f"The library could not be read: {err.strerror or err}")
+    files = []
+    for e in entries:
+        try:
+            size = e.path.stat().st_size
+            gf = read_gguf(e.path)
+        except (GGUFError, OSError):
+            continue  # gone or broken since the library listed it
+        family = (gf.architecture, tuple(sorted(t.name for t in gf.tensors)))
+        files.append(ScannedFile(e, size, family))
+    return LibraryScan(tuple(files))
+
+
 @dataclass(frozen=True)
 class CompareJob:
     """What to compare: a reference, library candidates, types to make from the reference,
@@ -180,7 +241,10 @@ __all__ = [
     "CompareJob",
     "CompareProgress",
     "Comparison",
+    "LibraryScan",
+    "ScannedFile",
     "family_mismatch",
     "run_comparison",
     "same_family",
+    "scan_library",
 ]

@@ -2,7 +2,9 @@
 
 Pick a reference (the highest-precision file of a model) and candidates from the library (its
 quants: the same architecture and tensors), or have candidates made from the reference; the
-quality pass scores them on the built-in text off the GUI thread (`app.ui.quant_worker`).
+quality pass scores them on the built-in text off the GUI thread (`app.ui.quant_worker`). The
+lists come from the same thread (every file's header read there), so a slow disk never stalls
+the window.
 Then a table and a scatter of quality loss (mean KL divergence) against generation speed, the
 marker's size the memory each needs, and one sentence: the smallest file within the KL
 divergence and speed limits set here that fits this machine's memory. The last comparison is
@@ -38,8 +40,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.services.library import LibraryEntry
-from app.services.quant_compare import CompareJob, Comparison, same_family
+from app.services.quant_compare import CompareJob, Comparison, LibraryScan
 from app.ui.quant_chart import QuantScatter
 from app.ui.quant_worker import QuantHost
 from engine.bench.quality_pass import DEFAULT_CTX
@@ -66,15 +67,20 @@ def _mb(n: int | None) -> str:
 
 
 class QuantCompareView(QWidget):
-    """`running_changed` tells the window to pause the chat while the files are scored."""
+    """`running_changed` tells the window to pause the chat while the files are scored;
+    `library_read`: the lists show the library as it was just read."""
 
     running_changed = Signal(bool)
+    library_read = Signal()
 
     def __init__(self, host: QuantHost, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.host = host
         self.services = host.worker.services
         self.running = False
+        self.scanning = False  # the library is being read on the worker's thread
+        self._rescan = False  # asked again while it was
+        self._scan = LibraryScan()
         self.comparison: Comparison | None = None
         self.ctx = DEFAULT_CTX  # tokens per chunk, as `bench quality --ctx`
         self._build()
@@ -84,6 +90,7 @@ class QuantCompareView(QWidget):
         w.finished.connect(self._on_finished, q)
         w.cancelled.connect(self._on_cancelled, q)
         w.failed.connect(self._on_failed, q)
+        w.scanned.connect(self._on_scanned, q)
         self.refresh_library()
         self.load_saved()
         self._sync()
@@ -209,28 +216,44 @@ class QuantCompareView(QWidget):
     # -- the library -----------------------------------------------------------------------
 
     def refresh_library(self) -> None:
+        """Read the library again on the worker's thread; the lists follow (`library_read`)."""
+        if self.scanning:
+            self._rescan = True  # a file added while the last read was under way
+            return
+        self.scanning = True
+        if self.reference.count() == 0:
+            self.reference.setPlaceholderText("Reading the library…")
+        self.host.scan()
+
+    def _on_scanned(self, scan: LibraryScan) -> None:
         """The library's readable files as references, the current one kept."""
+        self.scanning = False
+        self._scan = scan
         keep = self.reference.currentData()
-        entries = [e for e in self.services.library.entries() if e.error is None]
-        self._entries = {e.id: e for e in entries}
         self.reference.blockSignals(True)
         self.reference.clear()
-        for e in sorted(entries, key=lambda e: (e.name.lower(), -e.path.stat().st_size)):
+        for f in scan.references():
+            e = f.entry
             q = e.facts.quantization if e.facts is not None else ""
             self.reference.addItem(e.name if q and q in e.name else f"{e.name} ({q or '?'})", e.id)
         i = self.reference.findData(keep)
-        self.reference.setCurrentIndex(max(i, 0))
+        self.reference.setCurrentIndex(max(i, 0) if self.reference.count() else -1)
+        self.reference.setPlaceholderText(scan.error or "No models in the library")
         self.reference.blockSignals(False)
         self._fill_candidates()
+        self._sync()
+        if self._rescan:
+            self._rescan = False
+            self.refresh_library()
+        else:
+            self.library_read.emit()
 
     def _fill_candidates(self) -> None:
         self.candidates.clear()
-        ref = self._entries.get(self.reference.currentData())
-        if ref is None:
-            return
-        for e in same_family(self.services.library, ref):
+        for f in self._scan.family(str(self.reference.currentData())):
+            e = f.entry
             q = e.facts.quantization if e.facts is not None else ""
-            item = QListWidgetItem(f"{e.name} ({q or '?'}, {_mb(e.path.stat().st_size)})")
+            item = QListWidgetItem(f"{e.name} ({q or '?'}, {_mb(f.size)})")
             item.setData(Qt.ItemDataRole.UserRole, e.id)
             item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
             item.setCheckState(Qt.CheckState.Checked)
@@ -248,7 +271,7 @@ class QuantCompareView(QWidget):
         return Thresholds(max_kld=kld if kld > 0 else None, min_tokens_per_s=tps or None)
 
     def job(self) -> CompareJob | None:
-        ref: LibraryEntry | None = self._entries.get(self.reference.currentData())
+        ref = self._scan.get(str(self.reference.currentData()))
         if ref is None:
             return None
         picked = [
@@ -257,7 +280,7 @@ class QuantCompareView(QWidget):
             if self.candidates.item(i).checkState() == Qt.CheckState.Checked
         ]
         return CompareJob(
-            reference=ref.id,
+            reference=ref.entry.id,
             candidates=picked,
             make=[n for n, box in self.make.items() if box.isChecked()],
             ctx=self.ctx,

@@ -1,6 +1,8 @@
 """The Compare quants thread: a QThread whose worker makes the asked quants, scores every
 candidate against the reference (`app.services.quant_compare.run_comparison`) and hands the
-comparison back through queued signals. It never touches a widget.
+comparison back through queued signals. It also reads the library's files for the tab's lists
+(`scan_library`: a header a file), so a slow disk never stalls the window. It never touches
+a widget.
 
 Cancelling is a `threading.Event` checked between chunks and tensors (the thread is busy
 running, so a queued call would wait for the end)."""
@@ -13,10 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, Qt, Signal, Slot
 
 from app.services.library import LibraryError, ModelLibrary
-from app.services.quant_compare import CompareJob, Comparison, run_comparison
+from app.services.quant_compare import (
+    CompareJob,
+    Comparison,
+    LibraryScan,
+    run_comparison,
+    scan_library,
+)
 from app.services.speed_records import SpeedService
 from app.ui.thread_host import JobHost
 from engine.bench.quality_pass import QualityCancelled
@@ -49,11 +57,21 @@ class QuantWorker(QObject):
     finished = Signal(object)  # Comparison (saved)
     cancelled = Signal()
     failed = Signal(str)  # one line for the user
+    scanned = Signal(object)  # LibraryScan
 
     def __init__(self, services: QuantServices, runner: Runner = run_comparison) -> None:
         super().__init__()
         self.services = services
         self.runner = runner
+
+    @Slot()
+    def scan(self) -> None:
+        try:
+            found = scan_library(self.services.library)
+        except Exception as e:  # a bug: the view must still hear that the read ended
+            log.exception("reading the library for Compare quants failed")
+            found = LibraryScan(error=f"The library could not be read: internal error ({e})")
+        self.scanned.emit(found)
 
     @Slot(object, object)
     def run(self, job: CompareJob, cancel: threading.Event) -> None:
@@ -88,7 +106,15 @@ class QuantWorker(QObject):
 
 
 class QuantHost(JobHost[QuantWorker]):
-    """GUI-side handle on the Compare quants thread: `run(CompareJob)`."""
+    """GUI-side handle on the Compare quants thread: `run(CompareJob)`, and `scan()` the
+    library (its answer, `worker.scanned`, comes after any run in progress)."""
+
+    _scan = Signal()
 
     def __init__(self, worker: QuantWorker, parent: QObject | None = None) -> None:
         super().__init__(worker, "candlewick-quants", worker.run, parent)
+        self._scan.connect(worker.scan, Qt.ConnectionType.QueuedConnection)
+
+    def scan(self) -> None:
+        self.start()
+        self._scan.emit()

@@ -2,19 +2,22 @@
 shown when the tab opens (rows -> table, scatter points at speed and KL divergence, marker
 size by memory), a limit changed re-chooses and is saved; a run goes through the worker
 thread (progress, running on and off, the new comparison saved), a cancelled one keeps what
-was shown. On SmolLM2: the real quality pass with a Q4_0 made from the bundled Q4_1."""
+was shown. The library's files are read on the worker's thread: the view answers while a
+slow disk holds that read. On SmolLM2: the real quality pass with a Q4_0 made from the bundled
+Q4_1."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from pytestqt.qtbot import QtBot
 
-from app.services.library import ModelLibrary
+from app.services.library import LibraryEntry, ModelLibrary
 from app.services.local_quants import quantize_model
 from app.services.quant_compare import CompareJob, Comparison
 from app.services.speed_records import SpeedService, file_key
@@ -39,10 +42,13 @@ def comparison(thresholds: Thresholds) -> Comparison:
 
 
 def make_view(
-    qtbot: QtBot, tmp_path: Path, runner: Callable[..., Comparison] | None = None
+    qtbot: QtBot,
+    tmp_path: Path,
+    runner: Callable[..., Comparison] | None = None,
+    library: ModelLibrary | None = None,
 ) -> QuantCompareView:
     services = QuantServices(
-        ModelLibrary(tmp_path / "models", discovery=False),
+        library or ModelLibrary(tmp_path / "models", discovery=False),
         SpeedService(tmp_path / "data"),
         tmp_path / "cache",
         tmp_path / "data" / "compare.json",
@@ -50,6 +56,12 @@ def make_view(
     worker = QuantWorker(services) if runner is None else QuantWorker(services, runner)
     view = QuantCompareView(QuantHost(worker))
     qtbot.addWidget(view)
+    return view
+
+
+def read_library(qtbot: QtBot, view: QuantCompareView) -> QuantCompareView:
+    """The view once its first read of the library has come back from the worker."""
+    qtbot.waitUntil(lambda: not view.scanning, timeout=10_000)
     return view
 
 
@@ -134,7 +146,7 @@ def test_a_run_goes_through_the_worker_and_is_saved(
         progress("candidate m-Q4_0.gguf", 1, 2)
         return comparison(job.thresholds)
 
-    view = make_view(qtbot, tmp_path, runner)
+    view = read_library(qtbot, make_view(qtbot, tmp_path, runner))
     try:
         assert view.reference.count() == 1  # the bundled model; no other quant of it yet
         assert view.candidates.count() == 0
@@ -163,7 +175,7 @@ def test_a_cancelled_run_keeps_what_was_shown(qtbot: QtBot, tmp_path: Path, save
     def runner(job: CompareJob, *_a: Any, progress: Any, **_kw: Any) -> Comparison:
         raise QualityCancelled("cancelled")
 
-    view = make_view(qtbot, tmp_path, runner)
+    view = read_library(qtbot, make_view(qtbot, tmp_path, runner))
     try:
         view.make["Q4_0"].setChecked(True)
         assert view.run()
@@ -172,6 +184,51 @@ def test_a_cancelled_run_keeps_what_was_shown(qtbot: QtBot, tmp_path: Path, save
         assert "Run m-Q4_0.gguf" in view.sentence.text()
         assert view.run_button.isEnabled() and not view.cancel_button.isEnabled()
     finally:
+        view.shutdown()
+
+
+class SlowDisk(ModelLibrary):
+    """A library whose listing waits until `gate` opens, as a slow or sleeping disk does."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(folder, discovery=False)
+        self.gate = threading.Event()
+        self.reading = threading.Event()
+        self.reads = 0
+
+    def entries(self) -> list[LibraryEntry]:
+        self.reads += 1
+        self.reading.set()
+        self.gate.wait(30)
+        return super().entries()
+
+
+def test_the_view_answers_while_a_slow_disk_holds_the_library(
+    qtbot: QtBot, tmp_path: Path, saved: Path
+) -> None:
+    library = SlowDisk(tmp_path / "models")
+    view = make_view(qtbot, tmp_path, library=library)  # returns while the read is held
+    try:
+        qtbot.waitUntil(library.reading.is_set)
+        assert view.scanning and view.reference.count() == 0
+        assert view.reference.placeholderText() == "Reading the library…"
+        assert not view.run_button.isEnabled()
+        # The GUI thread goes on: the saved comparison is shown, a limit re-chooses, and
+        # events posted now are handled before the read ends.
+        assert "Run m-Q4_0.gguf" in view.sentence.text()
+        view.max_kld.setValue(0.02)
+        assert "Run m-Q4_1.gguf" in view.sentence.text()
+        handled: list[bool] = []
+        QTimer.singleShot(0, lambda: handled.append(True))
+        qtbot.waitUntil(lambda: handled == [True])
+        assert view.scanning and not library.gate.is_set()
+        view.refresh_library()  # asked again meanwhile: read once more after this one
+        with qtbot.waitSignal(view.library_read, timeout=10_000):
+            library.gate.set()
+        assert library.reads == 2 and not view.scanning
+        assert view.reference.count() == 1 and view.run_button.isEnabled()
+    finally:
+        library.gate.set()
         view.shutdown()
 
 
@@ -186,7 +243,7 @@ def test_smollm2_against_a_q4_0_made_from_it(
     for path, tps in ((smollm2_path, 100.0), (q4.result.output, 125.0)):
         for _ in range(3):
             speed.records.measured(file_key(path.name, path.stat().st_size), tps)
-    view = make_view(qtbot, tmp_path)
+    view = read_library(qtbot, make_view(qtbot, tmp_path))
     try:
         ref = next(i for i in range(view.reference.count()) if "Q4_1" in view.reference.itemText(i))
         view.reference.setCurrentIndex(ref)
