@@ -1,0 +1,48 @@
+"""Synthesised speech as samples, and as the WAV file or raw PCM a client is sent.
+
+The WAV container is written by the stdlib's `wave` module; raw PCM is what OpenAI's
+`response_format: "pcm"` sends: 16-bit little-endian mono samples without a header.
+"""
+
+from __future__ import annotations
+
+import io
+import wave
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+
+@dataclass(frozen=True)
+class Pcm:
+    """Mono 16-bit speech: `samples` (int16) at `rate` samples a second."""
+
+    samples: NDArray[np.int16]
+    rate: int
+
+    @property
+    def seconds(self) -> float:
+        return len(self.samples) / self.rate
+
+    @staticmethod
+    def from_float(audio: NDArray[np.float32], rate: int) -> Pcm:
+        """Samples in [-1, 1] (a neural voice's output), clipped and scaled to 16 bits."""
+        scaled = np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0) * 32767.0
+        return Pcm(np.round(scaled).astype(np.int16), rate)
+
+
+def to_pcm_bytes(pcm: Pcm) -> bytes:
+    """The samples as 16-bit little-endian bytes, whatever this machine's byte order."""
+    return np.asarray(pcm.samples, dtype="<i2").tobytes()
+
+
+def to_wav(pcm: Pcm) -> bytes:
+    """A mono 16-bit WAV file of `pcm`."""
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(pcm.rate)
+        w.writeframes(to_pcm_bytes(pcm))
+    return out.getvalue()
