@@ -149,6 +149,15 @@ def register(sub: Any) -> None:
         help="/infill puts the suffix before the prefix (the suffix/prefix/middle order some "
         "code models were trained on)",
     )
+    p.add_argument(
+        "--reasoning-budget",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="a thinking model's thinking ends after N tokens and its answer follows; 0: no "
+        "thinking, -1: no limit (default); a request's own budget (reasoning_effort, "
+        "Anthropic's budget_tokens) goes first",
+    )
     add_load_options(p, ctx_help="context length of each slot, in tokens")
     g = p.add_argument_group("LoRA adapters (llama-server's options; GET/POST /lora-adapters)")
     g.add_argument(
@@ -321,6 +330,7 @@ def serve(args: argparse.Namespace) -> int:
         max_tokens_cap=args.max_tokens,
         default_max_tokens=min(512, args.max_tokens),
         request_timeout_s=args.timeout,
+        reasoning_budget=args.reasoning_budget,
     )
     config.validate()  # refuses an unsafe bind before loading anything
     path = library().resolve(args.model)

@@ -30,6 +30,7 @@ from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
 from engine.decoding.reasoning import ThinkMarkers, starts_thinking, thinking_markers
 from engine.decoding.reply_reader import ReplyReader
+from engine.decoding.thinking_budget import ThinkingBudget
 from engine.decoding.tool_calls import ToolChoice, ToolFormat, tool_format_for
 from engine.errors import EngineError
 from engine.host.context_policy import ContextPolicy, fit_messages
@@ -73,6 +74,7 @@ class ChatPlan:
     parallel: bool = True  # several calls may come at once
     think: ThinkMarkers | None = None  # the template's think markers, separated or not
     media: MediaPrompt | None = None  # its images and audio (`prompt` is its tokens)
+    thinking: ThinkingBudget | None = None  # the reply's reasoning budget, if any
     # The conversation as given, the messages sent (before the tool format's rewrite) and,
     # for each, its index in the conversation (context_summary.SUMMARY_ORIGIN: the summary).
     conversation: Sequence[Mapping[str, Any]] = ()
@@ -122,6 +124,8 @@ def plan_chat(
     more_tokens: int = 0,
     media: Sequence[Media] = (),
     summary: Summary | None = None,
+    budget: int | None = None,
+    template_kwargs: Mapping[str, Any] | None = None,
 ) -> ChatPlan:
     """`grammar`: the reply's own format (a compiled constraint: response_format, Ollama's
     format), if any; `grammar_param` names its field in errors. `think`: None leaves the
@@ -130,9 +134,20 @@ def plan_chat(
     answer and `more_tokens` for text the caller appends to the prompt. `media`: images
     and audio, one `marker()` each in the messages' text, in order; the conversation is
     then not fitted (its media rows are counted only once the projector has split it).
-    `summary` (policy "summarise"): sent in place of the turns it covers."""
+    `summary` (policy "summarise"): sent in place of the turns it covers. `budget`: the
+    thinking's tokens at most (None or negative: no limit; 0 asks the template not to think
+    and closes a block it opens anyway; engine.decoding.thinking_budget). `template_kwargs`:
+    more variables for the template (llama-server's `chat_template_kwargs`); its
+    `enable_thinking` counts as `think` where `think` is None."""
     source = model.template.source
     markers = thinking_markers(source)
+    kwargs = dict(template_kwargs or {})
+    if markers is not None and think is None and isinstance(kwargs.get("enable_thinking"), bool):
+        think = kwargs.pop("enable_thinking")
+    if budget is not None and budget < 0:
+        budget = None
+    if budget == 0 and think is None:
+        think = False  # as llama-server reads --reasoning-budget 0
     if think and markers is None:
         raise PlanError(
             "'think': this model does not think (its chat template has no thinking block)",
@@ -147,7 +162,7 @@ def plan_chat(
             "either a call or text in that format)",
             param=grammar_param,
         )
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = kwargs
     if think is False or (grammar is not None and markers is not None):
         # Qwen3's switch; a grammar from the first token leaves no room for a thinking block.
         extra["enable_thinking"] = False
@@ -216,6 +231,10 @@ def plan_chat(
                 grammar = constraints.lark(tool_grammar, what="the tools' call grammar")
         except GrammarError as e:
             raise PlanError(f"'tools': {e}", param="tools") from None
+    thinking = None
+    if budget is not None and markers is not None and grammar is None:
+        # (A grammar holds from the first token: no block opens, no token may be forced.)
+        thinking = ThinkingBudget(budget, markers, in_thinking)
     return ChatPlan(
         prompt,
         grammar,
@@ -228,6 +247,7 @@ def plan_chat(
         parallel=parallel,
         think=markers,
         media=mp,
+        thinking=thinking,
         conversation=conversation,
         messages=list(messages),
         origin=origin,

@@ -11,7 +11,8 @@ cells it no longer owns first, so a request is reported done only once the cache
 the slot's tokens. A request that asks for log probabilities gets them from each row it
 samples, after its mask and before its chain (engine.host.logprobs); a drafted token's come
 from its verification row, the logits of the same position. Everything goes through the
-`ContextBackend`.
+`ContextBackend`. A request with a reasoning budget takes the tokens its `BudgetKeeper`
+forces (the thinking block's close) in place of a sample; its chain still accepts them.
 """
 
 from __future__ import annotations
@@ -88,7 +89,11 @@ class Finisher:
         for i in range(len(drafts) + 1):
             # Read before the greedy picker, which penalises the row in place.
             lp = None if req.logprobs is None else log_softmax(be.logits(s.batch_idx + i))
-            if pick is not None:
+            forced = None if req.thinking is None else req.thinking.forced()
+            if forced is not None:  # the budget closes the thinking block (no drafts)
+                tok = forced
+                be.sampler_accept(s.sampler, tok)
+            elif pick is not None:
                 tok = pick.pick(be.logits(s.batch_idx + i))
                 be.sampler_accept(s.sampler, tok)  # the chain stays in step
             else:
@@ -142,7 +147,10 @@ class Finisher:
         if s.drafter is not None:
             s.drafter.accept(tok)
         assert s.stream is not None
-        self.out(s, s.stream.push(self.backend.token_to_piece(tok, req.sampling.special_text)))
+        piece = self.backend.token_to_piece(tok, req.sampling.special_text)
+        if req.thinking is not None:
+            req.thinking.accept(tok, piece)
+        self.out(s, s.stream.push(piece))
         reason: StopReason | None = None
         if s.stream.stopped:
             reason = "stop_string"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.decoding.constraints import TokenMask
+from engine.decoding.thinking_budget import BudgetKeeper
 from engine.errors import EngineError
 from engine.host.logprobs import TokenLogprob
 from engine.host.stats import GenerationStats
@@ -125,6 +126,9 @@ class Request:
         self.mask: TokenMask | None = None
         # Its images and audio: where `prompt` holds placeholders, the rows to decode.
         self.media: MediaPrompt | None = None
+        # Its reasoning budget (engine.decoding.thinking_budget): the tokens it forces on
+        # the loop (`Scheduler.submit(thinking=...)`; never drafted).
+        self.thinking: BudgetKeeper | None = None
 
     def cancel(self) -> None:
         """Stop this request; its slot and KV cells are freed before the next step."""

@@ -57,6 +57,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from engine.decoding.textstream import TextStream
+from engine.decoding.thinking_budget import BudgetKeeper
 from engine.errors import EngineError
 from engine.host import batch_plan
 from engine.host.batch_builder import BatchBuilder
@@ -197,6 +198,7 @@ class Scheduler:
         media: MediaPrompt | None = None,
         logprobs: int | None = None,
         lora: dict[int, float] | None = None,
+        thinking: BudgetKeeper | None = None,
     ) -> Request:
         """Queue a generation. Raises QueueFull when the wait queue is full, EngineError when
         the request can never run (empty prompt, longer than a slot's context, a draft model
@@ -242,8 +244,7 @@ class Scheduler:
                 logprobs=logprobs,
                 lora=lora_scales(self.model.lora_scales, lora),
             )
-            req.mask = mask
-            req.media = media
+            req.mask, req.media, req.thinking = mask, media, thinking
             if media is not None:
                 req.stats.media_tokens = media.media_tokens
             self._queue.append(req)
@@ -537,8 +538,8 @@ class Scheduler:
         req.emit(Started(req.id, n_common))
 
     def _make_drafter(self, req: Request, slot: Slot) -> Drafter | None:
-        if req.mask is not None:
-            return None  # drafts would need the grammar's state at every drafted position
+        if req.mask is not None or req.thinking is not None:
+            return None  # drafts would need the grammar's or the budget's state at each step
         spec = self.model.speculator
         settings = self.model.params.speculative
         mode = req.spec if req.spec is not None else (settings.mode if settings else "off")

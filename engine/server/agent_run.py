@@ -85,6 +85,7 @@ class Run:
             stream=stream or plan.markers is not None or logprobs is not None,
             media=plan.media,
             logprobs=logprobs,
+            thinking=plan.thinking,
         )
         self._pieces = False
 

@@ -198,6 +198,7 @@ def _plan_args(req: AnthropicCountTokensRequest, media: Sequence[Media]) -> dict
         grammar_param="output_config",
         think=False if req.thinking and req.thinking.type == "disabled" else None,
         media=media,
+        budget=req.thinking.budget_tokens if req.thinking else None,
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from engine.decoding.thinking_budget import ThinkingBudget
 from engine.errors import EngineError
 from engine.host.requests import Event, QueueFull, SchedulerClosed
 from engine.media.prompt import MediaPrompt
@@ -35,10 +36,12 @@ def start(
     media: MediaPrompt | None = None,
     logprobs: int | None = None,
     lora: dict[int, float] | None = None,
+    thinking: ThinkingBudget | None = None,
 ) -> AsyncGeneration:
     """The request on the model's loop (`media`: the prompt's images and audio; `logprobs`:
     each token's log probability and this many alternatives; `lora`: its adapters' scales
-    by id, the others 0; an unknown id is a 400)."""
+    by id, the others 0; an unknown id is a 400; `thinking`: the reply's reasoning
+    budget)."""
     try:
         return AsyncGeneration(
             loaded,
@@ -48,6 +51,7 @@ def start(
             media=media,
             logprobs=logprobs,
             lora=lora,
+            thinking=thinking,
             timeout_s=state.config.request_timeout_s,
             metrics=state.metrics,
         )

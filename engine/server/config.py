@@ -40,6 +40,9 @@ class ServerConfig:
     # as llama-server's without --slot-save-path).
     slot_save_path: Path | None = None
     spm_infill: bool = False  # /infill puts the suffix before the prefix (llama-server's)
+    # The thinking's tokens at most, unless a request sets its own (llama-server's
+    # --reasoning-budget): -1 no limit, 0 no thinking.
+    reasoning_budget: int = -1
 
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -65,6 +68,8 @@ class ServerConfig:
             raise ServerError("the request body limit must be at least 1024 bytes")
         if self.request_timeout_s <= 0:
             raise ServerError("the request timeout must be positive")
+        if self.reasoning_budget < -1:
+            raise ServerError("the reasoning budget must be -1 (no limit), 0 or more")
         if self.max_queue < 0:
             raise ServerError("the queue size must be 0 or more")
         if self.webui_dir is not None and not (Path(self.webui_dir) / "index.html").is_file():

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from engine.decoding.reasoning import thinking_markers
+from engine.decoding.thinking_budget import BudgetKeeper, ThinkingBudget
 from engine.errors import EngineError
 from engine.host.host import UNSET, Lease, ModelHost, ModelNotFound, NoRoom, Unset
 from engine.host.requests import Event, Finished, Request
@@ -392,6 +393,12 @@ def _inbox(loop: asyncio.AbstractEventLoop) -> _LoopInbox:
         return box
 
 
+def budget_keeper(model: Model, budget: ThinkingBudget) -> BudgetKeeper:
+    """A request's reasoning budget with the tokens of its close for this vocabulary."""
+    close = model.tokenize(budget.forced_text, add_special=False, parse_special=True)
+    return BudgetKeeper(budget, close)
+
+
 class AsyncGeneration:
     """One scheduler request seen from the event loop: an async stream of its events.
 
@@ -410,6 +417,7 @@ class AsyncGeneration:
         media: MediaPrompt | None = None,
         logprobs: int | None = None,
         lora: dict[int, float] | None = None,
+        thinking: ThinkingBudget | None = None,
     ) -> None:
         inbox = _inbox(asyncio.get_running_loop())
         self._q: asyncio.Queue[Event] = asyncio.Queue()
@@ -430,6 +438,7 @@ class AsyncGeneration:
                 media=media,
                 logprobs=logprobs,
                 lora=lora,
+                thinking=None if thinking is None else budget_keeper(loaded.model, thinking),
             )
         except BaseException:
             if media is not None:

@@ -147,6 +147,8 @@ class LlamaRoutes:
             grammar_param="response_format",
             think=None,
             media=media,
+            budget=self.state.config.reasoning_budget,
+            template_kwargs=req.chat_template_kwargs,
         )
         return JSONResponse(ApplyTemplateAnswer(prompt=plan.text).wire())
 

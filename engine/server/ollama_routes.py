@@ -396,6 +396,7 @@ class OllamaRoutes:
                 think=think,
                 media=media,
                 media_param="images",
+                budget=self.state.config.reasoning_budget,
             )
         return await self._respond(
             request,
@@ -431,6 +432,7 @@ class OllamaRoutes:
             stream=stream or plan.markers is not None or logprobs is not None,
             media=plan.media,
             logprobs=logprobs,
+            thinking=plan.thinking,
         )
         reader = plan.reader()
         show_thinking = think is not False

@@ -223,6 +223,8 @@ class OpenAIRoutes:
             think=None,
             separate_reasoning=req.reasoning_format != "none",
             media=media,
+            budget=req.reasoning_budget(),
+            template_kwargs=req.chat_template_kwargs,
         )
         sampling = plan.sampling(sampling)
         want = req.asked_logprobs()
@@ -237,6 +239,7 @@ class OpenAIRoutes:
             media=plan.media,
             logprobs=want,
             lora=req.lora_scales(),
+            thinking=plan.thinking,
         )
         cid, created, model = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), loaded.model_id
         reader = plan.reader()

@@ -34,7 +34,7 @@ from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
 from engine.server.media_parts import decode_media
 from engine.server.parsing import read_json
-from engine.server.protocol.base import HOLE, Reply, Template
+from engine.server.protocol.base import EFFORT_BUDGET, HOLE, Reply, Template
 from engine.server.protocol.logprobs import entries
 from engine.server.protocol.media import MediaPart
 from engine.server.protocol.parse import parse_body
@@ -158,7 +158,7 @@ async def _plan(
 ) -> ChatPlan:
     system = [{"role": "system", "content": req.instructions}] if req.instructions else []
     convo = [{k: v for k, v in m.items() if k != MEDIA} for m in convo]
-    effort = req.reasoning.effort if req.reasoning else None  # only none/minimal get here
+    effort = req.reasoning.effort if req.reasoning else None
     return await fitted_plan(
         request,
         state,
@@ -179,7 +179,8 @@ async def _plan(
         parallel=req.parallel_tool_calls is not False,
         grammar=_grammar(req.text),
         grammar_param="text",
-        think=False if effort is not None else None,
+        think=None,
+        budget=None if effort is None else EFFORT_BUDGET[effort],
         media=media,
         media_param="input",
     )

@@ -134,21 +134,29 @@ class AnthropicToolChoice(Body):
         return self
 
 
-def _thinking_type(v: Any) -> Any:
-    if v == "enabled":
-        raise refuse(
-            "cannot be 'enabled': a thinking budget cannot be enforced here; use "
-            "'adaptive' (the model thinks as it would) or 'disabled'"
-        )
-    return v
+MIN_THINKING_BUDGET = 1024  # Anthropic's own least budget_tokens
 
 
 class AnthropicThinking(Body):
-    type: Annotated[
-        Literal["adaptive", "disabled"],
-        BeforeValidator(_thinking_type, json_schema_input_type=Literal["adaptive", "disabled"]),
-    ]
+    type: Literal["enabled", "adaptive", "disabled"]
+    budget_tokens: Annotated[
+        int | None,
+        Field(
+            ge=MIN_THINKING_BUDGET,
+            le=2**31 - 1,
+            description="with type enabled (and only then): the thinking's tokens at most, "
+            "less than max_tokens; the block is closed there and the answer follows",
+        ),
+    ] = None
     display: Annotated[Any, NotHonoured("the thinking comes whole, as thinking blocks")] = None
+
+    @model_validator(mode="after")
+    def _budget_with_enabled(self) -> AnthropicThinking:
+        if self.type == "enabled" and self.budget_tokens is None:
+            raise refuse_whole("'thinking.budget_tokens' is required with type 'enabled'")
+        if self.type != "enabled" and self.budget_tokens is not None:
+            raise refuse_whole("'thinking.budget_tokens' goes with type 'enabled' only")
+        return self
 
 
 class AnthropicJsonFormat(Body):
@@ -217,6 +225,14 @@ class AnthropicMessagesRequest(AnthropicCountTokensRequest):
     service_tier: Literal["auto", "standard_only"] | None = None
     cache_control: CacheControl = None
     context_policy: ContextPolicyField = None
+
+    @model_validator(mode="after")
+    def _budget_under_max_tokens(self) -> AnthropicMessagesRequest:
+        budget = self.thinking.budget_tokens if self.thinking is not None else None
+        if budget is not None and budget >= self.max_tokens:
+            # Anthropic's rule: the answer needs tokens after the thinking.
+            raise refuse_whole("'max_tokens' must be greater than 'thinking.budget_tokens'")
+        return self
 
 
 class AnthropicUsage(Reply):

@@ -7,7 +7,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -95,6 +95,19 @@ ContextPolicyField = Annotated[
         "left out."
     ),
 ]
+
+# OpenAI's reasoning effort (chat's `reasoning_effort`, Responses' `reasoning.effort`) as a
+# budget of thinking tokens: LiteLLM's budgets for Anthropic's budget_tokens; none and
+# minimal ask for no thinking, xhigh sets no limit (engine.decoding.thinking_budget).
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+EFFORT_BUDGET: dict[str, int] = {
+    "none": 0,
+    "minimal": 0,
+    "low": 1024,
+    "medium": 2048,
+    "high": 4096,
+    "xhigh": -1,
+}
 
 # Stop strings, as a tuple without empty ones.
 Stop = Annotated[

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from engine.host.stats import GenerationStats
-from engine.server.body_model import Body, NotHonoured
+from engine.server.body_model import Body, NotHonoured, refuse
 from engine.server.protocol.base import Reply
 
 
@@ -104,6 +104,51 @@ class LlamaChatFields(Body):
     backend_sampling: Annotated[
         Any,
         NotHonoured("sampling runs in the decode loop, on the CPU", (False,)),
+    ] = None
+
+
+# The names a template is given by the server itself: a request sets them through its own
+# fields (messages, tools), never through `chat_template_kwargs`.
+RESERVED_TEMPLATE_NAMES = frozenset(
+    {
+        "messages",
+        "add_generation_prompt",
+        "bos_token",
+        "eos_token",
+        "tools",
+        "raise_exception",
+        "strftime_now",
+    }
+)
+
+
+def _template_kwargs(v: Any) -> Any:
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise refuse("must be an object of the chat template's variables")
+    for key, value in v.items():
+        if not key.isidentifier():
+            raise refuse(f"has {key!r}, which is not a template variable's name")
+        if key in RESERVED_TEMPLATE_NAMES:
+            raise refuse(f"cannot set {key!r}: the server gives the template that itself")
+        if key == "enable_thinking" and not isinstance(value, bool):
+            raise refuse("'enable_thinking' must be true or false")
+    return v
+
+
+class TemplateKwargsField(Body):
+    """llama-server's `chat_template_kwargs`: more variables for the model's chat template
+    (Qwen3's `enable_thinking`), on chat requests and /apply-template."""
+
+    chat_template_kwargs: Annotated[
+        dict[str, Any] | None,
+        BeforeValidator(_template_kwargs),
+        Field(
+            description="variables passed to the model's chat template (llama-server's), "
+            'e.g. {"enable_thinking": false}; names the server sets itself (messages, '
+            "tools, add_generation_prompt, bos_token, eos_token) are refused"
+        ),
     ] = None
 
 

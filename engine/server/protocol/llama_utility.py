@@ -10,6 +10,7 @@ from pydantic import BeforeValidator, Field
 
 from engine.server.body_model import Body, refuse
 from engine.server.protocol.base import Reply
+from engine.server.protocol.llama import TemplateKwargsField
 from engine.server.protocol.openai import _Messages, _ToolFields
 from engine.settings import SamplingParams
 
@@ -75,7 +76,7 @@ class DetokenizeAnswer(Reply):
     content: str
 
 
-class ApplyTemplateRequest(_ToolFields, _Messages):
+class ApplyTemplateRequest(TemplateKwargsField, _ToolFields, _Messages):
     """A chat's messages (and tools) as /v1/chat/completions takes them."""
 
     model: Annotated[str | None, MODEL] = None

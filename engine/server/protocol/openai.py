@@ -16,9 +16,11 @@ from pydantic import (
 from engine.decoding.tool_calls import ToolChoice
 from engine.server.body_model import Body, NotHonoured, refuse, refuse_whole
 from engine.server.protocol.base import (
+    EFFORT_BUDGET,
     ContextPolicyField,
     NonEmpty,
     Penalty,
+    ReasoningEffort,
     RepeatPenalty,
     Reply,
     Seed,
@@ -29,7 +31,12 @@ from engine.server.protocol.base import (
     UnitInterval,
     no_alternatives,
 )
-from engine.server.protocol.llama import LlamaChatFields, PromptProgress, Timings
+from engine.server.protocol.llama import (
+    LlamaChatFields,
+    PromptProgress,
+    TemplateKwargsField,
+    Timings,
+)
 from engine.server.protocol.logprobs import (
     ChatLogprobs,
     LegacyLogprobs,
@@ -298,7 +305,13 @@ class _FormatFields(Body):
 # pydantic lists the fields of the last base first: the bases are in reverse order of the
 # routes' checks, so the first problem reported is the one the routes found first.
 class ChatCompletionRequest(
-    LoraField, LlamaChatFields, _FormatFields, _ToolFields, _OpenAISampling, _Messages
+    LoraField,
+    TemplateKwargsField,
+    LlamaChatFields,
+    _FormatFields,
+    _ToolFields,
+    _OpenAISampling,
+    _Messages,
 ):
     logprobs: LogprobsFlag | None = None
     top_logprobs: TopLogprobsField | None = None
@@ -312,7 +325,12 @@ class ChatCompletionRequest(
     context_policy: ContextPolicyField = None
     # OpenAI's fields that the server does not honour.
     reasoning_effort: Annotated[
-        Any, NotHonoured("a thinking budget cannot be set; see reasoning_format")
+        ReasoningEffort | None,
+        Field(
+            description="the thinking's budget in tokens: none and minimal 0 (no thinking), "
+            "low 1024, medium 2048, high 4096 (LiteLLM's budgets for Anthropic's "
+            "budget_tokens), xhigh no limit; absent: the server's --reasoning-budget"
+        ),
     ] = None
     verbosity: Annotated[Any, NotHonoured("the answer's length is the model's")] = None
     modalities: Annotated[Any, NotHonoured("the answer is text only", (["text"],))] = None
@@ -329,6 +347,10 @@ class ChatCompletionRequest(
 
     def asked_logprobs(self) -> int | None:
         return asked(self.logprobs, self.top_logprobs)
+
+    def reasoning_budget(self) -> int | None:
+        """The thinking's tokens at most that `reasoning_effort` asks (None: not set)."""
+        return None if self.reasoning_effort is None else EFFORT_BUDGET[self.reasoning_effort]
 
 
 def _prompt(v: Any) -> Any:

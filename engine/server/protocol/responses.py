@@ -18,7 +18,13 @@ from engine.server.protocol.agent import (
     choice_in_tools,
     tools_of,
 )
-from engine.server.protocol.base import MAX_TOOLS, TOOL_NAME, ContextPolicyField, Reply
+from engine.server.protocol.base import (
+    MAX_TOOLS,
+    TOOL_NAME,
+    ContextPolicyField,
+    ReasoningEffort,
+    Reply,
+)
 from engine.server.protocol.logprobs import LogprobEntry
 from engine.server.protocol.media import MediaPart, ResponsesImagePart, media_text
 
@@ -217,19 +223,13 @@ class ResponsesText(Body):
     verbosity: Annotated[Any, NotHonoured("the answer's length is the model's")] = None
 
 
-def _effort(v: Any) -> Any:
-    if isinstance(v, str) and v not in ("none", "minimal"):
-        raise refuse(
-            "cannot be set here beyond 'none' or 'minimal' (the model is asked not "
-            "to think); leave 'reasoning' out for the model's own thinking"
-        )
-    return v
-
-
 class ResponsesReasoning(Body):
     effort: Annotated[
-        Literal["none", "minimal"] | None,
-        BeforeValidator(_effort, json_schema_input_type=Literal["none", "minimal"] | None),
+        ReasoningEffort | None,
+        Field(
+            description="the thinking's budget in tokens, as chat's reasoning_effort: none "
+            "and minimal 0 (no thinking), low 1024, medium 2048, high 4096, xhigh no limit"
+        ),
     ] = None
     summary: Annotated[
         Any,

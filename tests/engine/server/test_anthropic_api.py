@@ -301,7 +301,13 @@ def test_key_rules_error_shape_and_metrics(srv: ServerThread, client: anthropic.
 @pytest.mark.parametrize(
     ("body", "says"),
     [
-        ({"thinking": {"type": "enabled", "budget_tokens": 2048}}, "thinking budget"),
+        (
+            {"thinking": {"type": "enabled", "budget_tokens": 2048}},
+            "'max_tokens' must be greater than 'thinking.budget_tokens'",
+        ),
+        ({"thinking": {"type": "enabled", "budget_tokens": 100}}, "at least 1024"),
+        ({"thinking": {"type": "enabled"}}, "'thinking.budget_tokens' is required"),
+        ({"thinking": {"type": "disabled", "budget_tokens": 2048}}, "with type 'enabled' only"),
         (
             {
                 "messages": [
@@ -501,6 +507,7 @@ def test_content_blocks_become_chat_turns() -> None:
 
 TAKEN: list[dict[str, Any]] = [
     {"max_tokens": 1, "messages": HELLO},
+    {"max_tokens": 2000, "messages": HELLO, "thinking": {"type": "enabled", "budget_tokens": 1024}},
     {
         "max_tokens": 1,
         "messages": [
@@ -551,7 +558,7 @@ REFUSED: list[dict[str, Any]] = [
     {"max_tokens": 1, "messages": []},
     {"max_tokens": 1, "messages": [{"role": "system", "content": "x"}]},
     {"max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "text"}]}]},
-    {"max_tokens": 1, "messages": HELLO, "thinking": {"type": "enabled", "budget_tokens": 1024}},
+    {"max_tokens": 1, "messages": HELLO, "thinking": {"type": "enabled", "budget_tokens": 100}},
     {"max_tokens": 1, "messages": HELLO, "temperature": 2},
     {"max_tokens": 1, "messages": HELLO, "stop_sequences": [""]},
     {"max_tokens": 1, "messages": HELLO, "tools": [{"name": "x"}]},
