@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.app.cli_inproc import run_cli
 from tests.engine.clients.bench_servers import (
     FaultServer,
     candlewick_serve,
@@ -33,6 +34,8 @@ LEVEL_FIELDS = (
 
 
 def cli(*args: str, timeout: float = 280) -> subprocess.CompletedProcess[str]:
+    """A separate process, for what a run measures of its own process (peak memory, argv);
+    the tests of refusals and failures run the same `main` in this process (`run_cli`)."""
     return subprocess.run(
         [sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=timeout
     )
@@ -131,7 +134,7 @@ def test_ctrl_c_stops_cleanly() -> None:
 
 def test_unreachable_url_is_reported_as_failures(tmp_path: Path) -> None:
     out = tmp_path / "dead.json"
-    r = cli(
+    r = run_cli(
         "bench",
         "--url",
         f"http://127.0.0.1:{free_port()}",
@@ -151,7 +154,7 @@ def test_unreachable_url_is_reported_as_failures(tmp_path: Path) -> None:
 
 def test_server_errors_are_reported_as_failures(tmp_path: Path) -> None:
     with FaultServer("http500") as srv:
-        r = cli("bench", "--url", srv.url, "--concurrency", "2", "--no-bandwidth", *FAST)
+        r = run_cli("bench", "--url", srv.url, "--concurrency", "2", "--no-bandwidth", *FAST)
     assert r.returncode == 3
     assert "Traceback" not in r.stderr
     assert "HTTP 500: model crashed" in r.stdout
@@ -171,7 +174,7 @@ def test_server_errors_are_reported_as_failures(tmp_path: Path) -> None:
     ],
 )
 def test_bad_input_is_one_line(args: list[str], message: str) -> None:
-    r = cli("bench", *args)
+    r = run_cli("bench", *args)
     assert r.returncode == 2
     assert message in r.stderr
     assert "Traceback" not in r.stderr
@@ -182,11 +185,11 @@ def test_compare_bad_files(tmp_path: Path) -> None:
     bad.write_text("{not json", encoding="utf-8")
     other = tmp_path / "other.json"
     other.write_text('{"hello": 1}', encoding="utf-8")
-    r = cli("bench", "compare", str(bad), str(other))
+    r = run_cli("bench", "compare", str(bad), str(other))
     assert r.returncode == 2 and "is not JSON" in r.stderr
-    r = cli("bench", "compare", str(other), str(other))
+    r = run_cli("bench", "compare", str(other), str(other))
     assert r.returncode == 2 and "not a Candlewick benchmark result" in r.stderr
-    r = cli("bench", "compare", str(tmp_path / "missing.json"), str(other))
+    r = run_cli("bench", "compare", str(tmp_path / "missing.json"), str(other))
     assert r.returncode == 2 and "no such file" in r.stderr
 
 

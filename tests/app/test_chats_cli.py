@@ -6,7 +6,6 @@ import errno
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,11 @@ from app.cli import main
 from app.services.chat_store import ChatStore, default_store_path
 from app.services.paths import AppPaths
 from tests.app.cli_errors import one_line_error
+from tests.app.cli_inproc import run_cli
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", "chats", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli("chats", *args)
 
 
 def _seed() -> int:

@@ -4,19 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.app.cli_inproc import run_cli
 
-def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args)
 
 
 @pytest.mark.model

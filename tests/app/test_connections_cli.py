@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.app.cli_inproc import run_cli
 from tests.app.services.file_keyring import BACKEND
 from tests.engine.clients.bench_servers import REPO, candlewick_serve, free_port
 
@@ -112,11 +113,11 @@ def test_bad_input_is_one_line(keyring_file: Path) -> None:
         (("test", "nope"), "no connection named 'nope' (known: none saved yet)"),
         (("add", "x", "http://h", "--api-key-stdin"), "no API key on standard input"),
     ]:
-        r = cli(*args)
+        r = run_cli("connections", *args)
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr == f"candlewick: error: {message}\n", args
-    assert cli("add", "x", "http://h").returncode == 0
-    r = cli("add", "X", "http://h")
+    assert run_cli("connections", "add", "x", "http://h").returncode == 0
+    r = run_cli("connections", "add", "X", "http://h")
     assert r.returncode == 2 and "'x' exists already" in r.stderr
 
 

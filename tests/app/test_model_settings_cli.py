@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from app.services.model_settings import ModelSettingsStore
+from tests.app.cli_inproc import run_cli
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", "models", "settings", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_cli("models", "settings", *args)
 
 
 def shown(r: subprocess.CompletedProcess[str]) -> dict[str, dict[str, object]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.model.gguf import human_bytes
+from tests.app.cli_inproc import run_cli
 from tests.hub_emulator import HubEmulator, file_sha256, running_hub, tiny_gguf
 
 REPO = "bartowski/SmolLM2-135M-Instruct-GGUF"
@@ -38,13 +39,7 @@ def hub(
 
 
 def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", "models", *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        input=stdin,
-    )
+    return run_cli("models", *args, stdin=stdin)
 
 
 def one_line_error(r: subprocess.CompletedProcess[str]) -> str:

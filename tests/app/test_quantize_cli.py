@@ -4,20 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 from app.services.paths import AppPaths
+from tests.app.cli_inproc import run_cli
 from tests.quant_checks import check_smollm2_quant
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app.cli", "models", *args],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    return run_cli("models", *args)
 
 
 def error_line(r: subprocess.CompletedProcess[str]) -> str:
