@@ -202,12 +202,16 @@ def open_window(home: Path) -> str:
         if not window.isVisible():
             raise SelfTestError("window", "the main window did not become visible")
         size = f"{window.width()}x{window.height()}"
+        from app.ui.voice_recorder import unavailable
+
+        # Voice input needs QtMultimedia: a bundle without it shows Speak disabled, says so.
+        voice = "voice input ready" if unavailable() is None else "voice input unavailable"
         window.close()
         app.processEvents()
     finally:
         window.shutdown()
         qInstallMessageHandler(previous)
-    return f"opened and closed ({size}, {QGuiApplication.platformName()})"
+    return f"opened and closed ({size}, {QGuiApplication.platformName()}, {voice})"
 
 
 def run(

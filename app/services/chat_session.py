@@ -115,8 +115,8 @@ class ChatSession(ChatReplies):
         """Add the user's message (with its images and audio, each passing `check`) and
         start the reply; False when one is still running, sending is paused, or the model
         cannot take an attachment (the window keeps what was typed and attached)."""
-        if self._refused() or self.busy or not text.strip():
-            return False
+        if self._refused() or self.busy or not (text.strip() or attachments):
+            return False  # a recording or a picture alone is a message; nothing at all is not
         if self.engine.chosen(self.settings) is None and self.loaded is None:
             self.listener.error(NO_MODEL)
             return False

@@ -95,6 +95,7 @@ from app.ui.prose_label import ProseLabel, hint_at_own_width
 from app.ui.scroll_guard import guard_layout_requests
 from app.ui.streaming_prose import StreamingProse
 from app.ui.tool_blocks import ToolCallBlock, ToolResultBlock
+from app.ui.voice_input import VoiceInput
 from app.ui.welcome import WelcomePane
 from engine.host.stats import GenerationStats
 
@@ -717,10 +718,10 @@ class MessageWidget(QFrame):
             "Regenerate", "Answer again (a new version) · R", "regenerate"
         )
         self.copy_message_button = self._tool("Copy", "Copy the message · Ctrl+C", "copy")
-        self.delete_button = self._tool(
         # An answer spoken (app/ui/read_aloud.py); "Stop reading" while it is.
         self.read_aloud_button = self._tool("Read aloud", "Read this answer aloud", "read_aloud")
         self.speaking = False
+        self.delete_button = self._tool(
             "Delete", "Delete this message and what follows · Delete", "delete"
         )
         # The buttons in one widget: an edit in progress hides them all at once; the fade
@@ -799,8 +800,8 @@ class MessageWidget(QFrame):
         self.regenerate_button.setVisible(message.role == "assistant")
         for b in (self.copy_message_button, self.delete_button):
             b.setVisible(message.role != "tool")
-        self.text = message.text
         self.read_aloud_button.setVisible(message.role == "assistant")
+        self.text = message.text
         self.left_out_label: QLabel | None = None  # the last prompt left it out
         self.sync(message)
 
@@ -830,11 +831,10 @@ class MessageWidget(QFrame):
             self.edit_button,
             self.regenerate_button,
             self.copy_message_button,
-            self.delete_button,
             self.read_aloud_button,
+            self.delete_button,
         ]
 
-    def sizeHint(self) -> QSize:
     def set_speaking(self, speaking: bool) -> None:
         """The answer is being read aloud: its Read aloud button stops it."""
         self.speaking = speaking
@@ -843,6 +843,7 @@ class MessageWidget(QFrame):
         b.setToolTip("Stop reading this answer aloud" if speaking else "Read this answer aloud")
         b.setAccessibleName(b.toolTip())
 
+    def sizeHint(self) -> QSize:
         return hint_at_own_width(self) or super().sizeHint()
 
     def _measure_bubble(self, text: str) -> None:
@@ -1028,8 +1029,8 @@ class MessageWidget(QFrame):
         for w in (self.prev_button, self.branch_label, self.next_button):
             w.setVisible(count > 1)
         self.prev_button.setEnabled(index > 1)
-        self.next_button.setEnabled(index < count)
         self.read_aloud_button.setEnabled(bool(message.text.strip()) or self.speaking)
+        self.next_button.setEnabled(index < count)
         self.continue_button.setVisible(
             message.role == "assistant"
             and message.state in ("interrupted", "stopped")
@@ -1148,7 +1149,8 @@ class ChatView(QWidget):
         bar.valueChanged.connect(self._on_scrolled)
 
         self.attacher = Attacher(self)
-        self.composer = Composer(self.attacher)
+        self.voice = VoiceInput(self.attacher, self.send_draft, self)
+        self.composer = Composer(self.attacher, self.voice)
         self.input = self.composer.input
         self.input.submitted.connect(self._submit)
         self.input.up_from_empty.connect(self.focus_last_message)
@@ -1157,13 +1159,7 @@ class ChatView(QWidget):
         # A sent attachment's bytes, for the thumbnails (the window sets the controller's).
         self.attachment_reader: AttachmentReader | None = None
         self.send_button = self.composer.send_button
-        self.send_button.clicked.connect(
-            lambda: (
-                self.input.submitted.emit(self.input.toPlainText().strip())
-                if self.input.toPlainText().strip()
-                else None
-            )
-        )
+        self.send_button.clicked.connect(self.send_draft)
         self.stop_button = self.composer.stop_button
         self.stop_button.clicked.connect(self.stop_requested)
         self.set_busy(False)
@@ -1322,6 +1318,15 @@ class ChatView(QWidget):
         stored = self.model.conversation.store_id is not None
         self.export_button.setVisible(stored)
         self.header.setVisible(stored or bool(self.system_label.text()))
+
+    def send_draft(self) -> bool:
+        """Send what is typed with what is attached (Send; a voice recording). A recording
+        alone is a message too. False: nothing to send, or an answer is being written."""
+        text = self.input.toPlainText().strip()
+        if not (text or self.attacher.items()) or not self.send_button.isEnabled():
+            return False
+        self._submit(text)
+        return True
 
     def _submit(self, text: str) -> None:
         if not self.send_button.isEnabled():

@@ -1,5 +1,6 @@
-"""The composer under the chat: the message box, Attach, a live token count of the draft and
-one Send button that turns into Stop while an answer is written.
+"""The composer under the chat: the message box, Attach, Speak (voice input: voice_input.py),
+a live token count of the draft and one Send button that turns into Stop while an answer is
+written.
 
 The count uses whatever counter the window hands in (the loaded model's tokenizer; an
 estimate without one). It runs on a short debounce timer after the last keystroke, never per
@@ -26,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.ui.attacher import Attacher
+from app.ui.voice_input import VoiceInput
 
 CountTokens = Callable[[str], int]
 COUNT_DELAY_MS = 250  # after the last keystroke
@@ -115,7 +117,9 @@ class ChatInput(QPlainTextEdit):
 class Composer(QFrame):
     """The box and its row of controls, drawn as one rounded field in palette colours."""
 
-    def __init__(self, attacher: Attacher, parent: QWidget | None = None) -> None:
+    def __init__(
+        self, attacher: Attacher, voice: VoiceInput | None = None, parent: QWidget | None = None
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("composer")
         self.setAccessibleName("Composer")
@@ -145,6 +149,13 @@ class Composer(QFrame):
         row = QHBoxLayout()
         row.setContentsMargins(0, 0, 0, 0)
         row.addWidget(self.attach_button)
+        if voice is not None:  # Speak, and while it records the level and the time
+            voice.box = self.input
+            voice.button.setFlat(True)
+            voice.button.setMinimumWidth(60)
+            row.addWidget(voice.button)
+            row.addWidget(voice.meter)
+            row.addWidget(voice.time_label)
         row.addWidget(self.token_label, 1)  # the room between Attach and Send
         row.addWidget(self.send_button)
         row.addWidget(self.stop_button)

@@ -243,6 +243,8 @@ class MainWindow(QMainWindow):
         att.check = c.attachment_refusal
         att.audio_rate = lambda: c.loaded.audio_rate if c.loaded is not None else 0
         att.refused.connect(self.show_error)
+        self.chat_view.voice.notice.connect(self.show_error)
+        self._closers.append(self.chat_view.voice.shutdown)
         self.chat_view.attachment_reader = c.attachment_data
         c.send_state_changed.connect(self.chat_view.set_busy)
         c.loading_started.connect(self._on_loading_started)

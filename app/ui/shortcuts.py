@@ -3,8 +3,9 @@ in one call (`install_shortcuts`).
 
 Keys: Ctrl+K the command palette, Ctrl+N a new chat, Ctrl+Shift+F (and Ctrl+F) search the
 chats, Ctrl+L or / the message box, Esc stop, Ctrl+R answer the last question again, Ctrl+M
-choose another model. A key some action of the window already has is left to it: two
-actions on one key would make Qt run neither.
+choose another model, Ctrl+Shift+Space push-to-talk (held; a tap starts or ends a recording).
+A key some action of the window already has is left to it: two actions on one key would make
+Qt run neither.
 
 Besides the keys: the composer's token count uses the loaded model's tokenizer (an
 estimate without one), and the welcome of an empty chat names the model that will answer.
@@ -131,7 +132,10 @@ def install_shortcuts(window: QMainWindow) -> CommandPalette:
         add_action(window, "Switch model", ["Ctrl+M"], lambda: _switch_model(w)),
         # "/" reaches no action while a text box has the focus: text boxes take typed keys.
         add_action(window, "Focus message box", ["/"], view.focus_input),
+        # Held: push-to-talk (its Space's release ends it); tapped: a toggle.
+        add_action(window, "Push to talk", ["Ctrl+Shift+Space"], view.voice.shortcut),
     ]
+    added[-1].setAutoRepeat(False)  # a held key starts one recording, not one per repeat
     if not _has_key(window, "Ctrl+N") and callable(getattr(w, "new_chat", None)):
         added.append(add_action(window, "New chat", ["Ctrl+N"], w.new_chat))
     if not _has_key(window, "Ctrl+L"):

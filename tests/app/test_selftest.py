@@ -94,6 +94,7 @@ def test_the_chat_store_opens(tmp_path: Path) -> None:
 def test_window_opens_and_closes(qapp: object, tmp_path: Path) -> None:
     result = selftest.open_window(tmp_path)
     assert result.startswith("opened and closed (")
+    assert result.endswith(", voice input ready)")  # QtMultimedia (PySide6-Addons) imports
     assert (tmp_path / "config" / "window.ini").exists()  # the window saved its state on close
 
 
