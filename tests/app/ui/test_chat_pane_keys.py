@@ -143,7 +143,12 @@ def test_enter_on_a_message_opens_its_actions_as_a_menu(view: ChatView, qtbot: Q
     menu = answer.actions_menu
     assert menu is not None and menu.isVisible()
     names = [a.text() for a in menu.actions()]
-    assert names == ["Answer again (a new version)", "Copy the message", names[-1]]
+    assert names == [
+        "Answer again (a new version)",
+        "Copy the message",
+        "Read this answer aloud",
+        names[-1],
+    ]
     assert names[-1].startswith("Delete")
     assert answer.actions_shown  # while its menu is open
     QGuiApplication.clipboard().clear()
@@ -342,6 +347,7 @@ def test_the_message_widget_offers_only_what_it_shows(qtbot: QtBot) -> None:
         "Continue this answer",
         "Answer again (a new version)",
         "Copy the message",
+        "Read this answer aloud",
         "Delete this message and what follows",
     ]
 
