@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from app.cli import model_settings_cli, quantize_cmd
+from app.cli import model_settings_cli, quantize_cmd, speech_models_cmd
 from app.cli.common import CliError, library, print_json
 from app.services.download_jobs import DONE, FAILED, PAUSED, DownloadJob
 from app.services.download_manager import DownloadManager
@@ -32,12 +32,15 @@ from app.services.projectors import choose_projector
 from app.services.secrets import TokenStore
 from app.services.speed_records import SpeedService
 from engine.model.gguf import human_bytes
+from engine.model.whisper_file import is_whisper_file
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("models", help="manage local models and find new ones on the Hub")
     msub = p.add_subparsers(dest="models_command", metavar="SUBCOMMAND", required=True)
-    ls = msub.add_parser("list", help="list local models (including other tools' models)")
+    ls = msub.add_parser(
+        "list", help="list local models (including other tools' models and speech-to-text ones)"
+    )
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(handler=list_models)
 
@@ -46,6 +49,11 @@ def register(sub: Any) -> None:
     s.add_argument("--sort", choices=["downloads", "likes", "updated"], default="downloads")
     s.add_argument("--limit", type=int, default=20)
     s.add_argument("--json", action="store_true")
+    s.add_argument(
+        "--speech",
+        action="store_true",
+        help="speech-to-text repositories (whisper.cpp's ggml files) instead of GGUF ones",
+    )
     s.set_defaults(handler=_hub_errors(search))
 
     f = msub.add_parser("files", help="list a repository's GGUF files by quantization")
@@ -73,7 +81,9 @@ def register(sub: Any) -> None:
     rm.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     rm.set_defaults(handler=delete)
 
-    im = msub.add_parser("import", help="add a .gguf file to the library")
+    im = msub.add_parser(
+        "import", help="add a .gguf file (or a whisper.cpp .bin, with --copy) to the library"
+    )
     im.add_argument("path", type=Path)
     im.add_argument(
         "--copy",
@@ -92,6 +102,7 @@ def register(sub: Any) -> None:
 
     quantize_cmd.register(msub)
     model_settings_cli.register(msub)
+    speech_models_cmd.register(msub)
 
 
 def _hub_errors(
@@ -125,22 +136,28 @@ def _table(rows: Sequence[tuple[str, ...]]) -> None:
 def list_models(args: argparse.Namespace) -> int:
     entries = library().entries()
     if args.json:
-        print_json([e.to_dict() for e in entries])
+        print_json(
+            [{**e.to_dict(), "kind": _kind(e)} for e in entries] + speech_models_cmd.speech_dicts()
+        )
         return 0
-    if not entries:
+    speech = speech_models_cmd.speech_rows()
+    if not entries and not speech:
         print("No local models. The bundled default is missing: run the set-up again.")
         return 0
-    rows = [("ID", "NAME", "ARCH", "PARAMS", "QUANT", "SIZE", "SOURCE", "CONTEXT")]
+    rows = [("ID", "NAME", "KIND", "ARCH", "PARAMS", "QUANT", "SIZE", "SOURCE", "CONTEXT")]
     for e in entries:
         source = _source_label(e)
         if e.facts is None:
-            rows.append((e.id, e.path.name, "-", "-", "-", "-", source, f"unusable: {e.error}"))
+            rows.append(
+                (e.id, e.path.name, "-", "-", "-", "-", "-", source, f"unusable: {e.error}")
+            )
             continue
         f = e.facts
         rows.append(
             (
                 e.id,
                 e.name,
+                _kind(e),
                 f.architecture,
                 f.params_label,
                 f.quantization,
@@ -149,8 +166,16 @@ def list_models(args: argparse.Namespace) -> int:
                 str(f.context_length),
             )
         )
-    _table(rows)
+    _table(rows + speech)
     return 0
+
+
+def _kind(e: LibraryEntry) -> str:
+    """What a GGUF model is for: text (chat), embedding or reranker."""
+    f = e.facts
+    if f is None:
+        return "-"
+    return "reranker" if f.is_reranker else "embedding" if f.embedding_only else "text"
 
 
 def _source_label(e: LibraryEntry) -> str:
@@ -160,12 +185,15 @@ def _source_label(e: LibraryEntry) -> str:
 
 
 def search(args: argparse.Namespace) -> int:
-    results = _hub().search(args.query, sort=args.sort, limit=max(1, args.limit))
+    results = _hub().search(
+        args.query, sort=args.sort, limit=max(1, args.limit), speech=args.speech
+    )
     if args.json:
         print_json([r.to_dict() for r in results])
         return 0
     if not results:
-        print(f"No GGUF repositories match '{args.query}'.")
+        what = "speech-to-text" if args.speech else "GGUF"
+        print(f"No {what} repositories match '{args.query}'.")
         return 0
     rows = [("REPO", "DOWNLOADS", "LIKES", "UPDATED", "ACCESS")]
     for r in results:
@@ -194,12 +222,12 @@ def files(args: argparse.Namespace) -> int:
     if details.summary:
         print(details.summary)
     if not details.variants:
-        print("This repository has no GGUF files.")
+        print("This repository has no GGUF or whisper.cpp model files.")
         return 0
     rows = [("FILE", "QUANT", "SIZE", "SHARDS", "SPEED", "FIT")]
     for v in details.variants:
         shards = f"{len(v.files)}/{v.shards_expected}" if v.shards_expected > 1 else "-"
-        fit = details.fits.get(v.name, "-") if v.kind == "model" else "(vision projector)"
+        fit = details.fits.get(v.name, "-") if v.kind == "model" else _KIND_NOTE[v.kind]
         badge = details.speeds.get(v.name)
         speed = badge.text if badge is not None else "-"
         rows.append(
@@ -209,13 +237,16 @@ def files(args: argparse.Namespace) -> int:
     return 0
 
 
+_KIND_NOTE = {"projector": "(vision projector)", "speech": "(speech to text)"}
+
+
 def download(args: argparse.Namespace) -> int:
     hub = _hub()
     details = hub.repo_details(args.repo, with_fit=False)
     variant = details.variant(args.file)
     if variant is None:
         names = ", ".join(v.name for v in details.variants[:8]) or "none"
-        raise CliError(f"{args.file} is not a GGUF file in {args.repo} (its GGUF files: {names})")
+        raise CliError(f"{args.file} is not a GGUF file in {args.repo} (its model files: {names})")
     if not variant.complete:
         raise CliError(
             f"{variant.name} is missing shards on the Hub "
@@ -248,6 +279,8 @@ def download(args: argparse.Namespace) -> int:
         raise CliError(j.error or f"download of {j.filename} stopped ({j.status})")
     path = Path(done[0].path or "")
     ids = [e.id for e in library().entries() if e.path == path]
+    if variant.kind == "speech":
+        ids = [e.id for e in speech_models_cmd.speech_library().entries() if e.path == path]
     with_projector = f" and its projector {projector.name}" if projector is not None else ""
     print(
         f"Downloaded and verified {variant.name} ({human_bytes(variant.size)})"
@@ -331,6 +364,10 @@ def delete(args: argparse.Namespace) -> int:
 
 
 def import_model(args: argparse.Namespace) -> int:
+    if is_whisper_file(args.path):
+        id_ = speech_models_cmd.import_speech(args.path, copy=args.copy)
+        print(f"Imported {args.path.name} as '{id_}' (speech to text), copied into the library")
+        return 0
     entry = library().import_file(args.path, mode="copy" if args.copy else "link")
     how = "copied into the library" if args.copy else "linked (the file stays where it is)"
     print(f"Imported {args.path.name} as '{entry.id}', {how}")

@@ -122,6 +122,9 @@ def translate_error(
     return HubError(f"unexpected answer from the Hub for {what}: {type(e).__name__}: {e}")
 
 
+# The Hub's tag of speech recognition models (their pipeline), whisper.cpp's repositories too.
+SPEECH_TAG = "automatic-speech-recognition"
+
 # --- quantization names and shards -------------------------------------------------------------
 
 _QUANT_RE = re.compile(
@@ -174,7 +177,7 @@ class ModelVariant:
     quantization: str
     files: tuple[HubFile, ...]
     shards_expected: int = 1
-    kind: str = "model"  # model | projector (multimodal mmproj files)
+    kind: str = "model"  # model | projector (multimodal mmproj files) | speech (whisper.cpp)
 
     @property
     def size(self) -> int:
@@ -203,11 +206,25 @@ class ModelVariant:
         }
 
 
+def is_whisper_name(filename: str) -> bool:
+    """whisper.cpp's model files as its repositories name them: `ggml-base.en-q5_1.bin` (not
+    its test stubs `for-tests-ggml-*.bin`, nor the Silero VAD model `ggml-silero-*.bin`)."""
+    name = filename.rsplit("/", 1)[-1].lower()
+    return name.startswith("ggml-") and name.endswith(".bin") and "silero" not in name
+
+
 def group_variants(files: Iterable[HubFile]) -> list[ModelVariant]:
-    """GGUF files grouped into models: shards of one model become one variant."""
+    """GGUF files grouped into models: shards of one model become one variant. whisper.cpp's
+    ggml files are speech variants, named by their quantization like GGUF quants (a file
+    without one is whisper.cpp's f16)."""
     singles: list[ModelVariant] = []
     shards: dict[tuple[str, int], list[tuple[int, HubFile]]] = {}
     for f in files:
+        if is_whisper_name(f.filename):
+            quant = quantization_of(f.filename.removesuffix(".bin"))
+            quant = "F16" if quant == "unknown" else quant
+            singles.append(ModelVariant(f.filename, quant, (f,), 1, "speech"))
+            continue
         if not f.filename.lower().endswith(".gguf"):
             continue
         kind = "projector" if "mmproj" in f.filename.rsplit("/", 1)[-1].lower() else "model"
@@ -350,14 +367,16 @@ class HubClient:
         ), token
 
     def search(
-        self, query: str, *, sort: SortKey = "downloads", limit: int = 30
+        self, query: str, *, sort: SortKey = "downloads", limit: int = 30, speech: bool = False
     ) -> list[RepoSummary]:
-        """GGUF repositories matching `query`. One request, no retry loop: huggingface_hub's
+        """GGUF repositories matching `query` (`speech`: speech-recognition ones, where
+        whisper.cpp's files are). One request, no retry loop: huggingface_hub's
         `list_models` retries a dead connection for ~25 s, far too long to learn we are
         offline; the answer is parsed with its own ModelInfo."""
         self.check_online()
         token = self._token()
-        params: dict[str, Any] = {"filter": "gguf", "sort": _SORT_PARAM[sort], "limit": limit}
+        kind = SPEECH_TAG if speech else "gguf"
+        params: dict[str, Any] = {"filter": kind, "sort": _SORT_PARAM[sort], "limit": limit}
         if query:
             params["search"] = query
         try:

