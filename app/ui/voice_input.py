@@ -38,7 +38,7 @@ from engine.errors import EngineError
 HOLD_S = 0.4  # held longer than this, the button is push-to-talk; shorter, a toggle
 MIN_SECONDS = 0.3  # less sound than this is no recording
 NO_SPEECH_MODEL = (
-    "No speech-to-text model is chosen: add a whisper model in Models and choose it for voice input"
+    "No transcription model is chosen: pick a whisper model from the library in Tools → Voice…"
 )
 TOO_SHORT = "Nothing was recorded: hold Speak (or Ctrl+Shift+Space) while you talk"
 WAITS = "The recording is attached: it is sent with the next message"
