@@ -39,6 +39,7 @@ from engine.server.request_log import RequestRecord, current_record
 from engine.server.rerank_routes import RerankRoutes
 from engine.server.responses_routes import ResponsesRoutes
 from engine.server.slot_routes import SlotRoutes
+from engine.server.speech_routes import SpeechRoutes
 from engine.server.webui import ui_mount, ui_paths
 
 log = logging.getLogger("candlewick.server")
@@ -241,6 +242,7 @@ def create_app(state: ServerState) -> ASGIApp:
         *ModelRoutes(state).routes(),
         *openai.routes(),
         *RerankRoutes(state).routes(),
+        *SpeechRoutes(state).routes(),
         *LlamaRoutes(state).routes(),
         *LoraRoutes(state).routes(),
         *ResponsesRoutes(state).routes(),

@@ -28,6 +28,7 @@ from engine.server.protocol import (
     ollama,
     openai,
     responses,
+    speech,
 )
 from engine.server.protocol.ollama_models import (
     OllamaCopyRequest,
@@ -275,6 +276,16 @@ PATHS: dict[str, Operation] = {
         )
         for path in RERANK_PATHS
     },
+    "/v1/audio/speech": Operation(
+        "post",
+        "Speech of a text (OpenAI's text to speech): the whole file, MP3 unless asked",
+        {media: None for media in speech.CONTENT_TYPES.values()},
+        speech.SpeechRequest,
+        errors=(400, 401, 413, 500),
+    ),
+    "/v1/audio/voices": Operation(
+        "get", "The voices /v1/audio/speech takes", {JSON: speech.VoiceList}, errors=(401,)
+    ),
     "/api/version": Operation(
         "get", "Server version", {JSON: ollama.OllamaVersion}, error=ollama.OllamaError
     ),
@@ -474,7 +485,7 @@ def _name_examples(schemas: dict[str, Any], model_id: str) -> None:
     example (a made-up name is a 404, so a client, or a fuzzer, learns nothing from it)."""
     for schema in schemas.values():
         model = schema.get("properties", {}).get("model")
-        if isinstance(model, dict):
+        if isinstance(model, dict) and "enum" not in model:  # not a speech model's name
             model["examples"] = [model_id]
             model.setdefault(
                 "description", "a model's id, alias or file name (GET /v1/models lists them)"

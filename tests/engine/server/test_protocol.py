@@ -57,6 +57,7 @@ from engine.server.protocol.openai import (
     ToolCall,
 )
 from engine.server.protocol.parse import parse_body
+from engine.server.protocol.speech import SpeechRequest
 
 ROUTES: dict[str, type[BaseModel]] = {
     "chat": ChatCompletionRequest,
@@ -77,6 +78,7 @@ ROUTES: dict[str, type[BaseModel]] = {
     "apply_template": ApplyTemplateRequest,
     "infill": InfillRequest,
     "slot_file": SlotFileRequest,
+    "speech": SpeechRequest,
 }
 OK: Literal[True] = True
 WHOLE = ""  # refused by a rule about the body as a whole: no param
@@ -631,6 +633,49 @@ ROWS: list[Row] = [
     ("slot_file", {}, "filename"),
     ("slot_file", {"filename": ""}, "filename"),
     ("slot_file", {"filename": 5}, "filename"),
+    # -- /v1/audio/speech --
+    ("speech", {"model": "tts-1", "input": "Hi.", "voice": "default"}, OK),
+    (
+        "speech",
+        {
+            "model": "espeak-ng",
+            "input": "Hi.",
+            "voice": "espeak-de",
+            "response_format": "wav",
+            "speed": 1,
+            "instructions": "",
+            "stream_format": "audio",
+        },
+        OK,
+    ),
+    ("speech", {"model": "kokoro", "input": "Hi.", "voice": "x", "response_format": None}, OK),
+    ("speech", {"model": "gpt-4o-mini-tts", "input": "a" * 4096, "voice": "d", "speed": 4.0}, OK),
+    ("speech", {"input": "Hi.", "voice": "default"}, "model"),
+    ("speech", {"model": "smollm2", "input": "Hi.", "voice": "default"}, "model"),
+    ("speech", {"model": "tts-1", "voice": "default"}, "input"),
+    ("speech", {"model": "tts-1", "input": "", "voice": "default"}, "input"),
+    ("speech", {"model": "tts-1", "input": "a" * 4097, "voice": "default"}, "input"),
+    ("speech", {"model": "tts-1", "input": ["Hi."], "voice": "default"}, "input"),
+    ("speech", {"model": "tts-1", "input": "Hi."}, "voice"),
+    ("speech", {"model": "tts-1", "input": "Hi.", "voice": ""}, "voice"),
+    ("speech", {"model": "tts-1", "input": "Hi.", "voice": "default", "speed": 0.1}, "speed"),
+    ("speech", {"model": "tts-1", "input": "Hi.", "voice": "default", "speed": "1"}, "speed"),
+    (
+        "speech",
+        {"model": "tts-1", "input": "Hi.", "voice": "default", "response_format": "opus"},
+        "response_format",
+    ),
+    (
+        "speech",
+        {"model": "tts-1", "input": "Hi.", "voice": "default", "instructions": "Whisper."},
+        "instructions",
+    ),
+    (
+        "speech",
+        {"model": "tts-1", "input": "Hi.", "voice": "default", "stream_format": "sse"},
+        "stream_format",
+    ),
+    ("speech", {"model": "tts-1", "input": "Hi.", "voice": "default", "lang": "en"}, "lang"),
 ]
 
 
@@ -1127,6 +1172,7 @@ IN_WORDS = [
     ("infill", {"input_prefix": "a", "input_suffix": "b", "samplers": ["top_k"]}),
     ("chat", {"messages": M, "n": 1.0}),
     ("rerank", {"query": "q", "documents": ["a"], "top_n": 1.0}),
+    ("speech", {"model": "tts-1", "input": "Hi.", "voice": "default", "instructions": "Whisper."}),
     ("chat", {"messages": M, "tools": [TOOL, TOOL]}),
     ("chat", {"messages": M, "tool_choice": "auto"}),
     ("chat", {"messages": M, "tool_choice": "required"}),
