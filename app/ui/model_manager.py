@@ -23,6 +23,7 @@ from typing import Any, Literal
 from PySide6.QtCore import Qt, QTimer, Signal, Slot
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QGroupBox,
@@ -43,18 +44,19 @@ from app.services.download_jobs import (
     DONE,
     DOWNLOADING,
     FAILED,
-    PAUSED,
     QUEUED,
     VERIFYING,
-    DownloadJob,
 )
 from app.services.download_manager import DownloadManager
 from app.services.hub import HubClient, HubError, HubOffline, ModelVariant, RepoDetails, RepoSummary
 from app.services.hub import SpeedBadge as Speed
 from app.services.library import LibraryEntry, ModelLibrary
 from app.services.secrets import TokenStore
+from app.services.speech_models import SpeechLibrary
 from app.ui.background import Background, Done
+from app.ui.download_rows import progress_text, speed_text, status_text
 from app.ui.library_model import is_embedding, not_for_chat, tagged_name
+from app.ui.speech_models_box import SpeechModelsBox
 from engine.model.gguf import human_bytes
 
 log = logging.getLogger("candlewick.ui.models")
@@ -92,10 +94,14 @@ class ModelManagerView(QWidget):
         *,
         confirm: Confirm | None = None,
         pick_file: PickFile | None = None,
+        speech: SpeechLibrary | None = None,
         parent: QWidget | None = None,
     ) -> None:
         super().__init__(parent)
         self.hub, self.downloads, self.library, self.tokens = hub, downloads, library, tokens
+        # whisper.cpp's models: downloaded through the same manager, listed apart.
+        hf = library.discovery.hf_cache if library.discovery else None
+        self.speech_library = speech or SpeechLibrary(library.models_dir, hf_cache=hf)
         self._confirm = confirm or self._ask
         self._pick_file = pick_file or self._pick
         # Two at a time: a repository's fit badges are a Hub request per file.
@@ -126,6 +132,8 @@ class ModelManagerView(QWidget):
         self.sort.addItem("Most downloaded", "downloads")
         self.sort.addItem("Most liked", "likes")
         self.sort.addItem("Recently updated", "updated")
+        self.speech_search = QCheckBox("Speech to text")
+        self.speech_search.setToolTip("Find whisper.cpp models (speech recognition) instead")
         self.search_button = QPushButton("Search")
         self.search_button.clicked.connect(self.search)
         self.hub_status = _Note()
@@ -146,6 +154,7 @@ class ModelManagerView(QWidget):
         search_row = QHBoxLayout()
         search_row.addWidget(self.query, 1)
         search_row.addWidget(self.sort)
+        search_row.addWidget(self.speech_search)
         search_row.addWidget(self.search_button)
         hub_box = QGroupBox("Hugging Face Hub")
         hub_layout = QVBoxLayout(hub_box)
@@ -232,9 +241,11 @@ class ModelManagerView(QWidget):
         token_layout.addLayout(row3)
         token_layout.addWidget(self.token_status)
 
+        self.speech = SpeechModelsBox(self.speech_library, self._run)
         outer = QSplitter(Qt.Orientation.Vertical)
         outer.setChildrenCollapsible(False)  # a table never shrinks below its few rows
-        for i, (box, stretch) in enumerate(((hub_box, 3), (jobs_box, 1), (lib_box, 2))):
+        boxes = ((hub_box, 3), (jobs_box, 1), (lib_box, 2), (self.speech, 1))
+        for i, (box, stretch) in enumerate(boxes):
             outer.addWidget(box)
             outer.setStretchFactor(i, stretch)
         layout = QVBoxLayout(self)
@@ -256,10 +267,10 @@ class ModelManagerView(QWidget):
     @Slot()
     def search(self) -> None:
         text = self.query.text().strip()
-        sort = self.sort.currentData()
+        sort, speech = self.sort.currentData(), self.speech_search.isChecked()
         self.hub_status.setText("Searching…")
         self.search_button.setEnabled(False)
-        self._run(lambda: self.hub.search(text, sort=sort), self._show_results)
+        self._run(lambda: self.hub.search(text, sort=sort, speech=speech), self._show_results)
 
     def _show_results(self, results: list[RepoSummary] | None, error: BaseException | None) -> None:
         self.search_button.setEnabled(True)
@@ -324,7 +335,7 @@ class ModelManagerView(QWidget):
             fit = (
                 "…"
                 if v.kind == "model" and self.hub.fit
-                else ("vision projector" if v.kind != "model" else "")
+                else {"projector": "vision projector", "speech": "speech to text"}.get(v.kind, "")
             )
             speed = "…" if v.kind == "model" and self.hub.speed else ""
             _append(
@@ -422,7 +433,7 @@ class ModelManagerView(QWidget):
         for j in jobs:
             _append(
                 self.jobs,
-                [j.filename, _status_text(j), _progress_text(j), _speed_text(j)],
+                [j.filename, status_text(j), progress_text(j), speed_text(j)],
                 tips=[f"{j.repo_id}/{j.filename}", j.error or j.note, None, None],
                 data=j.id,
             )
@@ -470,6 +481,7 @@ class ModelManagerView(QWidget):
                 tips=[str(e.path), e.owner, e.error, None, None],
                 data=e.id,
             )
+        self.speech.refresh()
 
     def _selected_entry(self) -> LibraryEntry | None:
         rows = {i.row() for i in self.local.selectedIndexes()}
@@ -673,27 +685,3 @@ def _append(
 
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _status_text(j: DownloadJob) -> str:
-    return {
-        DONE: "verified",
-        FAILED: "failed",
-        PAUSED: "paused",
-        QUEUED: "queued",
-        DOWNLOADING: "downloading",
-        VERIFYING: "verifying",
-    }.get(j.status, j.status)
-
-
-def _progress_text(j: DownloadJob) -> str:
-    if not j.size:
-        return human_bytes(j.done_bytes)
-    return f"{human_bytes(j.done_bytes)} / {human_bytes(j.size)} ({100 * j.fraction:.0f}%)"
-
-
-def _speed_text(j: DownloadJob) -> str:
-    if j.status != DOWNLOADING or j.speed_bps <= 0:
-        return ""
-    eta = j.eta_s
-    return f"{human_bytes(j.speed_bps)}/s" + (f", {int(eta)} s left" if eta is not None else "")
