@@ -24,6 +24,19 @@ from engine.decoding.reasoning import ThinkMarkers
 
 UNLIMITED = -1  # llama-server's value for no budget
 
+# OpenAI's reasoning effort as a budget, for a template that does not read `reasoning_effort`
+# itself (gpt-oss's does: it is then given to the template, as llama-server gives it):
+# LiteLLM's budgets for Anthropic's budget_tokens; none and minimal ask for no thinking,
+# xhigh sets no limit.
+EFFORT_BUDGET: dict[str, int] = {
+    "none": 0,
+    "minimal": 0,
+    "low": 1024,
+    "medium": 2048,
+    "high": 4096,
+    "xhigh": UNLIMITED,
+}
+
 
 @dataclass(frozen=True)
 class ThinkingBudget:
@@ -33,12 +46,14 @@ class ThinkingBudget:
     tokens: int
     markers: ThinkMarkers
     in_thinking: bool = False
+    message: str = ""  # written before the close (llama-server's reasoning_budget_message)
 
     @property
     def forced_text(self) -> str:
-        """What is forced when the budget runs out: the close marker on its own line and
-        the blank line a template puts before the answer (Qwen3's `\\n</think>\\n\\n`)."""
-        return f"\n{self.markers.close}\n\n"
+        """What is forced when the budget runs out: the message, then the close marker on
+        its own line and the blank line a template puts before the answer (Qwen3's
+        `\\n</think>\\n\\n`)."""
+        return f"{self.message}\n{self.markers.close}\n\n"
 
 
 State = Literal["start", "think", "force", "done"]
@@ -110,4 +125,4 @@ class BudgetKeeper:
             self._queue = list(self._close)
 
 
-__all__ = ["UNLIMITED", "BudgetKeeper", "ThinkingBudget"]
+__all__ = ["EFFORT_BUDGET", "UNLIMITED", "BudgetKeeper", "ThinkingBudget"]

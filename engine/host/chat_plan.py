@@ -30,7 +30,7 @@ from engine.decoding import constraints
 from engine.decoding.constraints import GrammarError
 from engine.decoding.reasoning import ThinkMarkers, starts_thinking, thinking_markers
 from engine.decoding.reply_reader import ReplyReader
-from engine.decoding.thinking_budget import ThinkingBudget
+from engine.decoding.thinking_budget import EFFORT_BUDGET, ThinkingBudget
 from engine.decoding.tool_calls import ToolChoice, ToolFormat, tool_format_for
 from engine.errors import EngineError
 from engine.host.context_policy import ContextPolicy, fit_messages
@@ -126,6 +126,9 @@ def plan_chat(
     summary: Summary | None = None,
     budget: int | None = None,
     template_kwargs: Mapping[str, Any] | None = None,
+    effort: str | None = None,
+    budget_message: str = "",
+    default_budget: int | None = None,
 ) -> ChatPlan:
     """`grammar`: the reply's own format (a compiled constraint: response_format, Ollama's
     format), if any; `grammar_param` names its field in errors. `think`: None leaves the
@@ -138,12 +141,24 @@ def plan_chat(
     thinking's tokens at most (None or negative: no limit; 0 asks the template not to think
     and closes a block it opens anyway; engine.decoding.thinking_budget). `template_kwargs`:
     more variables for the template (llama-server's `chat_template_kwargs`); its
-    `enable_thinking` counts as `think` where `think` is None."""
+    `enable_thinking` counts as `think` where `think` is None. `effort`: OpenAI's reasoning
+    effort: "none" asks for no thinking; another is given to a template that reads
+    `reasoning_effort` (gpt-oss), as llama-server gives it, and is otherwise the budget of
+    `EFFORT_BUDGET` where `budget` is None. `budget_message`: written before the forced
+    close. `default_budget`: the budget of a request that sets none (the server's)."""
     source = model.template.source
     markers = thinking_markers(source)
     kwargs = dict(template_kwargs or {})
     if markers is not None and think is None and isinstance(kwargs.get("enable_thinking"), bool):
         think = kwargs.pop("enable_thinking")
+    if effort == "none" and think is None:
+        think = False
+    elif effort is not None and "reasoning_effort" in source:
+        kwargs["reasoning_effort"] = effort
+    elif effort is not None and budget is None:
+        budget = EFFORT_BUDGET[effort]
+    if budget is None:
+        budget = default_budget
     if budget is not None and budget < 0:
         budget = None
     if budget == 0 and think is None:
@@ -234,7 +249,7 @@ def plan_chat(
     thinking = None
     if budget is not None and markers is not None and grammar is None:
         # (A grammar holds from the first token: no block opens, no token may be forced.)
-        thinking = ThinkingBudget(budget, markers, in_thinking)
+        thinking = ThinkingBudget(budget, markers, in_thinking, budget_message)
     return ChatPlan(
         prompt,
         grammar,

@@ -56,6 +56,9 @@ def plan_chat(
     summary: Summary | None = None,
     budget: int | None = None,
     template_kwargs: dict[str, Any] | None = None,
+    effort: str | None = None,
+    budget_message: str = "",
+    default_budget: int | None = None,
 ) -> ChatPlan:
     """`engine.host.chat_plan.plan_chat` for a served model; what it refuses is a 400.
     `media`: the messages' images and audio, one marker each in their text, in order
@@ -78,6 +81,9 @@ def plan_chat(
             summary=summary,
             budget=budget,
             template_kwargs=template_kwargs,
+            effort=effort,
+            budget_message=budget_message,
+            default_budget=default_budget,
         )
     except PlanError as e:
         param = media_param if media and e.param == "messages" else e.param
@@ -116,9 +122,8 @@ async def fitted_plan(
     """`plan_chat` with the request's context policy. Policy "summarise": when turns are
     left out, the model is asked for their summary first (greedy, on the same loop), and
     the conversation is planned again with the summary in their place. A request without
-    a reasoning budget (`budget` None) has the server's (--reasoning-budget)."""
-    if kw.get("budget") is None:
-        kw["budget"] = state.config.reasoning_budget
+    a reasoning budget has the server's (--reasoning-budget)."""
+    kw.setdefault("default_budget", state.config.reasoning_budget)
     plan = plan_chat(loaded, messages, policy=policy, reserve=reserve, **kw)
     if policy != "summarise" or not plan.left_out or kw.get("media"):
         return plan

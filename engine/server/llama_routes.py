@@ -147,7 +147,7 @@ class LlamaRoutes:
             grammar_param="response_format",
             think=None,
             media=media,
-            budget=self.state.config.reasoning_budget,
+            default_budget=self.state.config.reasoning_budget,
             template_kwargs=req.chat_template_kwargs,
         )
         return JSONResponse(ApplyTemplateAnswer(prompt=plan.text).wire())

@@ -396,7 +396,7 @@ class OllamaRoutes:
                 think=think,
                 media=media,
                 media_param="images",
-                budget=self.state.config.reasoning_budget,
+                default_budget=self.state.config.reasoning_budget,
             )
         return await self._respond(
             request,

@@ -223,7 +223,9 @@ class OpenAIRoutes:
             think=None,
             separate_reasoning=req.reasoning_format != "none",
             media=media,
-            budget=req.reasoning_budget(),
+            budget=req.asked_budget(),
+            effort=req.reasoning_effort,
+            budget_message=req.reasoning_budget_message or "",
             template_kwargs=req.chat_template_kwargs,
         )
         sampling = plan.sampling(sampling)

@@ -34,7 +34,7 @@ from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
 from engine.server.media_parts import decode_media
 from engine.server.parsing import read_json
-from engine.server.protocol.base import EFFORT_BUDGET, HOLE, Reply, Template
+from engine.server.protocol.base import HOLE, Reply, Template
 from engine.server.protocol.logprobs import entries
 from engine.server.protocol.media import MediaPart
 from engine.server.protocol.parse import parse_body
@@ -180,7 +180,7 @@ async def _plan(
         grammar=_grammar(req.text),
         grammar_param="text",
         think=None,
-        budget=None if effort is None else EFFORT_BUDGET[effort],
+        effort=effort,
         media=media,
         media_param="input",
     )

@@ -96,18 +96,14 @@ ContextPolicyField = Annotated[
     ),
 ]
 
-# OpenAI's reasoning effort (chat's `reasoning_effort`, Responses' `reasoning.effort`) as a
-# budget of thinking tokens: LiteLLM's budgets for Anthropic's budget_tokens; none and
-# minimal ask for no thinking, xhigh sets no limit (engine.decoding.thinking_budget).
+# OpenAI's reasoning effort (chat's `reasoning_effort`, Responses' `reasoning.effort`):
+# engine.host.chat_plan reads it (engine.decoding.thinking_budget.EFFORT_BUDGET).
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
-EFFORT_BUDGET: dict[str, int] = {
-    "none": 0,
-    "minimal": 0,
-    "low": 1024,
-    "medium": 2048,
-    "high": 4096,
-    "xhigh": -1,
-}
+EFFORT_TEXT = (
+    "none asks for no thinking; another is given to a chat template that reads "
+    "reasoning_effort (gpt-oss), as llama-server gives it, and is otherwise a budget of "
+    "thinking tokens: minimal 0, low 1024, medium 2048, high 4096, xhigh no limit"
+)
 
 # Stop strings, as a tuple without empty ones.
 Stop = Annotated[

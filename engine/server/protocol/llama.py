@@ -152,6 +152,34 @@ class TemplateKwargsField(Body):
     ] = None
 
 
+Budget = Annotated[int, Field(ge=-1, le=2**31 - 1)]
+
+
+class ReasoningBudgetFields(Body):
+    """llama-server's reasoning budget of one chat request (its server-common.cpp)."""
+
+    reasoning_budget_tokens: Annotated[
+        Budget | None,
+        Field(
+            description="llama-server's: the thinking's tokens at most, then the block is "
+            "closed and the answer follows; 0 no thinking, -1 the server's --reasoning-budget"
+        ),
+    ] = None
+    thinking_budget_tokens: Annotated[
+        Budget | None, Field(description="llama-server's other name of reasoning_budget_tokens")
+    ] = None
+    reasoning_budget_message: Annotated[
+        str | None,
+        Field(description="llama-server's: written before the close the budget forces"),
+    ] = None
+
+    def asked_budget(self) -> int | None:
+        """The request's own budget (None: the server's)."""
+        n = self.reasoning_budget_tokens
+        n = self.thinking_budget_tokens if n is None else n
+        return None if n is None or n < 0 else n
+
+
 class LlamaErrorDetail(Reply):
     code: int  # the HTTP status
     message: str

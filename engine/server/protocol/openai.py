@@ -16,7 +16,7 @@ from pydantic import (
 from engine.decoding.tool_calls import ToolChoice
 from engine.server.body_model import Body, NotHonoured, refuse, refuse_whole
 from engine.server.protocol.base import (
-    EFFORT_BUDGET,
+    EFFORT_TEXT,
     ContextPolicyField,
     NonEmpty,
     Penalty,
@@ -34,6 +34,7 @@ from engine.server.protocol.base import (
 from engine.server.protocol.llama import (
     LlamaChatFields,
     PromptProgress,
+    ReasoningBudgetFields,
     TemplateKwargsField,
     Timings,
 )
@@ -306,6 +307,7 @@ class _FormatFields(Body):
 # routes' checks, so the first problem reported is the one the routes found first.
 class ChatCompletionRequest(
     LoraField,
+    ReasoningBudgetFields,
     TemplateKwargsField,
     LlamaChatFields,
     _FormatFields,
@@ -324,14 +326,7 @@ class ChatCompletionRequest(
     ] = None
     context_policy: ContextPolicyField = None
     # OpenAI's fields that the server does not honour.
-    reasoning_effort: Annotated[
-        ReasoningEffort | None,
-        Field(
-            description="the thinking's budget in tokens: none and minimal 0 (no thinking), "
-            "low 1024, medium 2048, high 4096 (LiteLLM's budgets for Anthropic's "
-            "budget_tokens), xhigh no limit; absent: the server's --reasoning-budget"
-        ),
-    ] = None
+    reasoning_effort: Annotated[ReasoningEffort | None, Field(description=EFFORT_TEXT)] = None
     verbosity: Annotated[Any, NotHonoured("the answer's length is the model's")] = None
     modalities: Annotated[Any, NotHonoured("the answer is text only", (["text"],))] = None
     audio: Annotated[Any, NotHonoured("the answer is text only")] = None
@@ -347,10 +342,6 @@ class ChatCompletionRequest(
 
     def asked_logprobs(self) -> int | None:
         return asked(self.logprobs, self.top_logprobs)
-
-    def reasoning_budget(self) -> int | None:
-        """The thinking's tokens at most that `reasoning_effort` asks (None: not set)."""
-        return None if self.reasoning_effort is None else EFFORT_BUDGET[self.reasoning_effort]
 
 
 def _prompt(v: Any) -> Any:

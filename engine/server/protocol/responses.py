@@ -19,6 +19,7 @@ from engine.server.protocol.agent import (
     tools_of,
 )
 from engine.server.protocol.base import (
+    EFFORT_TEXT,
     MAX_TOOLS,
     TOOL_NAME,
     ContextPolicyField,
@@ -224,13 +225,7 @@ class ResponsesText(Body):
 
 
 class ResponsesReasoning(Body):
-    effort: Annotated[
-        ReasoningEffort | None,
-        Field(
-            description="the thinking's budget in tokens, as chat's reasoning_effort: none "
-            "and minimal 0 (no thinking), low 1024, medium 2048, high 4096, xhigh no limit"
-        ),
-    ] = None
+    effort: Annotated[ReasoningEffort | None, Field(description=EFFORT_TEXT)] = None
     summary: Annotated[
         Any,
         NotHonoured(

@@ -69,3 +69,8 @@ def test_other_markers() -> None:
     assert budget.forced_text == "\n[/THINK]\n\n"
     keeper = BudgetKeeper(budget, CLOSE)
     assert run(keeper, [b"[THINK]", b"a", b"b"]) == ["[THINK]", "a", *CLOSE, "b"]
+
+
+def test_the_message_goes_before_the_close() -> None:
+    budget = ThinkingBudget(4, ThinkMarkers(), message=" Enough.")
+    assert budget.forced_text == " Enough.\n</think>\n\n"

@@ -6,6 +6,7 @@ thinking after its tokens with the answer following, through the official client
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,17 @@ def client(thinker: tuple[ServedModel, ServerThread]) -> Iterator[openai.OpenAI]
         yield c
 
 
+@contextlib.contextmanager
+def swapped(model: Model, source: str) -> Iterator[None]:
+    """The model behind another chat template for a while (this module's own model)."""
+    plain = model.template
+    model.template = ChatTemplate(source, bos_token=plain.bos_token, eos_token=plain.eos_token)
+    try:
+        yield
+    finally:
+        model.template = plain
+
+
 def ask(client: openai.OpenAI, **extra: Any) -> tuple[str, str, int, int]:
     """(reasoning, content, completion tokens, reasoning tokens) of a greedy story."""
     r = client.chat.completions.create(
@@ -85,9 +97,11 @@ def ask(client: openai.OpenAI, **extra: Any) -> tuple[str, str, int, int]:
     )
 
 
-def forced_tokens(srv: ServerThread) -> int:
-    """The tokens the budget forces: the close marker on its line and a blank line."""
-    r = httpx.post(srv.url + "/tokenize", json={"content": "\n</think>\n\n"}, timeout=30)
+def forced_tokens(srv: ServerThread, message: str = "") -> int:
+    """The tokens the budget forces: its message, the close marker on its line and a blank
+    line."""
+    text = message + "\n</think>\n\n"
+    r = httpx.post(srv.url + "/tokenize", json={"content": text}, timeout=30)
     return len(r.json()["tokens"])
 
 
@@ -124,6 +138,62 @@ def test_the_budget_ends_the_thinking_and_the_answer_follows(
     assert "".join(t for k, t in parts if k == "reasoning") == reasoning
     assert "".join(t for k, t in parts if k == "content") == content
     assert_no_leak(thinker[0])
+
+
+def test_llama_servers_per_request_budget(
+    thinker: tuple[ServedModel, ServerThread], client: openai.OpenAI
+) -> None:
+    srv = thinker[1]
+    reasoning, content, _, thought = ask(
+        client, reasoning_budget_tokens=4, reasoning_budget_message=" Enough."
+    )
+    assert reasoning.endswith("Enough.") and content.strip()
+    assert 4 < thought <= 4 + forced_tokens(srv, " Enough.")
+    # llama-server's other name; -1 is the server's budget.
+    assert ask(client, thinking_budget_tokens=4)[3] <= 4 + forced_tokens(srv)
+    assert ask(client, reasoning_budget_tokens=-1) == ask(client)
+    # 0 is no thinking: the template's switch, as llama-server's --reasoning-budget 0.
+    off = ask(client, chat_template_kwargs={"enable_thinking": False})
+    assert ask(client, reasoning_budget_tokens=0) == off
+
+
+def test_budget_zero_closes_a_block_the_template_always_opens(
+    thinker: tuple[ServedModel, ServerThread], client: openai.OpenAI
+) -> None:
+    """A template without the switch (DeepSeek-R1 distills') opens the block anyway: budget
+    0 closes it at once, and everything after is the answer."""
+    always = QWEN3_STYLE.replace("enable_thinking is defined and enable_thinking is false", "0")
+    with swapped(thinker[0].model, always):
+        reasoning, content, _, thought = ask(client, reasoning_budget_tokens=0)
+    assert not reasoning and content.strip() and 0 < thought <= forced_tokens(thinker[1])
+
+
+def test_effort_goes_to_a_template_that_reads_it(
+    thinker: tuple[ServedModel, ServerThread], client: openai.OpenAI
+) -> None:
+    """As llama-server does: gpt-oss's template reads `reasoning_effort` itself; the
+    server's budget still holds."""
+    reads = (
+        "{% if reasoning_effort is defined %}{{ '<|im_start|>system\\nReasoning: ' + "
+        "reasoning_effort + '<|im_end|>\\n' }}{% endif %}" + QWEN3_STYLE
+    )
+    with swapped(thinker[0].model, reads):
+
+        def prompt_tokens(**extra: Any) -> tuple[int, int]:
+            r = client.chat.completions.create(
+                model="thinker",
+                messages=STORY,  # type: ignore[arg-type]
+                temperature=0,
+                max_tokens=MAX,
+                extra_body=extra,
+            )
+            assert r.usage is not None and r.usage.completion_tokens_details is not None
+            return r.usage.prompt_tokens, r.usage.completion_tokens_details.reasoning_tokens or 0
+
+        without, _ = prompt_tokens()
+        with_effort, thought = prompt_tokens(reasoning_effort="high")
+        assert with_effort > without
+        assert BUDGET < thought <= BUDGET + forced_tokens(thinker[1])
 
 
 def test_effort_none_and_enable_thinking_false_ask_for_no_thinking(client: openai.OpenAI) -> None:
