@@ -338,6 +338,8 @@ def _follow(manager: DownloadManager, ids: list[str], total: int) -> list[Downlo
 
 
 def delete(args: argparse.Namespace) -> int:
+    if speech_models_cmd.is_speech_id(args.id):
+        return speech_models_cmd.delete_speech(args.id, yes=args.yes)
     lib = library()
     plan = lib.plan_delete(args.id)
     what = plan.entry.label or plan.entry.path.name

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,21 @@ def import_speech(path: Path, *, copy: bool) -> str:
     finally:
         part.unlink(missing_ok=True)
     return next(e.id for e in speech_library().entries() if e.path == target)
+
+
+def is_speech_id(id_: str) -> bool:
+    return any(e.id == id_ for e in speech_library().entries())
+
+
+def delete_speech(id_: str, *, yes: bool) -> int:
+    """`models delete` of a speech model: asks first, as for any model."""
+    lib = speech_library()
+    e = lib.entry(id_)
+    if not yes and not sys.stdin.isatty():
+        raise CliError(f"not deleting '{e.id}' ({e.path.name}) without confirmation: add --yes")
+    if not yes and input(f"Delete '{e.id}' ({e.path})? [y/N] ").strip().lower() not in ("y", "yes"):
+        print("Nothing deleted.", file=sys.stderr)
+        return 1
+    gone, freed = lib.delete(id_)
+    print(f"Deleted '{gone.id}', freed {human_bytes(freed)}")
+    return 0

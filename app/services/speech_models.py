@@ -23,6 +23,7 @@ from typing import Any
 
 from app.services.atomic_write import write_text_atomic
 from app.services.download_jobs import completed_downloads
+from app.services.hf_cache import remove_empty_dirs
 from app.services.paths import AppPaths
 from engine.memory.whisper import WhisperMemory, whisper_memory
 from engine.model.whisper_file import (
@@ -254,3 +255,46 @@ class SpeechLibrary:
 
     def current(self) -> SpeechModel | None:
         return next((e for e in self.entries() if e.chosen), None)
+
+    def delete(self, id_: str) -> tuple[SpeechModel, int]:
+        """Delete a model's file: a download's snapshot link and its blob (unless another
+        snapshot links it), or a copy in the library's folder. A file the library does not
+        own (chosen where it is) is refused. Choosing it is undone. Returns the model and
+        the bytes freed."""
+        e = next((x for x in self.entries() if x.id == id_), None)
+        if e is None:
+            raise WhisperFileError(f"no speech-to-text model called '{id_}'")
+        if e.source not in ("downloaded", "hf-cache", "imported"):
+            raise WhisperFileError(
+                f"'{e.id}' is not the library's file ({e.path}): it is only chosen where it is; "
+                "choose another model or none instead"
+            )
+        freed = 0
+        if e.path.is_symlink():
+            blob = e.path.resolve()
+            snapshots = _snapshots_of(e.path)
+            others = [
+                p
+                for p in snapshots.rglob("*")
+                if p != e.path and p.is_symlink() and _real(p) == blob
+            ]
+            e.path.unlink()
+            if not others and blob.is_file():
+                freed = blob.stat().st_size
+                blob.unlink()
+            remove_empty_dirs(e.path.parent, stop_at=snapshots)
+        else:
+            freed = e.path.stat().st_size
+            e.path.unlink()
+        if e.chosen:
+            clear_stt_model(self.paths)
+        return e, freed
+
+
+def _snapshots_of(path: Path) -> Path:
+    """The `snapshots` folder above a Hugging Face cache file (its link's own folder when
+    it is in none)."""
+    for parent in path.parents:
+        if parent.name == "snapshots":
+            return parent
+    return path.parent

@@ -241,7 +241,7 @@ class ModelManagerView(QWidget):
         token_layout.addLayout(row3)
         token_layout.addWidget(self.token_status)
 
-        self.speech = SpeechModelsBox(self.speech_library, self._run)
+        self.speech = SpeechModelsBox(self.speech_library, self._run, self._confirm)
         outer = QSplitter(Qt.Orientation.Vertical)
         outer.setChildrenCollapsible(False)  # a table never shrinks below its few rows
         boxes = ((hub_box, 3), (jobs_box, 1), (lib_box, 2), (self.speech, 1))

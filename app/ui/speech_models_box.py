@@ -33,6 +33,7 @@ from engine.memory.whisper import WhisperMemory
 from engine.model.gguf import human_bytes
 
 Run = Callable[[Callable[[], Any], Done], None]
+Confirm = Callable[[str, str], bool]  # (title, text) -> yes?
 COLUMNS = ["Model", "Type", "Quantization", "Size", "Memory", "Source"]
 NONE_CHOSEN = (
     "No speech-to-text model chosen. Find one on the Hub with “Speech to text” ticked "
@@ -56,10 +57,15 @@ def memory_tip(m: WhisperMemory) -> str:
 class SpeechModelsBox(QGroupBox):
     chosen_changed = Signal(object)  # the chosen file's Path, or None
 
-    def __init__(self, library: SpeechLibrary, run: Run, parent: QWidget | None = None) -> None:
+    deleted = Signal()
+
+    def __init__(
+        self, library: SpeechLibrary, run: Run, confirm: Confirm, parent: QWidget | None = None
+    ) -> None:
         super().__init__("Speech to text", parent)
-        self.library, self._run = library, run
+        self.library, self._run, self._confirm = library, run, confirm
         self.entries: list[SpeechModel] = []
+        self._note = ""  # what was just done, said once before the choice
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.setAccessibleName("Speech-to-text models")
@@ -80,6 +86,9 @@ class SpeechModelsBox(QGroupBox):
         self.use_button.clicked.connect(self.use_selected)
         self.clear_button = QPushButton("Use none")
         self.clear_button.clicked.connect(self.use_none)
+        self.delete_button = QPushButton("Delete…")
+        self.delete_button.setEnabled(False)
+        self.delete_button.clicked.connect(self.delete_selected)
         self.table.itemSelectionChanged.connect(self._sync)
         self.status = QLabel(NONE_CHOSEN)
         self.status.setWordWrap(True)
@@ -88,6 +97,7 @@ class SpeechModelsBox(QGroupBox):
         row = QHBoxLayout()
         row.addWidget(self.use_button)
         row.addWidget(self.clear_button)
+        row.addWidget(self.delete_button)
         row.addStretch(1)
         layout.addLayout(row)
         layout.addWidget(self.status)
@@ -126,11 +136,12 @@ class SpeechModelsBox(QGroupBox):
 
     def _show_choice(self) -> None:
         chosen = next((e for e in self.entries if e.chosen), None)
+        note, self._note = self._note, ""
         if chosen is None or chosen.file is None or chosen.memory is None:
-            self.status.setText(NONE_CHOSEN)
+            self.status.setText(note + NONE_CHOSEN)
             return
         self.status.setText(
-            f"Speech to text uses {chosen.name} ({chosen.file.description}), "
+            f"{note}Speech to text uses {chosen.name} ({chosen.file.description}), "
             f"which needs about {human_bytes(chosen.memory.total)} while it transcribes."
         )
 
@@ -145,6 +156,7 @@ class SpeechModelsBox(QGroupBox):
         e = self.selected()
         self.use_button.setEnabled(e is not None and e.file is not None and not e.chosen)
         self.clear_button.setEnabled(any(x.chosen for x in self.entries))
+        self.delete_button.setEnabled(e is not None and e.source != "chosen")
 
     @Slot()
     def use_selected(self) -> None:
@@ -166,4 +178,24 @@ class SpeechModelsBox(QGroupBox):
     def use_none(self) -> None:
         clear_stt_model(self.library.paths)
         self.chosen_changed.emit(None)
+        self.refresh()
+
+    @Slot()
+    def delete_selected(self) -> None:
+        e = self.selected()
+        if e is None or not self._confirm(
+            "Delete speech model", f"Delete {e.name}?\n{e.path}\nIts file is removed from disk."
+        ):
+            return
+        self._run(lambda: self.library.delete(e.id), self._deleted)
+
+    def _deleted(self, done: tuple[SpeechModel, int] | None, error: BaseException | None) -> None:
+        if error is not None or done is None:
+            self.status.setText(str(error))
+            return
+        gone, freed = done
+        if gone.chosen:
+            self.chosen_changed.emit(None)
+        self._note = f"Deleted {gone.name}, freed {human_bytes(freed)}. "
+        self.deleted.emit()
         self.refresh()

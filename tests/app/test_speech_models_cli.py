@@ -127,6 +127,18 @@ def test_download_verified_listed_with_memory_and_chosen(
     assert model_id in cli("use-stt").stdout
     assert cli("use-stt", "--clear").returncode == 0 and current_stt_model() is None
 
+    # Deleting it asks first, frees the blob, and undoes the choice.
+    assert cli("use-stt", model_id).returncode == 0
+    size = path.stat().st_size
+    assert "add --yes" in one_line_error(cli("delete", model_id)) and path.exists()
+    gone = cli("delete", model_id, "--yes")
+    assert gone.returncode == 0, gone.stderr
+    assert f"freed {human_bytes(size)}" in gone.stdout
+    assert not path.exists() and not path.is_symlink()
+    assert not [p for p in (tmp_path / "hf" / "hub").rglob("blobs/*")]
+    assert current_stt_model() is None
+    assert model_id not in {m["id"] for m in json.loads(cli("list", "--json").stdout)}
+
 
 def test_a_corrupt_download_is_not_listed(hub: HubEmulator, tmp_path: Path) -> None:
     msg = one_line_error(cli("download", "broken/whisper", TINY))
@@ -152,6 +164,12 @@ def test_import_and_choose_in_place(tmp_path: Path) -> None:
     assert cli("use-stt", str(elsewhere)).returncode == 0
     listed = {m["id"]: m for m in json.loads(cli("list", "--json").stdout)}
     assert listed["ggml-tiny"]["source"] == "chosen" and listed["ggml-tiny"]["chosen"]
+    # Not the library's file: never deleted from here.
+    assert "is not the library's file" in one_line_error(cli("delete", "ggml-tiny", "--yes"))
+    assert elsewhere.exists()
+    copy = Path(listed["ggml-base.en"]["path"])
+    assert cli("delete", "ggml-base.en", "--yes").returncode == 0 and not copy.exists()
+    assert src.exists()
     cut = tmp_path / "ggml-cut.bin"
     cut.write_bytes(whisper_bytes(TINY_HP)[:-10])
     assert "cut short" in one_line_error(cli("use-stt", str(cut)))

@@ -95,3 +95,15 @@ def test_download_appears_as_speech_to_text_and_is_chosen(
         qtbot.mouseClick(box.clear_button, Qt.MouseButton.LeftButton)
     assert none.args == [None] and current_stt_model() is None
     qtbot.waitUntil(lambda: box.status.text() == NONE_CHOSEN, timeout=5_000)
+
+    # Deleted after the page's confirmation: the file and its row go.
+    asked: list[str] = []
+    box._confirm = lambda _title, text: asked.append(text) or True
+    box.table.selectRow(0)
+    size = entry.path.stat().st_size
+    with qtbot.waitSignal(box.deleted, timeout=5_000):
+        qtbot.mouseClick(box.delete_button, Qt.MouseButton.LeftButton)
+    assert asked and str(entry.path) in asked[0]
+    qtbot.waitUntil(lambda: box.table.rowCount() == 0, timeout=5_000)
+    assert not entry.path.exists()
+    assert box.status.text() == f"Deleted ggml-tiny-q5_1, freed {human_bytes(size)}. " + NONE_CHOSEN
