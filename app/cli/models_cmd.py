@@ -211,7 +211,11 @@ def search(args: argparse.Namespace) -> int:
 
 
 def files(args: argparse.Namespace) -> int:
-    details = _hub(fit=not args.no_fit).repo_details(args.repo)
+    hub = _hub(fit=not args.no_fit)
+    details = hub.repo_details(args.repo)
+    for v in details.variants if not args.no_fit else ():
+        if v.kind == "speech":  # whisper.cpp's memory, from the file's first bytes
+            details.fits[v.name] = hub.speech_fit(details.repo_id, details.commit or "main", v)
     if args.json:
         print_json(details.to_dict())
         return 0
@@ -228,6 +232,7 @@ def files(args: argparse.Namespace) -> int:
     for v in details.variants:
         shards = f"{len(v.files)}/{v.shards_expected}" if v.shards_expected > 1 else "-"
         fit = details.fits.get(v.name, "-") if v.kind == "model" else _KIND_NOTE[v.kind]
+        fit += f" {details.fits[v.name]}" if v.kind == "speech" and v.name in details.fits else ""
         badge = details.speeds.get(v.name)
         speed = badge.text if badge is not None else "-"
         rows.append(

@@ -499,6 +499,25 @@ class HubClient:
                 self._headers[key] = found
         return found
 
+    def speech_fit(self, repo_id: str, revision: str, variant: ModelVariant) -> str:
+        """What a speech (whisper.cpp) file on the Hub will take in memory, from its first bytes
+        (one Range request): "needs 335 MB"; "unknown" when they cannot be read."""
+        from engine.errors import EngineError
+        from engine.memory.whisper import memory_of
+        from engine.model.gguf import human_bytes
+        from engine.model.whisper_file import HEADER_BYTES, parse_hparams
+
+        f = variant.first_file
+        try:
+            with httpx2.Client(follow_redirects=True, timeout=self.timeout) as client:
+                url = self.file_url(repo_id, f.filename, revision)
+                src = RangeSource(client, url, self.headers(), f.size, block=HEADER_BYTES)
+                hp = parse_hparams(src.read_at(0, HEADER_BYTES), f.filename)
+        except (HubError, EngineError, httpx2.HTTPError) as e:
+            log.debug("speech file header %s/%s: %s", repo_id, f.filename, e)
+            return "unknown"
+        return f"needs {human_bytes(memory_of(hp, f.size).total)}"
+
     def file_url(self, repo_id: str, filename: str, revision: str = "main") -> str:
         return f"{self.endpoint}/{repo_id}/resolve/{quote(revision, safe='')}/{quote(filename)}"
 

@@ -352,6 +352,11 @@ class ModelManagerView(QWidget):
                     partial(self.hub.fit_badge, repo, v, commit),
                     partial(self._show_fit, details, row),
                 )
+            if v.kind == "speech":  # whisper.cpp's memory, from the file's first bytes
+                self._run(
+                    partial(self.hub.speech_fit, repo, commit, v),
+                    partial(self._show_fit, details, row),
+                )
             if v.kind == "model" and self.hub.speed is not None:
                 self._run(
                     partial(self.hub.speed_badge, repo, v, commit),
@@ -364,6 +369,7 @@ class ModelManagerView(QWidget):
         if details is not self._details or row >= self.files.rowCount():
             return  # another repository is shown now
         text = badge if error is None and badge else "unknown"
+        text = f"speech to text · {text}" if details.variants[row].kind == "speech" else text
         details.fits[details.variants[row].name] = text
         self.files.setItem(row, 3, _item(text))
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.model.whisper_file import WhisperFile
+from engine.model.whisper_file import WhisperFile, WhisperHParams
 
 F16 = 2
 F32 = 4
@@ -76,7 +76,12 @@ class WhisperMemory:
 
 def whisper_memory(model: WhisperFile, *, best_of: int = DEFAULT_BEST_OF) -> WhisperMemory:
     """The bytes whisper.cpp allocates for `model` on the CPU, by buffer."""
-    h = model.hparams
+    return memory_of(model.hparams, model.weights_bytes, best_of=best_of)
+
+
+def memory_of(h: WhisperHParams, weights: int, *, best_of: int = DEFAULT_BEST_OF) -> WhisperMemory:
+    """The same from the hyper-parameters alone and the weights' bytes (before a download:
+    the file's size, which overstates them by its vocabulary and mel filters, about 0.6 MB)."""
     text_ctx, audio_ctx = _pad(h.n_text_ctx), _pad(h.n_audio_ctx)
     kv_self = 2 * F16 * h.n_text_layer * text_ctx * h.n_text_state
     decoders = max(1, best_of)
@@ -91,7 +96,7 @@ def whisper_memory(model: WhisperFile, *, best_of: int = DEFAULT_BEST_OF) -> Whi
     cross = F32 * h.n_audio_ctx * h.n_text_state
     decode = F32 * h.n_vocab * h.n_text_ctx + 2 * F32 * h.n_text_ctx * h.n_text_state
     return WhisperMemory(
-        weights=model.weights_bytes,
+        weights=weights,
         kv_self=kv_self,
         kv_cross=2 * F16 * h.n_text_layer * audio_ctx * h.n_text_state,
         kv_pad=2 * F16 * audio_ctx * h.n_audio_state,

@@ -160,29 +160,37 @@ def read_whisper(path: str | Path) -> WhisperFile:
         raise WhisperFileError(f"cannot read {p}: {e.strerror or e}") from None
 
 
-def _read(r: _Reader, path: Path, size: int) -> WhisperFile:
-    r.need(4, "the magic")
-    head = r.f.read(4)
-    if head == GGUF_MAGIC:
+HEADER_BYTES = 4 + 4 * len(HPARAMS)  # the magic and the hyper-parameters
+
+
+def parse_hparams(head: bytes, name: str) -> WhisperHParams:
+    """The hyper-parameters from a file's first HEADER_BYTES (a whole file's, or a Hub
+    file's first bytes read by range), checked; WhisperFileError in one line."""
+    if head[:4] == GGUF_MAGIC:
         raise WhisperFileError(
-            f"{path.name} is a GGUF model, not a whisper.cpp speech model (ggml .bin)"
+            f"{name} is a GGUF model, not a whisper.cpp speech model (ggml .bin)"
         )
-    if struct.unpack("<I", head)[0] != MAGIC:
-        raise WhisperFileError(f"{path.name} is not a whisper.cpp model (no ggml magic)")
-    values = r.ints(len(HPARAMS), "the hyper-parameters")
-    hp = WhisperHParams(*values)
-    for name, limit in LIMITS.items():
-        v = getattr(hp, name)
+    if len(head) < 4 or struct.unpack("<I", head[:4])[0] != MAGIC:
+        raise WhisperFileError(f"{name} is not a whisper.cpp model (no ggml magic)")
+    if len(head) < HEADER_BYTES:
+        raise WhisperFileError(f"{name} is cut short: its hyper-parameters are incomplete")
+    hp = WhisperHParams(*struct.unpack(f"<{len(HPARAMS)}i", head[4:HEADER_BYTES]))
+    for key, limit in LIMITS.items():
+        v = getattr(hp, key)
         if not 0 < v <= limit:
-            raise WhisperFileError(f"{path.name}: {name} is {v}, outside 1..{limit}")
+            raise WhisperFileError(f"{name}: {key} is {v}, outside 1..{limit}")
     for heads, width in (("n_audio_head", "n_audio_state"), ("n_text_head", "n_text_state")):
         if getattr(hp, width) % getattr(hp, heads):
             raise WhisperFileError(
-                f"{path.name}: {heads} {getattr(hp, heads)} does not divide "
-                f"{width} {getattr(hp, width)}"
+                f"{name}: {heads} {getattr(hp, heads)} does not divide {width} {getattr(hp, width)}"
             )
     if hp.ftype < 0 or hp.ftype % QNT_VERSION_FACTOR not in FILE_TYPES:
-        raise WhisperFileError(f"{path.name}: unknown file type {hp.ftype}")
+        raise WhisperFileError(f"{name}: unknown file type {hp.ftype}")
+    return hp
+
+
+def _read(r: _Reader, path: Path, size: int) -> WhisperFile:
+    hp = parse_hparams(r.f.read(HEADER_BYTES), path.name)
     n_mel, n_fft = r.ints(2, "the mel filters' shape")
     if not (0 < n_mel <= LIMITS["n_mels"] and 0 < n_fft <= 1 << 16):
         raise WhisperFileError(f"{path.name}: mel filters {n_mel} x {n_fft} are out of bounds")

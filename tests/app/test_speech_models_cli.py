@@ -15,9 +15,9 @@ import pytest
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
 from app.services.speech_models import current_stt_model
-from engine.memory.whisper import whisper_memory
+from engine.memory.whisper import memory_of, whisper_memory
 from engine.model.gguf import human_bytes
-from engine.model.whisper_file import read_whisper
+from engine.model.whisper_file import HEADER_BYTES, parse_hparams, read_whisper
 from tests.app.cli_inproc import run_cli
 from tests.hub_emulator import HubEmulator, file_sha256, running_hub
 from tests.whisper_bin import whisper_bytes
@@ -80,9 +80,16 @@ def test_speech_search_and_files(hub: HubEmulator) -> None:
     assert set(files) == {TINY, TINY_Q5}
     assert files[TINY]["kind"] == files[TINY_Q5]["kind"] == "speech"
     assert (files[TINY]["quantization"], files[TINY_Q5]["quantization"]) == ("F16", "Q5_1")
-    assert files[TINY]["fit"] is None  # no GGUF header to fit
-    table = cli("files", REPO, "--no-fit").stdout
-    assert "(speech to text)" in table and "Q5_1" in table
+    # The memory whisper.cpp will take, from the file's hyper-parameters read by range, the
+    # file's size standing for the weights.
+    head = hub.repos[REPO].files[TINY_Q5].read(0, HEADER_BYTES)
+    expected = memory_of(parse_hparams(head, TINY_Q5), files[TINY_Q5]["size_bytes"]).total
+    assert files[TINY_Q5]["fit"] == f"needs {human_bytes(expected)}"
+    assert {r["range"] for r in hub.file_requests(TINY_Q5)} == {"bytes=0-47"}  # never the file
+    table = cli("files", REPO).stdout
+    assert f"(speech to text) needs {human_bytes(expected)}" in table
+    quick = cli("files", REPO, "--no-fit").stdout
+    assert "(speech to text)" in quick and "needs" not in quick and "Q5_1" in quick
 
 
 def test_download_verified_listed_with_memory_and_chosen(

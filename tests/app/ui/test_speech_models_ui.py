@@ -20,9 +20,9 @@ from app.services.secrets import TokenStore
 from app.services.speech_models import current_stt_model
 from app.ui.model_manager import ModelManagerView
 from app.ui.speech_models_box import NONE_CHOSEN
-from engine.memory.whisper import whisper_memory
+from engine.memory.whisper import memory_of, whisper_memory
 from engine.model.gguf import human_bytes
-from engine.model.whisper_file import read_whisper
+from engine.model.whisper_file import HEADER_BYTES, parse_hparams, read_whisper
 from tests.app.test_speech_models_cli import REPO, TINY_HP, TINY_Q5
 from tests.hub_emulator import HubEmulator, running_hub
 from tests.whisper_bin import whisper_bytes
@@ -54,7 +54,7 @@ def cells(table: object, col: int) -> list[str]:
 
 
 def test_download_appears_as_speech_to_text_and_is_chosen(
-    qtbot: QtBot, view: ModelManagerView
+    qtbot: QtBot, view: ModelManagerView, hub: HubEmulator
 ) -> None:
     box = view.speech
     qtbot.waitUntil(lambda: box.status.text() == NONE_CHOSEN, timeout=5_000)
@@ -65,7 +65,13 @@ def test_download_appears_as_speech_to_text_and_is_chosen(
     view.results.selectRow(0)
     qtbot.waitUntil(lambda: view.files.rowCount() == 1, timeout=10_000)
     assert cells(view.files, 0) == [TINY_Q5]
-    assert cells(view.files, 1) == ["Q5_1"] and cells(view.files, 3) == ["speech to text"]
+    assert cells(view.files, 1) == ["Q5_1"]
+    # Before the download: the memory whisper.cpp will take, from the file's first bytes.
+    size = hub.repos[REPO].files[TINY_Q5].size
+    head = hub.repos[REPO].files[TINY_Q5].read(0, HEADER_BYTES)
+    before = memory_of(parse_hparams(head, TINY_Q5), size).total
+    badge = f"speech to text · needs {human_bytes(before)}"
+    qtbot.waitUntil(lambda: cells(view.files, 3) == [badge], timeout=10_000)
 
     view.files.selectRow(0)
     with qtbot.waitSignal(view.library_changed, timeout=60_000):
@@ -100,10 +106,12 @@ def test_download_appears_as_speech_to_text_and_is_chosen(
     asked: list[str] = []
     box._confirm = lambda _title, text: asked.append(text) or True
     box.table.selectRow(0)
-    size = entry.path.stat().st_size
+    freed = entry.path.stat().st_size
     with qtbot.waitSignal(box.deleted, timeout=5_000):
         qtbot.mouseClick(box.delete_button, Qt.MouseButton.LeftButton)
     assert asked and str(entry.path) in asked[0]
     qtbot.waitUntil(lambda: box.table.rowCount() == 0, timeout=5_000)
     assert not entry.path.exists()
-    assert box.status.text() == f"Deleted ggml-tiny-q5_1, freed {human_bytes(size)}. " + NONE_CHOSEN
+    assert (
+        box.status.text() == f"Deleted ggml-tiny-q5_1, freed {human_bytes(freed)}. " + NONE_CHOSEN
+    )
