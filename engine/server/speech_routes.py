@@ -60,7 +60,17 @@ class SpeechRoutes:
     async def speak(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         req = parse_body(SpeechRequest, body)
-        voice = await _off_loop(lambda: self._voice(req))
+        fmt = req.response_format or DEFAULT_FORMAT
+        data, rate = await _off_loop(lambda: self._speak(req, fmt))
+        return Response(
+            data,
+            media_type=CONTENT_TYPES[fmt],
+            headers={SAMPLE_RATE_HEADER: str(rate)},
+        )
+
+    def _speak(self, req: SpeechRequest, fmt: str) -> tuple[bytes, int]:
+        """The file's bytes and the samples' rate (on a worker thread)."""
+        voice = self._voice(req)
         speed = 1.0 if req.speed is None else req.speed
         if not voice.min_speed <= speed <= voice.max_speed:
             raise ApiError(
@@ -69,17 +79,11 @@ class SpeechRoutes:
                 f"{voice.min_speed:.2f} to {voice.max_speed:g}",
                 param="speed",
             )
-        fmt = req.response_format or DEFAULT_FORMAT
         try:
-            pcm = await _off_loop(lambda: self.speech.synthesize(req.input, voice.name, speed))
-            data = await _off_loop(lambda: _ENCODERS[fmt](pcm))
+            pcm = self.speech.synthesize(req.input, voice.name, speed)
+            return _ENCODERS[fmt](pcm), pcm.rate
         except EngineError as e:
             raise ApiError(500, str(e)) from None
-        return Response(
-            data,
-            media_type=CONTENT_TYPES[fmt],
-            headers={SAMPLE_RATE_HEADER: str(pcm.rate)},
-        )
 
     def _voice(self, req: SpeechRequest) -> Voice:
         try:

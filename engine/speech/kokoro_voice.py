@@ -48,7 +48,7 @@ class Kokoro:
         with self._lock:
             try:
                 audio, rate = module.synthesize(text, voice=voice, speed=speed)
-            except (RuntimeError, ValueError, OSError) as e:
+            except (RuntimeError, ValueError, OSError, ImportError, KeyError) as e:
                 raise EngineError(f"Kokoro failed to speak: {e}") from None
         return Pcm.from_float(audio, int(rate))
 

@@ -25,10 +25,17 @@ ANSWER = (
 ESPEAK_CLI = shutil.which("espeak-ng")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def server() -> Iterator[ServerThread]:
-    # One per test: speech is made on the event loop's executor, whose threads end with it.
     with ServerThread(ServerState(make_config())) as srv:
+        # Speech is made on the event loop's executor: its thread starts now, so that no
+        # test is blamed for leaving it running (each request hands it one job).
+        r = http.post(
+            srv.url + "/v1/audio/speech",
+            headers=AUTH,
+            json={"model": "tts-1", "voice": "default", "input": "Hi.", "response_format": "pcm"},
+        )
+        assert r.status_code == 200
         yield srv
 
 
