@@ -19,9 +19,11 @@ is the peak rather than the load.
 
 The compute buffers' sizes come from ggml's graph allocator, which has no closed form: the
 terms below are the dominant tensors of each graph, with per-element byte counts and a fixed
-part measured against whisper.cpp's own figures (flash attention on, its default) on
-models of tiny, base, small and large-v3 dimensions: within 1% of each buffer there
-(docs/model-manager.md has the table).
+part measured against whisper.cpp's own figures (flash attention on, its default). They
+equal them, to the 0.01 MB it prints, for models of tiny, base, small and large-v3
+dimensions; for a model much narrower than its mel bins (a test model, 64 wide) the
+allocator packs the conv graph tighter and the conv figure is an upper bound, up to 3 MB
+over (docs/model-manager.md has the table).
 """
 
 from __future__ import annotations
