@@ -1,6 +1,7 @@
 #!/bin/sh
 # Copy a built bundle to a temporary folder outside the source tree, with an empty HOME and
 # no display, and run its --self-test there: proves the bundle carries everything it needs.
+# The self-test must find Qt Multimedia (voice input) in the bundle.
 # Then the command line as a user starts it: a short answer from the bundled model (its first
 # load tried in the bundle's own child process), and a damaged GGUF refused in one line.
 #
@@ -19,7 +20,10 @@ APP=$TMP/candlewick/candlewick
 clean() { env -i HOME="$TMP/home" PATH=/usr/bin:/bin LANG=C.UTF-8 QT_QPA_PLATFORM=offscreen "$@"; }
 
 echo "+ $APP --self-test"
-clean "$APP" --self-test
+if ! clean "$APP" --self-test >"$TMP/selftest.txt"; then cat "$TMP/selftest.txt"; exit 1; fi
+cat "$TMP/selftest.txt"
+grep -q "voice input ready" "$TMP/selftest.txt" \
+    || { echo "check_bundle.sh: the bundle lacks Qt Multimedia (voice input)" >&2; exit 1; }
 
 echo "+ $APP run default 'Say hi.' --max-tokens 16"
 clean "$APP" run default "Say hi." --max-tokens 16 --seed 1 >"$TMP/answer.txt"
