@@ -9,6 +9,8 @@ import struct
 from collections.abc import Sequence
 from pathlib import Path
 
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
 MAGIC = 0x67676D6C
 # tiny.en's layout, made small: 4 + 4 layers of width 64, 1 head each.
 SMALL = {
@@ -27,18 +29,30 @@ SMALL = {
 ORDER = tuple(SMALL)
 
 
+Tensor = tuple[str, int, Sequence[int]]  # name, ggml type, shape
+
+
+def tensor_count(hp: dict[str, int]) -> int:
+    """whisper.cpp's tensors for these layer counts (engine.model.whisper_file checks it)."""
+    return 7 + 15 * hp["n_audio_layer"] + 4 + 24 * hp["n_text_layer"]
+
+
 def whisper_bytes(
     hparams: dict[str, int] | None = None,
     *,
-    tensors: Sequence[tuple[str, int, Sequence[int]]] = (
-        ("encoder.positional_embedding", 0, (64, 16)),
-        ("decoder.token_embedding.weight", 1, (64, 8)),
-    ),
+    tensors: Sequence[Tensor] | None = None,
     n_fft: int = 201,
     vocab: Sequence[bytes] | None = None,
 ) -> bytes:
-    """The file's bytes: `tensors` are (name, ggml type, shape); f32 (0) and f16 (1) only."""
+    """The file's bytes: `tensors` are (name, ggml type, shape), their data zeros of ggml's
+    size for the type. By default as many tensors as whisper.cpp has for the layer counts:
+    a 64 x 16 f32 and a 64 x 8 f16, then 4-element f32 fillers."""
     hp = {**SMALL, **(hparams or {})}
+    if tensors is None:
+        tensors = [
+            ("encoder.positional_embedding", 0, (64, 16)),
+            ("decoder.token_embedding.weight", 1, (64, 8)),
+        ] + [(f"filler.{i}", 0, (4,)) for i in range(tensor_count(hp) - 2)]
     out = bytearray(struct.pack("<I", MAGIC))
     out += struct.pack(f"<{len(ORDER)}i", *(hp[k] for k in ORDER))
     out += struct.pack("<2i", hp["n_mels"], n_fft) + bytes(4 * hp["n_mels"] * n_fft)
@@ -53,7 +67,8 @@ def whisper_bytes(
         count = 1
         for d in shape:
             count *= d
-        out += bytes(count * (4 if ttype == 0 else 2))
+        block, block_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
+        out += bytes(count // block * block_bytes)
     return bytes(out)
 
 

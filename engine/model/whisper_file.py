@@ -225,9 +225,22 @@ def _read(r: _Reader, path: Path, size: int) -> WhisperFile:
         r.skip(n_bytes, f"tensor {n_tensors}'s data")
         n_tensors += 1
         weights += n_bytes
-    if n_tensors == 0:
-        raise WhisperFileError(f"{path.name} has no tensors (cut short after its vocabulary?)")
+    expected = expected_tensors(hp)
+    if n_tensors != expected:
+        # The container has no tensor count: a file cut at a tensor's end reads as whole.
+        raise WhisperFileError(
+            f"{path.name} has {n_tensors} of the {expected} tensors a whisper model of its "
+            "size has (cut short, or not a whisper.cpp model)"
+        )
     return WhisperFile(path, size, hp, n_tensors, weights)
+
+
+def expected_tensors(hp: WhisperHParams) -> int:
+    """How many tensors whisper.cpp loads for these hyper-parameters, and so requires (its
+    loader fails unless every one of them is in the file): the encoder's 7 (positions, two
+    convolutions, the last norm) and 15 a layer; the decoder's 4 and 24 a layer (its
+    self-attention, cross-attention and MLP)."""
+    return 7 + 15 * hp.n_audio_layer + 4 + 24 * hp.n_text_layer
 
 
 def is_whisper_file(path: str | Path) -> bool:

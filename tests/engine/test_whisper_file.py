@@ -9,8 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.model.whisper_file import WhisperFileError, is_whisper_file, read_whisper
-from tests.whisper_bin import SMALL, whisper_bytes, write_whisper
+from engine.model.whisper_file import (
+    WhisperFileError,
+    expected_tensors,
+    is_whisper_file,
+    read_whisper,
+)
+from tests.whisper_bin import SMALL, tensor_count, whisper_bytes, write_whisper
 
 
 def test_reads_hyper_parameters_and_tensor_bytes(tmp_path: Path) -> None:
@@ -18,8 +23,8 @@ def test_reads_hyper_parameters_and_tensor_bytes(tmp_path: Path) -> None:
     w = read_whisper(p)
     assert w.hparams.n_audio_layer == 4 and w.hparams.n_text_state == 64
     assert w.hparams.n_mels == 80 and w.hparams.n_vocab == 8
-    assert w.n_tensors == 2
-    assert w.weights_bytes == 64 * 16 * 4 + 64 * 8 * 2
+    assert w.n_tensors == 7 + 15 * 4 + 4 + 24 * 4 == expected_tensors(w.hparams)
+    assert w.weights_bytes == 64 * 16 * 4 + 64 * 8 * 2 + (w.n_tensors - 2) * 4 * 4
     assert w.size == p.stat().st_size
     assert (w.model_type, w.file_type, w.multilingual) == ("tiny", "f16", False)
     assert w.description == "whisper tiny (English only) · f16"
@@ -27,23 +32,18 @@ def test_reads_hyper_parameters_and_tensor_bytes(tmp_path: Path) -> None:
 
 
 def test_quantized_and_multilingual_names(tmp_path: Path) -> None:
-    # ggml's Q5_1 (type 7) blocks: 32 weights in 24 bytes; file type 9 with quant version 2.
-    p = write_whisper(
-        tmp_path / "ggml-base-q5_1.bin",
-        {"n_audio_layer": 6, "ftype": 2009, "n_vocab": 51865},
-        tensors=(),
-        vocab=[b"a"],
-    )
-    with pytest.raises(WhisperFileError, match="has no tensors"):
-        read_whisper(p)
-    data = whisper_bytes(
-        {"n_audio_layer": 6, "ftype": 2009, "n_vocab": 51865}, tensors=(), vocab=[b"a"]
-    )
-    data += struct.pack("<3i", 2, 1, 7) + struct.pack("<2i", 64, 2) + b"w" + bytes(2 * 2 * 24)
-    p.write_bytes(data)
-    w = read_whisper(p)
+    # ggml's Q5_1 (type 7) blocks: 32 weights in 24 bytes; file type 9, quantization version 2.
+    hp = {"n_audio_layer": 6, "n_text_layer": 6, "ftype": 2009, "n_vocab": 51865}
+    n = tensor_count({**SMALL, **hp})
+    tensors = [("decoder.token_embedding.weight", 7, (64, 2))]
+    tensors += [(f"f{i}", 0, (4,)) for i in range(n - 1)]
+    w = read_whisper(write_whisper(tmp_path / "ggml-base-q5_1.bin", hp, tensors=tensors))
     assert (w.model_type, w.file_type, w.multilingual) == ("base", "q5_1", True)
-    assert w.weights_bytes == 2 * 2 * 24
+    assert w.weights_bytes == 2 * 2 * 24 + (n - 1) * 16
+    # One tensor short: whisper.cpp would refuse it too ("not all tensors loaded").
+    short = write_whisper(tmp_path / "short.bin", hp, tensors=tensors[:-1])
+    with pytest.raises(WhisperFileError, match=f"has {n - 1} of the {n} tensors"):
+        read_whisper(short)
 
 
 def test_a_gguf_model_is_named_as_such(smollm2_path: Path) -> None:
@@ -96,10 +96,10 @@ def test_hostile_counts_are_bounded_before_use(tmp_path: Path) -> None:
 def test_every_truncation_is_refused_in_one_line(tmp_path: Path) -> None:
     """Cut at every offset of the header and a sample of the data: never a crash, never a
     file taken as whole."""
-    good = whisper_bytes(n_fft=2)  # a small filter bank: every header offset is cut
-    header_end = len(good) - (64 * 16 * 4 + 64 * 8 * 2)
-    cuts = list(range(header_end + 80))
-    cuts += random.Random(7).sample(range(header_end, len(good) - 1), 50)
+    good = whisper_bytes(n_fft=2)  # a small filter bank: the file is ~6 KB
+    # Every offset of the magic, the hyper-parameters and the filters' shape; a sample of
+    # the rest (filters, vocabulary, tensor headers and data, tensors' ends).
+    cuts = list(range(64)) + random.Random(7).sample(range(64, len(good)), 200)
     p = tmp_path / "cut.bin"
     for n in cuts:
         p.write_bytes(good[:n])
