@@ -44,12 +44,6 @@ def unavailable() -> str | None:
     return _MISSING
 
 
-def has_microphone() -> bool:
-    if _MISSING is not None:
-        return False
-    return not QtMultimedia.QMediaDevices.defaultAudioInput().isNull()
-
-
 def _kind(fmt: Any) -> SampleKind:
     kinds: dict[Any, SampleKind] = {
         QAudioFormat.SampleFormat.UInt8: "uint8",
@@ -232,4 +226,4 @@ class VoiceRecorder(QObject):
             source.deleteLater()
 
 
-__all__ = ["DENIED", "NO_MICROPHONE", "VoiceRecorder", "has_microphone", "unavailable"]
+__all__ = ["DENIED", "NO_MICROPHONE", "VoiceRecorder", "unavailable"]
