@@ -20,6 +20,8 @@ from typing import Any, Protocol
 
 from gguf.constants import GGML_QUANT_SIZES, MODEL_ARCH_NAMES, GGMLQuantizationType, LlamaFileType
 
+from engine.model.whisper_file import is_whisper_header
+
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 MAX_DIMS = 4  # GGML_MAX_DIMS
@@ -245,6 +247,11 @@ class _Reader:
 
 def _sniff_foreign(head: bytes) -> str | None:
     """Name what a non-GGUF file probably is, for a helpful message."""
+    if is_whisper_header(head):
+        return (
+            "a whisper.cpp speech-to-text model: choose it for voice input with "
+            "`candlewick models use-stt`"
+        )
     if head[:4] in (b"ggjt", b"ggmf", b"ggml", b"lmgg", b"tjgg", b"fmgg"):
         return "an old GGML model (pre-GGUF format); convert it to GGUF with llama.cpp's tools"
     if head[:4] == b"PK\x03\x04":

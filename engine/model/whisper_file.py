@@ -243,6 +243,16 @@ def expected_tensors(hp: WhisperHParams) -> int:
     return 7 + 15 * hp.n_audio_layer + 4 + 24 * hp.n_text_layer
 
 
+def is_whisper_header(head: bytes) -> bool:
+    """Whether a file's first bytes are a whisper.cpp model's magic and sane
+    hyper-parameters (an old llama.cpp ggml model has the same magic, other numbers)."""
+    try:
+        parse_hparams(head[:HEADER_BYTES], "file")
+    except WhisperFileError:
+        return False
+    return True
+
+
 def is_whisper_file(path: str | Path) -> bool:
     """Whether the file starts like a whisper.cpp model (the magic only: cheap, for listing)."""
     try:

@@ -158,6 +158,9 @@ def test_import_and_choose_in_place(tmp_path: Path) -> None:
     src.write_bytes(whisper_bytes({**TINY_HP, "n_audio_layer": 6, "n_vocab": 51864}))
     refused = one_line_error(cli("import", str(src)))
     assert "is a speech-to-text model: import it with --copy" in refused
+    # Never a chat model: `run` says what it is, in one line.
+    chat = one_line_error(run_cli("run", str(src), "hi"))
+    assert "not a GGUF model: this is a whisper.cpp speech-to-text model" in chat
     r = cli("import", str(src), "--copy")
     assert r.returncode == 0, r.stderr
     assert "as 'ggml-base.en' (speech to text)" in r.stdout
