@@ -1,5 +1,6 @@
-"""The model manager view: find GGUF models on the Hub, download them verified, manage the
-local library (delete/import), and the Hub token.
+"""The model manager view: find GGUF models (and whisper.cpp speech models) on the Hub,
+download them verified, manage the local library (delete/import), the speech-to-text model
+(its box, speech_models_box), and the Hub token.
 
 All Hub and disk work runs in the background (`app.ui.background`, two calls at a time);
 results come back to the GUI thread. Download progress is polled from the DownloadManager on a
