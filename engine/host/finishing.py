@@ -1,10 +1,10 @@
 """Sampling, stop conditions and finishing: what happens to a slot after its rows decode.
 
 `Finisher.sample` draws each slot's next token from its own sampler chain (with a grammar's
-mask applied to the logits row first), verifies drafted tokens (engine.host.speculative: every
-token handed out is the model's own sample at that position; a greedy drafting slot picks its
-tokens with `engine.host.greedy_pick`, the chain's own argmax without its per-call cost), and
-hands text out through the
+mask applied to the logits row first, and a repeat penalty by `engine.host.greedy_pick`, which
+also picks a greedy request's token: the chain's own result without its per-call cost over the
+whole vocabulary), verifies drafted tokens (engine.host.speculative: every token handed out is
+the model's own sample at that position), and hands text out through the
 slot's `TextStream` (UTF-8 reassembly, stop strings). A request ends on an end-of-generation
 token, a stop string, a finished grammar, its token limit or a full context; ending drops the
 cells it no longer owns first, so a request is reported done only once the cache holds exactly
@@ -23,12 +23,13 @@ import time
 import numpy as np
 import numpy.typing as npt
 
-from engine.host.greedy_pick import GreedyPicker, usable
+from engine.host.greedy_pick import GreedyPicker, RepeatWindow, penalised_here, usable
 from engine.host.logprobs import TokenLogprob, log_softmax, token_logprob
 from engine.host.requests import Failed, Finished, Piece, Request
 from engine.host.slots import LoopCounters, Slot
 from engine.host.speculative import trim_sequence
 from engine.host.stats import StopReason
+from engine.media.prompt import is_placeholder
 from engine.native.backend import ContextBackend
 
 
@@ -47,18 +48,27 @@ class Finisher:
         self.n_seq_max = backend.n_seq_max
         self.counters = counters
         self.lock = lock  # the scheduler's: a slot is freed under it
-        self._pickers: dict[int, GreedyPicker] = {}  # by request id: greedy drafting slots
+        # By request id: the repeat penalty (and greedy pick) the loop applies itself, None
+        # where the chain does all.
+        self._pickers: dict[int, RepeatWindow | None] = {}
 
-    def picker(self, s: Slot) -> GreedyPicker | None:
-        """The greedy picker of a drafting slot whose chain it can stand in for, else None.
-        Made when first needed: its window is the chain's (the prompt's tail, then every
-        token handed out)."""
+    def picker(self, s: Slot) -> RepeatWindow | None:
+        """The slot's greedy picker (`usable`), or its repeat window (`penalised_here`),
+        else None. Made at its first sample: its window is what the chain was given (the
+        prompt's tail without media rows), then every token handed out."""
         req = s.req
-        if req is None or s.drafter is None or not usable(req.sampling):
+        if req is None:
             return None
-        p = self._pickers.get(req.id)
-        if p is None:
-            p = self._pickers[req.id] = GreedyPicker(req.sampling, [*req.prompt, *req.tokens])
+        if req.id in self._pickers:
+            return self._pickers[req.id]
+        sp = req.sampling
+        p: RepeatWindow | None = None
+        if usable(sp) or penalised_here(sp):
+            n = sp.repeat_last_n if sp.penalizes else 0
+            tail = [t for t in req.prompt[-n:] if not is_placeholder(t)] if n > 0 else []
+            kind = GreedyPicker if usable(sp) else RepeatWindow
+            p = kind(sp, [*tail, *req.tokens])
+        self._pickers[req.id] = p
         return p
 
     def reap(self, slots: list[Slot]) -> None:
@@ -85,19 +95,27 @@ class Finisher:
         self.counters.drafted += len(drafts)
         if req.mask is not None:  # (no drafts: Scheduler._make_drafter)
             req.mask.apply(be.logits(s.batch_idx))
-        pick = self.picker(s)
+        window = self.picker(s)
+        pick = window if isinstance(window, GreedyPicker) else None
         for i in range(len(drafts) + 1):
-            # Read before the greedy picker, which penalises the row in place.
-            lp = None if req.logprobs is None else log_softmax(be.logits(s.batch_idx + i))
+            row = s.batch_idx + i
+            # Read before the window, which penalises the row in place.
+            lp = None if req.logprobs is None else log_softmax(be.logits(row))
             forced = None if req.thinking is None else req.thinking.forced()
             if forced is not None:  # the budget closes the thinking block (no drafts)
                 tok = forced
                 be.sampler_accept(s.sampler, tok)
+                if window is not None:
+                    window.accept(tok)
             elif pick is not None:
-                tok = pick.pick(be.logits(s.batch_idx + i))
+                tok = pick.pick(be.logits(row))
                 be.sampler_accept(s.sampler, tok)  # the chain stays in step
+            elif window is not None:
+                window.penalise(be.logits(row))
+                tok = be.sample(s.sampler, row)
+                window.accept(tok)
             else:
-                tok = be.sample(s.sampler, s.batch_idx + i)
+                tok = be.sample(s.sampler, row)
             entry = None if lp is None else self.logprob(lp, tok, req)
             accepted = i < len(drafts) and tok == drafts[i]
             if accepted:
@@ -167,6 +185,8 @@ class Finisher:
         return False
 
     def trim(self, s: Slot, keep: int) -> None:
+        if len(s.tokens) <= keep:
+            return  # (every plain step: nothing was drafted past the token)
         trim_sequence(self.backend, s.seq, s.tokens, keep)
         s.exact_len = min(s.exact_len, len(s.tokens))
 

@@ -62,6 +62,7 @@ from engine.errors import EngineError
 from engine.host import batch_plan
 from engine.host.batch_builder import BatchBuilder
 from engine.host.finishing import Finisher, finish_unscheduled
+from engine.host.greedy_pick import chain_spec
 from engine.host.logprobs import MAX_TOP_LOGPROBS
 from engine.host.loop_model import LoopModel
 from engine.host.media_steps import check_prompt
@@ -523,9 +524,10 @@ class Scheduler:
         slot.rule = rule
         slot.plan = deque(plan.sizes) if rule in ("grid", "tiled") else None
         slot.next_token = None
-        slot.sampler = sampler = be.sampler(req.sampling)
         s = req.sampling
-        if s.penalizes:
+        chain = chain_spec(s)  # a repeat penalty alone is applied by the Finisher
+        slot.sampler = sampler = be.sampler(chain)
+        if chain.penalizes and chain.repeat_last_n > 0:
             for t in (t for t in prompt[-s.repeat_last_n :] if not is_placeholder(t)):
                 be.sampler_accept(sampler, t)  # (a media row is no word to penalize)
         slot.stream = TextStream(s.stop)

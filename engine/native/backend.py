@@ -271,6 +271,9 @@ class LlamaBackend:
         self._vocab = vocab
         self._mem = C.llama_get_memory(ctx)
         self._n_vocab = n_vocab
+        # One row of logits as a ctypes type, made once: a row view per sample is then a
+        # buffer at an address (np.ctypeslib.as_array builds a pointer type every call).
+        self._row_type = ctypes.c_float * n_vocab
         self._n_batch = int(C.llama_n_batch(ctx))
         self._n_ctx_seq = int(C.llama_n_ctx_seq(ctx))
         self._n_seq_max = int(C.llama_n_seq_max(ctx))
@@ -437,7 +440,8 @@ class LlamaBackend:
         ptr = self._C.llama_get_logits_ith(self._ctx, row)
         if not ptr:
             raise EngineError(f"batch row {row} has no logits")
-        return np.ctypeslib.as_array(ptr, shape=(self._n_vocab,))
+        row_data = self._row_type.from_address(ctypes.addressof(ptr.contents))
+        return np.frombuffer(memoryview(row_data), dtype=np.float32)
 
     def output_logits(self, n: int) -> npt.NDArray[np.float32]:
         """The logits of the last decode's `n` output rows (the rows that asked for them,

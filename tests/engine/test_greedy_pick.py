@@ -1,6 +1,7 @@
-"""The greedy picker (engine.host.greedy_pick) against llama.cpp's own chain: the same token
-for the same row and window, on made-up rows and on SmolLM2's logits; and a greedy request
-with a repeat penalty drafts through it to plain decoding's tokens."""
+"""The greedy picker and the repeat window (engine.host.greedy_pick) against llama.cpp's own
+chain: the same token for the same row and window, on made-up rows and on SmolLM2's logits,
+greedy and sampled; and a greedy request with a repeat penalty drafts through it to plain
+decoding's tokens."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.host.greedy_pick import GreedyPicker, usable
+from engine.host.greedy_pick import GreedyPicker, RepeatWindow, chain_spec, penalised_here, usable
 from engine.host.runtime import Model
 from engine.settings import SamplingParams
 from tests.engine.drafting import always_draft  # noqa: F401 (a fixture)
@@ -58,6 +59,22 @@ def test_what_it_stands_in_for() -> None:
     assert not usable(SamplingParams(temperature=0, presence_penalty=0.5))
 
 
+def test_which_penalties_leave_the_chain() -> None:
+    """A repeat penalty alone is applied by the loop: the chain is built without it. With a
+    frequency or presence penalty the chain keeps all three; without one, nothing changes."""
+    alone = SamplingParams(temperature=0.8, repeat_penalty=1.1)
+    assert penalised_here(alone)
+    assert chain_spec(alone) == SamplingParams(temperature=0.8, repeat_penalty=1.0)
+    assert not chain_spec(alone).penalizes
+    for kept in (
+        SamplingParams(repeat_penalty=1.1, frequency_penalty=0.5),
+        SamplingParams(repeat_penalty=1.1, presence_penalty=0.5),
+        SamplingParams(repeat_penalty=1.0),
+    ):
+        assert not penalised_here(kept)
+        assert chain_spec(kept) is kept
+
+
 @pytest.fixture(scope="module")
 def smollm2(smollm2_path: Path) -> Iterator[Model]:
     m = Model(smollm2_path, exact_load(n_ctx=512, n_threads=1, state_cache_mb=0))
@@ -100,6 +117,57 @@ def test_same_token_as_the_chain(smollm2: Model) -> None:
             be.clear()
 
     assert smollm2.loop.call_soon(check) == 3 * len(prompt)
+
+
+def test_sampled_row_penalised_here_draws_the_chains_token(smollm2: Model) -> None:
+    """A sampled request's repeat penalty applied to the row here, then the chain without
+    the penalties sampler (top-k, top-p, min-p, temperature, the seeded draw): the token the
+    whole chain draws, row after row, with windows of the row's likeliest tokens."""
+    prompt = smollm2.tokenize("Once upon a time, in a small village by the sea, there lived")
+
+    def check() -> tuple[int, int]:
+        be = smollm2.backend
+        assert be is not None
+        be.clear()
+        b = be.batch(len(prompt))
+        try:
+            for i, t in enumerate(prompt):
+                b.put(i, t, i, 0, True)
+            b.n_tokens = len(prompt)
+            be.decode(b)
+            checked = decided = 0  # decided: rows where the penalty changed the draw
+            for r in range(len(prompt)):
+                top = [int(t) for t in np.argsort(-be.logits(r))[:6]]
+                for penalty, window, seed in ((1.3, top[:3], 7), (0.7, top[1:5], 11)):
+                    s = SamplingParams(
+                        temperature=1.5, repeat_penalty=penalty, repeat_last_n=8, seed=seed
+                    )
+                    history = [*prompt[:3], *window]
+                    whole = be.sampler(s)
+                    for t in history:
+                        be.sampler_accept(whole, t)
+                    want = be.sample(whole, r)
+                    be.sampler_free(whole)
+                    unpenalised = be.sampler(chain_spec(s))
+                    plain = be.sample(unpenalised, r)
+                    be.sampler_free(unpenalised)
+                    kept = be.logits(r).copy()
+                    RepeatWindow(s, history).penalise(be.logits(r))
+                    rest = be.sampler(chain_spec(s))
+                    got = be.sample(rest, r)
+                    be.sampler_free(rest)
+                    be.logits(r)[:] = kept
+                    assert got == want, (r, penalty, window)
+                    decided += plain != want
+                    checked += 1
+            return checked, decided
+        finally:
+            b.close()
+            be.clear()
+
+    checked, decided = smollm2.loop.call_soon(check)
+    assert checked == 2 * len(prompt)
+    assert decided > 0
 
 
 @pytest.mark.usefixtures("always_draft")
