@@ -77,13 +77,29 @@ class KeptLogProbs:
     logp: F32
 
 
-def kept_log_probs(logits: F32, norm: Normalised, scratch: F32 | None = None) -> KeptLogProbs:
-    """The log-probabilities of a reference block above `KLD_FLOOR`."""
-    n = logits.shape[0]
-    buf = scratch[:n] if scratch is not None else np.empty_like(logits)
-    np.subtract(logits, norm.c[:, None], out=buf)
-    rows, cols = np.nonzero(buf > KLD_FLOOR)
-    return KeptLogProbs(rows.astype(np.int32), cols.astype(np.int32), buf[rows, cols])
+# Logits this far below the floor (in nats) are candidates too; far more than float32's
+# rounding of `c + KLD_FLOOR`, so the exact test after the comparison misses none.
+_FLOOR_SLACK = np.float32(1 / 64)
+
+
+def kept_log_probs(logits: F32, norm: Normalised) -> KeptLogProbs:
+    """The log-probabilities of a reference block above `KLD_FLOOR`: `logit - c` (float32,
+    the operation `kl_rows` repeats on a candidate) where it is above the floor.
+
+    The logits are compared with `c + KLD_FLOOR` (less a slack) and only those above are
+    subtracted and tested exactly: no whole block of differences, and one flat search
+    instead of a 2-D one (SmolLM2: 0.7 ms a row before, a quarter of a reference pass)."""
+    vocab = logits.shape[1]
+    c = norm.c.astype(np.float32)
+    loose = c + (np.float32(KLD_FLOOR) - _FLOOR_SLACK)
+    flat = np.flatnonzero(logits > loose[:, None])
+    rows = flat // vocab
+    logp = logits.reshape(-1).take(flat) - c[rows]
+    keep = logp > KLD_FLOOR
+    if not keep.all():
+        flat, rows, logp = flat[keep], rows[keep], logp[keep]
+    cols = flat - rows * vocab
+    return KeptLogProbs(rows.astype(np.int32), cols.astype(np.int32), logp)
 
 
 def kl_rows(logits: F32, norm: Normalised, kept: KeptLogProbs, p_ref: F64 | None = None) -> F64:

@@ -281,7 +281,7 @@ class TextScorer:
             norm = qm.normalise(rows, scratch)
             top[base + lo : base + hi] = norm.top
             nll[base + lo : base + hi] = qm.target_nll(rows, norm, targets[lo:hi])
-            kept = qm.kept_log_probs(rows, norm, scratch)
+            kept = qm.kept_log_probs(rows, norm)
             counts[base + lo : base + hi] = np.bincount(kept.rows, minlength=hi - lo)
             return kept
 

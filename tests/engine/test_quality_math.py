@@ -63,6 +63,32 @@ def test_tokens_under_the_floor_are_left_out_as_llama_cpp_leaves_them() -> None:
     assert kld.tolist() == pytest.approx([LN(2), 0.0], abs=1e-6)
 
 
+def test_the_kept_tokens_are_exactly_those_above_the_floor() -> None:
+    # Logits on both sides of c - 16, some within float32's rounding of it: the kept set is
+    # `logit - c > KLD_FLOOR` computed in float32, whatever shortcut finds it.
+    rng = np.random.default_rng(3)
+    logits = (rng.standard_normal((5, 4000)) * 6).astype(np.float32)
+    norm = qm.normalise(logits)
+    for r in range(5):  # a few values a few ulps from the floor itself
+        edge = norm.c[r] + np.float32(qm.KLD_FLOOR)
+        logits[r, :8] = np.nextafter(edge, np.float32(np.inf) if r % 2 else -np.inf)
+        logits[r, 8:16] = edge
+    norm = qm.normalise(logits)
+    diff = logits - norm.c[:, None]
+    rows, cols = np.nonzero(diff > qm.KLD_FLOOR)
+    kept = qm.kept_log_probs(logits, norm)
+    assert kept.rows.tolist() == rows.tolist() and kept.cols.tolist() == cols.tolist()
+    assert kept.logp.dtype == np.float32 and np.array_equal(kept.logp, diff[rows, cols])
+    assert 0 < kept.logp.size < logits.size  # both sides of the floor were there
+    # float32's c + KLD_FLOOR can round above a logit whose own difference is over it.
+    c = np.float32(-18.417063)
+    edge = c + np.float32(qm.KLD_FLOOR)
+    assert edge - c > qm.KLD_FLOOR  # the case: kept, though not above the rounded edge
+    row = np.array([[edge, c + 10, edge - 1]], np.float32)
+    kept = qm.kept_log_probs(row, qm.Normalised(np.array([1], np.int32), np.array([c])))
+    assert kept.cols.tolist() == [0, 1]
+
+
 def test_identical_logits_give_exactly_zero_and_the_same_top_token() -> None:
     rng = np.random.default_rng(7)
     logits = (rng.standard_normal((6, 500)) * 4).astype(np.float32)
