@@ -501,7 +501,7 @@ class HubClient:
 
     def speech_fit(self, repo_id: str, revision: str, variant: ModelVariant) -> str:
         """What a speech (whisper.cpp) file on the Hub will take in memory, from its first bytes
-        (one Range request): "needs 335 MB"; "unknown" when they cannot be read."""
+        (one Range request): "needs 316 MB"; "unknown" when they cannot be read."""
         from engine.errors import EngineError
         from engine.memory.whisper import memory_of
         from engine.model.gguf import human_bytes

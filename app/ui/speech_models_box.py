@@ -46,11 +46,7 @@ def memory_tip(m: WhisperMemory) -> str:
     return (
         f"weights {human_bytes(m.weights)} + caches {human_bytes(m.kv)} + compute buffers "
         f"{human_bytes(m.compute)} + logits {human_bytes(m.logits)}"
-        + (
-            f" + {human_bytes(m.fallback)} when a hard passage is decoded best of 5"
-            if m.fallback
-            else ""
-        )
+        + (f" + {human_bytes(m.fallback)} for a best-of fallback" if m.fallback else "")
     )
 
 

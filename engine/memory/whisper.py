@@ -13,9 +13,10 @@ state created (`whisper_init_state`, which logs each figure):
 - on the host, `n_vocab x n_text_ctx` float logits reserved by the state.
 
 When a transcription falls back to sampling at a higher temperature with several decoders
-(whisper.cpp's default: best of 5), the self-attention cache is made again for
-`n_decoders + 2` sequences; `fallback` is that growth, counted in the total so the estimate
-is the peak rather than the load.
+(whisper.cpp's own default: best of 5), the self-attention cache is made again for
+`n_decoders + 2` sequences; `fallback` is that growth. Candlewick's transcriber
+(engine.speech.transcriber) decodes greedily at temperature 0 without a fallback, so by
+default there is none; `best_of` sizes it for a caller that falls back.
 
 The compute buffers' sizes come from ggml's graph allocator, which has no closed form: the
 terms below are the dominant tensors of each graph, with per-element byte counts and a fixed
@@ -37,7 +38,7 @@ F32 = 4
 PAD = 256
 # Measured (whisper.cpp 1.8.5, CPU): each graph's buffer has this much beyond its tensors.
 GRAPH_FIXED = 1_590_000
-DEFAULT_BEST_OF = 5  # whisper_full_default_params' greedy.best_of
+WHISPER_CPP_BEST_OF = 5  # whisper_full_default_params' greedy.best_of, for a fallback
 
 
 def _pad(n: int) -> int:
@@ -55,7 +56,7 @@ class WhisperMemory:
     compute_cross: int
     compute_decode: int
     logits: int  # host RAM the state reserves
-    fallback: int  # the self-attention cache's growth when best-of decoding falls back
+    fallback: int  # the self-attention cache's growth when decoding falls back to best-of
 
     @property
     def kv(self) -> int:
@@ -76,12 +77,12 @@ class WhisperMemory:
         return self.at_load + self.fallback
 
 
-def whisper_memory(model: WhisperFile, *, best_of: int = DEFAULT_BEST_OF) -> WhisperMemory:
+def whisper_memory(model: WhisperFile, *, best_of: int = 1) -> WhisperMemory:
     """The bytes whisper.cpp allocates for `model` on the CPU, by buffer."""
     return memory_of(model.hparams, model.weights_bytes, best_of=best_of)
 
 
-def memory_of(h: WhisperHParams, weights: int, *, best_of: int = DEFAULT_BEST_OF) -> WhisperMemory:
+def memory_of(h: WhisperHParams, weights: int, *, best_of: int = 1) -> WhisperMemory:
     """The same from the hyper-parameters alone and the weights' bytes (before a download:
     the file's size, which overstates them by its vocabulary and mel filters, about 0.6 MB)."""
     text_ctx, audio_ctx = _pad(h.n_text_ctx), _pad(h.n_audio_ctx)

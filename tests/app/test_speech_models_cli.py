@@ -20,7 +20,9 @@ from engine.model.gguf import human_bytes
 from engine.model.whisper_file import HEADER_BYTES, parse_hparams, read_whisper
 from tests.app.cli_inproc import run_cli
 from tests.hub_emulator import HubEmulator, file_sha256, running_hub
+from tests.speech_assets import write_whisper_model
 from tests.whisper_bin import whisper_bytes
+from tests.whisper_reference import whisper_cpp_figures
 
 REPO = "ggerganov/whisper.cpp"
 TINY = "ggml-tiny.bin"
@@ -183,3 +185,32 @@ def test_import_and_choose_in_place(tmp_path: Path) -> None:
     cut = tmp_path / "ggml-cut.bin"
     cut.write_bytes(whisper_bytes(TINY_HP)[:-10])
     assert "cut short" in one_line_error(cli("use-stt", str(cut)))
+
+
+@pytest.mark.model
+def test_the_test_model_from_the_hub_is_what_whisper_cpp_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The random-weight test model (tests/speech_assets.py, the file
+    scripts/make_test_speech_models.py writes) served by the emulator: downloaded, listed
+    with a memory estimate that matches what whisper.cpp allocates for the downloaded file."""
+    model = write_whisper_model(tmp_path / "src" / "ggml-test.bin")
+    with running_hub() as emu:
+        emu.repo("candlewick/whisper-test", tags=["automatic-speech-recognition"]).add(
+            "ggml-test.bin", source=model
+        )
+        monkeypatch.setenv("HF_ENDPOINT", emu.url)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+        r = cli("download", "candlewick/whisper-test", "ggml-test.bin")
+    assert r.returncode == 0, r.stderr
+    listed = next(m for m in json.loads(cli("list", "--json").stdout) if m["id"] == "ggml-test")
+    path = Path(listed["path"])
+    assert file_sha256(path) == file_sha256(model)
+    logged = whisper_cpp_figures(path)
+    allocated = sum(logged.values()) * 1e6  # weights, caches, compute buffers
+    m = whisper_memory(read_whisper(path))
+    assert listed["memory_bytes"] == m.total
+    # The estimate's load figure against whisper.cpp's (its conv buffer may be over by up
+    # to 3.1 MB for a model this narrow), plus the logits and fallback it adds.
+    assert 0 <= m.at_load - m.logits - allocated <= 3.2e6
+    assert cli("use-stt", "ggml-test").returncode == 0 and current_stt_model() == path
