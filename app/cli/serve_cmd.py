@@ -144,6 +144,14 @@ def register(sub: Any) -> None:
         "state (created if missing; without it those actions are refused)",
     )
     p.add_argument(
+        "--stt-model",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the whisper.cpp model (ggml .bin) that POST /v1/audio/transcriptions and "
+        "/v1/audio/translations use; checked at start, loaded on the first request",
+    )
+    p.add_argument(
         "--spm-infill",
         action="store_true",
         help="/infill puts the suffix before the prefix (the suffix/prefix/middle order some "
@@ -218,6 +226,16 @@ def _read_key(args: argparse.Namespace) -> str | None:
     if not key:
         raise CliError(f"the API key file {args.api_key_file} is empty")
     return key
+
+
+def _stt_model(path: Path | None) -> Path | None:
+    """--stt-model, its file checked (not loaded): a wrong file is one line at start."""
+    if path is None:
+        return None
+    from engine.model.whisper_file import read_whisper
+
+    read_whisper(path)  # WhisperFileError: one line
+    return path.resolve()
 
 
 def _slot_folder(path: Path | None) -> Path | None:
@@ -343,6 +361,7 @@ def serve(args: argparse.Namespace) -> int:
         embeddings=not args.no_embeddings,
         slot_save_path=_slot_folder(args.slot_save_path),
         spm_infill=args.spm_infill,
+        stt_model=_stt_model(args.stt_model),
     )
     params = serve_load_params(args)
     params.validate()  # e.g. a quantized V cache with flash attention off: one line, exit 2

@@ -40,6 +40,7 @@ from engine.server.rerank_routes import RerankRoutes
 from engine.server.responses_routes import ResponsesRoutes
 from engine.server.slot_routes import SlotRoutes
 from engine.server.speech_routes import SpeechRoutes
+from engine.server.transcription_routes import TranscriptionRoutes
 from engine.server.webui import ui_mount, ui_paths
 
 log = logging.getLogger("candlewick.server")
@@ -243,6 +244,7 @@ def create_app(state: ServerState) -> ASGIApp:
         *openai.routes(),
         *RerankRoutes(state).routes(),
         *SpeechRoutes(state).routes(),
+        *TranscriptionRoutes(state).routes(),
         *LlamaRoutes(state).routes(),
         *LoraRoutes(state).routes(),
         *ResponsesRoutes(state).routes(),

@@ -43,6 +43,9 @@ class ServerConfig:
     # The thinking's tokens at most, unless a request sets its own (llama-server's
     # --reasoning-budget): -1 no limit, 0 no thinking.
     reasoning_budget: int = -1
+    # The whisper.cpp model /v1/audio/transcriptions and /translations use (serve --stt-model),
+    # loaded on the first request; None: those routes answer 400.
+    stt_model: Path | None = None
 
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:

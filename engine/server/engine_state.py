@@ -10,7 +10,7 @@ import hashlib
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,6 +177,8 @@ class ServerState:
         self.started = time.time()
         # One set_loaded at a time; reentrant: the host's listeners may call it back.
         self._lock = threading.RLock()
+        # What routes started besides the models (the speech-to-text process), closed last.
+        self.on_close: list[Callable[[], None]] = []
 
     # -- the models ------------------------------------------------------------------------
 
@@ -350,6 +352,8 @@ class ServerState:
         """Close what the state built; one `set_loaded` gave stays its caller's."""
         for kept in self.host.attachments.drop(self):
             kept.close()
+        for close in self.on_close:
+            close()
 
 
 class _LoopInbox:
