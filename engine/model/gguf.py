@@ -249,8 +249,8 @@ def _sniff_foreign(head: bytes) -> str | None:
     """Name what a non-GGUF file probably is, for a helpful message."""
     if is_whisper_header(head):
         return (
-            "a whisper.cpp speech-to-text model: choose it for voice input with "
-            "`candlewick models use-stt`"
+            "a whisper.cpp speech-to-text model: choose it for voice input on the Models "
+            "page (Speech to text) or with `candlewick models use-stt`"
         )
     if head[:4] in (b"ggjt", b"ggmf", b"ggml", b"lmgg", b"tjgg", b"fmgg"):
         return "an old GGML model (pre-GGUF format); convert it to GGUF with llama.cpp's tools"
