@@ -273,6 +273,10 @@ class VoiceInput(QObject):
         self._job = self._transcription.submit(model, wav_pcm16(wav))
         self._show_state()
 
+    def transcription_threads(self) -> int | None:
+        """The threads the loaded transcription model runs on (None: not loaded yet)."""
+        return None if self._transcription is None else self._transcription.worker.threads
+
     def _on_text(self, number: int, text: str) -> None:
         if number != self._job:
             return  # cancelled, or an older recording's

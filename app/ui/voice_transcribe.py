@@ -54,11 +54,16 @@ class TranscribeWorker(QObject):
         if self._transcriber is not None and self._model == model:
             return self._transcriber
         self.close()
-        from engine.speech.transcriber import Transcriber  # type: ignore[import-not-found]
+        from engine.speech.transcriber import Transcriber  # loads whisper.cpp: only when used
 
         self._transcriber = Transcriber(model)
         self._model = model
         return self._transcriber
+
+    @property
+    def threads(self) -> int | None:
+        """The loaded model's thread count (None: none loaded yet)."""
+        return None if self._transcriber is None else int(self._transcriber.threads)
 
     def close(self) -> None:
         t, self._transcriber, self._model = self._transcriber, None, None
