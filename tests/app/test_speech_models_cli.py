@@ -21,7 +21,7 @@ from engine.model.whisper_file import HEADER_BYTES, parse_hparams, read_whisper
 from tests.app.cli_inproc import run_cli
 from tests.hub_emulator import HubEmulator, file_sha256, running_hub
 from tests.speech_assets import write_whisper_model
-from tests.whisper_bin import whisper_bytes
+from tests.whisper_bin import tensor_count, whisper_bytes
 from tests.whisper_reference import whisper_cpp_figures
 
 REPO = "ggerganov/whisper.cpp"
@@ -214,3 +214,22 @@ def test_the_test_model_from_the_hub_is_what_whisper_cpp_loads(
     # to 3.1 MB for a model this narrow), plus the logits and fallback it adds.
     assert 0 <= m.at_load - m.logits - allocated <= 3.2e6
     assert cli("use-stt", "ggml-test").returncode == 0 and current_stt_model() == path
+
+
+def test_a_dropped_download_resumes_where_it_stopped(hub: HubEmulator) -> None:
+    name = "ggml-tiny.en.bin"
+    n = tensor_count({**TINY_HP})
+    big = [("decoder.token_embedding.weight", 0, (1024, 1024))]  # 4 MB: several writes
+    data = whisper_bytes(
+        TINY_HP, vocab=[b"a"], tensors=big + [(f"f{i}", 0, (4,)) for i in range(n - 1)]
+    )
+    hub.repos[REPO].add(name, data=data)
+    hub.drop_after[(REPO, name)] = 3_000_000
+    r = cli("download", REPO, name)
+    assert r.returncode == 0, r.stderr
+    gets = [q for q in hub.file_requests(name) if q.get("cdn")]
+    assert len(gets) == 2 and gets[0]["range"] is None
+    resumed_from = int(gets[1]["range"][len("bytes=") : -1])
+    assert 0 < resumed_from <= 3_000_000  # from the bytes on disk, not from zero
+    listed = next(m for m in json.loads(cli("list", "--json").stdout) if m["file"] == name)
+    assert file_sha256(Path(listed["path"])) == hub.repos[REPO].files[name].sha256
