@@ -3,11 +3,12 @@
 
 A microphone delivers whatever format its driver offers (the recorder asks for 16 kHz mono
 16-bit, which most offer; others give 44.1 or 48 kHz, stereo, 32-bit or float). Everything is
-brought to 16 kHz mono int16 here with numpy: speech models (whisper) and the audio
-projectors read 16 kHz, and keeping one format makes a recording's WAV small and its
-duration exact. Downsampling first low-passes with a short windowed-sinc filter (speech
-above 8 kHz would otherwise fold back as noise), then interpolates linearly; no resampling
-library is kept in the app for this one step.
+brought to 16 kHz mono int16 here with numpy, block by block as it arrives (so stopping
+a long recording costs nothing): speech models (whisper) and the audio projectors read
+16 kHz, and keeping one format makes a recording's WAV small and its duration exact.
+Downsampling first low-passes with a short windowed-sinc filter (speech above 8 kHz would
+otherwise fold back as noise), then interpolates linearly; no resampling library is kept in
+the app for this one step.
 """
 
 from __future__ import annotations
@@ -80,48 +81,102 @@ def to_float(raw: bytes, fmt: RawFormat) -> np.ndarray:
     return y.reshape(-1, fmt.channels)
 
 
-def low_pass(x: np.ndarray, cutoff: float) -> np.ndarray:
-    """`x` (mono float) through a Hann-windowed sinc low-pass at `cutoff` (a fraction of the
-    sample rate, below 0.5); the same length, no delay."""
+def _kernel(cutoff: float) -> np.ndarray:
+    """A Hann-windowed sinc low-pass at `cutoff` (a fraction of the sample rate, below 0.5),
+    `_TAPS` long, summing to 1."""
     n = np.arange(_TAPS, dtype=np.float64) - (_TAPS - 1) / 2
     h = 2 * cutoff * np.sinc(2 * cutoff * n) * np.hanning(_TAPS)
-    h /= h.sum()
-    return np.convolve(x, h, mode="same")
+    return np.asarray(h / h.sum(), dtype=np.float64)
+
+
+class _Resampler:
+    """Mono float samples from `src_rate` to `rate`, block by block: the low-pass (when
+    downsampling) and the linear interpolation carry their state across blocks, so the
+    output is what the whole signal converted at once gives, and a long recording costs
+    nothing more when it ends. The signal is taken as zeros before its start and after its
+    end (as a centred convolution pads it)."""
+
+    def __init__(self, src_rate: int, rate: int = RATE) -> None:
+        self.step = src_rate / rate  # input samples per output sample
+        self.h = _kernel(0.45 * rate / src_rate) if rate < src_rate else np.ones(1)
+        self.half = (len(self.h) - 1) // 2
+        self._pending = np.zeros(self.half)  # input not yet filtered past, from `_p0`
+        self._p0 = -self.half
+        self._filtered = np.zeros(0)  # filtered input from absolute index `_f0`
+        self._f0 = 0
+        self._n_in = 0
+        self._next = 0  # the next output sample's number
+
+    def push(self, x: np.ndarray) -> np.ndarray:
+        self._n_in += len(x)
+        return self._run(x, final=False)
+
+    def flush(self) -> np.ndarray:
+        return self._run(np.zeros(self.half), final=True)
+
+    def _run(self, x: np.ndarray, final: bool) -> np.ndarray:
+        b = np.concatenate([self._pending, x])
+        if len(b) >= len(self.h):
+            # Output m of a 'valid' convolution is centred on input index _p0 + half + m.
+            y = np.convolve(b, self.h, mode="valid")
+            self._filtered = np.concatenate([self._filtered, y])
+            keep = len(self.h) - 1
+            self._p0 += len(b) - keep
+            b = b[len(b) - keep :]
+        self._pending = b
+        last = self._f0 + len(self._filtered) - 1  # the newest filtered index
+        if final:
+            n_out = max(1, round(self._n_in / self.step)) if self._n_in else 0
+            self._filtered = self._filtered[: self._n_in - self._f0]  # not the padding's
+            last = self._n_in - 1
+        else:  # only outputs between two filtered samples: the next block cannot change them
+            n_out = int(np.floor((last - 1) / self.step)) + 1 if last >= 1 else 0
+        if n_out <= self._next or len(self._filtered) == 0:
+            return np.zeros(0)
+        t = np.arange(self._next, n_out, dtype=np.float64) * self.step
+        idx = self._f0 + np.arange(len(self._filtered), dtype=np.float64)
+        out = np.interp(t, idx, self._filtered)
+        self._next = n_out
+        drop = max(0, int(np.floor(n_out * self.step)) - self._f0)  # before the next output
+        self._filtered = self._filtered[drop:]
+        self._f0 += drop
+        return np.asarray(out, dtype=np.float64)
 
 
 def resample(x: np.ndarray, src_rate: int, rate: int = RATE) -> np.ndarray:
-    """Mono float samples from `src_rate` to `rate` (float64 out)."""
+    """Mono float samples from `src_rate` to `rate` (float64 out), low-passed first when
+    downsampling (speech above the new Nyquist would otherwise fold back as noise)."""
     if src_rate == rate or len(x) == 0:
         return x.astype(np.float64)
-    if rate < src_rate:
-        x = low_pass(x.astype(np.float64), 0.5 * rate / src_rate * 0.9)
-    n_out = max(1, round(len(x) * rate / src_rate))
-    t = np.arange(n_out, dtype=np.float64) * (src_rate / rate)
-    return np.asarray(np.interp(t, np.arange(len(x), dtype=np.float64), x), dtype=np.float64)
+    r = _Resampler(src_rate, rate)
+    return np.concatenate([r.push(x.astype(np.float64)), r.flush()])
 
 
-def to_pcm16(raw: bytes, fmt: RawFormat) -> bytes:
-    """A device's bytes as 16 kHz mono little-endian int16 PCM."""
-    if fmt.is_target():
-        return raw[: len(raw) - len(raw) % 2]
-    mono = to_float(raw, fmt).mean(axis=1)
-    y = resample(mono, fmt.rate)
+def _int16(y: np.ndarray) -> bytes:
     return np.clip(np.round(y * 32767.0), -32768, 32767).astype("<i2").tobytes()
 
 
 class Converter:
-    """`to_pcm16` over a stream of blocks: resampling each block alone would click at their
-    edges, so a device that is not 16 kHz mono int16 is converted once, when it stops
-    (`finish`); the blocks are only kept until then."""
+    """A device's blocks to 16 kHz mono int16 PCM as they come (`add`); `finish` ends it.
+    Bytes already in that format are kept as they are."""
 
     def __init__(self, fmt: RawFormat) -> None:
         self.fmt = fmt
-        self._blocks: list[bytes] = []
+        self._out: list[bytes] = []
+        self._rest = b""  # a partial frame, completed by the next block
         self._frames = 0
+        self._resampler = None if fmt.is_target() else _Resampler(fmt.rate)
 
     def add(self, raw: bytes) -> None:
-        self._blocks.append(raw)
-        self._frames += len(raw) // self.fmt.frame_bytes
+        raw = self._rest + raw
+        whole = len(raw) - len(raw) % self.fmt.frame_bytes
+        self._rest = raw[whole:]
+        self._frames += whole // self.fmt.frame_bytes
+        if self._resampler is None:
+            self._out.append(raw[:whole])
+        elif whole:
+            mono = to_float(raw[:whole], self.fmt).mean(axis=1, dtype=np.float64)
+            self._out.append(_int16(self._resampler.push(mono)))
 
     @property
     def seconds(self) -> float:
@@ -129,7 +184,16 @@ class Converter:
         return self._frames / self.fmt.rate
 
     def finish(self) -> bytes:
-        return to_pcm16(b"".join(self._blocks), self.fmt)
+        if self._resampler is not None:
+            self._out.append(_int16(self._resampler.flush()))
+        return b"".join(self._out)
+
+
+def to_pcm16(raw: bytes, fmt: RawFormat) -> bytes:
+    """A device's bytes as 16 kHz mono little-endian int16 PCM."""
+    c = Converter(fmt)
+    c.add(raw)
+    return c.finish()
 
 
 def level(raw: bytes, fmt: RawFormat) -> Level:

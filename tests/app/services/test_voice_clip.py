@@ -79,6 +79,15 @@ def test_a_stream_converted_once_has_no_seams_and_counts_its_seconds() -> None:
     assert conv.seconds == pytest.approx(0.9, abs=1 / 44100)
     whole = to_pcm16(raw, RawFormat(44100, 1, "int16"))
     assert conv.finish() == whole
+    # The same as the whole recording filtered and interpolated in one go (within rounding).
+    h = np.arange(63) - 31.0
+    cutoff = 0.45 * 16000 / 44100
+    h = 2 * cutoff * np.sinc(2 * cutoff * h) * np.hanning(63)
+    y = np.convolve(x.astype(np.float64) * 32767 / 32768, h / h.sum(), mode="same")
+    n_out = round(len(x) * 16000 / 44100)
+    ref = np.interp(np.arange(n_out) * 44100 / 16000, np.arange(len(x)), y) * 32767
+    got = np.frombuffer(whole, "<i2").astype(np.float64)
+    assert len(got) == n_out and np.max(np.abs(got - ref)) <= 1.0
 
 
 def test_level_rms_and_peak_and_the_meter_in_decibels() -> None:
