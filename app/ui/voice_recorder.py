@@ -2,7 +2,7 @@
 QtMultimedia's `QAudioSource`, delivered as a 16 kHz mono 16-bit WAV file's bytes.
 
 It asks the device for 16 kHz mono 16-bit PCM; a device that cannot give that is opened in
-its own preferred format and converted when the recording stops (app/services/voice_clip.py).
+its own preferred format and converted as the sound arrives (app/services/voice_clip.py).
 While it records it reports the level of each block (`level`, RMS and peak, 0..1) and the
 time recorded (`elapsed`, seconds of sound received, not of wall clock). `stop()` ends it and
 emits `finished(wav_bytes)`; `cancel()` ends it and keeps nothing. A problem (no microphone,
