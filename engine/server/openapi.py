@@ -29,6 +29,7 @@ from engine.server.protocol import (
     openai,
     responses,
     speech,
+    transcription,
 )
 from engine.server.protocol.ollama_models import (
     OllamaCopyRequest,
@@ -86,6 +87,7 @@ class Operation:
     # for a last one that is not JSON (`done`: OpenAI's [DONE]).
     events: tuple[type[BaseModel], ...] = ()
     done: str | None = None
+    body_media: str = "application/json"  # the body's media type (multipart/form-data: a form)
 
     def codes(self) -> tuple[int, ...]:
         base = DEFAULT_ERRORS[self.method] if self.errors is None else self.errors
@@ -286,6 +288,29 @@ PATHS: dict[str, Operation] = {
     "/v1/audio/voices": Operation(
         "get", "The voices /v1/audio/speech takes", {JSON: speech.VoiceList}, errors=(401,)
     ),
+    **{
+        path: Operation(
+            "post",
+            summary,
+            {JSON: transcription.TranscriptionAnswer}
+            | {media: None for media in transcription.TEXT_TYPES.values()},
+            body,
+            body_media="multipart/form-data",
+            errors=(400, 401, 413, 500),
+        )
+        for path, summary, body in (
+            (
+                "/v1/audio/transcriptions",
+                "Text of speech (OpenAI's speech to text), with the server's --stt-model",
+                transcription.TranscriptionUpload,
+            ),
+            (
+                "/v1/audio/translations",
+                "English text of speech in any language, with the server's --stt-model",
+                transcription.TranslationUpload,
+            ),
+        )
+    },
     "/api/version": Operation(
         "get", "Server version", {JSON: ollama.OllamaVersion}, error=ollama.OllamaError
     ),
@@ -441,7 +466,10 @@ def _operation(op: Operation, model_id: str) -> dict[str, Any]:
             for prm in op.parameters
         ]
     if op.body is not None:
-        out["requestBody"] = {"required": op.body_required, "content": _content({JSON: op.body})}
+        out["requestBody"] = {
+            "required": op.body_required,
+            "content": _content({op.body_media: op.body}),
+        }
     ok = _content(op.ok)
     if op.events and SSE in ok:
         # Each event's data is JSON text, one of the stream's event models.

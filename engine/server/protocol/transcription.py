@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, RootModel
 
 from engine.server.body_model import Body
 from engine.server.protocol.base import Reply
@@ -67,3 +67,19 @@ class VerboseTranscription(Reply):
     duration: float
     text: str
     segments: list[TranscriptSegment]
+
+
+# The documented multipart bodies: the form's fields and the audio file.
+_FILE = Field(description="The audio: a WAV file (PCM, any rate and channels)")
+
+
+class TranscriptionUpload(TranscriptionForm):
+    file: Annotated[bytes, _FILE]
+
+
+class TranslationUpload(TranslationForm):
+    file: Annotated[bytes, _FILE]
+
+
+class TranscriptionAnswer(RootModel[VerboseTranscription | Transcription]):
+    """json's `{"text"}` or verbose_json's fuller answer."""
