@@ -68,7 +68,10 @@ class SpeechModelsBox(QGroupBox):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
-        self.table.verticalHeader().setVisible(False)
+        rows = self.table.verticalHeader()
+        rows.setVisible(False)
+        rows.setMinimumSectionSize(1)
+        rows.setDefaultSectionSize(self.table.fontMetrics().height() + 8)  # single-line rows
         header = self.table.horizontalHeader()
         for col in range(len(COLUMNS)):
             header.setSectionResizeMode(
@@ -77,6 +80,11 @@ class SpeechModelsBox(QGroupBox):
                 if col == 0
                 else QHeaderView.ResizeMode.ResizeToContents,
             )
+        # Never shorter than its header and two rows (the page's splitter shares the rest).
+        frame = 2 * self.table.frameWidth()
+        self.table.setMinimumHeight(
+            header.sizeHint().height() + 2 * rows.defaultSectionSize() + frame
+        )
         self.use_button = QPushButton("Use for speech to text")
         self.use_button.setEnabled(False)
         self.use_button.clicked.connect(self.use_selected)
