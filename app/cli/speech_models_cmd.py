@@ -127,6 +127,8 @@ def delete_speech(id_: str, *, yes: bool) -> int:
     """`models delete` of a speech model: asks first, as for any model."""
     lib = speech_library()
     e = lib.entry(id_)
+    if e.warning:
+        print(f"Warning: {e.warning}", file=sys.stderr)
     if not yes and not sys.stdin.isatty():
         raise CliError(f"not deleting '{e.id}' ({e.path.name}) without confirmation: add --yes")
     if not yes and input(f"Delete '{e.id}' ({e.path})? [y/N] ").strip().lower() not in ("y", "yes"):

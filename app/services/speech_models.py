@@ -125,6 +125,17 @@ class SpeechModel:
         return self.path.stem if self.path.suffix == ".bin" else self.path.name
 
     @property
+    def warning(self) -> str | None:
+        """What deleting it does beyond Candlewick (a file found in the Hugging Face cache is
+        other tools' too)."""
+        if self.source == "hf-cache":
+            return (
+                "this file is in the Hugging Face cache, not Candlewick's: deleting it "
+                "removes it for every tool that uses it"
+            )
+        return None
+
+    @property
     def memory(self) -> WhisperMemory | None:
         return whisper_memory(self.file) if self.file is not None else None
 

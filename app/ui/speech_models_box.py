@@ -188,7 +188,9 @@ class SpeechModelsBox(QGroupBox):
     def delete_selected(self) -> None:
         e = self.selected()
         if e is None or not self._confirm(
-            "Delete speech model", f"Delete {e.name}?\n{e.path}\nIts file is removed from disk."
+            "Delete speech model",
+            f"Delete {e.name}?\n{e.path}\nIts file is removed from disk."
+            + (f"\n\nWarning: {e.warning}" if e.warning else ""),
         ):
             return
         self._run(lambda: self.library.delete(e.id), self._deleted)

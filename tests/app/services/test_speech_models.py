@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from app.services.paths import AppPaths
-from app.services.speech_models import choose_stt_model, clear_stt_model, current_stt_model
+from app.services.speech_models import (
+    SpeechLibrary,
+    choose_stt_model,
+    clear_stt_model,
+    current_stt_model,
+)
 from engine.model.whisper_file import WhisperFileError
 from tests.whisper_bin import write_whisper
 
@@ -37,3 +42,31 @@ def test_a_deleted_model_is_no_choice(tmp_path: Path) -> None:
     choose_stt_model(p)
     p.unlink()
     assert current_stt_model() is None
+
+
+def test_whisper_files_in_the_hugging_face_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "hub"
+    repo = cache / "models--ggerganov--whisper.cpp"
+    blob = repo / "blobs" / "0123abcd"
+    blob.parent.mkdir(parents=True)
+    write_whisper(blob)
+    snap = repo / "snapshots" / "c0ffee"
+    snap.mkdir(parents=True)
+    (snap / "ggml-tiny.bin").symlink_to(Path("../../blobs/0123abcd"))
+    (snap / "ggml-silero-v5.bin").write_bytes(b"not whisper")  # a ggml name, not a model
+    lib = SpeechLibrary(tmp_path / "models", hf_cache=cache)
+    [e] = lib.entries()
+    assert (e.id, e.source, e.label) == (
+        "ggml-tiny",
+        "hf-cache",
+        "ggerganov/whisper.cpp/ggml-tiny.bin",
+    )
+    assert e.file is not None and e.file.model_type == "tiny"
+    assert e.warning is not None and "Hugging Face cache" in e.warning
+    lib.choose("ggml-tiny")
+    assert current_stt_model() == snap / "ggml-tiny.bin"
+    size = blob.stat().st_size
+    gone, freed = lib.delete("ggml-tiny")
+    assert gone.id == "ggml-tiny" and freed == size
+    assert not blob.exists() and not (snap / "ggml-tiny.bin").is_symlink()
+    assert current_stt_model() is None and lib.entries() == []
