@@ -3,9 +3,11 @@ exactly, so a test checks that the probe recovers the figures it was built with.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from engine.bench.speed_model import DecodeCost
+from engine.bench.speed_probe import ProbeSettings
 from engine.memory import cpu_kernels
 from engine.model.gguf import read_gguf
 from engine.settings import LoadParams
@@ -15,12 +17,30 @@ class SimulatedDecoder:
     """A decode timer for a simulated machine: a step is the fixed work plus each product's
     bytes at its kernel's rate (what the probe must recover)."""
 
-    def __init__(self, per_layer: float, per_token: float, rates: dict[str, float]) -> None:
+    def __init__(
+        self,
+        per_layer: float,
+        per_token: float,
+        rates: dict[str, float],
+        per_vocab: float = 0.0,
+    ) -> None:
         self.per_layer, self.per_token, self.rates = per_layer, per_token, rates
+        self.per_vocab = per_vocab  # sampling at the chat's defaults, per vocabulary entry
         self.calls: list[str] = []
+        self.chat_calls: list[str] = []
 
     def __call__(self, path: Path, params: LoadParams) -> float:
+        """A greedy step (the fixed work and the kernels)."""
         self.calls.append(path.name)
+        return self._step(path, params)[0]
+
+    def chat(self, path: Path, params: LoadParams) -> float:
+        """A step at the chat's default sampling: the greedy step plus its sampling."""
+        self.chat_calls.append(path.name)
+        step, cost = self._step(path, params)
+        return step + cost.n_vocab * self.per_vocab
+
+    def _step(self, path: Path, params: LoadParams) -> tuple[float, DecodeCost]:
         gf = read_gguf(path)
         c = DecodeCost.of(
             gf,
@@ -28,7 +48,13 @@ class SimulatedDecoder:
             extra_buffers=params.extra_buffers is not False,
         )
         work = sum(n / self.rates.get(k.split("/")[0], 1e12) for k, n in c.matmul_bytes.items())
-        return self.per_token + c.n_layer * self.per_layer + work
+        return self.per_token + c.n_layer * self.per_layer + work, c
+
+
+def sim_settings() -> ProbeSettings:
+    """The probe's settings with a small sampling vocabulary: a 262,144-token probe model
+    takes seconds to write and read, and a simulated machine's arithmetic is the same."""
+    return replace(ProbeSettings.default(), vocab_sizes=(512, 4096))
 
 
 def QUIET() -> float:

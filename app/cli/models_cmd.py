@@ -228,7 +228,7 @@ def files(args: argparse.Namespace) -> int:
     if not details.variants:
         print("This repository has no GGUF or whisper.cpp model files.")
         return 0
-    rows = [("FILE", "QUANT", "SIZE", "SHARDS", "SPEED", "FIT")]
+    rows = [("FILE", "QUANT", "SIZE", "SHARDS", "CHAT SPEED", "FIT")]
     for v in details.variants:
         shards = f"{len(v.files)}/{v.shards_expected}" if v.shards_expected > 1 else "-"
         fit = details.fits.get(v.name, "-") if v.kind == "model" else _KIND_NOTE[v.kind]

@@ -60,7 +60,10 @@ class SpeedView:
     def tooltip(self) -> str:
         lines = []
         if self.predicted_tps is not None:
-            lines.append(f"Predicted on this machine: ~{self.predicted_tps:.0f} tokens/s.")
+            lines.append(
+                f"Predicted on this machine: ~{self.predicted_tps:.0f} tokens/s for a chat "
+                "reply at the default sampling."
+            )
             lines.append(self.basis)
         if self.measured_tps is not None:
             lines.append(

@@ -1,7 +1,9 @@
 """Decode speed predicted from a GGUF header and this machine's measured figures, before the
 weights are downloaded or loaded.
 
-One decode step (one new token) does three kinds of work:
+What is predicted is the speed a chat reply shows (its tok/s): one request decoding alone at the
+chat's default sampling. One token costs a decode step and its sampling; the step does three
+kinds of work:
 
 * **Matrix products**: every weight matrix of the layers and the output matrix is read once
   and multiplied by one vector. The token embedding is a row lookup (one row read), except as
@@ -15,9 +17,12 @@ One decode step (one new token) does three kinds of work:
   cores it is a third or more of a small model's time, which a bandwidth roofline ignores.
 
 The step's time is the slower of the kernels' time and the memory's time (all bytes at the
-measured read bandwidth) plus the fixed work. `engine.bench.speed_probe` measures every
-figure on this machine through the engine itself; nothing here is a constant measured
-somewhere else.
+measured read bandwidth) plus the fixed work. Then the token is sampled: the chat's default
+sampler chain (repeat penalty, top-k, top-p, min-p, temperature) goes over every logit of the
+vocabulary, a cost per vocabulary entry that the probe's small vocabularies hide (Gemma 3's
+262,144 tokens: about a millisecond a token on a 2-core Xeon). `engine.bench.speed_probe`
+measures every figure on this machine through the engine itself; nothing here is a constant
+measured somewhere else.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ class DecodeCost:
     # Bytes of cached keys and values read per token, at `n_past` cells of context.
     kv_bytes: int
     n_past: int
+    n_vocab: int = 0  # what every token's sampling goes over
 
     @property
     def weight_bytes(self) -> int:
@@ -98,6 +104,7 @@ class DecodeCost:
             other_bytes=other,
             kv_bytes=_kv_read(spec, n_past, type_k, type_v),
             n_past=n_past,
+            n_vocab=spec.n_vocab,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,6 +115,7 @@ class DecodeCost:
             "other_bytes": self.other_bytes,
             "kv_bytes": self.kv_bytes,
             "n_past": self.n_past,
+            "n_vocab": self.n_vocab,
         }
 
 
@@ -148,6 +156,9 @@ class MachineSpeed:
     # Other programs' load when the fixed work was measured (1-minute load average per
     # core): above 1, threads waited for cores and every figure came out slow.
     load_per_core: float = 0.0
+    # Sampling a token at the chat's defaults, seconds per vocabulary entry (None: not
+    # measured yet, a profile kept before this figure existed).
+    per_vocab_s: float | None = None
 
     @property
     def measured_busy(self) -> bool:
@@ -165,6 +176,7 @@ class MachineSpeed:
             "per_token_s": self.per_token_s,
             "rates": dict(self.rates),
             "load_per_core": self.load_per_core,
+            "per_vocab_s": self.per_vocab_s,
         }
 
     @classmethod
@@ -177,6 +189,7 @@ class MachineSpeed:
             per_token_s=float(d["per_token_s"]),
             rates={str(k): float(v) for k, v in dict(d.get("rates") or {}).items()},
             load_per_core=float(d.get("load_per_core") or 0.0),
+            per_vocab_s=None if d.get("per_vocab_s") is None else float(d["per_vocab_s"]),
         )
 
 
@@ -193,12 +206,14 @@ class SpeedPrediction:
     cpu: str
     threads: int
     measured_busy: bool = False
+    sample_s: float = 0.0  # sampling the token at the chat's defaults
 
     @property
     def bound(self) -> str:
-        """What limits the speed most: 'compute', 'memory' or 'overhead'."""
+        """What limits the speed most: 'compute', 'memory' or 'overhead' (fixed work and
+        sampling)."""
         step = max(self.kernel_s, self.memory_s)
-        if self.fixed_s > step:
+        if self.fixed_s + self.sample_s > step:
             return "overhead"
         return "compute" if self.kernel_s >= self.memory_s else "memory"
 
@@ -206,10 +221,11 @@ class SpeedPrediction:
         """One line saying what the figure is based on (a tooltip)."""
         ms = 1000.0
         text = (
-            f"Predicted from the file's tensor table and this machine's measured figures "
-            f"({self.cpu}, {self.threads} threads): {self.bytes_per_token / 2**20:.0f} MiB read "
-            f"per token; matrix kernels {self.kernel_s * ms:.1f} ms, memory "
-            f"{self.memory_s * ms:.1f} ms, fixed work {self.fixed_s * ms:.1f} ms per token"
+            f"A chat reply's speed at the default sampling, predicted from the file's tensor "
+            f"table and this machine's measured figures ({self.cpu}, {self.threads} threads): "
+            f"{self.bytes_per_token / 2**20:.0f} MiB read per token; matrix kernels "
+            f"{self.kernel_s * ms:.1f} ms, memory {self.memory_s * ms:.1f} ms, fixed work "
+            f"{self.fixed_s * ms:.1f} ms, sampling {self.sample_s * ms:.2f} ms per token"
             f" ({self.bound}-bound)"
         )
         if self.unmeasured:
@@ -224,6 +240,7 @@ class SpeedPrediction:
             "kernel_s": self.kernel_s,
             "memory_s": self.memory_s,
             "fixed_s": self.fixed_s,
+            "sample_s": self.sample_s,
             "bytes_per_token": self.bytes_per_token,
             "bound": self.bound,
             "unmeasured": list(self.unmeasured),
@@ -234,12 +251,13 @@ class SpeedPrediction:
 
 
 def predict(cost: DecodeCost, machine: MachineSpeed) -> SpeedPrediction:
-    """Tokens per second of one request decoding alone on the CPU.
+    """Tokens per second of one request decoding alone on the CPU at the chat's default
+    sampling.
 
-    step = max(kernels, memory) + n_layer * per_layer + per_token, where kernels = the matrix
-    bytes of each kernel at its measured rate, plus the rest at memory bandwidth; memory =
-    every byte at memory bandwidth. A kernel never measured here counts at memory bandwidth
-    (and is named in `unmeasured`)."""
+    token = max(kernels, memory) + n_layer * per_layer + per_token + n_vocab * per_vocab,
+    where kernels = the matrix bytes of each kernel at its measured rate, plus the rest at
+    memory bandwidth; memory = every byte at memory bandwidth. A kernel never measured here
+    counts at memory bandwidth (and is named in `unmeasured`)."""
     bw = machine.bandwidth_bytes_per_s
     if bw <= 0:
         raise ValueError("the memory bandwidth must be positive")
@@ -253,7 +271,8 @@ def predict(cost: DecodeCost, machine: MachineSpeed) -> SpeedPrediction:
         kernel_s += n / rate
     memory_s = cost.bytes_per_token / bw
     fixed_s = cost.n_layer * machine.per_layer_s + machine.per_token_s
-    step = max(kernel_s, memory_s) + fixed_s
+    sample_s = cost.n_vocab * (machine.per_vocab_s or 0.0)
+    step = max(kernel_s, memory_s) + fixed_s + sample_s
     return SpeedPrediction(
         tokens_per_s=1.0 / step if step > 0 else 0.0,
         kernel_s=kernel_s,
@@ -264,6 +283,7 @@ def predict(cost: DecodeCost, machine: MachineSpeed) -> SpeedPrediction:
         cpu=machine.cpu,
         threads=machine.threads,
         measured_busy=machine.measured_busy,
+        sample_s=sample_s,
     )
 
 

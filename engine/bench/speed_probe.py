@@ -10,6 +10,10 @@ loaded with the same settings a chat uses, and timed while they decode.
 * A kernel's rate (bytes of weights per second) for each weight type and kernel a model uses:
   a two-layer model whose matrices are of that type and large (~48 MiB in all), its step time
   less the fixed work, over its matrix bytes. Measured the first time a model needs it.
+* Sampling per vocabulary entry: two tiny models that differ only in their vocabulary (512
+  and 262,144 tokens) decode at the chat's default sampling; the difference in token time,
+  less the larger output matrix read at memory bandwidth, over the difference in vocabulary.
+  It goes through the engine's own sampling (`Model.submit`), so it is what a chat pays.
 
 Speed does not depend on what the weights say, so the weights are random bytes in the type's
 own block layout; the high byte of every 16-bit word is masked so that each block's f16 scale
@@ -19,6 +23,7 @@ picks it over the random others: every timed step is a full decode.
 
 A step's time is the engine's own decode time (`GenerationStats.eval_ms`, what a chat's tok/s
 reports), the fastest of a few short runs: other programs on the machine only ever slow a run.
+The fixed work and the kernels decode greedy; the sampling term adds the chat's chain.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +61,11 @@ FIXED_TYPE = "F32"
 # A kernel's model: two layers whose matrices hold about this many bytes in all.
 RATE_BYTES = 48 * MiB
 RATE_EMBD = 1024
+# The sampling models: tiny layers, a small and a large vocabulary (the largest in common
+# use, Gemma 3's), an output matrix as small as a narrow Q8_0 row makes it.
+VOCAB_SIZES = (PROBE_VOCAB, 262_144)
+VOCAB_EMBD = 32
+VOCAB_TYPE = "Q8_0"
 # Types the probe can write (block layouts whose f16 fields sit at even offsets); others are
 # left unmeasured and predicted at memory bandwidth.
 _SKIP_TYPES = frozenset({"MXFP4", "Q8_K", "Q8_1"})
@@ -174,19 +184,28 @@ StepTimer = Callable[[Path, LoadParams], float]
 
 
 def decode_step_s(
-    path: Path, params: LoadParams, *, tokens: int = 24, min_runs: int = 3, max_runs: int = 8
+    path: Path,
+    params: LoadParams,
+    *,
+    tokens: int = 24,
+    min_runs: int = 3,
+    max_runs: int = 8,
+    sampling: SamplingParams | None = None,
 ) -> float:
     """Seconds per decode step of one request on the model at `path`, loaded through the
-    engine: the fastest greedy run of `tokens` tokens (decode time only). The first steps
-    after a load are slow (pages of the mapped file, repacked weights touched the first
-    time), so runs go on until two in a row agree within 10% (at most `max_runs`)."""
+    engine: the fastest run of `tokens` tokens (decode time only), greedy unless `sampling`
+    says otherwise. The first steps after a load are slow (pages of the mapped file,
+    repacked weights touched the first time), so runs go on until two in a row agree within
+    10% (at most `max_runs`)."""
     from engine.host.runtime import Model
 
     steps: list[float] = []
+    base = sampling or SamplingParams(temperature=0)
     with Model(path, params) as m:
         for i in range(max_runs):
             m.reset_cache()
-            g = m.submit([1, 300 + i, 301, 302], SamplingParams(temperature=0, max_tokens=tokens))
+            s = replace(base, max_tokens=tokens, seed=i if base.temperature > 0 else base.seed)
+            g = m.submit([1, 300 + i, 301, 302], s)
             g.consume()
             st = g.stats
             if st.n_eval > 0 and st.eval_ms > 0:
@@ -196,6 +215,11 @@ def decode_step_s(
     if not steps:
         raise ProbeError(f"the speed probe {path.name} decoded no tokens")
     return min(steps)
+
+
+def chat_step_s(path: Path, params: LoadParams) -> float:
+    """`decode_step_s` at the chat's default sampling (`SamplingParams()`)."""
+    return decode_step_s(path, params, sampling=SamplingParams())
 
 
 # -- the measurements --------------------------------------------------------------------------
@@ -208,6 +232,7 @@ class ProbeSettings:
     params: LoadParams
     threads: int
     extra_buffers: bool
+    vocab_sizes: tuple[int, int] = VOCAB_SIZES  # the sampling models' vocabularies
 
     @classmethod
     def default(cls, params: LoadParams | None = None) -> ProbeSettings:
@@ -240,6 +265,38 @@ def measure_fixed(
     (l0, l1), (t0, t1) = FIXED_LAYERS, times
     per_layer = max(0.0, (t1 - t0) / (l1 - l0))
     return per_layer, max(0.0, t0 - l0 * per_layer)
+
+
+def measure_sampling(
+    folder: Path,
+    settings: ProbeSettings,
+    bandwidth: float,
+    timer: StepTimer = chat_step_s,
+) -> float:
+    """Seconds per vocabulary entry that sampling a token at the chat's defaults costs: two
+    models alike but for their vocabulary, decoded at the chat's default sampling."""
+    steps, out_bytes = [], []
+    small, big = settings.vocab_sizes
+    for n_vocab in (small, big):
+        path = folder / f"vocab-{n_vocab}.gguf"
+        write_probe_model(
+            path,
+            n_layer=2,
+            n_embd=VOCAB_EMBD,
+            n_ff=TINY_FF,
+            type_name=VOCAB_TYPE,
+            n_vocab=n_vocab,
+        )
+        try:
+            embd = read_gguf(path).tensor("token_embd.weight")
+            out_bytes.append(embd.n_bytes if embd is not None else 0)
+            steps.append(timer(path, settings.params))
+        finally:
+            path.unlink(missing_ok=True)
+    # The larger output matrix (tied: the embedding) is read at memory bandwidth, as
+    # `speed_model.predict` reads bytes it has no kernel rate for; what is left is sampling.
+    extra = steps[1] - steps[0] - (out_bytes[1] - out_bytes[0]) / bandwidth
+    return max(0.0, extra / (big - small))
 
 
 def measure_rate(
@@ -323,12 +380,15 @@ class SpeedProfile:
         timer: StepTimer = decode_step_s,
         bandwidth: Callable[[], float] | None = None,
         load: Callable[[], float] | None = None,
+        chat_timer: StepTimer = chat_step_s,
     ) -> None:
-        """`timer`, `bandwidth`, `load` (other programs' load per core): the measurements,
-        replaced in tests by a simulated machine."""
+        """`timer`, `chat_timer` (a step at the chat's default sampling), `bandwidth`, `load`
+        (other programs' load per core): the measurements, replaced in tests by a simulated
+        machine."""
         self.path = path
         self.settings = settings or ProbeSettings.default()
         self._timer = timer
+        self._chat_timer = chat_timer
         self._bandwidth = bandwidth or (lambda: measure_read_bandwidth(256 * MiB, repeats=3))
         self._key = machine_id(self.settings)
         self._load = load or load_per_core
@@ -346,9 +406,9 @@ class SpeedProfile:
         return m if m is not None and set(keys) <= set(m.rates) else None
 
     def machine(self, keys: Iterable[str] = ()) -> MachineSpeed:
-        """The figures, measuring what is not cached yet: the fixed work and bandwidth once,
-        then each kernel rate in `keys` not measured before (a kernel the probe cannot run
-        is remembered as unmeasurable: 0)."""
+        """The figures, measuring what is not cached yet: the fixed work, bandwidth and
+        sampling once, then each kernel rate in `keys` not measured before (a kernel the
+        probe cannot run is remembered as unmeasurable: 0)."""
         m = self.cached()
         load = self._load()
         if m is not None and m.measured_busy and load < m.load_per_core / 2:
@@ -363,6 +423,12 @@ class SpeedProfile:
                     cpu_name(), self.settings.threads, bw, per_layer, per_token, {}, load
                 )
                 log.info("speed probe: machine measured in %.2f s", time.perf_counter() - t0)
+                self._save(m)
+            if m.per_vocab_s is None:
+                per_vocab = measure_sampling(
+                    folder, self.settings, m.bandwidth_bytes_per_s, self._chat_timer
+                )
+                m = replace(m, per_vocab_s=per_vocab)
                 self._save(m)
             missing = sorted(set(keys) - set(m.rates))
             if missing:
@@ -408,9 +474,11 @@ __all__ = [
     "ProbeError",
     "ProbeSettings",
     "SpeedProfile",
+    "chat_step_s",
     "decode_step_s",
     "machine_id",
     "measure_fixed",
     "measure_rate",
+    "measure_sampling",
     "write_probe_model",
 ]

@@ -1,10 +1,12 @@
 """The decode speed prediction without a model: the bytes a step reads from a header, the
-arithmetic on a simulated machine, the probe models' weights, and the machine's figures
-measured once (a simulated decode timer) and kept per machine."""
+arithmetic on a simulated machine (sampling at the chat's defaults included), the probe
+models' weights, and the machine's figures measured once (a simulated decode timer) and kept
+per machine."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,6 @@ from gguf.quants import dequantize
 from engine.bench.speed_model import DecodeCost, MachineSpeed, kernel_key, predict
 from engine.bench.speed_probe import (
     FIXED_LAYERS,
-    ProbeSettings,
     SpeedProfile,
     _random_rows,
     write_probe_model,
@@ -23,7 +24,7 @@ from engine.bench.speed_probe import (
 from engine.memory.cpu_kernels import CpuFeatures
 from engine.model.gguf import GGUFFile, read_gguf
 from engine.settings import LoadParams
-from tests.speed_machine import QUIET, SimulatedDecoder
+from tests.speed_machine import QUIET, SimulatedDecoder, sim_settings
 
 AMX = CpuFeatures(avx=True, avx2=True, avx512=True, avx512_vnni=True, amx_int8=True)
 MB = 1_000_000
@@ -120,8 +121,9 @@ def test_twice_the_fixed_work_is_slower_by_exactly_that() -> None:
 
 
 def test_machine_round_trips_through_its_dict() -> None:
+    for m in (machine(), machine(per_vocab_s=3e-9)):
+        assert MachineSpeed.from_dict(json.loads(json.dumps(m.to_dict()))) == m
     m = machine()
-    assert MachineSpeed.from_dict(json.loads(json.dumps(m.to_dict()))) == m
     assert m.with_rates({"D/generic": 1.0}).rates["D/generic"] == 1.0
 
 
@@ -155,9 +157,11 @@ def test_profile_measures_once_then_reads_its_file(tmp_path: Path) -> None:
         bandwidth_calls.append(1)
         return 12e9
 
-    settings = ProbeSettings.default()
+    settings = sim_settings()
     file = tmp_path / "data" / "speed_profile.json"
-    profile = SpeedProfile(file, settings, timer=sim, bandwidth=bandwidth, load=QUIET)
+    profile = SpeedProfile(
+        file, settings, timer=sim, chat_timer=sim.chat, bandwidth=bandwidth, load=QUIET
+    )
     assert profile.cached() is None and profile.known() is None
     m = profile.machine()
     assert m.bandwidth_bytes_per_s == 12e9 and m.threads == settings.threads
@@ -172,7 +176,9 @@ def test_profile_measures_once_then_reads_its_file(tmp_path: Path) -> None:
     assert profile.known(["Q4_K/generic"]) is None
     # Kept in the file: a new profile on it measures nothing.
     calls = len(sim.calls)
-    again = SpeedProfile(file, settings, timer=sim, bandwidth=bandwidth, load=QUIET)
+    again = SpeedProfile(
+        file, settings, timer=sim, chat_timer=sim.chat, bandwidth=bandwidth, load=QUIET
+    )
     assert again.machine(["Q8_0/generic"]) == m2
     assert len(sim.calls) == calls and len(bandwidth_calls) == 1
     stored = json.loads(file.read_text(encoding="utf-8"))
@@ -184,11 +190,57 @@ def test_profile_measures_once_then_reads_its_file(tmp_path: Path) -> None:
     assert len(bandwidth_calls) == 2
 
 
+def test_sampling_is_measured_per_vocabulary_entry_and_added_to_every_token(
+    tmp_path: Path,
+) -> None:
+    # The output matrix read at memory bandwidth, as the probe assumes: its figure comes back.
+    sim = SimulatedDecoder(1e-4, 1e-3, {"F32": 1e12, "Q8_0": 10e9}, per_vocab=4e-9)
+    file = tmp_path / "p.json"
+    profile = SpeedProfile(
+        file,
+        sim_settings(),
+        timer=sim,
+        chat_timer=sim.chat,
+        bandwidth=lambda: 10e9,
+        load=QUIET,
+    )
+    m = profile.machine()
+    assert sorted(sim.chat_calls) == sorted(f"vocab-{n}.gguf" for n in (512, 4096))
+    assert m.per_vocab_s == pytest.approx(4e-9, rel=1e-6)
+    c = cost()
+    plain = predict(c, machine())
+    chat = predict(replace(c, n_vocab=262_144), replace(machine(), per_vocab_s=4e-9))
+    assert chat.sample_s == pytest.approx(262_144 * 4e-9)
+    assert 1 / chat.tokens_per_s == pytest.approx(1 / plain.tokens_per_s + chat.sample_s)
+    assert "sampling 1.05 ms per token" in chat.basis() and "default sampling" in chat.basis()
+    # A profile kept before sampling was measured: only that is measured, once.
+    stored = json.loads(file.read_text(encoding="utf-8"))
+    del stored[profile._key]["per_vocab_s"]
+    file.write_text(json.dumps(stored), encoding="utf-8")
+    calls, chat_calls = len(sim.calls), len(sim.chat_calls)
+    again = SpeedProfile(
+        file,
+        sim_settings(),
+        timer=sim,
+        chat_timer=sim.chat,
+        bandwidth=lambda: 10e9,
+        load=QUIET,
+    )
+    assert again.machine().per_vocab_s == pytest.approx(4e-9, rel=1e-6)
+    assert len(sim.calls) == calls and len(sim.chat_calls) == chat_calls + 2
+    assert again.machine() == again.cached() and len(sim.chat_calls) == chat_calls + 2
+
+
 def test_kernel_the_build_cannot_run_is_remembered_as_unmeasured(tmp_path: Path) -> None:
     sim = SimulatedDecoder(1e-4, 1e-3, {"F32": 1e12})
-    settings = ProbeSettings.default()
+    settings = sim_settings()
     profile = SpeedProfile(
-        tmp_path / "p.json", settings, timer=sim, bandwidth=lambda: 1e10, load=QUIET
+        tmp_path / "p.json",
+        settings,
+        timer=sim,
+        chat_timer=sim.chat,
+        bandwidth=lambda: 1e10,
+        load=QUIET,
     )
     m = profile.machine(["MXFP4/generic", "NOT_A_TYPE/generic"])
     assert m.rates == {"MXFP4/generic": 0.0, "NOT_A_TYPE/generic": 0.0}
@@ -204,7 +256,12 @@ def test_a_broken_profile_file_is_measured_again(tmp_path: Path) -> None:
     file.write_text("{not json", encoding="utf-8")
     sim = SimulatedDecoder(1e-4, 1e-3, {"F32": 1e12})
     profile = SpeedProfile(
-        file, ProbeSettings.default(), timer=sim, bandwidth=lambda: 1e10, load=QUIET
+        file,
+        sim_settings(),
+        timer=sim,
+        chat_timer=sim.chat,
+        bandwidth=lambda: 1e10,
+        load=QUIET,
     )
     assert profile.cached() is None
     assert profile.machine().bandwidth_bytes_per_s == 1e10
@@ -221,8 +278,9 @@ def test_a_probe_llama_cpp_refuses_leaves_that_kernel_unmeasured(tmp_path: Path)
 
     profile = SpeedProfile(
         tmp_path / "p.json",
-        ProbeSettings.default(),
+        sim_settings(),
         timer=timer,
+        chat_timer=sim.chat,
         bandwidth=lambda: 1e10,
         load=QUIET,
     )
@@ -238,8 +296,9 @@ def test_figures_measured_on_a_busy_machine_are_measured_again_once_it_is_quiet(
     load = [3.0]
     profile = SpeedProfile(
         tmp_path / "p.json",
-        ProbeSettings.default(),
+        sim_settings(),
         timer=slow,
+        chat_timer=slow.chat,
         bandwidth=lambda: 1e9,
         load=lambda: load[0],
     )

@@ -19,11 +19,11 @@ from app.services.speed_records import (
     file_key,
 )
 from engine.bench.speed_model import SpeedPrediction
-from engine.bench.speed_probe import ProbeSettings, SpeedProfile, write_probe_model
+from engine.bench.speed_probe import SpeedProfile, write_probe_model
 from engine.memory.hardware import GiB, cpu_only
 from engine.model.gguf import read_gguf
 from tests.hub_emulator import running_hub
-from tests.speed_machine import QUIET, SimulatedDecoder
+from tests.speed_machine import QUIET, SimulatedDecoder, sim_settings
 
 REPO = "someone/Probe-GGUF"
 NAME = "probe-Q8_0.gguf"
@@ -33,8 +33,9 @@ def service(tmp_path: Path) -> tuple[SpeedService, SimulatedDecoder]:
     sim = SimulatedDecoder(1e-4, 5e-4, {"F32": 1e12, "Q8_0": 8e9})
     profile = SpeedProfile(
         tmp_path / "data" / "speed_profile.json",
-        ProbeSettings.default(),
+        sim_settings(),
         timer=sim,
+        chat_timer=sim.chat,
         bandwidth=lambda: 20e9,
         load=QUIET,
     )

@@ -19,12 +19,12 @@ from app.services.speed_records import SpeedService, SpeedView, file_key
 from app.ui.library_model import LibraryModel
 from app.ui.model_bar import ModelBar
 from app.ui.model_manager import ModelManagerView
-from engine.bench.speed_probe import ProbeSettings, SpeedProfile, write_probe_model
+from engine.bench.speed_probe import SpeedProfile, write_probe_model
 from engine.memory.hardware import GiB, cpu_only
 from engine.settings import LoadParams, SamplingParams
 from tests.app.ui.test_ui_window import close_window, open_window, send, wait_idle
 from tests.hub_emulator import running_hub
-from tests.speed_machine import QUIET, SimulatedDecoder
+from tests.speed_machine import QUIET, SimulatedDecoder, sim_settings
 
 REPO = "someone/Probe-GGUF"
 NAME = "probe-Q8_0.gguf"
@@ -69,8 +69,9 @@ def view(qtbot: QtBot, tmp_path: Path) -> Iterator[tuple[ModelManagerView, Simul
     sim = SimulatedDecoder(1e-4, 5e-4, {"F32": 1e12, "Q8_0": 8e9})
     profile = SpeedProfile(
         tmp_path / "data" / "p.json",
-        ProbeSettings.default(),
+        sim_settings(),
         timer=sim,
+        chat_timer=sim.chat,
         bandwidth=lambda: 2e10,
         load=QUIET,
     )
