@@ -2,7 +2,7 @@
 
 whisper.cpp's models are listed beside the GGUF models with their kind, what they are and
 the memory whisper.cpp will take; `use-stt` makes one the transcription model (kept in the
-profile, used by push-to-talk and the transcription API).
+profile, used by push-to-talk and hands-free voice).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from engine.model.whisper_file import read_whisper
 def register(msub: Any) -> None:
     u = msub.add_parser(
         "use-stt",
-        help="choose the speech-to-text (whisper.cpp) model push-to-talk and the API use",
+        help="choose the speech-to-text (whisper.cpp) model voice input uses",
     )
     u.add_argument("model", nargs="?", help="its id from `models list`, or a ggml .bin file")
     u.add_argument("--clear", action="store_true", help="choose no transcription model")

@@ -6,8 +6,8 @@ downloads (the download manager's records), copies in the library folder, whispe
 the Hugging Face cache, and the chosen file wherever it is. Each is read by
 `engine.model.whisper_file` (what it is) and sized by `engine.memory.whisper`.
 
-One of them is the app's transcription model: push-to-talk, the `/v1/audio/transcriptions`
-route and `candlewick serve` use it unless told otherwise. The choice is kept as its path
+One of them is the app's transcription model: push-to-talk and hands-free voice use it
+(`candlewick serve` names its own with `--stt-model`). The choice is kept as its path
 in `speech.json` in the config folder (written whole or not at all); a file chosen once and
 since deleted or moved is no choice at all (None), never an error at the moment the user
 speaks.

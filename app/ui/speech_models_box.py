@@ -1,5 +1,5 @@
 """The Models page's "Speech to text" box: the whisper.cpp models on this computer, what each
-is and the memory whisper.cpp will take, and which one push-to-talk and the transcription API
+is and the memory whisper.cpp will take, and which one push-to-talk and hands-free voice
 use.
 
 The list is read off the GUI thread (each file's header is read once, a big vocabulary takes
