@@ -159,6 +159,7 @@ def create_app(state: ServerState) -> ASGIApp:
     cfg = state.config
     openai = OpenAIRoutes(state)
     ollama = OllamaRoutes(state)
+    stt = TranscriptionRoutes(state)
     schema = openapi_schema(cfg)
 
     async def health(request: Request) -> Response:
@@ -188,6 +189,7 @@ def create_app(state: ServerState) -> ASGIApp:
                 for h in hosted
             ],
             loading=[h.name for h in hosted if h.state == "loading"],
+            speech_to_text=stt.status(),
         )
         if loaded is not None:
             snap = loaded.scheduler.snapshot()
@@ -244,7 +246,7 @@ def create_app(state: ServerState) -> ASGIApp:
         *openai.routes(),
         *RerankRoutes(state).routes(),
         *SpeechRoutes(state).routes(),
-        *TranscriptionRoutes(state).routes(),
+        *stt.routes(),
         *LlamaRoutes(state).routes(),
         *LoraRoutes(state).routes(),
         *ResponsesRoutes(state).routes(),

@@ -22,11 +22,13 @@ from starlette.routing import Route
 
 from engine.errors import EngineError
 from engine.media.images import MediaError
+from engine.memory.whisper import whisper_memory
 from engine.server.engine_state import ServerState
 from engine.server.errors import ApiError
 from engine.server.protocol.parse import parse_body
 from engine.server.protocol.transcription import (
     TEXT_TYPES,
+    SpeechToTextState,
     Transcription,
     TranscriptionForm,
     TranscriptSegment,
@@ -60,6 +62,17 @@ class TranscriptionRoutes:
 
     async def translate(self, request: Request) -> Response:
         return await self._answer(request, translate=True)
+
+    def status(self) -> SpeechToTextState | None:
+        """For /health: the model named, whether it is loaded, its memory once it is."""
+        path = self.state.config.stt_model
+        if path is None:
+            return None
+        loaded = self._transcriber
+        if loaded is None:
+            return SpeechToTextState(model=path.name, loaded=False)
+        memory = {"CPU": whisper_memory(loaded.model).total}
+        return SpeechToTextState(model=path.name, loaded=True, memory_bytes=memory)
 
     def close(self) -> None:
         with self._lock:

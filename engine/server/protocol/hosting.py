@@ -8,6 +8,7 @@ from pydantic import Field
 
 from engine.server.body_model import Body
 from engine.server.protocol.base import KeepAlive, Reply
+from engine.server.protocol.transcription import SpeechToTextState
 
 
 class LoadModelRequest(Body):
@@ -64,3 +65,4 @@ class Health(Reply):
     slots_busy: int | None = None
     queue_depth: int | None = None
     settings: dict[str, Any] | None = None
+    speech_to_text: SpeechToTextState | None = None  # serve --stt-model's

@@ -83,3 +83,12 @@ class TranslationUpload(TranslationForm):
 
 class TranscriptionAnswer(RootModel[VerboseTranscription | Transcription]):
     """json's `{"text"}` or verbose_json's fuller answer."""
+
+
+class SpeechToTextState(Reply):
+    """/health's `speech_to_text`: the model `serve --stt-model` named, and once loaded (by
+    the first request) the memory whisper.cpp takes for it (engine.memory.whisper)."""
+
+    model: str
+    loaded: bool
+    memory_bytes: dict[str, int] | None = None

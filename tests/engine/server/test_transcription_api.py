@@ -11,12 +11,16 @@ from pathlib import Path
 import openai
 import pytest
 
+from engine.memory.whisper import whisper_memory
+from engine.model.whisper_file import read_whisper
 from engine.server import ServerState, ServerThread
+from engine.server.engine_state import ServedModel
 from engine.speech.transcriber import DEFAULT_THREADS
-from tests.engine.server.conftest import API_KEY, make_config
+from tests.engine.server.conftest import API_KEY, http, make_config
 from tests.speech_assets import SpeechAssets, whisper_cli_text
 
 THREADS = min(DEFAULT_THREADS, os.cpu_count() or 1)  # what the server's transcriber takes
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 
 @pytest.fixture(scope="module")
@@ -134,3 +138,32 @@ def test_without_a_speech_model_the_answer_says_how_to_start_one(tmp_path: Path)
         pytest.raises(openai.BadRequestError, match="--stt-model"),
     ):
         c.audio.transcriptions.create(model="whisper-1", file=("a.wav", b"RIFF"))
+
+
+def test_health_counts_the_speech_model_once_loaded(
+    served: ServedModel, speech_assets: SpeechAssets
+) -> None:
+    """/health names the --stt-model; after the first transcription, whisper.cpp's memory
+    for it (engine.memory.whisper's estimate, checked against whisper.cpp's own figures)."""
+    config = make_config(stt_model=speech_assets.stt_model, max_body_bytes=4 << 20)
+    state = ServerState(config)
+    state.set_loaded(served)
+    expected = whisper_memory(read_whisper(speech_assets.stt_model)).total
+    try:
+        with ServerThread(state) as srv:
+            before = http.get(srv.url + "/health", headers=AUTH).json()["speech_to_text"]
+            assert before == {"model": "stt.bin", "loaded": False}
+            with speech_assets.wavs["weather"].open("rb") as f:
+                r = http.post(
+                    srv.url + "/v1/audio/transcriptions",
+                    headers=AUTH,
+                    files={"file": f},
+                    data={"model": "whisper-1", "response_format": "text"},
+                )
+            assert r.status_code == 200 and r.text.strip()
+            after = http.get(srv.url + "/health", headers=AUTH).json()["speech_to_text"]
+            assert after == {"model": "stt.bin", "loaded": True, "memory_bytes": {"CPU": expected}}
+            assert expected > speech_assets.stt_model.stat().st_size
+    finally:
+        state.set_loaded(None)
+        state.close()
