@@ -167,3 +167,15 @@ def test_health_counts_the_speech_model_once_loaded(
     finally:
         state.set_loaded(None)
         state.close()
+
+
+def test_serve_refuses_a_stt_model_that_is_not_one_in_one_line(tmp_path: Path) -> None:
+    """--stt-model is checked at start (its header and tensor table), before any load."""
+    from tests.app.cli_inproc import run_cli
+
+    bad = tmp_path / "ggml-tiny.bin"
+    bad.write_bytes(b"GGUF" + bytes(60))
+    r = run_cli("serve", "--port", "0", "--stt-model", str(bad))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ggml-tiny.bin" in lines[0], r.stderr
