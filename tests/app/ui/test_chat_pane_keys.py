@@ -380,6 +380,9 @@ def test_the_window_has_the_chat_keys_and_the_palette(app_window: Any, qtbot: Qt
     names = palette.names()
     for name in ("New chat", "Search chats", "Regenerate last answer", "Switch model"):
         assert name in names
+    (talk,) = [a for a in w.shortcut_actions if a.text() == "Push to talk"]
+    assert "Push to talk" in names and talk.shortcut().toString() == "Ctrl+Shift+Space"
+    assert not talk.autoRepeat()  # a held key starts one recording
     qtbot.keyClicks(palette.filter, "search ch")
     assert palette.names()[0] == "Search chats"
     qtbot.keyClick(palette.filter, Qt.Key.Key_Return)
