@@ -451,3 +451,16 @@ def test_paused_refuses_and_says_why(rig: Rig) -> None:
     assert rig.listener.notices[-1:] == ["A benchmark is running"]
     s.set_paused(None)
     assert s.send("Hi")
+
+
+def test_a_recording_alone_is_a_message_and_nothing_at_all_is_not() -> None:
+    """Push-to-talk to a model that hears sends the recording with whatever was typed,
+    which may be nothing; a message with neither text nor attachment is not sent."""
+    r = make_rig(None)
+    s = r.session
+    assert not s.send("  ") and r.texts() == []
+    assert s.send("", [NewAttachment("recording-1.wav", "audio", b"RIFF")])
+    question = r.chat.message(0)
+    assert (question.role, question.text) == ("user", "")
+    assert [(a.name, a.kind) for a in question.attachments] == [("recording-1.wav", "audio")]
+    assert s.busy
