@@ -86,7 +86,8 @@ def main() -> int:
     print(
         f"probe: {probe_s:.1f} s; bandwidth {machine.bandwidth_bytes_per_s / 1e9:.1f} GB/s, "
         f"fixed work {machine.per_layer_s * 1e6:.0f} us/layer + "
-        f"{machine.per_token_s * 1e6:.0f} us/token; kernels "
+        f"{machine.per_token_s * 1e6:.0f} us/token; sampling "
+        f"{(machine.per_vocab_s or 0) * 1e9:.2f} ns per vocabulary entry; kernels "
         + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in sorted(machine.rates.items())),
         flush=True,
     )
@@ -108,16 +109,17 @@ def main() -> int:
     out = [
         f"`{' '.join(['benchmarks/predicted_speed.py', *shown])}`",
         "",
-        "| model | bytes read / token | predicted tok/s | bound | measured tok/s (median) "
-        "| measured range | measured / predicted |",
-        "|---|---:|---:|---|---:|---:|---:|",
+        "| model | bytes read / token | sampling ms / token | predicted tok/s | bound "
+        "| measured tok/s (median) | measured range | measured / predicted |",
+        "|---|---:|---:|---:|---|---:|---:|---:|",
     ]
     summary = []
     for p in paths:
         pr, med = predicted[p], statistics.median(runs[p])
         ratio = med / pr.tokens_per_s
         out.append(
-            f"| {p.name} | {pr.bytes_per_token / 2**20:.0f} MiB | {pr.tokens_per_s:.1f} | "
+            f"| {p.name} | {pr.bytes_per_token / 2**20:.0f} MiB | {pr.sample_s * 1e3:.2f} | "
+            f"{pr.tokens_per_s:.1f} | "
             f"{pr.bound} | {med:.1f} | {min(runs[p]):.1f}-{max(runs[p]):.1f} | {ratio:.2f} |"
         )
         summary.append(
@@ -129,7 +131,9 @@ def main() -> int:
         f"Probe: {probe_s:.1f} s in all; memory bandwidth "
         f"{machine.bandwidth_bytes_per_s / 1e9:.1f} GB/s, fixed work "
         f"{machine.per_layer_s * 1e6:.0f} µs per layer + {machine.per_token_s * 1e6:.0f} µs "
-        f"per token, {machine.threads} threads; kernel rates: "
+        f"per token, sampling at the chat's defaults "
+        f"{(machine.per_vocab_s or 0) * 1e9:.2f} ns per vocabulary entry, "
+        f"{machine.threads} threads; kernel rates: "
         + ", ".join(f"{k} {v / 1e9:.1f} GB/s" for k, v in sorted(machine.rates.items()))
         + ".",
         "",

@@ -12,7 +12,8 @@ loaded with the same settings a chat uses, and timed while they decode.
   less the fixed work, over its matrix bytes. Measured the first time a model needs it.
 * Sampling per vocabulary entry: two tiny models that differ only in their vocabulary (512
   and 262,144 tokens) decode at the chat's default sampling; the difference in token time,
-  less the larger output matrix read at memory bandwidth, over the difference in vocabulary.
+  less the larger output matrix at its kernel's measured rate, over the difference in
+  vocabulary.
   It goes through the engine's own sampling (`Model.submit`), so it is what a chat pays.
 
 Speed does not depend on what the weights say, so the weights are random bytes in the type's
@@ -270,12 +271,15 @@ def measure_fixed(
 def measure_sampling(
     folder: Path,
     settings: ProbeSettings,
-    bandwidth: float,
+    rate_of: Callable[[str], float],
     timer: StepTimer = chat_step_s,
 ) -> float:
     """Seconds per vocabulary entry that sampling a token at the chat's defaults costs: two
-    models alike but for their vocabulary, decoded at the chat's default sampling."""
+    models alike but for their vocabulary, decoded at the chat's default sampling, less the
+    larger output matrix at `rate_of` its kernel (bytes per second), as `speed_model.predict`
+    counts a model's own output matrix."""
     steps, out_bytes = [], []
+    key = ""
     small, big = settings.vocab_sizes
     for n_vocab in (small, big):
         path = folder / f"vocab-{n_vocab}.gguf"
@@ -289,13 +293,19 @@ def measure_sampling(
         )
         try:
             embd = read_gguf(path).tensor("token_embd.weight")
-            out_bytes.append(embd.n_bytes if embd is not None else 0)
+            if embd is None:
+                raise ProbeError("the sampling probe has no embedding")
+            out_bytes.append(embd.n_bytes)
+            buffer = (
+                cpu_kernels.extra_buffer(embd, cpu_kernels.detect(), tied_output=True)
+                if settings.extra_buffers
+                else None
+            )
+            key = kernel_key(embd.type_name, buffer)
             steps.append(timer(path, settings.params))
         finally:
             path.unlink(missing_ok=True)
-    # The larger output matrix (tied: the embedding) is read at memory bandwidth, as
-    # `speed_model.predict` reads bytes it has no kernel rate for; what is left is sampling.
-    extra = steps[1] - steps[0] - (out_bytes[1] - out_bytes[0]) / bandwidth
+    extra = steps[1] - steps[0] - (out_bytes[1] - out_bytes[0]) / rate_of(key)
     return max(0.0, extra / (big - small))
 
 
@@ -424,27 +434,38 @@ class SpeedProfile:
                 )
                 log.info("speed probe: machine measured in %.2f s", time.perf_counter() - t0)
                 self._save(m)
+            m = self._rates(folder, m, keys)
             if m.per_vocab_s is None:
-                per_vocab = measure_sampling(
-                    folder, self.settings, m.bandwidth_bytes_per_s, self._chat_timer
-                )
-                m = replace(m, per_vocab_s=per_vocab)
+                measured = m
+
+                def rate_of(key: str) -> float:
+                    nonlocal measured
+                    measured = self._rates(folder, measured, [key])
+                    return measured.rates.get(key) or measured.bandwidth_bytes_per_s
+
+                per_vocab = measure_sampling(folder, self.settings, rate_of, self._chat_timer)
+                m = replace(measured, per_vocab_s=per_vocab)
                 self._save(m)
-            missing = sorted(set(keys) - set(m.rates))
-            if missing:
-                fixed = (m.per_layer_s, m.per_token_s)
-                found = {}
-                for key in missing:
-                    try:
-                        rate = measure_rate(folder, key, self.settings, fixed, self._timer)
-                    except OSError:
-                        raise  # a full disk, no temporary folder: try again another time
-                    except Exception as e:  # llama.cpp refused the probe: not measurable here
-                        log.warning("speed probe: %s not measured: %s", key, e)
-                        rate = None
-                    found[key] = rate or 0.0
-                m = m.with_rates(found)
-                self._save(m)
+        return m
+
+    def _rates(self, folder: Path, m: MachineSpeed, keys: Iterable[str]) -> MachineSpeed:
+        """`m` with every kernel rate in `keys` measured (0: the probe cannot run it)."""
+        missing = sorted(set(keys) - set(m.rates))
+        if not missing:
+            return m
+        fixed = (m.per_layer_s, m.per_token_s)
+        found = {}
+        for key in missing:
+            try:
+                rate = measure_rate(folder, key, self.settings, fixed, self._timer)
+            except OSError:
+                raise  # a full disk, no temporary folder: try again another time
+            except Exception as e:  # llama.cpp refused the probe: not measurable here
+                log.warning("speed probe: %s not measured: %s", key, e)
+                rate = None
+            found[key] = rate or 0.0
+        m = m.with_rates(found)
+        self._save(m)
         return m
 
     def forget(self) -> None:
