@@ -31,8 +31,9 @@ from engine.server.protocol.transcription import (
     SpeechToTextState,
     Transcription,
     TranscriptionForm,
+    TranscriptionUpload,
     TranscriptSegment,
-    TranslationForm,
+    TranslationUpload,
     VerboseTranscription,
 )
 from engine.speech.transcriber import Transcriber, Transcript, TranscriptionRefused
@@ -81,10 +82,14 @@ class TranscriptionRoutes:
                 self._transcriber = None
 
     async def _answer(self, request: Request, *, translate: bool) -> Response:
-        fields, audio = await self._form(request)
-        form: TranslationForm = parse_body(
-            TranslationForm if translate else TranscriptionForm, fields
+        fields = await self._form(request)
+        # The documented bodies, the audio included: what is parsed is what the document shows.
+        form: TranslationUpload | TranscriptionUpload = (
+            parse_body(TranslationUpload, fields)
+            if translate
+            else parse_body(TranscriptionUpload, fields)
         )
+        audio = form.file
         if form.temperature not in (None, 0):
             raise ApiError(
                 400,
@@ -110,7 +115,7 @@ class TranscriptionRoutes:
         body = {"text": transcript.text + "\n", "srt": srt(transcript), "vtt": vtt(transcript)}
         return PlainTextResponse(body[fmt], media_type=TEXT_TYPES[fmt])
 
-    async def _form(self, request: Request) -> tuple[dict[str, Any], bytes]:
+    async def _form(self, request: Request) -> dict[str, Any]:
         kind = request.headers.get("content-type", "")
         if not kind.startswith("multipart/form-data"):
             raise ApiError(400, "send the audio as multipart/form-data with a 'file' field")
@@ -133,7 +138,7 @@ class TranscriptionRoutes:
                     fields[key] = value
         if audio is None:
             raise ApiError(400, "'file' is required: the audio, as a WAV file", param="file")
-        return fields, audio
+        return {**fields, "file": audio}
 
     def _run(
         self, audio: bytes, *, language: str | None, translate: bool, prompt: str | None

@@ -70,7 +70,8 @@ class VerboseTranscription(Reply):
 
 
 # The documented multipart bodies: the form's fields and the audio file.
-_FILE = Field(description="The audio: a WAV file (PCM, any rate and channels)")
+# Not strict: a form's file arrives as bytes, a JSON test body's as a string.
+_FILE = Field(strict=False, description="The audio: a WAV file (PCM, any rate and channels)")
 
 
 class TranscriptionUpload(TranscriptionForm):

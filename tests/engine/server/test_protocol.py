@@ -58,6 +58,7 @@ from engine.server.protocol.openai import (
 )
 from engine.server.protocol.parse import parse_body
 from engine.server.protocol.speech import SpeechRequest
+from engine.server.protocol.transcription import TranscriptionUpload, TranslationUpload
 
 ROUTES: dict[str, type[BaseModel]] = {
     "chat": ChatCompletionRequest,
@@ -79,6 +80,8 @@ ROUTES: dict[str, type[BaseModel]] = {
     "infill": InfillRequest,
     "slot_file": SlotFileRequest,
     "speech": SpeechRequest,
+    "transcription": TranscriptionUpload,
+    "translation": TranslationUpload,
 }
 OK: Literal[True] = True
 WHOLE = ""  # refused by a rule about the body as a whole: no param
@@ -676,6 +679,36 @@ ROWS: list[Row] = [
         "stream_format",
     ),
     ("speech", {"model": "tts-1", "input": "Hi.", "voice": "default", "lang": "en"}, "lang"),
+    # -- /v1/audio/transcriptions and /translations (multipart: the file and these fields) --
+    ("transcription", {"model": "whisper-1", "file": "RIFF"}, OK),
+    (
+        "transcription",
+        {
+            "model": "whisper-1",
+            "file": "RIFF",
+            "language": "de",
+            "prompt": "Paris",
+            "response_format": "verbose_json",
+            "temperature": 0,
+            "timestamp_granularities": ["segment", "word"],
+        },
+        OK,
+    ),
+    ("transcription", {"file": "RIFF"}, "model"),
+    ("transcription", {"model": "whisper-1"}, "file"),
+    (
+        "transcription",
+        {"model": "whisper-1", "file": "RIFF", "response_format": "mp3"},
+        "response_format",
+    ),
+    ("transcription", {"model": "whisper-1", "file": "RIFF", "temperature": "hot"}, "temperature"),
+    (
+        "transcription",
+        {"model": "whisper-1", "file": "RIFF", "timestamp_granularities": ["line"]},
+        "timestamp_granularities",
+    ),
+    ("translation", {"model": "whisper-1", "file": "RIFF", "prompt": "Paris"}, OK),
+    ("translation", {"model": "whisper-1", "file": "RIFF", "language": "de"}, "language"),
 ]
 
 
