@@ -357,16 +357,7 @@ class Scheduler:
         builder = self._builder
         gains = builder.gain.gains() if builder is not None else {}
         with self._cond:
-            slots = [
-                {
-                    "id": s.seq,
-                    "busy": s.req is not None,
-                    "cached_tokens": len(s.tokens),
-                    "request": s.req.id if s.req else None,
-                    "interactive": bool(s.req and s.req.interactive),
-                }
-                for s in self._slots
-            ]
+            slots = [s.summary() for s in self._slots]
             return SchedulerSnapshot(
                 n_slots=self.n_slots,
                 busy_slots=sum(1 for s in self._slots if s.req is not None),

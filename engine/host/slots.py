@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from engine.decoding.textstream import TextStream
 from engine.errors import EngineError
@@ -94,6 +95,31 @@ class Slot:
         self.draft_max = 0
         self.k = 0  # the draft length, for drafters that do not size their own
         self.drafts: list[int] = []  # decoded after next_token in the current batch
+
+    def summary(self) -> dict[str, Any]:
+        """What the scheduler's snapshot says of it (read under the scheduler's lock): its
+        cells, and the request it serves: its prompt, what is read of it and from the cache,
+        its sampling, the tokens generated and the text handed out (GET /slots)."""
+        req = self.req
+        out: dict[str, Any] = {
+            "id": self.seq,
+            "busy": req is not None,
+            "cached_tokens": len(self.tokens),
+            "request": req.id if req else None,
+            "interactive": bool(req and req.interactive),
+            "speculative": self.drafter is not None,
+        }
+        if req is not None:
+            out.update(
+                prompt=list(req.prompt),
+                prompt_cached=req.stats.cached_tokens,
+                prompt_pending=len(self.pending),
+                sampling=req.sampling,
+                stream=req.stream,
+                n_decoded=self.n_gen,
+                text=req.text,
+            )
+        return out
 
     def clear_request(self) -> None:
         self.req = None

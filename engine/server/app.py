@@ -228,18 +228,10 @@ def create_app(state: ServerState) -> ASGIApp:
     async def openapi(request: Request) -> Response:
         return JSONResponse(schema)
 
-    async def slots(request: Request) -> Response:
-        loaded = state.loaded
-        if loaded is None:
-            raise state.unavailable()
-        snap = loaded.scheduler.snapshot()
-        return JSONResponse({"slots": snap.slots, "queue_depth": snap.queue_depth})
-
     routes = [
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
-        Route("/slots", slots, methods=["GET"]),
         *SlotRoutes(state).routes(),
         *InfillRoutes(state).routes(),
         *ModelRoutes(state).routes(),

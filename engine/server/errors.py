@@ -85,7 +85,15 @@ _LLAMA_TYPES = {
 
 # llama-server's own routes (engine.server.llama_routes): their errors are in its shape.
 LLAMA_PATHS = frozenset(
-    {"/tokenize", "/detokenize", "/apply-template", "/props", "/infill", "/lora-adapters"}
+    {
+        "/tokenize",
+        "/detokenize",
+        "/apply-template",
+        "/props",
+        "/infill",
+        "/lora-adapters",
+        "/slots",
+    }
 )
 LLAMA_PREFIXES = ("/slots/",)  # its slot actions (engine.server.slot_routes)
 

@@ -44,14 +44,17 @@ from engine.server.engine_state import (
     served_capabilities,
 )
 from engine.server.errors import ApiError, openai_error_body
+from engine.server.library_routes import recipe_messages, recipe_options
 from engine.server.llama_stream import PING, LlamaStream
 from engine.server.media_parts import decode_media
+from engine.server.model_store import NamedModel
 from engine.server.parsing import read_json
 from engine.server.protocol.base import HOLE, Reply, Template
 from engine.server.protocol.embeddings import Embedding, EmbeddingList, EmbeddingRequest
 from engine.server.protocol.hosting import ModelCard, ModelList
 from engine.server.protocol.llama import Timings
 from engine.server.protocol.logprobs import ChatLogprobs, TextColumns, TextLogprobs, entries
+from engine.server.protocol.ollama import OllamaOptions
 from engine.server.protocol.openai import (
     FINGERPRINT,
     ChatChoice,
@@ -127,12 +130,25 @@ def _known_obj(spec: Loadable) -> ModelCard:
 
 
 def models_list(state: ServerState) -> list[ModelCard]:
-    """Every model a request may name: the loaded ones (with their settings) and the
-    catalog's others."""
+    """Every model a request may name: the loaded ones (with their settings), the catalog's
+    others, and the names pulled, copied or created through Ollama's routes (a created
+    one's chat answers with its system prompt and parameters)."""
     served = state.served()
     out = [_model_obj(m) for m in served]
     paths = {m.model.path for m in served}
     out += [_known_obj(s) for s in state.host.known() if s.path not in paths]
+    ids = {c.id for c in out}
+    for m in state.store.named_models() if state.store is not None else ():
+        if m.name not in ids and m.path.exists():
+            out.append(
+                ModelCard(
+                    id=m.name,
+                    object="model",
+                    created=int(m.created_at or m.path.stat().st_mtime),
+                    owned_by="candlewick",
+                    loaded=m.path in paths,
+                )
+            )
     return out
 
 
@@ -182,28 +198,40 @@ class OpenAIRoutes:
             raise ApiError(404, str(e), code="model_not_found") from None
         return JSONResponse(next(c for c in models_list(self.state) if c.id == name).wire())
 
-    def _sampling(self, req: ChatCompletionRequest | CompletionRequest) -> SamplingParams:
+    def _sampling(
+        self, req: ChatCompletionRequest | CompletionRequest, named: NamedModel | None = None
+    ) -> SamplingParams:
+        """The request's sampling; a created model's parameters for what it leaves out."""
         max_tokens = req.max_completion_tokens
         if max_tokens is None:
             max_tokens = req.max_tokens
+        o = recipe_options(named, None) or OllamaOptions()
+        if max_tokens is None and o.num_predict is not None and o.num_predict > 0:
+            max_tokens = o.num_predict
+
+        def given(name: str) -> Any:
+            v = getattr(req, name)
+            return getattr(o, name) if v is None else v
+
         return sampling_from(
-            temperature=req.temperature,
-            top_p=req.top_p,
-            top_k=req.top_k,
-            min_p=req.min_p,
-            repeat_penalty=req.repeat_penalty,
-            seed=req.seed,
+            temperature=given("temperature"),
+            top_p=given("top_p"),
+            top_k=given("top_k"),
+            min_p=given("min_p"),
+            repeat_penalty=given("repeat_penalty"),
+            seed=given("seed"),
             max_tokens=cap_tokens(self.state, max_tokens),
-            stop=req.stop,
-            frequency_penalty=req.frequency_penalty,
-            presence_penalty=req.presence_penalty,
+            stop=req.stop or o.stop,
+            frequency_penalty=given("frequency_penalty"),
+            presence_penalty=given("presence_penalty"),
         )
 
     async def chat(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         req = parse_body(ChatCompletionRequest, body)
-        sampling = self._sampling(req)
-        loaded = await self.state.acquire(req.model, keep_s=_ttl(req.ttl))
+        named = self.state.named(req.model)  # made by /api/create: its recipe applies
+        sampling = self._sampling(req, named)
+        loaded = await self.state.acquire(req.model, keep_s=_ttl(req.ttl), recipes=True)
         stream = bool(req.stream)
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
         grammar, grammar_param = openai_grammar(req.response_format, req.grammar)
@@ -212,7 +240,7 @@ class OpenAIRoutes:
             request,
             self.state,
             loaded,
-            req.chat_messages(),
+            recipe_messages(named, req.chat_messages()),
             policy=req.context_policy,
             reserve=answer_reserve(loaded, sampling.max_tokens),
             tools=req.chat_tools(),
@@ -243,7 +271,8 @@ class OpenAIRoutes:
             lora=req.lora_scales(),
             thinking=plan.thinking,
         )
-        cid, created, model = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time()), loaded.model_id
+        cid, created = f"chatcmpl-{uuid.uuid4().hex[:24]}", int(time.time())
+        model = req.model if named is not None and req.model else loaded.model_id
         reader = plan.reader()
         extras = LlamaStream(req, gen)  # llama-server's timings, progress and pings
         follow = None if want is None else PartLogprobs(CONTENT)

@@ -158,6 +158,13 @@ _QUERY_MODEL = {
     "description": "a model's id, alias or file name (absent: the default)",
     "schema": {"type": "string"},
 }
+_FAIL_ON_NO_SLOT = {
+    "name": "fail_on_no_slot",
+    "in": "query",
+    "required": False,
+    "description": "1: a 503 when every slot is busy (llama-server's)",
+    "schema": {"type": "string"},
+}
 _AUTOLOAD = {
     "name": "autoload",
     "in": "query",
@@ -188,6 +195,15 @@ LLAMA_PATHS: dict[str, Operation] = {
         {JSON: llama_utility.ApplyTemplateAnswer},
         llama_utility.ApplyTemplateRequest,
         llama.LlamaError,
+    ),
+    "/slots": Operation(
+        "get",
+        "Every slot of the model, with the request it serves (llama-server's shape; "
+        "fail_on_no_slot=1: a 503 while none is idle)",
+        {JSON: infill.SlotList},
+        error=llama.LlamaError,
+        errors=(400, 401, 404, 503),
+        parameters=(_QUERY_MODEL, _FAIL_ON_NO_SLOT),
     ),
     "/props": Operation(
         "get",

@@ -1,4 +1,6 @@
-"""`POST /slots/{id}?action=save|restore|erase`: a slot's prompt KV state kept in a file and
+"""`GET /slots`, every slot in llama-server's shape (`server_slot::to_json`: the request it
+serves, its prompt and sampling, its tokens so far), and
+`POST /slots/{id}?action=save|restore|erase`: a slot's prompt KV state kept in a file and
 brought back, as llama-server does with `--slot-save-path` (its shapes: `{id_slot, filename,
 n_saved, n_written, timings}`...). Without the option every action is a 501, as there.
 
@@ -14,7 +16,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -23,17 +25,21 @@ from starlette.routing import Route
 from engine.errors import EngineError
 from engine.files import write_bytes_atomic
 from engine.host.slots import KvLayout, Slot, SlotBusy
+from engine.media.prompt import is_placeholder
 from engine.server.engine_state import ServedModel, ServerState
 from engine.server.errors import ApiError
 from engine.server.parsing import read_json
 from engine.server.protocol.infill import (
     SlotErased,
     SlotFileRequest,
+    SlotNextToken,
     SlotRestored,
     SlotRestoreTimings,
     SlotSaved,
     SlotSaveTimings,
+    SlotState,
 )
+from engine.server.protocol.llama_utility import SamplingDefaults
 from engine.server.protocol.parse import parse_body
 from engine.server.slot_files import (
     SlotFileError,
@@ -43,10 +49,12 @@ from engine.server.slot_files import (
     encode,
     slot_path,
 )
+from engine.settings import SamplingParams
 
 T = TypeVar("T")
 BUSY_POLL_S = 0.05  # how often a busy slot is looked at again
 ACTIONS = ("save", "restore", "erase")
+LIST_QUERY = ("model", "fail_on_no_slot")
 
 
 def identity(loaded: ServedModel) -> SlotIdentity:
@@ -60,12 +68,66 @@ def identity(loaded: ServedModel) -> SlotIdentity:
     )
 
 
+def slot_state(loaded: ServedModel, s: dict[str, Any], n_ctx: int) -> SlotState:
+    """One slot of the scheduler's snapshot (`Slot.summary`) in llama-server's shape."""
+    out = SlotState(id=s["id"], n_ctx=n_ctx, speculative=s["speculative"], is_processing=False)
+    if not s["busy"]:
+        return out
+    prompt: list[int] = s["prompt"]
+    sampling: SamplingParams = s["sampling"]
+    out.is_processing = True
+    out.id_task = s["request"]
+    out.n_prompt_tokens = len(prompt)
+    out.n_prompt_tokens_cache = s["prompt_cached"]
+    out.n_prompt_tokens_processed = len(prompt) - s["prompt_cached"] - s["prompt_pending"]
+    out.params = SamplingDefaults.of(sampling, stream=s["stream"])
+    out.next_token = [
+        SlotNextToken(
+            has_next_token=True,
+            has_new_line="\n" in s["text"],
+            n_remain=max(sampling.max_tokens - s["n_decoded"], 0),
+            n_decoded=s["n_decoded"],
+        )
+    ]
+    # As llama-server detokenizes it: special tokens' text included (media rows are none).
+    model = loaded.model
+    raw = b"".join(model.token_bytes(t, special=True) for t in prompt if not is_placeholder(t))
+    out.prompt = raw.decode("utf-8", errors="replace")
+    out.generated = s["text"]
+    return out
+
+
 class SlotRoutes:
     def __init__(self, state: ServerState) -> None:
         self.state = state
 
     def routes(self) -> list[Route]:
-        return [Route("/slots/{id_slot}", self.action, methods=["POST"])]
+        return [
+            Route("/slots", self.list, methods=["GET"]),
+            Route("/slots/{id_slot}", self.action, methods=["POST"]),
+        ]
+
+    async def list(self, request: Request) -> Response:
+        """GET /slots: every slot of the model in llama-server's shape; with
+        `?fail_on_no_slot=1`, a 503 while none is idle (as llama-server answers it)."""
+        query = request.query_params
+        for key in query:
+            if key not in LIST_QUERY:
+                raise ApiError(
+                    400,
+                    f"'{key}' is not a parameter of GET /slots (it takes model and "
+                    "fail_on_no_slot)",
+                    param=key,
+                )
+        loaded = await self.state.acquire(query.get("model"), generate=False)
+        snap = loaded.scheduler.snapshot()
+        if query.get("fail_on_no_slot") not in (None, "", "0", "false") and all(
+            s["busy"] for s in snap.slots
+        ):
+            raise ApiError(503, "no slot available", code="unavailable_error")
+        n_ctx = loaded.scheduler.n_ctx_seq
+        slots = [slot_state(loaded, s, n_ctx) for s in snap.slots]
+        return JSONResponse([s.wire() for s in slots])
 
     async def action(self, request: Request) -> Response:
         folder = self.state.config.slot_save_path

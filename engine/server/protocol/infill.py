@@ -159,3 +159,33 @@ class SlotErased(Reply):
 
 class SlotActionAnswer(RootModel[SlotSaved | SlotRestored | SlotErased]):
     """A slot action's answer: its own shape per action (save, restore, erase)."""
+
+
+class SlotNextToken(Reply):
+    has_next_token: bool  # the request goes on
+    has_new_line: bool  # its text so far has a line break
+    n_remain: int  # tokens it may still generate
+    n_decoded: int  # tokens generated
+
+
+class SlotState(Reply):
+    """One slot in GET /slots, as llama-server's `server_slot::to_json` writes it: the
+    request it serves, when it serves one (llama-server also shows a slot's last request;
+    here an idle slot shows only its own fields)."""
+
+    id: int
+    n_ctx: int
+    speculative: bool
+    is_processing: bool
+    id_task: int | None = None
+    n_prompt_tokens: int | None = None
+    n_prompt_tokens_processed: int | None = None
+    n_prompt_tokens_cache: int | None = None
+    params: SamplingDefaults | None = None
+    next_token: list[SlotNextToken] | None = None
+    prompt: str | None = None
+    generated: str | None = None
+
+
+class SlotList(RootModel[list[SlotState]]):
+    """GET /slots: every slot of the model, in order."""

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import jsonschema
 import ollama
+import openai
 import pytest
 
 from app.services.discovery import DiscoveryRoots
@@ -132,13 +133,14 @@ def test_pull_list_copy_create_show_delete(served: Served, tiny: Path) -> None:
     assert parrot.modelfile is not None and 'SYSTEM """Squawk."""' in parrot.modelfile
     assert parrot.parameters == shown.parameters
 
-    # The OpenAI routes do not apply a created model's recipe: refused, not answered plainly.
-    r = httpx.post(
-        served.url + "/v1/chat/completions",
-        headers=AUTH,
-        json={"model": "pirate", "messages": [{"role": "user", "content": "hi"}]},
-    )
-    assert r.status_code == 400 and "/api/chat" in r.json()["error"]["message"]
+    # The OpenAI client lists every name too; a created model's text completion is refused
+    # (its recipe is a chat's), not answered plainly.
+    with openai.OpenAI(base_url=served.url + "/v1", api_key=API_KEY, max_retries=0) as oai:
+        ids = {m.id for m in oai.models.list()}
+        assert {f"hf.co/{TINY}:latest", "tiny-copy:latest", "pirate:latest", "parrot:latest"} <= ids
+        assert oai.models.retrieve("pirate:latest").id == "pirate:latest"
+        with pytest.raises(openai.BadRequestError, match="/api/chat"):
+            oai.completions.create(model="pirate", prompt="hi", max_tokens=2)
 
     files = sorted(p for p in (served.library.models_dir.parent / "hf").rglob("*") if p.is_file())
     with pytest.raises(ollama.ResponseError) as e:  # the base of 'tiny-copy' and 'pirate'
@@ -229,6 +231,16 @@ def test_a_created_model_answers_with_its_system_prompt(tmp_path: Path, smollm2_
             assert made.model == "pirate"
             assert made.prompt_eval_count == plain.prompt_eval_count != bare.prompt_eval_count
             assert made.message.content == plain.message.content
+            # The OpenAI routes apply it too: the same prompt, the same greedy answer.
+            with openai.OpenAI(base_url=served.url + "/v1", api_key=API_KEY) as oai:
+                assert "pirate:latest" in {m.id for m in oai.models.list()}
+                # (Ollama's repeat penalty, which the OpenAI routes do not apply by default)
+                greedy: dict[str, Any] = {"temperature": 0, "seed": 1, "max_tokens": 8}
+                greedy["extra_body"] = {"repeat_penalty": 1.1}
+                via = oai.chat.completions.create(model="pirate", messages=ask, **greedy)  # type: ignore[arg-type]
+                assert via.model == "pirate" and via.usage is not None
+                assert via.usage.prompt_tokens == made.prompt_eval_count
+                assert via.choices[0].message.content == made.message.content
             assert len(served.host.names()) == 1  # one file, loaded once for every name
             path = served.library.entries()[0].path
             c.delete("pirate")  # a name: the model stays loaded

@@ -7,14 +7,17 @@ test_infill_api.py."""
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
-from engine.server import ServerThread
+from engine.server import ServerConfig, ServerThread
+from engine.server.openapi import openapi_schema
 from tests.engine.server.conftest import API_KEY, doc_valid, http, make_config
 from tests.fake_server_engine import FakeModel, fake_model, serve_fake
 
@@ -217,3 +220,93 @@ def test_an_action_on_a_busy_slot_waits_for_its_request(
         saver.join(60)
         assert done and saved and saved[0].status_code == 200, saved
         assert saved[0].json()["n_saved"] == len(model.loop.slot_tokens()[busy]) > 0
+
+
+def _slots(srv: ServerThread, query: str = "") -> Any:
+    return http.get(f"{srv.url}/slots{query}", headers=AUTH)
+
+
+def _documented(body: Any) -> None:
+    """GET /slots's answer is what the OpenAPI document says (every object closed)."""
+    doc = openapi_schema(ServerConfig(port=0))
+    answer = doc["paths"]["/slots"]["get"]["responses"]["200"]["content"]["application/json"]
+    closed = json.loads(
+        json.dumps(doc["components"]).replace(
+            '"properties":', '"additionalProperties": false, "properties":'
+        )
+    )
+    jsonschema.Draft202012Validator({**answer["schema"], "components": closed}).validate(body)
+
+
+def _held(model: FakeModel, monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, Any]:
+    """The model's decodes held at the gate; (the gate, an event set when one is held)."""
+    backend = model.backend
+    assert backend is not None
+    gate, decoding = threading.Event(), threading.Event()
+    decode = backend.decode
+
+    def held(*args: Any, **kw: Any) -> None:
+        decoding.set()
+        assert gate.wait(60)
+        decode(*args, **kw)
+
+    monkeypatch.setattr(backend, "decode", held)
+    return gate, decoding
+
+
+def test_get_slots_in_llama_servers_shape(
+    model: FakeModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _serve(model, None) as srv:
+        idle = _slots(srv)
+        assert idle.status_code == 200, idle.text
+        _documented(idle.json())
+        assert idle.json() == [
+            {"id": i, "n_ctx": 512, "speculative": False, "is_processing": False} for i in range(2)
+        ]
+        gate, decoding = _held(model, monkeypatch)
+        done: list[dict[str, Any]] = []
+        asker = threading.Thread(target=lambda: done.append(_complete(srv, PROMPT)))
+        asker.start()
+        try:
+            assert decoding.wait(60)
+            r = _slots(srv, "?fail_on_no_slot=1")  # one slot is still idle
+            assert r.status_code == 200, r.text
+            _documented(r.json())
+            [busy] = [s for s in r.json() if s["is_processing"]]
+            assert busy["params"]["n_predict"] == 2 and busy["params"]["temperature"] == 0
+            assert busy["prompt"].endswith(PROMPT) and isinstance(busy["id_task"], int)
+            read = busy["n_prompt_tokens_cache"] + busy["n_prompt_tokens_processed"]
+            assert 0 <= read <= busy["n_prompt_tokens"] and busy["n_prompt_tokens"] > 0
+            [nxt] = busy["next_token"]
+            assert nxt["has_next_token"] and nxt["n_decoded"] + nxt["n_remain"] == 2
+        finally:
+            gate.set()
+            asker.join(60)
+        assert done
+        r = _slots(srv, "?id_slot=0")
+        assert r.status_code == 400 and r.json()["error"]["code"] == 400
+        assert "'id_slot'" in r.json()["error"]["message"]
+
+
+def test_get_slots_fails_on_no_slot_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "one-slot.gguf"
+    path.write_bytes(b"GGUF" + bytes(252))
+    model = FakeModel(path, n_slots=1, n_ctx_seq=512)
+    try:
+        with _serve(model, None) as srv:
+            gate, decoding = _held(model, monkeypatch)
+            asker = threading.Thread(target=lambda: _complete(srv, PROMPT))
+            asker.start()
+            try:
+                assert decoding.wait(60)
+                r = _slots(srv, "?fail_on_no_slot=1")
+                assert r.status_code == 503 and "no slot available" in r.text
+                assert _slots(srv).status_code == 200  # without it, the list
+            finally:
+                gate.set()
+                asker.join(60)
+    finally:
+        model.close()
