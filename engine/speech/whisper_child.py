@@ -41,9 +41,17 @@ class _Whisper:
         # The binding wraps a NULL context too (and using it would crash): whisper.cpp logs an
         # error whenever it returns one, so a logged error is the failure.
         if self.errors:
+            pw.whisper_log_set(None)  # see close()
             raise RuntimeError(self.errors[0])
         self.threads = threads
         self.multilingual = bool(pw.whisper_is_multilingual(self.ctx))
+
+    def close(self) -> None:
+        """Free the model, then drop the log callback: whisper.cpp logs while it frees, and a
+        Python callback left set would be called during the interpreter's finalization (an
+        abort at exit)."""
+        self.pw.whisper_free(self.ctx)
+        self.pw.whisper_log_set(None)
 
     def _log(self, level: int, text: str) -> None:
         if level == GGML_LOG_ERROR and text.strip():
@@ -85,27 +93,29 @@ class _Whisper:
 
 
 def serve(inp: IO[bytes], out: IO[bytes]) -> None:
+    """Answer requests until the end of input; then free the model."""
     import numpy as np
 
     whisper: _Whisper | None = None
-    while True:
-        line = inp.readline()
-        if not line:
-            return
-        req = json.loads(line)
-        payload = inp.read(int(req.get("bytes", 0)))
-        if req["op"] == "load":
-            try:
-                whisper = _Whisper(req["path"], int(req["threads"]))
-                reply: dict[str, Any] = {"ok": True, "multilingual": whisper.multilingual}
-            except Exception as e:  # one line for the parent's message
-                reply = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
-        elif whisper is None:
-            reply = {"error": "no model loaded"}
-        else:
-            reply = whisper.transcribe(np.frombuffer(payload, dtype=np.float32), req)
-        out.write(json.dumps(reply).encode() + b"\n")
-        out.flush()
+    try:
+        while line := inp.readline():
+            req = json.loads(line)
+            payload = inp.read(int(req.get("bytes", 0)))
+            if req["op"] == "load":
+                try:
+                    whisper = _Whisper(req["path"], int(req["threads"]))
+                    reply: dict[str, Any] = {"ok": True, "multilingual": whisper.multilingual}
+                except Exception as e:  # one line for the parent's message
+                    reply = {"error": str(e).splitlines()[0] if str(e) else type(e).__name__}
+            elif whisper is None:
+                reply = {"error": "no model loaded"}
+            else:
+                reply = whisper.transcribe(np.frombuffer(payload, dtype=np.float32), req)
+            out.write(json.dumps(reply).encode() + b"\n")
+            out.flush()
+    finally:
+        if whisper is not None:
+            whisper.close()
 
 
 def main() -> None:

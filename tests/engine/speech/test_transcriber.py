@@ -50,6 +50,18 @@ def test_transcript_equals_whisper_cli(
     assert ours.audio_seconds == pytest.approx(path.stat().st_size / 2 / 16000, abs=0.01)
 
 
+def test_the_child_ends_cleanly_on_close(speech_assets: SpeechAssets) -> None:
+    """Closing ends the child's input; it frees the model and exits with 0 (a log callback
+    left set in whisper.cpp would abort it during the interpreter's finalization)."""
+    t = Transcriber(speech_assets.stt_model, threads=1)
+    proc = t._proc
+    assert proc is not None and t.pid == proc.pid
+    t.close()
+    assert proc.returncode == 0 and t.pid is None
+    with pytest.raises(EngineError, match="closed"):
+        t.transcribe(np.zeros(1600, np.float32))
+
+
 def test_samples_and_wav_agree(transcriber: Transcriber, speech_assets: SpeechAssets) -> None:
     from engine.media.audio import decode_wav
 
