@@ -149,7 +149,8 @@ def register(sub: Any) -> None:
         default=None,
         metavar="PATH",
         help="the whisper.cpp model (ggml .bin) that POST /v1/audio/transcriptions and "
-        "/v1/audio/translations use; checked at start, loaded on the first request",
+        "/v1/audio/translations use (default: the one chosen with `models use-stt`); checked "
+        "at start, loaded on the first request",
     )
     p.add_argument(
         "--spm-infill",
@@ -229,13 +230,24 @@ def _read_key(args: argparse.Namespace) -> str | None:
 
 
 def _stt_model(path: Path | None) -> Path | None:
-    """--stt-model, its file checked (not loaded): a wrong file is one line at start."""
-    if path is None:
-        return None
-    from engine.model.whisper_file import read_whisper
+    """--stt-model, its file checked (not loaded): a wrong file is one line at start.
+    Without it, the model chosen with `models use-stt`, if it still reads as one (else a
+    warning, and the transcription routes say how to name one)."""
+    from app.services.speech_models import current_stt_model
+    from engine.model.whisper_file import WhisperFileError, read_whisper
 
-    read_whisper(path)  # WhisperFileError: one line
-    return path.resolve()
+    if path is not None:
+        read_whisper(path)  # WhisperFileError: one line
+        return path.resolve()
+    chosen = current_stt_model()
+    if chosen is None:
+        return None
+    try:
+        read_whisper(chosen)
+    except WhisperFileError as e:
+        log.warning("no speech to text: the chosen model is unusable: %s", e)
+        return None
+    return chosen.resolve()
 
 
 def _slot_folder(path: Path | None) -> Path | None:

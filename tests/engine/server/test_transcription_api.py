@@ -179,3 +179,21 @@ def test_serve_refuses_a_stt_model_that_is_not_one_in_one_line(tmp_path: Path) -
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "ggml-tiny.bin" in lines[0], r.stderr
+
+
+def test_serve_defaults_to_the_model_chosen_for_speech_to_text(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without --stt-model, serve takes the model chosen with `models use-stt` (this test's
+    private home); one that no longer reads as a whisper model is a warning, not a failure."""
+    from app.cli.serve_cmd import _stt_model
+    from app.services.speech_models import choose_stt_model
+    from tests.speech_assets import write_whisper_model
+
+    assert _stt_model(None) is None  # a fresh profile: none chosen
+    model = write_whisper_model(tmp_path / "ggml-test.bin")
+    choose_stt_model(model)
+    assert _stt_model(None) == model.resolve()
+    model.write_bytes(model.read_bytes()[:1000])  # cut short after it was chosen
+    assert _stt_model(None) is None
+    assert "ggml-test.bin" in caplog.text
