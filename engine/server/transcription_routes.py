@@ -72,7 +72,8 @@ class TranscriptionRoutes:
         loaded = self._transcriber
         if loaded is None:
             return SpeechToTextState(model=path.name, loaded=False)
-        memory = {"CPU": whisper_memory(loaded.model).total}
+        # greedy without fallback: one decoder, so no fallback cache (best_of=1)
+        memory = {"CPU": whisper_memory(loaded.model, best_of=1).total}
         return SpeechToTextState(model=path.name, loaded=True, memory_bytes=memory)
 
     def close(self) -> None:
