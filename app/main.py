@@ -342,6 +342,13 @@ def documents_panel(
     return panel, None
 
 
+def add_speech(window: MainWindow) -> None:
+    """Answers read aloud (Read aloud, a chat's auto-read, Tools → Voice…) and hands-free."""
+    from app.ui.speech_setup import add_speech as install
+
+    install(window)
+
+
 def add_documents(window: MainWindow, paths: AppPaths, models: EmbeddingModels) -> None:
     """Chats grounded in document collections: the index's collections in Chat settings,
     searched with the embedding models the Documents tab shares."""
@@ -489,6 +496,7 @@ def build_window(
     add_tray(window, server_panel, add_loaded_models(window))
     add_mcp_servers(window, paths)
     add_documents(window, paths, embedding_models)
+    add_speech(window)
     return window
 
 

@@ -162,13 +162,15 @@ class SinkOut(QObject):
         self._buffer.setData(QByteArray(np.asarray(pcm.samples, dtype="<i2").tobytes()))
         self._buffer.open(QIODevice.OpenModeFlag.ReadOnly)
         self._sink = QAudioSink(device, fmt, self)
+        # The state is asked for: PySide cannot hand QAudio::State to a Python slot.
         self._sink.stateChanged.connect(self._on_state)
         self._sink.start(self._buffer)
 
-    def _on_state(self, state: QtAudio.State) -> None:
+    def _on_state(self) -> None:
         sink = self._sink
         if sink is None:
             return
+        state = sink.state()
         if state == QtAudio.State.IdleState:  # the buffer ran out: all of it was played
             done = self._done
             self._release()
@@ -300,8 +302,14 @@ class LocalVoice(QObject):
     def _synthesise(self, text: str) -> None:
         self._ready[text] = None
         generation, voice, speed = self._generation, self._voice, self._speed
-        # Imported here: the engine's synthesiser may load a neural voice's runtime.
-        from engine.speech.synth import synthesize
+
+        def job() -> Pcm:
+            # Imported here: the engine's synthesiser may load a neural voice's runtime.
+            from engine.speech.synth import synthesizer
+
+            engine = synthesizer()
+            v = engine.voice(voice)  # the rate within what this voice can do
+            return engine.synthesize(text, voice, min(max(speed, v.min_speed), v.max_speed))
 
         def landed(result: object, error: BaseException | None) -> None:
             if generation != self._generation:
@@ -309,7 +317,7 @@ class LocalVoice(QObject):
             self._ready[text] = error if error is not None else cast("Pcm", result)
             self._play_if_ready()
 
-        self._jobs.run(lambda: synthesize(text, voice=voice, speed=speed), landed, "candlewick-tts")
+        self._jobs.run(job, landed, "candlewick-tts")
 
     def _play_if_ready(self) -> None:
         if self._wanted is None:

@@ -1,7 +1,8 @@
 """Runs the X-server scenarios (test_chat_pane.py, test_chat_attachments.py,
-test_window_layout.py, test_tray_icon.py, test_voice.py) in a child pytest on a private Xvfb,
-with a virtual microphone (a private PulseAudio daemon) as its default input, and checks that
-every one of them ran and passed (a child that skipped them would prove nothing).
+test_window_layout.py, test_tray_icon.py, test_voice.py, test_read_aloud.py) in a child
+pytest on a private Xvfb, with a virtual microphone (a private PulseAudio daemon) as its
+default input, and checks that every one of them ran and passed (a child that skipped them
+would prove nothing).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ SCENARIOS = [
         "test_window_layout.py",
         "test_tray_icon.py",
         "test_voice.py",
+        "test_read_aloud.py",
     )
 ]
 ROOT = Path(__file__).resolve().parents[4]
