@@ -18,8 +18,16 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QObject, QTimer, Signal
-from PySide6.QtMultimedia import QAudioFormat, QAudioSink, QMediaDevices, QtAudio
-from PySide6.QtTextToSpeech import QTextToSpeech
+
+from app.ui.multimedia import MISSING, QtMultimedia
+
+try:
+    from PySide6.QtTextToSpeech import QTextToSpeech
+
+    NO_TTS: str | None = None
+except ImportError as e:  # PySide6-Addons missing (a trimmed install or bundle)
+    QTextToSpeech = None  # type: ignore[assignment,misc]
+    NO_TTS = f"The system's voices need Qt TextToSpeech, which is not available here ({e})"
 
 from app.services.read_aloud import ReadAloud, VoiceSettings
 from app.ui.background import Background
@@ -41,6 +49,8 @@ class VoiceSink(Protocol):
 
 def system_engines() -> list[str]:
     """Qt TextToSpeech's engines on this machine (speechd, flite, ...), the test one left out."""
+    if QTextToSpeech is None:
+        return []
     return [e for e in QTextToSpeech.availableEngines() if e not in HIDDEN_ENGINES]
 
 
@@ -59,7 +69,9 @@ class SystemVoice(QObject):
         super().__init__(parent)
         self._sink = sink
         names = system_engines() if not engine else [engine]
-        self.tts: QTextToSpeech | None = QTextToSpeech(names[0], self) if names else None
+        self.tts: QTextToSpeech | None = (
+            QTextToSpeech(names[0], self) if names and QTextToSpeech is not None else None
+        )
         self._token: int | None = None
         self._spoke = False  # the utterance out has been heard starting
         if self.tts is None:
@@ -77,7 +89,9 @@ class SystemVoice(QObject):
     def problem(self) -> str | None:
         """Why this voice cannot speak, in one line (None: it can)."""
         if self.tts is None:
-            return "No system voice: install speech-dispatcher (speechd) or pick the local voice"
+            return NO_TTS or (
+                "No system voice: install speech-dispatcher (speechd) or pick the local voice"
+            )
         if self.tts.state() == QTextToSpeech.State.Error:
             why = self.tts.errorString() or "its engine did not start"
             return f"The system voice cannot speak: {why}"
@@ -142,26 +156,29 @@ class SinkOut(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._sink: QAudioSink | None = None
+        self._sink: QtMultimedia.QAudioSink | None = None
         self._buffer: QBuffer | None = None
         self._done: Callable[[], None] | None = None
         self._failed: Callable[[str], None] | None = None
 
     def play(self, pcm: Pcm, done: Callable[[], None], failed: Callable[[str], None]) -> None:
         self.stop()
-        device = QMediaDevices.defaultAudioOutput()
+        if MISSING is not None:
+            QTimer.singleShot(0, lambda: failed(MISSING or ""))
+            return
+        device = QtMultimedia.QMediaDevices.defaultAudioOutput()
         if device.isNull():
             QTimer.singleShot(0, lambda: failed("No audio output device to speak on"))
             return
-        fmt = QAudioFormat()
+        fmt = QtMultimedia.QAudioFormat()
         fmt.setSampleRate(pcm.rate)
         fmt.setChannelCount(1)
-        fmt.setSampleFormat(QAudioFormat.SampleFormat.Int16)
+        fmt.setSampleFormat(QtMultimedia.QAudioFormat.SampleFormat.Int16)
         self._done, self._failed = done, failed
         self._buffer = QBuffer(self)
         self._buffer.setData(QByteArray(np.asarray(pcm.samples, dtype="<i2").tobytes()))
         self._buffer.open(QIODevice.OpenModeFlag.ReadOnly)
-        self._sink = QAudioSink(device, fmt, self)
+        self._sink = QtMultimedia.QAudioSink(device, fmt, self)
         # The state is asked for: PySide cannot hand QAudio::State to a Python slot.
         self._sink.stateChanged.connect(self._on_state)
         self._sink.start(self._buffer)
@@ -170,13 +187,13 @@ class SinkOut(QObject):
         sink = self._sink
         if sink is None:
             return
-        state = sink.state()
-        if state == QtAudio.State.IdleState:  # the buffer ran out: all of it was played
+        state, audio = sink.state(), QtMultimedia.QtAudio
+        if state == audio.State.IdleState:  # the buffer ran out: all of it was played
             done = self._done
             self._release()
             if done is not None:
                 done()
-        elif state == QtAudio.State.StoppedState and sink.error() != QtAudio.Error.NoError:
+        elif state == audio.State.StoppedState and sink.error() != audio.Error.NoError:
             failed = self._failed
             self._release()
             if failed is not None:
