@@ -61,10 +61,7 @@ class HandsFreeController(QObject):
         self._send = send
         self.stt_model = stt_model
         self.recorder = recorder or ListeningRecorder(self)
-        self.recorder.pcm.connect(self.audio)
-        self.recorder.failed.connect(self._on_recorder_failed)
-        # A recording ends at its length limit: a long wait for the next turn goes on.
-        self.recorder.finished.connect(self._on_recording_full)
+        self._wire(self.recorder)
         self.machine = HandsFree(_Ports(self), RATE, rules=rules)
         self._transcription: Transcription | None = None
         self._job = 0
@@ -79,6 +76,22 @@ class HandsFreeController(QObject):
     @property
     def on(self) -> bool:
         return self.machine.on
+
+    def use_recorder(self, recorder: ListeningRecorder) -> None:
+        """Listen through `recorder` from now on (a test's is fed from a file)."""
+        old = self.recorder
+        old.cancel()
+        old.pcm.disconnect(self.audio)
+        old.failed.disconnect(self._on_recorder_failed)
+        old.finished.disconnect(self._on_recording_full)
+        self.recorder = recorder
+        self._wire(recorder)
+
+    def _wire(self, recorder: ListeningRecorder) -> None:
+        recorder.pcm.connect(self.audio)
+        recorder.failed.connect(self._on_recorder_failed)
+        # A recording ends at its length limit: a long wait for the next turn goes on.
+        recorder.finished.connect(self._on_recording_full)
 
     def set_on(self, on: bool) -> None:
         if on and self.stt_model() is None:
