@@ -150,3 +150,15 @@ def _drive(proc: subprocess.Popen[str]) -> tuple[str, str, dict[str, Any]]:
         rest = proc.stderr.read() if proc.stderr else ""
         proc.wait()
     return rest, line, health
+
+
+def test_serve_refuses_a_reasoning_budget_below_minus_one() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--port", "0", "--reasoning-budget", "-2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2
+    assert "reasoning budget" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
