@@ -21,6 +21,7 @@ from app.ui.chat_settings import ChatSettingsPanel
 from app.ui.chat_view import ChatView
 from app.ui.read_aloud import ReadAloudController, SpeechBar
 from app.ui.speech_voices import Speaker, SystemVoice
+from app.ui.voice_settings import SAMPLE, VoiceSettingsPanel
 from engine.speech.sentences import SentenceSplitter
 
 pytestmark = pytest.mark.qt_log_ignore(
@@ -182,3 +183,55 @@ def test_auto_read_is_a_setting_of_the_chat(qtbot: QtBot, tmp_path: Path) -> Non
         assert ChatSettings.from_stored(store.conversation(c.id).settings).auto_read
     finally:
         store.close()
+
+
+def test_the_voice_panel_picks_engine_voice_and_rate(qtbot: QtBot, tmp_path: Path) -> None:
+    panel = VoiceSettingsPanel(
+        VoiceSettings(engine="local", voice="espeak-de", rate=1.5),
+        local_voices=lambda: ["default", "espeak-de"],
+        system_voices=lambda: ([], "The system voice cannot speak: no speech-dispatcher"),
+        stt_model=lambda: None,
+    )
+    qtbot.addWidget(panel)
+    # Nothing is listed (espeak-ng loaded, a speech service started) until it is shown.
+    assert panel.voice.count() == 0
+    assert panel.settings() == VoiceSettings(engine="local", voice="espeak-de", rate=1.5)
+    panel.show()
+    assert [panel.voice.itemText(i) for i in range(panel.voice.count())] == [
+        "default",
+        "espeak-de",
+    ]
+    assert panel.voice.currentText() == "espeak-de" and panel.rate_label.text() == "1.50x"
+    assert "Models page" in panel.stt_label.text()
+    with qtbot.waitSignal(panel.changed) as changed:
+        panel.rate.setValue(80)
+    assert changed.args == [VoiceSettings(engine="local", voice="espeak-de", rate=0.8)]
+    with qtbot.waitSignal(panel.changed) as changed:
+        panel.engine.setCurrentIndex(panel.engine.findData("system"))
+    assert changed.args == [VoiceSettings(engine="system", voice="", rate=0.8)]
+    # A system without a speech service: said in one line, the panel still usable.
+    assert panel.problem.isVisibleTo(panel)
+    assert panel.problem.text() == "The system voice cannot speak: no speech-dispatcher"
+    with qtbot.waitSignal(panel.sample_requested) as sample:
+        panel.sample_button.click()
+    assert sample.args == [SAMPLE]
+
+
+@pytest.mark.qt_log_ignore(
+    'Text-to-speech plug-in "none-such" is not supported',
+    "This plugin does not support propagateSizeHints",
+)
+def test_a_system_voice_that_cannot_speak_fails_in_one_line(setup: Setup, qtbot: QtBot) -> None:
+    reader = setup.reader
+    errors: list[str] = []
+    reader.error.connect(errors.append)
+    missing = SystemVoice(reader.queue, VoiceSettings(engine="system"), engine="none-such")
+    reader.queue.set_voice(missing)
+    assert missing.problem is not None
+    setup.chat.append("assistant", "Hello there. Bye now.")
+    reader.read_row(0)
+    qtbot.waitUntil(lambda: reader.state == "idle")
+    assert len(errors) == 1 and "\n" not in errors[0]
+    assert errors[0] == missing.problem
+    assert setup.view.message_widgets[0].read_aloud_button.text() == "Read aloud"
+    missing.deleteLater()
