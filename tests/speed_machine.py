@@ -34,11 +34,11 @@ class SimulatedDecoder:
         self.calls.append(path.name)
         return self._step(path, params)[0]
 
-    def chat(self, path: Path, params: LoadParams) -> float:
-        """A step at the chat's default sampling: the greedy step plus its sampling."""
+    def chat(self, path: Path, params: LoadParams) -> tuple[float, float]:
+        """(greedy, chat-default) steps: the greedy step, and it plus its sampling."""
         self.chat_calls.append(path.name)
         step, cost = self._step(path, params)
-        return step + cost.n_vocab * self.per_vocab
+        return step, step + cost.n_vocab * self.per_vocab
 
     def _step(self, path: Path, params: LoadParams) -> tuple[float, DecodeCost]:
         gf = read_gguf(path)
@@ -54,7 +54,7 @@ class SimulatedDecoder:
 def sim_settings() -> ProbeSettings:
     """The probe's settings with a small sampling vocabulary: a 262,144-token probe model
     takes seconds to write and read, and a simulated machine's arithmetic is the same."""
-    return replace(ProbeSettings.default(), vocab_sizes=(512, 4096))
+    return replace(ProbeSettings.default(), sampling_vocab=4096)
 
 
 def QUIET() -> float:

@@ -10,11 +10,10 @@ loaded with the same settings a chat uses, and timed while they decode.
 * A kernel's rate (bytes of weights per second) for each weight type and kernel a model uses:
   a two-layer model whose matrices are of that type and large (~48 MiB in all), its step time
   less the fixed work, over its matrix bytes. Measured the first time a model needs it.
-* Sampling per vocabulary entry: two tiny models that differ only in their vocabulary (512
-  and 262,144 tokens) decode at the chat's default sampling; the difference in token time,
-  less the larger output matrix at its kernel's measured rate, over the difference in
-  vocabulary.
-  It goes through the engine's own sampling (`Model.submit`), so it is what a chat pays.
+* Sampling per vocabulary entry: a tiny model with a large vocabulary (262,144 tokens)
+  decodes greedy and at the chat's default sampling, runs alternating; the difference in
+  token time over the vocabulary. It goes through the engine's own sampling
+  (`Model.submit`), so it is what a chat pays.
 
 Speed does not depend on what the weights say, so the weights are random bytes in the type's
 own block layout; the high byte of every 16-bit word is masked so that each block's f16 scale
@@ -62,9 +61,8 @@ FIXED_TYPE = "F32"
 # A kernel's model: two layers whose matrices hold about this many bytes in all.
 RATE_BYTES = 48 * MiB
 RATE_EMBD = 1024
-# The sampling models: tiny layers, a small and a large vocabulary (the largest in common
-# use, Gemma 3's), an output matrix as small as a narrow Q8_0 row makes it.
-VOCAB_SIZES = (PROBE_VOCAB, 262_144)
+# The sampling model: tiny layers and the largest vocabulary in common use (Gemma 3's).
+SAMPLING_VOCAB = 262_144
 VOCAB_EMBD = 32
 VOCAB_TYPE = "Q8_0"
 # Types the probe can write (block layouts whose f16 fields sit at even offsets); others are
@@ -185,32 +183,18 @@ StepTimer = Callable[[Path, LoadParams], float]
 
 
 def decode_step_s(
-    path: Path,
-    params: LoadParams,
-    *,
-    tokens: int = 24,
-    min_runs: int = 3,
-    max_runs: int = 8,
-    sampling: SamplingParams | None = None,
+    path: Path, params: LoadParams, *, tokens: int = 24, min_runs: int = 3, max_runs: int = 8
 ) -> float:
     """Seconds per decode step of one request on the model at `path`, loaded through the
-    engine: the fastest run of `tokens` tokens (decode time only), greedy unless `sampling`
-    says otherwise. The first steps after a load are slow (pages of the mapped file,
-    repacked weights touched the first time), so runs go on until two in a row agree within
-    10% (at most `max_runs`)."""
+    engine: the fastest greedy run of `tokens` tokens (decode time only). The first steps
+    after a load are slow (pages of the mapped file, repacked weights touched the first
+    time), so runs go on until two in a row agree within 10% (at most `max_runs`)."""
     from engine.host.runtime import Model
 
     steps: list[float] = []
-    base = sampling or SamplingParams(temperature=0)
     with Model(path, params) as m:
         for i in range(max_runs):
-            m.reset_cache()
-            s = replace(base, max_tokens=tokens, seed=i if base.temperature > 0 else base.seed)
-            g = m.submit([1, 300 + i, 301, 302], s)
-            g.consume()
-            st = g.stats
-            if st.n_eval > 0 and st.eval_ms > 0:
-                steps.append(st.eval_ms / 1000 / st.n_eval)
+            steps += _run(m, i, SamplingParams(temperature=0, max_tokens=tokens))
             if len(steps) >= min_runs and abs(steps[-1] - steps[-2]) <= 0.1 * steps[-2]:
                 break
     if not steps:
@@ -218,9 +202,38 @@ def decode_step_s(
     return min(steps)
 
 
-def chat_step_s(path: Path, params: LoadParams) -> float:
-    """`decode_step_s` at the chat's default sampling (`SamplingParams()`)."""
-    return decode_step_s(path, params, sampling=SamplingParams())
+def _run(m: Any, i: int, s: SamplingParams) -> list[float]:
+    """One reply's seconds per decoded token ([] when it decoded none)."""
+    m.reset_cache()
+    g = m.submit([1, 300 + i, 301, 302], s)
+    g.consume()
+    st = g.stats
+    return [st.eval_ms / 1000 / st.n_eval] if st.n_eval > 0 and st.eval_ms > 0 else []
+
+
+SampleTimer = Callable[[Path, LoadParams], tuple[float, float]]
+
+
+def sampling_steps_s(
+    path: Path, params: LoadParams, *, tokens: int = 24, runs: int = 6
+) -> tuple[float, float]:
+    """(greedy, chat) seconds per token of the model at `path`: replies without penalties at
+    temperature 0 (an argmax) and at the chat's default sampling (`SamplingParams()`), runs
+    alternating on one loaded model so that other programs slow both alike; the fastest
+    of each."""
+    from engine.host.runtime import Model
+
+    greedy: list[float] = []
+    chat: list[float] = []
+    plain = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=tokens)
+    with Model(path, params) as m:
+        _run(m, 0, plain)  # the first steps after a load are slow
+        for i in range(runs):
+            greedy += _run(m, i, plain)
+            chat += _run(m, i, SamplingParams(max_tokens=tokens, seed=i))
+    if not greedy or not chat:
+        raise ProbeError(f"the speed probe {path.name} decoded no tokens")
+    return min(greedy), min(chat)
 
 
 # -- the measurements --------------------------------------------------------------------------
@@ -233,7 +246,7 @@ class ProbeSettings:
     params: LoadParams
     threads: int
     extra_buffers: bool
-    vocab_sizes: tuple[int, int] = VOCAB_SIZES  # the sampling models' vocabularies
+    sampling_vocab: int = SAMPLING_VOCAB  # the sampling model's vocabulary
 
     @classmethod
     def default(cls, params: LoadParams | None = None) -> ProbeSettings:
@@ -269,44 +282,22 @@ def measure_fixed(
 
 
 def measure_sampling(
-    folder: Path,
-    settings: ProbeSettings,
-    rate_of: Callable[[str], float],
-    timer: StepTimer = chat_step_s,
+    folder: Path, settings: ProbeSettings, timer: SampleTimer = sampling_steps_s
 ) -> float:
-    """Seconds per vocabulary entry that sampling a token at the chat's defaults costs: two
-    models alike but for their vocabulary, decoded at the chat's default sampling, less the
-    larger output matrix at `rate_of` its kernel (bytes per second), as `speed_model.predict`
-    counts a model's own output matrix."""
-    steps, out_bytes = [], []
-    key = ""
-    small, big = settings.vocab_sizes
-    for n_vocab in (small, big):
-        path = folder / f"vocab-{n_vocab}.gguf"
-        write_probe_model(
-            path,
-            n_layer=2,
-            n_embd=VOCAB_EMBD,
-            n_ff=TINY_FF,
-            type_name=VOCAB_TYPE,
-            n_vocab=n_vocab,
-        )
-        try:
-            embd = read_gguf(path).tensor("token_embd.weight")
-            if embd is None:
-                raise ProbeError("the sampling probe has no embedding")
-            out_bytes.append(embd.n_bytes)
-            buffer = (
-                cpu_kernels.extra_buffer(embd, cpu_kernels.detect(), tied_output=True)
-                if settings.extra_buffers
-                else None
-            )
-            key = kernel_key(embd.type_name, buffer)
-            steps.append(timer(path, settings.params))
-        finally:
-            path.unlink(missing_ok=True)
-    extra = steps[1] - steps[0] - (out_bytes[1] - out_bytes[0]) / rate_of(key)
-    return max(0.0, extra / (big - small))
+    """Seconds per vocabulary entry that sampling a token at the chat's defaults costs: a
+    model with a large vocabulary (and tiny layers) decoded greedy and at the chat's default
+    sampling; the difference over its vocabulary. The greedy pick is an argmax, a few
+    microseconds even over Gemma 3's vocabulary, left in the step."""
+    n_vocab = settings.sampling_vocab
+    path = folder / f"vocab-{n_vocab}.gguf"
+    write_probe_model(
+        path, n_layer=2, n_embd=VOCAB_EMBD, n_ff=TINY_FF, type_name=VOCAB_TYPE, n_vocab=n_vocab
+    )
+    try:
+        greedy, chat = timer(path, settings.params)
+    finally:
+        path.unlink(missing_ok=True)
+    return max(0.0, chat - greedy) / n_vocab
 
 
 def measure_rate(
@@ -390,11 +381,11 @@ class SpeedProfile:
         timer: StepTimer = decode_step_s,
         bandwidth: Callable[[], float] | None = None,
         load: Callable[[], float] | None = None,
-        chat_timer: StepTimer = chat_step_s,
+        chat_timer: SampleTimer = sampling_steps_s,
     ) -> None:
-        """`timer`, `chat_timer` (a step at the chat's default sampling), `bandwidth`, `load`
-        (other programs' load per core): the measurements, replaced in tests by a simulated
-        machine."""
+        """`timer`, `chat_timer` ((greedy, chat-default) steps of one model), `bandwidth`,
+        `load` (other programs' load per core): the measurements, replaced in tests by a
+        simulated machine."""
         self.path = path
         self.settings = settings or ProbeSettings.default()
         self._timer = timer
@@ -434,18 +425,11 @@ class SpeedProfile:
                 )
                 log.info("speed probe: machine measured in %.2f s", time.perf_counter() - t0)
                 self._save(m)
-            m = self._rates(folder, m, keys)
             if m.per_vocab_s is None:
-                measured = m
-
-                def rate_of(key: str) -> float:
-                    nonlocal measured
-                    measured = self._rates(folder, measured, [key])
-                    return measured.rates.get(key) or measured.bandwidth_bytes_per_s
-
-                per_vocab = measure_sampling(folder, self.settings, rate_of, self._chat_timer)
-                m = replace(measured, per_vocab_s=per_vocab)
+                per_vocab = measure_sampling(folder, self.settings, self._chat_timer)
+                m = replace(m, per_vocab_s=per_vocab)
                 self._save(m)
+            m = self._rates(folder, m, keys)
         return m
 
     def _rates(self, folder: Path, m: MachineSpeed, keys: Iterable[str]) -> MachineSpeed:
@@ -495,11 +479,11 @@ __all__ = [
     "ProbeError",
     "ProbeSettings",
     "SpeedProfile",
-    "chat_step_s",
     "decode_step_s",
     "machine_id",
     "measure_fixed",
     "measure_rate",
     "measure_sampling",
+    "sampling_steps_s",
     "write_probe_model",
 ]
