@@ -31,6 +31,10 @@ def test_predictions_for_both_models_against_a_measured_decode(
         assert machine.bandwidth_bytes_per_s > 0 and machine.per_layer_s >= 0
         p = predict(cost, machine)
         assert p.unmeasured == ()  # the probe ran every kernel these models use
+        # Sampling at the chat's defaults measured once, and charged per vocabulary entry.
+        assert machine.per_vocab_s is not None
+        assert p.sample_s == pytest.approx(cost.n_vocab * machine.per_vocab_s)
+        assert cost.n_vocab in (49_152, 262_144)
         assert all(machine.rates[k] > 0 for k in cost.matmul_bytes)
         measured = 1 / decode_step_s(path, profile.settings.params, tokens=32)
         # Both sides are figures of this machine, finite and positive; how close they come is a
