@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -22,6 +20,7 @@ from engine.bench.result import BenchError, BenchResult
 from engine.bench.workloads import BUILTIN_DIR, MARKER, Workload, WorkloadError, load_workload
 from engine.host.runtime import Model
 from engine.settings import LoadParams
+from tests.app.cli_inproc import run_cli
 from tests.projector_gguf import TOKENS_PER_IMAGE
 
 
@@ -263,21 +262,7 @@ def test_a_model_without_a_projector_is_refused(smollm2: Model) -> None:
 
 
 def test_the_command_refuses_vision_without_mmproj_before_loading() -> None:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "bench",
-            "--model",
-            "no-such-model",
-            "--workload",
-            "vision",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_cli("bench", "--model", "no-such-model", "--workload", "vision")
     assert r.returncode == 2, r.stderr
     # Refused before the model is even looked up (it does not exist).
     assert r.stderr.strip().splitlines() == [

@@ -11,6 +11,7 @@ import pytest
 
 from engine.server import ServedModel, ServerConfig, ServerError, ServerState, ServerThread
 from engine.server.app import AuthMiddleware
+from tests.app.cli_inproc import run_cli
 from tests.engine.server.conftest import API_KEY, http, make_config
 
 
@@ -83,12 +84,7 @@ def test_bad_settings_are_refused() -> None:
 
 
 def test_cli_refuses_network_bind_without_key() -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "app.cli", "serve", "--host", "0.0.0.0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_cli("serve", "--host", "0.0.0.0")
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "without an API key" in r.stderr
     assert "Traceback" not in r.stderr

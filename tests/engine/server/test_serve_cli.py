@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.app.cli_inproc import run_cli
 from tests.engine.server.conftest import http
 
 
@@ -91,23 +92,7 @@ def test_serve_kv_type_and_flash_attention(tmp_path: Path) -> None:
 
 
 def test_serve_refuses_quantized_v_without_flash_attention() -> None:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "serve",
-            "--port",
-            "0",
-            "--kv-type",
-            "q4_0",
-            "--flash-attn",
-            "off",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_cli("serve", "--port", "0", "--kv-type", "q4_0", "--flash-attn", "off")
     assert r.returncode == 2
     assert "flash attention" in r.stderr
     assert "Traceback" not in r.stderr
@@ -153,12 +138,7 @@ def _drive(proc: subprocess.Popen[str]) -> tuple[str, str, dict[str, Any]]:
 
 
 def test_serve_refuses_a_reasoning_budget_below_minus_one() -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "app.cli", "serve", "--port", "0", "--reasoning-budget", "-2"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_cli("serve", "--port", "0", "--reasoning-budget", "-2")
     assert r.returncode == 2
     assert "reasoning budget" in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
