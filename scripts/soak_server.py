@@ -10,7 +10,7 @@ after its first chunk, a whole answer abandoned while it is written). Then it ch
 
 - no 5xx and no broken connection, by the client's count and by the server's own `/metrics`;
 - every well-formed request answered with content;
-- `/slots` shows no busy slot and an empty queue once the run is over;
+- `/slots` shows no busy slot and `/health` an empty queue once the run is over;
 - the server's RSS at start, after a warm-up and at the end: the end within `--rss-slack-mib`
   of the warm-up;
 - nothing in the server's log looks like a traceback.
@@ -360,13 +360,15 @@ async def _drain(
 
 
 async def wait_idle(client: httpx.AsyncClient, timeout: float = 60.0) -> dict[str, Any]:
-    """/slots once no slot is busy and nothing is queued (or the last look at `timeout`)."""
+    """The busy slots (/slots, in llama-server's list shape) and the queue (/health) once no
+    slot is busy and nothing is queued (or the last look at `timeout`)."""
     end = time.monotonic() + timeout
     while True:
-        body: dict[str, Any] = (await client.get("/slots")).json()
-        busy = [s["id"] for s in body["slots"] if s["busy"]]
-        seen = {"busy_slots": busy, "queue_depth": body["queue_depth"]}
-        if (not busy and not body["queue_depth"]) or time.monotonic() > end:
+        slots: list[dict[str, Any]] = (await client.get("/slots")).json()
+        busy = [s["id"] for s in slots if s["is_processing"]]
+        queued = int((await client.get("/health")).json().get("queue_depth") or 0)
+        seen = {"busy_slots": busy, "queue_depth": queued}
+        if (not busy and not queued) or time.monotonic() > end:
             return seen
         await asyncio.sleep(0.2)
 

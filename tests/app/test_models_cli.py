@@ -172,9 +172,16 @@ def test_import_link_copy_and_bad_file(tmp_path: Path) -> None:
 
 
 def test_token_without_a_keyring_points_to_hf_token(monkeypatch: pytest.MonkeyPatch) -> None:
-    # keyring honours this variable: the process sees no usable backend, nothing is stored.
+    # keyring honours this variable when it first picks a backend: a fresh process sees no
+    # usable backend, nothing is stored (this process's keyring chose its backend already).
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
-    r = cli("token", stdin="hf_NotStoredAnywhere\n")
+    r = subprocess.run(
+        [sys.executable, "-m", "app.cli", "models", "token"],
+        input="hf_NotStoredAnywhere\n",
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert "HF_TOKEN" in one_line_error(r)
 
 
