@@ -44,6 +44,21 @@ class Voice(Protocol):
         """Silence now; nothing said so far is told as spoken."""
 
 
+class NothingPlaying:
+    """`pause`, `resume` and `stop` for what holds no sound to hold or silence: a voice not
+    made yet, an output that writes each utterance whole at once. A `Voice` or an
+    `AudioOut` (app/ui/speech_voices.py) of that kind inherits them."""
+
+    def pause(self) -> None:
+        """Nothing plays: nothing to hold."""
+
+    def resume(self) -> None:
+        """Nothing was held."""
+
+    def stop(self) -> None:
+        """Nothing sounds: nothing to silence."""
+
+
 class ReadListener(Protocol):
     def state_changed(self, state: ReadState, source: str | None) -> None:
         """The queue went idle, speaking or paused; `source`: the answer read (its id)."""

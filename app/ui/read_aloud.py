@@ -20,7 +20,7 @@ from PySide6.QtCore import (
 )
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
-from app.services.read_aloud import ReadAloud, ReadState, VoiceSettings
+from app.services.read_aloud import NothingPlaying, ReadAloud, ReadState, VoiceSettings
 from app.ui.chat_model import ChatModel
 from app.ui.chat_view import ChatView
 from app.ui.speech_voices import LocalVoice, MakeVoice, Speaker, make_voice
@@ -179,22 +179,13 @@ class ReadAloudController(QObject):
         self.state_changed.emit(state, source)
 
 
-class _NoVoice:
+class _NoVoice(NothingPlaying):
     """The queue's voice until the real one is made (it needs the queue to speak to)."""
 
     def speak(self, text: str, token: int) -> None:
         raise RuntimeError("no voice yet")
 
     def prepare(self, text: str) -> None:
-        pass
-
-    def pause(self) -> None:
-        pass
-
-    def resume(self) -> None:
-        pass
-
-    def stop(self) -> None:
         pass
 
 

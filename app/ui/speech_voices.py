@@ -29,7 +29,7 @@ except ImportError as e:  # PySide6-Addons missing (a trimmed install or bundle)
     QTextToSpeech = None  # type: ignore[assignment,misc]
     NO_TTS = f"The system's voices need Qt TextToSpeech, which is not available here ({e})"
 
-from app.services.read_aloud import ReadAloud, VoiceSettings
+from app.services.read_aloud import NothingPlaying, ReadAloud, VoiceSettings
 from app.ui.background import Background
 
 if TYPE_CHECKING:
@@ -223,7 +223,7 @@ class SinkOut(QObject):
             buffer.deleteLater()
 
 
-class WavOut:
+class WavOut(NothingPlaying):
     """Writes each utterance to one WAV file, one after the other, instead of playing it:
     the audio an answer was read as, for a recording (and for tests on machines with no
     audio device). Each utterance is 'heard' once written."""
@@ -248,15 +248,6 @@ class WavOut:
         self._wav.writeframes(np.asarray(pcm.samples, dtype="<i2").tobytes())
         self.utterances.append(len(pcm.samples))
         QTimer.singleShot(0, done)
-
-    def pause(self) -> None:
-        pass
-
-    def resume(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
 
     def close(self) -> None:
         if self._wav is not None:
