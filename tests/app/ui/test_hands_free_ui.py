@@ -14,13 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QEvent
-from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.main import build_window
-from app.services.library import ModelLibrary
-from app.services.paths import AppPaths
 from app.services.read_aloud import VoiceSettings
 from app.services.voice_clip import RawFormat, resample
 from app.ui.hands_free import HandsFreeController, ListeningRecorder
@@ -29,6 +24,7 @@ from app.ui.read_aloud import ReadAloudController, SpeechBar
 from app.ui.speech_voices import SystemVoice
 from engine.settings import SamplingParams
 from engine.speech.sentences import SentenceSplitter
+from tests.app.ui.model_window import linked_folder, model_window
 
 pytestmark = [
     pytest.mark.slow,
@@ -62,20 +58,9 @@ def device_blocks(wav: Path, hiss_s: float = 2.5) -> list[bytes]:
 
 @pytest.fixture
 def window(qtbot: QtBot, tmp_path: Path, smollm2_path: Path) -> Iterator[MainWindow]:
-    folder = tmp_path / "text"
-    folder.mkdir()
-    (folder / "SmolLM2-135M-Instruct-Q8_0.gguf").symlink_to(smollm2_path)
-    lib = ModelLibrary(AppPaths.default().ensure().models, bundled=False, discovery=False)
-    (entry,) = lib.import_folder(folder)
-    w = build_window(library=lib, sampling=SamplingParams(temperature=0.0, max_tokens=24))
-    w.show()
-    qtbot.waitExposed(w)
-    assert w.library_panel.select(entry.id)
-    yield w
-    w.close()
-    w.shutdown()
-    w.deleteLater()
-    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    folder = linked_folder(tmp_path / "text", smollm2_path)
+    with model_window(qtbot, folder, SamplingParams(temperature=0.0, max_tokens=24)) as (w, _):
+        yield w
 
 
 def test_hands_free_turn_after_turn(window: MainWindow, qtbot: QtBot, speech_assets: Any) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import (
     QDragEnterEvent,
     QDragMoveEvent,
@@ -23,11 +23,16 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.main import build_window
-from app.services.library import LibraryEntry, ModelLibrary
-from app.services.paths import AppPaths
+from app.services.library import LibraryEntry
 from app.ui.main_window import MainWindow
 from engine.settings import SamplingParams
+from tests.app.ui.model_window import (
+    close_window,
+    library,
+    linked_folder,
+    model_window,
+    open_window,
+)
 from tests.media_files import png
 from tests.projector_gguf import test_image, test_tone
 
@@ -43,33 +48,7 @@ pytestmark = [
 @pytest.fixture
 def paired(tmp_path: Path, smollm2_path: Path, vision_projector_path: Path) -> Path:
     """A folder holding SmolLM2 (a link) and the test projector, as a Hub repo has them."""
-    folder = tmp_path / "SmolVLM-test"
-    folder.mkdir()
-    (folder / "SmolLM2-135M-Instruct-Q8_0.gguf").symlink_to(smollm2_path)
-    (folder / vision_projector_path.name).symlink_to(vision_projector_path)
-    return folder
-
-
-def library() -> ModelLibrary:
-    return ModelLibrary(AppPaths.default().ensure().models, bundled=False, discovery=False)
-
-
-def open_window(qtbot: QtBot, lib: ModelLibrary, entry: LibraryEntry) -> MainWindow:
-    w = build_window(library=lib, sampling=GREEDY)
-    w.show()
-    qtbot.waitExposed(w)
-    assert w.library_panel.select(entry.id)
-    return w
-
-
-def close_window(w: MainWindow) -> None:
-    try:
-        w.close()
-    except RuntimeError:  # its C++ side is gone: the test closed it already (to reopen it)
-        return
-    w.shutdown()
-    w.deleteLater()
-    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    return linked_folder(tmp_path / "SmolVLM-test", smollm2_path, vision_projector_path)
 
 
 def drop_files(w: MainWindow, paths: list[Path]) -> None:
@@ -95,11 +74,8 @@ def type_and_send(qtbot: QtBot, w: MainWindow, text: str) -> None:
 
 @pytest.fixture
 def window(qtbot: QtBot, paired: Path) -> Iterator[tuple[MainWindow, LibraryEntry]]:
-    lib = library()
-    (entry,) = lib.import_folder(paired)
-    w = open_window(qtbot, lib, entry)
-    yield w, entry
-    close_window(w)
+    with model_window(qtbot, paired, GREEDY) as opened:
+        yield opened
 
 
 def test_the_library_and_the_engine_picker_show_the_pair(
@@ -152,7 +128,7 @@ def test_drop_and_paste_send_pictures_and_the_thumbnails_come_back(
     assert cid is not None
     close_window(w)
 
-    again = open_window(qtbot, library(), entry)
+    again = open_window(qtbot, library(), entry, GREEDY)
     try:
         again.open_conversation(cid)
         shown = again.chat_view.message_widgets
@@ -168,13 +144,8 @@ def test_drop_and_paste_send_pictures_and_the_thumbnails_come_back(
 def test_a_model_without_a_projector_refuses_before_sending(
     qtbot: QtBot, tmp_path: Path, smollm2_path: Path
 ) -> None:
-    folder = tmp_path / "text-only"
-    folder.mkdir()
-    (folder / "SmolLM2.gguf").symlink_to(smollm2_path)
-    lib = library()
-    (entry,) = lib.import_folder(folder)
-    w = open_window(qtbot, lib, entry)
-    try:
+    folder = linked_folder(tmp_path / "text-only", smollm2_path, model_name="SmolLM2.gguf")
+    with model_window(qtbot, folder, GREEDY) as (w, _):
         picture = tmp_path / "noise.png"
         picture.write_bytes(png(test_image()))
         qtbot.keyClicks(w.chat_view.input, "kept as typed")
@@ -187,8 +158,6 @@ def test_a_model_without_a_projector_refuses_before_sending(
         assert w.chat_view.attacher.items() == []
         assert w.chat_view.input.toPlainText() == "kept as typed"
         assert not w.controller.busy and w.controller.chat.rowCount() == 0
-    finally:
-        close_window(w)
 
 
 def test_a_file_that_does_not_decode_is_refused_and_nothing_typed_is_lost(

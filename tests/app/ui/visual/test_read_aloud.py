@@ -9,19 +9,14 @@ Run by test_xserver_tier.py on Xvfb; see conftest.py."""
 
 from __future__ import annotations
 
-import os
 import wave
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import QRect, Qt
 from pytestqt.qtbot import QtBot
 
-from app.main import build_window
-from app.services.library import ModelLibrary
-from app.services.paths import AppPaths
 from app.services.read_aloud import VoiceSettings
 from app.ui.main_window import MainWindow
 from app.ui.read_aloud import ReadAloudController, SpeechBar
@@ -29,8 +24,9 @@ from app.ui.speech_voices import LocalVoice, SinkOut, WavOut
 from engine.settings import SamplingParams
 from engine.speech.sentences import SentenceSplitter
 from engine.speech.synth import Pcm, synthesize
+from tests.app.ui.model_window import linked_folder, model_window
 from tests.app.ui.shots import save_shot, shots_dir
-from tests.app.ui.visual.virtual_mic import ENV, start_virtual_microphone
+from tests.app.ui.visual.virtual_mic import tier_microphone
 
 pytestmark = [
     pytest.mark.xserver,
@@ -43,38 +39,16 @@ QUESTION = "Describe the sea in three short sentences."
 
 @pytest.fixture(scope="module")
 def speakers() -> Iterator[str]:
-    """The tier's PulseAudio daemon (test_xserver_tier.py starts it for the child pytest),
-    or one of this module's own when it runs alone under an X server."""
-    server = os.environ.get(ENV)
-    if server:
-        assert os.environ.get("PULSE_SERVER") == server
-        yield server
-        return
-    with start_virtual_microphone() as m:
-        os.environ["PULSE_SERVER"] = m.server  # before Qt first connects
-        try:
-            yield m.server
-        finally:
-            os.environ.pop("PULSE_SERVER", None)
+    """The default audio output: the tier's PulseAudio daemon, or this module's own."""
+    with tier_microphone() as m:
+        yield m.server
 
 
 @pytest.fixture
 def window(qtbot: QtBot, tmp_path: Path, smollm2_path: Path, speakers: str) -> Iterator[MainWindow]:
-    folder = tmp_path / "text"
-    folder.mkdir()
-    (folder / "SmolLM2-135M-Instruct-Q8_0.gguf").symlink_to(smollm2_path)
-    lib = ModelLibrary(AppPaths.default().ensure().models, bundled=False, discovery=False)
-    (entry,) = lib.import_folder(folder)
-    w = build_window(library=lib, sampling=GREEDY)
-    w.setGeometry(0, 0, 1200, 800)
-    w.show()
-    qtbot.waitExposed(w)
-    assert w.library_panel.select(entry.id)
-    yield w
-    w.close()
-    w.shutdown()
-    w.deleteLater()
-    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    folder = linked_folder(tmp_path / "text", smollm2_path)
+    with model_window(qtbot, folder, GREEDY, QRect(0, 0, 1200, 800)) as (w, _):
+        yield w
 
 
 def sentences(text: str) -> list[str]:

@@ -14,7 +14,6 @@ the Speak button is held.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import wave
 from collections.abc import Iterator
@@ -22,19 +21,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from app.main import build_window
-from app.services.library import LibraryEntry, ModelLibrary
-from app.services.paths import AppPaths
 from app.services.speech_models import choose_stt_model
 from app.ui.main_window import MainWindow
 from engine.media.audio import decode_wav
 from engine.settings import SamplingParams
+from tests.app.ui.model_window import linked_folder, model_window
 from tests.app.ui.shots import save_shot, shots_dir
-from tests.app.ui.visual.virtual_mic import ENV, VirtualMicrophone, start_virtual_microphone
+from tests.app.ui.visual.virtual_mic import VirtualMicrophone, tier_microphone
 from tests.speech_assets import SpeechAssets, whisper_cli_text
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
@@ -46,19 +42,8 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def mic() -> Iterator[VirtualMicrophone]:
-    """The tier's microphone (test_xserver_tier.py starts it for the child pytest), or a
-    daemon of this module's own when it runs alone under an X server."""
-    server = os.environ.get(ENV)
-    if server:
-        assert os.environ.get("PULSE_SERVER") == server
-        yield VirtualMicrophone(server)
-        return
-    with start_virtual_microphone() as m:
-        os.environ["PULSE_SERVER"] = m.server  # before Qt first connects
-        try:
-            yield m
-        finally:
-            os.environ.pop("PULSE_SERVER", None)
+    with tier_microphone() as m:
+        yield m
 
 
 def wav_samples(data: bytes) -> np.ndarray:
@@ -72,25 +57,6 @@ def voiced(x: np.ndarray, threshold_db: float = -35.0) -> np.ndarray:
     frames = x[: n * 320].reshape(n, 320).astype(np.float64)
     rms = np.sqrt(np.mean(frames**2, axis=1))
     return rms > 10 ** (threshold_db / 20)
-
-
-def library() -> ModelLibrary:
-    return ModelLibrary(AppPaths.default().ensure().models, bundled=False, discovery=False)
-
-
-def open_window(qtbot: QtBot, lib: ModelLibrary, entry: LibraryEntry) -> MainWindow:
-    w = build_window(library=lib, sampling=GREEDY)
-    w.show()
-    qtbot.waitExposed(w)
-    assert w.library_panel.select(entry.id)
-    return w
-
-
-def close_window(w: MainWindow) -> None:
-    w.close()
-    w.shutdown()
-    w.deleteLater()
-    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
 def talk(qtbot: QtBot, w: MainWindow, mic: VirtualMicrophone, clip: Path, shot: Path) -> bytes:
@@ -139,11 +105,7 @@ def check_resembles(recorded: bytes, clip: Path) -> None:
 @pytest.fixture
 def audio_model(tmp_path: Path, smollm2_path: Path, audio_projector_path: Path) -> Path:
     """SmolLM2 (a link) with the test audio projector beside it, as a Hub repo has them."""
-    folder = tmp_path / "Ultravox-test"
-    folder.mkdir()
-    (folder / "SmolLM2-135M-Instruct-Q8_0.gguf").symlink_to(smollm2_path)
-    (folder / audio_projector_path.name).symlink_to(audio_projector_path)
-    return folder
+    return linked_folder(tmp_path / "Ultravox-test", smollm2_path, audio_projector_path)
 
 
 def test_push_to_talk_sends_the_recording_to_a_model_that_hears(
@@ -153,11 +115,8 @@ def test_push_to_talk_sends_the_recording_to_a_model_that_hears(
     audio_model: Path,
     tmp_path: Path,
 ) -> None:
-    lib = library()
-    (entry,) = lib.import_folder(audio_model)
-    assert entry.capabilities == ("audio",)
-    w = open_window(qtbot, lib, entry)
-    try:
+    with model_window(qtbot, audio_model, GREEDY) as (w, entry):
+        assert entry.capabilities == ("audio",)
         assert w.chat_view.attacher.check is not None
         assert w.chat_view.attacher.check("audio") is None  # the recording goes as audio
         clip = speech_assets.wavs["weather"]
@@ -177,16 +136,11 @@ def test_push_to_talk_sends_the_recording_to_a_model_that_hears(
         sent = w.chat_view.message_widgets[0].attachments
         assert [t.name for t in sent.thumbs] == [kept.name]
         assert w.chat_view.input.toPlainText() == ""
-    finally:
-        close_window(w)
 
 
 @pytest.fixture
 def text_model(tmp_path: Path, smollm2_path: Path) -> Path:
-    folder = tmp_path / "text-only"
-    folder.mkdir()
-    (folder / "SmolLM2.gguf").symlink_to(smollm2_path)
-    return folder
+    return linked_folder(tmp_path / "text-only", smollm2_path, model_name="SmolLM2.gguf")
 
 
 def test_push_to_talk_transcribes_into_the_box_as_whisper_cli_does(
@@ -198,10 +152,7 @@ def test_push_to_talk_transcribes_into_the_box_as_whisper_cli_does(
     tmp_path: Path,
 ) -> None:
     choose_stt_model(speech_assets.stt_model)
-    lib = library()
-    (entry,) = lib.import_folder(text_model)
-    w = open_window(qtbot, lib, entry)
-    try:
+    with model_window(qtbot, text_model, GREEDY) as (w, _):
         check = w.chat_view.attacher.check
         assert check is not None and check("audio") is not None  # it reads text only
         box, voice = w.chat_view.input, w.chat_view.voice
@@ -221,5 +172,3 @@ def test_push_to_talk_transcribes_into_the_box_as_whisper_cli_does(
         assert w.banner.isHidden() or not w.banner.isVisible()
         assert not w.controller.busy and w.controller.chat.rowCount() == 0  # nothing sent
         assert w.chat_view.attacher.items() == []
-    finally:
-        close_window(w)

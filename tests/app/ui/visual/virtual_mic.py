@@ -130,3 +130,21 @@ def start_virtual_microphone() -> Iterator[VirtualMicrophone]:
             proc.kill()
             proc.wait(10)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def tier_microphone() -> Iterator[VirtualMicrophone]:
+    """The tier's microphone (test_xserver_tier.py starts it for the child pytest and names
+    it in ENV), or a daemon of the caller's own when a scenario runs alone under an X server,
+    with PULSE_SERVER naming it while it runs (set before Qt first connects)."""
+    server = os.environ.get(ENV)
+    if server:
+        assert os.environ.get("PULSE_SERVER") == server
+        yield VirtualMicrophone(server)
+        return
+    with start_virtual_microphone() as m:
+        os.environ["PULSE_SERVER"] = m.server
+        try:
+            yield m
+        finally:
+            os.environ.pop("PULSE_SERVER", None)
