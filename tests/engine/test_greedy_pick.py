@@ -5,18 +5,21 @@ decoding's tokens."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
 
 from engine.host.greedy_pick import GreedyPicker, RepeatWindow, chain_spec, penalised_here, usable
 from engine.host.runtime import Model
+from engine.native.backend import LlamaBackend
 from engine.settings import SamplingParams
 from tests.engine.drafting import always_draft  # noqa: F401 (a fixture)
 from tests.exactness import assert_same_greedy, exact_load
 
+T = TypeVar("T")
 CODE_EDIT = """def parse_config(path):
     with open(path) as f:
         data = json.load(f)
@@ -82,13 +85,12 @@ def smollm2(smollm2_path: Path) -> Iterator[Model]:
     m.close()
 
 
-def test_same_token_as_the_chain(smollm2: Model) -> None:
-    """Rows of real logits, windows holding each row's best tokens (so the penalty decides),
-    penalties above and below 1: the picker takes the chain's token every time."""
-    prompt = smollm2.tokenize("The quick brown fox jumps over the lazy dog because")
+def on_decoded(m: Model, prompt: list[int], read: Callable[[LlamaBackend], T]) -> T:
+    """`read(backend)` on the model's decode thread with `prompt` decoded in one batch, every
+    row's logits kept; the context cleared before and after."""
 
-    def check() -> int:
-        be = smollm2.backend
+    def run() -> T:
+        be = m.backend
         assert be is not None
         be.clear()
         b = be.batch(len(prompt))
@@ -97,26 +99,44 @@ def test_same_token_as_the_chain(smollm2: Model) -> None:
                 b.put(i, t, i, 0, True)
             b.n_tokens = len(prompt)
             be.decode(b)
-            checked = 0
-            for r in range(len(prompt)):
-                top = [int(t) for t in np.argsort(-be.logits(r))[:6]]
-                for penalty, window in ((1.3, top[:3]), (0.7, top[2:5]), (1.1, top[::2])):
-                    s = SamplingParams(temperature=0, repeat_penalty=penalty, repeat_last_n=8)
-                    chain = be.sampler(s)
-                    history = [*prompt[:3], *window]
-                    for t in history:
-                        be.sampler_accept(chain, t)
-                    want = be.sample(chain, r)  # before the picker writes into the row
-                    got = GreedyPicker(s, history).pick(be.logits(r).copy())
-                    be.sampler_free(chain)
-                    assert got == want, (r, penalty, window)
-                    checked += 1
-            return checked
+            return read(be)
         finally:
             b.close()
             be.clear()
 
-    assert smollm2.loop.call_soon(check) == 3 * len(prompt)
+    return m.loop.call_soon(run)
+
+
+def chain_token(be: LlamaBackend, s: SamplingParams, history: list[int], r: int) -> int:
+    """The token llama.cpp's chain for `s`, having accepted `history`, takes from row `r`."""
+    chain = be.sampler(s)
+    try:
+        for t in history:
+            be.sampler_accept(chain, t)
+        return be.sample(chain, r)
+    finally:
+        be.sampler_free(chain)
+
+
+def test_same_token_as_the_chain(smollm2: Model) -> None:
+    """Rows of real logits, windows holding each row's best tokens (so the penalty decides),
+    penalties above and below 1: the picker takes the chain's token every time."""
+    prompt = smollm2.tokenize("The quick brown fox jumps over the lazy dog because")
+
+    def check(be: LlamaBackend) -> int:
+        checked = 0
+        for r in range(len(prompt)):
+            top = [int(t) for t in np.argsort(-be.logits(r))[:6]]
+            for penalty, window in ((1.3, top[:3]), (0.7, top[2:5]), (1.1, top[::2])):
+                s = SamplingParams(temperature=0, repeat_penalty=penalty, repeat_last_n=8)
+                history = [*prompt[:3], *window]
+                want = chain_token(be, s, history, r)  # before the picker writes into the row
+                got = GreedyPicker(s, history).pick(be.logits(r).copy())
+                assert got == want, (r, penalty, window)
+                checked += 1
+        return checked
+
+    assert on_decoded(smollm2, prompt, check) == 3 * len(prompt)
 
 
 def test_sampled_row_penalised_here_draws_the_chains_token(smollm2: Model) -> None:
@@ -125,47 +145,27 @@ def test_sampled_row_penalised_here_draws_the_chains_token(smollm2: Model) -> No
     whole chain draws, row after row, with windows of the row's likeliest tokens."""
     prompt = smollm2.tokenize("Once upon a time, in a small village by the sea, there lived")
 
-    def check() -> tuple[int, int]:
-        be = smollm2.backend
-        assert be is not None
-        be.clear()
-        b = be.batch(len(prompt))
-        try:
-            for i, t in enumerate(prompt):
-                b.put(i, t, i, 0, True)
-            b.n_tokens = len(prompt)
-            be.decode(b)
-            checked = decided = 0  # decided: rows where the penalty changed the draw
-            for r in range(len(prompt)):
-                top = [int(t) for t in np.argsort(-be.logits(r))[:6]]
-                for penalty, window, seed in ((1.3, top[:3], 7), (0.7, top[1:5], 11)):
-                    s = SamplingParams(
-                        temperature=1.5, repeat_penalty=penalty, repeat_last_n=8, seed=seed
-                    )
-                    history = [*prompt[:3], *window]
-                    whole = be.sampler(s)
-                    for t in history:
-                        be.sampler_accept(whole, t)
-                    want = be.sample(whole, r)
-                    be.sampler_free(whole)
-                    unpenalised = be.sampler(chain_spec(s))
-                    plain = be.sample(unpenalised, r)
-                    be.sampler_free(unpenalised)
-                    kept = be.logits(r).copy()
-                    RepeatWindow(s, history).penalise(be.logits(r))
-                    rest = be.sampler(chain_spec(s))
-                    got = be.sample(rest, r)
-                    be.sampler_free(rest)
-                    be.logits(r)[:] = kept
-                    assert got == want, (r, penalty, window)
-                    decided += plain != want
-                    checked += 1
-            return checked, decided
-        finally:
-            b.close()
-            be.clear()
+    def check(be: LlamaBackend) -> tuple[int, int]:
+        checked = decided = 0  # decided: rows where the penalty changed the draw
+        for r in range(len(prompt)):
+            top = [int(t) for t in np.argsort(-be.logits(r))[:6]]
+            for penalty, window, seed in ((1.3, top[:3], 7), (0.7, top[1:5], 11)):
+                s = SamplingParams(
+                    temperature=1.5, repeat_penalty=penalty, repeat_last_n=8, seed=seed
+                )
+                history = [*prompt[:3], *window]
+                want = chain_token(be, s, history, r)
+                plain = chain_token(be, chain_spec(s), [], r)
+                kept = be.logits(r).copy()
+                RepeatWindow(s, history).penalise(be.logits(r))
+                got = chain_token(be, chain_spec(s), [], r)
+                be.logits(r)[:] = kept
+                assert got == want, (r, penalty, window)
+                decided += plain != want
+                checked += 1
+        return checked, decided
 
-    checked, decided = smollm2.loop.call_soon(check)
+    checked, decided = on_decoded(smollm2, prompt, check)
     assert checked == 2 * len(prompt)
     assert decided > 0
 
