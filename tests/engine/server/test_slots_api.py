@@ -72,6 +72,34 @@ def _busy_slot(model: FakeModel) -> int:
     return int(slot)
 
 
+@contextlib.contextmanager
+def _request_held(
+    model: FakeModel, srv: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[dict[str, Any]]]:
+    """A completion of PROMPT in flight, the model's decodes held at a gate until the block
+    ends (then its answer is in the list yielded)."""
+    backend = model.backend
+    assert backend is not None
+    gate, decoding = threading.Event(), threading.Event()
+    decode = backend.decode
+
+    def held(*args: Any, **kw: Any) -> None:
+        decoding.set()
+        assert gate.wait(60)
+        decode(*args, **kw)
+
+    monkeypatch.setattr(backend, "decode", held)
+    done: list[dict[str, Any]] = []
+    asker = threading.Thread(target=lambda: done.append(_complete(srv, PROMPT)))
+    asker.start()
+    try:
+        assert decoding.wait(60)
+        yield done
+    finally:
+        gate.set()
+        asker.join(60)
+
+
 def test_saved_restored_elsewhere_and_read_from_the_cache(
     model: FakeModel, folder: Path, tmp_path: Path
 ) -> None:
@@ -191,32 +219,16 @@ def test_an_action_on_a_busy_slot_waits_for_its_request(
     model: FakeModel, folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As llama-server defers it: the slot is saved once its request has ended."""
-    backend = model.backend
-    assert backend is not None
-    gate, decoding = threading.Event(), threading.Event()
-    decode = backend.decode
-
-    def held(*args: Any, **kw: Any) -> None:
-        decoding.set()
-        assert gate.wait(60)
-        decode(*args, **kw)
-
     with _serve(model, folder) as srv:
-        monkeypatch.setattr(backend, "decode", held)
-        done: list[dict[str, Any]] = []
-        asker = threading.Thread(target=lambda: done.append(_complete(srv, PROMPT)))
-        asker.start()
-        assert decoding.wait(60)
-        [busy] = [s["id"] for s in model.loop.snapshot().slots if s["busy"]]
         saved: list[Any] = []
-        saver = threading.Thread(
-            target=lambda: saved.append(_act(srv, busy, "save", filename="b.bin"))
-        )
-        saver.start()
-        saver.join(0.5)
-        assert saver.is_alive() and not (folder / "b.bin").exists()  # waiting, not refused
-        gate.set()
-        asker.join(60)
+        with _request_held(model, srv, monkeypatch) as done:
+            [busy] = [s["id"] for s in model.loop.snapshot().slots if s["busy"]]
+            saver = threading.Thread(
+                target=lambda: saved.append(_act(srv, busy, "save", filename="b.bin"))
+            )
+            saver.start()
+            saver.join(0.5)
+            assert saver.is_alive() and not (folder / "b.bin").exists()  # waiting, not refused
         saver.join(60)
         assert done and saved and saved[0].status_code == 200, saved
         assert saved[0].json()["n_saved"] == len(model.loop.slot_tokens()[busy]) > 0
@@ -238,22 +250,6 @@ def _documented(body: Any) -> None:
     jsonschema.Draft202012Validator({**answer["schema"], "components": closed}).validate(body)
 
 
-def _held(model: FakeModel, monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, Any]:
-    """The model's decodes held at the gate; (the gate, an event set when one is held)."""
-    backend = model.backend
-    assert backend is not None
-    gate, decoding = threading.Event(), threading.Event()
-    decode = backend.decode
-
-    def held(*args: Any, **kw: Any) -> None:
-        decoding.set()
-        assert gate.wait(60)
-        decode(*args, **kw)
-
-    monkeypatch.setattr(backend, "decode", held)
-    return gate, decoding
-
-
 def test_get_slots_in_llama_servers_shape(
     model: FakeModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -264,12 +260,7 @@ def test_get_slots_in_llama_servers_shape(
         assert idle.json() == [
             {"id": i, "n_ctx": 512, "speculative": False, "is_processing": False} for i in range(2)
         ]
-        gate, decoding = _held(model, monkeypatch)
-        done: list[dict[str, Any]] = []
-        asker = threading.Thread(target=lambda: done.append(_complete(srv, PROMPT)))
-        asker.start()
-        try:
-            assert decoding.wait(60)
+        with _request_held(model, srv, monkeypatch) as done:
             r = _slots(srv, "?fail_on_no_slot=1")  # one slot is still idle
             assert r.status_code == 200, r.text
             _documented(r.json())
@@ -280,9 +271,6 @@ def test_get_slots_in_llama_servers_shape(
             assert 0 <= read <= busy["n_prompt_tokens"] and busy["n_prompt_tokens"] > 0
             [nxt] = busy["next_token"]
             assert nxt["has_next_token"] and nxt["n_decoded"] + nxt["n_remain"] == 2
-        finally:
-            gate.set()
-            asker.join(60)
         assert done
         r = _slots(srv, "?id_slot=0")
         assert r.status_code == 400 and r.json()["error"]["code"] == 400
@@ -296,17 +284,9 @@ def test_get_slots_fails_on_no_slot_when_asked(
     path.write_bytes(b"GGUF" + bytes(252))
     model = FakeModel(path, n_slots=1, n_ctx_seq=512)
     try:
-        with _serve(model, None) as srv:
-            gate, decoding = _held(model, monkeypatch)
-            asker = threading.Thread(target=lambda: _complete(srv, PROMPT))
-            asker.start()
-            try:
-                assert decoding.wait(60)
-                r = _slots(srv, "?fail_on_no_slot=1")
-                assert r.status_code == 503 and "no slot available" in r.text
-                assert _slots(srv).status_code == 200  # without it, the list
-            finally:
-                gate.set()
-                asker.join(60)
+        with _serve(model, None) as srv, _request_held(model, srv, monkeypatch):
+            r = _slots(srv, "?fail_on_no_slot=1")
+            assert r.status_code == 503 and "no slot available" in r.text
+            assert _slots(srv).status_code == 200  # without it, the list
     finally:
         model.close()
