@@ -279,19 +279,22 @@ class MainWindow(QMainWindow):
             self._closers.append(ep.shutdown)
             ep.refresh()
 
-    def _actions(self) -> None:
-        def action(
-            text: str,
-            keys: QKeySequence | QKeySequence.StandardKey | str,
-            slot: Callable[[], object],
-        ) -> QAction:
-            a = QAction(text, self)
-            a.setShortcut(QKeySequence(keys))
-            a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-            a.triggered.connect(slot)
-            self.addAction(a)
-            return a
+    def add_shortcut(
+        self,
+        text: str,
+        keys: QKeySequence | QKeySequence.StandardKey | str,
+        slot: Callable[[], object],
+    ) -> QAction:
+        """An action that `keys` trigger anywhere in the window (in no menu unless added)."""
+        a = QAction(text, self)
+        a.setShortcut(QKeySequence(keys))
+        a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        a.triggered.connect(slot)
+        self.addAction(a)
+        return a
 
+    def _actions(self) -> None:
+        action = self.add_shortcut
         self.new_chat_action = action("New chat", QKeySequence.StandardKey.New, self.new_chat)
         self.focus_input_action = action("Focus input", "Ctrl+L", self.focus_input)
         self.stop_action = action("Stop", "Esc", self.controller.stop)

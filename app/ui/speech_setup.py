@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QVBoxLayout
 
 from app.services.chat_settings import ChatSettings
@@ -78,17 +77,11 @@ def add_speech(window: MainWindow) -> Speech:
     hands_free.state_changed.connect(lambda state: panel.set_hands_free(state != "off"))
     window.add_tool_window("Voice…", panel, "Ctrl+Alt+V", _closer(reader, hands_free))
 
-    def action(text: str, keys: str, slot: object) -> QAction:
-        a = QAction(text, window)
-        a.setShortcut(QKeySequence(keys))
-        a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
-        a.triggered.connect(slot)
-        window.addAction(a)
-        return a
-
-    action("Pause or resume reading aloud", "Ctrl+Alt+P", reader.toggle_pause)
-    action("Stop reading aloud", "Ctrl+Alt+S", reader.stop)
-    toggle = action("Hands-free", "Ctrl+Alt+H", lambda: hands_free.set_on(not hands_free.on))
+    window.add_shortcut("Pause or resume reading aloud", "Ctrl+Alt+P", reader.toggle_pause)
+    window.add_shortcut("Stop reading aloud", "Ctrl+Alt+S", reader.stop)
+    toggle = window.add_shortcut(
+        "Hands-free", "Ctrl+Alt+H", lambda: hands_free.set_on(not hands_free.on)
+    )
     window.stop_action.triggered.connect(reader.stop)
     view.stop_requested.connect(reader.stop)
     return Speech(reader, bar, panel, hands_free, toggle)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Qt
 from pytestqt.qtbot import QtBot
 
 from app.services.chat_settings import AUTO_READ_KEY, ChatSettings
@@ -23,6 +23,7 @@ from app.ui.read_aloud import ReadAloudController, SpeechBar
 from app.ui.speech_voices import Speaker, SystemVoice
 from app.ui.voice_settings import SAMPLE, VoiceSettingsPanel
 from engine.speech.sentences import SentenceSplitter
+from tests.app.ui.model_window import close_window
 
 pytestmark = pytest.mark.qt_log_ignore(
     "This plugin does not support propagateSizeHints",
@@ -235,3 +236,33 @@ def test_a_system_voice_that_cannot_speak_fails_in_one_line(setup: Setup, qtbot:
     assert errors[0] == missing.problem
     assert setup.view.message_widgets[0].read_aloud_button.text() == "Read aloud"
     missing.deleteLater()
+
+
+def test_the_window_gives_reading_its_keys(qtbot: QtBot) -> None:
+    """Ctrl+Alt+P pauses and resumes, Ctrl+Alt+S stops: window-wide, whichever widget has
+    the focus; Ctrl+Alt+H is hands-free's."""
+    from app.main import build_window
+
+    w = build_window()
+    try:
+        actions = {a.text(): a for a in w.actions()}
+        for text, keys in (
+            ("Pause or resume reading aloud", "Ctrl+Alt+P"),
+            ("Stop reading aloud", "Ctrl+Alt+S"),
+            ("Hands-free", "Ctrl+Alt+H"),
+        ):
+            assert actions[text].shortcut().toString() == keys
+            assert actions[text].shortcutContext() == Qt.ShortcutContext.WindowShortcut
+        reader = w.findChild(ReadAloudController)
+        assert reader is not None
+        reader.queue.set_voice(mock_voice(reader.queue, VoiceSettings(rate=2.0), reader))
+        reader.say("One sentence. Another one. And a third.")
+        assert reader.state == "speaking"
+        actions["Pause or resume reading aloud"].trigger()
+        assert reader.state == "paused"
+        actions["Pause or resume reading aloud"].trigger()
+        assert reader.state == "speaking"
+        actions["Stop reading aloud"].trigger()
+        assert reader.state == "idle"
+    finally:
+        close_window(w)
