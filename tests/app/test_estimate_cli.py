@@ -126,7 +126,10 @@ def range_server(gemma_path: Path) -> Iterator[str]:
             self.wfile.write(data)
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, name="range-server")
+    # shutdown() waits for the loop's next poll: 0.5 s by default
+    thread = threading.Thread(
+        target=httpd.serve_forever, name="range-server", kwargs={"poll_interval": 0.02}
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"

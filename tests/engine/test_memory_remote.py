@@ -77,7 +77,10 @@ def server(gemma_path: Path, smollm2_path: Path) -> Iterator[tuple[str, Served]]
         }
     )
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    thread = threading.Thread(target=httpd.serve_forever, name="range-server")
+    # shutdown() waits for the loop's next poll: 0.5 s by default
+    thread = threading.Thread(
+        target=httpd.serve_forever, name="range-server", kwargs={"poll_interval": 0.02}
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}", state

@@ -167,7 +167,12 @@ class FaultServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="fault-server")
+        self._thread = threading.Thread(
+            # shutdown() waits for the loop's next poll: 0.5 s by default, per server
+            target=self.httpd.serve_forever,
+            name="fault-server",
+            kwargs={"poll_interval": 0.02},
+        )
 
     def __enter__(self) -> FaultServer:
         self._thread.start()
