@@ -72,6 +72,17 @@ def _busy_slot(model: FakeModel) -> int:
     return int(slot)
 
 
+def _saved_slot(model: FakeModel, srv: ServerThread, filename: str) -> tuple[int, list[int], Any]:
+    """PROMPT answered, then its slot saved to `filename`: (the slot, its tokens, the answer
+    to the save)."""
+    _complete(srv, PROMPT)
+    slot = _busy_slot(model)
+    held = model.loop.slot_tokens()[slot]
+    r = _act(srv, slot, "save", filename=filename)
+    assert r.status_code == 200, r.text
+    return slot, held, r.json()
+
+
 @contextlib.contextmanager
 def _request_held(
     model: FakeModel, srv: ServerThread, monkeypatch: pytest.MonkeyPatch
@@ -104,12 +115,7 @@ def test_saved_restored_elsewhere_and_read_from_the_cache(
     model: FakeModel, folder: Path, tmp_path: Path
 ) -> None:
     with _serve(model, folder) as srv:
-        _complete(srv, PROMPT)
-        slot = _busy_slot(model)
-        held = model.loop.slot_tokens()[slot]
-        r = _act(srv, slot, "save", filename="story.bin")
-        assert r.status_code == 200, r.text
-        saved = r.json()
+        slot, held, saved = _saved_slot(model, srv, "story.bin")
         assert doc_valid("SlotActionAnswer", saved)
         assert saved["id_slot"] == slot and saved["filename"] == "story.bin"
         assert saved["n_saved"] == len(held) > 0
@@ -186,9 +192,7 @@ def test_a_damaged_or_foreign_file_is_refused_and_the_slot_kept(
     model: FakeModel, folder: Path, tmp_path: Path
 ) -> None:
     with _serve(model, folder) as srv:
-        _complete(srv, PROMPT)
-        slot = _busy_slot(model)
-        assert _act(srv, slot, "save", filename="s.bin").status_code == 200
+        slot, _, _ = _saved_slot(model, srv, "s.bin")
         data = (folder / "s.bin").read_bytes()
         (folder / "cut.bin").write_bytes(data[:-3])
         (folder / "text.bin").write_text("hello")
