@@ -87,14 +87,20 @@ def run_in_child(
 
 
 def child_command() -> list[str]:
-    """How this process starts the child. A frozen app has no interpreter: it starts itself
-    with CHILD_ARG, which its entry point hands to native_load before importing anything
-    else. Otherwise: -S skips site (~15 ms a start; site-packages come in through PYTHONPATH)
-    and -P keeps the working folder off sys.path, so a folder there named like one of our
+    """How this process starts the load child."""
+    return python_child("engine.native.native_load", CHILD_ARG)
+
+
+def python_child(module: str, frozen_arg: str) -> list[str]:
+    """How this process starts a child that runs `module` (the load, quantize and
+    speech-to-text children). A frozen app has no interpreter: it starts itself with
+    `frozen_arg`, which its entry point hands to that module before importing anything else.
+    Otherwise: -S skips site (~15 ms a start; site-packages come in through PYTHONPATH) and
+    -P keeps the working folder off sys.path, so a folder there named like one of our
     packages cannot shadow it."""
     if getattr(sys, "frozen", False):
-        return [sys.executable, CHILD_ARG]
-    return [sys.executable, "-P", "-S", "-m", "engine.native.native_load"]
+        return [sys.executable, frozen_arg]
+    return [sys.executable, "-P", "-S", "-m", module]
 
 
 def child_env() -> dict[str, str]:

@@ -15,7 +15,6 @@ import json
 import queue
 import re
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import IO
 
 from engine.errors import EngineError
 from engine.native.llama_lib import last_error
-from engine.native.load_probe import child_env, death, last_words
+from engine.native.load_probe import child_env, death, last_words, python_child
 from engine.native.quantize_child import CHILD_ARG, STARTED, QuantizeJob
 
 Progress = Callable[[int, int], None]
@@ -39,10 +38,8 @@ class QuantizeCancelled(EngineError):
 
 
 def child_command() -> list[str]:
-    """How this process starts the child (see load_probe.child_command for the flags)."""
-    if getattr(sys, "frozen", False):
-        return [sys.executable, CHILD_ARG]
-    return [sys.executable, "-P", "-S", "-m", "engine.native.quantize_child"]
+    """How this process starts the child (see load_probe.python_child for the flags)."""
+    return python_child("engine.native.quantize_child", CHILD_ARG)
 
 
 def tensor_progress(line: str) -> tuple[int, int] | None:

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ import numpy.typing as npt
 from engine.errors import EngineError
 from engine.media.audio import decode_wav
 from engine.model.whisper_file import read_whisper
-from engine.native.load_probe import child_env, death, last_words
+from engine.native.load_probe import child_env, death, last_words, python_child
 from engine.speech.whisper_child import CHILD_ARG, SAMPLE_RATE
 
 DEFAULT_THREADS = 4
@@ -57,9 +56,7 @@ class TranscriptionRefused(EngineError):
 
 def child_command() -> list[str]:
     """The child's command: this interpreter on the module, or a frozen app on itself."""
-    if getattr(sys, "frozen", False):
-        return [sys.executable, CHILD_ARG]
-    return [sys.executable, "-P", "-S", "-m", "engine.speech.whisper_child"]
+    return python_child("engine.speech.whisper_child", CHILD_ARG)
 
 
 class Transcriber:

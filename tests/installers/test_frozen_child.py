@@ -7,16 +7,21 @@ point script the way the bundle's bootloader does.
 
 from __future__ import annotations
 
+import importlib.util
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from engine.errors import EngineError
-from engine.native import load_probe
+from engine.native import load_probe, quantize_process
 from engine.native.native_load import CHILD_ARG, NativeLoad
+from engine.native.quantize_child import CHILD_ARG as QUANTIZE_CHILD_ARG
+from engine.speech import transcriber
+from engine.speech.whisper_child import CHILD_ARG as WHISPER_CHILD_ARG
 
 REPO = Path(__file__).resolve().parents[2]
 MAIN = REPO / "installers" / "candlewick_main.py"
@@ -77,3 +82,28 @@ def test_the_child_is_handled_before_the_app_is_imported() -> None:
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout == "[]\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "module", "frozen_arg"),
+    [
+        (load_probe.child_command, "engine.native.native_load", CHILD_ARG),
+        (quantize_process.child_command, "engine.native.quantize_child", QUANTIZE_CHILD_ARG),
+        (transcriber.child_command, "engine.speech.whisper_child", WHISPER_CHILD_ARG),
+    ],
+)
+def test_each_child_is_its_module_or_the_frozen_app_itself(
+    command: Callable[[], list[str]],
+    module: str,
+    frozen_arg: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The load, quantize and speech-to-text children: this interpreter on the child's
+    module, or the frozen app on itself with the argument its entry point dispatches on."""
+    assert command() == [sys.executable, "-P", "-S", "-m", module]
+    assert importlib.util.find_spec(module) is not None
+    app = tmp_path / "candlewick"
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(app))
+    assert command() == [str(app), frozen_arg]
