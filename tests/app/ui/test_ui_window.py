@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import QEvent, QModelIndex, Qt, QTimer
+from PySide6.QtCore import QModelIndex, Qt, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QAbstractSlider, QApplication
 from pytestqt.modeltest import ModelTester
@@ -24,6 +24,7 @@ from app.ui.library_model import LibraryModel
 from app.ui.main_window import MainWindow
 from engine.host.stats import GenerationStats
 from engine.settings import SamplingParams
+from tests.app.ui.model_window import close_window
 from tests.app.ui.ui_signal_log import SignalLog
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=16)
@@ -38,13 +39,6 @@ def open_window(qtbot: QtBot, sampling: SamplingParams = GREEDY) -> MainWindow:
     qtbot.waitExposed(w)
     w.focus_input()
     return w
-
-
-def close_window(w: MainWindow) -> None:
-    w.close()
-    w.shutdown()
-    w.deleteLater()
-    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
 @pytest.fixture
