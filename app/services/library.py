@@ -25,6 +25,7 @@ from app.services.atomic_write import write_text_atomic
 from app.services.discovery import OLLAMA, OWNER_NAMES, DiscoveryRoots, discover
 from app.services.disk_space import DISK_MARGIN, FreeSpace, free_disk_space
 from app.services.download_jobs import completed_downloads
+from app.services.paths import real_path
 from app.services.projectors import (
     ProjectorInfo,
     is_projector_name,
@@ -155,13 +156,6 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-") or "model"
 
 
-def _real(p: Path) -> Path:
-    try:
-        return p.resolve()
-    except OSError:
-        return p
-
-
 def _size(p: Path) -> int:
     try:
         return p.stat().st_size
@@ -205,7 +199,8 @@ def _other_links(link: Path, blob: Path) -> bool:
     if root is None:
         return False
     return any(
-        p != link and p.is_symlink() and _real(p) == blob for p in (root / "snapshots").rglob("*")
+        p != link and p.is_symlink() and real_path(p) == blob
+        for p in (root / "snapshots").rglob("*")
     )
 
 
@@ -331,7 +326,7 @@ class ModelLibrary:
         def add(
             stem: str, path: Path, source: str, label: str | None = None, linked: bool = False
         ) -> None:
-            key = _real(path)
+            key = real_path(path)
             if key in paths or is_projector_name(path.name):
                 return  # one file, one entry (a download is also in the HF cache); a
                 # projector is its model's (LibraryEntry.projector), not a model of its own
@@ -344,7 +339,7 @@ class ModelLibrary:
 
         if self._bundled is not None:
             seen.add(DEFAULT_MODEL_ID)
-            paths.add(_real(self._bundled))
+            paths.add(real_path(self._bundled))
             out.append(self._make(DEFAULT_MODEL_ID, self._bundled, "bundled"))
         for job in completed_downloads(self.downloads_state):
             # A whisper.cpp download is a speech model (app.services.speech_models), never
@@ -358,7 +353,7 @@ class ModelLibrary:
                     continue
                 add(p.stem, p, "imported")
         for id_, p in self._imported_links().items():
-            key = _real(p)
+            key = real_path(p)
             if id_ not in seen and key not in paths:
                 seen.add(id_)
                 paths.add(key)
@@ -366,7 +361,7 @@ class ModelLibrary:
         if self.discovery is not None:
             hidden = self._hidden()
             for d in discover(self.discovery):
-                if str(_real(d.path)) in hidden:
+                if str(real_path(d.path)) in hidden:
                     continue  # taken out of the library (`forget`); the file is the tool's
                 stem = (
                     d.name.rsplit("/", 1)[-1].replace(":", "-")
@@ -376,7 +371,7 @@ class ModelLibrary:
                 add(stem, d.path, d.source, d.name)
         names = self._names()
         for e in out:
-            e.custom_name = names.get(str(_real(e.path)))
+            e.custom_name = names.get(str(real_path(e.path)))
         return out
 
     # --- names --------------------------------------------------------------------------------
@@ -404,7 +399,7 @@ class ModelLibrary:
         if len(name) > MAX_NAME:
             raise LibraryError(f"a name has at most {MAX_NAME} characters")
         names = self._names()
-        key = str(_real(e.path))
+        key = str(real_path(e.path))
         if name and name != e.derived_name:
             names[key] = name
         else:
@@ -450,7 +445,7 @@ class ModelLibrary:
         if projector is not None:
             sources.append(projector)  # a copy keeps its projector beside it
         for e in self.entries():
-            if _real(e.path) == _real(src):
+            if real_path(e.path) == real_path(src):
                 raise LibraryError(f"{src.name} is already in the library as '{e.id}'")
         self.models_dir.mkdir(parents=True, exist_ok=True)
         target = src
@@ -502,7 +497,7 @@ class ModelLibrary:
                     with contextlib.suppress(FileNotFoundError):
                         part.unlink()
         for e in self.entries():
-            if _real(e.path) == _real(target):
+            if real_path(e.path) == real_path(target):
                 return e
         raise LibraryError(f"{src.name} was imported but is not listed")  # pragma: no cover
 
@@ -515,14 +510,14 @@ class ModelLibrary:
         src = Path(folder).expanduser()
         if not src.is_dir():
             raise LibraryError(f"no such folder: {src}")
-        known = {_real(e.path) for e in self.entries()}
+        known = {real_path(e.path) for e in self.entries()}
         models = [
             p
             for p in sorted(src.glob("*.gguf"))
             if p.is_file()
             and not is_projector_name(p.name)
             and _is_first_or_single(p.name)
-            and _real(p) not in known
+            and real_path(p) not in known
         ]
         if not models:
             raise LibraryError(f"no model to import in {src} (a .gguf not yet in the library)")
@@ -564,7 +559,7 @@ class ModelLibrary:
             links.pop(e.id, None)
             self._write_links(links)
         elif e.owner is not None:
-            hidden = sorted(self._hidden() | {str(_real(e.path))})
+            hidden = sorted(self._hidden() | {str(real_path(e.path))})
             self.models_dir.mkdir(parents=True, exist_ok=True)
             write_text_atomic(self._hidden_index, json.dumps(hidden, indent=1))
         return e

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.services.library import LibraryEntry, ModelLibrary
+from app.services.paths import real_path
 from engine.model.quant_types import QuantType, output_name, parse_quant_type
 from engine.model.quantize import QuantizeResult, quantize_file
 from engine.native.quantize_process import Progress
@@ -33,16 +34,9 @@ class LocalQuant:
     entry: LibraryEntry
 
 
-def _real(p: Path) -> Path:
-    try:
-        return p.resolve()
-    except OSError:
-        return p
-
-
 def entry_for(library: ModelLibrary, path: Path) -> LibraryEntry | None:
-    key = _real(path)
-    return next((e for e in library.entries() if _real(e.path) == key), None)
+    key = real_path(path)
+    return next((e for e in library.entries() if real_path(e.path) == key), None)
 
 
 def output_folder(library: ModelLibrary, source: Path, entry: LibraryEntry | None) -> Path:

@@ -42,3 +42,12 @@ class AppPaths:
             Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)),
             Path(platformdirs.user_log_dir(APP_NAME, appauthor=False)),
         )
+
+
+def real_path(p: Path) -> Path:
+    """`p` with its links resolved, the key that says two paths are one file; `p` itself
+    where it cannot be resolved (a link loop, a folder that cannot be read)."""
+    try:
+        return p.resolve()
+    except OSError:
+        return p

@@ -24,7 +24,7 @@ from typing import Any
 from app.services.atomic_write import write_text_atomic
 from app.services.download_jobs import completed_downloads
 from app.services.hf_cache import remove_empty_dirs
-from app.services.paths import AppPaths
+from app.services.paths import AppPaths, real_path
 from engine.memory.whisper import WhisperMemory, whisper_memory
 from engine.model.whisper_file import (
     WhisperFile,
@@ -164,13 +164,6 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-") or "speech"
 
 
-def _real(p: Path) -> Path:
-    try:
-        return p.resolve()
-    except OSError:
-        return p
-
-
 def _hf_cache_whisper(cache: Path) -> list[tuple[Path, str]]:
     """whisper.cpp files in the Hugging Face cache (`ggml-*.bin` in a snapshot): path, repo/file."""
     out: list[tuple[Path, str]] = []
@@ -209,10 +202,10 @@ class SpeechLibrary:
         ids: set[str] = set()
         seen: set[Path] = set()
         chosen = current_stt_model(self.paths)
-        chosen_real = _real(chosen) if chosen is not None else None
+        chosen_real = real_path(chosen) if chosen is not None else None
 
         def add(path: Path, source: str, label: str | None) -> None:
-            real = _real(path)
+            real = real_path(path)
             if real in seen:
                 return
             seen.add(real)
@@ -246,9 +239,9 @@ class SpeechLibrary:
         p = Path(ref).expanduser()
         if p.is_file():
             info = read_whisper(p)  # WhisperFileError: a chat model, a broken file
-            real = _real(p)
+            real = real_path(p)
             for e in self.entries():
-                if _real(e.path) == real:
+                if real_path(e.path) == real:
                     return e
             return SpeechModel(_slug(p.stem), p, "file", None, info, None)
         raise WhisperFileError(
@@ -287,7 +280,7 @@ class SpeechLibrary:
             others = [
                 p
                 for p in snapshots.rglob("*")
-                if p != e.path and p.is_symlink() and _real(p) == blob
+                if p != e.path and p.is_symlink() and real_path(p) == blob
             ]
             e.path.unlink()
             if not others and blob.is_file():
