@@ -7,7 +7,12 @@ verified position cost ~0.55 of a decode on the 2-core EPYC, ~0.17 on an AMX Xeo
 
 - the verification cost curve (`MeasuredCost`): each lone step's decode time by its size, over
   a one-token decode's; prompt lookup sizes its drafts with it. The kernel table's curve
-  (`engine.host.speculative.VerifyCost`) stands in for a size until it has been seen.
+  (`engine.host.speculative.VerifyCost`) stands in for a size until it has been seen. Each
+  figure is the median of the last `WINDOW` ratios, each taken against the one-token decode
+  of its time: a decode another program preempted (one 1 s step among 5 ms ones) moves
+  neither, and a busy spell that slows every size alike leaves the ratios as they were. A
+  ratio counts for `MAX_AGE` one-token decodes: else a curve measured on a bad spell, which
+  makes every draft a loss, would never be measured again (only drafts are).
 - the gain (`DraftGain`): per concurrency level (how many slots generate in the step) and kind
   of draft (`bucket`: prompt lookup's match strength), the time per token produced by steps
   with drafts and by steps without. A kind of draft is used while its steps produce tokens
@@ -15,13 +20,16 @@ verified position cost ~0.55 of a decode on the 2-core EPYC, ~0.17 on an AMX Xeo
   (explore), so a change (a longer context, a busier machine) is seen. A step where the
   drafter found nothing is a plain step: lookup that finds nothing costs only the lookup.
 
-Sums decay with every step observed, so the figures follow the machine. Everything here runs
-on the decode thread.
+Sums decay with every step observed, so the figures follow the machine; a step that took more
+than `OUTLIER` times its kind's time per token counts as that much (a preempted step would
+otherwise outweigh a hundred others). Everything here runs on the decode thread.
 """
 
 from __future__ import annotations
 
+import statistics
 import weakref
+from collections import deque
 from dataclasses import dataclass, field
 
 from engine.host.speculative import CostCurve, Drafter, PromptLookup
@@ -30,6 +38,9 @@ from engine.host.speculative import CostCurve, Drafter, PromptLookup
 MIN_STEPS = 4
 EXPLORE_EVERY = 16
 DECAY = 0.97  # per observation: about the last 30 steps of each kind count
+WINDOW = 8  # decode-time ratios of a size the cost curve keeps (their median counts)
+MAX_AGE = 256  # one-token decodes after which a ratio no longer counts
+OUTLIER = 4.0  # a step counts at most this many times its kind's time per token
 
 
 @dataclass
@@ -41,6 +52,9 @@ class Rate:
     steps: int = 0
 
     def add(self, tokens: float, seconds: float, decay: float = DECAY) -> None:
+        typical = self.per_token if self.steps >= MIN_STEPS else None
+        if typical is not None:
+            seconds = min(seconds, OUTLIER * typical * tokens)
         self.tokens = self.tokens * decay + tokens
         self.seconds = self.seconds * decay + seconds
         self.steps += 1
@@ -52,23 +66,35 @@ class Rate:
 
 class MeasuredCost:
     """A decode of n tokens in units of a one-token decode, from lone steps' decode times.
-    A size seen fewer than MIN_STEPS times is read off the line through the sizes that were
-    (their least-squares fit; with one, `prior` scaled to agree with it), or `prior` while
-    none was."""
+    Each n-token decode is divided by the median of the recent one-token decodes when it
+    happens; a size's figure is the median of its last WINDOW such ratios not older than
+    MAX_AGE one-token decodes. A size with fewer than MIN_STEPS of them is read off the line
+    through the sizes that have them (their least-squares fit; with one, `prior` scaled to
+    agree with it), or `prior` while none has."""
 
     def __init__(self, prior: CostCurve) -> None:
         self.prior = prior
-        self._by_n: dict[int, Rate] = {}
+        self._unit: deque[float] = deque(maxlen=WINDOW)  # one-token decodes, seconds
+        self._unit_seen = 0
+        # By size: (self._unit_seen when measured, ratio), the last WINDOW.
+        self._ratios: dict[int, deque[tuple[int, float]]] = {}
 
     def observe(self, n: int, seconds: float) -> None:
-        self._by_n.setdefault(n, Rate()).add(1, seconds)
+        if n <= 1:
+            self._unit.append(seconds)
+            self._unit_seen += 1
+        elif self._unit:  # (before any one-token decode there is nothing to compare with)
+            ratio = seconds / statistics.median(self._unit)
+            self._ratios.setdefault(n, deque(maxlen=WINDOW)).append((self._unit_seen, ratio))
 
     def measured(self, n: int) -> float | None:
-        one, many = self._by_n.get(1), self._by_n.get(n)
-        if one is None or many is None or min(one.steps, many.steps) < MIN_STEPS:
+        if self._unit_seen < MIN_STEPS:
             return None
-        t1, tn = one.per_token, many.per_token
-        return None if not t1 or tn is None else tn / t1
+        if n <= 1:
+            return 1.0
+        oldest = self._unit_seen - MAX_AGE
+        got = [r for at, r in self._ratios.get(n, ()) if at >= oldest]
+        return statistics.median(got) if len(got) >= MIN_STEPS else None
 
     def __call__(self, n: int) -> float:
         if n <= 1:
@@ -76,7 +102,7 @@ class MeasuredCost:
         got = self.measured(n)
         if got is not None:
             return got
-        seen = [(m, c) for m in self._by_n if m > 1 and (c := self.measured(m)) is not None]
+        seen = [(m, c) for m in self._ratios if (c := self.measured(m)) is not None]
         if not seen:
             return self.prior(n)
         if len(seen) == 1:
@@ -190,7 +216,10 @@ def gains_for(model: object, prior: CostCurve) -> DraftGain:
 __all__ = [
     "DECAY",
     "EXPLORE_EVERY",
+    "MAX_AGE",
     "MIN_STEPS",
+    "OUTLIER",
+    "WINDOW",
     "DraftGain",
     "Level",
     "MeasuredCost",

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from engine.host.draft_gain import EXPLORE_EVERY, MIN_STEPS, DraftGain, MeasuredCost
+from engine.host.draft_gain import (
+    EXPLORE_EVERY,
+    MIN_STEPS,
+    WINDOW,
+    DraftGain,
+    MeasuredCost,
+)
 from engine.host.requests import Finished
 from engine.host.speculative import COST_CPU, PromptLookup, VerifyCost, spec_stats
 from engine.host.stats import GenerationStats
@@ -58,6 +64,22 @@ def test_lookup_drafts_what_this_machine_pays_for() -> None:
     assert PromptLookup.draft_len(2, cheap) > 0
 
 
+def test_a_preempted_decode_or_a_busy_spell_leaves_the_curve() -> None:
+    """Another program preempting one decode (1 s among 10 ms ones) moves no figure of the
+    curve; a spell that slows every size alike leaves its ratios as they were."""
+    curve = measured({1: 0.010, 4: 0.021})
+    assert curve(4) == pytest.approx(2.1)
+    curve.observe(4, 1.0)
+    curve.observe(1, 1.0)
+    curve.observe(4, 0.021)
+    assert curve(4) == pytest.approx(2.1)
+    for _ in range(2 * WINDOW):  # three times slower, every size
+        curve.observe(1, 0.030)
+        curve.observe(4, 0.063)
+    assert curve(4) == pytest.approx(2.1)
+    assert PromptLookup.draft_len(20, curve) > 0
+
+
 def gain_after(plain: list[float], drafted: list[float], tokens: int = 3) -> DraftGain:
     """A level-1 gain fed plain steps of one token and drafted steps of `tokens` tokens."""
     g = DraftGain(COST_CPU)
@@ -87,6 +109,15 @@ def test_a_kind_of_draft_is_tried_then_kept_only_while_it_wins() -> None:
     assert losing.allow(1, 3) and losing.allow(4, 0)
 
 
+def test_a_preempted_step_does_not_turn_the_gate() -> None:
+    """One drafted step that took 100 times its usual time counts as OUTLIER times it: the
+    winning kind goes on being drafted."""
+    g = gain_after([0.010] * 8, [0.020] * 8)  # 6.7 ms a token against 10
+    g.observe(1, 3, 2.0, 0)
+    assert (g.gain(1) or 0) > 1
+    assert [g.allow(1, 0) for _ in range(EXPLORE_EVERY - 1)].count(True) >= EXPLORE_EVERY - 2
+
+
 def test_every_step_drafted_so_far_measures_plain_ones_too() -> None:
     g = DraftGain(COST_CPU)
     for _ in range(MIN_STEPS):
@@ -114,16 +145,19 @@ class FakeClock:
         return self.now
 
 
-def fake_decode_time(monkeypatch: pytest.MonkeyPatch, m: FakeLoopModel, per_row: float) -> None:
+def fake_decode_time(
+    monkeypatch: pytest.MonkeyPatch, m: FakeLoopModel, per_row: float | list[float]
+) -> None:
     """The loop's clock is a fake one that a decode of n rows moves by 1 + per_row * (n - 1)
-    seconds."""
+    seconds (a one-item list: what it holds at the time)."""
     clock = FakeClock()
     be = m.backend
     assert be is not None
     decode = be.decode
+    rows = per_row if isinstance(per_row, list) else [per_row]
 
     def timed(b: TokenBatch, *, fixed_threads: bool = False) -> None:
-        clock.now += 1.0 + per_row * (b.n_tokens - 1)
+        clock.now += 1.0 + rows[0] * (b.n_tokens - 1)
         decode(b, fixed_threads=fixed_threads)
 
     monkeypatch.setattr(be, "decode", timed)
@@ -171,6 +205,43 @@ def test_drafting_stops_where_it_measures_slower(monkeypatch: pytest.MonkeyPatch
     assert open_gate.draft_tokens > 0
     assert gated.draft_tokens * 3 <= open_gate.draft_tokens
     assert gated.draft_gain is not None and gated.draft_gain > 0.9
+
+
+def test_drafting_comes_back_after_a_busy_spell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While batches cost 3 decodes a row (another program on the cores), the measured curve
+    makes every draft a loss and lookup stops drafting; once they are cheap again, the
+    busy spell's figures expire (after MAX_AGE one-token decodes), the kernel table's curve
+    stands in, the sizes are measured again, and drafting comes back."""
+    m = FakeLoopModel(n_slots=1, n_ctx_seq=2048, vocab=VOCAB, next_token=repeating)
+    try:
+        sched = m.loop
+        per_row = [3.0]
+        fake_decode_time(monkeypatch, m, per_row)
+        builder = sched._builder
+        assert builder is not None
+
+        def reply(tokens: int) -> GenerationStats:
+            req = sched.submit(
+                PROMPT,
+                SamplingParams(temperature=0, max_tokens=tokens),
+                lambda _ev: None,
+                spec="lookup",
+            )
+            assert req.done.wait(60)
+            return req.stats
+
+        reply(300)
+        busy = reply(200)
+        assert busy.draft_tokens <= 200 // 4  # the kernel table's curve, now and then
+        assert PromptLookup.draft_len(30, builder.gain.curve) == 0
+        per_row[0] = 0.1
+        for _ in range(3):  # the figures expire, then the gate's rates catch up
+            reply(200)
+        quiet = reply(200)
+        assert quiet.draft_accepted >= 150  # most tokens came out of drafts again
+        assert PromptLookup.draft_len(30, builder.gain.curve) > 0
+    finally:
+        m.close()
 
 
 def test_the_loop_measures_on_smollm2(smollm2_path: Path) -> None:
