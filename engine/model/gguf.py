@@ -230,6 +230,24 @@ class _Reader:
             raise _Truncated
         self.pos += n
 
+    def scan_strings(self, count: int, kept: list[bytes] | None) -> int:
+        """Consume up to `count` length-prefixed strings that lie wholly in the read-ahead
+        buffer, in one tight loop (a vocabulary's ~50,000 strings, read one call at a time,
+        were most of a header's parse); their bytes go to `kept` unless it is None. Returns
+        how many; the next string (past the buffer's end, or too long) is left to `read`."""
+        buf, base, unpack = self._buf, self._buf_start, _U64.unpack_from
+        end = base + len(buf)
+        pos, done = self.pos, 0
+        while done < count and pos + 8 <= end:
+            stop = pos + 8 + unpack(buf, pos - base)[0]
+            if stop > end:
+                break
+            if kept is not None:
+                kept.append(buf[pos + 8 - base : stop - base])
+            pos, done = stop, done + 1
+        self.pos = pos
+        return done
+
     def u32(self) -> int:
         return int(_U32.unpack(self.read(4))[0])
 
@@ -407,20 +425,33 @@ _UNIQUE_STRINGS = frozenset({"tokenizer.ggml.tokens"})
 
 
 def _summarise_strings(r: _Reader, n: int, key: str, name: str) -> ArraySummary:
-    seen: set[bytes] | None = set() if key in _UNIQUE_STRINGS else None
+    unique = key in _UNIQUE_STRINGS
+    seen: set[bytes] = set()
     duplicate: int | None = None
-    for i in range(n):
+    i = 0
+    while i < n:
+        # The strings in the buffer at once, then one through the reader (it refills).
+        batch: list[bytes] | None = [] if unique and duplicate is None else None
+        done = r.scan_strings(n - i, batch)
+        for j, s in enumerate(batch or (), i):
+            if s in seen:
+                duplicate = j
+                break
+            seen.add(s)
+        i += done
+        if i == n:
+            break
         length = r.u64()
         if length > r.size:
             raise GGUFError(f"{name}: corrupt GGUF: a string in '{key}' is too long")
-        if seen is None:
+        if not unique or duplicate is not None:
             r.skip(length)
-            continue
-        s = r.read(length)
-        if duplicate is None:
+        else:
+            s = r.read(length)
             if s in seen:
                 duplicate = i
             seen.add(s)
+        i += 1
     return ArraySummary(_STRING, n, duplicate)
 
 

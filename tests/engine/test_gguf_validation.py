@@ -157,3 +157,30 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_directory(tmp_path: Path) -> None:
     _expect(tmp_path, "is a folder")
+
+
+def _write_vocabulary(path: Path, tokens: list[bytes]) -> None:
+    """A header with an architecture and `tokens` as its vocabulary (a string array), larger
+    than the reader's first read-ahead blocks."""
+    body = b""
+    for key, value in ((b"general.architecture", b"llama"),):
+        body += struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, len(value)) + value
+    key = b"tokenizer.ggml.tokens"
+    body += struct.pack("<Q", len(key)) + key + struct.pack("<IIQ", 9, 8, len(tokens))
+    body += b"".join(struct.pack("<Q", len(t)) + t for t in tokens)
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 2) + body)
+
+
+@pytest.mark.parametrize("at", [None, 1, 4100, 29_999])
+def test_a_duplicate_token_is_found_wherever_it_is(tmp_path: Path, at: int | None) -> None:
+    """The vocabulary is read a buffer at a time: a duplicate in any block is the first one
+    named, and a vocabulary cut short is a truncated file."""
+    tokens = [f"token-{i}-{'x' * (i % 23)}".encode() for i in range(30_000)]
+    if at is not None:
+        tokens[at] = tokens[at // 2]
+    p = tmp_path / "vocab.gguf"
+    _write_vocabulary(p, tokens)
+    summary = read_gguf(p).metadata["tokenizer.ggml.tokens"]
+    assert (summary.length, summary.duplicate) == (30_000, at)
+    p.write_bytes(p.read_bytes()[:-100])
+    _expect(p, "truncated")
