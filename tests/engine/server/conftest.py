@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,12 +26,19 @@ from tests.hub_emulator import running_hub
 API_KEY = "test-key-0123456789"
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """httpx's default context, made once: each one-shot call would load the CA bundle again
+    (~50 ms of CPU, for servers these tests reach over plain HTTP)."""
+    return httpx.create_ssl_context()
+
+
 class _Http:
     """httpx's one-shot helpers with a timeout for a busy 2-core machine (default is 5 s)."""
 
     def __getattr__(self, method: str) -> Any:
         def call(url: str, **kw: Any) -> httpx.Response:
-            return httpx.request(method.upper(), url, timeout=120, **kw)
+            return httpx.request(method.upper(), url, timeout=120, verify=_tls(), **kw)
 
         return call
 
@@ -79,9 +88,17 @@ def auth() -> dict[str, str]:
     return {"Authorization": f"Bearer {API_KEY}"}
 
 
+@functools.cache
+def open_document() -> dict[str, Any]:
+    """The OpenAPI document of a server without a key (`ServerConfig(port=0)`), built once per
+    process: each build walks every model's JSON schema (a quarter of a second on a busy
+    machine). Callers only read it."""
+    return openapi_schema(ServerConfig(port=0))
+
+
 def doc_valid(name: str, body: dict[str, Any]) -> bool:
     """Whether the server's OpenAPI document takes `body` as its schema `name`."""
-    doc = openapi_schema(ServerConfig(port=0))
+    doc = open_document()
     root = {"$ref": f"#/components/schemas/{name}", "components": doc["components"]}
     return jsonschema.Draft202012Validator(root).is_valid(body)
 

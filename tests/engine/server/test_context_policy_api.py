@@ -11,9 +11,8 @@ import pytest
 
 from engine.host.chat_plan import plan_chat
 from engine.host.context_policy import CONTEXT_POLICIES
-from engine.server import ServedModel, ServerConfig, ServerThread
-from engine.server.openapi import openapi_schema
-from tests.engine.server.conftest import API_KEY, http
+from engine.server import ServedModel, ServerThread
+from tests.engine.server.conftest import API_KEY, http, open_document
 
 MAX_TOKENS = 8
 
@@ -161,7 +160,7 @@ def test_every_chat_dialect_refuses_an_unknown_policy_naming_it(
     ["ChatCompletionRequest", "OllamaChatRequest", "AnthropicMessagesRequest", "ResponsesRequest"],
 )
 def test_the_document_lists_the_field_and_its_values(model: str) -> None:
-    doc = openapi_schema(ServerConfig(port=0))
+    doc = open_document()
     field = doc["components"]["schemas"][model]["properties"]["context_policy"]
     values = {v for branch in field["anyOf"] for v in branch.get("enum", ())}
     assert values == set(CONTEXT_POLICIES)

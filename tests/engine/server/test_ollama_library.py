@@ -26,10 +26,9 @@ from app.services.library import ModelLibrary
 from app.services.model_catalog import library_catalog
 from app.services.server_models import LibraryModelStore
 from engine.host.host import ModelHost
-from engine.server import ServerConfig, ServerState, ServerThread
-from engine.server.openapi import openapi_schema
+from engine.server import ServerState, ServerThread
 from engine.settings import LoadParams
-from tests.engine.server.conftest import API_KEY, make_config
+from tests.engine.server.conftest import API_KEY, make_config, open_document
 from tests.fake_server_engine import fake_model, serve_fake
 from tests.hub_emulator import HubEmulator, file_sha256, running_hub, tiny_gguf
 
@@ -164,7 +163,7 @@ def _lines(served: Served, path: str, body: dict[str, Any]) -> list[dict[str, An
 
 
 def _documented(path: str, line: dict[str, Any]) -> None:
-    doc = openapi_schema(ServerConfig(port=0))
+    doc = open_document()
     answer = doc["paths"][path]["post"]["responses"]["200"]["content"]["application/json"]
     schema = {**answer["schema"], "components": doc["components"]}
     jsonschema.Draft202012Validator(schema).validate(line)

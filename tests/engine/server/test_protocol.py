@@ -59,6 +59,7 @@ from engine.server.protocol.openai import (
 from engine.server.protocol.parse import parse_body
 from engine.server.protocol.speech import SpeechRequest
 from engine.server.protocol.transcription import TranscriptionUpload, TranslationUpload
+from tests.engine.server.conftest import open_document
 
 ROUTES: dict[str, type[BaseModel]] = {
     "chat": ChatCompletionRequest,
@@ -1092,7 +1093,7 @@ def _validator(doc: dict[str, Any], name: str) -> jsonschema.Draft202012Validato
 def _route_validator(name: str) -> jsonschema.Draft202012Validator:
     """The validator of a body model in the document of a server without a key, built once:
     the hundreds of rows below only read it (building the document takes ~30 ms)."""
-    return _validator(openapi_schema(ServerConfig(port=0)), name)
+    return _validator(open_document(), name)
 
 
 def test_openapi_is_built_from_the_models() -> None:
@@ -1154,7 +1155,7 @@ def _documented(schema: dict[str, Any]) -> set[str]:
 
 
 def test_the_document_shows_every_field_the_routes_read() -> None:
-    doc = openapi_schema(ServerConfig(port=0))
+    doc = open_document()
     schemas = doc["components"]["schemas"]
     seen: set[type[BaseModel]] = set()
     todo = [op.body for op in PATHS.values() if op.body is not None]
@@ -1251,7 +1252,7 @@ def test_the_document_refuses_what_the_server_refuses(row: Row) -> None:
 )
 def test_response_format_document_and_model_agree(value: dict[str, Any], ok: bool) -> None:
     """Its document is hand-shaped (json_schema counts with its type only)."""
-    doc = openapi_schema(ServerConfig(port=0))
+    doc = open_document()
     assert _validator(doc, "ResponseFormat").is_valid(value) == ok
     assert _outcome(lambda: parse_body(ResponseFormat, value))[0] == ok
 
@@ -1272,14 +1273,14 @@ def test_response_format_document_and_model_agree(value: dict[str, Any], ok: boo
 )
 def test_a_messages_fields_are_documented_with_its_role(message: dict[str, Any], ok: bool) -> None:
     """A field of one role is ignored in the others' messages, whatever it holds."""
-    doc = openapi_schema(ServerConfig(port=0))
+    doc = open_document()
     assert _validator(doc, "ChatMessage").is_valid(message) == ok
     body = {"messages": [message]}
     assert _outcome(lambda: parse_body(ChatCompletionRequest, body))[0] == ok
 
 
 def test_the_document_describes_the_answers() -> None:
-    doc = openapi_schema(ServerConfig(port=0))
+    doc = open_document()
     _validator(doc, "ChatCompletion").validate(
         {
             "id": "chatcmpl-1",

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from engine.server import ServerConfig, ServerThread
+from engine.server import ServerThread
 from engine.server.body_model import IGNORED, UNKNOWN
-from engine.server.openapi import openapi_schema
 from engine.server.protocol import anthropic, embeddings, infill, ollama, openai, responses
 from engine.server.protocol.anthropic import AnthropicMessagesRequest
 from engine.server.protocol.embeddings import EmbeddingRequest
@@ -22,7 +21,7 @@ from engine.server.protocol.ollama import OllamaChatRequest
 from engine.server.protocol.openai import ChatCompletionRequest
 from engine.server.protocol.parse import parse_body
 from engine.server.protocol.responses import ResponsesRequest
-from tests.engine.server.conftest import API_KEY, http, make_config
+from tests.engine.server.conftest import API_KEY, http, make_config, open_document
 from tests.fake_server_engine import FakeModel, fake_model, serve_fake
 
 # The modules whose models the allow-list names.
@@ -242,7 +241,7 @@ def test_each_allowed_key_is_taken_and_documented(owner: str, key: str) -> None:
     ):
         with pytest.raises(Exception, match=UNKNOWN):
             _parse(model, {**{k: v for k, v in body.items() if k != key}, key + "_": "v"})
-    doc = openapi_schema(ServerConfig(port=0))["components"]["schemas"]
+    doc = open_document()["components"]["schemas"]
     documented = [
         s
         for n, s in doc.items()
@@ -262,7 +261,7 @@ def test_the_docs_list_every_allowed_key() -> None:
 def test_request_models_forbid_and_answers_stay_open() -> None:
     """The document says additionalProperties: false for every request model, and nothing
     of the kind for answers (clients read answers with keys they do not know)."""
-    doc = openapi_schema(ServerConfig(port=0))["components"]["schemas"]
+    doc = open_document()["components"]["schemas"]
     assert doc["ChatCompletionRequest"]["additionalProperties"] is False
     assert doc["ChatMessage"]["additionalProperties"] is False
     assert doc["AnthropicTextBlock"]["additionalProperties"] is False
