@@ -342,8 +342,8 @@ def test_refused_and_silent_servers_are_reported_in_the_chat(
                 "Silent",
                 f"http://127.0.0.1:{silent.getsockname()[1]}",
                 model="m",
-                timeout_s=1.0,
-                connect_timeout_s=1.0,
+                timeout_s=0.5,
+                connect_timeout_s=0.5,
             )
         )
         picker = picker_of(w)
@@ -364,7 +364,7 @@ def test_refused_and_silent_servers_are_reported_in_the_chat(
         send(qtbot, w, "Hello?")
         reply = w.chat_model.message(last_row(w))
         assert reply.state == "error"
-        assert reply.error == "Silent: no answer: the server was silent for 1 s (timed out)"
+        assert reply.error == "Silent: no answer: the server was silent for 0.5 s (timed out)"
     finally:
         silent.close()
 

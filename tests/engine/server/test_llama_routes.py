@@ -314,7 +314,9 @@ class _Held:
 def test_a_silent_stream_pings_and_loses_no_event() -> None:
     async def main() -> tuple[list[Event | None], bool]:
         held = _Held()
-        extras = LlamaStream(LlamaChatFields(sse_ping_interval=1), cast(AsyncGeneration, held))
+        # A tenth of a second (the field takes whole seconds; built unvalidated to wait less).
+        fields = LlamaChatFields.model_construct(sse_ping_interval=0.1)
+        extras = LlamaStream(fields, cast(AsyncGeneration, held))
         got: list[Event | None] = []
         async for ev in extras.events():
             got.append(ev)
