@@ -312,9 +312,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.fixture(scope="module", autouse=True)
 def no_leaked_sockets() -> Iterator[None]:
     """Collect garbage as each module ends, so a client a module forgot to close fails there
-    (an unclosed socket is a ResourceWarning) rather than in whichever test ran the next GC."""
+    (an unclosed socket is a ResourceWarning) rather than in whichever test ran the next GC.
+    What outlives the module by now (modules imported lazily, caches, session fixtures) is
+    frozen like the collection's objects, so the next module's collection skips it too."""
     yield
     gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(autouse=True)
