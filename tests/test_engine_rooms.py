@@ -8,6 +8,7 @@ a circle closed only for the type checker still ties the modules' designs togeth
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,7 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+@functools.cache  # three checks walk every module: parsed once (the walks only read)
 def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
