@@ -40,6 +40,7 @@ EXPLORE_EVERY = 16
 DECAY = 0.97  # per observation: about the last 30 steps of each kind count
 WINDOW = 8  # decode-time ratios of a size the cost curve keeps (their median counts)
 MAX_AGE = 256  # one-token decodes after which a ratio no longer counts
+AGE_STEP = 16  # ... checked every this many (the curve is not recomputed every step)
 OUTLIER = 4.0  # a step counts at most this many times its kind's time per token
 
 
@@ -78,14 +79,20 @@ class MeasuredCost:
         self._unit_seen = 0
         # By size: (self._unit_seen when measured, ratio), the last WINDOW.
         self._ratios: dict[int, deque[tuple[int, float]]] = {}
+        # The measured sizes' figures, kept until a ratio comes or may have expired:
+        # draft_len reads up to 16 sizes a step, plain steps bring one-token decodes.
+        self._seen: dict[int, float] | None = None
 
     def observe(self, n: int, seconds: float) -> None:
         if n <= 1:
             self._unit.append(seconds)
             self._unit_seen += 1
+            if self._unit_seen == MIN_STEPS or self._unit_seen % AGE_STEP == 0:
+                self._seen = None
         elif self._unit:  # (before any one-token decode there is nothing to compare with)
             ratio = seconds / statistics.median(self._unit)
             self._ratios.setdefault(n, deque(maxlen=WINDOW)).append((self._unit_seen, ratio))
+            self._seen = None
 
     def measured(self, n: int) -> float | None:
         if self._unit_seen < MIN_STEPS:
@@ -99,18 +106,20 @@ class MeasuredCost:
     def __call__(self, n: int) -> float:
         if n <= 1:
             return 1.0
-        got = self.measured(n)
+        seen = self._seen
+        if seen is None:
+            seen = self._seen = {m: c for m in self._ratios if (c := self.measured(m)) is not None}
+        got = seen.get(n)
         if got is not None:
             return got
-        seen = [(m, c) for m in self._ratios if (c := self.measured(m)) is not None]
         if not seen:
             return self.prior(n)
         if len(seen) == 1:
-            m, c = seen[0]
+            ((m, c),) = seen.items()
             return self.prior(n) * c / self.prior(m)
-        mx = sum(m for m, _ in seen) / len(seen)
-        my = sum(c for _, c in seen) / len(seen)
-        slope = sum((m - mx) * (c - my) for m, c in seen) / sum((m - mx) ** 2 for m, _ in seen)
+        mx = sum(seen) / len(seen)
+        my = sum(seen.values()) / len(seen)
+        slope = sum((m - mx) * (c - my) for m, c in seen.items()) / sum((m - mx) ** 2 for m in seen)
         return max(1.0, my + slope * (n - mx))
 
 
@@ -214,6 +223,7 @@ def gains_for(model: object, prior: CostCurve) -> DraftGain:
 
 
 __all__ = [
+    "AGE_STEP",
     "DECAY",
     "EXPLORE_EVERY",
     "MAX_AGE",
