@@ -15,7 +15,8 @@ from engine.settings import LoadParams
 
 class SimulatedDecoder:
     """A decode timer for a simulated machine: a step is the fixed work plus each product's
-    bytes at its kernel's rate (what the probe must recover)."""
+    bytes at its kernel's rate (what the probe must recover). `rates` by weight type, or by
+    kernel key where a key (a width class) has its own."""
 
     def __init__(
         self,
@@ -47,14 +48,22 @@ class SimulatedDecoder:
             features=cpu_kernels.detect(),
             extra_buffers=params.extra_buffers is not False,
         )
-        work = sum(n / self.rates.get(k.split("/")[0], 1e12) for k, n in c.matmul_bytes.items())
+        work = sum(n / self._rate(k) for k, n in c.matmul_bytes.items())
         return self.per_token + c.n_layer * self.per_layer + work, c
+
+    def _rate(self, key: str) -> float:
+        """A kernel key's rate on this machine: its own ("Q4_1/generic@576x1536"), else its
+        weight type's ("Q4_1")."""
+        return self.rates.get(key) or self.rates.get(key.split("/")[0], 1e12)
 
 
 def sim_settings() -> ProbeSettings:
-    """The probe's settings with a small sampling vocabulary: a 262,144-token probe model
-    takes seconds to write and read, and a simulated machine's arithmetic is the same."""
-    return replace(ProbeSettings.default(), sampling_vocab=4096)
+    """The probe's settings with a small sampling vocabulary and small kernel probes: a
+    262,144-token or 96 MiB probe model takes seconds to write and read, and a simulated
+    machine's arithmetic is the same."""
+    return replace(
+        ProbeSettings.default(), sampling_vocab=4096, rate_bytes=8 << 20, layer_rate_bytes=8 << 20
+    )
 
 
 def QUIET() -> float:

@@ -10,7 +10,15 @@ kinds of work:
   the output matrix of a model with tied embeddings. How fast bytes go through a product
   depends on the weight type *and* on the kernel llama.cpp picks for it (AMX tiles,
   CPU_REPACK layouts or the generic kernels: `engine.memory.cpu_kernels` has the rules), so
-  each (type, kernel) has its own measured rate (`MachineSpeed.rates`).
+  each (type, kernel) has its own measured rate (`MachineSpeed.rates`). A layer's products
+  are small (a few hundred KiB each in a model of 576-640 wide), and a kernel goes through a
+  small product at a fraction of its rate on a large one (Q4_1/AMX on a 2-core Xeon: about
+  11 GB/s on 576-wide layers against 35 on 48 MiB matrices; per-product work the size does
+  not amortise: quantizing the input on one thread, a barrier inside the kernel, rows split
+  unevenly over the threads). So a layer's products are keyed by their width class too
+  (`layer_width`: the model's embedding and FFN widths in whole blocks of the type,
+  "Q4_1/AMX@576x1536") and measured on layers of that shape; the output matrix, one large
+  product, keeps the plain key.
 * **Attention**: reading the cached keys and values of the context, at memory bandwidth.
 * **Fixed work**: graph building, scheduling, and the threads meeting after each operation,
   a cost per layer and a cost per token that do not depend on the weights' size. On two
@@ -31,6 +39,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
 from engine.memory import cpu_kernels
 from engine.memory.cpu_kernels import CpuFeatures
 from engine.memory.model_spec import ModelSpec, row_size
@@ -40,10 +50,44 @@ from engine.model.gguf import GGUFFile, TensorInfo
 BUSY_LOAD = 1.0
 
 
-def kernel_key(type_name: str, buffer: str | None) -> str:
+# A probe layer's widths are whole heads of this many values.
+HEAD_WIDTH = 64
+
+
+def kernel_key(type_name: str, buffer: str | None, width: tuple[int, int] | None = None) -> str:
     """The name a measured rate is kept under: the weight type and its kernel ("Q4_K/AMX",
-    "Q5_0/generic")."""
-    return f"{type_name}/{buffer or 'generic'}"
+    "Q5_0/generic"), and for a layer's products their width class ("Q4_1/AMX@576x1536")."""
+    key = f"{type_name}/{buffer or 'generic'}"
+    return key if width is None else f"{key}@{width[0]}x{width[1]}"
+
+
+def split_key(key: str) -> tuple[str, str, tuple[int, int] | None]:
+    """(type, kernel, width class or None) of a kernel key; ValueError when it is not one."""
+    base, at, width = key.partition("@")
+    type_name, _, buffer = base.partition("/")
+    if not at:
+        return type_name, buffer, None
+    e, _, f = width.partition("x")
+    return type_name, buffer, (int(e), int(f))
+
+
+def base_key(key: str) -> str:
+    """The kernel key without its width class."""
+    return key.partition("@")[0]
+
+
+def layer_width(type_name: str, n_embd: int, n_ff: int) -> tuple[int, int] | None:
+    """The width class of a layer's products of `type_name`: the model's embedding and FFN
+    widths rounded up to whole blocks of the type and whole 64-value heads (the shape the
+    probe can build a layer of). None without both widths in the header."""
+    if n_embd <= 0 or n_ff <= 0:
+        return None
+    try:
+        block = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]][0]
+    except KeyError:
+        block = 1
+    step = max(block, HEAD_WIDTH)
+    return -(-n_embd // step) * step, -(-n_ff // step) * step
 
 
 @dataclass(frozen=True)
@@ -83,12 +127,18 @@ class DecodeCost:
         """`features`/`extra_buffers`: the CPU whose kernel rules apply and whether the load
         may use repacked copies; `n_past`: the context already cached when the token is made."""
         tied = cpu_kernels.tied_output(gf.tensors)
+        spec = ModelSpec.from_gguf(gf, features)
         matmul: dict[str, int] = {}
         other = 0
         for t in gf.tensors:
             embd = t.name == "token_embd.weight"
             if cpu_kernels.matmul_weight(t, tied_output=tied):
-                key = _key_of(t, features, extra_buffers, tied=tied and embd)
+                width = (
+                    layer_width(t.type_name, spec.n_embd, spec.n_ff)
+                    if t.name.startswith("blk.")
+                    else None
+                )
+                key = _key_of(t, features, extra_buffers, tied=tied and embd, width=width)
                 matmul[key] = matmul.get(key, 0) + t.n_bytes
                 if embd:
                     other += _row_bytes(t)  # and its row looked up for the input
@@ -96,7 +146,6 @@ class DecodeCost:
                 other += _row_bytes(t)
             else:
                 other += t.n_bytes
-        spec = ModelSpec.from_gguf(gf, features)
         return cls(
             name=spec.name,
             n_layer=spec.n_layer,
@@ -119,9 +168,16 @@ class DecodeCost:
         }
 
 
-def _key_of(t: TensorInfo, f: CpuFeatures, extra_buffers: bool, *, tied: bool) -> str:
+def _key_of(
+    t: TensorInfo,
+    f: CpuFeatures,
+    extra_buffers: bool,
+    *,
+    tied: bool,
+    width: tuple[int, int] | None,
+) -> str:
     buffer = cpu_kernels.extra_buffer(t, f, tied_output=tied) if extra_buffers else None
-    return kernel_key(t.type_name, buffer)
+    return kernel_key(t.type_name, buffer, width)
 
 
 def _row_bytes(t: TensorInfo) -> int:
@@ -256,18 +312,19 @@ def predict(cost: DecodeCost, machine: MachineSpeed) -> SpeedPrediction:
 
     token = max(kernels, memory) + n_layer * per_layer + per_token + n_vocab * per_vocab,
     where kernels = the matrix bytes of each kernel at its measured rate, plus the rest at
-    memory bandwidth; memory = every byte at memory bandwidth. A kernel never measured here
-    counts at memory bandwidth (and is named in `unmeasured`)."""
+    memory bandwidth; memory = every byte at memory bandwidth. A layer's kernel not measured
+    at its width class takes the kernel's large-matrix rate, and a kernel never measured here
+    counts at memory bandwidth (either is named in `unmeasured`)."""
     bw = machine.bandwidth_bytes_per_s
     if bw <= 0:
         raise ValueError("the memory bandwidth must be positive")
     kernel_s = (cost.other_bytes + cost.kv_bytes) / bw
     unmeasured = []
     for key, n in sorted(cost.matmul_bytes.items()):
-        rate = machine.rates.get(key)
-        if rate is None or rate <= 0:
+        rate = machine.rates.get(key) or 0.0
+        if rate <= 0:
             unmeasured.append(key)
-            rate = bw
+            rate = machine.rates.get(base_key(key)) or bw
         kernel_s += n / rate
     memory_s = cost.bytes_per_token / bw
     fixed_s = cost.n_layer * machine.per_layer_s + machine.per_token_s
@@ -291,6 +348,9 @@ __all__ = [
     "DecodeCost",
     "MachineSpeed",
     "SpeedPrediction",
+    "base_key",
     "kernel_key",
+    "layer_width",
     "predict",
+    "split_key",
 ]

@@ -8,8 +8,13 @@ loaded with the same settings a chat uses, and timed while they decode.
   next to nothing) and a different number of layers; the difference in step time over the
   difference in layers is the per-layer cost, what is left the per-token cost.
 * A kernel's rate (bytes of weights per second) for each weight type and kernel a model uses:
-  a two-layer model whose matrices are of that type and large (~48 MiB in all), its step time
-  less the fixed work, over its matrix bytes. Measured the first time a model needs it.
+  a two-layer model whose matrices are of that type and large (~96 MiB in all), its step time
+  less the fixed work, over its matrix bytes: the rate of a large product (an output
+  matrix). A layer's products are measured at their width class ("Q4_1/AMX@576x1536"): as
+  many layers of that shape as make about 64 MiB of matrices, so each product is as small
+  as the model's own. Both sizes are past what the caches keep between two tokens, as a
+  model's weights are: a probe the caches hold runs faster than the model it stands for.
+  Measured the first time a model needs it.
 * Sampling per vocabulary entry: a tiny model with a large vocabulary (262,144 tokens)
   decodes greedy and at the chat's default sampling, runs alternating; the difference in
   token time over the vocabulary. It goes through the engine's own sampling
@@ -43,7 +48,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 
 from engine.bench.hw import cpu_name, measure_read_bandwidth
-from engine.bench.speed_model import MachineSpeed, kernel_key
+from engine.bench.speed_model import MachineSpeed, kernel_key, split_key
 from engine.files import write_text_atomic
 from engine.memory import cpu_kernels
 from engine.model.gguf import read_gguf
@@ -58,9 +63,16 @@ EOS = 2
 FIXED_LAYERS = (2, 26)
 TINY_EMBD, TINY_FF = 64, 128
 FIXED_TYPE = "F32"
-# A kernel's model: two layers whose matrices hold about this many bytes in all.
-RATE_BYTES = 48 * MiB
+# A kernel's model: two layers whose matrices hold about this many bytes in all. More than
+# the caches keep between two tokens, as a model's weights: on a 2-core Xeon with a 480 MiB
+# L3, Q4_1/AMX went through 48 MiB at 36 GB/s and 96 MiB at 21.
+RATE_BYTES = 96 * MiB
 RATE_EMBD = 1024
+# A width class's model: layers of that shape holding about this many bytes of matrices,
+# within these layer counts (576-wide Q4_1 layers: 160 us a layer with 24 MiB in all, 250
+# with 50-75 MiB).
+LAYER_RATE_BYTES = 64 * MiB
+LAYER_RATE_LAYERS = (2, 64)
 # The sampling model: tiny layers and the largest vocabulary in common use (Gemma 3's).
 SAMPLING_VOCAB = 262_144
 VOCAB_EMBD = 32
@@ -166,15 +178,24 @@ def write_probe_model(
     w.close()
 
 
-def _rate_shape(type_name: str) -> tuple[int, int]:
-    """(n_embd, n_ff) of a kernel's probe: two layers of about RATE_BYTES of matrices, the
+def _rate_shape(type_name: str, rate_bytes: int = RATE_BYTES) -> tuple[int, int]:
+    """(n_embd, n_ff) of a kernel's probe: two layers of about `rate_bytes` of matrices, the
     FFN width a multiple of 256 (every block size divides it)."""
     block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
     per_value = size / block
     e = RATE_EMBD
-    per_layer = RATE_BYTES / 2 / per_value
+    per_layer = rate_bytes / 2 / per_value
     n_ff = max(256, int((per_layer - 4 * e * e) / (3 * e)) // 256 * 256)
     return e, n_ff
+
+
+def _layer_count(type_name: str, n_embd: int, n_ff: int, layer_bytes: int) -> int:
+    """Layers of a width class's probe: about `layer_bytes` of matrices (four square
+    attention products and three FFN products a layer)."""
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+    per_layer = (4 * n_embd * n_embd + 3 * n_embd * n_ff) * size / block
+    lo, hi = LAYER_RATE_LAYERS
+    return max(lo, min(hi, round(layer_bytes / per_layer)))
 
 
 # -- timing ------------------------------------------------------------------------------------
@@ -247,6 +268,8 @@ class ProbeSettings:
     threads: int
     extra_buffers: bool
     sampling_vocab: int = SAMPLING_VOCAB  # the sampling model's vocabulary
+    rate_bytes: int = RATE_BYTES  # a large-matrix probe's matrices
+    layer_rate_bytes: int = LAYER_RATE_BYTES  # a width class's probe's matrices
 
     @classmethod
     def default(cls, params: LoadParams | None = None) -> ProbeSettings:
@@ -307,17 +330,24 @@ def measure_rate(
     fixed: tuple[float, float],
     timer: StepTimer = decode_step_s,
 ) -> float | None:
-    """Weight bytes per second through the kernel `key` ("Q4_K/AMX"), or None when the probe
+    """Weight bytes per second through the kernel `key` ("Q4_K/AMX", or at a width class
+    "Q4_1/AMX@576x1536"), or None when the probe
     cannot make that kernel run here."""
-    type_name, _, buffer = key.partition("/")
+    try:
+        type_name, buffer, width = split_key(key)
+    except ValueError:
+        return None
     if type_name in _SKIP_TYPES or type_name not in GGMLQuantizationType.__members__:
         return None
     want_extra = buffer != "generic"
     if want_extra and not settings.extra_buffers:
         return None
-    e, n_ff = _rate_shape(type_name)
-    path = folder / f"rate-{type_name}.gguf"
-    write_probe_model(path, n_layer=2, n_embd=e, n_ff=n_ff, type_name=type_name)
+    if width is None:
+        n_layer, (e, n_ff) = 2, _rate_shape(type_name, settings.rate_bytes)
+    else:
+        (e, n_ff), n_layer = width, _layer_count(type_name, *width, settings.layer_rate_bytes)
+    path = folder / f"rate-{type_name}-{e}x{n_ff}.gguf"
+    write_probe_model(path, n_layer=n_layer, n_embd=e, n_ff=n_ff, type_name=type_name)
     try:
         gf = read_gguf(path)
         feats = cpu_kernels.detect()
@@ -325,6 +355,7 @@ def measure_rate(
             kernel_key(
                 t.type_name,
                 cpu_kernels.extra_buffer(t, feats) if want_extra else None,
+                width,
             )
             for t in gf.tensors
             if t.name.startswith("blk.") and cpu_kernels.matmul_weight(t)
@@ -338,7 +369,7 @@ def measure_rate(
     finally:
         path.unlink(missing_ok=True)
     per_layer, per_token = fixed
-    work = step - 2 * per_layer - per_token
+    work = step - n_layer * per_layer - per_token
     if work <= 0:
         return None
     return matrix_bytes / work

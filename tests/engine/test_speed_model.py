@@ -14,7 +14,15 @@ import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from engine.bench.speed_model import DecodeCost, MachineSpeed, kernel_key, predict
+from engine.bench.speed_model import (
+    DecodeCost,
+    MachineSpeed,
+    base_key,
+    kernel_key,
+    layer_width,
+    predict,
+    split_key,
+)
 from engine.bench.speed_probe import (
     FIXED_LAYERS,
     SpeedProfile,
@@ -44,7 +52,11 @@ def test_cost_counts_every_product_once_and_one_embedding_row(tmp_path: Path) ->
     layers = [t for t in gf.tensors if t.name.startswith("blk.") and len(t.shape) == 2]
     norms = [t for t in gf.tensors if "norm" in t.name]
     # Tied embeddings: the embedding is the output matrix (read whole) and a lookup (a row).
-    assert cost.matmul_bytes == {"Q8_0/generic": sum(t.n_bytes for t in layers) + embd.n_bytes}
+    # The layers' products are keyed by their width class, the output matrix by its kernel.
+    assert cost.matmul_bytes == {
+        "Q8_0/generic@256x512": sum(t.n_bytes for t in layers),
+        "Q8_0/generic": embd.n_bytes,
+    }
     assert cost.other_bytes == sum(t.n_bytes for t in norms) + embd.n_bytes // embd.shape[1]
     # 2 layers, 4 heads of 64 kept for K and V, f16, 100 cached cells.
     assert cost.kv_bytes == 100 * 2 * (2 * 256 * 2)
@@ -55,12 +67,29 @@ def test_cost_counts_every_product_once_and_one_embedding_row(tmp_path: Path) ->
 def test_cost_keys_follow_the_cpu_kernel_rules(tmp_path: Path) -> None:
     gf = probe(tmp_path)
     amx = DecodeCost.of(gf, features=AMX, extra_buffers=True)
-    assert set(amx.matmul_bytes) == {"Q8_0/AMX"}
+    assert set(amx.matmul_bytes) == {"Q8_0/AMX@256x512", "Q8_0/AMX"}
     # Extra buffers off: the generic kernels whatever the CPU.
     off = DecodeCost.of(gf, features=AMX, extra_buffers=False)
-    assert set(off.matmul_bytes) == {"Q8_0/generic"}
+    assert set(off.matmul_bytes) == {"Q8_0/generic@256x512", "Q8_0/generic"}
     assert sum(amx.matmul_bytes.values()) == sum(off.matmul_bytes.values())
     assert kernel_key("Q4_K", "CPU_REPACK") == "Q4_K/CPU_REPACK"
+
+
+@pytest.mark.parametrize(
+    ("type_name", "n_embd", "n_ff", "width"),
+    [
+        ("Q4_1", 576, 1536, (576, 1536)),  # whole 32-value blocks and 64-value heads already
+        ("Q4_K", 640, 2048, (768, 2048)),  # 256-value blocks: the probe's rows must hold them
+        ("F32", 100, 300, (128, 320)),  # whole heads
+        ("Q4_1", 576, 0, None),  # no FFN width in the header: no class
+    ],
+)
+def test_width_class_is_the_models_widths_in_whole_blocks_and_heads(
+    type_name: str, n_embd: int, n_ff: int, width: tuple[int, int] | None
+) -> None:
+    assert layer_width(type_name, n_embd, n_ff) == width
+    key = kernel_key(type_name, "AMX", width)
+    assert split_key(key) == (type_name, "AMX", width) and base_key(key) == f"{type_name}/AMX"
 
 
 def cost(**kw: object) -> DecodeCost:
@@ -113,6 +142,15 @@ def test_overhead_bound_and_unmeasured_kernels() -> None:
     assert "C/generic" in p.basis() and "Simulated CPU" in p.basis()
     with pytest.raises(ValueError, match="bandwidth"):
         predict(tiny, machine(bandwidth_bytes_per_s=0))
+
+
+def test_a_width_class_not_measured_takes_its_kernels_large_matrix_rate() -> None:
+    c = cost(matmul_bytes={"A/AMX@576x1536": 100 * MB}, other_bytes=0, kv_bytes=0)
+    p = predict(c, machine(rates={"A/AMX": 20e9, "A/AMX@576x1536": 0.0}))
+    assert p.unmeasured == ("A/AMX@576x1536",)
+    assert p.kernel_s == pytest.approx(100 * MB / 20e9)
+    measured = predict(c, machine(rates={"A/AMX": 20e9, "A/AMX@576x1536": 5e9}))
+    assert measured.unmeasured == () and measured.kernel_s == pytest.approx(100 * MB / 5e9)
 
 
 def test_twice_the_fixed_work_is_slower_by_exactly_that() -> None:
@@ -230,24 +268,59 @@ def test_sampling_is_measured_per_vocabulary_entry_and_added_to_every_token(
     assert again.machine() == again.cached() and len(sim.chat_calls) == chat_calls + 1
 
 
-def test_kernel_the_build_cannot_run_is_remembered_as_unmeasured(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("key", "refused"),
+    [
+        ("MXFP4/generic", False),  # a type the probe cannot write
+        ("NOT_A_TYPE/generic", False),
+        ("Q8_0/generic@wide", False),  # not a width class
+        ("Q8_0/generic", True),  # llama.cpp refuses the probe model
+    ],
+)
+def test_a_kernel_the_probe_cannot_run_is_remembered_as_unmeasured(
+    tmp_path: Path, key: str, refused: bool
+) -> None:
     sim = SimulatedDecoder(1e-4, 1e-3, {"F32": 1e12})
-    settings = sim_settings()
+
+    def timer(path: Path, params: LoadParams) -> float:
+        if refused and path.name.startswith("rate-"):
+            raise RuntimeError("llama.cpp could not load the model")
+        return sim(path, params)
+
     profile = SpeedProfile(
         tmp_path / "p.json",
-        settings,
+        sim_settings(),
+        timer=timer,
+        chat_timer=sim.chat,
+        bandwidth=lambda: 1e10,
+        load=QUIET,
+    )
+    m = profile.machine([key])
+    assert m.rates[key] == 0.0
+    # Remembered: not tried again on every prediction.
+    assert profile.known([key]) is not None
+    p = predict(DecodeCost("x", 1, {key: 10 * MB}, 0, 0, 0), m)
+    assert p.unmeasured == (key,)  # predicted at memory bandwidth
+
+
+def test_a_width_class_is_measured_on_layers_of_its_own_shape(tmp_path: Path) -> None:
+    # Small products go through slower than large ones: the simulated machine's Q4_1 runs at
+    # 3 GB/s on 576-wide layers and 9 GB/s on a large matrix.
+    narrow = "Q4_1/generic@576x1536"
+    sim = SimulatedDecoder(1e-4, 1e-3, {"F32": 1e12, narrow: 3e9, "Q4_1": 9e9})
+    profile = SpeedProfile(
+        tmp_path / "p.json",
+        sim_settings(),
         timer=sim,
         chat_timer=sim.chat,
         bandwidth=lambda: 1e10,
         load=QUIET,
     )
-    m = profile.machine(["MXFP4/generic", "NOT_A_TYPE/generic"])
-    assert m.rates["MXFP4/generic"] == 0.0 and m.rates["NOT_A_TYPE/generic"] == 0.0
-    p = predict(
-        DecodeCost("x", 1, {"MXFP4/generic": 10 * MB}, 0, 0, 0),
-        m,
-    )
-    assert p.unmeasured == ("MXFP4/generic",)  # predicted at memory bandwidth
+    m = profile.machine([narrow, "Q4_1/generic"])
+    assert "rate-Q4_1-576x1536.gguf" in sim.calls
+    # The probe's own small output matrix goes at the large rate: within 2%.
+    assert m.rates[narrow] == pytest.approx(3e9, rel=0.02)
+    assert m.rates["Q4_1/generic"] == pytest.approx(9e9, rel=0.02)
 
 
 def test_a_broken_profile_file_is_measured_again(tmp_path: Path) -> None:
@@ -265,27 +338,6 @@ def test_a_broken_profile_file_is_measured_again(tmp_path: Path) -> None:
     assert profile.cached() is None
     assert profile.machine().bandwidth_bytes_per_s == 1e10
     assert json.loads(file.read_text(encoding="utf-8"))  # rewritten whole
-
-
-def test_a_probe_llama_cpp_refuses_leaves_that_kernel_unmeasured(tmp_path: Path) -> None:
-    sim = SimulatedDecoder(1e-4, 1e-3, {"F32": 1e12})
-
-    def timer(path: Path, params: LoadParams) -> float:
-        if path.name.startswith("rate-"):
-            raise RuntimeError("llama.cpp could not load the model")
-        return sim(path, params)
-
-    profile = SpeedProfile(
-        tmp_path / "p.json",
-        sim_settings(),
-        timer=timer,
-        chat_timer=sim.chat,
-        bandwidth=lambda: 1e10,
-        load=QUIET,
-    )
-    assert profile.machine(["Q8_0/generic"]).rates["Q8_0/generic"] == 0.0
-    # Remembered: not tried again on every prediction.
-    assert profile.known(["Q8_0/generic"]) is not None
 
 
 def test_figures_measured_on_a_busy_machine_are_measured_again_once_it_is_quiet(

@@ -123,8 +123,9 @@ def test_hub_file_speed_before_download_then_measured(tmp_path: Path) -> None:
     assert "Q8_0" in badge.tooltip or "memory" in badge.tooltip
     assert again is not None and again.text == badge.text
     assert details.to_dict()["files"][0]["predicted_tokens_per_s"] == badge.tokens_per_s
-    # The probe ran: the fixed work, then the file's one kernel; nothing the second time.
-    assert len(sim.calls) == 3
+    # The probe ran: the fixed work, then the file's one kernel on a large matrix (its output
+    # matrix) and at its layers' width class; nothing the second time.
+    assert len(sim.calls) == 4 and "rate-Q8_0-256x512.gguf" in sim.calls
     # The simulated machine, by hand: what the prediction must equal.
     cost = svc.cost(read_gguf(local))
     per_token = 5e-4 + cost.n_layer * 1e-4

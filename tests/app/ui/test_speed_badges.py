@@ -103,7 +103,9 @@ def test_hub_files_show_the_predicted_speed_with_its_basis(
     tip = cell.toolTip()
     assert "Predicted on this machine" in tip and "threads" in tip and "MiB read per token" in tip
     qtbot.waitUntil(lambda: v.files.item(0, 3).text() == "RAM only", timeout=20_000)
-    assert len(sim.calls) == 3  # the probe ran once: fixed work, then the file's kernel
+    # The probe ran once: fixed work, then the file's kernel on a large matrix and at its
+    # layers' width class.
+    assert len(sim.calls) == 4
     qtbot.waitUntil(lambda: not v.busy, timeout=10_000)
 
 
