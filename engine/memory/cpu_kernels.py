@@ -151,7 +151,11 @@ def flash_attn_scalar(f: CpuFeatures, head_dims: Iterable[int]) -> bool:
     one head's width, and a width that is not a whole number of f16 steps leaves that much to
     scalar code. With AVX512-FP16 (a step of 128) a 64-wide head is all scalar: SmolLM2 decodes
     at 0.40x at 2,000 cached tokens and 0.31x at 7,600 on an AMX Xeon (docs/benchmarks.md),
-    where Gemma-3's 256-wide heads decode as fast with it as without."""
+    where Gemma-3's 256-wide heads decode as fast with it as without. The project's own build
+    compiles the f16 vectors without AVX512-FP16 (installers/llama_cpp/amx_tilecfg.h), which
+    covers 64-wide heads whole and makes flash attention 2-2.5x faster at depth there, but on
+    that CPU it still decodes them slower than without past ~1,500 cached tokens (0.94x at
+    2,000, 0.75x at 4,000, 0.68x at 7,600): so the rule keeps reading the CPU, not the build."""
     step = f16_vector_step(f)
     return step is not None and any(d > 0 and d % step for d in head_dims)
 

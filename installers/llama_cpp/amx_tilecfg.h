@@ -28,3 +28,20 @@ extern "C"
 #endif
 __attribute__((weak, used, visibility("default"))) const int candlewick_amx_tilecfg_fixed = 1;
 #endif
+
+/* ggml's f16 vectors under AVX512-FP16 (ggml-cpu/simd-mappings.h) work in steps of 128 halves
+ * and do the rest one element at a time (vec.cpp). Flash attention runs its per-cell K·Q dot
+ * product and V accumulation over one head's width, so heads narrower than 128 (SmolLM2's 64)
+ * went all scalar: decoding at 2,000 cached tokens took 2.3x as long with flash attention as
+ * without. Without the macro ggml takes its AVX-512 F16C path (steps of 64, f32 arithmetic),
+ * which covers those heads whole. The macro is dropped after <immintrin.h>, whose
+ * target pragmas would otherwise define it again. The marker tells such a build apart
+ * (`nm -D libggml-cpu.so`). */
+#if defined(__AVX512FP16__)
+#include <immintrin.h>
+#undef __AVX512FP16__
+#ifdef __cplusplus
+extern "C"
+#endif
+__attribute__((weak, used, visibility("default"))) const int candlewick_f16_avx512f_steps = 1;
+#endif
