@@ -25,8 +25,11 @@ def _uvicorn_config(state: ServerState, *, access_log: bool) -> uvicorn.Config:
         access_log=access_log,
         lifespan="off",
         ws="none",
-        http="h11",
-        loop="asyncio",
+        # uvicorn's "auto": httptools and uvloop where installed (C parsers and a libuv loop
+        # take less CPU per streamed chunk from the cores llama.cpp decodes on), else the
+        # pure-Python h11 and asyncio (uvloop has no Windows build).
+        http="auto",
+        loop="auto",
         server_header=False,
         timeout_graceful_shutdown=5,
     )
