@@ -12,8 +12,8 @@ kinds of work:
   CPU_REPACK layouts or the generic kernels: `engine.memory.cpu_kernels` has the rules), so
   each (type, kernel) has its own measured rate (`MachineSpeed.rates`). A layer's products
   are small (a few hundred KiB each in a model of 576-640 wide), and a kernel goes through a
-  small product at a fraction of its rate on a large one (Q4_1/AMX on a 2-core Xeon: about
-  11 GB/s on 576-wide layers against 35 on 48 MiB matrices; per-product work the size does
+  small product at a fraction of its rate on a large one (Q4_1/AMX on a 2-core Xeon: 10-14
+  GB/s on 576-wide layers against 34-36 on large matrices; per-product work the size does
   not amortise: quantizing the input on one thread, a barrier inside the kernel, rows split
   unevenly over the threads). So a layer's products are keyed by their width class too
   (`layer_width`: the model's embedding and FFN widths in whole blocks of the type,
@@ -21,14 +21,15 @@ kinds of work:
   product, keeps the plain key.
 * **Attention**: reading the cached keys and values of the context, at memory bandwidth.
 * **Fixed work**: graph building, scheduling, and the threads meeting after each operation,
-  a cost per layer and a cost per token that do not depend on the weights' size. On two
-  cores it is a third or more of a small model's time, which a bandwidth roofline ignores.
+  a cost per layer and a cost per token that do not depend on the weights' size (on two
+  cores about 0.7 ms of SmolLM2-135M's 7), which a bandwidth roofline ignores.
 
 The step's time is the slower of the kernels' time and the memory's time (all bytes at the
 measured read bandwidth) plus the fixed work. Then the token is sampled: the chat's default
 sampler chain (repeat penalty, top-k, top-p, min-p, temperature) goes over every logit of the
 vocabulary, a cost per vocabulary entry that the probe's small vocabularies hide (Gemma 3's
-262,144 tokens: about a millisecond a token on a 2-core Xeon). `engine.bench.speed_probe`
+262,144 tokens: a few hundredths of a millisecond a token through the engine's sampling on a
+2-core Xeon). `engine.bench.speed_probe`
 measures every figure on this machine through the engine itself; nothing here is a constant
 measured somewhere else.
 """

@@ -63,9 +63,9 @@ EOS = 2
 FIXED_LAYERS = (2, 26)
 TINY_EMBD, TINY_FF = 64, 128
 FIXED_TYPE = "F32"
-# A kernel's model: two layers whose matrices hold about this many bytes in all. More than
-# the caches keep between two tokens, as a model's weights: on a 2-core Xeon with a 480 MiB
-# L3, Q4_1/AMX went through 48 MiB at 36 GB/s and 96 MiB at 21.
+# A kernel's model: two layers whose matrices hold about this many bytes in all, more than
+# the caches keep between two tokens, as a model's weights are (a 480 MiB L3 shared with
+# other programs on a 2-core Xeon VM kept some tens of MiB).
 RATE_BYTES = 96 * MiB
 RATE_EMBD = 1024
 # A width class's model: layers of that shape holding about this many bytes of matrices,
