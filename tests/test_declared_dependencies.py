@@ -66,6 +66,15 @@ class _Imports(ast.NodeVisitor):
 
     visit_TryStar = visit_Try
 
+    def generic_visit(self, node: ast.AST) -> None:
+        # An import is a statement: only the lists that hold statements are walked (bodies,
+        # handlers, match cases), never the expressions, most of a file's nodes.
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            children = getattr(node, field, None)
+            if isinstance(children, list):
+                for child in children:
+                    self.visit(child)
+
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._add(alias.name, node.lineno)
