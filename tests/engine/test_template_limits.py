@@ -4,7 +4,6 @@ real templates render exactly as plain Jinja renders them."""
 from __future__ import annotations
 
 import json
-import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -131,33 +130,27 @@ def test_hostile_template_is_stopped_with_its_message(
 ) -> None:
     # The deadline is a backstop whose reason depends on the machine's speed; here each case
     # must be stopped by the bound it tests.
+    # The message names the bound that stopped it (a wall-clock check would flake when busy).
     monkeypatch.setattr(template_sandbox, "MAX_SECONDS", 30.0)
-    t0 = time.perf_counter()
     assert _render(source) == message
-    assert time.perf_counter() - t0 < 1.5
 
 
 @pytest.mark.parametrize("source", [s for s, _ in HOSTILE.values()], ids=HOSTILE.keys())
 def test_hostile_template_stays_small(source: str) -> None:
     tracemalloc.start()
     try:
-        t0 = time.perf_counter()
         message = _render(source)
-        elapsed = time.perf_counter() - t0
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert message.startswith(P) and "\n" not in message
-    assert elapsed < template_sandbox.MAX_SECONDS + 0.5
     assert peak < 16_000_000
 
 
 def test_deadline_stops_a_slow_template(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(template_sandbox, "MAX_SECONDS", 0.05)
     monkeypatch.setattr(template_sandbox, "STEPS_BASE", 10**9)
-    t0 = time.perf_counter()
     assert _render(HOSTILE["nested range() loops"][0]) == P + "ran longer than 0.05 s"
-    assert time.perf_counter() - t0 < 0.5
 
 
 # Gemma-3's published chat template (its tokenizer_config); the Gemma-3-270M test file
@@ -283,7 +276,6 @@ def test_long_conversation_stays_inside_the_budgets() -> None:
     messages = [
         {"role": ("user", "assistant")[i % 2], "content": f"turn {i} " * 20} for i in range(5000)
     ]
-    t0 = time.perf_counter()
+    # Past the deadline or a budget the render raises, so rendering at all is the check.
     text = ChatTemplate(GEMMA3, bos_token="<s>").render(messages)
-    assert time.perf_counter() - t0 < template_sandbox.MAX_SECONDS
     assert text.count("<start_of_turn>") == 5001
