@@ -178,7 +178,13 @@ class SpeculativeSettings:
 
 
 def resolve_flash_attn(
-    requested: FlashAttn, type_v: str, *, gpu: bool | None = None, scalar_kernel: bool = False
+    requested: FlashAttn,
+    type_v: str,
+    *,
+    gpu: bool | None = None,
+    scalar_kernel: bool = False,
+    ctx_limit: int | None = None,
+    ctx_per_seq: int = 0,
 ) -> FlashAttn:
     """What 'auto' means here. A quantized V cache needs flash attention. With a GPU,
     llama.cpp's own choice stands. On a CPU-only build it is on (benchmarks/flash_attn_default.py
@@ -190,7 +196,10 @@ def resolve_flash_attn(
     Speculative decoding wants it too (docs/speculative.md). It is off where this CPU's kernel
     would go element by element over the model's heads (`scalar_kernel`:
     cpu_kernels.flash_attn_scalar; an AMX Xeon decodes SmolLM2 at a third of the speed with it
-    at depth). `gpu` says whether a GPU takes part (None: whether this build can offload)."""
+    at depth). It is off too where this CPU's kernel decodes the heads slower past `ctx_limit`
+    cached cells (cpu_kernels.flash_attn_ctx_limit) and a sequence may hold more: `ctx_per_seq`,
+    n_ctx // n_seq_max, 0 when unknown (the model's own). `gpu` says whether a GPU takes part
+    (None: whether this build can offload)."""
     if requested != "auto":
         return requested
     if type_v not in ("f16", "f32", "bf16"):
@@ -199,7 +208,11 @@ def resolve_flash_attn(
         gpu = llama_lib.supports_gpu_offload()
     if gpu:
         return "auto"
-    return "off" if scalar_kernel else "on"
+    if scalar_kernel:
+        return "off"
+    if ctx_limit is not None and not 0 < ctx_per_seq <= ctx_limit:
+        return "off"
+    return "on"
 
 
 def use_extra_buffers(requested: bool | None) -> bool:

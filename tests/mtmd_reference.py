@@ -14,21 +14,30 @@ import llama_cpp.mtmd_cpp as M
 from engine.memory import cpu_kernels
 from engine.model.gguf import read_gguf
 from engine.native.projector import Pixels
+from engine.settings import resolve_flash_attn
 
 
 def greedy_reply(
     model_path: Path, mmproj: Path, prompt: str, image: Pixels, n_tokens: int, *, n_ctx: int
 ) -> str:
     """`prompt` (rendered, one marker) with `image`: the first `n_tokens` greedy tokens, as
-    text. Flash attention as the engine's CPU 'auto' resolves it for this file (on, but over
-    heads the CPU kernel would take element by element), 2 threads: the engine's defaults."""
+    text. Flash attention as the engine's CPU 'auto' resolves it for this file and context
+    (engine.settings.resolve_flash_attn), 2 threads: the engine's defaults."""
     mp = C.llama_model_default_params()
     model = C.llama_model_load_from_file(str(model_path).encode(), mp)
     assert model
     cp = C.llama_context_default_params()
     cp.n_ctx, cp.n_threads, cp.n_threads_batch = n_ctx, 2, 2
-    scalar = cpu_kernels.flash_attn_scalar_for(read_gguf(model_path), "f16", "f16")
-    cp.flash_attn_type = 0 if scalar else 1
+    gf = read_gguf(model_path)
+    flash = resolve_flash_attn(
+        "auto",
+        "f16",
+        gpu=False,
+        scalar_kernel=cpu_kernels.flash_attn_scalar_for(gf, "f16", "f16"),
+        ctx_limit=cpu_kernels.flash_attn_ctx_limit_for(gf, "f16", "f16"),
+        ctx_per_seq=n_ctx,
+    )
+    cp.flash_attn_type = 1 if flash == "on" else 0
     ctx = C.llama_init_from_model(model, cp)
     params = M.mtmd_context_params_default()
     params.use_gpu, params.n_threads, params.print_timings = False, 2, False

@@ -159,6 +159,8 @@ def load(
         params.flash_attn,
         params.type_v,
         scalar_kernel=cpu_kernels.flash_attn_scalar_for(gguf, params.type_k, params.type_v),
+        ctx_limit=cpu_kernels.flash_attn_ctx_limit_for(gguf, params.type_k, params.type_v),
+        ctx_per_seq=params.n_ctx // max(params.n_seq_max, 1),
     )
     shape = ContextShape(params, params.n_threads or default_threads(), flash)
     cp = shape.context_params(params.n_ctx, params.n_seq_max)

@@ -46,6 +46,12 @@ SPLIT_KV_CELLS = 512
 KV_VIEW_PAD = 256
 # ggml-cpu/common.h GGML_FA_TILE_Q: batches of this many queries take the tiled kernel.
 FA_TILE_Q = 64
+# Cached cells per sequence up to which flash attention decodes heads narrower than 128 at
+# least as fast as without it on an AVX512-FP16 CPU whose build steps in AVX-512F's 64
+# (SmolLM2, AMX Xeon, docs/benchmarks.md "Flash attention on the CPU": on/off 1.13 at 128
+# cached tokens, 1.05 at 1,000, 0.94 at 2,000, 0.75 at 4,000, 0.68 at 7,600).
+FLASH_ATTN_NARROW_CROSSOVER = 1536
+_NARROW_HEAD = 128  # AVX512-FP16's f16 step: what the crossover above was measured under
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,9 @@ class CpuFeatures:
     # Not in llama_print_system_info: whether the build's f16 vectors are AVX512-FP16 ones
     # (`detect` infers it for a native build; see `f16_vector_step`).
     avx512_fp16: bool = False
+    # Nor whether the build steps in AVX-512F's 64 on a CPU that has AVX512-FP16
+    # (llama_lib.f16_vectors_avx512f: installers/llama_cpp/amx_tilecfg.h).
+    f16_avx512f_steps: bool = False
 
     @classmethod
     def parse(cls, system_info: str) -> CpuFeatures:
@@ -109,10 +118,14 @@ class CpuFeatures:
 def detect() -> CpuFeatures:
     """This build's CPU features. AVX512-FP16 is not among the features llama.cpp prints:
     a native build (the project's own: GGML_NATIVE) compiles its f16 vectors with it when the
-    CPU has it, so a build with AVX-512 on a CPU that has it is taken to use it."""
+    CPU has it, so a build with AVX-512 on a CPU that has it is taken to use it, unless the
+    build says it steps in AVX-512F's 64 instead (the project's own build does)."""
     f = CpuFeatures.parse(llama_lib.system_info())
     if f.avx512 and "avx512_fp16" in _cpu_flags():
-        f = dataclasses.replace(f, avx512_fp16=True)
+        if llama_lib.f16_vectors_avx512f():
+            f = dataclasses.replace(f, f16_avx512f_steps=True)
+        else:
+            f = dataclasses.replace(f, avx512_fp16=True)
     return f
 
 
@@ -155,18 +168,37 @@ def flash_attn_scalar(f: CpuFeatures, head_dims: Iterable[int]) -> bool:
     compiles the f16 vectors without AVX512-FP16 (installers/llama_cpp/amx_tilecfg.h), which
     covers 64-wide heads whole and makes flash attention 2-2.5x faster at depth there, but on
     that CPU it still decodes them slower than without past ~1,500 cached tokens (0.94x at
-    2,000, 0.75x at 4,000, 0.68x at 7,600): so the rule keeps reading the CPU, not the build."""
+    2,000, 0.75x at 4,000, 0.68x at 7,600): `flash_attn_ctx_limit` says so."""
     step = f16_vector_step(f)
     return step is not None and any(d > 0 and d % step for d in head_dims)
 
 
-def flash_attn_scalar_for(gf: GGUFFile, type_k: str, type_v: str) -> bool:
-    """`flash_attn_scalar` for this build and a model's heads, over the f16 parts of its cache
-    (a quantized cache type takes its own dot product)."""
+def flash_attn_ctx_limit(f: CpuFeatures, head_dims: Iterable[int]) -> int | None:
+    """The cached cells per sequence past which flash attention decodes slower than without
+    it, or None where no such limit was measured. Only heads narrower than 128 on an
+    AVX512-FP16 CPU whose build steps in 64 (`f16_avx512f_steps`) have one: whole steps, but
+    the per-cell overhead of the one-query kernel outweighs the smaller cache reads at depth."""
+    if f.f16_avx512f_steps and any(0 < d < _NARROW_HEAD for d in head_dims):
+        return FLASH_ATTN_NARROW_CROSSOVER
+    return None
+
+
+def _f16_head_dims(gf: GGUFFile, type_k: str, type_v: str) -> list[int]:
+    """The model's head widths over the f16 parts of its cache (a quantized cache type takes
+    its own dot product)."""
     facts = model_facts(gf)
     dims = [facts.head_dim_k] if type_k == "f16" else []
-    dims += [facts.head_dim_v] if type_v == "f16" else []
-    return flash_attn_scalar(detect(), dims)
+    return dims + ([facts.head_dim_v] if type_v == "f16" else [])
+
+
+def flash_attn_scalar_for(gf: GGUFFile, type_k: str, type_v: str) -> bool:
+    """`flash_attn_scalar` for this build and a model's heads."""
+    return flash_attn_scalar(detect(), _f16_head_dims(gf, type_k, type_v))
+
+
+def flash_attn_ctx_limit_for(gf: GGUFFile, type_k: str, type_v: str) -> int | None:
+    """`flash_attn_ctx_limit` for this build and a model's heads."""
+    return flash_attn_ctx_limit(detect(), _f16_head_dims(gf, type_k, type_v))
 
 
 # -- which weights are matrix products (and so may be copied) -------------------------------
@@ -429,6 +461,7 @@ def tied_output(tensors: Iterable[TensorInfo]) -> bool:
 
 
 __all__ = [
+    "FLASH_ATTN_NARROW_CROSSOVER",
     "CpuFeatures",
     "Exactness",
     "ExtraBuffer",

@@ -83,6 +83,8 @@ def estimate(
         p.load.type_v,
         gpu=bool(hw.offload_devices),
         scalar_kernel=cpu_kernels.flash_attn_scalar_for(gf, p.load.type_k, p.load.type_v),
+        ctx_limit=cpu_kernels.flash_attn_ctx_limit_for(gf, p.load.type_k, p.load.type_v),
+        ctx_per_seq=p.load.n_ctx // max(p.load.n_seq_max, 1),
     )
     p = p.with_load(flash_attn=flash)
     if embedding_pooling(gf) > 0:

@@ -126,21 +126,35 @@ def amx_build() -> bool:
 AMX_MARKER = "candlewick_amx_tilecfg_fixed"
 
 
-def amx_kernels_safe() -> bool:
-    """Whether the AMX kernels of this build can run multi-token batches.
+# Exported by the same builds: ggml's f16 vectors are compiled without AVX512-FP16, in
+# AVX-512F steps of 64 elements, even on a CPU that has AVX512-FP16 (steps of 128).
+F16_AVX512F_MARKER = "candlewick_f16_avx512f_steps"
 
-    Built natively on an AMX CPU by GCC before 13 without the fix above, they fault on the
-    first batch of more than one token (the tile configuration is loaded half-written). The
-    marker symbol is looked up through the loaded libllama, which links ggml's CPU backend.
-    """
+
+def _exports(symbol: str) -> bool:
+    """Whether the loaded libllama (which links ggml's CPU backend) exports `symbol`."""
     loaded = getattr(lib(), "_lib", None)
     if loaded is None:
         return False
     try:
-        getattr(loaded, AMX_MARKER)
+        getattr(loaded, symbol)
     except AttributeError:
         return False
     return True
+
+
+def amx_kernels_safe() -> bool:
+    """Whether the AMX kernels of this build can run multi-token batches.
+
+    Built natively on an AMX CPU by GCC before 13 without the fix above, they fault on the
+    first batch of more than one token (the tile configuration is loaded half-written).
+    """
+    return _exports(AMX_MARKER)
+
+
+def f16_vectors_avx512f() -> bool:
+    """Whether this build's f16 vectors step in AVX-512F's 64 elements whatever the CPU."""
+    return _exports(F16_AVX512F_MARKER)
 
 
 # llama.cpp ends a refused load with this line; the reason is on a line before it.

@@ -71,10 +71,31 @@ def test_features_parse_what_llama_cpp_prints() -> None:
     # This build's own line parses to something that names its SIMD level; AVX512-FP16, which
     # the line does not name, comes from the CPU's flags on an AVX-512 build.
     here = cpu_kernels.detect()
-    assert dataclasses.replace(here, avx512_fp16=False) == CpuFeatures.parse(
-        cpu_kernels.llama_lib.system_info()
+    assert dataclasses.replace(here, avx512_fp16=False, f16_avx512f_steps=False) == (
+        CpuFeatures.parse(cpu_kernels.llama_lib.system_info())
     )
-    assert here.avx512_fp16 == (here.avx512 and "avx512_fp16" in cpu_kernels._cpu_flags())
+    fp16_cpu = here.avx512 and "avx512_fp16" in cpu_kernels._cpu_flags()
+    assert here.avx512_fp16 + here.f16_avx512f_steps == fp16_cpu
+    assert here.f16_avx512f_steps == (fp16_cpu and cpu_kernels.llama_lib.f16_vectors_avx512f())
+
+
+@pytest.mark.parametrize("marker", [False, True])
+def test_detect_reads_the_builds_f16_step_marker(
+    monkeypatch: pytest.MonkeyPatch, marker: bool
+) -> None:
+    # An AVX512-FP16 CPU: the build's marker says its f16 vectors step in 64, not 128.
+    monkeypatch.setattr(cpu_kernels.llama_lib, "system_info", lambda: "CPU : AVX512 = 1 |")
+    monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: frozenset({"avx512_fp16"}))
+    monkeypatch.setattr(cpu_kernels.llama_lib, "f16_vectors_avx512f", lambda: marker)
+    f = cpu_kernels.detect.__wrapped__()
+    assert (f.avx512_fp16, f.f16_avx512f_steps) == (not marker, marker)
+    assert cpu_kernels.f16_vector_step(f) == (64 if marker else 128)
+    assert cpu_kernels.flash_attn_scalar(f, [64]) == (not marker)
+    # A CPU without AVX512-FP16 steps in 64 either way and has no measured limit.
+    monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: frozenset())
+    f = cpu_kernels.detect.__wrapped__()
+    assert not f.avx512_fp16 and not f.f16_avx512f_steps
+    assert cpu_kernels.flash_attn_ctx_limit(f, [64]) is None
 
 
 SPR = dataclasses.replace(F["xeon"], avx512_fp16=True)
@@ -99,6 +120,18 @@ def test_flash_attention_goes_element_by_element_for_narrow_heads_under_avx512_f
     assert not cpu_kernels.flash_attn_scalar(SPR, [])  # a quantized cache: no f16 heads
 
 
+def test_narrow_heads_on_avx512f_steps_have_a_context_limit() -> None:
+    # The project's build on an AMX Xeon: 64-wide heads in whole steps, slower past ~1,500 cells.
+    spr64 = dataclasses.replace(F["xeon"], f16_avx512f_steps=True)
+    limit = cpu_kernels.FLASH_ATTN_NARROW_CROSSOVER
+    assert cpu_kernels.flash_attn_ctx_limit(spr64, [64, 64]) == limit == 1536
+    assert not cpu_kernels.flash_attn_scalar(spr64, [64, 64])
+    assert cpu_kernels.flash_attn_ctx_limit(spr64, [256, 256]) is None  # wide heads: none
+    assert cpu_kernels.flash_attn_ctx_limit(spr64, []) is None  # a quantized cache
+    assert cpu_kernels.flash_attn_ctx_limit(SPR, [64]) is None  # scalar instead (off at once)
+    assert cpu_kernels.flash_attn_ctx_limit(F["epyc"], [64]) is None
+
+
 def test_flash_attention_rule_reads_the_models_heads(
     monkeypatch: pytest.MonkeyPatch, smollm2_path: Path, gemma_path: Path
 ) -> None:
@@ -107,6 +140,13 @@ def test_flash_attention_rule_reads_the_models_heads(
     assert cpu_kernels.flash_attn_scalar_for(smol, "f16", "f16")
     assert not cpu_kernels.flash_attn_scalar_for(smol, "q8_0", "q8_0")
     assert not cpu_kernels.flash_attn_scalar_for(gemma, "f16", "f16")
+    assert cpu_kernels.flash_attn_ctx_limit_for(smol, "f16", "f16") is None
+    monkeypatch.setattr(
+        cpu_kernels, "detect", lambda: dataclasses.replace(F["xeon"], f16_avx512f_steps=True)
+    )
+    assert cpu_kernels.flash_attn_ctx_limit_for(smol, "f16", "f16") == 1536
+    assert cpu_kernels.flash_attn_ctx_limit_for(smol, "q8_0", "q8_0") is None
+    assert cpu_kernels.flash_attn_ctx_limit_for(gemma, "f16", "f16") is None
     monkeypatch.setattr(cpu_kernels, "detect", lambda: F["epyc"])
     assert not cpu_kernels.flash_attn_scalar_for(smol, "f16", "f16")
 

@@ -33,7 +33,13 @@ from engine.host.stats import GenerationStats
 from engine.memory import cpu_kernels
 from engine.model.gguf import GGUFError, read_gguf
 from engine.native import llama_lib
-from engine.settings import LoadParams, SamplingParams, SpecMode, SpeculativeSettings
+from engine.settings import (
+    LoadParams,
+    SamplingParams,
+    SpecMode,
+    SpeculativeSettings,
+    resolve_flash_attn,
+)
 from tests.engine.drafting import always_draft  # noqa: F401 (a fixture)
 from tests.exactness import assert_same_greedy
 
@@ -100,11 +106,20 @@ def self_draft(exact_smollm2_path: Path) -> Iterator[Model]:
     model.close()
 
 
-def flash_auto(path: Path) -> str:
-    """How llama.cpp reports 'auto' resolved for this file on this build's CPU: on, except where
-    the kernel would go element by element over its heads (cpu_kernels.flash_attn_scalar)."""
-    scalar = cpu_kernels.flash_attn_scalar_for(read_gguf(path), "f16", "f16")
-    return "disabled" if scalar else "enabled"
+def flash_auto(path: Path, n_ctx: int) -> str:
+    """How llama.cpp reports 'auto' resolved for this file and one sequence of `n_ctx` cells on
+    this build's CPU: on, except where the kernel would go element by element over its heads
+    or decode them slower past a crossover the context reaches (engine.settings)."""
+    gf = read_gguf(path)
+    flash = resolve_flash_attn(
+        "auto",
+        "f16",
+        gpu=False,
+        scalar_kernel=cpu_kernels.flash_attn_scalar_for(gf, "f16", "f16"),
+        ctx_limit=cpu_kernels.flash_attn_ctx_limit_for(gf, "f16", "f16"),
+        ctx_per_seq=n_ctx,
+    )
+    return "enabled" if flash == "on" else "disabled"
 
 
 def flash_line(model: Model) -> str:
@@ -534,7 +549,7 @@ def test_speculation_set_at_load(exact_smollm2_path: Path, smollm2: Model) -> No
     with Model(exact_smollm2_path, params) as m:
         assert m.params.drafting
         assert m.speculator is None  # prompt lookup needs no second model
-        assert flash_line(m) == flash_auto(exact_smollm2_path)  # 'auto' as for any CPU load
+        assert flash_line(m) == flash_auto(exact_smollm2_path, 1024)  # as for any CPU load
         gen = m.generate(QUOTE, GREEDY)
         gen.consume()
         same(m, gen.tokens, ref)
@@ -548,7 +563,7 @@ def test_speculation_set_at_load(exact_smollm2_path: Path, smollm2: Model) -> No
         assert_kv_clean(m)
     with Model(exact_smollm2_path, exact_params(n_ctx=256, n_threads=1, state_cache_mb=0)) as m:
         assert m.speculator is None
-        assert flash_line(m) == flash_auto(exact_smollm2_path)  # for plain decoding on a CPU too
+        assert flash_line(m) == flash_auto(exact_smollm2_path, 256)  # plain decoding on a CPU too
         gen = m.generate(QUOTE, SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=8))
         gen.consume()
         assert gen.stats.draft_tokens == 0
@@ -560,12 +575,14 @@ def test_speculation_set_at_load(exact_smollm2_path: Path, smollm2: Model) -> No
 )
 def test_drafting_with_amx_weights(smollm2_path: Path) -> None:
     """With AMX weights one-token and batch products round differently whatever flash
-    attention does, so drafting keeps the faster default (off on a CPU) instead of forcing
-    it on; drafts are still verified by the model and leave no stray cells."""
+    attention does, so drafting keeps the faster default (off on such a CPU for a context past
+    the crossover) instead of forcing it on; drafts are still verified by the model and leave
+    no stray cells."""
     params = LoadParams(
-        n_ctx=1024, n_threads=1, state_cache_mb=0, speculative=SpeculativeSettings(mode="lookup")
+        n_ctx=2048, n_threads=1, state_cache_mb=0, speculative=SpeculativeSettings(mode="lookup")
     )
     with Model(smollm2_path, params) as m:
+        assert flash_auto(smollm2_path, 2048) == "disabled"
         assert not m.exactness.exact and flash_line(m) == "disabled"
         gen = m.generate(QUOTE, GREEDY)
         gen.consume()

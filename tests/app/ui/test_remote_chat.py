@@ -209,12 +209,18 @@ def served_exactness() -> Exactness:
     assert path is not None
     gf = read_gguf(path)
     tensors = gf.tensors
-    scalar = cpu_kernels.flash_attn_scalar_for(gf, "f16", "f16")
+    flash = resolve_flash_attn(
+        "auto",
+        "f16",
+        scalar_kernel=cpu_kernels.flash_attn_scalar_for(gf, "f16", "f16"),
+        ctx_limit=cpu_kernels.flash_attn_ctx_limit_for(gf, "f16", "f16"),
+        ctx_per_seq=4096,  # serve's default --ctx, per slot
+    )
     return batch_exactness(
         tensors,
         cpu_kernels.detect(),
         extra_buffers=use_extra_buffers(None),
-        flash_attn=resolve_flash_attn("auto", "f16", scalar_kernel=scalar) == "on",
+        flash_attn=flash == "on",
         type_k="f16",
         type_v="f16",
         gpu_layers=0,
