@@ -1,7 +1,8 @@
 """`candlewick run MODEL PROMPT`: stream an answer to stdout, or print stats as JSON.
 
 The model loads with the settings saved for it, and its saved sampling defaults apply: an
-option typed on the command line > saved for this model > the options' defaults.
+option typed on the command line > saved for this model > the options' defaults. Its context,
+when neither --ctx nor a saved one says, is sized to the one answer (`one_shot_ctx`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from engine.media.images import decode_image
 from engine.memory.estimate import estimate
 from engine.memory.params import EstimateParams
 from engine.memory.result import DoesNotFitError
+from engine.model.gguf import read_gguf
 from engine.native.projector import Media, marker
 from engine.settings import FlashAttn, LoadParams, SamplingParams, SpeculativeSettings
 
@@ -178,12 +180,36 @@ def with_saved_settings(
     if args.draft or args.lookup:
         keep.add("flash_attn")  # drafting chose it: exact output needs it
     params = saved.load_params(params, keys=SERVED_KEYS, keep=keep)
+    if "n_ctx" not in keep and "n_ctx" not in saved.saved and not (args.image or args.audio):
+        train = int(read_gguf(path).arch_value("context_length", 0) or 0)
+        prompt = len(args.prompt.encode()) + len((args.system or "").encode())
+        drafts = DRAFT_MARGIN if args.draft or args.lookup else 0
+        n_ctx = one_shot_ctx(prompt, args.max_tokens + drafts, train)
+        params = dataclasses.replace(params, n_ctx=n_ctx)
     typed = given_options(args)
     sampling = dataclasses.replace(
         sampling,
         **{k: v for k, v in saved.saved.items() if k in SAMPLING_KEYS and k not in typed},
     )
     return params, sampling
+
+
+# A one-shot context: the prompt (its UTF-8 bytes: no token is shorter than a byte, so the
+# bound holds before the model is loaded), the answer, what the chat template wraps around them
+# (role markers, a default system prompt), in steps of the cache's 256-cell views. Media and a
+# context given or saved keep the --ctx rules.
+RUN_CTX_MIN = 512
+RUN_CTX_STEP = 256
+TEMPLATE_OVERHEAD = 128
+DRAFT_MARGIN = 64  # a speculative step verifies up to 64 drafted tokens past the answer's end
+
+
+def one_shot_ctx(prompt_bytes: int, answer_tokens: int, train_ctx: int) -> int:
+    """Cells for one prompt and one answer of up to `answer_tokens`: rounded up to
+    RUN_CTX_STEP, at least RUN_CTX_MIN, never above the model's training context (0: unknown)."""
+    need = prompt_bytes + answer_tokens + TEMPLATE_OVERHEAD
+    n_ctx = max(RUN_CTX_MIN, -(-need // RUN_CTX_STEP) * RUN_CTX_STEP)
+    return min(n_ctx, train_ctx) if train_ctx > 0 else n_ctx
 
 
 def run_remote(args: argparse.Namespace) -> int:

@@ -79,3 +79,39 @@ def test_run_takes_the_saved_settings_under_its_typed_options(smollm2_path: Path
         5,
         0.95,
     )
+
+
+def test_run_sizes_its_context_to_the_answer_unless_told(smollm2_path: Path) -> None:
+    from app.cli import build_parser, run_cmd
+    from engine.model.gguf import read_gguf
+
+    def n_ctx(*typed: str, prompt: str = "Hi") -> int:
+        args = build_parser("run").parse_args(["run", "default", prompt, *typed])
+        p, _ = run_cmd.with_saved_settings(
+            smollm2_path, args, run_cmd.run_load_params(args), run_cmd._sampling(args)
+        )
+        return p.n_ctx
+
+    train = int(read_gguf(smollm2_path).arch_value("context_length"))
+    # A short prompt: its bytes + 512 answer tokens + the template's 128, in steps of 256.
+    assert n_ctx() == 768
+    assert n_ctx("--max-tokens", "64") == 512  # never below 512
+    assert n_ctx("--max-tokens", "380") == 512
+    assert n_ctx("--lookup", "--max-tokens", "380") == 768  # drafts past the answer's end
+    assert n_ctx("--max-tokens", "100", prompt="x" * 3000) == 3328  # bytes bound the tokens
+    assert n_ctx(prompt="x" * (2 * train)) == train  # never above the training context
+    assert n_ctx("--image", "photo.png") == 4096  # media tokens are not counted: --ctx's default
+    # --ctx given, or a context saved for the model, wins.
+    assert n_ctx("--ctx", "4096") == 4096
+    ModelSettingsStore.for_paths().save(smollm2_path, {"n_ctx": 2048})
+    assert n_ctx() == 2048
+    assert n_ctx("--ctx", "1024") == 1024
+
+
+def test_one_shot_ctx_rounds_and_clamps() -> None:
+    from app.cli.run_cmd import one_shot_ctx
+
+    assert one_shot_ctx(0, 1, 8192) == 512
+    assert one_shot_ctx(1000, 512, 8192) == 1792  # 1,640 cells rounded up to 256
+    assert one_shot_ctx(1000, 512, 1024) == 1024
+    assert one_shot_ctx(1000, 512, 0) == 1792  # unknown training context: no cap
