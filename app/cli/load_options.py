@@ -116,8 +116,9 @@ def add_load_options(
         action=Given,
         choices=get_args(FlashAttn),
         default=d.flash_attn,
-        help="flash attention (auto: llama.cpp's choice with a GPU, otherwise on; a "
-        "quantized V cache needs it; off answers a follow-up at depth sooner, "
+        help="flash attention (auto: llama.cpp's choice with a GPU, otherwise on, but for "
+        "narrow heads on a CPU whose kernels lose at depth only while a sequence's context "
+        "stays short; a quantized V cache needs it; off answers a follow-up at depth sooner, "
         "see docs/benchmarks.md)",
     )
     g.add_argument(

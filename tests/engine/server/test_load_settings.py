@@ -18,9 +18,16 @@ def test_health_and_models_show_the_load_settings(
     assert settings["ctx_per_slot"] == 1024
     assert settings["kv_type_k"] == settings["kv_type_v"] == "f16"
     assert settings["flash_attn_requested"] == "auto"
-    # 'auto' as this CPU resolves it for the model's heads (cpu_kernels.flash_attn_scalar).
-    scalar = cpu_kernels.flash_attn_scalar_for(served.model.gguf, "f16", "f16")
-    assert settings["flash_attn"] == resolve_flash_attn("auto", "f16", scalar_kernel=scalar)
+    # 'auto' as this CPU resolves it for the model's heads and a slot's context
+    # (cpu_kernels.flash_attn_scalar, flash_attn_ctx_limit).
+    gf = served.model.gguf
+    assert settings["flash_attn"] == resolve_flash_attn(
+        "auto",
+        "f16",
+        scalar_kernel=cpu_kernels.flash_attn_scalar_for(gf, "f16", "f16"),
+        ctx_limit=cpu_kernels.flash_attn_ctx_limit_for(gf, "f16", "f16"),
+        ctx_per_seq=settings["ctx_per_slot"],
+    )
     assert settings["threads"] == 2
     assert settings["speculative"] == "off"
     # llama.cpp's own figure: 30 layers x 192 K/V values x 2 bytes x 2 x 4096 cells = 90 MiB.
