@@ -14,7 +14,6 @@ import llama_cpp.mtmd_cpp as M
 from engine.memory import cpu_kernels
 from engine.model.gguf import read_gguf
 from engine.native.projector import Pixels
-from engine.settings import resolve_flash_attn
 
 
 def greedy_reply(
@@ -29,14 +28,7 @@ def greedy_reply(
     cp = C.llama_context_default_params()
     cp.n_ctx, cp.n_threads, cp.n_threads_batch = n_ctx, 2, 2
     gf = read_gguf(model_path)
-    flash = resolve_flash_attn(
-        "auto",
-        "f16",
-        gpu=False,
-        scalar_kernel=cpu_kernels.flash_attn_scalar_for(gf, "f16", "f16"),
-        ctx_limit=cpu_kernels.flash_attn_ctx_limit_for(gf, "f16", "f16"),
-        ctx_per_seq=n_ctx,
-    )
+    flash = cpu_kernels.resolve_flash_attn_for("auto", gf, "f16", "f16", n_ctx=n_ctx, gpu=False)
     cp.flash_attn_type = 1 if flash == "on" else 0
     ctx = C.llama_init_from_model(model, cp)
     params = M.mtmd_context_params_default()

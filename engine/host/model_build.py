@@ -29,7 +29,6 @@ from engine.settings import (
     GpuLayers,
     LoadParams,
     default_threads,
-    resolve_flash_attn,
     use_extra_buffers,
 )
 
@@ -155,12 +154,13 @@ def load(
 
     cb = C.llama_progress_callback(on_progress)
     mp.progress_callback = cb
-    flash = resolve_flash_attn(
+    flash = cpu_kernels.resolve_flash_attn_for(
         params.flash_attn,
+        gguf,
+        params.type_k,
         params.type_v,
-        scalar_kernel=cpu_kernels.flash_attn_scalar_for(gguf, params.type_k, params.type_v),
-        ctx_limit=cpu_kernels.flash_attn_ctx_limit_for(gguf, params.type_k, params.type_v),
-        ctx_per_seq=params.n_ctx // max(params.n_seq_max, 1),
+        n_ctx=params.n_ctx,
+        n_seq_max=params.n_seq_max,
     )
     shape = ContextShape(params, params.n_threads or default_threads(), flash)
     cp = shape.context_params(params.n_ctx, params.n_seq_max)

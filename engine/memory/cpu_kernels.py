@@ -36,6 +36,7 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 from engine.model.facts import model_facts
 from engine.model.gguf import GGUFFile, TensorInfo
 from engine.native import llama_lib
+from engine.settings import FlashAttn, resolve_flash_attn
 
 ExtraBuffer = Literal["AMX", "CPU_REPACK"]
 
@@ -199,6 +200,31 @@ def flash_attn_scalar_for(gf: GGUFFile, type_k: str, type_v: str) -> bool:
 def flash_attn_ctx_limit_for(gf: GGUFFile, type_k: str, type_v: str) -> int | None:
     """`flash_attn_ctx_limit` for this build and a model's heads."""
     return flash_attn_ctx_limit(detect(), _f16_head_dims(gf, type_k, type_v))
+
+
+def resolve_flash_attn_for(
+    requested: FlashAttn,
+    gf: GGUFFile,
+    type_k: str,
+    type_v: str,
+    *,
+    n_ctx: int,
+    n_seq_max: int = 1,
+    gpu: bool | None = None,
+) -> FlashAttn:
+    """`engine.settings.resolve_flash_attn` for a model file on this build: whether its heads
+    take the element-by-element kernel, the crossover they have, and the cells a sequence of
+    an `n_ctx` context shared by `n_seq_max` may hold. The one place the engine's load, the
+    memory estimate and the tests resolve 'auto' for a file."""
+    f, dims = detect(), _f16_head_dims(gf, type_k, type_v)
+    return resolve_flash_attn(
+        requested,
+        type_v,
+        gpu=gpu,
+        scalar_kernel=flash_attn_scalar(f, dims),
+        ctx_limit=flash_attn_ctx_limit(f, dims),
+        ctx_per_seq=n_ctx // max(n_seq_max, 1),
+    )
 
 
 # -- which weights are matrix products (and so may be copied) -------------------------------
@@ -471,6 +497,7 @@ __all__ = [
     "detect",
     "extra_buffer",
     "matmul_weight",
+    "resolve_flash_attn_for",
     "split_rule",
     "tied_output",
     "weights_exactness",

@@ -36,7 +36,6 @@ from engine.model.semantics import check_model
 from engine.native import llama_lib
 from engine.native.load_probe import ProjectorSizes
 from engine.native.lora import adapter_tensor_bytes
-from engine.settings import resolve_flash_attn
 
 Source = str | os.PathLike[str] | GGUFFile
 
@@ -78,13 +77,14 @@ def estimate(
         file_path = Path(path)
     hw = hardware if hardware is not None else detect_hardware()
     # Plan with flash attention as the engine would resolve 'auto' on this hardware.
-    flash = resolve_flash_attn(
+    flash = cpu_kernels.resolve_flash_attn_for(
         p.load.flash_attn,
+        gf,
+        p.load.type_k,
         p.load.type_v,
+        n_ctx=p.load.n_ctx,
+        n_seq_max=p.load.n_seq_max,
         gpu=bool(hw.offload_devices),
-        scalar_kernel=cpu_kernels.flash_attn_scalar_for(gf, p.load.type_k, p.load.type_v),
-        ctx_limit=cpu_kernels.flash_attn_ctx_limit_for(gf, p.load.type_k, p.load.type_v),
-        ctx_per_seq=p.load.n_ctx // max(p.load.n_seq_max, 1),
     )
     p = p.with_load(flash_attn=flash)
     if embedding_pooling(gf) > 0:

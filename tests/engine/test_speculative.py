@@ -38,7 +38,6 @@ from engine.settings import (
     SamplingParams,
     SpecMode,
     SpeculativeSettings,
-    resolve_flash_attn,
 )
 from tests.engine.drafting import always_draft  # noqa: F401 (a fixture)
 from tests.exactness import assert_same_greedy
@@ -111,14 +110,7 @@ def flash_auto(path: Path, n_ctx: int) -> str:
     this build's CPU: on, except where the kernel would go element by element over its heads
     or decode them slower past a crossover the context reaches (engine.settings)."""
     gf = read_gguf(path)
-    flash = resolve_flash_attn(
-        "auto",
-        "f16",
-        gpu=False,
-        scalar_kernel=cpu_kernels.flash_attn_scalar_for(gf, "f16", "f16"),
-        ctx_limit=cpu_kernels.flash_attn_ctx_limit_for(gf, "f16", "f16"),
-        ctx_per_seq=n_ctx,
-    )
+    flash = cpu_kernels.resolve_flash_attn_for("auto", gf, "f16", "f16", n_ctx=n_ctx, gpu=False)
     return "enabled" if flash == "on" else "disabled"
 
 

@@ -29,7 +29,7 @@ from engine.memory import cpu_kernels
 from engine.memory.cpu_kernels import Exactness, batch_exactness
 from engine.model.gguf import read_gguf
 from engine.remote.engines import RemoteEngine
-from engine.settings import SamplingParams, resolve_flash_attn, use_extra_buffers
+from engine.settings import SamplingParams, use_extra_buffers
 from tests.app.ui.remote_server import API_KEY, Served, start_server
 from tests.app.ui.shots import save_shot, shots_dir
 from tests.app.ui.ui_signal_log import SignalLog
@@ -209,13 +209,8 @@ def served_exactness() -> Exactness:
     assert path is not None
     gf = read_gguf(path)
     tensors = gf.tensors
-    flash = resolve_flash_attn(
-        "auto",
-        "f16",
-        scalar_kernel=cpu_kernels.flash_attn_scalar_for(gf, "f16", "f16"),
-        ctx_limit=cpu_kernels.flash_attn_ctx_limit_for(gf, "f16", "f16"),
-        ctx_per_seq=4096,  # serve's default --ctx, per slot
-    )
+    # serve's default --ctx, per slot
+    flash = cpu_kernels.resolve_flash_attn_for("auto", gf, "f16", "f16", n_ctx=4096)
     return batch_exactness(
         tensors,
         cpu_kernels.detect(),

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from engine.memory import cpu_kernels
 from engine.server import ServedModel
-from engine.settings import resolve_flash_attn
 from tests.engine.server.conftest import N_SLOTS, http
 
 
@@ -21,12 +20,8 @@ def test_health_and_models_show_the_load_settings(
     # 'auto' as this CPU resolves it for the model's heads and a slot's context
     # (cpu_kernels.flash_attn_scalar, flash_attn_ctx_limit).
     gf = served.model.gguf
-    assert settings["flash_attn"] == resolve_flash_attn(
-        "auto",
-        "f16",
-        scalar_kernel=cpu_kernels.flash_attn_scalar_for(gf, "f16", "f16"),
-        ctx_limit=cpu_kernels.flash_attn_ctx_limit_for(gf, "f16", "f16"),
-        ctx_per_seq=settings["ctx_per_slot"],
+    assert settings["flash_attn"] == cpu_kernels.resolve_flash_attn_for(
+        "auto", gf, "f16", "f16", n_ctx=settings["ctx_per_slot"]
     )
     assert settings["threads"] == 2
     assert settings["speculative"] == "off"
