@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from app.cli.common import USER_ERRORS, CliError
+from engine.native.huge_pages import restart_with_huge_pages
 
 # A command's module imports what its handlers need (the server, the hub, the bench, numpy):
 # about a second of start-up for all nine. A command line names one, so only its module is
@@ -63,6 +64,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the process's own entry point, not a caller's list
+        restart_with_huge_pages()
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(chosen_command(args_list))
     args = parser.parse_args(args_list)
