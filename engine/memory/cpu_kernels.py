@@ -47,11 +47,14 @@ SPLIT_KV_CELLS = 512
 KV_VIEW_PAD = 256
 # ggml-cpu/common.h GGML_FA_TILE_Q: batches of this many queries take the tiled kernel.
 FA_TILE_Q = 64
-# Cached cells per sequence up to which flash attention decodes heads narrower than 128 at
-# least as fast as without it on an AVX512-FP16 CPU whose build steps in AVX-512F's 64
-# (SmolLM2, AMX Xeon, docs/benchmarks.md "Flash attention on the CPU": on/off 1.13 at 128
-# cached tokens, 1.05 at 1,000, 0.94 at 2,000, 0.75 at 4,000, 0.68 at 7,600).
-FLASH_ATTN_NARROW_CROSSOVER = 1536
+# Cached cells per sequence up to which flash attention makes a context of heads narrower than
+# 128 faster on an AVX512-FP16 CPU whose build steps in AVX-512F's 64 (SmolLM2, AMX Xeon,
+# llama-batched-bench, docs/benchmarks.md "Flash attention on the CPU"): it reads prompts
+# 1.36-1.50x faster at every depth, decodes 1.36x (1.49x eight at once) at 128 cached tokens,
+# even at 1,000-2,000, 0.86x at 4,000 and 0.71x at 7,600. Averaged over a context as it fills,
+# half prompt and half reply, it breaks even at 4,096 cells (0.99; a chat's 20% prompt: 0.96,
+# an agent's 80%: 1.09) and loses past it (0.86 at 8,192).
+FLASH_ATTN_NARROW_CROSSOVER = 4096
 _NARROW_HEAD = 128  # AVX512-FP16's f16 step: what the crossover above was measured under
 
 
@@ -168,17 +171,19 @@ def flash_attn_scalar(f: CpuFeatures, head_dims: Iterable[int]) -> bool:
     where Gemma-3's 256-wide heads decode as fast with it as without. The project's own build
     compiles the f16 vectors without AVX512-FP16 (installers/llama_cpp/amx_tilecfg.h), which
     covers 64-wide heads whole and makes flash attention 2-2.5x faster at depth there, but on
-    that CPU it still decodes them slower than without past ~1,500 cached tokens (0.94x at
-    2,000, 0.75x at 4,000, 0.68x at 7,600): `flash_attn_ctx_limit` says so."""
+    that CPU it still decodes them slower than without at depth (0.86x at 4,000 cached
+    tokens, 0.71x at 7,600): `flash_attn_ctx_limit` says so."""
     step = f16_vector_step(f)
     return step is not None and any(d > 0 and d % step for d in head_dims)
 
 
 def flash_attn_ctx_limit(f: CpuFeatures, head_dims: Iterable[int]) -> int | None:
-    """The cached cells per sequence past which flash attention decodes slower than without
-    it, or None where no such limit was measured. Only heads narrower than 128 on an
-    AVX512-FP16 CPU whose build steps in 64 (`f16_avx512f_steps`) have one: whole steps, but
-    the per-cell overhead of the one-query kernel outweighs the smaller cache reads at depth."""
+    """The cells per sequence past which a context runs slower with flash attention than
+    without it (its faster prompts and short-history decoding against its slower decoding at
+    depth, over the context's fill), or None where no such limit was measured. Only heads
+    narrower than 128 on an AVX512-FP16 CPU whose build steps in 64 (`f16_avx512f_steps`)
+    have one: whole steps, but the per-cell overhead of the one-query kernel outweighs the
+    smaller cache reads at depth."""
     if f.f16_avx512f_steps and any(0 < d < _NARROW_HEAD for d in head_dims):
         return FLASH_ATTN_NARROW_CROSSOVER
     return None

@@ -121,10 +121,10 @@ def test_flash_attention_goes_element_by_element_for_narrow_heads_under_avx512_f
 
 
 def test_narrow_heads_on_avx512f_steps_have_a_context_limit() -> None:
-    # The project's build on an AMX Xeon: 64-wide heads in whole steps, slower past ~1,500 cells.
+    # The project's build on an AMX Xeon: 64-wide heads in whole steps, a context slower past 4,096 cells.
     spr64 = dataclasses.replace(F["xeon"], f16_avx512f_steps=True)
     limit = cpu_kernels.FLASH_ATTN_NARROW_CROSSOVER
-    assert cpu_kernels.flash_attn_ctx_limit(spr64, [64, 64]) == limit == 1536
+    assert cpu_kernels.flash_attn_ctx_limit(spr64, [64, 64]) == limit == 4096
     assert not cpu_kernels.flash_attn_scalar(spr64, [64, 64])
     assert cpu_kernels.flash_attn_ctx_limit(spr64, [256, 256]) is None  # wide heads: none
     assert cpu_kernels.flash_attn_ctx_limit(spr64, []) is None  # a quantized cache
@@ -144,7 +144,7 @@ def test_flash_attention_rule_reads_the_models_heads(
     monkeypatch.setattr(
         cpu_kernels, "detect", lambda: dataclasses.replace(F["xeon"], f16_avx512f_steps=True)
     )
-    assert cpu_kernels.flash_attn_ctx_limit_for(smol, "f16", "f16") == 1536
+    assert cpu_kernels.flash_attn_ctx_limit_for(smol, "f16", "f16") == 4096
     assert cpu_kernels.flash_attn_ctx_limit_for(smol, "q8_0", "q8_0") is None
     assert cpu_kernels.flash_attn_ctx_limit_for(gemma, "f16", "f16") is None
     monkeypatch.setattr(cpu_kernels, "detect", lambda: F["epyc"])

@@ -28,21 +28,21 @@ def test_cpu_only_default_is_off_where_the_kernel_goes_element_by_element() -> N
 
 
 def test_cpu_only_default_follows_the_context_per_sequence_under_a_limit() -> None:
-    # Measured on an AMX Xeon with 64-wide steps (docs/benchmarks.md): SmolLM2 decodes faster
-    # with it up to ~1,500 cached tokens, slower past them.
-    def auto(ctx_per_seq: int, *, limit: int | None = 1536, type_v: str = "f16") -> str:
+    # Measured on an AMX Xeon with 64-wide steps (docs/benchmarks.md): a SmolLM2 context is
+    # faster with it up to 4,096 cells a sequence, slower past them.
+    def auto(ctx_per_seq: int, *, limit: int | None = 4096, type_v: str = "f16") -> str:
         return resolve_flash_attn(
             "auto", type_v, gpu=False, ctx_limit=limit, ctx_per_seq=ctx_per_seq
         )
 
-    assert auto(768) == auto(1536) == "on"
-    assert auto(1537) == auto(4096) == "off"
+    assert auto(768) == auto(4096) == "on"
+    assert auto(4097) == auto(8192) == "off"
     assert auto(0) == "off"  # the model's own context: not known to be short
     assert auto(8192, limit=None) == auto(0, limit=None) == "on"
-    assert auto(4096, type_v="q8_0") == "on"  # a quantized V cache still needs it
-    assert resolve_flash_attn("off", "f16", gpu=False, ctx_limit=1536, ctx_per_seq=512) == "off"
-    assert resolve_flash_attn("on", "f16", gpu=False, ctx_limit=1536, ctx_per_seq=4096) == "on"
-    assert resolve_flash_attn("auto", "f16", gpu=True, ctx_limit=1536, ctx_per_seq=4096) == "auto"
+    assert auto(8192, type_v="q8_0") == "on"  # a quantized V cache still needs it
+    assert resolve_flash_attn("off", "f16", gpu=False, ctx_limit=4096, ctx_per_seq=512) == "off"
+    assert resolve_flash_attn("on", "f16", gpu=False, ctx_limit=4096, ctx_per_seq=8192) == "on"
+    assert resolve_flash_attn("auto", "f16", gpu=True, ctx_limit=4096, ctx_per_seq=8192) == "auto"
 
 
 def test_gpu_keeps_llama_cpp_choice() -> None:
