@@ -27,6 +27,7 @@ from app.services.connections import ConnectionsError, ConnectionStore
 from app.services.model_settings import SAMPLING_KEYS, SERVED_KEYS, ModelSettingsStore
 from engine.errors import EngineError
 from engine.host.chat_engine import ChatRequest
+from engine.host.generation import Generation
 from engine.host.runtime import Model
 from engine.host.speculative import spec_stats
 from engine.media.audio import decode_wav
@@ -290,9 +291,21 @@ def _read(name: str) -> bytes:
         raise CliError(f"cannot read {name}: {e.strerror or e}") from None
 
 
+# Text reaches the terminal this often: smooth to the eye, and a few wake-ups a second instead
+# of one per token (Generation.paced); --json prints at the end.
+TERMINAL_INTERVAL_S = 1 / 30
+JSON_INTERVAL_S = 0.1
+
+
 def _stream(gen: Iterable[str], cancel: threading.Event, as_json: bool) -> None:
+    """Prints the text as it comes (or nothing for --json); a remote reply piece by piece."""
+    pieces = (
+        gen.paced(JSON_INTERVAL_S if as_json else TERMINAL_INTERVAL_S)
+        if isinstance(gen, Generation)
+        else gen
+    )
     try:
-        for piece in gen:
+        for piece in pieces:
             if not as_json:
                 sys.stdout.write(piece)
                 sys.stdout.flush()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -87,20 +88,49 @@ class Generation:
                 if self.cancel.is_set():
                     self.request.cancel()
                 continue
-            if ev.rid != self.request.id:  # pragma: no cover - the loop never mixes them
-                raise EngineError(f"request {self.request.id} got an event for {ev.rid}")
-            if isinstance(ev, Piece):
-                self.text += ev.text
-                return ev.text
-            if isinstance(ev, Failed):
-                self.done = True
-                raise EngineError(ev.message)
-            if isinstance(ev, Finished):
-                self.done = True
+            text = self._take(ev)
+            if text is not None:
+                return text
         raise StopIteration
 
-    def consume(self) -> str:
-        for _ in self:
+    def _take(self, ev: Event) -> str | None:
+        """An event's text, or None for the end (`done` is then set); raises on a failure."""
+        if ev.rid != self.request.id:  # pragma: no cover - the loop never mixes them
+            raise EngineError(f"request {self.request.id} got an event for {ev.rid}")
+        if isinstance(ev, Piece):
+            self.text += ev.text
+            return ev.text
+        if isinstance(ev, Failed):
+            self.done = True
+            raise EngineError(ev.message)
+        if isinstance(ev, Finished):
+            self.done = True
+        return None
+
+    def paced(self, interval_s: float) -> Iterator[str]:
+        """The text in pieces gathered over at least `interval_s` each: the reader wakes a few
+        times a second instead of at every token. On two cores every wake-up takes a core from
+        llama.cpp's threads for a moment and stalls them at their next barrier; a terminal or
+        a final result does not need each token's own."""
+        while not self.done:
+            first = next(self, None)
+            if first is None:
+                return
+            parts = [first]
+            if not self.done:
+                time.sleep(interval_s)
+            while not self.done:
+                try:
+                    text = self._take(self._q.get_nowait())
+                except queue.Empty:
+                    break
+                if text is not None:
+                    parts.append(text)
+            yield "".join(parts)
+
+    def consume(self, interval_s: float = 0.1) -> str:
+        """Reads the reply to its end, `paced`: the whole text."""
+        for _ in self.paced(interval_s):
             pass
         return self.text
 

@@ -263,3 +263,27 @@ def test_a_lease_resizes_the_loop_and_gives_the_chat_its_history_back(smollm2_pa
         gen.consume()
         assert gen.stats.cached_tokens >= len(first.prompt)
         assert loop.snapshot().snapshots_restored >= 1
+
+
+def test_a_paced_reader_gets_the_whole_text_in_fewer_wakeups(model: Model) -> None:
+    """`Generation.paced`: the same text as reading piece by piece, gathered in chunks."""
+    sampling = SamplingParams(temperature=0, max_tokens=48, stop=())
+    one_by_one = model.generate(ASK, sampling)
+    pieces = list(one_by_one)
+    paced = model.generate(ASK, sampling)
+    # Long enough that the loop makes several tokens while the reader sleeps, on any machine.
+    chunks = list(paced.paced(0.5))
+    assert "".join(chunks) == paced.text == one_by_one.text == "".join(pieces)
+    assert paced.done and paced.stats.gen_tokens == one_by_one.stats.gen_tokens
+    assert len(chunks) < len(pieces)
+
+
+def test_a_paced_reader_sees_a_cancel_and_the_end(model: Model) -> None:
+    cancel = threading.Event()
+    gen = model.generate(ASK, SamplingParams(temperature=0, max_tokens=400, stop=()), cancel=cancel)
+    got = []
+    for chunk in gen.paced(0.05):
+        got.append(chunk)
+        cancel.set()
+    assert gen.done and gen.stats.stop_reason == "cancelled"
+    assert "".join(got) == gen.text

@@ -1,0 +1,96 @@
+"""`candlewick run` at its defaults against the tight C-API loop at llama.cpp's defaults.
+
+Each pair starts two fresh processes, in alternating order: the `candlewick` command as a user
+types it (`run default PROMPT --temperature 0 --max-tokens N --json`, its wall-clock rate
+between the first and the last token, `gen_tps_wall`), and `host_clients.py child-decode --mode
+llama`: llama.cpp's default context parameters (flash attention 'auto', the same context size
+and threads), greedy sampling and `llama_decode` in a bare loop over the same prompt. With
+`--huge-pages-arm`, a third process per pair runs the command with CANDLEWICK_HUGE_PAGES=0.
+
+    .venv/bin/python benchmarks/run_vs_loop.py [--pairs 5] [--tokens 256] [--huge-pages-arm]
+
+The last line starts with SUMMARY: the median of the pairs' ratios and their spread (goal of
+issue #37: >= 0.95).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from doc_tables import machine_line
+from host_clients import STORY, model_path
+
+REPO = Path(__file__).resolve().parent.parent
+CANDLEWICK = REPO / ".venv" / "bin" / "candlewick"
+
+
+def run_command(tokens: int, huge_pages: bool) -> float:
+    env = dict(os.environ)
+    env.pop("GLIBC_TUNABLES", None)
+    if not huge_pages:
+        env["CANDLEWICK_HUGE_PAGES"] = "0"
+    cmd = [str(CANDLEWICK), "run", "default", STORY, "--temperature", "0"]
+    cmd += ["--max-tokens", str(tokens), "--json"]
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, check=True, timeout=600, env=env, cwd=Path.home()
+    )
+    reply = json.loads(out.stdout)
+    if reply["gen_tokens"] != tokens:
+        raise SystemExit(f"run stopped after {reply['gen_tokens']} of {tokens} tokens")
+    return float(reply["gen_tps_wall"])
+
+
+def tight_loop(model: Path, tokens: int) -> float:
+    cmd = [sys.executable, str(REPO / "benchmarks" / "host_clients.py"), "child-decode"]
+    cmd += ["--mode", "llama", "--model", str(model), "--tokens", str(tokens), "--repeat", "1"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--huge-pages-arm", action="store_true")
+    args = ap.parse_args()
+    model = model_path(None)
+    arms: dict[str, list[float]] = {"run": [], "loop": []}
+    if args.huge_pages_arm:
+        arms["run, huge pages off"] = []
+    load = [os.getloadavg()[0]]
+    for i in range(args.pairs):
+        order = list(arms) if i % 2 == 0 else list(reversed(arms))
+        for arm in order:
+            if arm == "loop":
+                rate = tight_loop(model, args.tokens)
+            else:
+                rate = run_command(args.tokens, huge_pages=arm == "run")
+            arms[arm].append(rate)
+        line = ", ".join(f"{a} {v[-1]:.1f}" for a, v in arms.items())
+        print(f"pair {i + 1}/{args.pairs}: {line} tok/s", file=sys.stderr)
+    load.append(os.getloadavg()[0])
+    print(json.dumps({"tok_s": arms, "load_average": load}, indent=1))
+    print(machine_line())
+    for arm in arms:
+        if arm == "loop":
+            continue
+        ratios = [a / b for a, b in zip(arms[arm], arms["loop"], strict=True)]
+        print(
+            f"SUMMARY {arm} / tight loop: median {statistics.median(ratios):.3f} "
+            f"(pairs {min(ratios):.3f}-{max(ratios):.3f}); run {statistics.median(arms[arm]):.1f}"
+            f", loop {statistics.median(arms['loop']):.1f} tok/s; load {load[0]:.1f}-{load[1]:.1f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
