@@ -34,6 +34,7 @@ from app.services.paths import AppPaths
 from app.services.speed_records import SpeedService
 from engine.bench.speed_probe import ProbeSettings
 from engine.host.runtime import Model
+from engine.native.huge_pages import restart_with_huge_pages
 from engine.settings import LoadParams, SamplingParams
 
 REPO = Path(__file__).resolve().parent.parent
@@ -170,4 +171,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    # As the app runs: started again with huge pages where they help, so the probe and the
+    # measuring children (which inherit the setting) see the memory the app's engine sees.
+    restart_with_huge_pages()
     sys.exit(main())

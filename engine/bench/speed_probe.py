@@ -11,7 +11,7 @@ loaded with the same settings a chat uses, and timed while they decode.
   a two-layer model whose matrices are of that type and large (~96 MiB in all), its step time
   less the fixed work, over its matrix bytes: the rate of a large product (an output
   matrix). A layer's products are measured at their width class ("Q4_1/AMX@576x1536"): as
-  many layers of that shape as make about 64 MiB of matrices, so each product is as small
+  many layers of that shape as make about 128 MiB of matrices, so each product is as small
   as the model's own. Both sizes are past what the caches keep between two tokens, as a
   model's weights are: a probe the caches hold runs faster than the model it stands for.
   Measured the first time a model needs it.
@@ -69,10 +69,12 @@ FIXED_TYPE = "F32"
 RATE_BYTES = 96 * MiB
 RATE_EMBD = 1024
 # A width class's model: layers of that shape holding about this many bytes of matrices,
-# within these layer counts (576-wide Q4_1 layers: 160 us a layer with 24 MiB in all, 250
-# with 50-75 MiB).
-LAYER_RATE_BYTES = 64 * MiB
-LAYER_RATE_LAYERS = (2, 64)
+# within these layer counts. What the caches keep between two tokens still shows at 64 MiB:
+# 576-wide Q4_1 layers (SmolLM2's, AMX Xeon) took 77-100 us a layer with 32-63 MiB in all and
+# 111-117 us with 95-135 MiB, where SmolLM2 itself (63 MiB of layers and a 29 MiB output
+# matrix) runs, so at 64 MiB it was predicted 1.3x too fast.
+LAYER_RATE_BYTES = 128 * MiB
+LAYER_RATE_LAYERS = (2, 128)
 # The sampling model: tiny layers and the largest vocabulary in common use (Gemma 3's).
 SAMPLING_VOCAB = 262_144
 VOCAB_EMBD = 32
