@@ -75,6 +75,8 @@ RATE_EMBD = 1024
 # matrix) runs, so at 64 MiB it was predicted 1.3x too fast.
 LAYER_RATE_BYTES = 128 * MiB
 LAYER_RATE_LAYERS = (2, 128)
+# Raised whenever a change makes the figures kept on a machine wrong (2: the 128 MiB layers).
+PROBE_METHOD = 2
 # The sampling model: tiny layers and the largest vocabulary in common use (Gemma 3's).
 SAMPLING_VOCAB = 262_144
 VOCAB_EMBD = 32
@@ -392,11 +394,12 @@ def load_per_core() -> float:
 
 
 def machine_id(settings: ProbeSettings) -> str:
-    """What the figures hold for: the CPU, the thread count, the llama.cpp build."""
+    """What the figures hold for: the CPU, the thread count, the llama.cpp build, and how the
+    probe measures (`PROBE_METHOD`: figures kept by an earlier method are measured again)."""
     from engine.native import llama_lib
 
     build = hashlib.sha256(llama_lib.system_info().encode()).hexdigest()[:12]
-    return f"{cpu_name()} | {settings.threads} threads | build {build}"
+    return f"{cpu_name()} | {settings.threads} threads | build {build} | probe {PROBE_METHOD}"
 
 
 class SpeedProfile:
