@@ -58,10 +58,10 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.doc_tables import machine_line, replace_between  # noqa: E402
 
-CANDLEWICK = "candlewick"
-LLAMA_SERVER = "llama-server"
 START = "<!-- serving-defaults-table:start -->"
 END = "<!-- serving-defaults-table:end -->"
+CANDLEWICK = "candlewick"
+LLAMA_SERVER = "llama-server"
 PROMPT = "[{n}] Write a long story about a lighthouse keeper who finds a message in a bottle."
 SINGLE_N = 0  # the single request's N, the same in every round
 WARM_UP_N = 100_000  # the warm-up burst's first N: never one of the measured prompts
@@ -533,7 +533,7 @@ def shown_command(argv: Sequence[str]) -> str:
     out = [".venv/bin/python", "benchmarks/serving_defaults.py"]
     it = iter(argv)
     for a in it:
-        if a == "--write":
+        if a in ("--write", "--table"):
             next(it, None)
         elif a == "--llama-server":
             next(it, None)
@@ -593,6 +593,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     ap.add_argument("--engine-pairs", type=int, default=5)
     ap.add_argument("--write", type=Path, default=None, help="replace the table in this page")
     ap.add_argument(
+        "--table",
+        default="serving-defaults-table",
+        help="which table of the page (its <!-- NAME:start --> marker; one per CPU)",
+    )
+    ap.add_argument(
         "--candlewick-arg",
         action="append",
         default=[],
@@ -645,7 +650,9 @@ def run(argv: Sequence[str]) -> dict[str, Any]:
         text += "\n" + engine_table(result["engine"])
     result["table"] = text
     if args.write is not None:
-        replace_between(args.write, START, END, text)
+        replace_between(
+            args.write, f"<!-- {args.table}:start -->", f"<!-- {args.table}:end -->", text
+        )
     return result
 
 
