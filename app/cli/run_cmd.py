@@ -147,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
                     "speculative": settings.mode,
                     **spec_stats(st),
                     "kv_type": args.kv_type,
-                    "flash_attn": args.flash_attn,
+                    # what the load did ('auto' resolved), as the server's /health says it
+                    "flash_attn": "on" if model.flash_attn_on else "off",
                     "kv_mib": round(model.memory_actual.kv_bytes / 2**20, 2),
                 }
             )
