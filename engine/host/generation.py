@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -108,17 +107,18 @@ class Generation:
         return None
 
     def paced(self, interval_s: float) -> Iterator[str]:
-        """The text in pieces gathered over at least `interval_s` each: the reader wakes a few
-        times a second instead of at every token. On two cores every wake-up takes a core from
-        llama.cpp's threads for a moment and stalls them at their next barrier; a terminal or
-        a final result does not need each token's own."""
+        """The text in pieces gathered over `interval_s` each (less for the last: the end
+        wakes the reader): it wakes a few times a second instead of at every token. On two
+        cores every wake-up takes a core from llama.cpp's threads for a moment and stalls them
+        at their next barrier; a terminal or a final result does not need each token's own."""
         while not self.done:
             first = next(self, None)
             if first is None:
                 return
             parts = [first]
             if not self.done:
-                time.sleep(interval_s)
+                # The loop emits Finished before it sets `done`: the drain below sees the end.
+                self.request.done.wait(interval_s)
             while not self.done:
                 try:
                     text = self._take(self._q.get_nowait())
