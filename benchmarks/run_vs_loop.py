@@ -33,7 +33,8 @@ REPO = Path(__file__).resolve().parent.parent
 CANDLEWICK = REPO / ".venv" / "bin" / "candlewick"
 
 
-def run_command(tokens: int, huge_pages: bool) -> float:
+def run_command(tokens: int, huge_pages: bool) -> tuple[float, bool]:
+    """The command's wall-clock tok/s, and whether it ran with huge pages."""
     env = dict(os.environ)
     env.pop("GLIBC_TUNABLES", None)
     if not huge_pages:
@@ -44,9 +45,11 @@ def run_command(tokens: int, huge_pages: bool) -> float:
         cmd, capture_output=True, text=True, check=True, timeout=600, env=env, cwd=Path.home()
     )
     reply = json.loads(out.stdout)
+    if not huge_pages and reply["huge_pages"]:
+        raise SystemExit("CANDLEWICK_HUGE_PAGES=0 did not keep run from huge pages")
     if reply["gen_tokens"] != tokens:
         raise SystemExit(f"run stopped after {reply['gen_tokens']} of {tokens} tokens")
-    return float(reply["gen_tps_wall"])
+    return float(reply["gen_tps_wall"]), bool(reply["huge_pages"])
 
 
 def tight_loop(model: Path, tokens: int) -> float:
@@ -67,18 +70,24 @@ def main() -> int:
     if args.huge_pages_arm:
         arms["run, huge pages off"] = []
     load = [os.getloadavg()[0]]
+    huge: set[bool] = set()
     for i in range(args.pairs):
         order = list(arms) if i % 2 == 0 else list(reversed(arms))
         for arm in order:
             if arm == "loop":
                 rate = tight_loop(model, args.tokens)
             else:
-                rate = run_command(args.tokens, huge_pages=arm == "run")
+                rate, used = run_command(args.tokens, huge_pages=arm == "run")
+                if arm == "run":
+                    huge.add(used)
             arms[arm].append(rate)
         line = ", ".join(f"{a} {v[-1]:.1f}" for a, v in arms.items())
         print(f"pair {i + 1}/{args.pairs}: {line} tok/s", file=sys.stderr)
     load.append(os.getloadavg()[0])
-    print(json.dumps({"tok_s": arms, "load_average": load}, indent=1))
+    # On a machine where they cannot help (docs/memory.md), `run` runs without them too.
+    print(
+        json.dumps({"tok_s": arms, "load_average": load, "run_huge_pages": sorted(huge)}, indent=1)
+    )
     print(machine_line())
     for arm in arms:
         if arm == "loop":

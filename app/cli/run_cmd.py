@@ -36,6 +36,7 @@ from engine.memory.estimate import estimate
 from engine.memory.params import EstimateParams
 from engine.memory.result import DoesNotFitError
 from engine.model.gguf import read_gguf
+from engine.native import huge_pages
 from engine.native.projector import Media, marker
 from engine.settings import FlashAttn, LoadParams, SamplingParams, SpeculativeSettings
 
@@ -150,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
                     # what the load did ('auto' resolved), as the server's /health says it
                     "flash_attn": "on" if model.flash_attn_on else "off",
                     "kv_mib": round(model.memory_actual.kv_bytes / 2**20, 2),
+                    "huge_pages": huge_pages.in_use(),
                 }
             )
         else:

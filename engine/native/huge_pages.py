@@ -127,8 +127,7 @@ def flush_standard_streams() -> None:
 
 
 def in_use() -> bool:
-    """Whether this process was started with the tunable on (the performance panel's and the
-    benchmark's record of the setting)."""
+    """Whether this process runs with the tunable on (`run --json` says so)."""
     items = os.environ.get(TUNABLES_VAR, "").split(":")
     return f"{TUNABLE}=1" in items
 
