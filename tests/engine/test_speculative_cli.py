@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from app.cli import main
-from engine.native import llama_lib
+from engine.native import huge_pages, llama_lib
 from tests.engine.drafting import always_draft  # noqa: F401 (a fixture)
 
 PROMPT = "Repeat exactly: The early bird catches the worm. The early bird catches the worm."
@@ -61,6 +61,7 @@ def test_kv_type_shrinks_the_cache(capsys: pytest.CaptureFixture[str], smollm2_p
     q8 = _run_json(capsys, "--kv-type", "q8_0", "--flash-attn", "on")
     assert q8["kv_type"] == "q8_0" and q8["flash_attn"] == "on"
     assert f16["flash_attn"] in ("on", "off")  # what the load did with 'auto', not "auto"
+    assert f16["huge_pages"] is huge_pages.in_use()  # this process's own setting
     # q8_0 stores 34 bytes per 32 values where f16 stores 64.
     assert q8["kv_mib"] == pytest.approx(f16["kv_mib"] * 34 / 64, rel=0.01)
     assert q8["text"]
