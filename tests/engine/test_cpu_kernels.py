@@ -121,7 +121,8 @@ def test_flash_attention_goes_element_by_element_for_narrow_heads_under_avx512_f
 
 
 def test_narrow_heads_on_avx512f_steps_have_a_context_limit() -> None:
-    # The project's build on an AMX Xeon: 64-wide heads in whole steps, a context slower past 4,096 cells.
+    # The project's build on an AMX Xeon: 64-wide heads in whole steps, slower past 4,096 cells
+    # a sequence.
     spr64 = dataclasses.replace(F["xeon"], f16_avx512f_steps=True)
     limit = cpu_kernels.FLASH_ATTN_NARROW_CROSSOVER
     assert cpu_kernels.flash_attn_ctx_limit(spr64, [64, 64]) == limit == 4096
