@@ -570,11 +570,12 @@ def test_drafting_with_amx_weights(smollm2_path: Path) -> None:
     attention does, so drafting keeps the faster default (off on such a CPU for a context past
     the crossover) instead of forcing it on; drafts are still verified by the model and leave
     no stray cells."""
+    n_ctx = cpu_kernels.FLASH_ATTN_NARROW_CROSSOVER + 512  # past it on an AVX512-FP16 Xeon
     params = LoadParams(
-        n_ctx=2048, n_threads=1, state_cache_mb=0, speculative=SpeculativeSettings(mode="lookup")
+        n_ctx=n_ctx, n_threads=1, state_cache_mb=0, speculative=SpeculativeSettings(mode="lookup")
     )
     with Model(smollm2_path, params) as m:
-        assert flash_auto(smollm2_path, 2048) == "disabled"
+        assert flash_auto(smollm2_path, n_ctx) == "disabled"
         assert not m.exactness.exact and flash_line(m) == "disabled"
         gen = m.generate(QUOTE, GREEDY)
         gen.consume()
