@@ -189,22 +189,12 @@ def flash_attn_ctx_limit(f: CpuFeatures, head_dims: Iterable[int]) -> int | None
     return None
 
 
-def _f16_head_dims(gf: GGUFFile, type_k: str, type_v: str) -> list[int]:
+def f16_head_dims(gf: GGUFFile, type_k: str, type_v: str) -> list[int]:
     """The model's head widths over the f16 parts of its cache (a quantized cache type takes
     its own dot product)."""
     facts = model_facts(gf)
     dims = [facts.head_dim_k] if type_k == "f16" else []
     return dims + ([facts.head_dim_v] if type_v == "f16" else [])
-
-
-def flash_attn_scalar_for(gf: GGUFFile, type_k: str, type_v: str) -> bool:
-    """`flash_attn_scalar` for this build and a model's heads."""
-    return flash_attn_scalar(detect(), _f16_head_dims(gf, type_k, type_v))
-
-
-def flash_attn_ctx_limit_for(gf: GGUFFile, type_k: str, type_v: str) -> int | None:
-    """`flash_attn_ctx_limit` for this build and a model's heads."""
-    return flash_attn_ctx_limit(detect(), _f16_head_dims(gf, type_k, type_v))
 
 
 def resolve_flash_attn_for(
@@ -221,7 +211,7 @@ def resolve_flash_attn_for(
     take the element-by-element kernel, the crossover they have, and the cells a sequence of
     an `n_ctx` context shared by `n_seq_max` may hold. The one place the engine's load, the
     memory estimate and the tests resolve 'auto' for a file."""
-    f, dims = detect(), _f16_head_dims(gf, type_k, type_v)
+    f, dims = detect(), f16_head_dims(gf, type_k, type_v)
     return resolve_flash_attn(
         requested,
         type_v,
@@ -501,6 +491,7 @@ __all__ = [
     "copy_bytes",
     "detect",
     "extra_buffer",
+    "f16_head_dims",
     "matmul_weight",
     "resolve_flash_attn_for",
     "split_rule",

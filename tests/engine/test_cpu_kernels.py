@@ -20,7 +20,7 @@ from engine.memory import cpu_kernels
 from engine.memory.actual import actual_from_log
 from engine.memory.cpu_kernels import CpuFeatures, Exactness, batch_exactness, weights_exactness
 from engine.memory.model_spec import ModelSpec
-from engine.model.gguf import TensorInfo, read_gguf
+from engine.model.gguf import GGUFFile, TensorInfo, read_gguf
 from engine.settings import LoadParams
 from tests.exactness import exact_load
 
@@ -136,20 +136,31 @@ def test_narrow_heads_on_avx512f_steps_have_a_context_limit() -> None:
 def test_flash_attention_rule_reads_the_models_heads(
     monkeypatch: pytest.MonkeyPatch, smollm2_path: Path, gemma_path: Path
 ) -> None:
-    monkeypatch.setattr(cpu_kernels, "detect", lambda: SPR)
     smol, gemma = read_gguf(smollm2_path), read_gguf(gemma_path)
-    assert cpu_kernels.flash_attn_scalar_for(smol, "f16", "f16")
-    assert not cpu_kernels.flash_attn_scalar_for(smol, "q8_0", "q8_0")
-    assert not cpu_kernels.flash_attn_scalar_for(gemma, "f16", "f16")
-    assert cpu_kernels.flash_attn_ctx_limit_for(smol, "f16", "f16") is None
+
+    def scalar(gf: GGUFFile, t: str) -> bool:  # as resolve_flash_attn_for reads this build
+        return cpu_kernels.flash_attn_scalar(
+            cpu_kernels.detect(), cpu_kernels.f16_head_dims(gf, t, t)
+        )
+
+    def ctx_limit(gf: GGUFFile, t: str) -> int | None:
+        return cpu_kernels.flash_attn_ctx_limit(
+            cpu_kernels.detect(), cpu_kernels.f16_head_dims(gf, t, t)
+        )
+
+    monkeypatch.setattr(cpu_kernels, "detect", lambda: SPR)
+    assert scalar(smol, "f16")
+    assert not scalar(smol, "q8_0")
+    assert not scalar(gemma, "f16")
+    assert ctx_limit(smol, "f16") is None
     monkeypatch.setattr(
         cpu_kernels, "detect", lambda: dataclasses.replace(F["xeon"], f16_avx512f_steps=True)
     )
-    assert cpu_kernels.flash_attn_ctx_limit_for(smol, "f16", "f16") == 4096
-    assert cpu_kernels.flash_attn_ctx_limit_for(smol, "q8_0", "q8_0") is None
-    assert cpu_kernels.flash_attn_ctx_limit_for(gemma, "f16", "f16") is None
+    assert ctx_limit(smol, "f16") == 4096
+    assert ctx_limit(smol, "q8_0") is None
+    assert ctx_limit(gemma, "f16") is None
     monkeypatch.setattr(cpu_kernels, "detect", lambda: F["epyc"])
-    assert not cpu_kernels.flash_attn_scalar_for(smol, "f16", "f16")
+    assert not scalar(smol, "f16")
 
 
 @pytest.mark.parametrize(
