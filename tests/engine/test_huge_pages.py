@@ -66,7 +66,6 @@ def test_nothing_is_done_where_it_cannot_help(kw: dict[str, object], env: dict[s
 CHILD = """
 import json, os, sys
 from engine.native.huge_pages import restart_with_huge_pages, in_use, read_thp_mode
-before = os.getpid()
 restart_with_huge_pages()
 buf = bytearray(b"\\x01") * (64 << 20)
 huge = 0
@@ -77,50 +76,63 @@ with open("/proc/self/smaps_rollup") as f:
 print(json.dumps({"pid": os.getpid(), "argv": sys.argv[1:], "in_use": in_use(),
                   "thp": read_thp_mode(), "huge": huge}))
 """
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="glibc's tunable, Linux's /proc")
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="glibc's tunable, Linux's huge pages")
-def test_the_restarted_process_is_the_same_one_and_its_buffers_get_huge_pages(
-    tmp_path: Path,
-) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-    env.pop("CANDLEWICK_HUGE_PAGES", None)
+@pytest.fixture
+def child(tmp_path: Path) -> Path:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    repo = Path(__file__).resolve().parents[2]
-    env["PYTHONPATH"] = str(repo)
+    return script
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This environment as a fresh start has it (no tunable, no opt-out), plus `extra`."""
+    drop = (huge_pages.TUNABLES_VAR, huge_pages.OPT_OUT_VAR)
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    return {**env, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), **extra}
+
+
+def last_json(stdout: str) -> dict[str, object]:
+    seen: dict[str, object] = json.loads(stdout.strip().splitlines()[-1])
+    return seen
+
+
+@linux_only
+def test_the_restarted_process_is_the_same_one_and_its_buffers_get_huge_pages(
+    child: Path,
+) -> None:
+    env = child_env()
     proc = subprocess.Popen(
-        [sys.executable, str(script), "an argument"],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
+        [sys.executable, str(child), "an argument"], stdout=subprocess.PIPE, text=True, env=env
     )
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 0
-    seen = json.loads(out.strip().splitlines()[-1])
+    seen = last_json(out)
     assert seen["pid"] == proc.pid  # execve: the same process, not a child
     assert seen["argv"] == ["an argument"]
+    thp = seen["thp"]
+    assert thp is None or isinstance(thp, str)
     expected = huge_pages.tunables_with_huge_pages(
-        env,
-        system=sys.platform,
-        libc=platform.libc_ver(),
-        thp=seen["thp"],
+        env, system=sys.platform, libc=platform.libc_ver(), thp=thp
     )
     assert seen["in_use"] is (expected is not None)
+    huge = seen["huge"]
+    assert isinstance(huge, int)
     if expected is not None:
-        assert seen["huge"] >= 32 << 20  # most of the 64 MiB in 2 MiB pages
-    elif seen["thp"] != "always":
-        assert seen["huge"] == 0
+        assert huge >= 32 << 20  # most of the 64 MiB in 2 MiB pages
+    elif thp != "always":
+        assert huge == 0
 
 
-def test_the_opt_out_keeps_the_process_as_it_started(tmp_path: Path) -> None:
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
-    repo = Path(__file__).resolve().parents[2]
-    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-    env.update(PYTHONPATH=str(repo), CANDLEWICK_HUGE_PAGES="0")
+@linux_only
+def test_the_opt_out_keeps_the_process_as_it_started(child: Path) -> None:
     out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
+        [sys.executable, str(child)],
+        capture_output=True,
+        text=True,
+        env=child_env(CANDLEWICK_HUGE_PAGES="0"),
+        timeout=120,
     )
     assert out.returncode == 0
-    assert json.loads(out.stdout.strip().splitlines()[-1])["in_use"] is False
+    assert last_json(out.stdout)["in_use"] is False
