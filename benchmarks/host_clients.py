@@ -143,6 +143,14 @@ def child_decode(path: Path, mode: str, n_tokens: int, repeat: int) -> float:
     return rate
 
 
+def child_rate(path: Path, mode: str, n_tokens: int, repeat: int) -> float:
+    """`child_decode` in a fresh process (`child-decode`): its tokens/s."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "child-decode", "--mode", mode]
+    cmd += ["--model", str(path), "--tokens", str(n_tokens), "--repeat", str(repeat)]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
+    return float(r.stdout.strip().splitlines()[-1])
+
+
 def decode(args: argparse.Namespace) -> dict[str, Any]:
     path = model_path(args.model)
     ref: list[float] = []
@@ -167,26 +175,7 @@ def decode(args: argparse.Namespace) -> dict[str, Any]:
         llama: list[float] = []
         for _ in range(args.pairs):
             for mode, rates in (("product", product), ("llama", llama)):
-                r = subprocess.run(
-                    [
-                        sys.executable,
-                        __file__,
-                        "child-decode",
-                        "--mode",
-                        mode,
-                        "--model",
-                        str(path),
-                        "--tokens",
-                        str(args.tokens),
-                        "--repeat",
-                        str(repeat),
-                    ],
-                    capture_output=True,
-                    text=True,
-                    check=True,
-                    timeout=600,
-                )
-                rates.append(float(r.stdout.strip().splitlines()[-1]))
+                rates.append(child_rate(path, mode, args.tokens, repeat))
         out[f"defaults_{label}"] = ratio_line(
             f"product defaults vs llama.cpp defaults, {label} prompt", product, llama
         )

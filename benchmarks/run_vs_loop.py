@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from doc_tables import machine_line
-from host_clients import STORY, model_path
+from host_clients import STORY, child_rate, model_path
 
 REPO = Path(__file__).resolve().parent.parent
 CANDLEWICK = REPO / ".venv" / "bin" / "candlewick"
@@ -52,13 +52,6 @@ def run_command(tokens: int, huge_pages: bool) -> tuple[float, bool]:
     return float(reply["gen_tps_wall"]), bool(reply["huge_pages"])
 
 
-def tight_loop(model: Path, tokens: int) -> float:
-    cmd = [sys.executable, str(REPO / "benchmarks" / "host_clients.py"), "child-decode"]
-    cmd += ["--mode", "llama", "--model", str(model), "--tokens", str(tokens), "--repeat", "1"]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600)
-    return float(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--pairs", type=int, default=5)
@@ -75,7 +68,7 @@ def main() -> int:
         order = list(arms) if i % 2 == 0 else list(reversed(arms))
         for arm in order:
             if arm == "loop":
-                rate = tight_loop(model, args.tokens)
+                rate = child_rate(model, "llama", args.tokens, repeat=1)
             else:
                 rate, used = run_command(args.tokens, huge_pages=arm == "run")
                 if arm == "run":
