@@ -100,10 +100,10 @@ def restart_argv() -> tuple[str, list[str]]:
     return sys.executable, [sys.executable, *sys.orig_argv[1:]]
 
 
-def restart_with_huge_pages(environ: Mapping[str, str] | None = None) -> None:
+def restart_with_huge_pages() -> None:
     """Start this process again with the tunable when it would help; returns only when it
     would not (or when starting again failed, which is logged and otherwise harmless)."""
-    env = dict(os.environ if environ is None else environ)
+    env = dict(os.environ)
     value = tunables_with_huge_pages(
         env, system=sys.platform, libc=platform.libc_ver(), thp=read_thp_mode()
     )
