@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 # How often a reader waiting for the next event looks at its stop flag. The decode loop
 # itself checks the flag before every step; this only matters while a request is queued.
 _POLL_S = 0.05
+# How often `consume` wakes while the reply is still coming: it needs only the end.
+_CONSUME_S = 0.1
 
 
 class Generation:
@@ -128,9 +130,9 @@ class Generation:
                     parts.append(text)
             yield "".join(parts)
 
-    def consume(self, interval_s: float = 0.1) -> str:
-        """Reads the reply to its end, `paced`: the whole text."""
-        for _ in self.paced(interval_s):
+    def consume(self) -> str:
+        """Reads the reply to its end, `paced` (waking every `_CONSUME_S` at most): the text."""
+        for _ in self.paced(_CONSUME_S):
             pass
         return self.text
 
