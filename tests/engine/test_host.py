@@ -279,8 +279,11 @@ def test_a_paced_reader_gets_the_whole_text_in_fewer_wakeups(model: Model) -> No
 
 
 def test_a_paced_reader_sees_a_cancel_and_the_end(model: Model) -> None:
+    # A long greedy reply (as test_cancelling_either_frees_its_cells uses): a one-word answer
+    # could end before the loop sees the flag.
+    story = [{"role": "user", "content": "Write a very long story about a dragon."}]
     cancel = threading.Event()
-    gen = model.generate(ASK, SamplingParams(temperature=0, max_tokens=400, stop=()), cancel=cancel)
+    gen = model.generate(story, SamplingParams(temperature=0, max_tokens=400), cancel=cancel)
     got = []
     for chunk in gen.paced(0.05):
         got.append(chunk)
