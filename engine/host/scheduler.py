@@ -2,7 +2,9 @@
 
 A `Model` owns exactly one `Scheduler`, and the scheduler's thread makes every llama.cpp call
 on the model's context: the chat (`Model.generate` and `EmbeddedEngine`), the HTTP API, the
-benchmark, `candlewick run`, embeddings. Nothing else decodes.
+benchmark, `candlewick run`, embeddings. Nothing else decodes. One thread at a time: an idle
+loop's thread ends after `IDLE_THREAD_S` and the next request or task starts the next one,
+so an idle model holds no llama.cpp CPU workers that would slow another model's.
 
 Continuous batching. The context is created with `n_seq_max = N`; each of the N slots owns one
 sequence id. Every step decodes one batch holding the next token of every generating slot plus
@@ -85,6 +87,12 @@ from engine.media.prompt import MediaPrompt, is_placeholder
 from engine.settings import DEFAULT_DRAFT_MAX, SamplingParams, SpecMode
 
 log = logging.getLogger("candlewick.scheduler")
+# An idle decode thread ends after this long and the next request starts another. llama.cpp's
+# CPU workers are an OpenMP team that belongs to the thread that decodes and lives as long as
+# it does; with two models loaded, the idle one's team keeps the process above the core count,
+# libgomp then stops letting workers spin between steps, and the busy model decoded several
+# times slower (docs/benchmarks.md, "Two models in one process").
+IDLE_THREAD_S = 1.0
 
 T = TypeVar("T")
 
@@ -149,8 +157,9 @@ class Scheduler:
         self._lease: tuple[str, tuple[int, int, int]] | None = None
         self._builder: BatchBuilder | None = None
         self._bind(n_slots, reserved_slots)
-        self._thread = threading.Thread(target=self._run, name="candlewick-decode", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        with self._cond:
+            self._ensure_thread()
 
     def _bind(self, n_slots: int | None, reserved: int) -> None:
         """Take the model's (new) context: slots, their KV layout, the batch, limits."""
@@ -249,6 +258,7 @@ class Scheduler:
             if media is not None:
                 req.stats.media_tokens = media.media_tokens
             self._queue.append(req)
+            self._ensure_thread()
             self._cond.notify()
         return req
 
@@ -271,6 +281,7 @@ class Scheduler:
             if self._stop:
                 raise SchedulerClosed("the model is being unloaded")
             self._tasks.append((fn, fut, idle))
+            self._ensure_thread()
             self._cond.notify()
         return fut.result(timeout)
 
@@ -409,8 +420,9 @@ class Scheduler:
                 return
             self._stop = True
             self._cond.notify_all()
-        if threading.current_thread() is not self._thread:
-            self._thread.join()
+            thread = self._thread
+        if thread is not None and threading.current_thread() is not thread:
+            thread.join()
         if self._builder is not None:
             self._builder.close()
 
@@ -429,12 +441,23 @@ class Scheduler:
     def _busy(self) -> bool:
         return any(s.req is not None for s in self._slots)
 
+    def _ensure_thread(self) -> None:
+        """Start the decode thread if the last one retired (caller holds the lock)."""
+        if self._thread is None and not self._stop:
+            self._thread = threading.Thread(target=self._run, name="candlewick-decode", daemon=True)
+            self._thread.start()
+
+    def _idle(self) -> bool:
+        return not self._stop and not self._queue and not self._tasks and not self._busy()
+
     def _run(self) -> None:
         while True:
             task = None
             with self._cond:
-                while not self._stop and not self._queue and not self._tasks and not self._busy():
-                    self._cond.wait()
+                while self._idle():
+                    if not self._cond.wait(IDLE_THREAD_S) and self._idle():
+                        self._thread = None  # retire; the next request starts another
+                        return
                 if self._stop:
                     break
                 busy = self._busy()

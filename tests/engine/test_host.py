@@ -3,15 +3,17 @@ loaded SmolLM2, one context and one decode loop."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
+import engine.host.scheduler as scheduler_module
 from engine.errors import EngineError
 from engine.host.host import ModelHost, ModelNotLoaded
 from engine.host.requests import Event, Finished, Piece, Started
@@ -151,6 +153,39 @@ def test_every_decode_runs_on_the_one_loop_thread(
     )
     client.embeddings.create(model="smollm2", input="bread and butter")
     assert threads == {"candlewick-decode"}
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def process_threads() -> set[int]:
+    return {int(t) for t in os.listdir("/proc/self/task")}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+def test_an_idle_loop_takes_its_cpu_workers_along(
+    model: Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # llama.cpp's CPU workers (an OpenMP team) belong to the thread that decodes. Were they
+    # left behind by an idle model, a second model's workers would exceed the cores and
+    # decode several times slower (docs/benchmarks.md, "Two models in one process").
+    if "libgomp" not in Path("/proc/self/maps").read_text():
+        pytest.skip("this llama.cpp build keeps no OpenMP team per thread")
+    monkeypatch.setattr(scheduler_module, "IDLE_THREAD_S", 0.05)
+    model.generate(ASK, GREEDY).consume()
+    loop_thread = model.loop.call_soon(threading.current_thread)
+    with_team = process_threads()
+    assert wait_for(lambda: not loop_thread.is_alive())
+    # The loop thread and its n_threads - 1 workers, however other threads come and go.
+    workers = model.load_info.n_threads
+    assert wait_for(lambda: len(with_team - process_threads()) >= workers)
+    assert model.generate(ASK, GREEDY).consume()  # the next request starts another
 
 
 def test_the_chat_never_waits_behind_queued_api_requests(model: Model) -> None:

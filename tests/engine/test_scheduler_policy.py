@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+import engine.host.scheduler as scheduler_module
 from engine.errors import EngineError
 from engine.host.requests import Event, Failed, Finished, Piece, QueueFull, Request, Started
 from engine.host.scheduler import Scheduler
@@ -598,3 +599,45 @@ def test_one_loop_per_context(sched: Scheduler, model: FakeLoopModel) -> None:
         sched.configure(n_slots=sched.n_slots + 1)
     with pytest.raises(EngineError, match="one decode loop"):
         Scheduler(model)
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_an_idle_loop_thread_ends_and_the_next_request_starts_another(
+    sched: Scheduler, model: FakeLoopModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # llama.cpp's CPU workers belong to the decoding thread: an idle model's loop thread ends,
+    # so its workers do not slow another model's (engine.host.scheduler.IDLE_THREAD_S).
+    monkeypatch.setattr(scheduler_module, "IDLE_THREAD_S", 0.05)
+    req, col = submit(sched, [1, 2, 3])
+    wait(req)
+    first = sched.call_soon(threading.current_thread)
+    assert first.name == "candlewick-decode"
+    assert wait_until(lambda: not first.is_alive())
+
+    again, col2 = submit(sched, [1, 2, 3])
+    wait(again)
+    assert col2.finished.text == col.finished.text
+    second = sched.call_soon(threading.current_thread)
+    assert second is not first and second.name == "candlewick-decode"
+    assert_no_leak(sched, model)
+
+    # A request in flight keeps its thread however long it takes.
+    long, lcol = submit(sched, [4, 5], ENDLESS)
+    assert lcol.first_piece.wait(30)
+    running = sched.call_soon(threading.current_thread)
+    time.sleep(0.3)  # six idle spells: not one of them is idle
+    assert running.is_alive() and not long.done.is_set()
+    long.cancel()
+    wait(long)
+    assert wait_until(lambda: not running.is_alive())
+    sched.close()  # with no thread left, close still ends the loop
+    with pytest.raises(EngineError):
+        sched.submit([1, 2], GREEDY, col)
