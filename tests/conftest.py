@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import os
 import random
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -322,18 +323,26 @@ def no_leaked_sockets() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def no_leaked_threads() -> Iterator[None]:
-    """Fail a test that leaves a thread running after it ends."""
+    """Fail a test that leaves a thread running after it ends. A decode loop that was there
+    before may have started a new thread meanwhile (an idle one ends while another model is
+    loaded: engine.host.scheduler): that thread is the loop's, not the test's."""
     before = set(threading.enumerate())
+    scheduler = sys.modules.get("engine.host.scheduler")
+    loops_before = [] if scheduler is None else scheduler.live_loops()
     yield
     deadline = 5.0
     import time
 
     end = time.monotonic() + deadline
     while True:
+        loops_own = {loop.thread for loop in loops_before}
         leaked = [
             t
             for t in threading.enumerate()
-            if t not in before and t.is_alive() and not t.name.startswith("pytest_timeout")
+            if t not in before
+            and t not in loops_own
+            and t.is_alive()
+            and not t.name.startswith("pytest_timeout")
         ]
         if not leaked or time.monotonic() > end:
             break

@@ -2,9 +2,10 @@
 
 A `Model` owns exactly one `Scheduler`, and the scheduler's thread makes every llama.cpp call
 on the model's context: the chat (`Model.generate` and `EmbeddedEngine`), the HTTP API, the
-benchmark, `candlewick run`, embeddings. Nothing else decodes. One thread at a time: an idle
-loop's thread ends after `IDLE_THREAD_S` and the next request or task starts the next one,
-so an idle model holds no llama.cpp CPU workers that would slow another model's.
+benchmark, `candlewick run`, embeddings. Nothing else decodes. One thread at a time: while
+other models are loaded, an idle loop's thread ends after `IDLE_THREAD_S` and the next request
+or task starts the next one, so an idle model holds no llama.cpp CPU workers that would slow
+another model's.
 
 Continuous batching. The context is created with `n_seq_max = N`; each of the N slots owns one
 sequence id. Every step decodes one batch holding the next token of every generating slot plus
@@ -53,6 +54,7 @@ import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -93,6 +95,22 @@ log = logging.getLogger("candlewick.scheduler")
 # libgomp then stops letting workers spin between steps, and the busy model decoded several
 # times slower (docs/benchmarks.md, "Two models in one process").
 IDLE_THREAD_S = 1.0
+# The loops in this process. A loop alone keeps its thread: a new thread's first step would
+# only add its start to the next reply's time to first token.
+_loops: weakref.WeakSet[Scheduler] = weakref.WeakSet()
+_loops_lock = threading.Lock()
+
+
+def live_loops() -> list[Scheduler]:
+    """The loops of this process that are not closed."""
+    with _loops_lock:
+        return [loop for loop in _loops if not loop.closed]
+
+
+def _other_loops(me: Scheduler) -> bool:
+    with _loops_lock:
+        return any(loop is not me and not loop.closed for loop in _loops)
+
 
 T = TypeVar("T")
 
@@ -158,6 +176,8 @@ class Scheduler:
         self._builder: BatchBuilder | None = None
         self._bind(n_slots, reserved_slots)
         self._thread: threading.Thread | None = None
+        with _loops_lock:
+            _loops.add(self)
         with self._cond:
             self._ensure_thread()
 
@@ -413,6 +433,11 @@ class Scheduler:
     def closed(self) -> bool:
         return self._stop
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The loop's thread now (None while an idle loop has none)."""
+        return self._thread
+
     def close(self) -> None:
         """Cancel everything, stop the loop and free the batch. Idempotent."""
         with self._cond:
@@ -421,6 +446,8 @@ class Scheduler:
             self._stop = True
             self._cond.notify_all()
             thread = self._thread
+        with _loops_lock:
+            _loops.discard(self)
         if thread is not None and threading.current_thread() is not thread:
             thread.join()
         if self._builder is not None:
@@ -455,7 +482,7 @@ class Scheduler:
             task = None
             with self._cond:
                 while self._idle():
-                    if not self._cond.wait(IDLE_THREAD_S) and self._idle():
+                    if not self._cond.wait(IDLE_THREAD_S) and self._idle() and _other_loops(self):
                         self._thread = None  # retire; the next request starts another
                         return
                 if self._stop:

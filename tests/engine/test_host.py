@@ -21,6 +21,7 @@ from engine.host.runtime import Model
 from engine.native import llama_lib
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.settings import LoadParams, SamplingParams
+from tests.fake_backend import FakeLoopModel, FakeVocab, hash_next
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24)
 ASK = [{"role": "user", "content": "What is the capital of France? One word."}]
@@ -181,11 +182,16 @@ def test_an_idle_loop_takes_its_cpu_workers_along(
     model.generate(ASK, GREEDY).consume()
     loop_thread = model.loop.call_soon(threading.current_thread)
     with_team = process_threads()
-    assert wait_for(lambda: not loop_thread.is_alive())
-    # The loop thread and its n_threads - 1 workers, however other threads come and go.
-    workers = model.load_info.n_threads
-    assert wait_for(lambda: len(with_team - process_threads()) >= workers)
-    assert model.generate(ASK, GREEDY).consume()  # the next request starts another
+    other = FakeLoopModel(n_slots=1, n_ctx_seq=64, vocab=FakeVocab(), next_token=hash_next(8))
+    try:  # another model's loop, without weights: the idle one's thread ends
+        assert other.loop.n_slots == 1
+        assert wait_for(lambda: not loop_thread.is_alive())
+        # The loop thread and its n_threads - 1 workers, however other threads come and go.
+        workers = model.load_info.n_threads
+        assert wait_for(lambda: len(with_team - process_threads()) >= workers)
+        assert model.generate(ASK, GREEDY).consume()  # the next request starts another
+    finally:
+        other.close()
 
 
 def test_the_chat_never_waits_behind_queued_api_requests(model: Model) -> None:

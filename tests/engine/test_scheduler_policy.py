@@ -610,7 +610,7 @@ def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
     return True
 
 
-def test_an_idle_loop_thread_ends_and_the_next_request_starts_another(
+def test_an_idle_loop_thread_ends_while_another_model_is_loaded(
     sched: Scheduler, model: FakeLoopModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # llama.cpp's CPU workers belong to the decoding thread: an idle model's loop thread ends,
@@ -620,24 +620,31 @@ def test_an_idle_loop_thread_ends_and_the_next_request_starts_another(
     wait(req)
     first = sched.call_soon(threading.current_thread)
     assert first.name == "candlewick-decode"
-    assert wait_until(lambda: not first.is_alive())
+    time.sleep(0.3)  # six idle spells, but no other model: a new thread would only cost time
+    assert first.is_alive()
 
-    again, col2 = submit(sched, [1, 2, 3])
-    wait(again)
-    assert col2.finished.text == col.finished.text
-    second = sched.call_soon(threading.current_thread)
-    assert second is not first and second.name == "candlewick-decode"
-    assert_no_leak(sched, model)
+    other = FakeLoopModel(n_slots=1, n_ctx_seq=64, vocab=VOCAB, next_token=NEXT)
+    try:
+        assert other.loop.n_slots == 1  # another model's loop
+        assert wait_until(lambda: not first.is_alive())
+        again, col2 = submit(sched, [1, 2, 3])
+        wait(again)
+        assert col2.finished.text == col.finished.text
+        second = sched.call_soon(threading.current_thread)
+        assert second is not first and second.name == "candlewick-decode"
+        assert_no_leak(sched, model)
 
-    # A request in flight keeps its thread however long it takes.
-    long, lcol = submit(sched, [4, 5], ENDLESS)
-    assert lcol.first_piece.wait(30)
-    running = sched.call_soon(threading.current_thread)
-    time.sleep(0.3)  # six idle spells: not one of them is idle
-    assert running.is_alive() and not long.done.is_set()
-    long.cancel()
-    wait(long)
-    assert wait_until(lambda: not running.is_alive())
-    sched.close()  # with no thread left, close still ends the loop
-    with pytest.raises(EngineError):
-        sched.submit([1, 2], GREEDY, col)
+        # A request in flight keeps its thread however long it takes.
+        long, lcol = submit(sched, [4, 5], ENDLESS)
+        assert lcol.first_piece.wait(30)
+        running = sched.call_soon(threading.current_thread)
+        time.sleep(0.3)  # six idle spells: not one of them is idle
+        assert running.is_alive() and not long.done.is_set()
+        long.cancel()
+        wait(long)
+        assert wait_until(lambda: not running.is_alive())
+        sched.close()  # with no thread left, close still ends the loop
+        with pytest.raises(EngineError):
+            sched.submit([1, 2], GREEDY, col)
+    finally:
+        other.close()
