@@ -8,7 +8,7 @@ llama.cpp's CPU workers are an OpenMP team that belongs to the thread that decod
 model decodes on its own loop thread, so with two models that have decoded the process holds
 two teams; with more OpenMP threads than cores libgomp stops letting idle workers spin, and a
 decode step then waits for sleeping workers. The loop ends an idle thread after
-`engine.host.scheduler.IDLE_THREAD_S` (its team goes with it). Here that spell is set to 10 s so
+`engine.host.loop_thread.IDLE_THREAD_S` (its team goes with it). Here that spell is 10 s so
 that both states can be measured in one process, alternating: model B replies 0.2 s after model
 A replied (A's team still there), then again 12 s after A replied (A's thread has ended). Both
 models are the bundled SmolLM2 unless --second names another file for A. Greedy replies, the
@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import engine.host.scheduler as scheduler_module  # noqa: E402
+import engine.host.loop_thread as loop_thread  # noqa: E402
 from benchmarks.doc_tables import machine_line  # noqa: E402
 from benchmarks.host_clients import model_path  # noqa: E402
 from engine.host.runtime import Model  # noqa: E402
@@ -50,7 +50,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--second", type=Path, help="model A (default: the bundled SmolLM2)")
     args = ap.parse_args()
-    scheduler_module.IDLE_THREAD_S = SPELL_S
+    loop_thread.IDLE_THREAD_S = SPELL_S
     sampling = SamplingParams(temperature=0, max_tokens=args.tokens)
     params = LoadParams(n_ctx=1024, n_threads=args.threads)
     b = Model(model_path(None), params)

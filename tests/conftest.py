@@ -325,10 +325,10 @@ def no_leaked_sockets() -> Iterator[None]:
 def no_leaked_threads() -> Iterator[None]:
     """Fail a test that leaves a thread running after it ends. A decode loop that was there
     before may have started a new thread meanwhile (an idle one ends while another model is
-    loaded: engine.host.scheduler): that thread is the loop's, not the test's."""
+    loaded: engine.host.loop_thread): that thread is the loop's, not the test's."""
     before = set(threading.enumerate())
-    scheduler = sys.modules.get("engine.host.scheduler")
-    loops_before = [] if scheduler is None else scheduler.live_loops()
+    threads = sys.modules.get("engine.host.loop_thread")
+    loops_before = [] if threads is None else threads.open_loop_threads()
     yield
     deadline = 5.0
     import time

@@ -5,7 +5,7 @@ on the model's context: the chat (`Model.generate` and `EmbeddedEngine`), the HT
 benchmark, `candlewick run`, embeddings. Nothing else decodes. One thread at a time: while
 other models are loaded, an idle loop's thread ends after `IDLE_THREAD_S` and the next request
 or task starts the next one, so an idle model holds no llama.cpp CPU workers that would slow
-another model's.
+another model's (engine.host.loop_thread).
 
 Continuous batching. The context is created with `n_seq_max = N`; each of the N slots owns one
 sequence id. Every step decodes one batch holding the next token of every generating slot plus
@@ -54,7 +54,6 @@ import contextlib
 import logging
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -63,12 +62,13 @@ from typing import Any, TypeVar
 from engine.decoding.textstream import TextStream
 from engine.decoding.thinking_budget import BudgetKeeper
 from engine.errors import EngineError
-from engine.host import batch_plan
+from engine.host import batch_plan, loop_thread
 from engine.host.batch_builder import BatchBuilder
 from engine.host.finishing import Finisher, finish_unscheduled
 from engine.host.greedy_pick import chain_spec
 from engine.host.logprobs import MAX_TOP_LOGPROBS
 from engine.host.loop_model import LoopModel
+from engine.host.loop_thread import LoopThread
 from engine.host.media_steps import check_prompt
 from engine.host.requests import (
     EventCallback,
@@ -89,29 +89,6 @@ from engine.media.prompt import MediaPrompt, is_placeholder
 from engine.settings import DEFAULT_DRAFT_MAX, SamplingParams, SpecMode
 
 log = logging.getLogger("candlewick.scheduler")
-# An idle decode thread ends after this long and the next request starts another. llama.cpp's
-# CPU workers are an OpenMP team that belongs to the thread that decodes and lives as long as
-# it does; with two models loaded, the idle one's team keeps the process above the core count,
-# libgomp then stops letting workers spin between steps, and the busy model decoded several
-# times slower (docs/benchmarks.md, "Two models in one process").
-IDLE_THREAD_S = 1.0
-# The loops in this process. A loop alone keeps its thread: a new thread's first step would
-# only add its start to the next reply's time to first token.
-_loops: weakref.WeakSet[Scheduler] = weakref.WeakSet()
-_loops_lock = threading.Lock()
-
-
-def live_loops() -> list[Scheduler]:
-    """The loops of this process that are not closed."""
-    with _loops_lock:
-        return [loop for loop in _loops if not loop.closed]
-
-
-def _other_loops(me: Scheduler) -> bool:
-    with _loops_lock:
-        return any(loop is not me and not loop.closed for loop in _loops)
-
-
 T = TypeVar("T")
 
 
@@ -175,11 +152,9 @@ class Scheduler:
         self._lease: tuple[str, tuple[int, int, int]] | None = None
         self._builder: BatchBuilder | None = None
         self._bind(n_slots, reserved_slots)
-        self._thread: threading.Thread | None = None
-        with _loops_lock:
-            _loops.add(self)
+        self._runner = LoopThread(self._run, "candlewick-decode")
         with self._cond:
-            self._ensure_thread()
+            self._runner.ensure()
 
     def _bind(self, n_slots: int | None, reserved: int) -> None:
         """Take the model's (new) context: slots, their KV layout, the batch, limits."""
@@ -278,7 +253,7 @@ class Scheduler:
             if media is not None:
                 req.stats.media_tokens = media.media_tokens
             self._queue.append(req)
-            self._ensure_thread()
+            self._runner.ensure()
             self._cond.notify()
         return req
 
@@ -294,14 +269,14 @@ class Scheduler:
         return self._call(fn, idle=False, timeout=timeout)
 
     def _call(self, fn: Callable[[], T], *, idle: bool, timeout: float | None) -> T:
-        if threading.current_thread() is self._thread:
+        if self._runner.is_current():
             return fn()
         fut: Future[T] = Future()
         with self._cond:
             if self._stop:
                 raise SchedulerClosed("the model is being unloaded")
             self._tasks.append((fn, fut, idle))
-            self._ensure_thread()
+            self._runner.ensure()
             self._cond.notify()
         return fut.result(timeout)
 
@@ -433,11 +408,6 @@ class Scheduler:
     def closed(self) -> bool:
         return self._stop
 
-    @property
-    def thread(self) -> threading.Thread | None:
-        """The loop's thread now (None while an idle loop has none)."""
-        return self._thread
-
     def close(self) -> None:
         """Cancel everything, stop the loop and free the batch. Idempotent."""
         with self._cond:
@@ -445,11 +415,8 @@ class Scheduler:
                 return
             self._stop = True
             self._cond.notify_all()
-            thread = self._thread
-        with _loops_lock:
-            _loops.discard(self)
-        if thread is not None and threading.current_thread() is not thread:
-            thread.join()
+            self._runner.close()
+        self._runner.join()
         if self._builder is not None:
             self._builder.close()
 
@@ -468,12 +435,6 @@ class Scheduler:
     def _busy(self) -> bool:
         return any(s.req is not None for s in self._slots)
 
-    def _ensure_thread(self) -> None:
-        """Start the decode thread if the last one retired (caller holds the lock)."""
-        if self._thread is None and not self._stop:
-            self._thread = threading.Thread(target=self._run, name="candlewick-decode", daemon=True)
-            self._thread.start()
-
     def _idle(self) -> bool:
         return not self._stop and not self._queue and not self._tasks and not self._busy()
 
@@ -482,9 +443,9 @@ class Scheduler:
             task = None
             with self._cond:
                 while self._idle():
-                    if not self._cond.wait(IDLE_THREAD_S) and self._idle() and _other_loops(self):
-                        self._thread = None  # retire; the next request starts another
-                        return
+                    idle = not self._cond.wait(loop_thread.IDLE_THREAD_S) and self._idle()
+                    if idle and self._runner.retire():
+                        return  # the next request or task starts another thread
                 if self._stop:
                     break
                 busy = self._busy()

@@ -13,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 
-import engine.host.scheduler as scheduler_module
+import engine.host.loop_thread as loop_thread
 from engine.errors import EngineError
 from engine.host.host import ModelHost, ModelNotLoaded
 from engine.host.requests import Event, Finished, Piece, Started
@@ -178,14 +178,14 @@ def test_an_idle_loop_takes_its_cpu_workers_along(
     # decode several times slower (docs/benchmarks.md, "Two models in one process").
     if "libgomp" not in Path("/proc/self/maps").read_text():
         pytest.skip("this llama.cpp build keeps no OpenMP team per thread")
-    monkeypatch.setattr(scheduler_module, "IDLE_THREAD_S", 0.05)
+    monkeypatch.setattr(loop_thread, "IDLE_THREAD_S", 0.05)
     model.generate(ASK, GREEDY).consume()
-    loop_thread = model.loop.call_soon(threading.current_thread)
+    decode_thread = model.loop.call_soon(threading.current_thread)
     with_team = process_threads()
     other = FakeLoopModel(n_slots=1, n_ctx_seq=64, vocab=FakeVocab(), next_token=hash_next(8))
     try:  # another model's loop, without weights: the idle one's thread ends
         assert other.loop.n_slots == 1
-        assert wait_for(lambda: not loop_thread.is_alive())
+        assert wait_for(lambda: not decode_thread.is_alive())
         # The loop thread and its n_threads - 1 workers, however other threads come and go.
         workers = model.load_info.n_threads
         assert wait_for(lambda: len(with_team - process_threads()) >= workers)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-import engine.host.scheduler as scheduler_module
+import engine.host.loop_thread as loop_thread
 from engine.errors import EngineError
 from engine.host.requests import Event, Failed, Finished, Piece, QueueFull, Request, Started
 from engine.host.scheduler import Scheduler
@@ -614,8 +614,8 @@ def test_an_idle_loop_thread_ends_while_another_model_is_loaded(
     sched: Scheduler, model: FakeLoopModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # llama.cpp's CPU workers belong to the decoding thread: an idle model's loop thread ends,
-    # so its workers do not slow another model's (engine.host.scheduler.IDLE_THREAD_S).
-    monkeypatch.setattr(scheduler_module, "IDLE_THREAD_S", 0.05)
+    # so its workers do not slow another model's (engine.host.loop_thread.IDLE_THREAD_S).
+    monkeypatch.setattr(loop_thread, "IDLE_THREAD_S", 0.05)
     req, col = submit(sched, [1, 2, 3])
     wait(req)
     first = sched.call_soon(threading.current_thread)
