@@ -36,11 +36,12 @@ EMBED_CTX = 512
 # Tokens kept free of a rerank pair's document beyond what its markers measure: a document cut
 # at a token boundary may tokenize a little longer once joined to the query.
 PAIR_SLACK = 4
-# One thread. With two or more, the embedding model's decode thread keeps an OpenMP team, and
+# One thread. With two or more, the embedding model's decode thread has an OpenMP team, and
 # with more OpenMP threads than cores libgomp stops spinning at its barriers: the chat's own
 # team then sleeps and wakes at every step, and the chat ran at about half speed (2 cores:
-# SmolLM2 ~50 vs ~90 tok/s) even with no embedding running. On 2 busy cores one thread also
-# embedded as fast as two (12-15 vs 2-6 chunks/s).
+# SmolLM2 ~50 vs ~90 tok/s). An idle embedding loop's thread now ends and takes its team along
+# (engine.host.loop_thread), but indexing next to a chat reply would still have both teams. On
+# 2 busy cores one thread also embedded as fast as two (12-15 vs 2-6 chunks/s).
 EMBED_THREADS = 1
 OWNER = "embeddings"  # the host's name for the client that holds these models
 
