@@ -178,10 +178,20 @@ def test_an_idle_loop_takes_its_cpu_workers_along(
     # decode several times slower (docs/benchmarks.md, "Two models in one process").
     if "libgomp" not in Path("/proc/self/maps").read_text():
         pytest.skip("this llama.cpp build keeps no OpenMP team per thread")
-    monkeypatch.setattr(loop_thread, "IDLE_THREAD_S", 0.05)
+    C = llama_lib.lib()
+    real = C.llama_decode
+    seen: list[tuple[threading.Thread, set[int]]] = []
+
+    def recording(ctx: Any, batch: Any) -> int:
+        rc = int(real(ctx, batch))
+        seen.append((threading.current_thread(), process_threads()))  # with its team
+        return rc
+
+    monkeypatch.setattr(C, "llama_decode", recording)
     model.generate(ASK, GREEDY).consume()
-    decode_thread = model.loop.call_soon(threading.current_thread)
-    with_team = process_threads()
+    monkeypatch.setattr(C, "llama_decode", real)
+    decode_thread, with_team = seen[-1]
+    monkeypatch.setattr(loop_thread, "IDLE_THREAD_S", 0.05)
     other = FakeLoopModel(n_slots=1, n_ctx_seq=64, vocab=FakeVocab(), next_token=hash_next(8))
     try:  # another model's loop, without weights: the idle one's thread ends
         assert other.loop.n_slots == 1

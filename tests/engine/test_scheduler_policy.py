@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -610,7 +611,7 @@ def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
     return True
 
 
-def test_an_idle_loop_thread_ends_while_another_model_is_loaded(
+def test_an_idle_loop_thread_ends_while_another_loop_is_open(
     sched: Scheduler, model: FakeLoopModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # llama.cpp's CPU workers belong to the decoding thread: an idle model's loop thread ends,
@@ -620,9 +621,6 @@ def test_an_idle_loop_thread_ends_while_another_model_is_loaded(
     wait(req)
     first = sched.call_soon(threading.current_thread)
     assert first.name == "candlewick-decode"
-    time.sleep(0.3)  # six idle spells, but no other model: a new thread would only cost time
-    assert first.is_alive()
-
     other = FakeLoopModel(n_slots=1, n_ctx_seq=64, vocab=VOCAB, next_token=NEXT)
     try:
         assert other.loop.n_slots == 1  # another model's loop
@@ -648,3 +646,16 @@ def test_an_idle_loop_thread_ends_while_another_model_is_loaded(
             sched.submit([1, 2], GREEDY, col)
     finally:
         other.close()
+
+
+def test_a_lone_loop_keeps_its_idle_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A new thread would only add its start to the next reply. The rule alone, on loops of
+    # its own (the suite's other models are loaded in this process too).
+    monkeypatch.setattr(loop_thread, "_open", weakref.WeakSet())
+    first = loop_thread.LoopThread(lambda: None, "first")
+    assert not first.retire()
+    second = loop_thread.LoopThread(lambda: None, "second")
+    assert first.retire() and second.retire()
+    second.close()
+    assert not first.retire()
+    assert loop_thread.open_loop_threads() == [first]
