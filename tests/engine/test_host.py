@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from engine.native import llama_lib
 from engine.server import ServedModel, ServerConfig, ServerState, ServerThread
 from engine.settings import LoadParams, SamplingParams
 from tests.fake_backend import FakeLoopModel, FakeVocab, hash_next
+from tests.waiting import until
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24)
 ASK = [{"role": "user", "content": "What is the capital of France? One word."}]
@@ -156,15 +157,6 @@ def test_every_decode_runs_on_the_one_loop_thread(
     assert threads == {"candlewick-decode"}
 
 
-def wait_for(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.01)
-    return True
-
-
 def process_threads() -> set[int]:
     return {int(t) for t in os.listdir("/proc/self/task")}
 
@@ -195,10 +187,10 @@ def test_an_idle_loop_takes_its_cpu_workers_along(
     other = FakeLoopModel(n_slots=1, n_ctx_seq=64, vocab=FakeVocab(), next_token=hash_next(8))
     try:  # another model's loop, without weights: the idle one's thread ends
         assert other.loop.n_slots == 1
-        assert wait_for(lambda: not decode_thread.is_alive())
+        assert until(lambda: not decode_thread.is_alive())
         # The loop thread and its n_threads - 1 workers, however other threads come and go.
         workers = model.load_info.n_threads
-        assert wait_for(lambda: len(with_team - process_threads()) >= workers)
+        assert until(lambda: len(with_team - process_threads()) >= workers)
         assert model.generate(ASK, GREEDY).consume()  # the next request starts another
     finally:
         other.close()

@@ -30,6 +30,7 @@ from engine.host.host import (
 from engine.host.runtime import Model
 from engine.memory.hardware import GiB
 from engine.settings import LoadParams, SamplingParams
+from tests.waiting import until
 
 pytestmark = pytest.mark.slow
 # No RAM prompt cache: the budgets below are sized from llama.cpp's buffers alone (the host
@@ -93,15 +94,6 @@ def room_for_gemma_and_one_smol(specs: dict[str, Loadable]) -> int:
     """A budget with room for Gemma and one SmolLM2, not for a second SmolLM2 besides."""
     smol = need_mib(specs["smol"])
     return need_mib(specs["gemma"]) + smol + smol // 2
-
-
-def until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def loaded(host: ModelHost) -> list[str]:

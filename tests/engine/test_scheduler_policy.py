@@ -23,6 +23,7 @@ from engine.host.requests import Event, Failed, Finished, Piece, QueueFull, Requ
 from engine.host.scheduler import Scheduler
 from engine.settings import SamplingParams
 from tests.fake_backend import FakeBackend, FakeLoopModel, FakeVocab, hash_next, paced
+from tests.waiting import until
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8)
 # A reply that runs until the test ends it (the fake model never ends one by itself).
@@ -602,15 +603,6 @@ def test_one_loop_per_context(sched: Scheduler, model: FakeLoopModel) -> None:
         Scheduler(model)
 
 
-def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.005)
-    return True
-
-
 def test_an_idle_loop_thread_ends_while_another_loop_is_open(
     sched: Scheduler, model: FakeLoopModel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -624,7 +616,7 @@ def test_an_idle_loop_thread_ends_while_another_loop_is_open(
     other = FakeLoopModel(n_slots=1, n_ctx_seq=64, vocab=VOCAB, next_token=NEXT)
     try:
         assert other.loop.n_slots == 1  # another model's loop
-        assert wait_until(lambda: not first.is_alive())
+        assert until(lambda: not first.is_alive())
         again, col2 = submit(sched, [1, 2, 3])
         wait(again)
         assert col2.finished.text == col.finished.text
@@ -640,7 +632,7 @@ def test_an_idle_loop_thread_ends_while_another_loop_is_open(
         assert running.is_alive() and not long.done.is_set()
         long.cancel()
         wait(long)
-        assert wait_until(lambda: not running.is_alive())
+        assert until(lambda: not running.is_alive())
         sched.close()  # with no thread left, close still ends the loop
         with pytest.raises(EngineError):
             sched.submit([1, 2], GREEDY, col)

@@ -23,6 +23,7 @@ from engine.host.runtime import Model
 from engine.server import ServerState, ServerThread
 from engine.settings import LoadParams
 from tests.engine.server.conftest import API_KEY, http, make_config
+from tests.waiting import until
 
 pytestmark = pytest.mark.slow
 # No RAM prompt cache: the budgets below are sized from llama.cpp's buffers alone (the host
@@ -92,15 +93,6 @@ def listed(srv: ServerThread) -> dict[str, bool]:
     return {m["id"]: m["loaded"] for m in r.json()["data"]}
 
 
-def until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_two_models_answer_interleaved_requests(serve: Callable[..., ServerThread]) -> None:
     srv = serve()
     assert listed(srv) == {"smollm2": False, "gemma": False, "broken": False}
@@ -168,7 +160,9 @@ def test_eight_simultaneous_requests_wait_for_one_load(
     for t in threads:
         t.start()
     # While it loads, /health says so and /api/ps does not list it yet.
-    assert until(lambda: http.get(srv.url + "/health").json()["loading"] == ["gemma"], 20)
+    assert until(
+        lambda: http.get(srv.url + "/health").json()["loading"] == ["gemma"], 20, poll=0.05
+    )
     assert "gemma" not in ps(srv)
     for t in threads:
         t.join(300)
@@ -187,7 +181,7 @@ def test_keep_alive_ttl_and_pin(serve: Callable[..., ServerThread]) -> None:
     with ollama.Client(host=srv.url, headers=AUTH) as oc:
         r = oc.generate(model="smollm2", prompt="Hi", keep_alive=0, options={"num_predict": 2})
         assert r.response is not None
-        assert until(lambda: "smollm2" not in ps(srv), 10)
+        assert until(lambda: "smollm2" not in ps(srv), 10, poll=0.05)
         # An empty prompt loads (and with keep_alive 0 unloads), as in Ollama.
         r = oc.generate(model="smollm2", prompt="", keep_alive="10m")
         assert r.done_reason == "load"
@@ -195,14 +189,14 @@ def test_keep_alive_ttl_and_pin(serve: Callable[..., ServerThread]) -> None:
         assert left["keep_alive_s"] == 600 and left["expires_at"] > "2026"
         r = oc.generate(model="smollm2", prompt="", keep_alive=0)
         assert r.done_reason == "unload"
-        assert until(lambda: "smollm2" not in ps(srv), 10)
+        assert until(lambda: "smollm2" not in ps(srv), 10, poll=0.05)
     # LM Studio's ttl on an OpenAI request: gone a second after it went idle.
     with oai(srv) as c:
         c.chat.completions.create(
             model="smollm2", messages=HELLO, max_tokens=2, extra_body={"ttl": 1}
         )
         assert "smollm2" in ps(srv)
-        assert until(lambda: "smollm2" not in ps(srv), 15)
+        assert until(lambda: "smollm2" not in ps(srv), 15, poll=0.05)
     # Pinned: stays past its keep-alive; unloading it by hand frees it.
     r = http.post(
         srv.url + "/v1/models/smollm2/load", headers=AUTH, json={"keep_alive": 0, "pinned": True}
@@ -249,7 +243,7 @@ def test_lru_eviction_and_503_when_nothing_can_go(
         assert msg.startswith("loading SmolLM2 needs ") and "of RAM; " in msg
         assert msg.endswith("every loaded model is busy, pinned or held by a client")
         stream.close()
-        assert until(lambda: ps(srv)["gemma"]["requests_in_flight"] == 0, 30)
+        assert until(lambda: ps(srv)["gemma"]["requests_in_flight"] == 0, 30, poll=0.05)
         assert set(ps(srv)) == {"gemma"}
 
 
