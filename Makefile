@@ -20,17 +20,24 @@ CMAKE_ARGS_vulkan := -DGGML_VULKAN=on
 # built wheels by version only, so llama-cpp-python is built with --no-cache-dir: a wheel
 # cached without the fix would otherwise be reinstalled silently.
 AMX_FIX := -include "$(CURDIR)/installers/llama_cpp/amx_tilecfg.h"
-BUILD_LLAMA_CPP = CFLAGS='$(AMX_FIX)' CXXFLAGS='$(AMX_FIX)' $(PY) -m pip install --no-cache-dir
+# Built from the source release with installers/llama_cpp/*.patch applied to the llama.cpp it
+# vendors (AMX small batches on the vector kernels; see the patch).
+LLAMA_CPP_PATCHES := $(wildcard installers/llama_cpp/*.patch)
+LLAMA_CPP_SRC := build/llama-cpp-python
+BUILD_LLAMA_CPP = installers/llama_cpp/patched_source.sh $(PY) $(LLAMA_CPP_PKG) $(LLAMA_CPP_SRC) && \
+  CFLAGS='$(AMX_FIX)' CXXFLAGS='$(AMX_FIX)' $(PY) -m pip install --no-cache-dir \
+  --force-reinstall --no-deps ./$(LLAMA_CPP_SRC)
 
 .PHONY: setup run test test-fast lint typecheck bench clean dist appimage dist-check
 
 # llama-cpp-python compiles llama.cpp (~5-10 min); set CMAKE_ARGS for GPU. Rebuilt when the
 # fix header changes (a GPU build is then redone by `make setup GPU=...`).
 LLAMA_STAMP := $(VENV)/.candlewick-llama-cpp
-$(LLAMA_STAMP): installers/llama_cpp/amx_tilecfg.h
+$(LLAMA_STAMP): installers/llama_cpp/amx_tilecfg.h installers/llama_cpp/patched_source.sh \
+  $(LLAMA_CPP_PATCHES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(BUILD_LLAMA_CPP) --force-reinstall --no-deps $(LLAMA_CPP_PKG)
+	$(BUILD_LLAMA_CPP)
 	rm -f $(VENV)/.candlewick-gpu-*
 	touch $@
 
@@ -48,7 +55,7 @@ endif
 $(VENV)/.candlewick-gpu-%: $(STAMP)
 	@case "$*" in cpu|cuda|metal|vulkan) ;; \
 	  *) echo "GPU must be one of: cpu cuda metal vulkan (got '$*')"; exit 2 ;; esac
-	CMAKE_ARGS="$(CMAKE_ARGS_$*)" $(BUILD_LLAMA_CPP) --force-reinstall --no-deps $(LLAMA_CPP_PKG)
+	export CMAKE_ARGS="$(CMAKE_ARGS_$*)" && $(BUILD_LLAMA_CPP)
 	rm -f $(VENV)/.candlewick-gpu-*
 	$(PY) -c "from app.gpu_advice import check; print('llama.cpp backend:', check().summary)"
 	touch $@

@@ -40,6 +40,7 @@ from engine.errors import EngineError
 from engine.host import decode_guard
 from engine.host.prompt_cache import common_prefix
 from engine.host.stats import GenerationStats
+from engine.memory import cpu_kernels
 from engine.native.backend import ContextBackend, DecodeFailed, Sampler, TokenBatch
 from engine.settings import DEFAULT_DRAFT_MAX, LoadParams
 
@@ -118,9 +119,12 @@ class VerifyCost:
 
 # SmolLM2, 2 threads. Generic CPU kernels: every position costs about the same again.
 COST_CPU = VerifyCost(1.43, 0.43)
-# AMX weights: two tokens already take the 16-row tile path (the one-token path is a cheaper
-# vector kernel), after which positions are cheap.
+# AMX weights in a build without the project's patch: two tokens already take the 16-row tile
+# path (the one-token path is a cheaper vector kernel), after which positions are cheap.
 COST_AMX = VerifyCost(1.81, 0.17)
+# AMX weights in the project's build (installers/llama_cpp/amx_small_batch.patch): up to 6 rows
+# take the vector kernels, so the second token is cheap and each further one costs more.
+COST_AMX_SMALL_BATCH = VerifyCost(1.48, 0.3)
 # Not measured for verification: the H200's batched decode (8 sequences for 2.6 decodes).
 COST_GPU = VerifyCost(1.2, 0.2)
 
@@ -490,7 +494,9 @@ def verify_cost(m: CostModel) -> VerifyCost:
     """The verification cost curve of this model's kernels (COST_*)."""
     if m.load_info.n_gpu_layers > 0:
         return COST_GPU
-    return COST_AMX if m.amx_weights else COST_CPU
+    if not m.amx_weights:
+        return COST_CPU
+    return COST_AMX_SMALL_BATCH if cpu_kernels.detect().amx_small_batch else COST_AMX
 
 
 def acceptance_rate(stats: GenerationStats) -> float | None:
@@ -514,6 +520,7 @@ def spec_stats(stats: GenerationStats) -> dict[str, Any]:
 
 __all__ = [
     "COST_AMX",
+    "COST_AMX_SMALL_BATCH",
     "COST_CPU",
     "COST_GPU",
     "DEFAULT_MODEL_DRAFT_MAX",

@@ -83,6 +83,9 @@ class CpuFeatures:
     # Nor whether the build steps in AVX-512F's 64 on a CPU that has AVX512-FP16
     # (llama_lib.f16_vectors_avx512f: installers/llama_cpp/amx_tilecfg.h).
     f16_avx512f_steps: bool = False
+    # Nor whether its AMX code verifies small batches on the vector kernels
+    # (llama_lib.amx_small_batches: installers/llama_cpp/amx_small_batch.patch).
+    amx_small_batch: bool = False
 
     @classmethod
     def parse(cls, system_info: str) -> CpuFeatures:
@@ -123,8 +126,11 @@ def detect() -> CpuFeatures:
     """This build's CPU features. AVX512-FP16 is not among the features llama.cpp prints:
     a native build (the project's own: GGML_NATIVE) compiles its f16 vectors with it when the
     CPU has it, so a build with AVX-512 on a CPU that has it is taken to use it, unless the
-    build says it steps in AVX-512F's 64 instead (the project's own build does)."""
+    build says it steps in AVX-512F's 64 instead (the project's own build does). Nor does it
+    print whether the AMX code takes small batches on its vector kernels (the project's patch)."""
     f = CpuFeatures.parse(llama_lib.system_info())
+    if f.amx_int8 and llama_lib.amx_small_batches():
+        f = dataclasses.replace(f, amx_small_batch=True)
     if f.avx512 and "avx512_fp16" in _cpu_flags():
         if llama_lib.f16_vectors_avx512f():
             f = dataclasses.replace(f, f16_avx512f_steps=True)

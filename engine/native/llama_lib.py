@@ -131,6 +131,11 @@ AMX_MARKER = "candlewick_amx_tilecfg_fixed"
 F16_AVX512F_MARKER = "candlewick_f16_avx512f_steps"
 
 
+# Exported by builds made from the patched source (installers/llama_cpp/amx_small_batch.patch,
+# `make setup`): AMX weights multiply batches of up to 6 rows on the vector kernels.
+AMX_SMALL_BATCH_MARKER = "candlewick_amx_small_batch"
+
+
 def _exports(symbol: str) -> bool:
     """Whether the loaded libllama (which links ggml's CPU backend) exports `symbol`."""
     loaded = getattr(lib(), "_lib", None)
@@ -150,6 +155,12 @@ def amx_kernels_safe() -> bool:
     first batch of more than one token (the tile configuration is loaded half-written).
     """
     return _exports(AMX_MARKER)
+
+
+def amx_small_batches() -> bool:
+    """Whether this build's AMX code takes its vector kernels for batches of up to 6 rows (a
+    2-token verification then costs ~1.1 one-token decodes instead of ~1.8)."""
+    return _exports(AMX_SMALL_BATCH_MARKER)
 
 
 def f16_vectors_avx512f() -> bool:

@@ -12,7 +12,9 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from engine.errors import EngineError
@@ -164,3 +166,66 @@ def test_passing_thread_returns_and_raises() -> None:
 
     with pytest.raises(EngineError, match="cannot load"):
         on_passing_thread(boom)
+
+
+@pytest.mark.skipif(not llama_lib.amx_build(), reason="this llama.cpp build has no AMX kernels")
+def test_setup_built_the_small_batch_kernels() -> None:
+    """`make setup` builds from the patched source (installers/llama_cpp/amx_small_batch.patch):
+    on an AMX CPU small batches take the vector kernels, and the engine drafts by their curve."""
+    assert llama_lib.amx_small_batches(), "llama.cpp was built without the small-batch patch"
+
+
+@pytest.mark.skipif(
+    not (llama_lib.amx_build() and llama_lib.amx_small_batches()),
+    reason="this llama.cpp build does not take small AMX batches on the vector kernels",
+)
+def test_small_amx_batches_give_each_row_what_one_token_gives(smollm2_path: Path) -> None:
+    """A verification batch of 2 to 6 tokens, every row's logits kept: each row is exactly what
+    decoding its token alone gives (the patched kernel does the one-row kernel's arithmetic per
+    row), and the 8-token batch, on the tile path, agrees on every row's best token."""
+    m = Model(smollm2_path, LoadParams(n_ctx=512, n_threads=min(2, os.cpu_count() or 1)))
+    prompt = m.tokenize("The lighthouse keeper found a bottle on the shore, and inside it")
+    tail = m.tokenize(" was a letter written in a careful, old-fashioned hand.")[:8]
+    p0 = len(prompt)
+
+    def rows(be: Any, tokens: list[int], one_by_one: bool) -> list[Any]:
+        out = []
+        groups = [[t] for t in tokens] if one_by_one else [tokens]
+        pos = p0
+        for group in groups:
+            b = be.batch(len(group))
+            try:
+                for i, t in enumerate(group):
+                    b.put(i, t, pos + i, 0, True)
+                b.n_tokens = len(group)
+                be.decode(b, fixed_threads=True)
+                out += [be.logits(i).copy() for i in range(len(group))]
+            finally:
+                b.close()
+            pos += len(group)
+        assert be.seq_rm(0, p0, -1)
+        return out
+
+    def run() -> dict[int, tuple[list[Any], list[Any]]]:
+        be = m.backend
+        assert be is not None and m.amx_weights
+        be.clear()
+        b = be.batch(p0)
+        try:
+            for i, t in enumerate(prompt):
+                b.put(i, t, i, 0, False)
+            b.n_tokens = p0
+            be.decode(b, fixed_threads=True)
+        finally:
+            b.close()
+        return {n: (rows(be, tail[:n], False), rows(be, tail[:n], True)) for n in (2, 3, 4, 6, 8)}
+
+    try:
+        found = m.loop.call_soon(run)
+    finally:
+        m.close()
+    for n, (batch, single) in found.items():
+        assert len(batch) == len(single) == n
+        assert [int(r.argmax()) for r in batch] == [int(r.argmax()) for r in single], n
+        if n <= 6:
+            assert all(np.array_equal(a, b) for a, b in zip(batch, single, strict=True)), n

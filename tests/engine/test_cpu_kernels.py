@@ -71,9 +71,9 @@ def test_features_parse_what_llama_cpp_prints() -> None:
     # This build's own line parses to something that names its SIMD level; AVX512-FP16, which
     # the line does not name, comes from the CPU's flags on an AVX-512 build.
     here = cpu_kernels.detect()
-    assert dataclasses.replace(here, avx512_fp16=False, f16_avx512f_steps=False) == (
-        CpuFeatures.parse(cpu_kernels.llama_lib.system_info())
-    )
+    assert dataclasses.replace(
+        here, avx512_fp16=False, f16_avx512f_steps=False, amx_small_batch=False
+    ) == (CpuFeatures.parse(cpu_kernels.llama_lib.system_info()))
     fp16_cpu = here.avx512 and "avx512_fp16" in cpu_kernels._cpu_flags()
     assert here.avx512_fp16 + here.f16_avx512f_steps == fp16_cpu
     assert here.f16_avx512f_steps == (fp16_cpu and cpu_kernels.llama_lib.f16_vectors_avx512f())
@@ -96,6 +96,21 @@ def test_detect_reads_the_builds_f16_step_marker(
     f = cpu_kernels.detect.__wrapped__()
     assert not f.avx512_fp16 and not f.f16_avx512f_steps
     assert cpu_kernels.flash_attn_ctx_limit(f, [64]) is None
+
+
+@pytest.mark.parametrize("marker", [False, True])
+def test_detect_reads_the_builds_small_batch_marker(
+    monkeypatch: pytest.MonkeyPatch, marker: bool
+) -> None:
+    # The patched build's AMX code says so; a build without AMX has nothing to say.
+    monkeypatch.setattr(cpu_kernels.llama_lib, "amx_small_batches", lambda: marker)
+    monkeypatch.setattr(cpu_kernels, "_cpu_flags", lambda: frozenset())
+    monkeypatch.setattr(cpu_kernels.llama_lib, "system_info", lambda: "CPU : AMX_INT8 = 1 |")
+    f = cpu_kernels.detect.__wrapped__()
+    assert f.amx_int8 and f.amx_small_batch == marker
+    assert ("AMX_SMALL_BATCH" in f.summary) == marker
+    monkeypatch.setattr(cpu_kernels.llama_lib, "system_info", lambda: "CPU : AVX512 = 1 |")
+    assert not cpu_kernels.detect.__wrapped__().amx_small_batch
 
 
 SPR = dataclasses.replace(F["xeon"], avx512_fp16=True)

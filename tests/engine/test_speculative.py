@@ -6,21 +6,26 @@ and a draft model is loaded by the target itself (`SpeculativeSettings(mode="dra
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from engine.errors import EngineError
+from engine.host import speculative
 from engine.host.generation import Generation
 from engine.host.requests import Event, Piece
 from engine.host.runtime import Model
 from engine.host.speculative import (
     COST_AMX,
+    COST_AMX_SMALL_BATCH,
     COST_CPU,
+    COST_GPU,
     PromptLookup,
     Speculator,
     VerifyCost,
@@ -31,6 +36,7 @@ from engine.host.speculative import (
 )
 from engine.host.stats import GenerationStats
 from engine.memory import cpu_kernels
+from engine.memory.cpu_kernels import CpuFeatures
 from engine.model.gguf import GGUFError, read_gguf
 from engine.native import llama_lib
 from engine.settings import (
@@ -457,6 +463,25 @@ def test_draft_length_follows_the_verification_cost() -> None:
 
 def test_cost_curve_follows_the_kernels(smollm2: Model) -> None:
     assert not smollm2.amx_weights and verify_cost(smollm2) == COST_CPU
+
+
+@pytest.mark.parametrize("small_batch", [False, True])
+def test_amx_cost_curve_follows_the_builds_small_batch_kernels(
+    monkeypatch: pytest.MonkeyPatch, small_batch: bool
+) -> None:
+    """The project's build verifies up to 6 tokens on AMX's vector kernels: the second token
+    is then cheap, so a 3-token agreement drafts shorter, tighter drafts than the tile path's
+    curve; a build without the patch keeps the tile path's curve."""
+    features = dataclasses.replace(CpuFeatures(), amx_int8=True, amx_small_batch=small_batch)
+    monkeypatch.setattr(speculative.cpu_kernels, "detect", lambda: features)
+    amx = SimpleNamespace(load_info=SimpleNamespace(n_gpu_layers=0), amx_weights=True)
+    cost = verify_cost(amx)
+    assert cost == (COST_AMX_SMALL_BATCH if small_batch else COST_AMX)
+    assert (cost(2) < 1.5) == small_batch
+    # The generic kernels and GPUs do not depend on it.
+    assert verify_cost(SimpleNamespace(load_info=amx.load_info, amx_weights=False)) == COST_CPU
+    gpu = SimpleNamespace(load_info=SimpleNamespace(n_gpu_layers=1), amx_weights=True)
+    assert verify_cost(gpu) == COST_GPU
 
 
 def test_settings_validation(smollm2: Model) -> None:
