@@ -132,7 +132,8 @@ F16_AVX512F_MARKER = "candlewick_f16_avx512f_steps"
 
 
 # Exported by builds made from the patched source (installers/llama_cpp/amx_small_batch.patch,
-# `make setup`): AMX weights multiply batches of up to 6 rows on the vector kernels.
+# `make setup`): AMX weights multiply batches of up to 6 rows (Q4_1; 4 for other
+# types) on the vector kernels.
 AMX_SMALL_BATCH_MARKER = "candlewick_amx_small_batch"
 
 
@@ -158,8 +159,8 @@ def amx_kernels_safe() -> bool:
 
 
 def amx_small_batches() -> bool:
-    """Whether this build's AMX code takes its vector kernels for batches of up to 6 rows (a
-    2-token verification then costs ~1.1 one-token decodes instead of ~1.8)."""
+    """Whether this build's AMX code takes its vector kernels for small batches (a 2-token
+    verification then costs ~1.1 one-token decodes in the kernels instead of ~1.5)."""
     return _exports(AMX_SMALL_BATCH_MARKER)
 
 
