@@ -6,7 +6,6 @@ and a draft model is loaded by the target itself (`SpeculativeSettings(mode="dra
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import threading
 from collections.abc import Iterator
@@ -17,7 +16,6 @@ from typing import Any
 import pytest
 
 from engine.errors import EngineError
-from engine.host import speculative
 from engine.host.generation import Generation
 from engine.host.requests import Event, Piece
 from engine.host.runtime import Model
@@ -472,8 +470,8 @@ def test_amx_cost_curve_follows_the_builds_small_batch_kernels(
     """The project's build verifies up to 6 tokens on AMX's vector kernels: the second token
     is then cheap, so a 3-token agreement drafts shorter, tighter drafts than the tile path's
     curve; a build without the patch keeps the tile path's curve."""
-    features = dataclasses.replace(CpuFeatures(), amx_int8=True, amx_small_batch=small_batch)
-    monkeypatch.setattr(speculative.cpu_kernels, "detect", lambda: features)
+    features = CpuFeatures(amx_int8=True, amx_small_batch=small_batch)
+    monkeypatch.setattr(cpu_kernels, "detect", lambda: features)
     amx = SimpleNamespace(load_info=SimpleNamespace(n_gpu_layers=0), amx_weights=True)
     cost = verify_cost(amx)
     assert cost == (COST_AMX_SMALL_BATCH if small_batch else COST_AMX)
