@@ -21,7 +21,8 @@ CMAKE_ARGS_vulkan := -DGGML_VULKAN=on
 # cached without the fix would otherwise be reinstalled silently.
 AMX_FIX := -include "$(CURDIR)/installers/llama_cpp/amx_tilecfg.h"
 # Built from the source release with installers/llama_cpp/*.patch applied to the llama.cpp it
-# vendors (AMX small batches on the vector kernels; see the patch).
+# vendors (AMX small batches on the vector kernels; small batches' graphs kept on lanes of their
+# own; see each patch).
 LLAMA_CPP_PATCHES := $(wildcard installers/llama_cpp/*.patch)
 LLAMA_CPP_SRC := build/llama-cpp-python
 BUILD_LLAMA_CPP = installers/llama_cpp/patched_source.sh $(PY) $(LLAMA_CPP_PKG) $(LLAMA_CPP_SRC) && \

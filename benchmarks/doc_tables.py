@@ -36,8 +36,10 @@ def machine_line() -> str:
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from engine.memory import cpu_kernels
+    from engine.native import llama_lib
 
+    lanes = "; graph lanes" if llama_lib.graph_lanes() else ""  # a build patch, not a CPU feature
     return (
         f"Measured on: {cpu_model()}, {os.cpu_count()} cores; llama.cpp CPU features: "
-        f"{cpu_kernels.detect().summary}."
+        f"{cpu_kernels.detect().summary}{lanes}."
     )

@@ -101,6 +101,21 @@ def compute_phases(spec: ModelSpec, p: EstimateParams) -> tuple[int, int]:
     return out_phase, body + attn
 
 
+# make setup's llama.cpp (installers/llama_cpp/graph_lanes.patch) keeps a graph of its own for
+# each of the last GRAPH_LANES batch sizes from 2 to GRAPH_LANE_MAX_TOKENS tokens, beside the
+# main one, each with a compute buffer sized by its own graph.
+GRAPH_LANES = 4
+GRAPH_LANE_MAX_TOKENS = 8
+
+
+def graph_lanes_share(spec: ModelSpec, p: EstimateParams) -> float:
+    """The small-batch lanes' compute buffers as a share of the main one (its graph's size
+    grows with the micro-batch): at most the largest lane sizes' tokens over a micro-batch."""
+    ub = shape(spec, p).n_ubatch
+    top = min(GRAPH_LANE_MAX_TOKENS, ub)
+    return sum(range(max(2, top - GRAPH_LANES + 1), top + 1)) / ub
+
+
 def mask_bytes(spec: ModelSpec, p: EstimateParams) -> int:
     """The KQ mask of one micro-batch: f16 with flash attention, f32 without."""
     s = shape(spec, p)

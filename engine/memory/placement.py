@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from engine.memory.analytic import (
     CTX_PAD,
     compute_phases,
+    graph_lanes_share,
     kv_bytes_per_layer,
     mask_bytes,
     output_buffer_bytes,
@@ -187,6 +188,9 @@ def _place(
             if name != out_dev and layers[name]:
                 comp[name] = max(comp[name], layer_phase)
         comp[CPU] = max(comp[CPU], 2 * 4 * shape(spec, p).n_ubatch * spec.n_embd + mask)
+    lanes = graph_lanes_share(spec, p)
+    for name in names:
+        comp[name] += int(comp[name] * lanes)
     if projector is not None:  # its own graph and buffers, beside llama.cpp's
         w[CPU] += projector.weights_bytes
         comp[CPU] += projector.compute_bytes

@@ -374,6 +374,11 @@ class LlamaBackend:
     def n_seq_max(self) -> int:
         return self._n_seq_max
 
+    def graphs_reused(self) -> int:
+        """Decodes that ran llama.cpp's already built graph instead of building one (its
+        performance counter, since the context was made)."""
+        return int(self._C.llama_perf_context(self._ctx).n_reused)
+
     # -- batches ----------------------------------------------------------------------------
 
     def batch(self, capacity: int, n_embd: int = 0) -> LlamaBatch:

@@ -137,6 +137,12 @@ F16_AVX512F_MARKER = "candlewick_f16_avx512f_steps"
 AMX_SMALL_BATCH_MARKER = "candlewick_amx_small_batch"
 
 
+# Exported by builds made from the patched source (installers/llama_cpp/graph_lanes.patch):
+# batches of 2 to 8 tokens keep graphs of their own beside the one-token graph, so a change of
+# batch size (a speculative step, a request ending) does not rebuild the graph.
+GRAPH_LANES_MARKER = "candlewick_graph_lanes"
+
+
 def _exports(symbol: str) -> bool:
     """Whether the loaded libllama (which links ggml's CPU backend) exports `symbol`."""
     loaded = getattr(lib(), "_lib", None)
@@ -162,6 +168,11 @@ def amx_small_batches() -> bool:
     """Whether this build's AMX code takes its vector kernels for small batches (a 2-token
     verification then costs ~1.1 one-token decodes in the kernels instead of ~1.5)."""
     return _exports(AMX_SMALL_BATCH_MARKER)
+
+
+def graph_lanes() -> bool:
+    """Whether this build keeps small batches' graphs on lanes of their own."""
+    return _exports(GRAPH_LANES_MARKER)
 
 
 def f16_vectors_avx512f() -> bool:
