@@ -17,7 +17,6 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from doc_tables import machine_line
+from verify_cost import decoder_after_filler
 
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
@@ -32,7 +32,7 @@ from engine.host.runtime import Model
 from engine.native import llama_lib
 from engine.settings import LoadParams
 
-PROMPT = 300
+PROMPT = 300  # filler tokens before the timed decodes
 STEPS = 30  # alternations per size and round
 
 
@@ -44,24 +44,7 @@ def one_round(path: Path, lanes: bool, sizes: list[int], threads: int) -> dict[s
     def work() -> dict[str, float]:
         be = m.backend
         assert be is not None
-        b = be.batch(PROMPT + 16)
-        try:
-            be.clear()
-            for i in range(PROMPT):
-                b.put(i, 100 + i % 500, i, 0, False)
-            b.n_tokens = PROMPT
-            be.decode(b, fixed_threads=True)
-
-            def dec(n: int) -> float:
-                for j in range(n):
-                    b.put(j, 200 + j, PROMPT + j, 0, True)
-                b.n_tokens = n
-                t = time.perf_counter()
-                be.decode(b, fixed_threads=True)
-                dt = time.perf_counter() - t
-                be.seq_rm(0, PROMPT, -1)
-                return dt
-
+        with decoder_after_filler(be, PROMPT, fixed_threads=True) as dec:
             times: dict[str, list[float]] = defaultdict(list)
             for _ in range(STEPS):
                 times["1 alone"].append(dec(1))
@@ -70,8 +53,6 @@ def one_round(path: Path, lanes: bool, sizes: list[int], threads: int) -> dict[s
                     times[f"1 after {k}"].append(dec(1))
                     times[f"{k} after 1"].append(dec(k))
             return {key: statistics.median(v) * 1000 for key, v in times.items()}
-        finally:
-            b.close()
 
     try:
         return m.loop.call_soon(work)

@@ -37,7 +37,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -121,30 +121,44 @@ def fit(ratios: dict[int, list[float]]) -> VerifyCost:
     return VerifyCost(round(first, 2), round(step, 2))
 
 
+@contextlib.contextmanager
+def decoder_after_filler(
+    be: Any, prompt: int, clock: Any = time.perf_counter, fixed_threads: bool = False
+) -> Iterator[Callable[..., float]]:
+    """On the decode thread: `prompt` filler tokens decoded on a cleared context, then
+    `dec(n, every_row=True)`: n more tokens decoded right after them, timed by `clock`, and
+    removed again, so every call decodes at the same position (the context is cleared after)."""
+    b = be.batch(prompt + 32)
+    try:
+        be.clear()
+        for i in range(prompt):
+            b.put(i, 100 + i % 500, i, 0, False)
+        b.n_tokens = prompt
+        be.decode(b, fixed_threads=fixed_threads)
+
+        def dec(n: int, every_row: bool = True) -> float:
+            for j in range(n):
+                b.put(j, 200 + j, prompt + j, 0, every_row or j == n - 1)
+            b.n_tokens = n
+            t = clock()
+            be.decode(b, fixed_threads=fixed_threads)
+            dt = float(clock() - t)
+            be.seq_rm(0, prompt, -1)
+            return dt
+
+        yield dec
+    finally:
+        b.close()
+        be.clear()
+
+
 def raw_curve(model: Model, reps: int, clock: Any) -> dict[str, dict[int, float]]:
     """Decode times by batch size at a fixed position, in units of one token (see the doc)."""
 
     def work() -> dict[str, dict[int, list[float]]]:
         be = model.backend
         assert be is not None
-        b = be.batch(RAW_PROMPT + 32)
-        try:
-            be.clear()
-            for i in range(RAW_PROMPT):
-                b.put(i, 100 + i % 500, i, 0, False)
-            b.n_tokens = RAW_PROMPT
-            be.decode(b)
-
-            def dec(n: int, every_row: bool = True) -> float:
-                for j in range(n):
-                    b.put(j, 200 + j, RAW_PROMPT + j, 0, every_row or j == n - 1)
-                b.n_tokens = n
-                t = clock()
-                be.decode(b)
-                dt = float(clock() - t)
-                be.seq_rm(0, RAW_PROMPT, -1)
-                return dt
-
+        with decoder_after_filler(be, RAW_PROMPT, clock) as dec:
             out: dict[str, dict[int, list[float]]] = {
                 k: defaultdict(list) for k in ("every row", "last row", "after 1 token")
             }
@@ -157,9 +171,6 @@ def raw_curve(model: Model, reps: int, clock: Any) -> dict[str, dict[int, float]
                     dec(1)
                     out["after 1 token"][n].append(dec(n))
             return out
-        finally:
-            b.close()
-            be.clear()
 
     times = model.loop.call_soon(work)
     unit = statistics.median(times["every row"][1])
