@@ -21,6 +21,7 @@ from engine.errors import EngineError
 from engine.host.runtime import Model
 from engine.native import llama_lib
 from engine.settings import LoadParams, SamplingParams, use_extra_buffers
+from tests.backend_batches import decode_at
 
 HEADER = Path(__file__).resolve().parents[2] / "installers" / "llama_cpp" / "amx_tilecfg.h"
 
@@ -193,15 +194,8 @@ def test_small_amx_batches_give_each_row_what_one_token_gives(smollm2_path: Path
         groups = [[t] for t in tokens] if one_by_one else [tokens]
         pos = p0
         for group in groups:
-            b = be.batch(len(group))
-            try:
-                for i, t in enumerate(group):
-                    b.put(i, t, pos + i, 0, True)
-                b.n_tokens = len(group)
-                be.decode(b, fixed_threads=True)
-                out += [be.logits(i).copy() for i in range(len(group))]
-            finally:
-                b.close()
+            decode_at(be, group, pos, True)
+            out += [be.logits(i).copy() for i in range(len(group))]
             pos += len(group)
         assert be.seq_rm(0, p0, -1)
         return out
@@ -210,14 +204,7 @@ def test_small_amx_batches_give_each_row_what_one_token_gives(smollm2_path: Path
         be = m.backend
         assert be is not None and m.amx_weights
         be.clear()
-        b = be.batch(p0)
-        try:
-            for i, t in enumerate(prompt):
-                b.put(i, t, i, 0, False)
-            b.n_tokens = p0
-            be.decode(b, fixed_threads=True)
-        finally:
-            b.close()
+        decode_at(be, prompt, 0, False)
         return {n: (rows(be, tail[:n], False), rows(be, tail[:n], True)) for n in (2, 3, 4, 6, 8)}
 
     try:

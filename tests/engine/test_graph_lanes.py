@@ -19,6 +19,7 @@ from engine.host.runtime import Model
 from engine.native import llama_lib
 from engine.native.backend import LlamaBackend
 from engine.settings import LoadParams
+from tests.backend_batches import decode_at
 
 # One token, then a drafted batch, again and again, as prompt lookup decodes.
 SIZES = (1, 3, 1, 3, 1, 2, 1, 2, 1, 3, 1, 5, 1, 3)
@@ -43,27 +44,13 @@ def _decode_sizes(
         be = m.backend
         assert isinstance(be, LlamaBackend)
         be.clear()
-        b = be.batch(len(prompt))
-        try:
-            for i, t in enumerate(prompt):
-                b.put(i, t, i, 0, False)
-            b.n_tokens = len(prompt)
-            be.decode(b, fixed_threads=True)
-        finally:
-            b.close()
+        decode_at(be, prompt, 0, False)
         reused_before = be.graphs_reused()
         rows: list[Any] = []
         pos = len(prompt)
         for n in SIZES:
-            b = be.batch(n)
-            try:
-                for i in range(n):
-                    b.put(i, words[(pos + i) % len(words)], pos + i, 0, True)
-                b.n_tokens = n
-                be.decode(b, fixed_threads=True)
-                rows += [be.logits(i).copy() for i in range(n)]
-            finally:
-                b.close()
+            decode_at(be, [words[(pos + i) % len(words)] for i in range(n)], pos, True)
+            rows += [be.logits(i).copy() for i in range(n)]
             pos += n
         return be.graphs_reused() - reused_before, rows
 

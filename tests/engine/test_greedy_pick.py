@@ -16,6 +16,7 @@ from engine.host.greedy_pick import GreedyPicker, RepeatWindow, chain_spec, pena
 from engine.host.runtime import Model
 from engine.native.backend import LlamaBackend
 from engine.settings import SamplingParams
+from tests.backend_batches import decode_at
 from tests.engine.drafting import always_draft  # noqa: F401 (a fixture)
 from tests.exactness import assert_same_greedy, exact_load
 
@@ -93,15 +94,10 @@ def on_decoded(m: Model, prompt: list[int], read: Callable[[LlamaBackend], T]) -
         be = m.backend
         assert be is not None
         be.clear()
-        b = be.batch(len(prompt))
         try:
-            for i, t in enumerate(prompt):
-                b.put(i, t, i, 0, True)
-            b.n_tokens = len(prompt)
-            be.decode(b)
+            decode_at(be, prompt, 0, True, fixed_threads=False)
             return read(be)
         finally:
-            b.close()
             be.clear()
 
     return m.loop.call_soon(run)

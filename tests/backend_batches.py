@@ -1,0 +1,28 @@
+"""One token batch decoded straight on a loaded model's backend, for tests that look at what
+llama.cpp computes batch by batch (call it on the model's decode thread)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engine.native.backend import ContextBackend
+
+
+def decode_at(
+    be: ContextBackend,
+    tokens: Sequence[int],
+    pos: int,
+    every_row: bool,
+    *,
+    fixed_threads: bool = True,
+) -> None:
+    """Decode `tokens` as one batch of sequence 0 at positions pos, pos + 1, ...; with
+    `every_row` each row's logits are kept (`be.logits(i)`), else none."""
+    b = be.batch(len(tokens))
+    try:
+        for i, t in enumerate(tokens):
+            b.put(i, t, pos + i, 0, every_row)
+        b.n_tokens = len(tokens)
+        be.decode(b, fixed_threads=fixed_threads)
+    finally:
+        b.close()
