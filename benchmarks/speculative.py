@@ -3,9 +3,9 @@
 Extraction and summarisation requests (copy the action items, list the ingredients, quote the
 sentences about X, rewrite a function with one change, answer from a passage): real requests
 with an instruction, whose answers repeat spans of the prompt, which is where prompt lookup
-drafting pays. Greedy, all arms measured prompt by prompt (one prompt's arms within seconds of
-each other) so drift on a noisy machine hits them alike; the two exact arms share one model and
-are interleaved run by run (plain exact, lookup exact, plain exact, ...). Generation speed is
+drafting pays. Greedy, all arms measured prompt by prompt and alternating run by run (each run
+loads every configuration once; every other run in reversed order), so drift on a noisy machine
+hits them alike; the two exact arms share one model and take turns within it. Generation speed is
 wall-clock tokens/s from the first generated token to the last (the cache is reset before every
 run, so all arms do the same prefill).
 
@@ -557,17 +557,22 @@ def main() -> int:
     prompts = [(n, p) for n, p in PROMPTS if args.only is None or n in args.only.split(",")]
     described: dict[str, str] = {}
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    order = list(configs)
     for name, prompt in prompts:
         results[name] = {arm: [] for arm in arms}
-        for config, (load_params, config_arms) in configs.items():
-            with Model(path, load_params) as m:
-                if config not in described:
-                    described[config] = describe(m)
-                    print(f"{config}: {described[config]}", flush=True)
-                for _, spec in config_arms:
-                    run_once(m, prompt, 8, spec)  # warm-up
-                for _ in range(args.runs):
-                    for arm_name, spec in config_arms:
+        # Run by run, every configuration once (loaded for that run alone: one model at a
+        # time), in reversed order every other run, so a machine that speeds up or slows
+        # down over a prompt's runs moves every arm alike.
+        for i in range(args.runs):
+            for config in order if i % 2 == 0 else reversed(order):
+                load_params, config_arms = configs[config]
+                with Model(path, load_params) as m:
+                    if config not in described:
+                        described[config] = describe(m)
+                        print(f"{config}: {described[config]}", flush=True)
+                    for _, spec in config_arms:
+                        run_once(m, prompt, 8, spec)  # warm-up
+                    for arm_name, spec in config_arms if i % 2 == 0 else config_arms[::-1]:
                         results[name][arm_name].append(run_once(m, prompt, args.max_tokens, spec))
         r = results[name]
         line = f"{name:13s} plain {median_tps(r['plain']):6.1f} t/s"

@@ -12,16 +12,17 @@ draft_gain) and drafts only while drafting measures faster; there is no setting 
 here the curve is replaced by one under which every draft pays and every draft is allowed.
 
     .venv/bin/python benchmarks/verify_cost.py [--config app|exact|both] [--threads 2] [--write]
-    .venv/bin/python benchmarks/verify_cost.py --raw [--threads 1 --clock cpu]
+    .venv/bin/python benchmarks/verify_cost.py --raw [--threads 1 --clock cpu] [--depths 20,300]
     .venv/bin/python benchmarks/verify_cost.py --breakdown [--only quote]
 
 app: the default load settings (AMX weights where the build's AMX kernels work); exact: no AMX
 weights, flash attention on.
 
 `--raw`: the kernels alone, outside the loop: n tokens decoded again and again at the same
-position (after 300 prompt tokens) with logits for every row (what verification asks for), for
-the last row only, and right after a one-token decode (llama.cpp rebuilds its graph when the
-batch's shape changes). `--clock cpu` with `--threads 1` counts the decode thread's CPU time,
+position (after 300 prompt tokens, or each of `--depths`) with logits for every row (what
+verification asks for), for the last row only, and right after a one-token decode. Each cached
+token adds attention work to every row of a batch, so the curve depends on the depth.
+`--clock cpu` with `--threads 1` counts the decode thread's CPU time,
 a fair figure on a machine other jobs keep busy.
 
 `--breakdown`: where one speculative request's time goes on the decode thread: the decodes by
@@ -152,13 +153,16 @@ def decoder_after_filler(
         be.clear()
 
 
-def raw_curve(model: Model, reps: int, clock: Any) -> dict[str, dict[int, float]]:
-    """Decode times by batch size at a fixed position, in units of one token (see the doc)."""
+def raw_curve(
+    model: Model, reps: int, clock: Any, depth: int = RAW_PROMPT
+) -> dict[str, dict[int, float]]:
+    """Decode times by batch size at a fixed position (after `depth` cached tokens), in units
+    of one token (see the doc)."""
 
     def work() -> dict[str, dict[int, list[float]]]:
         be = model.backend
         assert be is not None
-        with decoder_after_filler(be, RAW_PROMPT, clock) as dec:
+        with decoder_after_filler(be, depth, clock) as dec:
             out: dict[str, dict[int, list[float]]] = {
                 k: defaultdict(list) for k in ("every row", "last row", "after 1 token")
             }
@@ -249,6 +253,11 @@ def main() -> int:
     ap.add_argument("--write", action="store_true", help="update the table in docs/speculative.md")
     ap.add_argument("--raw", action="store_true", help="instead: the kernels' curve alone")
     ap.add_argument("--reps", type=int, default=15, help="--raw: repetitions per size")
+    ap.add_argument(
+        "--depths",
+        default=str(RAW_PROMPT),
+        help="--raw: comma-separated cached tokens before the timed decodes (one table each)",
+    )
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="--raw's clock")
     ap.add_argument("--breakdown", action="store_true", help="instead: one lookup run's parts")
     ap.add_argument("--only", default=None, help="--breakdown: comma-separated prompt names")
@@ -295,13 +304,17 @@ def side_main(args: argparse.Namespace, path: Path, base: LoadParams) -> int:
     if args.raw:
         clock = time.thread_time if args.clock == "cpu" else time.perf_counter
         with Model(path, base) as m:
-            curves = raw_curve(m, args.reps, clock)
-        unit = curves.pop("unit ms")[1]
-        print(f"one token: {unit:.2f} ms ({args.clock} clock, {args.threads} threads)")
-        print("| logits | " + " | ".join(f"{n} tok" for n in RAW_SIZES) + " |")
-        print("|---|" + "---:|" * len(RAW_SIZES))
-        for k, by_n in curves.items():
-            print(f"| {k} | " + " | ".join(f"{by_n[n]:.2f}" for n in RAW_SIZES) + " |")
+            for depth in (int(d) for d in args.depths.split(",")):
+                curves = raw_curve(m, args.reps, clock, depth)
+                unit = curves.pop("unit ms")[1]
+                print(
+                    f"after {depth} cached tokens, one token: {unit:.2f} ms "
+                    f"({args.clock} clock, {args.threads} threads)"
+                )
+                print("| logits | " + " | ".join(f"{n} tok" for n in RAW_SIZES) + " |")
+                print("|---|" + "---:|" * len(RAW_SIZES))
+                for k, by_n in curves.items():
+                    print(f"| {k} | " + " | ".join(f"{by_n[n]:.2f}" for n in RAW_SIZES) + " |")
     else:
         only = args.only.split(",") if args.only else None
         prompts = [(n, p) for n, p in PROMPTS if only is None or n in only]
