@@ -10,7 +10,8 @@ can be compared on a busy one; the measured-gain gate is not replayed (it drafts
 while it wins, so it can only cut losses the replay shows).
 
 Three figures per prompt:
-- lookup: the drafter as it is (its places, its lengths from the curve);
+- lookup: the drafter as it is (its places, its lengths from the curve, its request's own
+  check on what its verified drafts gave);
 - lengths known: the same places, each draft exactly as long as its accepted part (none when
   that does not pay): the most a rule for draft lengths could give;
 - any place: the longest run of the answer's next tokens found anywhere earlier in the
@@ -87,6 +88,8 @@ def replay(
             if mode == "lengths known":
                 drafts = drafts[: pays(accepted(drafts, truth), curve)]
         a = accepted(drafts, truth)
+        if drafts and mode == "lookup":
+            drafter.verified(len(drafts), a)  # as the loop reports it: the request's own check
         cost += curve(1 + len(drafts))
         drafted += len(drafts)
         took += a

@@ -27,7 +27,7 @@ from engine.host.greedy_pick import GreedyPicker, RepeatWindow, penalised_here, 
 from engine.host.logprobs import TokenLogprob, log_softmax, token_logprob
 from engine.host.requests import Failed, Finished, Piece, Request
 from engine.host.slots import LoopCounters, Slot
-from engine.host.speculative import trim_sequence
+from engine.host.speculative import PromptLookup, trim_sequence
 from engine.host.stats import StopReason
 from engine.media.prompt import is_placeholder
 from engine.native.backend import ContextBackend
@@ -123,6 +123,8 @@ class Finisher:
                 self.counters.accepted += 1
             else:
                 self.trim(s, base + i)  # the drafts after the model's own token are dead
+                if drafts and isinstance(s.drafter, PromptLookup):
+                    s.drafter.verified(len(drafts), i)  # its request's own check
                 if drafts and s.drafter is not None and not s.drafter.sets_length:
                     # Grow after a fully accepted draft, else one more than was accepted.
                     s.k = min(s.draft_max, s.k + 1) if i == len(drafts) else i + 1

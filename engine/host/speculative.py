@@ -129,6 +129,14 @@ COST_AMX_SMALL_BATCH = VerifyCost(1.38, 0.29)
 COST_GPU = VerifyCost(1.2, 0.2)
 
 # llama.cpp's own speculative example allows vocabularies that differ only in padding.
+# A request's own check on prompt lookup (`DraftYield`): after this many verified drafts ...
+REQUEST_MIN_VERIFIED = 8
+REQUEST_DECAY = 0.9  # ... the last ten or so count ...
+REQUEST_EXPLORE_EVERY = 8  # ... and while they lose, every 8th chance drafts all the same.
+# Chosen by replaying the benchmark's answers (benchmarks/lookup_replay.py): with cheap
+# verification (1.24 + 0.22 (n - 2)) it changes nothing, with dear (1.8 + 0.5 (n - 2)) it
+# lifts the worst prompt from x0.89 to x0.95; a check after 4 drafts lost up to 1.5% there.
+
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 _VOCAB_SAMPLE = 512
 
@@ -151,6 +159,36 @@ class Drafter(Protocol):
         """The request moved to another slot (sequence id)."""
 
 
+class DraftYield:
+    """What one request's verified drafts gave against what their steps cost.
+
+    The loop's measured gain (engine.host.draft_gain) belongs to the model and the machine,
+    so after requests whose answers quote their prompt it keeps drafting in one whose answer
+    does not, and loses there (docs/speculative.md, "The worst prompt"). So each request
+    checks its own drafts too: once REQUEST_MIN_VERIFIED have been verified it drafts only
+    while they gave more tokens (accepted + the model's own) than their batches cost in
+    one-token decodes on the cost curve, sums decayed by REQUEST_DECAY a draft, and while they
+    do not, only every REQUEST_EXPLORE_EVERY-th chance (the text may turn to quoting)."""
+
+    def __init__(self) -> None:
+        self.gained = 0.0  # tokens the verified drafting steps produced (decayed)
+        self.spent = 0.0  # what those steps cost, in one-token decodes (decayed)
+        self.verified = 0
+        self._chances = 0
+
+    def add(self, drafted: int, accepted: int, cost: CostCurve) -> None:
+        self.gained = self.gained * REQUEST_DECAY + 1 + accepted
+        self.spent = self.spent * REQUEST_DECAY + cost(1 + drafted)
+        self.verified += 1
+
+    def allows(self) -> bool:
+        """Whether the next draft may go (counts a chance when drafting loses)."""
+        if self.verified < REQUEST_MIN_VERIFIED or self.gained > self.spent:
+            return True
+        self._chances += 1
+        return self._chances % REQUEST_EXPLORE_EVERY == 0
+
+
 class PromptLookup:
     """N-gram drafting from the prompt and the reply so far (no second model).
 
@@ -161,7 +199,8 @@ class PromptLookup:
     draft length (`draft_len`): a long quote gets long drafts, a 2- or 3-token coincidence a
     short one; an equally backed place that continues differently cuts the draft where the two
     part. A match inside the reply itself (a list that repeats) is extended periodically.
-    The index is built incrementally: O(new tokens) a step.
+    The index is built incrementally: O(new tokens) a step. The loop reports each verified
+    draft (`verified`), and a request whose drafts do not pay stops drafting (`DraftYield`).
     """
 
     sets_length = True
@@ -183,14 +222,20 @@ class PromptLookup:
         self._index: dict[tuple[int, ...], list[int]] = {}
         self._indexed = 0
         self.last_match = 0  # agreement length behind the last proposal (for tests, stats)
+        self.yields = DraftYield()
 
     def begin(self, tokens: Sequence[int]) -> None:
         self._h = list(tokens)
         self._index = {}
         self._indexed = 0
+        self.yields = DraftYield()
 
     def accept(self, token: int) -> None:
         self._h.append(token)
+
+    def verified(self, drafted: int, accepted: int) -> None:
+        """The loop verified `drafted` of this drafter's tokens; `accepted` were the model's."""
+        self.yields.add(drafted, accepted, self.cost)
 
     @staticmethod
     def survival(agreement: int) -> tuple[float, float]:
@@ -268,7 +313,8 @@ class PromptLookup:
                 j += 1
             if j < len(out):
                 del out[max(j, 1) :]
-        return out[: self.draft_len(best, self.cost, len(out))]
+        out = out[: self.draft_len(best, self.cost, len(out))]
+        return out if out and self.yields.allows() else []
 
     def end(self) -> None:
         pass
@@ -524,10 +570,14 @@ __all__ = [
     "COST_CPU",
     "COST_GPU",
     "DEFAULT_MODEL_DRAFT_MAX",
+    "REQUEST_DECAY",
+    "REQUEST_EXPLORE_EVERY",
+    "REQUEST_MIN_VERIFIED",
     "CostCurve",
     "CostModel",
     "DraftModel",
     "DraftSeq",
+    "DraftYield",
     "Drafter",
     "PromptLookup",
     "Speculator",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.host import speculative
 from engine.host.draft_gain import (
     EXPLORE_EVERY,
     MIN_STEPS,
@@ -196,7 +197,9 @@ def test_drafting_goes_on_where_it_measures_faster(monkeypatch: pytest.MonkeyPat
 def test_drafting_stops_where_it_measures_slower(monkeypatch: pytest.MonkeyPatch) -> None:
     """Drafts of a model that never copies (2-token coincidences in its own text), verified
     where each row costs 0.6 of a decode: drafting is tried, then only explored; with the
-    gate held open the same reply drafts several times as much."""
+    gate held open the same reply drafts several times as much (the request's own check,
+    which would stop it as well, left out)."""
+    monkeypatch.setattr(speculative, "REQUEST_MIN_VERIFIED", 10**9)
     model = hash_next(len(VOCAB))
     gated = run(monkeypatch, model, per_row=0.6, tokens=400)
     with monkeypatch.context() as mp:
@@ -205,6 +208,26 @@ def test_drafting_stops_where_it_measures_slower(monkeypatch: pytest.MonkeyPatch
     assert open_gate.draft_tokens > 0
     assert gated.draft_tokens * 3 <= open_gate.draft_tokens
     assert gated.draft_gain is not None and gated.draft_gain > 0.9
+
+
+def test_a_request_that_does_not_quote_stops_drafting_on_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop's gain held open (as after requests where lookup won): a reply that never
+    copies (its drafts are 2-token coincidences) still stops drafting once its own verified
+    drafts have given nothing (engine.host.speculative.DraftYield); a reply that copies
+    keeps every draft."""
+    monkeypatch.setattr(DraftGain, "allow", lambda _self, _busy, _kind: True)
+    model = hash_next(len(VOCAB))
+    checked = run(monkeypatch, model, per_row=0.1, tokens=400)
+    copying = run(monkeypatch, repeating, per_row=0.1, tokens=200)
+    with monkeypatch.context() as mp:
+        mp.setattr(speculative, "REQUEST_MIN_VERIFIED", 10**9)
+        unchecked = run(mp, model, per_row=0.1, tokens=400)
+        copying_unchecked = run(mp, repeating, per_row=0.1, tokens=200)
+    assert checked.draft_tokens > 0
+    assert checked.draft_tokens * 3 <= unchecked.draft_tokens
+    assert copying.draft_accepted == copying_unchecked.draft_accepted >= 150
 
 
 def test_drafting_comes_back_after_a_busy_spell(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -310,7 +333,9 @@ def test_several_slots_stop_drafting_where_it_measures_slower(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Four requests of a model that never copies, where every row costs 0.6 of a decode:
-    at four slots drafting is tried, measured slower, and then only explored."""
+    at four slots drafting is tried, measured slower, and then only explored (the requests'
+    own check left out)."""
+    monkeypatch.setattr(speculative, "REQUEST_MIN_VERIFIED", 10**9)
     model = hash_next(len(VOCAB))
     stats, _, gain = run_together(monkeypatch, 0.6, 4, "lookup", model, 500)
     drafted = sum(st.draft_tokens for st in stats)

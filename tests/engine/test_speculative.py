@@ -24,6 +24,9 @@ from engine.host.speculative import (
     COST_AMX_SMALL_BATCH,
     COST_CPU,
     COST_GPU,
+    REQUEST_EXPLORE_EVERY,
+    REQUEST_MIN_VERIFIED,
+    DraftYield,
     PromptLookup,
     Speculator,
     VerifyCost,
@@ -457,6 +460,38 @@ def test_draft_length_follows_the_verification_cost() -> None:
     # 2-token batch on AMX (1.81 decodes for at most 2 tokens), so nothing is drafted.
     p.begin([1, 2, 5, 9, 1, 2, 6, 8, 1, 2])
     assert p.propose(8) == []
+
+
+def test_a_request_whose_drafts_do_not_pay_stops_drafting() -> None:
+    """A request's own check: drafts go until REQUEST_MIN_VERIFIED have been verified; while
+    the verified ones gave fewer tokens than their batches cost, only every
+    REQUEST_EXPLORE_EVERY-th chance drafts; drafts that pay open it again at once."""
+    curve = VerifyCost(1.2, 0.2)
+    y = DraftYield()
+    for _ in range(REQUEST_MIN_VERIFIED - 1):
+        y.add(3, 0, curve)  # 1 token for 1.6 decodes
+        assert y.allows()
+    y.add(3, 0, curve)
+    chances = [y.allows() for _ in range(2 * REQUEST_EXPLORE_EVERY)]
+    assert chances.count(True) == 2 and chances[REQUEST_EXPLORE_EVERY - 1]
+    y.add(3, 3, curve)  # 4 tokens for 1.6 decodes
+    y.add(3, 3, curve)
+    assert y.gained > y.spent and y.allows()
+
+
+def test_prompt_lookup_holds_back_drafts_its_request_lost_on() -> None:
+    """The loop reports each verified draft (`verified`); after enough that gave nothing the
+    same match proposes nothing, and the next request starts afresh."""
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2]
+    p = PromptLookup(cost=VerifyCost(1.2, 0.2))
+    p.begin(prompt)
+    draft = p.propose(8)
+    assert draft
+    for _ in range(REQUEST_MIN_VERIFIED):
+        p.verified(len(draft), 0)
+    assert p.propose(8) == [] and p.last_match == 2  # matched, but held back
+    p.begin(prompt)
+    assert p.propose(8) == draft
 
 
 def test_cost_curve_follows_the_kernels(smollm2: Model) -> None:
