@@ -128,15 +128,16 @@ COST_AMX_SMALL_BATCH = VerifyCost(1.38, 0.29)
 # Not measured for verification: the H200's batched decode (8 sequences for 2.6 decodes).
 COST_GPU = VerifyCost(1.2, 0.2)
 
-# llama.cpp's own speculative example allows vocabularies that differ only in padding.
 # A request's own check on prompt lookup (`DraftYield`): after this many verified drafts ...
 REQUEST_MIN_VERIFIED = 8
 REQUEST_DECAY = 0.9  # ... the last ten or so count ...
 REQUEST_EXPLORE_EVERY = 8  # ... and while they lose, every 8th chance drafts all the same.
 # Chosen by replaying the benchmark's answers (benchmarks/lookup_replay.py): with cheap
 # verification (1.24 + 0.22 (n - 2)) it changes nothing, with dear (1.8 + 0.5 (n - 2)) it
-# lifts the worst prompt from x0.89 to x0.95; a check after 4 drafts lost up to 1.5% there.
+# lifts the worst prompt from x0.89 to x0.95; checking after 4 drafts with a decay of 0.8
+# lost up to 1.5% with the cheap curve.
 
+# llama.cpp's own speculative example allows vocabularies that differ only in padding.
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 _VOCAB_SAMPLE = 512
 
