@@ -22,8 +22,8 @@ weights, flash attention on.
 position (after 300 prompt tokens, or each of `--depths`) with logits for every row (what
 verification asks for), for the last row only, and right after a one-token decode. Each cached
 token adds attention work to every row of a batch, so the curve depends on the depth.
-`--clock cpu` with `--threads 1` counts the decode thread's CPU time,
-a fair figure on a machine other jobs keep busy.
+`--clock cpu` with `--threads 1` counts the decode thread's CPU time, a fair figure on a
+machine other jobs keep busy.
 
 `--breakdown`: where one speculative request's time goes on the decode thread: the decodes by
 batch size, the sampler chain's calls, the KV removal of rejected drafts, the drafter's
