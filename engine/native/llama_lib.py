@@ -143,6 +143,12 @@ AMX_SMALL_BATCH_MARKER = "candlewick_amx_small_batch"
 GRAPH_LANES_MARKER = "candlewick_graph_lanes"
 
 
+# Exported by builds made from the patched source (installers/llama_cpp/flash_attn_small_batch.
+# patch): CPU flash attention takes small batches (a decoded token, a verification) in tiles of
+# the rows that share a K/V head, so a batch's second row costs little more attention.
+FLASH_ATTN_SMALL_TILES_MARKER = "candlewick_flash_attn_small_tiles"
+
+
 def _exports(symbol: str) -> bool:
     """Whether the loaded libllama (which links ggml's CPU backend) exports `symbol`."""
     loaded = getattr(lib(), "_lib", None)
@@ -173,6 +179,11 @@ def amx_small_batches() -> bool:
 def graph_lanes() -> bool:
     """Whether this build keeps small batches' graphs on lanes of their own."""
     return _exports(GRAPH_LANES_MARKER)
+
+
+def flash_attn_small_tiles() -> bool:
+    """Whether this build's CPU flash attention takes small batches in shared K/V tiles."""
+    return _exports(FLASH_ATTN_SMALL_TILES_MARKER)
 
 
 def f16_vectors_avx512f() -> bool:
