@@ -61,6 +61,7 @@ from engine.settings import LoadParams, SpeculativeSettings
 SIZES = (1, 2, 3, 4, 6, 8, 12, 17)
 RAW_SIZES = (1, 2, 3, 4, 6, 8, 12)
 RAW_PROMPT = 300
+FILL_BATCH = 256
 DOC = Path(__file__).resolve().parent.parent / "docs" / "speculative.md"
 START, END = "<!-- verify-cost-table:start -->", "<!-- verify-cost-table:end -->"
 
@@ -129,13 +130,15 @@ def decoder_after_filler(
     """On the decode thread: `prompt` filler tokens decoded on a cleared context, then
     `dec(n, every_row=True)`: n more tokens decoded right after them, timed by `clock`, and
     removed again, so every call decodes at the same position (the context is cleared after)."""
-    b = be.batch(prompt + 32)
+    b = be.batch(max(FILL_BATCH, 32))
     try:
         be.clear()
-        for i in range(prompt):
-            b.put(i, 100 + i % 500, i, 0, False)
-        b.n_tokens = prompt
-        be.decode(b, fixed_threads=fixed_threads)
+        for start in range(0, prompt, FILL_BATCH):  # (a context's batch holds 512 tokens)
+            n = min(FILL_BATCH, prompt - start)
+            for i in range(n):
+                b.put(i, 100 + (start + i) % 500, start + i, 0, False)
+            b.n_tokens = n
+            be.decode(b, fixed_threads=fixed_threads)
 
         def dec(n: int, every_row: bool = True) -> float:
             for j in range(n):

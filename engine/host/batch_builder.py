@@ -117,12 +117,17 @@ class BatchBuilder:
         """Whether a one-row step decodes a reproducible reply (engine.host.batch_plan) where
         llama.cpp's CPU flash attention splits the cache across the threads: one query over
         SPLIT_KV_CELLS+ cells (the cache is viewed in steps of KV_VIEW_PAD), whose sums then
-        depend on the thread count. Such a step runs on the load's own count."""
-        return self.model.flash_attn_on and any(
-            s.req is not None
-            and s.req.canonical
-            and len(s.tokens) > cpu_kernels.SPLIT_KV_CELLS - cpu_kernels.KV_VIEW_PAD
-            for s in rows
+        depend on the thread count. Such a step runs on the load's own count. The project's
+        build (`fa_small_tiles`) takes no such path."""
+        return (
+            self.model.flash_attn_on
+            and not cpu_kernels.detect().fa_small_tiles
+            and any(
+                s.req is not None
+                and s.req.canonical
+                and len(s.tokens) > cpu_kernels.SPLIT_KV_CELLS - cpu_kernels.KV_VIEW_PAD
+                for s in rows
+            )
         )
 
     def step(self) -> None:

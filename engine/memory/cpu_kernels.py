@@ -11,10 +11,12 @@ Two consequences of the CPU follow from the same facts and live here together:
   a batch only where one row and many rows take the same kernel. They do not for: weights in
   an extra buffer (gemv vs gemm kernels), weight types llamafile's sgemm takes for two or more
   rows (`llamafile_sgemm`: "only enable sgemm for prompt processing"), ARM's two-row int8
-  matrix kernels, attention products without flash attention, and within flash attention the
-  split-KV path of a single query over 512+ cached cells and the tiled path of 64+ queries
-  (ggml-cpu/ops.cpp). `batch_exactness` computes the guarantee from those rules; nothing else
-  in the engine may assume it.
+  matrix kernels, attention products without flash attention, and within upstream's flash
+  attention the split-KV path of a single query over 512+ cached cells and the tiled path of
+  64+ queries (ggml-cpu/ops.cpp); the project's build takes every batch over an f16/f32 cache
+  through the tiled kernel, whose rows do not depend on each other
+  (installers/llama_cpp/flash_attn_small_batch.patch, `fa_small_tiles`). `batch_exactness`
+  computes the guarantee from those rules; nothing else in the engine may assume it.
 
 The CPU's features are what the build was compiled for (ggml's `ggml_cpu_has_*` are compile-time
 checks), read from `llama_print_system_info()`; every rule takes them as an argument so tests
@@ -86,6 +88,9 @@ class CpuFeatures:
     # Nor whether its AMX code verifies small batches on the vector kernels
     # (llama_lib.amx_small_batches: installers/llama_cpp/amx_small_batch.patch).
     amx_small_batch: bool = False
+    # Nor whether its flash attention takes small batches in tiles like prompts
+    # (llama_lib.flash_attn_small_tiles: installers/llama_cpp/flash_attn_small_batch.patch).
+    fa_small_tiles: bool = False
 
     @classmethod
     def parse(cls, system_info: str) -> CpuFeatures:
@@ -127,10 +132,13 @@ def detect() -> CpuFeatures:
     a native build (the project's own: GGML_NATIVE) compiles its f16 vectors with it when the
     CPU has it, so a build with AVX-512 on a CPU that has it is taken to use it, unless the
     build says it steps in AVX-512F's 64 instead (the project's own build does). Nor does it
-    print whether the AMX code takes small batches on its vector kernels (the project's patch)."""
+    print whether the AMX code takes small batches on its vector kernels, or flash attention
+    small batches in tiles (the project's patches)."""
     f = CpuFeatures.parse(llama_lib.system_info())
     if f.amx_int8 and llama_lib.amx_small_batches():
         f = dataclasses.replace(f, amx_small_batch=True)
+    if llama_lib.flash_attn_small_tiles():
+        f = dataclasses.replace(f, fa_small_tiles=True)
     if f.avx512 and "avx512_fp16" in _cpu_flags():
         if llama_lib.f16_vectors_avx512f():
             f = dataclasses.replace(f, f16_avx512f_steps=True)
@@ -421,7 +429,7 @@ def batch_exactness(
                 "llamafile's sgemm, one token's ggml's dot product",
             )
         return Exactness(True, "")
-    if type_k in ("f16", "f32") and type_k == type_v:
+    if type_k in ("f16", "f32") and type_k == type_v and not f.fa_small_tiles:
         return Exactness(True, "", max_positions=KV_VIEW_PAD, max_batch=FA_TILE_Q)
     return Exactness(True, "")
 
@@ -450,10 +458,12 @@ def split_rule(
     settings. Repacked weights (gemm in groups of rows, gemv for the rest), ARM's two-row
     kernel and GPU kernels depend on the batch's size, not only on whether it has one row:
     only the same batches are safe there. CPU flash attention over an f16/f32 cache has three
-    paths (ggml-cpu/ops.cpp): one query over 512+ cells splits the cache across threads, 2-63
-    queries go row by row over every cell, 64+ take the tiled kernel; each row's sums depend
-    only on its path, the cache and the cells' order, so batches of FA_TILE_Q+ tokens agree
-    with each other (tests/engine/test_batch_plan.py checks the bits)."""
+    paths upstream (ggml-cpu/ops.cpp): one query over 512+ cells splits the cache across
+    threads, 2-63 queries go row by row over every cell, 64+ take the tiled kernel; each row's
+    sums depend only on its path, the cache and the cells' order, so batches of FA_TILE_Q+
+    tokens agree with each other. The project's build (`fa_small_tiles`) takes every batch
+    through the tiled kernel, so flash attention then constrains no split
+    (tests/engine/test_batch_plan.py checks the bits either way)."""
     tensors = list(tensors)
     ex = batch_exactness(
         tensors,
@@ -477,7 +487,7 @@ def split_rule(
             return "grid"
         if f.neon and f.matmul_int8 and t.type_name in _ARM_TWO_ROW:
             return "grid"
-    if flash_attn and type_k in ("f16", "f32") and type_k == type_v:
+    if flash_attn and type_k in ("f16", "f32") and type_k == type_v and not f.fa_small_tiles:
         return "tiled"
     return "multi"
 

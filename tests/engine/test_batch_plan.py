@@ -4,6 +4,7 @@ and on the real SmolLM2: the splits the rule calls equivalent give bit-identical
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from engine.host.batch_plan import BatchPlan, counts_as_canonical, plan
 from engine.host.runtime import Model
+from engine.memory import cpu_kernels
 from engine.memory.cpu_kernels import CpuFeatures, split_rule
 from engine.settings import LoadParams, SamplingParams
 from tests.engine.test_cpu_kernels import F, tensor
@@ -133,11 +135,16 @@ def test_splits_the_rule_allows_give_bit_identical_logits(smollm2_path: Path) ->
             assert _evaluate(m, tokens, sizes) == canonical, sizes
 
 
-def test_flash_attention_splits_of_64_or_more_give_bit_identical_logits(
-    smollm2_path: Path,
+def test_upstream_flash_attention_splits_of_64_or_more_give_bit_identical_logits(
+    smollm2_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Past 512 cached cells too, where a single query would take the split-cache kernel. The
-    # weights stay in the mapped file: AMX copies would take the "grid" rule on their own.
+    # llama.cpp's own kernels for small batches (LLAMA_FA_SMALL_TILES=0, and the rules told
+    # so): a batch below 64 goes row by row. Past 512 cached cells too, where a single query
+    # would take the split-cache kernel. The weights stay in the mapped file: AMX copies would
+    # take the "grid" rule on their own.
+    upstream = dataclasses.replace(cpu_kernels.detect(), fa_small_tiles=False)
+    monkeypatch.setattr(cpu_kernels, "detect", lambda: upstream)
+    monkeypatch.setenv("LLAMA_FA_SMALL_TILES", "0")
     with Model(smollm2_path, FLASH_MAPPED) as m:
         assert m.split_rule == "tiled"
         tokens = m.tokenize("The lighthouse keeper wrote in his log every night. " * 120)[:1100]
@@ -147,6 +154,24 @@ def test_flash_attention_splits_of_64_or_more_give_bit_identical_logits(
         # A batch below 64 takes the row-by-row kernel: other bits, which is why the plan
         # never makes one.
         assert _evaluate(m, tokens, [512, 512, 70, 6]) != canonical
+        short = tokens[:50]
+        whole = _evaluate(m, short, [50])
+        assert _evaluate(m, short, [25, 25]) == _evaluate(m, short, [48, 2]) == whole
+
+
+def test_small_tile_flash_attention_leaves_only_the_weights_rule(smollm2_path: Path) -> None:
+    # The project's build (flash_attn_small_batch.patch) takes every batch through the tiled
+    # kernel: any split into batches of two or more tokens gives the same bits, small batches
+    # and past 512 cells included; SmolLM2's Q8_0 output matrix still multiplies one row
+    # differently ("multi").
+    if not cpu_kernels.detect().fa_small_tiles:
+        pytest.skip("this llama.cpp build has upstream's flash attention kernels")
+    with Model(smollm2_path, FLASH_MAPPED) as m:
+        assert m.split_rule == "multi"
+        tokens = m.tokenize("The lighthouse keeper wrote in his log every night. " * 120)[:1100]
+        canonical = _evaluate(m, tokens, list(plan(len(tokens), 0, 512, "multi").sizes))
+        for sizes in ([500, 500, 100], [512, 512, 70, 6], [300, 300, 300, 198, 2]):
+            assert _evaluate(m, tokens, sizes) == canonical, sizes
         short = tokens[:50]
         whole = _evaluate(m, short, [50])
         assert _evaluate(m, short, [25, 25]) == _evaluate(m, short, [48, 2]) == whole
@@ -168,8 +193,14 @@ def test_a_greedy_follow_up_with_flash_attention_reuses_the_history_and_repeats(
         n_follow = len(m.chat_tokens(follow))
         reply = m.generate(follow, greedy)
         text = reply.consume()
-        # The history stays cached; only the last 64 tokens (the reply, decoded one by one,
-        # and the new turn) are read again, where identical batches would re-read it all.
-        assert reply.stats.cached_tokens == n_follow - 64 > len(m.chat_tokens(chat)) // 2
+        # The history stays cached, where identical batches would re-read it all. Upstream's
+        # kernels read the last 64 tokens (the reply, decoded one by one, and the new turn)
+        # again; with the project's small tiles ("multi") the whole first prompt is kept and
+        # only the reply (its tokens were decoded alone) and the new turn are read.
+        if m.split_rule == "tiled":
+            assert reply.stats.cached_tokens == n_follow - 64 > len(m.chat_tokens(chat)) // 2
+        else:
+            assert m.split_rule == "multi"
+            assert reply.stats.cached_tokens == len(m.chat_tokens(chat)) < n_follow
         m.reset_cache()
         assert m.generate(follow, greedy).consume() == text

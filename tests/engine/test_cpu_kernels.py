@@ -72,8 +72,13 @@ def test_features_parse_what_llama_cpp_prints() -> None:
     # the line does not name, comes from the CPU's flags on an AVX-512 build.
     here = cpu_kernels.detect()
     assert dataclasses.replace(
-        here, avx512_fp16=False, f16_avx512f_steps=False, amx_small_batch=False
+        here,
+        avx512_fp16=False,
+        f16_avx512f_steps=False,
+        amx_small_batch=False,
+        fa_small_tiles=False,
     ) == (CpuFeatures.parse(cpu_kernels.llama_lib.system_info()))
+    assert here.fa_small_tiles == cpu_kernels.llama_lib.flash_attn_small_tiles()
     fp16_cpu = here.avx512 and "avx512_fp16" in cpu_kernels._cpu_flags()
     assert here.avx512_fp16 + here.f16_avx512f_steps == fp16_cpu
     assert here.f16_avx512f_steps == (fp16_cpu and cpu_kernels.llama_lib.f16_vectors_avx512f())
