@@ -192,7 +192,8 @@ def resolve_flash_attn(
     reads prompts 1.03-1.10x faster, decodes 1.00-1.07x at ~100 to ~7,600 tokens of history and
     serves 1.2x the tokens/s; what it costs is a chat's follow-up turn at depth (a small batch
     over a long cache goes row by row: 1.3-1.5x its time to first token). Reproducible prompts
-    keep their reuse: batches of 64+ tokens agree with it (cpu_kernels.split_rule, "tiled").
+    keep their reuse (cpu_kernels.split_rule: batches of 64+ tokens agree with upstream's kernels,
+    any batches of two or more with the project's small tiles).
     Speculative decoding wants it too (docs/speculative.md). It is off where this CPU's kernel
     would go element by element over the model's heads (`scalar_kernel`:
     cpu_kernels.flash_attn_scalar; an AMX Xeon decodes SmolLM2 at a third of the speed with it
