@@ -130,7 +130,7 @@ def decoder_after_filler(
     """On the decode thread: `prompt` filler tokens decoded on a cleared context, then
     `dec(n, every_row=True)`: n more tokens decoded right after them, timed by `clock`, and
     removed again, so every call decodes at the same position (the context is cleared after)."""
-    b = be.batch(max(FILL_BATCH, 32))
+    b = be.batch(FILL_BATCH)  # (the timed batches are smaller)
     try:
         be.clear()
         for start in range(0, prompt, FILL_BATCH):  # (a context's batch holds 512 tokens)
