@@ -186,7 +186,8 @@ def flash_attn_scalar(f: CpuFeatures, head_dims: Iterable[int]) -> bool:
     compiles the f16 vectors without AVX512-FP16 (installers/llama_cpp/amx_tilecfg.h), which
     covers 64-wide heads whole and makes flash attention 2-2.5x faster at depth there, but on
     that CPU it still decodes them slower than without at depth (0.86x at 4,000 cached
-    tokens, 0.71x at 7,600): `flash_attn_ctx_limit` says so."""
+    tokens, 0.71x at 7,600) unless it also has the small tiles: `flash_attn_ctx_limit` says
+    so."""
     step = f16_vector_step(f)
     return step is not None and any(d > 0 and d % step for d in head_dims)
 
@@ -197,7 +198,11 @@ def flash_attn_ctx_limit(f: CpuFeatures, head_dims: Iterable[int]) -> int | None
     depth, over the context's fill), or None where no such limit was measured. Only heads
     narrower than 128 on an AVX512-FP16 CPU whose build steps in 64 (`f16_avx512f_steps`)
     have one: whole steps, but the per-cell overhead of the one-query kernel outweighs the
-    smaller cache reads at depth."""
+    smaller cache reads at depth. The project's build (`fa_small_tiles`) decodes through the
+    tiled kernel instead and has none: flash attention decodes as fast at 7,600 cached tokens
+    (0.99x) and reads prompts 2.2x faster (docs/benchmarks.md, "Flash attention on the CPU")."""
+    if f.fa_small_tiles:
+        return None
     if f.f16_avx512f_steps and any(0 < d < _NARROW_HEAD for d in head_dims):
         return FLASH_ATTN_NARROW_CROSSOVER
     return None

@@ -151,6 +151,9 @@ def test_narrow_heads_on_avx512f_steps_have_a_context_limit() -> None:
     assert cpu_kernels.flash_attn_ctx_limit(spr64, []) is None  # a quantized cache
     assert cpu_kernels.flash_attn_ctx_limit(SPR, [64]) is None  # scalar instead (off at once)
     assert cpu_kernels.flash_attn_ctx_limit(F["epyc"], [64]) is None
+    # The project's build decodes small batches through the tiled kernel: no limit there.
+    tiles = dataclasses.replace(spr64, fa_small_tiles=True)
+    assert cpu_kernels.flash_attn_ctx_limit(tiles, [64, 64]) is None
 
 
 def test_flash_attention_rule_reads_the_models_heads(

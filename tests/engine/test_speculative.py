@@ -6,6 +6,7 @@ and a draft model is loaded by the target itself (`SpeculativeSettings(mode="dra
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 from collections.abc import Iterator
@@ -623,11 +624,14 @@ def test_speculation_set_at_load(exact_smollm2_path: Path, smollm2: Model) -> No
     not (llama_lib.amx_build() and llama_lib.amx_kernels_safe()),
     reason="this llama.cpp build has no usable AMX kernels",
 )
-def test_drafting_with_amx_weights(smollm2_path: Path) -> None:
+def test_drafting_with_amx_weights(smollm2_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With AMX weights one-token and batch products round differently whatever flash
     attention does, so drafting keeps the faster default (off on such a CPU for a context past
     the crossover) instead of forcing it on; drafts are still verified by the model and leave
-    no stray cells."""
+    no stray cells. The project's build has no crossover (its small tiles), so the rules are
+    read as for a build without them."""
+    upstream = dataclasses.replace(cpu_kernels.detect(), fa_small_tiles=False)
+    monkeypatch.setattr(cpu_kernels, "detect", lambda: upstream)
     n_ctx = cpu_kernels.FLASH_ATTN_NARROW_CROSSOVER + 512  # past it on an AVX512-FP16 Xeon
     params = LoadParams(
         n_ctx=n_ctx, n_threads=1, state_cache_mb=0, speculative=SpeculativeSettings(mode="lookup")
