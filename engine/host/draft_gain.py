@@ -71,7 +71,8 @@ class MeasuredCost:
     happens; a size's figure is the median of its last WINDOW such ratios not older than
     MAX_AGE one-token decodes. A size with fewer than MIN_STEPS of them is read off the line
     through the sizes that have them (their least-squares fit; with one, `prior` scaled to
-    agree with it), or `prior` while none has."""
+    agree with it), or `prior` while none has; past the largest measured size, each further
+    token costs at least what `prior` says."""
 
     def __init__(self, prior: CostCurve) -> None:
         self.prior = prior
@@ -120,7 +121,15 @@ class MeasuredCost:
         mx = sum(seen) / len(seen)
         my = sum(seen.values()) / len(seen)
         slope = sum((m - mx) * (c - my) for m, c in seen.items()) / sum((m - mx) ** 2 for m in seen)
-        return max(1.0, my + slope * (n - mx))
+        fit = max(1.0, my + slope * (n - mx))
+        top = max(seen)
+        if n <= top:
+            return fit
+        # Past the largest measured size a line through a few noisy close sizes can lie flat
+        # (SmolLM2 on the AMX Xeon: 2-5 tokens measured, 17 read as 1.86 decodes where it
+        # cost 5.6, so weak matches drafted 16 tokens): each further token costs at least
+        # what the prior says one does.
+        return max(fit, seen[top] + self.prior(n) - self.prior(top))
 
 
 @dataclass

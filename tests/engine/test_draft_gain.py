@@ -19,7 +19,13 @@ from engine.host.draft_gain import (
     MeasuredCost,
 )
 from engine.host.requests import Finished
-from engine.host.speculative import COST_CPU, PromptLookup, VerifyCost, spec_stats
+from engine.host.speculative import (
+    COST_AMX_SMALL_BATCH,
+    COST_CPU,
+    PromptLookup,
+    VerifyCost,
+    spec_stats,
+)
 from engine.host.stats import GenerationStats
 from engine.native.backend import TokenBatch
 from engine.settings import LoadParams, SamplingParams, SpecMode
@@ -52,6 +58,22 @@ def test_the_prior_stands_in_until_a_size_is_measured() -> None:
     # Two sizes seen (2.5 at 3, 4.0 at 5): the others are read off their line.
     assert curve(4) == pytest.approx(3.25)
     assert curve(9) == pytest.approx(7.0)
+
+
+def test_past_the_measured_sizes_a_token_costs_at_least_the_priors() -> None:
+    """A few close sizes whose ratios are flat (noise) must not make a 17-token draft look
+    as cheap as a 5-token one: past the largest measured size each token costs at least what
+    the prior's does, and a weak match then drafts a few tokens, not sixteen."""
+    flat = measured({1: 0.010, 2: 0.0130, 3: 0.0170, 4: 0.0175, 5: 0.0172}, COST_AMX_SMALL_BATCH)
+    assert flat(5) == pytest.approx(1.72)
+    prior = COST_AMX_SMALL_BATCH
+    assert flat(17) == pytest.approx(1.72 + prior(17) - prior(5))
+    assert flat(4) == pytest.approx(1.75)  # measured sizes stand
+    weak = PromptLookup.draft_len(2, flat)
+    assert 0 < weak <= 5
+    # A fit steeper than the prior stands.
+    steep = measured({1: 0.010, 2: 0.015, 3: 0.020})
+    assert steep(9) == pytest.approx(5.0)
 
 
 def test_lookup_drafts_what_this_machine_pays_for() -> None:
