@@ -122,3 +122,71 @@ def test_the_switch_reaches_the_kernels(
     tiled = _with_tiles(monkeypatch, "1", lambda: on_decode_thread(lambda be: _rows(be, 40)))
     rowwise = _with_tiles(monkeypatch, "0", lambda: on_decode_thread(lambda be: _rows(be, 40)))
     assert not np.array_equal(tiled[2], rowwise[2])
+
+
+def _two_sequences(be: LlamaBackend) -> dict[str, np.ndarray]:
+    """Two slots' streams: sequence 0 read 320 tokens and then lost positions 20-299 (its next
+    cell lands in the hole, so its row sees 41 of the ~320 cells up to its last visible one:
+    the row kernel), sequence 1 holds 640 whole (the tiles). Each one's next token decoded
+    alone, and both in one batch (a server's step). The prompts are read in batches of 64+
+    tokens, which both settings of the switch compute alike."""
+    be.clear()
+    for seq, depth in ((0, 320), (1, 640)):
+        filler = [100 + (i * (seq + 3)) % 500 for i in range(depth)]
+        for start in range(0, depth, 256):
+            b = be.batch(256)
+            try:
+                chunk = filler[start : start + 256]
+                for i, t in enumerate(chunk):
+                    b.put(i, t, start + i, seq, False)
+                b.n_tokens = len(chunk)
+                be.decode(b, fixed_threads=True)
+            finally:
+                b.close()
+    assert be.seq_rm(0, 20, 300)
+    out: dict[str, np.ndarray] = {}
+    steps = {"0": [(0, 320)], "1": [(1, 640)], "both": [(0, 320), (1, 640)]}
+    for name, rows in steps.items():
+        b = be.batch(len(rows))
+        try:
+            for i, (seq, pos) in enumerate(rows):
+                b.put(i, 200 + seq, pos, seq, True)
+            b.n_tokens = len(rows)
+            be.decode(b, fixed_threads=True)
+        finally:
+            b.close()
+        out[name] = np.stack([be.logits(i).copy() for i in range(len(rows))])
+        for seq, pos in rows:
+            be.seq_rm(seq, pos, -1)
+    be.clear()
+    return out
+
+
+def test_a_slots_token_is_the_same_beside_another_slots(
+    smollm2_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row that sees few of its cells takes the row kernel, beside another slot's rows in
+    the tiles in the same operation: each row is what its token decoded alone gives, bit for
+    bit. That the first row took the row kernel shows against upstream's kernels (which take
+    both rows of a two-stream batch one by one): its logits are theirs, the second row's
+    are not."""
+    m = Model(
+        smollm2_path,
+        LoadParams(n_ctx=2048, n_seq_max=2, n_threads=min(2, os.cpu_count() or 1), flash_attn="on"),
+    )
+
+    def run() -> dict[str, np.ndarray]:
+        be = m.backend
+        assert isinstance(be, LlamaBackend)
+        return _two_sequences(be)
+
+    try:
+        got = _with_tiles(monkeypatch, "1", lambda: m.loop.call_soon(run))
+        upstream = _with_tiles(monkeypatch, "0", lambda: m.loop.call_soon(run))
+    finally:
+        m.close()
+    assert np.all(np.isfinite(got["both"]))
+    assert np.array_equal(got["both"][0], got["0"][0])
+    assert np.array_equal(got["both"][1], got["1"][0])
+    assert np.array_equal(got["both"][0], upstream["both"][0])  # the row kernel
+    assert not np.array_equal(got["both"][1], upstream["both"][1])  # the tiles
