@@ -94,6 +94,27 @@ def test_prompt_steps_are_not_measured_and_a_size_change_ends_a_probe() -> None:
     assert tuner.current == 2
 
 
+def test_probes_cut_short_by_a_server_batch_do_not_lengthen_the_wait() -> None:
+    """After contention ends, a server's changing batch sizes cut the tuner's looks at the
+    full count short; those are not losses, so once a request decodes alone the full count
+    comes back within a couple of waits, not after a minute."""
+    m = Machine(quiet())
+    tuner = ThreadTuner(2, clock=m.clock)
+    m.run(tuner, 100)
+    m.times = contended()
+    m.run(tuner, 200)
+    assert tuner.current == 1
+    m.times = quiet()
+    for _ in range(3000):  # 39 s of steps whose size changes every step
+        m.run(tuner, 1, size=2 if tuner.current == 2 else 1)
+    assert tuner.current == 1
+    start = m.now
+    while tuner.current == 1 and m.now - start < 2 * tt.MAX_RECHECK_S:
+        m.run(tuner, 1)  # one request alone: size 1 every step
+    assert m.now - start < 10.0  # (a wait doubled by every cut probe reached a minute)
+    assert m.run(tuner, 400) == [2] * 400
+
+
 @pytest.mark.parametrize("n_max", [1, 0])
 def test_one_thread_is_left_alone(n_max: int) -> None:
     tuner = ThreadTuner(n_max)
