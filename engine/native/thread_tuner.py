@@ -93,11 +93,11 @@ class ThreadTuner:
         probe = self._probe
         assert probe is not None
         if size != probe.size:
-            return self._end_probe(won=False, concluded=False)
+            return self._cut_probe()
         probe.samples.append(seconds)
         reference = self._mean.get((probe.origin, size))
         if reference is None:
-            return self._end_probe(won=False, concluded=False)
+            return self._cut_probe()
         if seconds > 4 * reference:  # clearly worse already: do not pay for more steps
             return self._end_probe(won=False)
         if len(probe.samples) < PROBE_STEPS:
@@ -110,19 +110,23 @@ class ThreadTuner:
             self._best[key] = min(self._best.get(key, median), median)
         return self._end_probe(won=won)
 
-    def _end_probe(self, *, won: bool, concluded: bool = True) -> int | None:
+    def _cut_probe(self) -> int:
+        """A probe cut short (a server's batch changed size, or nothing to compare with):
+        back where it came from, to look again after the same wait. Counted as a loss, it
+        doubled the wait each time, and a server whose batches keep changing stayed on the
+        lower count for a minute after the contention that put it there had ended."""
+        probe = self._probe
+        assert probe is not None
+        self._probe = None
+        self.current = probe.origin
+        self._next_check = self._clock() + self._recheck_s
+        return probe.origin
+
+    def _end_probe(self, *, won: bool) -> int | None:
         probe = self._probe
         assert probe is not None
         self._probe = None
         now = self._clock()
-        if not concluded:
-            # Cut short (a server's batch changed size, or nothing to compare with): back,
-            # and look again after the same wait. Counting it as a loss doubled the wait each
-            # time, and a server whose batches keep changing stayed on the lower count for a
-            # minute after the contention that put it there had ended.
-            self.current = probe.origin
-            self._next_check = now + self._recheck_s
-            return probe.origin
         if won:
             self.switches += 1
             self._recheck_s = RECHECK_S
