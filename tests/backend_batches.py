@@ -15,13 +15,14 @@ def decode_at(
     every_row: bool,
     *,
     fixed_threads: bool = True,
+    seq: int = 0,
 ) -> None:
-    """Decode `tokens` as one batch of sequence 0 at positions pos, pos + 1, ...; with
+    """Decode `tokens` as one batch of sequence `seq` at positions pos, pos + 1, ...; with
     `every_row` each row's logits are kept (`be.logits(i)`), else none."""
     b = be.batch(len(tokens))
     try:
         for i, t in enumerate(tokens):
-            b.put(i, t, pos + i, 0, every_row)
+            b.put(i, t, pos + i, seq, every_row)
         b.n_tokens = len(tokens)
         be.decode(b, fixed_threads=fixed_threads)
     finally:

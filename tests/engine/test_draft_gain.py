@@ -64,9 +64,9 @@ def test_past_the_measured_sizes_a_token_costs_at_least_the_priors() -> None:
     """A few close sizes whose ratios are flat (noise) must not make a 17-token draft look
     as cheap as a 5-token one: past the largest measured size each token costs at least what
     the prior's does, and a weak match then drafts a few tokens, not sixteen."""
-    flat = measured({1: 0.010, 2: 0.0130, 3: 0.0170, 4: 0.0175, 5: 0.0172}, COST_AMX_SMALL_BATCH)
-    assert flat(5) == pytest.approx(1.72)
     prior = COST_AMX_SMALL_BATCH
+    flat = measured({1: 0.010, 2: 0.0130, 3: 0.0170, 4: 0.0175, 5: 0.0172}, prior)
+    assert flat(5) == pytest.approx(1.72)
     assert flat(17) == pytest.approx(1.72 + prior(17) - prior(5))
     assert flat(4) == pytest.approx(1.75)  # measured sizes stand
     weak = PromptLookup.draft_len(2, flat)

@@ -36,12 +36,8 @@ def test_setup_built_the_small_tiles() -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def on_decode_thread(smollm2_path: Path) -> Iterator[OnDecodeThread]:
-    m = Model(
-        smollm2_path,
-        LoadParams(n_ctx=1024, n_threads=min(2, os.cpu_count() or 1), flash_attn="on"),
-    )
+def _decode_thread_of(m: Model) -> OnDecodeThread:
+    """Runs work on `m`'s decode thread with its llama.cpp backend."""
 
     def call(work: Callable[[LlamaBackend], Any]) -> Any:
         def run() -> Any:
@@ -51,8 +47,17 @@ def on_decode_thread(smollm2_path: Path) -> Iterator[OnDecodeThread]:
 
         return m.loop.call_soon(run)
 
+    return call
+
+
+@pytest.fixture(scope="module")
+def on_decode_thread(smollm2_path: Path) -> Iterator[OnDecodeThread]:
+    m = Model(
+        smollm2_path,
+        LoadParams(n_ctx=1024, n_threads=min(2, os.cpu_count() or 1), flash_attn="on"),
+    )
     try:
-        yield call
+        yield _decode_thread_of(m)
     finally:
         m.close()
 
@@ -134,15 +139,7 @@ def _two_sequences(be: LlamaBackend) -> dict[str, np.ndarray]:
     for seq, depth in ((0, 320), (1, 640)):
         filler = [100 + (i * (seq + 3)) % 500 for i in range(depth)]
         for start in range(0, depth, 256):
-            b = be.batch(256)
-            try:
-                chunk = filler[start : start + 256]
-                for i, t in enumerate(chunk):
-                    b.put(i, t, start + i, seq, False)
-                b.n_tokens = len(chunk)
-                be.decode(b, fixed_threads=True)
-            finally:
-                b.close()
+            decode_at(be, filler[start : start + 256], start, False, seq=seq)
     assert be.seq_rm(0, 20, 300)
     out: dict[str, np.ndarray] = {}
     steps = {"0": [(0, 320)], "1": [(1, 640)], "both": [(0, 320), (1, 640)]}
@@ -174,15 +171,10 @@ def test_a_slots_token_is_the_same_beside_another_slots(
         smollm2_path,
         LoadParams(n_ctx=2048, n_seq_max=2, n_threads=min(2, os.cpu_count() or 1), flash_attn="on"),
     )
-
-    def run() -> dict[str, np.ndarray]:
-        be = m.backend
-        assert isinstance(be, LlamaBackend)
-        return _two_sequences(be)
-
+    call = _decode_thread_of(m)
     try:
-        got = _with_tiles(monkeypatch, "1", lambda: m.loop.call_soon(run))
-        upstream = _with_tiles(monkeypatch, "0", lambda: m.loop.call_soon(run))
+        got = _with_tiles(monkeypatch, "1", lambda: call(_two_sequences))
+        upstream = _with_tiles(monkeypatch, "0", lambda: call(_two_sequences))
     finally:
         m.close()
     assert np.all(np.isfinite(got["both"]))
