@@ -80,9 +80,7 @@ def _logits(model: Path, out: Path, setting: str) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.skipif(not llama_lib.q4_1_columns(), reason="this build has no Q4_1 column kernel")
-def test_a_few_columns_give_the_column_at_a_time_logits(
-    smollm2_path: Path, tmp_path: Path
-) -> None:
+def test_a_few_columns_give_the_column_at_a_time_logits(smollm2_path: Path, tmp_path: Path) -> None:
     """SmolLM2's layers are Q4_1: every row of every batch, one token included, is the same
     with the kernel as without it, and a batch's first row is the token decoded alone."""
     columns = _logits(smollm2_path, tmp_path / "columns.npz", "1")
