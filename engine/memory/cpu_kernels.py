@@ -91,9 +91,9 @@ class CpuFeatures:
     # Nor whether its flash attention takes small batches in tiles like prompts
     # (llama_lib.flash_attn_small_tiles: installers/llama_cpp/flash_attn_small_batch.patch).
     fa_small_tiles: bool = False
-    # Nor whether its Q4_1 products read a weight row once for a few columns
-    # (llama_lib.q4_1_columns: installers/llama_cpp/q4_1_small_batch.patch).
-    q4_1_columns: bool = False
+    # Nor whether its Q4_1 and Q8_0 products read a weight row once for a few columns
+    # (llama_lib.quant_columns: installers/llama_cpp/quant_columns.patch).
+    quant_columns: bool = False
 
     @classmethod
     def parse(cls, system_info: str) -> CpuFeatures:
@@ -136,15 +136,15 @@ def detect() -> CpuFeatures:
     CPU has it, so a build with AVX-512 on a CPU that has it is taken to use it, unless the
     build says it steps in AVX-512F's 64 instead (the project's own build does). Nor does it
     print whether the AMX code takes small batches on its vector kernels, flash attention
-    small batches in tiles, or Q4_1 products a few columns per weight row (the project's
+    small batches in tiles, or Q4_1 and Q8_0 products a few columns per weight row (the project's
     patches)."""
     f = CpuFeatures.parse(llama_lib.system_info())
     if f.amx_int8 and llama_lib.amx_small_batches():
         f = dataclasses.replace(f, amx_small_batch=True)
     if llama_lib.flash_attn_small_tiles():
         f = dataclasses.replace(f, fa_small_tiles=True)
-    if llama_lib.q4_1_columns():
-        f = dataclasses.replace(f, q4_1_columns=True)
+    if llama_lib.quant_columns():
+        f = dataclasses.replace(f, quant_columns=True)
     if f.avx512 and "avx512_fp16" in _cpu_flags():
         if llama_lib.f16_vectors_avx512f():
             f = dataclasses.replace(f, f16_avx512f_steps=True)

@@ -147,7 +147,7 @@ GRAPH_LANES_MARKER = "candlewick_graph_lanes"
 # patch): CPU flash attention takes small batches (a decoded token, a verification) in tiles of
 # the rows that share a K/V head, so a batch's second row costs little more attention.
 FLASH_ATTN_SMALL_TILES_MARKER = "candlewick_flash_attn_small_tiles"
-Q4_1_COLUMNS_MARKER = "candlewick_q4_1_cols"
+QUANT_COLUMNS_MARKER = "candlewick_quant_cols"
 
 
 def _exports(symbol: str) -> bool:
@@ -187,9 +187,9 @@ def flash_attn_small_tiles() -> bool:
     return _exports(FLASH_ATTN_SMALL_TILES_MARKER)
 
 
-def q4_1_columns() -> bool:
-    """Whether this build's Q4_1 products read a weight row once for a few tokens."""
-    return _exports(Q4_1_COLUMNS_MARKER)
+def quant_columns() -> bool:
+    """Whether this build's Q4_1 and Q8_0 products read a weight row once for a few tokens."""
+    return _exports(QUANT_COLUMNS_MARKER)
 
 
 def f16_vectors_avx512f() -> bool:

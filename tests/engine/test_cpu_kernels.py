@@ -77,10 +77,10 @@ def test_features_parse_what_llama_cpp_prints() -> None:
         f16_avx512f_steps=False,
         amx_small_batch=False,
         fa_small_tiles=False,
-        q4_1_columns=False,
+        quant_columns=False,
     ) == (CpuFeatures.parse(cpu_kernels.llama_lib.system_info()))
     assert here.fa_small_tiles == cpu_kernels.llama_lib.flash_attn_small_tiles()
-    assert here.q4_1_columns == cpu_kernels.llama_lib.q4_1_columns()
+    assert here.quant_columns == cpu_kernels.llama_lib.quant_columns()
     fp16_cpu = here.avx512 and "avx512_fp16" in cpu_kernels._cpu_flags()
     assert here.avx512_fp16 + here.f16_avx512f_steps == fp16_cpu
     assert here.f16_avx512f_steps == (fp16_cpu and cpu_kernels.llama_lib.f16_vectors_avx512f())

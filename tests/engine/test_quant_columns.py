@@ -1,10 +1,10 @@
-"""A few columns per Q4_1 weight row (installers/llama_cpp/q4_1_small_batch.patch).
+"""A few columns per Q4_1 or Q8_0 weight row (installers/llama_cpp/quant_columns.patch).
 
-`make setup`'s build reads each Q4_1 weight row once for up to four tokens of a batch (a
-speculative verification, a server's few requests), forming each token's sums as the
-column-at-a-time kernel does. So nothing a model computes changes: the test decodes the same
-batches in two processes, one with the kernel and one without (LLAMA_Q4_1_COLS=0; the library
-reads it once per process), and wants the same logits bit for bit.
+`make setup`'s build reads each Q4_1 or Q8_0 weight row once for up to four tokens of a batch
+(a speculative verification, a server's few requests), forming each token's sums as upstream's
+kernels do. So nothing a model computes changes: the test decodes the same batches in two
+processes, one with the kernels and one without (LLAMA_QUANT_COLS=0; the library reads it once
+per process), and wants the same logits bit for bit.
 """
 
 from __future__ import annotations
@@ -54,18 +54,19 @@ np.savez(sys.argv[2], **out)
 """
 
 
-def _x86_with_avx2() -> bool:
-    return platform.machine().lower() in ("x86_64", "amd64") and cpu_kernels.detect().avx2
+def _x86_with_avx2_f16c() -> bool:
+    f = cpu_kernels.detect()
+    return platform.machine().lower() in ("x86_64", "amd64") and f.avx2 and f.f16c
 
 
-@pytest.mark.skipif(not _x86_with_avx2(), reason="the kernel is written for x86 with AVX2")
-def test_setup_built_the_q4_1_columns() -> None:
-    assert llama_lib.q4_1_columns(), "make setup builds llama.cpp with q4_1_small_batch.patch"
-    assert cpu_kernels.detect().q4_1_columns
+@pytest.mark.skipif(not _x86_with_avx2_f16c(), reason="the kernels are for x86 with AVX2 and F16C")
+def test_setup_built_the_column_kernels() -> None:
+    assert llama_lib.quant_columns(), "make setup builds llama.cpp with quant_columns.patch"
+    assert cpu_kernels.detect().quant_columns
 
 
 def _logits(model: Path, out: Path, setting: str) -> dict[str, np.ndarray]:
-    env = {**os.environ, "LLAMA_Q4_1_COLS": setting}
+    env = {**os.environ, "LLAMA_QUANT_COLS": setting}
     run = subprocess.run(
         [sys.executable, "-c", _CHILD, str(model), str(out)],
         cwd=REPO,
@@ -79,10 +80,11 @@ def _logits(model: Path, out: Path, setting: str) -> dict[str, np.ndarray]:
         return {k: saved[k] for k in saved.files}
 
 
-@pytest.mark.skipif(not llama_lib.q4_1_columns(), reason="this build has no Q4_1 column kernel")
-def test_a_few_columns_give_the_column_at_a_time_logits(smollm2_path: Path, tmp_path: Path) -> None:
-    """SmolLM2's layers are Q4_1: every row of every batch, one token included, is the same
-    with the kernel as without it, and a batch's first row is the token decoded alone."""
+@pytest.mark.skipif(not llama_lib.quant_columns(), reason="this build has no column kernels")
+def test_a_few_columns_give_upstreams_logits(smollm2_path: Path, tmp_path: Path) -> None:
+    """SmolLM2's layers are Q4_1 and its output Q8_0: every row of every batch (9 tokens go
+    four, four and one at a time), one token included, is the same with the kernels as without
+    them, and a batch's first row is the token decoded alone."""
     columns = _logits(smollm2_path, tmp_path / "columns.npz", "1")
     one_at_a_time = _logits(smollm2_path, tmp_path / "one.npz", "0")
     assert columns.keys() == one_at_a_time.keys() == {"1", "2", "3", "5", "9"}
