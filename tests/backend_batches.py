@@ -1,11 +1,29 @@
 """One token batch decoded straight on a loaded model's backend, for tests that look at what
-llama.cpp computes batch by batch (call it on the model's decode thread)."""
+llama.cpp computes batch by batch (call it on the model's decode thread: `decode_thread_of`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from engine.native.backend import ContextBackend
+from engine.host.runtime import Model
+from engine.native.backend import ContextBackend, LlamaBackend
+
+OnDecodeThread = Callable[[Callable[[LlamaBackend], Any]], Any]
+
+
+def decode_thread_of(m: Model) -> OnDecodeThread:
+    """Runs work on `m`'s decode thread with its llama.cpp backend."""
+
+    def call(work: Callable[[LlamaBackend], Any]) -> Any:
+        def run() -> Any:
+            be = m.backend
+            assert isinstance(be, LlamaBackend)
+            return work(be)
+
+        return m.loop.call_soon(run)
+
+    return call
 
 
 def decode_at(

@@ -22,32 +22,16 @@ from engine.host.runtime import Model
 from engine.native import llama_lib
 from engine.native.backend import LlamaBackend
 from engine.settings import LoadParams
-from tests.backend_batches import decode_at
+from tests.backend_batches import OnDecodeThread, decode_at, decode_thread_of
 
 DEPTHS = (40, 600)  # a short history, and one past upstream's split-KV threshold (512 cells)
 SIZES = (2, 3, 5)  # verification batches
-
-OnDecodeThread = Callable[[Callable[[LlamaBackend], Any]], Any]
 
 
 def test_setup_built_the_small_tiles() -> None:
     assert llama_lib.flash_attn_small_tiles(), (
         "make setup builds llama.cpp with flash_attn_small_batch.patch"
     )
-
-
-def _decode_thread_of(m: Model) -> OnDecodeThread:
-    """Runs work on `m`'s decode thread with its llama.cpp backend."""
-
-    def call(work: Callable[[LlamaBackend], Any]) -> Any:
-        def run() -> Any:
-            be = m.backend
-            assert isinstance(be, LlamaBackend)
-            return work(be)
-
-        return m.loop.call_soon(run)
-
-    return call
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +41,7 @@ def on_decode_thread(smollm2_path: Path) -> Iterator[OnDecodeThread]:
         LoadParams(n_ctx=1024, n_threads=min(2, os.cpu_count() or 1), flash_attn="on"),
     )
     try:
-        yield _decode_thread_of(m)
+        yield decode_thread_of(m)
     finally:
         m.close()
 
@@ -171,7 +155,7 @@ def test_a_slots_token_is_the_same_beside_another_slots(
         smollm2_path,
         LoadParams(n_ctx=2048, n_seq_max=2, n_threads=min(2, os.cpu_count() or 1), flash_attn="on"),
     )
-    call = _decode_thread_of(m)
+    call = decode_thread_of(m)
     try:
         got = _with_tiles(monkeypatch, "1", lambda: call(_two_sequences))
         upstream = _with_tiles(monkeypatch, "0", lambda: call(_two_sequences))

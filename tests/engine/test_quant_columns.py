@@ -30,16 +30,13 @@ import os, sys
 import numpy as np
 from pathlib import Path
 from engine.host.runtime import Model
-from engine.native.backend import LlamaBackend
 from engine.settings import LoadParams
-from tests.backend_batches import decode_at
+from tests.backend_batches import decode_at, decode_thread_of
 
 m = Model(Path(sys.argv[1]), LoadParams(n_ctx=512, n_threads=min(2, os.cpu_count() or 1)))
 out = {}
 
-def work():
-    be = m.backend
-    assert isinstance(be, LlamaBackend)
+def work(be):
     decode_at(be, [100 + i for i in range(40)], 0, False)
     for n in (1, 2, 3, 5, 9):
         decode_at(be, [200 + 37 * j % 900 for j in range(n)], 40, True)
@@ -47,7 +44,7 @@ def work():
         be.seq_rm(0, 40, -1)
 
 try:
-    m.loop.call_soon(work)
+    decode_thread_of(m)(work)
 finally:
     m.close()
 np.savez(sys.argv[2], **out)
