@@ -30,10 +30,13 @@ FLASH_TYPES: dict[str, int] = {"auto": -1, "off": 0, "on": 1}
 
 SpecMode = Literal["off", "lookup", "draft"]
 # Prompt lookup sets its own draft length from its match and the verification cost
-# (PromptLookup.draft_len); this only caps it. A draft model drafts up to 5, adapted by the
-# loop: with llama.cpp's generic CPU kernels every verified position costs ~0.4 of a decode
+# (PromptLookup.draft_len); this only caps it, at a verification batch of 8 tokens: up to 8 keep
+# a graph of their own (installers/llama_cpp/graph_lanes.patch) and take one pass of the column
+# kernels, while a longer one rebuilds the main graph before and after it (on a 2-core EPYC 17
+# tokens cost 5.7 one-token decodes, 8 tokens 2.4). A draft model drafts up to 5, adapted by
+# the loop: with llama.cpp's generic CPU kernels every verified position costs ~0.4 of a decode
 # (COST_CPU), so long drafts only pay when nearly all of them is accepted.
-DEFAULT_DRAFT_MAX = 16
+DEFAULT_DRAFT_MAX = 7
 
 
 def default_threads() -> int:

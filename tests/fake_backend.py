@@ -511,6 +511,7 @@ class FakeLoopModel:
         self.speculator: Speculator | None = None
         self.load_info = FakeLoadInfo()
         self.amx_weights = False
+        self.column_kernels = False
         self.memory_actual = ActualMemory(
             weights_bytes=0,
             kv_bytes=stream_bytes * n_slots,

@@ -113,6 +113,7 @@ class Loaded:
     memory_actual: ActualMemory
     load_info: LoadInfo
     amx_weights: bool  # AMX kernels in use: the verification cost differs (speculative)
+    column_kernels: bool  # ... and the project's column kernels (cpu_kernels.column_kernels_take)
     flash_attn_on: bool  # what llama.cpp did with flash attention ('auto' resolved)
     # Whether greedy output is the same however tokens are batched, for these settings on
     # this build and CPU (engine.memory.cpu_kernels); tests and speculation rely on nothing
@@ -214,6 +215,10 @@ def load(
             log=list(lines),
         ),
         amx_weights=extra and cpu.amx_int8,
+        column_kernels=mp.n_gpu_layers == 0
+        and cpu_kernels.column_kernels_take(
+            gguf.tensors, cpu, extra_buffers=extra, tied_output=tied
+        ),
         flash_attn_on=flash_on,
         exactness=cpu_kernels.batch_exactness(gguf.tensors, cpu, **kernels),
         split_rule=cpu_kernels.split_rule(gguf.tensors, cpu, **kernels),

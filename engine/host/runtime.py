@@ -126,6 +126,7 @@ class Model:
         self.memory_actual = loaded.memory_actual
         self.load_info = loaded.load_info
         self.amx_weights = loaded.amx_weights
+        self.column_kernels = loaded.column_kernels
         self.flash_attn_on = loaded.flash_attn_on
         self.exactness = loaded.exactness
         self.split_rule = loaded.split_rule

@@ -91,6 +91,8 @@ class CostModel(Protocol):
     def load_info(self) -> _Placement: ...
     @property
     def amx_weights(self) -> bool: ...
+    @property
+    def column_kernels(self) -> bool: ...
 
 
 class CostCurve(Protocol):
@@ -119,6 +121,10 @@ class VerifyCost:
 
 # SmolLM2, 2 threads. Generic CPU kernels: every position costs about the same again.
 COST_CPU = VerifyCost(1.43, 0.43)
+# Q4_1 and Q8_0 weights in the project's build on x86 (installers/llama_cpp/quant_columns.patch):
+# a weight row is read once for the batch's tokens, so each further one costs a fifth of a
+# decode (2-core EPYC: 2 tokens 1.16-1.22, 4 tokens 1.48-1.63, 8 tokens 2.4-2.5).
+COST_COLUMNS = VerifyCost(1.2, 0.2)
 # AMX weights in a build without the project's patch: two tokens already take the 16-row tile
 # path (the one-token path is a cheaper vector kernel), after which positions are cheap.
 COST_AMX = VerifyCost(1.81, 0.17)
@@ -542,7 +548,7 @@ def verify_cost(m: CostModel) -> VerifyCost:
     if m.load_info.n_gpu_layers > 0:
         return COST_GPU
     if not m.amx_weights:
-        return COST_CPU
+        return COST_COLUMNS if m.column_kernels else COST_CPU
     return COST_AMX_SMALL_BATCH if cpu_kernels.detect().amx_small_batch else COST_AMX
 
 
@@ -568,6 +574,7 @@ def spec_stats(stats: GenerationStats) -> dict[str, Any]:
 __all__ = [
     "COST_AMX",
     "COST_AMX_SMALL_BATCH",
+    "COST_COLUMNS",
     "COST_CPU",
     "COST_GPU",
     "DEFAULT_MODEL_DRAFT_MAX",

@@ -327,6 +327,31 @@ def extra_buffer(t: TensorInfo, f: CpuFeatures, *, tied_output: bool = False) ->
     return None
 
 
+# The weight types whose products the project's build forms a few columns at a time on x86
+# (installers/llama_cpp/quant_columns.patch): a verification batch of a few tokens costs little
+# more than one token there.
+COLUMN_KERNEL_TYPES = frozenset({"Q4_1", "Q8_0"})
+
+
+def column_kernels_take(
+    tensors: Iterable[TensorInfo], f: CpuFeatures, *, extra_buffers: bool, tied_output: bool = False
+) -> bool:
+    """Whether the build's column kernels multiply most of the weights' bytes (those not moved
+    to an extra buffer, whose kernels are other ones)."""
+    if not f.quant_columns:
+        return False
+    taken = total = 0
+    for t in tensors:
+        tied = tied_output and t.name == "token_embd.weight"
+        if not matmul_weight(t, tied_output=tied):
+            continue
+        total += t.n_bytes
+        moved = extra_buffers and extra_buffer(t, f, tied_output=tied) is not None
+        if t.type_name in COLUMN_KERNEL_TYPES and not moved:
+            taken += t.n_bytes
+    return total > 0 and 2 * taken >= total
+
+
 def copy_bytes(t: TensorInfo, buffer: ExtraBuffer) -> int:
     """Bytes of the repacked copy of `t` in that buffer (matched to llama.cpp's log to the byte:
     AMX for SmolLM2 Q4_1 and Gemma-3 Q4_K_M, CPU_REPACK for Gemma-3's Q4_K on AVX-512)."""

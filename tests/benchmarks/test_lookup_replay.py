@@ -7,6 +7,7 @@ import pytest
 
 from benchmarks import lookup_replay as lr
 from engine.host.speculative import VerifyCost
+from engine.settings import DEFAULT_DRAFT_MAX
 
 CURVE = VerifyCost(1.5, 0.1)
 PROMPT = list(range(100, 140))
@@ -21,8 +22,9 @@ def test_an_answer_with_nothing_to_copy_is_plain_decoding() -> None:
 def test_a_quote_is_drafted_and_the_bounds_hold() -> None:
     """An answer that quotes 30 prompt tokens after one of its own: the first token is decoded
     plainly (nothing before it to look up), then lookup drafts the quote. Any earlier place
-    drafts the quote at once: 31 tokens in one plain step, one of 16 drafts (17 tokens) and
-    one of the last 13."""
+    drafts the quote at once: 31 tokens in one plain step, steps of DEFAULT_DRAFT_MAX drafts
+    (and the model's own token each) and one that drafts the rest (its own token past the
+    end)."""
     answer = [7, *PROMPT[5:35]]
     lookup, drafted, accepted = lr.replay(PROMPT, answer, CURVE, "lookup")
     known, known_drafted, known_accepted = lr.replay(PROMPT, answer, CURVE, "lengths known")
@@ -30,7 +32,9 @@ def test_a_quote_is_drafted_and_the_bounds_hold() -> None:
     assert 1 < lookup <= known <= best
     assert 0 < accepted <= drafted
     assert known_accepted == known_drafted  # every draft cut to its accepted part
-    assert best == pytest.approx(31 / (1 + CURVE(17) + CURVE(14)))
+    full, rest = divmod(30, DEFAULT_DRAFT_MAX + 1)
+    steps = 1 + full * CURVE(DEFAULT_DRAFT_MAX + 1) + (CURVE(rest + 1) if rest else 0)
+    assert best == pytest.approx(31 / steps)
 
 
 def test_drafts_that_do_not_pay_are_not_counted_as_known() -> None:

@@ -82,7 +82,7 @@ def test_lookup_drafts_what_this_machine_pays_for() -> None:
     epyc = measured({1: 0.010, **{n: 0.010 * (1.86 + 0.55 * (n - 2)) for n in range(2, 18)}})
     assert PromptLookup.draft_len(2, COST_CPU) > 0  # what the Xeon's curve made it do
     assert PromptLookup.draft_len(2, epyc) == 0
-    assert PromptLookup.draft_len(20, epyc) >= 8
+    assert PromptLookup.draft_len(20, epyc, 16) >= 8
     cheap = measured({1: 0.010, **{n: 0.010 * (1.2 + 0.1 * (n - 2)) for n in range(2, 18)}})
     assert PromptLookup.draft_len(2, cheap) > 0
 

@@ -23,6 +23,7 @@ from engine.host.runtime import Model
 from engine.host.speculative import (
     COST_AMX,
     COST_AMX_SMALL_BATCH,
+    COST_COLUMNS,
     COST_CPU,
     COST_GPU,
     REQUEST_EXPLORE_EVERY,
@@ -42,6 +43,7 @@ from engine.memory.cpu_kernels import CpuFeatures
 from engine.model.gguf import GGUFError, read_gguf
 from engine.native import llama_lib
 from engine.settings import (
+    DEFAULT_DRAFT_MAX,
     LoadParams,
     SamplingParams,
     SpecMode,
@@ -440,15 +442,15 @@ def test_draft_length_follows_the_agreement() -> None:
     p = PromptLookup()
     p.begin([*quote, 7, *quote[:30]])
     assert p.propose(64) == quote[30 : 30 + PromptLookup.draft_len(30)]
-    assert p.last_match >= 16 and PromptLookup.draft_len(30) >= 8
+    assert p.last_match >= 16 and PromptLookup.draft_len(30) == DEFAULT_DRAFT_MAX
 
 
 def test_draft_length_follows_the_verification_cost() -> None:
     """The length with the most expected tokens per unit of decode cost, or no draft when a
     plain step is better. Where extra positions are cheap (AMX weights) weak matches draft
     further than with the generic CPU kernels, where each position costs ~0.4 decodes."""
-    cpu = [PromptLookup.draft_len(a, COST_CPU) for a in (2, 3, 15, 16, 40)]
-    amx = [PromptLookup.draft_len(a, COST_AMX) for a in (2, 3, 15, 16, 40)]
+    cpu = [PromptLookup.draft_len(a, COST_CPU, 16) for a in (2, 3, 15, 16, 40)]
+    amx = [PromptLookup.draft_len(a, COST_AMX, 16) for a in (2, 3, 15, 16, 40)]
     assert cpu == [2, 3, 3, 9, 9]
     assert amx == [6, 7, 7, 16, 16]
     assert COST_AMX(1) == COST_CPU(1) == 1.0 and COST_AMX(2) == 1.81
@@ -496,7 +498,11 @@ def test_prompt_lookup_holds_back_drafts_its_request_lost_on() -> None:
 
 
 def test_cost_curve_follows_the_kernels(smollm2: Model) -> None:
-    assert not smollm2.amx_weights and verify_cost(smollm2) == COST_CPU
+    """SmolLM2's weights are Q4_1 and Q8_0: the project's build multiplies them with its column
+    kernels on x86 (installers/llama_cpp/quant_columns.patch), where a drafted token costs less."""
+    columns = cpu_kernels.detect().quant_columns
+    assert not smollm2.amx_weights and smollm2.column_kernels == columns
+    assert verify_cost(smollm2) == (COST_COLUMNS if columns else COST_CPU)
 
 
 @pytest.mark.parametrize("small_batch", [False, True])
@@ -513,7 +519,10 @@ def test_amx_cost_curve_follows_the_builds_small_batch_kernels(
     assert cost == (COST_AMX_SMALL_BATCH if small_batch else COST_AMX)
     assert (cost(2) < 1.5) == small_batch
     # The generic kernels and GPUs do not depend on it.
-    assert verify_cost(SimpleNamespace(load_info=amx.load_info, amx_weights=False)) == COST_CPU
+    generic = SimpleNamespace(load_info=amx.load_info, amx_weights=False, column_kernels=False)
+    assert verify_cost(generic) == COST_CPU
+    columns = SimpleNamespace(load_info=amx.load_info, amx_weights=False, column_kernels=True)
+    assert verify_cost(columns) == COST_COLUMNS
     gpu = SimpleNamespace(load_info=SimpleNamespace(n_gpu_layers=1), amx_weights=True)
     assert verify_cost(gpu) == COST_GPU
 
@@ -573,7 +582,7 @@ def test_small_context_batch_limit(exact_smollm2_path: Path) -> None:
         s = SamplingParams(temperature=0, repeat_penalty=1.0, max_tokens=300)
         ref = plain(small, messages, s)
         assert ref
-        # Prompt lookup drafts up to 16 tokens a step (batches within the guarantee); the
+        # Prompt lookup drafts up to 7 tokens a step (batches within the guarantee); the
         # draft model asks for 64, so its verification batches fill n_batch, past it.
         arms: list[tuple[SpecMode, int]] = [("lookup", 63), ("draft", small.n_batch)]
         for spec, batch in arms:
