@@ -81,7 +81,7 @@ class MeasuredCost:
         # By size: (self._unit_seen when measured, ratio), the last WINDOW.
         self._ratios: dict[int, deque[tuple[int, float]]] = {}
         # The measured sizes' figures, kept until a ratio comes or may have expired:
-        # draft_len reads up to 16 sizes a step, plain steps bring one-token decodes.
+        # draft_len reads a size per draft length a step, plain steps bring one-token decodes.
         self._seen: dict[int, float] | None = None
 
     def observe(self, n: int, seconds: float) -> None:
