@@ -86,8 +86,8 @@ def test_a_few_columns_give_upstreams_logits(smollm2_path: Path, tmp_path: Path)
     """SmolLM2's layers are Q4_1 and its output Q8_0: every row of every batch, one token
     included, is the same with the kernels as without them, and a batch's first row is the
     token decoded alone. The sizes take each path: one row for one token; four rows at a time
-    for 2-4 tokens; two rows for eight tokens and one for the ninth; 33 tokens past the column
-    kernels' batch for Q8_0 (llamafile's kernel takes the output)."""
+    for 2-4 tokens; two rows at a time for 9 and 12 tokens, eight tokens a pass, then the rest;
+    33 tokens past the column kernels' batch for Q8_0 (llamafile's kernel takes the output)."""
     columns = _logits(smollm2_path, tmp_path / "columns.npz", "1")
     one_at_a_time = _logits(smollm2_path, tmp_path / "one.npz", "0")
     assert columns.keys() == one_at_a_time.keys() == {"1", "2", "3", "4", "5", "9", "12", "33"}
