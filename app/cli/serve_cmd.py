@@ -402,6 +402,8 @@ def serve(args: argparse.Namespace) -> int:
             host.acquire(model_id, keep_s=None).release()
             loaded = state.loaded
             assert loaded is not None
+            # Ready before the line says so: a client that waits for the line asks /health next.
+            state.starting = False
             print(
                 f"candlewick: serving {path.name} as '{model_id}' on "
                 f"http://{_host(config.host)}:{port} ({args.parallel} slots"
