@@ -40,15 +40,14 @@ from speculative import PROMPTS
 from app.services.library import ModelLibrary
 from app.services.paths import AppPaths
 from engine.host.runtime import Model
-from engine.host.speculative import COST_AMX, COST_CPU, CostCurve, PromptLookup, VerifyCost
+from engine.host.speculative import CostCurve, PromptLookup, VerifyCost, verify_cost
 from engine.settings import DEFAULT_DRAFT_MAX, LoadParams, SamplingParams
 
+# Each configuration's curve is the one the loop starts from for the kernels it loads
+# (`verify_cost`), unless --curve names one.
 CONFIGS = {
-    "app": (LoadParams(n_ctx=2048, state_cache_mb=0), COST_AMX),
-    "exact": (
-        LoadParams(n_ctx=2048, state_cache_mb=0, extra_buffers=False, flash_attn="on"),
-        COST_CPU,
-    ),
+    "app": LoadParams(n_ctx=2048, state_cache_mb=0),
+    "exact": LoadParams(n_ctx=2048, state_cache_mb=0, extra_buffers=False, flash_attn="on"),
 }
 
 
@@ -109,16 +108,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--model", default="default")
     ap.add_argument("--config", choices=tuple(CONFIGS), default="app")
-    ap.add_argument("--curve", default=None, help="first,step: n tokens cost first + step (n - 2)")
+    ap.add_argument(
+        "--curve",
+        default=None,
+        help="first,step: n tokens cost first + step (n - 2) (default: the loaded kernels')",
+    )
     ap.add_argument("--max-tokens", type=int, default=160)
     args = ap.parse_args()
-    params, curve = CONFIGS[args.config]
+    params = CONFIGS[args.config]
+    curve: CostCurve | None = None
     if args.curve:
         first, step = (float(x) for x in args.curve.split(","))
         curve = VerifyCost(first, step)
     path = ModelLibrary(AppPaths.default().models).resolve(args.model)
     answers: list[tuple[str, list[int], list[int]]] = []
     with Model(path, params) as m:
+        if curve is None:
+            curve = verify_cost(m)
         for name, text in PROMPTS:
             messages = [{"role": "user", "content": text}]
             m.reset_cache()
@@ -126,6 +132,7 @@ def main() -> int:
             gen = m.generate(messages, sampling, spec="off")
             gen.consume()
             answers.append((name, m.chat_tokens(messages), list(gen.tokens)))
+    assert curve is not None
     modes = ("lookup", "lengths known", "any place")
     print(f"`benchmarks/lookup_replay.py --config {args.config}`, curve {curve}")
     print()

@@ -119,12 +119,35 @@ class VerifyCost:
         return 1.0 if n <= 1 else self.first + self.step * (n - 2)
 
 
+@dataclass(frozen=True)
+class CostTable:
+    """What 2, 3, ... tokens in one verification batch cost, in one-token decodes, size by
+    size (`costs`; kernels that change with the batch's size make the curve bend), and past
+    the table `step` a token more."""
+
+    costs: tuple[float, ...]
+    step: float
+
+    def __post_init__(self) -> None:
+        if not self.costs or min(self.costs) <= 0 or self.step < 0:
+            raise EngineError("a cost table needs costs > 0 and step >= 0")
+
+    def __call__(self, n: int) -> float:
+        if n <= 1:
+            return 1.0
+        if n - 2 < len(self.costs):
+            return self.costs[n - 2]
+        return self.costs[-1] + self.step * (n - 1 - len(self.costs))
+
+
 # SmolLM2, 2 threads. Generic CPU kernels: every position costs about the same again.
 COST_CPU = VerifyCost(1.43, 0.43)
 # Q4_1 and Q8_0 weights in the project's build on x86 (installers/llama_cpp/quant_columns.patch):
-# a weight row is read once for the batch's tokens, so each further one costs a fifth of a
-# decode (2-core EPYC: 2 tokens 1.16-1.22, 4 tokens 1.48-1.63, 8 tokens 2.4-2.5).
-COST_COLUMNS = VerifyCost(1.2, 0.2)
+# a weight row is read once for the batch's tokens. Two to four tokens share each block of four
+# Q4_1 rows (~0.15 of a decode each); from five, two rows at a time, which costs every token
+# more (2-core EPYC, timing loop and decode loop: 2 tokens 1.16-1.24, 3 1.32, 4 1.48-1.53,
+# 5 1.93-2.0, 6 2.1-2.2, 8 2.6). Past 8 a batch has no graph lane (17 tokens: 5.7 decodes).
+COST_COLUMNS = CostTable((1.2, 1.35, 1.5, 1.95, 2.15, 2.35, 2.55), 0.35)
 # AMX weights in a build without the project's patch: two tokens already take the 16-row tile
 # path (the one-token path is a cheaper vector kernel), after which positions are cheap.
 COST_AMX = VerifyCost(1.81, 0.17)
@@ -543,7 +566,7 @@ def trim_sequence(backend: ContextBackend, seq: int, tokens: list[int], keep: in
     del tokens[keep:]
 
 
-def verify_cost(m: CostModel) -> VerifyCost:
+def verify_cost(m: CostModel) -> VerifyCost | CostTable:
     """The verification cost curve of this model's kernels (COST_*)."""
     if m.load_info.n_gpu_layers > 0:
         return COST_GPU
@@ -583,6 +606,7 @@ __all__ = [
     "REQUEST_MIN_VERIFIED",
     "CostCurve",
     "CostModel",
+    "CostTable",
     "DraftModel",
     "DraftSeq",
     "DraftYield",

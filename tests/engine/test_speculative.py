@@ -28,6 +28,7 @@ from engine.host.speculative import (
     COST_GPU,
     REQUEST_EXPLORE_EVERY,
     REQUEST_MIN_VERIFIED,
+    CostTable,
     DraftYield,
     PromptLookup,
     Speculator,
@@ -453,6 +454,10 @@ def test_draft_length_follows_the_verification_cost() -> None:
     amx = [PromptLookup.draft_len(a, COST_AMX, 16) for a in (2, 3, 15, 16, 40)]
     assert cpu == [2, 3, 3, 9, 9]
     assert amx == [6, 7, 7, 16, 16]
+    # The column kernels' bend (four tokens cheap, each from five dear): three drafts, seven
+    # only after a strong match, whose copy rarely breaks.
+    columns = [PromptLookup.draft_len(a, COST_COLUMNS, 16) for a in (2, 3, 15, 16, 40)]
+    assert columns == [3, 3, 3, 7, 7]
     assert COST_AMX(1) == COST_CPU(1) == 1.0 and COST_AMX(2) == 1.81
     # When a two-token batch costs as much as two decodes, drafting one token never pays.
     assert PromptLookup.draft_len(2, VerifyCost(2.0, 0.1), limit=1) == 0
@@ -463,6 +468,18 @@ def test_draft_length_follows_the_verification_cost() -> None:
     # 2-token batch on AMX (1.81 decodes for at most 2 tokens), so nothing is drafted.
     p.begin([1, 2, 5, 9, 1, 2, 6, 8, 1, 2])
     assert p.propose(8) == []
+
+
+def test_a_cost_table_gives_its_sizes_then_a_step_a_token() -> None:
+    table = CostTable((1.2, 1.35, 1.5, 1.95), 0.3)
+    assert [table(n) for n in (0, 1, 2, 4, 5)] == [1.0, 1.0, 1.2, 1.5, 1.95]
+    assert table(7) == pytest.approx(1.95 + 2 * 0.3)
+    with pytest.raises(EngineError):
+        CostTable((), 0.3)
+    with pytest.raises(EngineError):
+        CostTable((1.2, 0.0), 0.3)
+    with pytest.raises(EngineError):
+        CostTable((1.2,), -0.1)
 
 
 def test_a_request_whose_drafts_do_not_pay_stops_drafting() -> None:
