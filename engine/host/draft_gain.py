@@ -70,15 +70,17 @@ class MeasuredCost:
     Each n-token decode is divided by the median of the recent one-token decodes when it
     happens; a size's figure is the median of its last WINDOW such ratios not older than
     MAX_AGE one-token decodes. A size with fewer than MIN_STEPS of them follows `prior`'s
-    shape, shifted by what the measured sizes beside it showed against the prior (between two
-    of them, in proportion to the distance; before the first and past the last, by that
-    one's), or is `prior` while none is measured.
+    shape, shifted by what the measured sizes beside it showed against the prior: between two
+    of them by the smaller of their shifts, before the first and past the last by that one's;
+    `prior` itself while no size is measured.
 
-    Why the prior's shape and not a line through the measured sizes: the column kernels' curve
-    bends (two to four tokens cheap, each from five dear). A line through 2, 5 and 6 tokens read
-    4 tokens as 1.7 decodes where they cost 1.5 (2-core EPYC), so lookup drafted five tokens
-    instead of three, never measured 4 again, and stayed there: x1.22 where the same drafts
-    sized by the true curve gave x1.33."""
+    Why the prior's shape, and the smaller shift: the column kernels' curve bends (two to four
+    tokens cheap, each from five dear). A line through the measured 2, 5 and 6 tokens, as this
+    read them before, put 4 tokens at 1.7 decodes where they cost 1.5 (2-core EPYC), so lookup
+    drafted five tokens where three paid more, never measured 4 again and stayed there
+    (`speculative.py`: x1.22 that run, x1.29-1.30 with 4 measured). A size that looks dear is
+    never drafted, so never measured: where two measured sizes disagree, the cheaper reading
+    is the one that lets it be tried. A busy machine, where every size is dear, stays dear."""
 
     def __init__(self, prior: CostCurve) -> None:
         self.prior = prior
@@ -128,9 +130,7 @@ class MeasuredCost:
             assert m is not None
             shift = seen[m] - self.prior(m)
         else:
-            lo = seen[below] - self.prior(below)
-            hi = seen[above] - self.prior(above)
-            shift = lo + (hi - lo) * (n - below) / (above - below)
+            shift = min(seen[below] - self.prior(below), seen[above] - self.prior(above))
         return max(1.0, self.prior(n) + shift)
 
 

@@ -145,9 +145,10 @@ COST_CPU = VerifyCost(1.43, 0.43)
 # Q4_1 and Q8_0 weights in the project's build on x86 (installers/llama_cpp/quant_columns.patch):
 # a weight row is read once for the batch's tokens. Two to four tokens share each block of four
 # Q4_1 rows (~0.15 of a decode each); from five, two rows at a time, which costs every token
-# more (2-core EPYC, timing loop and decode loop: 2 tokens 1.16-1.24, 3 1.32, 4 1.48-1.53,
-# 5 1.93-2.0, 6 2.1-2.2, 8 2.6). Past 8 a batch has no graph lane (17 tokens: 5.7 decodes).
-COST_COLUMNS = CostTable((1.2, 1.35, 1.5, 1.95, 2.15, 2.35, 2.55), 0.35)
+# more (2-core EPYC, `make setup`'s build, timing loop and decode loop: 2 tokens 1.19-1.24,
+# 3 1.32-1.37, 4 1.48-1.53, 5 1.8, 6 2.0-2.1, 8 2.5). Past 8 a batch has no graph lane (17
+# tokens: 5.7 decodes).
+COST_COLUMNS = CostTable((1.2, 1.35, 1.5, 1.8, 2.0, 2.25, 2.5), 0.35)
 # AMX weights in a build without the project's patch: two tokens already take the 16-row tile
 # path (the one-token path is a cheaper vector kernel), after which positions are cheap.
 COST_AMX = VerifyCost(1.81, 0.17)

@@ -51,26 +51,30 @@ def test_the_prior_stands_in_until_a_size_is_measured() -> None:
     curve.observe(3, 0.025)
     assert curve(3) == pytest.approx(2.5)
     # A size never seen: the prior, shifted by what the one that was showed against it.
-    assert curve(4) == pytest.approx(COST_CPU(4) + 2.5 - COST_CPU(3))
+    at3 = 2.5 - COST_CPU(3)
+    assert curve(4) == pytest.approx(COST_CPU(4) + at3)
+    assert curve(2) == pytest.approx(COST_CPU(2) + at3)
     assert curve(1) == 1.0
     for _ in range(MIN_STEPS):
         curve.observe(5, 0.040)
-    # Two sizes seen (2.5 at 3, 4.0 at 5): between them the shift goes from one's to the
-    # other's (with a straight prior, the line through them); past them, the last one's.
-    assert curve(4) == pytest.approx(3.25)
+    # Two sizes seen (2.5 at 3, 4.0 at 5): between them by the smaller shift (the cheaper
+    # reading gets tried), past them by the last one's.
+    at5 = 4.0 - COST_CPU(5)
+    assert at3 < at5
+    assert curve(4) == pytest.approx(COST_CPU(4) + at3)
     assert curve(9) == pytest.approx(4.0 + COST_CPU(9) - COST_CPU(5))
 
 
 def test_a_bent_prior_keeps_its_bend_between_measured_sizes() -> None:
     """The column kernels' curve: four tokens cheap, five dear. Measured at 2, 5 and 6 tokens
-    (what five-token drafts after strong matches measure), four is read off the prior's bend,
-    not off a line through those sizes, which read it as 1.7 decodes where it cost 1.5 (2-core
-    EPYC) and made lookup draft five tokens where three paid more."""
+    (what five-token drafts measure), four is read off the prior's bend, not off a line through
+    those sizes, which read it as 1.7 decodes where it cost 1.5 (2-core EPYC) and made lookup
+    draft five tokens where three paid more, so that four was never measured again."""
     prior = speculative.COST_COLUMNS
     curve = measured({1: 0.010, 2: 0.0124, 5: 0.0200, 6: 0.0209}, prior)
-    assert curve(4) == pytest.approx(1.5 + (0.04 + (0.05 - 0.04) * 2 / 3), abs=1e-9)
-    assert curve(4) < 1.6
-    assert curve(3) < curve(4) < curve(5)
+    assert curve(5) == pytest.approx(2.0) and curve(6) == pytest.approx(2.09)
+    assert curve(4) == pytest.approx(prior(4) + 1.24 - prior(2))  # the smaller shift
+    assert curve(3) < curve(4) < 1.6
     strong, usual = 20, 5  # agreeing tokens behind a match
     assert PromptLookup.draft_len(usual, curve, 7) == 3
     assert PromptLookup.draft_len(strong, curve, 7) == 7
@@ -87,7 +91,7 @@ def test_past_the_measured_sizes_a_token_costs_at_least_the_priors() -> None:
     assert flat(4) == pytest.approx(1.75)  # measured sizes stand
     weak = PromptLookup.draft_len(2, flat)
     assert 0 < weak <= 5
-    # Dearer than the prior where measured: past that, each token as the prior's again.
+    # Dearer than the prior where measured: past that, as dear again.
     steep = measured({1: 0.010, 2: 0.015, 3: 0.020})
     assert steep(9) == pytest.approx(2.0 + COST_CPU(9) - COST_CPU(3))
 
