@@ -29,7 +29,7 @@ import contextlib
 import dataclasses
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -333,6 +333,18 @@ def extra_buffer(t: TensorInfo, f: CpuFeatures, *, tied_output: bool = False) ->
 COLUMN_KERNEL_TYPES = frozenset({"Q4_1", "Q8_0"})
 
 
+def multiplied_weights(
+    tensors: Iterable[TensorInfo], f: CpuFeatures, *, extra_buffers: bool, tied_output: bool = False
+) -> Iterator[tuple[TensorInfo, ExtraBuffer | None]]:
+    """The weights matrix products read (the output among them where it is tied to the token
+    embeddings), each with the extra buffer it is moved to, whose kernels then multiply it
+    (None: it stays in the mapped file)."""
+    for t in tensors:
+        tied = tied_output and t.name == "token_embd.weight"
+        if matmul_weight(t, tied_output=tied):
+            yield t, extra_buffer(t, f, tied_output=tied) if extra_buffers else None
+
+
 def column_kernels_take(
     tensors: Iterable[TensorInfo], f: CpuFeatures, *, extra_buffers: bool, tied_output: bool = False
 ) -> bool:
@@ -341,13 +353,11 @@ def column_kernels_take(
     if not f.quant_columns:
         return False
     taken = total = 0
-    for t in tensors:
-        tied = tied_output and t.name == "token_embd.weight"
-        if not matmul_weight(t, tied_output=tied):
-            continue
+    for t, buf in multiplied_weights(
+        tensors, f, extra_buffers=extra_buffers, tied_output=tied_output
+    ):
         total += t.n_bytes
-        moved = extra_buffers and extra_buffer(t, f, tied_output=tied) is not None
-        if t.type_name in COLUMN_KERNEL_TYPES and not moved:
+        if t.type_name in COLUMN_KERNEL_TYPES and buf is None:
             taken += t.n_bytes
     return total > 0 and 2 * taken >= total
 
@@ -416,11 +426,9 @@ def weights_exactness(
     """The weights' half of `batch_exactness`: whether every matrix product by a weight takes
     the same kernel for one row and for many."""
     sgemm = _sgemm_types(f)
-    for t in tensors:
-        tied = tied_output and t.name == "token_embd.weight"
-        if not matmul_weight(t, tied_output=tied):
-            continue
-        buf = extra_buffer(t, f, tied_output=tied) if extra_buffers else None
+    for t, buf in multiplied_weights(
+        tensors, f, extra_buffers=extra_buffers, tied_output=tied_output
+    ):
         if buf is not None:
             return Exactness(
                 False,
@@ -545,6 +553,7 @@ __all__ = [
     "extra_buffer",
     "f16_head_dims",
     "matmul_weight",
+    "multiplied_weights",
     "resolve_flash_attn_for",
     "split_rule",
     "tied_output",
