@@ -29,7 +29,7 @@ from engine.errors import EngineError
 from engine.host.chat_engine import ChatRequest
 from engine.host.generation import Generation
 from engine.host.runtime import Model
-from engine.host.speculative import spec_stats
+from engine.host.speculative import DEFAULT_MODEL_DRAFT_MAX, spec_stats
 from engine.media.audio import decode_wav
 from engine.media.images import decode_image
 from engine.memory.estimate import estimate
@@ -38,7 +38,13 @@ from engine.memory.result import DoesNotFitError
 from engine.model.gguf import read_gguf
 from engine.native import huge_pages
 from engine.native.projector import Media, marker
-from engine.settings import FlashAttn, LoadParams, SamplingParams, SpeculativeSettings
+from engine.settings import (
+    DEFAULT_DRAFT_MAX,
+    FlashAttn,
+    LoadParams,
+    SamplingParams,
+    SpeculativeSettings,
+)
 
 
 def register(sub: Any) -> None:
@@ -93,7 +99,10 @@ def register(sub: Any) -> None:
         "--draft-max",
         type=positive_int,
         default=None,
-        help="most tokens drafted per step (default 16 for --lookup, 5 for --draft)",
+        help=(
+            f"most tokens drafted per step (default {DEFAULT_DRAFT_MAX} for --lookup, "
+            f"{DEFAULT_MODEL_DRAFT_MAX} for --draft)"
+        ),
     )
     p.add_argument(
         "--force",
