@@ -78,9 +78,10 @@ class MeasuredCost:
     tokens cheap, each from five dear). A line through the measured 2, 5 and 6 tokens, as this
     read them before, put 4 tokens at 1.7 decodes where they cost 1.5 (2-core EPYC), so lookup
     drafted five tokens where three paid more, never measured 4 again and stayed there
-    (`speculative.py`: x1.22 that run, x1.29-1.30 with 4 measured). A size that looks dear is
-    never drafted, so never measured: where two measured sizes disagree, the cheaper reading
-    is the one that lets it be tried. A busy machine, where every size is dear, stays dear."""
+    (`speculative.py`: x1.22 that run; x1.30-1.31 with this rule and `COST_COLUMNS`' bend).
+    A size that looks dear is never drafted, so never measured: where two measured sizes
+    disagree, the cheaper reading is the one that lets it be tried. A busy machine, where
+    every size is dear, stays dear."""
 
     def __init__(self, prior: CostCurve) -> None:
         self.prior = prior
