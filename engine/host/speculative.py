@@ -105,39 +105,28 @@ class CostCurve(Protocol):
 @dataclass(frozen=True)
 class VerifyCost:
     """What decoding n tokens in one verification batch costs, in one-token decodes: `first`
-    for two tokens, `step` for each one more. Measured inside the speculative loop
-    (docs/speculative.md), graph changes between batch shapes included."""
+    for two tokens, `step` for each one more. Where the kernels change with the batch's size
+    the curve bends: `then` gives 3, 4, ... tokens size by size, and `step` counts past them.
+    Measured inside the speculative loop (docs/speculative.md), graph changes between batch
+    shapes included."""
 
     first: float
     step: float
+    then: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.first <= 0 or self.step < 0:
-            raise EngineError("a verification cost needs first > 0 and step >= 0")
-
-    def __call__(self, n: int) -> float:
-        return 1.0 if n <= 1 else self.first + self.step * (n - 2)
-
-
-@dataclass(frozen=True)
-class CostTable:
-    """What 2, 3, ... tokens in one verification batch cost, in one-token decodes, size by
-    size (`costs`; kernels that change with the batch's size make the curve bend), and past
-    the table `step` a token more."""
-
-    costs: tuple[float, ...]
-    step: float
-
-    def __post_init__(self) -> None:
-        if not self.costs or min(self.costs) <= 0 or self.step < 0:
-            raise EngineError("a cost table needs costs > 0 and step >= 0")
+        if self.first <= 0 or self.step < 0 or any(c <= 0 for c in self.then):
+            raise EngineError("a verification cost needs costs > 0 and step >= 0")
 
     def __call__(self, n: int) -> float:
         if n <= 1:
             return 1.0
-        if n - 2 < len(self.costs):
-            return self.costs[n - 2]
-        return self.costs[-1] + self.step * (n - 1 - len(self.costs))
+        if n == 2:
+            return self.first
+        if n - 3 < len(self.then):
+            return self.then[n - 3]
+        last = self.then[-1] if self.then else self.first
+        return last + self.step * (n - 2 - len(self.then))
 
 
 # SmolLM2, 2 threads. Generic CPU kernels: every position costs about the same again.
@@ -148,7 +137,7 @@ COST_CPU = VerifyCost(1.43, 0.43)
 # more (2-core EPYC, `make setup`'s build, timing loop and decode loop: 2 tokens 1.19-1.24,
 # 3 1.32-1.37, 4 1.48-1.53, 5 1.8, 6 2.0-2.1, 8 2.5). Past 8 a batch has no graph lane (17
 # tokens: 5.7 decodes).
-COST_COLUMNS = CostTable((1.2, 1.35, 1.5, 1.8, 2.0, 2.25, 2.5), 0.35)
+COST_COLUMNS = VerifyCost(1.2, 0.35, then=(1.35, 1.5, 1.8, 2.0, 2.25, 2.5))
 # AMX weights in a build without the project's patch: two tokens already take the 16-row tile
 # path (the one-token path is a cheaper vector kernel), after which positions are cheap.
 COST_AMX = VerifyCost(1.81, 0.17)
@@ -567,7 +556,7 @@ def trim_sequence(backend: ContextBackend, seq: int, tokens: list[int], keep: in
     del tokens[keep:]
 
 
-def verify_cost(m: CostModel) -> VerifyCost | CostTable:
+def verify_cost(m: CostModel) -> VerifyCost:
     """The verification cost curve of this model's kernels (COST_*)."""
     if m.load_info.n_gpu_layers > 0:
         return COST_GPU
@@ -607,7 +596,6 @@ __all__ = [
     "REQUEST_MIN_VERIFIED",
     "CostCurve",
     "CostModel",
-    "CostTable",
     "DraftModel",
     "DraftSeq",
     "DraftYield",

@@ -28,7 +28,6 @@ from engine.host.speculative import (
     COST_GPU,
     REQUEST_EXPLORE_EVERY,
     REQUEST_MIN_VERIFIED,
-    CostTable,
     DraftYield,
     PromptLookup,
     Speculator,
@@ -470,16 +469,18 @@ def test_draft_length_follows_the_verification_cost() -> None:
     assert p.propose(8) == []
 
 
-def test_a_cost_table_gives_its_sizes_then_a_step_a_token() -> None:
-    table = CostTable((1.2, 1.35, 1.5, 1.95), 0.3)
+def test_a_bent_cost_gives_its_sizes_then_a_step_a_token() -> None:
+    table = VerifyCost(1.2, 0.3, then=(1.35, 1.5, 1.95))
     assert [table(n) for n in (0, 1, 2, 4, 5)] == [1.0, 1.0, 1.2, 1.5, 1.95]
     assert table(7) == pytest.approx(1.95 + 2 * 0.3)
+    # Without sizes of its own, the straight line.
+    assert VerifyCost(1.2, 0.3)(7) == pytest.approx(1.2 + 5 * 0.3)
     with pytest.raises(EngineError):
-        CostTable((), 0.3)
+        VerifyCost(0.0, 0.3)
     with pytest.raises(EngineError):
-        CostTable((1.2, 0.0), 0.3)
+        VerifyCost(1.2, 0.3, then=(0.0,))
     with pytest.raises(EngineError):
-        CostTable((1.2,), -0.1)
+        VerifyCost(1.2, -0.1)
 
 
 def test_a_request_whose_drafts_do_not_pay_stops_drafting() -> None:
