@@ -126,12 +126,8 @@ class MeasuredCost:
             return self.prior(n)
         below = max((m for m in seen if m < n), default=None)
         above = min((m for m in seen if m > n), default=None)
-        if below is None or above is None:
-            m = above if below is None else below
-            assert m is not None
-            shift = seen[m] - self.prior(m)
-        else:
-            shift = min(seen[below] - self.prior(below), seen[above] - self.prior(above))
+        beside = [m for m in (below, above) if m is not None]
+        shift = min(seen[m] - self.prior(m) for m in beside)
         return max(1.0, self.prior(n) + shift)
 
 
