@@ -340,9 +340,8 @@ def multiplied_weights(
     embeddings), each with the extra buffer it is moved to, whose kernels then multiply it
     (None: it stays in the mapped file)."""
     for t in tensors:
-        tied = tied_output and t.name == "token_embd.weight"
-        if matmul_weight(t, tied_output=tied):
-            yield t, extra_buffer(t, f, tied_output=tied) if extra_buffers else None
+        if matmul_weight(t, tied_output=tied_output):
+            yield t, extra_buffer(t, f, tied_output=tied_output) if extra_buffers else None
 
 
 def column_kernels_take(
@@ -523,11 +522,10 @@ def split_rule(
         return "any"
     if gpu_layers > 0:
         return "grid"
-    for t in tensors:
-        tied = tied_output and t.name == "token_embd.weight"
-        if not matmul_weight(t, tied_output=tied):
-            continue
-        if extra_buffers and extra_buffer(t, f, tied_output=tied) is not None:
+    for t, buf in multiplied_weights(
+        tensors, f, extra_buffers=extra_buffers, tied_output=tied_output
+    ):
+        if buf is not None:
             return "grid"
         if f.neon and f.matmul_int8 and t.type_name in _ARM_TWO_ROW:
             return "grid"
